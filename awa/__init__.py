@@ -1,0 +1,1 @@
+"""Awa: a Postgres-native background job queue."""

@@ -1,0 +1,67 @@
+"""The error hierarchy. Every error the product raises on purpose is an ``AwaError``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AwaError(Exception):
+    """Base class of every Awa error."""
+
+
+class UniqueConflict(AwaError):
+    """An insert collided with a live job holding the same unique key."""
+
+    def __init__(self, message: str = "unique conflict", *, job_id: int | None = None) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
+
+class SchemaNotMigrated(AwaError):
+    """The database schema is missing, older, or newer than this package understands."""
+
+
+class UnknownJobKind(AwaError):
+    """A claimed job has a kind with no registered handler."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"unknown job kind: {kind}")
+        self.kind = kind
+
+
+class SerializationError(AwaError):
+    """Job arguments or metadata could not be (de)serialized."""
+
+
+class ValidationError(AwaError, ValueError):
+    """Bad input, refused before anything was written. ``field`` names the offending input."""
+
+    def __init__(self, field: str, message: str, *, value: Any = None) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.value = value
+
+
+class TerminalError(AwaError):
+    """Raised by a handler to fail the job without retrying it."""
+
+
+class DatabaseError(AwaError):
+    """A database operation failed (or the client is closed)."""
+
+
+class CallbackNotFound(AwaError):
+    """No job is waiting on the given callback id."""
+
+
+class IllegalTransition(AwaError):
+    """A state change that the transition table does not allow."""
+
+    def __init__(self, *, old: str, new: str) -> None:
+        super().__init__(f"illegal job state transition: {old} -> {new}")
+        self.old = old
+        self.new = new
+
+
+class StorageTransitionRefused(AwaError):
+    """A storage transition step was refused; the message names the gate."""

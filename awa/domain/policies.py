@@ -1,0 +1,80 @@
+"""Pure scheduling policies: retry backoff, priority aging and retention floors."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+import attrs
+
+from awa.domain.states import JobState
+
+MAX_BACKOFF = timedelta(hours=24)
+
+
+@attrs.frozen
+class Backoff:
+    """Retry delay ``min(2^attempt s + up to 25 % jitter, 24 h)``.
+
+    ``jitter`` returns a float in ``[0, 1)``; inject a constant for deterministic tests.
+    """
+
+    jitter: Callable[[], float] = random.random
+    cap: timedelta = MAX_BACKOFF
+
+    def delay(self, attempt: int) -> timedelta:
+        exponent = min(max(attempt, 0), 20)  # 2^17 s already exceeds the 24 h cap
+        base = float(2**exponent)
+        fraction = min(max(self.jitter(), 0.0), 1.0)
+        seconds = base + base * 0.25 * fraction
+        return min(timedelta(seconds=seconds), self.cap)
+
+
+NO_JITTER = Backoff(jitter=lambda: 0.0)
+
+
+@attrs.frozen
+class PriorityAging:
+    """Effective priority at claim time: one level better per ``interval`` waited, never below 1.
+
+    An interval of zero (or ``None``) disables aging.
+    """
+
+    interval: timedelta | None = timedelta(seconds=60)
+
+    def effective_priority(self, priority: int, waiting_since: datetime, now: datetime) -> int:
+        if self.interval is None or self.interval <= timedelta(0):
+            return priority
+        waited = now - waiting_since
+        if waited <= timedelta(0):
+            return priority
+        levels = math.floor(waited / self.interval)
+        return max(1, priority - levels)
+
+
+@attrs.frozen
+class RetentionFloor:
+    """How long terminal history is kept before cleanup may remove it.
+
+    Failed jobs stay retryable for at least ``failed``; completed and cancelled history
+    is kept for ``completed``.
+    """
+
+    completed: timedelta = timedelta(hours=24)
+    failed: timedelta = timedelta(hours=72)
+
+    def keep_for(self, state: JobState) -> timedelta:
+        if state == JobState.Failed:
+            return self.failed
+        return self.completed
+
+    def is_expired(self, state: JobState, finalized_at: datetime, now: datetime) -> bool:
+        if not state.is_terminal:
+            return False
+        return finalized_at + self.keep_for(state) <= now
+
+    def cutoff(self, state: JobState, now: datetime) -> datetime:
+        """Terminal rows of ``state`` finalized at or before this instant may be removed."""
+        return now - self.keep_for(state)

@@ -1,0 +1,81 @@
+"""Unique-job keys: which parts of a job make it a duplicate, and the key material."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from awa.domain.errors import ValidationError
+from awa.domain.states import DEFAULT_UNIQUE_STATES
+from awa.domain.validation import validate_unique_states
+
+UNIQUE_KEY_LENGTH = 16
+
+
+@attrs.frozen
+class UniqueOpts:
+    """``unique_opts``: key by kind, optionally by queue, args and a period bucket."""
+
+    by_queue: bool = False
+    by_args: bool = True
+    by_period: int | None = None
+    states: int = DEFAULT_UNIQUE_STATES
+
+    @classmethod
+    def from_dict(cls, opts: dict[str, Any]) -> UniqueOpts:
+        unknown = set(opts) - {"by_queue", "by_args", "by_period", "states"}
+        if unknown:
+            raise ValidationError("unique_opts", f"unknown keys: {sorted(unknown)}")
+        by_period = opts.get("by_period")
+        if by_period is not None and (
+            isinstance(by_period, bool) or not isinstance(by_period, int) or by_period <= 0
+        ):
+            raise ValidationError("unique_opts.by_period", "must be a positive number of seconds")
+        return cls(
+            by_queue=bool(opts.get("by_queue", False)),
+            by_args=bool(opts.get("by_args", True)),
+            by_period=by_period,
+            states=validate_unique_states(opts.get("states", DEFAULT_UNIQUE_STATES)),
+        )
+
+
+def canonical_json(value: Any) -> bytes:
+    """Sorted-key compact JSON, the stable form used in key material."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def unique_key_material(
+    kind: str, *, queue: str | None, args: Any | None, period_bucket: int | None
+) -> bytes:
+    """``kind || 0x00 queue? || 0x00 sorted-JSON args? || 0x00 period_bucket (LE i64)?``."""
+    parts = [kind.encode()]
+    if queue is not None:
+        parts.append(b"\x00" + queue.encode())
+    if args is not None:
+        parts.append(b"\x00" + canonical_json(args))
+    if period_bucket is not None:
+        parts.append(b"\x00" + struct.pack("<q", period_bucket))
+    return b"".join(parts)
+
+
+def period_bucket(opts: UniqueOpts, epoch_seconds: float) -> int | None:
+    if opts.by_period is None:
+        return None
+    return int(epoch_seconds // opts.by_period)
+
+
+def derive_unique_key(
+    digest: Callable[[bytes], bytes],
+    kind: str,
+    *,
+    queue: str | None,
+    args: Any | None,
+    period_bucket: int | None,
+) -> bytes:
+    """The 16-byte unique key; ``digest`` is the hash function (BLAKE3 in production)."""
+    material = unique_key_material(kind, queue=queue, args=args, period_bucket=period_bucket)
+    return digest(material)[:UNIQUE_KEY_LENGTH]

@@ -1,0 +1,24 @@
+"""Wake-ups for idle dispatchers (``awa:<queue>``) and running attempts (``awa:cancel``)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class Subscription(Protocol):
+    async def wait(self, timeout: float) -> set[str]:
+        """Wait up to ``timeout`` seconds for notifications; return the channels that fired.
+
+        An empty set means the timeout elapsed. Notifications that arrive between calls are
+        not lost: they are returned by the next call. Payloads are not delivered here.
+        """
+        ...
+
+    async def close(self) -> None: ...
+
+
+class Notifier(Protocol):
+    async def subscribe(self, channels: list[str]) -> Subscription:
+        """Start listening on ``channels`` (e.g. ``awa:email``). Delivery is best effort:
+        callers must also poll, so a lost notification only delays work."""
+        ...

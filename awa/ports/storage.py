@@ -1,0 +1,332 @@
+"""The storage port: everything the runtime and the admin surfaces ask of an engine.
+
+Every engine (in-memory model, canonical Postgres, queue-storage Postgres) implements
+:class:`StorageEngine` with identical observable semantics; the contract suite in
+``tests/contract`` is the executable form of these docstrings.
+
+Conventions shared by every method:
+
+* Time comes from the engine's :class:`~awa.ports.clock.Clock`; no method takes ``now``.
+* Methods that mutate a live attempt take a :class:`~awa.domain.RunLease`
+  ``(job_id, lease)``. If the job's current run lease differs, or the job is no longer
+  ``running`` / ``waiting_external``, the call changes nothing and reports
+  :attr:`Ack.STALE`. Stale is an answer, never an exception.
+* Batch methods return one result per input, in input order.
+* Errors raised are ``AwaError`` subclasses: ``UniqueConflict`` on a unique-key clash,
+  ``ValidationError`` for bad input, ``DatabaseError`` for infrastructure failures.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+import attrs
+
+from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
+from awa.domain.states import JobState
+
+
+class Ack(enum.Enum):
+    """Result of a guarded mutation."""
+
+    APPLIED = "applied"
+    STALE = "stale"
+
+
+class UnitOfWork(Protocol):
+    """An engine transaction. Enqueues made through it become visible (and wake listeners)
+    only when it commits; on rollback the jobs never existed."""
+
+
+@attrs.frozen
+class JobFilter:
+    """Filter for admin reads and bulk operations; ``None`` fields match everything."""
+
+    kind: str | None = None
+    queue: str | None = None
+    state: JobState | None = None
+    tag: str | None = None
+
+
+@attrs.frozen
+class DlqFilter:
+    kind: str | None = None
+    queue: str | None = None
+    tag: str | None = None
+    before_id: int | None = None
+    before_dlq_at: datetime | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        return self.kind is None and self.queue is None and self.tag is None
+
+
+@attrs.frozen
+class Rescued:
+    """An attempt closed by a rescue sweep and where the job went."""
+
+    lease: RunLease
+    new_state: JobState
+    reason: str
+
+
+class StorageEngine(Protocol):
+    # ------------------------------------------------------------------ producers
+    def transaction(self) -> AbstractAsyncContextManager[UnitOfWork]:
+        """Open a unit of work; commit on normal exit, roll back on exception."""
+        ...
+
+    async def enqueue_many(
+        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None
+    ) -> list[JobRecord]:
+        """Insert jobs (already validated) and return their snapshots, in input order.
+
+        A spec with ``run_at`` set starts ``scheduled`` (deferred); otherwise ``available``.
+        Ids increase in input order. Within a lane ``(queue, priority, shard)`` claim order
+        is insert order. With ``uow`` the insert joins that transaction; otherwise it
+        commits on its own. A unique-key clash with a job in a masked state raises
+        ``UniqueConflict`` and inserts none of the batch.
+        """
+        ...
+
+    async def enqueue_many_skip_duplicates(self, specs: Sequence[JobSpec]) -> list[JobRecord]:
+        """Like :meth:`enqueue_many` without a transaction, but a spec whose unique key is
+        already held is skipped silently (the COPY compat path). Returns inserted jobs."""
+        ...
+
+    # ------------------------------------------------------------------ workers
+    async def claim(
+        self,
+        queue: str,
+        *,
+        limit: int,
+        deadline: timedelta | None = None,
+        aging_interval: timedelta | None = None,
+    ) -> list[Claim]:
+        """Claim up to ``limit`` ``available`` jobs of ``queue`` whose ``run_at <= now``.
+
+        Order: lowest effective priority (aging applied at claim time from the time the
+        job became runnable), then ``run_at``, then insert order. Nothing is claimed from a
+        paused queue. Each claimed job becomes ``running`` with ``attempt + 1``,
+        ``run_lease + 1``, ``attempted_at = heartbeat_at = now`` and ``deadline_at = now +
+        deadline`` (``None`` when no deadline). Concurrent callers never receive the same
+        attempt.
+        """
+        ...
+
+    async def complete(self, leases: Sequence[RunLease]) -> list[Ack]:
+        """Mark attempts ``completed`` (``finalized_at = now``, progress cleared)."""
+        ...
+
+    async def retry(self, lease: RunLease, *, error: str, delay: timedelta | None = None) -> Ack:
+        """Close a failed attempt, append ``error`` to the job's errors and make it
+        ``retryable`` at ``now + delay`` (``delay=None``: the engine's backoff for the
+        attempt). If ``attempt >= max_attempts`` the job becomes ``failed`` instead (or
+        moves to the DLQ with reason ``max_attempts_exhausted`` when the queue has DLQ
+        enabled). Progress is kept."""
+        ...
+
+    async def snooze(self, lease: RunLease, *, delay: timedelta) -> Ack:
+        """Return the job to ``scheduled`` at ``now + delay`` without spending an attempt
+        (``attempt`` goes back by one); no error is recorded."""
+        ...
+
+    async def cancel_attempt(self, lease: RunLease, *, reason: str) -> Ack:
+        """The handler asked to cancel: the job becomes ``cancelled``."""
+        ...
+
+    async def fail(self, lease: RunLease, *, error: str) -> Ack:
+        """Terminal failure: append ``error`` (marked terminal) and make the job
+        ``failed``, or move it to the DLQ (reason ``terminal_error``) when enabled."""
+        ...
+
+    async def release(self, lease: RunLease, *, error: str) -> Ack:
+        """Give an attempt back without running it to completion (shutdown): the job
+        becomes ``retryable`` due now, the attempt is not spent and ``error`` is recorded."""
+        ...
+
+    async def heartbeat(self, leases: Sequence[RunLease]) -> list[Ack]:
+        """Refresh ``heartbeat_at = now`` for live attempts."""
+        ...
+
+    async def update_progress(
+        self,
+        lease: RunLease,
+        *,
+        progress: dict[str, Any] | None,
+        metadata_updates: dict[str, Any] | None = None,
+    ) -> Ack:
+        """Persist progress (replaces) and shallow-merge ``metadata_updates`` into
+        metadata; also refreshes the heartbeat."""
+        ...
+
+    # ------------------------------------------------------------------ callbacks
+    async def register_callback(
+        self, lease: RunLease, *, callback_id: str, timeout: timedelta
+    ) -> Ack:
+        """Attach an external callback id with ``callback_timeout_at = now + timeout``."""
+        ...
+
+    async def wait_for_callback(self, lease: RunLease) -> Ack:
+        """Park a running attempt with a registered callback in ``waiting_external``."""
+        ...
+
+    async def resolve_callback(
+        self,
+        callback_id: str,
+        *,
+        action: str,
+        payload: Any = None,
+        error: str | None = None,
+    ) -> JobRecord:
+        """Resolve a waiting (or still running) attempt by callback id.
+
+        ``action`` is ``complete``, ``fail``, ``retry`` or ``resume`` (back to
+        ``running``, payload stored in metadata ``_awa_callback_result``). Raises
+        ``CallbackNotFound`` when no live attempt carries the id."""
+        ...
+
+    async def heartbeat_callback(self, callback_id: str, *, timeout: timedelta) -> JobRecord:
+        """Push a callback's timeout to ``now + timeout``; ``CallbackNotFound`` if none."""
+        ...
+
+    # ------------------------------------------------------------------ maintenance
+    async def promote_due(self, *, limit: int = 4096) -> int:
+        """Make due ``scheduled`` / ``retryable`` jobs ``available`` (oldest ``run_at``
+        first, at most ``limit``) and wake their queues. Returns how many moved."""
+        ...
+
+    async def rescue_stale_heartbeats(self, *, staleness: timedelta) -> list[Rescued]:
+        """Close ``running`` attempts whose heartbeat is older than ``staleness`` as a
+        retryable failure (``heartbeat stale``); exhausted ones fail (or go to the DLQ)."""
+        ...
+
+    async def rescue_expired_deadlines(self) -> list[Rescued]:
+        """Close ``running`` attempts whose ``deadline_at`` has passed (``deadline
+        exceeded``), as for heartbeat rescue."""
+        ...
+
+    async def rescue_expired_callbacks(self) -> list[Rescued]:
+        """Close ``waiting_external`` attempts past ``callback_timeout_at`` (``callback
+        timed out``): retried, or failed / DLQ'd when attempts are exhausted."""
+        ...
+
+    async def cleanup_retention(
+        self, *, completed: timedelta, failed: timedelta, batch_size: int = 1000
+    ) -> int:
+        """Delete at most ``batch_size`` terminal jobs finalized longer ago than their
+        retention (``completed`` for completed and cancelled, ``failed`` for failed)."""
+        ...
+
+    async def cleanup_dlq(self, *, retention: timedelta, batch_size: int = 1000) -> int:
+        """Delete at most ``batch_size`` DLQ entries older than ``retention``."""
+        ...
+
+    # ------------------------------------------------------------------ admin reads
+    async def get_job(self, job_id: int) -> JobRecord | None:
+        """The job, or ``None`` if it does not exist (DLQ'd jobs are not jobs)."""
+        ...
+
+    async def list_jobs(self, filter: JobFilter, *, limit: int = 100) -> list[JobRecord]:
+        """Matching jobs, newest (highest id) first."""
+        ...
+
+    async def queue_counts(self) -> list[QueueCounts]:
+        """Exact per-state counts for every queue that has jobs or queue metadata,
+        ordered by queue name."""
+        ...
+
+    # ------------------------------------------------------------------ admin writes
+    async def pause_queue(self, queue: str, *, paused_by: str | None = None) -> None:
+        """Stop claims from ``queue`` (enqueue still works). Idempotent."""
+        ...
+
+    async def resume_queue(self, queue: str) -> None:
+        """Allow claims from ``queue`` again. Idempotent."""
+        ...
+
+    async def drain_queue(self, queue: str) -> int:
+        """Cancel every scheduled / available / retryable / waiting_external job of the
+        queue (running attempts are untouched). Returns how many were cancelled."""
+        ...
+
+    async def set_queue_dlq(self, queue: str, *, enabled: bool) -> None:
+        """Opt a queue in (or out) of dead-letter routing for exhausted/terminal jobs."""
+        ...
+
+    async def cancel_job(self, job_id: int) -> JobRecord | None:
+        """Cancel a job that is not yet terminal; a live attempt becomes ``cancelled``
+        and its worker is told via ``awa:cancel``. Returns the job (unchanged if it was
+        already terminal), or ``None`` if it does not exist."""
+        ...
+
+    async def cancel_by_unique_key(self, unique_key: bytes) -> JobRecord | None:
+        """Cancel the non-terminal job holding ``unique_key``; ``None`` if there is none."""
+        ...
+
+    async def retry_job(self, job_id: int) -> JobRecord | None:
+        """Operator retry: a failed / cancelled / completed job becomes ``available`` now
+        with a fresh attempt budget (``attempt = 0``); a scheduled or retryable one
+        becomes available now. Returns ``None`` for a missing job; a running job is
+        returned unchanged."""
+        ...
+
+    async def retry_failed(self, filter: JobFilter) -> list[JobRecord]:
+        """Operator retry of every ``failed`` job matching ``filter`` (kind / queue)."""
+        ...
+
+    async def discard_failed(self, kind: str) -> int:
+        """Delete every ``failed`` job of ``kind``; returns how many."""
+        ...
+
+    async def delete_jobs(self, job_ids: Sequence[int]) -> int:
+        """Delete jobs by id (any state except live attempts); returns how many."""
+        ...
+
+    # ------------------------------------------------------------------ DLQ
+    async def move_failed_to_dlq(self, job_id: int, *, reason: str) -> DlqEntry | None:
+        """Move a ``failed`` job into the DLQ; ``None`` if it is not a failed job."""
+        ...
+
+    async def bulk_move_failed_to_dlq(self, filter: JobFilter, *, reason: str) -> int: ...
+
+    async def list_dlq(self, filter: DlqFilter, *, limit: int = 100) -> list[DlqEntry]:
+        """Newest first by ``(dlq_at, job id)``; ``before_*`` give the next page."""
+        ...
+
+    async def get_dlq(self, job_id: int) -> DlqEntry | None: ...
+
+    async def dlq_depth(self, queue: str | None = None) -> int: ...
+
+    async def dlq_depth_by_queue(self) -> list[tuple[str, int]]: ...
+
+    async def retry_from_dlq(
+        self,
+        job_id: int,
+        *,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+    ) -> JobRecord | None:
+        """Take a job out of the DLQ and re-enqueue it with ``attempt = 0`` and
+        ``run_lease = 0`` (same id); ``run_at`` makes it scheduled. ``None`` if absent."""
+        ...
+
+    async def bulk_retry_from_dlq(self, filter: DlqFilter) -> int: ...
+
+    async def purge_dlq(self, filter: DlqFilter) -> int:
+        """Delete matching DLQ entries; returns how many."""
+        ...
+
+    async def purge_dlq_job(self, job_id: int) -> bool: ...
+
+    # ------------------------------------------------------------------ lifecycle
+    async def reset(self) -> None:
+        """Delete every job, DLQ entry, unique claim and queue setting (tests, ``clean``)."""
+        ...
+
+    async def close(self) -> None: ...

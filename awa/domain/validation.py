@@ -114,7 +114,7 @@ def validate_unique_states(mask: Any) -> int:
 
 
 def validate_spec(spec: JobSpec) -> JobSpec:
-    """Check every field of a :class:`JobSpec`; raise ``ValidationError`` naming the first bad one."""
+    """Check every field of a spec; raise ``ValidationError`` naming the first bad one."""
     validate_name("kind", spec.kind)
     validate_name("queue", spec.queue)
     validate_priority(spec.priority)

@@ -18,7 +18,11 @@ UNIQUE_KEY_LENGTH = 16
 
 @attrs.frozen
 class UniqueOpts:
-    """``unique_opts``: key by kind, optionally by queue, args and a period bucket."""
+    """``unique_opts``: key by kind, optionally by queue, args and a period bucket.
+
+    ``by_period`` is the bucket itself (an integer the caller computes, e.g. the hour number),
+    not a duration: two inserts collide only when they name the same bucket.
+    """
 
     by_queue: bool = False
     by_args: bool = True
@@ -32,9 +36,9 @@ class UniqueOpts:
             raise ValidationError("unique_opts", f"unknown keys: {sorted(unknown)}")
         by_period = opts.get("by_period")
         if by_period is not None and (
-            isinstance(by_period, bool) or not isinstance(by_period, int) or by_period <= 0
+            isinstance(by_period, bool) or not isinstance(by_period, int)
         ):
-            raise ValidationError("unique_opts.by_period", "must be a positive number of seconds")
+            raise ValidationError("unique_opts.by_period", "must be an integer period bucket")
         return cls(
             by_queue=bool(opts.get("by_queue", False)),
             by_args=bool(opts.get("by_args", True)),
@@ -62,12 +66,6 @@ def unique_key_material(
     return b"".join(parts)
 
 
-def period_bucket(opts: UniqueOpts, epoch_seconds: float) -> int | None:
-    if opts.by_period is None:
-        return None
-    return int(epoch_seconds // opts.by_period)
-
-
 def derive_unique_key(
     digest: Callable[[bytes], bytes],
     kind: str,
@@ -76,6 +74,10 @@ def derive_unique_key(
     args: Any | None,
     period_bucket: int | None,
 ) -> bytes:
-    """The 16-byte unique key; ``digest`` is the hash function (BLAKE3 in production)."""
+    """The 16-byte unique key; ``digest`` is the hash function (BLAKE3 in production).
+
+    With BLAKE3 the key is byte-identical to the one awa-pg 0.6.9 computes, so producers of
+    both implementations deduplicate against each other.
+    """
     material = unique_key_material(kind, queue=queue, args=args, period_bucket=period_bucket)
     return digest(material)[:UNIQUE_KEY_LENGTH]

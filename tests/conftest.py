@@ -1,17 +1,40 @@
 """Shared fixtures.
 
-``pg_server_url``: a Postgres server for the whole session.
-``database_url``: a fresh, empty database on that server for one test.
+``pg_server_url``: a Postgres server for the whole session (see ``tests/support/pg.py``
+for how it is found or started); ``pg_provider`` says which branch provided it.
+``pg_databases``: the session's :class:`~tests.support.pg.DatabaseFactory`.
+``database_url``: a fresh, empty database on that server for one test, dropped after it.
 ``anyio_backend``: async tests run on asyncio (use ``@pytest.mark.anyio``).
+
+Hypothesis profiles: ``default``, ``ci`` and ``deep``, chosen with ``HYPOTHESIS_PROFILE``.
 """
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Iterator
 
-import psycopg
 import pytest
+from hypothesis import HealthCheck, settings
+
+from tests.support.pg import DatabaseFactory, PgServer, Provider, provision
+
+settings.register_profile("default", deadline=None, max_examples=100)
+settings.register_profile(
+    "ci",
+    deadline=None,
+    max_examples=200,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "deep",
+    deadline=None,
+    max_examples=5000,
+    stateful_step_count=100,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 @pytest.fixture(scope="session")
@@ -19,19 +42,45 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+_PG_SERVER_KEY = pytest.StashKey[PgServer]()
+
+
 @pytest.fixture(scope="session")
-def pg_server_url() -> str:
-    return "postgresql://postgres@127.0.0.1:5432/postgres"
+def pg_server(request: pytest.FixtureRequest) -> Iterator[PgServer]:
+    with provision() as server:
+        request.config.stash[_PG_SERVER_KEY] = server
+        yield server
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    server = terminalreporter.config.stash.get(_PG_SERVER_KEY, None)
+    if server is not None:
+        terminalreporter.write_line(f"postgres for tests: {server.provider}")
+
+
+@pytest.fixture(scope="session")
+def pg_server_url(pg_server: PgServer) -> str:
+    return pg_server.url
+
+
+@pytest.fixture(scope="session")
+def pg_provider(pg_server: PgServer) -> Provider:
+    return pg_server.provider
+
+
+@pytest.fixture(scope="session")
+def pg_databases(pg_server: PgServer) -> Iterator[DatabaseFactory]:
+    factory = DatabaseFactory(pg_server.url)
+    try:
+        yield factory
+    finally:
+        factory.close()
 
 
 @pytest.fixture
-def database_url(pg_server_url: str) -> Iterator[str]:
-    name = f"awa_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    base = pg_server_url.rsplit("/", 1)[0]
+def database_url(pg_databases: DatabaseFactory) -> Iterator[str]:
+    url = pg_databases.create()
     try:
-        yield f"{base}/{name}"
+        yield url
     finally:
-        with psycopg.connect(pg_server_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        pg_databases.drop(url)

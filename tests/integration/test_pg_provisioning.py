@@ -1,0 +1,264 @@
+"""Every branch of test-database provisioning that this machine can reach, plus isolation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.support.pg import (
+    LOCAL_URL,
+    TEST_DB_PREFIX,
+    DatabaseFactory,
+    ProvisioningError,
+    database_exists,
+    docker_engine_answers,
+    env_url,
+    forced_provider,
+    local_server_answers,
+    provision,
+    start_server,
+    with_database,
+)
+
+pytestmark = pytest.mark.postgres
+
+
+def _select_one(url: str) -> int:
+    with psycopg.connect(url, connect_timeout=10) as conn:
+        row = conn.execute("SELECT 1").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _clear_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AWA_TEST_DATABASE_URL", raising=False)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.delenv("AWA_TEST_PG_PROVIDER", raising=False)
+
+
+# ---------------------------------------------------------------- pure helpers
+
+
+def test_env_url_prefers_awa_test_database_url() -> None:
+    env = {"AWA_TEST_DATABASE_URL": "postgresql://a/x", "DATABASE_URL": "postgresql://b/y"}
+    assert env_url(env) == "postgresql://a/x"
+    assert env_url({"DATABASE_URL": "postgresql://b/y"}) == "postgresql://b/y"
+    assert env_url({"AWA_TEST_DATABASE_URL": "  ", "DATABASE_URL": "postgresql://b/y"}) == (
+        "postgresql://b/y"
+    )
+    assert env_url({}) is None
+
+
+def test_with_database_rewrites_urls_and_conninfo_strings() -> None:
+    assert with_database("postgresql://u@h:5/postgres", "t1") == "postgresql://u@h:5/t1"
+    assert (
+        with_database("postgresql://postgres:@/postgres?host=/tmp/s", "t1")
+        == "postgresql://postgres:@/t1?host=%2Ftmp%2Fs"
+    )
+    assert with_database("postgresql://h/x?dbname=x&sslmode=disable", "t1") == (
+        "postgresql://h/t1?sslmode=disable"
+    )
+    conninfo = with_database("host=h dbname=postgres", "t1")
+    assert psycopg.conninfo.conninfo_to_dict(conninfo) == {"host": "h", "dbname": "t1"}
+
+
+def test_forced_provider_comes_from_the_environment() -> None:
+    assert forced_provider({}) is None
+    assert forced_provider({"AWA_TEST_PG_PROVIDER": "embedded"}) == "embedded"
+    assert forced_provider({"AWA_TEST_PG_PROVIDER": " local "}) == "local"
+    with pytest.raises(ValueError, match="AWA_TEST_PG_PROVIDER"):
+        forced_provider({"AWA_TEST_PG_PROVIDER": "sqlite"})
+
+
+def test_forced_provider_variable_overrides_discovery(
+    monkeypatch: pytest.MonkeyPatch, pg_server_url: str
+) -> None:
+    monkeypatch.setenv("AWA_TEST_DATABASE_URL", pg_server_url)
+    monkeypatch.setenv("AWA_TEST_PG_PROVIDER", "env")
+    assert start_server().provider == "env"
+    monkeypatch.setenv("AWA_TEST_PG_PROVIDER", "docker")
+    if not docker_engine_answers():
+        with pytest.raises(ProvisioningError, match="Docker"):
+            start_server()
+
+
+def test_unknown_forced_provider_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown provider"):
+        start_server(force="nonsense")  # type: ignore[arg-type]
+
+
+def test_forcing_env_without_a_variable_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+    _clear_env(monkeypatch)
+    with pytest.raises(ProvisioningError, match="AWA_TEST_DATABASE_URL"):
+        start_server(force="env")
+
+
+def test_local_probe_says_no_for_a_closed_port() -> None:
+    assert local_server_answers(port=1, timeout=0.2) is False
+
+
+# ---------------------------------------------------------------- branches
+
+
+def test_session_server_reports_its_provider(pg_provider: str, pg_server_url: str) -> None:
+    assert pg_provider in ("env", "local", "docker", "embedded")
+    assert _select_one(pg_server_url) == 1
+
+
+def test_env_branch_uses_the_override(monkeypatch: pytest.MonkeyPatch, pg_server_url: str) -> None:
+    _clear_env(monkeypatch)
+    monkeypatch.setenv("AWA_TEST_DATABASE_URL", pg_server_url)
+    monkeypatch.setenv("DATABASE_URL", "postgresql://nobody@127.0.0.1:1/never")
+    with provision() as server:
+        assert server.provider == "env"
+        assert server.url == pg_server_url
+        assert _select_one(server.url) == 1
+
+
+def test_env_branch_falls_back_to_database_url(
+    monkeypatch: pytest.MonkeyPatch, pg_server_url: str
+) -> None:
+    _clear_env(monkeypatch)
+    monkeypatch.setenv("DATABASE_URL", pg_server_url)
+    with provision() as server:
+        assert server.provider == "env"
+        assert server.url == pg_server_url
+
+
+def test_local_branch_when_a_server_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not local_server_answers():
+        pytest.skip("no Postgres server answers on 127.0.0.1:5432")
+    _clear_env(monkeypatch)
+    with provision() as server:
+        assert server.provider == "local"
+        assert server.url == LOCAL_URL
+        assert _select_one(server.url) == 1
+
+
+def test_docker_branch_when_an_engine_answers() -> None:
+    if not docker_engine_answers():
+        pytest.skip("no Docker engine answers on this machine")
+    with provision(force="docker") as server:
+        assert server.provider == "docker"
+        assert _select_one(server.url) == 1
+
+
+def test_embedded_branch_starts_serves_and_stops() -> None:
+    with provision(force="embedded") as server:
+        assert server.provider == "embedded"
+        assert _select_one(server.url) == 1
+        host = psycopg.conninfo.conninfo_to_dict(server.url)["host"]
+        assert isinstance(host, str)
+        socket_dir = Path(host)
+        assert socket_dir.exists()
+        factory = DatabaseFactory(server.url)
+        try:
+            url = factory.create()
+            assert _select_one(url) == 1
+            factory.drop(url)
+        finally:
+            factory.close()
+    assert not socket_dir.exists()
+    with pytest.raises(psycopg.OperationalError):
+        _select_one(server.url)
+
+
+# ---------------------------------------------------------------- isolation
+
+
+@pytest.fixture(scope="module")
+def shared_table_name() -> str:
+    return "isolation_probe"
+
+
+def test_isolation_first_database_creates_a_table(
+    database_url: str, shared_table_name: str
+) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {shared_table_name} (id int)")
+        conn.execute(f"INSERT INTO {shared_table_name} VALUES (1)")
+
+
+def test_isolation_second_database_does_not_see_it(
+    database_url: str, shared_table_name: str
+) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute("SELECT to_regclass(%s)::text", (shared_table_name,)).fetchone()
+    assert row == (None,)
+
+
+def test_each_test_gets_a_distinct_fresh_database(
+    database_url: str, pg_databases: DatabaseFactory, pg_server_url: str
+) -> None:
+    other = pg_databases.create()
+    try:
+        assert other != database_url
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE mine (id int)")
+        with psycopg.connect(other, autocommit=True) as conn:
+            row = conn.execute("SELECT to_regclass('mine')::text").fetchone()
+            user_tables = conn.execute(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
+            ).fetchone()
+        assert row == (None,)
+        assert user_tables == (0,)
+    finally:
+        pg_databases.drop(other)
+    name = psycopg.conninfo.conninfo_to_dict(other)["dbname"]
+    assert isinstance(name, str)
+    assert not database_exists(pg_server_url, name)
+
+
+def test_database_is_dropped_even_with_open_connections(
+    pg_databases: DatabaseFactory, pg_server_url: str
+) -> None:
+    url = pg_databases.create()
+    conn = psycopg.connect(url, autocommit=True)
+    try:
+        pg_databases.drop(url)
+    finally:
+        conn.close()
+    name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+    assert isinstance(name, str) and name.startswith(TEST_DB_PREFIX)
+    assert not database_exists(pg_server_url, name)
+
+
+def test_factory_refuses_to_drop_foreign_databases(pg_databases: DatabaseFactory) -> None:
+    with pytest.raises(ValueError, match="refusing"):
+        pg_databases.drop(with_database(pg_databases.server_url, "postgres"))
+
+
+def test_custom_template_is_built_once_and_cloned(
+    pg_databases: DatabaseFactory, pg_server_url: str
+) -> None:
+    calls: list[str] = []
+
+    def setup(url: str) -> None:
+        calls.append(url)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE seeded (v text)")
+            conn.execute("INSERT INTO seeded VALUES ('from template')")
+
+    template = pg_databases.template("seeded_probe", setup)
+    assert pg_databases.template("seeded_probe", setup) == template
+    assert len(calls) == 1
+    first, second = pg_databases.create(template), pg_databases.create(template)
+    try:
+        with psycopg.connect(first, autocommit=True) as conn:
+            conn.execute("INSERT INTO seeded VALUES ('only in first')")
+        with psycopg.connect(second, autocommit=True) as conn:
+            rows = conn.execute("SELECT v FROM seeded").fetchall()
+        assert rows == [("from template",)]
+    finally:
+        pg_databases.drop(first)
+        pg_databases.drop(second)
+
+
+def test_factory_close_drops_its_templates(pg_server_url: str) -> None:
+    factory = DatabaseFactory(pg_server_url)
+    template = factory.template()
+    assert database_exists(pg_server_url, template)
+    factory.close()
+    assert not database_exists(pg_server_url, template)

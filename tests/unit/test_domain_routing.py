@@ -1,0 +1,214 @@
+"""Ordering-key hashing, shard selection and partitioned queues."""
+
+from __future__ import annotations
+
+import pytest
+
+from awa.domain import PartitionedQueue, ValidationError, ordering_hash, shard_for_key
+from awa.domain.routing import (
+    FNV_OFFSET,
+    FNV_PRIME,
+    MAX_PARTITIONS,
+    PARTITION_DOMAIN,
+    key_bytes,
+    partition_for_key,
+    physical_queue_name,
+    splitmix64,
+)
+
+MASK64 = 2**64 - 1
+
+
+def test_hash_constants_match_the_published_algorithm() -> None:
+    assert FNV_OFFSET == 14695981039346656037
+    assert FNV_PRIME == 1099511628211
+    assert PARTITION_DOMAIN == 0x9D4D1B2F53A70C91
+
+
+def test_empty_key_hashes_to_the_offset_basis() -> None:
+    assert ordering_hash(b"") == 14695981039346656037
+
+
+def test_one_byte_key_is_multiply_then_add() -> None:
+    expected = (14695981039346656037 * 1099511628211 + 0x61) % 2**64
+    assert expected == 12638153115695167552
+    assert ordering_hash(b"a") == expected
+
+
+def test_two_byte_key() -> None:
+    h = (14695981039346656037 * 1099511628211 + 0x61) & MASK64
+    h = (h * 1099511628211 + 0x62) & MASK64
+    assert ordering_hash(b"ab") == h == 590790720448369954
+
+
+def test_str_keys_hash_as_utf8() -> None:
+    assert ordering_hash("user-42") == ordering_hash(b"user-42") == 17640239916434121035
+    assert ordering_hash("é") == ordering_hash("é".encode())
+
+
+def test_key_bytes_refuses_other_types() -> None:
+    with pytest.raises(TypeError, match="bytes or str"):
+        key_bytes(42)  # type: ignore[arg-type]
+
+
+def test_splitmix64_reference_output() -> None:
+    # The first output of the reference splitmix64 generator seeded with 0.
+    assert splitmix64(0) == 0xE220A8397B1DCDAF
+
+
+def test_shard_is_hash_mod_shards() -> None:
+    for key in (b"", b"a", b"user-42", b"order:1"):
+        assert shard_for_key(key, 8) == ordering_hash(key) % 8
+    assert shard_for_key(b"user-42", 8) == 3
+
+
+@pytest.mark.parametrize("shards", [0, 1, -3])
+def test_one_or_fewer_shards_is_always_shard_zero(shards: int) -> None:
+    assert shard_for_key(b"user-42", shards) == 0
+
+
+def test_partition_is_domain_separated_splitmix() -> None:
+    h = ordering_hash(b"user-42")
+    assert partition_for_key(b"user-42", 16) == splitmix64(h ^ PARTITION_DOMAIN) % 16 == 12
+    assert partition_for_key(b"a", 16) == 6
+    assert partition_for_key(b"order:1", 16) == 1
+
+
+def test_routing_is_stable_across_calls() -> None:
+    keys = [f"customer-{i}".encode() for i in range(200)]
+    first = [(shard_for_key(k, 7), partition_for_key(k, 13)) for k in keys]
+    again = [(shard_for_key(k, 7), partition_for_key(k, 13)) for k in keys]
+    assert first == again
+    assert {p for _, p in first} == set(range(13))
+
+
+# ---------------------------------------------------------------- partitioned queues
+
+
+def test_physical_names() -> None:
+    assert physical_queue_name("q", 0) == "q"
+    assert physical_queue_name("q", 3) == "q__p3"
+    pq = PartitionedQueue("q", 3)
+    assert pq.physical_queues == ["q", "q__p1", "q__p2"]
+    assert pq.logical_queue == "q"
+    assert pq.partitions == len(pq) == 3
+    assert repr(pq) == "PartitionedQueue(logical_queue='q', partitions=3)"
+
+
+def test_physical_queues_is_a_copy() -> None:
+    pq = PartitionedQueue("q", 2)
+    pq.physical_queues.append("oops")
+    assert pq.physical_queues == ["q", "q__p1"]
+
+
+def test_single_partition_is_the_logical_queue() -> None:
+    pq = PartitionedQueue("emails", 1)
+    assert pq.queue_for_key(b"anything") == "emails"
+    assert pq.queue_for_index(99) == "emails"
+
+
+def test_queue_for_key_and_index() -> None:
+    pq = PartitionedQueue("orders", 16)
+    assert pq.queue_for_key(b"user-42") == "orders__p12"
+    assert pq.queue_for_key("user-42") == "orders__p12"
+    assert pq.queue_for_key(b"order:1") == "orders__p1"
+    assert pq.queue_for_index(0) == "orders"
+    assert pq.queue_for_index(17) == "orders__p1"
+
+
+def test_route_helpers() -> None:
+    pq = PartitionedQueue("orders", 16)
+    assert pq.route_by_key("user-42") == {"queue": "orders__p12", "ordering_key": b"user-42"}
+    assert pq.route_by_index(2) == {"queue": "orders__p2"}
+
+
+def test_equality_and_hash() -> None:
+    assert PartitionedQueue("q", 2) == PartitionedQueue("q", 2)
+    assert PartitionedQueue("q", 2) != PartitionedQueue("q", 3)
+    assert PartitionedQueue("q", 2) != PartitionedQueue("r", 2)
+    assert len({PartitionedQueue("q", 2), PartitionedQueue("q", 2)}) == 1
+
+
+@pytest.mark.parametrize("partitions", [0, -1, MAX_PARTITIONS + 1])
+def test_partition_count_bounds(partitions: int) -> None:
+    with pytest.raises(ValidationError) as info:
+        PartitionedQueue("q", partitions)
+    assert info.value.field == "partitions"
+
+
+def test_partition_count_extremes_are_accepted() -> None:
+    assert PartitionedQueue("q", MAX_PARTITIONS).physical_queues[-1] == "q__p32766"
+
+
+@pytest.mark.parametrize("partitions", [True, 2.0, "2"])
+def test_partition_count_must_be_an_int(partitions: object) -> None:
+    with pytest.raises(ValidationError) as info:
+        PartitionedQueue("q", partitions)  # type: ignore[arg-type]
+    assert info.value.field == "partitions"
+
+
+def test_logical_queue_must_be_non_empty() -> None:
+    with pytest.raises(ValidationError) as info:
+        PartitionedQueue("", 2)
+    assert info.value.field == "logical_queue"
+
+
+def test_from_physical_queues_round_trip() -> None:
+    pq = PartitionedQueue.from_physical_queues("q", ["q", "q__p1", "q__p2"])
+    assert pq == PartitionedQueue("q", 3)
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["q__p1", "q"],
+        ["q", "q__p2"],
+        ["r", "r__p1"],
+        ["q", "q_p1"],
+        [],
+    ],
+)
+def test_from_physical_queues_refuses_non_canonical_lists(names: list[str]) -> None:
+    with pytest.raises(ValidationError) as info:
+        PartitionedQueue.from_physical_queues("q", names)
+    assert info.value.field in ("physical_queues", "partitions")
+
+
+def test_queue_configs_default_to_ten_max_workers() -> None:
+    assert PartitionedQueue("q", 2).queue_configs() == [
+        {"name": "q", "max_workers": 10},
+        {"name": "q__p1", "max_workers": 10},
+    ]
+
+
+def test_queue_configs_with_options() -> None:
+    configs = PartitionedQueue("q", 2).queue_configs(
+        4,
+        rate_limit_per_partition=(5.0, 10),
+        priority_aging_interval_ms=1000,
+        deadline_duration_ms=30000,
+        claimers=2,
+        claim_batch_size=8,
+    )
+    assert configs[1] == {
+        "name": "q__p1",
+        "max_workers": 4,
+        "rate_limit": (5.0, 10),
+        "priority_aging_interval_ms": 1000,
+        "deadline_duration_ms": 30000,
+        "claimers": 2,
+        "claim_batch_size": 8,
+    }
+
+
+def test_queue_configs_weighted_mode() -> None:
+    configs = PartitionedQueue("q", 2).queue_configs(min_workers_per_partition=1, weight=3)
+    assert configs == [
+        {"name": "q", "min_workers": 1, "weight": 3},
+        {"name": "q__p1", "min_workers": 1, "weight": 3},
+    ]
+
+
+def test_queue_configs_max_and_min_are_mutually_exclusive() -> None:
+    with pytest.raises(ValidationError, match="mutually exclusive"):
+        PartitionedQueue("q", 2).queue_configs(4, min_workers_per_partition=1)

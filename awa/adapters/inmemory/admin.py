@@ -1,0 +1,300 @@
+"""Operator operations of the in-memory engine: reads, queue control, retries and the DLQ."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+import attrs
+
+from awa.adapters.inmemory.base import LIVE_STATES, EngineBase, Write, matches, queue_channel
+from awa.adapters.inmemory.state import EngineState
+from awa.domain.job import DlqEntry, JobRecord, QueueCounts
+from awa.domain.states import TERMINAL_STATES, JobState
+from awa.ports.storage import DlqFilter, JobFilter
+
+DRAINABLE_STATES = frozenset(
+    {JobState.Scheduled, JobState.Available, JobState.Retryable, JobState.WaitingExternal}
+)
+
+
+def _dlq_matches(entry: DlqEntry, filter: DlqFilter) -> bool:
+    job = entry.job
+    if filter.kind is not None and job.kind != filter.kind:
+        return False
+    if filter.queue is not None and job.queue != filter.queue:
+        return False
+    if filter.tag is not None and filter.tag not in job.tags:
+        return False
+    if filter.before_dlq_at is not None and filter.before_id is not None:
+        return (entry.dlq_at, job.id) < (filter.before_dlq_at, filter.before_id)
+    if filter.before_dlq_at is not None:
+        return entry.dlq_at < filter.before_dlq_at
+    if filter.before_id is not None:
+        return job.id < filter.before_id
+    return True
+
+
+def _newest_first(entries: list[DlqEntry]) -> list[DlqEntry]:
+    return sorted(entries, key=lambda entry: (entry.dlq_at, entry.job.id), reverse=True)
+
+
+class AdminOps(EngineBase):
+    """Admin reads and writes. Every write is atomic: it applies fully or not at all."""
+
+    # ---------------------------------------------------------------- reads
+    async def get_job(self, job_id: int) -> JobRecord | None:
+        return self._read().jobs.get(job_id)
+
+    async def list_jobs(self, filter: JobFilter, *, limit: int = 100) -> list[JobRecord]:
+        found = [job for job in self._read().jobs.values() if matches(job, filter)]
+        found.sort(key=lambda job: job.id, reverse=True)
+        return found[: max(limit, 0)]
+
+    async def queue_counts(self) -> list[QueueCounts]:
+        state = self._read()
+        now = self._clock.now()
+        names = {job.queue for job in state.jobs.values()} | set(state.queues)
+        result = []
+        for name in sorted(names):
+            jobs = [job for job in state.jobs.values() if job.queue == name]
+            counts = {s: 0 for s in JobState}
+            for job in jobs:
+                counts[job.state] += 1
+            recent = now - timedelta(hours=1)
+            available_since = [job.run_at for job in jobs if job.state == JobState.Available]
+            result.append(
+                QueueCounts(
+                    queue=name,
+                    counts=counts,
+                    paused=state.is_paused(name),
+                    completed_last_hour=sum(
+                        1
+                        for job in jobs
+                        if job.state == JobState.Completed
+                        and job.finalized_at is not None
+                        and job.finalized_at > recent
+                    ),
+                    oldest_available_at=min(available_since, default=None),
+                )
+            )
+        return result
+
+    # ---------------------------------------------------------------- queue control
+    async def pause_queue(self, queue: str, *, paused_by: str | None = None) -> None:
+        async with self._write() as write:
+            meta = write.state.meta(queue)
+            if not meta.paused:
+                write.state.queues[queue] = attrs.evolve(
+                    meta, paused=True, paused_at=write.now, paused_by=paused_by
+                )
+
+    async def resume_queue(self, queue: str) -> None:
+        async with self._write() as write:
+            # Like an UPDATE of queue_meta: a queue without settings gains none.
+            if queue in write.state.queues:
+                write.state.queues[queue] = attrs.evolve(
+                    write.state.queues[queue], paused=False, paused_at=None, paused_by=None
+                )
+
+    async def set_queue_dlq(self, queue: str, *, enabled: bool) -> None:
+        async with self._write() as write:
+            write.state.queues[queue] = attrs.evolve(write.state.meta(queue), dlq_enabled=enabled)
+
+    async def drain_queue(self, queue: str) -> int:
+        async with self._write() as write:
+            pending = [
+                job
+                for job in write.state.jobs.values()
+                if job.queue == queue and job.state in DRAINABLE_STATES
+            ]
+            for job in self._sorted(pending):
+                self._cancel(write, job)
+        return len(pending)
+
+    # ---------------------------------------------------------------- job control
+    async def cancel_job(self, job_id: int) -> JobRecord | None:
+        async with self._write() as write:
+            job = write.state.jobs.get(job_id)
+            if job is not None and not job.state.is_terminal:
+                job = self._cancel(write, job)
+        return job
+
+    async def cancel_by_unique_key(self, unique_key: bytes) -> JobRecord | None:
+        async with self._write() as write:
+            holder = write.state.unique.get(unique_key)
+            job = None if holder is None else write.state.jobs.get(holder)
+            if job is None or job.state.is_terminal:
+                return None
+            cancelled = self._cancel(write, job)
+        return cancelled
+
+    def _operator_retry(self, write: Write, job: JobRecord) -> JobRecord:
+        if job.state in TERMINAL_STATES:
+            job = write.state.transition(
+                job, JobState.Available, run_at=write.now, attempt=0, finalized_at=None
+            )
+        elif job.state in (JobState.Scheduled, JobState.Retryable):
+            job = write.state.transition(job, JobState.Available, run_at=write.now)
+        else:
+            return job
+        write.notify.add(queue_channel(job.queue))
+        return job
+
+    async def retry_job(self, job_id: int) -> JobRecord | None:
+        async with self._write() as write:
+            job = write.state.jobs.get(job_id)
+            if job is not None:
+                job = self._operator_retry(write, job)
+        return job
+
+    async def retry_failed(self, filter: JobFilter) -> list[JobRecord]:
+        only_failed = attrs.evolve(filter, state=JobState.Failed)
+        async with self._write() as write:
+            failed = [job for job in write.state.jobs.values() if matches(job, only_failed)]
+            retried = [self._operator_retry(write, job) for job in self._sorted(failed)]
+        return retried
+
+    async def discard_failed(self, kind: str) -> int:
+        return await self._delete_where(JobFilter(kind=kind, state=JobState.Failed), None)
+
+    async def delete_jobs(self, job_ids: Sequence[int]) -> int:
+        return await self._delete_where(JobFilter(), set(job_ids))
+
+    async def _delete_where(self, filter: JobFilter, ids: set[int] | None) -> int:
+        async with self._write() as write:
+            doomed = [
+                job.id
+                for job in write.state.jobs.values()
+                if matches(job, filter)
+                and (ids is None or job.id in ids)
+                and job.state not in LIVE_STATES
+            ]
+            for job_id in doomed:
+                write.state.delete(job_id)
+        return len(doomed)
+
+    # ---------------------------------------------------------------- DLQ
+    async def move_failed_to_dlq(self, job_id: int, *, reason: str) -> DlqEntry | None:
+        async with self._write() as write:
+            job = write.state.jobs.get(job_id)
+            if job is None or job.state != JobState.Failed:
+                return None
+            entry = write.state.move_to_dlq(job, reason=reason, now=write.now)
+        return entry
+
+    async def bulk_move_failed_to_dlq(self, filter: JobFilter, *, reason: str) -> int:
+        only_failed = attrs.evolve(filter, state=JobState.Failed)
+        async with self._write() as write:
+            failed = [job for job in write.state.jobs.values() if matches(job, only_failed)]
+            for job in self._sorted(failed):
+                write.state.move_to_dlq(job, reason=reason, now=write.now)
+        return len(failed)
+
+    async def list_dlq(self, filter: DlqFilter, *, limit: int = 100) -> list[DlqEntry]:
+        found = [entry for entry in self._read().dlq.values() if _dlq_matches(entry, filter)]
+        return _newest_first(found)[: max(limit, 0)]
+
+    async def get_dlq(self, job_id: int) -> DlqEntry | None:
+        return self._read().dlq.get(job_id)
+
+    async def dlq_depth(self, queue: str | None = None) -> int:
+        return sum(
+            1 for entry in self._read().dlq.values() if queue is None or entry.job.queue == queue
+        )
+
+    async def dlq_depth_by_queue(self) -> list[tuple[str, int]]:
+        depth: dict[str, int] = {}
+        for entry in self._read().dlq.values():
+            depth[entry.job.queue] = depth.get(entry.job.queue, 0) + 1
+        return sorted(depth.items())
+
+    @staticmethod
+    def _restore_from_dlq(
+        write: Write,
+        entry: DlqEntry,
+        *,
+        run_at: datetime | None,
+        priority: int | None,
+        queue: str | None,
+    ) -> JobRecord:
+        """Re-enqueue a held job under its own id with a fresh attempt budget.
+
+        This is an insert of a new job row, not a state change of an existing one (the
+        DLQ is not a job state), so it claims the unique key as an enqueue would.
+        """
+        del write.state.dlq[entry.job.id]
+        job = attrs.evolve(
+            entry.job,
+            state=JobState.Available if run_at is None else JobState.Scheduled,
+            run_at=write.now if run_at is None else run_at,
+            attempt=0,
+            run_lease=0,
+            finalized_at=None,
+            priority=entry.job.priority if priority is None else priority,
+            queue=entry.job.queue if queue is None else queue,
+        )
+        write.state.insert(job)
+        if job.state == JobState.Available:
+            write.notify.add(queue_channel(job.queue))
+        return job
+
+    async def retry_from_dlq(
+        self,
+        job_id: int,
+        *,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+    ) -> JobRecord | None:
+        async with self._write() as write:
+            entry = write.state.dlq.get(job_id)
+            if entry is None:
+                return None
+            job = self._restore_from_dlq(
+                write, entry, run_at=run_at, priority=priority, queue=queue
+            )
+        return job
+
+    async def bulk_retry_from_dlq(self, filter: DlqFilter) -> int:
+        async with self._write() as write:
+            entries = self._dlq_matching(write.state, filter)
+            for entry in sorted(entries, key=lambda entry: entry.job.id):
+                self._restore_from_dlq(write, entry, run_at=None, priority=None, queue=None)
+        return len(entries)
+
+    async def purge_dlq(self, filter: DlqFilter) -> int:
+        async with self._write() as write:
+            entries = self._dlq_matching(write.state, filter)
+            for entry in entries:
+                del write.state.dlq[entry.job.id]
+        return len(entries)
+
+    async def purge_dlq_job(self, job_id: int) -> bool:
+        async with self._write() as write:
+            found = write.state.dlq.pop(job_id, None) is not None
+        return found
+
+    async def cleanup_dlq(self, *, retention: timedelta, batch_size: int = 1000) -> int:
+        async with self._write() as write:
+            cutoff = write.now - retention
+            expired = sorted(
+                (entry for entry in write.state.dlq.values() if entry.dlq_at <= cutoff),
+                key=lambda entry: (entry.dlq_at, entry.job.id),
+            )[: max(batch_size, 0)]
+            for entry in expired:
+                del write.state.dlq[entry.job.id]
+        return len(expired)
+
+    @staticmethod
+    def _dlq_matching(state: EngineState, filter: DlqFilter) -> list[DlqEntry]:
+        return [entry for entry in state.dlq.values() if _dlq_matches(entry, filter)]
+
+    # ---------------------------------------------------------------- lifecycle
+    async def reset(self) -> None:
+        async with self._write() as write:
+            write.state = EngineState()
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._hub.close()

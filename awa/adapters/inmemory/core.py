@@ -1,0 +1,429 @@
+"""Producer, worker, callback and maintenance operations of the in-memory engine."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+from awa.adapters.inmemory.base import LIVE_STATES, EngineBase, Write, queue_channel
+from awa.adapters.inmemory.state import EngineState, new_record
+from awa.domain.errors import CallbackNotFound, DatabaseError, UniqueConflict, ValidationError
+from awa.domain.job import Claim, JobRecord, JobSpec, RunLease, error_entry
+from awa.domain.policies import PriorityAging
+from awa.domain.states import JobState
+from awa.domain.validation import validate_spec
+from awa.ports.storage import Ack, Rescued, UnitOfWork
+
+RUNNING_ONLY = frozenset({JobState.Running})
+CALLBACK_ACTIONS = frozenset({"complete", "fail", "retry", "resume"})
+
+
+class InMemoryUnitOfWork:
+    """Enqueues buffered until commit. Ids are assigned at enqueue, as a sequence would."""
+
+    def __init__(self, owner: object) -> None:
+        self.owner = owner
+        self.pending: list[JobRecord] = []
+        self.open = True
+
+
+def _ack(applied: bool) -> Ack:
+    return Ack.APPLIED if applied else Ack.STALE
+
+
+class CoreOps(EngineBase):
+    """Everything on the hot path: enqueue, claim, attempt outcomes, callbacks, sweeps."""
+
+    # ---------------------------------------------------------------- producers
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[UnitOfWork]:
+        """Buffer enqueues; apply them atomically (and notify) only on normal exit."""
+        uow = InMemoryUnitOfWork(self)
+        try:
+            yield uow
+        except BaseException:
+            uow.open = False
+            uow.pending.clear()
+            raise
+        uow.open = False
+        async with self._write() as write:
+            # Re-checks unique keys against whatever committed since the enqueue call.
+            for job in uow.pending:
+                write.state.insert(job)
+                if job.state == JobState.Available:
+                    write.notify.add(queue_channel(job.queue))
+
+    def _own_uow(self, uow: UnitOfWork) -> InMemoryUnitOfWork:
+        if not isinstance(uow, InMemoryUnitOfWork) or uow.owner is not self:
+            raise DatabaseError("the unit of work does not belong to this engine")
+        if not uow.open:
+            raise DatabaseError("the unit of work is already closed")
+        return uow
+
+    async def enqueue_many(
+        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None
+    ) -> list[JobRecord]:
+        for spec in specs:
+            validate_spec(spec)
+        if uow is None:
+            async with self._write() as write:
+                records = self._insert_all(write.state, specs, write)
+            return records
+        own = self._own_uow(uow)
+        async with self._lock:
+            # Conflicts are checked against committed jobs plus this transaction's buffer.
+            scratch = self._read().copy()
+            for job in own.pending:
+                scratch.insert(job)
+            records = self._insert_all(scratch, specs, None)
+        own.pending.extend(records)
+        return records
+
+    def _insert_all(
+        self, state: EngineState, specs: Sequence[JobSpec], write: Write | None
+    ) -> list[JobRecord]:
+        """Insert into ``state`` (a private copy); raising leaves the id sequence as it was."""
+        now = self._clock.now() if write is None else write.now
+        first = self._next_id
+        records = [new_record(first + offset, spec, now) for offset, spec in enumerate(specs)]
+        for record in records:
+            state.insert(record)
+            if write is not None and record.state == JobState.Available:
+                write.notify.add(queue_channel(record.queue))
+        self._next_id = first + len(records)
+        return records
+
+    async def enqueue_many_skip_duplicates(self, specs: Sequence[JobSpec]) -> list[JobRecord]:
+        for spec in specs:
+            validate_spec(spec)
+        inserted: list[JobRecord] = []
+        async with self._write() as write:
+            for spec in specs:
+                try:
+                    inserted.extend(self._insert_all(write.state, [spec], write))
+                except UniqueConflict:
+                    continue
+        return inserted
+
+    # ---------------------------------------------------------------- workers
+    async def claim(
+        self,
+        queue: str,
+        *,
+        limit: int,
+        deadline: timedelta | None = None,
+        aging_interval: timedelta | None = None,
+    ) -> list[Claim]:
+        if limit <= 0:
+            return []
+        async with self._write() as write:
+            if write.state.is_paused(queue):
+                return []
+            now = write.now
+            aging = PriorityAging(aging_interval)
+            ready = [
+                job
+                for job in write.state.jobs.values()
+                if job.state == JobState.Available and job.queue == queue and job.run_at <= now
+            ]
+            ready.sort(
+                key=lambda job: (
+                    aging.effective_priority(job.priority, job.run_at, now),
+                    job.run_at,
+                    job.id,
+                )
+            )
+            deadline_at = None if deadline is None else now + deadline
+            claims = []
+            for job in ready[:limit]:
+                running = write.state.transition(
+                    job,
+                    JobState.Running,
+                    attempt=job.attempt + 1,
+                    run_lease=job.run_lease + 1,
+                    attempted_at=now,
+                    heartbeat_at=now,
+                    deadline_at=deadline_at,
+                )
+                claims.append(Claim(job=running, lease=running.lease, deadline_at=deadline_at))
+        return claims
+
+    async def complete(self, leases: Sequence[RunLease]) -> list[Ack]:
+        acks = []
+        async with self._write() as write:
+            for lease in leases:
+                job = self._live(write, lease)
+                if job is not None:
+                    write.state.transition(
+                        job, JobState.Completed, finalized_at=write.now, progress=None
+                    )
+                acks.append(_ack(job is not None))
+        return acks
+
+    async def retry(self, lease: RunLease, *, error: str, delay: timedelta | None = None) -> Ack:
+        async with self._write() as write:
+            job = self._live(write, lease)
+            if job is not None:
+                self._retry_or_fail(write, job, error=error, delay=delay)
+        return _ack(job is not None)
+
+    async def snooze(self, lease: RunLease, *, delay: timedelta) -> Ack:
+        async with self._write() as write:
+            job = self._live(write, lease)
+            if job is not None:
+                write.state.transition(
+                    job, JobState.Scheduled, run_at=write.now + delay, attempt=job.attempt - 1
+                )
+        return _ack(job is not None)
+
+    async def cancel_attempt(self, lease: RunLease, *, reason: str) -> Ack:
+        async with self._write() as write:
+            job = self._live(write, lease)
+            if job is not None:
+                write.state.transition(job, JobState.Cancelled, finalized_at=write.now)
+        return _ack(job is not None)
+
+    async def fail(self, lease: RunLease, *, error: str) -> Ack:
+        async with self._write() as write:
+            job = self._live(write, lease)
+            if job is not None:
+                entry = error_entry(error, attempt=job.attempt, at=write.now, terminal=True)
+                self._fail_or_dlq(
+                    write, job, errors=(*job.errors, entry), dlq_reason="terminal_error"
+                )
+        return _ack(job is not None)
+
+    async def release(self, lease: RunLease, *, error: str) -> Ack:
+        async with self._write() as write:
+            job = self._live(write, lease)
+            if job is not None:
+                entry = error_entry(error, attempt=job.attempt, at=write.now)
+                write.state.transition(
+                    job,
+                    JobState.Retryable,
+                    run_at=write.now,
+                    attempt=job.attempt - 1,
+                    errors=(*job.errors, entry),
+                )
+        return _ack(job is not None)
+
+    async def heartbeat(self, leases: Sequence[RunLease]) -> list[Ack]:
+        acks = []
+        async with self._write() as write:
+            for lease in leases:
+                job = self._live(write, lease, RUNNING_ONLY)
+                if job is not None:
+                    write.state.update(job, heartbeat_at=write.now)
+                acks.append(_ack(job is not None))
+        return acks
+
+    async def update_progress(
+        self,
+        lease: RunLease,
+        *,
+        progress: dict[str, Any] | None,
+        metadata_updates: dict[str, Any] | None = None,
+    ) -> Ack:
+        async with self._write() as write:
+            job = self._live(write, lease)
+            if job is not None:
+                write.state.update(
+                    job,
+                    progress=job.progress if progress is None else dict(progress),
+                    metadata={**job.metadata, **(metadata_updates or {})},
+                    heartbeat_at=write.now,
+                )
+        return _ack(job is not None)
+
+    # ---------------------------------------------------------------- callbacks
+    async def register_callback(
+        self, lease: RunLease, *, callback_id: str, timeout: timedelta
+    ) -> Ack:
+        async with self._write() as write:
+            job = self._live(write, lease, RUNNING_ONLY)
+            if job is not None:
+                write.state.update(
+                    job, callback_id=callback_id, callback_timeout_at=write.now + timeout
+                )
+        return _ack(job is not None)
+
+    async def wait_for_callback(self, lease: RunLease) -> Ack:
+        async with self._write() as write:
+            job = self._live(write, lease, RUNNING_ONLY)
+            if job is not None and job.callback_id is None:
+                job = None
+            if job is not None:
+                write.state.transition(job, JobState.WaitingExternal)
+        return _ack(job is not None)
+
+    @staticmethod
+    def _by_callback(write: Write, callback_id: str) -> JobRecord:
+        for job in write.state.jobs.values():
+            if job.callback_id == callback_id and job.state in LIVE_STATES:
+                return job
+        raise CallbackNotFound(f"no job is waiting on callback {callback_id}")
+
+    async def resolve_callback(
+        self,
+        callback_id: str,
+        *,
+        action: str,
+        payload: Any = None,
+        error: str | None = None,
+    ) -> JobRecord:
+        if action not in CALLBACK_ACTIONS:
+            raise ValidationError(
+                "action", f"must be one of {sorted(CALLBACK_ACTIONS)}", value=action
+            )
+        async with self._write() as write:
+            job = self._by_callback(write, callback_id)
+            state, now = write.state, write.now
+            cleared: dict[str, Any] = {"callback_id": None, "callback_timeout_at": None}
+            if action == "complete":
+                state.transition(
+                    job, JobState.Completed, finalized_at=now, progress=None, **cleared
+                )
+            elif action == "fail":
+                entry = error_entry(
+                    error or "callback failed", attempt=job.attempt, at=now, terminal=True
+                )
+                self._fail_or_dlq(
+                    write,
+                    job,
+                    errors=(*job.errors, entry),
+                    dlq_reason="callback_failed",
+                    **cleared,
+                )
+            elif action == "retry":
+                entry = error_entry("callback retry requested", attempt=job.attempt, at=now)
+                state.transition(
+                    job, JobState.Retryable, run_at=now, errors=(*job.errors, entry), **cleared
+                )
+            elif job.state == JobState.WaitingExternal:
+                state.transition(
+                    job,
+                    JobState.Running,
+                    heartbeat_at=now,
+                    metadata={**job.metadata, "_awa_callback_result": payload},
+                )
+            else:
+                state.update(
+                    job,
+                    heartbeat_at=now,
+                    metadata={**job.metadata, "_awa_callback_result": payload},
+                )
+            after = state.jobs.get(job.id)
+            # A fail routed to the DLQ leaves no job row: report the failed snapshot.
+            result = after if after is not None else state.dlq[job.id].job
+        return result
+
+    async def heartbeat_callback(self, callback_id: str, *, timeout: timedelta) -> JobRecord:
+        async with self._write() as write:
+            job = self._by_callback(write, callback_id)
+            updated = write.state.update(job, callback_timeout_at=write.now + timeout)
+        return updated
+
+    # ---------------------------------------------------------------- maintenance
+    async def promote_due(self, *, limit: int = 4096) -> int:
+        if limit <= 0:
+            return 0
+        async with self._write() as write:
+            due = sorted(
+                (
+                    job
+                    for job in write.state.jobs.values()
+                    if job.state in (JobState.Scheduled, JobState.Retryable)
+                    and job.run_at <= write.now
+                ),
+                key=lambda job: (job.run_at, job.id),
+            )[:limit]
+            for job in due:
+                write.state.transition(job, JobState.Available)
+                write.notify.add(queue_channel(job.queue))
+        return len(due)
+
+    async def rescue_stale_heartbeats(self, *, staleness: timedelta) -> list[Rescued]:
+        async with self._write() as write:
+            cutoff = write.now - staleness
+            stale = [
+                job
+                for job in write.state.jobs.values()
+                if job.state == JobState.Running
+                and job.heartbeat_at is not None
+                and job.heartbeat_at < cutoff
+            ]
+            rescued = self._rescue(write, stale, "heartbeat stale")
+        return rescued
+
+    async def rescue_expired_deadlines(self) -> list[Rescued]:
+        async with self._write() as write:
+            expired = [
+                job
+                for job in write.state.jobs.values()
+                if job.state == JobState.Running
+                and job.deadline_at is not None
+                and job.deadline_at <= write.now
+            ]
+            rescued = self._rescue(write, expired, "deadline exceeded")
+        return rescued
+
+    async def rescue_expired_callbacks(self) -> list[Rescued]:
+        async with self._write() as write:
+            expired = [
+                job
+                for job in write.state.jobs.values()
+                if job.state == JobState.WaitingExternal
+                and job.callback_timeout_at is not None
+                and job.callback_timeout_at <= write.now
+            ]
+            rescued = self._rescue(
+                write,
+                expired,
+                "callback timed out",
+                dlq_reason="callback_timeout",
+                callback_id=None,
+                callback_timeout_at=None,
+            )
+        return rescued
+
+    def _rescue(
+        self,
+        write: Write,
+        jobs: list[JobRecord],
+        reason: str,
+        *,
+        dlq_reason: str = "max_attempts_exhausted",
+        **changes: Any,
+    ) -> list[Rescued]:
+        rescued = []
+        for job in self._sorted(jobs):
+            new_state = self._retry_or_fail(
+                write, job, error=reason, delay=None, dlq_reason=dlq_reason, **changes
+            )
+            rescued.append(Rescued(lease=job.lease, new_state=new_state, reason=reason))
+        return rescued
+
+    async def cleanup_retention(
+        self, *, completed: timedelta, failed: timedelta, batch_size: int = 1000
+    ) -> int:
+        async with self._write() as write:
+            cutoffs = {
+                JobState.Completed: write.now - completed,
+                JobState.Cancelled: write.now - completed,
+                JobState.Failed: write.now - failed,
+            }
+            expired = sorted(
+                (
+                    job
+                    for job in write.state.jobs.values()
+                    if job.state in cutoffs
+                    and job.finalized_at is not None
+                    and job.finalized_at <= cutoffs[job.state]
+                ),
+                key=lambda job: (job.finalized_at, job.id),
+            )[: max(batch_size, 0)]
+            for job in expired:
+                write.state.delete(job.id)
+        return len(expired)

@@ -1,0 +1,102 @@
+"""In-process notifications and leader election for the in-memory engine."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import anyio
+
+
+class InMemorySubscription:
+    """Channels fired since the last :meth:`wait`, kept until collected."""
+
+    def __init__(self, hub: NotificationHub, channels: Iterable[str]) -> None:
+        self._hub = hub
+        self.channels = frozenset(channels)
+        self._pending: set[str] = set()
+        self._wakeup: anyio.Event | None = None
+        self._closed = False
+
+    def _deliver(self, channels: set[str]) -> None:
+        fired = channels & self.channels
+        if not fired or self._closed:
+            return
+        self._pending |= fired
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    async def wait(self, timeout: float) -> set[str]:
+        """Return the fired channels, waiting up to ``timeout`` seconds for the first one."""
+        if not self._pending and not self._closed and timeout > 0:
+            self._wakeup = anyio.Event()
+            try:
+                with anyio.move_on_after(timeout):
+                    await self._wakeup.wait()
+            finally:
+                self._wakeup = None
+        fired, self._pending = self._pending, set()
+        return fired
+
+    async def close(self) -> None:
+        self._closed = True
+        self._pending.clear()
+        self._hub._unsubscribe(self)
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+
+class NotificationHub:
+    """Fan-out of channel names to every open subscription listening on them."""
+
+    def __init__(self) -> None:
+        self._subscriptions: list[InMemorySubscription] = []
+
+    async def subscribe(self, channels: list[str]) -> InMemorySubscription:
+        subscription = InMemorySubscription(self, channels)
+        self._subscriptions.append(subscription)
+        return subscription
+
+    def publish(self, channels: Iterable[str]) -> None:
+        fired = set(channels)
+        if not fired:
+            return
+        for subscription in list(self._subscriptions):
+            subscription._deliver(fired)
+
+    async def close(self) -> None:
+        for subscription in list(self._subscriptions):
+            await subscription.close()
+
+    def _unsubscribe(self, subscription: InMemorySubscription) -> None:
+        if subscription in self._subscriptions:
+            self._subscriptions.remove(subscription)
+
+
+class LeaderElection:
+    """The single leadership slot shared by every :class:`InMemoryLeaderLock` over it."""
+
+    def __init__(self) -> None:
+        self.holder: InMemoryLeaderLock | None = None
+
+    def revoke(self) -> None:
+        """Drop the current leader, as a lost database connection would."""
+        self.holder = None
+
+
+class InMemoryLeaderLock:
+    """One candidate's handle on a :class:`LeaderElection`: first holder wins."""
+
+    def __init__(self, election: LeaderElection) -> None:
+        self._election = election
+
+    async def try_acquire(self) -> bool:
+        if self._election.holder is None:
+            self._election.holder = self
+        return self._election.holder is self
+
+    async def still_held(self) -> bool:
+        return self._election.holder is self
+
+    async def release(self) -> None:
+        if self._election.holder is self:
+            self._election.holder = None

@@ -1,0 +1,88 @@
+"""The storage engines the contract suite runs against.
+
+Each entry of :data:`ENGINES` builds an :class:`EngineHandle` around a fresh engine on a
+:class:`ManualClock` and a jitter-free :class:`Backoff`, so every test is deterministic.
+An engine backed by Postgres sets ``needs_database`` and receives the per-test database
+URL; adding one is a single :func:`register` call, e.g.::
+
+    @asynccontextmanager
+    async def _canonical(clock, backoff, url):
+        engine = await CanonicalEngine.connect(url, clock=clock, backoff=backoff)
+        try:
+            yield EngineHandle("postgres_canonical", engine, clock, engine)
+        finally:
+            await engine.close()
+
+    register("postgres_canonical", _canonical, needs_database=True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+
+import attrs
+
+from awa.adapters.clock import ManualClock
+from awa.adapters.inmemory import InMemoryEngine
+from awa.domain.policies import Backoff
+from awa.ports.notifier import Notifier
+from awa.ports.storage import StorageEngine
+
+#: The retry policy every contract engine uses: ``2^attempt`` seconds exactly.
+CONTRACT_BACKOFF = Backoff(jitter=lambda: 0.0)
+
+
+@attrs.frozen
+class EngineHandle:
+    """An engine under test, the clock it reads and the notifier carrying its events."""
+
+    name: str
+    engine: StorageEngine
+    clock: ManualClock
+    notifier: Notifier
+
+
+EngineFactory = Callable[
+    [ManualClock, Backoff, str | None], AbstractAsyncContextManager[EngineHandle]
+]
+
+
+@attrs.frozen
+class EngineEntry:
+    name: str
+    factory: EngineFactory
+    needs_database: bool = False
+
+
+ENGINES: dict[str, EngineEntry] = {}
+
+
+def register(name: str, factory: EngineFactory, *, needs_database: bool = False) -> None:
+    if name in ENGINES:
+        raise ValueError(f"engine {name!r} is already registered")
+    ENGINES[name] = EngineEntry(name, factory, needs_database)
+
+
+@asynccontextmanager
+async def open_engine(name: str, database_url: str | None = None) -> AsyncIterator[EngineHandle]:
+    """Build a fresh engine by name with a new ManualClock and the contract backoff."""
+    entry = ENGINES[name]
+    if entry.needs_database and database_url is None:
+        raise ValueError(f"engine {name!r} needs a database URL")
+    async with entry.factory(ManualClock(), CONTRACT_BACKOFF, database_url) as handle:
+        yield handle
+
+
+@asynccontextmanager
+async def _inmemory(
+    clock: ManualClock, backoff: Backoff, database_url: str | None
+) -> AsyncIterator[EngineHandle]:
+    engine = InMemoryEngine(clock, backoff)
+    try:
+        yield EngineHandle("inmemory", engine, clock, engine)
+    finally:
+        await engine.close()
+
+
+register("inmemory", _inmemory)

@@ -1,0 +1,158 @@
+"""External callbacks: register, wait, resolve with each action, heartbeat and timeout."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from awa.domain.errors import CallbackNotFound, ValidationError
+from awa.domain.job import Claim
+from awa.domain.states import JobState
+from awa.ports.storage import Ack, Rescued
+from tests.contract._support import QUEUE, SECOND, claim_one, enable_dlq, enqueue, fetch
+from tests.support.engines import EngineHandle
+
+pytestmark = pytest.mark.anyio
+
+TIMEOUT = timedelta(minutes=10)
+
+
+async def _waiting(engine: EngineHandle, callback_id: str, max_attempts: int = 25) -> Claim:
+    await enqueue(engine, max_attempts=max_attempts)
+    claim = await claim_one(engine)
+    assert (
+        await engine.engine.register_callback(claim.lease, callback_id=callback_id, timeout=TIMEOUT)
+        == Ack.APPLIED
+    )
+    assert await engine.engine.wait_for_callback(claim.lease) == Ack.APPLIED
+    return claim
+
+
+async def test_register_and_wait(engine: EngineHandle) -> None:
+    await enqueue(engine)
+    claim = await claim_one(engine)
+    now = engine.clock.now()
+    await engine.engine.register_callback(claim.lease, callback_id="cb-1", timeout=TIMEOUT)
+    registered = await fetch(engine, claim.job.id)
+    assert registered.state == JobState.Running
+    assert (registered.callback_id, registered.callback_timeout_at) == ("cb-1", now + TIMEOUT)
+    assert await engine.engine.wait_for_callback(claim.lease) == Ack.APPLIED
+    assert (await fetch(engine, claim.job.id)).state == JobState.WaitingExternal
+
+
+async def test_wait_without_registration_is_stale(engine: EngineHandle) -> None:
+    await enqueue(engine)
+    claim = await claim_one(engine)
+    assert await engine.engine.wait_for_callback(claim.lease) == Ack.STALE
+    assert (await fetch(engine, claim.job.id)).state == JobState.Running
+
+
+async def test_resolve_complete(engine: EngineHandle) -> None:
+    claim = await _waiting(engine, "cb-complete")
+    engine.clock.advance(3)
+    job = await engine.engine.resolve_callback("cb-complete", action="complete")
+    assert job.state == JobState.Completed and job.finalized_at == engine.clock.now()
+    assert (job.callback_id, job.callback_timeout_at) == (None, None)
+    assert await fetch(engine, claim.job.id) == job
+    with pytest.raises(CallbackNotFound):
+        await engine.engine.resolve_callback("cb-complete", action="complete")
+
+
+async def test_resolve_fail(engine: EngineHandle) -> None:
+    claim = await _waiting(engine, "cb-fail", max_attempts=5)
+    job = await engine.engine.resolve_callback("cb-fail", action="fail", error="rejected")
+    assert job.state == JobState.Failed and job.callback_id is None
+    assert job.errors[-1]["error"] == "rejected" and job.errors[-1]["terminal"] is True
+    assert await fetch(engine, claim.job.id) == job
+
+
+async def test_resolve_fail_default_message_and_dlq(engine: EngineHandle) -> None:
+    await enable_dlq(engine)
+    claim = await _waiting(engine, "cb-dlq")
+    job = await engine.engine.resolve_callback("cb-dlq", action="fail")
+    assert job.state == JobState.Failed and job.errors[-1]["error"] == "callback failed"
+    entry = await engine.engine.get_dlq(claim.job.id)
+    assert entry is not None and entry.reason == "callback_failed"
+    assert await engine.engine.get_job(claim.job.id) is None
+
+
+async def test_resolve_retry(engine: EngineHandle) -> None:
+    claim = await _waiting(engine, "cb-retry")
+    job = await engine.engine.resolve_callback("cb-retry", action="retry")
+    assert job.state == JobState.Retryable and job.run_at == engine.clock.now()
+    assert job.errors[-1]["error"] == "callback retry requested"
+    assert job.callback_id is None and job.callback_timeout_at is None
+    assert await engine.engine.promote_due() == 1
+    again = await claim_one(engine)
+    assert again.job.id == claim.job.id and again.job.attempt == 2
+
+
+async def test_resolve_resume_stores_the_payload(engine: EngineHandle) -> None:
+    claim = await _waiting(engine, "cb-resume")
+    engine.clock.advance(4)
+    job = await engine.engine.resolve_callback("cb-resume", action="resume", payload={"ok": True})
+    assert job.state == JobState.Running and job.heartbeat_at == engine.clock.now()
+    assert job.metadata["_awa_callback_result"] == {"ok": True}
+    assert job.callback_id == "cb-resume"
+    assert await engine.engine.complete([claim.lease]) == [Ack.APPLIED]
+
+
+async def test_resolve_a_still_running_attempt(engine: EngineHandle) -> None:
+    await enqueue(engine)
+    claim = await claim_one(engine)
+    await engine.engine.register_callback(claim.lease, callback_id="cb-early", timeout=TIMEOUT)
+    job = await engine.engine.resolve_callback("cb-early", action="complete")
+    assert job.state == JobState.Completed
+
+
+async def test_unknown_callback_and_unknown_action(engine: EngineHandle) -> None:
+    with pytest.raises(CallbackNotFound):
+        await engine.engine.resolve_callback("missing", action="complete")
+    with pytest.raises(CallbackNotFound):
+        await engine.engine.heartbeat_callback("missing", timeout=TIMEOUT)
+    claim = await _waiting(engine, "cb-action")
+    with pytest.raises(ValidationError):
+        await engine.engine.resolve_callback("cb-action", action="explode")
+    assert (await fetch(engine, claim.job.id)).state == JobState.WaitingExternal
+
+
+async def test_heartbeat_callback_pushes_the_timeout(engine: EngineHandle) -> None:
+    claim = await _waiting(engine, "cb-hb")
+    engine.clock.advance(TIMEOUT - SECOND)
+    job = await engine.engine.heartbeat_callback("cb-hb", timeout=TIMEOUT)
+    assert job.callback_timeout_at == engine.clock.now() + TIMEOUT
+    engine.clock.advance(2)
+    assert await engine.engine.rescue_expired_callbacks() == []
+    assert (await fetch(engine, claim.job.id)).state == JobState.WaitingExternal
+
+
+async def test_callback_timeout_is_rescued_as_a_retry(engine: EngineHandle) -> None:
+    claim = await _waiting(engine, "cb-timeout")
+    engine.clock.advance(TIMEOUT)
+    rescued = await engine.engine.rescue_expired_callbacks()
+    assert rescued == [Rescued(claim.lease, JobState.Retryable, "callback timed out")]
+    job = await fetch(engine, claim.job.id)
+    assert job.state == JobState.Retryable and job.callback_id is None
+    assert job.errors[-1]["error"] == "callback timed out"
+    with pytest.raises(CallbackNotFound):
+        await engine.engine.resolve_callback("cb-timeout", action="complete")
+
+
+async def test_exhausted_callback_timeout_fails_or_dlqs(engine: EngineHandle) -> None:
+    plain = await _waiting(engine, "cb-plain", max_attempts=1)
+    await enable_dlq(engine, "held")
+    await enqueue(engine, queue="held", max_attempts=1)
+    held = await claim_one(engine, "held")
+    await engine.engine.register_callback(held.lease, callback_id="cb-held", timeout=TIMEOUT)
+    await engine.engine.wait_for_callback(held.lease)
+    engine.clock.advance(TIMEOUT + SECOND)
+    rescued = await engine.engine.rescue_expired_callbacks()
+    assert [(r.lease, r.new_state) for r in rescued] == [
+        (plain.lease, JobState.Failed),
+        (held.lease, JobState.Failed),
+    ]
+    assert (await fetch(engine, plain.job.id)).state == JobState.Failed
+    entry = await engine.engine.get_dlq(held.job.id)
+    assert entry is not None and entry.reason == "callback_timeout"
+    assert await engine.engine.claim(QUEUE, limit=1) == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -61,9 +62,20 @@ def test_main_prints_the_demo(capsys: pytest.CaptureFixture[str]) -> None:
     assert "completed #1 send_email" in capsys.readouterr().out
 
 
-def test_module_entry_point_prefers_the_cli_when_present(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_module_entry_point_falls_back_to_the_demo(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     assert entry_point() is demo.main
+
+
+def test_module_entry_point_prefers_the_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    def cli_main() -> int:
+        return 0
+
+    fake_cli = types.ModuleType("awa.entrypoints.cli")
+    fake_cli.main = cli_main  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "awa.entrypoints.cli", fake_cli)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
+    assert entry_point() is cli_main
 
 
 def test_python_dash_m_awa_runs() -> None:

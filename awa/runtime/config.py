@@ -1,0 +1,462 @@
+"""Parse and validate the arguments of ``start()`` into an immutable runtime configuration.
+
+Errors are plain ``ValueError`` / ``TypeError`` whose message names the offending field,
+as the published SDK does for queue-config dicts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+import attrs
+
+DEFAULT_INFERRED_WORKERS = 10
+DEFAULT_DICT_MAX_WORKERS = DEFAULT_INFERRED_WORKERS
+DEFAULT_CLAIM_BATCH_SIZE = 512
+DEFAULT_DEADLINE = timedelta(minutes=5)
+DEFAULT_AGING_INTERVAL = timedelta(seconds=60)
+
+STORAGE_TRANSITION_ROLES = ("auto", "canonical_drain", "queue_storage_target")
+
+_QUEUE_KEYS = frozenset(
+    {
+        "name",
+        "max_workers",
+        "min_workers",
+        "weight",
+        "rate_limit",
+        "deadline_duration_ms",
+        "priority_aging_interval_ms",
+        "claimers",
+        "claim_batch_size",
+        "retention",
+    }
+)
+_RETENTION_KEYS = frozenset({"completed_hours", "failed_hours"})
+
+
+@attrs.frozen
+class RateLimit:
+    """A token bucket: ``rate`` tokens per second, at most ``burst`` stored."""
+
+    rate: float
+    burst: int
+
+
+@attrs.frozen
+class QueueConfig:
+    """One queue a runtime serves.
+
+    Hard-reserved mode: ``max_workers`` is the queue's own permit pool. Weighted mode
+    (``global_max_workers`` set): ``min_workers`` are guaranteed, the rest of the global
+    pool is shared by ``weight``; ``max_workers`` there is an optional per-queue cap.
+    """
+
+    name: str
+    max_workers: int | None = DEFAULT_INFERRED_WORKERS
+    min_workers: int | None = None
+    weight: int = 1
+    rate_limit: RateLimit | None = None
+    deadline: timedelta | None = DEFAULT_DEADLINE
+    aging_interval: timedelta | None = DEFAULT_AGING_INTERVAL
+    claimers: int = 1
+    claim_batch_size: int = DEFAULT_CLAIM_BATCH_SIZE
+    completed_retention: timedelta | None = None
+    failed_retention: timedelta | None = None
+
+
+@attrs.frozen
+class RuntimeConfig:
+    """Everything the runtime needs besides its ports. Intervals are in seconds."""
+
+    queues: tuple[QueueConfig, ...]
+    global_max_workers: int | None = None
+    poll_interval: float = 0.2
+    heartbeat_interval: float = 30.0
+    heartbeat_staleness: timedelta = timedelta(seconds=90)
+    promote_interval: float = 0.25
+    heartbeat_rescue_interval: float = 30.0
+    deadline_rescue_interval: float = 30.0
+    callback_rescue_interval: float = 30.0
+    leader_election_interval: float = 10.0
+    cleanup_interval: float = 60.0
+    completed_retention: timedelta = timedelta(hours=24)
+    failed_retention: timedelta = timedelta(hours=72)
+    dlq_retention: timedelta = timedelta(days=30)
+    descriptor_retention: timedelta = timedelta(days=30)
+    cleanup_batch_size: int = 1000
+    promote_batch_size: int = 4096
+    terminal_count_rollup_interval: float = 1.0
+    completion_batch_size: int = 512
+    completion_flush_interval: float = 0.001
+    snapshot_interval: float = 10.0
+    sync_handler_threads: int | None = None
+    version: str = "0.6.9"
+    storage_transition_role: str = "auto"
+    queue_storage_schema: str | None = None
+    queue_storage_queue_slot_count: int = 16
+    queue_storage_lease_slot_count: int = 8
+    queue_storage_claim_slot_count: int = 8
+    queue_storage_queue_stripe_count: int = 1
+    queue_storage_queue_rotate_interval: float = 1.0
+    queue_storage_lease_rotate_interval: float = 0.25
+    queue_storage_claim_rotate_interval: float | None = None
+
+    @property
+    def weighted(self) -> bool:
+        return self.global_max_workers is not None
+
+    @property
+    def total_capacity(self) -> int:
+        """Most handlers that can run at once across every queue."""
+        if self.global_max_workers is not None:
+            return self.global_max_workers
+        return sum(q.max_workers or 0 for q in self.queues)
+
+    def queue(self, name: str) -> QueueConfig:
+        for q in self.queues:
+            if q.name == name:
+                return q
+        raise KeyError(name)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _int(field: str, value: Any, *, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{field} must be an integer, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{field} must be >= {minimum}, got {value}")
+    return value
+
+
+def _number(field: str, value: Any, *, minimum: float = 0.0, strict: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{field} must be a number, got {type(value).__name__}")
+    number = float(value)
+    if math.isnan(number) or math.isinf(number):
+        raise ValueError(f"{field} must be finite, got {value!r}")
+    if number < minimum or (strict and number == minimum):
+        op = ">" if strict else ">="
+        raise ValueError(f"{field} must be {op} {minimum:g}, got {value!r}")
+    return number
+
+
+def _ms(field: str, value: Any, default_ms: float, *, strict: bool = True) -> float:
+    """Milliseconds (``None`` = default) to seconds."""
+    if value is None:
+        return default_ms / 1000.0
+    return _number(field, value, strict=strict) / 1000.0
+
+
+def _hours(field: str, value: Any, default: timedelta) -> timedelta:
+    if value is None:
+        return default
+    return timedelta(hours=_number(field, value))
+
+
+def _optional_ms_duration(field: str, value: Any, default: timedelta) -> timedelta | None:
+    """A per-queue duration in ms where ``0`` disables the feature."""
+    if value is None:
+        return default
+    ms = _number(field, value)
+    return None if ms == 0 else timedelta(milliseconds=ms)
+
+
+def _rate_limit(field: str, value: Any) -> RateLimit | None:
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        value = (value.get("max_rate", value.get("rate")), value.get("burst"))
+    if not isinstance(value, Sequence) or isinstance(value, str | bytes) or len(value) != 2:
+        raise TypeError(f"{field} must be a (max_rate, burst) tuple, got {value!r}")
+    rate = _number(f"{field}.max_rate", value[0], strict=True)
+    burst = _int(f"{field}.burst", value[1])
+    return RateLimit(rate=rate, burst=burst)
+
+
+def _queue_name(field: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{field} must be a string, got {type(value).__name__}")
+    if not value or len(value) > 200:
+        raise ValueError(f"{field} must be 1..200 characters, got {value!r}")
+    return value
+
+
+def _parse_dict(raw: Mapping[str, Any], index: int, *, weighted: bool) -> QueueConfig:
+    unknown = sorted(set(raw) - _QUEUE_KEYS)
+    if unknown:
+        raise ValueError(f"queues[{index}]: unknown queue config key(s): {', '.join(unknown)}")
+    if "name" not in raw:
+        raise ValueError(f"queues[{index}]: queue config dict requires 'name'")
+    name = _queue_name(f"queues[{index}].name", raw["name"])
+    where = f"queue {name!r}"
+    max_raw, min_raw = raw.get("max_workers"), raw.get("min_workers")
+    if max_raw is not None and min_raw is not None:
+        raise ValueError(f"{where}: max_workers and min_workers are mutually exclusive")
+    max_workers: int | None = None
+    min_workers: int | None = None
+    if weighted:
+        min_workers = 0 if min_raw is None else _int(f"{where}: min_workers", min_raw, minimum=0)
+        if max_raw is not None:
+            max_workers = _int(f"{where}: max_workers", max_raw)
+    else:
+        if min_raw is not None:
+            raise ValueError(f"{where}: min_workers requires global_max_workers (weighted mode)")
+        max_workers = (
+            DEFAULT_DICT_MAX_WORKERS if max_raw is None else _int(f"{where}: max_workers", max_raw)
+        )
+    weight_raw, claimers_raw = raw.get("weight"), raw.get("claimers")
+    weight = 1 if weight_raw is None else _int(f"{where}: weight", weight_raw)
+    claimers = 1 if claimers_raw is None else _int(f"{where}: claimers", claimers_raw)
+    batch_raw = raw.get("claim_batch_size")
+    batch = (
+        DEFAULT_CLAIM_BATCH_SIZE
+        if batch_raw is None
+        else _int(f"{where}: claim_batch_size", batch_raw)
+    )
+    retention = raw.get("retention")
+    completed_retention = failed_retention = None
+    if retention is not None:
+        if not isinstance(retention, Mapping):
+            raise TypeError(f"{where}: retention must be a dict, got {type(retention).__name__}")
+        bad = sorted(set(retention) - _RETENTION_KEYS)
+        if bad:
+            raise ValueError(f"{where}: unknown retention key(s): {', '.join(bad)}")
+        if retention.get("completed_hours") is not None:
+            completed_retention = timedelta(
+                hours=_number(f"{where}: retention.completed_hours", retention["completed_hours"])
+            )
+        if retention.get("failed_hours") is not None:
+            failed_retention = timedelta(
+                hours=_number(f"{where}: retention.failed_hours", retention["failed_hours"])
+            )
+    return QueueConfig(
+        name=name,
+        max_workers=max_workers,
+        min_workers=min_workers,
+        weight=weight,
+        rate_limit=_rate_limit(f"{where}: rate_limit", raw.get("rate_limit")),
+        deadline=_optional_ms_duration(
+            f"{where}: deadline_duration_ms", raw.get("deadline_duration_ms"), DEFAULT_DEADLINE
+        ),
+        aging_interval=_optional_ms_duration(
+            f"{where}: priority_aging_interval_ms",
+            raw.get("priority_aging_interval_ms"),
+            DEFAULT_AGING_INTERVAL,
+        ),
+        claimers=claimers,
+        claim_batch_size=batch,
+        completed_retention=completed_retention,
+        failed_retention=failed_retention,
+    )
+
+
+def parse_queues(
+    queues: Sequence[Any] | None,
+    *,
+    handler_queues: Collection[str],
+    global_max_workers: int | None,
+) -> tuple[QueueConfig, ...]:
+    """Validate the ``queues`` argument of ``start()`` against the registered handlers."""
+    if not handler_queues:
+        raise ValueError("register at least one worker before starting the runtime")
+    weighted = global_max_workers is not None
+    parsed: list[QueueConfig] = []
+    if queues is None:
+        if weighted:
+            raise ValueError(
+                "global_max_workers (weighted mode) requires an explicit list of queue config dicts"
+            )
+        parsed = [QueueConfig(name=q) for q in sorted(set(handler_queues))]
+    else:
+        if isinstance(queues, str | bytes | Mapping) or not isinstance(queues, Sequence):
+            raise TypeError(
+                "queues must be a list of (name, max_workers) tuples or queue config dicts"
+            )
+        for index, item in enumerate(queues):
+            if isinstance(item, Mapping):
+                parsed.append(_parse_dict(item, index, weighted=weighted))
+            elif isinstance(item, tuple | list):
+                if weighted:
+                    raise ValueError(
+                        "global_max_workers (weighted mode) requires queue config dicts, "
+                        f"not (name, max_workers) tuples (queues[{index}])"
+                    )
+                if len(item) != 2:
+                    raise ValueError(
+                        f"queues[{index}] must be a (name, max_workers) tuple, got {item!r}"
+                    )
+                name = _queue_name(f"queues[{index}].name", item[0])
+                workers = _int(f"queue {name!r}: max_workers", item[1])
+                parsed.append(QueueConfig(name=name, max_workers=workers))
+            else:
+                raise TypeError(
+                    f"queues[{index}] must be a (name, max_workers) tuple or a dict, "
+                    f"got {type(item).__name__}"
+                )
+    if not parsed:
+        raise ValueError("queues must configure at least one queue")
+    seen: set[str] = set()
+    for q in parsed:
+        if q.name in seen:
+            raise ValueError(f"queue {q.name!r} is configured more than once")
+        seen.add(q.name)
+    missing = sorted(set(handler_queues) - seen)
+    if missing:
+        raise ValueError(
+            "every queue with a registered handler must be configured; missing: "
+            + ", ".join(repr(m) for m in missing)
+        )
+    if global_max_workers is not None:
+        floor = sum(q.min_workers or 0 for q in parsed)
+        if floor > global_max_workers:
+            raise ValueError(
+                f"sum of min_workers ({floor}) exceeds global_max_workers ({global_max_workers})"
+            )
+    return tuple(parsed)
+
+
+def parse_start_args(
+    queues: Sequence[Any] | None = None,
+    *,
+    handler_queues: Collection[str],
+    poll_interval_ms: int = 200,
+    global_max_workers: int | None = None,
+    completed_retention_hours: float | None = None,
+    failed_retention_hours: float | None = None,
+    descriptor_retention_days: float | None = None,
+    cleanup_batch_size: int | None = None,
+    leader_election_interval_ms: int | None = None,
+    heartbeat_interval_ms: int | None = None,
+    promote_interval_ms: int | None = None,
+    heartbeat_rescue_interval_ms: int | None = None,
+    heartbeat_staleness_ms: int | None = None,
+    deadline_rescue_interval_ms: int | None = None,
+    callback_rescue_interval_ms: int | None = None,
+    terminal_count_rollup_interval_ms: int | None = None,
+    queue_storage_schema: str | None = None,
+    queue_storage_queue_slot_count: int = 16,
+    queue_storage_lease_slot_count: int = 8,
+    queue_storage_claim_slot_count: int = 8,
+    queue_storage_queue_stripe_count: int = 1,
+    queue_storage_queue_rotate_interval_ms: int = 1000,
+    queue_storage_lease_rotate_interval_ms: int = 250,
+    queue_storage_claim_rotate_interval_ms: int | None = None,
+    storage_transition_role: str | None = "auto",
+    cleanup_interval_ms: int | None = None,
+    dlq_retention_hours: float | None = None,
+    completion_batch_size: int | None = None,
+    completion_flush_ms: float | None = None,
+    snapshot_interval_ms: int | None = None,
+    sync_handler_threads: int | None = None,
+    version: str = "0.6.9",
+) -> RuntimeConfig:
+    """Build a :class:`RuntimeConfig` from ``start()`` keywords (``None`` = default).
+
+    ``handler_queues`` are the queues of the registered handlers. The keywords after
+    ``storage_transition_role`` are runtime tuning knobs not exposed by ``start()``.
+    """
+    if global_max_workers is not None:
+        global_max_workers = _int("global_max_workers", global_max_workers)
+    parsed = parse_queues(
+        queues, handler_queues=handler_queues, global_max_workers=global_max_workers
+    )
+    role = "auto" if storage_transition_role is None else storage_transition_role
+    if role not in STORAGE_TRANSITION_ROLES:
+        raise ValueError(
+            f"storage_transition_role must be one of {', '.join(STORAGE_TRANSITION_ROLES)}, "
+            f"got {storage_transition_role!r}"
+        )
+    if queue_storage_schema is not None and not isinstance(queue_storage_schema, str):
+        raise TypeError("queue_storage_schema must be a string")
+    heartbeat_interval = _ms("heartbeat_interval_ms", heartbeat_interval_ms, 30_000)
+    staleness_ms = (
+        90_000.0
+        if heartbeat_staleness_ms is None
+        else _number("heartbeat_staleness_ms", heartbeat_staleness_ms, strict=True)
+    )
+    claim_rotate = (
+        None
+        if queue_storage_claim_rotate_interval_ms is None
+        else _ms(
+            "queue_storage_claim_rotate_interval_ms", queue_storage_claim_rotate_interval_ms, 0
+        )
+    )
+    return RuntimeConfig(
+        queues=parsed,
+        global_max_workers=global_max_workers,
+        poll_interval=_ms("poll_interval_ms", poll_interval_ms, 200),
+        heartbeat_interval=heartbeat_interval,
+        heartbeat_staleness=timedelta(milliseconds=staleness_ms),
+        promote_interval=_ms("promote_interval_ms", promote_interval_ms, 250),
+        heartbeat_rescue_interval=_ms(
+            "heartbeat_rescue_interval_ms", heartbeat_rescue_interval_ms, 30_000
+        ),
+        deadline_rescue_interval=_ms(
+            "deadline_rescue_interval_ms", deadline_rescue_interval_ms, 30_000
+        ),
+        callback_rescue_interval=_ms(
+            "callback_rescue_interval_ms", callback_rescue_interval_ms, 30_000
+        ),
+        leader_election_interval=_ms(
+            "leader_election_interval_ms", leader_election_interval_ms, 10_000
+        ),
+        cleanup_interval=_ms("cleanup_interval_ms", cleanup_interval_ms, 60_000),
+        completed_retention=_hours(
+            "completed_retention_hours", completed_retention_hours, timedelta(hours=24)
+        ),
+        failed_retention=_hours(
+            "failed_retention_hours", failed_retention_hours, timedelta(hours=72)
+        ),
+        dlq_retention=_hours("dlq_retention_hours", dlq_retention_hours, timedelta(days=30)),
+        descriptor_retention=(
+            timedelta(days=30)
+            if descriptor_retention_days is None
+            else timedelta(days=_number("descriptor_retention_days", descriptor_retention_days))
+        ),
+        cleanup_batch_size=(
+            1000 if cleanup_batch_size is None else _int("cleanup_batch_size", cleanup_batch_size)
+        ),
+        terminal_count_rollup_interval=_ms(
+            "terminal_count_rollup_interval_ms", terminal_count_rollup_interval_ms, 1000
+        ),
+        completion_batch_size=(
+            512
+            if completion_batch_size is None
+            else _int("completion_batch_size", completion_batch_size)
+        ),
+        completion_flush_interval=_ms("completion_flush_ms", completion_flush_ms, 1, strict=False),
+        snapshot_interval=_ms("snapshot_interval_ms", snapshot_interval_ms, 10_000),
+        sync_handler_threads=(
+            None
+            if sync_handler_threads is None
+            else _int("sync_handler_threads", sync_handler_threads)
+        ),
+        version=version,
+        storage_transition_role=role,
+        queue_storage_schema=queue_storage_schema,
+        queue_storage_queue_slot_count=_int(
+            "queue_storage_queue_slot_count", queue_storage_queue_slot_count
+        ),
+        queue_storage_lease_slot_count=_int(
+            "queue_storage_lease_slot_count", queue_storage_lease_slot_count
+        ),
+        queue_storage_claim_slot_count=_int(
+            "queue_storage_claim_slot_count", queue_storage_claim_slot_count
+        ),
+        queue_storage_queue_stripe_count=_int(
+            "queue_storage_queue_stripe_count", queue_storage_queue_stripe_count
+        ),
+        queue_storage_queue_rotate_interval=_ms(
+            "queue_storage_queue_rotate_interval_ms", queue_storage_queue_rotate_interval_ms, 1000
+        ),
+        queue_storage_lease_rotate_interval=_ms(
+            "queue_storage_lease_rotate_interval_ms", queue_storage_lease_rotate_interval_ms, 250
+        ),
+        queue_storage_claim_rotate_interval=claim_rotate,
+    )

@@ -1,0 +1,183 @@
+"""Per-attempt state shared by the executor, the heartbeat service and the handler."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import anyio.from_thread
+
+from awa.domain.errors import AwaError
+from awa.domain.handler_results import CallbackToken
+from awa.domain.job import Claim, JobRecord, RunLease
+from awa.domain.states import JobState
+from awa.ports.storage import Ack, StorageEngine
+
+CALLBACK_RESULT_KEY = "_awa_callback_result"
+
+
+class AttemptLost(AwaError):
+    """The attempt is no longer ours (rescued, cancelled or resolved elsewhere).
+
+    Raised out of context operations that cannot continue; the executor treats it as
+    "nothing to finalize" rather than as a handler failure.
+    """
+
+
+class AttemptContext:
+    """What the runtime knows about one running attempt.
+
+    Methods are safe to call from a sync handler's worker thread, except the ``async``
+    ones, which must run on the event loop (``flush_progress_sync`` bridges to it).
+    """
+
+    def __init__(
+        self,
+        engine: StorageEngine,
+        claim: Claim,
+        *,
+        queue: str,
+        callback_poll_interval: float = 0.2,
+    ) -> None:
+        self.engine = engine
+        self.claim = claim
+        self.queue = queue
+        self.callback_poll_interval = callback_poll_interval
+        self.cancel_scope: anyio.CancelScope | None = None
+        self._cancelled = threading.Event()
+        self._lock = threading.Lock()
+        previous = claim.job.progress or {}
+        self._progress: dict[str, Any] = {
+            "percent": previous.get("percent", 0),
+            "message": previous.get("message"),
+            "metadata": dict(previous.get("metadata") or {}),
+        }
+        self._dirty = False
+        self.callback_id: str | None = None
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def lease(self) -> RunLease:
+        return self.claim.lease
+
+    @property
+    def record(self) -> JobRecord:
+        """The job as claimed (``running``, attempt already incremented)."""
+        return self.claim.job
+
+    # ------------------------------------------------------------------ cancellation
+    def is_cancelled(self) -> bool:
+        """True once the attempt was cancelled, rescued or the runtime is shutting down."""
+        return self._cancelled.is_set()
+
+    def request_cancel(self) -> None:
+        self._cancelled.set()
+
+    # ------------------------------------------------------------------ progress
+    def set_progress(self, percent: int, message: str | None = None) -> None:
+        """Buffer progress (``percent`` clamped to 0..100); flushed on the next heartbeat."""
+        if isinstance(percent, bool) or not isinstance(percent, int | float):
+            raise TypeError(f"percent must be an integer, got {type(percent).__name__}")
+        if message is not None and not isinstance(message, str):
+            raise TypeError(f"message must be a string, got {type(message).__name__}")
+        with self._lock:
+            self._progress["percent"] = max(0, min(100, int(percent)))
+            self._progress["message"] = message
+            self._dirty = True
+
+    def update_metadata(self, updates: dict[str, Any]) -> None:
+        """Shallow-merge ``updates`` into the progress metadata (buffered)."""
+        if not isinstance(updates, dict):
+            raise TypeError(f"updates must be a dict, got {type(updates).__name__}")
+        with self._lock:
+            self._progress["metadata"].update(updates)
+            self._dirty = True
+
+    @property
+    def progress(self) -> dict[str, Any]:
+        """The current progress, including buffered changes not yet flushed."""
+        with self._lock:
+            return _copy_progress(self._progress)
+
+    def take_dirty_progress(self) -> dict[str, Any] | None:
+        """The buffered progress if it changed since the last flush, clearing the flag."""
+        with self._lock:
+            if not self._dirty:
+                return None
+            self._dirty = False
+            return _copy_progress(self._progress)
+
+    def mark_progress_dirty(self) -> None:
+        """A flush failed: keep the buffer so the next tick tries again."""
+        with self._lock:
+            self._dirty = True
+
+    async def flush_progress(self, engine: StorageEngine | None = None) -> None:
+        """Persist buffered progress now. A stale lease flips the cancel flag."""
+        snapshot = self.take_dirty_progress()
+        if snapshot is None:
+            return
+        try:
+            ack = await (engine or self.engine).update_progress(self.lease, progress=snapshot)
+        except BaseException:
+            self.mark_progress_dirty()
+            raise
+        if ack is Ack.STALE:
+            self.request_cancel()
+
+    def flush_progress_sync(self) -> None:
+        """:meth:`flush_progress` for sync handlers running in a worker thread."""
+        anyio.from_thread.run(self.flush_progress)
+
+    # ------------------------------------------------------------------ callbacks
+    async def register_callback(self, timeout_seconds: float = 3600.0) -> CallbackToken:
+        """Attach a fresh external callback id to this attempt."""
+        if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int | float):
+            raise TypeError("timeout_seconds must be a number")
+        if timeout_seconds <= 0:
+            raise ValueError(f"timeout_seconds must be > 0, got {timeout_seconds!r}")
+
+        callback_id = str(uuid.uuid4())
+        ack = await self.engine.register_callback(
+            self.lease, callback_id=callback_id, timeout=timedelta(seconds=timeout_seconds)
+        )
+        if ack is Ack.STALE:
+            self.request_cancel()
+            raise AttemptLost(f"job {self.lease.job_id}: attempt is no longer running")
+        self.callback_id = callback_id
+        return CallbackToken(callback_id)
+
+    async def wait_for_callback(self, token: CallbackToken) -> Any:
+        """Park the attempt in ``waiting_external`` and wait until the callback resumes it;
+        returns the resume payload. If the callback completes, fails or times out the job
+        instead, raises :class:`AttemptLost` (the job's fate was decided elsewhere)."""
+        if self.callback_id is not None and token.id != self.callback_id:
+            raise ValueError(f"callback token {token.id!r} was not registered by this attempt")
+        ack = await self.engine.wait_for_callback(self.lease)
+        if ack is Ack.STALE:
+            self.request_cancel()
+            raise AttemptLost(f"job {self.lease.job_id}: attempt is no longer running")
+        while True:
+            record = await self.engine.get_job(self.lease.job_id)
+            if record is None or record.run_lease != self.lease.lease:
+                break
+            if record.state == JobState.Running:
+                return record.metadata.get(CALLBACK_RESULT_KEY)
+            if record.state != JobState.WaitingExternal:
+                break
+            if self.is_cancelled():
+                break
+            await anyio.sleep(self.callback_poll_interval)
+        self.request_cancel()
+        raise AttemptLost(f"job {self.lease.job_id}: callback resolved without resuming")
+
+
+def _copy_progress(progress: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "percent": progress["percent"],
+        "message": progress["message"],
+        "metadata": dict(progress["metadata"]),
+    }

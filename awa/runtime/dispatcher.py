@@ -1,0 +1,185 @@
+"""Per-queue dispatcher: reserve capacity, claim a batch, hand claims to executors."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import anyio
+from anyio.abc import TaskStatus
+
+from awa.domain.job import Claim
+from awa.ports.notifier import Notifier
+from awa.ports.storage import StorageEngine
+from awa.runtime.config import QueueConfig
+from awa.runtime.permits import PermitPool
+from awa.runtime.rate_limit import TokenBucket
+from awa.runtime.wake import Waker
+
+log = logging.getLogger("awa.runtime.dispatcher")
+
+Spawn = Callable[[str, Claim], None]
+"""Start executing a claim whose permit is already held."""
+
+RELEASE_ON_STOP_ERROR = "worker shutting down"
+
+
+def queue_channel(queue: str) -> str:
+    return f"awa:{queue}"
+
+
+class QueueDispatcher:
+    """``claimers`` claim loops for one queue sharing its permits and rate limit.
+
+    Each loop reserves permits first (bounded by free permits, ``claim_batch_size`` and
+    rate tokens), claims at most that many, and gives back what it did not use. Loops
+    sleep up to ``poll_interval`` and are woken early by ``awa:<queue>`` notifications
+    and by permits coming back.
+    """
+
+    def __init__(
+        self,
+        config: QueueConfig,
+        engine: StorageEngine,
+        notifier: Notifier | None,
+        permits: PermitPool,
+        *,
+        poll_interval: float,
+        spawn: Spawn,
+    ) -> None:
+        self.config = config
+        self.queue = config.name
+        self._engine = engine
+        self._notifier = notifier
+        self._permits = permits
+        self._poll_interval = poll_interval
+        self._spawn = spawn
+        self._bucket = (
+            TokenBucket(config.rate_limit.rate, config.rate_limit.burst)
+            if config.rate_limit is not None
+            else None
+        )
+        self._wakers = [Waker() for _ in range(config.claimers)]
+        self._stopping = False
+        self._live_loops = 0
+        self.listening = False
+        self.claim_calls = 0
+        self.last_claim_ok: bool = True
+        self.last_loop_at: float | None = None
+        permits.add_listener(self.queue, self.wake)
+
+    @property
+    def alive(self) -> bool:
+        return self._live_loops == self.config.claimers
+
+    def wake(self) -> None:
+        for waker in self._wakers:
+            waker.wake()
+
+    def stop(self) -> None:
+        """Stop claiming: loops exit after their current claim (no new claims start)."""
+        self._stopping = True
+        self.wake()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            if self._notifier is not None:
+                await tg.start(self._listen)
+            async with anyio.create_task_group() as loops:
+                for waker in self._wakers:
+                    loops.start_soon(self._claim_loop, waker)
+                task_status.started()
+            tg.cancel_scope.cancel()
+
+    async def _listen(self, *, task_status: TaskStatus[None]) -> None:
+        assert self._notifier is not None
+        try:
+            subscription = await self._notifier.subscribe([queue_channel(self.queue)])
+        except Exception:
+            log.warning("queue %s: LISTEN failed; polling only", self.queue, exc_info=True)
+            task_status.started()
+            return
+        self.listening = True
+        task_status.started()
+        try:
+            while True:
+                if await subscription.wait(30.0):
+                    self.wake()
+        except Exception:
+            log.warning("queue %s: notifications lost; polling only", self.queue, exc_info=True)
+        finally:
+            self.listening = False
+            with anyio.CancelScope(shield=True):
+                try:
+                    await subscription.close()
+                except Exception:
+                    log.debug("closing the queue subscription failed", exc_info=True)
+
+    async def _claim_loop(self, waker: Waker) -> None:
+        self._live_loops += 1
+        try:
+            while not self._stopping:
+                self.last_loop_at = time.monotonic()
+                await self._iteration(waker)
+        finally:
+            self._live_loops -= 1
+
+    async def _iteration(self, waker: Waker) -> None:
+        wanted = self.config.claim_batch_size
+        if self._bucket is not None:
+            wanted = self._bucket.take(wanted)
+            if wanted == 0:
+                await waker.wait(min(self._poll_interval, self._bucket.seconds_until_token()))
+                return
+        granted = self._permits.try_reserve(self.queue, wanted)
+        if self._bucket is not None:
+            self._bucket.refund(wanted - granted)
+        if granted == 0:
+            # Woken when a permit comes back; the timeout is only a safety net.
+            await waker.wait(self._poll_interval)
+            return
+        try:
+            self.claim_calls += 1
+            claims = await self._engine.claim(
+                self.queue,
+                limit=granted,
+                deadline=self.config.deadline,
+                aging_interval=self.config.aging_interval,
+            )
+        except Exception:
+            self.last_claim_ok = False
+            self._give_back(granted)
+            log.warning("queue %s: claim failed", self.queue, exc_info=True)
+            await waker.wait(self._poll_interval)
+            return
+        self.last_claim_ok = True
+        self._give_back(granted - len(claims))
+        if self._permits.weighted:
+            self._permits.set_demand(self.queue, len(claims) == granted)
+        if self._stopping:
+            # Shutdown began while this claim was in flight: hand the jobs straight back.
+            await self._release_unstarted(claims)
+            return
+        for claim in claims:
+            self._spawn(self.queue, claim)
+        if len(claims) < granted:
+            await waker.wait(self._poll_interval)
+
+    def _give_back(self, count: int) -> None:
+        if count <= 0:
+            return
+        if self._bucket is not None:
+            self._bucket.refund(count)
+        # Unused permits must not wake this loop, or an empty queue would spin.
+        self._permits.release(self.queue, count, wake_self=False)
+
+    async def _release_unstarted(self, claims: list[Claim]) -> None:
+        with anyio.CancelScope(shield=True):
+            for claim in claims:
+                try:
+                    await self._engine.release(claim.lease, error=RELEASE_ON_STOP_ERROR)
+                except Exception:
+                    log.warning("job %s: release failed", claim.lease.job_id, exc_info=True)
+                finally:
+                    self._permits.release(self.queue, 1, wake_self=False)

@@ -1,0 +1,162 @@
+"""Run one claimed attempt: build the job, call the handler, finalize the outcome."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from awa.domain.errors import UnknownJobKind
+from awa.domain.outcomes import (
+    CancelOutcome,
+    Complete,
+    FailOutcome,
+    Outcome,
+    RetryAfterOutcome,
+    RetryWithBackoff,
+    SnoozeOutcome,
+    WaitForCallbackOutcome,
+)
+from awa.ports.storage import Ack, StorageEngine
+from awa.runtime.completion import CompletionBatcher
+from awa.runtime.context import AttemptContext, AttemptLost
+from awa.runtime.handlers import HandlerEntry, HandlerRegistry
+from awa.runtime.outcome_mapping import (
+    describe_exception,
+    outcome_for_exception,
+    outcome_for_result,
+)
+
+log = logging.getLogger("awa.runtime.executor")
+
+SHUTDOWN_RELEASE_ERROR = "worker shutting down"
+_APPLY_ATTEMPTS = 5
+
+
+class Executor:
+    """Executes attempts. ``on_finished`` runs after the outcome is acknowledged (or
+    given up on), and is where the caller frees the handler's permit."""
+
+    def __init__(
+        self,
+        engine: StorageEngine,
+        handlers: HandlerRegistry,
+        batcher: CompletionBatcher,
+        *,
+        thread_limiter: anyio.CapacityLimiter,
+        on_finished: Callable[[AttemptContext], None],
+    ) -> None:
+        self._engine = engine
+        self._handlers = handlers
+        self._batcher = batcher
+        self._limiter = thread_limiter
+        self._on_finished = on_finished
+
+    async def execute(self, context: AttemptContext) -> None:
+        try:
+            outcome = await self._run_handler(context)
+            if outcome is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._finalize(context, outcome)
+        finally:
+            self._on_finished(context)
+
+    async def _run_handler(self, context: AttemptContext) -> Outcome | _Release | None:
+        """The outcome to record, or ``None`` when the attempt is no longer ours."""
+        entry = self._handlers.get(context.record.kind)
+        if entry is None:
+            return FailOutcome(error=str(UnknownJobKind(context.record.kind)))
+        try:
+            job = entry.job_factory(context.record, context)
+        except Exception as exc:
+            # Arguments that cannot be rebuilt will not deserialize on a retry either.
+            return FailOutcome(error=describe_exception(exc, with_traceback=False))
+        scope = anyio.CancelScope()
+        context.cancel_scope = scope
+        result: Any = None
+        failure: BaseException | None = None
+        with scope:
+            try:
+                result = await self._call(entry, job)
+            except AttemptLost as exc:
+                log.debug("job %s: %s", context.lease.job_id, exc)
+                return None
+            except Exception as exc:
+                failure = exc
+        context.cancel_scope = None
+        if scope.cancelled_caught:
+            return _Release()
+        if failure is not None:
+            return outcome_for_exception(failure)
+        return outcome_for_result(result)
+
+    async def _call(self, entry: HandlerEntry, job: Any) -> Any:
+        if entry.is_async:
+            return await entry.handler(job)
+        result = await anyio.to_thread.run_sync(
+            entry.handler, job, limiter=self._limiter, abandon_on_cancel=True
+        )
+        if hasattr(result, "__await__"):
+            result = await result
+        return result
+
+    async def _finalize(self, context: AttemptContext, outcome: Outcome | _Release) -> None:
+        if not isinstance(outcome, Complete):
+            # Progress survives retries, so persist what the handler buffered first.
+            try:
+                await context.flush_progress()
+            except Exception:
+                log.debug("job %s: progress flush before finalize failed", context.lease.job_id)
+        delay = 0.05
+        for attempt in range(_APPLY_ATTEMPTS):
+            try:
+                ack = await self._apply(context, outcome)
+            except Exception:
+                if attempt == _APPLY_ATTEMPTS - 1:
+                    log.error(
+                        "job %s: could not record %s; the attempt will be rescued",
+                        context.lease.job_id,
+                        type(outcome).__name__,
+                        exc_info=True,
+                    )
+                    return
+                await anyio.sleep(delay)
+                delay *= 2
+                continue
+            if ack is Ack.STALE:
+                log.debug(
+                    "job %s: %s ignored, run lease %s is stale",
+                    context.lease.job_id,
+                    type(outcome).__name__,
+                    context.lease.lease,
+                )
+            return
+
+    async def _apply(self, context: AttemptContext, outcome: Outcome | _Release) -> Ack:
+        lease = context.lease
+        engine = self._engine
+        match outcome:
+            case Complete():
+                return await self._batcher.complete(lease)
+            case RetryAfterOutcome(delay=delay, error=error):
+                return await engine.retry(lease, error=error, delay=delay)
+            case RetryWithBackoff(error=error):
+                return await engine.retry(lease, error=error)
+            case SnoozeOutcome(delay=delay):
+                return await engine.snooze(lease, delay=delay)
+            case CancelOutcome(reason=reason):
+                return await engine.cancel_attempt(lease, reason=reason)
+            case FailOutcome(error=error):
+                return await engine.fail(lease, error=error)
+            case WaitForCallbackOutcome():
+                return await engine.wait_for_callback(lease)
+            case _Release():
+                return await engine.release(lease, error=SHUTDOWN_RELEASE_ERROR)
+        raise AssertionError(f"unhandled outcome {outcome!r}")
+
+
+class _Release:
+    """Internal outcome: give the attempt back unspent (shutdown interrupted it)."""

@@ -1,0 +1,152 @@
+"""Cluster maintenance run by the single elected leader."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from awa.ports.leader import LeaderLock
+from awa.ports.storage import Rescued, StorageEngine
+from awa.runtime.config import RuntimeConfig
+from awa.runtime.inflight import InFlight
+
+log = logging.getLogger("awa.runtime.maintenance")
+
+_CLEANUP_ROUNDS = 10
+
+
+class _Duty:
+    __slots__ = ("due", "interval", "name", "run")
+
+    def __init__(self, name: str, interval: float, run: Callable[[], Awaitable[None]]) -> None:
+        self.name = name
+        self.interval = interval
+        self.run = run
+        self.due = 0.0
+
+
+class MaintenanceLeader:
+    """Tries to become leader every ``leader_election_interval``; while leader, runs each
+    duty on its own interval. A failing duty is logged and retried on its next tick;
+    losing the lock stops the duties until leadership is won again."""
+
+    def __init__(
+        self,
+        engine: StorageEngine,
+        lock: LeaderLock,
+        config: RuntimeConfig,
+        inflight: InFlight,
+    ) -> None:
+        self._engine = engine
+        self._lock = lock
+        self._config = config
+        self._inflight = inflight
+        self.is_leader = False
+        self.runs: dict[str, int] = {}
+
+    def _duties(self) -> list[_Duty]:
+        c = self._config
+        return [
+            _Duty("promote", c.promote_interval, self._promote),
+            _Duty("rescue_heartbeats", c.heartbeat_rescue_interval, self._rescue_heartbeats),
+            _Duty("rescue_deadlines", c.deadline_rescue_interval, self._rescue_deadlines),
+            _Duty("rescue_callbacks", c.callback_rescue_interval, self._rescue_callbacks),
+            _Duty("cleanup", c.cleanup_interval, self._cleanup),
+        ]
+
+    async def run(self) -> None:
+        try:
+            while True:
+                try:
+                    acquired = await self._lock.try_acquire()
+                except Exception:
+                    log.warning("leader election failed", exc_info=True)
+                    acquired = False
+                if acquired:
+                    self.is_leader = True
+                    log.info("became maintenance leader")
+                    try:
+                        await self._lead()
+                    finally:
+                        self.is_leader = False
+                    continue
+                await anyio.sleep(self._config.leader_election_interval)
+        finally:
+            self.is_leader = False
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self._lock.release()
+                except Exception:
+                    log.debug("releasing the leader lock failed", exc_info=True)
+
+    async def _lead(self) -> None:
+        duties = self._duties()
+        check_every = self._config.leader_election_interval
+        next_check = time.monotonic() + check_every
+        while True:
+            now = time.monotonic()
+            if now >= next_check:
+                next_check = now + check_every
+                if not await self._still_held():
+                    log.warning("lost maintenance leadership")
+                    try:
+                        await self._lock.release()
+                    except Exception:
+                        log.debug("releasing a lost leader lock failed", exc_info=True)
+                    return
+            for duty in duties:
+                if time.monotonic() >= duty.due:
+                    duty.due = time.monotonic() + duty.interval
+                    try:
+                        await duty.run()
+                        self.runs[duty.name] = self.runs.get(duty.name, 0) + 1
+                    except Exception:
+                        log.warning("maintenance duty %s failed", duty.name, exc_info=True)
+            wake_at = min([next_check, *(d.due for d in duties)])
+            await anyio.sleep(max(0.0, wake_at - time.monotonic()))
+
+    async def _still_held(self) -> bool:
+        try:
+            return await self._lock.still_held()
+        except Exception:
+            log.warning("leader lock check failed", exc_info=True)
+            return False
+
+    def _flag_local(self, rescued: list[Rescued]) -> None:
+        # A rescued attempt may still be running here; tell its handler to stop.
+        for item in rescued:
+            self._inflight.cancel(item.lease)
+
+    async def _promote(self) -> None:
+        await self._engine.promote_due(limit=self._config.promote_batch_size)
+
+    async def _rescue_heartbeats(self) -> None:
+        self._flag_local(
+            await self._engine.rescue_stale_heartbeats(staleness=self._config.heartbeat_staleness)
+        )
+
+    async def _rescue_deadlines(self) -> None:
+        self._flag_local(await self._engine.rescue_expired_deadlines())
+
+    async def _rescue_callbacks(self) -> None:
+        self._flag_local(await self._engine.rescue_expired_callbacks())
+
+    async def _cleanup(self) -> None:
+        c = self._config
+        for _ in range(_CLEANUP_ROUNDS):
+            deleted = await self._engine.cleanup_retention(
+                completed=c.completed_retention,
+                failed=c.failed_retention,
+                batch_size=c.cleanup_batch_size,
+            )
+            if deleted < c.cleanup_batch_size:
+                break
+        for _ in range(_CLEANUP_ROUNDS):
+            deleted = await self._engine.cleanup_dlq(
+                retention=c.dlq_retention, batch_size=c.cleanup_batch_size
+            )
+            if deleted < c.cleanup_batch_size:
+                break

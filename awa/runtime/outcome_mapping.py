@@ -1,0 +1,52 @@
+"""Turn a handler's return value or exception into a storage outcome."""
+
+from __future__ import annotations
+
+import traceback
+from datetime import timedelta
+from typing import Any
+
+from awa.domain.errors import TerminalError
+from awa.domain.handler_results import Cancel, RetryAfter, Snooze, WaitForCallback
+from awa.domain.outcomes import (
+    CancelOutcome,
+    Complete,
+    FailOutcome,
+    Outcome,
+    RetryAfterOutcome,
+    RetryWithBackoff,
+    SnoozeOutcome,
+    WaitForCallbackOutcome,
+)
+
+TRACEBACK_LINES = 10
+
+
+def outcome_for_result(value: Any) -> Outcome:
+    """``None`` and any unrecognised value complete the attempt."""
+    if isinstance(value, RetryAfter):
+        return RetryAfterOutcome(delay=timedelta(seconds=value.seconds))
+    if isinstance(value, Snooze):
+        return SnoozeOutcome(delay=timedelta(seconds=value.seconds))
+    if isinstance(value, Cancel):
+        return CancelOutcome(reason=value.reason)
+    if isinstance(value, WaitForCallback):
+        return WaitForCallbackOutcome(callback_id=value.callback_id)
+    return Complete()
+
+
+def describe_exception(exc: BaseException, *, with_traceback: bool = True) -> str:
+    """``"{Type}: {message}"`` followed by the last lines of the traceback."""
+    head = f"{type(exc).__name__}: {exc}"
+    if not with_traceback or exc.__traceback__ is None:
+        return head
+    lines = "".join(traceback.format_tb(exc.__traceback__)).rstrip("\n").splitlines()
+    tail = lines[-TRACEBACK_LINES:]
+    return head + "\n" + "\n".join(tail) if tail else head
+
+
+def outcome_for_exception(exc: BaseException) -> Outcome:
+    """A :class:`TerminalError` fails the job; anything else is retried with backoff."""
+    if isinstance(exc, TerminalError):
+        return FailOutcome(error=describe_exception(exc, with_traceback=False))
+    return RetryWithBackoff(error=describe_exception(exc))

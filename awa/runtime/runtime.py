@@ -1,0 +1,335 @@
+"""The worker runtime: dispatchers, executors, completion batching, heartbeats,
+the cancel listener, the maintenance leader and runtime snapshots, wired together."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from datetime import datetime
+
+import anyio
+import attrs
+from anyio.abc import TaskGroup, TaskStatus
+
+from awa.domain.job import Claim
+from awa.ports.clock import Clock
+from awa.ports.leader import LeaderLock
+from awa.ports.notifier import Notifier
+from awa.ports.runtime_registry import QueueSnapshot, RuntimeRegistry, RuntimeSnapshot
+from awa.ports.storage import StorageEngine
+from awa.runtime.completion import CompletionBatcher
+from awa.runtime.config import RuntimeConfig
+from awa.runtime.context import AttemptContext
+from awa.runtime.dispatcher import QueueDispatcher
+from awa.runtime.executor import Executor
+from awa.runtime.handlers import HandlerRegistry
+from awa.runtime.heartbeat import EngineFactory, HeartbeatService
+from awa.runtime.inflight import InFlight
+from awa.runtime.maintenance import MaintenanceLeader
+from awa.runtime.permits import PermitPool
+from awa.runtime.wake import Waker
+
+log = logging.getLogger("awa.runtime")
+
+# After the drain timeout handlers are cancelled; this bounds how long releasing takes.
+_RELEASE_GRACE = 5.0
+
+
+@attrs.frozen
+class QueueHealth:
+    """Capacity of one queue. Hard-reserved mode fills ``max_workers``; weighted mode
+    fills ``min_workers``, ``weight`` and ``overflow_held``."""
+
+    in_flight: int
+    available: int
+    max_workers: int | None
+    min_workers: int | None
+    weight: int | None
+    overflow_held: int | None
+
+
+@attrs.frozen
+class RuntimeHealth:
+    healthy: bool
+    postgres_connected: bool
+    poll_loop_alive: bool
+    heartbeat_alive: bool
+    shutting_down: bool
+    leader: bool
+    queues: dict[str, QueueHealth]
+
+
+class Runtime:
+    """One worker process's runtime. ``start()`` returns once every dispatcher listens;
+    ``shutdown()`` stops claiming, drains, and releases what did not finish."""
+
+    def __init__(
+        self,
+        engine: StorageEngine,
+        notifier: Notifier | None,
+        leader_lock: LeaderLock | None,
+        clock: Clock,
+        handlers: HandlerRegistry,
+        config: RuntimeConfig,
+        *,
+        runtime_registry: RuntimeRegistry | None = None,
+        heartbeat_engine_factory: EngineFactory | None = None,
+    ) -> None:
+        self.engine = engine
+        self.notifier = notifier
+        self.leader_lock = leader_lock
+        self.clock = clock
+        self.handlers = handlers
+        self.config = config
+        self.runtime_registry = runtime_registry
+        self.heartbeat_engine_factory = heartbeat_engine_factory
+        self.id = str(uuid.uuid4())
+        self.hostname = socket.gethostname()
+        self.pid = os.getpid()
+        self.inflight = InFlight()
+        self.permits = PermitPool(config.queues, config.global_max_workers)
+        self.dispatchers = [
+            QueueDispatcher(
+                q,
+                engine,
+                notifier,
+                self.permits,
+                poll_interval=config.poll_interval,
+                spawn=self._spawn,
+            )
+            for q in config.queues
+        ]
+        self.batcher = CompletionBatcher(
+            engine,
+            batch_size=config.completion_batch_size,
+            flush_interval=config.completion_flush_interval,
+        )
+        self.heartbeat = HeartbeatService(
+            engine,
+            self.inflight,
+            interval=config.heartbeat_interval,
+            engine_factory=heartbeat_engine_factory,
+        )
+        self.maintenance = (
+            MaintenanceLeader(engine, leader_lock, config, self.inflight)
+            if leader_lock is not None
+            else None
+        )
+        self._started_at: datetime | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._work: TaskGroup | None = None
+        self._executor: Executor | None = None
+        self._drained = Waker()
+        self._drain_timeout = 2.0
+        self._running = False
+        self._shutting_down = False
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    @property
+    def is_leader(self) -> bool:
+        return self.maintenance is not None and self.maintenance.is_leader
+
+    async def start(self) -> None:
+        """Start in the background on the current event loop; returns once running."""
+        if self._task is not None:
+            raise RuntimeError("the runtime is already running")
+        ready = asyncio.Event()
+
+        async def root() -> None:
+            async with anyio.create_task_group() as tg:
+                await tg.start(self.run)
+                ready.set()
+
+        self._task = asyncio.get_running_loop().create_task(root(), name="awa-runtime")
+        waiter = asyncio.ensure_future(ready.wait())
+        try:
+            await asyncio.wait({self._task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if self._task.done():
+            task, self._task = self._task, None
+            task.result()
+            raise RuntimeError("the runtime stopped while starting")
+
+    async def shutdown(self, timeout_ms: int = 2000) -> None:
+        """Stop claiming, let handlers finish for up to ``timeout_ms`` (heartbeats keep
+        going), then cancel the rest cooperatively and release their attempts."""
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int | float):
+            raise TypeError("timeout_ms must be a number")
+        if timeout_ms < 0:
+            raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
+        self._drain_timeout = timeout_ms / 1000.0
+        self.request_stop()
+        task = self._task
+        if task is None:
+            return
+        try:
+            await asyncio.shield(task)
+        finally:
+            if task.done():
+                self._task = None
+        task.result()
+
+    def request_stop(self) -> None:
+        """Begin shutdown without waiting (no new claims from now on)."""
+        self._shutting_down = True
+        for dispatcher in self.dispatchers:
+            dispatcher.stop()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run until :meth:`request_stop` / :meth:`shutdown`; structured alternative to
+        :meth:`start` for callers that own a task group."""
+        self._shutting_down = False
+        self._started_at = self.clock.now()
+        threads = self.config.sync_handler_threads or max(1, self.config.total_capacity)
+        self._executor = Executor(
+            self.engine,
+            self.handlers,
+            self.batcher,
+            thread_limiter=anyio.CapacityLimiter(threads),
+            on_finished=self._finished,
+        )
+        self._running = True
+        try:
+            async with anyio.create_task_group() as services:
+                services.start_soon(self.batcher.run)
+                services.start_soon(self.heartbeat.run)
+                if self.notifier is not None:
+                    services.start_soon(self.heartbeat.listen_for_cancels, self.notifier)
+                if self.maintenance is not None:
+                    services.start_soon(self.maintenance.run)
+                if self.runtime_registry is not None:
+                    services.start_soon(self._snapshot_loop)
+                async with anyio.create_task_group() as work:
+                    self._work = work
+                    async with anyio.create_task_group() as dispatch:
+                        for dispatcher in self.dispatchers:
+                            await dispatch.start(dispatcher.run)
+                        task_status.started()
+                    await self._drain(work)
+                self._work = None
+                services.cancel_scope.cancel()
+        finally:
+            self._running = False
+            with anyio.CancelScope(shield=True):
+                await self._publish_snapshot()
+
+    async def _drain(self, work: TaskGroup) -> None:
+        with anyio.move_on_after(self._drain_timeout):
+            while len(self.inflight):
+                await self._drained.wait(1.0)
+        if not len(self.inflight):
+            return
+        log.info("shutdown timeout: cancelling %d running handlers", len(self.inflight))
+        for context in self.inflight.snapshot():
+            context.request_cancel()
+            if context.cancel_scope is not None:
+                context.cancel_scope.cancel()
+        with anyio.move_on_after(max(_RELEASE_GRACE, self._drain_timeout)):
+            while len(self.inflight):
+                await self._drained.wait(1.0)
+        if len(self.inflight):
+            log.error(
+                "%d attempts did not release in time; rescue will recover them", len(self.inflight)
+            )
+            work.cancel_scope.cancel()
+
+    def _spawn(self, queue: str, claim: Claim) -> None:
+        assert self._work is not None and self._executor is not None
+        context = AttemptContext(
+            self.engine, claim, queue=queue, callback_poll_interval=self.config.poll_interval
+        )
+        self.inflight.add(context)
+        self._work.start_soon(self._executor.execute, context)
+
+    def _finished(self, context: AttemptContext) -> None:
+        self.inflight.remove(context)
+        self.permits.release(context.queue, 1)
+        self._drained.wake()
+
+    # ------------------------------------------------------------------ health
+    def health(self) -> RuntimeHealth:
+        weighted = self.permits.weighted
+        queues = {
+            q.name: QueueHealth(
+                in_flight=self.permits.in_flight(q.name),
+                available=self.permits.available(q.name),
+                max_workers=None if weighted else q.max_workers,
+                min_workers=(q.min_workers or 0) if weighted else None,
+                weight=q.weight if weighted else None,
+                overflow_held=self.permits.overflow_held(q.name) if weighted else None,
+            )
+            for q in self.config.queues
+        }
+        postgres = (
+            all(d.last_claim_ok for d in self.dispatchers)
+            and self.heartbeat.postgres_ok
+            and self.batcher.healthy
+        )
+        poll_alive = self._running and all(d.alive for d in self.dispatchers)
+        heartbeat_alive = self._running and self.heartbeat.alive
+        return RuntimeHealth(
+            healthy=postgres and poll_alive and heartbeat_alive and not self._shutting_down,
+            postgres_connected=postgres,
+            poll_loop_alive=poll_alive,
+            heartbeat_alive=heartbeat_alive,
+            shutting_down=self._shutting_down,
+            leader=self.is_leader,
+            queues=queues,
+        )
+
+    # ------------------------------------------------------------------ snapshots
+    def snapshot(self) -> RuntimeSnapshot:
+        health = self.health()
+        return RuntimeSnapshot(
+            id=self.id,
+            hostname=self.hostname,
+            pid=self.pid,
+            version=self.config.version,
+            started_at=self._started_at or self.clock.now(),
+            last_seen_at=self.clock.now(),
+            leader=health.leader,
+            healthy=health.healthy,
+            postgres_connected=health.postgres_connected,
+            poll_loop_alive=health.poll_loop_alive,
+            heartbeat_alive=health.heartbeat_alive,
+            shutting_down=health.shutting_down,
+            snapshot_interval_ms=int(self.config.snapshot_interval * 1000),
+            queues=tuple(
+                QueueSnapshot(
+                    name=q.name,
+                    in_flight=health.queues[q.name].in_flight,
+                    max_workers=q.max_workers,
+                    min_workers=q.min_workers,
+                    weight=q.weight,
+                    rate_limit=(
+                        None if q.rate_limit is None else (q.rate_limit.rate, q.rate_limit.burst)
+                    ),
+                )
+                for q in self.config.queues
+            ),
+        )
+
+    async def _publish_snapshot(self) -> None:
+        if self.runtime_registry is None:
+            return
+        try:
+            await self.runtime_registry.upsert_runtime(self.snapshot())
+        except Exception:
+            log.warning("publishing the runtime snapshot failed", exc_info=True)
+
+    async def _snapshot_loop(self) -> None:
+        while True:
+            started = time.monotonic()
+            await self._publish_snapshot()
+            await anyio.sleep(
+                max(0.0, self.config.snapshot_interval - (time.monotonic() - started))
+            )

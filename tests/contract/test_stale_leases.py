@@ -101,6 +101,18 @@ async def test_heartbeat_of_a_waiting_attempt_is_stale(engine: EngineHandle) -> 
     assert (await fetch(engine, claim.job.id)).state == JobState.WaitingExternal
 
 
+async def test_snooze_of_a_waiting_attempt_is_stale(engine: EngineHandle) -> None:
+    await enqueue(engine)
+    claim = await claim_one(engine)
+    await engine.engine.register_callback(
+        claim.lease, callback_id="cb-snooze", timeout=timedelta(minutes=5)
+    )
+    await engine.engine.wait_for_callback(claim.lease)
+    before = await fetch(engine, claim.job.id)
+    assert await engine.engine.snooze(claim.lease, delay=timedelta(seconds=5)) == Ack.STALE
+    assert await fetch(engine, claim.job.id) == before
+
+
 async def test_cancelled_running_attempt_cannot_complete(engine: EngineHandle) -> None:
     job = await enqueue(engine)
     claim = await claim_one(engine)

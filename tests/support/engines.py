@@ -9,7 +9,7 @@ URL; adding one is a single :func:`register` call, e.g.::
     async def _canonical(clock, backoff, url):
         engine = await CanonicalEngine.connect(url, clock=clock, backoff=backoff)
         try:
-            yield EngineHandle("postgres_canonical", engine, clock, engine)
+            yield EngineHandle("postgres_canonical", engine, clock, engine, engine.leader_lock)
         finally:
             await engine.close()
 
@@ -26,6 +26,7 @@ import attrs
 from awa.adapters.clock import ManualClock
 from awa.adapters.inmemory import InMemoryEngine
 from awa.domain.policies import Backoff
+from awa.ports.leader import LeaderLock
 from awa.ports.notifier import Notifier
 from awa.ports.storage import StorageEngine
 
@@ -35,12 +36,17 @@ CONTRACT_BACKOFF = Backoff(jitter=lambda: 0.0)
 
 @attrs.frozen
 class EngineHandle:
-    """An engine under test, the clock it reads and the notifier carrying its events."""
+    """An engine under test, the clock it reads and the notifier carrying its events.
+
+    ``leader_lock`` makes a new, independent candidate for the engine's maintenance
+    leadership (each call is a different would-be leader).
+    """
 
     name: str
     engine: StorageEngine
     clock: ManualClock
     notifier: Notifier
+    leader_lock: Callable[[], LeaderLock]
 
 
 EngineFactory = Callable[
@@ -80,7 +86,7 @@ async def _inmemory(
 ) -> AsyncIterator[EngineHandle]:
     engine = InMemoryEngine(clock, backoff)
     try:
-        yield EngineHandle("inmemory", engine, clock, engine)
+        yield EngineHandle("inmemory", engine, clock, engine, engine.leader_lock)
     finally:
         await engine.close()
 

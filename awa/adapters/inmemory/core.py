@@ -171,7 +171,8 @@ class CoreOps(EngineBase):
 
     async def snooze(self, lease: RunLease, *, delay: timedelta) -> Ack:
         async with self._write() as write:
-            job = self._live(write, lease)
+            # A parked attempt has no handler left to snooze it; only resume revives it.
+            job = self._live(write, lease, RUNNING_ONLY)
             if job is not None:
                 write.state.transition(
                     job, JobState.Scheduled, run_at=write.now + delay, attempt=job.attempt - 1

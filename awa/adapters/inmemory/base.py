@@ -22,10 +22,15 @@ from awa.domain.job import JobRecord, RunLease, error_entry
 from awa.domain.policies import Backoff
 from awa.domain.states import JobState
 from awa.ports.clock import Clock
-from awa.ports.storage import JobFilter
+from awa.ports.storage import Ack, JobFilter
 
 LIVE_STATES = frozenset({JobState.Running, JobState.WaitingExternal})
+RUNNING_ONLY = frozenset({JobState.Running})
 CANCEL_CHANNEL = "awa:cancel"
+
+
+def ack(applied: bool) -> Ack:
+    return Ack.APPLIED if applied else Ack.STALE
 
 
 def queue_channel(queue: str) -> str:

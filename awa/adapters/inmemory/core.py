@@ -7,17 +7,14 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
-from awa.adapters.inmemory.base import LIVE_STATES, EngineBase, Write, queue_channel
+from awa.adapters.inmemory.base import RUNNING_ONLY, EngineBase, Write, ack, queue_channel
 from awa.adapters.inmemory.state import EngineState, new_record
-from awa.domain.errors import CallbackNotFound, DatabaseError, UniqueConflict, ValidationError
+from awa.domain.errors import DatabaseError, UniqueConflict
 from awa.domain.job import Claim, JobRecord, JobSpec, RunLease, error_entry
 from awa.domain.policies import PriorityAging
 from awa.domain.states import JobState
 from awa.domain.validation import validate_spec
 from awa.ports.storage import Ack, Rescued, UnitOfWork
-
-RUNNING_ONLY = frozenset({JobState.Running})
-CALLBACK_ACTIONS = frozenset({"complete", "fail", "retry", "resume"})
 
 
 class InMemoryUnitOfWork:
@@ -27,10 +24,6 @@ class InMemoryUnitOfWork:
         self.owner = owner
         self.pending: list[JobRecord] = []
         self.open = True
-
-
-def _ack(applied: bool) -> Ack:
-    return Ack.APPLIED if applied else Ack.STALE
 
 
 class CoreOps(EngineBase):
@@ -159,7 +152,7 @@ class CoreOps(EngineBase):
                     write.state.transition(
                         job, JobState.Completed, finalized_at=write.now, progress=None
                     )
-                acks.append(_ack(job is not None))
+                acks.append(ack(job is not None))
         return acks
 
     async def retry(self, lease: RunLease, *, error: str, delay: timedelta | None = None) -> Ack:
@@ -167,7 +160,7 @@ class CoreOps(EngineBase):
             job = self._live(write, lease)
             if job is not None:
                 self._retry_or_fail(write, job, error=error, delay=delay)
-        return _ack(job is not None)
+        return ack(job is not None)
 
     async def snooze(self, lease: RunLease, *, delay: timedelta) -> Ack:
         async with self._write() as write:
@@ -177,14 +170,14 @@ class CoreOps(EngineBase):
                 write.state.transition(
                     job, JobState.Scheduled, run_at=write.now + delay, attempt=job.attempt - 1
                 )
-        return _ack(job is not None)
+        return ack(job is not None)
 
     async def cancel_attempt(self, lease: RunLease, *, reason: str) -> Ack:
         async with self._write() as write:
             job = self._live(write, lease)
             if job is not None:
                 write.state.transition(job, JobState.Cancelled, finalized_at=write.now)
-        return _ack(job is not None)
+        return ack(job is not None)
 
     async def fail(self, lease: RunLease, *, error: str) -> Ack:
         async with self._write() as write:
@@ -194,7 +187,7 @@ class CoreOps(EngineBase):
                 self._fail_or_dlq(
                     write, job, errors=(*job.errors, entry), dlq_reason="terminal_error"
                 )
-        return _ack(job is not None)
+        return ack(job is not None)
 
     async def release(self, lease: RunLease, *, error: str) -> Ack:
         async with self._write() as write:
@@ -208,7 +201,7 @@ class CoreOps(EngineBase):
                     attempt=job.attempt - 1,
                     errors=(*job.errors, entry),
                 )
-        return _ack(job is not None)
+        return ack(job is not None)
 
     async def heartbeat(self, leases: Sequence[RunLease]) -> list[Ack]:
         acks = []
@@ -217,7 +210,7 @@ class CoreOps(EngineBase):
                 job = self._live(write, lease, RUNNING_ONLY)
                 if job is not None:
                     write.state.update(job, heartbeat_at=write.now)
-                acks.append(_ack(job is not None))
+                acks.append(ack(job is not None))
         return acks
 
     async def update_progress(
@@ -236,95 +229,7 @@ class CoreOps(EngineBase):
                     metadata={**job.metadata, **(metadata_updates or {})},
                     heartbeat_at=write.now,
                 )
-        return _ack(job is not None)
-
-    # ---------------------------------------------------------------- callbacks
-    async def register_callback(
-        self, lease: RunLease, *, callback_id: str, timeout: timedelta
-    ) -> Ack:
-        async with self._write() as write:
-            job = self._live(write, lease, RUNNING_ONLY)
-            if job is not None:
-                write.state.update(
-                    job, callback_id=callback_id, callback_timeout_at=write.now + timeout
-                )
-        return _ack(job is not None)
-
-    async def wait_for_callback(self, lease: RunLease) -> Ack:
-        async with self._write() as write:
-            job = self._live(write, lease, RUNNING_ONLY)
-            if job is not None and job.callback_id is None:
-                job = None
-            if job is not None:
-                write.state.transition(job, JobState.WaitingExternal)
-        return _ack(job is not None)
-
-    @staticmethod
-    def _by_callback(write: Write, callback_id: str) -> JobRecord:
-        for job in write.state.jobs.values():
-            if job.callback_id == callback_id and job.state in LIVE_STATES:
-                return job
-        raise CallbackNotFound(f"no job is waiting on callback {callback_id}")
-
-    async def resolve_callback(
-        self,
-        callback_id: str,
-        *,
-        action: str,
-        payload: Any = None,
-        error: str | None = None,
-    ) -> JobRecord:
-        if action not in CALLBACK_ACTIONS:
-            raise ValidationError(
-                "action", f"must be one of {sorted(CALLBACK_ACTIONS)}", value=action
-            )
-        async with self._write() as write:
-            job = self._by_callback(write, callback_id)
-            state, now = write.state, write.now
-            cleared: dict[str, Any] = {"callback_id": None, "callback_timeout_at": None}
-            if action == "complete":
-                state.transition(
-                    job, JobState.Completed, finalized_at=now, progress=None, **cleared
-                )
-            elif action == "fail":
-                entry = error_entry(
-                    error or "callback failed", attempt=job.attempt, at=now, terminal=True
-                )
-                self._fail_or_dlq(
-                    write,
-                    job,
-                    errors=(*job.errors, entry),
-                    dlq_reason="callback_failed",
-                    **cleared,
-                )
-            elif action == "retry":
-                entry = error_entry("callback retry requested", attempt=job.attempt, at=now)
-                state.transition(
-                    job, JobState.Retryable, run_at=now, errors=(*job.errors, entry), **cleared
-                )
-            elif job.state == JobState.WaitingExternal:
-                state.transition(
-                    job,
-                    JobState.Running,
-                    heartbeat_at=now,
-                    metadata={**job.metadata, "_awa_callback_result": payload},
-                )
-            else:
-                state.update(
-                    job,
-                    heartbeat_at=now,
-                    metadata={**job.metadata, "_awa_callback_result": payload},
-                )
-            after = state.jobs.get(job.id)
-            # A fail routed to the DLQ leaves no job row: report the failed snapshot.
-            result = after if after is not None else state.dlq[job.id].job
-        return result
-
-    async def heartbeat_callback(self, callback_id: str, *, timeout: timedelta) -> JobRecord:
-        async with self._write() as write:
-            job = self._by_callback(write, callback_id)
-            updated = write.state.update(job, callback_timeout_at=write.now + timeout)
-        return updated
+        return ack(job is not None)
 
     # ---------------------------------------------------------------- maintenance
     async def promote_due(self, *, limit: int = 4096) -> int:

@@ -52,11 +52,14 @@ awa_ensure_venv() {
     want="$(awa_hash "$AWA_ROOT/pyproject.toml")"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         echo "==> installing awa-py ($spec) into $AWA_VENV" >&2
-        (
-            cd "$AWA_ROOT" &&
-                "$AWA_VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-                    -e "$spec"
-        ) || return 1
+        # pip's output is kept out of the way unless the install fails.
+        local log="$AWA_VENV/.awa-install.log"
+        if ! (cd "$AWA_ROOT" && "$AWA_VENV/bin/python" -m pip install \
+            --disable-pip-version-check -e "$spec") >"$log" 2>&1; then
+            cat "$log" >&2
+            echo "error: installing $spec failed (log: $log)" >&2
+            return 1
+        fi
         echo "$want" >"$stamp"
         # Any install with extras also satisfies the plain install.
         echo "$want" >"$AWA_VENV/.awa-install-base"

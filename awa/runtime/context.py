@@ -57,6 +57,10 @@ class AttemptContext:
         }
         self._dirty = False
         self.callback_id: str | None = None
+        # While parked in waiting_external the attempt is not "running": heartbeats
+        # would report it stale, so the heartbeat service skips it.
+        self.parked = False
+        self.left_parked = False
 
     # ------------------------------------------------------------------ identity
     @property
@@ -156,21 +160,28 @@ class AttemptContext:
         instead, raises :class:`AttemptLost` (the job's fate was decided elsewhere)."""
         if self.callback_id is not None and token.id != self.callback_id:
             raise ValueError(f"callback token {token.id!r} was not registered by this attempt")
-        ack = await self.engine.wait_for_callback(self.lease)
-        if ack is Ack.STALE:
-            self.request_cancel()
-            raise AttemptLost(f"job {self.lease.job_id}: attempt is no longer running")
-        while True:
-            record = await self.engine.get_job(self.lease.job_id)
-            if record is None or record.run_lease != self.lease.lease:
-                break
-            if record.state == JobState.Running:
-                return record.metadata.get(CALLBACK_RESULT_KEY)
-            if record.state != JobState.WaitingExternal:
-                break
-            if self.is_cancelled():
-                break
-            await anyio.sleep(self.callback_poll_interval)
+        self.parked = True
+        try:
+            ack = await self.engine.wait_for_callback(self.lease)
+            if ack is Ack.STALE:
+                self.request_cancel()
+                raise AttemptLost(f"job {self.lease.job_id}: attempt is no longer running")
+            while True:
+                record = await self.engine.get_job(self.lease.job_id)
+                if record is None or record.run_lease != self.lease.lease:
+                    break
+                if record.state == JobState.Running:
+                    return record.metadata.get(CALLBACK_RESULT_KEY)
+                if record.state != JobState.WaitingExternal:
+                    break
+                await anyio.sleep(self.callback_poll_interval)
+        except anyio.get_cancelled_exc_class():
+            # Interrupted (shutdown) while parked: the job stays waiting for its
+            # callback instead of being released.
+            self.left_parked = True
+            raise
+        finally:
+            self.parked = False
         self.request_cancel()
         raise AttemptLost(f"job {self.lease.job_id}: callback resolved without resuming")
 

@@ -88,7 +88,7 @@ class Executor:
                 failure = exc
         context.cancel_scope = None
         if scope.cancelled_caught:
-            return _Release()
+            return None if context.left_parked else _Release()
         if failure is not None:
             return outcome_for_exception(failure)
         return outcome_for_result(result)

@@ -68,7 +68,7 @@ class HeartbeatService:
     async def beat(self, engine: StorageEngine | None = None) -> None:
         """One tick: flush dirty progress, then heartbeat every in-flight lease."""
         engine = engine or self._engine
-        contexts = self._inflight.snapshot()
+        contexts = [c for c in self._inflight.snapshot() if not c.parked]
         if not contexts:
             return
         try:

@@ -1,0 +1,368 @@
+"""Dispatch, execution and outcome mapping on the in-memory engine."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import pytest
+
+from awa.domain.errors import TerminalError
+from awa.domain.handler_results import Cancel, RetryAfter, Snooze, WaitForCallback
+from awa.domain.job import RunLease
+from awa.domain.states import JobState
+from awa.ports.storage import Ack
+from awa.runtime import AttemptContext, HandlerRegistry
+from tests.unit.test_runtime_support import (
+    enqueue,
+    fast_config,
+    job,
+    make_engine,
+    running,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
+
+
+async def test_async_and_sync_handlers_run_and_sync_does_not_block_the_loop() -> None:
+    engine = make_engine()
+    handlers = HandlerRegistry()
+    seen: list[str] = []
+    threads: list[int] = []
+
+    async def async_handler(ctx: AttemptContext) -> None:
+        seen.append(f"async:{ctx.record.args['n']}")
+
+    def sync_handler(ctx: AttemptContext) -> None:
+        threads.append(threading.get_ident())
+        time.sleep(0.2)
+        seen.append("sync")
+
+    handlers.register("a", async_handler)
+    handlers.register("s", sync_handler)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await anyio.sleep(0.01)
+            ticks += 1
+
+    async with running(engine, handlers) as runtime, anyio.create_task_group() as tg:
+        tg.start_soon(ticker)
+        [sync_job] = await enqueue(engine, "s")
+        await wait_until(lambda: threads)
+        ticks_before = ticks
+        await anyio.sleep(0.1)
+        # The loop kept ticking while the sync handler slept in its thread.
+        assert ticks - ticks_before >= 5
+        jobs = await enqueue(engine, "a", 3)
+        for record in [sync_job, *jobs]:
+            await wait_until(lambda r=record: _state_is(engine, r.id, JobState.Completed))
+        tg.cancel_scope.cancel()
+        assert threading.get_ident() not in threads
+        assert sorted(seen) == ["async:0", "async:1", "async:2", "sync"]
+        assert runtime.health().healthy
+
+
+async def _state_is(engine: Any, job_id: int, state: JobState) -> bool:
+    return (await job(engine, job_id)).state == state
+
+
+async def _run_one(handler: Any, kind: str = "k") -> tuple[Any, Any]:
+    engine = make_engine()
+    handlers = HandlerRegistry()
+    handlers.register(kind, handler)
+    async with running(engine, handlers):
+        [record] = await enqueue(engine, "k")
+        await wait_until(
+            lambda: _state_not_in(engine, record.id, (JobState.Available, JobState.Running))
+        )
+        return engine, await job(engine, record.id)
+
+
+async def _state_not_in(engine: Any, job_id: int, states: Sequence[JobState]) -> bool:
+    return (await job(engine, job_id)).state not in states
+
+
+async def test_return_value_other_than_result_completes() -> None:
+    async def handler(ctx: AttemptContext) -> str:
+        return "ignored"
+
+    _, record = await _run_one(handler)
+    assert record.state == JobState.Completed
+
+
+async def test_retry_after_schedules_a_retry() -> None:
+    async def handler(ctx: AttemptContext) -> RetryAfter:
+        return RetryAfter(30)
+
+    engine, record = await _run_one(handler)
+    assert record.state == JobState.Retryable
+    assert record.attempt == 1
+    assert record.run_at == engine._clock.now() + timedelta(seconds=30)
+
+
+async def test_snooze_does_not_spend_an_attempt() -> None:
+    async def handler(ctx: AttemptContext) -> Snooze:
+        return Snooze(60)
+
+    _, record = await _run_one(handler)
+    assert record.state == JobState.Scheduled
+    assert record.attempt == 0
+    assert record.errors == ()
+
+
+async def test_cancel_result_cancels() -> None:
+    async def handler(ctx: AttemptContext) -> Cancel:
+        return Cancel("not needed")
+
+    _, record = await _run_one(handler)
+    assert record.state == JobState.Cancelled
+
+
+async def test_wait_for_callback_result_parks_the_job() -> None:
+    async def handler(ctx: AttemptContext) -> WaitForCallback:
+        token = await ctx.register_callback(timeout_seconds=60)
+        return WaitForCallback(token)
+
+    _, record = await _run_one(handler)
+    assert record.state == JobState.WaitingExternal
+    assert record.callback_id is not None
+
+
+async def test_exception_is_retryable_with_error_text() -> None:
+    async def handler(ctx: AttemptContext) -> None:
+        raise ValueError("boom")
+
+    _, record = await _run_one(handler)
+    assert record.state == JobState.Retryable
+    error = record.errors[-1]["error"]
+    assert error.startswith("ValueError: boom\n")
+    assert "raise ValueError" in error
+    assert len(error.splitlines()) <= 11
+
+
+async def test_terminal_error_fails_without_retry() -> None:
+    class Fatal(TerminalError):
+        pass
+
+    def handler(ctx: AttemptContext) -> None:
+        raise Fatal("bad input")
+
+    _, record = await _run_one(handler)
+    assert record.state == JobState.Failed
+    assert record.errors[-1]["error"] == "Fatal: bad input"
+    assert record.errors[-1].get("terminal") is True
+
+
+async def test_unknown_kind_fails_terminally() -> None:
+    async def handler(ctx: AttemptContext) -> None:
+        raise AssertionError("not called")
+
+    engine = make_engine()
+    handlers = HandlerRegistry()
+    handlers.register("known", handler)
+    async with running(engine, handlers):
+        [record] = await enqueue(engine, "mystery")
+        await wait_until(lambda: _state_is(engine, record.id, JobState.Failed))
+    failed = await job(engine, record.id)
+    assert failed.errors[-1]["error"] == "unknown job kind: mystery"
+
+
+async def test_job_factory_builds_the_handler_argument() -> None:
+    engine = make_engine()
+    handlers = HandlerRegistry()
+    got: list[Any] = []
+
+    async def handler(value: Any) -> None:
+        got.append(value)
+
+    handlers.register("k", handler, job_factory=lambda rec, ctx: ("job", rec.id, ctx.lease))
+    async with running(engine, handlers):
+        [record] = await enqueue(engine, "k")
+        await wait_until(lambda: got)
+    assert got == [("job", record.id, RunLease(record.id, 1))]
+
+
+async def test_completions_are_batched() -> None:
+    engine = make_engine()
+    calls: list[int] = []
+    original = engine.complete
+
+    async def counting(leases: Sequence[RunLease]) -> list[Ack]:
+        calls.append(len(leases))
+        return await original(leases)
+
+    engine.complete = counting  # type: ignore[method-assign]
+    handlers = HandlerRegistry()
+
+    async def handler(ctx: AttemptContext) -> None:
+        await anyio.sleep(0.01)
+
+    handlers.register("k", handler)
+    config = fast_config(handlers, [("default", 100)], completion_flush_ms=5)
+    async with running(engine, handlers, config):
+        await enqueue(engine, "k", 200)
+        await wait_until(lambda: sum(calls) == 200)
+    assert len(calls) < 40
+    counts = {c.queue: c for c in await engine.queue_counts()}
+    assert counts["default"].count(JobState.Completed) == 200
+
+
+async def test_permit_is_released_only_after_the_flush_is_acknowledged() -> None:
+    engine = make_engine()
+    gate = anyio.Event()
+    original = engine.complete
+
+    async def gated(leases: Sequence[RunLease]) -> list[Ack]:
+        await gate.wait()
+        return await original(leases)
+
+    engine.complete = gated  # type: ignore[method-assign]
+    handlers = HandlerRegistry()
+    started: list[int] = []
+
+    async def handler(ctx: AttemptContext) -> None:
+        started.append(ctx.lease.job_id)
+
+    handlers.register("k", handler)
+    async with running(engine, handlers, fast_config(handlers, [("default", 1)])) as runtime:
+        first, second = await enqueue(engine, "k", 2)
+        await wait_until(lambda: started)
+        await anyio.sleep(0.1)
+        assert started == [first.id]
+        assert runtime.health().queues["default"].in_flight == 1
+        assert runtime.health().queues["default"].available == 0
+        gate.set()
+        await wait_until(lambda: started == [first.id, second.id])
+        await wait_until(lambda: _state_is(engine, second.id, JobState.Completed))
+
+
+async def test_hard_reserved_cap_is_never_exceeded() -> None:
+    engine = make_engine()
+    handlers = HandlerRegistry()
+    active = peak = done = 0
+
+    async def handler(ctx: AttemptContext) -> None:
+        nonlocal active, peak, done
+        active += 1
+        peak = max(peak, active)
+        await anyio.sleep(0.01)
+        active -= 1
+        done += 1
+
+    handlers.register("k", handler)
+    async with running(engine, handlers, fast_config(handlers, [("default", 3)])):
+        await enqueue(engine, "k", 30)
+        await wait_until(lambda: done == 30)
+    assert peak == 3
+
+
+async def test_weighted_overflow_split_by_weight_with_min_guarantee() -> None:
+    engine = make_engine()
+    handlers = HandlerRegistry()
+    active = {"a": 0, "b": 0, "c": 0}
+    samples: list[dict[str, int]] = []
+
+    def make(queue: str) -> Any:
+        async def handler(ctx: AttemptContext) -> None:
+            active[queue] += 1
+            await anyio.sleep(0.02)
+            active[queue] -= 1
+
+        return handler
+
+    for queue in active:
+        handlers.register(queue, make(queue), queue=queue)
+    config = fast_config(
+        handlers,
+        [
+            {"name": "a", "weight": 2},
+            {"name": "b", "weight": 1},
+            {"name": "c", "min_workers": 2, "weight": 1},
+        ],
+        global_max_workers=11,
+    )
+    async with running(engine, handlers, config) as runtime:
+        await enqueue(engine, "a", 400, queue="a")
+        await enqueue(engine, "b", 400, queue="b")
+        await enqueue(engine, "c", 400, queue="c")
+        await anyio.sleep(0.15)
+        for _ in range(30):
+            samples.append(dict(active))
+            assert sum(active.values()) <= 11
+            await anyio.sleep(0.01)
+        health = runtime.health().queues
+        assert health["c"].min_workers == 2 and health["a"].weight == 2
+        assert health["a"].max_workers is None
+    mean = {q: sum(s[q] for s in samples) / len(samples) for q in active}
+    # Overflow of 9 split 2:1:1 on top of c's guaranteed 2: about 4.5 / 2.25 / 4.25.
+    assert mean["a"] > mean["b"] * 1.4
+    assert mean["c"] >= 2
+    assert sum(mean.values()) > 9
+
+
+async def test_rate_limit_gates_claims() -> None:
+    engine = make_engine()
+    handlers = HandlerRegistry()
+    stamps: list[float] = []
+
+    async def handler(ctx: AttemptContext) -> None:
+        stamps.append(time.monotonic())
+
+    handlers.register("k", handler)
+    config = fast_config(
+        handlers, [{"name": "default", "max_workers": 10, "rate_limit": (20.0, 2)}]
+    )
+    async with running(engine, handlers, config):
+        await enqueue(engine, "k", 8)
+        await wait_until(lambda: len(stamps) == 8)
+    # Burst of 2 immediately, then 20/s: the remaining 6 need about 0.3 s.
+    assert stamps[-1] - stamps[0] >= 0.25
+
+
+async def test_pickup_latency_with_notifications_is_well_under_100ms() -> None:
+    engine = make_engine()
+    handlers = HandlerRegistry()
+    picked: list[float] = []
+
+    async def handler(ctx: AttemptContext) -> None:
+        picked.append(time.monotonic())
+
+    handlers.register("k", handler)
+    # A long poll interval proves the wake-up came from the notification.
+    config = fast_config(handlers, poll_interval_ms=5000)
+    async with running(engine, handlers, config):
+        await anyio.sleep(0.05)
+        latencies = []
+        for _ in range(5):
+            before = time.monotonic()
+            await enqueue(engine, "k")
+            await wait_until(lambda n=len(latencies): len(picked) == n + 1, interval=0.001)
+            latencies.append(picked[-1] - before)
+    assert max(latencies) < 0.1
+
+
+async def test_no_claims_after_shutdown_begins() -> None:
+    engine = make_engine()
+    handlers = HandlerRegistry()
+    ran: list[int] = []
+
+    async def handler(ctx: AttemptContext) -> None:
+        ran.append(ctx.lease.job_id)
+
+    handlers.register("k", handler)
+    async with running(engine, handlers) as runtime:
+        await runtime.shutdown(500)
+        [record] = await enqueue(engine, "k")
+        await anyio.sleep(0.1)
+        assert ran == []
+        assert (await job(engine, record.id)).state == JobState.Available
+        assert runtime.health().shutting_down
+        assert not runtime.health().poll_loop_alive

@@ -1,1 +1,87 @@
-"""Awa: a Postgres-native background job queue."""
+"""Awa: a Postgres-native background job queue.
+
+``AsyncClient`` / ``Client`` enqueue and administer jobs; ``AsyncClient.task`` and
+``AsyncClient.start`` run workers. Importing this package opens no connections.
+"""
+
+from awa import callback_contract
+from awa.domain.errors import (
+    AwaError,
+    CallbackNotFound,
+    DatabaseError,
+    SchemaNotMigrated,
+    SerializationError,
+    TerminalError,
+    UniqueConflict,
+    UnknownJobKind,
+    ValidationError,
+)
+from awa.domain.handler_results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
+from awa.domain.kinds import derive_kind
+from awa.domain.routing import PartitionedQueue
+from awa.domain.states import JobState
+from awa.entrypoints.bootstrap import (
+    current_migration_version,
+    migrate,
+    migrations,
+    migrations_range,
+)
+from awa.entrypoints.client import (
+    AsyncClient,
+    BatchOperation,
+    BatchOperationFilter,
+    BatchOperationKind,
+    BatchOperationPreview,
+    BatchOperationState,
+    Client,
+    DlqEntry,
+    HealthCheck,
+    Job,
+    QueueHealth,
+    QueueStat,
+    ResolveResult,
+    RetryFailedResult,
+    SyncTransaction,
+    Transaction,
+)
+
+__all__ = [
+    "AsyncClient",
+    "AwaError",
+    "BatchOperation",
+    "BatchOperationFilter",
+    "BatchOperationKind",
+    "BatchOperationPreview",
+    "BatchOperationState",
+    "CallbackNotFound",
+    "CallbackToken",
+    "Cancel",
+    "Client",
+    "DatabaseError",
+    "DlqEntry",
+    "HealthCheck",
+    "Job",
+    "JobState",
+    "PartitionedQueue",
+    "QueueHealth",
+    "QueueStat",
+    "ResolveResult",
+    "RetryAfter",
+    "RetryFailedResult",
+    "SchemaNotMigrated",
+    "SerializationError",
+    "Snooze",
+    "SyncTransaction",
+    "TerminalError",
+    "Transaction",
+    "UniqueConflict",
+    "UnknownJobKind",
+    "ValidationError",
+    "WaitForCallback",
+    "callback_contract",
+    "current_migration_version",
+    "derive_kind",
+    "migrate",
+    "migrations",
+    "migrations_range",
+]

@@ -1,0 +1,234 @@
+"""Turning user-supplied job arguments and insert options into validated ``JobSpec`` values.
+
+Args may be a dataclass instance, a pydantic model (dumped with ``model_dump(mode="json")``)
+or a plain dict (which then needs ``kind=``, else the kind is derived from ``dict``).
+Handlers receive args rebuilt into the registered type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import UTC, date, datetime, time
+from decimal import Decimal
+from typing import Any
+
+import blake3
+
+from awa.domain.errors import ValidationError
+from awa.domain.job import JobSpec
+from awa.domain.kinds import derive_kind
+from awa.domain.unique import UniqueOpts, derive_unique_key
+from awa.domain.validation import (
+    validate_max_attempts,
+    validate_name,
+    validate_priority,
+    validate_spec,
+    validate_tags,
+)
+
+ARGS_TYPE_ERROR = "Job args must be a dataclass, pydantic BaseModel, or dict"
+
+
+def _is_pydantic(value: Any) -> bool:
+    return hasattr(value, "model_dump") and hasattr(type(value), "model_validate")
+
+
+def to_json_value(value: Any) -> Any:
+    """Convert dataclass field values into JSON-compatible values (datetimes as ISO text)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): to_json_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [to_json_value(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_json_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if _is_pydantic(value):
+        return value.model_dump(mode="json")
+    if isinstance(value, enum.Enum):
+        return to_json_value(value.value)
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID | Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    raise ValidationError("args", f"is not JSON-serialisable ({type(value).__name__})")
+
+
+def serialize_args(args: Any, kind: str | None) -> tuple[str, Any]:
+    """Return ``(kind, json_args)`` for a dataclass, pydantic model or dict."""
+    if isinstance(args, type):
+        raise ValidationError("args", ARGS_TYPE_ERROR)
+    if dataclasses.is_dataclass(args):
+        payload: Any = to_json_value(args)
+    elif _is_pydantic(args):
+        payload = args.model_dump(mode="json")
+    elif isinstance(args, Mapping):
+        payload = to_json_value(args)
+    else:
+        raise ValidationError("args", ARGS_TYPE_ERROR)
+    resolved = kind if kind is not None else derive_kind(type(args).__name__)
+    return resolved, payload
+
+
+def kind_for_type(args_type: type[Any], kind: str | None) -> str:
+    """The kind a handler registered for ``args_type`` serves."""
+    return kind if kind is not None else derive_kind(args_type.__name__)
+
+
+def rebuild_args(args_type: type[Any] | None, data: Any) -> Any:
+    """Rebuild stored JSON args as ``args_type`` (pydantic ``model_validate``, dataclass
+    ``Type(**data)``); dict args or an unknown type keep the raw value."""
+    if args_type is None or args_type is dict or not isinstance(data, dict):
+        return data
+    validate = getattr(args_type, "model_validate", None)
+    if callable(validate):
+        return validate(data)
+    if dataclasses.is_dataclass(args_type):
+        names = {f.name for f in dataclasses.fields(args_type) if f.init}
+        return args_type(**{k: v for k, v in data.items() if k in names})
+    return data
+
+
+_NAIVE_FORMATS = (
+    "%Y-%m-%dT%H:%M:%S",
+    "%Y-%m-%d %H:%M:%S",
+    "%Y-%m-%dT%H:%M:%S.%f",
+    "%Y-%m-%d %H:%M:%S.%f",
+)
+_FRACTION = re.compile(r"(\.\d{6})\d+")
+
+
+def parse_run_at(value: Any) -> datetime | None:
+    """``run_at``: a datetime (naive means UTC) or an RFC 3339 /
+    ``YYYY-MM-DD[T ]HH:MM:SS[.f]`` string (no offset means UTC)."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+    if isinstance(value, str):
+        text = _FRACTION.sub(r"\1", value.strip())
+        parsed: datetime | None = None
+        if re.fullmatch(
+            r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:?\d{2})?", text
+        ):
+            try:
+                parsed = datetime.fromisoformat(text.replace("z", "Z"))
+            except ValueError:
+                parsed = None
+        if parsed is None:
+            for fmt in _NAIVE_FORMATS:
+                try:
+                    parsed = datetime.strptime(text, fmt)
+                    break
+                except ValueError:
+                    continue
+        if parsed is None:
+            raise ValidationError("run_at", f"invalid datetime string: {value!r}", value=value)
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
+    raise ValidationError(
+        "run_at", f"must be a datetime or string, got {type(value).__name__}", value=value
+    )
+
+
+def ordering_key_bytes(value: Any) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise ValidationError("ordering_key", f"must be bytes or str, got {type(value).__name__}")
+
+
+def blake3_digest(material: bytes) -> bytes:
+    return bytes(blake3.blake3(material).digest())
+
+
+def unique_key_for(
+    kind: str, *, queue: str | None, args: Any | None, period_bucket: int | None
+) -> bytes:
+    """The BLAKE3 unique key of ``(kind, queue?, args?, period_bucket?)``."""
+    return derive_unique_key(
+        blake3_digest, kind, queue=queue, args=args, period_bucket=period_bucket
+    )
+
+
+def build_spec(
+    args: Any,
+    *,
+    kind: str | None = None,
+    queue: str = "default",
+    priority: int = 2,
+    max_attempts: int = 25,
+    tags: Sequence[str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    run_at: Any = None,
+    unique_opts: Mapping[str, Any] | None = None,
+    ordering_key: bytes | str | None = None,
+) -> JobSpec:
+    """Validate every insert option and build the ``JobSpec``; errors name the field."""
+    resolved_kind, payload = serialize_args(args, kind)
+    validate_name("kind", resolved_kind)
+    validate_name("queue", queue)
+    validate_priority(priority)
+    validate_max_attempts(max_attempts)
+    tag_tuple = validate_tags(tags or ())
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise ValidationError("metadata", "must be a dict")
+    meta = to_json_value(dict(metadata or {}))
+    when = parse_run_at(run_at)
+    unique_key: bytes | None = None
+    unique_states: int | None = None
+    if unique_opts is not None:
+        if not isinstance(unique_opts, Mapping):
+            raise ValidationError("unique_opts", "must be a dict")
+        opts = UniqueOpts.from_dict(dict(unique_opts))
+        unique_key = unique_key_for(
+            resolved_kind,
+            queue=queue if opts.by_queue else None,
+            args=payload if opts.by_args else None,
+            period_bucket=opts.by_period,
+        )
+        unique_states = opts.states
+    spec = JobSpec(
+        kind=resolved_kind,
+        args=payload,
+        queue=queue,
+        priority=priority,
+        max_attempts=max_attempts,
+        run_at=when,
+        metadata=meta,
+        tags=tag_tuple,
+        unique_key=unique_key,
+        unique_states=unique_states,
+        ordering_key=ordering_key_bytes(ordering_key),
+    )
+    return validate_spec(spec)
+
+
+def build_specs(
+    jobs: Sequence[Any],
+    *,
+    opts: Sequence[Mapping[str, Any] | None] | None = None,
+    **common: Any,
+) -> list[JobSpec]:
+    """Specs for a bulk insert; ``opts[i]`` may override ``queue`` / ``ordering_key``."""
+    if opts is not None and len(opts) != len(jobs):
+        raise ValidationError("opts", f"must have one entry per job ({len(jobs)}), got {len(opts)}")
+    specs: list[JobSpec] = []
+    for index, job in enumerate(jobs):
+        options = dict(common)
+        override = opts[index] if opts is not None else None
+        if override:
+            unknown = set(override) - {"queue", "ordering_key"}
+            if unknown:
+                raise ValidationError("opts", f"unknown keys: {sorted(unknown)}")
+            options.update(override)
+        specs.append(build_spec(job, **options))
+    return specs

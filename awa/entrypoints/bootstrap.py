@@ -1,0 +1,154 @@
+"""Composition root: picks the concrete storage engine and Postgres plumbing for a client.
+
+Everything the public client needs from the outside world is opened here, so switching
+the engine (canonical today, queue storage later) is a change to this module only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+import attrs
+import psycopg
+from psycopg.rows import DictRow
+from psycopg_pool import AsyncConnectionPool
+
+from awa.adapters._pg import migrations as pg_migrations
+from awa.adapters._pg.errors import map_error
+from awa.adapters.clock import SystemClock
+from awa.domain.errors import DatabaseError
+from awa.domain.job import JobRecord, JobSpec
+from awa.domain.policies import Backoff
+from awa.ports.leader import LeaderLock
+from awa.ports.notifier import Notifier
+from awa.ports.runtime_registry import RuntimeRegistry
+from awa.ports.storage import StorageEngine, UnitOfWork
+
+Connection = psycopg.AsyncConnection[DictRow]
+
+ELIGIBILITY_TIMEOUT = 10.0
+
+
+class ClientEngine(StorageEngine, Protocol):
+    """A storage engine that can also join a caller's open database transaction."""
+
+    def unit_of_work_for(self, conn: Connection) -> UnitOfWork: ...
+
+    @property
+    def pool(self) -> AsyncConnectionPool[Connection]: ...
+
+
+@attrs.define
+class Wiring:
+    """The engine, whose connection pool also serves client transactions and raw SQL."""
+
+    url: str
+    engine: ClientEngine
+
+    @property
+    def pool(self) -> AsyncConnectionPool[Connection]:
+        return self.engine.pool
+
+    async def acquire(self) -> Connection:
+        try:
+            conn: Connection = await self.pool.getconn()
+        except Exception as exc:
+            raise map_error(exc) from exc
+        return conn
+
+    async def release(self, conn: Connection) -> None:
+        await self.pool.putconn(conn)
+
+    async def enqueue(
+        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None
+    ) -> list[JobRecord]:
+        return await self.engine.enqueue_many(specs, uow=uow)
+
+    async def close(self) -> None:
+        await self.engine.close()
+
+
+def check_reachable(url: str, *, timeout: float = ELIGIBILITY_TIMEOUT) -> None:
+    """Connect once, synchronously, so a bad URL fails at client construction."""
+    try:
+        conn = psycopg.connect(url, connect_timeout=max(1, int(timeout)))
+    except (psycopg.Error, OSError) as exc:
+        raise DatabaseError(f"could not connect to the database: {exc}") from exc
+    conn.close()
+
+
+async def open_wiring(url: str, *, max_connections: int) -> Wiring:
+    """Open the storage engine selected for this deployment."""
+    from awa.adapters.postgres_canonical import CanonicalEngine
+
+    engine: Any = await CanonicalEngine.open(
+        url, clock=SystemClock(), backoff=Backoff(), max_connections=max_connections
+    )
+    return Wiring(url=url, engine=engine)
+
+
+async def migrate(url: str) -> None:
+    """Apply every pending schema migration to the database at ``url``."""
+    await pg_migrations.migrate(url)
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """Every migration as ``(version, description, sql)``."""
+    return [(int(v), str(d), str(s)) for v, d, s in pg_migrations.migrations()]
+
+
+def migrations_range(from_version: int, to_version: int) -> list[tuple[int, str, str]]:
+    """Migrations with ``from_version < version <= to_version``."""
+    return [
+        (int(v), str(d), str(s))
+        for v, d, s in pg_migrations.migrations_range(from_version, to_version)
+    ]
+
+
+def current_migration_version() -> int:
+    """The schema version this package migrates to."""
+    return int(pg_migrations.current_migration_version())
+
+
+@attrs.define
+class RuntimePorts:
+    """Notifier, leader lock and runtime registry for one worker runtime."""
+
+    notifier: Notifier | None
+    leader_lock: LeaderLock | None
+    registry: RuntimeRegistry | None
+    closers: list[Callable[[], Awaitable[None]]] = attrs.field(factory=list)
+
+    async def close(self) -> None:
+        for closer in reversed(self.closers):
+            await closer()
+        self.closers.clear()
+
+
+async def open_runtime_ports(wiring: Wiring) -> RuntimePorts:
+    """The Postgres notifier (``LISTEN awa:<queue>``), the maintenance leader lock and the
+    ``awa.runtime_instances`` registry, for the engine in ``wiring``."""
+    try:
+        from awa.adapters._pg import leader as pg_leader
+        from awa.adapters._pg import notifier as pg_notifier
+    except ImportError:
+        return RuntimePorts(notifier=None, leader_lock=None, registry=None)
+    notifier: Any = pg_notifier.PostgresNotifier(wiring.url)
+    leader_lock: Any = pg_leader.PostgresLeaderLock(wiring.url)
+    ports = RuntimePorts(notifier=notifier, leader_lock=leader_lock, registry=None)
+    for resource in (notifier, leader_lock):
+        closer = getattr(resource, "close", None) or getattr(resource, "release", None)
+        if closer is not None:
+            ports.closers.append(closer)
+    return ports
+
+
+async def ping(wiring: Wiring) -> bool:
+    """Whether a pooled connection answers ``SELECT 1``."""
+    try:
+        async with wiring.pool.connection() as conn:
+            await conn.execute("SELECT 1")
+    except Exception:
+        return False
+    return True

@@ -1,0 +1,48 @@
+"""The public client module: ``AsyncClient``, ``Client`` and their value types."""
+
+from awa.entrypoints.client_async import AsyncClient
+from awa.entrypoints.client_sync import Client
+from awa.entrypoints.job import Job
+from awa.entrypoints.results import (
+    DEFAULT_QUEUE_STORAGE_CLAIM_SLOT_COUNT,
+    DEFAULT_QUEUE_STORAGE_LEASE_SLOT_COUNT,
+    DEFAULT_QUEUE_STORAGE_QUEUE_SLOT_COUNT,
+    DEFAULT_QUEUE_STORAGE_QUEUE_STRIPE_COUNT,
+    DEFAULT_QUEUE_STORAGE_SCHEMA,
+    BatchOperation,
+    BatchOperationFilter,
+    BatchOperationKind,
+    BatchOperationPreview,
+    BatchOperationState,
+    DlqEntry,
+    HealthCheck,
+    QueueHealth,
+    QueueStat,
+    ResolveResult,
+    RetryFailedResult,
+)
+from awa.entrypoints.transaction import SyncTransaction, Transaction
+
+__all__ = [
+    "DEFAULT_QUEUE_STORAGE_CLAIM_SLOT_COUNT",
+    "DEFAULT_QUEUE_STORAGE_LEASE_SLOT_COUNT",
+    "DEFAULT_QUEUE_STORAGE_QUEUE_SLOT_COUNT",
+    "DEFAULT_QUEUE_STORAGE_QUEUE_STRIPE_COUNT",
+    "DEFAULT_QUEUE_STORAGE_SCHEMA",
+    "AsyncClient",
+    "BatchOperation",
+    "BatchOperationFilter",
+    "BatchOperationKind",
+    "BatchOperationPreview",
+    "BatchOperationState",
+    "Client",
+    "DlqEntry",
+    "HealthCheck",
+    "Job",
+    "QueueHealth",
+    "QueueStat",
+    "ResolveResult",
+    "RetryFailedResult",
+    "SyncTransaction",
+    "Transaction",
+]

@@ -1,0 +1,340 @@
+"""Async client operations for operators: DLQ, external callbacks and job dumps."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from awa.domain.errors import CallbackNotFound, ValidationError
+from awa.domain.job import DlqEntry as DlqRecord
+from awa.domain.job import JobRecord
+from awa.domain.states import TERMINAL_STATES, JobState
+from awa.entrypoints.args import parse_run_at
+from awa.entrypoints.client_core import ClientCore, json_default, not_found
+from awa.entrypoints.job import Job, rfc3339
+from awa.entrypoints.results import DlqEntry, ResolveResult
+from awa.ports.storage import DlqFilter, JobFilter
+
+RESOLVE_DEFAULTS = ("complete", "fail", "ignore")
+_CALLBACK_SCAN_LIMIT = 100_000
+
+
+def _dlq_entry(entry: DlqRecord) -> DlqEntry:
+    return DlqEntry(Job(entry.job), entry.reason, entry.dlq_at, entry.original_run_lease)
+
+
+def _callback_id(callback_id: str) -> str:
+    try:
+        return str(uuid.UUID(callback_id))
+    except (ValueError, TypeError, AttributeError):
+        raise ValidationError("callback_id", f"not a valid UUID: {callback_id!r}") from None
+
+
+def _guard(operation: str, fields: str, filter_empty: bool, allow_all: bool) -> None:
+    if filter_empty and not allow_all:
+        raise ValidationError(
+            "filter", f"{operation} requires at least one of {fields} (or allow_all=true)"
+        )
+
+
+def job_dict(record: JobRecord) -> dict[str, Any]:
+    """Every column of a job, JSON-ready."""
+    return {
+        "id": record.id,
+        "kind": record.kind,
+        "queue": record.queue,
+        "args": record.args,
+        "state": str(record.state),
+        "priority": record.priority,
+        "attempt": record.attempt,
+        "run_lease": record.run_lease,
+        "max_attempts": record.max_attempts,
+        "run_at": rfc3339(record.run_at),
+        "heartbeat_at": rfc3339(record.heartbeat_at),
+        "deadline_at": rfc3339(record.deadline_at),
+        "attempted_at": rfc3339(record.attempted_at),
+        "finalized_at": rfc3339(record.finalized_at),
+        "created_at": rfc3339(record.created_at),
+        "errors": list(record.errors),
+        "metadata": record.metadata,
+        "tags": list(record.tags),
+        "unique_key": None if record.unique_key is None else record.unique_key.hex(),
+        "unique_states": record.unique_states,
+        "callback_id": record.callback_id,
+        "callback_timeout_at": rfc3339(record.callback_timeout_at),
+        "progress": record.progress,
+    }
+
+
+def _timeline(record: JobRecord) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = [
+        {"timestamp": rfc3339(record.created_at), "label": "Created", "state": None}
+    ]
+    for entry in record.errors:
+        events.append(
+            {
+                "timestamp": entry.get("at"),
+                "label": f"Attempt {entry.get('attempt')} failed",
+                "state": None,
+                "detail": entry.get("error"),
+                "is_error": True,
+            }
+        )
+    if record.attempted_at is not None:
+        events.append({"timestamp": rfc3339(record.attempted_at), "label": "Last attempt started"})
+    if record.finalized_at is not None:
+        events.append(
+            {
+                "timestamp": rfc3339(record.finalized_at),
+                "label": f"Finalized ({record.state})",
+                "state": str(record.state),
+            }
+        )
+    return events
+
+
+class AdminMixin(ClientCore):
+    """DLQ, external-callback and inspection methods of the async client."""
+
+    # ------------------------------------------------------------------ inspection
+    async def dump_job(self, job_id: int) -> str:
+        """Everything known about a job (row, summary, timeline, DLQ entry) as JSON."""
+        engine = await self._engine()
+        record = await engine.get_job(job_id)
+        dlq = await engine.get_dlq(job_id) if record is None else None
+        if record is None and dlq is None:
+            raise not_found(job_id)
+        source = record if record is not None else dlq.job  # type: ignore[union-attr]
+        doc: dict[str, Any] = {
+            "job": job_dict(source),
+            "summary": {
+                "original_priority": source.metadata.get("_awa_original_priority", source.priority),
+                "can_retry": source.state in TERMINAL_STATES or dlq is not None,
+                "can_cancel": source.state not in TERMINAL_STATES and dlq is None,
+                "error_count": len(source.errors),
+                "latest_error": source.errors[-1].get("error") if source.errors else None,
+            },
+            "timeline": _timeline(source),
+        }
+        if dlq is not None:
+            doc["dlq"] = {
+                "reason": dlq.reason,
+                "dlq_at": rfc3339(dlq.dlq_at),
+                "original_run_lease": dlq.original_run_lease,
+            }
+        return json.dumps(doc, indent=2, default=json_default)
+
+    async def dump_run(self, job_id: int, attempt: int | None = None) -> str:
+        """One attempt of a job (the current one by default) as JSON."""
+        record = await (await self._engine()).get_job(job_id)
+        if record is None:
+            raise not_found(job_id)
+        selected = record.attempt if attempt is None else attempt
+        if not 0 <= selected <= record.attempt:
+            raise ValidationError(
+                "attempt", f"job {job_id} has attempts 0..{record.attempt}, got {selected}"
+            )
+        error = next((e for e in record.errors if e.get("attempt") == selected), None)
+        current = selected == record.attempt
+        notes: list[str] = []
+        if selected == 0:
+            notes.append("Job has not been claimed yet; attempt 0 is the pre-run snapshot.")
+        doc = {
+            "job_id": record.id,
+            "kind": record.kind,
+            "queue": record.queue,
+            "selected_attempt": selected,
+            "current_attempt": record.attempt,
+            "current_run_lease": record.run_lease,
+            "source": "current_job_row" if current else "error_history",
+            "state": str(record.state) if current else None,
+            "started_at": rfc3339(record.attempted_at) if current else None,
+            "finished_at": rfc3339(record.finalized_at) if current else error and error["at"],
+            "error": None if error is None else error.get("error"),
+            "terminal": None if error is None else bool(error.get("terminal", False)),
+            "progress": record.progress if current else None,
+            "metadata": record.metadata,
+            "callback": (
+                None
+                if record.callback_id is None
+                else {
+                    "id": record.callback_id,
+                    "timeout_at": rfc3339(record.callback_timeout_at),
+                }
+            ),
+            "raw_error_entry": error,
+            "notes": notes,
+        }
+        return json.dumps(doc, indent=2, default=json_default)
+
+    # ------------------------------------------------------------------ DLQ
+    async def list_dlq(
+        self,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        tag: str | None = None,
+        before_id: int | None = None,
+        before_dlq_at: datetime | None = None,
+        limit: int = 100,
+    ) -> list[DlqEntry]:
+        """DLQ entries, newest first; ``before_*`` continue from the previous page."""
+        dlq_filter = DlqFilter(
+            kind=kind, queue=queue, tag=tag, before_id=before_id, before_dlq_at=before_dlq_at
+        )
+        entries = await (await self._engine()).list_dlq(dlq_filter, limit=limit)
+        return [_dlq_entry(e) for e in entries]
+
+    async def get_dlq_job(self, job_id: int) -> DlqEntry | None:
+        """The DLQ entry of a job, or ``None``."""
+        entry = await (await self._engine()).get_dlq(job_id)
+        return None if entry is None else _dlq_entry(entry)
+
+    async def dlq_depth(self, *, queue: str | None = None) -> int:
+        """How many jobs the DLQ holds (for one queue, or in total)."""
+        return await (await self._engine()).dlq_depth(queue)
+
+    async def dlq_depth_by_queue(self) -> list[tuple[str, int]]:
+        """DLQ depth per queue."""
+        return await (await self._engine()).dlq_depth_by_queue()
+
+    async def retry_from_dlq(
+        self,
+        job_id: int,
+        *,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+    ) -> Job[Any] | None:
+        """Re-enqueue a DLQ'd job with a fresh attempt budget; ``None`` if not in the DLQ."""
+        record = await (await self._engine()).retry_from_dlq(
+            job_id, run_at=parse_run_at(run_at), priority=priority, queue=queue
+        )
+        return None if record is None else Job(record)
+
+    async def bulk_retry_from_dlq(
+        self,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        tag: str | None = None,
+        allow_all: bool = False,
+    ) -> int:
+        """Re-enqueue every matching DLQ entry; an empty filter needs ``allow_all``."""
+        dlq_filter = DlqFilter(kind=kind, queue=queue, tag=tag)
+        _guard("bulk_retry_from_dlq", "kind, queue, or tag", dlq_filter.is_empty, allow_all)
+        return await (await self._engine()).bulk_retry_from_dlq(dlq_filter)
+
+    async def move_failed_to_dlq(self, job_id: int, reason: str) -> DlqEntry | None:
+        """Move one failed job into the DLQ; ``None`` if it is not a failed job."""
+        entry = await (await self._engine()).move_failed_to_dlq(job_id, reason=reason)
+        return None if entry is None else _dlq_entry(entry)
+
+    async def bulk_move_failed_to_dlq(
+        self,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        reason: str = "manual",
+        allow_all: bool = False,
+    ) -> int:
+        """Move every matching failed job into the DLQ; an empty filter needs ``allow_all``."""
+        empty = kind is None and queue is None
+        _guard("bulk_move_failed_to_dlq", "kind or queue", empty, allow_all)
+        return await (await self._engine()).bulk_move_failed_to_dlq(
+            JobFilter(kind=kind, queue=queue), reason=reason
+        )
+
+    async def purge_dlq_job(self, job_id: int) -> bool:
+        """Delete one DLQ entry; returns whether it existed."""
+        return await (await self._engine()).purge_dlq_job(job_id)
+
+    async def purge_dlq(
+        self,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        tag: str | None = None,
+        before_id: int | None = None,
+        before_dlq_at: datetime | None = None,
+        allow_all: bool = False,
+    ) -> int:
+        """Delete matching DLQ entries; an empty filter needs ``allow_all``."""
+        dlq_filter = DlqFilter(
+            kind=kind, queue=queue, tag=tag, before_id=before_id, before_dlq_at=before_dlq_at
+        )
+        _guard("purge_dlq", "kind, queue, or tag", dlq_filter.is_empty, allow_all)
+        return await (await self._engine()).purge_dlq(dlq_filter)
+
+    # ------------------------------------------------------------------ callbacks
+    async def _resolve(
+        self, callback_id: str, action: str, payload: Any = None, error: str | None = None
+    ) -> Job[Any]:
+        record = await (await self._engine()).resolve_callback(
+            _callback_id(callback_id), action=action, payload=payload, error=error
+        )
+        return Job(record)
+
+    async def complete_external(
+        self, callback_id: str, payload: dict[str, Any] | None = None
+    ) -> Job[Any]:
+        """Complete the job waiting on ``callback_id``."""
+        return await self._resolve(callback_id, "complete", payload)
+
+    async def fail_external(self, callback_id: str, error: str) -> Job[Any]:
+        """Fail the job waiting on ``callback_id`` with ``error``."""
+        return await self._resolve(callback_id, "fail", error=error)
+
+    async def retry_external(self, callback_id: str) -> Job[Any]:
+        """Make the job waiting on ``callback_id`` retryable."""
+        return await self._resolve(callback_id, "retry")
+
+    async def resume_external(
+        self, callback_id: str, payload: dict[str, Any] | None = None
+    ) -> Job[Any]:
+        """Resume a handler waiting in ``wait_for_callback`` with ``payload``."""
+        return await self._resolve(callback_id, "resume", payload)
+
+    async def heartbeat_callback(
+        self, callback_id: str, timeout_seconds: float = 3600.0
+    ) -> Job[Any]:
+        """Push the callback's timeout to ``now + timeout_seconds``."""
+        if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int | float):
+            raise TypeError("timeout_seconds must be a number")
+        if timeout_seconds <= 0:
+            raise ValueError(f"timeout_seconds must be > 0, got {timeout_seconds!r}")
+        record = await (await self._engine()).heartbeat_callback(
+            _callback_id(callback_id), timeout=timedelta(seconds=timeout_seconds)
+        )
+        return Job(record)
+
+    async def resolve_callback(
+        self,
+        callback_id: str,
+        payload: dict[str, Any] | None = None,
+        default_action: str = "ignore",
+    ) -> ResolveResult:
+        """Resolve a callback by ``default_action``: ``complete``, ``fail`` or ``ignore``
+        (leave the job waiting)."""
+        if default_action not in RESOLVE_DEFAULTS:
+            raise ValueError(
+                f"default_action must be one of {', '.join(RESOLVE_DEFAULTS)}, "
+                f"got {default_action!r}"
+            )
+        cid = _callback_id(callback_id)
+        if default_action == "complete":
+            job = await self._resolve(cid, "complete", payload)
+            return ResolveResult("completed", job, payload)
+        if default_action == "fail":
+            job = await self._resolve(cid, "fail", error="callback resolved as failed")
+            return ResolveResult("failed", job, payload, "callback resolved as failed")
+        engine = await self._engine()
+        for state in (JobState.WaitingExternal, JobState.Running):
+            for record in await engine.list_jobs(
+                JobFilter(state=state), limit=_CALLBACK_SCAN_LIMIT
+            ):
+                if record.callback_id == cid:
+                    return ResolveResult("ignored", Job(record), payload, "no action matched")
+        raise CallbackNotFound(f"callback not found: {cid}")

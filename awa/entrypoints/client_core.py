@@ -1,0 +1,367 @@
+"""The async client core: connection lifecycle, enqueue, schema and job administration."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from awa.adapters.clock import SystemClock
+from awa.domain.errors import AwaError, DatabaseError, ValidationError
+from awa.domain.states import TERMINAL_STATES, JobState
+from awa.entrypoints import bootstrap
+from awa.entrypoints.args import build_spec, build_specs, to_json_value, unique_key_for
+from awa.entrypoints.bootstrap import ClientEngine, Wiring
+from awa.entrypoints.job import Job
+from awa.entrypoints.results import QueueStat, RetryFailedResult
+from awa.entrypoints.transaction import Transaction
+from awa.ports.storage import JobFilter
+
+CLOSED = "attempted to acquire a connection on a closed pool"
+
+
+def not_found(job_id: int) -> AwaError:
+    return AwaError(f"job not found: {job_id}")
+
+
+def parse_state(state: str | int | JobState) -> JobState:
+    try:
+        return JobState.parse(state)
+    except (ValueError, KeyError):
+        raise ValueError(f"unknown job state: {state}") from None
+
+
+def _positive(field: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{field} must be an integer, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{field} must be >= 1, got {value}")
+    return value
+
+
+class ClientCore:
+    """Connection handling shared by every async client method.
+
+    Construction checks the database is reachable (a bad URL raises ``DatabaseError``
+    right away); the async engine and pools open on first use in the caller's event loop.
+    """
+
+    def __init__(self, database_url: str, max_connections: int = 10) -> None:
+        if not isinstance(database_url, str) or not database_url:
+            raise ValueError("database_url must be a non-empty string")
+        _positive("max_connections", max_connections)
+        bootstrap.check_reachable(database_url)
+        self._url = database_url
+        self._max_connections = max_connections
+        self._wiring_obj: Wiring | None = None
+        self._open_lock: asyncio.Lock | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def database_url(self) -> str:
+        return self._url
+
+    async def _wiring(self) -> Wiring:
+        if self._closed:
+            raise DatabaseError(CLOSED)
+        if self._wiring_obj is not None:
+            return self._wiring_obj
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        async with self._open_lock:
+            if self._closed:
+                raise DatabaseError(CLOSED)
+            if self._wiring_obj is None:
+                self._wiring_obj = await bootstrap.open_wiring(
+                    self._url, max_connections=self._max_connections
+                )
+        return self._wiring_obj
+
+    async def _engine(self) -> ClientEngine:
+        return (await self._wiring()).engine
+
+    async def _close_storage(self) -> None:
+        self._closed = True
+        wiring, self._wiring_obj = self._wiring_obj, None
+        if wiring is not None:
+            await wiring.close()
+
+    # ------------------------------------------------------------------ enqueue
+    async def insert(
+        self,
+        args: Any,
+        *,
+        kind: str | None = None,
+        queue: str = "default",
+        priority: int = 2,
+        max_attempts: int = 25,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        run_at: Any | None = None,
+        unique_opts: dict[str, Any] | None = None,
+        ordering_key: bytes | str | None = None,
+    ) -> Job[Any]:
+        """Insert one job. ``run_at`` (any value) makes it ``scheduled``; ``unique_opts``
+        raises ``UniqueConflict`` when a live job already holds the same key."""
+        spec = build_spec(
+            args,
+            kind=kind,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            tags=tags,
+            metadata=metadata,
+            run_at=run_at,
+            unique_opts=unique_opts,
+            ordering_key=ordering_key,
+        )
+        (record,) = await (await self._engine()).enqueue_many([spec])
+        return Job(record)
+
+    async def insert_many_copy(
+        self,
+        jobs: list[Any],
+        *,
+        kind: str | None = None,
+        queue: str = "default",
+        priority: int = 2,
+        max_attempts: int = 25,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        run_at: Any | None = None,
+        unique_opts: dict[str, Any] | None = None,
+        ordering_key: bytes | str | None = None,
+        opts: list[dict[str, Any] | None] | None = None,
+    ) -> list[Job[Any]]:
+        """Bulk insert; jobs whose unique key is already held are skipped silently."""
+        specs = build_specs(
+            jobs,
+            opts=opts,
+            kind=kind,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            tags=tags,
+            metadata=metadata,
+            run_at=run_at,
+            unique_opts=unique_opts,
+            ordering_key=ordering_key,
+        )
+        if not specs:
+            return []
+        records = await (await self._engine()).enqueue_many_skip_duplicates(specs)
+        return [Job(r) for r in records]
+
+    async def enqueue_many_copy(
+        self,
+        jobs: list[Any],
+        *,
+        kind: str | None = None,
+        queue: str = "default",
+        priority: int = 2,
+        max_attempts: int = 25,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        run_at: Any | None = None,
+        unique_opts: dict[str, Any] | None = None,
+        ordering_key: bytes | str | None = None,
+        opts: list[dict[str, Any] | None] | None = None,
+        queue_storage_queue_stripe_count: int = 1,
+    ) -> int:
+        """Bulk insert on the fast path; returns how many jobs were inserted."""
+        _positive("queue_storage_queue_stripe_count", queue_storage_queue_stripe_count)
+        inserted = await self.insert_many_copy(
+            jobs,
+            kind=kind,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            tags=tags,
+            metadata=metadata,
+            run_at=run_at,
+            unique_opts=unique_opts,
+            ordering_key=ordering_key,
+            opts=opts,
+        )
+        return len(inserted)
+
+    async def transaction(self) -> Transaction:
+        """Begin a transaction (``async with await client.transaction() as tx``)."""
+        wiring = await self._wiring()
+        conn = await wiring.acquire()
+        return await Transaction.begin(conn, wiring.engine, wiring.release)
+
+    # ------------------------------------------------------------------ schema
+    async def migrate(self) -> None:
+        """Apply pending schema migrations."""
+        if self._closed:
+            raise DatabaseError(CLOSED)
+        await bootstrap.migrate(self._url)
+
+    async def install_queue_storage(
+        self,
+        *,
+        schema: str = "awa",
+        queue_slot_count: int = 16,
+        lease_slot_count: int = 8,
+        reset: bool = False,
+    ) -> None:
+        """Make the storage schema ready; ``reset=True`` deletes every job, DLQ entry and
+        queue setting first."""
+        await self.prepare_queue_storage_schema(
+            schema=schema, queue_slot_count=queue_slot_count, lease_slot_count=lease_slot_count
+        )
+        if reset:
+            await (await self._engine()).reset()
+
+    async def prepare_queue_storage_schema(
+        self, *, schema: str = "awa", queue_slot_count: int = 16, lease_slot_count: int = 8
+    ) -> None:
+        """Validate the storage layout and bring the schema up to date."""
+        if not isinstance(schema, str) or not schema.isidentifier():
+            raise ValidationError("schema", f"must be a plain SQL identifier, got {schema!r}")
+        _positive("queue_slot_count", queue_slot_count)
+        _positive("lease_slot_count", lease_slot_count)
+        await self.migrate()
+
+    async def storage_status(self) -> str:
+        """The storage transition status as pretty-printed JSON."""
+        async with await self.transaction() as tx:
+            row = await tx.fetch_one("SELECT * FROM awa.storage_status()")
+        return json.dumps(row, indent=2, default=str)
+
+    # ------------------------------------------------------------------ jobs
+    async def get_job(self, job_id: int) -> Job[Any]:
+        """The job with this id; raises ``AwaError`` when it does not exist."""
+        record = await (await self._engine()).get_job(job_id)
+        if record is None:
+            raise not_found(job_id)
+        return Job(record)
+
+    async def list_jobs(
+        self,
+        *,
+        state: str | None = None,
+        kind: str | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+    ) -> list[Job[Any]]:
+        """Matching jobs, newest first."""
+        _positive("limit", limit)
+        job_filter = JobFilter(
+            kind=kind, queue=queue, state=None if state is None else parse_state(state)
+        )
+        records = await (await self._engine()).list_jobs(job_filter, limit=limit)
+        return [Job(r) for r in records]
+
+    async def retry(self, job_id: int) -> Job[Any] | None:
+        """Make a failed, cancelled, completed, scheduled or retryable job available now."""
+        engine = await self._engine()
+        before = await engine.get_job(job_id)
+        if before is None or before.state in (
+            JobState.Available,
+            JobState.Running,
+            JobState.WaitingExternal,
+        ):
+            raise not_found(job_id)
+        record = await engine.retry_job(job_id)
+        if record is None:
+            raise not_found(job_id)
+        return Job(record)
+
+    async def cancel(self, job_id: int) -> Job[Any] | None:
+        """Cancel a job that has not finished; a running handler is told to stop."""
+        engine = await self._engine()
+        before = await engine.get_job(job_id)
+        if before is None or before.state in TERMINAL_STATES:
+            raise not_found(job_id)
+        record = await engine.cancel_job(job_id)
+        if record is None:
+            raise not_found(job_id)
+        return Job(record)
+
+    async def cancel_by_unique_key(
+        self,
+        kind: str,
+        *,
+        queue: str | None = None,
+        args: Any | None = None,
+        period_bucket: int | None = None,
+    ) -> Job[Any] | None:
+        """Cancel the live job whose unique key matches; ``None`` if there is none."""
+        payload = None if args is None else to_json_value(args)
+        key = unique_key_for(kind, queue=queue, args=payload, period_bucket=period_bucket)
+        record = await (await self._engine()).cancel_by_unique_key(key)
+        return None if record is None else Job(record)
+
+    async def retry_failed(
+        self, *, kind: str | None = None, queue: str | None = None
+    ) -> RetryFailedResult:
+        """Retry every failed job of one kind or one queue (exactly one must be given)."""
+        if (kind is None) == (queue is None):
+            raise ValueError("Specify exactly one of kind or queue")
+        records = await (await self._engine()).retry_failed(JobFilter(kind=kind, queue=queue))
+        jobs: list[Job[Any]] = [Job(r) for r in records]
+        return RetryFailedResult(jobs, len(jobs), None)
+
+    async def discard_failed(self, kind: str) -> int:
+        """Delete every failed job of ``kind``; returns how many."""
+        return await (await self._engine()).discard_failed(kind)
+
+    # ------------------------------------------------------------------ queues
+    async def pause_queue(self, queue: str, paused_by: str | None = None) -> None:
+        """Stop workers claiming from ``queue`` (inserts still work)."""
+        await (await self._engine()).pause_queue(queue, paused_by=paused_by)
+
+    async def resume_queue(self, queue: str) -> None:
+        """Let workers claim from ``queue`` again."""
+        await (await self._engine()).resume_queue(queue)
+
+    async def drain_queue(self, queue: str) -> int:
+        """Cancel every pending job of ``queue``; returns how many."""
+        return await (await self._engine()).drain_queue(queue)
+
+    async def queue_stats(self) -> list[QueueStat]:
+        """Exact per-queue counts."""
+        engine = await self._engine()
+        counts = await engine.queue_counts()
+        now = _now()
+        stats: list[QueueStat] = []
+        for c in counts:
+            lag = c.lag(now)
+            stats.append(
+                QueueStat(
+                    queue=c.queue,
+                    total_queued=c.total_queued,
+                    scheduled=c.count(JobState.Scheduled),
+                    available=c.count(JobState.Available),
+                    retryable=c.count(JobState.Retryable),
+                    running=c.count(JobState.Running),
+                    failed=c.count(JobState.Failed),
+                    waiting_external=c.count(JobState.WaitingExternal),
+                    completed_last_hour=c.completed_last_hour,
+                    lag_seconds=None if lag is None else lag.total_seconds(),
+                    paused=c.paused,
+                )
+            )
+        return stats
+
+    async def flush_admin_metadata(self) -> None:
+        """Refresh cached admin metadata. Statistics here are read exactly, so this only
+        checks that the database is reachable."""
+        await self._engine()
+
+
+def _now() -> datetime:
+    return SystemClock().now()
+
+
+def json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, Mapping):
+        return dict(value)
+    return str(value)

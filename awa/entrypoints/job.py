@@ -1,0 +1,195 @@
+"""The public ``Job`` object: a read-only view of a job, plus attempt controls in handlers."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Generic, Protocol, TypeVar
+
+from awa.domain.errors import AwaError, ValidationError
+from awa.domain.handler_results import CallbackToken
+from awa.domain.job import JobRecord
+from awa.domain.states import JobState
+
+T = TypeVar("T")
+
+
+class AttemptControls(Protocol):
+    """What a running attempt offers its handler (implemented by the worker runtime)."""
+
+    def is_cancelled(self) -> bool: ...
+
+    def set_progress(self, percent: int, message: str | None = None) -> None: ...
+
+    def update_metadata(self, updates: dict[str, Any]) -> None: ...
+
+    async def flush_progress(self) -> None: ...
+
+    def flush_progress_sync(self) -> None: ...
+
+    async def register_callback(self, timeout_seconds: float = 3600.0) -> CallbackToken: ...
+
+    async def wait_for_callback(self, token: CallbackToken) -> Any: ...
+
+
+def rfc3339(value: datetime | None) -> str | None:
+    """An aware datetime as RFC 3339 text (``+00:00`` offset form), or ``None``."""
+    return None if value is None else value.isoformat()
+
+
+_NOT_RUNNING = "this job is not running in a worker; attempt controls are unavailable"
+
+
+class Job(Generic[T]):
+    """A job snapshot. Inside a handler it also controls the running attempt:
+    cancellation checks, progress, metadata and external callbacks."""
+
+    __slots__ = ("_args", "_controls", "_record")
+
+    def __init__(
+        self, record: JobRecord, args: Any = None, controls: AttemptControls | None = None
+    ) -> None:
+        self._record = record
+        self._args = record.args if args is None else args
+        self._controls = controls
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def record(self) -> JobRecord:
+        """The underlying storage snapshot."""
+        return self._record
+
+    @property
+    def id(self) -> int:
+        return self._record.id
+
+    @property
+    def kind(self) -> str:
+        return self._record.kind
+
+    @property
+    def queue(self) -> str:
+        return self._record.queue
+
+    @property
+    def state(self) -> JobState:
+        return self._record.state
+
+    @property
+    def priority(self) -> int:
+        return self._record.priority
+
+    @property
+    def attempt(self) -> int:
+        return self._record.attempt
+
+    @property
+    def max_attempts(self) -> int:
+        return self._record.max_attempts
+
+    @property
+    def tags(self) -> list[str]:
+        return list(self._record.tags)
+
+    @property
+    def args(self) -> T:
+        """The job's arguments, rebuilt as the registered args type inside handlers."""
+        return self._args  # type: ignore[no-any-return]
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return dict(self._record.metadata)
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        return [dict(e) for e in self._record.errors]
+
+    @property
+    def run_at(self) -> str:
+        return self._record.run_at.isoformat()
+
+    @property
+    def deadline(self) -> str | None:
+        return rfc3339(self._record.deadline_at)
+
+    @property
+    def created_at(self) -> str:
+        return self._record.created_at.isoformat()
+
+    @property
+    def finalized_at(self) -> str | None:
+        return rfc3339(self._record.finalized_at)
+
+    @property
+    def progress(self) -> dict[str, Any] | None:
+        current = getattr(self._controls, "progress", None) if self._controls else None
+        if isinstance(current, dict):
+            return dict(current)
+        return None if self._record.progress is None else dict(self._record.progress)
+
+    # ------------------------------------------------------------------ attempt controls
+    def _require(self) -> AttemptControls:
+        if self._controls is None:
+            raise AwaError(_NOT_RUNNING)
+        return self._controls
+
+    def is_cancelled(self) -> bool:
+        """True once the attempt was cancelled (operator cancel, rescue or shutdown)."""
+        return self._controls.is_cancelled() if self._controls is not None else False
+
+    def set_progress(self, percent: int, message: str | None = None) -> None:
+        """Buffer progress (``percent`` 0..100); flushed with heartbeats or ``flush_progress``."""
+        if isinstance(percent, bool) or not isinstance(percent, int):
+            raise TypeError(f"percent must be an integer, got {type(percent).__name__}")
+        if not 0 <= percent <= 100:
+            raise ValueError(f"percent must be between 0 and 100, got {percent}")
+        self._require().set_progress(percent, message)
+
+    def update_metadata(self, updates: dict[str, Any]) -> None:
+        """Buffer a shallow merge of ``updates`` into the job's metadata."""
+        if not isinstance(updates, dict):
+            raise TypeError(f"updates must be a dict, got {type(updates).__name__}")
+        self._require().update_metadata(updates)
+
+    async def flush_progress(self) -> None:
+        """Persist buffered progress and metadata now."""
+        await self._require().flush_progress()
+
+    def flush_progress_sync(self) -> None:
+        """Blocking ``flush_progress`` for plain ``def`` handlers."""
+        self._require().flush_progress_sync()
+
+    async def register_callback(
+        self,
+        timeout_seconds: float = 3600.0,
+        filter: str | None = None,
+        on_complete: str | None = None,
+        on_fail: str | None = None,
+        transform: str | None = None,
+    ) -> CallbackToken:
+        """Register an external callback for this attempt and return its token.
+
+        Resolution expressions (``filter``, ``on_complete``, ``on_fail``, ``transform``)
+        are refused with ``ValidationError``: callbacks resolve through the explicit
+        ``complete_external`` / ``fail_external`` / ``retry_external`` /
+        ``resume_external`` calls or ``resolve_callback``'s ``default_action``.
+        """
+        expressions = {
+            "filter": filter,
+            "on_complete": on_complete,
+            "on_fail": on_fail,
+            "transform": transform,
+        }
+        for name, value in expressions.items():
+            if value is not None:
+                raise ValidationError(name, "callback expressions are not supported")
+        return await self._require().register_callback(timeout_seconds)
+
+    async def wait_for_callback(self, token: CallbackToken) -> Any:
+        """Suspend until the callback is resumed; returns the resume payload."""
+        return await self._require().wait_for_callback(token)
+
+    def __repr__(self) -> str:
+        return (
+            f"Job(id={self.id}, kind={self.kind!r}, queue={self.queue!r}, "
+            f"state={self.state.name}, attempt={self.attempt})"
+        )

@@ -1,0 +1,304 @@
+"""Client transactions: raw SQL with ``$1``-style placeholders and job inserts, atomically."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from datetime import date, datetime, time
+from decimal import Decimal
+from types import TracebackType
+from typing import Any, Protocol, TypeVar
+
+import psycopg
+from psycopg.rows import DictRow, dict_row
+from psycopg.types.json import Jsonb
+
+from awa.domain.errors import AwaError, DatabaseError
+from awa.domain.job import JobRecord, JobSpec
+from awa.entrypoints.args import build_spec, build_specs
+from awa.entrypoints.job import Job
+from awa.ports.storage import UnitOfWork
+
+R = TypeVar("R")
+
+Connection = psycopg.AsyncConnection[DictRow]
+
+FINISHED = "Transaction already committed or rolled back"
+NO_ROWS = "no rows returned by a query that expected to return at least one row"
+
+
+class TransactionalEngine(Protocol):
+    """The engine operations a client transaction needs."""
+
+    def unit_of_work_for(self, conn: Connection) -> UnitOfWork: ...
+
+    async def enqueue_many(
+        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None
+    ) -> list[JobRecord]: ...
+
+
+def _param(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return Jsonb(dict(value))
+    return value
+
+
+def _value(value: Any) -> Any:
+    """Column values as plain Python: timestamps as RFC 3339 text, as the SDK returns them."""
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, memoryview):
+        return bytes(value)
+    if isinstance(value, list):
+        return [_value(v) for v in value]
+    return value
+
+
+def _row(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: _value(value) for key, value in row.items()}
+
+
+def _map(exc: BaseException) -> AwaError:
+    if isinstance(exc, AwaError):
+        return exc
+    return DatabaseError(f"error returned from database: {exc}")
+
+
+class Transaction:
+    """A database transaction on one connection: ``async with await client.transaction()``.
+
+    Commits when the block exits normally and rolls back when it raises. Queries use
+    PostgreSQL's ``$1, $2, ...`` placeholders.
+    """
+
+    def __init__(
+        self,
+        conn: Connection,
+        engine: TransactionalEngine,
+        release: Callable[[Connection], Awaitable[None]],
+    ) -> None:
+        self._conn = conn
+        self._engine = engine
+        self._release = release
+        self._finished = False
+        self._uow: UnitOfWork | None = None
+
+    @classmethod
+    async def begin(
+        cls,
+        conn: Connection,
+        engine: TransactionalEngine,
+        release: Callable[[Connection], Awaitable[None]],
+    ) -> Transaction:
+        """Start a transaction on ``conn`` (an autocommit connection borrowed from a pool)."""
+        try:
+            await conn.execute("BEGIN")
+        except BaseException as exc:
+            await release(conn)
+            raise _map(exc) from exc
+        return cls(conn, engine, release)
+
+    def _check(self) -> Connection:
+        if self._finished:
+            raise AwaError(FINISHED)
+        return self._conn
+
+    async def _run(self, query: str, args: tuple[Any, ...]) -> psycopg.AsyncRawCursor[DictRow]:
+        conn = self._check()
+        cursor = psycopg.AsyncRawCursor(conn, row_factory=dict_row)
+        try:
+            await cursor.execute(query, [_param(a) for a in args] if args else None)
+        except psycopg.Error as exc:
+            raise _map(exc) from exc
+        return cursor
+
+    async def execute(self, query: str, *args: Any) -> int:
+        """Run a statement; returns the number of rows affected."""
+        cursor = await self._run(query, args)
+        return max(cursor.rowcount, 0)
+
+    async def fetch_one(self, query: str, *args: Any) -> dict[str, Any]:
+        """The first row as a dict; raises ``DatabaseError`` when there is none."""
+        cursor = await self._run(query, args)
+        row = await cursor.fetchone()
+        if row is None:
+            raise DatabaseError(NO_ROWS)
+        return _row(row)
+
+    async def fetch_optional(self, query: str, *args: Any) -> dict[str, Any] | None:
+        """The first row as a dict, or ``None``."""
+        cursor = await self._run(query, args)
+        row = await cursor.fetchone()
+        return None if row is None else _row(row)
+
+    async def fetch_all(self, query: str, *args: Any) -> list[dict[str, Any]]:
+        """Every row as a dict."""
+        cursor = await self._run(query, args)
+        return [_row(r) for r in await cursor.fetchall()]
+
+    def _unit_of_work(self) -> UnitOfWork:
+        conn = self._check()
+        if self._uow is None:
+            self._uow = self._engine.unit_of_work_for(conn)
+        return self._uow
+
+    async def insert(
+        self,
+        args: Any,
+        *,
+        kind: str | None = None,
+        queue: str = "default",
+        priority: int = 2,
+        max_attempts: int = 25,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        run_at: Any = None,
+        unique_opts: dict[str, Any] | None = None,
+        ordering_key: bytes | str | None = None,
+    ) -> Job[Any]:
+        """Insert a job inside this transaction (it exists only if the transaction commits)."""
+        spec = build_spec(
+            args,
+            kind=kind,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            tags=tags,
+            metadata=metadata,
+            run_at=run_at,
+            unique_opts=unique_opts,
+            ordering_key=ordering_key,
+        )
+        (record,) = await self._engine.enqueue_many([spec], uow=self._unit_of_work())
+        return Job(record)
+
+    async def insert_many(
+        self,
+        jobs: list[Any],
+        *,
+        kind: str | None = None,
+        queue: str = "default",
+        priority: int = 2,
+        max_attempts: int = 25,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        run_at: Any = None,
+        ordering_key: bytes | str | None = None,
+    ) -> list[Job[Any]]:
+        """Insert several jobs inside this transaction, in order."""
+        specs = build_specs(
+            jobs,
+            kind=kind,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            tags=tags,
+            metadata=metadata,
+            run_at=run_at,
+            ordering_key=ordering_key,
+        )
+        if not specs:
+            return []
+        records = await self._engine.enqueue_many(specs, uow=self._unit_of_work())
+        return [Job(r) for r in records]
+
+    async def _finish(self, statement: str) -> None:
+        conn = self._check()
+        self._finished = True
+        try:
+            await conn.execute(statement)
+        except psycopg.Error as exc:
+            raise _map(exc) from exc
+        finally:
+            await self._release(conn)
+
+    async def commit(self) -> None:
+        """Commit; the transaction cannot be used afterwards."""
+        await self._finish("COMMIT")
+
+    async def rollback(self) -> None:
+        """Roll back; the transaction cannot be used afterwards."""
+        await self._finish("ROLLBACK")
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    async def __aenter__(self) -> Transaction:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> bool:
+        if self._finished:
+            return False
+        if exc_type is None:
+            await self.commit()
+        else:
+            await self.rollback()
+        return False
+
+
+class SyncTransaction:
+    """Blocking twin of :class:`Transaction` (``with client.transaction() as tx``)."""
+
+    def __init__(self, tx: Transaction, run: Callable[[Coroutine[Any, Any, Any]], Any]) -> None:
+        self._tx = tx
+        self._run = run
+
+    def execute(self, query: str, *args: Any) -> int:
+        """Run a statement; returns the number of rows affected."""
+        result: int = self._run(self._tx.execute(query, *args))
+        return result
+
+    def fetch_one(self, query: str, *args: Any) -> dict[str, Any]:
+        """The first row as a dict; raises ``DatabaseError`` when there is none."""
+        result: dict[str, Any] = self._run(self._tx.fetch_one(query, *args))
+        return result
+
+    def fetch_optional(self, query: str, *args: Any) -> dict[str, Any] | None:
+        """The first row as a dict, or ``None``."""
+        result: dict[str, Any] | None = self._run(self._tx.fetch_optional(query, *args))
+        return result
+
+    def fetch_all(self, query: str, *args: Any) -> list[dict[str, Any]]:
+        """Every row as a dict."""
+        result: list[dict[str, Any]] = self._run(self._tx.fetch_all(query, *args))
+        return result
+
+    def insert(self, args: Any, **options: Any) -> Job[Any]:
+        """Insert a job inside this transaction (same options as ``Transaction.insert``)."""
+        result: Job[Any] = self._run(self._tx.insert(args, **options))
+        return result
+
+    def insert_many(self, jobs: list[Any], **options: Any) -> list[Job[Any]]:
+        """Insert several jobs inside this transaction."""
+        result: list[Job[Any]] = self._run(self._tx.insert_many(jobs, **options))
+        return result
+
+    def commit(self) -> None:
+        """Commit; the transaction cannot be used afterwards."""
+        self._run(self._tx.commit())
+
+    def rollback(self) -> None:
+        """Roll back; the transaction cannot be used afterwards."""
+        self._run(self._tx.rollback())
+
+    def __enter__(self) -> SyncTransaction:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> bool:
+        result: bool = self._run(self._tx.__aexit__(exc_type, exc_val, exc_tb))
+        return result

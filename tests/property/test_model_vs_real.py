@@ -1,0 +1,430 @@
+"""Model-vs-real: the in-memory model and each Postgres engine must agree on everything.
+
+A Hypothesis ``RuleBasedStateMachine`` applies the same operation to the in-memory
+reference engine and to a Postgres engine that share one manual clock, and compares the
+answers (acks, claims, counts, exceptions) and, after every step, the full normalized
+state of both. Job ids differ between engines (Postgres sequences are not reset between
+examples), so real ids are mapped to model ids in enqueue order.
+
+Example counts come from the Hypothesis profile (``HYPOTHESIS_PROFILE=deep`` for a long
+run); the step count per example is bounded here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import attrs
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from awa.adapters.clock import ManualClock
+from awa.domain.errors import AwaError
+from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
+from awa.domain.states import JobState
+from awa.ports.storage import DlqFilter, JobFilter, Rescued, StorageEngine
+from tests.support.engines import CONTRACT_BACKOFF, ENGINES, EngineHandle
+
+T = TypeVar("T")
+
+QUEUES = ("alpha", "beta")
+KINDS = ("send", "bill")
+UNIQUE_KEYS = (b"u-1", b"u-2")
+
+REAL_ENGINES = sorted(name for name, entry in ENGINES.items() if entry.needs_database)
+
+delays = st.sampled_from([0.5, 1.0, 5.0, 30.0, 61.0, 200.0])
+
+
+@attrs.frozen
+class Outcome:
+    """What one engine answered: a normalized value, or the type of error it raised."""
+
+    value: Any = None
+    error: str | None = None
+
+
+class Pair:
+    """The model and the real engine, driven through one event loop and one clock."""
+
+    def __init__(self, runner: asyncio.Runner, model: EngineHandle, real: EngineHandle) -> None:
+        self.runner = runner
+        self.model = model
+        self.real = real
+        self.clock = model.clock
+        self.real_to_model: dict[int, int] = {}
+
+    def run(self, op: Callable[[StorageEngine], Awaitable[T]]) -> tuple[Outcome, Outcome]:
+        return self._call(self.model.engine, op), self._call(self.real.engine, op)
+
+    def _call(self, engine: StorageEngine, op: Callable[[StorageEngine], Awaitable[T]]) -> Outcome:
+        try:
+            return Outcome(value=self.runner.run(_await(op(engine))))
+        except AwaError as exc:
+            return Outcome(error=type(exc).__name__)
+
+
+async def _await(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+def _normalize_job(job: JobRecord, id_map: Callable[[int], int]) -> dict[str, Any]:
+    data = attrs.asdict(job, recurse=False)
+    data["id"] = id_map(job.id)
+    data["errors"] = list(job.errors)
+    data["tags"] = list(job.tags)
+    return data
+
+
+class ModelVsReal(RuleBasedStateMachine):
+    pair: Pair  # set on the subclass built per test
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.p = self.pair
+        self.p.runner.run(self.p.model.engine.reset())
+        self.p.runner.run(self.p.real.engine.reset())
+        self.p.real_to_model.clear()
+        self.model_ids: list[int] = []
+        # (model lease, real lease) of every attempt ever claimed, live or stale
+        self.leases: list[tuple[RunLease, RunLease]] = []
+
+    # ------------------------------------------------------------------ helpers
+    def _mid(self, real_id: int) -> int:
+        return self.p.real_to_model.get(real_id, -real_id)
+
+    def _real_id(self, model_id: int) -> int:
+        for real, model in self.p.real_to_model.items():
+            if model == model_id:
+                return real
+        raise AssertionError(f"unknown model id {model_id}")
+
+    def _norm(self, value: Any, real: bool) -> Any:
+        ident: Callable[[int], int] = self._mid if real else (lambda i: i)
+        if isinstance(value, JobRecord):
+            return _normalize_job(value, ident)
+        if isinstance(value, Claim):
+            return (
+                _normalize_job(value.job, ident),
+                (ident(value.lease.job_id), value.lease.lease),
+                value.deadline_at,
+            )
+        if isinstance(value, DlqEntry):
+            return (
+                _normalize_job(value.job, ident),
+                value.reason,
+                value.dlq_at,
+                value.original_run_lease,
+            )
+        if isinstance(value, Rescued):
+            return ((ident(value.lease.job_id), value.lease.lease), value.new_state, value.reason)
+        if isinstance(value, QueueCounts):
+            return attrs.asdict(value, recurse=False)
+        if isinstance(value, list | tuple):
+            return [self._norm(item, real) for item in value]
+        return value
+
+    def _same(
+        self, op: Callable[[StorageEngine], Awaitable[Any]], *, label: str
+    ) -> tuple[Outcome, Outcome]:
+        model, real = self.p.run(op)
+        model_view = Outcome(self._norm(model.value, False), model.error)
+        real_view = Outcome(self._norm(real.value, True), real.error)
+        assert model_view == real_view, f"{label}: model={model_view!r} real={real_view!r}"
+        return model, real
+
+    def _lease_pair(self, data: st.DataObject) -> tuple[RunLease, RunLease]:
+        return data.draw(st.sampled_from(self.leases), label="lease")
+
+    def _real_lease(self, model_lease: RunLease, real_lease: RunLease) -> RunLease:
+        return real_lease
+
+    def _guarded(
+        self,
+        data: st.DataObject,
+        label: str,
+        call: Callable[[StorageEngine, RunLease], Awaitable[Any]],
+    ) -> None:
+        model_lease, real_lease = self._lease_pair(data)
+        leases = iter((model_lease, real_lease))
+        self._same(lambda engine: call(engine, next(leases)), label=label)
+
+    # ------------------------------------------------------------------ producers
+    @rule(
+        kind=st.sampled_from(KINDS),
+        queue=st.sampled_from(QUEUES),
+        priority=st.integers(1, 4),
+        max_attempts=st.integers(1, 3),
+        run_in=st.none() | delays,
+        unique=st.none() | st.sampled_from(UNIQUE_KEYS),
+        count=st.integers(1, 3),
+    )
+    def enqueue(
+        self,
+        kind: str,
+        queue: str,
+        priority: int,
+        max_attempts: int,
+        run_in: float | None,
+        unique: bytes | None,
+        count: int,
+    ) -> None:
+        run_at = None if run_in is None else self.p.clock.now() + timedelta(seconds=run_in)
+        specs = [
+            JobSpec(
+                kind=kind,
+                queue=queue,
+                args={"n": index},
+                priority=priority,
+                max_attempts=max_attempts,
+                run_at=run_at,
+                unique_key=unique if index == 0 else None,
+                tags=("t",) if index % 2 else (),
+            )
+            for index in range(count)
+        ]
+        model, real = self.p.run(lambda engine: engine.enqueue_many(specs))
+        assert model.error == real.error, f"enqueue: model={model.error} real={real.error}"
+        if model.error is None:
+            for model_job, real_job in zip(model.value, real.value, strict=True):
+                self.p.real_to_model[real_job.id] = model_job.id
+                self.model_ids.append(model_job.id)
+            assert self._norm(model.value, False) == self._norm(real.value, True)
+
+    # ------------------------------------------------------------------ workers
+    @rule(
+        queue=st.sampled_from(QUEUES),
+        limit=st.integers(0, 4),
+        deadline=st.none() | st.sampled_from([10.0, 60.0]),
+        aging=st.none() | st.sampled_from([30.0, 60.0]),
+    )
+    def claim(self, queue: str, limit: int, deadline: float | None, aging: float | None) -> None:
+        model, real = self._same(
+            lambda engine: engine.claim(
+                queue,
+                limit=limit,
+                deadline=None if deadline is None else timedelta(seconds=deadline),
+                aging_interval=None if aging is None else timedelta(seconds=aging),
+            ),
+            label="claim",
+        )
+        if model.error is None:
+            for model_claim, real_claim in zip(model.value, real.value, strict=True):
+                self.leases.append((model_claim.lease, real_claim.lease))
+
+    @precondition(lambda self: bool(self.leases))
+    @rule(data=st.data())
+    def heartbeat(self, data: st.DataObject) -> None:
+        self._guarded(data, "heartbeat", lambda engine, lease: engine.heartbeat([lease]))
+
+    @precondition(lambda self: bool(self.leases))
+    @rule(data=st.data())
+    def complete(self, data: st.DataObject) -> None:
+        self._guarded(data, "complete", lambda engine, lease: engine.complete([lease]))
+
+    @precondition(lambda self: bool(self.leases))
+    @rule(data=st.data(), delay=st.none() | delays)
+    def retry(self, data: st.DataObject, delay: float | None) -> None:
+        wait = None if delay is None else timedelta(seconds=delay)
+        self._guarded(
+            data, "retry", lambda engine, lease: engine.retry(lease, error="boom", delay=wait)
+        )
+
+    @precondition(lambda self: bool(self.leases))
+    @rule(data=st.data(), delay=delays)
+    def snooze(self, data: st.DataObject, delay: float) -> None:
+        wait = timedelta(seconds=delay)
+        self._guarded(data, "snooze", lambda engine, lease: engine.snooze(lease, delay=wait))
+
+    @precondition(lambda self: bool(self.leases))
+    @rule(data=st.data())
+    def cancel_attempt(self, data: st.DataObject) -> None:
+        self._guarded(
+            data, "cancel_attempt", lambda engine, lease: engine.cancel_attempt(lease, reason="no")
+        )
+
+    @precondition(lambda self: bool(self.leases))
+    @rule(data=st.data())
+    def fail(self, data: st.DataObject) -> None:
+        self._guarded(data, "fail", lambda engine, lease: engine.fail(lease, error="fatal"))
+
+    @precondition(lambda self: bool(self.leases))
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        self._guarded(
+            data, "release", lambda engine, lease: engine.release(lease, error="shutdown")
+        )
+
+    @precondition(lambda self: bool(self.leases))
+    @rule(data=st.data())
+    def update_progress(self, data: st.DataObject) -> None:
+        percent = data.draw(st.integers(0, 100), label="percent")
+        self._guarded(
+            data,
+            "update_progress",
+            lambda engine, lease: engine.update_progress(
+                lease, progress={"percent": percent}, metadata_updates={"step": percent}
+            ),
+        )
+
+    @precondition(lambda self: any(m.lease > 1 for m, _ in self.leases))
+    @rule(data=st.data())
+    def finalize_stale(self, data: st.DataObject) -> None:
+        """Complete with a lease one behind a later claim of the same job: always stale."""
+        model_lease, real_lease = data.draw(
+            st.sampled_from([pair for pair in self.leases if pair[0].lease > 1]), label="lease"
+        )
+        stale = iter(
+            (
+                RunLease(model_lease.job_id, model_lease.lease - 1),
+                RunLease(real_lease.job_id, real_lease.lease - 1),
+            )
+        )
+        self._same(lambda engine: engine.complete([next(stale)]), label="finalize_stale")
+
+    # ------------------------------------------------------------------ maintenance
+    @rule(seconds=delays)
+    def advance_clock(self, seconds: float) -> None:
+        self.p.clock.advance(timedelta(seconds=seconds))
+
+    @rule(limit=st.integers(1, 5))
+    def promote(self, limit: int) -> None:
+        self._same(lambda engine: engine.promote_due(limit=limit), label="promote")
+
+    @rule(staleness=st.sampled_from([30.0, 90.0]))
+    def rescue(self, staleness: float) -> None:
+        window = timedelta(seconds=staleness)
+        self._same(
+            lambda engine: engine.rescue_stale_heartbeats(staleness=window), label="rescue hb"
+        )
+        self._same(lambda engine: engine.rescue_expired_deadlines(), label="rescue deadline")
+
+    @rule(completed=st.sampled_from([10.0, 100.0]), failed=st.sampled_from([50.0, 500.0]))
+    def cleanup(self, completed: float, failed: float) -> None:
+        self._same(
+            lambda engine: engine.cleanup_retention(
+                completed=timedelta(seconds=completed),
+                failed=timedelta(seconds=failed),
+                batch_size=2,
+            ),
+            label="cleanup",
+        )
+
+    # ------------------------------------------------------------------ operators
+    @precondition(lambda self: bool(self.model_ids))
+    @rule(data=st.data())
+    def cancel_job(self, data: st.DataObject) -> None:
+        self._by_id(data, "cancel_job", lambda engine, job_id: engine.cancel_job(job_id))
+
+    @precondition(lambda self: bool(self.model_ids))
+    @rule(data=st.data())
+    def retry_job(self, data: st.DataObject) -> None:
+        self._by_id(data, "retry_job", lambda engine, job_id: engine.retry_job(job_id))
+
+    @precondition(lambda self: bool(self.model_ids))
+    @rule(data=st.data())
+    def move_to_dlq(self, data: st.DataObject) -> None:
+        self._by_id(
+            data,
+            "move_failed_to_dlq",
+            lambda engine, job_id: engine.move_failed_to_dlq(job_id, reason="manual"),
+        )
+
+    @precondition(lambda self: bool(self.model_ids))
+    @rule(data=st.data())
+    def retry_from_dlq(self, data: st.DataObject) -> None:
+        self._by_id(data, "retry_from_dlq", lambda engine, job_id: engine.retry_from_dlq(job_id))
+
+    def _by_id(
+        self,
+        data: st.DataObject,
+        label: str,
+        call: Callable[[StorageEngine, int], Awaitable[Any]],
+    ) -> None:
+        model_id = data.draw(st.sampled_from(self.model_ids), label="job")
+        ids = iter((model_id, self._real_id(model_id)))
+        self._same(lambda engine: call(engine, next(ids)), label=label)
+
+    @rule(queue=st.sampled_from(QUEUES), paused=st.booleans())
+    def pause(self, queue: str, paused: bool) -> None:
+        if paused:
+            self._same(lambda engine: engine.pause_queue(queue, paused_by="ops"), label="pause")
+        else:
+            self._same(lambda engine: engine.resume_queue(queue), label="resume")
+
+    @rule(queue=st.sampled_from(QUEUES), enabled=st.booleans())
+    def set_dlq(self, queue: str, enabled: bool) -> None:
+        self._same(lambda engine: engine.set_queue_dlq(queue, enabled=enabled), label="set_dlq")
+
+    @rule(queue=st.sampled_from(QUEUES))
+    def drain(self, queue: str) -> None:
+        self._same(lambda engine: engine.drain_queue(queue), label="drain")
+
+    # ------------------------------------------------------------------ observations
+    @invariant()
+    def same_jobs(self) -> None:
+        model, real = self.p.run(lambda engine: engine.list_jobs(JobFilter(), limit=100_000))
+        assert model.error is None and real.error is None
+        model_jobs = sorted(self._norm(model.value, False), key=lambda job: job["id"])
+        real_jobs = sorted(self._norm(real.value, True), key=lambda job: job["id"])
+        assert model_jobs == real_jobs
+
+    @invariant()
+    def same_counts_and_dlq(self) -> None:
+        self._same(lambda engine: engine.queue_counts(), label="queue_counts")
+        self._same(lambda engine: engine.list_dlq(DlqFilter(), limit=1000), label="list_dlq")
+
+    @invariant()
+    def every_state_is_known(self) -> None:
+        model, _ = self.p.run(lambda engine: engine.list_jobs(JobFilter(), limit=100_000))
+        assert all(isinstance(job.state, JobState) for job in model.value)
+
+
+@pytest.fixture(params=REAL_ENGINES)
+def engine_pair(request: pytest.FixtureRequest, database_url: str) -> Iterator[Pair]:
+    clock = ManualClock()
+    with asyncio.Runner() as runner:
+        stack = AsyncExitStack()
+        model = runner.run(
+            stack.enter_async_context(ENGINES["inmemory"].factory(clock, CONTRACT_BACKOFF, None))
+        )
+        real = runner.run(
+            stack.enter_async_context(
+                ENGINES[request.param].factory(clock, CONTRACT_BACKOFF, database_url)
+            )
+        )
+        try:
+            yield Pair(runner, model, real)
+        finally:
+            runner.run(stack.aclose())
+
+
+STEPS = int(os.environ.get("AWA_MODEL_STEPS", "30"))
+
+
+@pytest.mark.postgres
+def test_model_and_real_engine_agree(engine_pair: Pair) -> None:
+    machine = type("BoundModelVsReal", (ModelVsReal,), {"pair": engine_pair})
+    current = settings()
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            current,
+            stateful_step_count=STEPS,
+            max_examples=current.max_examples,
+            deadline=None,
+        ),
+    )

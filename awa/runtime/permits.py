@@ -57,12 +57,22 @@ class PermitPool:
         return max(0, self._overflow_total - used)
 
     def fair_share(self, queue: str) -> int:
-        """Overflow permits ``queue`` may hold while others compete for them."""
+        """Overflow permits ``queue`` may hold while others compete for them.
+
+        The overflow is split by weight among the queues that want it (largest remainder,
+        so the shares add up exactly); a queue nobody competes with gets all of it.
+        """
         active = [
             q for q in self._held if q == queue or self._demand[q] or self.overflow_held(q) > 0
         ]
         weights = sum(self._configs[q].weight for q in active)
-        return math.ceil(self._overflow_total * self._configs[queue].weight / weights)
+        exact = {q: self._overflow_total * self._configs[q].weight / weights for q in active}
+        shares = {q: math.floor(v) for q, v in exact.items()}
+        leftover = self._overflow_total - sum(shares.values())
+        by_remainder = sorted(active, key=lambda q: (shares[q] - exact[q], q))
+        for q in by_remainder[:leftover]:
+            shares[q] += 1
+        return shares[queue]
 
     def available(self, queue: str) -> int:
         """Permits ``queue`` could reserve right now."""

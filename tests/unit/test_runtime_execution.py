@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -63,7 +63,7 @@ async def test_async_and_sync_handlers_run_and_sync_does_not_block_the_loop() ->
         assert ticks - ticks_before >= 5
         jobs = await enqueue(engine, "a", 3)
         for record in [sync_job, *jobs]:
-            await wait_until(lambda r=record: _state_is(engine, r.id, JobState.Completed))
+            await wait_until(_completed(engine, record.id))
         tg.cancel_scope.cancel()
         assert threading.get_ident() not in threads
         assert sorted(seen) == ["async:0", "async:1", "async:2", "sync"]
@@ -72,6 +72,10 @@ async def test_async_and_sync_handlers_run_and_sync_does_not_block_the_loop() ->
 
 async def _state_is(engine: Any, job_id: int, state: JobState) -> bool:
     return (await job(engine, job_id)).state == state
+
+
+def _completed(engine: Any, job_id: int) -> Callable[[], Awaitable[bool]]:
+    return lambda: _state_is(engine, job_id, JobState.Completed)
 
 
 async def _run_one(handler: Any, kind: str = "k") -> tuple[Any, Any]:
@@ -273,7 +277,7 @@ async def test_weighted_overflow_split_by_weight_with_min_guarantee() -> None:
     def make(queue: str) -> Any:
         async def handler(ctx: AttemptContext) -> None:
             active[queue] += 1
-            await anyio.sleep(0.02)
+            await anyio.sleep(0.05)
             active[queue] -= 1
 
         return handler
@@ -290,9 +294,9 @@ async def test_weighted_overflow_split_by_weight_with_min_guarantee() -> None:
         global_max_workers=11,
     )
     async with running(engine, handlers, config) as runtime:
-        await enqueue(engine, "a", 400, queue="a")
-        await enqueue(engine, "b", 400, queue="b")
-        await enqueue(engine, "c", 400, queue="c")
+        await enqueue(engine, "a", 200, queue="a")
+        await enqueue(engine, "b", 200, queue="b")
+        await enqueue(engine, "c", 200, queue="c")
         await anyio.sleep(0.15)
         for _ in range(30):
             samples.append(dict(active))
@@ -304,8 +308,8 @@ async def test_weighted_overflow_split_by_weight_with_min_guarantee() -> None:
     mean = {q: sum(s[q] for s in samples) / len(samples) for q in active}
     # Overflow of 9 split 2:1:1 on top of c's guaranteed 2: about 4.5 / 2.25 / 4.25.
     assert mean["a"] > mean["b"] * 1.4
-    assert mean["c"] >= 2
-    assert sum(mean.values()) > 9
+    assert mean["c"] >= 2 and mean["c"] > mean["b"]
+    assert sum(mean.values()) > 8  # overflow is in use, not just the minimum
 
 
 async def test_rate_limit_gates_claims() -> None:
@@ -340,13 +344,17 @@ async def test_pickup_latency_with_notifications_is_well_under_100ms() -> None:
     config = fast_config(handlers, poll_interval_ms=5000)
     async with running(engine, handlers, config):
         await anyio.sleep(0.05)
-        latencies = []
-        for _ in range(5):
+        latencies: list[float] = []
+        for expected in range(1, 6):
             before = time.monotonic()
             await enqueue(engine, "k")
-            await wait_until(lambda n=len(latencies): len(picked) == n + 1, interval=0.001)
+            await wait_until(_count_reaches(picked, expected), interval=0.001)
             latencies.append(picked[-1] - before)
     assert max(latencies) < 0.1
+
+
+def _count_reaches(items: list[float], count: int) -> Callable[[], bool]:
+    return lambda: len(items) == count
 
 
 async def test_no_claims_after_shutdown_begins() -> None:

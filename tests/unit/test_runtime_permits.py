@@ -68,9 +68,8 @@ def test_weighted_overflow_converges_to_weights() -> None:
         pool.release("a", 1)
         pool.try_reserve("b", 1)
         pool.try_reserve("a", 1)
-        if pool.in_flight("b") > 0 and pool.in_flight("a") + pool.in_flight("b") == 12:
-            if pool.in_flight("a") <= 8:
-                break
+        if pool.in_flight("a") <= 8 and pool.in_flight("a") + pool.in_flight("b") == 12:
+            break
     assert pool.in_flight("a") == 8
     assert pool.in_flight("b") == 4
 

@@ -1,0 +1,363 @@
+"""Heartbeats, cancellation, progress, callbacks, leadership, shutdown and snapshots."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import pytest
+
+from awa.adapters.clock import ManualClock
+from awa.adapters.inmemory.runtime_registry import InMemoryRuntimeRegistry
+from awa.domain.job import RunLease
+from awa.domain.states import JobState
+from awa.ports.storage import Ack, StorageEngine
+from awa.runtime import AttemptContext, HandlerRegistry
+from tests.unit.test_runtime_support import (
+    enqueue,
+    fast_config,
+    job,
+    make_engine,
+    running,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
+
+
+def _blocking_handler(started: list[AttemptContext], *, until_cancelled: bool = True) -> Any:
+    async def handler(ctx: AttemptContext) -> None:
+        started.append(ctx)
+        with anyio.fail_after(5):
+            while until_cancelled and not ctx.is_cancelled():
+                await anyio.sleep(0.005)
+
+    return handler
+
+
+async def test_stale_heartbeat_flips_the_cancel_flag() -> None:
+    clock = ManualClock()
+    engine = make_engine(clock)
+    handlers = HandlerRegistry()
+    started: list[AttemptContext] = []
+    handlers.register("k", _blocking_handler(started))
+    # Rescue is driven by hand below; keep the leader's own rescue out of the way.
+    config = fast_config(handlers, heartbeat_rescue_interval_ms=60_000)
+    async with running(engine, handlers, config, leader=False):
+        [record] = await enqueue(engine, "k")
+        await wait_until(lambda: started)
+        clock.advance(timedelta(minutes=10))
+        rescued = await engine.rescue_stale_heartbeats(staleness=timedelta(seconds=90))
+        assert [r.lease for r in rescued] == [started[0].lease]
+        await wait_until(started[0].is_cancelled, timeout=1.0)
+    after = await job(engine, record.id)
+    # The late outcome was stale: the rescue's retry stands.
+    assert after.state == JobState.Retryable
+    assert after.errors[-1]["error"] != "worker shutting down"
+
+
+async def test_heartbeats_refresh_running_attempts() -> None:
+    clock = ManualClock()
+    engine = make_engine(clock)
+    handlers = HandlerRegistry()
+    started: list[AttemptContext] = []
+    handlers.register("k", _blocking_handler(started))
+    async with running(engine, handlers, leader=False) as runtime:
+        [record] = await enqueue(engine, "k")
+        await wait_until(lambda: started)
+        first = (await job(engine, record.id)).heartbeat_at
+        clock.advance(5)
+        await wait_until(lambda: runtime.heartbeat.ticks >= 2)
+        assert (await job(engine, record.id)).heartbeat_at == clock.now() != first
+        started[0].request_cancel()
+
+
+async def test_cancel_notification_flips_the_flag_quickly() -> None:
+    engine = make_engine()
+    handlers = HandlerRegistry()
+    started: list[AttemptContext] = []
+    handlers.register("k", _blocking_handler(started))
+    # Heartbeats are far apart: only the awa:cancel notification can explain a fast flip.
+    config = fast_config(handlers, heartbeat_interval_ms=60_000)
+    async with running(engine, handlers, config):
+        [record] = await enqueue(engine, "k")
+        await wait_until(lambda: started)
+        before = time.monotonic()
+        await engine.cancel_job(record.id)
+        await wait_until(started[0].is_cancelled, timeout=1.0, interval=0.001)
+        assert time.monotonic() - before < 0.1
+    assert (await job(engine, record.id)).state == JobState.Cancelled
+
+
+async def test_progress_is_flushed_on_heartbeat_and_kept_across_retries() -> None:
+    engine = make_engine()
+    handlers = HandlerRegistry()
+    seen: list[dict[str, Any] | None] = []
+
+    async def handler(ctx: AttemptContext) -> None:
+        seen.append(ctx.record.progress)
+        if ctx.record.attempt == 1:
+            ctx.set_progress(40, "halfway")
+            ctx.update_metadata({"cursor": 7})
+            await wait_until(lambda: _progress(engine, ctx.lease.job_id), timeout=2)
+            raise RuntimeError("try again")
+
+    handlers.register("k", handler)
+    async with running(engine, handlers):
+        [record] = await enqueue(engine, "k")
+        await wait_until(lambda: _state_is(engine, record.id, JobState.Retryable))
+        await engine.retry_job(record.id)
+        await wait_until(lambda: _state_is(engine, record.id, JobState.Completed))
+    assert seen[0] is None
+    assert seen[1] == {"percent": 40, "message": "halfway", "metadata": {"cursor": 7}}
+
+
+async def _progress(engine: Any, job_id: int) -> Any:
+    return (await job(engine, job_id)).progress
+
+
+async def _state_is(engine: Any, job_id: int, state: JobState) -> bool:
+    return (await job(engine, job_id)).state == state
+
+
+async def test_flush_progress_and_sync_flush_from_a_thread() -> None:
+    engine = make_engine()
+    handlers = HandlerRegistry()
+    snapshots: list[Any] = []
+
+    def handler(ctx: AttemptContext) -> None:
+        ctx.set_progress(150, "clamped")
+        ctx.flush_progress_sync()
+        snapshots.append(
+            anyio.from_thread.run(engine.get_job, ctx.lease.job_id).progress  # type: ignore[union-attr]
+        )
+
+    handlers.register("k", handler)
+    async with running(engine, handlers, fast_config(handlers, heartbeat_interval_ms=60_000)):
+        [record] = await enqueue(engine, "k")
+        await wait_until(lambda: _state_is(engine, record.id, JobState.Completed))
+    assert snapshots == [{"percent": 100, "message": "clamped", "metadata": {}}]
+
+
+async def test_wait_for_callback_resumes_with_payload() -> None:
+    engine = make_engine()
+    handlers = HandlerRegistry()
+    tokens: list[str] = []
+    payloads: list[Any] = []
+
+    async def handler(ctx: AttemptContext) -> None:
+        token = await ctx.register_callback(timeout_seconds=30)
+        tokens.append(token.id)
+        payloads.append(await ctx.wait_for_callback(token))
+
+    handlers.register("k", handler)
+    async with running(engine, handlers):
+        [record] = await enqueue(engine, "k")
+        await wait_until(lambda: _state_is(engine, record.id, JobState.WaitingExternal))
+        await anyio.sleep(0.1)  # heartbeats while parked must not cancel the attempt
+        await engine.resolve_callback(tokens[0], action="resume", payload={"ok": True})
+        await wait_until(lambda: _state_is(engine, record.id, JobState.Completed))
+    assert payloads == [{"ok": True}]
+
+
+async def test_leader_promotes_and_rescues_and_only_one_leads() -> None:
+    clock = ManualClock()
+    engine = make_engine(clock)
+    handlers = HandlerRegistry()
+    ran: list[int] = []
+
+    async def handler(ctx: AttemptContext) -> None:
+        ran.append(ctx.lease.job_id)
+
+    handlers.register("k", handler)
+    async with (
+        running(engine, handlers) as first,
+        running(engine, handlers) as second,
+    ):
+        await wait_until(lambda: first.is_leader or second.is_leader)
+        await anyio.sleep(0.1)
+        assert [first.is_leader, second.is_leader].count(True) == 1
+        assert [first.health().leader, second.health().leader].count(True) == 1
+        # Promotion: a scheduled job becomes due and runs.
+        [later] = await enqueue(engine, "k", run_at=clock.now() + timedelta(seconds=5))
+        clock.advance(6)
+        await wait_until(lambda: later.id in ran)
+        # Rescue: an attempt claimed elsewhere and abandoned is retried.
+        [orphan] = await enqueue(engine, "orphan", queue="elsewhere")
+        [claim] = await engine.claim("elsewhere", limit=1)
+        clock.advance(timedelta(minutes=5))
+        await wait_until(lambda: _state_is(engine, orphan.id, JobState.Retryable))
+        assert (await job(engine, orphan.id)).errors[-1]["error"]
+        assert claim.lease.job_id == orphan.id
+
+
+async def test_another_runtime_takes_over_when_the_leader_goes() -> None:
+    engine = make_engine()
+    handlers = HandlerRegistry()
+
+    async def handler(ctx: AttemptContext) -> None:
+        return None
+
+    handlers.register("k", handler)
+    async with running(engine, handlers) as first:
+        await wait_until(lambda: first.is_leader)
+        async with running(engine, handlers) as second:
+            await anyio.sleep(0.1)
+            assert not second.is_leader
+            # A lost lock (dead connection) is noticed and the other candidate wins.
+            engine.election.revoke()
+            await wait_until(lambda: second.is_leader or first.is_leader)
+            leader, other = (first, second) if first.is_leader else (second, first)
+            await leader.shutdown(500)
+            await wait_until(lambda: other.is_leader)
+
+
+async def test_shutdown_drains_in_flight_handlers() -> None:
+    engine = make_engine()
+    handlers = HandlerRegistry()
+    finished: list[int] = []
+
+    async def handler(ctx: AttemptContext) -> None:
+        await anyio.sleep(0.15)
+        finished.append(ctx.lease.job_id)
+
+    handlers.register("k", handler)
+    async with running(engine, handlers) as runtime:
+        [record] = await enqueue(engine, "k")
+        await wait_until(lambda: len(runtime.inflight) == 1)
+        await runtime.shutdown(2000)
+        assert finished == [record.id]
+        assert len(runtime.inflight) == 0
+    assert (await job(engine, record.id)).state == JobState.Completed
+
+
+async def test_shutdown_timeout_cancels_and_releases_unfinished_attempts() -> None:
+    engine = make_engine()
+    handlers = HandlerRegistry()
+    started: list[AttemptContext] = []
+    saw_flag: list[bool] = []
+
+    async def stubborn(ctx: AttemptContext) -> None:
+        started.append(ctx)
+        try:
+            await anyio.sleep(30)
+        finally:
+            saw_flag.append(ctx.is_cancelled())
+
+    def blocking(ctx: AttemptContext) -> None:
+        started.append(ctx)
+        time.sleep(0.3)
+
+    handlers.register("async", stubborn)
+    handlers.register("sync", blocking)
+    async with running(engine, handlers) as runtime:
+        a, s = await enqueue(engine, "async") + await enqueue(engine, "sync")
+        await wait_until(lambda: len(started) == 2)
+        before = time.monotonic()
+        await runtime.shutdown(50)
+        assert time.monotonic() - before < 2
+    assert saw_flag == [True]
+    for record in (a, s):
+        after = await job(engine, record.id)
+        assert after.state == JobState.Retryable
+        assert after.attempt == 0  # the attempt was given back, not spent
+        assert after.errors[-1]["error"] == "worker shutting down"
+
+
+async def test_runtime_snapshots_are_published() -> None:
+    clock = ManualClock()
+    engine = make_engine(clock)
+    registry = InMemoryRuntimeRegistry(clock)
+    handlers = HandlerRegistry()
+
+    async def handler(ctx: AttemptContext) -> None:
+        return None
+
+    handlers.register("k", handler, queue="mail")
+    async with running(engine, handlers, registry=registry) as runtime:
+        await wait_until(lambda: runtime.is_leader)
+        await wait_until(lambda: _leader_row(registry))
+        [row] = await registry.list_runtimes(live_within=timedelta(seconds=30))
+        assert row.id == runtime.id and row.pid > 0 and row.hostname
+        assert [q.name for q in row.queues] == ["mail"]
+        clock.advance(5)
+        await wait_until(lambda: _seen_at(registry, clock.now()))
+    [final] = await registry.list_runtimes()
+    assert final.shutting_down and not final.healthy
+
+
+async def _leader_row(registry: InMemoryRuntimeRegistry) -> bool:
+    rows = await registry.list_runtimes()
+    return bool(rows) and rows[0].leader
+
+
+async def _seen_at(registry: InMemoryRuntimeRegistry, instant: Any) -> bool:
+    rows = await registry.list_runtimes()
+    return bool(rows) and rows[0].last_seen_at == instant
+
+
+class _RecordingHeartbeatEngine:
+    """A thread-side engine that only records heartbeats (all live)."""
+
+    def __init__(self) -> None:
+        self.beats: list[tuple[float, int]] = []
+        self.closed = False
+        self.thread_ids: set[int] = set()
+
+    async def heartbeat(self, leases: Sequence[RunLease]) -> list[Ack]:
+        self.thread_ids.add(threading.get_ident())
+        self.beats.append((time.monotonic(), len(leases)))
+        return [Ack.APPLIED for _ in leases]
+
+    async def update_progress(self, lease: RunLease, **kwargs: Any) -> Ack:
+        return Ack.APPLIED
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def test_heartbeat_thread_keeps_beating_while_the_loop_is_blocked() -> None:
+    engine = make_engine()
+    side = _RecordingHeartbeatEngine()
+
+    async def factory() -> StorageEngine:
+        return side  # type: ignore[return-value]
+
+    handlers = HandlerRegistry()
+    started: list[AttemptContext] = []
+
+    async def hog(ctx: AttemptContext) -> None:
+        started.append(ctx)
+        time.sleep(0.3)  # blocks the event loop on purpose
+
+    handlers.register("k", hog)
+    async with running(engine, handlers, heartbeat_engine_factory=factory) as runtime:
+        [record] = await enqueue(engine, "k")
+        await wait_until(lambda: _state_is(engine, record.id, JobState.Completed))
+        assert runtime.health().heartbeat_alive
+    during = [n for _, n in side.beats if n == 1]
+    assert len(during) >= 4  # 30 ms ticks across a 300 ms stall of the main loop
+    assert threading.get_ident() not in side.thread_ids
+    assert side.closed
+
+
+async def test_health_reports_hard_reserved_queues() -> None:
+    engine = make_engine()
+    handlers = HandlerRegistry()
+
+    async def handler(ctx: AttemptContext) -> None:
+        return None
+
+    handlers.register("k", handler)
+    async with running(engine, handlers, fast_config(handlers, [("default", 4)])) as runtime:
+        health = runtime.health()
+        assert health.healthy and health.poll_loop_alive and health.heartbeat_alive
+        assert health.postgres_connected and not health.shutting_down
+        queue = health.queues["default"]
+        assert (queue.max_workers, queue.in_flight, queue.available) == (4, 0, 4)
+        assert queue.min_workers is None and queue.weight is None and queue.overflow_held is None
+    assert not runtime.health().healthy

@@ -23,6 +23,8 @@ Spawn = Callable[[str, Claim], None]
 """Start executing a claim whose permit is already held."""
 
 RELEASE_ON_STOP_ERROR = "worker shutting down"
+_RESUBSCRIBE_MIN = 0.5
+_RESUBSCRIBE_MAX = 30.0
 
 
 def queue_channel(queue: str) -> str:
@@ -77,6 +79,10 @@ class QueueDispatcher:
         for waker in self._wakers:
             waker.wake()
 
+    def reset(self) -> None:
+        """Allow claiming again after a previous :meth:`stop` (runtime restart)."""
+        self._stopping = False
+
     def stop(self) -> None:
         """Stop claiming: loops exit after their current claim (no new claims start)."""
         self._stopping = True
@@ -93,28 +99,43 @@ class QueueDispatcher:
             tg.cancel_scope.cancel()
 
     async def _listen(self, *, task_status: TaskStatus[None]) -> None:
+        """Keep a subscription to ``awa:<queue>``, re-subscribing after failures; while
+        it is down the claim loops still poll."""
         assert self._notifier is not None
-        try:
-            subscription = await self._notifier.subscribe([queue_channel(self.queue)])
-        except Exception:
-            log.warning("queue %s: LISTEN failed; polling only", self.queue, exc_info=True)
-            task_status.started()
-            return
-        self.listening = True
-        task_status.started()
-        try:
-            while True:
-                if await subscription.wait(30.0):
-                    self.wake()
-        except Exception:
-            log.warning("queue %s: notifications lost; polling only", self.queue, exc_info=True)
-        finally:
-            self.listening = False
-            with anyio.CancelScope(shield=True):
-                try:
-                    await subscription.close()
-                except Exception:
-                    log.debug("closing the queue subscription failed", exc_info=True)
+        started = False
+        delay = _RESUBSCRIBE_MIN
+        while True:
+            try:
+                subscription = await self._notifier.subscribe([queue_channel(self.queue)])
+            except Exception:
+                log.warning("queue %s: LISTEN failed; polling only", self.queue, exc_info=True)
+                if not started:
+                    task_status.started()
+                    started = True
+                await anyio.sleep(delay)
+                delay = min(delay * 2, _RESUBSCRIBE_MAX)
+                continue
+            self.listening = True
+            delay = _RESUBSCRIBE_MIN
+            if not started:
+                task_status.started()
+                started = True
+            try:
+                while True:
+                    if await subscription.wait(30.0):
+                        self.wake()
+            except Exception:
+                log.warning("queue %s: notifications lost; polling only", self.queue, exc_info=True)
+            finally:
+                self.listening = False
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await subscription.close()
+                    except Exception:
+                        log.debug("closing the queue subscription failed", exc_info=True)
+            # Anything enqueued while the subscription was down was not announced.
+            self.wake()
+            await anyio.sleep(delay)
 
     async def _claim_loop(self, waker: Waker) -> None:
         self._live_loops += 1

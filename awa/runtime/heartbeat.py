@@ -125,20 +125,30 @@ class HeartbeatService:
             await engine.close()
 
     async def listen_for_cancels(self, notifier: Notifier) -> None:
-        """On ``awa:cancel``, heartbeat at once so cancelled attempts see their flag."""
-        try:
-            subscription = await notifier.subscribe([CANCEL_CHANNEL])
-        except Exception:
-            log.warning("cannot listen on %s; relying on heartbeats", CANCEL_CHANNEL, exc_info=True)
-            return
-        try:
-            while True:
-                fired = await subscription.wait(30.0)
-                if fired:
-                    await self.beat()
-        finally:
-            with anyio.CancelScope(shield=True):
-                try:
-                    await subscription.close()
-                except Exception:
-                    log.debug("closing the cancel subscription failed", exc_info=True)
+        """On ``awa:cancel``, heartbeat at once so cancelled attempts see their flag.
+
+        Re-subscribes after failures; meanwhile the periodic heartbeat still finds them.
+        """
+        delay = 0.5
+        while True:
+            try:
+                subscription = await notifier.subscribe([CANCEL_CHANNEL])
+            except Exception:
+                log.warning("cannot listen on %s", CANCEL_CHANNEL, exc_info=True)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+                continue
+            delay = 0.5
+            try:
+                while True:
+                    if await subscription.wait(30.0):
+                        await self.beat()
+            except Exception:
+                log.warning("lost the %s subscription", CANCEL_CHANNEL, exc_info=True)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await subscription.close()
+                    except Exception:
+                        log.debug("closing the cancel subscription failed", exc_info=True)
+            await anyio.sleep(delay)

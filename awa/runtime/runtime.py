@@ -141,6 +141,8 @@ class Runtime:
         """Start in the background on the current event loop; returns once running."""
         if self._task is not None:
             raise RuntimeError("the runtime is already running")
+        for dispatcher in self.dispatchers:
+            dispatcher.reset()
         ready = asyncio.Event()
 
         async def root() -> None:

@@ -361,3 +361,59 @@ async def test_health_reports_hard_reserved_queues() -> None:
         assert (queue.max_workers, queue.in_flight, queue.available) == (4, 0, 4)
         assert queue.min_workers is None and queue.weight is None and queue.overflow_held is None
     assert not runtime.health().healthy
+
+
+class _BrokenNotifier:
+    """A notifier whose LISTEN always fails."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+
+    async def subscribe(self, channels: list[str]) -> Any:
+        self.attempts += 1
+        raise ConnectionError("listen failed")
+
+
+async def test_polling_takes_over_when_listen_fails() -> None:
+    from awa.runtime import Runtime
+
+    engine = make_engine()
+    handlers = HandlerRegistry()
+    done: list[int] = []
+
+    async def handler(ctx: AttemptContext) -> None:
+        done.append(ctx.lease.job_id)
+
+    handlers.register("k", handler)
+    notifier = _BrokenNotifier()
+    runtime = Runtime(engine, notifier, None, engine._clock, handlers, fast_config(handlers))
+    await runtime.start()
+    try:
+        [record] = await enqueue(engine, "k")
+        await wait_until(lambda: done == [record.id], timeout=1.0)
+        assert notifier.attempts >= 1
+    finally:
+        await runtime.shutdown(500)
+
+
+async def test_runtime_can_start_again_after_shutdown() -> None:
+    engine = make_engine()
+    handlers = HandlerRegistry()
+    done: list[int] = []
+
+    async def handler(ctx: AttemptContext) -> None:
+        done.append(ctx.lease.job_id)
+
+    handlers.register("k", handler)
+    async with running(engine, handlers) as runtime:
+        await runtime.shutdown(500)
+        with pytest.raises(RuntimeError):
+            await _start_twice(runtime)
+        [record] = await enqueue(engine, "k")
+        await wait_until(lambda: done == [record.id])
+        assert runtime.health().healthy
+
+
+async def _start_twice(runtime: Any) -> None:
+    await runtime.start()
+    await runtime.start()

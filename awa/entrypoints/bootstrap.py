@@ -127,20 +127,17 @@ class RuntimePorts:
 
 
 async def open_runtime_ports(wiring: Wiring) -> RuntimePorts:
-    """The Postgres notifier (``LISTEN awa:<queue>``), the maintenance leader lock and the
-    ``awa.runtime_instances`` registry, for the engine in ``wiring``."""
-    try:
-        from awa.adapters._pg import leader as pg_leader
-        from awa.adapters._pg import notifier as pg_notifier
-    except ImportError:
-        return RuntimePorts(notifier=None, leader_lock=None, registry=None)
-    notifier: Any = pg_notifier.PostgresNotifier(wiring.url)
-    leader_lock: Any = pg_leader.PostgresLeaderLock(wiring.url)
-    ports = RuntimePorts(notifier=notifier, leader_lock=leader_lock, registry=None)
-    for resource in (notifier, leader_lock):
-        closer = getattr(resource, "close", None) or getattr(resource, "release", None)
-        if closer is not None:
-            ports.closers.append(closer)
+    """The notifier (``LISTEN awa:<queue>``) and a maintenance leader-lock candidate,
+    both provided by the engine on dedicated connections."""
+    engine: Any = wiring.engine
+    notifier: Notifier | None = engine if callable(getattr(engine, "subscribe", None)) else None
+    make_lock = getattr(engine, "leader_lock", None)
+    leader_lock: LeaderLock | None = make_lock() if callable(make_lock) else None
+    registry_factory = getattr(engine, "runtime_registry", None)
+    registry: RuntimeRegistry | None = registry_factory() if callable(registry_factory) else None
+    ports = RuntimePorts(notifier=notifier, leader_lock=leader_lock, registry=registry)
+    if leader_lock is not None:
+        ports.closers.append(leader_lock.release)
     return ports
 
 

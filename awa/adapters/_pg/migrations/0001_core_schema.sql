@@ -38,6 +38,18 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     END
 $$;
 
+-- Callback ids are opaque text to the engines; the public view shows them as uuid (ids the
+-- runtime issues are uuids; any other text maps to a stable md5-derived uuid).
+CREATE FUNCTION awa.callback_id_as_uuid(p_callback_id text) RETURNS uuid
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE
+        WHEN p_callback_id IS NULL THEN NULL
+        WHEN p_callback_id ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+            THEN p_callback_id::uuid
+        ELSE md5(p_callback_id)::uuid
+    END
+$$;
+
 CREATE FUNCTION awa.job_state_in_bitmask(p_mask bit(8), p_state awa.job_state) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT p_mask IS NOT NULL AND get_bit(p_mask, awa.job_state_index(p_state)) = 1
@@ -65,7 +77,7 @@ CREATE TABLE awa.canonical_jobs (
     tags                 text[] NOT NULL DEFAULT '{}'::text[],
     unique_key           bytea,
     unique_states        bit(8) DEFAULT B'11111000',
-    callback_id          uuid,
+    callback_id          text,
     callback_timeout_at  timestamptz,
     callback_filter      text,
     callback_on_complete text,
@@ -171,7 +183,7 @@ CREATE TABLE awa.dlq_entries (
     tags                 text[] NOT NULL,
     unique_key           bytea,
     unique_states        bit(8),
-    callback_id          uuid,
+    callback_id          text,
     callback_timeout_at  timestamptz,
     run_lease            bigint NOT NULL,
     progress             jsonb,

@@ -93,7 +93,7 @@ SELECT
     tags,
     unique_key,
     unique_states,
-    callback_id,
+    awa.callback_id_as_uuid(callback_id) AS callback_id,
     callback_timeout_at,
     callback_filter,
     callback_on_complete,
@@ -134,7 +134,7 @@ BEGIN
         coalesce(NEW.tags, '{}'::text[]),
         NEW.unique_key,
         coalesce(NEW.unique_states, B'11111000'),
-        NEW.callback_id,
+        NEW.callback_id::text,
         NEW.callback_timeout_at,
         NEW.callback_filter,
         NEW.callback_on_complete,
@@ -146,9 +146,9 @@ BEGIN
     RETURNING
         id, kind, queue, args, state, priority, attempt, max_attempts, run_at,
         heartbeat_at, deadline_at, attempted_at, finalized_at, created_at, errors,
-        metadata, tags, unique_key, unique_states, callback_id, callback_timeout_at,
-        callback_filter, callback_on_complete, callback_on_fail, callback_transform,
-        run_lease, progress
+        metadata, tags, unique_key, unique_states, awa.callback_id_as_uuid(callback_id),
+        callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail,
+        callback_transform, run_lease, progress
     INTO NEW;
     RETURN NEW;
 END
@@ -179,7 +179,10 @@ BEGIN
         tags = NEW.tags,
         unique_key = NEW.unique_key,
         unique_states = NEW.unique_states,
-        callback_id = NEW.callback_id,
+        callback_id = CASE
+            WHEN NEW.callback_id IS DISTINCT FROM OLD.callback_id THEN NEW.callback_id::text
+            ELSE j.callback_id
+        END,
         callback_timeout_at = NEW.callback_timeout_at,
         callback_filter = NEW.callback_filter,
         callback_on_complete = NEW.callback_on_complete,
@@ -190,13 +193,14 @@ BEGIN
     WHERE j.id = OLD.id
       AND j.state = OLD.state
       AND j.run_lease = OLD.run_lease
-      AND j.callback_id IS NOT DISTINCT FROM OLD.callback_id
+      AND awa.callback_id_as_uuid(j.callback_id) IS NOT DISTINCT FROM OLD.callback_id
     RETURNING
         j.id, j.kind, j.queue, j.args, j.state, j.priority, j.attempt, j.max_attempts,
         j.run_at, j.heartbeat_at, j.deadline_at, j.attempted_at, j.finalized_at,
         j.created_at, j.errors, j.metadata, j.tags, j.unique_key, j.unique_states,
-        j.callback_id, j.callback_timeout_at, j.callback_filter, j.callback_on_complete,
-        j.callback_on_fail, j.callback_transform, j.run_lease, j.progress
+        awa.callback_id_as_uuid(j.callback_id), j.callback_timeout_at, j.callback_filter,
+        j.callback_on_complete, j.callback_on_fail, j.callback_transform, j.run_lease,
+        j.progress
     INTO NEW;
     IF NOT FOUND THEN
         RETURN NULL;
@@ -281,9 +285,9 @@ BEGIN
     RETURNING
         id, kind, queue, args, state, priority, attempt, max_attempts, run_at,
         heartbeat_at, deadline_at, attempted_at, finalized_at, created_at, errors,
-        metadata, tags, unique_key, unique_states, callback_id, callback_timeout_at,
-        callback_filter, callback_on_complete, callback_on_fail, callback_transform,
-        run_lease, progress
+        metadata, tags, unique_key, unique_states, awa.callback_id_as_uuid(callback_id),
+        callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail,
+        callback_transform, run_lease, progress
     INTO v_row;
     RETURN v_row;
 END

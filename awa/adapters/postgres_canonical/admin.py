@@ -1,0 +1,193 @@
+"""Operator reads and writes of the canonical engine."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from psycopg import errors as pg_errors
+
+from awa.adapters._pg.errors import is_unique_claim_violation
+from awa.adapters._pg.rows import job_from_row
+from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase
+from awa.domain.job import JobRecord, QueueCounts
+from awa.domain.states import TERMINAL_STATES, JobState
+from awa.ports.storage import JobFilter
+
+LIVE_STATES = frozenset({JobState.Running, JobState.WaitingExternal})
+
+
+def _filter_params(filter: JobFilter) -> dict[str, Any]:
+    return {
+        "kind": filter.kind,
+        "queue": filter.queue,
+        "state": None if filter.state is None else filter.state.sql_name,
+        "tag": filter.tag,
+    }
+
+
+class AdminOps(EngineBase):
+    """Admin reads, queue control and operator job control."""
+
+    # ---------------------------------------------------------------- reads
+    async def get_job(self, job_id: int) -> JobRecord | None:
+        """The job, or ``None`` (DLQ entries are not jobs)."""
+        async with self._connection() as conn:
+            row = await self._one(conn, "get_job", {"id": job_id})
+        return None if row is None else job_from_row(row)
+
+    async def list_jobs(self, filter: JobFilter, *, limit: int = 100) -> list[JobRecord]:
+        """Matching jobs, highest id first."""
+        if limit <= 0:
+            return []
+        async with self._connection() as conn:
+            rows = await self._all(conn, "list_jobs", {**_filter_params(filter), "limit": limit})
+        return [job_from_row(row) for row in rows]
+
+    async def queue_counts(self) -> list[QueueCounts]:
+        """Exact per-state counts for every queue with jobs or settings, by name."""
+        now = self._clock.now()
+        async with self._connection() as conn:
+            rows = await self._all(conn, "queue_counts", {"hour_ago": now - timedelta(hours=1)})
+        result = []
+        for row in rows:
+            counts = {state: 0 for state in JobState}
+            for label, count in row["counts"].items():
+                counts[JobState.parse(label)] = int(count)
+            result.append(
+                QueueCounts(
+                    queue=row["queue"],
+                    counts=counts,
+                    paused=row["paused"],
+                    completed_last_hour=int(row["completed_last_hour"]),
+                    oldest_available_at=row["oldest_available_at"],
+                )
+            )
+        # Python string order (code points), not the database collation.
+        return sorted(result, key=lambda counts: counts.queue)
+
+    # ---------------------------------------------------------------- queue control
+    async def _execute(self, name: str, params: Mapping[str, Any]) -> None:
+        async with self._connection() as conn:
+            await self._all(conn, name, params)
+
+    async def pause_queue(self, queue: str, *, paused_by: str | None = None) -> None:
+        """Stop claims from ``queue``; pausing a paused queue keeps who paused it and when."""
+        await self._execute(
+            "pause_queue", {"queue": queue, "now": self._clock.now(), "paused_by": paused_by}
+        )
+
+    async def resume_queue(self, queue: str) -> None:
+        """Allow claims again."""
+        await self._execute("resume_queue", {"queue": queue, "now": self._clock.now()})
+
+    async def set_queue_dlq(self, queue: str, *, enabled: bool) -> None:
+        """Opt ``queue`` in or out of dead-letter routing."""
+        await self._execute(
+            "set_queue_dlq", {"queue": queue, "enabled": enabled, "now": self._clock.now()}
+        )
+
+    async def drain_queue(self, queue: str) -> int:
+        """Cancel every pending job of ``queue``; waiting attempts' workers are told."""
+        async with self._transaction() as conn:
+            rows = await self._all(conn, "drain_queue", {"queue": queue, "now": self._clock.now()})
+            for row in rows:
+                if JobState.parse(row["old_state"]) in LIVE_STATES:
+                    await self._notify_cancel(conn, row["id"], row["run_lease"])
+        return len(rows)
+
+    # ---------------------------------------------------------------- job control
+    async def _notify_cancel(self, conn: AnyConnection, job_id: int, run_lease: int) -> None:
+        await self._all(conn, "notify_cancel", {"id": job_id, "lease": run_lease})
+
+    async def _cancel_locked(
+        self, conn: AnyConnection, row: Mapping[str, Any], now: datetime
+    ) -> JobRecord:
+        job = job_from_row(row)
+        if job.state in TERMINAL_STATES:
+            return job
+        updated = await self._one(conn, "cancel_job", {"id": job.id, "now": now})
+        if job.state in LIVE_STATES:
+            await self._notify_cancel(conn, job.id, job.run_lease)
+        return job_from_row(updated) if updated is not None else job
+
+    async def cancel_job(self, job_id: int) -> JobRecord | None:
+        """Cancel a non-terminal job (a live attempt is told via ``awa:cancel``)."""
+        now = self._clock.now()
+        async with self._transaction() as conn:
+            row = await self._one(conn, "lock_job", {"id": job_id})
+            if row is None:
+                return None
+            return await self._cancel_locked(conn, row, now)
+
+    async def cancel_by_unique_key(self, unique_key: bytes) -> JobRecord | None:
+        """Cancel the non-terminal job holding ``unique_key``."""
+        now = self._clock.now()
+        async with self._transaction() as conn:
+            holder = await self._one(conn, "unique_holder", {"key": unique_key})
+            if holder is None:
+                return None
+            row = await self._one(conn, "lock_job", {"id": holder["job_id"]})
+            if row is None or JobState.parse(row["state"]) in TERMINAL_STATES:
+                return None
+            return await self._cancel_locked(conn, row, now)
+
+    async def _operator_retry(
+        self, conn: AnyConnection, row: Mapping[str, Any], now: datetime
+    ) -> JobRecord:
+        job = job_from_row(row)
+        if job.state in TERMINAL_STATES:
+            name = "operator_retry_terminal"
+        elif job.state in (JobState.Scheduled, JobState.Retryable):
+            name = "operator_retry_deferred"
+        else:
+            return job
+        try:
+            async with conn.transaction():
+                updated = await self._one(conn, name, {"id": job.id, "now": now})
+        except pg_errors.UniqueViolation as exc:
+            if not is_unique_claim_violation(exc):
+                raise
+            raise await self._conflict([job.unique_key]) from exc
+        return job_from_row(updated) if updated is not None else job
+
+    async def retry_job(self, job_id: int) -> JobRecord | None:
+        """Operator retry of one job (see the port for which states change)."""
+        now = self._clock.now()
+        async with self._transaction() as conn:
+            row = await self._one(conn, "lock_job", {"id": job_id})
+            if row is None:
+                return None
+            return await self._operator_retry(conn, row, now)
+
+    async def retry_failed(self, filter: JobFilter) -> list[JobRecord]:
+        """Operator retry of every failed job matching ``filter``, atomically, by id."""
+        now = self._clock.now()
+        retried = []
+        async with self._transaction() as conn:
+            for row in await self._all(conn, "failed_ids", _filter_params(filter)):
+                locked = await self._one(conn, "lock_job", {"id": row["id"]})
+                if locked is not None:
+                    retried.append(await self._operator_retry(conn, locked, now))
+        return retried
+
+    async def discard_failed(self, kind: str) -> int:
+        """Delete every failed job of ``kind``."""
+        async with self._connection() as conn:
+            rows = await self._all(conn, "discard_failed", {"kind": kind})
+        return len(rows)
+
+    async def delete_jobs(self, job_ids: Sequence[int]) -> int:
+        """Delete jobs by id, except live attempts."""
+        ids = list(job_ids)
+        if not ids:
+            return 0
+        async with self._connection() as conn:
+            rows = await self._all(conn, "delete_jobs", {"ids": ids})
+        return len(rows)
+
+    # ---------------------------------------------------------------- lifecycle
+    async def reset(self) -> None:
+        """Delete every job, DLQ entry, unique claim and queue setting."""
+        await self._execute("reset", {})

@@ -1,0 +1,144 @@
+-- Operator reads and writes of the canonical engine.
+
+-- name: get_job
+SELECT * FROM awa.canonical_jobs WHERE id = %(id)s
+
+-- name: list_jobs
+SELECT *
+FROM awa.canonical_jobs
+WHERE (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(state)s::awa.job_state IS NULL OR state = %(state)s::awa.job_state)
+  AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY(tags))
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: queue_counts
+-- Exact counts by GROUP BY: the canonical engine keeps no folded counters.
+WITH per_state AS (
+    SELECT queue, state, count(*) AS n
+    FROM awa.canonical_jobs
+    GROUP BY queue, state
+),
+queues AS (
+    SELECT queue FROM per_state
+    UNION
+    SELECT queue FROM awa.queue_meta
+)
+SELECT
+    q.queue,
+    coalesce(m.paused, false) AS paused,
+    coalesce(
+        (SELECT jsonb_object_agg(p.state::text, p.n) FROM per_state AS p WHERE p.queue = q.queue),
+        '{}'::jsonb
+    ) AS counts,
+    (
+        SELECT count(*)
+        FROM awa.canonical_jobs AS c
+        WHERE c.queue = q.queue
+          AND c.state = 'completed'
+          AND c.finalized_at > %(hour_ago)s::timestamptz
+    ) AS completed_last_hour,
+    (
+        SELECT min(c.run_at)
+        FROM awa.canonical_jobs AS c
+        WHERE c.queue = q.queue AND c.state = 'available'
+    ) AS oldest_available_at
+FROM queues AS q
+LEFT JOIN awa.queue_meta AS m ON m.queue = q.queue
+
+-- name: pause_queue
+INSERT INTO awa.queue_meta AS m (queue, paused, paused_at, paused_by, updated_at)
+VALUES (%(queue)s, true, %(now)s::timestamptz, %(paused_by)s, %(now)s::timestamptz)
+ON CONFLICT (queue) DO UPDATE SET
+    paused = true,
+    paused_at = CASE WHEN m.paused THEN m.paused_at ELSE EXCLUDED.paused_at END,
+    paused_by = CASE WHEN m.paused THEN m.paused_by ELSE EXCLUDED.paused_by END,
+    updated_at = EXCLUDED.updated_at
+
+-- name: resume_queue
+-- Like the in-memory model: a queue without settings does not gain a row by resuming.
+UPDATE awa.queue_meta SET
+    paused = false,
+    paused_at = NULL,
+    paused_by = NULL,
+    updated_at = %(now)s::timestamptz
+WHERE queue = %(queue)s
+
+-- name: set_queue_dlq
+INSERT INTO awa.queue_meta AS m (queue, dlq_enabled, updated_at)
+VALUES (%(queue)s, %(enabled)s, %(now)s::timestamptz)
+ON CONFLICT (queue) DO UPDATE SET
+    dlq_enabled = EXCLUDED.dlq_enabled,
+    updated_at = EXCLUDED.updated_at
+
+-- name: drain_queue
+WITH drained AS (
+    SELECT id, state AS old_state
+    FROM awa.canonical_jobs
+    WHERE queue = %(queue)s
+      AND state IN ('scheduled', 'available', 'retryable', 'waiting_external')
+    FOR UPDATE
+)
+UPDATE awa.canonical_jobs AS j SET
+    state = 'cancelled',
+    finalized_at = %(now)s::timestamptz
+FROM drained AS d
+WHERE j.id = d.id
+RETURNING j.id, j.run_lease, d.old_state
+
+-- name: lock_job
+SELECT * FROM awa.canonical_jobs WHERE id = %(id)s FOR UPDATE
+
+-- name: cancel_job
+UPDATE awa.canonical_jobs SET
+    state = 'cancelled',
+    finalized_at = %(now)s::timestamptz
+WHERE id = %(id)s
+RETURNING *
+
+-- name: notify_cancel
+SELECT pg_notify(
+    'awa:cancel',
+    json_build_object('job_id', %(id)s::bigint, 'run_lease', %(lease)s::bigint)::text
+)
+
+-- name: unique_holder
+SELECT job_id FROM awa.job_unique_claims WHERE unique_key = %(key)s
+
+-- name: operator_retry_terminal
+UPDATE awa.canonical_jobs SET
+    state = 'available',
+    run_at = %(now)s::timestamptz,
+    attempt = 0,
+    finalized_at = NULL
+WHERE id = %(id)s
+RETURNING *
+
+-- name: operator_retry_deferred
+UPDATE awa.canonical_jobs SET
+    state = 'available',
+    run_at = %(now)s::timestamptz
+WHERE id = %(id)s
+RETURNING *
+
+-- name: failed_ids
+SELECT id
+FROM awa.canonical_jobs
+WHERE state = 'failed'
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY(tags))
+ORDER BY id
+FOR UPDATE
+
+-- name: discard_failed
+DELETE FROM awa.canonical_jobs WHERE state = 'failed' AND kind = %(kind)s RETURNING id
+
+-- name: delete_jobs
+DELETE FROM awa.canonical_jobs
+WHERE id = ANY(%(ids)s::bigint[]) AND state NOT IN ('running', 'waiting_external')
+RETURNING id
+
+-- name: reset
+TRUNCATE awa.canonical_jobs, awa.dlq_entries, awa.job_unique_claims, awa.queue_meta

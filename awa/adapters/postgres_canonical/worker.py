@@ -1,0 +1,305 @@
+"""Producer, worker and callback operations of the canonical engine."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from psycopg import errors as pg_errors
+from psycopg.types.json import Jsonb
+
+from awa.adapters._pg.errors import is_unique_claim_violation, translated_errors
+from awa.adapters._pg.rows import dlq_from_row, job_from_row, mask_param
+from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase
+from awa.domain.errors import CallbackNotFound, DatabaseError, ValidationError
+from awa.domain.job import Claim, JobRecord, JobSpec, RunLease, error_entry
+from awa.domain.policies import PriorityAging
+from awa.domain.validation import validate_spec
+from awa.ports.storage import Ack, UnitOfWork
+
+CALLBACK_ACTIONS = frozenset({"complete", "fail", "retry", "resume"})
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _ack(applied: bool) -> Ack:
+    return Ack.APPLIED if applied else Ack.STALE
+
+
+def _enqueue_params(specs: Sequence[JobSpec], now: datetime) -> dict[str, Any]:
+    return {
+        "now": now,
+        "kinds": [s.kind for s in specs],
+        "queues": [s.queue for s in specs],
+        "args": [Jsonb(s.args) for s in specs],
+        "priorities": [s.priority for s in specs],
+        "max_attempts": [s.max_attempts for s in specs],
+        "run_ats": [s.run_at for s in specs],
+        "metadata": [Jsonb(s.metadata) for s in specs],
+        "tags": [Jsonb(list(s.tags)) for s in specs],
+        "unique_keys": [s.unique_key for s in specs],
+        "unique_states": [mask_param(s.effective_unique_states) for s in specs],
+        "ordering_keys": [s.ordering_key for s in specs],
+    }
+
+
+def _locked_row(row: Mapping[str, Any] | None) -> JobRecord:
+    # The row was locked earlier in the same transaction, so it cannot have vanished.
+    if row is None:
+        raise DatabaseError("a locked job row disappeared inside its transaction")
+    return job_from_row(row)
+
+
+def _batch_acks(leases: Sequence[RunLease], applied: set[tuple[int, int]]) -> list[Ack]:
+    # A lease repeated in one batch applies once, like the same call made twice.
+    seen: set[tuple[int, int]] = set()
+    acks = []
+    for lease in leases:
+        key = (lease.job_id, lease.lease)
+        acks.append(_ack(key in applied and key not in seen))
+        seen.add(key)
+    return acks
+
+
+class WorkerOps(EngineBase):
+    """Enqueue, claim, attempt outcomes and external callbacks."""
+
+    # ---------------------------------------------------------------- producers
+    async def enqueue_many(
+        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None
+    ) -> list[JobRecord]:
+        """Insert a batch in one statement; a unique clash inserts none of it."""
+        specs = list(specs)
+        for spec in specs:
+            validate_spec(spec)
+        if not specs:
+            return []
+        if uow is None:
+            async with self._connection() as conn:
+                return await self._insert(conn, specs)
+        own = self._own_uow(uow)
+        async with translated_errors():
+            return await self._insert(own.conn, specs)
+
+    async def _insert(self, conn: AnyConnection, specs: Sequence[JobSpec]) -> list[JobRecord]:
+        params = _enqueue_params(specs, self._clock.now())
+        try:
+            # A savepoint keeps a caller's transaction usable after a unique conflict.
+            async with conn.transaction():
+                rows = await self._all(conn, "enqueue", params)
+        except pg_errors.UniqueViolation as exc:
+            if not is_unique_claim_violation(exc):
+                raise
+            raise await self._conflict(s.unique_key for s in specs) from exc
+        return sorted((job_from_row(row) for row in rows), key=lambda job: job.id)
+
+    async def enqueue_many_skip_duplicates(self, specs: Sequence[JobSpec]) -> list[JobRecord]:
+        """Insert each spec under its own savepoint, skipping those whose key is held."""
+        specs = list(specs)
+        for spec in specs:
+            validate_spec(spec)
+        inserted: list[JobRecord] = []
+        now = self._clock.now()
+        async with self._transaction() as conn:
+            for spec in specs:
+                try:
+                    async with conn.transaction():
+                        rows = await self._all(conn, "enqueue", _enqueue_params([spec], now))
+                except pg_errors.UniqueViolation as exc:
+                    if not is_unique_claim_violation(exc):
+                        raise
+                    continue
+                inserted.extend(job_from_row(row) for row in rows)
+        return inserted
+
+    # ---------------------------------------------------------------- workers
+    async def claim(
+        self,
+        queue: str,
+        *,
+        limit: int,
+        deadline: timedelta | None = None,
+        aging_interval: timedelta | None = None,
+    ) -> list[Claim]:
+        """Claim with one ``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED)``."""
+        if limit <= 0:
+            return []
+        now = self._clock.now()
+        deadline_at = None if deadline is None else now + deadline
+        params: dict[str, Any] = {
+            "queue": queue,
+            "now": now,
+            "limit": limit,
+            "deadline_at": deadline_at,
+        }
+        aging = PriorityAging(aging_interval)
+        name = "claim"
+        if aging_interval is not None and aging_interval > timedelta(0):
+            name = "claim_aged"
+            params["aging_us"] = max(1, aging_interval // _MICROSECOND)
+        async with self._connection() as conn:
+            rows = await self._all(conn, name, params)
+        jobs = sorted(
+            (job_from_row(row) for row in rows),
+            key=lambda job: (
+                aging.effective_priority(job.priority, job.run_at, now),
+                job.run_at,
+                job.id,
+            ),
+        )
+        return [Claim(job=job, lease=job.lease, deadline_at=deadline_at) for job in jobs]
+
+    async def _batch(self, name: str, leases: Sequence[RunLease]) -> list[Ack]:
+        leases = list(leases)
+        if not leases:
+            return []
+        params = {
+            "now": self._clock.now(),
+            "ids": [lease.job_id for lease in leases],
+            "leases": [lease.lease for lease in leases],
+        }
+        async with self._connection() as conn:
+            rows = await self._all(conn, name, params)
+        return _batch_acks(leases, {(row["id"], row["run_lease"]) for row in rows})
+
+    async def complete(self, leases: Sequence[RunLease]) -> list[Ack]:
+        """Complete a batch of attempts in one statement."""
+        return await self._batch("complete", leases)
+
+    async def heartbeat(self, leases: Sequence[RunLease]) -> list[Ack]:
+        """Refresh heartbeats of running attempts in one statement."""
+        return await self._batch("heartbeat", leases)
+
+    async def _guarded(self, name: str, lease: RunLease, **params: Any) -> Ack:
+        now = self._clock.now()
+        values = {"id": lease.job_id, "lease": lease.lease, "now": now, "at": now.isoformat()}
+        values.update(params)
+        async with self._connection() as conn:
+            row = await self._one(conn, name, values)
+        return _ack(row is not None)
+
+    async def retry(self, lease: RunLease, *, error: str, delay: timedelta | None = None) -> Ack:
+        """Retry (or fail when exhausted); the row is locked so backoff can read ``attempt``."""
+        now = self._clock.now()
+        async with self._transaction() as conn:
+            row = await self._one(
+                conn, "lock_live_attempt", {"id": lease.job_id, "lease": lease.lease}
+            )
+            if row is None:
+                return Ack.STALE
+            await self._retry_or_fail(conn, row, error=error, delay=delay, now=now)
+        return Ack.APPLIED
+
+    async def snooze(self, lease: RunLease, *, delay: timedelta) -> Ack:
+        """Back to ``scheduled`` without spending the attempt."""
+        return await self._guarded("snooze", lease, run_at=self._clock.now() + delay)
+
+    async def cancel_attempt(self, lease: RunLease, *, reason: str) -> Ack:
+        """The handler cancelled: ``cancelled`` now, no error entry."""
+        return await self._guarded("cancel_attempt", lease)
+
+    async def fail(self, lease: RunLease, *, error: str) -> Ack:
+        """Terminal failure, then into the DLQ when the queue has it enabled."""
+        now = self._clock.now()
+        params = {"id": lease.job_id, "lease": lease.lease, "now": now, "at": now.isoformat()}
+        async with self._transaction() as conn:
+            row = await self._one(conn, "fail", {**params, "error": error})
+            if row is None:
+                return Ack.STALE
+            if row["dlq_enabled"]:
+                await self._one(
+                    conn, "move_to_dlq", {"id": row["id"], "reason": "terminal_error", "now": now}
+                )
+        return Ack.APPLIED
+
+    async def release(self, lease: RunLease, *, error: str) -> Ack:
+        """Give the attempt back: retryable now, attempt not spent, error recorded."""
+        return await self._guarded("release", lease, error=error)
+
+    async def update_progress(
+        self,
+        lease: RunLease,
+        *,
+        progress: dict[str, Any] | None,
+        metadata_updates: dict[str, Any] | None = None,
+    ) -> Ack:
+        """Replace progress (unless ``None``), merge metadata and refresh the heartbeat."""
+        return await self._guarded(
+            "update_progress",
+            lease,
+            progress=None if progress is None else Jsonb(progress),
+            metadata=Jsonb(metadata_updates or {}),
+        )
+
+    # ---------------------------------------------------------------- callbacks
+    async def register_callback(
+        self, lease: RunLease, *, callback_id: str, timeout: timedelta
+    ) -> Ack:
+        """Attach a callback id to a running attempt."""
+        return await self._guarded(
+            "register_callback",
+            lease,
+            callback_id=callback_id,
+            timeout_at=self._clock.now() + timeout,
+        )
+
+    async def wait_for_callback(self, lease: RunLease) -> Ack:
+        """Park a running attempt that has a callback id in ``waiting_external``."""
+        return await self._guarded("wait_for_callback", lease)
+
+    async def resolve_callback(
+        self,
+        callback_id: str,
+        *,
+        action: str,
+        payload: Any = None,
+        error: str | None = None,
+    ) -> JobRecord:
+        """Resolve the live attempt carrying ``callback_id``."""
+        if action not in CALLBACK_ACTIONS:
+            raise ValidationError(
+                "action", f"must be one of {sorted(CALLBACK_ACTIONS)}", value=action
+            )
+        now = self._clock.now()
+        async with self._transaction() as conn:
+            row = await self._one(conn, "lock_by_callback", {"callback_id": callback_id})
+            if row is None:
+                raise CallbackNotFound(f"no job is waiting on callback {callback_id}")
+            params: dict[str, Any] = {"id": row["id"], "now": now}
+            if action == "complete":
+                updated = await self._one(conn, "callback_complete", params)
+            elif action == "fail":
+                entry = error_entry(
+                    error or "callback failed", attempt=row["attempt"], at=now, terminal=True
+                )
+                held = await self._fail_or_dlq(
+                    conn,
+                    row,
+                    entry=entry,
+                    now=now,
+                    dlq_reason="callback_failed",
+                    clear_callback=True,
+                )
+                if held is not None:
+                    return dlq_from_row(held).job
+                updated = await self._one(conn, "get_job", {"id": row["id"]})
+            elif action == "retry":
+                entry = error_entry("callback retry requested", attempt=row["attempt"], at=now)
+                updated = await self._one(conn, "callback_retry", {**params, "error": Jsonb(entry)})
+            else:
+                updated = await self._one(
+                    conn, "callback_resume", {**params, "payload": Jsonb(payload)}
+                )
+        return _locked_row(updated)
+
+    async def heartbeat_callback(self, callback_id: str, *, timeout: timedelta) -> JobRecord:
+        """Push the callback timeout of the live attempt carrying ``callback_id``."""
+        now = self._clock.now()
+        async with self._transaction() as conn:
+            row = await self._one(conn, "lock_by_callback", {"callback_id": callback_id})
+            if row is None:
+                raise CallbackNotFound(f"no job is waiting on callback {callback_id}")
+            updated = await self._one(
+                conn, "callback_heartbeat", {"id": row["id"], "timeout_at": now + timeout}
+            )
+        return _locked_row(updated)

@@ -98,6 +98,13 @@ class EngineBase:
     #: Alias of :meth:`open`.
     connect = open
 
+    def _conninfo(self) -> str:
+        """Connection string of the pool's database, for dedicated connections."""
+        conninfo = self._pool.conninfo
+        if not isinstance(conninfo, str):
+            raise DatabaseError("the pool's connection string is computed; pass a URL instead")
+        return conninfo
+
     @property
     def pool(self) -> AsyncConnectionPool[DictConnection]:
         return self._pool

@@ -21,8 +21,8 @@ class CanonicalEngine(WorkerOps, MaintenanceOps, AdminOps, DlqOps):
 
     async def subscribe(self, channels: list[str]) -> PostgresSubscription:
         """LISTEN on ``channels`` over a dedicated connection."""
-        return await PostgresNotifier(self._pool.conninfo).subscribe(channels)
+        return await PostgresNotifier(self._conninfo()).subscribe(channels)
 
     def leader_lock(self) -> PostgresLeaderLock:
         """A new candidate for the cluster's maintenance leadership."""
-        return PostgresLeaderLock(self._pool.conninfo)
+        return PostgresLeaderLock(self._conninfo())

@@ -191,7 +191,7 @@ async def test_queue_controls_and_stats(client: AsyncClient) -> None:
     assert stat.running == 0 and stat.failed == 0 and stat.waiting_external == 0
     assert stat.lag_seconds is not None and stat.completed_last_hour == 0
     await client.resume_queue("q1")
-    assert not [s for s in await client.queue_stats() if s.queue == "q1"][0].paused
+    assert not next(s for s in await client.queue_stats() if s.queue == "q1").paused
     assert await client.drain_queue("q1") == 2
     health = await client.health_check()
     assert health.postgres_connected and not health.healthy and health.queues == {}

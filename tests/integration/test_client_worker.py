@@ -1,0 +1,249 @@
+"""Workers started through ``AsyncClient.start``: handlers, outcomes, callbacks, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+import time
+import warnings
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+import awa
+from awa import AsyncClient, Job, JobState
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+
+@dataclasses.dataclass
+class Ping:
+    n: int
+
+
+@dataclasses.dataclass
+class Blocking:
+    n: int
+
+
+@pytest.fixture
+async def client(database_url: str) -> AsyncIterator[AsyncClient]:
+    await awa.migrate(database_url)
+    async with AsyncClient(database_url) as c:
+        yield c
+
+
+async def _wait_state(client: AsyncClient, job_id: int, state: JobState) -> Job[Any]:
+    deadline = time.monotonic() + 10
+    while True:
+        job = await client.get_job(job_id)
+        if job.state == state or time.monotonic() > deadline:
+            return job
+        await asyncio.sleep(0.02)
+
+
+async def test_async_and_sync_handlers_run_end_to_end(client: AsyncClient) -> None:
+    seen: list[tuple[str, Any, int]] = []
+    threads: list[str] = []
+
+    @client.task(Ping)
+    async def ping(job: Job[Ping]) -> None:
+        assert isinstance(job.args, Ping)
+        job.set_progress(50, "half")
+        job.update_metadata({"seen": True})
+        await job.flush_progress()
+        seen.append(("async", job.args.n, job.attempt))
+
+    @client.task(Blocking, queue="blocking")
+    def blocking(job: Job[Blocking]) -> None:
+        threads.append(threading.current_thread().name)
+        time.sleep(0.05)
+        seen.append(("sync", job.args.n, job.attempt))
+
+    await client.start([("default", 2), ("blocking", 2)], poll_interval_ms=100)
+    try:
+        a = await client.insert(Ping(1))
+        b = await client.insert(Blocking(2), queue="blocking")
+        done_a = await _wait_state(client, a.id, JobState.Completed)
+        done_b = await _wait_state(client, b.id, JobState.Completed)
+        assert done_a.state == JobState.Completed and done_b.state == JobState.Completed
+        assert done_a.finalized_at is not None
+        assert sorted(seen) == [("async", 1, 1), ("sync", 2, 1)]
+        assert threads and threads[0] != threading.main_thread().name
+        health = await client.health_check()
+        assert health.healthy and set(health.queues) == {"default", "blocking"}
+        assert health.queues["default"].max_workers == 2
+    finally:
+        await client.shutdown()
+
+
+async def test_fresh_job_is_picked_up_quickly(client: AsyncClient) -> None:
+    picked = asyncio.Event()
+
+    @client.task(Ping)
+    async def ping(job: Job[Ping]) -> None:
+        picked.set()
+
+    await client.start()
+    try:
+        await asyncio.sleep(0.2)
+        started = time.monotonic()
+        await client.insert(Ping(1))
+        await asyncio.wait_for(picked.wait(), timeout=5)
+        assert time.monotonic() - started < 0.5
+    finally:
+        await client.shutdown()
+
+
+async def test_handler_outcomes(client: AsyncClient) -> None:
+    @dataclasses.dataclass
+    class Outcome:
+        what: str
+
+    @client.task(Outcome)
+    async def handle(job: Job[Outcome]) -> Any:
+        what = job.args.what
+        if what == "retry":
+            return awa.RetryAfter(60)
+        if what == "snooze":
+            return awa.Snooze(60)
+        if what == "cancel":
+            return awa.Cancel("not needed")
+        if what == "terminal":
+            raise awa.TerminalError("bad input")
+        if what == "boom":
+            raise RuntimeError("kaput")
+        return "anything"
+
+    await client.start([("default", 5)])
+    try:
+        ids = {w: (await client.insert(Outcome(w))).id for w in ("retry", "snooze", "cancel")}
+        ids |= {w: (await client.insert(Outcome(w))).id for w in ("terminal", "boom", "done")}
+        unknown = await client.insert({"x": 1}, kind="nobody_handles_this")
+        expected = {
+            "retry": JobState.Retryable,
+            "snooze": JobState.Scheduled,
+            "cancel": JobState.Cancelled,
+            "terminal": JobState.Failed,
+            "boom": JobState.Retryable,
+            "done": JobState.Completed,
+        }
+        for what, state in expected.items():
+            assert (await _wait_state(client, ids[what], state)).state == state, what
+        boom = await client.get_job(ids["boom"])
+        assert "kaput" in boom.errors[0]["error"] and boom.errors[0]["attempt"] == 1
+        failed = await _wait_state(client, unknown.id, JobState.Failed)
+        assert "unknown job kind: nobody_handles_this" in failed.errors[-1]["error"]
+        snoozed = await client.get_job(ids["snooze"])
+        assert snoozed.attempt == 0
+    finally:
+        await client.shutdown()
+    result = await client.retry_failed(kind="outcome")
+    assert [j.id for j in result.jobs] == [ids["terminal"]] and result.matched == 1
+
+
+async def test_external_callback_flow(client: AsyncClient) -> None:
+    tokens: list[str] = []
+
+    @client.task(Ping)
+    async def park(job: Job[Ping]) -> Any:
+        token = await job.register_callback(timeout_seconds=60)
+        tokens.append(token.id)
+        return awa.WaitForCallback(token)
+
+    await client.start()
+    try:
+        first = await client.insert(Ping(1))
+        await _wait_state(client, first.id, JobState.WaitingExternal)
+        done = await client.complete_external(tokens[0], {"ok": True})
+        assert done.state == JobState.Completed
+        second = await client.insert(Ping(2))
+        await _wait_state(client, second.id, JobState.WaitingExternal)
+        heartbeat = await client.heartbeat_callback(tokens[1], 120)
+        assert heartbeat.state == JobState.WaitingExternal
+        ignored = await client.resolve_callback(tokens[1])
+        assert ignored.is_ignored() and ignored.job is not None
+        failed = await client.fail_external(tokens[1], "remote said no")
+        assert failed.state == JobState.Failed
+        with pytest.raises(awa.CallbackNotFound):
+            await client.complete_external(tokens[1])
+    finally:
+        await client.shutdown()
+
+
+async def test_dlq_round_trip(client: AsyncClient) -> None:
+    @client.task(Ping)
+    async def fail(job: Job[Ping]) -> None:
+        raise awa.TerminalError("nope")
+
+    await client.start()
+    try:
+        job = await client.insert(Ping(1), tags=["t"])
+        await _wait_state(client, job.id, JobState.Failed)
+    finally:
+        await client.shutdown()
+    entry = await client.move_failed_to_dlq(job.id, "manual review")
+    assert entry is not None and entry.job.id == job.id and entry.reason == "manual review"
+    assert await client.dlq_depth() == 1
+    assert await client.dlq_depth_by_queue() == [("default", 1)]
+    listed = await client.list_dlq(tag="t")
+    assert [e.job.id for e in listed] == [job.id]
+    assert (await client.get_dlq_job(job.id)) is not None
+    retried = await client.retry_from_dlq(job.id, queue="elsewhere")
+    assert retried is not None and retried.queue == "elsewhere" and retried.attempt == 0
+    assert await client.dlq_depth() == 0
+
+
+async def test_start_validation_and_deprecated_worker(client: AsyncClient) -> None:
+    with pytest.raises(ValueError, match="register at least one worker"):
+        await client.start()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+
+        @client.worker(Ping, queue="q")
+        async def handler(job: Job[Ping]) -> None:
+            return None
+
+    assert any(issubclass(w.category, DeprecationWarning) for w in caught)
+    with pytest.raises(ValueError):
+        await client.start([("other", 1)])
+    with pytest.raises((ValueError, TypeError)):
+        await client.start([{"name": "q", "max_workers": 0}])
+
+
+async def test_shutdown_lets_running_handlers_finish(client: AsyncClient) -> None:
+    started = asyncio.Event()
+
+    @client.task(Ping)
+    async def slow(job: Job[Ping]) -> None:
+        started.set()
+        await asyncio.sleep(0.3)
+
+    await client.start()
+    job = await client.insert(Ping(1))
+    await asyncio.wait_for(started.wait(), 5)
+    await client.shutdown(timeout_ms=5000)
+    assert (await client.get_job(job.id)).state == JobState.Completed
+    later = await client.insert(Ping(2))
+    await asyncio.sleep(0.4)
+    assert (await client.get_job(later.id)).state == JobState.Available
+
+
+async def test_shutdown_timeout_releases_unfinished_attempts(client: AsyncClient) -> None:
+    started = asyncio.Event()
+
+    @client.task(Ping)
+    async def stuck(job: Job[Ping]) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    await client.start()
+    job = await client.insert(Ping(1))
+    await asyncio.wait_for(started.wait(), 5)
+    began = time.monotonic()
+    await client.shutdown(timeout_ms=200)
+    assert time.monotonic() - began < 5
+    after = await client.get_job(job.id)
+    assert after.state in (JobState.Retryable, JobState.Available)

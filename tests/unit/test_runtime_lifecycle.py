@@ -263,7 +263,8 @@ async def test_shutdown_timeout_cancels_and_releases_unfinished_attempts() -> No
     assert saw_flag == [True]
     for record in (a, s):
         after = await job(engine, record.id)
-        assert after.state == JobState.Retryable
+        # Released as retryable-due-now; the leader may already have promoted it.
+        assert after.state in (JobState.Retryable, JobState.Available)
         assert after.attempt == 0  # the attempt was given back, not spent
         assert after.errors[-1]["error"] == "worker shutting down"
 

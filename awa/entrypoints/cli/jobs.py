@@ -1,0 +1,138 @@
+"""``awa job ...``: inspect, list, retry, cancel and discard jobs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from awa.domain.states import JobState
+from awa.entrypoints.cli._common import (
+    emit_json,
+    fail,
+    json_option,
+    print_table,
+    wants_json,
+    with_client,
+)
+from awa.entrypoints.client import AsyncClient
+from awa.entrypoints.client_admin import job_dict
+
+STATES = [str(s) for s in JobState]
+JOB_HEADERS = ("ID", "KIND", "QUEUE", "STATE", "ATT", "MAX")
+
+
+@click.group()
+def job() -> None:
+    """Inspect and administer individual jobs."""
+
+
+@job.command()
+@click.argument("job_id", type=int)
+def dump(job_id: int) -> None:
+    """Print everything known about a job as JSON (row, summary, timeline, DLQ entry)."""
+
+    async def go(client: AsyncClient) -> str:
+        return await client.dump_job(job_id)
+
+    click.echo(with_client(go))
+
+
+@job.command("dump-run")
+@click.argument("job_id", type=int)
+@click.option("--attempt", type=click.IntRange(min=0), help="Attempt number (default: latest).")
+def dump_run(job_id: int, attempt: int | None) -> None:
+    """Print one attempt of a job as JSON."""
+
+    async def go(client: AsyncClient) -> str:
+        return await client.dump_run(job_id, attempt)
+
+    click.echo(with_client(go))
+
+
+@job.command()
+@click.argument("job_id", type=int)
+def retry(job_id: int) -> None:
+    """Make a failed, cancelled or waiting job available again."""
+
+    async def go(client: AsyncClient) -> bool:
+        return await client.retry(job_id) is not None
+
+    if not with_client(go):
+        raise fail(f"job {job_id} cannot be retried")
+    click.echo(f"Retried job {job_id}")
+
+
+@job.command()
+@click.argument("job_id", type=int)
+def cancel(job_id: int) -> None:
+    """Cancel a job that has not finished (a running handler is told to stop)."""
+
+    async def go(client: AsyncClient) -> bool:
+        return await client.cancel(job_id) is not None
+
+    if not with_client(go):
+        raise fail(f"job {job_id} cannot be cancelled")
+    click.echo(f"Cancelled job {job_id}")
+
+
+@job.command("retry-failed")
+@click.option("--kind", help="Retry failed jobs of this kind.")
+@click.option("--queue", help="Retry failed jobs in this queue.")
+def retry_failed(kind: str | None, queue: str | None) -> None:
+    """Retry every failed job of exactly one kind or one queue."""
+    if (kind is None) == (queue is None):
+        raise click.UsageError("give exactly one of --kind or --queue")
+
+    async def go(client: AsyncClient) -> tuple[int, int, int | None]:
+        result = await client.retry_failed(kind=kind, queue=queue)
+        return len(result.jobs), result.matched, result.pruned_failed_count
+
+    retried, matched, pruned = with_client(go)
+    target = f"kind {kind}" if kind is not None else f"queue {queue}"
+    click.echo(
+        f"Retried {retried} failed job(s) of {target} "
+        f"(matched {matched}, raced {matched - retried})"
+    )
+    if pruned:
+        click.echo(f"{pruned} failed job(s) were already pruned by retention")
+
+
+@job.command()
+@click.option("--kind", required=True, help="Kind whose failed jobs are deleted.")
+def discard(kind: str) -> None:
+    """Delete every failed job of a kind."""
+
+    async def go(client: AsyncClient) -> int:
+        return await client.discard_failed(kind)
+
+    count = with_client(go)
+    click.echo(f"Discarded {count} failed job(s) of kind {kind}")
+
+
+@job.command("list")
+@click.option("--state", "state_", type=click.Choice(STATES), help="Only jobs in this state.")
+@click.option("--kind", help="Only jobs of this kind.")
+@click.option("--queue", help="Only jobs in this queue.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@json_option
+def list_jobs(
+    state_: str | None, kind: str | None, queue: str | None, limit: int, json_flag: bool
+) -> None:
+    """List jobs, newest first."""
+
+    async def go(client: AsyncClient) -> list[dict[str, Any]]:
+        jobs = await client.list_jobs(state=state_, kind=kind, queue=queue, limit=limit)
+        return [job_dict(j.record) for j in jobs]
+
+    rows = with_client(go)
+    if wants_json(json_flag):
+        emit_json(rows)
+        return
+    print_table(
+        JOB_HEADERS,
+        [
+            [r["id"], r["kind"], r["queue"], r["state"], r["attempt"], r["max_attempts"]]
+            for r in rows
+        ],
+    )

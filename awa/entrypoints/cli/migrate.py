@@ -1,0 +1,76 @@
+"""``awa migrate``: apply schema migrations, or print their SQL for review."""
+
+from __future__ import annotations
+
+import click
+
+from awa.entrypoints import bootstrap
+from awa.entrypoints.cli import _db
+from awa.entrypoints.cli._common import run, state
+
+SELECTION_NEEDS_SQL = "--from, --to and --version select SQL to print; add --sql"
+PENDING_EXCLUSIVE = "--pending cannot be combined with --from, --to or --version"
+VERSION_EXCLUSIVE = "--version cannot be combined with --from or --to"
+
+
+def _database_version() -> int:
+    url = state().database_url()
+    return run(_db.with_connection(url, _db.schema_version))
+
+
+def _print_sql(selected: list[tuple[int, str, str]]) -> None:
+    for version, description, sql in selected:
+        click.echo(f"-- Migration V{version}: {description}")
+        click.echo(sql.rstrip("\n"))
+        click.echo("")
+
+
+@click.command()
+@click.option("--sql", "print_sql", is_flag=True, help="Print the SQL instead of applying it.")
+@click.option(
+    "--pending", is_flag=True, help="Print only the migrations the database has not applied."
+)
+@click.option(
+    "--from", "from_version", type=click.IntRange(min=0), help="Start after this version."
+)
+@click.option("--to", "to_version", type=click.IntRange(min=0), help="Stop at this version.")
+@click.option("--version", "version", type=click.IntRange(min=1), help="Only this version.")
+def migrate(
+    print_sql: bool,
+    pending: bool,
+    from_version: int | None,
+    to_version: int | None,
+    version: int | None,
+) -> None:
+    """Apply pending migrations (or print SQL with --sql / --pending)."""
+    ranged = from_version is not None or to_version is not None
+    if pending and (ranged or version is not None):
+        raise click.UsageError(PENDING_EXCLUSIVE)
+    if version is not None and ranged:
+        raise click.UsageError(VERSION_EXCLUSIVE)
+    if (ranged or version is not None) and not print_sql:
+        raise click.UsageError(SELECTION_NEEDS_SQL)
+    latest = bootstrap.current_migration_version()
+    if pending:
+        _print_sql(bootstrap.migrations_range(_database_version(), latest))
+        return
+    if print_sql:
+        if version is not None:
+            selected = bootstrap.migrations_range(version - 1, version)
+            if not selected:
+                raise click.BadParameter(
+                    f"no migration has version {version}", param_hint="--version"
+                )
+        else:
+            low = 0 if from_version is None else from_version
+            high = latest if to_version is None else to_version
+            selected = bootstrap.migrations_range(low, high)
+        _print_sql(selected)
+        return
+    before = _database_version()
+    run(bootstrap.migrate(state().database_url()))
+    if before >= latest:
+        click.echo(f"Schema already at version {before}; nothing to apply")
+    else:
+        applied = len(bootstrap.migrations_range(before, latest))
+        click.echo(f"Applied {applied} migration(s); schema now at version {latest}")

@@ -1,0 +1,109 @@
+"""``awa queue ...``: pause, resume, drain and per-queue statistics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from awa.entrypoints.cli._common import emit_json, json_option, print_table, wants_json, with_client
+from awa.entrypoints.client import AsyncClient
+
+STATS_HEADERS = ("QUEUE", "AVAIL", "RUNNING", "FAILED", "COMPLETED/1H", "LAG(s)", "PAUSED")
+
+
+@click.group()
+def queue() -> None:
+    """Pause, resume, drain and inspect queues."""
+
+
+@queue.command()
+@click.argument("name")
+@click.option("--by", "paused_by", default="cli", show_default=True, help="Who paused it.")
+def pause(name: str, paused_by: str) -> None:
+    """Stop workers claiming from a queue (inserts still succeed)."""
+
+    async def go(client: AsyncClient) -> None:
+        await client.pause_queue(name, paused_by)
+
+    with_client(go)
+    click.echo(f"Paused queue {name}")
+
+
+@queue.command()
+@click.argument("name")
+def resume(name: str) -> None:
+    """Let workers claim from a paused queue again."""
+
+    async def go(client: AsyncClient) -> None:
+        await client.resume_queue(name)
+
+    with_client(go)
+    click.echo(f"Resumed queue {name}")
+
+
+@queue.command()
+@click.argument("name")
+def drain(name: str) -> None:
+    """Cancel every pending job of a queue."""
+
+    async def go(client: AsyncClient) -> int:
+        return await client.drain_queue(name)
+
+    count = with_client(go)
+    click.echo(f"Drained {count} job(s) from queue {name}")
+
+
+async def _stats(client: AsyncClient) -> list[dict[str, Any]]:
+    return [
+        {
+            "queue": s.queue,
+            "total_queued": s.total_queued,
+            "scheduled": s.scheduled,
+            "available": s.available,
+            "retryable": s.retryable,
+            "running": s.running,
+            "failed": s.failed,
+            "waiting_external": s.waiting_external,
+            "completed_last_hour": s.completed_last_hour,
+            "lag_seconds": s.lag_seconds,
+            "paused": s.paused,
+        }
+        for s in await client.queue_stats()
+    ]
+
+
+def _print_stats(json_flag: bool) -> None:
+    rows = with_client(_stats)
+    if wants_json(json_flag):
+        emit_json(rows)
+        return
+    print_table(
+        STATS_HEADERS,
+        [
+            [
+                r["queue"],
+                r["available"],
+                r["running"],
+                r["failed"],
+                r["completed_last_hour"],
+                r["lag_seconds"],
+                r["paused"],
+            ]
+            for r in rows
+        ],
+    )
+
+
+@queue.command()
+@json_option
+def stats(json_flag: bool) -> None:
+    """Per-queue counts, lag and pause state."""
+    _print_stats(json_flag)
+
+
+@click.command("queue-stats", hidden=True)
+@json_option
+def queue_stats_hidden(json_flag: bool) -> None:
+    """Alias of ``awa queue stats``."""
+    _print_stats(json_flag)

@@ -25,6 +25,7 @@ from awa.entrypoints.bootstrap import (
     migrate,
     migrations,
     migrations_range,
+    schema_patches,
 )
 from awa.entrypoints.client import (
     AsyncClient,
@@ -84,4 +85,5 @@ __all__ = [
     "migrate",
     "migrations",
     "migrations_range",
+    "schema_patches",
 ]

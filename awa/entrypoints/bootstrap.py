@@ -149,3 +149,9 @@ async def ping(wiring: Wiring) -> bool:
     except Exception:
         return False
     return True
+
+
+def schema_patches() -> list[tuple[str, str, str]]:
+    """Out-of-band schema patches as ``(name, description, sql)``. Every schema change of
+    this package ships in the numbered migration stream, so there are none."""
+    return []

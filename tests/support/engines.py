@@ -23,8 +23,10 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import attrs
 
+from awa.adapters._pg.migrations import migrate
 from awa.adapters.clock import ManualClock
 from awa.adapters.inmemory import InMemoryEngine
+from awa.adapters.postgres_canonical import CanonicalEngine
 from awa.domain.policies import Backoff
 from awa.ports.leader import LeaderLock
 from awa.ports.notifier import Notifier
@@ -92,3 +94,38 @@ async def _inmemory(
 
 
 register("inmemory", _inmemory)
+
+
+@asynccontextmanager
+async def _postgres_canonical(
+    clock: ManualClock, backoff: Backoff, database_url: str | None
+) -> AsyncIterator[EngineHandle]:
+    assert database_url is not None
+    await migrate(database_url)
+    engine = await CanonicalEngine.open(database_url, clock=clock, backoff=backoff)
+    try:
+        yield EngineHandle("postgres_canonical", engine, clock, engine, engine.leader_lock)
+    finally:
+        await engine.close()
+
+
+register("postgres_canonical", _postgres_canonical, needs_database=True)
+
+
+@asynccontextmanager
+async def _queue_storage(
+    clock: ManualClock, backoff: Backoff, database_url: str | None
+) -> AsyncIterator[EngineHandle]:
+    from awa.adapters.postgres_queue_storage import QueueStorageEngine
+
+    assert database_url is not None
+    engine = await QueueStorageEngine.open(database_url, clock=clock, backoff=backoff)
+    try:
+        yield EngineHandle(
+            "postgres_queue_storage", engine, clock, engine, engine.leader_lock
+        )
+    finally:
+        await engine.close()
+
+
+register("postgres_queue_storage", _queue_storage, needs_database=True)

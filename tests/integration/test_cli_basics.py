@@ -1,0 +1,232 @@
+"""The ``awa`` command line: global options, exit codes, migrate, health, context, storage.
+
+Uses click's ``CliRunner`` for most checks and real ``python -m awa`` subprocesses for the
+console entry point, both against a fresh database per test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+from click.testing import CliRunner, Result
+
+from awa.entrypoints import bootstrap
+from awa.entrypoints.cli import cli
+from awa.entrypoints.cli._common import redact_url
+
+pytestmark = pytest.mark.postgres
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
+    runner = CliRunner()
+    return runner.invoke(cli, list(args), env={"DATABASE_URL": None, **(env or {})})
+
+
+def with_password(url: str, password: str) -> str:
+    split = urlsplit(url)
+    user = split.username or "postgres"
+    host = split.hostname or "127.0.0.1"
+    port = f":{split.port}" if split.port else ""
+    return urlunsplit(
+        (split.scheme, f"{user}:{password}@{host}{port}", split.path, split.query, "")
+    )
+
+
+def schema_version(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        present = conn.execute("SELECT to_regclass('awa.schema_version')").fetchone()
+        if present is None or present[0] is None:
+            return 0
+        row = conn.execute("SELECT coalesce(max(version), 0) FROM awa.schema_version").fetchone()
+        return int(row[0]) if row else 0
+
+
+def run_module(*args: str, env_url: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    if env_url is not None:
+        env["DATABASE_URL"] = env_url
+    return subprocess.run(
+        [sys.executable, "-m", "awa", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=REPO,
+        env=env,
+    )
+
+
+def test_redact_url_strips_passwords() -> None:
+    assert redact_url("postgresql://u:pw@h:5432/db") == "postgresql://u@h:5432/db"
+    assert redact_url("postgres://u@h/db?password=pw&sslmode=require") == (
+        "postgres://u@h/db?sslmode=require"
+    )
+    assert redact_url("host=h password=pw dbname=db") == "host=h dbname=db"
+    assert redact_url("postgresql://:pw@h/db") == "postgresql://h/db"
+
+
+def test_missing_database_url_is_a_usage_error() -> None:
+    result = invoke("job", "list")
+    assert result.exit_code == 2
+    assert "no database URL" in result.stderr
+    assert "--database-url" in result.stderr
+
+
+def test_migrate_sql_prints_without_a_database() -> None:
+    result = invoke("migrate", "--sql")
+    assert result.exit_code == 0, result.stderr
+    for version, description, _ in bootstrap.migrations():
+        assert f"-- Migration V{version}: {description}" in result.stdout
+    assert "CREATE TABLE awa.schema_version" in result.stdout
+
+
+def test_migrate_sql_selects_ranges_and_single_versions() -> None:
+    first, second = bootstrap.migrations()[:2]
+    ranged = invoke("migrate", "--sql", "--from", str(first[0]), "--to", str(second[0]))
+    assert ranged.exit_code == 0, ranged.stderr
+    assert f"V{second[0]}:" in ranged.stdout
+    assert f"V{first[0]}:" not in ranged.stdout
+    single = invoke("migrate", "--sql", "--version", str(first[0]))
+    assert single.exit_code == 0
+    assert f"V{first[0]}:" in single.stdout
+    assert f"V{second[0]}:" not in single.stdout
+    assert invoke("migrate", "--sql", "--version", "9999").exit_code == 2
+    assert invoke("migrate", "--version", "1").exit_code == 2
+
+
+def test_migrate_sql_does_not_apply(database_url: str) -> None:
+    result = invoke("--database-url", database_url, "migrate", "--sql")
+    assert result.exit_code == 0
+    assert schema_version(database_url) == 0
+
+
+def test_migrate_applies_then_pending_prints_nothing(database_url: str) -> None:
+    before = invoke("--database-url", database_url, "migrate", "--pending")
+    assert before.exit_code == 0, before.stderr
+    assert "-- Migration V1:" in before.stdout
+    assert schema_version(database_url) == 0
+
+    applied = invoke("--database-url", database_url, "migrate")
+    assert applied.exit_code == 0, applied.stderr
+    latest = bootstrap.current_migration_version()
+    assert f"schema now at version {latest}" in applied.stdout
+    assert schema_version(database_url) == latest
+
+    pending = invoke("--database-url", database_url, "migrate", "--pending")
+    assert pending.exit_code == 0
+    assert pending.stdout == ""
+    again = invoke("--database-url", database_url, "migrate")
+    assert "nothing to apply" in again.stdout
+
+
+def test_echoed_target_has_no_password(database_url: str) -> None:
+    secret_url = with_password(database_url, "s3cr3t-pw")
+    result = invoke("migrate", env={"DATABASE_URL": secret_url})
+    assert result.exit_code == 0, result.stderr
+    assert "s3cr3t-pw" not in result.stderr + result.stdout
+    assert f"awa: database {redact_url(secret_url)}" in result.stderr
+    assert redact_url(secret_url).endswith(urlsplit(database_url).path)
+
+
+def test_health_reports_unmigrated_then_ready(database_url: str) -> None:
+    unmigrated = invoke("--database-url", database_url, "health")
+    assert unmigrated.exit_code == 1
+    assert "run `awa migrate`" in unmigrated.stdout
+    assert "unhealthy" in unmigrated.stdout
+    invoke("--database-url", database_url, "migrate")
+    ready = invoke("--database-url", database_url, "health", "--json")
+    assert ready.exit_code == 0, ready.stdout
+    report = json.loads(ready.stdout)
+    assert report["ready"] is True
+    assert report["problems"] == []
+    assert report["schema_version"] == bootstrap.current_migration_version()
+    assert report["storage"]["state"] == "canonical"
+    assert report["runtimes"]["live"] == 0
+
+
+def test_health_unreachable_database_exits_1() -> None:
+    result = invoke(
+        "--database-url",
+        "postgresql://postgres:pw@127.0.0.1:1/nowhere",
+        "health",
+        "--connect-timeout",
+        "1",
+    )
+    assert result.exit_code == 1
+    assert "database unreachable" in result.stdout
+    assert "pw@" not in result.stdout + result.stderr
+
+
+def test_context_shows_target_versions_and_engine(database_url: str) -> None:
+    invoke("--database-url", database_url, "migrate")
+    result = invoke("--database-url", database_url, "--json", "context")
+    assert result.exit_code == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert info["database"] == redact_url(database_url)
+    assert info["schema_version"] == bootstrap.current_migration_version()
+    assert info["active_engine"] == "canonical"
+    assert info["package_version"]
+    text = invoke("--database-url", database_url, "context")
+    assert "active engine" in text.stdout
+    assert "canonical" in text.stdout
+
+
+def test_storage_status_requires_migrated_schema(database_url: str) -> None:
+    result = invoke("--database-url", database_url, "storage", "status")
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("awa: error: the database is not")
+    assert "Traceback" not in result.stderr
+    invoke("--database-url", database_url, "migrate")
+    status = invoke("--database-url", database_url, "storage", "status", "--json")
+    assert status.exit_code == 0, status.stderr
+    report = json.loads(status.stdout)
+    assert report["state"] == "canonical"
+    assert report["active_engine"] == "canonical"
+    assert report["transition_epoch"] == 0
+    text = invoke("--database-url", database_url, "storage", "status")
+    assert "active_engine" in text.stdout
+
+
+def test_unmigrated_job_command_fails_with_one_line(database_url: str) -> None:
+    result = invoke("--database-url", database_url, "job", "list")
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("awa: error:")
+    assert "awa migrate" in lines[-1]
+    assert "Traceback" not in result.stderr
+
+
+def test_python_dash_m_awa_end_to_end(database_url: str) -> None:
+    secret_url = with_password(database_url, "hidden-pw")
+    no_url = run_module("job", "list")
+    assert no_url.returncode == 2
+    assert "no database URL" in no_url.stderr
+
+    migrated = run_module("migrate", env_url=secret_url)
+    assert migrated.returncode == 0, migrated.stderr
+    assert "hidden-pw" not in migrated.stderr
+    assert f"awa: database {redact_url(secret_url)}" in migrated.stderr
+
+    listed = run_module("--database-url", secret_url, "job", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == []
+
+    missing = run_module("--database-url", secret_url, "job", "dump", "424242")
+    assert missing.returncode == 1
+    err_lines = missing.stderr.strip().splitlines()
+    assert err_lines[-1] == "awa: error: job not found: 424242"
+    assert len(err_lines) == 2  # the target line and the error line
+    assert "Traceback" not in missing.stderr
+
+    debug = run_module("--database-url", secret_url, "--debug", "job", "dump", "424242")
+    assert debug.returncode == 1
+    assert "Traceback" in debug.stderr

@@ -81,6 +81,18 @@ def test_missing_database_url_is_a_usage_error() -> None:
     assert "--database-url" in result.stderr
 
 
+def test_version_and_help_need_no_database() -> None:
+    version = invoke("--version")
+    assert version.exit_code == 0
+    assert version.stdout.startswith("awa, version ")
+    helped = invoke("--help")
+    assert helped.exit_code == 0
+    for group in ("migrate", "job", "queue", "dlq", "health", "context", "storage"):
+        assert group in helped.stdout
+    assert "queue-stats" not in helped.stdout
+    assert invoke("no-such-command").exit_code == 2
+
+
 def test_migrate_sql_prints_without_a_database() -> None:
     result = invoke("migrate", "--sql")
     assert result.exit_code == 0, result.stderr

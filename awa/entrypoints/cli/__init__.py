@@ -16,7 +16,7 @@ from awa.entrypoints.cli.dlq import dlq
 from awa.entrypoints.cli.jobs import job
 from awa.entrypoints.cli.migrate import migrate
 from awa.entrypoints.cli.queues import queue, queue_stats_hidden
-from awa.entrypoints.cli.status import context, health
+from awa.entrypoints.cli.status import context, health, package_version
 from awa.entrypoints.cli.storage import storage
 
 __all__ = ["cli", "main"]
@@ -45,6 +45,7 @@ class AwaGroup(click.Group):
 )
 @click.option("--json", "json_output", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
+@click.version_option(package_version(), "-V", "--version", prog_name="awa")
 @click.pass_context
 def cli(ctx: click.Context, database_url: str | None, json_output: bool, debug: bool) -> None:
     """Awa: administer a Postgres-native job queue."""

@@ -1,0 +1,422 @@
+"""Shared machinery of the queue-storage engine: connections, SQL, and writing snapshots.
+
+A job is a chain of immutable facts (ADR 0006). Operations read the job's resolved
+snapshot, decide the next snapshot exactly as the reference model would, and then
+*append* the facts that express it: a tombstone or closure that supersedes the old fact,
+and a ready / deferred / done row (or a DLQ row) holding the new snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+import attrs
+from psycopg_pool import AsyncConnectionPool
+
+from awa.adapters._pg.pool import DictConnection
+from awa.adapters._pg.rows import job_from_row
+from awa.adapters._pg.sql import load_queries
+from awa.domain.errors import DatabaseError, UniqueConflict
+from awa.domain.job import JobRecord
+from awa.domain.policies import Backoff
+from awa.domain.routing import shard_for_key
+from awa.domain.states import (
+    DEFAULT_UNIQUE_STATES,
+    TERMINAL_STATES,
+    JobState,
+    mask_contains,
+    mask_to_bitstring,
+)
+from awa.ports.clock import Clock
+
+LIVE_STATES = frozenset({JobState.Running, JobState.WaitingExternal})
+DEFERRED = frozenset({JobState.Scheduled, JobState.Retryable})
+CANCEL_CHANNEL = "awa:cancel"
+
+_RECORDSET = (
+    "job_id bigint, kind text, queue text, args jsonb, priority smallint, attempt smallint, "
+    "max_attempts smallint, run_at timestamptz, heartbeat_at timestamptz, "
+    "deadline_at timestamptz, attempted_at timestamptz, finalized_at timestamptz, "
+    "created_at timestamptz, errors jsonb, metadata jsonb, tags jsonb, unique_key text, "
+    "unique_states text, callback_id text, callback_timeout_at timestamptz, run_lease bigint, "
+    "progress jsonb, ordering_key text, state text, shard int, lane_seq bigint"
+)
+_BODY = (
+    "x.job_id, x.kind, x.queue, coalesce(x.args, 'null'::jsonb), x.priority, x.attempt, "
+    "x.max_attempts, x.run_at, x.heartbeat_at, x.deadline_at, x.attempted_at, "
+    "x.finalized_at, x.created_at, ARRAY(SELECT jsonb_array_elements(x.errors)), "
+    "coalesce(x.metadata, '{}'::jsonb), ARRAY(SELECT jsonb_array_elements_text(x.tags)), "
+    "decode(x.unique_key, 'hex'), x.unique_states::bit(8), x.callback_id, "
+    "x.callback_timeout_at, x.run_lease, x.progress, decode(x.ordering_key, 'hex')"
+)
+
+
+def queue_channel(queue: str) -> str:
+    return f"awa:{queue}"
+
+
+def holds_unique_key(job: JobRecord | None) -> bool:
+    """A job owns its unique key exactly while its state is inside its mask."""
+    if job is None or job.unique_key is None:
+        return False
+    mask = DEFAULT_UNIQUE_STATES if job.unique_states is None else job.unique_states
+    return mask_contains(mask, job.state)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _hex(value: bytes | None) -> str | None:
+    return None if value is None else bytes(value).hex()
+
+
+def row_json(job: JobRecord, ordering_key: bytes | None = None, **extra: Any) -> dict[str, Any]:
+    """A snapshot as one object of the ``jsonb_to_recordset`` input the inserts read."""
+    data: dict[str, Any] = {
+        "job_id": job.id,
+        "kind": job.kind,
+        "queue": job.queue,
+        "args": job.args,
+        "priority": job.priority,
+        "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
+        "run_at": _iso(job.run_at),
+        "heartbeat_at": _iso(job.heartbeat_at),
+        "deadline_at": _iso(job.deadline_at),
+        "attempted_at": _iso(job.attempted_at),
+        "finalized_at": _iso(job.finalized_at),
+        "created_at": _iso(job.created_at),
+        "errors": list(job.errors),
+        "metadata": job.metadata,
+        "tags": list(job.tags),
+        "unique_key": _hex(job.unique_key),
+        "unique_states": None
+        if job.unique_states is None
+        else mask_to_bitstring(job.unique_states),
+        "callback_id": job.callback_id,
+        "callback_timeout_at": _iso(job.callback_timeout_at),
+        "run_lease": job.run_lease,
+        "progress": job.progress,
+        "ordering_key": _hex(ordering_key),
+        "state": job.state.sql_name,
+    }
+    data.update(extra)
+    return data
+
+
+@attrs.frozen
+class Resolved:
+    """A job's current snapshot plus where its head fact lives."""
+
+    job: JobRecord
+    ordering_key: bytes | None
+    ready_slot: int | None
+    ready_fact: int | None
+    claim_id: int | None
+    open_claim: bool
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Resolved:
+        key = row.get("ordering_key")
+        return cls(
+            job=job_from_row(row),
+            ordering_key=None if key is None else bytes(key),
+            ready_slot=row["ready_slot"],
+            ready_fact=row["ready_fact"],
+            claim_id=row["claim_id"],
+            open_claim=bool(row["open_claim"]),
+        )
+
+
+class PgUnitOfWork:
+    """A caller transaction on one pooled connection."""
+
+    def __init__(self, owner: object, conn: DictConnection) -> None:
+        self.owner = owner
+        self.conn = conn
+        self.open = True
+        self.channels: set[str] = set()
+
+
+class Writes:
+    """What one transaction accumulates: counter deltas, unique changes, notifications."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.notify: set[tuple[str, str]] = set()
+
+    def move(self, old: JobRecord | None, new: JobRecord | None) -> None:
+        if old is not None:
+            self.counts[(old.queue, old.state.sql_name)] -= 1
+        if new is not None:
+            self.counts[(new.queue, new.state.sql_name)] += 1
+            if new.state == JobState.Available:
+                self.notify.add((queue_channel(new.queue), ""))
+
+
+class QueueStorageBase:
+    """Connections, statements and the snapshot-writing helpers every operation uses."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[DictConnection],
+        *,
+        clock: Clock,
+        backoff: Backoff,
+        schema: str,
+    ) -> None:
+        self._pool = pool
+        self._clock = clock
+        self._backoff = backoff
+        self._schema = schema
+        quoted = '"' + schema.replace('"', '""') + '"'
+        raw = load_queries("awa.adapters.postgres_queue_storage", "queries.sql")
+        self._q: dict[str, str] = {
+            name: text.replace("{s}", quoted)
+            .replace("{body}", _BODY)
+            .replace("{recordset}", _RECORDSET)
+            for name, text in raw.items()
+        }
+        self._rotor: dict[str, int] = {}
+        self._shards: dict[str, int] = {}
+        self._closed = False
+
+    # ---------------------------------------------------------------- connections
+    @asynccontextmanager
+    async def _tx(self) -> AsyncIterator[DictConnection]:
+        if self._closed:
+            raise DatabaseError("the queue-storage engine is closed")
+        async with self._pool.connection() as conn, conn.transaction():
+            yield conn
+
+    async def _exec(self, conn: DictConnection, name: str, **params: Any) -> list[dict[str, Any]]:
+        cur = await conn.execute(self._q[name].encode(), params)
+        if cur.description is None:
+            return []
+        return list(await cur.fetchall())
+
+    # ---------------------------------------------------------------- reads
+    async def _resolve(self, conn: DictConnection, ids: Iterable[int]) -> dict[int, Resolved]:
+        rows = await self._exec(conn, "snapshots", ids=list(ids))
+        return {row["id"]: Resolved.from_row(row) for row in rows}
+
+    # ---------------------------------------------------------------- writes
+    async def _flush(self, conn: DictConnection, writes: Writes) -> None:
+        """Counters last (sorted, as the lock order says), then wake-ups."""
+        deltas = sorted((key, d) for key, d in writes.counts.items() if d != 0)
+        if deltas:
+            await self._exec(
+                conn,
+                "add_counts",
+                queues=[k[0] for k, _ in deltas],
+                states=[k[1] for k, _ in deltas],
+                deltas=[d for _, d in deltas],
+            )
+        if writes.notify:
+            pending = sorted(writes.notify)
+            await self._exec(
+                conn,
+                "notify",
+                channels=[channel for channel, _ in pending],
+                payloads=[payload for _, payload in pending],
+            )
+
+    async def _unique(
+        self, conn: DictConnection, changes: Sequence[tuple[JobRecord | None, JobRecord | None]]
+    ) -> None:
+        """Release keys of jobs leaving their mask, then claim keys of jobs entering it."""
+        release = [
+            (old.unique_key, old.id)
+            for old, new in changes
+            if old is not None
+            and old.unique_key is not None
+            and holds_unique_key(old)
+            and not holds_unique_key(new)
+        ]
+        claim = [
+            (new.unique_key, new.id)
+            for old, new in changes
+            if new is not None
+            and new.unique_key is not None
+            and holds_unique_key(new)
+            and not holds_unique_key(old)
+        ]
+        if release:
+            await self._exec(
+                conn,
+                "unique_release",
+                keys=[k for k, _ in release],
+                ids=[i for _, i in release],
+            )
+        if claim:
+            got = await self._exec(
+                conn, "unique_claim", keys=[k for k, _ in claim], ids=[i for _, i in claim]
+            )
+            if len(got) != len(claim):
+                # The first key claimed twice (in the table or inside this batch).
+                left = Counter(bytes(row["unique_key"]) for row in got)
+                missing = b""
+                for key, _ in claim:
+                    if left[bytes(key)] == 0:
+                        missing = bytes(key)
+                        break
+                    left[bytes(key)] -= 1
+                holder = await self._exec(conn, "unique_holder", key=missing)
+                raise UniqueConflict(
+                    "a live job already holds this unique key",
+                    job_id=holder[0]["job_id"] if holder else None,
+                )
+
+    def _shard_count(self, queue: str) -> int:
+        return self._shards.get(queue, 1)
+
+    async def _load_shards(self, conn: DictConnection, queues: Iterable[str]) -> None:
+        wanted = sorted(set(queues))
+        cur = await conn.execute(
+            "SELECT queue, enqueue_shards FROM awa.queue_meta WHERE queue = ANY(%s)", (wanted,)
+        )
+        found = {row["queue"]: int(row["enqueue_shards"]) for row in await cur.fetchall()}
+        for queue in wanted:
+            self._shards[queue] = found.get(queue, 1)
+
+    def _pick_shard(self, queue: str, ordering_key: bytes | None) -> int:
+        shards = self._shard_count(queue)
+        if ordering_key is not None:
+            return shard_for_key(ordering_key, shards)
+        turn = self._rotor.get(queue, 0)
+        self._rotor[queue] = turn + 1
+        return turn % shards
+
+    async def _place(
+        self,
+        conn: DictConnection,
+        items: Sequence[tuple[JobRecord, bytes | None]],
+    ) -> None:
+        """Append each snapshot to the plane its state lives in."""
+        ready = [(job, key) for job, key in items if job.state == JobState.Available]
+        deferred = [row_json(job, key) for job, key in items if job.state in DEFERRED]
+        done = [row_json(job, key) for job, key in items if job.state in TERMINAL_STATES]
+        if ready:
+            await self._load_shards(conn, (job.queue for job, _ in ready))
+            lanes = [
+                (job.queue, job.priority, self._pick_shard(job.queue, key)) for job, key in ready
+            ]
+            wanted = Counter(lanes)
+            order = sorted(wanted)
+            ends = await self._exec(
+                conn,
+                "reserve_lanes",
+                queues=[lane[0] for lane in order],
+                priorities=[lane[1] for lane in order],
+                shards=[lane[2] for lane in order],
+                counts=[wanted[lane] for lane in order],
+            )
+            nxt = {
+                (r["queue"], r["priority"], r["shard"]): r["next_seq"]
+                - wanted[(r["queue"], r["priority"], r["shard"])]
+                for r in ends
+            }
+            await self._exec(
+                conn,
+                "ensure_claim_heads",
+                queues=[lane[0] for lane in order],
+                priorities=[lane[1] for lane in order],
+                shards=[lane[2] for lane in order],
+            )
+            rows = []
+            for (job, key), lane in zip(ready, lanes, strict=True):
+                rows.append(row_json(job, key, shard=lane[2], lane_seq=nxt[lane]))
+                nxt[lane] += 1
+            await self._exec(conn, "insert_ready", rows=json.dumps(rows))
+        if deferred:
+            await self._exec(conn, "insert_deferred", rows=json.dumps(deferred))
+        if done:
+            await self._exec(conn, "insert_done", rows=json.dumps(done))
+
+    async def _supersede(self, conn: DictConnection, old: Resolved, now: datetime) -> bool:
+        """Retire the head fact of ``old`` so a new snapshot can take over.
+
+        Returns False when the fact changed underneath (a claim won the row, a finaliser
+        closed the attempt, promotion took the deferred row): the caller reports stale or
+        re-reads.
+        """
+        state = old.job.state
+        if state == JobState.Available:
+            assert old.ready_slot is not None and old.ready_fact is not None
+            lane = await self._exec(
+                conn, "ready_lane_of", slots=[old.ready_slot], facts=[old.ready_fact]
+            )
+            await self._exec(
+                conn,
+                "lock_lane_heads",
+                queues=[lane[0]["queue"]],
+                priorities=[lane[0]["priority"]],
+                shards=[lane[0]["shard"]],
+            )
+            # Under the lane lock no claimer is inside the lane: re-check the row is free.
+            again = await self._resolve(conn, [old.job.id])
+            current = again.get(old.job.id)
+            if current is None or current.job.state != JobState.Available:
+                return False
+            got = await self._exec(
+                conn, "tombstone", slots=[old.ready_slot], facts=[old.ready_fact]
+            )
+            return bool(got)
+        if state in DEFERRED:
+            got = await self._exec(conn, "take_deferred", ids=[old.job.id])
+            return bool(got)
+        if state in LIVE_STATES:
+            assert old.ready_slot is not None and old.claim_id is not None
+            got = await self._exec(
+                conn,
+                "close_claims",
+                now=now,
+                slots=[old.ready_slot],
+                claims=[old.claim_id],
+                queues=[old.job.queue],
+                outcomes=["moved"],
+            )
+            if not got:
+                return False
+            await self._exec(conn, "delete_leases", ids=[old.job.id], leases=[old.job.run_lease])
+            return True
+        # Terminal heads need nothing: the next fact has a higher fact id.
+        return True
+
+    async def _transition(
+        self,
+        conn: DictConnection,
+        writes: Writes,
+        old: Resolved,
+        new: JobRecord | None,
+        *,
+        dlq_reason: str | None = None,
+    ) -> bool:
+        """Replace ``old``'s snapshot by ``new`` (``None`` deletes the job; with
+        ``dlq_reason`` the new failed snapshot goes to the DLQ instead)."""
+        if not await self._supersede(conn, old, writes.now):
+            return False
+        if new is None or dlq_reason is not None:
+            if old.job.state in TERMINAL_STATES or (
+                old.job.state in LIVE_STATES and dlq_reason is not None
+            ):
+                await self._exec(conn, "insert_deletion_markers", ids=[old.job.id])
+            if dlq_reason is not None and new is not None:
+                entry = row_json(
+                    new, old.ordering_key, dlq_reason=dlq_reason, dlq_at=_iso(writes.now)
+                )
+                await self._exec(conn, "insert_dlq", rows=json.dumps([entry]))
+            await self._unique(conn, [(old.job, None)])
+            writes.move(old.job, None)
+            return True
+        await self._unique(conn, [(old.job, new)])
+        await self._place(conn, [(new, old.ordering_key)])
+        writes.move(old.job, new)
+        return True

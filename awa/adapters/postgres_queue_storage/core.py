@@ -1,0 +1,639 @@
+"""Hot path and attempt outcomes of the queue-storage engine.
+
+Enqueue appends ready rows, a claim appends receipts, a successful short attempt appends a
+compact closure. Everything else (retry, snooze, fail, cancel, rescue, callbacks) closes
+the receipt and appends the job's next snapshot where its new state lives.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+import attrs
+
+from awa.adapters._pg.errors import translated_errors
+from awa.adapters.postgres_queue_storage._base import (
+    CANCEL_CHANNEL,
+    LIVE_STATES,
+    PgUnitOfWork,
+    QueueStorageBase,
+    Resolved,
+    Writes,
+)
+from awa.adapters._pg.pool import DictConnection
+from awa.domain.errors import CallbackNotFound, DatabaseError, UniqueConflict, ValidationError
+from awa.domain.job import Claim, JobRecord, JobSpec, RunLease, error_entry
+from awa.domain.states import JobState
+from awa.domain.validation import validate_spec
+from awa.ports.storage import Ack, Rescued, UnitOfWork
+
+RUNNING_ONLY = frozenset({JobState.Running})
+CALLBACK_ACTIONS = frozenset({"complete", "fail", "retry", "resume"})
+
+Decide = Callable[[Resolved, Writes], JobRecord]
+
+
+def _ack(applied: bool) -> Ack:
+    return Ack.APPLIED if applied else Ack.STALE
+
+
+def _new_record(job_id: int, spec: JobSpec, now: datetime) -> JobRecord:
+    return JobRecord(
+        id=job_id,
+        kind=spec.kind,
+        queue=spec.queue,
+        args=spec.args,
+        state=JobState.Available if spec.run_at is None else JobState.Scheduled,
+        priority=spec.priority,
+        attempt=0,
+        max_attempts=spec.max_attempts,
+        run_at=now if spec.run_at is None else spec.run_at,
+        created_at=now,
+        metadata=dict(spec.metadata),
+        tags=tuple(spec.tags),
+        unique_key=spec.unique_key,
+        unique_states=spec.effective_unique_states,
+    )
+
+
+class CoreOps(QueueStorageBase):
+    """Producers, workers, callbacks and maintenance sweeps."""
+
+    # ---------------------------------------------------------------- producers
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[UnitOfWork]:
+        """A caller transaction: enqueues made through it commit (and notify) together."""
+        if self._closed:
+            raise DatabaseError("the queue-storage engine is closed")
+        async with translated_errors(), self._pool.connection() as conn:
+            uow = PgUnitOfWork(self, conn)
+            try:
+                async with conn.transaction():
+                    yield uow
+            finally:
+                uow.open = False
+
+    async def _insert(self, conn: DictConnection, specs: Sequence[JobSpec]) -> list[JobRecord]:
+        writes = Writes(self._clock.now())
+        rows = await self._exec(conn, "next_job_ids", n=len(specs))
+        records = [
+            _new_record(row["id"], spec, writes.now) for row, spec in zip(rows, specs, strict=True)
+        ]
+        await self._unique(conn, [(None, job) for job in records])
+        await self._place(
+            conn, [(job, spec.ordering_key) for job, spec in zip(records, specs, strict=True)]
+        )
+        for job in records:
+            writes.move(None, job)
+        await self._flush(conn, writes)
+        return records
+
+    async def enqueue_many(
+        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None
+    ) -> list[JobRecord]:
+        for spec in specs:
+            validate_spec(spec)
+        if not specs:
+            return []
+        async with translated_errors():
+            if uow is None:
+                async with self._tx() as conn:
+                    return await self._insert(conn, specs)
+            if not isinstance(uow, PgUnitOfWork) or uow.owner is not self:
+                raise DatabaseError("the unit of work does not belong to this engine")
+            if not uow.open:
+                raise DatabaseError("the unit of work is already closed")
+            # A savepoint keeps the caller's transaction usable after a unique conflict.
+            async with uow.conn.transaction():
+                return await self._insert(uow.conn, specs)
+
+    async def enqueue_many_skip_duplicates(self, specs: Sequence[JobSpec]) -> list[JobRecord]:
+        for spec in specs:
+            validate_spec(spec)
+        inserted: list[JobRecord] = []
+        async with translated_errors(), self._tx() as conn:
+            for spec in specs:
+                try:
+                    async with conn.transaction():
+                        inserted.extend(await self._insert(conn, [spec]))
+                except UniqueConflict:
+                    continue
+        return inserted
+
+    # ---------------------------------------------------------------- workers
+    async def claim(
+        self,
+        queue: str,
+        *,
+        limit: int,
+        deadline: timedelta | None = None,
+        aging_interval: timedelta | None = None,
+    ) -> list[Claim]:
+        if limit <= 0:
+            return []
+        now = self._clock.now()
+        aging = 0.0 if aging_interval is None else aging_interval.total_seconds()
+        deadline_at = None if deadline is None else now + deadline
+        async with translated_errors(), self._tx() as conn:
+            cur = await conn.execute("SELECT paused FROM awa.queue_meta WHERE queue = %s", (queue,))
+            meta = await cur.fetchone()
+            if meta is not None and meta["paused"]:
+                return []
+            taken = await self._exec(
+                conn,
+                "claim",
+                queue=queue,
+                limit=limit,
+                now=now,
+                aging=aging,
+                deadline_at=deadline_at,
+            )
+            if not taken:
+                return []
+            await self._exec(
+                conn,
+                "advance_cursors",
+                slots=[r["slot"] for r in taken],
+                facts=[r["ready_fact"] for r in taken],
+            )
+            resolved = await self._resolve(conn, [r["job_id"] for r in taken])
+            writes = Writes(now)
+            claims = []
+            changes = []
+            for row in taken:
+                job = resolved[row["job_id"]].job
+                before = attrs.evolve(job, state=JobState.Available)
+                writes.move(before, job)
+                if job.unique_key is not None:
+                    changes.append((before, job))
+                claims.append(Claim(job=job, lease=job.lease, deadline_at=deadline_at))
+            await self._unique(conn, changes)
+            await self._flush(conn, writes)
+        return claims
+
+    async def complete(self, leases: Sequence[RunLease]) -> list[Ack]:
+        if not leases:
+            return []
+        async with translated_errors(), self._tx() as conn:
+            writes = Writes(self._clock.now())
+            open_rows = await self._exec(
+                conn,
+                "open_attempts",
+                ids=[lease.job_id for lease in leases],
+                leases=[lease.lease for lease in leases],
+            )
+            by_lease = {(r["job_id"], r["run_lease"]): r for r in open_rows}
+            wide = [r["job_id"] for r in open_rows if r["has_lease"] or r["unique_key"] is not None]
+            snapshots = await self._resolve(conn, wide) if wide else {}
+            order = sorted(by_lease.values(), key=lambda r: (r["slot"], r["claim_id"]))
+            closed = await self._exec(
+                conn,
+                "close_claims",
+                now=writes.now,
+                slots=[r["slot"] for r in order],
+                claims=[r["claim_id"] for r in order],
+                queues=[r["queue"] for r in order],
+                outcomes=["moved" if r["has_lease"] else "completed" for r in order],
+            )
+            won = {r["claim_id"] for r in closed}
+            acks: list[Ack] = []
+            seen: set[tuple[int, int]] = set()
+            done: list[tuple[JobRecord, bytes | None]] = []
+            unique_changes = []
+            lease_ids: list[tuple[int, int]] = []
+            for lease in leases:
+                key = (lease.job_id, lease.lease)
+                row = by_lease.get(key)
+                applied = row is not None and row["claim_id"] in won and key not in seen
+                seen.add(key)
+                acks.append(_ack(applied))
+                if not applied or row is None:
+                    continue
+                before_state = JobState.WaitingExternal if row["waiting"] else JobState.Running
+                snap = snapshots.get(lease.job_id)
+                if snap is not None:
+                    before = snap.job
+                    after = attrs.evolve(
+                        before, state=JobState.Completed, finalized_at=writes.now, progress=None
+                    )
+                    if row["has_lease"]:
+                        done.append((after, snap.ordering_key))
+                        lease_ids.append(key)
+                    unique_changes.append((before, after))
+                writes.counts[(row["queue"], before_state.sql_name)] -= 1
+                writes.counts[(row["queue"], JobState.Completed.sql_name)] += 1
+            if done:
+                await self._place(conn, done)
+            if lease_ids:
+                await self._exec(
+                    conn,
+                    "delete_leases",
+                    ids=[k[0] for k in lease_ids],
+                    leases=[k[1] for k in lease_ids],
+                )
+            await self._unique(conn, unique_changes)
+            await self._flush(conn, writes)
+        return acks
+
+    async def _live_op(
+        self,
+        lease: RunLease,
+        decide: Callable[[JobRecord, Writes], tuple[JobRecord | None, str | None]],
+        states: frozenset[JobState] = LIVE_STATES,
+    ) -> Ack:
+        """Guarded change of one live attempt: ``decide`` returns the next snapshot and,
+        when the job goes to the DLQ, the reason."""
+        async with translated_errors(), self._tx() as conn:
+            writes = Writes(self._clock.now())
+            found = (await self._resolve(conn, [lease.job_id])).get(lease.job_id)
+            if (
+                found is None
+                or not found.open_claim
+                or found.job.run_lease != lease.lease
+                or found.job.state not in states
+            ):
+                return Ack.STALE
+            new, dlq_reason = decide(found.job, writes)
+            if new is not None and new.state in LIVE_STATES:
+                applied = await self._save_lease(conn, found, new)
+                if applied:
+                    writes.move(found.job, new)
+            else:
+                applied = await self._transition(conn, writes, found, new, dlq_reason=dlq_reason)
+            if not applied:
+                # Raising rolls back whatever this transaction wrote so far.
+                raise _Stale()
+            await self._flush(conn, writes)
+        return Ack.APPLIED
+
+    async def _guarded(
+        self,
+        lease: RunLease,
+        decide: Callable[[JobRecord, Writes], tuple[JobRecord | None, str | None]],
+        states: frozenset[JobState] = LIVE_STATES,
+    ) -> Ack:
+        try:
+            return await self._live_op(lease, decide, states)
+        except _Stale:
+            return Ack.STALE
+
+    async def _save_lease(self, conn: DictConnection, found: Resolved, new: JobRecord) -> bool:
+        """Write the mutable part of a live attempt into its lease row."""
+        assert found.ready_slot is not None and found.claim_id is not None
+        await self._exec(
+            conn,
+            "upsert_lease",
+            job_id=new.id,
+            run_lease=new.run_lease,
+            slot=found.ready_slot,
+            claim_id=found.claim_id,
+            queue=new.queue,
+            waiting=new.state == JobState.WaitingExternal,
+            heartbeat_at=new.heartbeat_at,
+            progress=None if new.progress is None else json.dumps(new.progress),
+            metadata=json.dumps(new.metadata),
+            callback_id=new.callback_id,
+            callback_timeout_at=new.callback_timeout_at,
+        )
+        return True
+
+    def _fail_or_dlq(
+        self,
+        job: JobRecord,
+        writes: Writes,
+        errors: tuple[dict[str, Any], ...],
+        reason: str,
+        **changes: Any,
+    ) -> tuple[JobRecord, str | None]:
+        failed = attrs.evolve(
+            job, state=JobState.Failed, errors=errors, finalized_at=writes.now, **changes
+        )
+        return failed, (reason if job.queue in self._dlq_queues else None)
+
+    def _retry_or_fail(
+        self,
+        job: JobRecord,
+        writes: Writes,
+        *,
+        error: str,
+        delay: timedelta | None,
+        dlq_reason: str = "max_attempts_exhausted",
+        **changes: Any,
+    ) -> tuple[JobRecord, str | None]:
+        errors = (*job.errors, error_entry(error, attempt=job.attempt, at=writes.now))
+        if job.attempt >= job.max_attempts:
+            return self._fail_or_dlq(job, writes, errors, dlq_reason, **changes)
+        wait = delay if delay is not None else self._backoff.delay(job.attempt)
+        return (
+            attrs.evolve(
+                job,
+                state=JobState.Retryable,
+                errors=errors,
+                run_at=writes.now + wait,
+                **changes,
+            ),
+            None,
+        )
+
+    _dlq_queues: frozenset[str] = frozenset()
+
+    async def _refresh_dlq(self) -> None:
+        async with self._tx() as conn:
+            cur = await conn.execute("SELECT queue FROM awa.queue_meta WHERE dlq_enabled")
+            self._dlq_queues = frozenset(row["queue"] for row in await cur.fetchall())
+
+    async def retry(self, lease: RunLease, *, error: str, delay: timedelta | None = None) -> Ack:
+        await self._refresh_dlq()
+        return await self._guarded(
+            lease, lambda job, w: self._retry_or_fail(job, w, error=error, delay=delay)
+        )
+
+    async def snooze(self, lease: RunLease, *, delay: timedelta) -> Ack:
+        return await self._guarded(
+            lease,
+            lambda job, w: (
+                attrs.evolve(
+                    job, state=JobState.Scheduled, run_at=w.now + delay, attempt=job.attempt - 1
+                ),
+                None,
+            ),
+            # A parked attempt has no handler left to snooze it.
+            RUNNING_ONLY,
+        )
+
+    async def cancel_attempt(self, lease: RunLease, *, reason: str) -> Ack:
+        return await self._guarded(
+            lease,
+            lambda job, w: (
+                attrs.evolve(job, state=JobState.Cancelled, finalized_at=w.now),
+                None,
+            ),
+        )
+
+    async def fail(self, lease: RunLease, *, error: str) -> Ack:
+        await self._refresh_dlq()
+
+        def decide(job: JobRecord, w: Writes) -> tuple[JobRecord, str | None]:
+            entry = error_entry(error, attempt=job.attempt, at=w.now, terminal=True)
+            return self._fail_or_dlq(job, w, (*job.errors, entry), "terminal_error")
+
+        return await self._guarded(lease, decide)
+
+    async def release(self, lease: RunLease, *, error: str) -> Ack:
+        def decide(job: JobRecord, w: Writes) -> tuple[JobRecord, str | None]:
+            entry = error_entry(error, attempt=job.attempt, at=w.now)
+            return (
+                attrs.evolve(
+                    job,
+                    state=JobState.Retryable,
+                    run_at=w.now,
+                    attempt=job.attempt - 1,
+                    errors=(*job.errors, entry),
+                ),
+                None,
+            )
+
+        return await self._guarded(lease, decide)
+
+    async def heartbeat(self, leases: Sequence[RunLease]) -> list[Ack]:
+        if not leases:
+            return []
+        async with translated_errors(), self._tx() as conn:
+            rows = await self._exec(
+                conn,
+                "heartbeat",
+                now=self._clock.now(),
+                ids=[lease.job_id for lease in leases],
+                leases=[lease.lease for lease in leases],
+            )
+        alive = {(r["job_id"], r["run_lease"]) for r in rows}
+        return [_ack((lease.job_id, lease.lease) in alive) for lease in leases]
+
+    async def update_progress(
+        self,
+        lease: RunLease,
+        *,
+        progress: dict[str, Any] | None,
+        metadata_updates: dict[str, Any] | None = None,
+    ) -> Ack:
+        return await self._guarded(
+            lease,
+            lambda job, w: (
+                attrs.evolve(
+                    job,
+                    progress=job.progress if progress is None else dict(progress),
+                    metadata={**job.metadata, **(metadata_updates or {})},
+                    heartbeat_at=w.now,
+                ),
+                None,
+            ),
+        )
+
+    # ---------------------------------------------------------------- callbacks
+    async def register_callback(
+        self, lease: RunLease, *, callback_id: str, timeout: timedelta
+    ) -> Ack:
+        return await self._guarded(
+            lease,
+            lambda job, w: (
+                attrs.evolve(job, callback_id=callback_id, callback_timeout_at=w.now + timeout),
+                None,
+            ),
+            RUNNING_ONLY,
+        )
+
+    async def wait_for_callback(self, lease: RunLease) -> Ack:
+        def decide(job: JobRecord, w: Writes) -> tuple[JobRecord, str | None]:
+            if job.callback_id is None:
+                raise _Stale()
+            return attrs.evolve(job, state=JobState.WaitingExternal), None
+
+        return await self._guarded(lease, decide, RUNNING_ONLY)
+
+    async def _by_callback(self, callback_id: str) -> RunLease:
+        async with translated_errors(), self._tx() as conn:
+            rows = await self._exec(conn, "lease_by_callback", callback_id=callback_id)
+            resolved = await self._resolve(conn, [r["job_id"] for r in rows])
+        for row in rows:
+            found = resolved.get(row["job_id"])
+            if (
+                found is not None
+                and found.open_claim
+                and found.job.run_lease == row["run_lease"]
+                and found.job.callback_id == callback_id
+                and found.job.state in LIVE_STATES
+            ):
+                return found.job.lease
+        raise CallbackNotFound(f"no job is waiting on callback {callback_id}")
+
+    async def resolve_callback(
+        self,
+        callback_id: str,
+        *,
+        action: str,
+        payload: Any = None,
+        error: str | None = None,
+    ) -> JobRecord:
+        if action not in CALLBACK_ACTIONS:
+            raise ValidationError(
+                "action", f"must be one of {sorted(CALLBACK_ACTIONS)}", value=action
+            )
+        await self._refresh_dlq()
+        lease = await self._by_callback(callback_id)
+        result: list[JobRecord] = []
+        cleared: dict[str, Any] = {"callback_id": None, "callback_timeout_at": None}
+
+        def decide(job: JobRecord, w: Writes) -> tuple[JobRecord, str | None]:
+            outcome: tuple[JobRecord, str | None]
+            if action == "complete":
+                outcome = (
+                    attrs.evolve(
+                        job,
+                        state=JobState.Completed,
+                        finalized_at=w.now,
+                        progress=None,
+                        **cleared,
+                    ),
+                    None,
+                )
+            elif action == "fail":
+                entry = error_entry(
+                    error or "callback failed", attempt=job.attempt, at=w.now, terminal=True
+                )
+                outcome = self._fail_or_dlq(
+                    job, w, (*job.errors, entry), "callback_failed", **cleared
+                )
+            elif action == "retry":
+                entry = error_entry("callback retry requested", attempt=job.attempt, at=w.now)
+                outcome = (
+                    attrs.evolve(
+                        job,
+                        state=JobState.Retryable,
+                        run_at=w.now,
+                        errors=(*job.errors, entry),
+                        **cleared,
+                    ),
+                    None,
+                )
+            else:
+                outcome = (
+                    attrs.evolve(
+                        job,
+                        state=JobState.Running,
+                        heartbeat_at=w.now,
+                        metadata={**job.metadata, "_awa_callback_result": payload},
+                    ),
+                    None,
+                )
+            result.append(outcome[0])
+            return outcome
+
+        ack = await self._guarded(lease, decide)
+        if ack is Ack.STALE:
+            raise CallbackNotFound(f"no job is waiting on callback {callback_id}")
+        return result[-1]
+
+    async def heartbeat_callback(self, callback_id: str, *, timeout: timedelta) -> JobRecord:
+        lease = await self._by_callback(callback_id)
+        result: list[JobRecord] = []
+
+        def decide(job: JobRecord, w: Writes) -> tuple[JobRecord, str | None]:
+            result.append(attrs.evolve(job, callback_timeout_at=w.now + timeout))
+            return result[-1], None
+
+        if await self._guarded(lease, decide) is Ack.STALE:
+            raise CallbackNotFound(f"no job is waiting on callback {callback_id}")
+        return result[-1]
+
+    # ---------------------------------------------------------------- maintenance
+    async def promote_due(self, *, limit: int = 4096) -> int:
+        if limit <= 0:
+            return 0
+        async with translated_errors(), self._tx() as conn:
+            writes = Writes(self._clock.now())
+            rows = await self._exec(conn, "due_deferred", now=writes.now, limit=limit)
+            if not rows:
+                return 0
+            rows.sort(key=lambda r: (r["run_at"], r["job_id"]))
+            items = []
+            changes = []
+            for row in rows:
+                before = Resolved.from_row(
+                    {
+                        **row,
+                        "id": row["job_id"],
+                        "ready_slot": None,
+                        "ready_fact": None,
+                        "claim_id": None,
+                        "open_claim": False,
+                    }
+                )
+                after = attrs.evolve(before.job, state=JobState.Available)
+                items.append((after, before.ordering_key))
+                changes.append((before.job, after))
+                writes.move(before.job, after)
+            await self._unique(conn, changes)
+            await self._place(conn, items)
+            await self._flush(conn, writes)
+        return len(rows)
+
+    async def _rescue(
+        self,
+        query: str,
+        reason: str,
+        *,
+        dlq_reason: str = "max_attempts_exhausted",
+        **params: Any,
+    ) -> list[Rescued]:
+        await self._refresh_dlq()
+        async with translated_errors(), self._tx() as conn:
+            rows = await self._exec(conn, query, **params)
+        rescued: list[Rescued] = []
+        clear: dict[str, Any] = (
+            {"callback_id": None, "callback_timeout_at": None}
+            if query == "expired_callbacks"
+            else {}
+        )
+        for row in rows:
+            lease = RunLease(row["job_id"], row["run_lease"])
+            states: list[JobState] = []
+
+            def decide(job: JobRecord, w: Writes) -> tuple[JobRecord, str | None]:
+                new, dlq = self._retry_or_fail(
+                    job, w, error=reason, delay=None, dlq_reason=dlq_reason, **clear
+                )
+                states.append(new.state)
+                return new, dlq
+
+            expected = (
+                frozenset({JobState.WaitingExternal})
+                if query == "expired_callbacks"
+                else RUNNING_ONLY
+            )
+            if await self._guarded(lease, decide, expected) is Ack.APPLIED:
+                rescued.append(Rescued(lease=lease, new_state=states[-1], reason=reason))
+        return rescued
+
+    async def rescue_stale_heartbeats(self, *, staleness: timedelta) -> list[Rescued]:
+        return await self._rescue(
+            "stale_heartbeats", "heartbeat stale", cutoff=self._clock.now() - staleness
+        )
+
+    async def rescue_expired_deadlines(self) -> list[Rescued]:
+        return await self._rescue("expired_deadlines", "deadline exceeded", now=self._clock.now())
+
+    async def rescue_expired_callbacks(self) -> list[Rescued]:
+        return await self._rescue(
+            "expired_callbacks",
+            "callback timed out",
+            dlq_reason="callback_timeout",
+            now=self._clock.now(),
+        )
+
+
+class _Stale(Exception):
+    """The attempt changed underneath: roll the transaction back and report stale."""

@@ -1,0 +1,202 @@
+"""Ring maintenance of the queue-storage engine: rotation and prune by TRUNCATE.
+
+Both are meant for the maintenance leader. Each call does at most one step and reports
+what happened, so the leader can back off on ``blocked`` / ``skipped_busy``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from awa.adapters._pg.errors import translated_errors
+from awa.adapters._pg.pool import DictConnection
+from awa.adapters.postgres_queue_storage._base import QueueStorageBase, Resolved, Writes, row_json
+from awa.domain.states import JobState
+
+RING_TABLES = ("ready_entries", "claims", "closures", "tombstones", "done_entries")
+DEFAULT_FAILED_RETENTION = timedelta(hours=72)
+PRUNE_LOCK_TIMEOUT = "100ms"
+
+
+class _Blocked(Exception):
+    """Prune found live work in its slot after taking the lock."""
+
+
+class RingOps(QueueStorageBase):
+    """Rotate the queue ring and truncate its oldest sealed slot."""
+
+    def _child(self, table: str, slot: int) -> str:
+        return f'{self._qschema_name}."{table}_{slot}"'
+
+    @property
+    def _qschema_name(self) -> str:
+        return '"' + self._schema.replace('"', '""') + '"'
+
+    async def _slot_has_rows(self, conn: DictConnection, slot: int) -> bool:
+        probes = " OR ".join(
+            f"EXISTS (SELECT 1 FROM {self._child(t, slot)})" for t in RING_TABLES
+        )
+        cur = await conn.execute(f"SELECT {probes} AS busy".encode())
+        row = await cur.fetchone()
+        return bool(row and row["busy"])
+
+    async def rotate_queue_ring(self) -> str:
+        """Seal the current slot and open the next one.
+
+        Returns ``rotated``, ``skipped_idle`` (nothing to seal), ``skipped_busy`` (the next
+        slot still holds rows) or ``skipped_locked`` (another rotate / prune is running).
+        """
+        async with translated_errors(), self._tx() as conn:
+            cur = await conn.execute(
+                f"SELECT current_slot, slot_count FROM {self._qschema_name}.ring_state "
+                "FOR UPDATE SKIP LOCKED".encode()
+            )
+            state = await cur.fetchone()
+            if state is None:
+                return "skipped_locked"
+            current, count = int(state["current_slot"]), int(state["slot_count"])
+            incoming = (current + 1) % count
+            if not await self._slot_has_rows(conn, current):
+                return "skipped_idle"
+            if await self._slot_has_rows(conn, incoming):
+                return "skipped_busy"
+            await conn.execute(
+                f"UPDATE {self._qschema_name}.ring_state SET current_slot = %s, "
+                "generation = generation + 1, rotated_at = %s".encode(),
+                (incoming, self._clock.now()),
+            )
+        return "rotated"
+
+    async def prune_oldest(
+        self, *, failed_retention: timedelta = DEFAULT_FAILED_RETENTION
+    ) -> str:
+        """Truncate the oldest sealed slot once nothing live refers to it.
+
+        Returns ``pruned``, ``idle`` (no sealed slot holds rows), ``blocked`` (live work
+        or a lock held by a running transaction) or ``skipped_locked``. Failed jobs younger
+        than ``failed_retention`` are carried forward into the current slot first.
+        """
+        try:
+            async with translated_errors(), self._tx() as conn:
+                return await self._prune(conn, failed_retention)
+        except _Blocked:
+            return "blocked"
+
+    async def _prune(self, conn: DictConnection, failed_retention: timedelta) -> str:
+        s = self._qschema_name
+        cur = await conn.execute(
+            f"SELECT current_slot, slot_count FROM {s}.ring_state FOR UPDATE SKIP LOCKED".encode()
+        )
+        state = await cur.fetchone()
+        if state is None:
+            return "skipped_locked"
+        current, count = int(state["current_slot"]), int(state["slot_count"])
+        target = None
+        for step in range(1, count):
+            slot = (current + step) % count
+            if await self._slot_has_rows(conn, slot):
+                target = slot
+                break
+        if target is None:
+            return "idle"
+        if await self._slot_is_live(conn, target):
+            return "blocked"
+        await conn.execute(f"SET LOCAL lock_timeout = '{PRUNE_LOCK_TIMEOUT}'".encode())
+        children = ", ".join(self._child(t, target) for t in RING_TABLES)
+        try:
+            async with conn.transaction():
+                await conn.execute(f"LOCK TABLE {children} IN ACCESS EXCLUSIVE MODE".encode())
+        except pg_errors.LockNotAvailable as exc:
+            raise _Blocked() from exc
+        # Re-check under the lock: no transaction can touch the slot until we commit.
+        if await self._slot_is_live(conn, target):
+            raise _Blocked()
+        writes = Writes(self._clock.now())
+        heads = await self._heads_in_slot(conn, target)
+        carry = []
+        dropped = []
+        floor = writes.now - failed_retention
+        for head in heads:
+            job = head.job
+            if (
+                job.state == JobState.Failed
+                and job.finalized_at is not None
+                and job.finalized_at > floor
+            ):
+                carry.append(row_json(job, head.ordering_key))
+            else:
+                dropped.append(job)
+                writes.move(job, None)
+        if carry:
+            await self._exec(conn, "insert_done", rows=json.dumps(carry))
+        await self._unique(conn, [(job, None) for job in dropped])
+        stats: dict[str, list[int]] = {}
+        for job in dropped:
+            entry = stats.setdefault(job.queue, [0, 0, 0])
+            entry[(JobState.Completed, JobState.Cancelled, JobState.Failed).index(job.state)] += 1
+        for queue, (done, cancelled, failed) in sorted(stats.items()):
+            await conn.execute(
+                f"INSERT INTO {s}.queue_prune_stats AS p (queue, pruned_completed, "
+                "pruned_cancelled, pruned_failed) VALUES (%s, %s, %s, %s) ON CONFLICT (queue) "
+                "DO UPDATE SET pruned_completed = p.pruned_completed + EXCLUDED.pruned_completed,"
+                " pruned_cancelled = p.pruned_cancelled + EXCLUDED.pruned_cancelled,"
+                " pruned_failed = p.pruned_failed + EXCLUDED.pruned_failed".encode(),
+                (queue, done, cancelled, failed),
+            )
+        await conn.execute(f"TRUNCATE {children}".encode())
+        await self._flush(conn, writes)
+        return "pruned"
+
+    async def _slot_is_live(self, conn: DictConnection, slot: int) -> bool:
+        s = self._qschema_name
+        cur = await conn.execute(
+            f"SELECT EXISTS (SELECT 1 FROM {s}.ready_entries r WHERE r.slot = %(slot)s "
+            f"  AND NOT EXISTS (SELECT 1 FROM {s}.claims c "
+            "                   WHERE c.slot = r.slot AND c.ready_fact = r.fact_id) "
+            f"  AND NOT EXISTS (SELECT 1 FROM {s}.tombstones t "
+            "                   WHERE t.slot = r.slot AND t.ready_fact = r.fact_id)) "
+            f"OR EXISTS (SELECT 1 FROM {s}.claims c WHERE c.slot = %(slot)s "
+            f"  AND NOT EXISTS (SELECT 1 FROM {s}.closures x "
+            "                   WHERE x.slot = c.slot AND x.claim_id = c.claim_id)) AS live".encode(),
+            {"slot": slot},
+        )
+        row = await cur.fetchone()
+        return bool(row and row["live"])
+
+    async def _heads_in_slot(self, conn: DictConnection, slot: int) -> list[Resolved]:
+        """Jobs whose current snapshot is a fact stored in ``slot``."""
+        s = self._qschema_name
+        cur = await conn.execute(
+            f"SELECT j.* FROM {s}.jobs_resolved j WHERE j.id IN ("
+            f"  SELECT job_id FROM {s}.ready_entries WHERE slot = %(slot)s "
+            f"  UNION SELECT job_id FROM {s}.done_entries WHERE slot = %(slot)s) "
+            "AND (j.ready_slot = %(slot)s OR j.fact_id IN ("
+            f"  SELECT fact_id FROM {s}.done_entries WHERE slot = %(slot)s)) "
+            "ORDER BY j.id".encode(),
+            {"slot": slot},
+        )
+        return [Resolved.from_row(row) for row in await cur.fetchall()]
+
+    async def pruned_counts(self) -> dict[str, dict[str, int]]:
+        """Per queue: terminal jobs dropped by prune (``completed``, ``cancelled``,
+        ``failed``; the last is ``pruned_failed_count``)."""
+        async with translated_errors(), self._tx() as conn:
+            cur = await conn.execute(
+                f"SELECT * FROM {self._qschema_name}.queue_prune_stats ORDER BY queue".encode()
+            )
+            rows = await cur.fetchall()
+        return {
+            row["queue"]: {
+                "completed": int(row["pruned_completed"]),
+                "cancelled": int(row["pruned_cancelled"]),
+                "failed": int(row["pruned_failed"]),
+            }
+            for row in rows
+        }
+
+
+__all__ = ["RingOps", "psycopg"]

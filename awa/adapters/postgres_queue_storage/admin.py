@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,6 +29,8 @@ DRAINABLE_STATES = frozenset(
 )
 #: A job whose head fact moved underneath an admin write is re-read this many times.
 _RETRIES = 5
+
+AdminDecide = Callable[[JobRecord], tuple[JobRecord | None, bool]]
 
 
 def _job_where(filter: JobFilter) -> tuple[str, list[Any]]:
@@ -103,7 +105,9 @@ class AdminOps(QueueStorageBase):
 
     async def list_jobs(self, filter: JobFilter, *, limit: int = 100) -> list[JobRecord]:
         async with translated_errors(), self._tx() as conn:
-            found = await self._select(conn, filter, tail="ORDER BY id DESC LIMIT %s", extra=[max(limit, 0)])
+            found = await self._select(
+                conn, filter, tail="ORDER BY id DESC LIMIT %s", extra=[max(limit, 0)]
+            )
         return [r.job for r in found]
 
     async def queue_counts(self) -> list[QueueCounts]:
@@ -131,9 +135,7 @@ class AdminOps(QueueStorageBase):
                     counts=counts,
                     paused=bool(meta["paused"]) if meta else False,
                     completed_last_hour=min(int(recent.get(name, 0)), counts[JobState.Completed]),
-                    oldest_available_at=oldest.get(name)
-                    if counts[JobState.Available]
-                    else None,
+                    oldest_available_at=oldest.get(name) if counts[JobState.Available] else None,
                 )
             )
         return result
@@ -171,7 +173,7 @@ class AdminOps(QueueStorageBase):
         conn: DictConnection,
         writes: Writes,
         job_id: int,
-        decide: Any,
+        decide: AdminDecide,
     ) -> JobRecord | None:
         """Apply ``decide(job) -> (new | None, keep)`` to one job, re-reading if its head
         fact moved underneath. Returns the resulting snapshot (or the unchanged one)."""
@@ -195,7 +197,7 @@ class AdminOps(QueueStorageBase):
                 return new
         return None
 
-    def _cancelled(self, now: datetime) -> Any:
+    def _cancelled(self, now: datetime) -> AdminDecide:
         def decide(job: JobRecord) -> tuple[JobRecord | None, bool]:
             if job.state.is_terminal:
                 return None, True
@@ -237,7 +239,7 @@ class AdminOps(QueueStorageBase):
             await self._flush(conn, writes)
         return result
 
-    def _operator_retry(self, now: datetime) -> Any:
+    def _operator_retry(self, now: datetime) -> AdminDecide:
         def decide(job: JobRecord) -> tuple[JobRecord | None, bool]:
             if job.state in TERMINAL_STATES:
                 new = attrs.evolve(
@@ -265,7 +267,9 @@ class AdminOps(QueueStorageBase):
             )
             retried = []
             for r in failed:
-                result = await self._change(conn, writes, r.job.id, self._operator_retry(writes.now))
+                result = await self._change(
+                    conn, writes, r.job.id, self._operator_retry(writes.now)
+                )
                 if result is not None:
                     retried.append(result)
             await self._flush(conn, writes)
@@ -440,9 +444,7 @@ class AdminOps(QueueStorageBase):
     ) -> JobRecord | None:
         async with translated_errors(), self._tx() as conn:
             writes = Writes(self._clock.now())
-            rows = await self._dlq_rows(
-                conn, DlqFilter(), "AND job_id = %s FOR UPDATE", [job_id]
-            )
+            rows = await self._dlq_rows(conn, DlqFilter(), "AND job_id = %s FOR UPDATE", [job_id])
             if not rows:
                 return None
             job = await self._restore(
@@ -505,7 +507,5 @@ class AdminOps(QueueStorageBase):
         ]
         names = ", ".join(f"{s}.{t}" for t in tables)
         async with translated_errors(), self._tx() as conn:
-            await conn.execute(
-                f"TRUNCATE {names}, awa.job_unique_claims, awa.queue_meta".encode()
-            )
+            await conn.execute(f"TRUNCATE {names}, awa.job_unique_claims, awa.queue_meta".encode())
         self._shards.clear()

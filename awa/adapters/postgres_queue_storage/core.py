@@ -16,15 +16,14 @@ from typing import Any
 import attrs
 
 from awa.adapters._pg.errors import translated_errors
+from awa.adapters._pg.pool import DictConnection
 from awa.adapters.postgres_queue_storage._base import (
-    CANCEL_CHANNEL,
     LIVE_STATES,
     PgUnitOfWork,
     QueueStorageBase,
     Resolved,
     Writes,
 )
-from awa.adapters._pg.pool import DictConnection
 from awa.domain.errors import CallbackNotFound, DatabaseError, UniqueConflict, ValidationError
 from awa.domain.job import Claim, JobRecord, JobSpec, RunLease, error_entry
 from awa.domain.states import JobState
@@ -602,7 +601,9 @@ class CoreOps(QueueStorageBase):
             lease = RunLease(row["job_id"], row["run_lease"])
             states: list[JobState] = []
 
-            def decide(job: JobRecord, w: Writes) -> tuple[JobRecord, str | None]:
+            def decide(
+                job: JobRecord, w: Writes, states: list[JobState] = states
+            ) -> tuple[JobRecord, str | None]:
                 new, dlq = self._retry_or_fail(
                     job, w, error=reason, delay=None, dlq_reason=dlq_reason, **clear
                 )

@@ -37,9 +37,7 @@ class RingOps(QueueStorageBase):
         return '"' + self._schema.replace('"', '""') + '"'
 
     async def _slot_has_rows(self, conn: DictConnection, slot: int) -> bool:
-        probes = " OR ".join(
-            f"EXISTS (SELECT 1 FROM {self._child(t, slot)})" for t in RING_TABLES
-        )
+        probes = " OR ".join(f"EXISTS (SELECT 1 FROM {self._child(t, slot)})" for t in RING_TABLES)
         cur = await conn.execute(f"SELECT {probes} AS busy".encode())
         row = await cur.fetchone()
         return bool(row and row["busy"])
@@ -71,9 +69,7 @@ class RingOps(QueueStorageBase):
             )
         return "rotated"
 
-    async def prune_oldest(
-        self, *, failed_retention: timedelta = DEFAULT_FAILED_RETENTION
-    ) -> str:
+    async def prune_oldest(self, *, failed_retention: timedelta = DEFAULT_FAILED_RETENTION) -> str:
         """Truncate the oldest sealed slot once nothing live refers to it.
 
         Returns ``pruned``, ``idle`` (no sealed slot holds rows), ``blocked`` (live work
@@ -161,7 +157,7 @@ class RingOps(QueueStorageBase):
             "                   WHERE t.slot = r.slot AND t.ready_fact = r.fact_id)) "
             f"OR EXISTS (SELECT 1 FROM {s}.claims c WHERE c.slot = %(slot)s "
             f"  AND NOT EXISTS (SELECT 1 FROM {s}.closures x "
-            "                   WHERE x.slot = c.slot AND x.claim_id = c.claim_id)) AS live".encode(),
+            "  WHERE x.slot = c.slot AND x.claim_id = c.claim_id)) AS live".encode(),
             {"slot": slot},
         )
         row = await cur.fetchone()

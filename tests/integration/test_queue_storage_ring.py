@@ -1,0 +1,156 @@
+"""Queue-storage ring: the hot path only appends, and rotation / prune lose nothing."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+
+import anyio
+import psycopg
+import pytest
+
+from awa.adapters.clock import SystemClock
+from awa.adapters.postgres_queue_storage import QueueStorageEngine, install_queue_storage
+from awa.domain.job import JobSpec
+from awa.domain.policies import Backoff
+from awa.domain.states import JobState
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+QUEUE = "ring"
+HOT_TABLES = ("ready_entries", "claims", "closures")
+
+
+@pytest.fixture
+async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
+    await install_queue_storage(database_url, "qs_ring", queue_slot_count=4)
+    opened = await QueueStorageEngine.open(
+        database_url, clock=SystemClock(), backoff=Backoff(), schema="qs_ring"
+    )
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+def _table_churn(database_url: str) -> tuple[int, int]:
+    """Updates and deletes recorded on the ring's hot children."""
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT coalesce(sum(n_tup_upd), 0), coalesce(sum(n_tup_del), 0) "
+            "FROM pg_stat_user_tables WHERE schemaname = 'qs_ring' "
+            "AND relname ~ %s",
+            ("^(" + "|".join(HOT_TABLES) + ")_[0-9]+$",),
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+async def test_drain_never_updates_or_deletes_ring_rows(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    await engine.enqueue_many([JobSpec(kind="noop", queue=QUEUE) for _ in range(300)])
+    done = 0
+    while claims := await engine.claim(QUEUE, limit=64):
+        acks = await engine.complete([claim.lease for claim in claims])
+        done += len(acks)
+    assert done == 300
+    await engine.close()  # backends exit and flush their table statistics
+    updated, deleted = _table_churn(database_url)
+    assert (updated, deleted) == (0, 0)
+    counts = await _counts(database_url)
+    assert counts == {"completed": 300}
+
+
+async def _counts(database_url: str) -> dict[str, int]:
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            "SELECT state::text, sum(n) FROM qs_ring.queue_counts GROUP BY 1 HAVING sum(n) <> 0"
+        ).fetchall()
+    return {state: int(n) for state, n in rows}
+
+
+async def _race(engine: QueueStorageEngine, seconds: float) -> None:
+    """Producers, claimers/completers and a leader rotating + pruning, all at once."""
+    deadline = time.monotonic() + seconds
+    enqueued: list[int] = []
+    completions: Counter[int] = Counter()
+    outcomes: Counter[str] = Counter()
+
+    async def producer() -> None:
+        while time.monotonic() < deadline:
+            jobs = await engine.enqueue_many([JobSpec(kind="noop", queue=QUEUE)] * 20)
+            enqueued.extend(job.id for job in jobs)
+            await anyio.sleep(0.005)
+
+    async def worker() -> None:
+        while time.monotonic() < deadline:
+            claims = await engine.claim(QUEUE, limit=16)
+            if not claims:
+                await anyio.sleep(0.005)
+                continue
+            acks = await engine.complete([claim.lease for claim in claims])
+            for claim, ack in zip(claims, acks, strict=True):
+                assert ack.value == "applied"
+                completions[claim.job.id] += 1
+
+    async def leader() -> None:
+        while time.monotonic() < deadline:
+            outcomes[await engine.rotate_queue_ring()] += 1
+            outcomes["prune:" + await engine.prune_oldest()] += 1
+            await anyio.sleep(0.02)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(producer)
+        tg.start_soon(leader)
+        for _ in range(3):
+            tg.start_soon(worker)
+
+    # Drain what is left, still rotating and pruning between batches.
+    while claims := await engine.claim(QUEUE, limit=100):
+        for claim, ack in zip(
+            claims, await engine.complete([c.lease for c in claims]), strict=True
+        ):
+            assert ack.value == "applied"
+            completions[claim.job.id] += 1
+        await engine.rotate_queue_ring()
+        await engine.prune_oldest()
+
+    assert outcomes["rotated"] > 0 and outcomes["prune:pruned"] > 0, outcomes
+    # Every job ran exactly once: nothing was lost to a truncated slot, nothing ran twice.
+    assert sorted(completions) == sorted(enqueued)
+    assert set(completions.values()) == {1}
+    # A queue whose history was pruned entirely is no longer listed: its counts are zero.
+    counts = {c.queue: c.counts for c in await engine.queue_counts()}.get(QUEUE, {})
+    pruned = (await engine.pruned_counts()).get(QUEUE, {}).get("completed", 0)
+    assert counts.get(JobState.Available, 0) == 0 and counts.get(JobState.Running, 0) == 0
+    assert counts.get(JobState.Completed, 0) + pruned == len(enqueued)
+
+
+async def test_claims_and_completions_race_rotation_and_prune(
+    engine: QueueStorageEngine,
+) -> None:
+    await _race(engine, 3.0)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+async def test_claims_and_completions_race_rotation_and_prune_for_30s(
+    engine: QueueStorageEngine,
+) -> None:
+    await _race(engine, 30.0)
+
+
+async def test_prune_carries_young_failed_jobs_forward(engine: QueueStorageEngine) -> None:
+    (job,) = await engine.enqueue_many([JobSpec(kind="boom", queue=QUEUE)])
+    (claim,) = await engine.claim(QUEUE, limit=1)
+    await engine.fail(claim.lease, error="boom")
+    assert await engine.rotate_queue_ring() == "rotated"
+    # The sealed slot holds only terminal history: the young failed job moves forward.
+    await engine.enqueue_many([JobSpec(kind="filler", queue="other")])
+    assert await engine.prune_oldest() == "pruned"
+    kept = await engine.get_job(job.id)
+    assert kept is not None and kept.state == JobState.Failed
+    retried = await engine.retry_job(job.id)
+    assert retried is not None and retried.state == JobState.Available

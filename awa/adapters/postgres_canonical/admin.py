@@ -144,12 +144,12 @@ class AdminOps(EngineBase):
         else:
             return job
         try:
-            async with conn.transaction():
+            async with self._atomic(conn):
                 updated = await self._one(conn, name, {"id": job.id, "now": now})
         except pg_errors.UniqueViolation as exc:
             if not is_unique_claim_violation(exc):
                 raise
-            raise await self._conflict([job.unique_key]) from exc
+            raise await self._conflict(conn, [job.unique_key]) from exc
         return job_from_row(updated) if updated is not None else job
 
     async def retry_job(self, job_id: int) -> JobRecord | None:

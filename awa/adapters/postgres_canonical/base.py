@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any, Self
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
@@ -145,6 +146,32 @@ class EngineBase:
             yield conn
 
     @staticmethod
+    @asynccontextmanager
+    async def _atomic(conn: AnyConnection) -> AsyncIterator[None]:
+        """Run the block all-or-nothing without ending a transaction the caller owns.
+
+        Inside an open transaction this is a savepoint. A caller's non-autocommit
+        connection with no statement run yet is also "in a transaction" for the caller,
+        but ``conn.transaction()`` would BEGIN and COMMIT one of its own there, so an
+        explicit savepoint (which opens the implicit transaction) is used instead.
+        """
+        status = conn.info.transaction_status
+        if status == TransactionStatus.INERROR:
+            raise DatabaseError("the transaction is aborted; roll it back first")
+        if status == TransactionStatus.INTRANS or conn.autocommit:
+            async with conn.transaction():
+                yield
+            return
+        await conn.execute("SAVEPOINT awa_atomic")
+        try:
+            yield
+        except BaseException:
+            await conn.execute("ROLLBACK TO SAVEPOINT awa_atomic")
+            await conn.execute("RELEASE SAVEPOINT awa_atomic")
+            raise
+        await conn.execute("RELEASE SAVEPOINT awa_atomic")
+
+    @staticmethod
     async def _all(conn: AnyConnection, name: str, params: Mapping[str, Any]) -> list[DictRow]:
         # An explicit dict-row cursor, because callers' connections may use any row factory.
         async with conn.cursor(row_factory=dict_row) as cur:
@@ -158,13 +185,16 @@ class EngineBase:
         rows = await cls._all(conn, name, params)
         return rows[0] if rows else None
 
-    async def _conflict(self, keys: Iterable[bytes | None]) -> UniqueConflict:
-        """A ``UniqueConflict`` naming the committed holder of the first clashing key."""
+    async def _conflict(self, conn: AnyConnection, keys: Iterable[bytes | None]) -> UniqueConflict:
+        """A ``UniqueConflict`` naming the holder of the first clashing key.
+
+        ``conn`` must be usable again (the failed statement ran under a rolled-back
+        savepoint), so no second pooled connection is needed.
+        """
         wanted = [key for key in keys if key is not None]
         holders: dict[bytes, int] = {}
         if wanted:
-            async with self._connection() as conn:
-                rows = await self._all(conn, "unique_holders", {"keys": wanted})
+            rows = await self._all(conn, "unique_holders", {"keys": wanted})
             holders = {bytes(row["unique_key"]): row["job_id"] for row in rows}
         for key in wanted:
             if key in holders:

@@ -92,13 +92,14 @@ class DlqOps(EngineBase):
             "queue": queue,
         }
         try:
-            async with conn.transaction():
+            async with self._atomic(conn):
                 row = await self._one(conn, "retry_from_dlq", params)
         except pg_errors.UniqueViolation as exc:
             if not is_unique_claim_violation(exc):
                 raise
-            entry = await self.get_dlq(job_id)
-            raise await self._conflict([None if entry is None else entry.job.unique_key]) from exc
+            held = await self._one(conn, "get_dlq", {"id": job_id})
+            key = None if held is None else held["unique_key"]
+            raise await self._conflict(conn, [key]) from exc
         return None if row is None else job_from_row(row)
 
     async def retry_from_dlq(

@@ -85,12 +85,12 @@ class WorkerOps(EngineBase):
         params = _enqueue_params(specs, self._clock.now())
         try:
             # A savepoint keeps a caller's transaction usable after a unique conflict.
-            async with conn.transaction():
+            async with self._atomic(conn):
                 rows = await self._all(conn, "enqueue", params)
         except pg_errors.UniqueViolation as exc:
             if not is_unique_claim_violation(exc):
                 raise
-            raise await self._conflict(s.unique_key for s in specs) from exc
+            raise await self._conflict(conn, (s.unique_key for s in specs)) from exc
         return sorted((job_from_row(row) for row in rows), key=lambda job: job.id)
 
     async def enqueue_many_skip_duplicates(self, specs: Sequence[JobSpec]) -> list[JobRecord]:
@@ -103,7 +103,7 @@ class WorkerOps(EngineBase):
         async with self._transaction() as conn:
             for spec in specs:
                 try:
-                    async with conn.transaction():
+                    async with self._atomic(conn):
                         rows = await self._all(conn, "enqueue", _enqueue_params([spec], now))
                 except pg_errors.UniqueViolation as exc:
                     if not is_unique_claim_violation(exc):

@@ -1,0 +1,96 @@
+"""Dead tuples, WAL and commits left by processing no-op jobs on the queue-storage engine.
+
+Installs the engine into a scratch schema with autovacuum disabled on every table of it,
+then enqueues, claims and completes ``--jobs`` no-op jobs in batches while rotating and
+pruning the ring as the maintenance leader would, and prints the total ``n_dead_tup`` of
+the schema's tables, WAL bytes and commits per job.
+
+    .venv/bin/python benchmarks/dead_tuples.py postgresql://postgres@127.0.0.1/bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import anyio
+import psycopg
+
+from awa.adapters.clock import SystemClock
+from awa.adapters.postgres_queue_storage import QueueStorageEngine, install_queue_storage
+from awa.domain.job import JobSpec
+
+SCHEMA = "qs_bench"
+
+
+def _stats(url: str) -> dict[str, int]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        dead = conn.execute(
+            "SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE schemaname = %s",
+            (SCHEMA,),
+        ).fetchone()
+        wal = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+        commits = conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    assert dead is not None and wal is not None and commits is not None
+    return {"dead": int(dead[0]), "wal": int(wal[0]), "commits": int(commits[0])}
+
+
+def _disable_autovacuum(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT c.oid::regclass::text FROM pg_class c JOIN pg_namespace n "
+            "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'",
+            (SCHEMA,),
+        ).fetchall()
+        for (name,) in rows:
+            conn.execute(f"ALTER TABLE {name} SET (autovacuum_enabled = false)".encode())
+
+
+async def run(url: str, jobs: int, batch: int) -> None:
+    await install_queue_storage(url, SCHEMA, reset=True)
+    _disable_autovacuum(url)
+    engine = await QueueStorageEngine.open(url, clock=SystemClock(), schema=SCHEMA)
+    before = _stats(url)
+    started = time.monotonic()
+    done = 0
+    prune_outcomes: dict[str, int] = {}
+    try:
+        while done < jobs:
+            size = min(batch, jobs - done)
+            await engine.enqueue_many([JobSpec(kind="noop", queue="bench")] * size)
+            claimed = 0
+            while claimed < size:
+                claims = await engine.claim("bench", limit=size - claimed)
+                await engine.complete([claim.lease for claim in claims])
+                claimed += len(claims)
+            done += size
+            # The leader's cadence, compressed: one rotate + one prune per batch.
+            await engine.rotate_queue_ring()
+            outcome = await engine.prune_oldest()
+            prune_outcomes[outcome] = prune_outcomes.get(outcome, 0) + 1
+    finally:
+        await engine.close()
+    elapsed = time.monotonic() - started
+    time.sleep(1.0)  # let the exited backends' table statistics land
+    after = _stats(url)
+    print(f"jobs processed:        {done}")
+    print(f"elapsed:               {elapsed:.1f} s ({done / elapsed:.0f} jobs/s)")
+    print(f"n_dead_tup (schema):   {after['dead']}")
+    print(f"WAL bytes per job:     {(after['wal'] - before['wal']) / done:.0f}")
+    print(f"commits per job:       {(after['commits'] - before['commits']) / done:.3f}")
+    print(f"prune outcomes:        {prune_outcomes}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("url", help="database URL (the benchmark uses schema qs_bench)")
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--batch", type=int, default=1_000)
+    args = parser.parse_args()
+    anyio.run(run, args.url, args.jobs, args.batch)
+
+
+if __name__ == "__main__":
+    main()

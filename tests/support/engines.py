@@ -121,9 +121,7 @@ async def _queue_storage(
     assert database_url is not None
     engine = await QueueStorageEngine.open(database_url, clock=clock, backoff=backoff)
     try:
-        yield EngineHandle(
-            "postgres_queue_storage", engine, clock, engine, engine.leader_lock
-        )
+        yield EngineHandle("postgres_queue_storage", engine, clock, engine, engine.leader_lock)
     finally:
         await engine.close()
 

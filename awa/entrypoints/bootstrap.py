@@ -16,6 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from awa.adapters._pg import migrations as pg_migrations
 from awa.adapters._pg.errors import map_error
+from awa.adapters._pg.runtime_registry import PostgresRuntimeRegistry
 from awa.adapters.clock import SystemClock
 from awa.domain.errors import DatabaseError
 from awa.domain.job import JobRecord, JobSpec
@@ -24,6 +25,7 @@ from awa.ports.leader import LeaderLock
 from awa.ports.notifier import Notifier
 from awa.ports.runtime_registry import RuntimeRegistry
 from awa.ports.storage import StorageEngine, UnitOfWork
+from awa.runtime.heartbeat import EngineFactory
 
 Connection = psycopg.AsyncConnection[DictRow]
 
@@ -126,19 +128,63 @@ class RuntimePorts:
         self.closers.clear()
 
 
-async def open_runtime_ports(wiring: Wiring) -> RuntimePorts:
+async def open_runtime_ports(wiring: Wiring, *, transition_role: str = "auto") -> RuntimePorts:
     """The notifier (``LISTEN awa:<queue>``) and a maintenance leader-lock candidate,
-    both provided by the engine on dedicated connections."""
+    both provided by the engine on dedicated connections, plus the runtime registry
+    (``awa.runtime_instances``) reporting ``transition_role`` and the engine's storage
+    capability. Closing the ports removes the runtime's registry row."""
     engine: Any = wiring.engine
     notifier: Notifier | None = engine if callable(getattr(engine, "subscribe", None)) else None
     make_lock = getattr(engine, "leader_lock", None)
     leader_lock: LeaderLock | None = make_lock() if callable(make_lock) else None
     registry_factory = getattr(engine, "runtime_registry", None)
-    registry: RuntimeRegistry | None = registry_factory() if callable(registry_factory) else None
+    registry: RuntimeRegistry | None
+    if callable(registry_factory):
+        registry = registry_factory()
+    else:
+        registry = PostgresRuntimeRegistry(
+            wiring.pool,
+            storage_capability=storage_capability(engine, transition_role),
+            transition_role=transition_role,
+        )
     ports = RuntimePorts(notifier=notifier, leader_lock=leader_lock, registry=registry)
     if leader_lock is not None:
         ports.closers.append(leader_lock.release)
+    registry_close = getattr(registry, "close", None)
+    if callable(registry_close):
+        ports.closers.append(registry_close)
     return ports
+
+
+def storage_capability(engine: object, transition_role: str) -> str:
+    """What a runtime on ``engine`` started with ``transition_role`` can serve, as
+    reported in ``awa.runtime_instances.storage_capability``."""
+    declared = getattr(engine, "storage_capability", None)
+    if isinstance(declared, str):
+        return declared
+    from awa.adapters.postgres_canonical import CanonicalEngine
+
+    if isinstance(engine, CanonicalEngine):
+        return "canonical_drain_only" if transition_role == "canonical_drain" else "canonical"
+    return "queue_storage"
+
+
+def heartbeat_engine_factory(wiring: Wiring) -> EngineFactory | None:
+    """Opens a second, two-connection engine for the heartbeat thread, so heartbeats keep
+    flowing while a handler blocks the main event loop. ``None`` for engines that cannot
+    be duplicated this way (their heartbeats then run on the main loop)."""
+    from awa.adapters.postgres_canonical import CanonicalEngine
+
+    if not isinstance(wiring.engine, CanonicalEngine):
+        return None
+    url = wiring.url
+
+    async def open_engine() -> StorageEngine:
+        return await CanonicalEngine.open(
+            url, clock=SystemClock(), backoff=Backoff(), max_connections=2
+        )
+
+    return open_engine
 
 
 async def ping(wiring: Wiring) -> bool:

@@ -147,7 +147,9 @@ class AsyncClient(AdminMixin):
             storage_transition_role=storage_transition_role,
         )
         wiring = await self._wiring()
-        ports = await bootstrap.open_runtime_ports(wiring)
+        ports = await bootstrap.open_runtime_ports(
+            wiring, transition_role=config.storage_transition_role
+        )
         runtime = Runtime(
             wiring.engine,
             ports.notifier,
@@ -156,6 +158,7 @@ class AsyncClient(AdminMixin):
             self._handlers,
             config,
             runtime_registry=ports.registry,
+            heartbeat_engine_factory=bootstrap.heartbeat_engine_factory(wiring),
         )
         try:
             await runtime.start()

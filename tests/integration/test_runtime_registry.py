@@ -1,0 +1,250 @@
+"""Runtime snapshots in ``awa.runtime_instances`` and heartbeats on their own thread."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from awa import AsyncClient, Job, JobState
+from awa.adapters._pg.pool import open_pool
+from awa.adapters._pg.runtime_registry import PostgresRuntimeRegistry
+from awa.adapters.clock import SystemClock
+from awa.adapters.postgres_canonical import CanonicalEngine
+from awa.entrypoints import bootstrap
+from awa.ports.runtime_registry import QueueSnapshot, RuntimeSnapshot
+from awa.ports.storage import Rescued
+from awa.runtime import HandlerRegistry, Runtime, parse_start_args
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+
+@dataclasses.dataclass
+class Nap:
+    seconds: float
+
+
+@pytest.fixture
+async def client(migrated_database_url: str) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(migrated_database_url) as c:
+        yield c
+
+
+def _rows(url: str) -> list[dict[str, Any]]:
+    with psycopg.connect(url, row_factory=dict_row) as conn:
+        return list(conn.execute("SELECT * FROM awa.runtime_instances ORDER BY started_at"))
+
+
+def _snapshot(runtime_id: str, *, leader: bool = False) -> RuntimeSnapshot:
+    now = datetime.now(UTC)
+    return RuntimeSnapshot(
+        id=runtime_id,
+        hostname="h1",
+        pid=42,
+        version="0.6.9",
+        started_at=now,
+        last_seen_at=now,
+        leader=leader,
+        healthy=True,
+        postgres_connected=True,
+        poll_loop_alive=True,
+        heartbeat_alive=True,
+        shutting_down=False,
+        snapshot_interval_ms=10_000,
+        queues=(QueueSnapshot("q", 1, 5, None, None, (2.5, 3)),),
+    )
+
+
+async def test_registry_upserts_lists_and_removes(migrated_database_url: str) -> None:
+    pool = await open_pool(migrated_database_url, max_connections=2)
+    try:
+        registry = PostgresRuntimeRegistry(
+            pool, storage_capability="canonical_drain_only", transition_role="canonical_drain"
+        )
+        first, second = str(uuid.uuid4()), str(uuid.uuid4())
+        await registry.upsert_runtime(_snapshot(first))
+        await registry.upsert_runtime(_snapshot(second))
+        await registry.upsert_runtime(_snapshot(first, leader=True))
+        listed = await registry.list_runtimes()
+        assert [r.id for r in listed] == [first, second]
+        assert listed[0].leader and not listed[1].leader
+        assert listed[0].queues == (QueueSnapshot("q", 1, 5, None, None, (2.5, 3)),)
+        rows = {str(r["id"]): r for r in _rows(migrated_database_url)}
+        assert rows[first]["storage_capability"] == "canonical_drain_only"
+        assert rows[first]["transition_role"] == "canonical_drain"
+        assert rows[first]["queues"][0]["rate_limit"] == {"max_rate": 2.5, "burst": 3}
+
+        # A runtime silent for longer than the window is not live, and GC forgets it
+        # once it is past the horizon.
+        with psycopg.connect(migrated_database_url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE awa.runtime_instances SET last_seen_at = now() - interval '1 hour'"
+                " WHERE id = %s",
+                (second,),
+            )
+        live = await registry.list_runtimes(live_within=timedelta(seconds=30))
+        assert [r.id for r in live] == [first]
+        await registry.upsert_runtime(_snapshot(first))
+        assert [r.id for r in await registry.list_runtimes()] == [first]
+
+        assert await registry.remove_runtime(first) is True
+        assert await registry.remove_runtime(first) is False
+        with pytest.raises(ValueError, match="transition_role"):
+            PostgresRuntimeRegistry(pool, transition_role="sideways")
+    finally:
+        await pool.close()
+
+
+async def test_started_client_publishes_its_row_and_removes_it_on_shutdown(
+    client: AsyncClient, migrated_database_url: str
+) -> None:
+    @client.task(Nap, queue="naps")
+    async def nap(job: Job[Nap]) -> None:
+        await asyncio.sleep(job.args.seconds)
+
+    await client.start(
+        [{"name": "naps", "max_workers": 3, "rate_limit": (10.0, 2)}],
+        storage_transition_role="canonical_drain",
+    )
+    try:
+        deadline = time.monotonic() + 5
+        while not (rows := _rows(migrated_database_url)) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        (row,) = rows
+        uuid.UUID(str(row["id"]))
+        assert row["hostname"] == socket.gethostname()
+        assert row["pid"] == os.getpid()
+        assert row["version"] == "0.6.9"
+        assert row["transition_role"] == "canonical_drain"
+        assert row["storage_capability"] == "canonical_drain_only"
+        assert row["queues"] == [
+            {
+                "name": "naps",
+                "in_flight": 0,
+                "max_workers": 3,
+                "min_workers": None,
+                "weight": 1,
+                "rate_limit": {"max_rate": 10.0, "burst": 2},
+            }
+        ]
+        assert row["last_seen_at"] is not None and not row["shutting_down"]
+    finally:
+        await client.shutdown()
+    assert _rows(migrated_database_url) == []
+
+
+async def test_snapshots_refresh_and_report_the_leader(migrated_database_url: str) -> None:
+    handlers = HandlerRegistry()
+
+    async def nap(job: Any) -> None:
+        return None
+
+    handlers.register("nap", nap, queue="default")
+    config = parse_start_args(
+        [("default", 1)], handler_queues={"default"}, snapshot_interval_ms=100
+    )
+    wiring = await bootstrap.open_wiring(migrated_database_url, max_connections=4)
+    ports = await bootstrap.open_runtime_ports(wiring)
+    runtime = Runtime(
+        wiring.engine,
+        ports.notifier,
+        ports.leader_lock,
+        SystemClock(),
+        handlers,
+        config,
+        runtime_registry=ports.registry,
+    )
+    await runtime.start()
+    try:
+        seen: list[datetime] = []
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            rows = _rows(migrated_database_url)
+            if rows and rows[0]["leader"]:
+                seen.append(rows[0]["last_seen_at"])
+                if len(set(seen)) >= 2:
+                    break
+            await asyncio.sleep(0.05)
+        assert len(set(seen)) >= 2, "the leader's row never refreshed"
+        assert str(rows[0]["id"]) == runtime.id
+    finally:
+        await runtime.shutdown()
+        await ports.close()
+        await wiring.close()
+    assert _rows(migrated_database_url) == []
+
+
+class _Rescuer(threading.Thread):
+    """Runs heartbeat rescue from its own event loop while the test's loop is blocked."""
+
+    def __init__(self, url: str, staleness: timedelta) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.staleness = staleness
+        self.stop = threading.Event()
+        self.rescued: list[Rescued] = []
+        self.heartbeats: set[datetime] = set()
+        self.rounds = 0
+
+    def run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        engine = await CanonicalEngine.open(self.url, max_connections=2)
+        try:
+            while not self.stop.is_set():
+                self.rescued += await engine.rescue_stale_heartbeats(staleness=self.staleness)
+                async with engine.pool.connection() as conn:
+                    cur = await conn.execute(
+                        "SELECT heartbeat_at FROM awa.canonical_jobs WHERE state = 'running'"
+                    )
+                    self.heartbeats.update(r["heartbeat_at"] for r in await cur.fetchall())
+                self.rounds += 1
+                await asyncio.sleep(0.1)
+        finally:
+            await engine.close()
+
+
+async def test_heartbeats_continue_while_a_handler_blocks_the_event_loop(
+    client: AsyncClient, migrated_database_url: str
+) -> None:
+    started = threading.Event()
+
+    @client.task(Nap)
+    async def nap(job: Job[Nap]) -> None:
+        started.set()
+        # Deliberately blocks the whole event loop, longer than the staleness window.
+        time.sleep(job.args.seconds)
+
+    await client.start([("default", 1)], heartbeat_interval_ms=200, heartbeat_staleness_ms=1000)
+    rescuer = _Rescuer(migrated_database_url, timedelta(seconds=1))
+    try:
+        job = await client.insert(Nap(3.0))
+        rescuer.start()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            done = await client.get_job(job.id)
+            if done.state == JobState.Completed:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        rescuer.stop.set()
+        await asyncio.to_thread(rescuer.join, 10)
+        await client.shutdown()
+    assert started.is_set()
+    assert rescuer.rounds >= 10
+    assert rescuer.rescued == []
+    assert done.state == JobState.Completed and done.attempt == 1
+    # While the loop was blocked the heartbeat still moved several times.
+    assert len(rescuer.heartbeats) >= 5

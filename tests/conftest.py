@@ -4,6 +4,7 @@
 for how it is found or started); ``pg_provider`` says which branch provided it.
 ``pg_databases``: the session's :class:`~tests.support.pg.DatabaseFactory`.
 ``database_url``: a fresh, empty database on that server for one test, dropped after it.
+``migrated_database_url``: the same, cloned from a template with every migration applied.
 ``anyio_backend``: async tests run on asyncio (use ``@pytest.mark.anyio``).
 
 Hypothesis profiles: ``default``, ``ci`` and ``deep``, chosen with ``HYPOTHESIS_PROFILE``.
@@ -11,12 +12,15 @@ Hypothesis profiles: ``default``, ``ci`` and ``deep``, chosen with ``HYPOTHESIS_
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+from awa.adapters._pg.migrations import migrate
 from tests.support.pg import DatabaseFactory, PgServer, Provider, provision
 
 settings.register_profile("default", deadline=None, max_examples=100)
@@ -80,6 +84,21 @@ def pg_databases(pg_server: PgServer) -> Iterator[DatabaseFactory]:
 @pytest.fixture
 def database_url(pg_databases: DatabaseFactory) -> Iterator[str]:
     url = pg_databases.create()
+    try:
+        yield url
+    finally:
+        pg_databases.drop(url)
+
+
+def migrate_template(url: str) -> None:
+    # May be built from inside a running event loop (async fixtures), so migrate on a thread.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(lambda: asyncio.run(migrate(url))).result()
+
+
+@pytest.fixture
+def migrated_database_url(pg_databases: DatabaseFactory) -> Iterator[str]:
+    url = pg_databases.create(pg_databases.template("migrated", migrate_template))
     try:
         yield url
     finally:

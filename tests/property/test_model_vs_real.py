@@ -394,7 +394,7 @@ class ModelVsReal(RuleBasedStateMachine):
 
 
 @pytest.fixture(params=REAL_ENGINES)
-def engine_pair(request: pytest.FixtureRequest, database_url: str) -> Iterator[Pair]:
+def engine_pair(request: pytest.FixtureRequest, migrated_database_url: str) -> Iterator[Pair]:
     clock = ManualClock()
     with asyncio.Runner() as runner:
         stack = AsyncExitStack()
@@ -403,7 +403,7 @@ def engine_pair(request: pytest.FixtureRequest, database_url: str) -> Iterator[P
         )
         real = runner.run(
             stack.enter_async_context(
-                ENGINES[request.param].factory(clock, CONTRACT_BACKOFF, database_url)
+                ENGINES[request.param].factory(clock, CONTRACT_BACKOFF, migrated_database_url)
             )
         )
         try:
@@ -412,7 +412,14 @@ def engine_pair(request: pytest.FixtureRequest, database_url: str) -> Iterator[P
             runner.run(stack.aclose())
 
 
-STEPS = int(os.environ.get("AWA_MODEL_STEPS", "30"))
+def _steps(current: settings) -> int:
+    """Steps per example: ``AWA_MODEL_STEPS``, else the profile's count under ``deep``, else 30."""
+    explicit = os.environ.get("AWA_MODEL_STEPS")
+    if explicit:
+        return int(explicit)
+    if os.environ.get("HYPOTHESIS_PROFILE") == "deep":
+        return current.stateful_step_count
+    return 30
 
 
 @pytest.mark.postgres
@@ -423,7 +430,7 @@ def test_model_and_real_engine_agree(engine_pair: Pair) -> None:
         machine,
         settings=settings(
             current,
-            stateful_step_count=STEPS,
+            stateful_step_count=_steps(current),
             max_examples=current.max_examples,
             deadline=None,
         ),

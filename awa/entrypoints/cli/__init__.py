@@ -1,7 +1,9 @@
 """The ``awa`` command line (console script ``awa`` and ``python -m awa``).
 
 Command groups live one per module: ``migrate``, ``job``, ``queue``, ``dlq``, ``health`` /
-``context`` and ``storage``. Exit codes: 0 success, 1 refused or failed action, 2 bad usage.
+``context``, ``storage``, ``worker`` (run a module's handlers) and ``dev`` (a worked
+example on a real or embedded Postgres). Exit codes: 0 success, 1 refused or failed
+action, 2 bad usage.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from typing import Any
 import click
 
 from awa.entrypoints.cli._common import CliState, CommandFailed, first_line
+from awa.entrypoints.cli.dev import dev
 from awa.entrypoints.cli.dlq import dlq
 from awa.entrypoints.cli.jobs import job
 from awa.entrypoints.cli.migrate import migrate
 from awa.entrypoints.cli.queues import queue, queue_stats_hidden
 from awa.entrypoints.cli.status import context, health, package_version
 from awa.entrypoints.cli.storage import storage
+from awa.entrypoints.cli.worker import worker
 
 __all__ = ["cli", "main"]
 
@@ -60,6 +64,8 @@ cli.add_command(dlq)
 cli.add_command(health)
 cli.add_command(context)
 cli.add_command(storage)
+cli.add_command(worker)
+cli.add_command(dev)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,54 @@
+"""``awa dev``: run example jobs through a real worker with a live progress display."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from awa.entrypoints import dev as dev_tour
+from awa.entrypoints.cli._common import fail, state
+
+
+@click.command()
+@click.option(
+    "--jobs", type=click.IntRange(min=1), default=300, show_default=True, help="Jobs to enqueue."
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Handlers running at once per queue.",
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Stop after this many seconds even if jobs are unfinished (exit code 1).",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="AWA_DEV_DATA_DIR",
+    default=None,
+    help="Data directory of the embedded Postgres used without a database URL "
+    "(default: the user's cache directory, or a temporary one when running as root).",
+)
+def dev(jobs: int, workers: int, seconds: float | None, data_dir: Path | None) -> None:
+    """Enqueue example jobs, work them with a live display, and print a summary.
+
+    Uses --database-url / $DATABASE_URL when given; otherwise starts an embedded Postgres
+    for the duration of the run.
+    """
+    cli_state = state()
+    url = cli_state.database_url() if cli_state.display_url() is not None else None
+    options = dev_tour.DevOptions(jobs=jobs, workers=workers, seconds=seconds)
+    try:
+        code = dev_tour.main(url, options, data_dir=data_dir)
+    except RuntimeError as exc:
+        if str(exc) == dev_tour.EMBEDDED_MISSING:
+            raise fail(str(exc)) from exc
+        raise
+    if code != 0:
+        raise click.exceptions.Exit(code)

@@ -1,0 +1,270 @@
+"""``awa worker``: run the handlers of a user module as one or more worker processes.
+
+The module named by ``--module`` registers its handlers on an :class:`~awa.AsyncClient`
+and exposes it in one of two ways (checked in this order):
+
+- ``create_client(database_url)``: a function (plain or ``async``) returning the client;
+  it receives the ``--database-url`` / ``$DATABASE_URL`` value (``None`` when unset) if
+  it accepts an argument;
+- ``client``: a module-level ``AsyncClient``.
+
+An optional module-level ``start_options`` dict is passed to ``client.start()`` as
+keyword arguments (e.g. ``{"heartbeat_interval_ms": 5000}``); ``--queue`` options, when
+given, replace its ``queues``. Without either, the queues of the registered handlers are
+served with 10 workers each.
+
+SIGINT or SIGTERM stops claiming and lets running handlers finish for up to
+``--shutdown-timeout-ms`` before they are cancelled and their attempts released; a second
+signal exits at once (the attempts are then rescued by heartbeat staleness).
+
+``--processes N`` (``0`` = one per CPU core) starts N worker processes, each with its own
+runtime, and supervises them: signals are forwarded, and if one exits with an error the
+others are stopped and the command exits with status 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from types import FrameType, ModuleType
+from typing import Any
+
+import click
+
+from awa.entrypoints.cli._common import fail, state
+from awa.entrypoints.client_async import AsyncClient
+
+#: How often the supervisor checks on its children.
+_SUPERVISE_TICK = 0.2
+#: How long the supervisor waits for children to stop after forwarding a signal, beyond
+#: their own shutdown timeout, before killing them.
+_STOP_GRACE = 10.0
+
+
+def parse_queue(spec: str) -> tuple[str, int]:
+    """``name`` or ``name:N`` (N >= 1; default 10) as a ``start()`` queue tuple."""
+    name, sep, count = spec.rpartition(":")
+    if not sep:
+        name, count = spec, "10"
+    if not name:
+        raise click.BadParameter(f"{spec!r}: the queue name is empty", param_hint="--queue")
+    try:
+        workers = int(count)
+    except ValueError:
+        raise click.BadParameter(
+            f"{spec!r}: expected NAME or NAME:WORKERS", param_hint="--queue"
+        ) from None
+    if workers < 1:
+        raise click.BadParameter(f"{spec!r}: workers must be >= 1", param_hint="--queue")
+    return name, workers
+
+
+def import_user_module(name: str) -> ModuleType:
+    """Import ``name``, looking in the current directory first like ``python -m`` does."""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and name.startswith(exc.name):
+            raise fail(f"cannot import module {name!r}: {exc}") from exc
+        raise
+
+
+async def load_client(module: ModuleType, database_url: str | None) -> AsyncClient:
+    """The client the module exposes through ``create_client`` or ``client``."""
+    factory = getattr(module, "create_client", None)
+    if callable(factory):
+        accepts_url = bool(inspect.signature(factory).parameters)
+        made: Any = factory(database_url) if accepts_url else factory()
+        if inspect.isawaitable(made):
+            made = await made
+    elif hasattr(module, "client"):
+        made = module.client
+    else:
+        raise fail(
+            f"module {module.__name__!r} defines neither create_client() nor a module-level client"
+        )
+    if not isinstance(made, AsyncClient):
+        raise fail(
+            f"module {module.__name__!r} must provide an awa.AsyncClient, got {type(made).__name__}"
+        )
+    return made
+
+
+def start_options(module: ModuleType, queues: Sequence[tuple[str, int]]) -> dict[str, Any]:
+    """Keyword arguments for ``client.start()``: the module's ``start_options`` with any
+    ``--queue`` options replacing its queues."""
+    raw = getattr(module, "start_options", None) or {}
+    if not isinstance(raw, dict):
+        raise fail(f"{module.__name__}.start_options must be a dict, got {type(raw).__name__}")
+    options = dict(raw)
+    if queues:
+        options["queues"] = list(queues)
+    return options
+
+
+async def serve(
+    module: ModuleType,
+    database_url: str | None,
+    queues: Sequence[tuple[str, int]],
+    shutdown_timeout_ms: int,
+) -> None:
+    """Run one runtime until SIGINT / SIGTERM, then shut it down gracefully."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    received: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        received.append(signum)
+        if len(received) > 1:
+            # A second signal means "now": skip the drain; heartbeat rescue recovers.
+            os._exit(128 + signum)
+        click.echo(
+            f"awa worker: pid {os.getpid()} received {signal.Signals(signum).name}; shutting down",
+            err=True,
+        )
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum)
+    client = await load_client(module, database_url)
+    try:
+        await client.start(**start_options(module, queues))
+        health = await client.health_check()
+        served = ", ".join(
+            f"{name}({q.max_workers if q.max_workers is not None else q.min_workers})"
+            for name, q in sorted(health.queues.items())
+        )
+        click.echo(f"awa worker: pid {os.getpid()} started; queues: {served}", err=True)
+        await stop.wait()
+        await client.shutdown(timeout_ms=shutdown_timeout_ms)
+        click.echo(f"awa worker: pid {os.getpid()} stopped", err=True)
+    finally:
+        await client.close()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+
+def supervise(argv: list[str], processes: int, env: dict[str, str]) -> int:
+    """Start ``processes`` copies of ``argv`` and wait for them; returns the exit code."""
+    stopping = False
+    children: list[subprocess.Popen[bytes]] = []
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+        for child in children:
+            if child.poll() is None:
+                # A repeated signal is forwarded too, which children treat as "exit now".
+                child.send_signal(signal.SIGTERM)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for _ in range(processes):
+            # Own session: a terminal's Ctrl-C reaches only the supervisor, which then
+            # forwards exactly one SIGTERM, so children do not see it twice.
+            children.append(subprocess.Popen(argv, env=env, start_new_session=True))
+        click.echo(
+            f"awa worker: supervising {processes} processes "
+            f"({', '.join(str(c.pid) for c in children)})",
+            err=True,
+        )
+        failed = False
+        stop_deadline: float | None = None
+        while any(c.poll() is None for c in children):
+            for child in children:
+                code = child.poll()
+                if code is not None and code != 0 and not failed:
+                    failed = True
+                    click.echo(
+                        f"awa worker: process {child.pid} exited with status {code}; "
+                        "stopping the others",
+                        err=True,
+                    )
+                    if not stopping:
+                        forward(signal.SIGTERM, None)
+            if stopping and stop_deadline is None:
+                stop_deadline = time.monotonic() + _STOP_GRACE
+            if stop_deadline is not None and time.monotonic() > stop_deadline:
+                for child in children:
+                    if child.poll() is None:
+                        child.kill()
+            time.sleep(_SUPERVISE_TICK)
+        codes = [c.wait() for c in children]
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    return 1 if failed or any(code != 0 for code in codes) else 0
+
+
+@click.command()
+@click.option(
+    "--module",
+    "-m",
+    "module_name",
+    required=True,
+    metavar="MODULE",
+    help="Module that registers handlers and exposes create_client() or client.",
+)
+@click.option(
+    "--queue",
+    "-q",
+    "queue_specs",
+    multiple=True,
+    metavar="NAME[:N]",
+    help="Serve this queue with N workers (default 10); repeatable.",
+)
+@click.option(
+    "--processes",
+    "-p",
+    type=click.IntRange(min=0),
+    default=1,
+    show_default=True,
+    help="Worker processes to run (0 = one per CPU core).",
+)
+@click.option(
+    "--shutdown-timeout-ms",
+    type=click.IntRange(min=0),
+    default=5000,
+    show_default=True,
+    help="How long running handlers may finish after SIGINT/SIGTERM.",
+)
+def worker(
+    module_name: str, queue_specs: tuple[str, ...], processes: int, shutdown_timeout_ms: int
+) -> None:
+    """Run the handlers registered by MODULE until SIGINT or SIGTERM."""
+    queues = [parse_queue(spec) for spec in queue_specs]
+    cli_state = state()
+    url = cli_state.database_url() if cli_state.display_url() is not None else None
+    count = processes if processes > 0 else (os.cpu_count() or 1)
+    if count > 1:
+        argv = [sys.executable, "-m", "awa", "worker", "--module", module_name]
+        for spec in queue_specs:
+            argv += ["--queue", spec]
+        argv += ["--processes", "1", "--shutdown-timeout-ms", str(shutdown_timeout_ms)]
+        env = dict(os.environ)
+        if url is not None:
+            env["DATABASE_URL"] = url
+        # Children must import the module the same way the supervisor would.
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (os.getcwd(), env.get("PYTHONPATH", "")) if p
+        )
+        code = supervise(argv, count, env)
+        if code != 0:
+            raise click.exceptions.Exit(code)
+        return
+    module = import_user_module(module_name)
+    asyncio.run(serve(module, url, queues, shutdown_timeout_ms))

@@ -81,10 +81,11 @@ def check_reachable(url: str, *, timeout: float = ELIGIBILITY_TIMEOUT) -> None:
 
 
 async def open_wiring(url: str, *, max_connections: int) -> Wiring:
-    """Open the storage engine selected for this deployment."""
-    from awa.adapters.postgres_canonical import CanonicalEngine
+    """Open the storage engine selected for this deployment: the transition-routing engine,
+    which follows ``awa.storage_transition_state`` (canonical, mixed or queue storage)."""
+    from awa.adapters.routing_engine import TransitionRoutingEngine
 
-    engine: Any = await CanonicalEngine.open(
+    engine: Any = await TransitionRoutingEngine.open(
         url, clock=SystemClock(), backoff=Backoff(), max_connections=max_connections
     )
     return Wiring(url=url, engine=engine)
@@ -134,6 +135,10 @@ async def open_runtime_ports(wiring: Wiring, *, transition_role: str = "auto") -
     (``awa.runtime_instances``) reporting ``transition_role`` and the engine's storage
     capability. Closing the ports removes the runtime's registry row."""
     engine: Any = wiring.engine
+    bind_role = getattr(engine, "bind_transition_role", None)
+    if callable(bind_role):
+        # Fixes what the runtime claims and reports, and lets a fresh install go active.
+        await bind_role(transition_role)
     notifier: Notifier | None = engine if callable(getattr(engine, "subscribe", None)) else None
     make_lock = getattr(engine, "leader_lock", None)
     leader_lock: LeaderLock | None = make_lock() if callable(make_lock) else None
@@ -174,10 +179,20 @@ def heartbeat_engine_factory(wiring: Wiring) -> EngineFactory | None:
     flowing while a handler blocks the main event loop. ``None`` for engines that cannot
     be duplicated this way (their heartbeats then run on the main loop)."""
     from awa.adapters.postgres_canonical import CanonicalEngine
+    from awa.adapters.routing_engine import TransitionRoutingEngine
 
+    url = wiring.url
+    if isinstance(wiring.engine, TransitionRoutingEngine):
+
+        async def open_routing() -> StorageEngine:
+            # Heartbeats find each attempt's engine by job id, so a fresh engine will do.
+            return await TransitionRoutingEngine.open(
+                url, clock=SystemClock(), backoff=Backoff(), max_connections=2
+            )
+
+        return open_routing
     if not isinstance(wiring.engine, CanonicalEngine):
         return None
-    url = wiring.url
 
     async def open_engine() -> StorageEngine:
         return await CanonicalEngine.open(

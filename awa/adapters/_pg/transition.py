@@ -1,0 +1,173 @@
+"""Postgres side of the storage transition: calls the SQL functions of migration 0200.
+
+Every step runs in the database (``awa.storage_prepare`` and friends) so external
+migration tooling and this package share one implementation of the gates; this module
+turns their rows into :class:`~awa.domain.transition.TransitionStatus` and their refusals
+into :class:`~awa.domain.transition.TransitionRefused`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from awa.adapters._pg.errors import map_error
+from awa.adapters._pg.pool import connect
+from awa.domain.transition import Gate, TransitionRefused, TransitionStatus
+
+AnyConnection = psycopg.AsyncConnection[Any]
+
+#: SQLSTATE of a refused step (``object_not_in_prerequisite_state``).
+REFUSED_SQLSTATE = "55000"
+
+_GATES = {gate.value: gate for gate in Gate}
+
+
+def refusal_from(exc: psycopg.Error) -> TransitionRefused | None:
+    """The refusal carried by a database error, or ``None`` if it is not one.
+
+    The gate travels in the error's HINT field, so no message text is parsed.
+    """
+    if exc.sqlstate != REFUSED_SQLSTATE:
+        return None
+    gate = _GATES.get(exc.diag.message_hint or "")
+    if gate is None:
+        return None
+    primary = exc.diag.message_primary or ""
+    prefix = f"storage transition refused by gate {gate.value}: "
+    return TransitionRefused(gate, primary.removeprefix(prefix))
+
+
+@asynccontextmanager
+async def _translated() -> AsyncIterator[None]:
+    try:
+        yield
+    except psycopg.Error as exc:
+        refused = refusal_from(exc)
+        if refused is not None:
+            raise refused from None
+        raise map_error(exc) from exc
+
+
+async def _rows(conn: AnyConnection, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+    async with _translated(), conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(sql.encode(), params)
+        return list(await cur.fetchall())
+
+
+async def _status_of(
+    conn: AnyConnection, sql: str, params: tuple[Any, ...] = ()
+) -> TransitionStatus:
+    rows = await _rows(conn, sql, params)
+    if not rows:
+        raise TransitionRefused(Gate.TRANSITION_IN_PROGRESS, "the transition singleton is missing")
+    return TransitionStatus.from_row(rows[0])
+
+
+async def read_status(conn: AnyConnection) -> TransitionStatus:
+    """The current transition status (no locks)."""
+    return await _status_of(conn, "SELECT * FROM awa.storage_status()")
+
+
+async def producer_schema(conn: AnyConnection) -> str | None:
+    """Where a producer in ``conn``'s open transaction must write new jobs: the
+    queue-storage schema, or ``None`` for canonical. Takes the shared producer lock, held
+    until that transaction ends, so no transition step passes the insert."""
+    rows = await _rows(conn, "SELECT awa.storage_producer_schema() AS schema")
+    value = rows[0]["schema"] if rows else None
+    return value if isinstance(value, str) else None
+
+
+async def prepare(
+    conn: AnyConnection, engine: str, details: Mapping[str, Any] | None = None
+) -> TransitionStatus:
+    """``awa.storage_prepare(engine, details)``."""
+    return await _status_of(
+        conn,
+        "SELECT * FROM awa.storage_prepare(%s, %s)",
+        (engine, Jsonb(dict(details or {}))),
+    )
+
+
+async def enter_mixed_transition(conn: AnyConnection) -> TransitionStatus:
+    """``awa.storage_enter_mixed_transition()``."""
+    return await _status_of(conn, "SELECT * FROM awa.storage_enter_mixed_transition()")
+
+
+async def finalize(conn: AnyConnection) -> TransitionStatus:
+    """``awa.storage_finalize()``."""
+    return await _status_of(conn, "SELECT * FROM awa.storage_finalize()")
+
+
+async def abort(conn: AnyConnection) -> TransitionStatus:
+    """``awa.storage_abort()``."""
+    return await _status_of(conn, "SELECT * FROM awa.storage_abort()")
+
+
+async def auto_finalize_if_fresh(conn: AnyConnection, schema: str = "awa") -> bool:
+    """``awa.storage_auto_finalize_if_fresh(schema)``: whether the cluster went active."""
+    rows = await _rows(conn, "SELECT awa.storage_auto_finalize_if_fresh(%s) AS done", (schema,))
+    return bool(rows and rows[0]["done"])
+
+
+async def canonical_live_backlog(conn: AnyConnection) -> int:
+    """``awa.canonical_live_backlog()``: canonical jobs not yet terminal."""
+    rows = await _rows(conn, "SELECT awa.canonical_live_backlog() AS n")
+    return int(rows[0]["n"]) if rows else 0
+
+
+async def queue_storage_installed(conn: AnyConnection, schema: str) -> bool:
+    """Whether ``schema`` holds the queue-storage tables."""
+    rows = await _rows(conn, "SELECT awa.queue_storage_installed(%s) AS ok", (schema,))
+    return bool(rows and rows[0]["ok"])
+
+
+async def move_canonical_backlog(conn: AnyConnection, *, limit: int) -> int:
+    """Move up to ``limit`` waiting canonical jobs into queue storage (same ids); does
+    nothing unless producers already route to queue storage."""
+    rows = await _rows(conn, "SELECT awa.storage_move_canonical_backlog(%s) AS n", (limit,))
+    return int(rows[0]["n"]) if rows else 0
+
+
+async def install_schema(
+    conn: AnyConnection,
+    schema: str,
+    *,
+    queue_slot_count: int = 16,
+    lease_slot_count: int = 8,
+    reset: bool = False,
+) -> None:
+    """Build (or with ``reset`` rebuild) the queue-storage tables in ``schema``."""
+    await _rows(
+        conn,
+        "SELECT awa.install_queue_storage(%s, %s, %s, %s) AS done",
+        (schema, queue_slot_count, lease_slot_count, reset),
+    )
+
+
+async def finalize_when_drained(
+    url: str, *, timeout: float, poll_interval: float = 0.5
+) -> TransitionStatus:
+    """Call ``finalize`` until the canonical backlog gate passes or ``timeout`` seconds
+    elapse; any other refusal (or the backlog one at the deadline) is raised."""
+    deadline = time.monotonic() + timeout
+    conn = await connect(url)
+    try:
+        while True:
+            try:
+                return await finalize(conn)
+            except TransitionRefused as refused:
+                if refused.gate is not Gate.CANONICAL_BACKLOG_DRAINED:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+            await asyncio.sleep(max(0.0, min(poll_interval, deadline - time.monotonic())))
+    finally:
+        await conn.close()

@@ -178,20 +178,23 @@ def supervise(argv: list[str], processes: int, env: dict[str, str]) -> int:
             f"({', '.join(str(c.pid) for c in children)})",
             err=True,
         )
-        failed = False
-        stop_deadline: float | None = None
-        while any(c.poll() is None for c in children):
+        reported: set[int] = set()
+
+        def report_failures() -> None:
             for child in children:
                 code = child.poll()
-                if code is not None and code != 0 and not failed:
-                    failed = True
+                if code is not None and code != 0 and child.pid not in reported:
+                    reported.add(child.pid)
                     click.echo(
-                        f"awa worker: process {child.pid} exited with status {code}; "
-                        "stopping the others",
-                        err=True,
+                        f"awa worker: process {child.pid} exited with status {code}", err=True
                     )
-                    if not stopping:
-                        forward(signal.SIGTERM, None)
+
+        stop_deadline: float | None = None
+        while any(c.poll() is None for c in children):
+            report_failures()
+            if reported and not stopping:
+                click.echo("awa worker: stopping the other processes", err=True)
+                forward(signal.SIGTERM, None)
             if stopping and stop_deadline is None:
                 stop_deadline = time.monotonic() + _STOP_GRACE
             if stop_deadline is not None and time.monotonic() > stop_deadline:
@@ -200,6 +203,7 @@ def supervise(argv: list[str], processes: int, env: dict[str, str]) -> int:
                         child.kill()
             time.sleep(_SUPERVISE_TICK)
         codes = [c.wait() for c in children]
+        report_failures()
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -207,7 +211,7 @@ def supervise(argv: list[str], processes: int, env: dict[str, str]) -> int:
             if child.poll() is None:
                 child.kill()
                 child.wait()
-    return 1 if failed or any(code != 0 for code in codes) else 0
+    return 1 if any(code != 0 for code in codes) else 0
 
 
 @click.command()

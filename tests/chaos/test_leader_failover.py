@@ -1,0 +1,93 @@
+"""The maintenance leader is killed; the other runtime takes over and promotes due work.
+
+Run the chaos tests alone with ``scripts/test tests/chaos`` or ``pytest -m chaos``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from awa import AsyncClient, JobState
+from awa.adapters._pg.leader import LEADER_LOCK_KEY
+from tests.fixtures.processes import live_runtimes, query, runs, spawn_worker, wait_for
+from tests.fixtures.worker_app import Tick
+
+pytestmark = [pytest.mark.postgres, pytest.mark.chaos]
+
+ELECTION_MS = 500
+OPTIONS = {"leader_election_interval_ms": ELECTION_MS, "promote_interval_ms": 100}
+QUEUES = ("--queue", "ticks:2", "--queue", "slow:1")
+
+
+def _leader_backend(url: str) -> int | None:
+    """The server pid of the session holding this database's maintenance lock."""
+    rows = query(
+        url,
+        "SELECT l.pid FROM pg_locks AS l JOIN pg_database AS d ON d.oid = l.database"
+        " WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()"
+        " AND ((l.classid::bigint << 32) | l.objid::bigint) = %s",
+        LEADER_LOCK_KEY,
+    )
+    return int(rows[0]["pid"]) if rows else None
+
+
+async def _schedule(url: str, delay: float) -> int:
+    async with AsyncClient(url) as client:
+        job = await client.insert(
+            Tick(1), queue="ticks", run_at=datetime.now(UTC) + timedelta(seconds=delay)
+        )
+        assert job.state == JobState.Scheduled
+        return job.id
+
+
+async def _state(url: str, job_id: int) -> JobState:
+    async with AsyncClient(url) as client:
+        return (await client.get_job(job_id)).state
+
+
+def test_a_killed_leader_is_replaced_and_the_new_one_promotes(
+    migrated_database_url: str, tmp_path: Path
+) -> None:
+    url = migrated_database_url
+    first = spawn_worker(url, tmp_path, *QUEUES, start_options=OPTIONS)
+    second = None
+    try:
+        wait_for(lambda: len(live_runtimes(url)) == 1, 20, "the first runtime")
+        old_leader = wait_for(lambda: _leader_backend(url), 10, "a leader")
+        second = spawn_worker(url, tmp_path, *QUEUES, start_options=OPTIONS)
+        wait_for(lambda: len(live_runtimes(url)) == 2, 20, "the second runtime")
+        # The first runtime keeps the lock: the second is a follower.
+        time.sleep(ELECTION_MS / 1000 * 2)
+        assert _leader_backend(url) == old_leader
+
+        job_id = asyncio.run(_schedule(url, delay=1.0))
+        first.kill()
+        killed_at = time.monotonic()
+        new_leader = wait_for(
+            lambda: (b := _leader_backend(url)) not in (None, old_leader) and b,
+            10,
+            "a new leader",
+            interval=0.02,
+        )
+        took_over = time.monotonic() - killed_at
+        wait_for(
+            lambda: asyncio.run(_state(url, job_id)) == JobState.Completed,
+            10,
+            "the scheduled job to be promoted and completed",
+            interval=0.1,
+        )
+    finally:
+        if first.process.poll() is None:
+            first.kill()
+        code = second.stop() if second is not None else 0
+    assert code == 0, second.output() if second is not None else ""
+    assert new_leader != old_leader
+    # Election retries every leader_election_interval; allow for process scheduling.
+    assert took_over < ELECTION_MS / 1000 + 1.5, took_over
+    done = [(pid, j) for pid, e, j, _ in runs(tmp_path) if e == "done"]
+    assert done == [(second.pid, job_id)]

@@ -12,7 +12,7 @@ import json
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import attrs
@@ -66,6 +66,11 @@ def holds_unique_key(job: JobRecord | None) -> bool:
         return False
     mask = DEFAULT_UNIQUE_STATES if job.unique_states is None else job.unique_states
     return mask_contains(mask, job.state)
+
+
+def minute_of(value: datetime) -> datetime:
+    """The UTC minute a completion is counted in (``completions`` buckets)."""
+    return value.astimezone(UTC).replace(second=0, microsecond=0)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -150,13 +155,23 @@ class Writes:
     def __init__(self, now: datetime) -> None:
         self.now = now
         self.counts: Counter[tuple[str, str]] = Counter()
+        self.completions: Counter[tuple[str, datetime]] = Counter()
         self.notify: set[tuple[str, str]] = set()
+
+    def completed(self, queue: str, finalized_at: datetime | None, delta: int) -> None:
+        """Count a job entering (+1) or leaving (-1) ``completed`` in its minute bucket."""
+        if finalized_at is not None:
+            self.completions[(queue, minute_of(finalized_at))] += delta
 
     def move(self, old: JobRecord | None, new: JobRecord | None) -> None:
         if old is not None:
             self.counts[(old.queue, old.state.sql_name)] -= 1
+            if old.state == JobState.Completed:
+                self.completed(old.queue, old.finalized_at, -1)
         if new is not None:
             self.counts[(new.queue, new.state.sql_name)] += 1
+            if new.state == JobState.Completed:
+                self.completed(new.queue, new.finalized_at, 1)
             if new.state == JobState.Available:
                 self.notify.add((queue_channel(new.queue), ""))
 
@@ -186,6 +201,7 @@ class QueueStorageBase:
         }
         self._rotor: dict[str, int] = {}
         self._shards: dict[str, int] = {}
+        self._stage_seq = 0
         self._closed = False
 
     # ---------------------------------------------------------------- connections
@@ -218,6 +234,15 @@ class QueueStorageBase:
                 queues=[k[0] for k, _ in deltas],
                 states=[k[1] for k, _ in deltas],
                 deltas=[d for _, d in deltas],
+            )
+        done = sorted((key, d) for key, d in writes.completions.items() if d != 0)
+        if done:
+            await self._exec(
+                conn,
+                "add_completions",
+                queues=[k[0] for k, _ in done],
+                minutes=[k[1] for k, _ in done],
+                deltas=[d for _, d in done],
             )
         if writes.notify:
             pending = sorted(writes.notify)
@@ -294,6 +319,52 @@ class QueueStorageBase:
         self._rotor[queue] = turn + 1
         return turn % shards
 
+    async def _reserve(
+        self, conn: DictConnection, ready: Sequence[tuple[JobRecord, bytes | None]]
+    ) -> list[tuple[int, int]]:
+        """Pick each available job's shard and reserve its lane positions (lock order:
+        ``lanes`` rows, then ``claim_heads`` rows, both sorted). Returns ``(shard,
+        lane_seq)`` per job, in input order."""
+        await self._load_shards(conn, (job.queue for job, _ in ready))
+        lanes = [(job.queue, job.priority, self._pick_shard(job.queue, key)) for job, key in ready]
+        wanted = Counter(lanes)
+        order = sorted(wanted)
+        # Each lane's order key (run_at, job id): first and largest of the batch, and
+        # whether the batch itself is in that order, so the lane row can record it.
+        keys: dict[tuple[str, int, int], list[tuple[datetime, int]]] = {}
+        for (job, _), lane in zip(ready, lanes, strict=True):
+            keys.setdefault(lane, []).append((job.run_at, job.id))
+        ends = await self._exec(
+            conn,
+            "reserve_lanes",
+            queues=[lane[0] for lane in order],
+            priorities=[lane[1] for lane in order],
+            shards=[lane[2] for lane in order],
+            counts=[wanted[lane] for lane in order],
+            first_runs=[keys[lane][0][0] for lane in order],
+            first_ids=[keys[lane][0][1] for lane in order],
+            last_runs=[max(keys[lane])[0] for lane in order],
+            last_ids=[max(keys[lane])[1] for lane in order],
+            sorted=[keys[lane] == sorted(keys[lane]) for lane in order],
+        )
+        nxt = {
+            (r["queue"], r["priority"], r["shard"]): r["next_seq"]
+            - wanted[(r["queue"], r["priority"], r["shard"])]
+            for r in ends
+        }
+        await self._exec(
+            conn,
+            "ensure_claim_heads",
+            queues=[lane[0] for lane in order],
+            priorities=[lane[1] for lane in order],
+            shards=[lane[2] for lane in order],
+        )
+        placed = []
+        for lane in lanes:
+            placed.append((lane[2], nxt[lane]))
+            nxt[lane] += 1
+        return placed
+
     async def _place(
         self,
         conn: DictConnection,
@@ -304,36 +375,11 @@ class QueueStorageBase:
         deferred = [row_json(job, key) for job, key in items if job.state in DEFERRED]
         done = [row_json(job, key) for job, key in items if job.state in TERMINAL_STATES]
         if ready:
-            await self._load_shards(conn, (job.queue for job, _ in ready))
-            lanes = [
-                (job.queue, job.priority, self._pick_shard(job.queue, key)) for job, key in ready
+            seqs = await self._reserve(conn, ready)
+            rows = [
+                row_json(job, key, shard=shard, lane_seq=seq)
+                for (job, key), (shard, seq) in zip(ready, seqs, strict=True)
             ]
-            wanted = Counter(lanes)
-            order = sorted(wanted)
-            ends = await self._exec(
-                conn,
-                "reserve_lanes",
-                queues=[lane[0] for lane in order],
-                priorities=[lane[1] for lane in order],
-                shards=[lane[2] for lane in order],
-                counts=[wanted[lane] for lane in order],
-            )
-            nxt = {
-                (r["queue"], r["priority"], r["shard"]): r["next_seq"]
-                - wanted[(r["queue"], r["priority"], r["shard"])]
-                for r in ends
-            }
-            await self._exec(
-                conn,
-                "ensure_claim_heads",
-                queues=[lane[0] for lane in order],
-                priorities=[lane[1] for lane in order],
-                shards=[lane[2] for lane in order],
-            )
-            rows = []
-            for (job, key), lane in zip(ready, lanes, strict=True):
-                rows.append(row_json(job, key, shard=lane[2], lane_seq=nxt[lane]))
-                nxt[lane] += 1
             await self._exec(conn, "insert_ready", rows=json.dumps(rows))
         if deferred:
             await self._exec(conn, "insert_deferred", rows=json.dumps(deferred))

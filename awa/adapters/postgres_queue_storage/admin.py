@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,6 +20,7 @@ from awa.adapters.postgres_queue_storage._base import (
     QueueStorageBase,
     Resolved,
     Writes,
+    minute_of,
 )
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts
 from awa.domain.states import TERMINAL_STATES, JobState
@@ -111,19 +113,46 @@ class AdminOps(QueueStorageBase):
         return [r.job for r in found]
 
     async def queue_counts(self) -> list[QueueCounts]:
+        """Counts come from the folded counters; "completed in the last hour" from the
+        per-minute completion buckets plus an exact look at the partial boundary minute;
+        the oldest available job from each lane's claim window (ADR 0006)."""
         now = self._clock.now()
+        since = now - timedelta(hours=1)
+        boundary = minute_of(since)
         async with translated_errors(), self._tx() as conn:
             counters = await self._exec(conn, "queue_counts")
             flags = {r["queue"]: r for r in await self._exec(conn, "queue_flags")}
-            recent = {
-                r["queue"]: r["n"]
-                for r in await self._exec(conn, "completed_since", since=now - timedelta(hours=1))
-            }
-            oldest = {r["queue"]: r["oldest"] for r in await self._exec(conn, "oldest_available")}
-        per_queue: dict[str, dict[JobState, int]] = {}
-        for row in counters:
-            counts = per_queue.setdefault(row["queue"], {s: 0 for s in JobState})
-            counts[JobState.parse(row["state"])] += int(row["n"])
+            per_queue: dict[str, dict[JobState, int]] = {}
+            for row in counters:
+                counts = per_queue.setdefault(row["queue"], {s: 0 for s in JobState})
+                counts[JobState.parse(row["state"])] += int(row["n"])
+            recent: Counter[str] = Counter()
+            for r in await self._exec(
+                conn, "completed_buckets", since=boundary + timedelta(minutes=1)
+            ):
+                recent[r["queue"]] += int(r["n"])
+            edge = await self._exec(
+                conn, "completed_between", lo=since, hi=boundary + timedelta(minutes=1)
+            )
+            if edge:
+                heads = await self._resolve(conn, sorted({r["job_id"] for r in edge}))
+                for head in heads.values():
+                    job = head.job
+                    if (
+                        job.state == JobState.Completed
+                        and job.finalized_at is not None
+                        and since < job.finalized_at < boundary + timedelta(minutes=1)
+                    ):
+                        recent[job.queue] += 1
+            waiting = sorted(q for q, c in per_queue.items() if c[JobState.Available] > 0)
+            oldest = (
+                {
+                    r["queue"]: r["oldest"]
+                    for r in await self._exec(conn, "oldest_available", queues=waiting)
+                }
+                if waiting
+                else {}
+            )
         names = {q for q, c in per_queue.items() if any(c.values())} | set(flags)
         result = []
         for name in sorted(names):
@@ -134,7 +163,7 @@ class AdminOps(QueueStorageBase):
                     queue=name,
                     counts=counts,
                     paused=bool(meta["paused"]) if meta else False,
-                    completed_last_hour=min(int(recent.get(name, 0)), counts[JobState.Completed]),
+                    completed_last_hour=recent[name],
                     oldest_available_at=oldest.get(name) if counts[JobState.Available] else None,
                 )
             )
@@ -490,6 +519,11 @@ class AdminOps(QueueStorageBase):
 
     # ---------------------------------------------------------------- lifecycle
     async def reset(self) -> None:
+        """Delete every job, DLQ entry, unique claim and queue setting.
+
+        ``DELETE`` rather than ``TRUNCATE``: truncating the ring's many partitions costs a
+        new file per table, far more than deleting the few rows tests leave behind.
+        """
         s = self._qschema
         tables = [
             "ready_entries",
@@ -503,9 +537,15 @@ class AdminOps(QueueStorageBase):
             "lanes",
             "claim_heads",
             "queue_counts",
+            "completions",
             "queue_prune_stats",
         ]
-        names = ", ".join(f"{s}.{t}" for t in tables)
+        deletes = ", ".join(
+            f"d{i} AS (DELETE FROM {name})"
+            for i, name in enumerate(
+                [f"{s}.{t}" for t in tables] + ["awa.job_unique_claims", "awa.queue_meta"]
+            )
+        )
         async with translated_errors(), self._tx() as conn:
-            await conn.execute(f"TRUNCATE {names}, awa.job_unique_claims, awa.queue_meta".encode())
+            await conn.execute(f"WITH {deletes} SELECT 1".encode())
         self._shards.clear()

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
+from psycopg.types.json import Jsonb
 
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
@@ -26,7 +27,7 @@ from awa.adapters.postgres_queue_storage._base import (
 )
 from awa.domain.errors import CallbackNotFound, DatabaseError, UniqueConflict, ValidationError
 from awa.domain.job import Claim, JobRecord, JobSpec, RunLease, error_entry
-from awa.domain.states import JobState
+from awa.domain.states import JobState, mask_to_bitstring
 from awa.domain.validation import validate_spec
 from awa.ports.storage import Ack, Rescued, UnitOfWork
 
@@ -34,6 +35,26 @@ RUNNING_ONLY = frozenset({JobState.Running})
 CALLBACK_ACTIONS = frozenset({"complete", "fail", "retry", "resume"})
 
 Decide = Callable[[Resolved, Writes], JobRecord]
+
+#: Column types of the binary COPY staging table, in column order.
+_STAGE_TYPES = (
+    "int8",
+    "text",
+    "text",
+    "jsonb",
+    "int2",
+    "int2",
+    "timestamptz",
+    "timestamptz",
+    "jsonb",
+    "text[]",
+    "bytea",
+    "text",
+    "bytea",
+    "int4",
+    "int8",
+    "text",
+)
 
 
 def _ack(applied: bool) -> Ack:
@@ -110,6 +131,85 @@ class CoreOps(QueueStorageBase):
             async with uow.conn.transaction():
                 return await self._insert(uow.conn, specs)
 
+    async def enqueue_many_copy(
+        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None
+    ) -> int:
+        """Bulk enqueue through binary ``COPY``: the rows stream into a temporary staging
+        table and one ``INSERT ... SELECT`` appends them to the ready rows (or the
+        deferred backlog for specs with ``run_at``). Lane positions are reserved exactly as
+        :meth:`enqueue_many` does, unique keys are claimed (a clash raises
+        ``UniqueConflict`` and inserts none of the batch) and queues are woken. Returns how
+        many jobs were inserted."""
+        for spec in specs:
+            validate_spec(spec)
+        if not specs:
+            return 0
+        async with translated_errors():
+            if uow is None:
+                async with self._tx() as conn:
+                    return await self._copy_insert(conn, specs)
+            if not isinstance(uow, PgUnitOfWork) or uow.owner is not self:
+                raise DatabaseError("the unit of work does not belong to this engine")
+            if not uow.open:
+                raise DatabaseError("the unit of work is already closed")
+            async with uow.conn.transaction():
+                return await self._copy_insert(uow.conn, specs)
+
+    async def _copy_insert(self, conn: DictConnection, specs: Sequence[JobSpec]) -> int:
+        writes = Writes(self._clock.now())
+        rows = await self._exec(conn, "next_job_ids", n=len(specs))
+        records = [
+            _new_record(row["id"], spec, writes.now) for row, spec in zip(rows, specs, strict=True)
+        ]
+        await self._unique(conn, [(None, job) for job in records])
+        ready = [
+            (job, spec.ordering_key)
+            for job, spec in zip(records, specs, strict=True)
+            if job.state == JobState.Available
+        ]
+        lanes = iter(await self._reserve(conn, ready) if ready else [])
+        self._stage_seq += 1
+        stage = f"awa_copy_stage_{self._stage_seq}"
+        # Dropped at commit; a fresh name per call lets one transaction copy twice.
+        await conn.execute(
+            f"CREATE TEMP TABLE {stage} (job_id int8, kind text, queue text, args jsonb, "
+            "priority int2, max_attempts int2, run_at timestamptz, created_at timestamptz, "
+            "metadata jsonb, tags text[], unique_key bytea, unique_states text, "
+            "ordering_key bytea, shard int4, lane_seq int8, state text) "
+            "ON COMMIT DROP".encode()
+        )
+        copy_sql = f"COPY {stage} FROM STDIN (FORMAT BINARY)".encode()
+        async with conn.cursor() as cur, cur.copy(copy_sql) as copy:
+            copy.set_types(list(_STAGE_TYPES))
+            for job, spec in zip(records, specs, strict=True):
+                shard, seq = next(lanes) if job.state == JobState.Available else (None, None)
+                await copy.write_row(
+                    (
+                        job.id,
+                        job.kind,
+                        job.queue,
+                        Jsonb(job.args),
+                        job.priority,
+                        job.max_attempts,
+                        job.run_at,
+                        job.created_at,
+                        Jsonb(job.metadata),
+                        list(job.tags),
+                        job.unique_key,
+                        None if job.unique_states is None else mask_to_bitstring(job.unique_states),
+                        spec.ordering_key,
+                        shard,
+                        seq,
+                        job.state.sql_name,
+                    )
+                )
+        await conn.execute(self._q["copy_ready"].replace("{stage}", stage).encode())
+        await conn.execute(self._q["copy_deferred"].replace("{stage}", stage).encode())
+        for job in records:
+            writes.move(None, job)
+        await self._flush(conn, writes)
+        return len(records)
+
     async def enqueue_many_skip_duplicates(self, specs: Sequence[JobSpec]) -> list[JobRecord]:
         for spec in specs:
             validate_spec(spec)
@@ -135,7 +235,8 @@ class CoreOps(QueueStorageBase):
         if limit <= 0:
             return []
         now = self._clock.now()
-        aging = 0.0 if aging_interval is None else aging_interval.total_seconds()
+        # Integer microseconds, so the database ages exactly like PriorityAging.
+        aging_us = 0 if aging_interval is None else aging_interval // timedelta(microseconds=1)
         deadline_at = None if deadline is None else now + deadline
         async with translated_errors(), self._tx() as conn:
             cur = await conn.execute("SELECT paused FROM awa.queue_meta WHERE queue = %s", (queue,))
@@ -148,7 +249,7 @@ class CoreOps(QueueStorageBase):
                 queue=queue,
                 limit=limit,
                 now=now,
-                aging=aging,
+                aging_us=aging_us,
                 deadline_at=deadline_at,
             )
             if not taken:
@@ -156,8 +257,9 @@ class CoreOps(QueueStorageBase):
             await self._exec(
                 conn,
                 "advance_cursors",
-                slots=[r["slot"] for r in taken],
-                facts=[r["ready_fact"] for r in taken],
+                queues=[queue] * len(taken),
+                priorities=[r["priority"] for r in taken],
+                shards=[r["shard"] for r in taken],
             )
             resolved = await self._resolve(conn, [r["job_id"] for r in taken])
             writes = Writes(now)
@@ -225,6 +327,7 @@ class CoreOps(QueueStorageBase):
                     unique_changes.append((before, after))
                 writes.counts[(row["queue"], before_state.sql_name)] -= 1
                 writes.counts[(row["queue"], JobState.Completed.sql_name)] += 1
+                writes.completed(row["queue"], writes.now, 1)
             if done:
                 await self._place(conn, done)
             if lease_ids:
@@ -297,6 +400,7 @@ class CoreOps(QueueStorageBase):
             metadata=json.dumps(new.metadata),
             callback_id=new.callback_id,
             callback_timeout_at=new.callback_timeout_at,
+            deadline_at=new.deadline_at,
         )
         return True
 

@@ -3,13 +3,39 @@
 
 -- name: reserve_lanes
 -- One upsert reserves sequence numbers for every lane of a batch; the row lock it takes
--- is held to commit, so lane positions become visible in order.
-INSERT INTO {s}.lanes AS l (queue, priority, shard, next_seq)
-SELECT q, p, sh, n
-FROM unnest(%(queues)s::text[], %(priorities)s::smallint[], %(shards)s::int[], %(counts)s::bigint[])
-    AS i(q, p, sh, n)
+-- is held to commit, so lane positions become visible in order. It also keeps the lane's
+-- tail order key (run_at, job id) and marks the last position of a batch that does not
+-- extend the lane in that order (disorder_seq): claimers sort such windows.
+WITH i AS (
+    SELECT * FROM unnest(
+        %(queues)s::text[], %(priorities)s::smallint[], %(shards)s::int[],
+        %(counts)s::bigint[], %(first_runs)s::timestamptz[], %(first_ids)s::bigint[],
+        %(last_runs)s::timestamptz[], %(last_ids)s::bigint[], %(sorted)s::boolean[]
+    ) AS i(q, p, sh, n, first_run, first_id, last_run, last_id, sorted)
+)
+INSERT INTO {s}.lanes AS l (queue, priority, shard, next_seq, tail_run_at, tail_job_id,
+    disorder_seq)
+SELECT q, p, sh, n, last_run, last_id, CASE WHEN sorted THEN -1 ELSE n - 1 END
+FROM i
 ORDER BY q, p, sh
-ON CONFLICT (queue, priority, shard) DO UPDATE SET next_seq = l.next_seq + EXCLUDED.next_seq
+ON CONFLICT (queue, priority, shard) DO UPDATE SET
+    next_seq = l.next_seq + EXCLUDED.next_seq,
+    tail_run_at = CASE
+        WHEN l.tail_run_at IS NULL
+            OR (EXCLUDED.tail_run_at, EXCLUDED.tail_job_id) > (l.tail_run_at, l.tail_job_id)
+        THEN EXCLUDED.tail_run_at ELSE l.tail_run_at END,
+    tail_job_id = CASE
+        WHEN l.tail_run_at IS NULL
+            OR (EXCLUDED.tail_run_at, EXCLUDED.tail_job_id) > (l.tail_run_at, l.tail_job_id)
+        THEN EXCLUDED.tail_job_id ELSE l.tail_job_id END,
+    disorder_seq = CASE
+        WHEN EXCLUDED.disorder_seq >= 0
+            -- rows appended without an order key (SQL producers) have no known order
+            OR (l.tail_run_at IS NULL AND l.next_seq > 0)
+            OR (SELECT (i.first_run, i.first_id) < (l.tail_run_at, l.tail_job_id)
+                FROM i WHERE i.q = EXCLUDED.queue AND i.p = EXCLUDED.priority
+                    AND i.sh = EXCLUDED.shard)
+        THEN l.next_seq + EXCLUDED.next_seq - 1 ELSE l.disorder_seq END
 RETURNING queue, priority, shard, next_seq
 
 -- name: ensure_claim_heads
@@ -32,6 +58,33 @@ INSERT INTO {s}.ready_entries (
 SELECT (SELECT current_slot FROM {s}.ring_state), nextval('{s}.fact_seq'), x.shard,
     x.lane_seq, {body}
 FROM jsonb_to_recordset(%(rows)s::jsonb) AS x({recordset})
+
+-- name: copy_ready
+-- Staged COPY rows (lane positions already reserved) become ready rows in one statement.
+INSERT INTO {s}.ready_entries (
+    slot, fact_id, shard, lane_seq, job_id, kind, queue, args, priority, attempt,
+    max_attempts, run_at, created_at, errors, metadata, tags, unique_key, unique_states,
+    run_lease, ordering_key
+)
+SELECT (SELECT current_slot FROM {s}.ring_state), nextval('{s}.fact_seq'), x.shard,
+    x.lane_seq, x.job_id, x.kind, x.queue, x.args, x.priority, 0, x.max_attempts, x.run_at,
+    x.created_at, '{}'::jsonb[], x.metadata, x.tags, x.unique_key, x.unique_states::bit(8),
+    0, x.ordering_key
+FROM {stage} x
+WHERE x.state = 'available'
+ORDER BY x.job_id
+
+-- name: copy_deferred
+INSERT INTO {s}.deferred_jobs (
+    fact_id, state, job_id, kind, queue, args, priority, attempt, max_attempts, run_at,
+    created_at, errors, metadata, tags, unique_key, unique_states, run_lease, ordering_key
+)
+SELECT nextval('{s}.fact_seq'), x.state::awa.job_state, x.job_id, x.kind, x.queue, x.args,
+    x.priority, 0, x.max_attempts, x.run_at, x.created_at, '{}'::jsonb[], x.metadata, x.tags,
+    x.unique_key, x.unique_states::bit(8), 0, x.ordering_key
+FROM {stage} x
+WHERE x.state <> 'available'
+ORDER BY x.job_id
 
 -- name: insert_deferred
 INSERT INTO {s}.deferred_jobs (
@@ -123,63 +176,96 @@ SELECT pg_notify(channel, payload)
 FROM unnest(%(channels)s::text[], %(payloads)s::text[]) AS i(channel, payload)
 
 -- name: claim
--- Lock the lane heads nobody else is claiming from, take the best unclaimed rows of their
--- windows (lane_seq >= cursor) and append one receipt per row.
+-- Lock the lane heads nobody else is claiming from and take the best unclaimed rows of
+-- their windows (lane_seq >= cursor). A window appended in (run_at, job id) order is
+-- walked along the lane index and stops after `limit` rows; only a window that still
+-- holds an out-of-order row is sorted. Within one lane the aged priority only improves
+-- with age, so each lane's first `limit` rows by (run_at, job id) contain the answer.
+-- Aging uses integer microseconds, exactly like the Python PriorityAging.
 WITH heads AS (
-    SELECT queue, priority, shard, claim_seq FROM {s}.claim_heads
-    WHERE queue = %(queue)s
-    ORDER BY priority, shard
-    FOR UPDATE SKIP LOCKED
-), candidates AS (
-    SELECT r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease,
-        CASE WHEN %(aging)s::float8 > 0 AND %(now)s::timestamptz > r.run_at THEN greatest(1,
-            r.priority - floor(extract(epoch FROM %(now)s::timestamptz - r.run_at) / %(aging)s))
-        ELSE r.priority END AS effective
+    SELECT h.queue, h.priority, h.shard, h.claim_seq,
+        (l.disorder_seq >= h.claim_seq) AS disordered
+    FROM {s}.claim_heads h
+    JOIN {s}.lanes l USING (queue, priority, shard)
+    WHERE h.queue = %(queue)s
+    ORDER BY h.priority, h.shard
+    FOR UPDATE OF h SKIP LOCKED
+), picked AS (
+    SELECT w.*
     FROM heads h
-    JOIN {s}.ready_entries r
-        ON r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
-        AND r.lane_seq >= h.claim_seq
-    WHERE r.run_at <= %(now)s
-        AND NOT EXISTS (
-            SELECT 1 FROM {s}.claims c WHERE c.slot = r.slot AND c.ready_fact = r.fact_id)
-        AND NOT EXISTS (
-            SELECT 1 FROM {s}.tombstones t WHERE t.slot = r.slot AND t.ready_fact = r.fact_id)
-    ORDER BY effective, r.run_at, r.job_id
+    CROSS JOIN LATERAL (
+        (SELECT r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard
+         FROM {s}.ready_entries r
+         WHERE NOT h.disordered
+           AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+           AND r.lane_seq >= h.claim_seq AND r.run_at <= %(now)s
+           AND NOT EXISTS (
+               SELECT 1 FROM {s}.claims c WHERE c.slot = r.slot AND c.ready_fact = r.fact_id)
+           AND NOT EXISTS (
+               SELECT 1 FROM {s}.tombstones t
+               WHERE t.slot = r.slot AND t.ready_fact = r.fact_id)
+         ORDER BY r.lane_seq
+         LIMIT %(limit)s)
+        UNION ALL
+        (SELECT r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard
+         FROM {s}.ready_entries r
+         WHERE h.disordered
+           AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+           AND r.lane_seq >= h.claim_seq AND r.run_at <= %(now)s
+           AND NOT EXISTS (
+               SELECT 1 FROM {s}.claims c WHERE c.slot = r.slot AND c.ready_fact = r.fact_id)
+           AND NOT EXISTS (
+               SELECT 1 FROM {s}.tombstones t
+               WHERE t.slot = r.slot AND t.ready_fact = r.fact_id)
+         ORDER BY r.run_at, r.job_id
+         LIMIT %(limit)s)
+    ) w
+), candidates AS (
+    SELECT p.slot, p.fact_id, p.job_id, p.run_at, p.run_lease, p.priority, p.shard,
+        CASE WHEN %(aging_us)s::bigint > 0 AND %(now)s::timestamptz > p.run_at
+            THEN greatest(1, p.priority - div(
+                extract(epoch FROM %(now)s::timestamptz - p.run_at) * 1000000,
+                %(aging_us)s::bigint))
+            ELSE p.priority END AS effective
+    FROM picked p
+    ORDER BY effective, p.run_at, p.job_id
     LIMIT %(limit)s
 ), inserted AS (
     INSERT INTO {s}.claims (slot, claim_id, ready_fact, job_id, run_lease, queue, attempted_at,
         deadline_at)
     SELECT slot, nextval('{s}.fact_seq'), fact_id, job_id, run_lease + 1, %(queue)s, %(now)s,
         %(deadline_at)s
-    FROM candidates
+    FROM (SELECT * FROM candidates ORDER BY effective, run_at, job_id) ordered
     RETURNING slot, ready_fact, job_id
 )
-SELECT i.slot, i.ready_fact, i.job_id
-FROM inserted i JOIN candidates c ON c.fact_id = i.ready_fact
+SELECT i.slot, i.ready_fact, i.job_id, c.priority, c.shard
+FROM inserted i JOIN candidates c ON c.slot = i.slot AND c.fact_id = i.ready_fact
 ORDER BY c.effective, c.run_at, c.job_id
 
 -- name: advance_cursors
 -- Move each touched lane's cursor over its now contiguous claimed / tombstoned prefix.
 -- Rows of transactions still in flight sit above the committed next_seq, so the cursor
--- can never pass them.
-WITH lanes AS (
-    SELECT DISTINCT r.queue, r.priority, r.shard
-    FROM {s}.ready_entries r
-    WHERE r.slot = ANY(%(slots)s::int[]) AND r.fact_id = ANY(%(facts)s::bigint[])
+-- can never pass them. Both probes are single index steps along (lane, lane_seq).
+WITH touched AS (
+    SELECT DISTINCT q AS queue, p AS priority, sh AS shard
+    FROM unnest(%(queues)s::text[], %(priorities)s::smallint[], %(shards)s::int[])
+        AS i(q, p, sh)
 ), target AS (
     SELECT h.queue, h.priority, h.shard, h.claim_seq, coalesce(
-        (SELECT min(r.lane_seq) FROM {s}.ready_entries r
+        (SELECT r.lane_seq FROM {s}.ready_entries r
          WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
            AND r.lane_seq >= h.claim_seq
            AND NOT EXISTS (SELECT 1 FROM {s}.claims c
                            WHERE c.slot = r.slot AND c.ready_fact = r.fact_id)
            AND NOT EXISTS (SELECT 1 FROM {s}.tombstones t
-                           WHERE t.slot = r.slot AND t.ready_fact = r.fact_id)),
-        (SELECT max(r.lane_seq) + 1 FROM {s}.ready_entries r
+                           WHERE t.slot = r.slot AND t.ready_fact = r.fact_id)
+         ORDER BY r.lane_seq LIMIT 1),
+        (SELECT r.lane_seq + 1 FROM {s}.ready_entries r
          WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
-           AND r.lane_seq >= h.claim_seq),
+           AND r.lane_seq >= h.claim_seq
+         ORDER BY r.lane_seq DESC LIMIT 1),
         h.claim_seq) AS new_seq
-    FROM {s}.claim_heads h JOIN lanes USING (queue, priority, shard)
+    FROM {s}.claim_heads h JOIN touched USING (queue, priority, shard)
 )
 UPDATE {s}.claim_heads h SET claim_seq = t.new_seq
 FROM target t
@@ -220,9 +306,9 @@ WHERE l.job_id = i.job_id AND l.run_lease = i.run_lease
 -- name: heartbeat
 -- Materialise (or refresh) the lease of running attempts; waiting ones are refused.
 INSERT INTO {s}.leases AS l (job_id, run_lease, claim_slot, claim_id, queue, heartbeat_at,
-    progress, metadata, callback_id, callback_timeout_at)
+    progress, metadata, callback_id, callback_timeout_at, deadline_at)
 SELECT c.job_id, c.run_lease, c.slot, c.claim_id, c.queue, %(now)s, r.progress, r.metadata,
-    r.callback_id, r.callback_timeout_at
+    r.callback_id, r.callback_timeout_at, c.deadline_at
 FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS i(job_id, run_lease)
 JOIN {s}.claims c ON c.job_id = i.job_id AND c.run_lease = i.run_lease
 JOIN {s}.ready_entries r ON r.slot = c.slot AND r.fact_id = c.ready_fact
@@ -235,11 +321,13 @@ RETURNING job_id, run_lease
 
 -- name: upsert_lease
 INSERT INTO {s}.leases AS l (job_id, run_lease, claim_slot, claim_id, queue, waiting,
-    heartbeat_at, progress, metadata, callback_id, callback_timeout_at)
+    heartbeat_at, progress, metadata, callback_id, callback_timeout_at, deadline_at)
 VALUES (%(job_id)s, %(run_lease)s, %(slot)s, %(claim_id)s, %(queue)s, %(waiting)s,
-    %(heartbeat_at)s, %(progress)s, %(metadata)s, %(callback_id)s, %(callback_timeout_at)s)
+    %(heartbeat_at)s, %(progress)s, %(metadata)s, %(callback_id)s, %(callback_timeout_at)s,
+    %(deadline_at)s)
 ON CONFLICT (job_id, run_lease) DO UPDATE SET
     waiting = EXCLUDED.waiting, heartbeat_at = EXCLUDED.heartbeat_at,
+    deadline_at = EXCLUDED.deadline_at,
     progress = EXCLUDED.progress, metadata = EXCLUDED.metadata,
     callback_id = EXCLUDED.callback_id, callback_timeout_at = EXCLUDED.callback_timeout_at
 
@@ -261,22 +349,33 @@ RETURNING d.*
 DELETE FROM {s}.deferred_jobs WHERE job_id = ANY(%(ids)s::bigint[]) RETURNING *
 
 -- name: stale_heartbeats
+-- A lease's heartbeat is never older than its claim, so the claim's attempted_at bounds
+-- the index range.
 SELECT c.job_id, c.run_lease FROM {s}.claims c
 LEFT JOIN {s}.leases l ON l.job_id = c.job_id AND l.run_lease = c.run_lease
-WHERE coalesce(l.heartbeat_at, c.attempted_at) < %(cutoff)s
+WHERE c.attempted_at < %(cutoff)s
+  AND coalesce(l.heartbeat_at, c.attempted_at) < %(cutoff)s
   AND NOT coalesce(l.waiting, false)
   AND NOT EXISTS (
     SELECT 1 FROM {s}.closures x WHERE x.slot = c.slot AND x.claim_id = c.claim_id)
 ORDER BY c.job_id
 
 -- name: expired_deadlines
-SELECT c.job_id, c.run_lease FROM {s}.claims c
-LEFT JOIN {s}.leases l ON l.job_id = c.job_id AND l.run_lease = c.run_lease
-WHERE c.deadline_at IS NOT NULL AND c.deadline_at <= %(now)s
-  AND NOT coalesce(l.waiting, false)
-  AND NOT EXISTS (
-    SELECT 1 FROM {s}.closures x WHERE x.slot = c.slot AND x.claim_id = c.claim_id)
-ORDER BY c.job_id
+-- A materialised lease carries the attempt's deadline (an operator may have moved it);
+-- otherwise the receipt does.
+SELECT d.job_id, d.run_lease FROM (
+    SELECT c.slot, c.claim_id, c.job_id, c.run_lease FROM {s}.claims c
+    WHERE c.deadline_at IS NOT NULL AND c.deadline_at <= %(now)s
+      AND NOT EXISTS (
+        SELECT 1 FROM {s}.leases l WHERE l.job_id = c.job_id AND l.run_lease = c.run_lease)
+    UNION ALL
+    SELECT c.slot, c.claim_id, c.job_id, c.run_lease FROM {s}.leases l
+    JOIN {s}.claims c ON c.slot = l.claim_slot AND c.claim_id = l.claim_id
+    WHERE l.deadline_at IS NOT NULL AND l.deadline_at <= %(now)s AND NOT l.waiting
+) d
+WHERE NOT EXISTS (
+    SELECT 1 FROM {s}.closures x WHERE x.slot = d.slot AND x.claim_id = d.claim_id)
+ORDER BY d.job_id
 
 -- name: expired_callbacks
 SELECT l.job_id, l.run_lease FROM {s}.leases l
@@ -290,17 +389,56 @@ FROM {s}.queue_counts GROUP BY queue, state
 -- name: queue_flags
 SELECT queue, paused, dlq_enabled, enqueue_shards FROM awa.queue_meta
 
--- name: completed_since
-SELECT queue, count(*)::bigint AS n FROM {s}.closures
-WHERE outcome = 'completed' AND finalized_at > %(since)s GROUP BY queue
+-- name: add_completions
+-- Completed jobs per (queue, UTC minute of finalized_at); signed, like queue_counts.
+INSERT INTO {s}.completions AS c (queue, minute, bucket, n)
+SELECT q, m, (pg_backend_pid() %% 8)::smallint, d
+FROM unnest(%(queues)s::text[], %(minutes)s::timestamptz[], %(deltas)s::bigint[]) AS i(q, m, d)
+ORDER BY q, m
+ON CONFLICT (queue, minute, bucket) DO UPDATE SET n = c.n + EXCLUDED.n
+
+-- name: completed_buckets
+SELECT queue, sum(n)::bigint AS n FROM {s}.completions
+WHERE minute >= %(since)s GROUP BY queue
+
+-- name: completed_between
+-- Jobs with a completed fact finalized inside (lo, hi); the caller resolves their heads.
+SELECT c.job_id FROM {s}.closures x
+JOIN {s}.claims c ON c.slot = x.slot AND c.claim_id = x.claim_id
+WHERE x.outcome = 'completed' AND x.finalized_at > %(lo)s AND x.finalized_at < %(hi)s
+UNION
+SELECT w.job_id FROM {s}.done_entries w
+WHERE w.state = 'completed' AND w.finalized_at > %(lo)s AND w.finalized_at < %(hi)s
+
+-- name: prune_completions
+DELETE FROM {s}.completions WHERE minute < %(before)s
 
 -- name: oldest_available
-SELECT h.queue, min(r.run_at) AS oldest
+-- Per lane the first unclaimed row of an ordered window is its oldest; a window holding
+-- an out-of-order row is scanned.
+SELECT h.queue, min(w.run_at) AS oldest
 FROM {s}.claim_heads h
-JOIN {s}.ready_entries r
-    ON r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
-    AND r.lane_seq >= h.claim_seq
-WHERE NOT EXISTS (SELECT 1 FROM {s}.claims c WHERE c.slot = r.slot AND c.ready_fact = r.fact_id)
-  AND NOT EXISTS (
-    SELECT 1 FROM {s}.tombstones t WHERE t.slot = r.slot AND t.ready_fact = r.fact_id)
+JOIN {s}.lanes l USING (queue, priority, shard)
+CROSS JOIN LATERAL (
+    (SELECT r.run_at FROM {s}.ready_entries r
+     WHERE l.disorder_seq < h.claim_seq
+       AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+       AND r.lane_seq >= h.claim_seq
+       AND NOT EXISTS (
+           SELECT 1 FROM {s}.claims c WHERE c.slot = r.slot AND c.ready_fact = r.fact_id)
+       AND NOT EXISTS (
+           SELECT 1 FROM {s}.tombstones t WHERE t.slot = r.slot AND t.ready_fact = r.fact_id)
+     ORDER BY r.lane_seq
+     LIMIT 1)
+    UNION ALL
+    (SELECT min(r.run_at) FROM {s}.ready_entries r
+     WHERE l.disorder_seq >= h.claim_seq
+       AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+       AND r.lane_seq >= h.claim_seq
+       AND NOT EXISTS (
+           SELECT 1 FROM {s}.claims c WHERE c.slot = r.slot AND c.ready_fact = r.fact_id)
+       AND NOT EXISTS (
+           SELECT 1 FROM {s}.tombstones t WHERE t.slot = r.slot AND t.ready_fact = r.fact_id))
+) w
+WHERE h.queue = ANY(%(queues)s::text[])
 GROUP BY h.queue

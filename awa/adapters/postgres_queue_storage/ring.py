@@ -20,6 +20,8 @@ from awa.domain.states import JobState
 RING_TABLES = ("ready_entries", "claims", "closures", "tombstones", "done_entries")
 DEFAULT_FAILED_RETENTION = timedelta(hours=72)
 PRUNE_LOCK_TIMEOUT = "100ms"
+#: How far back completion buckets are kept (the read window is one hour).
+COMPLETIONS_KEPT = timedelta(hours=2)
 
 
 class _Blocked(Exception):
@@ -62,12 +64,23 @@ class RingOps(QueueStorageBase):
                 return "skipped_idle"
             if await self._slot_has_rows(conn, incoming):
                 return "skipped_busy"
+            now = self._clock.now()
             await conn.execute(
                 f"UPDATE {self._qschema_name}.ring_state SET current_slot = %s, "
                 "generation = generation + 1, rotated_at = %s".encode(),
-                (incoming, self._clock.now()),
+                (incoming, now),
             )
+            # Completion buckets older than the one-hour window are never read again.
+            await self._exec(conn, "prune_completions", before=now - COMPLETIONS_KEPT)
         return "rotated"
+
+    async def rotate(self) -> str:
+        """:class:`~awa.ports.maintenance.RingMaintenance`: :meth:`rotate_queue_ring`."""
+        return await self.rotate_queue_ring()
+
+    async def prune(self, *, failed_retention: timedelta = DEFAULT_FAILED_RETENTION) -> str:
+        """:class:`~awa.ports.maintenance.RingMaintenance`: :meth:`prune_oldest`."""
+        return await self.prune_oldest(failed_retention=failed_retention)
 
     async def prune_oldest(self, *, failed_retention: timedelta = DEFAULT_FAILED_RETENTION) -> str:
         """Truncate the oldest sealed slot once nothing live refers to it.

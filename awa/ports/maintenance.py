@@ -1,0 +1,31 @@
+"""Ring maintenance: what the maintenance leader asks of an engine that stores jobs in
+rotating partitions (the queue-storage engine) so their space comes back by truncation."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class RingMaintenance(Protocol):
+    """One step of ring upkeep per call; each returns an outcome word so the leader can
+    back off (``skipped_busy``, ``blocked``) or go on (``rotated``, ``pruned``)."""
+
+    async def rotate(self) -> str:
+        """Seal the current ring slot and open the next one.
+
+        Returns ``rotated``, ``skipped_idle`` (the current slot holds nothing to seal),
+        ``skipped_busy`` (the next slot still holds rows) or ``skipped_locked`` (another
+        rotate or prune is running).
+        """
+        ...
+
+    async def prune(self, *, failed_retention: timedelta) -> str:
+        """Reclaim the oldest sealed slot once nothing live refers to it.
+
+        Failed jobs finalized less than ``failed_retention`` ago are carried forward
+        first. Returns ``pruned``, ``idle`` (no sealed slot holds rows), ``blocked``
+        (live work, or a lock held by a running transaction) or ``skipped_locked``.
+        """
+        ...

@@ -1,0 +1,102 @@
+"""Binary COPY enqueue on the queue-storage engine: same jobs, lanes and counters as
+``enqueue_many``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import pytest
+
+from awa.adapters.clock import ManualClock
+from awa.adapters.postgres_queue_storage import QueueStorageEngine
+from awa.domain.errors import UniqueConflict
+from awa.domain.job import JobSpec
+from awa.domain.states import JobState
+from awa.ports.storage import JobFilter
+from tests.support.engines import CONTRACT_BACKOFF
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+async def engine(database_url: str, clock: ManualClock) -> AsyncIterator[QueueStorageEngine]:
+    opened = await QueueStorageEngine.open(database_url, clock=clock, backoff=CONTRACT_BACKOFF)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def test_copy_enqueue_stores_claimable_jobs_in_fifo_order(
+    engine: QueueStorageEngine, clock: ManualClock
+) -> None:
+    specs = [
+        JobSpec(kind="bulk", queue="copy", args={"n": i}, tags=("a", "b"), metadata={"m": i})
+        for i in range(250)
+    ]
+    assert await engine.enqueue_many_copy(specs[:100]) == 100
+    assert await engine.enqueue_many_copy(specs[100:]) == 150
+    jobs = await engine.list_jobs(JobFilter(queue="copy"), limit=1000)
+    assert len(jobs) == 250
+    assert {job.state for job in jobs} == {JobState.Available}
+    first = min(jobs, key=lambda job: job.id)
+    assert first.args == {"n": 0} and first.tags == ("a", "b") and first.metadata == {"m": 0}
+    counts = next(c for c in await engine.queue_counts() if c.queue == "copy")
+    assert counts.counts[JobState.Available] == 250
+    assert counts.oldest_available_at == clock.now()
+
+    seen: list[int] = []
+    while claims := await engine.claim("copy", limit=64):
+        seen.extend(claim.job.args["n"] for claim in claims)
+        await engine.complete([claim.lease for claim in claims])
+    assert seen == list(range(250))
+
+
+async def test_copy_enqueue_defers_scheduled_specs_and_claims_unique_keys(
+    engine: QueueStorageEngine, clock: ManualClock
+) -> None:
+    later = clock.now() + timedelta(seconds=30)
+    inserted = await engine.enqueue_many_copy(
+        [
+            JobSpec(kind="now", queue="copy", unique_key=b"k-1"),
+            JobSpec(kind="later", queue="copy", run_at=later),
+        ]
+    )
+    assert inserted == 2
+    states = {job.kind: job for job in await engine.list_jobs(JobFilter(queue="copy"))}
+    assert states["now"].state == JobState.Available
+    assert states["now"].unique_key == b"k-1"
+    assert states["later"].state == JobState.Scheduled and states["later"].run_at == later
+
+    with pytest.raises(UniqueConflict):
+        await engine.enqueue_many_copy(
+            [
+                JobSpec(kind="other", queue="copy"),
+                JobSpec(kind="dup", queue="copy", unique_key=b"k-1"),
+            ]
+        )
+    # The clash inserted none of its batch.
+    assert len(await engine.list_jobs(JobFilter(queue="copy"))) == 2
+
+    clock.advance(timedelta(seconds=31))
+    assert await engine.promote_due() == 1
+    claimed = await engine.claim("copy", limit=10)
+    assert [claim.job.kind for claim in claimed] == ["now", "later"]
+
+
+async def test_copy_enqueue_joins_a_caller_transaction(engine: QueueStorageEngine) -> None:
+    with pytest.raises(RuntimeError):
+        async with engine.transaction() as uow:
+            await engine.enqueue_many_copy([JobSpec(kind="t", queue="copy")], uow=uow)
+            await engine.enqueue_many_copy([JobSpec(kind="t", queue="copy")], uow=uow)
+            raise RuntimeError("roll back")
+    assert await engine.list_jobs(JobFilter(queue="copy")) == []
+    async with engine.transaction() as uow:
+        assert await engine.enqueue_many_copy([JobSpec(kind="t", queue="copy")], uow=uow) == 1
+    assert len(await engine.list_jobs(JobFilter(queue="copy"))) == 1

@@ -40,8 +40,17 @@ from awa.entrypoints.client_async import AsyncClient
 from awa.entrypoints.job import Job
 
 #: Display order of job states in the live progress line.
-STATES = ("scheduled", "available", "running", "retryable", "completed", "failed", "cancelled")
-SETTLED_STATES = frozenset({"completed", "failed", "cancelled"})
+STATES = (
+    "scheduled",
+    "available",
+    "running",
+    "retryable",
+    "waiting_external",
+    "completed",
+    "failed",
+)
+#: States of a job that has not settled yet.
+PENDING_STATES = ("scheduled", "available", "running", "retryable", "waiting_external")
 
 #: Share of the jobs each kind gets, out of 20 (the pattern repeats every 20 jobs).
 KIND_PATTERN = (
@@ -263,14 +272,31 @@ def example_job(kind: str, n: int) -> Any:
 # --------------------------------------------------------------------------- run
 
 
-async def _counts(client: AsyncClient, queues: list[str]) -> dict[tuple[str, str], int]:
-    async with await client.transaction() as tx:
-        rows = await tx.fetch_all(
-            "SELECT kind, state::text AS state, count(*) AS n FROM awa.jobs"
-            " WHERE queue = ANY($1) GROUP BY kind, state",
-            queues,
-        )
-    return {(str(r["kind"]), str(r["state"])): int(r["n"]) for r in rows}
+async def live_counts(client: AsyncClient, queues: list[str]) -> Counter[str]:
+    """Jobs by state across ``queues``, from the client's exact queue statistics (which
+    work on every storage engine). Completed means completed within the last hour, which
+    covers a whole run."""
+    by_state: Counter[str] = Counter()
+    for stat in await client.queue_stats():
+        if stat.queue not in queues:
+            continue
+        by_state["scheduled"] += stat.scheduled
+        by_state["available"] += stat.available
+        by_state["running"] += stat.running
+        by_state["retryable"] += stat.retryable
+        by_state["waiting_external"] += stat.waiting_external
+        by_state["failed"] += stat.failed
+        by_state["completed"] += stat.completed_last_hour
+    return by_state
+
+
+async def final_counts(client: AsyncClient, kind: str, queue: str, jobs: int) -> Counter[str]:
+    """Exact terminal counts for one kind, read job by job."""
+    counts: Counter[str] = Counter()
+    for state in ("completed", "failed", "cancelled"):
+        found = await client.list_jobs(state=state, kind=kind, queue=queue, limit=jobs)
+        counts[state] = len(found)
+    return counts
 
 
 class Progress:
@@ -284,7 +310,7 @@ class Progress:
         self._width = 0
 
     def update(self, by_state: Counter[str], elapsed: float, *, final: bool = False) -> None:
-        done = sum(by_state[s] for s in SETTLED_STATES)
+        done = self.total - sum(by_state[s] for s in PENDING_STATES)
         parts = [
             f"{s} {by_state[s]}" for s in STATES if by_state[s] or s in ("completed", "failed")
         ]
@@ -347,15 +373,13 @@ async def run_dev(
         await client.start([(q, options.workers) for q in queues], poll_interval_ms=100)
         progress = Progress(out, tty=tty, total=options.jobs)
         settled = False
-        counts: dict[tuple[str, str], int] = {}
         try:
             while True:
-                counts = await _counts(client, queues)
-                by_state: Counter[str] = Counter()
-                for (_, state), n in counts.items():
-                    by_state[state] += n
+                by_state = await live_counts(client, queues)
                 elapsed = time.monotonic() - started
-                settled = sum(by_state[s] for s in SETTLED_STATES) >= options.jobs
+                # Every job was enqueued before the worker started, so nothing pending
+                # means everything settled.
+                settled = not any(by_state[s] for s in PENDING_STATES)
                 limit_hit = options.seconds is not None and elapsed >= options.seconds
                 progress.update(by_state, elapsed, final=settled or limit_hit)
                 if settled or limit_hit:
@@ -365,17 +389,17 @@ async def run_dev(
             await client.shutdown(timeout_ms=2000)
         elapsed = time.monotonic() - started
 
-    kinds = []
-    for kind in sorted(per_kind, key=lambda k: -per_kind[k]):
-        stats = KindStats(kind=kind, queue=kind_queue[kind], jobs=per_kind[kind])
-        stats.completed = counts.get((kind, "completed"), 0)
-        stats.failed = counts.get((kind, "failed"), 0)
-        stats.other = stats.jobs - stats.completed - stats.failed
-        stats.other -= counts.get((kind, "cancelled"), 0)
-        stats.retried = tally.retried[kind]
-        stats.snoozed = tally.snoozed[kind]
-        stats.runs = tally.runs[kind]
-        kinds.append(stats)
+        kinds = []
+        for kind in sorted(per_kind, key=lambda k: -per_kind[k]):
+            stats = KindStats(kind=kind, queue=kind_queue[kind], jobs=per_kind[kind])
+            counts = await final_counts(client, kind, kind_queue[kind], per_kind[kind])
+            stats.completed = counts["completed"]
+            stats.failed = counts["failed"]
+            stats.other = stats.jobs - stats.completed - stats.failed - counts["cancelled"]
+            stats.retried = tally.retried[kind]
+            stats.snoozed = tally.snoozed[kind]
+            stats.runs = tally.runs[kind]
+            kinds.append(stats)
     return DevSummary(kinds=tuple(kinds), elapsed=elapsed, settled=settled)
 
 

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from awa import AsyncClient
-from tests.fixtures.processes import done_counts, live_runtimes, query, spawn_worker, wait_for
+from tests.fixtures.processes import (
+    completed_in,
+    done_counts,
+    job_states,
+    live_runtimes,
+    spawn_worker,
+    wait_for,
+)
 from tests.fixtures.worker_app import Tick
 
 pytestmark = [pytest.mark.postgres]
@@ -44,13 +51,9 @@ def test_three_worker_processes_complete_every_job_exactly_once(
     try:
         wait_for(lambda: len(live_runtimes(url)) == PROCESSES, 30, "three runtimes")
 
-        def completed() -> bool:
-            (row,) = query(
-                url, "SELECT count(*) AS n FROM awa.jobs WHERE state = 'completed'::awa.job_state"
-            )
-            return int(row["n"]) == JOBS
-
-        wait_for(completed, 90, f"{JOBS} completed jobs", interval=0.25)
+        wait_for(
+            lambda: completed_in(url, "ticks") == JOBS, 90, f"{JOBS} completed jobs", interval=0.25
+        )
         elapsed = time.monotonic() - started
     finally:
         code = fleet.stop(timeout=30)
@@ -60,10 +63,9 @@ def test_three_worker_processes_complete_every_job_exactly_once(
     duplicates = {job_id: n for job_id, n in counts.items() if n > 1}
     assert duplicates == {}
     assert set(counts) == ids
-    (attempts,) = query(
-        url, "SELECT count(*) AS n FROM awa.jobs WHERE attempt <> 1 OR state <> 'completed'"
-    )
-    assert attempts["n"] == 0
+    states = job_states(url, "ticks")
+    assert len(states) == JOBS
+    assert {(state, attempt) for _, state, attempt in states} == {("completed", 1)}
     pids = {path.stem for path in tmp_path.glob("*.log")}
     assert len(pids) == PROCESSES, f"only {len(pids)} processes did any work"
     print(f"{JOBS} jobs on {PROCESSES} processes in {elapsed:.1f}s")

@@ -21,7 +21,6 @@ from awa import AsyncClient, Job, JobState
 from awa.adapters._pg.pool import open_pool
 from awa.adapters._pg.runtime_registry import PostgresRuntimeRegistry
 from awa.adapters.clock import SystemClock
-from awa.adapters.postgres_canonical import CanonicalEngine
 from awa.entrypoints import bootstrap
 from awa.ports.runtime_registry import QueueSnapshot, RuntimeSnapshot
 from awa.ports.storage import Rescued
@@ -186,12 +185,14 @@ async def test_snapshots_refresh_and_report_the_leader(migrated_database_url: st
 
 
 class _Rescuer(threading.Thread):
-    """Runs heartbeat rescue from its own event loop while the test's loop is blocked."""
+    """Runs heartbeat rescue from its own event loop, on the same kind of engine the client
+    uses, while the test's loop is blocked; records the job's heartbeats as it goes."""
 
-    def __init__(self, url: str, staleness: timedelta) -> None:
+    def __init__(self, url: str, staleness: timedelta, job_id: int) -> None:
         super().__init__(daemon=True)
         self.url = url
         self.staleness = staleness
+        self.job_id = job_id
         self.stop = threading.Event()
         self.rescued: list[Rescued] = []
         self.heartbeats: set[datetime] = set()
@@ -201,19 +202,19 @@ class _Rescuer(threading.Thread):
         asyncio.run(self._main())
 
     async def _main(self) -> None:
-        engine = await CanonicalEngine.open(self.url, max_connections=2)
+        wiring = await bootstrap.open_wiring(self.url, max_connections=2)
         try:
             while not self.stop.is_set():
-                self.rescued += await engine.rescue_stale_heartbeats(staleness=self.staleness)
-                async with engine.pool.connection() as conn:
-                    cur = await conn.execute(
-                        "SELECT heartbeat_at FROM awa.canonical_jobs WHERE state = 'running'"
-                    )
-                    self.heartbeats.update(r["heartbeat_at"] for r in await cur.fetchall())
+                self.rescued += await wiring.engine.rescue_stale_heartbeats(
+                    staleness=self.staleness
+                )
+                record = await wiring.engine.get_job(self.job_id)
+                if record is not None and record.heartbeat_at is not None:
+                    self.heartbeats.add(record.heartbeat_at)
                 self.rounds += 1
                 await asyncio.sleep(0.1)
         finally:
-            await engine.close()
+            await wiring.close()
 
 
 async def test_heartbeats_continue_while_a_handler_blocks_the_event_loop(
@@ -228,9 +229,9 @@ async def test_heartbeats_continue_while_a_handler_blocks_the_event_loop(
         time.sleep(job.args.seconds)
 
     await client.start([("default", 1)], heartbeat_interval_ms=200, heartbeat_staleness_ms=1000)
-    rescuer = _Rescuer(migrated_database_url, timedelta(seconds=1))
+    job = await client.insert(Nap(3.0))
+    rescuer = _Rescuer(migrated_database_url, timedelta(seconds=1), job.id)
     try:
-        job = await client.insert(Nap(3.0))
         rescuer.start()
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:

@@ -13,12 +13,12 @@ from awa import AsyncClient
 from awa.entrypoints.cli import main
 from awa.entrypoints.cli.worker import load_client, parse_queue, start_options
 from tests.fixtures.processes import (
+    completed_in,
     done_counts,
+    job_states,
     live_runtimes,
-    query,
     runs,
     spawn_worker,
-    state_counts,
     wait_for,
 )
 from tests.fixtures.worker_app import Slow, Tick
@@ -88,7 +88,7 @@ def test_worker_serves_queues_and_drains_on_sigterm(
         assert row["pid"] == worker.pid
         assert sorted(q["name"] for q in row["queues"]) == ["slow", "ticks"]
         ids = asyncio.run(_insert(url, *(Tick(n) for n in range(50)), queue="ticks"))
-        wait_for(lambda: state_counts(url).get("completed") == 50, 20, "50 completed jobs")
+        wait_for(lambda: completed_in(url, "ticks") == 50, 20, "50 completed jobs")
         assert set(done_counts(tmp_path)) == set(ids)
         # A running handler is allowed to finish during a graceful shutdown.
         (slow_id,) = asyncio.run(_insert(url, Slow(1.5), queue="slow"))
@@ -98,8 +98,7 @@ def test_worker_serves_queues_and_drains_on_sigterm(
     assert code == 0, worker.output()
     assert "started; queues: slow(2), ticks(4)" in worker.output()
     assert "stopped" in worker.output()
-    (state,) = query(url, "SELECT state::text AS state FROM awa.jobs WHERE id = %s", slow_id)
-    assert state["state"] == "completed"
+    assert job_states(url, "slow") == [(slow_id, "completed", 1)]
     assert live_runtimes(url) == []
 
 

@@ -437,3 +437,25 @@ def test_finalize_waits_for_a_producer_that_routed_to_canonical(
                 operator.execute("SELECT * FROM awa.storage_abort()")
         producer.commit()
     assert refused_gate(conn, "SELECT * FROM awa.storage_abort()") == "no_queue_storage_rows"
+
+
+@pytest.mark.anyio
+async def test_moved_jobs_keep_their_claim_order_in_queue_storage(
+    migrated_database_url: str,
+) -> None:
+    engine = await TransitionRoutingEngine.open(migrated_database_url, refresh_interval=0.0)
+    try:
+        with psycopg.connect(migrated_database_url, autocommit=True, row_factory=dict_row) as c:
+            old = insert_sql(c, p_run_at="2020-01-01T00:00:00Z")
+            assert old["state"] == "available"
+            to_mixed(c)
+        (new,) = await engine.enqueue_many([JobSpec(kind="k")])
+        assert await engine.move_canonical_backlog(limit=10) == 1
+        # The moved job sits behind the newer one in the lane but runs first.
+        claims = await engine.queue_storage().claim("default", limit=1)
+        assert [claim.job.id for claim in claims] == [old["id"]]
+        assert claims[0].job.run_lease == 1 and claims[0].job.attempt == 1
+        claims = await engine.queue_storage().claim("default", limit=1)
+        assert [claim.job.id for claim in claims] == [new.id]
+    finally:
+        await engine.close()

@@ -506,19 +506,21 @@ class TransitionRoutingEngine:
             retention=retention, batch_size=batch_size
         )
 
-    async def rotate_queue_ring(self) -> str:
-        """Rotate the queue-storage ring once producers write there; else ``skipped_idle``."""
+    async def rotate(self) -> str:
+        """:class:`~awa.ports.maintenance.RingMaintenance`: rotate the queue-storage ring
+        once producers write there; before that there is nothing to seal."""
         status = await self.status(max_age=0.0)
         if not maintains_queue_storage(status.state):
             return "skipped_idle"
-        return await self.queue_storage(status.schema).rotate_queue_ring()
+        return await self.queue_storage(status.schema).rotate()
 
-    async def prune_oldest(self, **options: Any) -> str:
-        """Prune the oldest queue-storage slot once producers write there; else ``idle``."""
+    async def prune(self, *, failed_retention: timedelta) -> str:
+        """:class:`~awa.ports.maintenance.RingMaintenance`: prune the oldest queue-storage
+        slot once producers write there; before that no slot holds rows."""
         status = await self.status(max_age=0.0)
         if not maintains_queue_storage(status.state):
             return "idle"
-        return await self.queue_storage(status.schema).prune_oldest(**options)
+        return await self.queue_storage(status.schema).prune(failed_retention=failed_retention)
 
     # ---------------------------------------------------------------- admin reads
     async def _first(self, call: Callable[[StorageEngine], Awaitable[T | None]]) -> T | None:

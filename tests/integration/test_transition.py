@@ -20,6 +20,7 @@ from awa.domain.job import JobSpec
 from awa.domain.states import JobState
 from awa.domain.transition import TransitionState
 from awa.entrypoints.cli import cli
+from awa.ports.maintenance import RingMaintenance
 from awa.ports.storage import Ack, JobFilter
 
 pytestmark = pytest.mark.postgres
@@ -457,5 +458,20 @@ async def test_moved_jobs_keep_their_claim_order_in_queue_storage(
         assert claims[0].job.run_lease == 1 and claims[0].job.attempt == 1
         claims = await engine.queue_storage().claim("default", limit=1)
         assert [claim.job.id for claim in claims] == [new.id]
+    finally:
+        await engine.close()
+
+
+@pytest.mark.anyio
+async def test_ring_maintenance_follows_the_state(migrated_database_url: str) -> None:
+    engine = await TransitionRoutingEngine.open(migrated_database_url, refresh_interval=0.0)
+    try:
+        assert isinstance(engine, RingMaintenance)
+        assert await engine.rotate() == "skipped_idle"
+        assert await engine.prune(failed_retention=timedelta(days=1)) == "idle"
+        with psycopg.connect(migrated_database_url, autocommit=True, row_factory=dict_row) as c:
+            to_mixed(c)
+        await engine.enqueue_many([JobSpec(kind="k")])
+        assert await engine.rotate() == "rotated"
     finally:
         await engine.close()

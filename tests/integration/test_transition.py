@@ -475,3 +475,42 @@ async def test_ring_maintenance_follows_the_state(migrated_database_url: str) ->
         assert await engine.rotate() == "rotated"
     finally:
         await engine.close()
+
+
+@pytest.mark.anyio
+async def test_drain_only_runtime_claims_canonical_and_fresh_runtime_goes_active(
+    migrated_database_url: str,
+) -> None:
+    engine = await TransitionRoutingEngine.open(migrated_database_url, refresh_interval=0.0)
+    try:
+        drained = await engine.bind_transition_role("canonical_drain")
+        assert drained.state is TransitionState.CANONICAL, "a drain-only runtime never switches"
+        assert engine.storage_capability == "canonical_drain_only"
+        (old,) = await engine.enqueue_many([JobSpec(kind="k")])
+        with psycopg.connect(migrated_database_url, autocommit=True, row_factory=dict_row) as c:
+            to_mixed(c)
+        (new,) = await engine.enqueue_many([JobSpec(kind="k")])
+        claims = await engine.claim("default", limit=10)
+        assert [claim.job.id for claim in claims] == [old.id]
+        assert new.id not in {claim.job.id for claim in claims}
+        assert await engine.complete([claims[0].lease]) == [Ack.APPLIED]
+        target = await engine.bind_transition_role("queue_storage_target")
+        assert target.state is TransitionState.MIXED_TRANSITION
+        assert engine.storage_capability == "queue_storage"
+        assert [c.job.id for c in await engine.claim("default", limit=10)] == [new.id]
+    finally:
+        await engine.close()
+
+
+@pytest.mark.anyio
+async def test_first_runtime_on_a_fresh_install_goes_active(migrated_database_url: str) -> None:
+    engine = await TransitionRoutingEngine.open(migrated_database_url)
+    try:
+        status = await engine.bind_transition_role("auto")
+        assert status.state is TransitionState.ACTIVE
+        assert status.details.get("fresh_install") is True
+        (job,) = await engine.enqueue_many([JobSpec(kind="k")])
+        assert await engine.canonical.get_job(job.id) is None
+        assert await engine.queue_storage().get_job(job.id) is not None
+    finally:
+        await engine.close()

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from awa.ports.leader import LeaderLock
+from awa.ports.maintenance import RingMaintenance
 from awa.ports.storage import Rescued, StorageEngine
 from awa.runtime.config import RuntimeConfig
 from awa.runtime.inflight import InFlight
@@ -16,6 +17,9 @@ from awa.runtime.inflight import InFlight
 log = logging.getLogger("awa.runtime.maintenance")
 
 _CLEANUP_ROUNDS = 10
+# Prune at most this many sealed slots per ring tick, so a backlog of prunable slots
+# (e.g. after a leader change) is worked off without starving the other duties.
+_PRUNES_PER_TICK = 4
 
 
 class _Duty:
@@ -46,16 +50,21 @@ class MaintenanceLeader:
         self._inflight = inflight
         self.is_leader = False
         self.runs: dict[str, int] = {}
+        #: how often each rotate / prune outcome word was seen (observability, tests)
+        self.ring_outcomes: dict[str, int] = {}
 
     def _duties(self) -> list[_Duty]:
         c = self._config
-        return [
+        duties = [
             _Duty("promote", c.promote_interval, self._promote),
             _Duty("rescue_heartbeats", c.heartbeat_rescue_interval, self._rescue_heartbeats),
             _Duty("rescue_deadlines", c.deadline_rescue_interval, self._rescue_deadlines),
             _Duty("rescue_callbacks", c.callback_rescue_interval, self._rescue_callbacks),
             _Duty("cleanup", c.cleanup_interval, self._cleanup),
         ]
+        if isinstance(self._engine, RingMaintenance):
+            duties.append(_Duty("ring", c.queue_storage_queue_rotate_interval, self._ring))
+        return duties
 
     async def run(self) -> None:
         try:
@@ -133,6 +142,17 @@ class MaintenanceLeader:
 
     async def _rescue_callbacks(self) -> None:
         self._flag_local(await self._engine.rescue_expired_callbacks())
+
+    async def _ring(self) -> None:
+        """Rotate the ring, then reclaim sealed slots until one is not prunable yet."""
+        assert isinstance(self._engine, RingMaintenance)
+        rotated = await self._engine.rotate()
+        self.ring_outcomes[rotated] = self.ring_outcomes.get(rotated, 0) + 1
+        for _ in range(_PRUNES_PER_TICK):
+            pruned = await self._engine.prune(failed_retention=self._config.failed_retention)
+            self.ring_outcomes[pruned] = self.ring_outcomes.get(pruned, 0) + 1
+            if pruned != "pruned":
+                break
 
     async def _cleanup(self) -> None:
         c = self._config

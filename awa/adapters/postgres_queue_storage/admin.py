@@ -119,50 +119,48 @@ class AdminOps(QueueStorageBase):
         now = self._clock.now()
         since = now - timedelta(hours=1)
         boundary = minute_of(since)
+        edge_end = boundary + timedelta(minutes=1)
+        per_queue: dict[str, dict[JobState, int]] = {}
+        flags: dict[str, bool] = {}
+        recent: Counter[str] = Counter()
+        oldest: dict[str, datetime] = {}
+        edge: set[int] = set()
         async with translated_errors(), self._tx() as conn:
-            counters = await self._exec(conn, "queue_counts")
-            flags = {r["queue"]: r for r in await self._exec(conn, "queue_flags")}
-            per_queue: dict[str, dict[JobState, int]] = {}
-            for row in counters:
-                counts = per_queue.setdefault(row["queue"], {s: 0 for s in JobState})
-                counts[JobState.parse(row["state"])] += int(row["n"])
-            recent: Counter[str] = Counter()
-            for r in await self._exec(
-                conn, "completed_buckets", since=boundary + timedelta(minutes=1)
+            for row in await self._exec(
+                conn, "queue_overview", full_from=edge_end, lo=since, hi=edge_end
             ):
-                recent[r["queue"]] += int(r["n"])
-            edge = await self._exec(
-                conn, "completed_between", lo=since, hi=boundary + timedelta(minutes=1)
-            )
+                kind = row["kind"]
+                if kind == "count":
+                    counts = per_queue.setdefault(row["queue"], {s: 0 for s in JobState})
+                    counts[JobState.parse(row["state"])] += int(row["n"])
+                elif kind == "meta":
+                    flags[row["queue"]] = bool(row["paused"])
+                elif kind == "recent":
+                    recent[row["queue"]] += int(row["n"])
+                elif kind == "edge":
+                    edge.add(int(row["job_id"]))
+                elif row["oldest"] is not None:
+                    oldest[row["queue"]] = row["oldest"]
+            # Jobs completed inside the partial boundary minute count only while that
+            # completion is still their current snapshot.
             if edge:
-                heads = await self._resolve(conn, sorted({r["job_id"] for r in edge}))
-                for head in heads.values():
+                for head in (await self._resolve(conn, sorted(edge))).values():
                     job = head.job
                     if (
                         job.state == JobState.Completed
                         and job.finalized_at is not None
-                        and since < job.finalized_at < boundary + timedelta(minutes=1)
+                        and since < job.finalized_at < edge_end
                     ):
                         recent[job.queue] += 1
-            waiting = sorted(q for q, c in per_queue.items() if c[JobState.Available] > 0)
-            oldest = (
-                {
-                    r["queue"]: r["oldest"]
-                    for r in await self._exec(conn, "oldest_available", queues=waiting)
-                }
-                if waiting
-                else {}
-            )
         names = {q for q, c in per_queue.items() if any(c.values())} | set(flags)
         result = []
         for name in sorted(names):
             counts = per_queue.get(name, {s: 0 for s in JobState})
-            meta = flags.get(name)
             result.append(
                 QueueCounts(
                     queue=name,
                     counts=counts,
-                    paused=bool(meta["paused"]) if meta else False,
+                    paused=flags.get(name, False),
                     completed_last_hour=recent[name],
                     oldest_available_at=oldest.get(name) if counts[JobState.Available] else None,
                 )

@@ -382,13 +382,6 @@ SELECT l.job_id, l.run_lease FROM {s}.leases l
 WHERE l.waiting AND l.callback_timeout_at IS NOT NULL AND l.callback_timeout_at <= %(now)s
 ORDER BY l.job_id
 
--- name: queue_counts
-SELECT queue, state::text AS state, sum(n)::bigint AS n
-FROM {s}.queue_counts GROUP BY queue, state
-
--- name: queue_flags
-SELECT queue, paused, dlq_enabled, enqueue_shards FROM awa.queue_meta
-
 -- name: add_completions
 -- Completed jobs per (queue, UTC minute of finalized_at); signed, like queue_counts.
 INSERT INTO {s}.completions AS c (queue, minute, bucket, n)
@@ -397,26 +390,39 @@ FROM unnest(%(queues)s::text[], %(minutes)s::timestamptz[], %(deltas)s::bigint[]
 ORDER BY q, m
 ON CONFLICT (queue, minute, bucket) DO UPDATE SET n = c.n + EXCLUDED.n
 
--- name: completed_buckets
-SELECT queue, sum(n)::bigint AS n FROM {s}.completions
-WHERE minute >= %(since)s GROUP BY queue
-
--- name: completed_between
--- Jobs with a completed fact finalized inside (lo, hi); the caller resolves their heads.
-SELECT c.job_id FROM {s}.closures x
-JOIN {s}.claims c ON c.slot = x.slot AND c.claim_id = x.claim_id
-WHERE x.outcome = 'completed' AND x.finalized_at > %(lo)s AND x.finalized_at < %(hi)s
-UNION
-SELECT w.job_id FROM {s}.done_entries w
-WHERE w.state = 'completed' AND w.finalized_at > %(lo)s AND w.finalized_at < %(hi)s
-
 -- name: prune_completions
 DELETE FROM {s}.completions WHERE minute < %(before)s
 
--- name: oldest_available
--- Per lane the first unclaimed row of an ordered window is its oldest; a window holding
--- an out-of-order row is scanned.
-SELECT h.queue, min(w.run_at) AS oldest
+-- name: queue_overview
+-- Everything queue_counts() needs in one round trip, from control rows only: folded
+-- counters, queue settings, full completion buckets, the jobs completed inside the partial
+-- boundary minute (resolved by the caller), and per queue with available jobs the oldest
+-- one: the first unclaimed row of each ordered lane window, or the minimum of a window
+-- that holds an out-of-order row.
+WITH counts AS (
+    SELECT queue, state, sum(n)::bigint AS n FROM {s}.queue_counts GROUP BY queue, state
+), waiting AS (
+    SELECT queue FROM counts WHERE state = 'available' AND n > 0
+)
+SELECT 'count' AS kind, queue, state::text AS state, n, NULL::bigint AS job_id,
+    NULL::boolean AS paused, NULL::timestamptz AS oldest
+FROM counts
+UNION ALL
+SELECT 'meta', queue, NULL, NULL, NULL, paused, NULL FROM awa.queue_meta
+UNION ALL
+SELECT 'recent', queue, NULL, sum(n)::bigint, NULL, NULL, NULL FROM {s}.completions
+WHERE minute >= %(full_from)s GROUP BY queue
+UNION ALL
+SELECT 'edge', NULL, NULL, NULL, e.job_id, NULL, NULL FROM (
+    SELECT c.job_id FROM {s}.closures x
+    JOIN {s}.claims c ON c.slot = x.slot AND c.claim_id = x.claim_id
+    WHERE x.outcome = 'completed' AND x.finalized_at > %(lo)s AND x.finalized_at < %(hi)s
+    UNION
+    SELECT w.job_id FROM {s}.done_entries w
+    WHERE w.state = 'completed' AND w.finalized_at > %(lo)s AND w.finalized_at < %(hi)s
+) e
+UNION ALL
+SELECT 'oldest', h.queue, NULL, NULL, NULL, NULL, min(w.run_at)
 FROM {s}.claim_heads h
 JOIN {s}.lanes l USING (queue, priority, shard)
 CROSS JOIN LATERAL (
@@ -440,5 +446,5 @@ CROSS JOIN LATERAL (
        AND NOT EXISTS (
            SELECT 1 FROM {s}.tombstones t WHERE t.slot = r.slot AND t.ready_fact = r.fact_id))
 ) w
-WHERE h.queue = ANY(%(queues)s::text[])
+WHERE h.queue IN (SELECT queue FROM waiting)
 GROUP BY h.queue

@@ -104,3 +104,24 @@ async def test_promoted_job_with_an_older_run_at_is_claimed_first(
     assert kinds["qs"] == kinds["model"] == ["late"]
     counts = await _counts(qs, "alpha")
     assert counts == await _counts(model, "alpha")
+
+
+async def test_old_completion_does_not_stand_in_for_a_retried_recent_one(
+    qs: QueueStorageEngine, model: InMemoryEngine, clock: ManualClock
+) -> None:
+    """complete A; two hours later complete B, then operator-retry B: nothing completed
+    in the last hour (A is old, B is available again)."""
+    for engine in (model, qs):
+        await engine.enqueue_many([JobSpec(kind="a", queue="alpha")])
+        (claim,) = await engine.claim("alpha", limit=1)
+        await engine.complete([claim.lease])
+    clock.advance(timedelta(hours=2))
+    for engine in (model, qs):
+        (job,) = await engine.enqueue_many([JobSpec(kind="b", queue="alpha")])
+        (claim,) = await engine.claim("alpha", limit=1)
+        await engine.complete([claim.lease])
+        await engine.retry_job(job.id)
+    real = await _counts(qs, "alpha")
+    assert real == await _counts(model, "alpha")
+    assert real.completed_last_hour == 0
+    assert real.counts[JobState.Completed] == 1

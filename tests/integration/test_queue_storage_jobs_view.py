@@ -12,7 +12,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from awa.adapters.clock import ManualClock
-from awa.adapters.postgres_queue_storage import QueueStorageEngine
+from awa.adapters.postgres_queue_storage import QueueStorageEngine, install_queue_storage
 from awa.domain.job import JobSpec, QueueCounts
 from awa.domain.states import JobState
 from awa.ports.storage import Ack
@@ -218,3 +218,41 @@ async def test_live_attempt_body_is_immutable_through_the_view(
         )
     job = await engine.get_job(claim.job.id)
     assert job is not None and job.args == {} and job.state == JobState.Running
+
+
+async def test_view_covers_the_active_non_default_schema(
+    database_url: str, clock: ManualClock
+) -> None:
+    await install_queue_storage(database_url, "qs_view")
+    other = await QueueStorageEngine.open(
+        database_url, clock=clock, backoff=CONTRACT_BACKOFF, schema="qs_view"
+    )
+    try:
+        (job,) = await other.enqueue_many([JobSpec(kind="elsewhere", queue=QUEUE)])
+        # Not named by the storage transition: not part of awa.jobs.
+        assert await _sql(database_url, "SELECT id FROM awa.jobs WHERE id = %s", job.id) == []
+        await _sql(
+            database_url,
+            "UPDATE awa.storage_transition_state SET state = 'active', "
+            "current_engine = 'queue_storage', active_engine = 'queue_storage', "
+            "details = jsonb_build_object('schema', 'qs_view')",
+        )
+        rows = await _sql(database_url, "SELECT kind, state FROM awa.jobs WHERE id = %s", job.id)
+        assert rows == [{"kind": "elsewhere", "state": "available"}]
+
+        (claim,) = await other.claim(QUEUE, limit=1, deadline=timedelta(hours=1))
+        await _sql(
+            database_url,
+            "UPDATE awa.jobs SET deadline_at = now() - interval '1 second' WHERE id = %s",
+            job.id,
+        )
+        clock.advance(timedelta(seconds=5))
+        rescued = await other.rescue_expired_deadlines()
+        assert [r.lease for r in rescued] == [claim.lease]
+        deleted = await _sql(
+            database_url, "DELETE FROM awa.jobs WHERE id = %s RETURNING id", job.id
+        )
+        assert deleted == [{"id": job.id}]
+        assert await other.get_job(job.id) is None
+    finally:
+        await other.close()

@@ -18,6 +18,7 @@ from psycopg.types.json import Jsonb
 
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
+from awa.adapters._pg.rows import job_from_row
 from awa.adapters.postgres_queue_storage._base import (
     LIVE_STATES,
     PgUnitOfWork,
@@ -261,12 +262,11 @@ class CoreOps(QueueStorageBase):
                 priorities=[r["priority"] for r in taken],
                 shards=[r["shard"] for r in taken],
             )
-            resolved = await self._resolve(conn, [r["job_id"] for r in taken])
             writes = Writes(now)
             claims = []
             changes = []
             for row in taken:
-                job = resolved[row["job_id"]].job
+                job = job_from_row(row)
                 before = attrs.evolve(job, state=JobState.Available)
                 writes.move(before, job)
                 if job.unique_key is not None:

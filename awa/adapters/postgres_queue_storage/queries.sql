@@ -181,7 +181,9 @@ FROM unnest(%(channels)s::text[], %(payloads)s::text[]) AS i(channel, payload)
 -- walked along the lane index and stops after `limit` rows; only a window that still
 -- holds an out-of-order row is sorted. Within one lane the aged priority only improves
 -- with age, so each lane's first `limit` rows by (run_at, job id) contain the answer.
--- Aging uses integer microseconds, exactly like the Python PriorityAging.
+-- Aging uses integer microseconds, exactly like the Python PriorityAging. On the walk,
+-- OFFSET 0 keeps each NOT EXISTS a per-row index probe (the planner would otherwise
+-- build a join against a whole partition when its statistics are stale).
 WITH heads AS (
     SELECT h.queue, h.priority, h.shard, h.claim_seq,
         (l.disorder_seq >= h.claim_seq) AS disordered
@@ -200,10 +202,11 @@ WITH heads AS (
            AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
            AND r.lane_seq >= h.claim_seq AND r.run_at <= %(now)s
            AND NOT EXISTS (
-               SELECT 1 FROM {s}.claims c WHERE c.slot = r.slot AND c.ready_fact = r.fact_id)
+               SELECT 1 FROM {s}.claims c WHERE c.slot = r.slot AND c.ready_fact = r.fact_id
+               OFFSET 0)
            AND NOT EXISTS (
                SELECT 1 FROM {s}.tombstones t
-               WHERE t.slot = r.slot AND t.ready_fact = r.fact_id)
+               WHERE t.slot = r.slot AND t.ready_fact = r.fact_id OFFSET 0)
          ORDER BY r.lane_seq
          LIMIT %(limit)s)
         UNION ALL
@@ -238,14 +241,25 @@ WITH heads AS (
     FROM (SELECT * FROM candidates ORDER BY effective, run_at, job_id) ordered
     RETURNING slot, ready_fact, job_id
 )
-SELECT i.slot, i.ready_fact, i.job_id, c.priority, c.shard
-FROM inserted i JOIN candidates c ON c.slot = i.slot AND c.fact_id = i.ready_fact
+-- The claimed snapshots, exactly as the job_facts view resolves an open receipt without
+-- a lease, so the claimer needs no second read.
+SELECT i.slot, i.ready_fact, i.job_id, c.priority, c.shard,
+    r.job_id AS id, r.kind, r.queue, r.args, 'running' AS state, r.priority,
+    (r.attempt + 1)::smallint AS attempt, r.max_attempts, r.run_at,
+    %(now)s::timestamptz AS heartbeat_at, %(deadline_at)s::timestamptz AS deadline_at,
+    %(now)s::timestamptz AS attempted_at, r.finalized_at, r.created_at, r.errors,
+    r.metadata, r.tags, r.unique_key, r.unique_states, r.callback_id,
+    r.callback_timeout_at, r.run_lease + 1 AS run_lease, r.progress
+FROM inserted i
+JOIN candidates c ON c.slot = i.slot AND c.fact_id = i.ready_fact
+JOIN {s}.ready_entries r ON r.slot = i.slot AND r.fact_id = i.ready_fact
 ORDER BY c.effective, c.run_at, c.job_id
 
 -- name: advance_cursors
 -- Move each touched lane's cursor over its now contiguous claimed / tombstoned prefix.
 -- Rows of transactions still in flight sit above the committed next_seq, so the cursor
--- can never pass them. Both probes are single index steps along (lane, lane_seq).
+-- can never pass them. Both probes walk the (lane, lane_seq) index; OFFSET 0 keeps the
+-- NOT EXISTS checks per-row index probes.
 WITH touched AS (
     SELECT DISTINCT q AS queue, p AS priority, sh AS shard
     FROM unnest(%(queues)s::text[], %(priorities)s::smallint[], %(shards)s::int[])
@@ -256,9 +270,9 @@ WITH touched AS (
          WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
            AND r.lane_seq >= h.claim_seq
            AND NOT EXISTS (SELECT 1 FROM {s}.claims c
-                           WHERE c.slot = r.slot AND c.ready_fact = r.fact_id)
+                           WHERE c.slot = r.slot AND c.ready_fact = r.fact_id OFFSET 0)
            AND NOT EXISTS (SELECT 1 FROM {s}.tombstones t
-                           WHERE t.slot = r.slot AND t.ready_fact = r.fact_id)
+                           WHERE t.slot = r.slot AND t.ready_fact = r.fact_id OFFSET 0)
          ORDER BY r.lane_seq LIMIT 1),
         (SELECT r.lane_seq + 1 FROM {s}.ready_entries r
          WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
@@ -431,9 +445,11 @@ CROSS JOIN LATERAL (
        AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
        AND r.lane_seq >= h.claim_seq
        AND NOT EXISTS (
-           SELECT 1 FROM {s}.claims c WHERE c.slot = r.slot AND c.ready_fact = r.fact_id)
+           SELECT 1 FROM {s}.claims c WHERE c.slot = r.slot AND c.ready_fact = r.fact_id
+           OFFSET 0)
        AND NOT EXISTS (
-           SELECT 1 FROM {s}.tombstones t WHERE t.slot = r.slot AND t.ready_fact = r.fact_id)
+           SELECT 1 FROM {s}.tombstones t WHERE t.slot = r.slot AND t.ready_fact = r.fact_id
+           OFFSET 0)
      ORDER BY r.lane_seq
      LIMIT 1)
     UNION ALL

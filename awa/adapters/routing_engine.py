@@ -26,6 +26,7 @@ from typing import Any, Literal, Self, TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
+from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from awa.adapters._pg import transition as pg_transition
@@ -41,6 +42,7 @@ from awa.adapters.postgres_queue_storage._base import PgUnitOfWork
 from awa.domain.errors import CallbackNotFound, DatabaseError, UniqueConflict
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
 from awa.domain.policies import Backoff
+from awa.domain.states import JobState
 from awa.domain.transition import (
     TransitionRole,
     TransitionState,
@@ -64,6 +66,27 @@ DEFAULT_REFRESH_INTERVAL = 1.0
 Owner = Literal["canonical", "queue_storage"]
 T = TypeVar("T")
 AnyConnection = psycopg.AsyncConnection[Any]
+
+
+_INSERT_ONE = (
+    b"SELECT j.id, j.run_at, j.created_at FROM awa.insert_job_compat("
+    b"%(kind)s, %(queue)s, %(args)s, 'available'::awa.job_state, %(priority)s::smallint, "
+    b"%(max_attempts)s::smallint, NULL, %(metadata)s, %(tags)s::text[], NULL, NULL, "
+    b"%(ordering_key)s::bytea) j"
+)
+
+
+def _insert_one_params(spec: JobSpec) -> dict[str, Any]:
+    return {
+        "kind": spec.kind,
+        "queue": spec.queue,
+        "args": Jsonb(spec.args),
+        "priority": spec.priority,
+        "max_attempts": spec.max_attempts,
+        "metadata": Jsonb(dict(spec.metadata)),
+        "tags": list(spec.tags),
+        "ordering_key": spec.ordering_key,
+    }
 
 
 class RoutingUnitOfWork:
@@ -247,6 +270,8 @@ class TransitionRoutingEngine:
         if not specs:
             return []
         if uow is None:
+            if len(specs) == 1 and self._single_statement_insert(specs[0]):
+                return [await self._insert_one(specs[0])]
             async with translated_errors(), self._pool.connection() as conn, conn.transaction():
                 engine, inner = await self._route(conn)
                 return await engine.enqueue_many(specs, uow=inner)
@@ -254,6 +279,39 @@ class TransitionRoutingEngine:
         async with translated_errors():
             engine, inner = await self._route(own.conn)
             return await engine.enqueue_many(specs, uow=inner)
+
+    def _single_statement_insert(self, spec: JobSpec) -> bool:
+        """Whether ``spec`` can take the one-statement insert: an available job without a
+        unique key (its conflict needs the holder's id), timed by the database clock."""
+        return (
+            spec.unique_key is None and spec.run_at is None and isinstance(self._clock, SystemClock)
+        )
+
+    async def _insert_one(self, spec: JobSpec) -> JobRecord:
+        """Insert one job in one round trip: ``awa.insert_job_compat`` reads the route
+        under the producer lock and appends to that engine in the same statement, and the
+        statement's transaction is pipelined with it (``BEGIN``, the call, ``COMMIT``)."""
+        async with translated_errors(), self._pool.connection() as conn:
+            async with conn.pipeline(), conn.transaction():
+                cur = await conn.execute(_INSERT_ONE, _insert_one_params(spec))
+            row = await cur.fetchone()
+        assert row is not None
+        return JobRecord(
+            id=int(row["id"]),
+            kind=spec.kind,
+            queue=spec.queue,
+            args=spec.args,
+            state=JobState.Available,
+            priority=spec.priority,
+            attempt=0,
+            max_attempts=spec.max_attempts,
+            run_at=row["run_at"],
+            created_at=row["created_at"],
+            metadata=dict(spec.metadata),
+            tags=tuple(spec.tags),
+            unique_key=None,
+            unique_states=spec.effective_unique_states,
+        )
 
     async def enqueue_many_skip_duplicates(self, specs: Sequence[JobSpec]) -> list[JobRecord]:
         for spec in specs:
@@ -276,6 +334,25 @@ class TransitionRoutingEngine:
                 except UniqueConflict:
                     continue
             return inserted
+
+    async def enqueue_many_copy(self, specs: Sequence[JobSpec]) -> int:
+        """Bulk insert on the fastest path the producers' engine offers; returns how many
+        jobs were inserted. Jobs whose unique key is already held are skipped.
+
+        When producers write to queue storage and no spec carries a unique key, the batch
+        streams through the engine's binary ``COPY`` (one staging copy and one append);
+        otherwise it goes through :meth:`enqueue_many_skip_duplicates`. Either way the
+        route is read inside the inserting transaction, under the producer lock. Both
+        paths validate every spec in the engine before anything is written."""
+        if not specs:
+            return 0
+        if any(spec.unique_key is not None for spec in specs):
+            return len(await self.enqueue_many_skip_duplicates(specs))
+        async with translated_errors(), self._pool.connection() as conn, conn.transaction():
+            engine, inner = await self._route(conn)
+            if isinstance(engine, QueueStorageEngine):
+                return await engine.enqueue_many_copy(specs, uow=inner)
+            return len(await engine.enqueue_many(specs, uow=inner))
 
     # ---------------------------------------------------------------- workers
     async def claim(

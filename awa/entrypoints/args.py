@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import re
 import uuid
 from collections.abc import Mapping, Sequence
@@ -72,8 +73,14 @@ def serialize_args(args: Any, kind: str | None) -> tuple[str, Any]:
         payload = to_json_value(args)
     else:
         raise ValidationError("args", ARGS_TYPE_ERROR)
-    resolved = kind if kind is not None else derive_kind(type(args).__name__)
+    resolved = kind if kind is not None else _derived_kind(type(args).__name__)
     return resolved, payload
+
+
+@functools.lru_cache(maxsize=1024)
+def _derived_kind(name: str) -> str:
+    # A bulk insert derives the same kind for every job of the batch.
+    return derive_kind(name)
 
 
 def kind_for_type(args_type: type[Any], kind: str | None) -> str:

@@ -173,6 +173,26 @@ class ClientCore:
     ) -> int:
         """Bulk insert on the fast path; returns how many jobs were inserted."""
         _positive("queue_storage_queue_stripe_count", queue_storage_queue_stripe_count)
+        engine = await self._engine()
+        copy = getattr(engine, "enqueue_many_copy", None)
+        if callable(copy):
+            specs = build_specs(
+                jobs,
+                opts=opts,
+                kind=kind,
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                tags=tags,
+                metadata=metadata,
+                run_at=run_at,
+                unique_opts=unique_opts,
+                ordering_key=ordering_key,
+            )
+            if not specs:
+                return 0
+            inserted_count: int = await copy(specs)
+            return inserted_count
         inserted = await self.insert_many_copy(
             jobs,
             kind=kind,

@@ -1,0 +1,1 @@
+"""Focused benchmarks; run them as modules (``python -m benchmarks.drain``)."""

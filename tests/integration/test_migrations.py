@@ -142,6 +142,16 @@ async def test_newer_database_is_refused(database_url: str) -> None:
         await CanonicalEngine.open(database_url)
 
 
+async def test_a_hole_in_the_applied_stream_is_refused(database_url: str) -> None:
+    await migrate(database_url)
+    skipped = migrations()[1][0]
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM awa.schema_version WHERE version = %s", (skipped,))
+    with pytest.raises(SchemaNotMigrated) as refused:
+        await migrate(database_url)
+    assert f"[{skipped}]" in str(refused.value)
+
+
 async def test_engine_refuses_an_unmigrated_database(database_url: str) -> None:
     with pytest.raises(SchemaNotMigrated):
         await CanonicalEngine.open(database_url)

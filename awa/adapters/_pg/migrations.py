@@ -120,11 +120,31 @@ async def migrate(database_url: str) -> None:
         await conn.close()
 
 
+async def refuse_gaps(conn: DictConnection, db_version: int) -> None:
+    """Raise ``SchemaNotMigrated`` if a known migration below ``db_version`` was never applied.
+
+    The stream is applied strictly in order, so a hole means the database was migrated by a
+    build whose stream differed from this one; applying the missing step out of order could
+    undo later steps, so it is refused rather than skipped silently.
+    """
+    if db_version == 0:
+        return
+    cur = await conn.execute("SELECT version FROM awa.schema_version")
+    recorded = {int(row["version"]) for row in await cur.fetchall()}
+    missing = [number for number, _, _ in _load() if number < db_version and number not in recorded]
+    if missing:
+        raise SchemaNotMigrated(
+            f"database schema version {db_version} lacks earlier migrations {missing}; it was "
+            "migrated by a different build of the migration stream and must be rebuilt"
+        )
+
+
 async def _migrate_locked(conn: DictConnection) -> None:
     await conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
     try:
         version = await applied_version(conn)
         refuse_newer(version)
+        await refuse_gaps(conn, version)
         for number, description, sql in migrations_range(version, current_migration_version()):
             async with conn.transaction():
                 await conn.execute(sql.encode())

@@ -18,6 +18,9 @@ from awa.adapters._pg import migrations as pg_migrations
 from awa.adapters._pg.errors import map_error
 from awa.adapters._pg.runtime_registry import PostgresRuntimeRegistry
 from awa.adapters.clock import SystemClock
+from awa.adapters.postgres_queue_storage import (
+    install_queue_storage as install_queue_storage_tables,
+)
 from awa.domain.errors import DatabaseError
 from awa.domain.job import JobRecord, JobSpec
 from awa.domain.policies import Backoff
@@ -94,6 +97,19 @@ async def open_wiring(url: str, *, max_connections: int) -> Wiring:
 async def migrate(url: str) -> None:
     """Apply every pending schema migration to the database at ``url``."""
     await pg_migrations.migrate(url)
+
+
+async def install_queue_storage(
+    url: str, schema: str, *, queue_slot_count: int, lease_slot_count: int, reset: bool
+) -> None:
+    """Install (or with ``reset`` rebuild) the queue-storage engine's tables in ``schema``."""
+    await install_queue_storage_tables(
+        url,
+        schema,
+        queue_slot_count=queue_slot_count,
+        lease_slot_count=lease_slot_count,
+        reset=reset,
+    )
 
 
 def migrations() -> list[tuple[int, str, str]]:

@@ -229,23 +229,40 @@ class ClientCore:
         lease_slot_count: int = 8,
         reset: bool = False,
     ) -> None:
-        """Make the storage schema ready; ``reset=True`` deletes every job, DLQ entry and
-        queue setting first."""
-        await self.prepare_queue_storage_schema(
-            schema=schema, queue_slot_count=queue_slot_count, lease_slot_count=lease_slot_count
+        """Install the queue-storage engine into ``schema`` (migrating first).
+
+        ``reset=True`` empties it: in the default schema ``awa``, which the migrations own,
+        every job, DLQ entry and queue setting is deleted; another schema is rebuilt.
+        """
+        await self._install_queue_storage(
+            schema, queue_slot_count, lease_slot_count, reset=reset and schema != "awa"
         )
-        if reset:
+        if reset and schema == "awa":
             await (await self._engine()).reset()
 
     async def prepare_queue_storage_schema(
         self, *, schema: str = "awa", queue_slot_count: int = 16, lease_slot_count: int = 8
     ) -> None:
-        """Validate the storage layout and bring the schema up to date."""
+        """Build the queue-storage tables in ``schema`` ahead of a storage transition
+        (idempotent)."""
+        await self._install_queue_storage(schema, queue_slot_count, lease_slot_count, reset=False)
+
+    async def _install_queue_storage(
+        self, schema: str, queue_slot_count: int, lease_slot_count: int, *, reset: bool
+    ) -> None:
         if not isinstance(schema, str) or not schema.isidentifier():
             raise ValidationError("schema", f"must be a plain SQL identifier, got {schema!r}")
         _positive("queue_slot_count", queue_slot_count)
         _positive("lease_slot_count", lease_slot_count)
-        await self.migrate()
+        if self._closed:
+            raise DatabaseError(CLOSED)
+        await bootstrap.install_queue_storage(
+            self._url,
+            schema,
+            queue_slot_count=queue_slot_count,
+            lease_slot_count=lease_slot_count,
+            reset=reset,
+        )
 
     async def storage_status(self) -> str:
         """The storage transition status as pretty-printed JSON."""

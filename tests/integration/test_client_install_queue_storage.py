@@ -1,0 +1,61 @@
+"""``install_queue_storage`` / ``prepare_queue_storage_schema`` build the engine for real."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import psycopg
+import pytest
+
+import awa
+from awa import AsyncClient
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+
+@pytest.fixture
+async def client(database_url: str) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(database_url) as c:
+        yield c
+
+
+def _tables(url: str, schema: str) -> set[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+            (schema,),
+        ).fetchall()
+    return {name for (name,) in rows}
+
+
+async def test_install_into_another_schema_and_rebuild_it(
+    client: AsyncClient, database_url: str
+) -> None:
+    await client.install_queue_storage(schema="awa_side", queue_slot_count=4, lease_slot_count=2)
+    tables = _tables(database_url, "awa_side")
+    assert {"ready_entries", "claims", "deferred_jobs"} <= tables
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE awa_side.marker (x int)")
+    # idempotent without reset: the marker survives
+    await client.prepare_queue_storage_schema(schema="awa_side", queue_slot_count=4)
+    assert "marker" in _tables(database_url, "awa_side")
+    await client.install_queue_storage(schema="awa_side", queue_slot_count=4, reset=True)
+    rebuilt = _tables(database_url, "awa_side")
+    assert "marker" not in rebuilt and "ready_entries" in rebuilt
+
+
+async def test_reset_of_the_default_schema_empties_it(client: AsyncClient) -> None:
+    await client.migrate()
+    job = await client.insert({"n": 1}, kind="keep_me")
+    await client.pause_queue("default")
+    await client.install_queue_storage(reset=True)
+    with pytest.raises(awa.AwaError, match="job not found"):
+        await client.get_job(job.id)
+    assert await client.queue_stats() == []
+
+
+async def test_bad_layouts_are_refused_before_anything_is_written(client: AsyncClient) -> None:
+    with pytest.raises(awa.ValidationError, match="schema"):
+        await client.install_queue_storage(schema="no; drop")
+    with pytest.raises((ValueError, awa.ValidationError), match="queue_slot_count"):
+        await client.install_queue_storage(schema="awa_x", queue_slot_count=0)

@@ -38,6 +38,29 @@ LIVE_STATES = frozenset({JobState.Running, JobState.WaitingExternal})
 DEFERRED = frozenset({JobState.Scheduled, JobState.Retryable})
 CANCEL_CHANNEL = "awa:cancel"
 
+#: Statements whose rows nobody reads: in pipeline mode they are queued without waiting
+#: for the server.
+_NO_ROWS = frozenset(
+    {
+        "ensure_claim_heads",
+        "insert_ready",
+        "copy_ready",
+        "copy_deferred",
+        "insert_deferred",
+        "insert_done",
+        "insert_deletion_markers",
+        "insert_dlq",
+        "unique_release",
+        "add_counts",
+        "add_completions",
+        "notify",
+        "advance_cursors",
+        "delete_leases",
+        "upsert_lease",
+        "prune_completions",
+    }
+)
+
 _RECORDSET = (
     "job_id bigint, kind text, queue text, args jsonb, priority smallint, attempt smallint, "
     "max_attempts smallint, run_at timestamptz, heartbeat_at timestamptz, "
@@ -206,15 +229,26 @@ class QueueStorageBase:
 
     # ---------------------------------------------------------------- connections
     @asynccontextmanager
-    async def _tx(self) -> AsyncIterator[DictConnection]:
+    async def _tx(self, *, pipeline: bool = False) -> AsyncIterator[DictConnection]:
+        """One transaction on a pooled connection. With ``pipeline`` the statements are
+        sent in pipeline mode: ``BEGIN`` travels with the first statement, and everything
+        after the last read (cursor moves, counters, notifications) with ``COMMIT``."""
         if self._closed:
             raise DatabaseError("the queue-storage engine is closed")
-        async with self._pool.connection() as conn, conn.transaction():
-            yield conn
+        async with self._pool.connection() as conn:
+            if pipeline:
+                async with conn.pipeline(), conn.transaction():
+                    yield conn
+            else:
+                async with conn.transaction():
+                    yield conn
 
     async def _exec(self, conn: DictConnection, name: str, **params: Any) -> list[dict[str, Any]]:
         cur = await conn.execute(self._q[name].encode(), params)
-        if cur.description is None:
+        if name in _NO_ROWS:
+            return []
+        # In pipeline mode the result is not there yet (pgresult is None): fetching waits.
+        if cur.pgresult is not None and cur.description is None:
             return []
         return list(await cur.fetchall())
 

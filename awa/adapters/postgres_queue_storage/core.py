@@ -239,11 +239,7 @@ class CoreOps(QueueStorageBase):
         # Integer microseconds, so the database ages exactly like PriorityAging.
         aging_us = 0 if aging_interval is None else aging_interval // timedelta(microseconds=1)
         deadline_at = None if deadline is None else now + deadline
-        async with translated_errors(), self._tx() as conn:
-            cur = await conn.execute("SELECT paused FROM awa.queue_meta WHERE queue = %s", (queue,))
-            meta = await cur.fetchone()
-            if meta is not None and meta["paused"]:
-                return []
+        async with translated_errors(), self._tx(pipeline=True) as conn:
             taken = await self._exec(
                 conn,
                 "claim",
@@ -279,7 +275,7 @@ class CoreOps(QueueStorageBase):
     async def complete(self, leases: Sequence[RunLease]) -> list[Ack]:
         if not leases:
             return []
-        async with translated_errors(), self._tx() as conn:
+        async with translated_errors(), self._tx(pipeline=True) as conn:
             writes = Writes(self._clock.now())
             open_rows = await self._exec(
                 conn,

@@ -176,8 +176,8 @@ SELECT pg_notify(channel, payload)
 FROM unnest(%(channels)s::text[], %(payloads)s::text[]) AS i(channel, payload)
 
 -- name: claim
--- Lock the lane heads nobody else is claiming from and take the best unclaimed rows of
--- their windows (lane_seq >= cursor). A window appended in (run_at, job id) order is
+-- Unless the queue is paused, lock the lane heads nobody else is claiming from and take
+-- the best unclaimed rows of their windows (lane_seq >= cursor). A window appended in (run_at, job id) order is
 -- walked along the lane index and stops after `limit` rows; only a window that still
 -- holds an out-of-order row is sorted. Within one lane the aged priority only improves
 -- with age, so each lane's first `limit` rows by (run_at, job id) contain the answer.
@@ -190,6 +190,9 @@ WITH heads AS (
     FROM {s}.claim_heads h
     JOIN {s}.lanes l USING (queue, priority, shard)
     WHERE h.queue = %(queue)s
+      -- a paused queue hands out nothing
+      AND NOT EXISTS (
+          SELECT 1 FROM awa.queue_meta m WHERE m.queue = %(queue)s AND m.paused)
     ORDER BY h.priority, h.shard
     FOR UPDATE OF h SKIP LOCKED
 ), picked AS (

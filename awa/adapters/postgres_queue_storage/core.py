@@ -263,12 +263,14 @@ class CoreOps(QueueStorageBase):
             changes = []
             for row in taken:
                 job = job_from_row(row)
-                before = attrs.evolve(job, state=JobState.Available)
-                writes.move(before, job)
                 if job.unique_key is not None:
-                    changes.append((before, job))
+                    changes.append((attrs.evolve(job, state=JobState.Available), job))
                 claims.append(Claim(job=job, lease=job.lease, deadline_at=deadline_at))
-            await self._unique(conn, changes)
+            # Every claimed job moved from available to running in this queue.
+            writes.counts[(queue, JobState.Available.sql_name)] -= len(taken)
+            writes.counts[(queue, JobState.Running.sql_name)] += len(taken)
+            if changes:
+                await self._unique(conn, changes)
             await self._flush(conn, writes)
         return claims
 
@@ -277,26 +279,35 @@ class CoreOps(QueueStorageBase):
             return []
         async with translated_errors(), self._tx(pipeline=True) as conn:
             writes = Writes(self._clock.now())
+            # Short attempts (no lease, no unique key) are found and closed in one
+            # statement; otherwise the snapshots are read before anything is closed.
             open_rows = await self._exec(
                 conn,
-                "open_attempts",
+                "complete_short",
+                now=writes.now,
                 ids=[lease.job_id for lease in leases],
                 leases=[lease.lease for lease in leases],
             )
             by_lease = {(r["job_id"], r["run_lease"]): r for r in open_rows}
-            wide = [r["job_id"] for r in open_rows if r["has_lease"] or r["unique_key"] is not None]
-            snapshots = await self._resolve(conn, wide) if wide else {}
-            order = sorted(by_lease.values(), key=lambda r: (r["slot"], r["claim_id"]))
-            closed = await self._exec(
-                conn,
-                "close_claims",
-                now=writes.now,
-                slots=[r["slot"] for r in order],
-                claims=[r["claim_id"] for r in order],
-                queues=[r["queue"] for r in order],
-                outcomes=["moved" if r["has_lease"] else "completed" for r in order],
-            )
-            won = {r["claim_id"] for r in closed}
+            snapshots: dict[int, Resolved] = {}
+            if open_rows and open_rows[0]["short"]:
+                won = {r["claim_id"] for r in open_rows if r["closed"]}
+            else:
+                wide = [
+                    r["job_id"] for r in open_rows if r["has_lease"] or r["unique_key"] is not None
+                ]
+                snapshots = await self._resolve(conn, wide) if wide else {}
+                order = sorted(by_lease.values(), key=lambda r: (r["slot"], r["claim_id"]))
+                closed = await self._exec(
+                    conn,
+                    "close_claims",
+                    now=writes.now,
+                    slots=[r["slot"] for r in order],
+                    claims=[r["claim_id"] for r in order],
+                    queues=[r["queue"] for r in order],
+                    outcomes=["moved" if r["has_lease"] else "completed" for r in order],
+                )
+                won = {r["claim_id"] for r in closed}
             acks: list[Ack] = []
             seen: set[tuple[int, int]] = set()
             done: list[tuple[JobRecord, bytes | None]] = []

@@ -292,17 +292,34 @@ WHERE h.queue = t.queue AND h.priority = t.priority AND h.shard = t.shard
 -- name: snapshots
 SELECT * FROM {s}.jobs_resolved WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id
 
--- name: open_attempts
--- The live attempts among (job_id, run_lease) pairs: open receipts only.
-SELECT c.slot, c.claim_id, c.job_id, c.run_lease, c.queue,
-    (l.job_id IS NOT NULL) AS has_lease, coalesce(l.waiting, false) AS waiting,
-    r.unique_key, r.unique_states
-FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS i(job_id, run_lease)
-JOIN {s}.claims c ON c.job_id = i.job_id AND c.run_lease = i.run_lease
-JOIN {s}.ready_entries r ON r.slot = c.slot AND r.fact_id = c.ready_fact
-LEFT JOIN {s}.leases l ON l.job_id = c.job_id AND l.run_lease = c.run_lease
-WHERE NOT EXISTS (
-    SELECT 1 FROM {s}.closures x WHERE x.slot = c.slot AND x.claim_id = c.claim_id)
+-- name: complete_short
+-- The live attempts among (job_id, run_lease) pairs, and when none of them has a lease or
+-- a unique key (the common short attempt), their `completed` closures in the same
+-- statement; otherwise nothing is closed here and the caller reads the snapshots first.
+WITH open AS (
+    SELECT c.slot, c.claim_id, c.job_id, c.run_lease, c.queue,
+        (l.job_id IS NOT NULL) AS has_lease, coalesce(l.waiting, false) AS waiting,
+        r.unique_key, r.unique_states
+    FROM (SELECT DISTINCT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[])
+          AS i(job_id, run_lease)) i
+    JOIN {s}.claims c ON c.job_id = i.job_id AND c.run_lease = i.run_lease
+    JOIN {s}.ready_entries r ON r.slot = c.slot AND r.fact_id = c.ready_fact
+    LEFT JOIN {s}.leases l ON l.job_id = c.job_id AND l.run_lease = c.run_lease
+    WHERE NOT EXISTS (
+        SELECT 1 FROM {s}.closures x WHERE x.slot = c.slot AND x.claim_id = c.claim_id)
+), closed AS (
+    INSERT INTO {s}.closures (slot, claim_id, fact_id, queue, outcome, finalized_at)
+    SELECT slot, claim_id, nextval('{s}.fact_seq'), queue, 'completed', %(now)s
+    FROM open
+    WHERE NOT EXISTS (SELECT 1 FROM open w WHERE w.has_lease OR w.unique_key IS NOT NULL)
+    ORDER BY slot, claim_id
+    ON CONFLICT DO NOTHING
+    RETURNING claim_id
+)
+SELECT o.*, (o.claim_id IN (SELECT claim_id FROM closed)) AS closed,
+    NOT EXISTS (SELECT 1 FROM open w WHERE w.has_lease OR w.unique_key IS NOT NULL)
+        AS short
+FROM open o
 
 -- name: close_claims
 -- The closure key (slot, claim_id) is the arbiter: of two racing finalisers exactly one

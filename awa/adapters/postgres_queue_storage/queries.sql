@@ -199,35 +199,48 @@ WITH heads AS (
     SELECT w.*
     FROM heads h
     CROSS JOIN LATERAL (
-        (SELECT r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard
-         FROM {s}.ready_entries r
-         WHERE NOT h.disordered
-           AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
-           AND r.lane_seq >= h.claim_seq AND r.run_at <= %(now)s
-           AND NOT EXISTS (
-               SELECT 1 FROM {s}.claims c WHERE c.slot = r.slot AND c.ready_fact = r.fact_id
+        (SELECT o.* FROM (
+             SELECT r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard,
+                 r.kind, r.queue, r.args, r.attempt, r.max_attempts, r.finalized_at,
+                 r.created_at, r.errors, r.metadata, r.tags, r.unique_key,
+                 r.unique_states, r.callback_id, r.callback_timeout_at, r.progress,
+                 r.lane_seq
+             FROM {s}.ready_entries r
+             WHERE NOT h.disordered
+               AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+               AND r.lane_seq >= h.claim_seq AND r.run_at <= %(now)s
+             ORDER BY r.lane_seq
+             OFFSET 0) o
+         WHERE NOT EXISTS (
+               SELECT 1 FROM {s}.claims c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
                OFFSET 0)
            AND NOT EXISTS (
                SELECT 1 FROM {s}.tombstones t
-               WHERE t.slot = r.slot AND t.ready_fact = r.fact_id OFFSET 0)
-         ORDER BY r.lane_seq
+               WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)
+         ORDER BY o.lane_seq
          LIMIT %(limit)s)
         UNION ALL
-        (SELECT r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard
-         FROM {s}.ready_entries r
-         WHERE h.disordered
-           AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
-           AND r.lane_seq >= h.claim_seq AND r.run_at <= %(now)s
-           AND NOT EXISTS (
-               SELECT 1 FROM {s}.claims c WHERE c.slot = r.slot AND c.ready_fact = r.fact_id)
+        (SELECT o.* FROM (
+             SELECT r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard,
+                 r.kind, r.queue, r.args, r.attempt, r.max_attempts, r.finalized_at,
+                 r.created_at, r.errors, r.metadata, r.tags, r.unique_key,
+                 r.unique_states, r.callback_id, r.callback_timeout_at, r.progress,
+                 r.lane_seq
+             FROM {s}.ready_entries r
+             WHERE h.disordered
+               AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+               AND r.lane_seq >= h.claim_seq AND r.run_at <= %(now)s
+             OFFSET 0) o
+         WHERE NOT EXISTS (
+               SELECT 1 FROM {s}.claims c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id)
            AND NOT EXISTS (
                SELECT 1 FROM {s}.tombstones t
-               WHERE t.slot = r.slot AND t.ready_fact = r.fact_id)
-         ORDER BY r.run_at, r.job_id
+               WHERE t.slot = o.slot AND t.ready_fact = o.fact_id)
+         ORDER BY o.run_at, o.job_id
          LIMIT %(limit)s)
     ) w
 ), candidates AS (
-    SELECT p.slot, p.fact_id, p.job_id, p.run_at, p.run_lease, p.priority, p.shard,
+    SELECT p.*,
         CASE WHEN %(aging_us)s::bigint > 0 AND %(now)s::timestamptz > p.run_at
             THEN greatest(1, p.priority - div(
                 extract(epoch FROM %(now)s::timestamptz - p.run_at) * 1000000,
@@ -245,17 +258,16 @@ WITH heads AS (
     RETURNING slot, ready_fact, job_id
 )
 -- The claimed snapshots, exactly as the job_facts view resolves an open receipt without
--- a lease, so the claimer needs no second read.
+-- a lease, so the claimer needs no second read (the walk already carried the bodies).
 SELECT i.slot, i.ready_fact, i.job_id, c.priority, c.shard,
-    r.job_id AS id, r.kind, r.queue, r.args, 'running' AS state, r.priority,
-    (r.attempt + 1)::smallint AS attempt, r.max_attempts, r.run_at,
+    c.job_id AS id, c.kind, c.queue, c.args, 'running' AS state, c.priority,
+    (c.attempt + 1)::smallint AS attempt, c.max_attempts, c.run_at,
     %(now)s::timestamptz AS heartbeat_at, %(deadline_at)s::timestamptz AS deadline_at,
-    %(now)s::timestamptz AS attempted_at, r.finalized_at, r.created_at, r.errors,
-    r.metadata, r.tags, r.unique_key, r.unique_states, r.callback_id,
-    r.callback_timeout_at, r.run_lease + 1 AS run_lease, r.progress
+    %(now)s::timestamptz AS attempted_at, c.finalized_at, c.created_at, c.errors,
+    c.metadata, c.tags, c.unique_key, c.unique_states, c.callback_id,
+    c.callback_timeout_at, c.run_lease + 1 AS run_lease, c.progress
 FROM inserted i
 JOIN candidates c ON c.slot = i.slot AND c.fact_id = i.ready_fact
-JOIN {s}.ready_entries r ON r.slot = i.slot AND r.fact_id = i.ready_fact
 ORDER BY c.effective, c.run_at, c.job_id
 
 -- name: advance_cursors

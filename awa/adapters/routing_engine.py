@@ -8,7 +8,9 @@ between them by the transition state:
   takes a shared lock that every transition step takes exclusively), so an insert lands in
   the engine the state names when it commits;
 * claims use a state cached for ``refresh_interval`` seconds: canonical until finalize
-  (first, to drain it), queue storage from ``mixed_transition`` on;
+  (first, to drain it), queue storage from ``mixed_transition`` on. Once the cache is
+  older than that, the claim path starts a re-read in the background and keeps using the
+  cached state until it lands (one round trip later), so no claim waits on it;
 * a mutation of an attempt goes to the engine the attempt was claimed from (remembered per
   job id; otherwise looked up by id, which both engines share);
 * maintenance reads the state afresh and runs on every engine the state keeps alive, and
@@ -18,6 +20,8 @@ between them by the transition state:
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -62,6 +66,8 @@ TRANSITION_SCHEMA_VERSION = 200
 
 #: How long a claim loop trusts the cached state before reading it again.
 DEFAULT_REFRESH_INTERVAL = 1.0
+
+log = logging.getLogger("awa.adapters.routing_engine")
 
 Owner = Literal["canonical", "queue_storage"]
 T = TypeVar("T")
@@ -125,6 +131,7 @@ class TransitionRoutingEngine:
         self._queue_storage: dict[str, QueueStorageEngine] = {}
         self._status: TransitionStatus | None = None
         self._status_read_at = 0.0
+        self._refreshing: asyncio.Task[None] | None = None
         self._role = TransitionRole.AUTO
         # Which engine each attempt claimed here came from, until the attempt closes.
         self._owners: dict[int, Owner] = {}
@@ -206,6 +213,26 @@ class TransitionRoutingEngine:
             self._status, self._status_read_at = status, now
             return status
         return self._status
+
+    async def _hot_status(self) -> TransitionStatus:
+        """The status for the claim and completion paths: the cached one, re-read in the
+        background once older than the refresh interval (waits only when nothing is cached
+        yet or the interval is zero)."""
+        status = self._status
+        if status is None or self._refresh_interval <= 0:
+            return await self.status()
+        if time.monotonic() - self._status_read_at >= self._refresh_interval and (
+            self._refreshing is None or self._refreshing.done()
+        ):
+            self._refreshing = asyncio.get_running_loop().create_task(self._refresh_status())
+        return status
+
+    async def _refresh_status(self) -> None:
+        try:
+            await self.status(max_age=0.0)
+        except Exception:
+            # The next claim past the interval tries again; until then the cache stands.
+            log.debug("background transition status refresh failed", exc_info=True)
 
     def _engine(self, owner: Owner, status: TransitionStatus) -> StorageEngine:
         if owner == "canonical":
@@ -365,7 +392,7 @@ class TransitionRoutingEngine:
     ) -> list[Claim]:
         if limit <= 0:
             return []
-        status = await self.status()
+        status = await self._hot_status()
         claims: list[Claim] = []
         if claims_canonical(status.state, self._role):
             for claim in await self._canonical.claim(
@@ -409,7 +436,7 @@ class TransitionRoutingEngine:
         closes: bool,
     ) -> T:
         owner = (await self._owners_of([lease.job_id]))[lease.job_id]
-        status = await self.status()
+        status = await self._hot_status()
         try:
             return await call(self._engine(owner, status))
         finally:
@@ -426,7 +453,7 @@ class TransitionRoutingEngine:
         if not leases:
             return []
         owners = await self._owners_of([lease.job_id for lease in leases])
-        status = await self.status()
+        status = await self._hot_status()
         groups: dict[Owner, list[int]] = {}
         for index, lease in enumerate(leases):
             groups.setdefault(owners[lease.job_id], []).append(index)
@@ -756,6 +783,10 @@ class TransitionRoutingEngine:
         if self._closed:
             return
         self._closed = True
+        refreshing, self._refreshing = self._refreshing, None
+        if refreshing is not None and not refreshing.done():
+            refreshing.cancel()
+            await asyncio.wait([refreshing])
         for engine in self._queue_storage.values():
             # Marks them closed without closing the shared pool twice.
             engine._closed = True

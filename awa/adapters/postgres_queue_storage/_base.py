@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import attrs
+from psycopg import AsyncCursor
+from psycopg.rows import DictRow
 from psycopg_pool import AsyncConnectionPool
 
 from awa.adapters._pg.pool import DictConnection
@@ -34,6 +36,9 @@ from awa.domain.states import (
 )
 from awa.ports.clock import Clock
 
+#: The queues asked for and the cursor their ``enqueue_shards`` come back on.
+ShardRead = tuple[list[str], "AsyncCursor[DictRow]"]
+
 LIVE_STATES = frozenset({JobState.Running, JobState.WaitingExternal})
 DEFERRED = frozenset({JobState.Scheduled, JobState.Retryable})
 CANCEL_CHANNEL = "awa:cancel"
@@ -42,7 +47,6 @@ CANCEL_CHANNEL = "awa:cancel"
 #: for the server.
 _NO_ROWS = frozenset(
     {
-        "ensure_claim_heads",
         "insert_ready",
         "copy_ready",
         "copy_deferred",
@@ -336,14 +340,23 @@ class QueueStorageBase:
     def _shard_count(self, queue: str) -> int:
         return self._shards.get(queue, 1)
 
-    async def _load_shards(self, conn: DictConnection, queues: Iterable[str]) -> None:
+    async def _send_shards(self, conn: DictConnection, queues: Iterable[str]) -> ShardRead:
+        """Ask for the queues' ``enqueue_shards``; in pipeline mode this travels with the
+        next statement and :meth:`_take_shards` collects the answer."""
         wanted = sorted(set(queues))
         cur = await conn.execute(
             "SELECT queue, enqueue_shards FROM awa.queue_meta WHERE queue = ANY(%s)", (wanted,)
         )
+        return wanted, cur
+
+    async def _take_shards(self, read: ShardRead) -> None:
+        wanted, cur = read
         found = {row["queue"]: int(row["enqueue_shards"]) for row in await cur.fetchall()}
         for queue in wanted:
             self._shards[queue] = found.get(queue, 1)
+
+    async def _load_shards(self, conn: DictConnection, queues: Iterable[str]) -> None:
+        await self._take_shards(await self._send_shards(conn, queues))
 
     def _pick_shard(self, queue: str, ordering_key: bytes | None) -> int:
         shards = self._shard_count(queue)
@@ -354,12 +367,19 @@ class QueueStorageBase:
         return turn % shards
 
     async def _reserve(
-        self, conn: DictConnection, ready: Sequence[tuple[JobRecord, bytes | None]]
+        self,
+        conn: DictConnection,
+        ready: Sequence[tuple[JobRecord, bytes | None]],
+        *,
+        shards: ShardRead | None = None,
     ) -> list[tuple[int, int]]:
         """Pick each available job's shard and reserve its lane positions (lock order:
         ``lanes`` rows, then ``claim_heads`` rows, both sorted). Returns ``(shard,
-        lane_seq)`` per job, in input order."""
-        await self._load_shards(conn, (job.queue for job, _ in ready))
+        lane_seq)`` per job, in input order. ``shards`` is a shard read already sent."""
+        if shards is None:
+            await self._load_shards(conn, (job.queue for job, _ in ready))
+        else:
+            await self._take_shards(shards)
         lanes = [(job.queue, job.priority, self._pick_shard(job.queue, key)) for job, key in ready]
         wanted = Counter(lanes)
         order = sorted(wanted)
@@ -386,13 +406,6 @@ class QueueStorageBase:
             - wanted[(r["queue"], r["priority"], r["shard"])]
             for r in ends
         }
-        await self._exec(
-            conn,
-            "ensure_claim_heads",
-            queues=[lane[0] for lane in order],
-            priorities=[lane[1] for lane in order],
-            shards=[lane[2] for lane in order],
-        )
         placed = []
         for lane in lanes:
             placed.append((lane[2], nxt[lane]))
@@ -403,13 +416,16 @@ class QueueStorageBase:
         self,
         conn: DictConnection,
         items: Sequence[tuple[JobRecord, bytes | None]],
+        *,
+        shards: ShardRead | None = None,
     ) -> None:
-        """Append each snapshot to the plane its state lives in."""
+        """Append each snapshot to the plane its state lives in. ``shards`` is a shard
+        read already sent for the available ones."""
         ready = [(job, key) for job, key in items if job.state == JobState.Available]
         deferred = [row_json(job, key) for job, key in items if job.state in DEFERRED]
         done = [row_json(job, key) for job, key in items if job.state in TERMINAL_STATES]
         if ready:
-            seqs = await self._reserve(conn, ready)
+            seqs = await self._reserve(conn, ready, shards=shards)
             rows = [
                 row_json(job, key, shard=shard, lane_seq=seq)
                 for (job, key), (shard, seq) in zip(ready, seqs, strict=True)

@@ -100,13 +100,19 @@ class CoreOps(QueueStorageBase):
 
     async def _insert(self, conn: DictConnection, specs: Sequence[JobSpec]) -> list[JobRecord]:
         writes = Writes(self._clock.now())
-        rows = await self._exec(conn, "next_job_ids", n=len(specs))
+        ids = await conn.execute(self._q["next_job_ids"].encode(), {"n": len(specs)})
+        # In pipeline mode the shard counts travel with the id reservation.
+        ready = [spec.queue for spec in specs if spec.run_at is None]
+        shards = await self._send_shards(conn, ready) if ready else None
+        rows = await ids.fetchall()
         records = [
             _new_record(row["id"], spec, writes.now) for row, spec in zip(rows, specs, strict=True)
         ]
         await self._unique(conn, [(None, job) for job in records])
         await self._place(
-            conn, [(job, spec.ordering_key) for job, spec in zip(records, specs, strict=True)]
+            conn,
+            [(job, spec.ordering_key) for job, spec in zip(records, specs, strict=True)],
+            shards=shards,
         )
         for job in records:
             writes.move(None, job)
@@ -122,7 +128,7 @@ class CoreOps(QueueStorageBase):
             return []
         async with translated_errors():
             if uow is None:
-                async with self._tx() as conn:
+                async with self._tx(pipeline=True) as conn:
                     return await self._insert(conn, specs)
             if not isinstance(uow, PgUnitOfWork) or uow.owner is not self:
                 raise DatabaseError("the unit of work does not belong to this engine")

@@ -5,13 +5,20 @@
 -- One upsert reserves sequence numbers for every lane of a batch; the row lock it takes
 -- is held to commit, so lane positions become visible in order. It also keeps the lane's
 -- tail order key (run_at, job id) and marks the last position of a batch that does not
--- extend the lane in that order (disorder_seq): claimers sort such windows.
+-- extend the lane in that order (disorder_seq): claimers sort such windows. A claim head
+-- is created for every new lane (no write when present); an unreferenced data-modifying
+-- CTE runs after the main statement, so the lock order (lanes, then claim_heads) holds.
 WITH i AS (
     SELECT * FROM unnest(
         %(queues)s::text[], %(priorities)s::smallint[], %(shards)s::int[],
         %(counts)s::bigint[], %(first_runs)s::timestamptz[], %(first_ids)s::bigint[],
         %(last_runs)s::timestamptz[], %(last_ids)s::bigint[], %(sorted)s::boolean[]
     ) AS i(q, p, sh, n, first_run, first_id, last_run, last_id, sorted)
+), heads AS (
+    INSERT INTO {s}.claim_heads (queue, priority, shard, claim_seq)
+    SELECT q, p, sh, 0 FROM i
+    ORDER BY q, p, sh
+    ON CONFLICT DO NOTHING
 )
 INSERT INTO {s}.lanes AS l (queue, priority, shard, next_seq, tail_run_at, tail_job_id,
     disorder_seq)
@@ -37,13 +44,6 @@ ON CONFLICT (queue, priority, shard) DO UPDATE SET
                     AND i.sh = EXCLUDED.shard)
         THEN l.next_seq + EXCLUDED.next_seq - 1 ELSE l.disorder_seq END
 RETURNING queue, priority, shard, next_seq
-
--- name: ensure_claim_heads
-INSERT INTO {s}.claim_heads (queue, priority, shard, claim_seq)
-SELECT q, p, sh, 0
-FROM unnest(%(queues)s::text[], %(priorities)s::smallint[], %(shards)s::int[]) AS i(q, p, sh)
-ORDER BY q, p, sh
-ON CONFLICT DO NOTHING
 
 -- name: next_job_ids
 SELECT nextval('awa.jobs_id_seq') AS id FROM generate_series(1, %(n)s) ORDER BY 1

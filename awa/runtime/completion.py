@@ -13,13 +13,15 @@ from awa.runtime.wake import Waker
 log = logging.getLogger("awa.runtime.completion")
 
 
-class _Pending:
-    __slots__ = ("ack", "done", "lease")
+class _Batch:
+    """Completions that will be flushed together; one event wakes all their callers."""
 
-    def __init__(self, lease: RunLease) -> None:
-        self.lease = lease
+    __slots__ = ("acks", "done", "leases")
+
+    def __init__(self) -> None:
+        self.leases: list[RunLease] = []
         self.done = anyio.Event()
-        self.ack: Ack | None = None
+        self.acks: list[Ack] = []
 
 
 class CompletionBatcher:
@@ -45,38 +47,43 @@ class CompletionBatcher:
         self._flush_interval = flush_interval
         self._retry_delay = retry_delay
         self._max_retry_delay = max_retry_delay
-        self._queue: list[_Pending] = []
+        # Filling batches, oldest first; only the last one takes new completions.
+        self._batches: list[_Batch] = []
         self._wake = Waker()
         self.flushes = 0
         self.healthy = True
 
     @property
     def pending(self) -> int:
-        return len(self._queue)
+        return sum(len(batch.leases) for batch in self._batches)
 
     async def complete(self, lease: RunLease) -> Ack:
         """Queue a completion and wait for its acknowledgement."""
-        pending = _Pending(lease)
-        self._queue.append(pending)
+        batches = self._batches
+        if not batches or len(batches[-1].leases) >= self._batch_size:
+            batches.append(_Batch())
+        batch = batches[-1]
+        index = len(batch.leases)
+        batch.leases.append(lease)
         self._wake.wake()
-        await pending.done.wait()
-        assert pending.ack is not None
-        return pending.ack
+        await batch.done.wait()
+        return batch.acks[index]
 
     async def run(self) -> None:
         """Flush forever; cancel it only once no caller waits on :meth:`complete`."""
         while True:
-            if not self._queue:
+            if not self._batches:
                 await self._wake.wait(1.0)
                 continue
-            if len(self._queue) < self._batch_size and self._flush_interval > 0:
+            if len(self._batches[0].leases) < self._batch_size and self._flush_interval > 0:
                 await anyio.sleep(self._flush_interval)
-            batch = self._queue[: self._batch_size]
-            del self._queue[: self._batch_size]
-            acks = await self._flush([p.lease for p in batch])
-            for pending, ack in zip(batch, acks, strict=True):
-                pending.ack = ack
-                pending.done.set()
+            # Detached before flushing: completions arriving meanwhile start the next batch.
+            batch = self._batches.pop(0)
+            acks = await self._flush(batch.leases)
+            if len(acks) != len(batch.leases):
+                raise RuntimeError("the engine acknowledged a different number of completions")
+            batch.acks = acks
+            batch.done.set()
 
     async def _flush(self, leases: list[RunLease]) -> list[Ack]:
         delay = self._retry_delay

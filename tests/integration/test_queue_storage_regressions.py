@@ -14,6 +14,7 @@ import pytest
 from awa.adapters.clock import ManualClock
 from awa.adapters.inmemory import InMemoryEngine
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
+from awa.domain.errors import UniqueConflict
 from awa.domain.job import JobSpec, QueueCounts
 from awa.domain.states import JobState
 from awa.ports.storage import StorageEngine
@@ -125,3 +126,24 @@ async def test_old_completion_does_not_stand_in_for_a_retried_recent_one(
     assert real == await _counts(model, "alpha")
     assert real.completed_last_hour == 0
     assert real.counts[JobState.Completed] == 1
+
+
+async def test_unique_conflict_inside_a_unit_of_work_leaves_it_usable(
+    qs: QueueStorageEngine,
+) -> None:
+    """The batch that clashes inserts nothing, not even the keys it claimed before the
+    clash, and the caller's transaction goes on and commits."""
+    await qs.enqueue_many([JobSpec(kind="k", queue="q", unique_key=b"b" * 16)])
+    async with qs.transaction() as uow:
+        with pytest.raises(UniqueConflict):
+            await qs.enqueue_many(
+                [
+                    JobSpec(kind="k", queue="q", unique_key=b"a" * 16),
+                    JobSpec(kind="k", queue="q", unique_key=b"b" * 16),
+                ],
+                uow=uow,
+            )
+        # Key "a" was given back, so the same transaction can take it.
+        await qs.enqueue_many([JobSpec(kind="k", queue="q", unique_key=b"a" * 16)], uow=uow)
+    claimed = await qs.claim("q", limit=10)
+    assert sorted(bytes(c.job.unique_key or b"") for c in claimed) == [b"a" * 16, b"b" * 16]

@@ -331,6 +331,14 @@ class QueueStorageBase:
                         missing = bytes(key)
                         break
                     left[bytes(key)] -= 1
+                # Give back the keys this call did claim, so a caller's transaction is
+                # left as it was (enqueue inside a unit of work needs no savepoint).
+                await self._exec(
+                    conn,
+                    "unique_release",
+                    keys=[row["unique_key"] for row in got],
+                    ids=[row["job_id"] for row in got],
+                )
                 holder = await self._exec(conn, "unique_holder", key=missing)
                 raise UniqueConflict(
                     "a live job already holds this unique key",

@@ -134,9 +134,9 @@ class CoreOps(QueueStorageBase):
                 raise DatabaseError("the unit of work does not belong to this engine")
             if not uow.open:
                 raise DatabaseError("the unit of work is already closed")
-            # A savepoint keeps the caller's transaction usable after a unique conflict.
-            async with uow.conn.transaction():
-                return await self._insert(uow.conn, specs)
+            # No savepoint: validation ran above, and a unique conflict gives back the keys
+            # it claimed before raising, so the caller's transaction stays usable.
+            return await self._insert(uow.conn, specs)
 
     async def enqueue_many_copy(
         self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None

@@ -153,7 +153,7 @@ WHERE slot = ANY(%(slots)s::int[]) AND fact_id = ANY(%(facts)s::bigint[])
 INSERT INTO awa.job_unique_claims (unique_key, job_id)
 SELECT k, id FROM unnest(%(keys)s::bytea[], %(ids)s::bigint[]) AS i(k, id)
 ON CONFLICT (unique_key) DO NOTHING
-RETURNING unique_key
+RETURNING unique_key, job_id
 
 -- name: unique_holder
 SELECT job_id FROM awa.job_unique_claims WHERE unique_key = %(key)s

@@ -18,7 +18,6 @@ from psycopg.types.json import Jsonb
 
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
-from awa.adapters._pg.rows import job_from_row
 from awa.adapters.postgres_queue_storage._base import (
     LIVE_STATES,
     PgUnitOfWork,
@@ -28,7 +27,7 @@ from awa.adapters.postgres_queue_storage._base import (
 )
 from awa.domain.errors import CallbackNotFound, DatabaseError, UniqueConflict, ValidationError
 from awa.domain.job import Claim, JobRecord, JobSpec, RunLease, error_entry
-from awa.domain.states import JobState, mask_to_bitstring
+from awa.domain.states import JobState, bitstring_to_mask, mask_to_bitstring
 from awa.domain.validation import validate_spec
 from awa.ports.storage import Ack, Rescued, UnitOfWork
 
@@ -56,6 +55,38 @@ _STAGE_TYPES = (
     "int8",
     "text",
 )
+
+
+def _claimed_job(row: dict[str, Any]) -> JobRecord:
+    """The running snapshot a claim statement returns, built directly: the column types
+    are fixed by the statement, so the generic row converter's checks are not needed."""
+    key = row["unique_key"]
+    states = row["unique_states"]
+    return JobRecord(
+        id=row["id"],
+        kind=row["kind"],
+        queue=row["queue"],
+        args=row["args"],
+        state=JobState.Running,
+        priority=row["priority"],
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        run_at=row["run_at"],
+        created_at=row["created_at"],
+        heartbeat_at=row["heartbeat_at"],
+        deadline_at=row["deadline_at"],
+        attempted_at=row["attempted_at"],
+        finalized_at=row["finalized_at"],
+        errors=tuple(row["errors"] or ()),
+        metadata=row["metadata"] if row["metadata"] is not None else {},
+        tags=tuple(row["tags"] or ()),
+        unique_key=None if key is None else bytes(key),
+        unique_states=None if states is None else bitstring_to_mask(states),
+        callback_id=row["callback_id"],
+        callback_timeout_at=row["callback_timeout_at"],
+        run_lease=row["run_lease"],
+        progress=row["progress"],
+    )
 
 
 def _ack(applied: bool) -> Ack:
@@ -268,7 +299,7 @@ class CoreOps(QueueStorageBase):
             claims = []
             changes = []
             for row in taken:
-                job = job_from_row(row)
+                job = _claimed_job(row)
                 if job.unique_key is not None:
                     changes.append((attrs.evolve(job, state=JobState.Available), job))
                 claims.append(Claim(job=job, lease=job.lease, deadline_at=deadline_at))

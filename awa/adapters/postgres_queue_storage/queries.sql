@@ -190,6 +190,9 @@ WITH heads AS (
     FROM {s}.claim_heads h
     JOIN {s}.lanes l USING (queue, priority, shard)
     WHERE h.queue = %(queue)s
+      -- A lane with nothing appended past its cursor is not locked: any ready row this
+      -- statement can see was committed together with a lanes.next_seq above it.
+      AND l.next_seq > h.claim_seq
       -- a paused queue hands out nothing
       AND NOT EXISTS (
           SELECT 1 FROM awa.queue_meta m WHERE m.queue = %(queue)s AND m.paused)

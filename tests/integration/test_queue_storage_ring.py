@@ -15,6 +15,7 @@ from awa.adapters.postgres_queue_storage import QueueStorageEngine, install_queu
 from awa.domain.job import JobSpec
 from awa.domain.policies import Backoff
 from awa.domain.states import JobState
+from awa.ports.storage import Ack
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -147,10 +148,29 @@ async def test_prune_carries_young_failed_jobs_forward(engine: QueueStorageEngin
     (claim,) = await engine.claim(QUEUE, limit=1)
     await engine.fail(claim.lease, error="boom")
     assert await engine.rotate_queue_ring() == "rotated"
-    # The sealed slot holds only terminal history: the young failed job moves forward.
-    await engine.enqueue_many([JobSpec(kind="filler", queue="other")])
+    # A sealed slot is kept until the ring wraps around to it (4 slots here).
+    assert await engine.prune_oldest() == "idle"
+    for _ in range(2):
+        await engine.enqueue_many([JobSpec(kind="filler", queue="other")])
+        assert await engine.rotate_queue_ring() == "rotated"
+    assert (await engine.get_job(job.id)) is not None
+    # Its slot is next: it holds only terminal history, so the young failed job moves forward.
     assert await engine.prune_oldest() == "pruned"
     kept = await engine.get_job(job.id)
     assert kept is not None and kept.state == JobState.Failed
     retried = await engine.retry_job(job.id)
     assert retried is not None and retried.state == JobState.Available
+
+
+async def test_completed_history_stays_readable_until_the_ring_wraps(
+    engine: QueueStorageEngine,
+) -> None:
+    (job,) = await engine.enqueue_many([JobSpec(kind="done", queue=QUEUE)])
+    (claim,) = await engine.claim(QUEUE, limit=1)
+    assert await engine.complete([claim.lease]) == [Ack.APPLIED]
+    for _ in range(2):
+        assert await engine.rotate_queue_ring() == "rotated"
+        assert await engine.prune_oldest() == "idle"
+        await engine.enqueue_many([JobSpec(kind="filler", queue="other")])
+    kept = await engine.get_job(job.id)
+    assert kept is not None and kept.state == JobState.Completed

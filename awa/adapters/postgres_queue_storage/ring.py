@@ -83,9 +83,10 @@ class RingOps(QueueStorageBase):
         return await self.prune_oldest(failed_retention=failed_retention)
 
     async def prune_oldest(self, *, failed_retention: timedelta = DEFAULT_FAILED_RETENTION) -> str:
-        """Truncate the oldest sealed slot once nothing live refers to it.
+        """Truncate the oldest sealed slot (the one the next rotation enters) once nothing
+        live refers to it.
 
-        Returns ``pruned``, ``idle`` (no sealed slot holds rows), ``blocked`` (live work
+        Returns ``pruned``, ``idle`` (that slot holds no rows), ``blocked`` (live work
         or a lock held by a running transaction) or ``skipped_locked``. Failed jobs younger
         than ``failed_retention`` are carried forward into the current slot first.
         """
@@ -104,13 +105,11 @@ class RingOps(QueueStorageBase):
         if state is None:
             return "skipped_locked"
         current, count = int(state["current_slot"]), int(state["slot_count"])
-        target = None
-        for step in range(1, count):
-            slot = (current + step) % count
-            if await self._slot_has_rows(conn, slot):
-                target = slot
-                break
-        if target is None:
+        # Only the slot the next rotation enters is reclaimed: it is the oldest in ring
+        # order, and waiting until the ring wraps to it keeps completed history readable for
+        # about slot_count x rotate interval instead of dropping each slot once sealed.
+        target = (current + 1) % count
+        if target == current or not await self._slot_has_rows(conn, target):
             return "idle"
         if await self._slot_is_live(conn, target):
             return "blocked"

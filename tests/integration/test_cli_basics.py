@@ -146,7 +146,7 @@ def test_echoed_target_has_no_password(database_url: str) -> None:
     assert result.exit_code == 0, result.stderr
     assert "s3cr3t-pw" not in result.stderr + result.stdout
     assert f"awa: database {redact_url(secret_url)}" in result.stderr
-    assert redact_url(secret_url).endswith(urlsplit(database_url).path)
+    assert urlsplit(redact_url(secret_url)).path == urlsplit(database_url).path
 
 
 def test_health_reports_unmigrated_then_ready(database_url: str) -> None:

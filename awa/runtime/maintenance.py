@@ -17,9 +17,6 @@ from awa.runtime.inflight import InFlight
 log = logging.getLogger("awa.runtime.maintenance")
 
 _CLEANUP_ROUNDS = 10
-# Prune at most this many sealed slots per ring tick, so a backlog of prunable slots
-# (e.g. after a leader change) is worked off without starving the other duties.
-_PRUNES_PER_TICK = 4
 
 
 class _Duty:
@@ -144,15 +141,12 @@ class MaintenanceLeader:
         self._flag_local(await self._engine.rescue_expired_callbacks())
 
     async def _ring(self) -> None:
-        """Rotate the ring, then reclaim sealed slots until one is not prunable yet."""
+        """Reclaim the slot the ring rotates into next (when it is safe), then rotate."""
         assert isinstance(self._engine, RingMaintenance)
+        pruned = await self._engine.prune(failed_retention=self._config.failed_retention)
+        self.ring_outcomes[pruned] = self.ring_outcomes.get(pruned, 0) + 1
         rotated = await self._engine.rotate()
         self.ring_outcomes[rotated] = self.ring_outcomes.get(rotated, 0) + 1
-        for _ in range(_PRUNES_PER_TICK):
-            pruned = await self._engine.prune(failed_retention=self._config.failed_retention)
-            self.ring_outcomes[pruned] = self.ring_outcomes.get(pruned, 0) + 1
-            if pruned != "pruned":
-                break
 
     async def _cleanup(self) -> None:
         c = self._config

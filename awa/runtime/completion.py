@@ -24,13 +24,29 @@ class _Batch:
         self.acks: list[Ack] = []
 
 
+class Ticket:
+    """A queued completion; :meth:`wait` returns its acknowledgement."""
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: _Batch, index: int) -> None:
+        self._batch = batch
+        self._index = index
+
+    async def wait(self) -> Ack:
+        await self._batch.done.wait()
+        return self._batch.acks[self._index]
+
+
 class CompletionBatcher:
     """Collects completions and flushes them together.
 
     A flush happens when ``batch_size`` completions are waiting or ``flush_interval``
-    seconds after the first one arrived. :meth:`complete` returns only once the flush
-    carrying its lease was acknowledged, so callers can free the handler's permit then.
-    A failed flush is retried (with a capped backoff) and never dropped.
+    seconds after the first one arrived. :meth:`submit` queues a completion once fewer
+    than ``max_backlog`` completions are unacknowledged (so a slow database pushes back
+    on the handlers) and returns a :class:`Ticket`; the attempt stays live until the
+    ticket's flush is acknowledged. A failed flush is retried (with a capped backoff)
+    and never dropped.
     """
 
     def __init__(
@@ -41,9 +57,13 @@ class CompletionBatcher:
         flush_interval: float = 0.001,
         retry_delay: float = 0.05,
         max_retry_delay: float = 2.0,
+        max_backlog: int | None = None,
     ) -> None:
         self._engine = engine
         self._batch_size = batch_size
+        self._max_backlog = max(1, batch_size if max_backlog is None else max_backlog)
+        self._unacked = 0
+        self._room: anyio.Event | None = None
         self._flush_interval = flush_interval
         self._retry_delay = retry_delay
         self._max_retry_delay = max_retry_delay
@@ -57,17 +77,30 @@ class CompletionBatcher:
     def pending(self) -> int:
         return sum(len(batch.leases) for batch in self._batches)
 
-    async def complete(self, lease: RunLease) -> Ack:
-        """Queue a completion and wait for its acknowledgement."""
+    @property
+    def unacknowledged(self) -> int:
+        """Completions queued or being flushed, not yet acknowledged."""
+        return self._unacked
+
+    async def submit(self, lease: RunLease) -> Ticket:
+        """Queue a completion, first waiting while ``max_backlog`` are unacknowledged."""
+        while self._unacked >= self._max_backlog:
+            if self._room is None:
+                self._room = anyio.Event()
+            await self._room.wait()
         batches = self._batches
         if not batches or len(batches[-1].leases) >= self._batch_size:
             batches.append(_Batch())
         batch = batches[-1]
         index = len(batch.leases)
         batch.leases.append(lease)
+        self._unacked += 1
         self._wake.wake()
-        await batch.done.wait()
-        return batch.acks[index]
+        return Ticket(batch, index)
+
+    async def complete(self, lease: RunLease) -> Ack:
+        """Queue a completion and wait for its acknowledgement."""
+        return await (await self.submit(lease)).wait()
 
     async def run(self) -> None:
         """Flush forever; cancel it only once no caller waits on :meth:`complete`."""
@@ -83,7 +116,11 @@ class CompletionBatcher:
             if len(acks) != len(batch.leases):
                 raise RuntimeError("the engine acknowledged a different number of completions")
             batch.acks = acks
+            self._unacked -= len(batch.leases)
             batch.done.set()
+            if self._room is not None:
+                self._room.set()
+                self._room = None
 
     async def _flush(self, leases: list[RunLease]) -> list[Ack]:
         delay = self._retry_delay

@@ -47,6 +47,8 @@ class AttemptContext:
         self.queue = queue
         self.callback_poll_interval = callback_poll_interval
         self.cancel_scope: anyio.CancelScope | None = None
+        # Set once the handler's permit went back to its queue (see Runtime).
+        self.permit_returned = False
         self._cancelled = threading.Event()
         self._lock = threading.Lock()
         previous = claim.job.progress or {}

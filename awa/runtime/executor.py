@@ -37,8 +37,11 @@ _APPLY_ATTEMPTS = 5
 
 
 class Executor:
-    """Executes attempts. ``on_finished`` runs after the outcome is acknowledged (or
-    given up on), and is where the caller frees the handler's permit."""
+    """Executes attempts. ``on_handler_done`` runs once the handler has returned and no
+    longer needs its permit: for a successful attempt as soon as its completion is queued
+    in the batcher (the flush is then shared with other attempts while the permit already
+    runs the next job), otherwise after the outcome is recorded. ``on_finished`` runs
+    after the outcome is acknowledged (or given up on); the attempt is live until then."""
 
     def __init__(
         self,
@@ -48,12 +51,14 @@ class Executor:
         *,
         thread_limiter: anyio.CapacityLimiter,
         on_finished: Callable[[AttemptContext], None],
+        on_handler_done: Callable[[AttemptContext], None] | None = None,
     ) -> None:
         self._engine = engine
         self._handlers = handlers
         self._batcher = batcher
         self._limiter = thread_limiter
         self._on_finished = on_finished
+        self._on_handler_done = on_handler_done
 
     async def execute(self, context: AttemptContext) -> None:
         try:
@@ -140,7 +145,10 @@ class Executor:
         engine = self._engine
         match outcome:
             case Complete():
-                return await self._batcher.complete(lease)
+                ticket = await self._batcher.submit(lease)
+                if self._on_handler_done is not None:
+                    self._on_handler_done(context)
+                return await ticket.wait()
             case RetryAfterOutcome(delay=delay, error=error):
                 return await engine.retry(lease, error=error, delay=delay)
             case RetryWithBackoff(error=error):

@@ -210,6 +210,7 @@ class Runtime:
             self.batcher,
             thread_limiter=anyio.CapacityLimiter(threads),
             on_finished=self._finished,
+            on_handler_done=self._return_permit,
         )
         self._running = True
         try:
@@ -289,9 +290,16 @@ class Runtime:
             await slot.ready.wait()
             current = slot.context
 
+    def _return_permit(self, context: AttemptContext) -> None:
+        """The handler is done: its permit may run the next job. The attempt stays in
+        flight (heartbeated, awaited by shutdown) until its outcome is acknowledged."""
+        if not context.permit_returned:
+            context.permit_returned = True
+            self.permits.release(context.queue, 1)
+
     def _finished(self, context: AttemptContext) -> None:
         self.inflight.remove(context)
-        self.permits.release(context.queue, 1)
+        self._return_permit(context)
         self._drained.wake()
 
     # ------------------------------------------------------------------ health

@@ -17,6 +17,7 @@ from awa.domain.job import RunLease
 from awa.domain.states import JobState
 from awa.ports.storage import Ack
 from awa.runtime import AttemptContext, HandlerRegistry
+from awa.runtime.completion import CompletionBatcher
 from tests.unit.test_runtime_support import (
     enqueue,
     fast_config,
@@ -72,6 +73,11 @@ async def test_async_and_sync_handlers_run_and_sync_does_not_block_the_loop() ->
 
 async def _state_is(engine: Any, job_id: int, state: JobState) -> bool:
     return (await job(engine, job_id)).state == state
+
+
+async def _claims(engine: Any, count: int) -> list[Any]:
+    await enqueue(engine, "k", count)
+    return list(await engine.claim("default", limit=count))
 
 
 def _completed(engine: Any, job_id: int) -> Callable[[], Awaitable[bool]]:
@@ -219,7 +225,7 @@ async def test_completions_are_batched() -> None:
     assert counts["default"].count(JobState.Completed) == 200
 
 
-async def test_permit_is_released_only_after_the_flush_is_acknowledged() -> None:
+async def test_permit_returns_when_the_completion_is_queued_and_the_attempt_stays_live() -> None:
     engine = make_engine()
     gate = anyio.Event()
     original = engine.complete
@@ -238,14 +244,51 @@ async def test_permit_is_released_only_after_the_flush_is_acknowledged() -> None
     handlers.register("k", handler)
     async with running(engine, handlers, fast_config(handlers, [("default", 1)])) as runtime:
         first, second = await enqueue(engine, "k", 2)
-        await wait_until(lambda: started)
-        await anyio.sleep(0.1)
-        assert started == [first.id]
-        assert runtime.health().queues["default"].in_flight == 1
-        assert runtime.health().queues["default"].available == 0
-        gate.set()
+        # One permit: the second handler runs while the first completion is unflushed.
         await wait_until(lambda: started == [first.id, second.id])
+        # Both attempts are still live (heartbeated, awaited by shutdown) and running.
+        assert {c.lease.job_id for c in runtime.inflight.snapshot()} == {first.id, second.id}
+        assert runtime.batcher.unacknowledged == 2
+        assert await _state_is(engine, first.id, JobState.Running)
+        gate.set()
         await wait_until(lambda: _state_is(engine, second.id, JobState.Completed))
+        await wait_until(lambda: len(runtime.inflight) == 0)
+        assert await _state_is(engine, first.id, JobState.Completed)
+
+
+async def test_completion_backlog_pushes_back_on_handlers() -> None:
+    engine = make_engine()
+    gate = anyio.Event()
+    original = engine.complete
+
+    async def gated(leases: Sequence[RunLease]) -> list[Ack]:
+        await gate.wait()
+        return await original(leases)
+
+    engine.complete = gated  # type: ignore[method-assign]
+    batcher = CompletionBatcher(engine, batch_size=2, flush_interval=0.0)
+    [a, b, c] = [claim.lease for claim in await _claims(engine, 3)]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(batcher.run)
+        first = await batcher.submit(a)
+        second = await batcher.submit(b)
+        queued: list[RunLease] = []
+
+        async def third() -> None:
+            await batcher.submit(c)
+            queued.append(c)
+
+        tg.start_soon(third)
+        await anyio.sleep(0.05)
+        # Two unacknowledged completions fill the backlog: the third waits for room.
+        assert queued == []
+        assert batcher.unacknowledged == 2
+        gate.set()
+        assert await first.wait() is Ack.APPLIED
+        assert await second.wait() is Ack.APPLIED
+        await wait_until(lambda: queued == [c])
+        await wait_until(lambda: batcher.unacknowledged == 0)
+        tg.cancel_scope.cancel()
 
 
 async def test_hard_reserved_cap_is_never_exceeded() -> None:

@@ -288,13 +288,17 @@ class CoreOps(QueueStorageBase):
             )
             if not taken:
                 return []
-            await self._exec(
-                conn,
-                "advance_cursors",
-                queues=[queue] * len(taken),
-                priorities=[r["priority"] for r in taken],
-                shards=[r["shard"] for r in taken],
-            )
+            # The claim moved the cursors of ordered lanes itself; sorted windows are
+            # moved over their claimed prefix here.
+            sorted_lanes = [r for r in taken if r["disordered"]]
+            if sorted_lanes:
+                await self._exec(
+                    conn,
+                    "advance_cursors",
+                    queues=[queue] * len(sorted_lanes),
+                    priorities=[r["priority"] for r in sorted_lanes],
+                    shards=[r["shard"] for r in sorted_lanes],
+                )
             writes = Writes(now)
             claims = []
             changes = []

@@ -184,6 +184,11 @@ FROM unnest(%(channels)s::text[], %(payloads)s::text[]) AS i(channel, payload)
 -- Aging uses integer microseconds, exactly like the Python PriorityAging. On the walk,
 -- OFFSET 0 keeps each NOT EXISTS a per-row index probe (the planner would otherwise
 -- build a join against a whole partition when its statistics are stale).
+-- The same statement moves the cursor of every ordered lane it took rows from: there the
+-- rows taken are a prefix of the lane's unclaimed rows in lane order (a lane has one
+-- priority, its window is in (run_at, job id) order and aging only favours older rows),
+-- so every row below the last one taken is claimed or tombstoned. Sorted (disordered)
+-- windows are left to advance_cursors.
 WITH heads AS (
     SELECT h.queue, h.priority, h.shard, h.claim_seq,
         (l.disorder_seq >= h.claim_seq) AS disordered
@@ -199,7 +204,7 @@ WITH heads AS (
     ORDER BY h.priority, h.shard
     FOR UPDATE OF h SKIP LOCKED
 ), picked AS (
-    SELECT w.*
+    SELECT w.*, h.disordered
     FROM heads h
     CROSS JOIN LATERAL (
         (SELECT o.* FROM (
@@ -259,6 +264,14 @@ WITH heads AS (
         %(deadline_at)s
     FROM (SELECT * FROM candidates ORDER BY effective, run_at, job_id) ordered
     RETURNING slot, ready_fact, job_id
+), advanced AS (
+    UPDATE {s}.claim_heads h SET claim_seq = a.next_seq
+    FROM (SELECT c.priority, c.shard, max(c.lane_seq) + 1 AS next_seq
+          FROM candidates c
+          WHERE NOT c.disordered
+          GROUP BY c.priority, c.shard) a
+    WHERE h.queue = %(queue)s AND h.priority = a.priority AND h.shard = a.shard
+      AND a.next_seq > h.claim_seq
 )
 -- The claimed snapshots, exactly as the job_facts view resolves an open receipt without
 -- a lease, so the claimer needs no second read (the walk already carried the bodies).
@@ -268,7 +281,7 @@ SELECT i.slot, i.ready_fact, i.job_id, c.priority, c.shard,
     %(now)s::timestamptz AS heartbeat_at, %(deadline_at)s::timestamptz AS deadline_at,
     %(now)s::timestamptz AS attempted_at, c.finalized_at, c.created_at, c.errors,
     c.metadata, c.tags, c.unique_key, c.unique_states, c.callback_id,
-    c.callback_timeout_at, c.run_lease + 1 AS run_lease, c.progress
+    c.callback_timeout_at, c.run_lease + 1 AS run_lease, c.progress, c.disordered
 FROM inserted i
 JOIN candidates c ON c.slot = i.slot AND c.fact_id = i.ready_fact
 ORDER BY c.effective, c.run_at, c.job_id

@@ -62,31 +62,33 @@ async def run(url: str, jobs: int, batch: int, statements: bool, profile: str) -
     timings = _time_statements() if statements else {}
     engine = await TransitionRoutingEngine.open(url, max_connections=4)
     await engine.bind_transition_role("auto")
-    claim_s = complete_s = 0.0
+    claim_s = complete_s = claim_cpu = complete_cpu = 0.0
     claimed = calls = 0
     try:
         with maybe_profile(profile):
             while True:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 claims = await engine.claim(QUEUE, limit=batch)
-                t1 = time.perf_counter()
+                t1, c1 = time.perf_counter(), time.process_time()
                 if not claims:
                     break
                 await engine.complete([c.lease for c in claims])
-                t2 = time.perf_counter()
+                t2, c2 = time.perf_counter(), time.process_time()
                 claim_s += t1 - t0
                 complete_s += t2 - t1
+                claim_cpu += c1 - c0
+                complete_cpu += c2 - c1
                 claimed += len(claims)
                 calls += 1
     finally:
         await engine.close()
     print(
         f"claim batch {batch}: {calls} calls, {1000 * claim_s / calls:.2f} ms/call, "
-        f"{claimed / claim_s:,.0f} jobs/s"
+        f"{claimed / claim_s:,.0f} jobs/s, client CPU {1e6 * claim_cpu / claimed:.0f} us/job"
     )
     print(
         f"completion flush {batch}: {calls} calls, {1000 * complete_s / calls:.2f} ms/call, "
-        f"{claimed / complete_s:,.0f} jobs/s"
+        f"{claimed / complete_s:,.0f} jobs/s, client CPU {1e6 * complete_cpu / claimed:.0f} us/job"
     )
     print(f"claim + complete, serial: {claimed / (claim_s + complete_s):,.0f} jobs/s")
     for name, values in sorted(timings.items(), key=lambda kv: -sum(kv[1])):

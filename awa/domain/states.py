@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 
 from awa.domain.errors import IllegalTransition
 
@@ -152,6 +153,7 @@ def mask_to_bitstring(mask: int) -> str:
     return "".join("1" if mask & (1 << i) else "0" for i in range(8))
 
 
+@functools.lru_cache(maxsize=512)
 def bitstring_to_mask(bits: str) -> int:
     if len(bits) != 8 or set(bits) - {"0", "1"}:
         raise ValueError(f"expected an 8-character bit string, got {bits!r}")

@@ -97,9 +97,14 @@ def rebuild_args(args_type: type[Any] | None, data: Any) -> Any:
     if callable(validate):
         return validate(data)
     if dataclasses.is_dataclass(args_type):
-        names = {f.name for f in dataclasses.fields(args_type) if f.init}
+        names = _init_fields(args_type)
         return args_type(**{k: v for k, v in data.items() if k in names})
     return data
+
+
+@functools.lru_cache(maxsize=1024)
+def _init_fields(args_type: type[Any]) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(args_type) if f.init)
 
 
 _NAIVE_FORMATS = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import anyio
 
@@ -13,13 +14,18 @@ from awa.runtime.wake import Waker
 log = logging.getLogger("awa.runtime.completion")
 
 
-class _Batch:
-    """Completions that will be flushed together; one event wakes all their callers."""
+OnAck = Callable[[Ack], None]
 
-    __slots__ = ("acks", "done", "leases")
+
+class _Batch:
+    """Completions that will be flushed together; one event wakes all their waiters and
+    the callbacks of the others run right after the flush."""
+
+    __slots__ = ("acks", "callbacks", "done", "leases")
 
     def __init__(self) -> None:
         self.leases: list[RunLease] = []
+        self.callbacks: list[OnAck | None] = []
         self.done = anyio.Event()
         self.acks: list[Ack] = []
 
@@ -82,21 +88,30 @@ class CompletionBatcher:
         """Completions queued or being flushed, not yet acknowledged."""
         return self._unacked
 
-    async def submit(self, lease: RunLease) -> Ticket:
-        """Queue a completion, first waiting while ``max_backlog`` are unacknowledged."""
-        while self._unacked >= self._max_backlog:
-            if self._room is None:
-                self._room = anyio.Event()
-            await self._room.wait()
+    def try_submit(self, lease: RunLease, on_ack: OnAck | None = None) -> Ticket | None:
+        """Queue a completion if the backlog has room (without waiting); else ``None``."""
+        if self._unacked >= self._max_backlog:
+            return None
         batches = self._batches
         if not batches or len(batches[-1].leases) >= self._batch_size:
             batches.append(_Batch())
         batch = batches[-1]
         index = len(batch.leases)
         batch.leases.append(lease)
+        batch.callbacks.append(on_ack)
         self._unacked += 1
         self._wake.wake()
         return Ticket(batch, index)
+
+    async def submit(self, lease: RunLease, on_ack: OnAck | None = None) -> Ticket:
+        """Queue a completion, first waiting while ``max_backlog`` are unacknowledged.
+        ``on_ack`` (if given) is called with the acknowledgement right after the flush,
+        so the caller need not keep a task waiting on the ticket."""
+        while (ticket := self.try_submit(lease, on_ack)) is None:
+            if self._room is None:
+                self._room = anyio.Event()
+            await self._room.wait()
+        return ticket
 
     async def complete(self, lease: RunLease) -> Ack:
         """Queue a completion and wait for its acknowledgement."""
@@ -118,6 +133,12 @@ class CompletionBatcher:
             batch.acks = acks
             self._unacked -= len(batch.leases)
             batch.done.set()
+            for callback, ack in zip(batch.callbacks, acks, strict=True):
+                if callback is not None:
+                    try:
+                        callback(ack)
+                    except Exception:
+                        log.exception("completion callback failed")
             if self._room is not None:
                 self._room.set()
                 self._room = None

@@ -49,7 +49,9 @@ class AttemptContext:
         self.cancel_scope: anyio.CancelScope | None = None
         # Set once the handler's permit went back to its queue (see Runtime).
         self.permit_returned = False
-        self._cancelled = threading.Event()
+        # A plain flag: set from any thread (the cancel listener, shutdown), read by the
+        # handler; assigning a bool is atomic.
+        self._cancelled = False
         self._lock = threading.Lock()
         previous = claim.job.progress or {}
         self._progress: dict[str, Any] = {
@@ -77,10 +79,10 @@ class AttemptContext:
     # ------------------------------------------------------------------ cancellation
     def is_cancelled(self) -> bool:
         """True once the attempt was cancelled, rescued or the runtime is shutting down."""
-        return self._cancelled.is_set()
+        return self._cancelled
 
     def request_cancel(self) -> None:
-        self._cancelled.set()
+        self._cancelled = True
 
     # ------------------------------------------------------------------ progress
     def set_progress(self, percent: int, message: str | None = None) -> None:

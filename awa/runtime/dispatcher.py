@@ -25,6 +25,10 @@ Spawn = Callable[[str, Claim], None]
 RELEASE_ON_STOP_ERROR = "worker shutting down"
 _RESUBSCRIBE_MIN = 0.5
 _RESUBSCRIBE_MAX = 30.0
+# While jobs are waiting, permits come back one handler at a time. A claim costs about the
+# same for one job as for a batch, so a loop holding only a few permits lets more come back
+# for this long before it claims (once per claim; never while the queue is idle).
+_GATHER_SECONDS = 0.001
 
 
 def queue_channel(queue: str) -> str:
@@ -69,6 +73,8 @@ class QueueDispatcher:
         self.claim_calls = 0
         self.last_claim_ok: bool = True
         self.last_loop_at: float | None = None
+        # The last claim filled every permit it had: more jobs are probably waiting.
+        self._backlogged = False
         permits.add_listener(self.queue, self.wake)
 
     @property
@@ -154,6 +160,11 @@ class QueueDispatcher:
                 await waker.wait(min(self._poll_interval, self._bucket.seconds_until_token()))
                 return
         granted = self._permits.try_reserve(self.queue, wanted)
+        if 0 < granted < wanted and self._backlogged:
+            capacity = self._permits.in_flight(self.queue) + self._permits.available(self.queue)
+            if granted < min(wanted, capacity // 2):
+                await anyio.sleep(_GATHER_SECONDS)
+                granted += self._permits.try_reserve(self.queue, wanted - granted)
         if self._bucket is not None:
             self._bucket.refund(wanted - granted)
         if granted == 0:
@@ -170,11 +181,13 @@ class QueueDispatcher:
             )
         except Exception:
             self.last_claim_ok = False
+            self._backlogged = False
             self._give_back(granted)
             log.warning("queue %s: claim failed", self.queue, exc_info=True)
             await waker.wait(self._poll_interval)
             return
         self.last_claim_ok = True
+        self._backlogged = len(claims) == granted
         self._give_back(granted - len(claims))
         if self._permits.weighted:
             self._permits.set_demand(self.queue, len(claims) == granted)

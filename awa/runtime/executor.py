@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -39,9 +40,10 @@ _APPLY_ATTEMPTS = 5
 class Executor:
     """Executes attempts. ``on_handler_done`` runs once the handler has returned and no
     longer needs its permit: for a successful attempt as soon as its completion is queued
-    in the batcher (the flush is then shared with other attempts while the permit already
-    runs the next job), otherwise after the outcome is recorded. ``on_finished`` runs
-    after the outcome is acknowledged (or given up on); the attempt is live until then."""
+    in the batcher (the flush is then shared with other attempts while the permit and the
+    task already run the next job), otherwise after the outcome is recorded.
+    ``on_finished`` runs after the outcome is acknowledged (or given up on); the attempt is
+    live until then. For a completion it is called by the batcher right after its flush."""
 
     def __init__(
         self,
@@ -61,13 +63,33 @@ class Executor:
         self._on_handler_done = on_handler_done
 
     async def execute(self, context: AttemptContext) -> None:
+        handed_over = False
         try:
             outcome = await self._run_handler(context)
-            if outcome is not None:
+            if isinstance(outcome, Complete):
+                on_ack = functools.partial(self._completed, context)
+                if self._batcher.try_submit(context.lease, on_ack) is None:
+                    with anyio.CancelScope(shield=True):
+                        await self._batcher.submit(context.lease, on_ack)
+                handed_over = True
+                if self._on_handler_done is not None:
+                    self._on_handler_done(context)
+            elif outcome is not None:
                 with anyio.CancelScope(shield=True):
                     await self._finalize(context, outcome)
         finally:
-            self._on_finished(context)
+            if not handed_over:
+                self._on_finished(context)
+
+    def _completed(self, context: AttemptContext, ack: Ack) -> None:
+        """The batcher acknowledged this attempt's completion: it is over."""
+        if ack is Ack.STALE:
+            log.debug(
+                "job %s: Complete ignored, run lease %s is stale",
+                context.lease.job_id,
+                context.lease.lease,
+            )
+        self._on_finished(context)
 
     async def _run_handler(self, context: AttemptContext) -> Outcome | _Release | None:
         """The outcome to record, or ``None`` when the attempt is no longer ours."""
@@ -109,12 +131,11 @@ class Executor:
         return result
 
     async def _finalize(self, context: AttemptContext, outcome: Outcome | _Release) -> None:
-        if not isinstance(outcome, Complete):
-            # Progress survives retries, so persist what the handler buffered first.
-            try:
-                await context.flush_progress()
-            except Exception:
-                log.debug("job %s: progress flush before finalize failed", context.lease.job_id)
+        # Progress survives retries, so persist what the handler buffered first.
+        try:
+            await context.flush_progress()
+        except Exception:
+            log.debug("job %s: progress flush before finalize failed", context.lease.job_id)
         delay = 0.05
         for attempt in range(_APPLY_ATTEMPTS):
             try:
@@ -144,11 +165,6 @@ class Executor:
         lease = context.lease
         engine = self._engine
         match outcome:
-            case Complete():
-                ticket = await self._batcher.submit(lease)
-                if self._on_handler_done is not None:
-                    self._on_handler_done(context)
-                return await ticket.wait()
             case RetryAfterOutcome(delay=delay, error=error):
                 return await engine.retry(lease, error=error, delay=delay)
             case RetryWithBackoff(error=error):

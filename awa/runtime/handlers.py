@@ -40,10 +40,11 @@ class HandlerEntry:
     queue: str
     handler: Handler
     job_factory: JobFactory = context_job_factory
+    # Decided once at registration, not per attempt.
+    is_async: bool = attrs.field(init=False)
 
-    @property
-    def is_async(self) -> bool:
-        return is_async_callable(self.handler)
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "is_async", is_async_callable(self.handler))
 
 
 class HandlerRegistry:

@@ -174,3 +174,55 @@ async def test_completed_history_stays_readable_until_the_ring_wraps(
         await engine.enqueue_many([JobSpec(kind="filler", queue="other")])
     kept = await engine.get_job(job.id)
     assert kept is not None and kept.state == JobState.Completed
+
+
+async def test_late_completion_after_rescue_and_prune_changes_nothing(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    """A worker completes by the receipt it remembers from its claim. If the attempt was
+    finalised elsewhere and its slot truncated meanwhile, the late completion is stale and
+    writes nothing (the receipt is gone, so no closure lands in the reused slot)."""
+    other = await QueueStorageEngine.open(
+        database_url, clock=SystemClock(), backoff=Backoff(), schema="qs_ring"
+    )
+    try:
+        (job,) = await engine.enqueue_many([JobSpec(kind="slow", queue=QUEUE)])
+        (claim,) = await engine.claim(QUEUE, limit=1)
+        cancelled = await other.cancel_job(job.id)
+        assert cancelled is not None and cancelled.state == JobState.Cancelled
+        # Wrap the ring until the claim's slot has been truncated (4 slots).
+        outcomes: Counter[str] = Counter()
+        for _ in range(4):
+            await other.enqueue_many([JobSpec(kind="filler", queue="other")])
+            (filler,) = await other.claim("other", limit=1)
+            await other.complete([filler.lease])
+            outcomes[await other.rotate_queue_ring()] += 1
+            outcomes[await other.prune_oldest()] += 1
+        assert outcomes["pruned"] >= 1, outcomes
+        assert await other.get_job(job.id) is None
+        before = await _counts(database_url)
+        assert await engine.complete([claim.lease]) == [Ack.STALE]
+        assert await _counts(database_url) == before
+        assert await other.get_job(job.id) is None
+    finally:
+        await other.close()
+
+
+async def test_completion_by_remembered_receipt_is_applied_once(
+    engine: QueueStorageEngine,
+) -> None:
+    jobs = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(3)])
+    claims = await engine.claim(QUEUE, limit=3)
+    # The middle attempt heartbeats (it has a lease row), so it takes the general path.
+    await engine.heartbeat([claims[1].lease])
+    leases = [c.lease for c in claims]
+    assert await engine.complete([*leases, leases[0]]) == [
+        Ack.APPLIED,
+        Ack.APPLIED,
+        Ack.APPLIED,
+        Ack.STALE,
+    ]
+    assert await engine.complete(leases) == [Ack.STALE] * 3
+    for job in jobs:
+        done = await engine.get_job(job.id)
+        assert done is not None and done.state == JobState.Completed

@@ -228,6 +228,12 @@ class QueueStorageBase:
         }
         self._rotor: dict[str, int] = {}
         self._shards: dict[str, int] = {}
+        # Receipts this engine took itself, for attempts without a unique key:
+        # (job_id, run_lease) -> (slot, claim_id, queue). A completion of one of them is
+        # closed by its receipt key without looking the job up (see complete_receipts).
+        # An entry left behind by an attempt finalised elsewhere is harmless: the closure
+        # key and the receipt check decide, the entry only saves a lookup.
+        self._receipts: dict[tuple[int, int], tuple[int, int, str]] = {}
         self._stage_seq = 0
         self._closed = False
 

@@ -7,6 +7,7 @@ the receipt and appends the job's next snapshot where its new state lives.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -87,6 +88,10 @@ def _claimed_job(row: dict[str, Any]) -> JobRecord:
         run_lease=row["run_lease"],
         progress=row["progress"],
     )
+
+
+# Receipts remembered for completion by key; beyond this the oldest half is forgotten.
+_RECEIPT_CACHE_LIMIT = 200_000
 
 
 def _ack(applied: bool) -> Ack:
@@ -302,10 +307,17 @@ class CoreOps(QueueStorageBase):
             writes = Writes(now)
             claims = []
             changes = []
+            receipts = self._receipts
+            if len(receipts) + len(taken) > _RECEIPT_CACHE_LIMIT:
+                # Oldest first: those attempts finished (or were rescued) long ago.
+                for key in list(itertools.islice(receipts, len(receipts) // 2)):
+                    del receipts[key]
             for row in taken:
                 job = _claimed_job(row)
                 if job.unique_key is not None:
                     changes.append((attrs.evolve(job, state=JobState.Available), job))
+                else:
+                    receipts[(job.id, job.run_lease)] = (row["slot"], row["claim_id"], queue)
                 claims.append(Claim(job=job, lease=job.lease, deadline_at=deadline_at))
             # Every claimed job moved from available to running in this queue.
             writes.counts[(queue, JobState.Available.sql_name)] -= len(taken)
@@ -318,6 +330,55 @@ class CoreOps(QueueStorageBase):
     async def complete(self, leases: Sequence[RunLease]) -> list[Ack]:
         if not leases:
             return []
+        receipts = self._receipts
+        known: dict[tuple[int, int], tuple[int, int, str]] = {}
+        for lease in leases:
+            key = (lease.job_id, lease.lease)
+            found = receipts.pop(key, None)
+            if found is not None:
+                known[key] = found
+        if not known:
+            return await self._complete_by_lookup(leases)
+        async with translated_errors(), self._tx(pipeline=True) as conn:
+            writes = Writes(self._clock.now())
+            keys = list(known)
+            rows = await self._exec(
+                conn,
+                "complete_receipts",
+                now=writes.now,
+                ids=[k[0] for k in keys],
+                leases=[k[1] for k in keys],
+                slots=[known[k][0] for k in keys],
+                claims=[known[k][1] for k in keys],
+                queues=[known[k][2] for k in keys],
+            )
+            closed = {r["claim_id"] for r in rows if r["claim_id"] is not None}
+            leased = {r["leased"] for r in rows if r["leased"] is not None}
+            acks: dict[tuple[int, int], Ack] = {}
+            for key, (_, claim_id, queue) in known.items():
+                if claim_id in closed:
+                    acks[key] = Ack.APPLIED
+                    writes.counts[(queue, JobState.Running.sql_name)] -= 1
+                    writes.counts[(queue, JobState.Completed.sql_name)] += 1
+                    writes.completed(queue, writes.now, 1)
+                elif key[0] not in leased:
+                    acks[key] = Ack.STALE
+            await self._flush(conn, writes)
+        rest = [lease for lease in leases if (lease.job_id, lease.lease) not in acks]
+        by_lookup = iter(await self._complete_by_lookup(rest)) if rest else iter(())
+        out: list[Ack] = []
+        answered: set[tuple[int, int]] = set()
+        for lease in leases:
+            key = (lease.job_id, lease.lease)
+            if key in acks:
+                # A lease listed twice is applied once; the repeat is stale.
+                out.append(acks[key] if key not in answered else Ack.STALE)
+                answered.add(key)
+            else:
+                out.append(next(by_lookup))
+        return out
+
+    async def _complete_by_lookup(self, leases: Sequence[RunLease]) -> list[Ack]:
         async with translated_errors(), self._tx(pipeline=True) as conn:
             writes = Writes(self._clock.now())
             # Short attempts (no lease, no unique key) are found and closed in one
@@ -397,6 +458,8 @@ class CoreOps(QueueStorageBase):
     ) -> Ack:
         """Guarded change of one live attempt: ``decide`` returns the next snapshot and,
         when the job goes to the DLQ, the reason."""
+        # The attempt leaves the short path: its completion (if any) is looked up.
+        self._receipts.pop((lease.job_id, lease.lease), None)
         async with translated_errors(), self._tx() as conn:
             writes = Writes(self._clock.now())
             found = (await self._resolve(conn, [lease.job_id])).get(lease.job_id)

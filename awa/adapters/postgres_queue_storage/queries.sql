@@ -263,7 +263,7 @@ WITH heads AS (
     SELECT slot, nextval('{s}.fact_seq'), fact_id, job_id, run_lease + 1, %(queue)s, %(now)s,
         %(deadline_at)s
     FROM (SELECT * FROM candidates ORDER BY effective, run_at, job_id) ordered
-    RETURNING slot, ready_fact, job_id
+    RETURNING slot, claim_id, ready_fact, job_id
 ), advanced AS (
     UPDATE {s}.claim_heads h SET claim_seq = a.next_seq
     FROM (SELECT c.priority, c.shard, max(c.lane_seq) + 1 AS next_seq
@@ -275,7 +275,7 @@ WITH heads AS (
 )
 -- The claimed snapshots, exactly as the job_facts view resolves an open receipt without
 -- a lease, so the claimer needs no second read (the walk already carried the bodies).
-SELECT i.slot, i.ready_fact, i.job_id, c.priority, c.shard,
+SELECT i.slot, i.claim_id, i.ready_fact, i.job_id, c.priority, c.shard,
     c.job_id AS id, c.kind, c.queue, c.args, 'running' AS state, c.priority,
     (c.attempt + 1)::smallint AS attempt, c.max_attempts, c.run_at,
     %(now)s::timestamptz AS heartbeat_at, %(deadline_at)s::timestamptz AS deadline_at,
@@ -348,6 +348,35 @@ SELECT o.*, (o.claim_id IN (SELECT claim_id FROM closed)) AS closed,
     NOT EXISTS (SELECT 1 FROM open w WHERE w.has_lease OR w.unique_key IS NOT NULL)
         AS short
 FROM open o
+
+-- name: complete_receipts
+-- Completion of attempts whose receipt (slot, claim_id) this process took itself and
+-- that carry no unique key: no lookup by job id. An attempt with a lease row is left to
+-- the general path (reported in `leased`). The receipt must still exist (a slot pruned
+-- after a rescue never takes a closure), and the closure key arbitrates racing
+-- finalisers exactly as in close_claims.
+WITH i AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(slots)s::int[],
+        %(claims)s::bigint[], %(queues)s::text[]) AS i(job_id, run_lease, slot, claim_id, queue)
+), leased AS (
+    SELECT i.job_id FROM i
+    WHERE EXISTS (SELECT 1 FROM {s}.leases l
+                  WHERE l.job_id = i.job_id AND l.run_lease = i.run_lease)
+), closed AS (
+    INSERT INTO {s}.closures (slot, claim_id, fact_id, queue, outcome, finalized_at)
+    SELECT i.slot, i.claim_id, nextval('{s}.fact_seq'), i.queue, 'completed', %(now)s
+    FROM i
+    WHERE i.job_id NOT IN (SELECT job_id FROM leased)
+      AND EXISTS (SELECT 1 FROM {s}.claims c
+                  WHERE c.slot = i.slot AND c.claim_id = i.claim_id
+                    AND c.job_id = i.job_id AND c.run_lease = i.run_lease)
+    ORDER BY i.slot, i.claim_id
+    ON CONFLICT DO NOTHING
+    RETURNING claim_id
+)
+SELECT claim_id, NULL::bigint AS leased FROM closed
+UNION ALL
+SELECT NULL, job_id FROM leased
 
 -- name: close_claims
 -- The closure key (slot, claim_id) is the arbiter: of two racing finalisers exactly one

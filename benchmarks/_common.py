@@ -67,3 +67,55 @@ def report(label: str, ops: int, started: float, **extra: Any) -> float:
     tail = "".join(f"  {k}={v}" for k, v in extra.items())
     print(f"{label}: {ops} in {elapsed:.3f}s = {rate:,.0f}/s{tail}", flush=True)
     return rate
+
+
+class CpuMeter:
+    """CPU seconds of this process and of the Postgres backends serving ``database``
+    (read from ``/proc``, so only when the server runs on this host; sampled every 50 ms
+    because backends may exit before the end)."""
+
+    def __init__(self, admin_url: str, database: str) -> None:
+        import resource
+        import threading
+
+        self._resource = resource
+        self._admin_url = admin_url
+        self._database = database
+        self._seen: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._base_self = 0.0
+        self._base_pg = 0.0
+
+    def _self_cpu(self) -> float:
+        usage = self._resource.getrusage(self._resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    def _sample(self) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        with psycopg.connect(self._admin_url, autocommit=True) as conn:
+            while not self._stop.is_set():
+                pids = conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = %s", (self._database,)
+                ).fetchall()
+                for (pid,) in pids:
+                    try:
+                        with open(f"/proc/{pid}/stat") as f:
+                            fields = f.read().rsplit(")", 1)[1].split()
+                        self._seen[pid] = (int(fields[11]) + int(fields[12])) / tick
+                    except (OSError, IndexError, ValueError):
+                        continue
+                self._stop.wait(0.05)
+
+    def start(self) -> None:
+        self._thread.start()
+        time.sleep(0.1)
+        self._base_self = self._self_cpu()
+        self._base_pg = sum(self._seen.values())
+
+    def stop(self) -> tuple[float, float]:
+        """(this process, Postgres backends) CPU seconds since :meth:`start`."""
+        used_self = self._self_cpu() - self._base_self
+        self._stop.set()
+        self._thread.join()
+        return used_self, sum(self._seen.values()) - self._base_pg

@@ -16,7 +16,14 @@ import time
 from dataclasses import dataclass
 
 import awa
-from benchmarks._common import drop_database, fresh_database, maybe_profile, parser, report
+from benchmarks._common import (
+    CpuMeter,
+    drop_database,
+    fresh_database,
+    maybe_profile,
+    parser,
+    report,
+)
 
 QUEUE = "bench"
 
@@ -34,7 +41,9 @@ async def _pending(stats: awa.AsyncClient) -> int:
     return 0
 
 
-async def run(url: str, jobs: int, slots: int, batch: int, profile: str) -> float:
+async def run(
+    url: str, jobs: int, slots: int, batch: int, profile: str, meter: CpuMeter | None = None
+) -> float:
     setup = awa.AsyncClient(url, max_connections=4)
     await setup.migrate()
 
@@ -62,6 +71,8 @@ async def run(url: str, jobs: int, slots: int, batch: int, profile: str) -> floa
         if done >= jobs:
             all_done.set()
 
+    if meter is not None:
+        meter.start()
     with maybe_profile(profile):
         started = time.perf_counter()
         await client.start(
@@ -72,6 +83,13 @@ async def run(url: str, jobs: int, slots: int, batch: int, profile: str) -> floa
         while await _pending(stats) > 0:
             await asyncio.sleep(0.02)
         rate = report("drain", jobs, started, slots=slots, claim_batch_size=batch)
+    if meter is not None:
+        worker_cpu, pg_cpu = meter.stop()
+        print(
+            f"cpu: worker {worker_cpu:.2f} s ({1e6 * worker_cpu / jobs:.0f} us/job), "
+            f"postgres backends {pg_cpu:.2f} s ({1e6 * pg_cpu / jobs:.0f} us/job)",
+            flush=True,
+        )
     await client.shutdown(timeout_ms=10000)
     await client.close()
     await stats.close()
@@ -87,7 +105,8 @@ def main() -> None:
     name = a.db or "awa_bench_drain"
     url = fresh_database(a.admin_url, name)
     try:
-        asyncio.run(run(url, a.jobs, a.slots, a.claim_batch_size, a.profile))
+        meter = CpuMeter(a.admin_url, name)
+        asyncio.run(run(url, a.jobs, a.slots, a.claim_batch_size, a.profile, meter))
     finally:
         drop_database(a.admin_url, name)
 

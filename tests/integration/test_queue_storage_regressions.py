@@ -147,3 +147,22 @@ async def test_unique_conflict_inside_a_unit_of_work_leaves_it_usable(
         await qs.enqueue_many([JobSpec(kind="k", queue="q", unique_key=b"a" * 16)], uow=uow)
     claimed = await qs.claim("q", limit=10)
     assert sorted(bytes(c.job.unique_key or b"") for c in claimed) == [b"a" * 16, b"b" * 16]
+
+
+async def test_a_lane_that_needs_sorting_is_claimed_in_order_then_walked_again(
+    qs: QueueStorageEngine, model: InMemoryEngine, clock: ManualClock
+) -> None:
+    """A promoted job with an older run_at lands behind newer rows of its lane: the claim
+    must notice the unordered window and take the oldest job first, and go back to the
+    ordered walk once the lane is consumed."""
+    for engine in (model, qs):
+        (fresh,) = await engine.enqueue_many([JobSpec(kind="k", queue="sort")])
+        (late,) = await engine.enqueue_many(
+            [JobSpec(kind="k", queue="sort", run_at=clock.now() - timedelta(hours=1))]
+        )
+        assert await engine.promote_due() == 1
+        first = await engine.claim("sort", limit=1)
+        second = await engine.claim("sort", limit=1)
+        assert [c.job.id for c in first + second] == [late.id, fresh.id]
+        (after,) = await engine.enqueue_many([JobSpec(kind="k", queue="sort")])
+        assert [c.job.id for c in await engine.claim("sort", limit=5)] == [after.id]

@@ -234,6 +234,8 @@ class QueueStorageBase:
         # An entry left behind by an attempt finalised elsewhere is harmless: the closure
         # key and the receipt check decide, the entry only saves a lookup.
         self._receipts: dict[tuple[int, int], tuple[int, int, str]] = {}
+        # Queues whose last claim met a lane window that must be sorted (claim_sorted).
+        self._sorting: set[str] = set()
         self._stage_seq = 0
         self._closed = False
 

@@ -281,16 +281,25 @@ class CoreOps(QueueStorageBase):
         # Integer microseconds, so the database ages exactly like PriorityAging.
         aging_us = 0 if aging_interval is None else aging_interval // timedelta(microseconds=1)
         deadline_at = None if deadline is None else now + deadline
+        params = {
+            "queue": queue,
+            "limit": limit,
+            "now": now,
+            "aging_us": aging_us,
+            "deadline_at": deadline_at,
+        }
         async with translated_errors(), self._tx(pipeline=True) as conn:
-            taken = await self._exec(
-                conn,
-                "claim",
-                queue=queue,
-                limit=limit,
-                now=now,
-                aging_us=aging_us,
-                deadline_at=deadline_at,
-            )
+            # The lean statement walks ordered windows only; once a queue has a window
+            # that needs sorting, the general one runs until no such lane is left.
+            sorting = queue in self._sorting
+            rows = await self._exec(conn, "claim_sorted" if sorting else "claim", **params)
+            if not sorting and rows and rows[0]["mixed"]:
+                rows = await self._exec(conn, "claim_sorted", **params)
+            if rows and rows[0]["mixed"]:
+                self._sorting.add(queue)
+            else:
+                self._sorting.discard(queue)
+            taken = [row for row in rows if row["id"] is not None]
             if not taken:
                 return []
             # The claim moved the cursors of ordered lanes itself; sorted windows are

@@ -176,6 +176,113 @@ SELECT pg_notify(channel, payload)
 FROM unnest(%(channels)s::text[], %(payloads)s::text[]) AS i(channel, payload)
 
 -- name: claim
+-- The common claim: only ordered windows are walked, so a third less of the ring is
+-- planned and locked. When a locked lane needs sorting it claims nothing and reports
+-- `mixed`; the engine then runs claim_sorted in the same transaction and keeps using it
+-- for the queue until a claim reports no such lane.
+-- Unless the queue is paused, lock the lane heads nobody else is claiming from and take
+-- the best unclaimed rows of their windows (lane_seq >= cursor). A window appended in (run_at, job id) order is
+-- walked along the lane index and stops after `limit` rows; only a window that still
+-- holds an out-of-order row is sorted. Within one lane the aged priority only improves
+-- with age, so each lane's first `limit` rows by (run_at, job id) contain the answer.
+-- Aging uses integer microseconds, exactly like the Python PriorityAging. On the walk,
+-- OFFSET 0 keeps each NOT EXISTS a per-row index probe (the planner would otherwise
+-- build a join against a whole partition when its statistics are stale).
+-- The same statement moves the cursor of every ordered lane it took rows from: there the
+-- rows taken are a prefix of the lane's unclaimed rows in lane order (a lane has one
+-- priority, its window is in (run_at, job id) order and aging only favours older rows),
+-- so every row below the last one taken is claimed or tombstoned. Sorted (disordered)
+-- windows are left to advance_cursors.
+WITH heads AS (
+    SELECT h.queue, h.priority, h.shard, h.claim_seq,
+        (l.disorder_seq >= h.claim_seq) AS disordered
+    FROM {s}.claim_heads h
+    JOIN {s}.lanes l USING (queue, priority, shard)
+    WHERE h.queue = %(queue)s
+      -- A lane with nothing appended past its cursor is not locked: any ready row this
+      -- statement can see was committed together with a lanes.next_seq above it.
+      AND l.next_seq > h.claim_seq
+      -- a paused queue hands out nothing
+      AND NOT EXISTS (
+          SELECT 1 FROM awa.queue_meta m WHERE m.queue = %(queue)s AND m.paused)
+    ORDER BY h.priority, h.shard
+    FOR UPDATE OF h SKIP LOCKED
+), picked AS (
+    SELECT w.*, h.disordered
+    FROM heads h
+    CROSS JOIN LATERAL (
+        (SELECT o.* FROM (
+             SELECT r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard,
+                 r.kind, r.queue, r.args, r.attempt, r.max_attempts, r.finalized_at,
+                 r.created_at, r.errors, r.metadata, r.tags, r.unique_key,
+                 r.unique_states, r.callback_id, r.callback_timeout_at, r.progress,
+                 r.lane_seq
+             FROM {s}.ready_entries r
+             WHERE NOT h.disordered
+               AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+               AND r.lane_seq >= h.claim_seq AND r.run_at <= %(now)s
+             ORDER BY r.lane_seq
+             OFFSET 0) o
+         WHERE NOT EXISTS (
+               SELECT 1 FROM {s}.claims c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
+               OFFSET 0)
+           AND NOT EXISTS (
+               SELECT 1 FROM {s}.tombstones t
+               WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)
+         ORDER BY o.lane_seq
+         LIMIT %(limit)s)
+    ) w
+), candidates AS (
+    SELECT p.*,
+        CASE WHEN %(aging_us)s::bigint > 0 AND %(now)s::timestamptz > p.run_at
+            THEN greatest(1, p.priority - div(
+                extract(epoch FROM %(now)s::timestamptz - p.run_at) * 1000000,
+                %(aging_us)s::bigint))
+            ELSE p.priority END AS effective
+    FROM picked p
+    WHERE NOT EXISTS (SELECT 1 FROM heads x WHERE x.disordered)
+    ORDER BY effective, p.run_at, p.job_id
+    LIMIT %(limit)s
+), inserted AS (
+    INSERT INTO {s}.claims (slot, claim_id, ready_fact, job_id, run_lease, queue, attempted_at,
+        deadline_at)
+    SELECT slot, nextval('{s}.fact_seq'), fact_id, job_id, run_lease + 1, %(queue)s, %(now)s,
+        %(deadline_at)s
+    FROM (SELECT * FROM candidates ORDER BY effective, run_at, job_id) ordered
+    RETURNING slot, claim_id, ready_fact, job_id
+), advanced AS (
+    UPDATE {s}.claim_heads h SET claim_seq = a.next_seq
+    FROM (SELECT c.priority, c.shard, max(c.lane_seq) + 1 AS next_seq
+          FROM candidates c
+          WHERE NOT c.disordered
+          GROUP BY c.priority, c.shard) a
+    WHERE h.queue = %(queue)s AND h.priority = a.priority AND h.shard = a.shard
+      AND a.next_seq > h.claim_seq
+), mixed AS (
+    -- Whether a locked lane holds a window that must be sorted (see claim).
+    SELECT EXISTS (SELECT 1 FROM heads WHERE disordered) AS mixed
+), claimed AS (
+    -- The claimed snapshots, exactly as the job_facts view resolves an open receipt
+    -- without a lease, so the claimer needs no second read (the walk carried the bodies).
+    SELECT i.slot, i.claim_id, i.ready_fact, i.job_id, c.priority, c.shard,
+        c.job_id AS id, c.kind, c.queue, c.args, 'running' AS state,
+        (c.attempt + 1)::smallint AS attempt, c.max_attempts, c.run_at,
+        %(now)s::timestamptz AS heartbeat_at, %(deadline_at)s::timestamptz AS deadline_at,
+        %(now)s::timestamptz AS attempted_at, c.finalized_at, c.created_at, c.errors,
+        c.metadata, c.tags, c.unique_key, c.unique_states, c.callback_id,
+        c.callback_timeout_at, c.run_lease + 1 AS run_lease, c.progress, c.disordered,
+        c.effective
+    FROM inserted i
+    JOIN candidates c ON c.slot = i.slot AND c.fact_id = i.ready_fact
+)
+-- One row even when nothing was claimed (id NULL), so `mixed` always comes back.
+SELECT r.*, m.mixed
+FROM mixed m LEFT JOIN claimed r ON true
+ORDER BY r.effective, r.run_at, r.job_id
+
+-- name: claim_sorted
+-- The general claim; `claim` is this statement without sorted windows, used while no
+-- lane of the queue needs sorting.
 -- Unless the queue is paused, lock the lane heads nobody else is claiming from and take
 -- the best unclaimed rows of their windows (lane_seq >= cursor). A window appended in (run_at, job id) order is
 -- walked along the lane index and stops after `limit` rows; only a window that still
@@ -272,19 +379,27 @@ WITH heads AS (
           GROUP BY c.priority, c.shard) a
     WHERE h.queue = %(queue)s AND h.priority = a.priority AND h.shard = a.shard
       AND a.next_seq > h.claim_seq
+), mixed AS (
+    -- Whether a locked lane holds a window that must be sorted (see claim).
+    SELECT EXISTS (SELECT 1 FROM heads WHERE disordered) AS mixed
+), claimed AS (
+    -- The claimed snapshots, exactly as the job_facts view resolves an open receipt
+    -- without a lease, so the claimer needs no second read (the walk carried the bodies).
+    SELECT i.slot, i.claim_id, i.ready_fact, i.job_id, c.priority, c.shard,
+        c.job_id AS id, c.kind, c.queue, c.args, 'running' AS state,
+        (c.attempt + 1)::smallint AS attempt, c.max_attempts, c.run_at,
+        %(now)s::timestamptz AS heartbeat_at, %(deadline_at)s::timestamptz AS deadline_at,
+        %(now)s::timestamptz AS attempted_at, c.finalized_at, c.created_at, c.errors,
+        c.metadata, c.tags, c.unique_key, c.unique_states, c.callback_id,
+        c.callback_timeout_at, c.run_lease + 1 AS run_lease, c.progress, c.disordered,
+        c.effective
+    FROM inserted i
+    JOIN candidates c ON c.slot = i.slot AND c.fact_id = i.ready_fact
 )
--- The claimed snapshots, exactly as the job_facts view resolves an open receipt without
--- a lease, so the claimer needs no second read (the walk already carried the bodies).
-SELECT i.slot, i.claim_id, i.ready_fact, i.job_id, c.priority, c.shard,
-    c.job_id AS id, c.kind, c.queue, c.args, 'running' AS state, c.priority,
-    (c.attempt + 1)::smallint AS attempt, c.max_attempts, c.run_at,
-    %(now)s::timestamptz AS heartbeat_at, %(deadline_at)s::timestamptz AS deadline_at,
-    %(now)s::timestamptz AS attempted_at, c.finalized_at, c.created_at, c.errors,
-    c.metadata, c.tags, c.unique_key, c.unique_states, c.callback_id,
-    c.callback_timeout_at, c.run_lease + 1 AS run_lease, c.progress, c.disordered
-FROM inserted i
-JOIN candidates c ON c.slot = i.slot AND c.fact_id = i.ready_fact
-ORDER BY c.effective, c.run_at, c.job_id
+-- One row even when nothing was claimed (id NULL), so `mixed` always comes back.
+SELECT r.*, m.mixed
+FROM mixed m LEFT JOIN claimed r ON true
+ORDER BY r.effective, r.run_at, r.job_id
 
 -- name: advance_cursors
 -- Move each touched lane's cursor over its now contiguous claimed / tombstoned prefix.

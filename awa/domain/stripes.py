@@ -69,8 +69,9 @@ def _rotl(x: int, b: int) -> int:
     return ((x << b) | (x >> (64 - b))) & _MASK64
 
 
-def siphash13(data: bytes, k0: int = 0, k1: int = 0) -> int:
-    """SipHash-1-3 (one compression round, three finalisation rounds) of ``data``."""
+def siphash(data: bytes, k0: int = 0, k1: int = 0, *, c_rounds: int = 1, d_rounds: int = 3) -> int:
+    """SipHash of ``data`` with key ``(k0, k1)``; SipHash-1-3 by default (one compression
+    round per word, three finalisation rounds)."""
     v0 = k0 ^ 0x736F6D6570736575
     v1 = k1 ^ 0x646F72616E646F6D
     v2 = k0 ^ 0x6C7967656E657261
@@ -95,14 +96,14 @@ def siphash13(data: bytes, k0: int = 0, k1: int = 0) -> int:
     for i in range(0, whole, 8):
         m = int.from_bytes(data[i : i + 8], "little")
         v3 ^= m
-        rounds(1)
+        rounds(c_rounds)
         v0 ^= m
     last = ((length & 0xFF) << 56) | int.from_bytes(data[whole:], "little")
     v3 ^= last
-    rounds(1)
+    rounds(c_rounds)
     v0 ^= last
     v2 ^= 0xFF
-    rounds(3)
+    rounds(d_rounds)
     return v0 ^ v1 ^ v2 ^ v3
 
 
@@ -111,7 +112,7 @@ def stripe_for_unique_key(unique_key: bytes, stripes: int) -> int:
     little-endian u64 followed by the key, modulo ``stripes``. The same key always lands
     on the same stripe, as in the original implementation."""
     data = len(unique_key).to_bytes(8, "little") + unique_key
-    return siphash13(data) % stripes
+    return siphash(data) % stripes
 
 
 class StripeRotor:

@@ -103,3 +103,28 @@ async def test_an_engine_without_stripes_claims_the_logical_queue() -> None:
     async with running(engine, handlers, config, leader=False):
         await wait_until(lambda: len(seen) == 4)
     assert {queue for queue, _ in seen} == {"q"}
+
+
+async def test_the_rate_limit_and_weighted_share_belong_to_the_logical_queue() -> None:
+    engine = StripedEngine()
+    handlers = HandlerRegistry()
+    seen: list[tuple[str, int]] = []
+    handlers.register("k", _recording(seen), queue="q")
+    handlers.register("k2", _recording(seen), queue="other")
+    specs = [JobSpec(kind="k", queue=f"q#{i % 3}", args={"n": i}) for i in range(9)]
+    await engine.enqueue_many(specs)
+    # A burst of 3 and almost no refill: one bucket for all three stripes lets 3 jobs run.
+    config = fast_config(
+        handlers,
+        [
+            {"name": "q", "min_workers": 1, "weight": 2, "rate_limit": (0.001, 3)},
+            {"name": "other", "min_workers": 1},
+        ],
+        global_max_workers=4,
+        queue_storage_queue_stripe_count=3,
+    )
+    async with running(engine, handlers, config, leader=False) as runtime:
+        await wait_until(lambda: len(seen) == 3)
+        await anyio.sleep(0.3)
+        assert set(runtime.health().queues) == {"q", "other"}
+    assert len(seen) == 3

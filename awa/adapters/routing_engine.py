@@ -15,7 +15,11 @@ between them by the transition state:
   job id; otherwise looked up by id, which both engines share);
 * maintenance reads the state afresh and runs on every engine the state keeps alive, and
   from ``mixed_transition`` on also moves the waiting canonical backlog into queue storage;
-* admin reads and writes consult every engine that can hold the job.
+* admin reads and writes consult every engine that can hold the job;
+* queue stripes (``queue_storage_queue_stripe_count``, ADR 0006) apply only where the
+  route is queue storage: a producer renames its jobs to ``queue#k`` once the route is
+  known, and a striped claim takes the logical queue on canonical and one stripe on queue
+  storage.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from awa.domain.errors import CallbackNotFound, DatabaseError, UniqueConflict
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
 from awa.domain.policies import Backoff
 from awa.domain.states import JobState
+from awa.domain.stripes import StripeRotor, stripe_queues, stripe_specs
 from awa.domain.transition import (
     TransitionRole,
     TransitionState,
@@ -135,6 +140,8 @@ class TransitionRoutingEngine:
         self._role = TransitionRole.AUTO
         # Which engine each attempt claimed here came from, until the attempt closes.
         self._owners: dict[int, Owner] = {}
+        # Where the next striped batch starts (see awa.domain.stripes.stripe_specs).
+        self._stripe_rotor = StripeRotor()
         self._closed = False
 
     @classmethod
@@ -289,23 +296,34 @@ class TransitionRoutingEngine:
         return engine, PgUnitOfWork(engine, conn)
 
     # ---------------------------------------------------------------- producers
+    def _striped(
+        self, engine: StorageEngine, specs: Sequence[JobSpec], stripes: int
+    ) -> Sequence[JobSpec]:
+        """``specs`` as the routed engine stores them: renamed to their stripe on queue
+        storage, unchanged on canonical (which has no stripes)."""
+        if stripes <= 1 or not isinstance(engine, QueueStorageEngine):
+            return specs
+        return stripe_specs(specs, stripes, self._stripe_rotor)
+
     async def enqueue_many(
-        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None
+        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None, stripes: int = 1
     ) -> list[JobRecord]:
+        """Enqueue ``specs``; with ``stripes > 1`` and queue storage as the route, each
+        job goes to one stripe of its queue (``queue#k``)."""
         for spec in specs:
             validate_spec(spec)
         if not specs:
             return []
         if uow is None:
-            if len(specs) == 1 and self._single_statement_insert(specs[0]):
+            if len(specs) == 1 and stripes <= 1 and self._single_statement_insert(specs[0]):
                 return [await self._insert_one(specs[0])]
             async with translated_errors(), self._pool.connection() as conn, conn.transaction():
                 engine, inner = await self._route(conn)
-                return await engine.enqueue_many(specs, uow=inner)
+                return await engine.enqueue_many(self._striped(engine, specs, stripes), uow=inner)
         own = self._own_uow(uow)
         async with translated_errors():
             engine, inner = await self._route(own.conn)
-            return await engine.enqueue_many(specs, uow=inner)
+            return await engine.enqueue_many(self._striped(engine, specs, stripes), uow=inner)
 
     def _single_statement_insert(self, spec: JobSpec) -> bool:
         """Whether ``spec`` can take the one-statement insert: an available job without a
@@ -340,13 +358,16 @@ class TransitionRoutingEngine:
             unique_states=spec.effective_unique_states,
         )
 
-    async def enqueue_many_skip_duplicates(self, specs: Sequence[JobSpec]) -> list[JobRecord]:
+    async def enqueue_many_skip_duplicates(
+        self, specs: Sequence[JobSpec], *, stripes: int = 1
+    ) -> list[JobRecord]:
         for spec in specs:
             validate_spec(spec)
         if not specs:
             return []
         async with translated_errors(), self._pool.connection() as conn, conn.transaction():
             engine, inner = await self._route(conn)
+            specs = self._striped(engine, specs, stripes)
             try:
                 async with conn.transaction():
                     return await engine.enqueue_many(specs, uow=inner)
@@ -362,7 +383,7 @@ class TransitionRoutingEngine:
                     continue
             return inserted
 
-    async def enqueue_many_copy(self, specs: Sequence[JobSpec]) -> int:
+    async def enqueue_many_copy(self, specs: Sequence[JobSpec], *, stripes: int = 1) -> int:
         """Bulk insert on the fastest path the producers' engine offers; returns how many
         jobs were inserted. Jobs whose unique key is already held are skipped.
 
@@ -374,9 +395,10 @@ class TransitionRoutingEngine:
         if not specs:
             return 0
         if any(spec.unique_key is not None for spec in specs):
-            return len(await self.enqueue_many_skip_duplicates(specs))
+            return len(await self.enqueue_many_skip_duplicates(specs, stripes=stripes))
         async with translated_errors(), self._pool.connection() as conn, conn.transaction():
             engine, inner = await self._route(conn)
+            specs = self._striped(engine, specs, stripes)
             if isinstance(engine, QueueStorageEngine):
                 return await engine.enqueue_many_copy(specs, uow=inner)
             return len(await engine.enqueue_many(specs, uow=inner))
@@ -390,19 +412,57 @@ class TransitionRoutingEngine:
         deadline: timedelta | None = None,
         aging_interval: timedelta | None = None,
     ) -> list[Claim]:
+        return await self._claim(
+            queue, queue, limit=limit, deadline=deadline, aging_interval=aging_interval
+        )
+
+    async def claim_stripe(
+        self,
+        queue: str,
+        stripe: int,
+        stripes: int,
+        *,
+        limit: int,
+        deadline: timedelta | None = None,
+        aging_interval: timedelta | None = None,
+    ) -> list[Claim]:
+        """Claim from stripe ``stripe`` of ``stripes`` of the logical ``queue``: its
+        physical queue ``queue#stripe`` on queue storage, ``queue`` itself on canonical
+        (no stripes there)."""
+        physical = stripe_queues(queue, stripes)
+        return await self._claim(
+            queue,
+            physical[stripe % len(physical)],
+            limit=limit,
+            deadline=deadline,
+            aging_interval=aging_interval,
+        )
+
+    async def _claim(
+        self,
+        canonical_queue: str,
+        storage_queue: str,
+        *,
+        limit: int,
+        deadline: timedelta | None,
+        aging_interval: timedelta | None,
+    ) -> list[Claim]:
         if limit <= 0:
             return []
         status = await self._hot_status()
         claims: list[Claim] = []
         if claims_canonical(status.state, self._role):
             for claim in await self._canonical.claim(
-                queue, limit=limit, deadline=deadline, aging_interval=aging_interval
+                canonical_queue, limit=limit, deadline=deadline, aging_interval=aging_interval
             ):
                 self._owners[claim.lease.job_id] = "canonical"
                 claims.append(claim)
         if len(claims) < limit and claims_queue_storage(status.state, self._role):
             for claim in await self.queue_storage(status.schema).claim(
-                queue, limit=limit - len(claims), deadline=deadline, aging_interval=aging_interval
+                storage_queue,
+                limit=limit - len(claims),
+                deadline=deadline,
+                aging_interval=aging_interval,
             ):
                 self._owners[claim.lease.job_id] = "queue_storage"
                 claims.append(claim)

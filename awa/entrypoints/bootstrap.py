@@ -36,9 +36,21 @@ ELIGIBILITY_TIMEOUT = 10.0
 
 
 class ClientEngine(StorageEngine, Protocol):
-    """A storage engine that can also join a caller's open database transaction."""
+    """A storage engine that can also join a caller's open database transaction, and
+    spreads producers' jobs over queue stripes (``stripes``) where queue storage takes
+    them."""
 
     def unit_of_work_for(self, conn: Connection) -> UnitOfWork: ...
+
+    async def enqueue_many(
+        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None, stripes: int = 1
+    ) -> list[JobRecord]: ...
+
+    async def enqueue_many_skip_duplicates(
+        self, specs: Sequence[JobSpec], *, stripes: int = 1
+    ) -> list[JobRecord]: ...
+
+    async def enqueue_many_copy(self, specs: Sequence[JobSpec], *, stripes: int = 1) -> int: ...
 
     @property
     def pool(self) -> AsyncConnectionPool[Connection]: ...

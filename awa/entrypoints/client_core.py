@@ -11,6 +11,7 @@ from typing import Any
 from awa.adapters.clock import SystemClock
 from awa.domain.errors import AwaError, DatabaseError, ValidationError
 from awa.domain.states import TERMINAL_STATES, JobState
+from awa.domain.stripes import validate_stripe_count
 from awa.entrypoints import bootstrap
 from awa.entrypoints.args import build_spec, build_specs, to_json_value, unique_key_for
 from awa.entrypoints.bootstrap import ClientEngine, Wiring
@@ -103,9 +104,13 @@ class ClientCore:
         run_at: Any | None = None,
         unique_opts: dict[str, Any] | None = None,
         ordering_key: bytes | str | None = None,
+        queue_storage_queue_stripe_count: int = 1,
     ) -> Job[Any]:
         """Insert one job. ``run_at`` (any value) makes it ``scheduled``; ``unique_opts``
-        raises ``UniqueConflict`` when a live job already holds the same key."""
+        raises ``UniqueConflict`` when a live job already holds the same key.
+        ``queue_storage_queue_stripe_count`` must match the fleet's: on queue storage the
+        job goes to one stripe ``queue#k`` of its queue."""
+        stripes = validate_stripe_count(queue_storage_queue_stripe_count)
         spec = build_spec(
             args,
             kind=kind,
@@ -118,7 +123,7 @@ class ClientCore:
             unique_opts=unique_opts,
             ordering_key=ordering_key,
         )
-        (record,) = await (await self._engine()).enqueue_many([spec])
+        (record,) = await (await self._engine()).enqueue_many([spec], stripes=stripes)
         return Job(record)
 
     async def insert_many_copy(
@@ -135,8 +140,10 @@ class ClientCore:
         unique_opts: dict[str, Any] | None = None,
         ordering_key: bytes | str | None = None,
         opts: list[dict[str, Any] | None] | None = None,
+        queue_storage_queue_stripe_count: int = 1,
     ) -> list[Job[Any]]:
         """Bulk insert; jobs whose unique key is already held are skipped silently."""
+        stripes = validate_stripe_count(queue_storage_queue_stripe_count)
         specs = build_specs(
             jobs,
             opts=opts,
@@ -152,7 +159,7 @@ class ClientCore:
         )
         if not specs:
             return []
-        records = await (await self._engine()).enqueue_many_skip_duplicates(specs)
+        records = await (await self._engine()).enqueue_many_skip_duplicates(specs, stripes=stripes)
         return [Job(r) for r in records]
 
     async def enqueue_many_copy(
@@ -171,8 +178,12 @@ class ClientCore:
         opts: list[dict[str, Any] | None] | None = None,
         queue_storage_queue_stripe_count: int = 1,
     ) -> int:
-        """Bulk insert on the fast path; returns how many jobs were inserted."""
-        _positive("queue_storage_queue_stripe_count", queue_storage_queue_stripe_count)
+        """Bulk insert on the fast path; returns how many jobs were inserted.
+
+        On queue storage the jobs are spread over the queue's stripes ``queue#0 ..
+        queue#(N-1)`` (``N = queue_storage_queue_stripe_count``, which must be the fleet's):
+        a job with a unique key goes to the stripe of its key, the others round-robin."""
+        stripes = validate_stripe_count(queue_storage_queue_stripe_count)
         engine = await self._engine()
         copy = getattr(engine, "enqueue_many_copy", None)
         if callable(copy):
@@ -191,7 +202,7 @@ class ClientCore:
             )
             if not specs:
                 return 0
-            inserted_count: int = await copy(specs)
+            inserted_count: int = await copy(specs, stripes=stripes)
             return inserted_count
         inserted = await self.insert_many_copy(
             jobs,
@@ -205,6 +216,7 @@ class ClientCore:
             unique_opts=unique_opts,
             ordering_key=ordering_key,
             opts=opts,
+            queue_storage_queue_stripe_count=stripes,
         )
         return len(inserted)
 

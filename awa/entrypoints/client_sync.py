@@ -94,6 +94,7 @@ class Client:
         run_at: Any | None = None,
         unique_opts: dict[str, Any] | None = None,
         ordering_key: bytes | str | None = None,
+        queue_storage_queue_stripe_count: int = 1,
     ) -> Job[Any]:
         """Insert one job (see ``AsyncClient.insert``)."""
         return self._run(
@@ -108,6 +109,7 @@ class Client:
                 run_at=run_at,
                 unique_opts=unique_opts,
                 ordering_key=ordering_key,
+                queue_storage_queue_stripe_count=queue_storage_queue_stripe_count,
             )
         )
 
@@ -125,6 +127,7 @@ class Client:
         unique_opts: dict[str, Any] | None = None,
         ordering_key: bytes | str | None = None,
         opts: list[dict[str, Any] | None] | None = None,
+        queue_storage_queue_stripe_count: int = 1,
     ) -> list[Job[Any]]:
         """Bulk insert; duplicates of held unique keys are skipped."""
         return self._run(
@@ -140,6 +143,7 @@ class Client:
                 unique_opts=unique_opts,
                 ordering_key=ordering_key,
                 opts=opts,
+                queue_storage_queue_stripe_count=queue_storage_queue_stripe_count,
             )
         )
 

@@ -15,6 +15,7 @@ from psycopg.types.json import Jsonb
 
 from awa.domain.errors import AwaError, DatabaseError
 from awa.domain.job import JobRecord, JobSpec
+from awa.domain.stripes import validate_stripe_count
 from awa.entrypoints.args import build_spec, build_specs
 from awa.entrypoints.job import Job
 from awa.ports.storage import UnitOfWork
@@ -33,7 +34,7 @@ class TransactionalEngine(Protocol):
     def unit_of_work_for(self, conn: Connection) -> UnitOfWork: ...
 
     async def enqueue_many(
-        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None
+        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None, stripes: int = 1
     ) -> list[JobRecord]: ...
 
 
@@ -159,8 +160,13 @@ class Transaction:
         run_at: Any = None,
         unique_opts: dict[str, Any] | None = None,
         ordering_key: bytes | str | None = None,
+        queue_storage_queue_stripe_count: int = 1,
     ) -> Job[Any]:
-        """Insert a job inside this transaction (it exists only if the transaction commits)."""
+        """Insert a job inside this transaction (it exists only if the transaction commits).
+
+        ``queue_storage_queue_stripe_count`` must match the fleet's: on queue storage the
+        job goes to one stripe ``queue#k`` of its queue."""
+        stripes = validate_stripe_count(queue_storage_queue_stripe_count)
         spec = build_spec(
             args,
             kind=kind,
@@ -173,7 +179,9 @@ class Transaction:
             unique_opts=unique_opts,
             ordering_key=ordering_key,
         )
-        (record,) = await self._engine.enqueue_many([spec], uow=self._unit_of_work())
+        (record,) = await self._engine.enqueue_many(
+            [spec], uow=self._unit_of_work(), stripes=stripes
+        )
         return Job(record)
 
     async def insert_many(
@@ -188,8 +196,11 @@ class Transaction:
         metadata: dict[str, Any] | None = None,
         run_at: Any = None,
         ordering_key: bytes | str | None = None,
+        queue_storage_queue_stripe_count: int = 1,
     ) -> list[Job[Any]]:
-        """Insert several jobs inside this transaction, in order."""
+        """Insert several jobs inside this transaction, in order (spread over the
+        queue's stripes on queue storage when ``queue_storage_queue_stripe_count > 1``)."""
+        stripes = validate_stripe_count(queue_storage_queue_stripe_count)
         specs = build_specs(
             jobs,
             kind=kind,
@@ -203,7 +214,7 @@ class Transaction:
         )
         if not specs:
             return []
-        records = await self._engine.enqueue_many(specs, uow=self._unit_of_work())
+        records = await self._engine.enqueue_many(specs, uow=self._unit_of_work(), stripes=stripes)
         return [Job(r) for r in records]
 
     async def _finish(self, statement: str) -> None:

@@ -22,7 +22,7 @@ import enum
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -330,3 +330,21 @@ class StorageEngine(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class StripedClaimer(Protocol):
+    """An engine that stores a logical queue as stripes ``queue#0 .. queue#(N-1)``
+    (queue storage; ADR 0006, "Stripes"). A striped dispatcher claims one stripe per call,
+    rotating ``stripe`` so none starves; engines without it claim the logical queue."""
+
+    async def claim_stripe(
+        self,
+        queue: str,
+        stripe: int,
+        stripes: int,
+        *,
+        limit: int,
+        deadline: timedelta | None = None,
+        aging_interval: timedelta | None = None,
+    ) -> list[Claim]: ...

@@ -13,6 +13,8 @@ from typing import Any
 
 import attrs
 
+from awa.domain.stripes import validate_stripe_count
+
 DEFAULT_INFERRED_WORKERS = 10
 DEFAULT_DICT_MAX_WORKERS = DEFAULT_INFERRED_WORKERS
 DEFAULT_CLAIM_BATCH_SIZE = 512
@@ -449,9 +451,7 @@ def parse_start_args(
         queue_storage_claim_slot_count=_int(
             "queue_storage_claim_slot_count", queue_storage_claim_slot_count
         ),
-        queue_storage_queue_stripe_count=_int(
-            "queue_storage_queue_stripe_count", queue_storage_queue_stripe_count
-        ),
+        queue_storage_queue_stripe_count=validate_stripe_count(queue_storage_queue_stripe_count),
         queue_storage_queue_rotate_interval=_ms(
             "queue_storage_queue_rotate_interval_ms", queue_storage_queue_rotate_interval_ms, 1000
         ),

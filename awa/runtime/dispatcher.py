@@ -10,8 +10,9 @@ import anyio
 from anyio.abc import TaskStatus
 
 from awa.domain.job import Claim
+from awa.domain.stripes import stripe_queues
 from awa.ports.notifier import Notifier
-from awa.ports.storage import StorageEngine
+from awa.ports.storage import StorageEngine, StripedClaimer
 from awa.runtime.config import QueueConfig
 from awa.runtime.permits import PermitPool
 from awa.runtime.rate_limit import TokenBucket
@@ -42,6 +43,11 @@ class QueueDispatcher:
     rate tokens), claims at most that many, and gives back what it did not use. Loops
     sleep up to ``poll_interval`` and are woken early by ``awa:<queue>`` notifications
     and by permits coming back.
+
+    With ``stripes > 1`` on an engine that stores stripes (:class:`StripedClaimer`) each
+    claim takes one stripe ``queue#k``, ``k`` rotating over the stripes; a loop sleeps only
+    after a whole rotation came up short, and it listens on every stripe's channel.
+    Permits and the rate limit stay those of the logical queue.
     """
 
     def __init__(
@@ -53,6 +59,7 @@ class QueueDispatcher:
         *,
         poll_interval: float,
         spawn: Spawn,
+        stripes: int = 1,
     ) -> None:
         self.config = config
         self.queue = config.name
@@ -67,6 +74,16 @@ class QueueDispatcher:
             else None
         )
         self._wakers = [Waker() for _ in range(config.claimers)]
+        physical = stripe_queues(config.name, stripes)
+        self._stripes = len(physical)
+        self._claim_stripe = (
+            engine.claim_stripe
+            if self._stripes > 1 and isinstance(engine, StripedClaimer)
+            else None
+        )
+        self._channels = [queue_channel(q) for q in dict.fromkeys([config.name, *physical])]
+        self._next_stripe = 0
+        self._short_claims = 0
         self._stopping = False
         self._live_loops = 0
         self.listening = False
@@ -112,7 +129,7 @@ class QueueDispatcher:
         delay = _RESUBSCRIBE_MIN
         while True:
             try:
-                subscription = await self._notifier.subscribe([queue_channel(self.queue)])
+                subscription = await self._notifier.subscribe(self._channels)
             except Exception:
                 log.warning("queue %s: LISTEN failed; polling only", self.queue, exc_info=True)
                 if not started:
@@ -173,12 +190,23 @@ class QueueDispatcher:
             return
         try:
             self.claim_calls += 1
-            claims = await self._engine.claim(
-                self.queue,
-                limit=granted,
-                deadline=self.config.deadline,
-                aging_interval=self.config.aging_interval,
-            )
+            if self._claim_stripe is None:
+                claims = await self._engine.claim(
+                    self.queue,
+                    limit=granted,
+                    deadline=self.config.deadline,
+                    aging_interval=self.config.aging_interval,
+                )
+            else:
+                stripe, self._next_stripe = self._next_stripe, self._next_stripe + 1
+                claims = await self._claim_stripe(
+                    self.queue,
+                    stripe % self._stripes,
+                    self._stripes,
+                    limit=granted,
+                    deadline=self.config.deadline,
+                    aging_interval=self.config.aging_interval,
+                )
         except Exception:
             self.last_claim_ok = False
             self._backlogged = False
@@ -198,7 +226,13 @@ class QueueDispatcher:
         for claim in claims:
             self._spawn(self.queue, claim)
         if len(claims) < granted:
-            await waker.wait(self._poll_interval)
+            # Striped: the next stripe may hold work, so sleep only after a full rotation.
+            self._short_claims += 1
+            if self._short_claims >= self._stripes:
+                self._short_claims = 0
+                await waker.wait(self._poll_interval)
+        else:
+            self._short_claims = 0
 
     def _give_back(self, count: int) -> None:
         if count <= 0:

@@ -110,6 +110,7 @@ class Runtime:
                 self.permits,
                 poll_interval=config.poll_interval,
                 spawn=self._spawn,
+                stripes=config.queue_storage_queue_stripe_count,
             )
             for q in config.queues
         ]

@@ -230,7 +230,7 @@ class QueueStorageBase:
         self._shards: dict[str, int] = {}
         # Receipts this engine took itself, for attempts without a unique key:
         # (job_id, run_lease) -> (slot, claim_id, queue). A completion of one of them is
-        # closed by its receipt key without looking the job up (see complete_receipts).
+        # closed by its receipt key without looking the job up (see complete_receipts_counted).
         # An entry left behind by an attempt finalised elsewhere is harmless: the closure
         # key and the receipt check decide, the entry only saves a lookup.
         self._receipts: dict[tuple[int, int], tuple[int, int, str]] = {}
@@ -254,6 +254,14 @@ class QueueStorageBase:
             else:
                 async with conn.transaction():
                     yield conn
+
+    @asynccontextmanager
+    async def _conn(self) -> AsyncIterator[DictConnection]:
+        """A pooled autocommit connection, for one statement that is its own transaction."""
+        if self._closed:
+            raise DatabaseError("the queue-storage engine is closed")
+        async with self._pool.connection() as conn:
+            yield conn
 
     async def _exec(self, conn: DictConnection, name: str, **params: Any) -> list[dict[str, Any]]:
         cur = await conn.execute(self._q[name].encode(), params)

@@ -25,6 +25,7 @@ from awa.adapters.postgres_queue_storage._base import (
     QueueStorageBase,
     Resolved,
     Writes,
+    minute_of,
 )
 from awa.domain.errors import CallbackNotFound, DatabaseError, UniqueConflict, ValidationError
 from awa.domain.job import Claim, JobRecord, JobSpec, RunLease, error_entry
@@ -288,13 +289,15 @@ class CoreOps(QueueStorageBase):
             "aging_us": aging_us,
             "deadline_at": deadline_at,
         }
+        if queue not in self._sorting:
+            # The common case: one statement claims, moves the cursors and counts.
+            async with translated_errors(), self._conn() as conn:
+                rows = await self._exec(conn, "claim", **params)
+            if not (rows and rows[0]["mixed"]):
+                return self._remember(queue, rows, deadline_at)
+            self._sorting.add(queue)
         async with translated_errors(), self._tx(pipeline=True) as conn:
-            # The lean statement walks ordered windows only; once a queue has a window
-            # that needs sorting, the general one runs until no such lane is left.
-            sorting = queue in self._sorting
-            rows = await self._exec(conn, "claim_sorted" if sorting else "claim", **params)
-            if not sorting and rows and rows[0]["mixed"]:
-                rows = await self._exec(conn, "claim_sorted", **params)
+            rows = await self._exec(conn, "claim_sorted", **params)
             if rows and rows[0]["mixed"]:
                 self._sorting.add(queue)
             else:
@@ -313,27 +316,39 @@ class CoreOps(QueueStorageBase):
                     priorities=[r["priority"] for r in sorted_lanes],
                     shards=[r["shard"] for r in sorted_lanes],
                 )
+            claims = self._remember(queue, taken, deadline_at)
+            changes = [
+                (attrs.evolve(c.job, state=JobState.Available), c.job)
+                for c in claims
+                if c.job.unique_key is not None
+            ]
             writes = Writes(now)
-            claims = []
-            changes = []
-            receipts = self._receipts
-            if len(receipts) + len(taken) > _RECEIPT_CACHE_LIMIT:
-                # Oldest first: those attempts finished (or were rescued) long ago.
-                for key in list(itertools.islice(receipts, len(receipts) // 2)):
-                    del receipts[key]
-            for row in taken:
-                job = _claimed_job(row)
-                if job.unique_key is not None:
-                    changes.append((attrs.evolve(job, state=JobState.Available), job))
-                else:
-                    receipts[(job.id, job.run_lease)] = (row["slot"], row["claim_id"], queue)
-                claims.append(Claim(job=job, lease=job.lease, deadline_at=deadline_at))
             # Every claimed job moved from available to running in this queue.
             writes.counts[(queue, JobState.Available.sql_name)] -= len(taken)
             writes.counts[(queue, JobState.Running.sql_name)] += len(taken)
             if changes:
                 await self._unique(conn, changes)
             await self._flush(conn, writes)
+        return claims
+
+    def _remember(
+        self, queue: str, rows: Sequence[dict[str, Any]], deadline_at: datetime | None
+    ) -> list[Claim]:
+        """Claims from claim rows; receipts of jobs without a unique key are remembered
+        so their completion is closed by key (complete_receipts_counted)."""
+        receipts = self._receipts
+        if len(receipts) + len(rows) > _RECEIPT_CACHE_LIMIT:
+            # Oldest first: those attempts finished (or were rescued) long ago.
+            for key in list(itertools.islice(receipts, len(receipts) // 2)):
+                del receipts[key]
+        claims = []
+        for row in rows:
+            if row["id"] is None:
+                continue
+            job = _claimed_job(row)
+            if job.unique_key is None:
+                receipts[(job.id, job.run_lease)] = (row["slot"], row["claim_id"], queue)
+            claims.append(Claim(job=job, lease=job.lease, deadline_at=deadline_at))
         return claims
 
     async def complete(self, leases: Sequence[RunLease]) -> list[Ack]:
@@ -348,31 +363,29 @@ class CoreOps(QueueStorageBase):
                 known[key] = found
         if not known:
             return await self._complete_by_lookup(leases)
-        async with translated_errors(), self._tx(pipeline=True) as conn:
-            writes = Writes(self._clock.now())
-            keys = list(known)
+        now = self._clock.now()
+        keys = list(known)
+        # One statement on its own: closures, counters and completion buckets.
+        async with translated_errors(), self._conn() as conn:
             rows = await self._exec(
                 conn,
-                "complete_receipts",
-                now=writes.now,
+                "complete_receipts_counted",
+                now=now,
+                minute=minute_of(now),
                 ids=[k[0] for k in keys],
                 leases=[k[1] for k in keys],
                 slots=[known[k][0] for k in keys],
                 claims=[known[k][1] for k in keys],
                 queues=[known[k][2] for k in keys],
             )
-            closed = {r["claim_id"] for r in rows if r["claim_id"] is not None}
-            leased = {r["leased"] for r in rows if r["leased"] is not None}
-            acks: dict[tuple[int, int], Ack] = {}
-            for key, (_, claim_id, queue) in known.items():
-                if claim_id in closed:
-                    acks[key] = Ack.APPLIED
-                    writes.counts[(queue, JobState.Running.sql_name)] -= 1
-                    writes.counts[(queue, JobState.Completed.sql_name)] += 1
-                    writes.completed(queue, writes.now, 1)
-                elif key[0] not in leased:
-                    acks[key] = Ack.STALE
-            await self._flush(conn, writes)
+        closed = {r["claim_id"] for r in rows if r["claim_id"] is not None}
+        leased = {r["leased"] for r in rows if r["leased"] is not None}
+        acks: dict[tuple[int, int], Ack] = {}
+        for key, (_, claim_id, _queue) in known.items():
+            if claim_id in closed:
+                acks[key] = Ack.APPLIED
+            elif key[0] not in leased:
+                acks[key] = Ack.STALE
         rest = [lease for lease in leases if (lease.job_id, lease.lease) not in acks]
         by_lookup = iter(await self._complete_by_lookup(rest)) if rest else iter(())
         out: list[Ack] = []

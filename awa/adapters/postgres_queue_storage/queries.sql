@@ -176,10 +176,12 @@ SELECT pg_notify(channel, payload)
 FROM unnest(%(channels)s::text[], %(payloads)s::text[]) AS i(channel, payload)
 
 -- name: claim
--- The common claim: only ordered windows are walked, so a third less of the ring is
--- planned and locked. When a locked lane needs sorting it claims nothing and reports
--- `mixed`; the engine then runs claim_sorted in the same transaction and keeps using it
--- for the queue until a claim reports no such lane.
+-- The common claim, one statement on its own (autocommit): only ordered windows are
+-- walked, so a third less of the ring is planned and locked, and it moves the cursors and
+-- the counters itself. When it finds a lane that needs sorting (or a unique key that the
+-- claim would have to move) it claims nothing and reports `mixed`; the engine then runs
+-- the general claim_sorted in a transaction, and keeps using it for the queue until a
+-- claim reports no such lane.
 -- Unless the queue is paused, lock the lane heads nobody else is claiming from and take
 -- the best unclaimed rows of their windows (lane_seq >= cursor). A window appended in (run_at, job id) order is
 -- walked along the lane index and stops after `limit` rows; only a window that still
@@ -241,6 +243,9 @@ WITH heads AS (
             ELSE p.priority END AS effective
     FROM picked p
     WHERE NOT EXISTS (SELECT 1 FROM heads x WHERE x.disordered)
+      AND NOT EXISTS (SELECT 1 FROM picked u
+                      WHERE u.unique_key IS NOT NULL AND u.unique_states IS NOT NULL
+                        AND get_bit(u.unique_states, 1) <> get_bit(u.unique_states, 2))
     ORDER BY effective, p.run_at, p.job_id
     LIMIT %(limit)s
 ), inserted AS (
@@ -258,9 +263,24 @@ WITH heads AS (
           GROUP BY c.priority, c.shard) a
     WHERE h.queue = %(queue)s AND h.priority = a.priority AND h.shard = a.shard
       AND a.next_seq > h.claim_seq
+), counted AS (
+    -- The claimed jobs move from available to running (counters last, in key order).
+    INSERT INTO {s}.queue_counts AS q (queue, state, bucket, n)
+    SELECT %(queue)s, v.st::awa.job_state, (pg_backend_pid() %% 8)::smallint, v.d
+    FROM (SELECT count(*) AS n FROM inserted) k
+    CROSS JOIN LATERAL (VALUES ('available', -k.n), ('running', k.n)) AS v(st, d)
+    WHERE k.n > 0
+    ORDER BY v.st
+    ON CONFLICT (queue, state, bucket) DO UPDATE SET n = q.n + EXCLUDED.n
 ), mixed AS (
-    -- Whether a locked lane holds a window that must be sorted (see claim).
-    SELECT EXISTS (SELECT 1 FROM heads WHERE disordered) AS mixed
+    -- Whether the general claim is needed: a locked lane holds a window that must be
+    -- sorted, or a job's unique key is held in only one of available / running (its
+    -- claim must move the key in the same transaction).
+    SELECT EXISTS (SELECT 1 FROM heads WHERE disordered)
+        OR EXISTS (SELECT 1 FROM picked p
+                   WHERE p.unique_key IS NOT NULL AND p.unique_states IS NOT NULL
+                     AND get_bit(p.unique_states, 1) <> get_bit(p.unique_states, 2))
+        AS mixed
 ), claimed AS (
     -- The claimed snapshots, exactly as the job_facts view resolves an open receipt
     -- without a lease, so the claimer needs no second read (the walk carried the bodies).
@@ -380,8 +400,12 @@ WITH heads AS (
     WHERE h.queue = %(queue)s AND h.priority = a.priority AND h.shard = a.shard
       AND a.next_seq > h.claim_seq
 ), mixed AS (
-    -- Whether a locked lane holds a window that must be sorted (see claim).
-    SELECT EXISTS (SELECT 1 FROM heads WHERE disordered) AS mixed
+    -- Whether the next claim needs this statement again (see claim).
+    SELECT EXISTS (SELECT 1 FROM heads WHERE disordered)
+        OR EXISTS (SELECT 1 FROM picked p
+                   WHERE p.unique_key IS NOT NULL AND p.unique_states IS NOT NULL
+                     AND get_bit(p.unique_states, 1) <> get_bit(p.unique_states, 2))
+        AS mixed
 ), claimed AS (
     -- The claimed snapshots, exactly as the job_facts view resolves an open receipt
     -- without a lease, so the claimer needs no second read (the walk carried the bodies).
@@ -464,12 +488,13 @@ SELECT o.*, (o.claim_id IN (SELECT claim_id FROM closed)) AS closed,
         AS short
 FROM open o
 
--- name: complete_receipts
+-- name: complete_receipts_counted
 -- Completion of attempts whose receipt (slot, claim_id) this process took itself and
 -- that carry no unique key: no lookup by job id. An attempt with a lease row is left to
 -- the general path (reported in `leased`). The receipt must still exist (a slot pruned
 -- after a rescue never takes a closure), and the closure key arbitrates racing
--- finalisers exactly as in close_claims.
+-- finalisers exactly as in close_claims. One statement on its own (autocommit), with the
+-- counters and completion buckets of the attempts it closed (counters last, key order).
 WITH i AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(slots)s::int[],
         %(claims)s::bigint[], %(queues)s::text[]) AS i(job_id, run_lease, slot, claim_id, queue)
@@ -487,7 +512,22 @@ WITH i AS (
                     AND c.job_id = i.job_id AND c.run_lease = i.run_lease)
     ORDER BY i.slot, i.claim_id
     ON CONFLICT DO NOTHING
-    RETURNING claim_id
+    RETURNING claim_id, queue
+), per_queue AS (
+    SELECT queue, count(*) AS n FROM closed GROUP BY queue
+), counted AS (
+    INSERT INTO {s}.queue_counts AS q (queue, state, bucket, n)
+    SELECT p.queue, v.st::awa.job_state, (pg_backend_pid() %% 8)::smallint, v.d
+    FROM per_queue p
+    CROSS JOIN LATERAL (VALUES ('completed', p.n), ('running', -p.n)) AS v(st, d)
+    ORDER BY p.queue, v.st
+    ON CONFLICT (queue, state, bucket) DO UPDATE SET n = q.n + EXCLUDED.n
+), recent AS (
+    INSERT INTO {s}.completions AS c (queue, minute, bucket, n)
+    SELECT p.queue, %(minute)s, (pg_backend_pid() %% 8)::smallint, p.n
+    FROM per_queue p
+    ORDER BY p.queue
+    ON CONFLICT (queue, minute, bucket) DO UPDATE SET n = c.n + EXCLUDED.n
 )
 SELECT claim_id, NULL::bigint AS leased FROM closed
 UNION ALL

@@ -686,6 +686,22 @@ class TransitionRoutingEngine:
             return "idle"
         return await self.queue_storage(status.schema).prune(failed_retention=failed_retention)
 
+    async def rotate_leases(self) -> str:
+        """:class:`~awa.ports.maintenance.RingMaintenance`: rotate the queue-storage lease
+        ring once producers write there."""
+        status = await self.status(max_age=0.0)
+        if not maintains_queue_storage(status.state):
+            return "skipped_idle"
+        return await self.queue_storage(status.schema).rotate_leases()
+
+    async def prune_leases(self) -> str:
+        """:class:`~awa.ports.maintenance.RingMaintenance`: prune the oldest queue-storage
+        lease slot once producers write there."""
+        status = await self.status(max_age=0.0)
+        if not maintains_queue_storage(status.state):
+            return "idle"
+        return await self.queue_storage(status.schema).prune_leases()
+
     # ---------------------------------------------------------------- admin reads
     async def _first(self, call: Callable[[StorageEngine], Awaitable[T | None]]) -> T | None:
         for engine in self._read_order(await self.status(max_age=0.0)):

@@ -10,7 +10,12 @@ from typing import Protocol, runtime_checkable
 @runtime_checkable
 class RingMaintenance(Protocol):
     """One step of ring upkeep per call; each returns an outcome word so the leader can
-    back off (``skipped_busy``, ``blocked``) or go on (``rotated``, ``pruned``)."""
+    back off (``skipped_busy``, ``blocked``) or go on (``rotated``, ``pruned``).
+
+    Two rings: the queue ring (:meth:`rotate` / :meth:`prune`, at
+    ``queue_rotate_interval``) holds job facts; the lease ring (:meth:`rotate_leases` /
+    :meth:`prune_leases`, at ``lease_rotate_interval``) holds the mutable state of
+    attempts that heartbeat, report progress or wait for a callback."""
 
     async def rotate(self) -> str:
         """Seal the current ring slot and open the next one.
@@ -27,5 +32,18 @@ class RingMaintenance(Protocol):
         Failed jobs finalized less than ``failed_retention`` ago are carried forward
         first. Returns ``pruned``, ``idle`` (no sealed slot holds rows), ``blocked``
         (live work, or a lock held by a running transaction) or ``skipped_locked``.
+        """
+        ...
+
+    async def rotate_leases(self) -> str:
+        """Seal the current lease slot and send lease writes (heartbeats, progress,
+        callbacks) to the next one. Same outcome words as :meth:`rotate`."""
+        ...
+
+    async def prune_leases(self) -> str:
+        """Truncate the oldest lease slot once it holds no lease of an open attempt.
+
+        Returns ``pruned``, ``idle`` (that slot is empty), ``blocked`` (a live lease, or a
+        lock held by a running transaction) or ``skipped_locked``.
         """
         ...

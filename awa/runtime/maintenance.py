@@ -49,6 +49,8 @@ class MaintenanceLeader:
         self.runs: dict[str, int] = {}
         #: how often each rotate / prune outcome word was seen (observability, tests)
         self.ring_outcomes: dict[str, int] = {}
+        #: the same for the lease ring
+        self.lease_ring_outcomes: dict[str, int] = {}
 
     def _duties(self) -> list[_Duty]:
         c = self._config
@@ -61,6 +63,9 @@ class MaintenanceLeader:
         ]
         if isinstance(self._engine, RingMaintenance):
             duties.append(_Duty("ring", c.queue_storage_queue_rotate_interval, self._ring))
+            duties.append(
+                _Duty("lease_ring", c.queue_storage_lease_rotate_interval, self._lease_ring)
+            )
         return duties
 
     async def run(self) -> None:
@@ -147,6 +152,15 @@ class MaintenanceLeader:
         self.ring_outcomes[pruned] = self.ring_outcomes.get(pruned, 0) + 1
         rotated = await self._engine.rotate()
         self.ring_outcomes[rotated] = self.ring_outcomes.get(rotated, 0) + 1
+
+    async def _lease_ring(self) -> None:
+        """The same for the lease ring: truncate the lease slot the next rotation enters
+        once no open attempt's lease is left in it, then rotate."""
+        assert isinstance(self._engine, RingMaintenance)
+        pruned = await self._engine.prune_leases()
+        self.lease_ring_outcomes[pruned] = self.lease_ring_outcomes.get(pruned, 0) + 1
+        rotated = await self._engine.rotate_leases()
+        self.lease_ring_outcomes[rotated] = self.lease_ring_outcomes.get(rotated, 0) + 1
 
     async def _cleanup(self) -> None:
         c = self._config

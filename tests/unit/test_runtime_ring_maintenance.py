@@ -22,11 +22,14 @@ pytestmark = pytest.mark.anyio
 class RingEngine(InMemoryEngine):
     """The in-memory engine plus a scripted ring: prune answers from a queue of words."""
 
-    def __init__(self, prune_answers: list[str]) -> None:
+    def __init__(self, prune_answers: list[str], lease_prune_answers: list[str] | None = None):
         super().__init__(clock=ManualClock(), backoff=NO_JITTER)
         self.rotations = 0
         self.prunes: list[timedelta] = []
         self._answers = prune_answers
+        self.lease_rotations = 0
+        self.lease_prunes = 0
+        self._lease_answers = lease_prune_answers or []
 
     async def rotate(self) -> str:
         self.rotations += 1
@@ -36,12 +39,27 @@ class RingEngine(InMemoryEngine):
         self.prunes.append(failed_retention)
         return self._answers.pop(0) if self._answers else "idle"
 
+    async def rotate_leases(self) -> str:
+        self.lease_rotations += 1
+        return "rotated"
 
-async def _lead_for(engine: InMemoryEngine, seconds: float) -> MaintenanceLeader:
+    async def prune_leases(self) -> str:
+        self.lease_prunes += 1
+        return self._lease_answers.pop(0) if self._lease_answers else "idle"
+
+
+async def _lead_for(
+    engine: InMemoryEngine, seconds: float, *, lease_rotate_ms: int = 250
+) -> MaintenanceLeader:
     config = parse_start_args(
         None,
         handler_queues={"q"},
-        **{**FAST, "queue_storage_queue_rotate_interval_ms": 20, "failed_retention_hours": 5},
+        **{
+            **FAST,
+            "queue_storage_queue_rotate_interval_ms": 20,
+            "queue_storage_lease_rotate_interval_ms": lease_rotate_ms,
+            "failed_retention_hours": 5,
+        },
     )
     leader = MaintenanceLeader(engine, engine.leader_lock(), config, InFlight())
     with anyio.move_on_after(seconds):
@@ -60,9 +78,25 @@ async def test_leader_rotates_and_prunes_a_ring_engine() -> None:
     assert all(retention == timedelta(hours=5) for retention in engine.prunes)
 
 
+async def test_leader_turns_the_lease_ring_on_its_own_interval() -> None:
+    engine = RingEngine([], ["pruned", "blocked"])
+    leader = await _lead_for(engine, 0.3, lease_rotate_ms=20)
+    assert engine.lease_rotations >= 3 and engine.lease_prunes >= 3
+    # prune before rotate, every tick; the answers are kept apart from the queue ring's
+    assert leader.lease_ring_outcomes["pruned"] == 1
+    assert leader.lease_ring_outcomes["blocked"] == 1
+    assert leader.lease_ring_outcomes["rotated"] == engine.lease_rotations
+    assert "pruned" not in leader.ring_outcomes
+    # a slower lease interval runs the lease duty less often than the queue ring duty
+    slow = RingEngine([])
+    slow_leader = await _lead_for(slow, 0.3, lease_rotate_ms=1000)
+    assert slow.lease_rotations == 1
+    assert slow_leader.runs["lease_ring"] == 1 and slow_leader.runs["ring"] > 3
+
+
 async def test_engines_without_a_ring_get_no_ring_duty() -> None:
     engine = InMemoryEngine(clock=ManualClock(), backoff=NO_JITTER)
     assert not isinstance(engine, RingMaintenance)
     leader = await _lead_for(engine, 0.15)
-    assert "ring" not in leader.runs
+    assert "ring" not in leader.runs and "lease_ring" not in leader.runs
     assert leader.runs.get("promote", 0) > 0

@@ -59,8 +59,7 @@ _NO_ROWS = frozenset(
         "add_completions",
         "notify",
         "advance_cursors",
-        "delete_leases",
-        "upsert_lease",
+        "lock_leases",
         "prune_completions",
     }
 )
@@ -503,10 +502,9 @@ class QueueStorageBase:
                 queues=[old.job.queue],
                 outcomes=["moved"],
             )
-            if not got:
-                return False
-            await self._exec(conn, "delete_leases", ids=[old.job.id], leases=[old.job.run_lease])
-            return True
+            # The attempt's lease row (if any) no longer resolves once the claim is
+            # closed; it goes with its lease slot's TRUNCATE.
+            return bool(got)
         # Terminal heads need nothing: the next fact has a higher fact id.
         return True
 

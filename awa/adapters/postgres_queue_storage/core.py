@@ -436,7 +436,6 @@ class CoreOps(QueueStorageBase):
             seen: set[tuple[int, int]] = set()
             done: list[tuple[JobRecord, bytes | None]] = []
             unique_changes = []
-            lease_ids: list[tuple[int, int]] = []
             for lease in leases:
                 key = (lease.job_id, lease.lease)
                 row = by_lease.get(key)
@@ -454,20 +453,12 @@ class CoreOps(QueueStorageBase):
                     )
                     if row["has_lease"]:
                         done.append((after, snap.ordering_key))
-                        lease_ids.append(key)
                     unique_changes.append((before, after))
                 writes.counts[(row["queue"], before_state.sql_name)] -= 1
                 writes.counts[(row["queue"], JobState.Completed.sql_name)] += 1
                 writes.completed(row["queue"], writes.now, 1)
             if done:
                 await self._place(conn, done)
-            if lease_ids:
-                await self._exec(
-                    conn,
-                    "delete_leases",
-                    ids=[k[0] for k in lease_ids],
-                    leases=[k[1] for k in lease_ids],
-                )
             await self._unique(conn, unique_changes)
             await self._flush(conn, writes)
         return acks
@@ -517,16 +508,16 @@ class CoreOps(QueueStorageBase):
             return Ack.STALE
 
     async def _save_lease(self, conn: DictConnection, found: Resolved, new: JobRecord) -> bool:
-        """Write the mutable part of a live attempt into its lease row."""
+        """Write the mutable part of a live attempt into its lease row (in the current
+        lease slot); false when the claim closed meanwhile."""
         assert found.ready_slot is not None and found.claim_id is not None
-        await self._exec(
+        rows = await self._exec(
             conn,
-            "upsert_lease",
+            "save_lease",
+            schema=self._schema,
             job_id=new.id,
-            run_lease=new.run_lease,
             slot=found.ready_slot,
             claim_id=found.claim_id,
-            queue=new.queue,
             waiting=new.state == JobState.WaitingExternal,
             heartbeat_at=new.heartbeat_at,
             progress=None if new.progress is None else json.dumps(new.progress),
@@ -535,7 +526,7 @@ class CoreOps(QueueStorageBase):
             callback_timeout_at=new.callback_timeout_at,
             deadline_at=new.deadline_at,
         )
-        return True
+        return bool(rows and rows[0]["saved"])
 
     def _fail_or_dlq(
         self,
@@ -638,7 +629,9 @@ class CoreOps(QueueStorageBase):
     async def heartbeat(self, leases: Sequence[RunLease]) -> list[Ack]:
         if not leases:
             return []
-        async with translated_errors(), self._tx() as conn:
+        ids = [lease.job_id for lease in leases]
+        async with translated_errors(), self._tx(pipeline=True) as conn:
+            await self._exec(conn, "lock_leases", schema=self._schema, ids=ids)
             rows = await self._exec(
                 conn,
                 "heartbeat",

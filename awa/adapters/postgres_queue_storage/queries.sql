@@ -471,7 +471,8 @@ WITH open AS (
           AS i(job_id, run_lease)) i
     JOIN {s}.claims c ON c.job_id = i.job_id AND c.run_lease = i.run_lease
     JOIN {s}.ready_entries r ON r.slot = c.slot AND r.fact_id = c.ready_fact
-    LEFT JOIN {s}.leases l ON l.job_id = c.job_id AND l.run_lease = c.run_lease
+    LEFT JOIN {s}.leases l
+        ON l.job_id = c.job_id AND l.run_lease = c.run_lease AND l.claim_id = c.claim_id
     WHERE NOT EXISTS (
         SELECT 1 FROM {s}.closures x WHERE x.slot = c.slot AND x.claim_id = c.claim_id)
 ), closed AS (
@@ -544,41 +545,78 @@ ORDER BY slot, claim_id
 ON CONFLICT DO NOTHING
 RETURNING claim_id
 
--- name: delete_leases
-DELETE FROM {s}.leases l
-USING unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS i(job_id, run_lease)
-WHERE l.job_id = i.job_id AND l.run_lease = i.run_lease
+-- name: lock_leases
+-- Lease writers of one attempt take its transaction lock first, in job id order (the
+-- lease ring has no unique key on (job_id, run_lease) alone), so the next statement sees
+-- every lease row committed before it.
+SELECT awa.queue_storage_lock_leases(%(schema)s, %(ids)s::bigint[]) AS lease_slot
 
 -- name: heartbeat
--- Materialise (or refresh) the lease of running attempts; waiting ones are refused.
-INSERT INTO {s}.leases AS l (job_id, run_lease, claim_slot, claim_id, queue, heartbeat_at,
-    progress, metadata, callback_id, callback_timeout_at, deadline_at)
-SELECT c.job_id, c.run_lease, c.slot, c.claim_id, c.queue, %(now)s, r.progress, r.metadata,
-    r.callback_id, r.callback_timeout_at, c.deadline_at
-FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS i(job_id, run_lease)
-JOIN {s}.claims c ON c.job_id = i.job_id AND c.run_lease = i.run_lease
-JOIN {s}.ready_entries r ON r.slot = c.slot AND r.fact_id = c.ready_fact
-WHERE NOT EXISTS (
-    SELECT 1 FROM {s}.closures x WHERE x.slot = c.slot AND x.claim_id = c.claim_id)
-ORDER BY c.job_id, c.run_lease
-ON CONFLICT (job_id, run_lease) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at
-    WHERE NOT l.waiting
-RETURNING job_id, run_lease
+-- Refresh the lease of running attempts in the current lease slot: in place when the row
+-- is there, moved out of an older slot (delete + insert) otherwise, materialised from the
+-- claim when the attempt has none. Waiting attempts, closed claims and unknown leases are
+-- refused. Runs after lock_leases in the same transaction.
+WITH live AS (
+    SELECT c.job_id, c.run_lease, c.slot, c.claim_id, c.queue, c.deadline_at, r.progress,
+        r.metadata, r.callback_id, r.callback_timeout_at
+    FROM (SELECT DISTINCT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[])
+          AS i(job_id, run_lease)) i
+    JOIN {s}.claims c ON c.job_id = i.job_id AND c.run_lease = i.run_lease
+    JOIN {s}.ready_entries r ON r.slot = c.slot AND r.fact_id = c.ready_fact
+    WHERE NOT EXISTS (
+        SELECT 1 FROM {s}.closures x WHERE x.slot = c.slot AND x.claim_id = c.claim_id)
+), cur AS (
+    SELECT current_lease_slot AS slot FROM {s}.ring_state
+), moved AS (
+    DELETE FROM {s}.leases l USING live
+    WHERE l.job_id = live.job_id AND l.run_lease = live.run_lease
+      AND l.claim_id = live.claim_id AND l.lease_slot <> (SELECT slot FROM cur)
+      AND NOT l.waiting
+    RETURNING l.*
+), refreshed AS (
+    UPDATE {s}.leases l SET heartbeat_at = %(now)s
+    FROM live
+    WHERE l.lease_slot = (SELECT slot FROM cur) AND l.job_id = live.job_id
+      AND l.run_lease = live.run_lease AND l.claim_id = live.claim_id AND NOT l.waiting
+    RETURNING l.job_id, l.run_lease
+), placed AS (
+    INSERT INTO {s}.leases (lease_slot, job_id, run_lease, claim_slot, claim_id, queue,
+        waiting, heartbeat_at, progress, metadata, callback_id, callback_timeout_at,
+        deadline_at)
+    SELECT (SELECT slot FROM cur), n.*
+    FROM (
+        SELECT m.job_id, m.run_lease, m.claim_slot, m.claim_id, m.queue, false,
+            %(now)s::timestamptz, m.progress, m.metadata, m.callback_id,
+            m.callback_timeout_at, m.deadline_at
+        FROM moved m
+        UNION ALL
+        SELECT v.job_id, v.run_lease, v.slot, v.claim_id, v.queue, false,
+            %(now)s::timestamptz, v.progress, v.metadata, v.callback_id,
+            v.callback_timeout_at, v.deadline_at
+        FROM live v
+        WHERE NOT EXISTS (
+            SELECT 1 FROM {s}.leases l
+            WHERE l.job_id = v.job_id AND l.run_lease = v.run_lease
+              AND l.claim_id = v.claim_id)
+    ) n
+    RETURNING job_id, run_lease
+)
+SELECT job_id, run_lease FROM refreshed
+UNION ALL
+SELECT job_id, run_lease FROM placed
 
--- name: upsert_lease
-INSERT INTO {s}.leases AS l (job_id, run_lease, claim_slot, claim_id, queue, waiting,
-    heartbeat_at, progress, metadata, callback_id, callback_timeout_at, deadline_at)
-VALUES (%(job_id)s, %(run_lease)s, %(slot)s, %(claim_id)s, %(queue)s, %(waiting)s,
-    %(heartbeat_at)s, %(progress)s, %(metadata)s, %(callback_id)s, %(callback_timeout_at)s,
-    %(deadline_at)s)
-ON CONFLICT (job_id, run_lease) DO UPDATE SET
-    waiting = EXCLUDED.waiting, heartbeat_at = EXCLUDED.heartbeat_at,
-    deadline_at = EXCLUDED.deadline_at,
-    progress = EXCLUDED.progress, metadata = EXCLUDED.metadata,
-    callback_id = EXCLUDED.callback_id, callback_timeout_at = EXCLUDED.callback_timeout_at
+-- name: save_lease
+-- The whole lease of one open attempt, written into the current lease slot (moved out of
+-- an older one); false when the claim is closed.
+SELECT awa.queue_storage_save_lease(%(schema)s, %(job_id)s, %(slot)s, %(claim_id)s,
+    %(waiting)s, %(heartbeat_at)s, %(progress)s::jsonb, %(metadata)s::jsonb,
+    %(callback_id)s, %(callback_timeout_at)s, %(deadline_at)s) AS saved
 
 -- name: lease_by_callback
-SELECT job_id, run_lease FROM {s}.leases WHERE callback_id = %(callback_id)s
+SELECT l.job_id, l.run_lease FROM {s}.leases l
+WHERE l.callback_id = %(callback_id)s
+  AND NOT EXISTS (
+    SELECT 1 FROM {s}.closures x WHERE x.slot = l.claim_slot AND x.claim_id = l.claim_id)
 
 -- name: due_deferred
 DELETE FROM {s}.deferred_jobs d
@@ -598,7 +636,8 @@ DELETE FROM {s}.deferred_jobs WHERE job_id = ANY(%(ids)s::bigint[]) RETURNING *
 -- A lease's heartbeat is never older than its claim, so the claim's attempted_at bounds
 -- the index range.
 SELECT c.job_id, c.run_lease FROM {s}.claims c
-LEFT JOIN {s}.leases l ON l.job_id = c.job_id AND l.run_lease = c.run_lease
+LEFT JOIN {s}.leases l
+    ON l.job_id = c.job_id AND l.run_lease = c.run_lease AND l.claim_id = c.claim_id
 WHERE c.attempted_at < %(cutoff)s
   AND coalesce(l.heartbeat_at, c.attempted_at) < %(cutoff)s
   AND NOT coalesce(l.waiting, false)
@@ -613,7 +652,8 @@ SELECT d.job_id, d.run_lease FROM (
     SELECT c.slot, c.claim_id, c.job_id, c.run_lease FROM {s}.claims c
     WHERE c.deadline_at IS NOT NULL AND c.deadline_at <= %(now)s
       AND NOT EXISTS (
-        SELECT 1 FROM {s}.leases l WHERE l.job_id = c.job_id AND l.run_lease = c.run_lease)
+        SELECT 1 FROM {s}.leases l
+        WHERE l.job_id = c.job_id AND l.run_lease = c.run_lease AND l.claim_id = c.claim_id)
     UNION ALL
     SELECT c.slot, c.claim_id, c.job_id, c.run_lease FROM {s}.leases l
     JOIN {s}.claims c ON c.slot = l.claim_slot AND c.claim_id = l.claim_id
@@ -624,8 +664,11 @@ WHERE NOT EXISTS (
 ORDER BY d.job_id
 
 -- name: expired_callbacks
+-- Lease rows of closed attempts wait for their slot's TRUNCATE; only open ones count.
 SELECT l.job_id, l.run_lease FROM {s}.leases l
 WHERE l.waiting AND l.callback_timeout_at IS NOT NULL AND l.callback_timeout_at <= %(now)s
+  AND NOT EXISTS (
+    SELECT 1 FROM {s}.closures x WHERE x.slot = l.claim_slot AND x.claim_id = l.claim_id)
 ORDER BY l.job_id
 
 -- name: add_completions

@@ -189,6 +189,101 @@ class RingOps(QueueStorageBase):
         )
         return [Resolved.from_row(row) for row in await cur.fetchall()]
 
+    # ---------------------------------------------------------------- lease ring
+    async def _lease_slot_is_dirty(self, conn: DictConnection, slot: int) -> bool:
+        """Has ``slot`` been written since its last TRUNCATE? Rows moved out of a slot or
+        updated in place leave dead versions behind: the slot is reclaimed (and entered
+        again) only once it is physically empty, so those die with the TRUNCATE."""
+        cur = await conn.execute(
+            "SELECT pg_relation_size(%s::regclass) > 0 AS busy".encode(),
+            (f"{self._qschema_name}.leases_{slot}",),
+        )
+        row = await cur.fetchone()
+        return bool(row and row["busy"])
+
+    async def _lease_slot_is_live(self, conn: DictConnection, slot: int) -> bool:
+        """Does ``slot`` hold the lease of an attempt whose claim is still open? Rows of
+        closed attempts (or of claims whose queue slot was already truncated) are dead."""
+        s = self._qschema_name
+        cur = await conn.execute(
+            f"SELECT EXISTS (SELECT 1 FROM {self._child('leases', slot)} l "
+            f"  JOIN {s}.claims c ON c.slot = l.claim_slot AND c.claim_id = l.claim_id "
+            f"  WHERE NOT EXISTS (SELECT 1 FROM {s}.closures x "
+            "                    WHERE x.slot = c.slot AND x.claim_id = c.claim_id)) AS live".encode()
+        )
+        row = await cur.fetchone()
+        return bool(row and row["live"])
+
+    async def rotate_leases(self) -> str:
+        """:class:`~awa.ports.maintenance.RingMaintenance`: seal the current lease slot and
+        send lease writes to the next one.
+
+        Returns ``rotated``, ``skipped_idle`` (the current lease slot is empty),
+        ``skipped_busy`` (the next slot still holds rows) or ``skipped_locked``.
+        """
+        s = self._qschema_name
+        async with translated_errors(), self._tx() as conn:
+            cur = await conn.execute(
+                f"SELECT current_lease_slot, lease_slot_count FROM {s}.ring_state "
+                "FOR UPDATE SKIP LOCKED".encode()
+            )
+            state = await cur.fetchone()
+            if state is None:
+                return "skipped_locked"
+            current, count = int(state["current_lease_slot"]), int(state["lease_slot_count"])
+            incoming = (current + 1) % count
+            if incoming == current or not await self._lease_slot_is_dirty(conn, current):
+                return "skipped_idle"
+            if await self._lease_slot_is_dirty(conn, incoming):
+                return "skipped_busy"
+            await conn.execute(
+                f"UPDATE {s}.ring_state SET current_lease_slot = %s, "
+                "lease_generation = lease_generation + 1, lease_rotated_at = %s".encode(),
+                (incoming, self._clock.now()),
+            )
+        return "rotated"
+
+    async def prune_leases(self) -> str:
+        """:class:`~awa.ports.maintenance.RingMaintenance`: truncate the oldest lease slot
+        (the one the next lease rotation enters) once it holds no live lease.
+
+        Returns ``pruned``, ``idle`` (that slot is empty), ``blocked`` (a live lease, or a
+        lock held by a running transaction) or ``skipped_locked``.
+        """
+        try:
+            async with translated_errors(), self._tx() as conn:
+                return await self._prune_leases(conn)
+        except _Blocked:
+            return "blocked"
+
+    async def _prune_leases(self, conn: DictConnection) -> str:
+        cur = await conn.execute(
+            f"SELECT current_lease_slot, lease_slot_count FROM {self._qschema_name}.ring_state "
+            "FOR UPDATE SKIP LOCKED".encode()
+        )
+        state = await cur.fetchone()
+        if state is None:
+            return "skipped_locked"
+        current, count = int(state["current_lease_slot"]), int(state["lease_slot_count"])
+        target = (current + 1) % count
+        if target == current or not await self._lease_slot_is_dirty(conn, target):
+            return "idle"
+        if await self._lease_slot_is_live(conn, target):
+            return "blocked"
+        await conn.execute(f"SET LOCAL lock_timeout = '{PRUNE_LOCK_TIMEOUT}'".encode())
+        child = self._child("leases", target)
+        try:
+            async with conn.transaction():
+                await conn.execute(f"LOCK TABLE {child} IN ACCESS EXCLUSIVE MODE".encode())
+        except pg_errors.LockNotAvailable as exc:
+            raise _Blocked() from exc
+        # Re-check under the lock: a heartbeat that moved a row out, or wrote one in from a
+        # stale slot number, has committed; no lease writer can reach the slot until we do.
+        if await self._lease_slot_is_live(conn, target):
+            raise _Blocked()
+        await conn.execute(f"TRUNCATE {child}".encode())
+        return "pruned"
+
     async def pruned_counts(self) -> dict[str, dict[str, int]]:
         """Per queue: terminal jobs dropped by prune (``completed``, ``cancelled``,
         ``failed``; the last is ``pruned_failed_count``)."""

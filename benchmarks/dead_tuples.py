@@ -109,10 +109,25 @@ async def run(url: str, jobs: int, batch: int, heartbeat: bool) -> None:
     elapsed = time.monotonic() - started
     time.sleep(1.0)  # let the exited backends' table statistics land
     after = _stats(url)
+    idle: dict[str, int] | None = None
+    if heartbeat and lease_ring:
+        # What the leader does in the next lease_slot_count x lease_rotate_interval (2 s by
+        # default) with no new work: the ring turns once and truncates what the load left.
+        engine = await QueueStorageEngine.open(url, clock=SystemClock(), schema=SCHEMA)
+        try:
+            for _ in range(8):
+                await engine.prune_leases()
+                await engine.rotate_leases()
+        finally:
+            await engine.close()
+        time.sleep(1.0)
+        idle = _stats(url)
     print(f"jobs processed:        {done}")
     print(f"elapsed:               {elapsed:.1f} s ({done / elapsed:.0f} jobs/s)")
     print(f"n_dead_tup (schema):   {after['dead']}")
     print(f"n_dead_tup (leases):   {after['lease_dead']}")
+    if idle is not None:
+        print(f"after one idle turn:   {idle['dead']} (leases: {idle['lease_dead']})")
     print(f"WAL bytes per job:     {(after['wal'] - before['wal']) / done:.0f}")
     print(f"commits per job:       {(after['commits'] - before['commits']) / done:.3f}")
     print(f"prune outcomes:        {prune_outcomes}")

@@ -124,6 +124,28 @@ async def test_heartbeats_migrate_forward_and_the_old_slot_is_truncated(
     assert await engine.complete(leases) == [Ack.APPLIED] * 3
 
 
+async def test_an_idle_ring_turns_until_every_slot_is_truncated(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    leases = await _start(engine, 2)
+    assert await engine.heartbeat(leases) == [Ack.APPLIED] * 2
+    assert await engine.heartbeat(leases) == [Ack.APPLIED] * 2  # a dead version in slot 0
+    assert await engine.complete(leases) == [Ack.APPLIED] * 2
+    outcomes = []
+    for _ in range(2 * SLOTS):
+        outcomes.append(await engine.prune_leases())
+        outcomes.append(await engine.rotate_leases())
+    # No lease writes any more, yet the ring went round once and truncated slot 0.
+    assert outcomes.count("pruned") == 1
+    assert all(_slot_bytes(database_url, slot) == 0 for slot in range(SLOTS))
+    assert _lease_rows(database_url) == {}
+    # Once everything is empty the ring stands still.
+    assert outcomes[-2:] == ["idle", "skipped_idle"]
+    for lease in leases:
+        job = await engine.get_job(lease.job_id)
+        assert job is not None and job.state == JobState.Completed
+
+
 async def test_prune_refuses_a_slot_with_a_live_lease_and_truncates_dead_ones(
     engine: QueueStorageEngine, database_url: str
 ) -> None:

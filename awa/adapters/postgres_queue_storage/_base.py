@@ -59,7 +59,6 @@ _NO_ROWS = frozenset(
         "add_completions",
         "notify",
         "advance_cursors",
-        "lock_leases",
         "prune_completions",
     }
 )

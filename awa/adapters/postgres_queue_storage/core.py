@@ -511,12 +511,13 @@ class CoreOps(QueueStorageBase):
         """Write the mutable part of a live attempt into its lease row (in the current
         lease slot); false when the claim closed meanwhile."""
         assert found.ready_slot is not None and found.claim_id is not None
+        (locked,) = await self._exec(conn, "lock_leases", schema=self._schema, ids=[new.id])
         rows = await self._exec(
             conn,
             "save_lease",
-            schema=self._schema,
+            slot=locked["lease_slot"],
             job_id=new.id,
-            slot=found.ready_slot,
+            claim_slot=found.ready_slot,
             claim_id=found.claim_id,
             waiting=new.state == JobState.WaitingExternal,
             heartbeat_at=new.heartbeat_at,
@@ -526,7 +527,7 @@ class CoreOps(QueueStorageBase):
             callback_timeout_at=new.callback_timeout_at,
             deadline_at=new.deadline_at,
         )
-        return bool(rows and rows[0]["saved"])
+        return bool(rows)
 
     def _fail_or_dlq(
         self,
@@ -631,10 +632,11 @@ class CoreOps(QueueStorageBase):
             return []
         ids = [lease.job_id for lease in leases]
         async with translated_errors(), self._tx(pipeline=True) as conn:
-            await self._exec(conn, "lock_leases", schema=self._schema, ids=ids)
+            (locked,) = await self._exec(conn, "lock_leases", schema=self._schema, ids=ids)
             rows = await self._exec(
                 conn,
                 "heartbeat",
+                slot=locked["lease_slot"],
                 now=self._clock.now(),
                 ids=[lease.job_id for lease in leases],
                 leases=[lease.lease for lease in leases],

@@ -190,16 +190,17 @@ class RingOps(QueueStorageBase):
         return [Resolved.from_row(row) for row in await cur.fetchall()]
 
     # ---------------------------------------------------------------- lease ring
-    async def _lease_slot_is_dirty(self, conn: DictConnection, slot: int) -> bool:
-        """Has ``slot`` been written since its last TRUNCATE? Rows moved out of a slot or
-        updated in place leave dead versions behind: the slot is reclaimed (and entered
-        again) only once it is physically empty, so those die with the TRUNCATE."""
+    async def _dirty_lease_slots(self, conn: DictConnection, count: int) -> set[int]:
+        """Lease slots written since their last TRUNCATE. Rows moved out of a slot or
+        updated in place leave dead versions behind: a slot is reclaimed, and entered
+        again, only once it is physically empty, so those die with the TRUNCATE."""
         cur = await conn.execute(
-            "SELECT pg_relation_size(%s::regclass) > 0 AS busy".encode(),
-            (f"{self._qschema_name}.leases_{slot}",),
+            "SELECT i FROM generate_series(0, %(n)s - 1) AS g(i) "
+            "WHERE pg_relation_size(format('%%s.leases_%%s', %(s)s::text, i)::regclass) > 0"
+            "".encode(),
+            {"n": count, "s": self._qschema_name},
         )
-        row = await cur.fetchone()
-        return bool(row and row["busy"])
+        return {int(row["i"]) for row in await cur.fetchall()}
 
     async def _lease_slot_is_live(self, conn: DictConnection, slot: int) -> bool:
         """Does ``slot`` hold the lease of an attempt whose claim is still open? Rows of
@@ -218,8 +219,10 @@ class RingOps(QueueStorageBase):
         """:class:`~awa.ports.maintenance.RingMaintenance`: seal the current lease slot and
         send lease writes to the next one.
 
-        Returns ``rotated``, ``skipped_idle`` (the current lease slot is empty),
-        ``skipped_busy`` (the next slot still holds rows) or ``skipped_locked``.
+        Returns ``rotated``, ``skipped_idle`` (every lease slot is empty),
+        ``skipped_busy`` (the next slot still holds rows) or ``skipped_locked``. The ring
+        keeps turning while any slot holds rows, even with no new writes, so prune reaches
+        every slot and an idle ring ends up empty.
         """
         s = self._qschema_name
         async with translated_errors(), self._tx() as conn:
@@ -232,9 +235,10 @@ class RingOps(QueueStorageBase):
                 return "skipped_locked"
             current, count = int(state["current_lease_slot"]), int(state["lease_slot_count"])
             incoming = (current + 1) % count
-            if incoming == current or not await self._lease_slot_is_dirty(conn, current):
+            dirty = await self._dirty_lease_slots(conn, count)
+            if incoming == current or not dirty:
                 return "skipped_idle"
-            if await self._lease_slot_is_dirty(conn, incoming):
+            if incoming in dirty:
                 return "skipped_busy"
             await conn.execute(
                 f"UPDATE {s}.ring_state SET current_lease_slot = %s, "
@@ -266,7 +270,7 @@ class RingOps(QueueStorageBase):
             return "skipped_locked"
         current, count = int(state["current_lease_slot"]), int(state["lease_slot_count"])
         target = (current + 1) % count
-        if target == current or not await self._lease_slot_is_dirty(conn, target):
+        if target == current or target not in await self._dirty_lease_slots(conn, count):
             return "idle"
         if await self._lease_slot_is_live(conn, target):
             return "blocked"

@@ -195,9 +195,8 @@ class RingOps(QueueStorageBase):
         updated in place leave dead versions behind: a slot is reclaimed, and entered
         again, only once it is physically empty, so those die with the TRUNCATE."""
         cur = await conn.execute(
-            "SELECT i FROM generate_series(0, %(n)s - 1) AS g(i) "
-            "WHERE pg_relation_size(format('%%s.leases_%%s', %(s)s::text, i)::regclass) > 0"
-            "".encode(),
+            b"SELECT i FROM generate_series(0, %(n)s - 1) AS g(i) "
+            b"WHERE pg_relation_size(format('%%s.leases_%%s', %(s)s::text, i)::regclass) > 0",
             {"n": count, "s": self._qschema_name},
         )
         return {int(row["i"]) for row in await cur.fetchall()}
@@ -210,7 +209,7 @@ class RingOps(QueueStorageBase):
             f"SELECT EXISTS (SELECT 1 FROM {self._child('leases', slot)} l "
             f"  JOIN {s}.claims c ON c.slot = l.claim_slot AND c.claim_id = l.claim_id "
             f"  WHERE NOT EXISTS (SELECT 1 FROM {s}.closures x "
-            "                    WHERE x.slot = c.slot AND x.claim_id = c.claim_id)) AS live".encode()
+            "    WHERE x.slot = c.slot AND x.claim_id = c.claim_id)) AS live".encode()
         )
         row = await cur.fetchone()
         return bool(row and row["live"])

@@ -502,7 +502,8 @@ WITH i AS (
 ), leased AS (
     SELECT i.job_id FROM i
     WHERE EXISTS (SELECT 1 FROM {s}.leases l
-                  WHERE l.job_id = i.job_id AND l.run_lease = i.run_lease)
+                  WHERE l.job_id = i.job_id AND l.run_lease = i.run_lease
+                    AND l.claim_id = i.claim_id)
 ), closed AS (
     INSERT INTO {s}.closures (slot, claim_id, fact_id, queue, outcome, finalized_at)
     SELECT i.slot, i.claim_id, nextval('{s}.fact_seq'), i.queue, 'completed', %(now)s

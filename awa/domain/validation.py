@@ -141,3 +141,24 @@ def json_dumps(field: str, value: Any) -> str:
         return json.dumps(value, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValidationError(field, f"is not JSON-serialisable: {exc}") from exc
+
+
+#: The queue-storage schema the migrations own; its ring sizes are fixed.
+DEFAULT_QUEUE_STORAGE_SCHEMA = "awa"
+DEFAULT_SLOT_COUNTS = {"queue_slot_count": 16, "lease_slot_count": 8, "claim_slot_count": 8}
+
+
+def validate_slot_counts(schema: str | None, counts: dict[str, int], *, prefix: str = "") -> None:
+    """Ring sizes other than the defaults need their own schema: the default schema
+    ``awa`` is built by the migrations with 16 queue, 8 lease and 8 claim slots."""
+    if schema not in (None, DEFAULT_QUEUE_STORAGE_SCHEMA):
+        return
+    for name, value in counts.items():
+        default = DEFAULT_SLOT_COUNTS[name]
+        if value != default:
+            raise ValidationError(
+                prefix + name,
+                f"the default schema 'awa' keeps {default}; install queue storage into "
+                f"another schema to use {value}",
+                value=value,
+            )

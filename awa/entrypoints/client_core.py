@@ -12,6 +12,7 @@ from awa.adapters.clock import SystemClock
 from awa.domain.errors import AwaError, DatabaseError, ValidationError
 from awa.domain.states import TERMINAL_STATES, JobState
 from awa.domain.stripes import validate_stripe_count
+from awa.domain.validation import validate_slot_counts
 from awa.entrypoints import bootstrap
 from awa.entrypoints.args import build_spec, build_specs, to_json_value, unique_key_for
 from awa.entrypoints.bootstrap import ClientEngine, Wiring
@@ -266,6 +267,9 @@ class ClientCore:
             raise ValidationError("schema", f"must be a plain SQL identifier, got {schema!r}")
         _positive("queue_slot_count", queue_slot_count)
         _positive("lease_slot_count", lease_slot_count)
+        validate_slot_counts(
+            schema, {"queue_slot_count": queue_slot_count, "lease_slot_count": lease_slot_count}
+        )
         if self._closed:
             raise DatabaseError(CLOSED)
         await bootstrap.install_queue_storage(

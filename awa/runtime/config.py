@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from awa.domain.stripes import validate_stripe_count
+from awa.domain.validation import validate_slot_counts
 
 DEFAULT_INFERRED_WORKERS = 10
 DEFAULT_DICT_MAX_WORKERS = DEFAULT_INFERRED_WORKERS
@@ -376,6 +377,21 @@ def parse_start_args(
         )
     if queue_storage_schema is not None and not isinstance(queue_storage_schema, str):
         raise TypeError("queue_storage_schema must be a string")
+    validate_slot_counts(
+        queue_storage_schema,
+        {
+            "queue_slot_count": _int(
+                "queue_storage_queue_slot_count", queue_storage_queue_slot_count
+            ),
+            "lease_slot_count": _int(
+                "queue_storage_lease_slot_count", queue_storage_lease_slot_count
+            ),
+            "claim_slot_count": _int(
+                "queue_storage_claim_slot_count", queue_storage_claim_slot_count
+            ),
+        },
+        prefix="queue_storage_",
+    )
     heartbeat_interval = _ms("heartbeat_interval_ms", heartbeat_interval_ms, 30_000)
     staleness_ms = (
         90_000.0

@@ -59,3 +59,14 @@ async def test_bad_layouts_are_refused_before_anything_is_written(client: AsyncC
         await client.install_queue_storage(schema="no; drop")
     with pytest.raises((ValueError, awa.ValidationError), match="queue_slot_count"):
         await client.install_queue_storage(schema="awa_x", queue_slot_count=0)
+
+
+async def test_the_default_schema_keeps_its_ring_sizes(client: AsyncClient) -> None:
+    with pytest.raises(awa.ValidationError, match="queue_slot_count") as info:
+        await client.install_queue_storage(queue_slot_count=4)
+    assert info.value.field == "queue_slot_count"
+    with pytest.raises(awa.ValidationError, match="lease_slot_count"):
+        await client.prepare_queue_storage_schema(schema="awa", lease_slot_count=2)
+    # The defaults are accepted, and another schema takes any size.
+    await client.install_queue_storage(queue_slot_count=16, lease_slot_count=8)
+    await client.install_queue_storage(schema="awa_sized", queue_slot_count=4)

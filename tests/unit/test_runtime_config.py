@@ -158,3 +158,27 @@ def test_invalid_arguments(
     kwargs.setdefault("handler_queues", H)
     with pytest.raises(error, match=match):
         parse_start_args(queues, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        "queue_storage_queue_slot_count",
+        "queue_storage_lease_slot_count",
+        "queue_storage_claim_slot_count",
+    ],
+)
+def test_ring_sizes_on_the_default_schema_are_fixed(field: str) -> None:
+    from awa.domain.errors import ValidationError
+
+    sized: dict[str, Any] = {field: 3}
+
+    with pytest.raises(ValidationError) as info:
+        parse_start_args([("q", 1)], handler_queues={"q"}, **sized)
+    assert info.value.field == field
+    with pytest.raises(ValidationError):
+        parse_start_args([("q", 1)], handler_queues={"q"}, queue_storage_schema="awa", **sized)
+    parsed = parse_start_args(
+        [("q", 1)], handler_queues={"q"}, queue_storage_schema="side", **sized
+    )
+    assert getattr(parsed, field) == 3

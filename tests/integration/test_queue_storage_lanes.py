@@ -123,17 +123,21 @@ async def test_keyed_jobs_use_their_shard_while_unkeyed_ones_spread(
         QUEUE,
     )
     keys = [f"k{i}".encode() for i in range(12)]
+    free = []
     async with AsyncExitStack() as stack:
         uows = [await stack.enter_async_context(engine.transaction()) for _ in range(3)]
         for uow in uows:
             await _no_waiting(uow)
-            await engine.enqueue_many([JobSpec(kind="free", queue=QUEUE)], uow=uow)
+            free += await engine.enqueue_many([JobSpec(kind="free", queue=QUEUE)], uow=uow)
     keyed = await engine.enqueue_many(
         [JobSpec(kind="keyed", queue=QUEUE, ordering_key=key) for key in keys]
     )
     lanes = await _lanes_of(database_url)
     for job, key in zip(keyed, keys, strict=True):
         assert lanes[job.id][0] == shard_for_key(key, 4)
+    # Jobs without a key never share an ordering key's lane.
+    free_lanes = {lanes[job.id][0] for job in free}
+    assert len(free_lanes) == 3 and all(shard < 0 for shard in free_lanes)
 
 
 async def test_spare_lanes_are_bounded(engine: QueueStorageEngine, database_url: str) -> None:

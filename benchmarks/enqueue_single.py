@@ -1,8 +1,12 @@
 """Single-job enqueue through ``AsyncClient.insert``: one producer in sequence (the
 harness's "enqueue 1-by-1") and ``--producers`` concurrent producers sharing one client
-(each insert is its own transaction).
+(each insert is its own transaction). Each phase also prints the producer's CPU per
+insert; ``--waits`` samples what the server backends wait on during the concurrent phase
+(``pg_stat_activity`` every 20 ms): heavyweight ``Lock:*`` waits there mean producers
+queue behind each other's locks.
 
     .venv/bin/python -m benchmarks.enqueue_single --jobs 3000 --producers 8
+    .venv/bin/python -m benchmarks.enqueue_single --jobs 3000 --producers 8 --waits
     .venv/bin/python -m benchmarks.enqueue_single --jobs 3000 --profile pyinstrument
 """
 
@@ -10,7 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from dataclasses import dataclass
+
+import psycopg
 
 import awa
 from benchmarks._common import drop_database, fresh_database, maybe_profile, parser, report
@@ -25,16 +32,37 @@ class BenchNoop:
     t: float
 
 
-async def run(url: str, jobs: int, producers: int, profile: str) -> None:
+async def sample_waits(url: str, stop: asyncio.Event) -> Counter[str]:
+    """What this database's active backends wait on, sampled until ``stop``."""
+    seen: Counter[str] = Counter()
+    database = url.rpartition("/")[2]
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        while not stop.is_set():
+            cur = await conn.execute(
+                "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') "
+                "FROM pg_stat_activity WHERE datname = %s AND state = 'active' "
+                "AND pid <> pg_backend_pid() AND query NOT LIKE 'LISTEN%%'",
+                (database,),
+            )
+            seen.update(row[0] for row in await cur.fetchall())
+            await asyncio.sleep(0.02)
+    return seen
+
+
+def _cpu_per_insert(cpu_started: float, jobs: int) -> str:
+    return f"{(time.process_time() - cpu_started) / jobs * 1000:.2f} ms"
+
+
+async def run(url: str, jobs: int, producers: int, profile: str, waits: bool) -> None:
     await activate(url)
     client = awa.AsyncClient(url, max_connections=max(4, producers + 2))
     try:
         await client.insert(BenchNoop(seq=-1, t=0.0), queue=QUEUE)  # warm the pool
         with maybe_profile(profile):
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             for i in range(jobs):
                 await client.insert(BenchNoop(seq=i, t=time.time()), queue=QUEUE)
-            report("single, 1 producer", jobs, started)
+            report("single, 1 producer", jobs, started, client_cpu=_cpu_per_insert(cpu, jobs))
         if producers > 1:
             counter = iter(range(jobs))
 
@@ -42,10 +70,20 @@ async def run(url: str, jobs: int, producers: int, profile: str) -> None:
                 for i in counter:
                     await client.insert(BenchNoop(seq=i, t=time.time()), queue=QUEUE)
 
+            stop = asyncio.Event()
+            sampler = asyncio.create_task(sample_waits(url, stop)) if waits else None
             with maybe_profile(profile):
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.process_time()
                 await asyncio.gather(*(producer() for _ in range(producers)))
-                report(f"single, {producers} producers", jobs, started)
+                report(
+                    f"single, {producers} producers",
+                    jobs,
+                    started,
+                    client_cpu=_cpu_per_insert(cpu, jobs),
+                )
+            if sampler is not None:
+                stop.set()
+                print("server waits:", dict((await sampler).most_common(8)), flush=True)
     finally:
         await client.close()
 
@@ -54,11 +92,14 @@ def main() -> None:
     p = parser(__doc__ or "")
     p.add_argument("--jobs", type=int, default=3000)
     p.add_argument("--producers", type=int, default=8)
+    p.add_argument(
+        "--waits", action="store_true", help="sample server wait events (concurrent phase)"
+    )
     a = p.parse_args()
     name = a.db or "awa_bench_single"
     url = fresh_database(a.admin_url, name)
     try:
-        asyncio.run(run(url, a.jobs, a.producers, a.profile))
+        asyncio.run(run(url, a.jobs, a.producers, a.profile, a.waits))
     finally:
         drop_database(a.admin_url, name)
 

@@ -47,6 +47,7 @@ from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_canonical import CanonicalEngine
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.adapters.postgres_queue_storage._base import PgUnitOfWork
+from awa.adapters.postgres_queue_storage.core import RouteChanged
 from awa.domain.errors import CallbackNotFound, DatabaseError, UniqueConflict
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
 from awa.domain.policies import Backoff
@@ -142,6 +143,11 @@ class TransitionRoutingEngine:
         self._owners: dict[int, Owner] = {}
         # Where the next striped batch starts (see awa.domain.stripes.stripe_specs).
         self._stripe_rotor = StripeRotor()
+        # The queue-storage schema the last route read sent producers to: inserts without
+        # a unique key go there in one round trip, behind an in-transaction route check.
+        self._producer_hint: str | None = None
+        self._route_known = False
+        self._routed_inserts = True
         self._closed = False
 
     @classmethod
@@ -290,6 +296,7 @@ class TransitionRoutingEngine:
             # the producer lock is held until the caller commits.
             await conn.execute("SELECT 1")
         schema = await pg_transition.producer_schema(conn)
+        self._producer_hint, self._route_known = schema, True
         if schema is None:
             return self._canonical, self._canonical.unit_of_work_for(conn)
         engine = self.queue_storage(schema)
@@ -315,7 +322,27 @@ class TransitionRoutingEngine:
         if not specs:
             return []
         if uow is None:
-            if len(specs) == 1 and stripes <= 1 and self._single_statement_insert(specs[0]):
+            hint = self._producer_hint
+            if (
+                hint is not None
+                and self._routed_inserts
+                and all(spec.unique_key is None for spec in specs)
+            ):
+                routed = specs
+                if stripes > 1:
+                    routed = stripe_specs(specs, stripes, self._stripe_rotor)
+                try:
+                    return await self.queue_storage(hint).enqueue_many_routed(routed)
+                except RouteChanged as changed:
+                    self._producer_hint, self._route_known = None, False
+                    self._routed_inserts = changed.supported
+            if (
+                len(specs) == 1
+                and stripes <= 1
+                and self._single_statement_insert(specs[0])
+                # until a route read has told where producers write (below)
+                and (self._route_known or not self._routed_inserts)
+            ):
                 return [await self._insert_one(specs[0])]
             async with translated_errors(), self._pool.connection() as conn, conn.transaction():
                 engine, inner = await self._route(conn)
@@ -865,6 +892,7 @@ class TransitionRoutingEngine:
             await asyncio.wait([refreshing])
         for engine in self._queue_storage.values():
             # Marks them closed without closing the shared pool twice.
+            await engine._drain_wakes()
             engine._closed = True
         if self._owns_pool:
             await self._pool.close()

@@ -24,6 +24,7 @@ from awa.domain.job import JobSpec
 from awa.domain.kinds import derive_kind
 from awa.domain.unique import UniqueOpts, derive_unique_key
 from awa.domain.validation import (
+    validate_json,
     validate_max_attempts,
     validate_name,
     validate_priority,
@@ -38,6 +39,11 @@ def _is_pydantic(value: Any) -> bool:
     return hasattr(value, "model_dump") and hasattr(type(value), "model_validate")
 
 
+@functools.cache
+def _field_names(cls: type[Any]) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
 def to_json_value(value: Any) -> Any:
     """Convert dataclass field values into JSON-compatible values (datetimes as ISO text)."""
     if value is None or isinstance(value, bool | int | float | str):
@@ -47,7 +53,7 @@ def to_json_value(value: Any) -> Any:
     if isinstance(value, list | tuple | set | frozenset):
         return [to_json_value(v) for v in value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_json_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {name: to_json_value(getattr(value, name)) for name in _field_names(type(value))}
     if _is_pydantic(value):
         return value.model_dump(mode="json")
     if isinstance(value, enum.Enum):
@@ -234,13 +240,39 @@ def build_specs(
     if opts is not None and len(opts) != len(jobs):
         raise ValidationError("opts", f"must have one entry per job ({len(jobs)}), got {len(opts)}")
     specs: list[JobSpec] = []
+    # The options shared by the batch are validated once, with the first job that uses
+    # them; later jobs only bring their args (and the kind they derive).
+    template: JobSpec | None = None
+    shared = common.get("unique_opts") is None
+    kind_option = common.get("kind")
     for index, job in enumerate(jobs):
-        options = dict(common)
         override = opts[index] if opts is not None else None
         if override:
             unknown = set(override) - {"queue", "ordering_key"}
             if unknown:
                 raise ValidationError("opts", f"unknown keys: {sorted(unknown)}")
-            options.update(override)
-        specs.append(build_spec(job, **options))
+            specs.append(build_spec(job, **{**common, **override}))
+        elif template is None or not shared:
+            template = build_spec(job, **common)
+            specs.append(template)
+        else:
+            kind, payload = serialize_args(job, kind_option)
+            if kind != template.kind:
+                validate_name("kind", kind)
+            validate_json("args", payload)
+            specs.append(
+                JobSpec(
+                    kind=kind,
+                    args=payload,
+                    queue=template.queue,
+                    priority=template.priority,
+                    max_attempts=template.max_attempts,
+                    run_at=template.run_at,
+                    metadata=template.metadata,
+                    tags=template.tags,
+                    unique_key=template.unique_key,
+                    unique_states=template.unique_states,
+                    ordering_key=template.ordering_key,
+                )
+            )
     return specs

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
+import psycopg
 import pytest
 
 from awa.adapters.clock import ManualClock
@@ -100,3 +101,32 @@ async def test_copy_enqueue_joins_a_caller_transaction(engine: QueueStorageEngin
     async with engine.transaction() as uow:
         assert await engine.enqueue_many_copy([JobSpec(kind="t", queue="copy")], uow=uow) == 1
     assert len(await engine.list_jobs(JobFilter(queue="copy"))) == 1
+
+
+async def test_copy_enqueue_round_trips_awkward_values(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    awkward = 'tab\there, line\nbreak, back\\slash, "quote", {brace}, comma, é, \\N, \\x00'
+    specs = [
+        JobSpec(
+            kind="odd",
+            queue="copy",
+            args={"text": awkward, "nested": [awkward, {"k\\": 1.5}], "none": None},
+            metadata={"m": awkward},
+            tags=(awkward, "", "NULL", "a,b"),
+            ordering_key=b"\x00\\\t\n key",
+        ),
+        JobSpec(kind="plain", queue="copy", args=[1, 2], priority=1),
+    ]
+    assert await engine.enqueue_many_copy(specs) == 2
+    claimed = {c.job.kind: c.job for c in await engine.claim("copy", limit=10)}
+    odd = claimed["odd"]
+    assert (odd.args, odd.metadata, odd.tags) == (specs[0].args, specs[0].metadata, specs[0].tags)
+    assert claimed["plain"].args == [1, 2] and claimed["plain"].priority == 1
+    found = await engine.get_job(odd.id)
+    assert found is not None and found.args == specs[0].args
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cur = await conn.execute(
+            "SELECT ordering_key, shard FROM awa.ready_entries WHERE job_id = %s", (odd.id,)
+        )
+        assert await cur.fetchone() == (specs[0].ordering_key, 0)

@@ -8,7 +8,9 @@ and a ready / deferred / done row (or a DLQ row) holding the new snapshot.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -16,8 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import attrs
-from psycopg import AsyncCursor
-from psycopg.rows import DictRow
+import psycopg._queries as _psycopg_queries
 from psycopg_pool import AsyncConnectionPool
 
 from awa.adapters._pg.pool import DictConnection
@@ -36,12 +37,27 @@ from awa.domain.states import (
 )
 from awa.ports.clock import Clock
 
-#: The queues asked for and the cursor their ``enqueue_shards`` come back on.
-ShardRead = tuple[list[str], "AsyncCursor[DictRow]"]
+#: Lanes per ``(queue, priority)`` for jobs without an ordering key (shards -1, -2, ...;
+#: an ordering key's lanes are 0 and up). A producer takes one that no other open enqueue
+#: holds and opens another when all are held (ADR 0006, "Enqueue"): this bounds the lanes a
+#: claim visits; beyond it concurrent producers of one queue wait for a lane.
+SPARE_LANES = 8
+
+#: Counter rows per (queue, state) an enqueue may spread over (``add_counts_free``).
+COUNT_BUCKETS = 16
 
 LIVE_STATES = frozenset({JobState.Running, JobState.WaitingExternal})
 DEFERRED = frozenset({JobState.Scheduled, JobState.Retryable})
 CANCEL_CHANNEL = "awa:cancel"
+
+log = logging.getLogger("awa.adapters.postgres_queue_storage")
+
+# psycopg converts the placeholders of a statement longer than 4 KiB on every execute (it
+# caches only shorter ones); the one-statement enqueue is longer, and converting it again
+# cost about a quarter of an insert's client CPU. Its statements are a fixed set, so
+# caching them all is bounded.
+if getattr(_psycopg_queries, "MAX_CACHED_STATEMENT_LENGTH", 1 << 14) < 1 << 14:
+    _psycopg_queries.MAX_CACHED_STATEMENT_LENGTH = 1 << 14
 
 #: Statements whose rows nobody reads: in pipeline mode they are queued without waiting
 #: for the server.
@@ -56,6 +72,7 @@ _NO_ROWS = frozenset(
         "insert_dlq",
         "unique_release",
         "add_counts",
+        "add_counts_free",
         "add_completions",
         "notify",
         "advance_cursors",
@@ -218,8 +235,14 @@ class QueueStorageBase:
         self._schema = schema
         quoted = '"' + schema.replace('"', '""') + '"'
         raw = load_queries("awa.adapters.postgres_queue_storage", "queries.sql")
+        reserve = raw["reserve_lanes_cte"]
+        counts = raw["counts_free_cte"]
         self._q: dict[str, str] = {
-            name: text.replace("{s}", quoted)
+            name: text.replace("{reserve}", reserve)
+            .replace("{counts}", counts)
+            .replace("{spare}", str(SPARE_LANES))
+            .replace("{buckets}", str(COUNT_BUCKETS))
+            .replace("{s}", quoted)
             .replace("{body}", _BODY)
             .replace("{recordset}", _RECORDSET)
             for name, text in raw.items()
@@ -236,6 +259,9 @@ class QueueStorageBase:
         self._sorting: set[str] = set()
         self._stage_seq = 0
         self._closed = False
+        self._wake_pending: set[str] = set()
+        self._in_flight = 0
+        self._wake_task: asyncio.Task[None] | None = None
 
     # ---------------------------------------------------------------- connections
     @asynccontextmanager
@@ -270,19 +296,57 @@ class QueueStorageBase:
             return []
         return list(await cur.fetchall())
 
+    # ---------------------------------------------------------------- wake-ups
+    def _wake_after_commit(self, channels: Iterable[str]) -> None:
+        """Notify ``channels`` after an enqueue committed, outside its transaction.
+
+        A transaction that notifies holds one database-wide lock through its commit, so
+        producers that notify in their own transaction commit one at a time (no group
+        commit). Wake-ups are sent instead by one task per engine, coalesced while one is
+        in flight, in a transaction of their own without a durable commit. Best effort,
+        like every wake-up: workers also poll."""
+        self._wake_pending.update(channels)
+        if self._wake_task is None or self._wake_task.done():
+            self._wake_task = asyncio.get_running_loop().create_task(self._send_wakes())
+
+    async def _send_wakes(self) -> None:
+        while self._wake_pending and not self._closed:
+            channels = sorted(self._wake_pending)
+            self._wake_pending.clear()
+            try:
+                async with (
+                    self._pool.connection() as conn,
+                    conn.pipeline(),
+                    conn.transaction(),
+                ):
+                    await conn.execute(self._q["wake_quietly"].encode(), prepare=True)
+                    await conn.execute(
+                        self._q["notify"].encode(),
+                        {"channels": channels, "payloads": [""] * len(channels)},
+                    )
+            except Exception:
+                log.debug("wake-up notification failed", exc_info=True)
+
+    async def _drain_wakes(self) -> None:
+        """Let a wake-up in flight finish (engine shutdown)."""
+        task, self._wake_task = self._wake_task, None
+        if task is not None and not task.done():
+            await asyncio.wait([task])
+
     # ---------------------------------------------------------------- reads
     async def _resolve(self, conn: DictConnection, ids: Iterable[int]) -> dict[int, Resolved]:
         rows = await self._exec(conn, "snapshots", ids=list(ids))
         return {row["id"]: Resolved.from_row(row) for row in rows}
 
     # ---------------------------------------------------------------- writes
-    async def _flush(self, conn: DictConnection, writes: Writes) -> None:
-        """Counters last (sorted, as the lock order says), then wake-ups."""
+    async def _flush(self, conn: DictConnection, writes: Writes, *, producer: bool = False) -> None:
+        """Counters last (sorted, as the lock order says), then wake-ups. A ``producer``
+        (an enqueue) adds its counters to buckets no other open transaction holds."""
         deltas = sorted((key, d) for key, d in writes.counts.items() if d != 0)
         if deltas:
             await self._exec(
                 conn,
-                "add_counts",
+                "add_counts_free" if producer else "add_counts",
                 queues=[k[0] for k, _ in deltas],
                 states=[k[1] for k, _ in deltas],
                 deltas=[d for _, d in deltas],
@@ -362,52 +426,52 @@ class QueueStorageBase:
     def _shard_count(self, queue: str) -> int:
         return self._shards.get(queue, 1)
 
-    async def _send_shards(self, conn: DictConnection, queues: Iterable[str]) -> ShardRead:
-        """Ask for the queues' ``enqueue_shards``; in pipeline mode this travels with the
-        next statement and :meth:`_take_shards` collects the answer."""
+    async def _load_shards(self, conn: DictConnection, queues: Iterable[str]) -> None:
+        """Read the queues' ``enqueue_shards`` (an ordering key's lane depends on it)."""
         wanted = sorted(set(queues))
         cur = await conn.execute(
             "SELECT queue, enqueue_shards FROM awa.queue_meta WHERE queue = ANY(%s)", (wanted,)
         )
-        return wanted, cur
-
-    async def _take_shards(self, read: ShardRead) -> None:
-        wanted, cur = read
         found = {row["queue"]: int(row["enqueue_shards"]) for row in await cur.fetchall()}
         for queue in wanted:
             self._shards[queue] = found.get(queue, 1)
 
-    async def _load_shards(self, conn: DictConnection, queues: Iterable[str]) -> None:
-        await self._take_shards(await self._send_shards(conn, queues))
-
-    def _pick_shard(self, queue: str, ordering_key: bytes | None) -> int:
-        shards = self._shard_count(queue)
-        if ordering_key is not None:
-            return shard_for_key(ordering_key, shards)
+    def _hint(self, queue: str) -> int:
+        """The lane a job without an ordering key tries first: the process's rotor over
+        as many of the queue's negative lanes as it has enqueue shards (another free lane
+        is taken when that one is held)."""
+        shards = min(self._shard_count(queue), SPARE_LANES)
         turn = self._rotor.get(queue, 0)
         self._rotor[queue] = turn + 1
-        return turn % shards
+        return -1 - turn % shards
 
     async def _reserve(
         self,
         conn: DictConnection,
         ready: Sequence[tuple[JobRecord, bytes | None]],
-        *,
-        shards: ShardRead | None = None,
     ) -> list[tuple[int, int]]:
-        """Pick each available job's shard and reserve its lane positions (lock order:
-        ``lanes`` rows, then ``claim_heads`` rows, both sorted). Returns ``(shard,
-        lane_seq)`` per job, in input order. ``shards`` is a shard read already sent."""
-        if shards is None:
-            await self._load_shards(conn, (job.queue for job, _ in ready))
-        else:
-            await self._take_shards(shards)
-        lanes = [(job.queue, job.priority, self._pick_shard(job.queue, key)) for job, key in ready]
+        """Reserve each available job's lane position (lock order: ``lanes`` rows, then
+        ``claim_heads`` rows). A job with an ordering key goes to its key's shard; the jobs
+        of one ``(queue, priority)`` without a key go together to whichever lane of it no
+        other open transaction holds. Returns ``(shard, lane_seq)`` per job, in input
+        order."""
+        keyed = {job.queue for job, key in ready if key is not None}
+        if keyed:
+            await self._load_shards(conn, keyed)
+        # None stands for "any free lane of (queue, priority)".
+        lanes: list[tuple[str, int, int | None]] = [
+            (
+                job.queue,
+                job.priority,
+                None if key is None else shard_for_key(key, self._shard_count(job.queue)),
+            )
+            for job, key in ready
+        ]
         wanted = Counter(lanes)
-        order = sorted(wanted)
+        order = sorted(wanted, key=lambda lane: (lane[0], lane[1], lane[2] is None, lane[2]))
         # Each lane's order key (run_at, job id): first and largest of the batch, and
         # whether the batch itself is in that order, so the lane row can record it.
-        keys: dict[tuple[str, int, int], list[tuple[datetime, int]]] = {}
+        keys: dict[tuple[str, int, int | None], list[tuple[datetime, int]]] = {}
         for (job, _), lane in zip(ready, lanes, strict=True):
             keys.setdefault(lane, []).append((job.run_at, job.id))
         ends = await self._exec(
@@ -416,6 +480,7 @@ class QueueStorageBase:
             queues=[lane[0] for lane in order],
             priorities=[lane[1] for lane in order],
             shards=[lane[2] for lane in order],
+            hints=[self._hint(lane[0]) for lane in order],
             counts=[wanted[lane] for lane in order],
             first_runs=[keys[lane][0][0] for lane in order],
             first_ids=[keys[lane][0][1] for lane in order],
@@ -423,31 +488,26 @@ class QueueStorageBase:
             last_ids=[max(keys[lane])[1] for lane in order],
             sorted=[keys[lane] == sorted(keys[lane]) for lane in order],
         )
-        nxt = {
-            (r["queue"], r["priority"], r["shard"]): r["next_seq"]
-            - wanted[(r["queue"], r["priority"], r["shard"])]
-            for r in ends
-        }
+        nxt: dict[tuple[str, int, int | None], list[int]] = {}
+        for r in ends:
+            lane = (r["queue"], r["priority"], r["asked"])
+            nxt[lane] = [r["shard"], r["next_seq"] - wanted[lane]]
         placed = []
         for lane in lanes:
-            placed.append((lane[2], nxt[lane]))
-            nxt[lane] += 1
+            shard_seq = nxt[lane]
+            placed.append((shard_seq[0], shard_seq[1]))
+            shard_seq[1] += 1
         return placed
 
     async def _place(
-        self,
-        conn: DictConnection,
-        items: Sequence[tuple[JobRecord, bytes | None]],
-        *,
-        shards: ShardRead | None = None,
+        self, conn: DictConnection, items: Sequence[tuple[JobRecord, bytes | None]]
     ) -> None:
-        """Append each snapshot to the plane its state lives in. ``shards`` is a shard
-        read already sent for the available ones."""
+        """Append each snapshot to the plane its state lives in."""
         ready = [(job, key) for job, key in items if job.state == JobState.Available]
         deferred = [row_json(job, key) for job, key in items if job.state in DEFERRED]
         done = [row_json(job, key) for job, key in items if job.state in TERMINAL_STATES]
         if ready:
-            seqs = await self._reserve(conn, ready, shards=shards)
+            seqs = await self._reserve(conn, ready)
             rows = [
                 row_json(job, key, shard=shard, lane_seq=seq)
                 for (job, key), (shard, seq) in zip(ready, seqs, strict=True)

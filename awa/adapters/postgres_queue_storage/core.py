@@ -15,6 +15,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
+import psycopg
+from psycopg import AsyncCursor
+from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from awa.adapters._pg.errors import translated_errors
@@ -26,9 +29,11 @@ from awa.adapters.postgres_queue_storage._base import (
     Resolved,
     Writes,
     minute_of,
+    queue_channel,
 )
 from awa.domain.errors import CallbackNotFound, DatabaseError, UniqueConflict, ValidationError
 from awa.domain.job import Claim, JobRecord, JobSpec, RunLease, error_entry
+from awa.domain.routing import shard_for_key
 from awa.domain.states import JobState, bitstring_to_mask, mask_to_bitstring
 from awa.domain.validation import validate_spec
 from awa.ports.storage import Ack, Rescued, UnitOfWork
@@ -95,6 +100,35 @@ def _claimed_job(row: dict[str, Any]) -> JobRecord:
 _RECEIPT_CACHE_LIMIT = 200_000
 
 
+class RouteChanged(Exception):
+    """Producers no longer write new jobs to this engine's schema (the storage transition
+    moved on): nothing was inserted; read the route again. ``supported`` is False when the
+    database has no route check (a schema before migration 0320)."""
+
+    def __init__(self, message: str, *, supported: bool = True) -> None:
+        super().__init__(message)
+        self.supported = supported
+
+
+# COPY text format: a backslash starts an escape, \N is NULL and bytea is written \\x<hex>.
+BACKSLASH = "\\"
+ESCAPED = "\\\\"
+NULL = "\\N"
+HEX = "\\\\x"
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _copy_text(value: str) -> str:
+    """A text value as one field of a COPY text row."""
+    return value.translate(_COPY_ESCAPES)
+
+
+def _text_array(values: Sequence[str]) -> str:
+    """A ``text[]`` literal: every element quoted, ``"`` and backslash escaped."""
+    quoted = ('"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"' for value in values)
+    return "{" + ",".join(quoted) + "}"
+
+
 def _ack(applied: bool) -> Ack:
     return Ack.APPLIED if applied else Ack.STALE
 
@@ -136,24 +170,139 @@ class CoreOps(QueueStorageBase):
                 uow.open = False
 
     async def _insert(self, conn: DictConnection, specs: Sequence[JobSpec]) -> list[JobRecord]:
+        """The general enqueue: ids first, unique keys claimed, then the rows placed."""
         writes = Writes(self._clock.now())
-        ids = await conn.execute(self._q["next_job_ids"].encode(), {"n": len(specs)})
-        # In pipeline mode the shard counts travel with the id reservation.
-        ready = [spec.queue for spec in specs if spec.run_at is None]
-        shards = await self._send_shards(conn, ready) if ready else None
-        rows = await ids.fetchall()
+        rows = await self._exec(conn, "next_job_ids", n=len(specs))
         records = [
             _new_record(row["id"], spec, writes.now) for row, spec in zip(rows, specs, strict=True)
         ]
         await self._unique(conn, [(None, job) for job in records])
         await self._place(
-            conn,
-            [(job, spec.ordering_key) for job, spec in zip(records, specs, strict=True)],
-            shards=shards,
+            conn, [(job, spec.ordering_key) for job, spec in zip(records, specs, strict=True)]
         )
         for job in records:
             writes.move(None, job)
-        await self._flush(conn, writes)
+        await self._flush(conn, writes, producer=True)
+        return records
+
+    async def _send_enqueue(
+        self,
+        conn: DictConnection,
+        specs: Sequence[JobSpec],
+        now: datetime,
+        *,
+        notify: bool,
+        wake: set[str],
+        restore: bool = False,
+        route_check: bool = False,
+    ) -> AsyncCursor[DictRow]:
+        """Queue an enqueue without unique keys: one prepared statement (ids, lanes, rows,
+        counters) under its generic plan. Nothing is read, so in pipeline mode everything
+        travels with the next sync; the returned cursor yields the ids in input order. The
+        wake-ups of available jobs are added to ``wake``; with ``notify`` the statement
+        also sends them (otherwise the caller does, after commit). ``restore`` gives a
+        caller's unit of work its plan setting back; ``route_check`` checks that producers
+        still write to this schema."""
+        rows = []
+        masks: dict[int, str] = {}
+        for ord_, spec in enumerate(specs, 1):
+            mask = spec.effective_unique_states
+            states = masks.get(mask)
+            if states is None:
+                states = masks[mask] = mask_to_bitstring(mask)
+            available = spec.run_at is None
+            rows.append(
+                {
+                    "ord": ord_,
+                    "kind": spec.kind,
+                    "queue": spec.queue,
+                    "args": spec.args,
+                    "priority": spec.priority,
+                    "max_attempts": spec.max_attempts,
+                    "run_at": None if spec.run_at is None else spec.run_at.isoformat(),
+                    "metadata": spec.metadata,
+                    "tags": list(spec.tags),
+                    "ordering_key": None if spec.ordering_key is None else spec.ordering_key.hex(),
+                    "unique_states": states,
+                    "hint": self._hint(spec.queue) if available else None,
+                }
+            )
+            if available:
+                wake.add(queue_channel(spec.queue))
+        if route_check:
+            await conn.execute(
+                self._q["generic_plans_routed"].encode(), {"schema": self._schema}, prepare=True
+            )
+        else:
+            await conn.execute(self._q["generic_plans"].encode(), prepare=True)
+        cur = await conn.execute(
+            self._q["enqueue_ready"].encode(),
+            {
+                "rows": json.dumps(rows),
+                "n": len(specs),
+                "now": now,
+                "channels": sorted(wake) if notify else [],
+            },
+            prepare=True,
+        )
+        if restore:
+            # A caller's unit of work goes on: give it its plan setting back.
+            await conn.execute(self._q["restore_plans"].encode(), prepare=True)
+        return cur
+
+    @staticmethod
+    async def _records(
+        cur: AsyncCursor[DictRow], specs: Sequence[JobSpec], now: datetime
+    ) -> list[JobRecord]:
+        rows = await cur.fetchall()
+        return [_new_record(row["id"], spec, now) for row, spec in zip(rows, specs, strict=True)]
+
+    async def enqueue_many_routed(self, specs: Sequence[JobSpec]) -> list[JobRecord]:
+        """:meth:`enqueue_many` of jobs without unique keys, for a producer that remembers
+        that new jobs go to this engine's schema: ``awa.queue_storage_route_check`` travels
+        ahead of the insert in the same round trip, under the producer lock, and raises
+        :class:`RouteChanged` (nothing committed) when producers write elsewhere now."""
+        for spec in specs:
+            validate_spec(spec)
+            if spec.unique_key is not None:
+                raise ValueError("enqueue_many_routed takes jobs without unique keys only")
+        if not specs:
+            return []
+        async with translated_errors():
+            try:
+                return await self._enqueue_fast(specs, route_check=True)
+            except psycopg.errors.UndefinedFunction as exc:
+                # A schema older than migration 0320.
+                raise RouteChanged(str(exc), supported=False) from exc
+            except psycopg.errors.ObjectNotInPrerequisiteState as exc:
+                if exc.diag.message_hint != "awa_route_changed":
+                    raise
+                raise RouteChanged(str(exc)) from exc
+
+    async def _enqueue_fast(
+        self, specs: Sequence[JobSpec], *, route_check: bool = False
+    ) -> list[JobRecord]:
+        """One round trip: BEGIN, the statement, counters, wake-ups and COMMIT are sent
+        together, and the ids are read once the pipeline is synced."""
+        if self._closed:
+            raise DatabaseError("the queue-storage engine is closed")
+        now = self._clock.now()
+        wake: set[str] = set()
+        # Alone, the enqueue notifies in its own transaction; next to other enqueues of
+        # this engine it leaves the wake-up to _wake_after_commit (one commit-long lock).
+        self._in_flight += 1
+        try:
+            async with self._pool.connection() as conn:
+                async with conn.pipeline(), conn.transaction():
+                    alone = self._in_flight == 1 and not self._wake_pending
+                    cur = await self._send_enqueue(
+                        conn, specs, now, notify=alone, wake=wake, route_check=route_check
+                    )
+                records = await self._records(cur, specs, now)
+        finally:
+            self._in_flight -= 1
+        if wake and not alone:
+            self._wake_after_commit(wake)
         return records
 
     async def enqueue_many(
@@ -163,14 +312,24 @@ class CoreOps(QueueStorageBase):
             validate_spec(spec)
         if not specs:
             return []
+        fast = all(spec.unique_key is None for spec in specs)
         async with translated_errors():
             if uow is None:
+                if fast:
+                    return await self._enqueue_fast(specs)
                 async with self._tx(pipeline=True) as conn:
                     return await self._insert(conn, specs)
             if not isinstance(uow, PgUnitOfWork) or uow.owner is not self:
                 raise DatabaseError("the unit of work does not belong to this engine")
             if not uow.open:
                 raise DatabaseError("the unit of work is already closed")
+            if fast:
+                now = self._clock.now()
+                async with uow.conn.pipeline():
+                    cur = await self._send_enqueue(
+                        uow.conn, specs, now, notify=True, wake=set(), restore=True
+                    )
+                return await self._records(cur, specs, now)
             # No savepoint: validation ran above, and a unique conflict gives back the keys
             # it claimed before raising, so the caller's transaction stays usable.
             return await self._insert(uow.conn, specs)
@@ -188,16 +347,107 @@ class CoreOps(QueueStorageBase):
             validate_spec(spec)
         if not specs:
             return 0
+        direct = all(spec.unique_key is None and spec.run_at is None for spec in specs)
+        insert = self._copy_direct if direct else self._copy_insert
         async with translated_errors():
             if uow is None:
                 async with self._tx() as conn:
-                    return await self._copy_insert(conn, specs)
+                    return await insert(conn, specs)
             if not isinstance(uow, PgUnitOfWork) or uow.owner is not self:
                 raise DatabaseError("the unit of work does not belong to this engine")
             if not uow.open:
                 raise DatabaseError("the unit of work is already closed")
             async with uow.conn.transaction():
-                return await self._copy_insert(uow.conn, specs)
+                return await insert(uow.conn, specs)
+
+    async def _copy_direct(self, conn: DictConnection, specs: Sequence[JobSpec]) -> int:
+        """Every job available and none with a unique key: reserve ids, lanes, slot and fact
+        ids in one statement, then copy the rows (text format, encoded here) straight into
+        ``ready_entries``; counters and wake-ups follow in one pipelined round trip."""
+        now = self._clock.now()
+        keyed = {spec.queue for spec in specs if spec.ordering_key is not None}
+        if keyed:
+            await self._load_shards(conn, keyed)
+        # Lanes in input order of first appearance: count, first and last input position.
+        lane_of: list[tuple[str, int, int | None]] = []
+        groups: dict[tuple[str, int, int | None], list[int]] = {}
+        for pos, spec in enumerate(specs, 1):
+            key = spec.ordering_key
+            lane = (
+                spec.queue,
+                spec.priority,
+                None if key is None else shard_for_key(key, self._shard_count(spec.queue)),
+            )
+            lane_of.append(lane)
+            group = groups.get(lane)
+            if group is None:
+                groups[lane] = [1, pos, pos]
+            else:
+                group[0] += 1
+                group[2] = pos
+        order = sorted(groups, key=lambda lane: (lane[0], lane[1], lane[2] is None, lane[2]))
+        (row,) = await self._exec(
+            conn,
+            "copy_begin",
+            n=len(specs),
+            now=now,
+            queues=[lane[0] for lane in order],
+            priorities=[lane[1] for lane in order],
+            shards=[lane[2] for lane in order],
+            hints=[self._hint(lane[0]) for lane in order],
+            counts=[groups[lane][0] for lane in order],
+            firsts=[groups[lane][1] for lane in order],
+            lasts=[groups[lane][2] for lane in order],
+        )
+        ids: list[int] = row["ids"]
+        facts: list[int] = row["facts"]
+        slot = str(row["slot"])
+        nxt: dict[tuple[str, int, int | None], list[Any]] = {}
+        for queue, priority, asked, shard, next_seq in row["lanes"]:
+            lane = (queue, priority, asked)
+            nxt[lane] = [str(shard), next_seq - groups[lane][0]]
+        stamp = _copy_text(now.isoformat())
+        names: dict[str, str] = {}
+        tag_cache: dict[tuple[str, ...], str] = {}
+        masks: dict[int, str] = {}
+        dumps = json.dumps
+        out: list[str] = []
+        append = out.append
+        writes = Writes(now)
+        for spec, lane, job_id, fact in zip(specs, lane_of, ids, facts, strict=True):
+            at = nxt[lane]
+            seq = at[1]
+            at[1] = seq + 1
+            kind = names.get(spec.kind)
+            if kind is None:
+                kind = names[spec.kind] = _copy_text(spec.kind)
+            queue = names.get(spec.queue)
+            if queue is None:
+                queue = names[spec.queue] = _copy_text(spec.queue)
+            tags = tag_cache.get(spec.tags)
+            if tags is None:
+                tags = tag_cache[spec.tags] = _copy_text(_text_array(spec.tags))
+            mask = spec.effective_unique_states
+            states = masks.get(mask)
+            if states is None:
+                states = masks[mask] = mask_to_bitstring(mask)
+            key = spec.ordering_key
+            append(
+                f"{slot}\t{fact}\t{at[0]}\t{seq}\t{job_id}\t{kind}\t{queue}\t"
+                f"{dumps(spec.args).replace(BACKSLASH, ESCAPED)}\t{spec.priority}\t0\t"
+                f"{spec.max_attempts}\t{stamp}\t{stamp}\t{{}}\t"
+                f"{dumps(spec.metadata).replace(BACKSLASH, ESCAPED) if spec.metadata else '{}'}"
+                f"\t{tags}\t{states}\t0\t"
+                f"{NULL if key is None else HEX + key.hex()}\n"
+            )
+            writes.counts[(spec.queue, "available")] += 1
+            writes.notify.add((queue_channel(spec.queue), ""))
+        copy_sql = self._q["copy_direct"].encode()
+        async with conn.cursor() as cur, cur.copy(copy_sql) as copy:
+            await copy.write("".join(out).encode())
+        async with conn.pipeline():
+            await self._flush(conn, writes, producer=True)
+        return len(specs)
 
     async def _copy_insert(self, conn: DictConnection, specs: Sequence[JobSpec]) -> int:
         writes = Writes(self._clock.now())
@@ -251,7 +501,7 @@ class CoreOps(QueueStorageBase):
         await conn.execute(self._q["copy_deferred"].replace("{stage}", stage).encode())
         for job in records:
             writes.move(None, job)
-        await self._flush(conn, writes)
+        await self._flush(conn, writes, producer=True)
         return len(records)
 
     async def enqueue_many_skip_duplicates(self, specs: Sequence[JobSpec]) -> list[JobRecord]:

@@ -94,5 +94,6 @@ class QueueStorageEngine(CoreOps, AdminOps, RingOps):
 
     async def close(self) -> None:
         if not self._closed:
+            await self._drain_wakes()
             self._closed = True
             await self._pool.close()

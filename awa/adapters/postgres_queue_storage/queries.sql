@@ -1,49 +1,270 @@
 -- Statements of the queue-storage engine. ``{s}`` is replaced by the quoted schema name
 -- once per engine; every time value is a parameter taken from the engine's clock.
 
--- name: reserve_lanes
--- One upsert reserves sequence numbers for every lane of a batch; the row lock it takes
--- is held to commit, so lane positions become visible in order. It also keeps the lane's
--- tail order key (run_at, job id) and marks the last position of a batch that does not
--- extend the lane in that order (disorder_seq): claimers sort such windows. A claim head
--- is created for every new lane (no write when present); an unreferenced data-modifying
--- CTE runs after the main statement, so the lock order (lanes, then claim_heads) holds.
-WITH i AS (
-    SELECT * FROM unnest(
-        %(queues)s::text[], %(priorities)s::smallint[], %(shards)s::int[],
-        %(counts)s::bigint[], %(first_runs)s::timestamptz[], %(first_ids)s::bigint[],
-        %(last_runs)s::timestamptz[], %(last_ids)s::bigint[], %(sorted)s::boolean[]
-    ) AS i(q, p, sh, n, first_run, first_id, last_run, last_id, sorted)
+-- name: reserve_lanes_cte
+-- The lane reservation shared by reserve_lanes and enqueue_ready, as CTEs after a CTE
+-- ``want(q, p, sh, hint, n, first_run, first_id, last_run, last_id, sorted)``: one row per
+-- lane a batch needs. ``sh`` names a lane: an ordering key's shard (0 and up), whose row
+-- lock the batch waits for. ``sh IS NULL`` is for jobs without an ordering key: they live
+-- in the negative lanes of ``(q, p)``, at most {spare} of them, and the batch takes the
+-- first one that no other open transaction holds (``SKIP LOCKED``, the ``hint`` lane
+-- first), so producers of one queue do not wait for each other's commit. When every such
+-- lane is held, a new one is made (the ``hint`` lane, else one chosen by backend pid);
+-- only when all {spare} exist and are held does the batch wait for one. Named lanes are
+-- locked first (sorted), free lanes after them without waiting, so a statement never
+-- waits while it holds a lane it took out of order. Every lane row lock is held to
+-- commit, so lane position k+1 never becomes visible before k. Output: ``lanes_out(q, p,
+-- asked, shard, next_seq)``, ``asked`` being ``want.sh``. A claim head is created for
+-- every new lane (no write when present); an unreferenced data-modifying CTE runs after
+-- the main statement, so the lock order (lanes, then claim_heads) holds.
+named AS (
+    SELECT * FROM want WHERE sh IS NOT NULL
+), held AS (
+    INSERT INTO {s}.lanes AS l (queue, priority, shard, next_seq, tail_run_at, tail_job_id,
+        disorder_seq)
+    SELECT q, p, sh, n, last_run, last_id, CASE WHEN sorted THEN -1 ELSE n - 1 END
+    FROM named
+    ORDER BY q, p, sh
+    ON CONFLICT (queue, priority, shard) DO UPDATE SET
+        next_seq = l.next_seq + EXCLUDED.next_seq,
+        tail_run_at = CASE
+            WHEN l.tail_run_at IS NULL
+                OR (EXCLUDED.tail_run_at, EXCLUDED.tail_job_id) > (l.tail_run_at, l.tail_job_id)
+            THEN EXCLUDED.tail_run_at ELSE l.tail_run_at END,
+        tail_job_id = CASE
+            WHEN l.tail_run_at IS NULL
+                OR (EXCLUDED.tail_run_at, EXCLUDED.tail_job_id) > (l.tail_run_at, l.tail_job_id)
+            THEN EXCLUDED.tail_job_id ELSE l.tail_job_id END,
+        disorder_seq = CASE
+            WHEN EXCLUDED.disorder_seq >= 0
+                -- rows appended without an order key (SQL producers) have no known order
+                OR (l.tail_run_at IS NULL AND l.next_seq > 0)
+                OR (SELECT (t.first_run, t.first_id) < (l.tail_run_at, l.tail_job_id)
+                    FROM named t WHERE t.q = EXCLUDED.queue AND t.p = EXCLUDED.priority
+                        AND t.sh = EXCLUDED.shard)
+            THEN l.next_seq + EXCLUDED.next_seq - 1 ELSE l.disorder_seq END
+    RETURNING queue, priority, shard, next_seq
+), free AS (
+    SELECT w.*, f.shard AS got
+    FROM want w
+    LEFT JOIN LATERAL (
+        SELECT l.shard FROM {s}.lanes l
+        WHERE l.queue = w.q AND l.priority = w.p AND l.shard < 0
+        ORDER BY l.shard = w.hint DESC, l.shard DESC
+        LIMIT 1
+        FOR UPDATE OF l SKIP LOCKED
+    ) f ON true
+    -- after the named lanes (a one-time filter on them runs first)
+    WHERE w.sh IS NULL AND (SELECT count(*) FROM held) >= 0
+), fresh AS (
+    SELECT w.q, w.p, coalesce(c.shard, -1 - (pg_backend_pid() %% {spare})) AS shard,
+        w.n, w.first_run, w.first_id, w.last_run, w.last_id, w.sorted
+    FROM free w
+    LEFT JOIN LATERAL (
+        -- Candidates stream in order (no sort), so the try-lock is only taken on the
+        -- first one that is free: a lane another open transaction is making is invisible
+        -- here, and its maker holds the same advisory lock, so it is passed over instead
+        -- of waited for.
+        SELECT c.shard FROM (
+            SELECT w.hint AS shard
+            UNION ALL
+            SELECT -1 - ((g + pg_backend_pid()) %% {spare}) FROM generate_series(0, {spare} - 1) g
+        ) c
+        WHERE NOT EXISTS (
+              SELECT 1 FROM {s}.lanes l
+              WHERE l.queue = w.q AND l.priority = w.p AND l.shard = c.shard)
+          AND pg_try_advisory_xact_lock(
+              hashtextextended('awa.lane:{s}:' || w.q || ':' || w.p || ':' || c.shard, 0))
+        LIMIT 1
+    ) c ON true
+    WHERE w.got IS NULL
+), moved AS (
+    UPDATE {s}.lanes l SET
+        next_seq = l.next_seq + w.n,
+        tail_run_at = CASE
+            WHEN l.tail_run_at IS NULL OR (w.last_run, w.last_id) > (l.tail_run_at, l.tail_job_id)
+            THEN w.last_run ELSE l.tail_run_at END,
+        tail_job_id = CASE
+            WHEN l.tail_run_at IS NULL OR (w.last_run, w.last_id) > (l.tail_run_at, l.tail_job_id)
+            THEN w.last_id ELSE l.tail_job_id END,
+        disorder_seq = CASE
+            WHEN NOT w.sorted
+                -- rows appended without an order key (SQL producers) have no known order
+                OR (l.tail_run_at IS NULL AND l.next_seq > 0)
+                OR (w.first_run, w.first_id) < (l.tail_run_at, l.tail_job_id)
+            THEN l.next_seq + w.n - 1 ELSE l.disorder_seq END
+    FROM free w
+    WHERE w.got IS NOT NULL
+      AND l.queue = w.q AND l.priority = w.p AND l.shard = w.got
+    RETURNING l.queue, l.priority, l.shard, l.next_seq
+), made AS (
+    INSERT INTO {s}.lanes AS l (queue, priority, shard, next_seq, tail_run_at, tail_job_id,
+        disorder_seq)
+    SELECT q, p, shard, n, last_run, last_id, CASE WHEN sorted THEN -1 ELSE n - 1 END
+    FROM fresh
+    ORDER BY q, p, shard
+    ON CONFLICT (queue, priority, shard) DO UPDATE SET
+        next_seq = l.next_seq + EXCLUDED.next_seq,
+        tail_run_at = CASE
+            WHEN l.tail_run_at IS NULL
+                OR (EXCLUDED.tail_run_at, EXCLUDED.tail_job_id) > (l.tail_run_at, l.tail_job_id)
+            THEN EXCLUDED.tail_run_at ELSE l.tail_run_at END,
+        tail_job_id = CASE
+            WHEN l.tail_run_at IS NULL
+                OR (EXCLUDED.tail_run_at, EXCLUDED.tail_job_id) > (l.tail_run_at, l.tail_job_id)
+            THEN EXCLUDED.tail_job_id ELSE l.tail_job_id END,
+        disorder_seq = CASE
+            WHEN EXCLUDED.disorder_seq >= 0
+                -- rows appended without an order key (SQL producers) have no known order
+                OR (l.tail_run_at IS NULL AND l.next_seq > 0)
+                OR (SELECT (t.first_run, t.first_id) < (l.tail_run_at, l.tail_job_id)
+                    FROM fresh t WHERE t.q = EXCLUDED.queue AND t.p = EXCLUDED.priority
+                        AND t.shard = EXCLUDED.shard)
+            THEN l.next_seq + EXCLUDED.next_seq - 1 ELSE l.disorder_seq END
+    RETURNING queue, priority, shard, next_seq
 ), heads AS (
     INSERT INTO {s}.claim_heads (queue, priority, shard, claim_seq)
-    SELECT q, p, sh, 0 FROM i
-    ORDER BY q, p, sh
+    SELECT q, p, sh, 0 FROM named
+    UNION ALL
+    SELECT q, p, shard, 0 FROM fresh
+    ORDER BY 1, 2, 3
     ON CONFLICT DO NOTHING
+), lanes_out AS (
+    SELECT queue AS q, priority AS p, shard AS asked, shard, next_seq FROM held
+    UNION ALL
+    SELECT queue, priority, NULL::int, shard, next_seq FROM moved
+    UNION ALL
+    SELECT queue, priority, NULL::int, shard, next_seq FROM made
 )
-INSERT INTO {s}.lanes AS l (queue, priority, shard, next_seq, tail_run_at, tail_job_id,
-    disorder_seq)
-SELECT q, p, sh, n, last_run, last_id, CASE WHEN sorted THEN -1 ELSE n - 1 END
-FROM i
-ORDER BY q, p, sh
-ON CONFLICT (queue, priority, shard) DO UPDATE SET
-    next_seq = l.next_seq + EXCLUDED.next_seq,
-    tail_run_at = CASE
-        WHEN l.tail_run_at IS NULL
-            OR (EXCLUDED.tail_run_at, EXCLUDED.tail_job_id) > (l.tail_run_at, l.tail_job_id)
-        THEN EXCLUDED.tail_run_at ELSE l.tail_run_at END,
-    tail_job_id = CASE
-        WHEN l.tail_run_at IS NULL
-            OR (EXCLUDED.tail_run_at, EXCLUDED.tail_job_id) > (l.tail_run_at, l.tail_job_id)
-        THEN EXCLUDED.tail_job_id ELSE l.tail_job_id END,
-    disorder_seq = CASE
-        WHEN EXCLUDED.disorder_seq >= 0
-            -- rows appended without an order key (SQL producers) have no known order
-            OR (l.tail_run_at IS NULL AND l.next_seq > 0)
-            OR (SELECT (i.first_run, i.first_id) < (l.tail_run_at, l.tail_job_id)
-                FROM i WHERE i.q = EXCLUDED.queue AND i.p = EXCLUDED.priority
-                    AND i.sh = EXCLUDED.shard)
-        THEN l.next_seq + EXCLUDED.next_seq - 1 ELSE l.disorder_seq END
-RETURNING queue, priority, shard, next_seq
+
+-- name: reserve_lanes
+-- Reserve lane positions for a batch (see reserve_lanes_cte).
+WITH want AS (
+    SELECT * FROM unnest(
+        %(queues)s::text[], %(priorities)s::smallint[], %(shards)s::int[], %(hints)s::int[],
+        %(counts)s::bigint[], %(first_runs)s::timestamptz[], %(first_ids)s::bigint[],
+        %(last_runs)s::timestamptz[], %(last_ids)s::bigint[], %(sorted)s::boolean[]
+    ) AS i(q, p, sh, hint, n, first_run, first_id, last_run, last_id, sorted)
+), {reserve}
+SELECT q AS queue, p AS priority, asked, shard, next_seq FROM lanes_out
+
+-- name: generic_plans
+-- enqueue_ready is a long statement whose planning costs more than its execution, and
+-- the server's automatic choice keeps re-planning it: this transaction uses the prepared
+-- generic plan. The setting in force before is kept in awa.plan_cache_mode_was, so a
+-- caller's unit of work gets it back (restore_plans).
+SELECT set_config('awa.plan_cache_mode_was', current_setting('plan_cache_mode'), true),
+    set_config('plan_cache_mode', 'force_generic_plan', true)
+
+-- name: generic_plans_routed
+-- generic_plans, and the route check of a producer that remembers where jobs go.
+SELECT set_config('awa.plan_cache_mode_was', current_setting('plan_cache_mode'), true),
+    set_config('plan_cache_mode', 'force_generic_plan', true),
+    awa.queue_storage_route_check(%(schema)s)
+
+-- name: restore_plans
+SELECT set_config('plan_cache_mode', current_setting('awa.plan_cache_mode_was'), true)
+
+-- name: enqueue_ready
+-- A whole enqueue without unique keys in one statement: job ids in input order, lane
+-- positions (reserve_lanes_cte; an ordering key's lane is its shard of the queue's
+-- enqueue_shards, any other job takes a free lane), ready rows in the current slot,
+-- deferred rows for specs with run_at, then the counters (counts_free_cte) and the
+-- wake-ups of ``channels``. Returns the ids in input order.
+WITH x AS (
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS x(
+        ord bigint, kind text, queue text, args jsonb, priority smallint,
+        max_attempts smallint, run_at timestamptz, metadata jsonb, tags jsonb,
+        ordering_key text, unique_states text, hint int)
+), ids AS (
+    SELECT id, row_number() OVER (ORDER BY id) AS ord
+    FROM (SELECT nextval('awa.jobs_id_seq') AS id FROM generate_series(1, %(n)s)) s
+), j AS (
+    SELECT x.*, ids.id, decode(x.ordering_key, 'hex') AS okey,
+        CASE WHEN x.ordering_key IS NOT NULL THEN awa.ordering_key_shard(
+            decode(x.ordering_key, 'hex'),
+            coalesce((SELECT m.enqueue_shards FROM awa.queue_meta m WHERE m.queue = x.queue), 1))
+        END AS sh
+    FROM x JOIN ids USING (ord)
+), want AS (
+    SELECT queue AS q, priority AS p, sh, min(hint) AS hint, count(*) AS n,
+        %(now)s::timestamptz AS first_run, min(id) AS first_id,
+        %(now)s::timestamptz AS last_run, max(id) AS last_id, true AS sorted
+    FROM j WHERE run_at IS NULL
+    GROUP BY queue, priority, sh
+), {reserve}, ready AS (
+    INSERT INTO {s}.ready_entries (
+        slot, fact_id, shard, lane_seq, job_id, kind, queue, args, priority, attempt,
+        max_attempts, run_at, created_at, errors, metadata, tags, unique_states, run_lease,
+        ordering_key
+    )
+    SELECT (SELECT current_slot FROM {s}.ring_state), nextval('{s}.fact_seq'), o.shard,
+        o.next_seq - o.n + j.k - 1, j.id, j.kind, j.queue, coalesce(j.args, 'null'::jsonb),
+        j.priority, 0, j.max_attempts, %(now)s, %(now)s, '{}'::jsonb[],
+        coalesce(j.metadata, '{}'::jsonb), ARRAY(SELECT jsonb_array_elements_text(j.tags)),
+        j.unique_states::bit(8), 0, j.okey
+    FROM (SELECT j.*, row_number() OVER (PARTITION BY queue, priority, sh ORDER BY id) AS k
+          FROM j WHERE run_at IS NULL) j
+    JOIN (SELECT lo.*, w.n FROM lanes_out lo
+          JOIN want w ON w.q = lo.q AND w.p = lo.p AND w.sh IS NOT DISTINCT FROM lo.asked) o
+        ON o.q = j.queue AND o.p = j.priority AND o.asked IS NOT DISTINCT FROM j.sh
+    ORDER BY j.id
+    RETURNING 1
+), later AS (
+    INSERT INTO {s}.deferred_jobs (
+        fact_id, state, job_id, kind, queue, args, priority, attempt, max_attempts, run_at,
+        created_at, errors, metadata, tags, unique_states, run_lease, ordering_key
+    )
+    SELECT nextval('{s}.fact_seq'), 'scheduled', j.id, j.kind, j.queue,
+        coalesce(j.args, 'null'::jsonb), j.priority, 0, j.max_attempts, j.run_at, %(now)s,
+        '{}'::jsonb[], coalesce(j.metadata, '{}'::jsonb),
+        ARRAY(SELECT jsonb_array_elements_text(j.tags)), j.unique_states::bit(8), 0, j.okey
+    FROM j WHERE run_at IS NOT NULL
+    ORDER BY j.id
+    RETURNING 1
+), cnt_in AS (
+    -- after the rows (a one-time filter on them runs first): counters are the last locks
+    SELECT queue AS q, CASE WHEN run_at IS NULL THEN 'available' ELSE 'scheduled' END
+            ::awa.job_state AS st,
+        count(*) AS d
+    FROM j
+    WHERE (SELECT count(*) FROM ready) + (SELECT count(*) FROM later) >= 0
+    GROUP BY 1, 2
+), {counts}
+SELECT id,
+    (SELECT count(*) FROM cnt_added) + (SELECT count(*) FROM cnt_made) AS counted,
+    (SELECT count(pg_notify(c, '')) FROM unnest(%(channels)s::text[]) c) AS woken
+FROM ids
+ORDER BY id
+
+-- name: copy_begin
+-- The direct COPY path (every job available, no unique key): job ids in input order, lane
+-- positions for each lane's input range (reserve_lanes_cte; ``first``/``last`` are the
+-- 1-based input positions of a lane's first and last job), the current slot and one fact
+-- id per job, so the rows can be copied straight into ready_entries.
+WITH ids AS MATERIALIZED (
+    SELECT array_agg(id ORDER BY id) AS a
+    FROM (SELECT nextval('awa.jobs_id_seq') AS id FROM generate_series(1, %(n)s)) s
+), want AS (
+    SELECT q, p, sh, hint, n, %(now)s::timestamptz AS first_run,
+        (SELECT a[fo] FROM ids) AS first_id, %(now)s::timestamptz AS last_run,
+        (SELECT a[lo] FROM ids) AS last_id, true AS sorted
+    FROM unnest(
+        %(queues)s::text[], %(priorities)s::smallint[], %(shards)s::int[], %(hints)s::int[],
+        %(counts)s::bigint[], %(firsts)s::int[], %(lasts)s::int[]
+    ) AS i(q, p, sh, hint, n, fo, lo)
+), {reserve}
+SELECT (SELECT a FROM ids) AS ids,
+    (SELECT current_slot FROM {s}.ring_state) AS slot,
+    ARRAY(SELECT nextval('{s}.fact_seq') FROM generate_series(1, %(n)s)) AS facts,
+    (SELECT jsonb_agg(jsonb_build_array(q, p, asked, shard, next_seq)) FROM lanes_out) AS lanes
+
+-- name: copy_direct
+COPY {s}.ready_entries (
+    slot, fact_id, shard, lane_seq, job_id, kind, queue, args, priority, attempt,
+    max_attempts, run_at, created_at, errors, metadata, tags, unique_states, run_lease,
+    ordering_key
+) FROM STDIN
 
 -- name: next_job_ids
 SELECT nextval('awa.jobs_id_seq') AS id FROM generate_series(1, %(n)s) ORDER BY 1
@@ -170,6 +391,63 @@ SELECT q, st::awa.job_state, (pg_backend_pid() %% 8)::smallint, d
 FROM unnest(%(queues)s::text[], %(states)s::text[], %(deltas)s::bigint[]) AS i(q, st, d)
 ORDER BY q, st
 ON CONFLICT (queue, state, bucket) DO UPDATE SET n = c.n + EXCLUDED.n
+
+-- name: counts_free_cte
+-- Counters of an enqueue, as CTEs after a CTE ``cnt_in(q, st, d)``: each (queue, state) is
+-- added to a bucket row no other open transaction holds (SKIP LOCKED, the backend's own
+-- bucket first), so producers of one queue do not queue behind each other's counter row
+-- until commit. When all are held a new bucket is made (at most {buckets}; one that another
+-- open transaction is making is passed over by its advisory lock); only when all exist and
+-- are held does the enqueue wait for one. Counters stay the last locks of the transaction.
+cnt_free AS (
+    SELECT i.*, f.bucket
+    FROM cnt_in i
+    LEFT JOIN LATERAL (
+        SELECT c.bucket FROM {s}.queue_counts c
+        WHERE c.queue = i.q AND c.state = i.st
+        ORDER BY c.bucket = pg_backend_pid() %% {buckets} DESC, c.bucket
+        LIMIT 1
+        FOR UPDATE OF c SKIP LOCKED
+    ) f ON true
+), cnt_added AS (
+    UPDATE {s}.queue_counts c SET n = c.n + f.d
+    FROM cnt_free f
+    WHERE f.bucket IS NOT NULL AND c.queue = f.q AND c.state = f.st AND c.bucket = f.bucket
+    RETURNING 1
+), cnt_made AS (
+    INSERT INTO {s}.queue_counts AS c (queue, state, bucket, n)
+    SELECT f.q, f.st, coalesce(b.bucket, pg_backend_pid() %% {buckets}), f.d
+    FROM cnt_free f
+    LEFT JOIN LATERAL (
+        SELECT b.bucket FROM (
+            SELECT (pg_backend_pid() + g) %% {buckets} AS bucket
+            FROM generate_series(0, {buckets} - 1) g
+        ) b
+        WHERE NOT EXISTS (
+              SELECT 1 FROM {s}.queue_counts x
+              WHERE x.queue = f.q AND x.state = f.st AND x.bucket = b.bucket)
+          AND pg_try_advisory_xact_lock(
+              hashtextextended('awa.counts:{s}:' || f.q || ':' || f.st || ':' || b.bucket, 0))
+        LIMIT 1
+    ) b ON true
+    WHERE f.bucket IS NULL
+    ORDER BY 1, 2
+    ON CONFLICT (queue, state, bucket) DO UPDATE SET n = c.n + EXCLUDED.n
+    RETURNING 1
+)
+
+-- name: add_counts_free
+-- Counters of an enqueue (counts_free_cte).
+WITH cnt_in AS (
+    SELECT q, st::awa.job_state AS st, d
+    FROM unnest(%(queues)s::text[], %(states)s::text[], %(deltas)s::bigint[]) AS i(q, st, d)
+), {counts}
+SELECT (SELECT count(*) FROM cnt_added) + (SELECT count(*) FROM cnt_made)
+
+-- name: wake_quietly
+-- A wake-up's own transaction needs no durable commit (a notification does not survive a
+-- crash anyway), so it does not wait for the WAL flush while it holds the notify lock.
+SET LOCAL synchronous_commit = off
 
 -- name: notify
 SELECT pg_notify(channel, payload)

@@ -1,0 +1,296 @@
+"""Lanes under concurrent producers (ADR 0006, "Enqueue"): producers of one queue do not
+wait for each other's commit, each lane stays strictly FIFO, an ordering key keeps its
+lane, the spare lanes are bounded, and nothing is lost while producers and claimers race.
+
+Waiting is observed through ``lock_timeout``: an insert that had to wait for another
+producer's commit fails with ``lock_not_available`` instead of hanging."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from awa.adapters._pg import transition
+from awa.adapters.clock import ManualClock
+from awa.adapters.postgres_queue_storage import QueueStorageEngine
+from awa.adapters.postgres_queue_storage._base import SPARE_LANES, PgUnitOfWork
+from awa.adapters.postgres_queue_storage.core import RouteChanged
+from awa.adapters.routing_engine import TransitionRoutingEngine
+from awa.domain.errors import DatabaseError
+from awa.domain.job import JobSpec
+from awa.domain.routing import shard_for_key
+from awa.ports.storage import UnitOfWork
+from tests.support.engines import CONTRACT_BACKOFF
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+QUEUE = "lanes"
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+async def engine(database_url: str, clock: ManualClock) -> AsyncIterator[QueueStorageEngine]:
+    opened = await QueueStorageEngine.open(
+        database_url, clock=clock, backoff=CONTRACT_BACKOFF, max_connections=SPARE_LANES + 6
+    )
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def _sql(url: str, query: str, *params: Any) -> list[dict[str, Any]]:
+    async with await psycopg.AsyncConnection.connect(
+        url, autocommit=True, row_factory=dict_row
+    ) as conn:
+        cur = await conn.execute(query.encode(), params)
+        return list(await cur.fetchall()) if cur.description else []
+
+
+async def _no_waiting(uow: UnitOfWork, timeout: str = "3s") -> None:
+    """Make a wait for another transaction's lock fail instead of hang."""
+    assert isinstance(uow, PgUnitOfWork)
+    await uow.conn.execute(f"SET LOCAL lock_timeout = '{timeout}'".encode())
+
+
+async def _lanes_of(url: str) -> dict[int, tuple[int, int]]:
+    """job id -> (shard, lane_seq) of every ready row of the queue."""
+    rows = await _sql(
+        url, "SELECT job_id, shard, lane_seq FROM awa.ready_entries WHERE queue = %s", QUEUE
+    )
+    return {r["job_id"]: (r["shard"], r["lane_seq"]) for r in rows}
+
+
+async def test_open_enqueues_into_one_queue_do_not_wait_for_each_other(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    async with engine.transaction() as first, engine.transaction() as second:
+        (a,) = await engine.enqueue_many([JobSpec(kind="a", queue=QUEUE)], uow=first)
+        await _no_waiting(second)
+        # The first transaction still holds its lane: the second takes another one.
+        (b,) = await engine.enqueue_many([JobSpec(kind="b", queue=QUEUE)], uow=second)
+        # The general path (unique key) takes a free lane as well.
+        (c,) = await engine.enqueue_many(
+            [JobSpec(kind="c", queue=QUEUE, unique_key=b"c")], uow=second
+        )
+    lanes = await _lanes_of(database_url)
+    assert lanes[a.id][0] != lanes[b.id][0]
+    assert lanes[b.id][0] == lanes[c.id][0]
+    claimed = await engine.claim(QUEUE, limit=10)
+    assert [claim.job.id for claim in claimed] == [a.id, b.id, c.id]
+
+
+async def test_an_ordering_key_keeps_its_lane_and_waits_for_it(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    key = b"customer-7"
+    async with engine.transaction() as first:
+        (a,) = await engine.enqueue_many(
+            [JobSpec(kind="a", queue=QUEUE, ordering_key=key)], uow=first
+        )
+        with pytest.raises(DatabaseError):
+            async with engine.transaction() as second:
+                await _no_waiting(second, "200ms")
+                await engine.enqueue_many(
+                    [JobSpec(kind="b", queue=QUEUE, ordering_key=key)], uow=second
+                )
+        # A job without a key does not wait behind the keyed lane.
+        async with engine.transaction() as third:
+            await _no_waiting(third)
+            await engine.enqueue_many([JobSpec(kind="free", queue=QUEUE)], uow=third)
+    (b,) = await engine.enqueue_many([JobSpec(kind="b", queue=QUEUE, ordering_key=key)])
+    lanes = await _lanes_of(database_url)
+    assert lanes[a.id][0] == lanes[b.id][0] == shard_for_key(key, 1)
+    assert lanes[b.id][1] == lanes[a.id][1] + 1
+
+
+async def test_keyed_jobs_use_their_shard_while_unkeyed_ones_spread(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    await _sql(
+        database_url,
+        "INSERT INTO awa.queue_meta (queue, enqueue_shards) VALUES (%s, 4)",
+        QUEUE,
+    )
+    keys = [f"k{i}".encode() for i in range(12)]
+    free = []
+    async with AsyncExitStack() as stack:
+        uows = [await stack.enter_async_context(engine.transaction()) for _ in range(3)]
+        for uow in uows:
+            await _no_waiting(uow)
+            free += await engine.enqueue_many([JobSpec(kind="free", queue=QUEUE)], uow=uow)
+    keyed = await engine.enqueue_many(
+        [JobSpec(kind="keyed", queue=QUEUE, ordering_key=key) for key in keys]
+    )
+    lanes = await _lanes_of(database_url)
+    for job, key in zip(keyed, keys, strict=True):
+        assert lanes[job.id][0] == shard_for_key(key, 4)
+    # Jobs without a key never share an ordering key's lane.
+    free_lanes = {lanes[job.id][0] for job in free}
+    assert len(free_lanes) == 3 and all(shard < 0 for shard in free_lanes)
+
+
+async def test_spare_lanes_are_bounded(engine: QueueStorageEngine, database_url: str) -> None:
+    ids: list[int] = []
+    async with AsyncExitStack() as stack:
+        # Every lane for jobs without an ordering key, each held by an open transaction.
+        for _ in range(SPARE_LANES):
+            uow = await stack.enter_async_context(engine.transaction())
+            await _no_waiting(uow)
+            (job,) = await engine.enqueue_many([JobSpec(kind="held", queue=QUEUE)], uow=uow)
+            ids.append(job.id)
+        # Every lane is held: one more producer waits for a lane.
+        with pytest.raises(DatabaseError):
+            async with engine.transaction() as extra:
+                await _no_waiting(extra, "200ms")
+                await engine.enqueue_many([JobSpec(kind="extra", queue=QUEUE)], uow=extra)
+    lanes = await _lanes_of(database_url)
+    assert {shard for shard, _ in lanes.values()} == set(range(-SPARE_LANES, 0))
+    assert {seq for _, seq in lanes.values()} == {0}
+    claimed = await engine.claim(QUEUE, limit=100)
+    assert [claim.job.id for claim in claimed] == ids
+    # A later producer reuses the lanes instead of opening more.
+    await engine.enqueue_many([JobSpec(kind="later", queue=QUEUE) for _ in range(3)])
+    rows = await _sql(database_url, "SELECT count(*) AS n FROM awa.lanes WHERE queue = %s", QUEUE)
+    assert rows[0]["n"] == SPARE_LANES
+
+
+async def test_concurrent_producers_and_claimers_lose_nothing_and_keep_each_lane_fifo(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    producers, per_producer = 6, 25
+    inserted: list[int] = []
+    claimed: list[int] = []
+    done = asyncio.Event()
+
+    async def produce(n: int) -> None:
+        for i in range(per_producer):
+            spec = JobSpec(kind="p", queue=QUEUE, args={"p": n, "i": i})
+            if i % 3 == 0:
+                # a batch and a caller transaction as well as single inserts
+                async with engine.transaction() as uow:
+                    jobs = await engine.enqueue_many([spec, spec], uow=uow)
+            else:
+                jobs = await engine.enqueue_many([spec])
+            inserted.extend(job.id for job in jobs)
+
+    async def claim() -> None:
+        while True:
+            got = await engine.claim(QUEUE, limit=7)
+            claimed.extend(c.job.id for c in got)
+            if got:
+                await engine.complete([c.lease for c in got])
+            elif done.is_set():
+                return
+            else:
+                await asyncio.sleep(0.005)
+
+    claimers = [asyncio.create_task(claim()) for _ in range(2)]
+    await asyncio.gather(*(produce(n) for n in range(producers)))
+    done.set()
+    await asyncio.gather(*claimers)
+    assert len(inserted) == producers * (per_producer + (per_producer + 2) // 3)
+    assert sorted(claimed) == sorted(inserted)
+
+    # Every lane holds contiguous positions, in the order of its jobs' ids.
+    by_lane: dict[int, list[tuple[int, int]]] = {}
+    for job_id, (shard, seq) in (await _lanes_of(database_url)).items():
+        by_lane.setdefault(shard, []).append((seq, job_id))
+    for rows in by_lane.values():
+        rows.sort()
+        assert [seq for seq, _ in rows] == list(range(len(rows)))
+    assert 1 <= len(by_lane) <= SPARE_LANES
+
+
+async def test_one_claimer_takes_jobs_of_every_lane_in_fifo_order(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    order: list[int] = []
+    async with AsyncExitStack() as stack:
+        uows = [await stack.enter_async_context(engine.transaction()) for _ in range(3)]
+        for round_ in range(4):
+            for uow in uows:
+                (job,) = await engine.enqueue_many(
+                    [JobSpec(kind="x", queue=QUEUE, args={"r": round_})], uow=uow
+                )
+                order.append(job.id)
+    assert len({shard for shard, _ in (await _lanes_of(database_url)).values()}) == 3
+    seen: list[int] = []
+    while got := await engine.claim(QUEUE, limit=5):
+        seen.extend(c.job.id for c in got)
+    assert seen == order
+
+
+async def test_sql_producers_of_one_queue_do_not_wait_for_each_other(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        assert await transition.auto_finalize_if_fresh(conn)
+    first = await psycopg.AsyncConnection.connect(database_url)
+    second = await psycopg.AsyncConnection.connect(database_url)
+    try:
+        await first.execute("SELECT awa.insert_job_compat('a', %s)", (QUEUE,))
+        await second.execute("SET LOCAL lock_timeout = '3s'")
+        await second.execute("SELECT awa.insert_job_compat('b', %s)", (QUEUE,))
+        # An ordering key still goes to its own lane.
+        await second.execute(
+            "SELECT awa.insert_job_compat('c', %s, p_ordering_key => 'k'::bytea)", (QUEUE,)
+        )
+        await second.commit()
+        await first.commit()
+    finally:
+        await first.close()
+        await second.close()
+    rows = await _sql(
+        database_url,
+        "SELECT kind, shard FROM awa.ready_entries WHERE queue = %s ORDER BY job_id",
+        QUEUE,
+    )
+    shards = {r["kind"]: r["shard"] for r in rows}
+    assert shards["a"] != shards["b"] and shards["c"] == shard_for_key(b"k", 1)
+    assert [c.job.kind for c in await engine.claim(QUEUE, limit=10)] == ["a", "b", "c"]
+
+
+async def test_a_remembered_route_that_changed_inserts_nothing(
+    engine: QueueStorageEngine, database_url: str, clock: ManualClock
+) -> None:
+    elsewhere = await QueueStorageEngine.open(
+        database_url, clock=clock, backoff=CONTRACT_BACKOFF, schema="elsewhere"
+    )
+    try:
+        # Producers write to canonical storage: nothing may land in "elsewhere".
+        with pytest.raises(RouteChanged) as raised:
+            await elsewhere.enqueue_many_routed([JobSpec(kind="lost", queue=QUEUE)])
+    finally:
+        await elsewhere.close()
+    assert raised.value.supported
+    assert await _sql(database_url, "SELECT 1 FROM elsewhere.ready_entries") == []
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        assert await transition.auto_finalize_if_fresh(conn)
+    (job,) = await engine.enqueue_many_routed([JobSpec(kind="kept", queue=QUEUE)])
+    assert [c.job.id for c in await engine.claim(QUEUE, limit=10)] == [job.id]
+
+
+async def test_the_router_inserts_through_the_remembered_route(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        assert await transition.auto_finalize_if_fresh(conn)
+    router = await TransitionRoutingEngine.open(database_url)
+    try:
+        first = await router.enqueue_many([JobSpec(kind="a", queue=QUEUE)])
+        rest = await router.enqueue_many([JobSpec(kind="b", queue=QUEUE) for _ in range(3)])
+    finally:
+        await router.close()
+    claimed = await engine.claim(QUEUE, limit=10)
+    assert [c.job.id for c in claimed] == [job.id for job in (*first, *rest)]

@@ -238,3 +238,26 @@ async def test_sql_deadline_repair_is_picked_up_by_the_rescue(url: str, conn: Co
         assert after is not None and after.errors[-1]["error"] == "deadline exceeded"
     finally:
         await engine.close()
+
+
+def test_install_queue_storage_keeps_the_default_schema_sizes(conn: Conn) -> None:
+    with pytest.raises(pg_errors.InvalidParameterValue, match="16 queue slots"):
+        conn.execute("SELECT awa.install_queue_storage('awa', 4)")
+    with pytest.raises(pg_errors.InvalidParameterValue):
+        conn.execute("SELECT awa.install_queue_storage('awa', 16, 2)")
+    conn.execute("SELECT awa.install_queue_storage('awa')")
+    conn.execute("SELECT awa.install_queue_storage('qs_small', 4, 2)")
+    slots = conn.execute("SELECT slot_count FROM qs_small.ring_state").fetchone()
+    assert slots is not None and slots["slot_count"] == 4
+
+
+def test_control_tables_prune_their_dead_versions_early(conn: Conn) -> None:
+    conn.execute("SELECT awa.install_queue_storage('qs_ff')")
+    rows = conn.execute(
+        "SELECT n.nspname AS schema, c.relname AS name, c.reloptions AS options "
+        "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname IN ('awa', 'qs_ff') AND c.relname IN "
+        "('lanes', 'claim_heads', 'queue_counts', 'completions', 'ring_state')"
+    ).fetchall()
+    assert len(rows) == 10
+    assert all("fillfactor=10" in (row["options"] or []) for row in rows), rows

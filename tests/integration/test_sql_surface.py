@@ -260,4 +260,5 @@ def test_control_tables_prune_their_dead_versions_early(conn: Conn) -> None:
         "('lanes', 'claim_heads', 'queue_counts', 'completions', 'ring_state')"
     ).fetchall()
     assert len(rows) == 10
-    assert all("fillfactor=10" in (row["options"] or []) for row in rows), rows
+    options = [list(row["options"] or []) for row in rows]  # type: ignore[call-overload]
+    assert all("fillfactor=10" in found for found in options), rows

@@ -15,7 +15,9 @@ from psycopg.rows import DictRow
 from psycopg_pool import AsyncConnectionPool
 
 from awa.adapters._pg import migrations as pg_migrations
-from awa.adapters._pg.errors import map_error
+from awa.adapters._pg import transition as pg_transition
+from awa.adapters._pg.errors import map_error, translated_errors
+from awa.adapters._pg.pool import connect as pg_connect
 from awa.adapters._pg.runtime_registry import PostgresRuntimeRegistry
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage import (
@@ -122,6 +124,17 @@ async def install_queue_storage(
         lease_slot_count=lease_slot_count,
         reset=reset,
     )
+
+
+async def activate_queue_storage_if_fresh(url: str, schema: str = "awa") -> bool:
+    """Make queue storage the active engine when nothing lives in canonical storage yet
+    (no jobs, no DLQ entries, no live runtime): a fresh install needs no transition."""
+    conn = await pg_connect(url)
+    try:
+        async with translated_errors():
+            return await pg_transition.auto_finalize_if_fresh(conn, schema)
+    finally:
+        await conn.close()
 
 
 def migrations() -> list[tuple[int, str, str]]:

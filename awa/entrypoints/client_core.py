@@ -246,12 +246,17 @@ class ClientCore:
 
         ``reset=True`` empties it: in the default schema ``awa``, which the migrations own,
         every job, DLQ entry and queue setting is deleted; another schema is rebuilt.
+        On a database where canonical storage holds nothing yet (no jobs, no DLQ entries,
+        no live runtime), installing the default schema also makes it the active engine,
+        so producers write to queue storage from the first job.
         """
         await self._install_queue_storage(
             schema, queue_slot_count, lease_slot_count, reset=reset and schema != "awa"
         )
         if reset and schema == "awa":
             await (await self._engine()).reset()
+        if schema == "awa":
+            await bootstrap.activate_queue_storage_if_fresh(self._url, schema)
 
     async def prepare_queue_storage_schema(
         self, *, schema: str = "awa", queue_slot_count: int = 16, lease_slot_count: int = 8

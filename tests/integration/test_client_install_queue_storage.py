@@ -70,3 +70,33 @@ async def test_the_default_schema_keeps_its_ring_sizes(client: AsyncClient) -> N
     # The defaults are accepted, and another schema takes any size.
     await client.install_queue_storage(queue_slot_count=16, lease_slot_count=8)
     await client.install_queue_storage(schema="awa_sized", queue_slot_count=4)
+
+
+def _active_engine(url: str) -> str:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT active_engine FROM awa.storage_transition_state").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+async def test_install_on_a_fresh_database_makes_queue_storage_active(
+    client: AsyncClient, database_url: str
+) -> None:
+    await client.migrate()
+    assert _active_engine(database_url) == "canonical"
+    await client.install_queue_storage()
+    assert _active_engine(database_url) == "queue_storage"
+    job = await client.insert({"n": 1}, kind="fresh")
+    with psycopg.connect(database_url) as conn:
+        canonical = conn.execute("SELECT count(*) FROM awa.canonical_jobs").fetchone()
+    assert canonical == (0,)
+    assert (await client.get_job(job.id)).kind == "fresh"
+
+
+async def test_install_leaves_a_database_with_canonical_jobs_to_the_transition(
+    client: AsyncClient, database_url: str
+) -> None:
+    await client.migrate()
+    await client.insert({"n": 1}, kind="old")
+    await client.install_queue_storage()
+    assert _active_engine(database_url) == "canonical"

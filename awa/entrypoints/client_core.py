@@ -255,8 +255,11 @@ class ClientCore:
         )
         if reset and schema == "awa":
             await (await self._engine()).reset()
-        if schema == "awa":
-            await bootstrap.activate_queue_storage_if_fresh(self._url, schema)
+        if schema == "awa" and await bootstrap.activate_queue_storage_if_fresh(self._url, schema):
+            # This client's engine routes by the transition state it last read.
+            refresh = getattr(await self._engine(), "status", None)
+            if callable(refresh):
+                await refresh(max_age=0.0)
 
     async def prepare_queue_storage_schema(
         self, *, schema: str = "awa", queue_slot_count: int = 16, lease_slot_count: int = 8

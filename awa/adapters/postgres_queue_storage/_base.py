@@ -265,27 +265,25 @@ class QueueStorageBase:
 
     # ---------------------------------------------------------------- connections
     @asynccontextmanager
-    async def _tx(self, *, pipeline: bool = False) -> AsyncIterator[DictConnection]:
-        """One transaction on a pooled connection. With ``pipeline`` the statements are
-        sent in pipeline mode: ``BEGIN`` travels with the first statement, and everything
-        after the last read (cursor moves, counters, notifications) with ``COMMIT``."""
-        if self._closed:
-            raise DatabaseError("the queue-storage engine is closed")
-        async with self._pool.connection() as conn:
-            if pipeline:
-                async with conn.pipeline(), conn.transaction():
-                    yield conn
-            else:
-                async with conn.transaction():
-                    yield conn
-
-    @asynccontextmanager
     async def _conn(self) -> AsyncIterator[DictConnection]:
         """A pooled autocommit connection, for one statement that is its own transaction."""
         if self._closed:
             raise DatabaseError("the queue-storage engine is closed")
         async with self._pool.connection() as conn:
             yield conn
+
+    @asynccontextmanager
+    async def _tx(self, *, pipeline: bool = False) -> AsyncIterator[DictConnection]:
+        """One transaction on a pooled connection. With ``pipeline`` the statements are
+        sent in pipeline mode: ``BEGIN`` travels with the first statement, and everything
+        after the last read (cursor moves, counters, notifications) with ``COMMIT``."""
+        async with self._conn() as conn:
+            if pipeline:
+                async with conn.pipeline(), conn.transaction():
+                    yield conn
+            else:
+                async with conn.transaction():
+                    yield conn
 
     async def _exec(self, conn: DictConnection, name: str, **params: Any) -> list[dict[str, Any]]:
         cur = await conn.execute(self._q[name].encode(), params)

@@ -49,6 +49,10 @@ COUNT_BUCKETS = 16
 LIVE_STATES = frozenset({JobState.Running, JobState.WaitingExternal})
 DEFERRED = frozenset({JobState.Scheduled, JobState.Retryable})
 CANCEL_CHANNEL = "awa:cancel"
+#: First key of the prune gate, a transaction-level advisory lock (two-int form; the second
+#: key is the schema's hash). Prune holds it exclusively while it decides what happens to
+#: the jobs of the slot it reclaims; a change to a terminal job takes it shared.
+PRUNE_GATE = 0x61776170
 
 log = logging.getLogger("awa.adapters.postgres_queue_storage")
 
@@ -562,8 +566,15 @@ class QueueStorageBase:
             # The attempt's lease row (if any) no longer resolves once the claim is
             # closed; it goes with its lease slot's TRUNCATE.
             return bool(got)
-        # Terminal heads need nothing: the next fact has a higher fact id.
-        return True
+        # A terminal head needs no write (the next fact has a higher fact id), but prune
+        # may be reclaiming its slot: take the prune gate shared, then make sure the job
+        # still reads as it did. A prune that committed in between dropped it or carried it
+        # forward; the caller then re-reads.
+        await conn.execute(
+            b"SELECT pg_advisory_xact_lock_shared(%s, hashtext(%s))", (PRUNE_GATE, self._schema)
+        )
+        latest = (await self._resolve(conn, [old.job.id])).get(old.job.id)
+        return latest is not None and latest.job == old.job and latest.ready_slot == old.ready_slot
 
     async def _transition(
         self,

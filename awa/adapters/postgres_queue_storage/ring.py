@@ -9,17 +9,30 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+import anyio
 import psycopg
 from psycopg import errors as pg_errors
 
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
-from awa.adapters.postgres_queue_storage._base import QueueStorageBase, Resolved, Writes, row_json
+from awa.adapters.postgres_queue_storage._base import (
+    PRUNE_GATE,
+    QueueStorageBase,
+    Resolved,
+    Writes,
+    row_json,
+)
 from awa.domain.states import JobState
 
 RING_TABLES = ("ready_entries", "claims", "closures", "tombstones", "done_entries")
 DEFAULT_FAILED_RETENTION = timedelta(hours=72)
-PRUNE_LOCK_TIMEOUT = "100ms"
+PRUNE_LOCK_TIMEOUT = "50ms"
+#: Prune asks for its ACCESS EXCLUSIVE lock with NOWAIT this many times, pausing
+#: PRUNE_NOWAIT_PAUSE seconds in between, before it queues for it (at most
+#: PRUNE_LOCK_TIMEOUT). A lock request that waits makes every later claim wait behind it,
+#: so prune only queues when the slot is never free for a moment.
+PRUNE_NOWAIT_TRIES = 25
+PRUNE_NOWAIT_PAUSE = 0.002
 #: How far back completion buckets are kept (the read window is one hour).
 COMPLETIONS_KEPT = timedelta(hours=2)
 
@@ -111,18 +124,22 @@ class RingOps(QueueStorageBase):
         target = (current + 1) % count
         if target == current or not await self._slot_has_rows(conn, target):
             return "idle"
+        # Everything that takes time happens before the slot is locked, so claims and
+        # completions (which read every slot) never queue behind a long prune:
+        # - the gate keeps operator changes of terminal jobs out while the slot's jobs are
+        #   read and carried forward or dropped;
+        # - the slot's row counts, taken first, prove under the lock that nothing was
+        #   written to it since (its tables are append-only), so what was read still holds.
+        cur = await conn.execute(
+            b"SELECT pg_try_advisory_xact_lock(%s, hashtext(%s)) AS ok",
+            (PRUNE_GATE, self._schema),
+        )
+        gate = await cur.fetchone()
+        if not (gate and gate["ok"]):
+            raise _Blocked()
+        seen = await self._slot_row_counts(conn, target)
         if await self._slot_is_live(conn, target):
             return "blocked"
-        await conn.execute(f"SET LOCAL lock_timeout = '{PRUNE_LOCK_TIMEOUT}'".encode())
-        children = ", ".join(self._child(t, target) for t in RING_TABLES)
-        try:
-            async with conn.transaction():
-                await conn.execute(f"LOCK TABLE {children} IN ACCESS EXCLUSIVE MODE".encode())
-        except pg_errors.LockNotAvailable as exc:
-            raise _Blocked() from exc
-        # Re-check under the lock: no transaction can touch the slot until we commit.
-        if await self._slot_is_live(conn, target):
-            raise _Blocked()
         writes = Writes(self._clock.now())
         heads = await self._heads_in_slot(conn, target)
         carry = []
@@ -155,9 +172,41 @@ class RingOps(QueueStorageBase):
                 " pruned_failed = p.pruned_failed + EXCLUDED.pruned_failed".encode(),
                 (queue, done, cancelled, failed),
             )
+        children = ", ".join(self._child(t, target) for t in RING_TABLES)
+        await self._lock_briefly(conn, children)
+        # Under the lock every transaction that wrote to the slot has ended: equal counts
+        # mean no row arrived after the live check and the read above.
+        if await self._slot_row_counts(conn, target) != seen:
+            raise _Blocked()
         await conn.execute(f"TRUNCATE {children}".encode())
         await self._flush(conn, writes)
         return "pruned"
+
+    async def _slot_row_counts(self, conn: DictConnection, slot: int) -> tuple[int, ...]:
+        counts = ", ".join(f"(SELECT count(*) FROM {self._child(t, slot)})" for t in RING_TABLES)
+        cur = await conn.execute(f"SELECT {counts}".encode())
+        row = await cur.fetchone()
+        assert row is not None
+        return tuple(int(v) for v in row.values())
+
+    async def _lock_briefly(self, conn: DictConnection, tables: str) -> None:
+        """Take ACCESS EXCLUSIVE on ``tables`` without making claims queue behind the
+        request: NOWAIT tries first (in savepoints), then one bounded wait."""
+        for _ in range(PRUNE_NOWAIT_TRIES):
+            try:
+                async with conn.transaction():
+                    await conn.execute(
+                        f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE NOWAIT".encode()
+                    )
+                return
+            except pg_errors.LockNotAvailable:
+                await anyio.sleep(PRUNE_NOWAIT_PAUSE)
+        await conn.execute(f"SET LOCAL lock_timeout = '{PRUNE_LOCK_TIMEOUT}'".encode())
+        try:
+            async with conn.transaction():
+                await conn.execute(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE".encode())
+        except pg_errors.LockNotAvailable as exc:
+            raise _Blocked() from exc
 
     async def _slot_is_live(self, conn: DictConnection, slot: int) -> bool:
         s = self._qschema_name
@@ -273,13 +322,8 @@ class RingOps(QueueStorageBase):
             return "idle"
         if await self._lease_slot_is_live(conn, target):
             return "blocked"
-        await conn.execute(f"SET LOCAL lock_timeout = '{PRUNE_LOCK_TIMEOUT}'".encode())
         child = self._child("leases", target)
-        try:
-            async with conn.transaction():
-                await conn.execute(f"LOCK TABLE {child} IN ACCESS EXCLUSIVE MODE".encode())
-        except pg_errors.LockNotAvailable as exc:
-            raise _Blocked() from exc
+        await self._lock_briefly(conn, child)
         # Re-check under the lock: a heartbeat that moved a row out, or wrote one in from a
         # stale slot number, has committed; no lease writer can reach the slot until we do.
         if await self._lease_slot_is_live(conn, target):

@@ -1,0 +1,163 @@
+"""Queue-ring prune: it locks its slot only for the TRUNCATE, never makes readers queue
+behind its lock request, and stays exact when jobs of the slot change while it works."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import anyio
+import psycopg
+import pytest
+
+from awa.adapters.clock import SystemClock
+from awa.adapters.postgres_queue_storage import QueueStorageEngine, install_queue_storage
+from awa.adapters.postgres_queue_storage import ring as ring_module
+from awa.adapters.postgres_queue_storage._base import PRUNE_GATE
+from awa.domain.job import JobRecord, JobSpec
+from awa.domain.policies import Backoff
+from awa.domain.states import JobState
+from awa.ports.storage import Ack
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+SCHEMA = "qs_prune"
+QUEUE = "prune"
+
+
+@pytest.fixture
+async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
+    await install_queue_storage(database_url, SCHEMA, queue_slot_count=4)
+    opened = await QueueStorageEngine.open(
+        database_url, clock=SystemClock(), backoff=Backoff(), schema=SCHEMA
+    )
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def _completed_job_in_next_slot(engine: QueueStorageEngine) -> JobRecord:
+    """A completed job in slot 0, with the ring turned so slot 0 is the next to prune."""
+    (job,) = await engine.enqueue_many([JobSpec(kind="done", queue=QUEUE)])
+    (claim,) = await engine.claim(QUEUE, limit=1)
+    assert await engine.complete([claim.lease]) == [Ack.APPLIED]
+    assert await engine.rotate_queue_ring() == "rotated"
+    for _ in range(2):
+        await engine.enqueue_many([JobSpec(kind="filler", queue="other")])
+        assert await engine.rotate_queue_ring() == "rotated"
+    return job
+
+
+def _slot_rows(database_url: str, slot: int) -> int:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            f"SELECT (SELECT count(*) FROM {SCHEMA}.ready_entries_{slot}) "
+            f"+ (SELECT count(*) FROM {SCHEMA}.done_entries_{slot})"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_prune_waits_for_an_operator_change_under_way(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    """A change of a terminal job holds the prune gate shared; prune steps back."""
+    job = await _completed_job_in_next_slot(engine)
+    async with await psycopg.AsyncConnection.connect(database_url) as other:
+        await other.execute(
+            "SELECT pg_advisory_xact_lock_shared(%s, hashtext(%s))", (PRUNE_GATE, SCHEMA)
+        )
+        assert await engine.prune_oldest() == "blocked"
+        assert await engine.get_job(job.id) is not None
+        await other.commit()
+    assert await engine.prune_oldest() == "pruned"
+    assert await engine.get_job(job.id) is None
+
+
+async def test_change_read_before_a_prune_is_re_read(engine: QueueStorageEngine) -> None:
+    """A job read before prune dropped it is not written back: the change finds it gone."""
+    job = await _completed_job_in_next_slot(engine)
+    async with engine._tx() as conn:
+        old = (await engine._resolve(conn, [job.id]))[job.id]
+    assert await engine.prune_oldest() == "pruned"
+    async with engine._tx() as conn:
+        assert not await engine._supersede(conn, old, engine._clock.now())
+    assert await engine.retry_job(job.id) is None
+    assert await engine.get_job(job.id) is None
+
+
+async def test_change_of_a_carried_failed_job_still_applies(engine: QueueStorageEngine) -> None:
+    (job,) = await engine.enqueue_many([JobSpec(kind="boom", queue=QUEUE)])
+    (claim,) = await engine.claim(QUEUE, limit=1)
+    await engine.fail(claim.lease, error="boom")
+    assert await engine.rotate_queue_ring() == "rotated"
+    for _ in range(2):
+        await engine.enqueue_many([JobSpec(kind="filler", queue="other")])
+        assert await engine.rotate_queue_ring() == "rotated"
+    async with engine._tx() as conn:
+        old = (await engine._resolve(conn, [job.id]))[job.id]
+    assert await engine.prune_oldest() == "pruned"
+    # Carried forward unchanged: the change read before the prune may go ahead.
+    async with engine._tx() as conn:
+        assert await engine._supersede(conn, old, engine._clock.now())
+    retried = await engine.retry_job(job.id)
+    assert retried is not None and retried.state == JobState.Available
+
+
+async def test_rows_arriving_while_prune_reads_block_it(
+    engine: QueueStorageEngine, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prune reads the slot's jobs before it locks the slot; a row committed into the slot
+    in between makes it give up (and truncate nothing) rather than act on a stale read."""
+    job = await _completed_job_in_next_slot(engine)
+    read = engine._heads_in_slot
+
+    async def read_then_write(conn: object, slot: int) -> object:
+        heads = await read(conn, slot)  # type: ignore[arg-type]
+        with psycopg.connect(database_url, autocommit=True) as writer:
+            writer.execute(
+                f"INSERT INTO {SCHEMA}.done_entries (slot, fact_id, state, job_id) "
+                f"VALUES (%s, nextval('{SCHEMA}.fact_seq'), NULL, %s)",
+                (slot, job.id + 10_000),
+            )
+        return heads
+
+    monkeypatch.setattr(engine, "_heads_in_slot", read_then_write)
+    before = _slot_rows(database_url, 0)
+    assert await engine.prune_oldest() == "blocked"
+    assert _slot_rows(database_url, 0) == before + 1
+    assert await engine.get_job(job.id) is not None
+    monkeypatch.undo()
+    assert await engine.prune_oldest() == "pruned"
+    assert _slot_rows(database_url, 0) == 0
+
+
+async def test_prune_lock_request_does_not_hold_up_readers(
+    engine: QueueStorageEngine, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a transaction keeps the slot in use, prune retries with NOWAIT instead of
+    queueing, so a reader arriving meanwhile (a claim reads every slot) gets its lock at
+    once; prune finishes once the slot is free."""
+    monkeypatch.setattr(ring_module, "PRUNE_NOWAIT_TRIES", 1000)
+    monkeypatch.setattr(ring_module, "PRUNE_NOWAIT_PAUSE", 0.01)
+    job = await _completed_job_in_next_slot(engine)
+    async with await psycopg.AsyncConnection.connect(database_url) as holder:
+        await holder.execute(f"SELECT count(*) FROM {SCHEMA}.done_entries_0")  # opens a tx
+        result: list[str] = []
+
+        async def prune() -> None:
+            result.append(await engine.prune_oldest())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(prune)
+            await anyio.sleep(0.3)
+            async with await psycopg.AsyncConnection.connect(
+                database_url, autocommit=True
+            ) as reader:
+                await reader.execute("SET lock_timeout = '200ms'")
+                cur = await reader.execute(f"SELECT count(*) FROM {SCHEMA}.done_entries")
+                assert await cur.fetchone() is not None
+            assert result == []  # prune is still waiting for the slot
+            await holder.rollback()
+    assert result == ["pruned"]
+    assert await engine.get_job(job.id) is None

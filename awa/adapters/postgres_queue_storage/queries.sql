@@ -385,9 +385,12 @@ USING unnest(%(keys)s::bytea[], %(ids)s::bigint[]) AS i(k, id)
 WHERE c.unique_key = i.k AND c.job_id = i.id
 
 -- name: add_counts
--- Counters are the last locks any transaction takes, in key order.
+-- Counters are the last locks any transaction takes, in key order. Each kind of writer
+-- has its own bucket range, so none waits for another kind's counter row until commit:
+-- enqueues 0-15 (a free one, counts_free_cte), the common claim 16-23, completion by
+-- receipt 24-31, everything else (this statement) 32-39; within a range, by backend.
 INSERT INTO {s}.queue_counts AS c (queue, state, bucket, n)
-SELECT q, st::awa.job_state, (pg_backend_pid() %% 8)::smallint, d
+SELECT q, st::awa.job_state, (32 + pg_backend_pid() %% 8)::smallint, d
 FROM unnest(%(queues)s::text[], %(states)s::text[], %(deltas)s::bigint[]) AS i(q, st, d)
 ORDER BY q, st
 ON CONFLICT (queue, state, bucket) DO UPDATE SET n = c.n + EXCLUDED.n
@@ -404,7 +407,7 @@ cnt_free AS (
     FROM cnt_in i
     LEFT JOIN LATERAL (
         SELECT c.bucket FROM {s}.queue_counts c
-        WHERE c.queue = i.q AND c.state = i.st
+        WHERE c.queue = i.q AND c.state = i.st AND c.bucket < {buckets}
         ORDER BY c.bucket = pg_backend_pid() %% {buckets} DESC, c.bucket
         LIMIT 1
         FOR UPDATE OF c SKIP LOCKED
@@ -544,7 +547,7 @@ WITH heads AS (
 ), counted AS (
     -- The claimed jobs move from available to running (counters last, in key order).
     INSERT INTO {s}.queue_counts AS q (queue, state, bucket, n)
-    SELECT %(queue)s, v.st::awa.job_state, (pg_backend_pid() %% 8)::smallint, v.d
+    SELECT %(queue)s, v.st::awa.job_state, (16 + pg_backend_pid() %% 8)::smallint, v.d
     FROM (SELECT count(*) AS n FROM inserted) k
     CROSS JOIN LATERAL (VALUES ('available', -k.n), ('running', k.n)) AS v(st, d)
     WHERE k.n > 0
@@ -797,7 +800,7 @@ WITH i AS (
     SELECT queue, count(*) AS n FROM closed GROUP BY queue
 ), counted AS (
     INSERT INTO {s}.queue_counts AS q (queue, state, bucket, n)
-    SELECT p.queue, v.st::awa.job_state, (pg_backend_pid() %% 8)::smallint, v.d
+    SELECT p.queue, v.st::awa.job_state, (24 + pg_backend_pid() %% 8)::smallint, v.d
     FROM per_queue p
     CROSS JOIN LATERAL (VALUES ('completed', p.n), ('running', -p.n)) AS v(st, d)
     ORDER BY p.queue, v.st

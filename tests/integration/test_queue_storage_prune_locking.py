@@ -161,3 +161,57 @@ async def test_prune_lock_request_does_not_hold_up_readers(
             await holder.rollback()
     assert result == ["pruned"]
     assert await engine.get_job(job.id) is None
+
+
+def _partition_shape(database_url: str, slot: int) -> dict[str, tuple[int, str, int]]:
+    """Per ring table: the partition's oid, its bound and its number of indexes attached
+    to the parent's indexes."""
+    shape = {}
+    with psycopg.connect(database_url) as conn:
+        for table in ring_module.RING_TABLES:
+            row = conn.execute(
+                "SELECT c.oid::bigint, pg_get_expr(c.relpartbound, c.oid), "
+                "  (SELECT count(*) FROM pg_index i JOIN pg_inherits h ON h.inhrelid = i.indexrelid"
+                "   WHERE i.indrelid = c.oid) "
+                "FROM pg_class c JOIN pg_inherits p ON p.inhrelid = c.oid "
+                "WHERE c.oid = format('%%s.%%I', %s::text, %s::text)::regclass "
+                "  AND p.inhparent = format('%%s.%%I', %s::text, %s::text)::regclass",
+                (SCHEMA, f"{table}_{slot}", SCHEMA, table),
+            ).fetchone()
+            assert row is not None, table
+            shape[table] = (int(row[0]), str(row[1]), int(row[2]))
+    return shape
+
+
+async def test_prune_replaces_the_slot_partitions_with_empty_ones(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    """The slot's partitions are swapped for empty ones built beforehand: same names,
+    same bound, every index of the ring table attached; the old ones are dropped."""
+    await _completed_job_in_next_slot(engine)
+    before = _partition_shape(database_url, 0)
+    assert await engine.prune_oldest() == "pruned"
+    after = _partition_shape(database_url, 0)
+    for table in ring_module.RING_TABLES:
+        old_oid, old_bound, old_indexes = before[table]
+        new_oid, new_bound, new_indexes = after[table]
+        assert new_oid != old_oid, table
+        assert (
+            (new_bound, new_indexes)
+            == (old_bound, old_indexes)
+            == ("FOR VALUES IN (0)", new_indexes)
+        )
+        assert old_indexes > 0
+    with psycopg.connect(database_url) as conn:
+        leftovers = conn.execute(
+            "SELECT count(*) FROM pg_class WHERE oid = ANY(%s::oid[])",
+            ([oid for oid, _, _ in before.values()],),
+        ).fetchone()
+    assert leftovers == (0,)
+    # The swapped-in slot takes rows again once the ring comes round to it.
+    await engine.enqueue_many([JobSpec(kind="filler", queue="other")])
+    assert await engine.rotate_queue_ring() == "rotated"
+    (job,) = await engine.enqueue_many([JobSpec(kind="again", queue=QUEUE)])
+    (claim,) = await engine.claim(QUEUE, limit=1)
+    assert claim.job.id == job.id
+    assert await engine.complete([claim.lease]) == [Ack.APPLIED]

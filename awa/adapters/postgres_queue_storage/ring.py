@@ -262,7 +262,9 @@ class RingOps(QueueStorageBase):
         try:
             async with conn.transaction():
                 await conn.execute(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE".encode())
-        except pg_errors.LockNotAvailable as exc:
+        except (pg_errors.LockNotAvailable, pg_errors.DeadlockDetected) as exc:
+            # a server whose deadlock_timeout is below the lock timeout reports the wait
+            # as a deadlock; either way prune is the one that steps back
             raise _Blocked() from exc
 
     async def _slot_is_live(self, conn: DictConnection, slot: int) -> bool:

@@ -251,6 +251,14 @@ class QueueStorageBase:
             .replace("{recordset}", _RECORDSET)
             for name, text in raw.items()
         }
+        # Completion by receipt key: first without ON CONFLICT (no speculative insertion,
+        # one WAL record less per closure), then, only if a racing finaliser made it fail
+        # on the closure key, with it.
+        counted = self._q.pop("complete_receipts_counted")
+        self._q["complete_receipts_counted"] = counted.replace("{on_conflict}", "")
+        self._q["complete_receipts_arbitrated"] = counted.replace(
+            "{on_conflict}", "ON CONFLICT DO NOTHING"
+        )
         self._rotor: dict[str, int] = {}
         self._shards: dict[str, int] = {}
         # Receipts this engine took itself, for attempts without a unique key:

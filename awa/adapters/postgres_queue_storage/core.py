@@ -615,19 +615,23 @@ class CoreOps(QueueStorageBase):
             return await self._complete_by_lookup(leases)
         now = self._clock.now()
         keys = list(known)
-        # One statement on its own: closures, counters and completion buckets.
+        params = {
+            "now": now,
+            "minute": minute_of(now),
+            "ids": [k[0] for k in keys],
+            "leases": [k[1] for k in keys],
+            "slots": [known[k][0] for k in keys],
+            "claims": [known[k][1] for k in keys],
+            "queues": [known[k][2] for k in keys],
+        }
+        # One statement on its own: closures, counters and completion buckets. A closure
+        # committed by a racing finaliser meanwhile fails it on the closure key (nothing
+        # was written); the arbitrated form then lets the key decide.
         async with translated_errors(), self._conn() as conn:
-            rows = await self._exec(
-                conn,
-                "complete_receipts_counted",
-                now=now,
-                minute=minute_of(now),
-                ids=[k[0] for k in keys],
-                leases=[k[1] for k in keys],
-                slots=[known[k][0] for k in keys],
-                claims=[known[k][1] for k in keys],
-                queues=[known[k][2] for k in keys],
-            )
+            try:
+                rows = await self._exec(conn, "complete_receipts_counted", **params)
+            except psycopg.errors.UniqueViolation:
+                rows = await self._exec(conn, "complete_receipts_arbitrated", **params)
         closed = {r["claim_id"] for r in rows if r["claim_id"] is not None}
         leased = {r["leased"] for r in rows if r["leased"] is not None}
         acks: dict[tuple[int, int], Ack] = {}

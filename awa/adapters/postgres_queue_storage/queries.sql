@@ -750,8 +750,10 @@ WITH open AS (
         r.unique_key, r.unique_states
     FROM (SELECT DISTINCT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[])
           AS i(job_id, run_lease)) i
-    JOIN {s}.claims c ON c.job_id = i.job_id AND c.run_lease = i.run_lease
-    JOIN {s}.ready_entries r ON r.slot = c.slot AND r.fact_id = c.ready_fact
+    -- A claim's attempt is its ready row's plus one: found through ready_entries (job_id)
+    -- and the claim probe (claims has no index by job id).
+    JOIN {s}.ready_entries r ON r.job_id = i.job_id AND r.run_lease = i.run_lease - 1
+    JOIN {s}.claims c ON c.slot = r.slot AND c.ready_fact = r.fact_id
     LEFT JOIN {s}.leases l
         ON l.job_id = c.job_id AND l.run_lease = c.run_lease AND l.claim_id = c.claim_id
     WHERE NOT EXISTS (
@@ -777,6 +779,11 @@ FROM open o
 -- after a rescue never takes a closure), and the closure key arbitrates racing
 -- finalisers exactly as in close_claims. One statement on its own (autocommit), with the
 -- counters and completion buckets of the attempts it closed (counters last, key order).
+-- The engine runs it first without its ON CONFLICT clause: a speculative
+-- insertion writes a second WAL record per row (its confirmation), and closures already
+-- committed are filtered out by NOT EXISTS. A closure racing in from another finaliser
+-- then fails the statement with a unique violation (nothing written), and the engine
+-- runs it again with ON CONFLICT DO NOTHING, where the key arbitrates as before.
 WITH i AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(slots)s::int[],
         %(claims)s::bigint[], %(queues)s::text[]) AS i(job_id, run_lease, slot, claim_id, queue)
@@ -793,8 +800,10 @@ WITH i AS (
       AND EXISTS (SELECT 1 FROM {s}.claims c
                   WHERE c.slot = i.slot AND c.claim_id = i.claim_id
                     AND c.job_id = i.job_id AND c.run_lease = i.run_lease)
+      AND NOT EXISTS (SELECT 1 FROM {s}.closures x
+                      WHERE x.slot = i.slot AND x.claim_id = i.claim_id)
     ORDER BY i.slot, i.claim_id
-    ON CONFLICT DO NOTHING
+    {on_conflict}
     RETURNING claim_id, queue
 ), per_queue AS (
     SELECT queue, count(*) AS n FROM closed GROUP BY queue
@@ -845,8 +854,10 @@ WITH live AS (
         r.metadata, r.callback_id, r.callback_timeout_at
     FROM (SELECT DISTINCT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[])
           AS i(job_id, run_lease)) i
-    JOIN {s}.claims c ON c.job_id = i.job_id AND c.run_lease = i.run_lease
-    JOIN {s}.ready_entries r ON r.slot = c.slot AND r.fact_id = c.ready_fact
+    -- A claim's attempt is its ready row's plus one: found through ready_entries (job_id)
+    -- and the claim probe (claims has no index by job id).
+    JOIN {s}.ready_entries r ON r.job_id = i.job_id AND r.run_lease = i.run_lease - 1
+    JOIN {s}.claims c ON c.slot = r.slot AND c.ready_fact = r.fact_id
     WHERE NOT EXISTS (
         SELECT 1 FROM {s}.closures x WHERE x.slot = c.slot AND x.claim_id = c.claim_id)
 ), moved AS (

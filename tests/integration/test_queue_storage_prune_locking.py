@@ -215,3 +215,27 @@ async def test_prune_replaces_the_slot_partitions_with_empty_ones(
     (claim,) = await engine.claim(QUEUE, limit=1)
     assert claim.job.id == job.id
     assert await engine.complete([claim.lease]) == [Ack.APPLIED]
+
+
+async def test_upgrading_the_ring_drops_prebuilt_spares(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    """Stand-ins built before a change of the ring tables would carry the old shape: the
+    upgrade drops them and prune builds fresh ones."""
+    await _completed_job_in_next_slot(engine)
+    await engine._prepare_spares(0)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+
+        def spares() -> int:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_class WHERE relnamespace = %s::regnamespace "
+                "AND relname LIKE '%%\\_spare'",
+                (SCHEMA,),
+            ).fetchone()
+            assert row is not None
+            return int(row[0])
+
+        assert spares() == len(ring_module.RING_TABLES)
+        conn.execute("SELECT awa.queue_storage_upgrade_lean_claims(%s)", (SCHEMA,))
+        assert spares() == 0
+    assert await engine.prune_oldest() == "pruned"

@@ -34,6 +34,18 @@ BEGIN
     LOOP
         EXECUTE format('DROP INDEX %s.%I', s, old_index);
     END LOOP;
+    -- Prune swaps in empty stand-ins built ahead (<table>_<slot>_spare, LIKE the ring
+    -- table INCLUDING ALL). Any built before this change carry the old indexes: drop them,
+    -- prune builds new ones. Every later change to the ring tables' shape does the same.
+    FOR old_index IN
+        SELECT c.relname
+        FROM pg_class c
+        WHERE c.relnamespace = p_schema::regnamespace
+          AND c.relkind = 'r'
+          AND c.relname ~ '^(ready_entries|claims|closures|tombstones|done_entries)_[0-9]+_spare$'
+    LOOP
+        EXECUTE format('DROP TABLE %s.%I', s, old_index);
+    END LOOP;
 END
 $upgrade$;
 

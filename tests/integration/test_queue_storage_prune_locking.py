@@ -51,8 +51,10 @@ async def _completed_job_in_next_slot(engine: QueueStorageEngine) -> JobRecord:
 def _slot_rows(database_url: str, slot: int) -> int:
     with psycopg.connect(database_url) as conn:
         row = conn.execute(
-            f"SELECT (SELECT count(*) FROM {SCHEMA}.ready_entries_{slot}) "
-            f"+ (SELECT count(*) FROM {SCHEMA}.done_entries_{slot})"
+            "SELECT "
+            + " + ".join(
+                f"(SELECT count(*) FROM {SCHEMA}.{t}_{slot})" for t in ring_module.RING_TABLES
+            )
         ).fetchone()
     assert row is not None
     return int(row[0])
@@ -104,8 +106,21 @@ async def test_change_of_a_carried_failed_job_still_applies(engine: QueueStorage
     assert retried is not None and retried.state == JobState.Available
 
 
+ARRIVALS = {
+    "done_entries": (
+        f"INSERT INTO {SCHEMA}.done_entries (slot, fact_id, state, job_id) "
+        f"VALUES (%(slot)s, nextval('{SCHEMA}.fact_seq'), NULL, %(job)s)"
+    ),
+    "tombstones": (
+        f"INSERT INTO {SCHEMA}.tombstones (slot, ready_fact, fact_id) "
+        f"VALUES (%(slot)s, -%(job)s, nextval('{SCHEMA}.fact_seq'))"
+    ),
+}
+
+
+@pytest.mark.parametrize("table", sorted(ARRIVALS))
 async def test_rows_arriving_while_prune_reads_block_it(
-    engine: QueueStorageEngine, database_url: str, monkeypatch: pytest.MonkeyPatch
+    engine: QueueStorageEngine, database_url: str, monkeypatch: pytest.MonkeyPatch, table: str
 ) -> None:
     """Prune reads the slot's jobs before it locks the slot; a row committed into the slot
     in between makes it give up (and truncate nothing) rather than act on a stale read."""
@@ -115,11 +130,7 @@ async def test_rows_arriving_while_prune_reads_block_it(
     async def read_then_write(conn: object, slot: int) -> object:
         heads = await read(conn, slot)  # type: ignore[arg-type]
         with psycopg.connect(database_url, autocommit=True) as writer:
-            writer.execute(
-                f"INSERT INTO {SCHEMA}.done_entries (slot, fact_id, state, job_id) "
-                f"VALUES (%s, nextval('{SCHEMA}.fact_seq'), NULL, %s)",
-                (slot, job.id + 10_000),
-            )
+            writer.execute(ARRIVALS[table], {"slot": slot, "job": job.id + 10_000})
         return heads
 
     monkeypatch.setattr(engine, "_heads_in_slot", read_then_write)

@@ -149,21 +149,37 @@ class RingOps(QueueStorageBase):
                     f"(LIKE {self._qschema_name}.{table} INCLUDING ALL)".encode()
                 )
 
-    async def _swap_in_spares(self, conn: DictConnection, slot: int) -> None:
-        """Replace the slot's partitions by their empty stand-ins (the caller holds ACCESS
-        EXCLUSIVE on the ring tables and the partitions). Only catalog work: the old
-        partitions' files go at commit, nothing is built or synced here."""
+    def _swap_script(self, slot: int, seen: tuple[int, ...]) -> str:
+        """Under the lock: check that the slot's row counts are still ``seen`` (its tables
+        are append-only, and every transaction that wrote to it has ended), then replace
+        its partitions by the empty stand-ins. Only catalog work: the old partitions' files
+        go at commit, nothing is built or synced."""
         s = self._qschema_name
+        changed = " OR ".join(
+            f"(SELECT count(*) FROM {self._child(t, slot)}) <> {n}"
+            for t, n in zip(RING_TABLES, seen, strict=True)
+        )
+        steps = [
+            f"DO $prune$ BEGIN IF {changed} THEN RAISE EXCEPTION 'rows arrived in slot {slot}' "
+            "USING ERRCODE = '55000'; END IF; END $prune$"
+        ]
         for table in RING_TABLES:
             child = self._child(table, slot)
-            await conn.execute(f"ALTER TABLE {s}.{table} DETACH PARTITION {child}".encode())
-            await conn.execute(f"DROP TABLE {child}".encode())
-            await conn.execute(
-                f'ALTER TABLE {self._spare(table, slot)} RENAME TO "{table}_{slot}"'.encode()
-            )
-            await conn.execute(
-                f"ALTER TABLE {s}.{table} ATTACH PARTITION {child} FOR VALUES IN ({slot})".encode()
-            )
+            steps += [
+                f"ALTER TABLE {s}.{table} DETACH PARTITION {child}",
+                f"DROP TABLE {child}",
+                f'ALTER TABLE {self._spare(table, slot)} RENAME TO "{table}_{slot}"',
+                f"ALTER TABLE {s}.{table} ATTACH PARTITION {child} FOR VALUES IN ({slot})",
+            ]
+        return "; ".join(steps)
+
+    async def _lock_and_swap(self, conn: DictConnection, slot: int, seen: tuple[int, ...]) -> None:
+        """Lock the ring tables and the slot's partitions and swap, in one round trip."""
+        tables = ", ".join(
+            [f"{self._qschema_name}.{t}" for t in RING_TABLES]
+            + [self._child(t, slot) for t in RING_TABLES]
+        )
+        await self._lock_briefly(conn, tables, then=self._swap_script(slot, seen))
 
     async def _prune(self, conn: DictConnection, failed_retention: timedelta) -> str:
         s = self._qschema_name
@@ -228,43 +244,47 @@ class RingOps(QueueStorageBase):
                 " pruned_failed = p.pruned_failed + EXCLUDED.pruned_failed".encode(),
                 (queue, done, cancelled, failed),
             )
-        parents = ", ".join(f"{s}.{t}" for t in RING_TABLES)
-        children = ", ".join(self._child(t, target) for t in RING_TABLES)
-        await self._lock_briefly(conn, f"{parents}, {children}")
-        # Under the lock every transaction that wrote to the slot has ended: equal counts
-        # mean no row arrived after the live check and the read above.
-        if await self._slot_row_counts(conn, target) != seen:
-            raise _Blocked()
-        await self._swap_in_spares(conn, target)
+        # The counters go before the lock (prune's buckets are not the hot path's), so
+        # the lock is held for two round trips: lock + check + swap, then COMMIT.
         await self._flush(conn, writes)
+        await self._lock_and_swap(conn, target, seen)
         return "pruned"
 
     async def _slot_row_counts(self, conn: DictConnection, slot: int) -> tuple[int, ...]:
-        counts = ", ".join(f"(SELECT count(*) FROM {self._child(t, slot)})" for t in RING_TABLES)
+        counts = ", ".join(
+            f"(SELECT count(*) FROM {self._child(t, slot)}) AS {t}" for t in RING_TABLES
+        )
         cur = await conn.execute(f"SELECT {counts}".encode())
         row = await cur.fetchone()
         assert row is not None
-        return tuple(int(v) for v in row.values())
+        return tuple(int(row[t]) for t in RING_TABLES)
 
-    async def _lock_briefly(self, conn: DictConnection, tables: str) -> None:
-        """Take ACCESS EXCLUSIVE on ``tables`` without making claims queue behind the
-        request: NOWAIT tries first (in savepoints), then one bounded wait."""
-        for _ in range(PRUNE_NOWAIT_TRIES):
-            try:
-                async with conn.transaction():
-                    await conn.execute(
-                        f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE NOWAIT".encode()
-                    )
-                return
-            except pg_errors.LockNotAvailable:
-                await anyio.sleep(PRUNE_NOWAIT_PAUSE)
-        await conn.execute(f"SET LOCAL lock_timeout = '{PRUNE_LOCK_TIMEOUT}'".encode())
+    async def _lock_briefly(self, conn: DictConnection, tables: str, *, then: str = "") -> None:
+        """Take ACCESS EXCLUSIVE on ``tables`` and run ``then`` in the same round trip,
+        without making claims queue behind the request: NOWAIT tries first (each in a
+        savepoint), then one bounded wait. A lock request that waits makes every later
+        reader of the table wait behind it, and claims read every slot. Raises _Blocked on
+        a timeout, on a deadlock report (a server whose deadlock_timeout is below the lock
+        timeout reports the wait that way) and when ``then`` finds rows that arrived in the
+        slot since it was read (SQLSTATE 55000)."""
+        lock = f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE"
+        tail = f"; {then}" if then else ""
         try:
+            for _ in range(PRUNE_NOWAIT_TRIES):
+                try:
+                    async with conn.transaction():
+                        await conn.execute(f"{lock} NOWAIT{tail}".encode())
+                    return
+                except pg_errors.LockNotAvailable:
+                    await anyio.sleep(PRUNE_NOWAIT_PAUSE)
+            await conn.execute(f"SET LOCAL lock_timeout = '{PRUNE_LOCK_TIMEOUT}'".encode())
             async with conn.transaction():
-                await conn.execute(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE".encode())
-        except (pg_errors.LockNotAvailable, pg_errors.DeadlockDetected) as exc:
-            # a server whose deadlock_timeout is below the lock timeout reports the wait
-            # as a deadlock; either way prune is the one that steps back
+                await conn.execute(f"{lock}{tail}".encode())
+        except (
+            pg_errors.LockNotAvailable,
+            pg_errors.DeadlockDetected,
+            pg_errors.ObjectNotInPrerequisiteState,
+        ) as exc:
             raise _Blocked() from exc
 
     async def _slot_is_live(self, conn: DictConnection, slot: int) -> bool:

@@ -51,6 +51,26 @@ class MaintenanceLeader:
         self.ring_outcomes: dict[str, int] = {}
         #: the same for the lease ring
         self.lease_ring_outcomes: dict[str, int] = {}
+        self._stopping = False
+        self._wake: anyio.Event | None = None
+        self._stopped: anyio.Event | None = None
+
+    def stop(self) -> None:
+        """Finish the duty under way, then stop (and give the lock up): a shutdown does not
+        cut a maintenance statement off in the middle."""
+        self._stopping = True
+        if self._wake is not None:
+            self._wake.set()
+
+    async def wait_stopped(self) -> None:
+        """Return once :meth:`run` has ended (at once if it never started)."""
+        if self._stopped is not None:
+            await self._stopped.wait()
+
+    async def _pause(self, seconds: float) -> None:
+        assert self._wake is not None
+        with anyio.move_on_after(seconds):
+            await self._wake.wait()
 
     def _duties(self) -> list[_Duty]:
         c = self._config
@@ -69,8 +89,12 @@ class MaintenanceLeader:
         return duties
 
     async def run(self) -> None:
+        self._wake = anyio.Event()
+        self._stopped = anyio.Event()
+        if self._stopping:
+            self._wake.set()
         try:
-            while True:
+            while not self._stopping:
                 try:
                     acquired = await self._lock.try_acquire()
                 except Exception:
@@ -84,7 +108,7 @@ class MaintenanceLeader:
                     finally:
                         self.is_leader = False
                     continue
-                await anyio.sleep(self._config.leader_election_interval)
+                await self._pause(self._config.leader_election_interval)
         finally:
             self.is_leader = False
             with anyio.CancelScope(shield=True):
@@ -92,12 +116,13 @@ class MaintenanceLeader:
                     await self._lock.release()
                 except Exception:
                     log.debug("releasing the leader lock failed", exc_info=True)
+            self._stopped.set()
 
     async def _lead(self) -> None:
         duties = self._duties()
         check_every = self._config.leader_election_interval
         next_check = time.monotonic() + check_every
-        while True:
+        while not self._stopping:
             now = time.monotonic()
             if now >= next_check:
                 next_check = now + check_every
@@ -109,6 +134,8 @@ class MaintenanceLeader:
                         log.debug("releasing a lost leader lock failed", exc_info=True)
                     return
             for duty in duties:
+                if self._stopping:
+                    return
                 if time.monotonic() >= duty.due:
                     duty.due = time.monotonic() + duty.interval
                     try:
@@ -117,7 +144,7 @@ class MaintenanceLeader:
                     except Exception:
                         log.warning("maintenance duty %s failed", duty.name, exc_info=True)
             wake_at = min([next_check, *(d.due for d in duties)])
-            await anyio.sleep(max(0.0, wake_at - time.monotonic()))
+            await self._pause(max(0.0, wake_at - time.monotonic()))
 
     async def _still_held(self) -> bool:
         try:

@@ -37,6 +37,8 @@ log = logging.getLogger("awa.runtime")
 
 # After the drain timeout handlers are cancelled; this bounds how long releasing takes.
 _RELEASE_GRACE = 5.0
+#: How long a shutdown waits for the maintenance duty under way to finish.
+_MAINTENANCE_GRACE = 5.0
 
 
 class _Slot:
@@ -236,6 +238,11 @@ class Runtime:
                     work.cancel_scope.cancel()
                 self._work = None
                 self._idle_slots = []
+                if self.maintenance is not None:
+                    # let a maintenance statement under way finish rather than cut it off
+                    self.maintenance.stop()
+                    with anyio.move_on_after(_MAINTENANCE_GRACE):
+                        await self.maintenance.wait_stopped()
                 services.cancel_scope.cancel()
         finally:
             self._running = False

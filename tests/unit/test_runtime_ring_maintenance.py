@@ -100,3 +100,39 @@ async def test_engines_without_a_ring_get_no_ring_duty() -> None:
     leader = await _lead_for(engine, 0.15)
     assert "ring" not in leader.runs and "lease_ring" not in leader.runs
     assert leader.runs.get("promote", 0) > 0
+
+
+class SlowPromoteEngine(InMemoryEngine):
+    """Promotion takes a while, like a maintenance statement on a busy database."""
+
+    def __init__(self) -> None:
+        super().__init__(clock=ManualClock(), backoff=NO_JITTER)
+        self.started = anyio.Event()
+        self.finished = 0
+        self.cancelled = 0
+
+    async def promote_due(self, *, limit: int = 1000) -> int:
+        self.started.set()
+        try:
+            await anyio.sleep(0.2)
+        except BaseException:
+            self.cancelled += 1
+            raise
+        self.finished += 1
+        return 0
+
+
+async def test_stop_lets_the_duty_under_way_finish() -> None:
+    engine = SlowPromoteEngine()
+    config = parse_start_args(None, handler_queues={"q"}, **FAST)
+    leader = MaintenanceLeader(engine, engine.leader_lock(), config, InFlight())
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(leader.run)
+        await engine.started.wait()
+        leader.stop()
+        with anyio.fail_after(5):
+            await leader.wait_stopped()
+    assert (engine.finished, engine.cancelled) == (1, 0)
+    assert not leader.is_leader
+    # the lock was given up: another leader can take it at once
+    assert await engine.leader_lock().try_acquire()

@@ -351,3 +351,45 @@ async def test_heartbeats_and_completions_race_lease_rotation_and_prune_for_30s(
     engine: QueueStorageEngine,
 ) -> None:
     await _race(engine, 30.0)
+
+
+def _lease_partition(database_url: str, slot: int) -> tuple[int, list[str] | None, str]:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT c.oid::bigint, c.reloptions, pg_get_expr(c.relpartbound, c.oid) "
+            "FROM pg_class c WHERE c.oid = format('%%s.%%I', %s::text, %s::text)::regclass",
+            (SCHEMA, f"leases_{slot}"),
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), row[1], str(row[2])
+
+
+async def test_lease_prune_swaps_in_an_empty_partition_built_beforehand(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    """Like the queue ring, the lease ring's oldest slot is replaced by an empty partition
+    built ahead of time (same name, bound and storage options), not truncated under the
+    lock."""
+    leases = await _start(engine, 2)
+    assert await engine.heartbeat(leases) == [Ack.APPLIED] * 2
+    assert await engine.complete(leases) == [Ack.APPLIED] * 2
+    before = _lease_partition(database_url, 0)
+    outcomes = []
+    for _ in range(2 * SLOTS):
+        outcomes.append(await engine.prune_leases())
+        outcomes.append(await engine.rotate_leases())
+    assert outcomes.count("pruned") == 1
+    after = _lease_partition(database_url, 0)
+    assert after[0] != before[0]
+    assert after[1:] == before[1:] == (["fillfactor=70"], "FOR VALUES IN (0)")
+    assert _slot_bytes(database_url, 0) == 0
+    # the partition takes lease writes again when the ring comes round to it
+    more = await _start(engine, 1)
+    for _ in range(SLOTS):
+        assert await engine.heartbeat(more) == [Ack.APPLIED]
+        if _current_lease_slot(database_url) == 0:
+            break
+        await engine.rotate_leases()
+    assert _current_lease_slot(database_url) == 0
+    assert await engine.heartbeat(more) == [Ack.APPLIED]
+    assert _lease_rows(database_url).get(0) == [(more[0].job_id, more[0].lease)]

@@ -131,39 +131,35 @@ class RingOps(QueueStorageBase):
     def _spare(self, table: str, slot: int) -> str:
         return f'{self._qschema_name}."{table}_{slot}_spare"'
 
-    async def _prepare_spares(self, slot: int) -> None:
-        """Empty stand-ins for the slot's partitions, indexes included, built ahead of the
-        swap in their own transaction: building an index (even an empty one) syncs its
-        file, which is why a TRUNCATE of the ring's tables took 50-150 ms under its lock."""
+    async def _prepare_spares(self, slot: int, tables: tuple[str, ...] = RING_TABLES) -> None:
+        """Empty stand-ins for the slot's partitions, indexes and storage options
+        included, built ahead of the swap in their own transaction: building an index (even
+        an empty one) syncs its file, which is why a TRUNCATE of the ring's tables took
+        50-150 ms under its lock."""
         async with self._conn() as conn:
             cur = await conn.execute(
-                b"SELECT t FROM unnest(%s::text[]) AS t "
-                b"WHERE to_regclass(format('%%s.%%I', %s::text, t || '_' || %s || '_spare')) "
-                b"IS NULL",
-                (list(RING_TABLES), self._qschema_name, slot),
+                b"SELECT t, (SELECT c.reloptions FROM pg_class c "
+                b"  WHERE c.oid = to_regclass(format('%%s.%%I', %(s)s::text, t || '_' || %(k)s)))"
+                b"  AS options "
+                b"FROM unnest(%(tables)s::text[]) AS t "
+                b"WHERE to_regclass(format('%%s.%%I', %(s)s::text, t || '_' || %(k)s || '_spare'))"
+                b" IS NULL",
+                {"tables": list(tables), "s": self._qschema_name, "k": slot},
             )
-            missing = [row["t"] for row in await cur.fetchall()]
-            for table in missing:
+            for row in await cur.fetchall():
+                table, options = row["t"], row["options"]
+                with_options = f" WITH ({', '.join(options)})" if options else ""
                 await conn.execute(
                     f"CREATE TABLE IF NOT EXISTS {self._spare(table, slot)} "
-                    f"(LIKE {self._qschema_name}.{table} INCLUDING ALL)".encode()
+                    f"(LIKE {self._qschema_name}.{table} INCLUDING ALL){with_options}".encode()
                 )
 
-    def _swap_script(self, slot: int, seen: tuple[int, ...]) -> str:
-        """Under the lock: check that the slot's row counts are still ``seen`` (its tables
-        are append-only, and every transaction that wrote to it has ended), then replace
-        its partitions by the empty stand-ins. Only catalog work: the old partitions' files
-        go at commit, nothing is built or synced."""
+    def _swap_steps(self, slot: int, tables: tuple[str, ...]) -> list[str]:
+        """Replace the slot's partitions by their empty stand-ins. Only catalog work: the
+        old partitions' files go at commit, nothing is built or synced."""
         s = self._qschema_name
-        changed = " OR ".join(
-            f"(SELECT count(*) FROM {self._child(t, slot)}) <> {n}"
-            for t, n in zip(RING_TABLES, seen, strict=True)
-        )
-        steps = [
-            f"DO $prune$ BEGIN IF {changed} THEN RAISE EXCEPTION 'rows arrived in slot {slot}' "
-            "USING ERRCODE = '55000'; END IF; END $prune$"
-        ]
-        for table in RING_TABLES:
+        steps = []
+        for table in tables:
             child = self._child(table, slot)
             steps += [
                 f"ALTER TABLE {s}.{table} DETACH PARTITION {child}",
@@ -171,15 +167,24 @@ class RingOps(QueueStorageBase):
                 f'ALTER TABLE {self._spare(table, slot)} RENAME TO "{table}_{slot}"',
                 f"ALTER TABLE {s}.{table} ATTACH PARTITION {child} FOR VALUES IN ({slot})",
             ]
-        return "; ".join(steps)
+        return steps
 
-    async def _lock_and_swap(self, conn: DictConnection, slot: int, seen: tuple[int, ...]) -> None:
-        """Lock the ring tables and the slot's partitions and swap, in one round trip."""
-        tables = ", ".join(
-            [f"{self._qschema_name}.{t}" for t in RING_TABLES]
-            + [self._child(t, slot) for t in RING_TABLES]
+    async def _lock_and_swap(
+        self, conn: DictConnection, slot: int, tables: tuple[str, ...], unless: str
+    ) -> None:
+        """Lock the ring tables and the slot's partitions, check, and swap, in one round
+        trip. ``unless`` is a condition that must be false under the lock (else
+        _Blocked)."""
+        locked = ", ".join(
+            [f"{self._qschema_name}.{t}" for t in tables] + [self._child(t, slot) for t in tables]
         )
-        await self._lock_briefly(conn, tables, then=self._swap_script(slot, seen))
+        check = (
+            f"DO $prune$ BEGIN IF {unless} THEN RAISE EXCEPTION 'slot {slot} is in use' "
+            "USING ERRCODE = '55000'; END IF; END $prune$"
+        )
+        await self._lock_briefly(
+            conn, locked, then="; ".join([check, *self._swap_steps(slot, tables)])
+        )
 
     async def _prune(self, conn: DictConnection, failed_retention: timedelta) -> str:
         s = self._qschema_name
@@ -247,7 +252,14 @@ class RingOps(QueueStorageBase):
         # The counters go before the lock (prune's buckets are not the hot path's), so
         # the lock is held for two round trips: lock + check + swap, then COMMIT.
         await self._flush(conn, writes)
-        await self._lock_and_swap(conn, target, seen)
+        # Under the lock every transaction that wrote to the slot has ended: equal counts
+        # mean no row arrived after the live check and the read above (the slot's tables
+        # are append-only).
+        changed = " OR ".join(
+            f"(SELECT count(*) FROM {self._child(t, target)}) <> {n}"
+            for t, n in zip(RING_TABLES, seen, strict=True)
+        )
+        await self._lock_and_swap(conn, target, RING_TABLES, unless=changed)
         return "pruned"
 
     async def _slot_row_counts(self, conn: DictConnection, slot: int) -> tuple[int, ...]:
@@ -329,16 +341,19 @@ class RingOps(QueueStorageBase):
         )
         return {int(row["i"]) for row in await cur.fetchall()}
 
-    async def _lease_slot_is_live(self, conn: DictConnection, slot: int) -> bool:
+    def _lease_live_sql(self, slot: int) -> str:
         """Does ``slot`` hold the lease of an attempt whose claim is still open? Rows of
-        closed attempts (or of claims whose queue slot was already truncated) are dead."""
+        closed attempts (or of claims whose queue slot was already reclaimed) are dead."""
         s = self._qschema_name
-        cur = await conn.execute(
-            f"SELECT EXISTS (SELECT 1 FROM {self._child('leases', slot)} l "
+        return (
+            f"EXISTS (SELECT 1 FROM {self._child('leases', slot)} l "
             f"  JOIN {s}.claims c ON c.slot = l.claim_slot AND c.claim_id = l.claim_id "
             f"  WHERE NOT EXISTS (SELECT 1 FROM {s}.closures x "
-            "    WHERE x.slot = c.slot AND x.claim_id = c.claim_id)) AS live".encode()
+            "    WHERE x.slot = c.slot AND x.claim_id = c.claim_id))"
         )
+
+    async def _lease_slot_is_live(self, conn: DictConnection, slot: int) -> bool:
+        cur = await conn.execute(f"SELECT {self._lease_live_sql(slot)} AS live".encode())
         row = await cur.fetchone()
         return bool(row and row["live"])
 
@@ -382,6 +397,19 @@ class RingOps(QueueStorageBase):
         lock held by a running transaction) or ``skipped_locked``.
         """
         try:
+            async with translated_errors(), self._conn() as conn:
+                cur = await conn.execute(
+                    f"SELECT current_lease_slot, lease_slot_count "
+                    f"FROM {self._qschema_name}.ring_state".encode()
+                )
+                state = await cur.fetchone()
+                assert state is not None
+                count = int(state["lease_slot_count"])
+                dirty = await self._dirty_lease_slots(conn, count)
+                target = (int(state["current_lease_slot"]) + 1) % count
+            if target in dirty:
+                async with translated_errors():
+                    await self._prepare_spares(target, ("leases",))
             async with translated_errors(), self._tx() as conn:
                 return await self._prune_leases(conn)
         except _Blocked:
@@ -401,13 +429,10 @@ class RingOps(QueueStorageBase):
             return "idle"
         if await self._lease_slot_is_live(conn, target):
             return "blocked"
-        child = self._child("leases", target)
-        await self._lock_briefly(conn, child)
-        # Re-check under the lock: a heartbeat that moved a row out, or wrote one in from a
-        # stale slot number, has committed; no lease writer can reach the slot until we do.
-        if await self._lease_slot_is_live(conn, target):
-            raise _Blocked()
-        await conn.execute(f"TRUNCATE {child}".encode())
+        # Re-checked under the lock: a heartbeat that moved a row out, or wrote one in from
+        # a stale slot number, has committed; no lease writer can reach the slot until the
+        # swap commits.
+        await self._lock_and_swap(conn, target, ("leases",), unless=self._lease_live_sql(target))
         return "pruned"
 
     async def pruned_counts(self) -> dict[str, dict[str, int]]:

@@ -42,7 +42,7 @@ BEGIN
         FROM pg_class c
         WHERE c.relnamespace = p_schema::regnamespace
           AND c.relkind = 'r'
-          AND c.relname ~ '^(ready_entries|claims|closures|tombstones|done_entries)_[0-9]+_spare$'
+          AND c.relname ~ '^(ready_entries|claims|closures|tombstones|done_entries|leases)_[0-9]+_spare$'
     LOOP
         EXECUTE format('DROP TABLE %s.%I', s, old_index);
     END LOOP;

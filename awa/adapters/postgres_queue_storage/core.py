@@ -203,6 +203,24 @@ class CoreOps(QueueStorageBase):
         also sends them (otherwise the caller does, after commit). ``restore`` gives a
         caller's unit of work its plan setting back; ``route_check`` checks that producers
         still write to this schema."""
+        params = self._enqueue_params(specs, now, notify=notify, wake=wake)
+        if route_check:
+            await conn.execute(
+                self._q["generic_plans_routed"].encode(), {"schema": self._schema}, prepare=True
+            )
+        else:
+            await conn.execute(self._q["generic_plans"].encode(), prepare=True)
+        cur = await conn.execute(self._q["enqueue_ready"].encode(), params, prepare=True)
+        if restore:
+            # A caller's unit of work goes on: give it its plan setting back.
+            await conn.execute(self._q["restore_plans"].encode(), prepare=True)
+        return cur
+
+    def _enqueue_params(
+        self, specs: Sequence[JobSpec], now: datetime, *, notify: bool, wake: set[str]
+    ) -> dict[str, Any]:
+        """The parameters of enqueue_ready; adds the wake-ups of available jobs to
+        ``wake`` (and, with ``notify``, has the statement send them)."""
         rows = []
         masks: dict[int, str] = {}
         for ord_, spec in enumerate(specs, 1):
@@ -229,26 +247,12 @@ class CoreOps(QueueStorageBase):
             )
             if available:
                 wake.add(queue_channel(spec.queue))
-        if route_check:
-            await conn.execute(
-                self._q["generic_plans_routed"].encode(), {"schema": self._schema}, prepare=True
-            )
-        else:
-            await conn.execute(self._q["generic_plans"].encode(), prepare=True)
-        cur = await conn.execute(
-            self._q["enqueue_ready"].encode(),
-            {
-                "rows": json.dumps(rows),
-                "n": len(specs),
-                "now": now,
-                "channels": sorted(wake) if notify else [],
-            },
-            prepare=True,
-        )
-        if restore:
-            # A caller's unit of work goes on: give it its plan setting back.
-            await conn.execute(self._q["restore_plans"].encode(), prepare=True)
-        return cur
+        return {
+            "rows": json.dumps(rows),
+            "now": now,
+            "channels": sorted(wake) if notify else [],
+            "schema": self._schema,
+        }
 
     @staticmethod
     async def _records(
@@ -293,11 +297,16 @@ class CoreOps(QueueStorageBase):
         self._in_flight += 1
         try:
             async with self._pool.connection() as conn:
-                async with conn.pipeline(), conn.transaction():
-                    alone = self._in_flight == 1 and not self._wake_pending
-                    cur = await self._send_enqueue(
-                        conn, specs, now, notify=alone, wake=wake, route_check=route_check
+                alone = self._in_flight == 1 and not self._wake_pending
+                if route_check:
+                    # One statement, its own transaction: one message and one round trip.
+                    params = self._enqueue_params(specs, now, notify=alone, wake=wake)
+                    cur = await conn.execute(
+                        self._q["enqueue_ready_routed"].encode(), params, prepare=True
                     )
+                else:
+                    async with conn.pipeline(), conn.transaction():
+                        cur = await self._send_enqueue(conn, specs, now, notify=alone, wake=wake)
                 records = await self._records(cur, specs, now)
         finally:
             self._in_flight -= 1

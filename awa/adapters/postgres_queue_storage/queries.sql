@@ -170,15 +170,21 @@ SELECT set_config('plan_cache_mode', current_setting('awa.plan_cache_mode_was'),
 -- positions (reserve_lanes_cte; an ordering key's lane is its shard of the queue's
 -- enqueue_shards, any other job takes a free lane), ready rows in the current slot,
 -- deferred rows for specs with run_at, then the counters (counts_free_cte) and the
--- wake-ups of ``channels``. Returns the ids in input order.
+-- wake-ups of ``channels``. Returns the ids in input order. The route placeholder below is
+-- empty here; in enqueue_ready_routed it is a one-time filter on the input that runs
+-- awa.queue_storage_route_check before anything else is read or locked (see
+-- enqueue_ready_routed). No estimate depends on a parameter's value (the ids come from the
+-- input rows, not from a count), so a custom plan costs what the generic plan costs and the
+-- server settles on the generic plan by itself after its first few executions.
 WITH x AS (
     SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS x(
         ord bigint, kind text, queue text, args jsonb, priority smallint,
         max_attempts smallint, run_at timestamptz, metadata jsonb, tags jsonb,
         ordering_key text, unique_states text, hint int)
+    {route}
 ), ids AS (
     SELECT id, row_number() OVER (ORDER BY id) AS ord
-    FROM (SELECT nextval('awa.jobs_id_seq') AS id FROM generate_series(1, %(n)s)) s
+    FROM (SELECT nextval('awa.jobs_id_seq') AS id FROM x) s
 ), j AS (
     SELECT x.*, ids.id, decode(x.ordering_key, 'hex') AS okey,
         CASE WHEN x.ordering_key IS NOT NULL THEN awa.ordering_key_shard(
@@ -236,6 +242,14 @@ SELECT id,
     (SELECT count(pg_notify(c, '')) FROM unnest(%(channels)s::text[]) c) AS woken
 FROM ids
 ORDER BY id
+
+-- name: enqueue_ready_routed
+-- enqueue_ready as one statement on its own (autocommit), for a producer that remembers
+-- that new jobs go to this schema: the route check (awa.queue_storage_route_check, which
+-- takes the producer lock and raises when producers write elsewhere now) is a one-time
+-- filter on the input rows, so it runs before any id is drawn or any lane is locked, and
+-- its lock is held until the statement commits.
+{enqueue_ready}
 
 -- name: copy_begin
 -- The direct COPY path (every job available, no unique key): job ids in input order, lane

@@ -261,13 +261,18 @@ class CoreOps(QueueStorageBase):
         rows = await cur.fetchall()
         return [_new_record(row["id"], spec, now) for row, spec in zip(rows, specs, strict=True)]
 
-    async def enqueue_many_routed(self, specs: Sequence[JobSpec]) -> list[JobRecord]:
+    async def enqueue_many_routed(
+        self, specs: Sequence[JobSpec], *, validated: bool = False
+    ) -> list[JobRecord]:
         """:meth:`enqueue_many` of jobs without unique keys, for a producer that remembers
-        that new jobs go to this engine's schema: ``awa.queue_storage_route_check`` travels
-        ahead of the insert in the same round trip, under the producer lock, and raises
-        :class:`RouteChanged` (nothing committed) when producers write elsewhere now."""
+        that new jobs go to this engine's schema: the insert is one statement on its own
+        whose first step is ``awa.queue_storage_route_check`` (the producer lock, held to
+        commit), which raises :class:`RouteChanged` (nothing committed) when producers
+        write elsewhere now. ``validated``: the caller already ran ``validate_spec`` on
+        every spec."""
         for spec in specs:
-            validate_spec(spec)
+            if not validated:
+                validate_spec(spec)
             if spec.unique_key is not None:
                 raise ValueError("enqueue_many_routed takes jobs without unique keys only")
         if not specs:
@@ -286,8 +291,9 @@ class CoreOps(QueueStorageBase):
     async def _enqueue_fast(
         self, specs: Sequence[JobSpec], *, route_check: bool = False
     ) -> list[JobRecord]:
-        """One round trip: BEGIN, the statement, counters, wake-ups and COMMIT are sent
-        together, and the ids are read once the pipeline is synced."""
+        """One round trip. With ``route_check``, one statement in autocommit
+        (enqueue_ready_routed); otherwise BEGIN, the statement and COMMIT are pipelined and
+        the ids are read once the pipeline is synced."""
         if self._closed:
             raise DatabaseError("the queue-storage engine is closed")
         now = self._clock.now()
@@ -315,10 +321,13 @@ class CoreOps(QueueStorageBase):
         return records
 
     async def enqueue_many(
-        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None
+        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None, validated: bool = False
     ) -> list[JobRecord]:
-        for spec in specs:
-            validate_spec(spec)
+        """Enqueue ``specs`` (in ``uow`` when given). ``validated``: the caller already ran
+        ``validate_spec`` on every spec."""
+        if not validated:
+            for spec in specs:
+                validate_spec(spec)
         if not specs:
             return []
         fast = all(spec.unique_key is None for spec in specs)
@@ -344,16 +353,18 @@ class CoreOps(QueueStorageBase):
             return await self._insert(uow.conn, specs)
 
     async def enqueue_many_copy(
-        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None
+        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None, validated: bool = False
     ) -> int:
         """Bulk enqueue through binary ``COPY``: the rows stream into a temporary staging
         table and one ``INSERT ... SELECT`` appends them to the ready rows (or the
         deferred backlog for specs with ``run_at``). Lane positions are reserved exactly as
         :meth:`enqueue_many` does, unique keys are claimed (a clash raises
         ``UniqueConflict`` and inserts none of the batch) and queues are woken. Returns how
-        many jobs were inserted."""
-        for spec in specs:
-            validate_spec(spec)
+        many jobs were inserted. ``validated``: the caller already ran ``validate_spec``
+        on every spec."""
+        if not validated:
+            for spec in specs:
+                validate_spec(spec)
         if not specs:
             return 0
         direct = all(spec.unique_key is None and spec.run_at is None for spec in specs)

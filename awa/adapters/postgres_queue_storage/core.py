@@ -129,6 +129,24 @@ def _text_array(values: Sequence[str]) -> str:
     return "{" + ",".join(quoted) + "}"
 
 
+#: Rows per piece of a direct COPY (about 100 KiB of text for small jobs).
+_COPY_PIECE = 500
+
+
+def _copy_shape(spec: JobSpec, slot: str, stamp: str) -> tuple[str, str, str, str]:
+    """The fixed text of a direct-COPY row of ``spec``: before the fact id (slot), between
+    the job id and args (kind, queue), between args and metadata (priority, attempt,
+    max_attempts, run_at, created_at, errors) and between metadata and the ordering key
+    (tags, unique states, run lease)."""
+    return (
+        f"{slot}\t",
+        f"{_copy_text(spec.kind)}\t{_copy_text(spec.queue)}\t",
+        f"{spec.priority}\t0\t{spec.max_attempts}\t{stamp}\t{stamp}\t{{}}\t",
+        f"{_copy_text(_text_array(spec.tags))}\t"
+        f"{mask_to_bitstring(spec.effective_unique_states)}\t0\t",
+    )
+
+
 def _ack(applied: bool) -> Ack:
     return Ack.APPLIED if applied else Ack.STALE
 
@@ -427,44 +445,46 @@ class CoreOps(QueueStorageBase):
             lane = (queue, priority, asked)
             nxt[lane] = [str(shard), next_seq - groups[lane][0]]
         stamp = _copy_text(now.isoformat())
-        names: dict[str, str] = {}
-        tag_cache: dict[tuple[str, ...], str] = {}
-        masks: dict[int, str] = {}
+        # The text around args and metadata is the same for every job sharing kind, queue,
+        # priority, max_attempts, tags and unique states (usually the whole batch).
+        shapes: dict[tuple[Any, ...], tuple[str, str, str, str]] = {}
         dumps = json.dumps
-        out: list[str] = []
-        append = out.append
-        writes = Writes(now)
-        for spec, lane, job_id, fact in zip(specs, lane_of, ids, facts, strict=True):
-            at = nxt[lane]
-            seq = at[1]
-            at[1] = seq + 1
-            kind = names.get(spec.kind)
-            if kind is None:
-                kind = names[spec.kind] = _copy_text(spec.kind)
-            queue = names.get(spec.queue)
-            if queue is None:
-                queue = names[spec.queue] = _copy_text(spec.queue)
-            tags = tag_cache.get(spec.tags)
-            if tags is None:
-                tags = tag_cache[spec.tags] = _copy_text(_text_array(spec.tags))
-            mask = spec.effective_unique_states
-            states = masks.get(mask)
-            if states is None:
-                states = masks[mask] = mask_to_bitstring(mask)
-            key = spec.ordering_key
-            append(
-                f"{slot}\t{fact}\t{at[0]}\t{seq}\t{job_id}\t{kind}\t{queue}\t"
-                f"{dumps(spec.args).replace(BACKSLASH, ESCAPED)}\t{spec.priority}\t0\t"
-                f"{spec.max_attempts}\t{stamp}\t{stamp}\t{{}}\t"
-                f"{dumps(spec.metadata).replace(BACKSLASH, ESCAPED) if spec.metadata else '{}'}"
-                f"\t{tags}\t{states}\t0\t"
-                f"{NULL if key is None else HEX + key.hex()}\n"
-            )
-            writes.counts[(spec.queue, "available")] += 1
-            writes.notify.add((queue_channel(spec.queue), ""))
         copy_sql = self._q["copy_direct"].encode()
+        rows = zip(specs, lane_of, ids, facts, strict=True)
         async with conn.cursor() as cur, cur.copy(copy_sql) as copy:
-            await copy.write("".join(out).encode())
+            # Sent in pieces while the next ones are encoded, so the server stores rows
+            # while this process encodes the rest.
+            while piece := list(itertools.islice(rows, _COPY_PIECE)):
+                out: list[str] = []
+                append = out.append
+                for spec, lane, job_id, fact in piece:
+                    at = nxt[lane]
+                    seq = at[1]
+                    at[1] = seq + 1
+                    shape_key = (
+                        spec.kind,
+                        spec.queue,
+                        spec.priority,
+                        spec.max_attempts,
+                        spec.tags,
+                        spec.unique_states,
+                    )
+                    shape = shapes.get(shape_key)
+                    if shape is None:
+                        shape = shapes[shape_key] = _copy_shape(spec, slot, stamp)
+                    key = spec.ordering_key
+                    meta = spec.metadata
+                    append(
+                        f"{shape[0]}{fact}\t{at[0]}\t{seq}\t{job_id}\t{shape[1]}"
+                        f"{dumps(spec.args).replace(BACKSLASH, ESCAPED)}\t{shape[2]}"
+                        f"{dumps(meta).replace(BACKSLASH, ESCAPED) if meta else '{}'}\t"
+                        f"{shape[3]}{NULL if key is None else HEX + key.hex()}\n"
+                    )
+                await copy.write("".join(out).encode())
+        writes = Writes(now)
+        for lane, (count, _first, _last) in groups.items():
+            writes.counts[(lane[0], "available")] += count
+            writes.notify.add((queue_channel(lane[0]), ""))
         async with conn.pipeline():
             await self._flush(conn, writes, producer=True)
         return len(specs)

@@ -294,3 +294,60 @@ async def test_the_router_inserts_through_the_remembered_route(
         await router.close()
     claimed = await engine.claim(QUEUE, limit=10)
     assert [c.job.id for c in claimed] == [job.id for job in (*first, *rest)]
+
+
+async def test_wake_ups_after_commit_reach_listeners_and_leave_the_session_alone(
+    database_url: str, clock: ManualClock
+) -> None:
+    """Concurrent enqueues leave their wake-ups to one statement sent after commit, whose
+    non-durable commit setting is its own: the pooled connection keeps its settings."""
+    engine = await QueueStorageEngine.open(
+        database_url, clock=clock, backoff=CONTRACT_BACKOFF, max_connections=1
+    )
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as listener:
+        await listener.execute('LISTEN "awa:wake_a"')
+        await listener.execute('LISTEN "awa:wake_b"')
+        try:
+            async with engine._pool.connection() as conn:
+                before = await (await conn.execute("SHOW synchronous_commit")).fetchone()
+            engine._wake_after_commit({"awa:wake_a", "awa:wake_b"})
+            await engine._drain_wakes()
+            heard: set[str] = set()
+            async with asyncio.timeout(10):
+                async for note in listener.notifies():
+                    heard.add(note.channel)
+                    if len(heard) == 2:
+                        break
+            assert heard == {"awa:wake_a", "awa:wake_b"}
+            async with engine._pool.connection() as conn:
+                after = await (await conn.execute("SHOW synchronous_commit")).fetchone()
+            assert after == before
+        finally:
+            await engine.close()
+
+
+async def test_the_one_statement_insert_settles_on_the_generic_plan(
+    engine: QueueStorageEngine, database_url: str, clock: ManualClock
+) -> None:
+    """The remembered-route insert is one autocommit statement with no plan setting of its
+    own: the server must pick the prepared generic plan by itself (planning the statement
+    costs several times running it), which it does only while no estimate depends on a
+    parameter's value."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        assert await transition.auto_finalize_if_fresh(conn)
+    single = await QueueStorageEngine.open(
+        database_url, clock=clock, backoff=CONTRACT_BACKOFF, max_connections=1
+    )
+    try:
+        for n in range(10):
+            await single.enqueue_many_routed([JobSpec(kind="plan", queue=QUEUE, args={"n": n})])
+        async with single._pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                "WHERE statement LIKE '%%queue_storage_route_check%%'"
+            )
+            (plans,) = await cur.fetchall()
+    finally:
+        await single.close()
+    assert plans["generic_plans"] >= 4, plans
+    assert plans["generic_plans"] + plans["custom_plans"] == 10

@@ -319,15 +319,9 @@ class QueueStorageBase:
             channels = sorted(self._wake_pending)
             self._wake_pending.clear()
             try:
-                async with (
-                    self._pool.connection() as conn,
-                    conn.pipeline(),
-                    conn.transaction(),
-                ):
-                    await conn.execute(self._q["wake_quietly"].encode(), prepare=True)
+                async with self._pool.connection() as conn:
                     await conn.execute(
-                        self._q["notify"].encode(),
-                        {"channels": channels, "payloads": [""] * len(channels)},
+                        self._q["wake_quietly"].encode(), {"channels": channels}, prepare=True
                     )
             except Exception:
                 log.debug("wake-up notification failed", exc_info=True)

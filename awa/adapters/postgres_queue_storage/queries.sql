@@ -459,9 +459,13 @@ WITH cnt_in AS (
 SELECT (SELECT count(*) FROM cnt_added) + (SELECT count(*) FROM cnt_made)
 
 -- name: wake_quietly
--- A wake-up's own transaction needs no durable commit (a notification does not survive a
--- crash anyway), so it does not wait for the WAL flush while it holds the notify lock.
-SET LOCAL synchronous_commit = off
+-- Wake-ups sent after the enqueues committed, as one statement that is its own
+-- transaction. That transaction needs no durable commit (a notification does not survive
+-- a crash anyway), so it does not wait for the WAL flush while it holds the notify lock:
+-- synchronous_commit is off for it alone (set_config(..., true) is local to it).
+SELECT set_config('synchronous_commit', 'off', true) AS quiet,
+    count(pg_notify(channel, '')) AS woken
+FROM unnest(%(channels)s::text[]) AS i(channel)
 
 -- name: notify
 SELECT pg_notify(channel, payload)

@@ -147,6 +147,11 @@ def _copy_shape(spec: JobSpec, slot: str, stamp: str) -> tuple[str, str, str, st
     )
 
 
+def _one_plain_job(spec: JobSpec) -> bool:
+    """An available job without ordering or unique key: enqueue_one_routed can take it."""
+    return spec.run_at is None and spec.ordering_key is None and spec.unique_key is None
+
+
 def _ack(applied: bool) -> Ack:
     return Ack.APPLIED if applied else Ack.STALE
 
@@ -309,9 +314,10 @@ class CoreOps(QueueStorageBase):
     async def _enqueue_fast(
         self, specs: Sequence[JobSpec], *, route_check: bool = False
     ) -> list[JobRecord]:
-        """One round trip. With ``route_check``, one statement in autocommit
-        (enqueue_ready_routed); otherwise BEGIN, the statement and COMMIT are pipelined and
-        the ids are read once the pipeline is synced."""
+        """One round trip. With ``route_check``, one statement in autocommit: for a single
+        plain job enqueue_one_routed, and enqueue_ready_routed for anything else (or when
+        that wrote nothing: a second round trip); otherwise BEGIN, the statement and COMMIT
+        are pipelined and the ids are read once the pipeline is synced."""
         if self._closed:
             raise DatabaseError("the queue-storage engine is closed")
         now = self._clock.now()
@@ -322,21 +328,60 @@ class CoreOps(QueueStorageBase):
         try:
             async with self._pool.connection() as conn:
                 alone = self._in_flight == 1 and not self._wake_pending
-                if route_check:
+                records: list[JobRecord] = []
+                if route_check and len(specs) == 1 and _one_plain_job(specs[0]):
+                    records = await self._enqueue_one(conn, specs[0], now, alone, wake)
+                if records:
+                    pass
+                elif route_check:
                     # One statement, its own transaction: one message and one round trip.
                     params = self._enqueue_params(specs, now, notify=alone, wake=wake)
                     cur = await conn.execute(
                         self._q["enqueue_ready_routed"].encode(), params, prepare=True
                     )
+                    records = await self._records(cur, specs, now)
                 else:
                     async with conn.pipeline(), conn.transaction():
                         cur = await self._send_enqueue(conn, specs, now, notify=alone, wake=wake)
-                records = await self._records(cur, specs, now)
+                    records = await self._records(cur, specs, now)
         finally:
             self._in_flight -= 1
         if wake and not alone:
             self._wake_after_commit(wake)
         return records
+
+    async def _enqueue_one(
+        self, conn: DictConnection, spec: JobSpec, now: datetime, notify: bool, wake: set[str]
+    ) -> list[JobRecord]:
+        """enqueue_one_routed: the job's record, or ``[]`` (nothing written) when its queue
+        has no free counter bucket or lane yet and the full statement must run."""
+        channel = queue_channel(spec.queue)
+        job = {
+            "kind": spec.kind,
+            "queue": spec.queue,
+            "args": spec.args,
+            "priority": spec.priority,
+            "max_attempts": spec.max_attempts,
+            "metadata": spec.metadata,
+            "tags": list(spec.tags),
+            "unique_states": mask_to_bitstring(spec.effective_unique_states),
+            "hint": self._hint(spec.queue),
+        }
+        cur = await conn.execute(
+            self._q["enqueue_one_routed"].encode(),
+            {
+                "job": json.dumps(job),
+                "now": now,
+                "channels": [channel] if notify else [],
+                "schema": self._schema,
+            },
+            prepare=True,
+        )
+        row = await cur.fetchone()
+        if row is None:
+            return []
+        wake.add(channel)
+        return [_new_record(row["id"], spec, now)]
 
     async def enqueue_many(
         self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None, validated: bool = False

@@ -251,6 +251,83 @@ ORDER BY id
 -- its lock is held until the statement commits.
 {enqueue_ready}
 
+-- name: enqueue_one_routed
+-- The common insert() (one available job, no ordering key, no unique key, a producer that
+-- remembers the route) in a fraction of enqueue_ready_routed's work, when the queue
+-- already has a counter bucket and a lane for its priority that no other open transaction
+-- holds: route check first (a one-time filter, as in enqueue_ready_routed), then a free
+-- counter bucket and a free lane (both SKIP LOCKED, so the statement never waits while
+-- it holds a row), then the id, the lane advance (exactly reserve_lanes_cte's ``moved``
+-- for a one-job batch), the ready row and the counter. When either row is missing or held
+-- it writes nothing and returns no row; the caller then runs enqueue_ready_routed. The
+-- job's values arrive as one JSON object, so no estimate depends on a parameter's value
+-- and the server settles on the generic plan by itself.
+WITH x AS (
+    SELECT * FROM jsonb_to_record(%(job)s::jsonb) AS x(
+        kind text, queue text, args jsonb, priority smallint, max_attempts smallint,
+        metadata jsonb, tags jsonb, unique_states text, hint int)
+    WHERE (SELECT awa.queue_storage_route_check(%(schema)s)) IS NOT NULL
+), bucket AS (
+    SELECT c.queue, c.state, c.bucket
+    FROM x, LATERAL (
+        SELECT c.queue, c.state, c.bucket FROM {s}.queue_counts c
+        WHERE c.queue = x.queue AND c.state = 'available'
+        ORDER BY c.bucket = pg_backend_pid() %% {buckets} DESC, c.bucket
+        LIMIT 1
+        FOR UPDATE OF c SKIP LOCKED
+    ) c
+), lane AS (
+    SELECT l.queue, l.priority, l.shard
+    FROM x, LATERAL (
+        SELECT l.queue, l.priority, l.shard FROM {s}.lanes l
+        WHERE l.queue = x.queue AND l.priority = x.priority AND l.shard < 0
+        ORDER BY l.shard = x.hint DESC, l.shard DESC
+        LIMIT 1
+        FOR UPDATE OF l SKIP LOCKED
+    ) l
+    WHERE EXISTS (SELECT 1 FROM bucket)
+), job AS (
+    SELECT nextval('awa.jobs_id_seq') AS id FROM lane
+), moved AS (
+    UPDATE {s}.lanes l SET
+        next_seq = l.next_seq + 1,
+        tail_run_at = CASE
+            WHEN l.tail_run_at IS NULL OR (%(now)s::timestamptz, j.id) > (l.tail_run_at, l.tail_job_id)
+            THEN %(now)s::timestamptz ELSE l.tail_run_at END,
+        tail_job_id = CASE
+            WHEN l.tail_run_at IS NULL OR (%(now)s::timestamptz, j.id) > (l.tail_run_at, l.tail_job_id)
+            THEN j.id ELSE l.tail_job_id END,
+        disorder_seq = CASE
+            WHEN (l.tail_run_at IS NULL AND l.next_seq > 0)
+                OR (%(now)s::timestamptz, j.id) < (l.tail_run_at, l.tail_job_id)
+            THEN l.next_seq ELSE l.disorder_seq END
+    FROM lane w, job j
+    WHERE l.queue = w.queue AND l.priority = w.priority AND l.shard = w.shard
+    RETURNING l.shard, l.next_seq, j.id
+), ready AS (
+    INSERT INTO {s}.ready_entries (
+        slot, fact_id, shard, lane_seq, job_id, kind, queue, args, priority, attempt,
+        max_attempts, run_at, created_at, errors, metadata, tags, unique_states, run_lease,
+        ordering_key
+    )
+    SELECT (SELECT current_slot FROM {s}.ring_state), nextval('{s}.fact_seq'), m.shard,
+        m.next_seq - 1, m.id, x.kind, x.queue, coalesce(x.args, 'null'::jsonb), x.priority, 0,
+        x.max_attempts, %(now)s, %(now)s, '{}'::jsonb[], coalesce(x.metadata, '{}'::jsonb),
+        ARRAY(SELECT jsonb_array_elements_text(x.tags)), x.unique_states::bit(8), 0, NULL
+    FROM moved m, x
+    RETURNING job_id
+), counted AS (
+    UPDATE {s}.queue_counts c SET n = c.n + 1
+    FROM bucket b
+    WHERE c.queue = b.queue AND c.state = b.state AND c.bucket = b.bucket
+      AND EXISTS (SELECT 1 FROM ready)
+    RETURNING 1
+)
+SELECT r.job_id AS id,
+    (SELECT count(*) FROM counted) AS counted,
+    (SELECT count(pg_notify(c, '')) FROM unnest(%(channels)s::text[]) c) AS woken
+FROM ready r
+
 -- name: copy_begin
 -- The direct COPY path (every job available, no unique key): job ids in input order, lane
 -- positions for each lane's input range (reserve_lanes_cte; ``first``/``last`` are the

@@ -217,22 +217,15 @@ class CoreOps(QueueStorageBase):
         notify: bool,
         wake: set[str],
         restore: bool = False,
-        route_check: bool = False,
     ) -> AsyncCursor[DictRow]:
         """Queue an enqueue without unique keys: one prepared statement (ids, lanes, rows,
         counters) under its generic plan. Nothing is read, so in pipeline mode everything
         travels with the next sync; the returned cursor yields the ids in input order. The
         wake-ups of available jobs are added to ``wake``; with ``notify`` the statement
         also sends them (otherwise the caller does, after commit). ``restore`` gives a
-        caller's unit of work its plan setting back; ``route_check`` checks that producers
-        still write to this schema."""
+        caller's unit of work its plan setting back."""
         params = self._enqueue_params(specs, now, notify=notify, wake=wake)
-        if route_check:
-            await conn.execute(
-                self._q["generic_plans_routed"].encode(), {"schema": self._schema}, prepare=True
-            )
-        else:
-            await conn.execute(self._q["generic_plans"].encode(), prepare=True)
+        await conn.execute(self._q["generic_plans"].encode(), prepare=True)
         cur = await conn.execute(self._q["enqueue_ready"].encode(), params, prepare=True)
         if restore:
             # A caller's unit of work goes on: give it its plan setting back.
@@ -332,7 +325,7 @@ class CoreOps(QueueStorageBase):
                 if route_check and len(specs) == 1 and _one_plain_job(specs[0]):
                     records = await self._enqueue_one(conn, specs[0], now, alone, wake)
                 if records:
-                    pass
+                    pass  # the one-job statement took it
                 elif route_check:
                     # One statement, its own transaction: one message and one round trip.
                     params = self._enqueue_params(specs, now, notify=alone, wake=wake)

@@ -156,12 +156,6 @@ SELECT q AS queue, p AS priority, asked, shard, next_seq FROM lanes_out
 SELECT set_config('awa.plan_cache_mode_was', current_setting('plan_cache_mode'), true),
     set_config('plan_cache_mode', 'force_generic_plan', true)
 
--- name: generic_plans_routed
--- generic_plans, and the route check of a producer that remembers where jobs go.
-SELECT set_config('awa.plan_cache_mode_was', current_setting('plan_cache_mode'), true),
-    set_config('plan_cache_mode', 'force_generic_plan', true),
-    awa.queue_storage_route_check(%(schema)s)
-
 -- name: restore_plans
 SELECT set_config('plan_cache_mode', current_setting('awa.plan_cache_mode_was'), true)
 

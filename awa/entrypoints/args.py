@@ -83,7 +83,7 @@ def serialize_args(args: Any, kind: str | None) -> tuple[str, Any]:
     return resolved, payload
 
 
-@functools.cache
+@functools.lru_cache(maxsize=1024)
 def _is_dataclass_type(cls: type[Any]) -> bool:
     return dataclasses.is_dataclass(cls)
 

@@ -312,13 +312,32 @@ class TransitionRoutingEngine:
             return specs
         return stripe_specs(specs, stripes, self._stripe_rotor)
 
+    async def _append(
+        self, engine: StorageEngine, specs: Sequence[JobSpec], uow: UnitOfWork, *, checked: bool
+    ) -> list[JobRecord]:
+        """``engine.enqueue_many`` in ``uow``; ``checked``: every spec passed
+        ``validate_spec`` as it stands (queue storage then does not check it again)."""
+        if isinstance(engine, QueueStorageEngine):
+            return await engine.enqueue_many(specs, uow=uow, validated=checked)
+        return await engine.enqueue_many(specs, uow=uow)
+
     async def enqueue_many(
-        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None, stripes: int = 1
+        self,
+        specs: Sequence[JobSpec],
+        *,
+        uow: UnitOfWork | None = None,
+        stripes: int = 1,
+        validated: bool = False,
     ) -> list[JobRecord]:
         """Enqueue ``specs``; with ``stripes > 1`` and queue storage as the route, each
-        job goes to one stripe of its queue (``queue#k``)."""
-        for spec in specs:
-            validate_spec(spec)
+        job goes to one stripe of its queue (``queue#k``). ``validated``: the caller already
+        ran ``validate_spec`` on every spec (specs renamed to a stripe are checked again,
+        their queue name being new)."""
+        if not validated:
+            for spec in specs:
+                validate_spec(spec)
+        # Renaming to a stripe makes a new queue name, which the engine checks.
+        checked = stripes <= 1
         if not specs:
             return []
         if uow is None:
@@ -332,7 +351,9 @@ class TransitionRoutingEngine:
                 if stripes > 1:
                     routed = stripe_specs(specs, stripes, self._stripe_rotor)
                 try:
-                    return await self.queue_storage(hint).enqueue_many_routed(routed)
+                    return await self.queue_storage(hint).enqueue_many_routed(
+                        routed, validated=checked
+                    )
                 except RouteChanged as changed:
                     self._producer_hint, self._route_known = None, False
                     self._routed_inserts = changed.supported
@@ -346,11 +367,15 @@ class TransitionRoutingEngine:
                 return [await self._insert_one(specs[0])]
             async with translated_errors(), self._pool.connection() as conn, conn.transaction():
                 engine, inner = await self._route(conn)
-                return await engine.enqueue_many(self._striped(engine, specs, stripes), uow=inner)
+                return await self._append(
+                    engine, self._striped(engine, specs, stripes), inner, checked=checked
+                )
         own = self._own_uow(uow)
         async with translated_errors():
             engine, inner = await self._route(own.conn)
-            return await engine.enqueue_many(self._striped(engine, specs, stripes), uow=inner)
+            return await self._append(
+                engine, self._striped(engine, specs, stripes), inner, checked=checked
+            )
 
     def _single_statement_insert(self, spec: JobSpec) -> bool:
         """Whether ``spec`` can take the one-statement insert: an available job without a
@@ -386,18 +411,22 @@ class TransitionRoutingEngine:
         )
 
     async def enqueue_many_skip_duplicates(
-        self, specs: Sequence[JobSpec], *, stripes: int = 1
+        self, specs: Sequence[JobSpec], *, stripes: int = 1, validated: bool = False
     ) -> list[JobRecord]:
-        for spec in specs:
-            validate_spec(spec)
+        """Enqueue ``specs``, skipping those whose unique key is already held.
+        ``validated`` as for :meth:`enqueue_many`."""
+        if not validated:
+            for spec in specs:
+                validate_spec(spec)
         if not specs:
             return []
+        checked = stripes <= 1
         async with translated_errors(), self._pool.connection() as conn, conn.transaction():
             engine, inner = await self._route(conn)
             specs = self._striped(engine, specs, stripes)
             try:
                 async with conn.transaction():
-                    return await engine.enqueue_many(specs, uow=inner)
+                    return await self._append(engine, specs, inner, checked=checked)
             except UniqueConflict:
                 pass
             # Some key is held (or repeated in the batch): insert one by one, skipping those.
@@ -405,12 +434,14 @@ class TransitionRoutingEngine:
             for spec in specs:
                 try:
                     async with conn.transaction():
-                        inserted.extend(await engine.enqueue_many([spec], uow=inner))
+                        inserted.extend(await self._append(engine, [spec], inner, checked=checked))
                 except UniqueConflict:
                     continue
             return inserted
 
-    async def enqueue_many_copy(self, specs: Sequence[JobSpec], *, stripes: int = 1) -> int:
+    async def enqueue_many_copy(
+        self, specs: Sequence[JobSpec], *, stripes: int = 1, validated: bool = False
+    ) -> int:
         """Bulk insert on the fastest path the producers' engine offers; returns how many
         jobs were inserted. Jobs whose unique key is already held are skipped.
 
@@ -418,16 +449,20 @@ class TransitionRoutingEngine:
         streams through the engine's binary ``COPY`` (one staging copy and one append);
         otherwise it goes through :meth:`enqueue_many_skip_duplicates`. Either way the
         route is read inside the inserting transaction, under the producer lock. Both
-        paths validate every spec in the engine before anything is written."""
+        paths validate every spec before anything is written (``validated``: the caller
+        already did, as for :meth:`enqueue_many`)."""
         if not specs:
             return 0
         if any(spec.unique_key is not None for spec in specs):
-            return len(await self.enqueue_many_skip_duplicates(specs, stripes=stripes))
+            return len(
+                await self.enqueue_many_skip_duplicates(specs, stripes=stripes, validated=validated)
+            )
+        checked = validated and stripes <= 1
         async with translated_errors(), self._pool.connection() as conn, conn.transaction():
             engine, inner = await self._route(conn)
             specs = self._striped(engine, specs, stripes)
             if isinstance(engine, QueueStorageEngine):
-                return await engine.enqueue_many_copy(specs, uow=inner)
+                return await engine.enqueue_many_copy(specs, uow=inner, validated=checked)
             return len(await engine.enqueue_many(specs, uow=inner))
 
     # ---------------------------------------------------------------- workers

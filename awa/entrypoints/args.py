@@ -28,8 +28,8 @@ from awa.domain.validation import (
     validate_max_attempts,
     validate_name,
     validate_priority,
-    validate_spec,
     validate_tags,
+    validate_unique_states,
 )
 
 ARGS_TYPE_ERROR = "Job args must be a dataclass, pydantic BaseModel, or dict"
@@ -81,6 +81,46 @@ def serialize_args(args: Any, kind: str | None) -> tuple[str, Any]:
         raise ValidationError("args", ARGS_TYPE_ERROR)
     resolved = kind if kind is not None else _derived_kind(type(args).__name__)
     return resolved, payload
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_dataclass_type(cls: type[Any]) -> bool:
+    return dataclasses.is_dataclass(cls)
+
+
+def _flat_value(value: Any) -> bool:
+    """Whether ``value`` is a JSON scalar that passes :func:`validate_json` as it is:
+    exactly ``None``, ``bool``, ``int``, a finite ``float`` or a ``str`` without NUL."""
+    kind = type(value)
+    if kind is str:
+        return "\x00" not in value
+    if kind is float:
+        return bool(value - value == 0.0)  # false for inf and nan
+    return kind is int or kind is bool or value is None
+
+
+def _serialize_plain(args: Any, kind: str | None) -> tuple[str, dict[str, Any]] | None:
+    """``(kind, json_args)`` in one pass for the common shape (a dataclass, or a dict with
+    string keys, whose values are plain JSON scalars that ``validate_json`` accepts), so
+    the payload needs no separate conversion or check; ``None`` for any other shape or
+    value, which then takes :func:`serialize_args` and ``validate_json`` with their own
+    errors."""
+    cls: Any = type(args)
+    payload: dict[str, Any] = {}
+    if cls is dict:
+        for key, value in args.items():
+            if type(key) is not str or "\x00" in key or not _flat_value(value):
+                return None
+            payload[key] = value
+    elif not isinstance(args, type) and _is_dataclass_type(cls):
+        for name in _field_names(cls):
+            value = getattr(args, name)
+            if not _flat_value(value):
+                return None
+            payload[name] = value
+    else:
+        return None
+    return (kind if kind is not None else _derived_kind(cls.__name__)), payload
 
 
 @functools.lru_cache(maxsize=1024)
@@ -190,8 +230,12 @@ def build_spec(
     unique_opts: Mapping[str, Any] | None = None,
     ordering_key: bytes | str | None = None,
 ) -> JobSpec:
-    """Validate every insert option and build the ``JobSpec``; errors name the field."""
-    resolved_kind, payload = serialize_args(args, kind)
+    """Validate every insert option and build the ``JobSpec``; errors name the field.
+
+    Each check runs once, in the order ``validate_spec`` would report them after the
+    option checks: the spec it returns is valid as it stands."""
+    plain = _serialize_plain(args, kind)
+    resolved_kind, payload = serialize_args(args, kind) if plain is None else plain
     validate_name("kind", resolved_kind)
     validate_name("queue", queue)
     validate_priority(priority)
@@ -227,7 +271,14 @@ def build_spec(
         unique_states=unique_states,
         ordering_key=ordering_key_bytes(ordering_key),
     )
-    return validate_spec(spec)
+    # The rest of validate_spec: the names, numbers and tags were checked above, the keys
+    # are bytes and run_at is timezone-aware by construction.
+    if plain is None:
+        validate_json("args", payload)
+    validate_json("metadata", meta)
+    if unique_states is not None:
+        validate_unique_states(unique_states)
+    return spec
 
 
 def build_specs(
@@ -256,10 +307,16 @@ def build_specs(
             template = build_spec(job, **common)
             specs.append(template)
         else:
-            kind, payload = serialize_args(job, kind_option)
-            if kind != template.kind:
-                validate_name("kind", kind)
-            validate_json("args", payload)
+            plain = _serialize_plain(job, kind_option)
+            if plain is None:
+                kind, payload = serialize_args(job, kind_option)
+                if kind != template.kind:
+                    validate_name("kind", kind)
+                validate_json("args", payload)
+            else:
+                kind, payload = plain
+                if kind != template.kind:
+                    validate_name("kind", kind)
             specs.append(
                 JobSpec(
                     kind=kind,

@@ -40,19 +40,27 @@ ELIGIBILITY_TIMEOUT = 10.0
 class ClientEngine(StorageEngine, Protocol):
     """A storage engine that can also join a caller's open database transaction, and
     spreads producers' jobs over queue stripes (``stripes``) where queue storage takes
-    them."""
+    them. ``validated=True`` tells it the specs already passed ``validate_spec`` (the
+    client builds them that way), so they are not checked again."""
 
     def unit_of_work_for(self, conn: Connection) -> UnitOfWork: ...
 
     async def enqueue_many(
-        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None, stripes: int = 1
+        self,
+        specs: Sequence[JobSpec],
+        *,
+        uow: UnitOfWork | None = None,
+        stripes: int = 1,
+        validated: bool = False,
     ) -> list[JobRecord]: ...
 
     async def enqueue_many_skip_duplicates(
-        self, specs: Sequence[JobSpec], *, stripes: int = 1
+        self, specs: Sequence[JobSpec], *, stripes: int = 1, validated: bool = False
     ) -> list[JobRecord]: ...
 
-    async def enqueue_many_copy(self, specs: Sequence[JobSpec], *, stripes: int = 1) -> int: ...
+    async def enqueue_many_copy(
+        self, specs: Sequence[JobSpec], *, stripes: int = 1, validated: bool = False
+    ) -> int: ...
 
     @property
     def pool(self) -> AsyncConnectionPool[Connection]: ...

@@ -124,7 +124,10 @@ class ClientCore:
             unique_opts=unique_opts,
             ordering_key=ordering_key,
         )
-        (record,) = await (await self._engine()).enqueue_many([spec], stripes=stripes)
+        # build_spec returns a valid spec: the engine does not check it again.
+        (record,) = await (await self._engine()).enqueue_many(
+            [spec], stripes=stripes, validated=True
+        )
         return Job(record)
 
     async def insert_many_copy(
@@ -160,7 +163,9 @@ class ClientCore:
         )
         if not specs:
             return []
-        records = await (await self._engine()).enqueue_many_skip_duplicates(specs, stripes=stripes)
+        records = await (await self._engine()).enqueue_many_skip_duplicates(
+            specs, stripes=stripes, validated=True
+        )
         return [Job(r) for r in records]
 
     async def enqueue_many_copy(
@@ -203,7 +208,7 @@ class ClientCore:
             )
             if not specs:
                 return 0
-            inserted_count: int = await copy(specs, stripes=stripes)
+            inserted_count: int = await copy(specs, stripes=stripes, validated=True)
             return inserted_count
         inserted = await self.insert_many_copy(
             jobs,

@@ -34,7 +34,12 @@ class TransactionalEngine(Protocol):
     def unit_of_work_for(self, conn: Connection) -> UnitOfWork: ...
 
     async def enqueue_many(
-        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None, stripes: int = 1
+        self,
+        specs: Sequence[JobSpec],
+        *,
+        uow: UnitOfWork | None = None,
+        stripes: int = 1,
+        validated: bool = False,
     ) -> list[JobRecord]: ...
 
 
@@ -180,7 +185,7 @@ class Transaction:
             ordering_key=ordering_key,
         )
         (record,) = await self._engine.enqueue_many(
-            [spec], uow=self._unit_of_work(), stripes=stripes
+            [spec], uow=self._unit_of_work(), stripes=stripes, validated=True
         )
         return Job(record)
 
@@ -214,7 +219,9 @@ class Transaction:
         )
         if not specs:
             return []
-        records = await self._engine.enqueue_many(specs, uow=self._unit_of_work(), stripes=stripes)
+        records = await self._engine.enqueue_many(
+            specs, uow=self._unit_of_work(), stripes=stripes, validated=True
+        )
         return [Job(r) for r in records]
 
     async def _finish(self, statement: str) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from awa.adapters.clock import ManualClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
+from awa.adapters.postgres_queue_storage.core import _COPY_PIECE
 from awa.domain.errors import UniqueConflict
 from awa.domain.job import JobSpec
 from awa.domain.states import JobState
@@ -130,3 +131,60 @@ async def test_copy_enqueue_round_trips_awkward_values(
             "SELECT ordering_key, shard FROM awa.ready_entries WHERE job_id = %s", (odd.id,)
         )
         assert await cur.fetchone() == (specs[0].ordering_key, 0)
+
+
+async def test_a_copy_sent_in_pieces_keeps_every_job_and_lane_order(
+    engine: QueueStorageEngine,
+) -> None:
+    """A direct COPY larger than one piece (rows stream while the rest are encoded): jobs
+    of different shapes interleave across pieces, each keeps its own values, counters add
+    up per queue, and each queue's jobs come out in input order."""
+    total = 2 * _COPY_PIECE + 7
+    specs = [
+        JobSpec(
+            kind=f"kind_{i % 3}",
+            queue=("pieces_a", "pieces_b")[i % 2],
+            args={"n": i, "text": "tab\there \\ back"},
+            priority=1 + i % 4,
+            max_attempts=1 + i % 5,
+            metadata={"m": i} if i % 3 else {},
+            tags=(f"t{i % 2}",) if i % 4 else (),
+            unique_states=None if i % 5 else 0b11110000,
+            ordering_key=None if i % 7 else b"key",
+        )
+        for i in range(total)
+    ]
+    assert await engine.enqueue_many_copy(specs) == total
+    jobs = {
+        job.args["n"]: job
+        for queue in ("pieces_a", "pieces_b")
+        for job in await engine.list_jobs(JobFilter(queue=queue), limit=2 * total)
+    }
+    assert sorted(jobs) == list(range(total))
+    for i, spec in enumerate(specs):
+        job = jobs[i]
+        assert (job.kind, job.queue, job.args, job.priority, job.max_attempts) == (
+            spec.kind,
+            spec.queue,
+            spec.args,
+            spec.priority,
+            spec.max_attempts,
+        )
+        assert (job.metadata, job.tags, job.unique_states) == (
+            spec.metadata,
+            spec.tags,
+            spec.effective_unique_states,
+        )
+    counts = {c.queue: c.counts[JobState.Available] for c in await engine.queue_counts()}
+    assert counts["pieces_a"] + counts["pieces_b"] == total
+    assert counts["pieces_a"] == sum(1 for s in specs if s.queue == "pieces_a")
+    for queue in ("pieces_a", "pieces_b"):
+        seen: dict[int, list[int]] = {}
+        while claims := await engine.claim(queue, limit=128):
+            for claim in claims:
+                seen.setdefault(claim.job.priority, []).append(claim.job.args["n"])
+            await engine.complete([claim.lease for claim in claims])
+        # FIFO within each priority (a lane is one queue and priority, or a key's shard)
+        for order in seen.values():
+            unkeyed = [n for n in order if n % 7]
+            assert unkeyed == sorted(unkeyed)

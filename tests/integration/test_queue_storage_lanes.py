@@ -25,6 +25,7 @@ from awa.adapters.routing_engine import TransitionRoutingEngine
 from awa.domain.errors import DatabaseError
 from awa.domain.job import JobSpec
 from awa.domain.routing import shard_for_key
+from awa.domain.states import JobState
 from awa.ports.storage import UnitOfWork
 from tests.support.engines import CONTRACT_BACKOFF
 
@@ -294,3 +295,118 @@ async def test_the_router_inserts_through_the_remembered_route(
         await router.close()
     claimed = await engine.claim(QUEUE, limit=10)
     assert [c.job.id for c in claimed] == [job.id for job in (*first, *rest)]
+
+
+async def test_wake_ups_after_commit_reach_listeners_and_leave_the_session_alone(
+    database_url: str, clock: ManualClock
+) -> None:
+    """Concurrent enqueues leave their wake-ups to one statement sent after commit, whose
+    non-durable commit setting is its own: the pooled connection keeps its settings."""
+    engine = await QueueStorageEngine.open(
+        database_url, clock=clock, backoff=CONTRACT_BACKOFF, max_connections=1
+    )
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as listener:
+        await listener.execute('LISTEN "awa:wake_a"')
+        await listener.execute('LISTEN "awa:wake_b"')
+        try:
+            async with engine._pool.connection() as conn:
+                before = await (await conn.execute("SHOW synchronous_commit")).fetchone()
+            engine._wake_after_commit({"awa:wake_a", "awa:wake_b"})
+            await engine._drain_wakes()
+            heard: set[str] = set()
+            async with asyncio.timeout(10):
+                async for note in listener.notifies():
+                    heard.add(note.channel)
+                    if len(heard) == 2:
+                        break
+            assert heard == {"awa:wake_a", "awa:wake_b"}
+            async with engine._pool.connection() as conn:
+                after = await (await conn.execute("SHOW synchronous_commit")).fetchone()
+            assert after == before
+        finally:
+            await engine.close()
+
+
+async def test_the_one_statement_inserts_settle_on_the_generic_plan(
+    engine: QueueStorageEngine, database_url: str, clock: ManualClock
+) -> None:
+    """The remembered-route inserts are autocommit statements with no plan setting of their
+    own: the server must pick the prepared generic plan by itself (planning the batch
+    statement costs several times running it), which it does only while no estimate
+    depends on a parameter's value. Single plain jobs take enqueue_one_routed (after the
+    first, which finds no counter bucket or lane yet), batches enqueue_ready_routed."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        assert await transition.auto_finalize_if_fresh(conn)
+    single = await QueueStorageEngine.open(
+        database_url, clock=clock, backoff=CONTRACT_BACKOFF, max_connections=1
+    )
+    try:
+        for n in range(10):
+            await single.enqueue_many_routed([JobSpec(kind="one", queue=QUEUE, args={"n": n})])
+            await single.enqueue_many_routed([JobSpec(kind="two", queue=QUEUE) for _ in range(2)])
+        async with single._pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT statement LIKE '%%jsonb_to_record(%%' AS one, generic_plans, "
+                "custom_plans FROM pg_prepared_statements "
+                "WHERE statement LIKE '%%queue_storage_route_check%%'"
+            )
+            plans = {row["one"]: row for row in await cur.fetchall()}
+    finally:
+        await single.close()
+    assert set(plans) == {True, False}
+    for row in plans.values():
+        assert row["generic_plans"] >= 4, plans
+    assert plans[True]["generic_plans"] + plans[True]["custom_plans"] == 10
+    assert plans[False]["generic_plans"] + plans[False]["custom_plans"] == 11
+    assert len(await engine.claim(QUEUE, limit=100)) == 30
+
+
+async def test_routed_single_inserts_racing_claimers_lose_nothing_and_keep_lanes_fifo(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    """insert()'s path: single plain jobs take the one-job statement (a free counter
+    bucket and a free existing lane, else the full statement), batches the full one, all
+    behind the remembered route, while claimers drain the queue."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        assert await transition.auto_finalize_if_fresh(conn)
+    producers, per_producer = 8, 30
+    inserted: list[int] = []
+    claimed: list[int] = []
+    done = asyncio.Event()
+
+    async def produce(n: int) -> None:
+        for i in range(per_producer):
+            spec = JobSpec(kind="r", queue=QUEUE, args={"p": n, "i": i}, priority=1 + i % 2)
+            batch = [spec, spec] if i % 5 == 0 else [spec]
+            jobs = await engine.enqueue_many_routed(batch)
+            inserted.extend(job.id for job in jobs)
+
+    async def claim() -> None:
+        while True:
+            got = await engine.claim(QUEUE, limit=7)
+            claimed.extend(c.job.id for c in got)
+            if got:
+                await engine.complete([c.lease for c in got])
+            elif done.is_set():
+                return
+            else:
+                await asyncio.sleep(0.005)
+
+    claimers = [asyncio.create_task(claim()) for _ in range(2)]
+    await asyncio.gather(*(produce(n) for n in range(producers)))
+    done.set()
+    await asyncio.gather(*claimers)
+    assert len(inserted) == producers * (per_producer + per_producer // 5)
+    assert sorted(claimed) == sorted(inserted)
+    lanes: dict[tuple[int, int], list[int]] = {}
+    for row in await _sql(
+        database_url,
+        "SELECT priority, shard, lane_seq FROM awa.ready_entries WHERE queue = %s",
+        QUEUE,
+    ):
+        lanes.setdefault((row["priority"], row["shard"]), []).append(row["lane_seq"])
+    for positions in lanes.values():
+        assert sorted(positions) == list(range(len(positions)))
+    counts = next(c for c in await engine.queue_counts() if c.queue == QUEUE)
+    assert counts.count(JobState.Available) == 0
+    assert counts.completed_last_hour == len(inserted)

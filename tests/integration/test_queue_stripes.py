@@ -359,3 +359,22 @@ async def test_admin_acts_on_physical_queues(
     with psycopg.connect(migrated_database_url) as conn:
         paused = conn.execute("SELECT queue FROM awa.queue_meta WHERE paused").fetchall()
     assert sorted(q for (q,) in paused) == ["q", "q#0"]
+
+
+async def test_a_queue_name_too_long_once_striped_is_refused(client: AsyncClient) -> None:
+    """The client checks each job once, before routing; a stripe's name (``queue#k``) is
+    new, so it is still checked where the route renames the job."""
+    queue = "q" * 199  # valid on its own; "q...q#k" is 201 characters
+    await client.insert(Work(0), queue="warm")  # the producer now knows its route
+    with pytest.raises(awa.ValidationError) as single:
+        await client.insert(Work(1), queue=queue, queue_storage_queue_stripe_count=4)
+    with pytest.raises(awa.ValidationError) as bulk:
+        await client.insert_many_copy([Work(2)], queue=queue, queue_storage_queue_stripe_count=4)
+    with pytest.raises(awa.ValidationError) as copy:
+        await client.enqueue_many_copy([Work(3)], queue=queue, queue_storage_queue_stripe_count=4)
+    assert single.value.field == bulk.value.field == copy.value.field == "queue"
+    async with await client.transaction() as tx:
+        with pytest.raises(awa.ValidationError) as in_tx:
+            await tx.insert(Work(4), queue=queue, queue_storage_queue_stripe_count=4)
+    assert in_tx.value.field == "queue"
+    assert await _queues(client) == {0: "warm"}

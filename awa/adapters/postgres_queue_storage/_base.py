@@ -222,6 +222,11 @@ class Writes:
                 self.notify.add((queue_channel(new.queue), ""))
 
 
+# The route check of enqueue_ready_routed: a one-time filter (an init plan evaluated before
+# the first input row is read), so the producer lock is taken before any lane lock.
+_ROUTE_FILTER = "WHERE (SELECT awa.queue_storage_route_check(%(schema)s)) IS NOT NULL"
+
+
 class QueueStorageBase:
     """Connections, statements and the snapshot-writing helpers every operation uses."""
 
@@ -242,7 +247,9 @@ class QueueStorageBase:
         reserve = raw["reserve_lanes_cte"]
         counts = raw["counts_free_cte"]
         self._q: dict[str, str] = {
-            name: text.replace("{reserve}", reserve)
+            name: text.replace("{enqueue_ready}", raw["enqueue_ready"])
+            .replace("{route}", _ROUTE_FILTER if name == "enqueue_ready_routed" else "")
+            .replace("{reserve}", reserve)
             .replace("{counts}", counts)
             .replace("{spare}", str(SPARE_LANES))
             .replace("{buckets}", str(COUNT_BUCKETS))
@@ -324,15 +331,9 @@ class QueueStorageBase:
             channels = sorted(self._wake_pending)
             self._wake_pending.clear()
             try:
-                async with (
-                    self._pool.connection() as conn,
-                    conn.pipeline(),
-                    conn.transaction(),
-                ):
-                    await conn.execute(self._q["wake_quietly"].encode(), prepare=True)
+                async with self._pool.connection() as conn:
                     await conn.execute(
-                        self._q["notify"].encode(),
-                        {"channels": channels, "payloads": [""] * len(channels)},
+                        self._q["wake_quietly"].encode(), {"channels": channels}, prepare=True
                     )
             except Exception:
                 log.debug("wake-up notification failed", exc_info=True)

@@ -129,6 +129,29 @@ def _text_array(values: Sequence[str]) -> str:
     return "{" + ",".join(quoted) + "}"
 
 
+#: Rows per piece of a direct COPY (about 100 KiB of text for small jobs).
+_COPY_PIECE = 500
+
+
+def _copy_shape(spec: JobSpec, slot: str, stamp: str) -> tuple[str, str, str, str]:
+    """The fixed text of a direct-COPY row of ``spec``: before the fact id (slot), between
+    the job id and args (kind, queue), between args and metadata (priority, attempt,
+    max_attempts, run_at, created_at, errors) and between metadata and the ordering key
+    (tags, unique states, run lease)."""
+    return (
+        f"{slot}\t",
+        f"{_copy_text(spec.kind)}\t{_copy_text(spec.queue)}\t",
+        f"{spec.priority}\t0\t{spec.max_attempts}\t{stamp}\t{stamp}\t{{}}\t",
+        f"{_copy_text(_text_array(spec.tags))}\t"
+        f"{mask_to_bitstring(spec.effective_unique_states)}\t0\t",
+    )
+
+
+def _one_plain_job(spec: JobSpec) -> bool:
+    """An available job without ordering or unique key: enqueue_one_routed can take it."""
+    return spec.run_at is None and spec.ordering_key is None and spec.unique_key is None
+
+
 def _ack(applied: bool) -> Ack:
     return Ack.APPLIED if applied else Ack.STALE
 
@@ -194,15 +217,26 @@ class CoreOps(QueueStorageBase):
         notify: bool,
         wake: set[str],
         restore: bool = False,
-        route_check: bool = False,
     ) -> AsyncCursor[DictRow]:
         """Queue an enqueue without unique keys: one prepared statement (ids, lanes, rows,
         counters) under its generic plan. Nothing is read, so in pipeline mode everything
         travels with the next sync; the returned cursor yields the ids in input order. The
         wake-ups of available jobs are added to ``wake``; with ``notify`` the statement
         also sends them (otherwise the caller does, after commit). ``restore`` gives a
-        caller's unit of work its plan setting back; ``route_check`` checks that producers
-        still write to this schema."""
+        caller's unit of work its plan setting back."""
+        params = self._enqueue_params(specs, now, notify=notify, wake=wake)
+        await conn.execute(self._q["generic_plans"].encode(), prepare=True)
+        cur = await conn.execute(self._q["enqueue_ready"].encode(), params, prepare=True)
+        if restore:
+            # A caller's unit of work goes on: give it its plan setting back.
+            await conn.execute(self._q["restore_plans"].encode(), prepare=True)
+        return cur
+
+    def _enqueue_params(
+        self, specs: Sequence[JobSpec], now: datetime, *, notify: bool, wake: set[str]
+    ) -> dict[str, Any]:
+        """The parameters of enqueue_ready; adds the wake-ups of available jobs to
+        ``wake`` (and, with ``notify``, has the statement send them)."""
         rows = []
         masks: dict[int, str] = {}
         for ord_, spec in enumerate(specs, 1):
@@ -229,26 +263,12 @@ class CoreOps(QueueStorageBase):
             )
             if available:
                 wake.add(queue_channel(spec.queue))
-        if route_check:
-            await conn.execute(
-                self._q["generic_plans_routed"].encode(), {"schema": self._schema}, prepare=True
-            )
-        else:
-            await conn.execute(self._q["generic_plans"].encode(), prepare=True)
-        cur = await conn.execute(
-            self._q["enqueue_ready"].encode(),
-            {
-                "rows": json.dumps(rows),
-                "n": len(specs),
-                "now": now,
-                "channels": sorted(wake) if notify else [],
-            },
-            prepare=True,
-        )
-        if restore:
-            # A caller's unit of work goes on: give it its plan setting back.
-            await conn.execute(self._q["restore_plans"].encode(), prepare=True)
-        return cur
+        return {
+            "rows": json.dumps(rows),
+            "now": now,
+            "channels": sorted(wake) if notify else [],
+            "schema": self._schema,
+        }
 
     @staticmethod
     async def _records(
@@ -257,13 +277,18 @@ class CoreOps(QueueStorageBase):
         rows = await cur.fetchall()
         return [_new_record(row["id"], spec, now) for row, spec in zip(rows, specs, strict=True)]
 
-    async def enqueue_many_routed(self, specs: Sequence[JobSpec]) -> list[JobRecord]:
+    async def enqueue_many_routed(
+        self, specs: Sequence[JobSpec], *, validated: bool = False
+    ) -> list[JobRecord]:
         """:meth:`enqueue_many` of jobs without unique keys, for a producer that remembers
-        that new jobs go to this engine's schema: ``awa.queue_storage_route_check`` travels
-        ahead of the insert in the same round trip, under the producer lock, and raises
-        :class:`RouteChanged` (nothing committed) when producers write elsewhere now."""
+        that new jobs go to this engine's schema: the insert is one statement on its own
+        whose first step is ``awa.queue_storage_route_check`` (the producer lock, held to
+        commit), which raises :class:`RouteChanged` (nothing committed) when producers
+        write elsewhere now. ``validated``: the caller already ran ``validate_spec`` on
+        every spec."""
         for spec in specs:
-            validate_spec(spec)
+            if not validated:
+                validate_spec(spec)
             if spec.unique_key is not None:
                 raise ValueError("enqueue_many_routed takes jobs without unique keys only")
         if not specs:
@@ -282,8 +307,10 @@ class CoreOps(QueueStorageBase):
     async def _enqueue_fast(
         self, specs: Sequence[JobSpec], *, route_check: bool = False
     ) -> list[JobRecord]:
-        """One round trip: BEGIN, the statement, counters, wake-ups and COMMIT are sent
-        together, and the ids are read once the pipeline is synced."""
+        """One round trip. With ``route_check``, one statement in autocommit: for a single
+        plain job enqueue_one_routed, and enqueue_ready_routed for anything else (or when
+        that wrote nothing: a second round trip); otherwise BEGIN, the statement and COMMIT
+        are pipelined and the ids are read once the pipeline is synced."""
         if self._closed:
             raise DatabaseError("the queue-storage engine is closed")
         now = self._clock.now()
@@ -293,23 +320,70 @@ class CoreOps(QueueStorageBase):
         self._in_flight += 1
         try:
             async with self._pool.connection() as conn:
-                async with conn.pipeline(), conn.transaction():
-                    alone = self._in_flight == 1 and not self._wake_pending
-                    cur = await self._send_enqueue(
-                        conn, specs, now, notify=alone, wake=wake, route_check=route_check
+                alone = self._in_flight == 1 and not self._wake_pending
+                records: list[JobRecord] = []
+                if route_check and len(specs) == 1 and _one_plain_job(specs[0]):
+                    records = await self._enqueue_one(conn, specs[0], now, alone, wake)
+                if records:
+                    pass  # the one-job statement took it
+                elif route_check:
+                    # One statement, its own transaction: one message and one round trip.
+                    params = self._enqueue_params(specs, now, notify=alone, wake=wake)
+                    cur = await conn.execute(
+                        self._q["enqueue_ready_routed"].encode(), params, prepare=True
                     )
-                records = await self._records(cur, specs, now)
+                    records = await self._records(cur, specs, now)
+                else:
+                    async with conn.pipeline(), conn.transaction():
+                        cur = await self._send_enqueue(conn, specs, now, notify=alone, wake=wake)
+                    records = await self._records(cur, specs, now)
         finally:
             self._in_flight -= 1
         if wake and not alone:
             self._wake_after_commit(wake)
         return records
 
-    async def enqueue_many(
-        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None
+    async def _enqueue_one(
+        self, conn: DictConnection, spec: JobSpec, now: datetime, notify: bool, wake: set[str]
     ) -> list[JobRecord]:
-        for spec in specs:
-            validate_spec(spec)
+        """enqueue_one_routed: the job's record, or ``[]`` (nothing written) when its queue
+        has no free counter bucket or lane yet and the full statement must run."""
+        channel = queue_channel(spec.queue)
+        job = {
+            "kind": spec.kind,
+            "queue": spec.queue,
+            "args": spec.args,
+            "priority": spec.priority,
+            "max_attempts": spec.max_attempts,
+            "metadata": spec.metadata,
+            "tags": list(spec.tags),
+            "unique_states": mask_to_bitstring(spec.effective_unique_states),
+            "hint": self._hint(spec.queue),
+        }
+        cur = await conn.execute(
+            self._q["enqueue_one_routed"].encode(),
+            {
+                "job": json.dumps(job),
+                "now": now,
+                "channels": [channel] if notify else [],
+                "schema": self._schema,
+            },
+            prepare=True,
+        )
+        row = await cur.fetchone()
+        if row is None:
+            return []
+        wake.add(channel)
+        return [_new_record(row["id"], spec, now)]
+
+    async def enqueue_many(
+        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None, validated: bool = False
+    ) -> list[JobRecord]:
+        """Enqueue ``specs`` (in ``uow`` when given). ``validated``: the caller already ran
+        ``validate_spec`` on every spec."""
+        if not validated:
+            for spec in specs:
+                validate_spec(spec)
         if not specs:
             return []
         fast = all(spec.unique_key is None for spec in specs)
@@ -335,16 +409,18 @@ class CoreOps(QueueStorageBase):
             return await self._insert(uow.conn, specs)
 
     async def enqueue_many_copy(
-        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None
+        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None, validated: bool = False
     ) -> int:
         """Bulk enqueue through binary ``COPY``: the rows stream into a temporary staging
         table and one ``INSERT ... SELECT`` appends them to the ready rows (or the
         deferred backlog for specs with ``run_at``). Lane positions are reserved exactly as
         :meth:`enqueue_many` does, unique keys are claimed (a clash raises
         ``UniqueConflict`` and inserts none of the batch) and queues are woken. Returns how
-        many jobs were inserted."""
-        for spec in specs:
-            validate_spec(spec)
+        many jobs were inserted. ``validated``: the caller already ran ``validate_spec``
+        on every spec."""
+        if not validated:
+            for spec in specs:
+                validate_spec(spec)
         if not specs:
             return 0
         direct = all(spec.unique_key is None and spec.run_at is None for spec in specs)
@@ -407,44 +483,46 @@ class CoreOps(QueueStorageBase):
             lane = (queue, priority, asked)
             nxt[lane] = [str(shard), next_seq - groups[lane][0]]
         stamp = _copy_text(now.isoformat())
-        names: dict[str, str] = {}
-        tag_cache: dict[tuple[str, ...], str] = {}
-        masks: dict[int, str] = {}
+        # The text around args and metadata is the same for every job sharing kind, queue,
+        # priority, max_attempts, tags and unique states (usually the whole batch).
+        shapes: dict[tuple[Any, ...], tuple[str, str, str, str]] = {}
         dumps = json.dumps
-        out: list[str] = []
-        append = out.append
-        writes = Writes(now)
-        for spec, lane, job_id, fact in zip(specs, lane_of, ids, facts, strict=True):
-            at = nxt[lane]
-            seq = at[1]
-            at[1] = seq + 1
-            kind = names.get(spec.kind)
-            if kind is None:
-                kind = names[spec.kind] = _copy_text(spec.kind)
-            queue = names.get(spec.queue)
-            if queue is None:
-                queue = names[spec.queue] = _copy_text(spec.queue)
-            tags = tag_cache.get(spec.tags)
-            if tags is None:
-                tags = tag_cache[spec.tags] = _copy_text(_text_array(spec.tags))
-            mask = spec.effective_unique_states
-            states = masks.get(mask)
-            if states is None:
-                states = masks[mask] = mask_to_bitstring(mask)
-            key = spec.ordering_key
-            append(
-                f"{slot}\t{fact}\t{at[0]}\t{seq}\t{job_id}\t{kind}\t{queue}\t"
-                f"{dumps(spec.args).replace(BACKSLASH, ESCAPED)}\t{spec.priority}\t0\t"
-                f"{spec.max_attempts}\t{stamp}\t{stamp}\t{{}}\t"
-                f"{dumps(spec.metadata).replace(BACKSLASH, ESCAPED) if spec.metadata else '{}'}"
-                f"\t{tags}\t{states}\t0\t"
-                f"{NULL if key is None else HEX + key.hex()}\n"
-            )
-            writes.counts[(spec.queue, "available")] += 1
-            writes.notify.add((queue_channel(spec.queue), ""))
         copy_sql = self._q["copy_direct"].encode()
+        rows = zip(specs, lane_of, ids, facts, strict=True)
         async with conn.cursor() as cur, cur.copy(copy_sql) as copy:
-            await copy.write("".join(out).encode())
+            # Sent in pieces while the next ones are encoded, so the server stores rows
+            # while this process encodes the rest.
+            while piece := list(itertools.islice(rows, _COPY_PIECE)):
+                out: list[str] = []
+                append = out.append
+                for spec, lane, job_id, fact in piece:
+                    at = nxt[lane]
+                    seq = at[1]
+                    at[1] = seq + 1
+                    shape_key = (
+                        spec.kind,
+                        spec.queue,
+                        spec.priority,
+                        spec.max_attempts,
+                        spec.tags,
+                        spec.unique_states,
+                    )
+                    shape = shapes.get(shape_key)
+                    if shape is None:
+                        shape = shapes[shape_key] = _copy_shape(spec, slot, stamp)
+                    key = spec.ordering_key
+                    meta = spec.metadata
+                    append(
+                        f"{shape[0]}{fact}\t{at[0]}\t{seq}\t{job_id}\t{shape[1]}"
+                        f"{dumps(spec.args).replace(BACKSLASH, ESCAPED)}\t{shape[2]}"
+                        f"{dumps(meta).replace(BACKSLASH, ESCAPED) if meta else '{}'}\t"
+                        f"{shape[3]}{NULL if key is None else HEX + key.hex()}\n"
+                    )
+                await copy.write("".join(out).encode())
+        writes = Writes(now)
+        for lane, (count, _first, _last) in groups.items():
+            writes.counts[(lane[0], "available")] += count
+            writes.notify.add((queue_channel(lane[0]), ""))
         async with conn.pipeline():
             await self._flush(conn, writes, producer=True)
         return len(specs)

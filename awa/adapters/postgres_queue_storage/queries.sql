@@ -156,12 +156,6 @@ SELECT q AS queue, p AS priority, asked, shard, next_seq FROM lanes_out
 SELECT set_config('awa.plan_cache_mode_was', current_setting('plan_cache_mode'), true),
     set_config('plan_cache_mode', 'force_generic_plan', true)
 
--- name: generic_plans_routed
--- generic_plans, and the route check of a producer that remembers where jobs go.
-SELECT set_config('awa.plan_cache_mode_was', current_setting('plan_cache_mode'), true),
-    set_config('plan_cache_mode', 'force_generic_plan', true),
-    awa.queue_storage_route_check(%(schema)s)
-
 -- name: restore_plans
 SELECT set_config('plan_cache_mode', current_setting('awa.plan_cache_mode_was'), true)
 
@@ -170,15 +164,21 @@ SELECT set_config('plan_cache_mode', current_setting('awa.plan_cache_mode_was'),
 -- positions (reserve_lanes_cte; an ordering key's lane is its shard of the queue's
 -- enqueue_shards, any other job takes a free lane), ready rows in the current slot,
 -- deferred rows for specs with run_at, then the counters (counts_free_cte) and the
--- wake-ups of ``channels``. Returns the ids in input order.
+-- wake-ups of ``channels``. Returns the ids in input order. The route placeholder below is
+-- empty here; in enqueue_ready_routed it is a one-time filter on the input that runs
+-- awa.queue_storage_route_check before anything else is read or locked (see
+-- enqueue_ready_routed). No estimate depends on a parameter's value (the ids come from the
+-- input rows, not from a count), so a custom plan costs what the generic plan costs and the
+-- server settles on the generic plan by itself after its first few executions.
 WITH x AS (
     SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS x(
         ord bigint, kind text, queue text, args jsonb, priority smallint,
         max_attempts smallint, run_at timestamptz, metadata jsonb, tags jsonb,
         ordering_key text, unique_states text, hint int)
+    {route}
 ), ids AS (
     SELECT id, row_number() OVER (ORDER BY id) AS ord
-    FROM (SELECT nextval('awa.jobs_id_seq') AS id FROM generate_series(1, %(n)s)) s
+    FROM (SELECT nextval('awa.jobs_id_seq') AS id FROM x) s
 ), j AS (
     SELECT x.*, ids.id, decode(x.ordering_key, 'hex') AS okey,
         CASE WHEN x.ordering_key IS NOT NULL THEN awa.ordering_key_shard(
@@ -236,6 +236,91 @@ SELECT id,
     (SELECT count(pg_notify(c, '')) FROM unnest(%(channels)s::text[]) c) AS woken
 FROM ids
 ORDER BY id
+
+-- name: enqueue_ready_routed
+-- enqueue_ready as one statement on its own (autocommit), for a producer that remembers
+-- that new jobs go to this schema: the route check (awa.queue_storage_route_check, which
+-- takes the producer lock and raises when producers write elsewhere now) is a one-time
+-- filter on the input rows, so it runs before any id is drawn or any lane is locked, and
+-- its lock is held until the statement commits.
+{enqueue_ready}
+
+-- name: enqueue_one_routed
+-- The common insert() (one available job, no ordering key, no unique key, a producer that
+-- remembers the route) in a fraction of enqueue_ready_routed's work, when the queue
+-- already has a counter bucket and a lane for its priority that no other open transaction
+-- holds: route check first (a one-time filter, as in enqueue_ready_routed), then a free
+-- counter bucket and a free lane (both SKIP LOCKED, so the statement never waits while
+-- it holds a row), then the id, the lane advance (exactly reserve_lanes_cte's ``moved``
+-- for a one-job batch), the ready row and the counter. When either row is missing or held
+-- it writes nothing and returns no row; the caller then runs enqueue_ready_routed. The
+-- job's values arrive as one JSON object, so no estimate depends on a parameter's value
+-- and the server settles on the generic plan by itself.
+WITH x AS (
+    SELECT * FROM jsonb_to_record(%(job)s::jsonb) AS x(
+        kind text, queue text, args jsonb, priority smallint, max_attempts smallint,
+        metadata jsonb, tags jsonb, unique_states text, hint int)
+    WHERE (SELECT awa.queue_storage_route_check(%(schema)s)) IS NOT NULL
+), bucket AS (
+    SELECT c.queue, c.state, c.bucket
+    FROM x, LATERAL (
+        SELECT c.queue, c.state, c.bucket FROM {s}.queue_counts c
+        WHERE c.queue = x.queue AND c.state = 'available' AND c.bucket < {buckets}
+        ORDER BY c.bucket = pg_backend_pid() %% {buckets} DESC, c.bucket
+        LIMIT 1
+        FOR UPDATE OF c SKIP LOCKED
+    ) c
+), lane AS (
+    SELECT l.queue, l.priority, l.shard
+    FROM x, LATERAL (
+        SELECT l.queue, l.priority, l.shard FROM {s}.lanes l
+        WHERE l.queue = x.queue AND l.priority = x.priority AND l.shard < 0
+        ORDER BY l.shard = x.hint DESC, l.shard DESC
+        LIMIT 1
+        FOR UPDATE OF l SKIP LOCKED
+    ) l
+    WHERE EXISTS (SELECT 1 FROM bucket)
+), job AS (
+    SELECT nextval('awa.jobs_id_seq') AS id FROM lane
+), moved AS (
+    UPDATE {s}.lanes l SET
+        next_seq = l.next_seq + 1,
+        tail_run_at = CASE
+            WHEN l.tail_run_at IS NULL OR (%(now)s::timestamptz, j.id) > (l.tail_run_at, l.tail_job_id)
+            THEN %(now)s::timestamptz ELSE l.tail_run_at END,
+        tail_job_id = CASE
+            WHEN l.tail_run_at IS NULL OR (%(now)s::timestamptz, j.id) > (l.tail_run_at, l.tail_job_id)
+            THEN j.id ELSE l.tail_job_id END,
+        disorder_seq = CASE
+            WHEN (l.tail_run_at IS NULL AND l.next_seq > 0)
+                OR (%(now)s::timestamptz, j.id) < (l.tail_run_at, l.tail_job_id)
+            THEN l.next_seq ELSE l.disorder_seq END
+    FROM lane w, job j
+    WHERE l.queue = w.queue AND l.priority = w.priority AND l.shard = w.shard
+    RETURNING l.shard, l.next_seq, j.id
+), ready AS (
+    INSERT INTO {s}.ready_entries (
+        slot, fact_id, shard, lane_seq, job_id, kind, queue, args, priority, attempt,
+        max_attempts, run_at, created_at, errors, metadata, tags, unique_states, run_lease,
+        ordering_key
+    )
+    SELECT (SELECT current_slot FROM {s}.ring_state), nextval('{s}.fact_seq'), m.shard,
+        m.next_seq - 1, m.id, x.kind, x.queue, coalesce(x.args, 'null'::jsonb), x.priority, 0,
+        x.max_attempts, %(now)s, %(now)s, '{}'::jsonb[], coalesce(x.metadata, '{}'::jsonb),
+        ARRAY(SELECT jsonb_array_elements_text(x.tags)), x.unique_states::bit(8), 0, NULL
+    FROM moved m, x
+    RETURNING job_id
+), counted AS (
+    UPDATE {s}.queue_counts c SET n = c.n + 1
+    FROM bucket b
+    WHERE c.queue = b.queue AND c.state = b.state AND c.bucket = b.bucket
+      AND EXISTS (SELECT 1 FROM ready)
+    RETURNING 1
+)
+SELECT r.job_id AS id,
+    (SELECT count(*) FROM counted) AS counted,
+    (SELECT count(pg_notify(c, '')) FROM unnest(%(channels)s::text[]) c) AS woken
+FROM ready r
 
 -- name: copy_begin
 -- The direct COPY path (every job available, no unique key): job ids in input order, lane
@@ -448,9 +533,13 @@ WITH cnt_in AS (
 SELECT (SELECT count(*) FROM cnt_added) + (SELECT count(*) FROM cnt_made)
 
 -- name: wake_quietly
--- A wake-up's own transaction needs no durable commit (a notification does not survive a
--- crash anyway), so it does not wait for the WAL flush while it holds the notify lock.
-SET LOCAL synchronous_commit = off
+-- Wake-ups sent after the enqueues committed, as one statement that is its own
+-- transaction. That transaction needs no durable commit (a notification does not survive
+-- a crash anyway), so it does not wait for the WAL flush while it holds the notify lock:
+-- synchronous_commit is off for it alone (set_config(..., true) is local to it).
+SELECT set_config('synchronous_commit', 'off', true) AS quiet,
+    count(pg_notify(channel, '')) AS woken
+FROM unnest(%(channels)s::text[]) AS i(channel)
 
 -- name: notify
 SELECT pg_notify(channel, payload)
@@ -816,7 +905,7 @@ WITH i AS (
     ON CONFLICT (queue, state, bucket) DO UPDATE SET n = q.n + EXCLUDED.n
 ), recent AS (
     INSERT INTO {s}.completions AS c (queue, minute, bucket, n)
-    SELECT p.queue, %(minute)s, (pg_backend_pid() %% 8)::smallint, p.n
+    SELECT p.queue, %(minute)s, (8 + pg_backend_pid() %% 8)::smallint, p.n
     FROM per_queue p
     ORDER BY p.queue
     ON CONFLICT (queue, minute, bucket) DO UPDATE SET n = c.n + EXCLUDED.n
@@ -997,7 +1086,8 @@ WHERE l.waiting AND l.callback_timeout_at IS NOT NULL AND l.callback_timeout_at 
 ORDER BY l.job_id
 
 -- name: add_completions
--- Completed jobs per (queue, UTC minute of finalized_at); signed, like queue_counts.
+-- Completed jobs per (queue, UTC minute of finalized_at); signed, like queue_counts. Buckets
+-- 0-7 by backend; completion by receipt writes 8-15, so neither waits for the other.
 INSERT INTO {s}.completions AS c (queue, minute, bucket, n)
 SELECT q, m, (pg_backend_pid() %% 8)::smallint, d
 FROM unnest(%(queues)s::text[], %(minutes)s::timestamptz[], %(deltas)s::bigint[]) AS i(q, m, d)

@@ -56,6 +56,13 @@ def validate_name(field: str, value: Any) -> str:
         )
     if "\x00" in value:
         raise ValidationError(field, "must not contain NUL bytes")
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise ValidationError(
+                field, "must be valid Unicode text (it holds a lone surrogate)"
+            ) from None
     return value
 
 

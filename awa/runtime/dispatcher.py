@@ -9,6 +9,7 @@ from collections.abc import Callable
 import anyio
 from anyio.abc import TaskStatus
 
+from awa.domain.channels import queue_channel
 from awa.domain.job import Claim
 from awa.domain.stripes import stripe_queues
 from awa.ports.notifier import Notifier
@@ -30,10 +31,6 @@ _RESUBSCRIBE_MAX = 30.0
 # same for one job as for a batch, so a loop holding only a few permits lets more come back
 # for this long before it claims (once per claim; never while the queue is idle).
 _GATHER_SECONDS = 0.001
-
-
-def queue_channel(queue: str) -> str:
-    return f"awa:{queue}"
 
 
 class QueueDispatcher:

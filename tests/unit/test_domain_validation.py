@@ -110,6 +110,12 @@ def test_validate_name_and_tags_helpers() -> None:
     assert validate_tags(iter(["a", "b"])) == ("a", "b")
 
 
+def test_names_with_a_lone_surrogate_are_refused() -> None:
+    assert validate_name("queue", "émails") == "émails"
+    with pytest.raises(ValidationError, match="queue: must be valid Unicode text"):
+        validate_name("queue", "bad\ud800")
+
+
 def test_json_dumps_is_compact_and_refuses_nan() -> None:
     assert json_dumps("args", {"a": [1, 2]}) == '{"a":[1,2]}'
     with pytest.raises(ValidationError) as info:

@@ -7,8 +7,9 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from awa.adapters.inmemory.base import LIVE_STATES, EngineBase, Write, matches, queue_channel
+from awa.adapters.inmemory.base import LIVE_STATES, EngineBase, Write, matches
 from awa.adapters.inmemory.state import EngineState
+from awa.domain.channels import queue_channel
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts
 from awa.domain.states import TERMINAL_STATES, JobState
 from awa.ports.storage import DlqFilter, JobFilter

@@ -33,10 +33,6 @@ def ack(applied: bool) -> Ack:
     return Ack.APPLIED if applied else Ack.STALE
 
 
-def queue_channel(queue: str) -> str:
-    return f"awa:{queue}"
-
-
 @attrs.define
 class Write:
     """One atomic write: a private copy of the state plus the notifications it earns."""

@@ -7,8 +7,9 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
-from awa.adapters.inmemory.base import RUNNING_ONLY, EngineBase, Write, ack, queue_channel
+from awa.adapters.inmemory.base import RUNNING_ONLY, EngineBase, Write, ack
 from awa.adapters.inmemory.state import EngineState, new_record
+from awa.domain.channels import queue_channel
 from awa.domain.errors import DatabaseError, UniqueConflict
 from awa.domain.job import Claim, JobRecord, JobSpec, RunLease, error_entry
 from awa.domain.policies import PriorityAging

@@ -24,6 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters._pg.rows import job_from_row
 from awa.adapters._pg.sql import load_queries
+from awa.domain.channels import queue_channel
 from awa.domain.errors import DatabaseError, UniqueConflict
 from awa.domain.job import JobRecord
 from awa.domain.policies import Backoff
@@ -100,10 +101,6 @@ _BODY = (
     "decode(x.unique_key, 'hex'), x.unique_states::bit(8), x.callback_id, "
     "x.callback_timeout_at, x.run_lease, x.progress, decode(x.ordering_key, 'hex')"
 )
-
-
-def queue_channel(queue: str) -> str:
-    return f"awa:{queue}"
 
 
 def holds_unique_key(job: JobRecord | None) -> bool:

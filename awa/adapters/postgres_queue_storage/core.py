@@ -29,8 +29,8 @@ from awa.adapters.postgres_queue_storage._base import (
     Resolved,
     Writes,
     minute_of,
-    queue_channel,
 )
+from awa.domain.channels import queue_channel
 from awa.domain.errors import CallbackNotFound, DatabaseError, UniqueConflict, ValidationError
 from awa.domain.job import Claim, JobRecord, JobSpec, RunLease, error_entry
 from awa.domain.routing import shard_for_key

@@ -1,0 +1,87 @@
+"""Queue names may have 200 characters; their wake-up channel is cut to Postgres's 63-byte
+limit the same way in SQL and in Python, so inserting into such a queue works and wakes
+its workers."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import AsyncIterator
+
+import psycopg
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import awa
+from awa import AsyncClient, Job, JobState
+from awa.domain.channels import queue_channel
+
+pytestmark = [pytest.mark.postgres]
+
+LONG = "é" * 199 + "z"  # 200 characters, 399 bytes
+
+
+@dataclasses.dataclass
+class Tick:
+    n: int
+
+
+def test_sql_and_python_cut_the_channel_alike(migrated_database_url: str) -> None:
+    with psycopg.connect(migrated_database_url) as conn:
+
+        @settings(max_examples=200, deadline=None)
+        @given(
+            st.text(
+                st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"]),
+                max_size=200,
+            )
+        )
+        def same(queue: str) -> None:
+            row = conn.execute("SELECT awa.wake_channel(%s)", (queue,)).fetchone()
+            assert row is not None
+            assert row[0] == queue_channel(queue)
+            assert len(row[0].encode()) <= 63
+
+        same()
+
+
+def test_sql_insert_into_a_long_queue(migrated_database_url: str) -> None:
+    with psycopg.connect(migrated_database_url) as conn:
+        row = conn.execute(
+            "SELECT id, queue FROM awa.insert_job_compat('tick', %s)", (LONG,)
+        ).fetchone()
+    assert row is not None and row[1] == LONG
+
+
+@pytest.fixture
+async def client(database_url: str) -> AsyncIterator[AsyncClient]:
+    await awa.migrate(database_url)
+    async with AsyncClient(database_url) as c:
+        yield c
+
+
+@pytest.mark.anyio
+async def test_a_200_character_queue_is_woken_on_insert(client: AsyncClient) -> None:
+    done = asyncio.Event()
+
+    @client.task(Tick, queue=LONG)
+    async def tick(job: Job[Tick]) -> None:
+        done.set()
+
+    # Polling every 30 s: only the wake-up can make the worker claim within the wait below.
+    await client.start([(LONG, 1)], poll_interval_ms=30_000)
+    try:
+        await asyncio.sleep(0.5)  # past the worker's first claim
+        started = time.monotonic()
+        job = await client.insert(Tick(n=1), queue=LONG)
+        await asyncio.wait_for(done.wait(), timeout=10)
+        assert time.monotonic() - started < 10
+        for _ in range(200):
+            if (await client.get_job(job.id)).state == JobState.Completed:
+                break
+            await asyncio.sleep(0.02)
+        assert (await client.get_job(job.id)).state == JobState.Completed
+    finally:
+        await client.shutdown(timeout_ms=2000)

@@ -170,20 +170,28 @@ class RingOps(QueueStorageBase):
         return steps
 
     async def _lock_and_swap(
-        self, conn: DictConnection, slot: int, tables: tuple[str, ...], unless: str
+        self,
+        conn: DictConnection,
+        slot: int,
+        tables: tuple[str, ...],
+        unless: str,
+        *,
+        swap: tuple[str, ...] | None = None,
     ) -> None:
-        """Lock the ring tables and the slot's partitions, check, and swap, in one round
-        trip. ``unless`` is a condition that must be false under the lock (else
-        _Blocked)."""
+        """Lock the slot's partitions of ``tables`` (and the ring tables whose partition is
+        swapped), check, and swap, in one round trip. ``unless`` is a condition that must be
+        false under the lock (else _Blocked); ``swap`` (default: all of ``tables``) are the
+        partitions replaced by their empty stand-ins."""
+        swapped = tables if swap is None else swap
         locked = ", ".join(
-            [f"{self._qschema_name}.{t}" for t in tables] + [self._child(t, slot) for t in tables]
+            [f"{self._qschema_name}.{t}" for t in swapped] + [self._child(t, slot) for t in tables]
         )
         check = (
             f"DO $prune$ BEGIN IF {unless} THEN RAISE EXCEPTION 'slot {slot} is in use' "
             "USING ERRCODE = '55000'; END IF; END $prune$"
         )
         await self._lock_briefly(
-            conn, locked, then="; ".join([check, *self._swap_steps(slot, tables)])
+            conn, locked, then="; ".join([check, *self._swap_steps(slot, swapped)])
         )
 
     async def _prune(self, conn: DictConnection, failed_retention: timedelta) -> str:
@@ -259,7 +267,15 @@ class RingOps(QueueStorageBase):
             f"(SELECT count(*) FROM {self._child(t, target)}) <> {n}"
             for t, n in zip(RING_TABLES, seen, strict=True)
         )
-        await self._lock_and_swap(conn, target, RING_TABLES, unless=changed)
+        # Partitions that were empty stay (usually tombstones and done_entries): less
+        # catalog work under the lock, and fewer cached plans invalidated everywhere.
+        await self._lock_and_swap(
+            conn,
+            target,
+            RING_TABLES,
+            unless=changed,
+            swap=tuple(t for t, n in zip(RING_TABLES, seen, strict=True) if n),
+        )
         return "pruned"
 
     async def _slot_row_counts(self, conn: DictConnection, slot: int) -> tuple[int, ...]:

@@ -253,3 +253,22 @@ async def test_upgrading_the_ring_drops_prebuilt_spares(
         conn.execute("SELECT awa.queue_storage_upgrade_lean_claims(%s)", (SCHEMA,))
         assert spares() == 0
     assert await engine.prune_oldest() == "pruned"
+
+
+async def test_where_partitions_may_not_be_swapped_prune_truncates(
+    engine: QueueStorageEngine, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A role that may not create or attach partitions (no CREATE on the schema) still
+    prunes: by TRUNCATE under the lock, as before the swap existed."""
+    job = await _completed_job_in_next_slot(engine)
+
+    async def refused(slot: int, tables: tuple[str, ...]) -> None:
+        raise psycopg.errors.InsufficientPrivilege("permission denied for schema")
+
+    monkeypatch.setattr(engine, "_build_spares", refused)
+    before = _partition_shape(database_url, 0)
+    assert await engine.prune_oldest() == "pruned"
+    assert engine._swap_denied
+    assert _partition_shape(database_url, 0) == before  # truncated in place
+    assert _slot_rows(database_url, 0) == 0
+    assert await engine.get_job(job.id) is None

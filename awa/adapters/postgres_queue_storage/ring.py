@@ -7,6 +7,7 @@ what happened, so the leader can back off on ``blocked`` / ``skipped_busy``.
 from __future__ import annotations
 
 import json
+import logging
 from datetime import timedelta
 
 import anyio
@@ -23,6 +24,8 @@ from awa.adapters.postgres_queue_storage._base import (
     row_json,
 )
 from awa.domain.states import JobState
+
+log = logging.getLogger("awa.adapters.postgres_queue_storage")
 
 RING_TABLES = ("ready_entries", "claims", "closures", "tombstones", "done_entries")
 DEFAULT_FAILED_RETENTION = timedelta(hours=72)
@@ -43,6 +46,11 @@ class _Blocked(Exception):
 
 class RingOps(QueueStorageBase):
     """Rotate the queue ring and truncate its oldest sealed slot."""
+
+    #: Set once the database refuses the partition swap to this role (it needs CREATE on
+    #: the schema and ownership of the ring tables); prune then truncates instead, as
+    #: before, and holds its lock longer.
+    _swap_denied = False
 
     def _child(self, table: str, slot: int) -> str:
         return f'{self._qschema_name}."{table}_{slot}"'
@@ -136,6 +144,24 @@ class RingOps(QueueStorageBase):
         included, built ahead of the swap in their own transaction: building an index (even
         an empty one) syncs its file, which is why a TRUNCATE of the ring's tables took
         50-150 ms under its lock."""
+        if self._swap_denied:
+            return
+        try:
+            await self._build_spares(slot, tables)
+        except pg_errors.InsufficientPrivilege:
+            self._refuse_swap()
+
+    def _refuse_swap(self) -> None:
+        if not self._swap_denied:
+            log.warning(
+                "queue storage in %s: this role may not create or attach partitions; "
+                "prune truncates under its lock instead (grant CREATE on the schema and "
+                "ownership of its tables to avoid the longer lock)",
+                self._schema,
+            )
+        self._swap_denied = True
+
+    async def _build_spares(self, slot: int, tables: tuple[str, ...]) -> None:
         async with self._conn() as conn:
             cur = await conn.execute(
                 b"SELECT t, (SELECT c.reloptions FROM pg_class c "
@@ -158,6 +184,8 @@ class RingOps(QueueStorageBase):
         """Replace the slot's partitions by their empty stand-ins. Only catalog work: the
         old partitions' files go at commit, nothing is built or synced."""
         s = self._qschema_name
+        if self._swap_denied:
+            return [f"TRUNCATE {', '.join(self._child(t, slot) for t in tables)}"] if tables else []
         steps = []
         for table in tables:
             child = self._child(table, slot)
@@ -183,16 +211,23 @@ class RingOps(QueueStorageBase):
         false under the lock (else _Blocked); ``swap`` (default: all of ``tables``) are the
         partitions replaced by their empty stand-ins."""
         swapped = tables if swap is None else swap
-        locked = ", ".join(
-            [f"{self._qschema_name}.{t}" for t in swapped] + [self._child(t, slot) for t in tables]
-        )
+        parents = [] if self._swap_denied else [f"{self._qschema_name}.{t}" for t in swapped]
+        locked = ", ".join(parents + [self._child(t, slot) for t in tables])
         check = (
             f"DO $prune$ BEGIN IF {unless} THEN RAISE EXCEPTION 'slot {slot} is in use' "
             "USING ERRCODE = '55000'; END IF; END $prune$"
         )
-        await self._lock_briefly(
-            conn, locked, then="; ".join([check, *self._swap_steps(slot, swapped)])
-        )
+        try:
+            await self._lock_briefly(
+                conn, locked, then="; ".join([check, *self._swap_steps(slot, swapped)])
+            )
+        except pg_errors.InsufficientPrivilege as exc:
+            self._refuse_swap()
+            raise _Blocked() from exc
+        except pg_errors.UndefinedTable as exc:
+            # a stand-in is missing (the target moved on since they were built): the next
+            # turn builds them for its own target
+            raise _Blocked() from exc
 
     async def _prune(self, conn: DictConnection, failed_retention: timedelta) -> str:
         s = self._qschema_name

@@ -10,11 +10,10 @@ import anyio
 import psycopg
 import pytest
 
-from awa.adapters.clock import SystemClock
-from awa.adapters.postgres_queue_storage import QueueStorageEngine, install_queue_storage
+from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.domain.job import JobSpec
-from awa.domain.policies import Backoff
 from awa.ports.storage import Ack
+from tests.support.queue_storage import installed_engine
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -24,14 +23,8 @@ QUEUE = "buckets"
 
 @pytest.fixture
 async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
-    await install_queue_storage(database_url, SCHEMA, queue_slot_count=4)
-    opened = await QueueStorageEngine.open(
-        database_url, clock=SystemClock(), backoff=Backoff(), schema=SCHEMA
-    )
-    try:
+    async with installed_engine(database_url, SCHEMA) as opened:
         yield opened
-    finally:
-        await opened.close()
 
 
 async def _hold(

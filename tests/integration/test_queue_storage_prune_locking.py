@@ -9,14 +9,13 @@ import anyio
 import psycopg
 import pytest
 
-from awa.adapters.clock import SystemClock
-from awa.adapters.postgres_queue_storage import QueueStorageEngine, install_queue_storage
+from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.adapters.postgres_queue_storage import ring as ring_module
 from awa.adapters.postgres_queue_storage._base import PRUNE_GATE
 from awa.domain.job import JobRecord, JobSpec
-from awa.domain.policies import Backoff
 from awa.domain.states import JobState
 from awa.ports.storage import Ack
+from tests.support.queue_storage import installed_engine
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -26,14 +25,8 @@ QUEUE = "prune"
 
 @pytest.fixture
 async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
-    await install_queue_storage(database_url, SCHEMA, queue_slot_count=4)
-    opened = await QueueStorageEngine.open(
-        database_url, clock=SystemClock(), backoff=Backoff(), schema=SCHEMA
-    )
-    try:
+    async with installed_engine(database_url, SCHEMA) as opened:
         yield opened
-    finally:
-        await opened.close()
 
 
 async def _completed_job_in_next_slot(engine: QueueStorageEngine) -> JobRecord:

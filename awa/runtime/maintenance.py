@@ -62,6 +62,10 @@ class MaintenanceLeader:
         if self._wake is not None:
             self._wake.set()
 
+    def rearm(self) -> None:
+        """Undo :meth:`stop` before the leader is run again."""
+        self._stopping = False
+
     async def wait_stopped(self) -> None:
         """Return once :meth:`run` has ended (at once if it never started)."""
         if self._stopped is not None:

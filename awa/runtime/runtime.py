@@ -205,6 +205,8 @@ class Runtime:
         """Run until :meth:`request_stop` / :meth:`shutdown`; structured alternative to
         :meth:`start` for callers that own a task group."""
         self._shutting_down = False
+        if self.maintenance is not None:
+            self.maintenance.rearm()
         self._started_at = self.clock.now()
         threads = self.config.sync_handler_threads or max(1, self.config.total_capacity)
         self._executor = Executor(

@@ -136,3 +136,21 @@ async def test_stop_lets_the_duty_under_way_finish() -> None:
     assert not leader.is_leader
     # the lock was given up: another leader can take it at once
     assert await engine.leader_lock().try_acquire()
+
+
+async def test_a_stopped_leader_runs_again_once_rearmed() -> None:
+    engine = SlowPromoteEngine()
+    config = parse_start_args(None, handler_queues={"q"}, **FAST)
+    leader = MaintenanceLeader(engine, engine.leader_lock(), config, InFlight())
+    leader.stop()
+    with anyio.fail_after(5):
+        await leader.run()  # returns at once: stopped before it started
+    assert engine.finished == 0
+    leader.rearm()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(leader.run)
+        await engine.started.wait()
+        leader.stop()
+        with anyio.fail_after(5):
+            await leader.wait_stopped()
+    assert engine.finished == 1

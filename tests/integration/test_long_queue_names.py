@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 from collections.abc import AsyncIterator
 
 import psycopg
@@ -74,10 +73,8 @@ async def test_a_200_character_queue_is_woken_on_insert(client: AsyncClient) -> 
     await client.start([(LONG, 1)], poll_interval_ms=30_000)
     try:
         await asyncio.sleep(0.5)  # past the worker's first claim
-        started = time.monotonic()
         job = await client.insert(Tick(n=1), queue=LONG)
         await asyncio.wait_for(done.wait(), timeout=10)
-        assert time.monotonic() - started < 10
         for _ in range(200):
             if (await client.get_job(job.id)).state == JobState.Completed:
                 break

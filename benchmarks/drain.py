@@ -41,9 +41,9 @@ async def _pending(stats: awa.AsyncClient) -> int:
     return 0
 
 
-async def run(
-    url: str, jobs: int, slots: int, batch: int, profile: str, meter: CpuMeter | None = None
-) -> float:
+async def enqueue_backlog(url: str, jobs: int) -> None:
+    """Migrate, start and stop one worker (a first deployment activates the default
+    storage engine), then enqueue ``jobs`` no-op jobs in COPY batches of 5,000."""
     setup = awa.AsyncClient(url, max_connections=4)
     await setup.migrate()
 
@@ -59,6 +59,17 @@ async def run(
         )
     await setup.close()
 
+
+async def drain(
+    url: str,
+    jobs: int,
+    slots: int,
+    batch: int,
+    profile: str = "",
+    meter: CpuMeter | None = None,
+) -> float:
+    """One worker drains the backlog; the clock stops when ``queue_stats()`` shows
+    nothing pending. Prints and returns jobs/s."""
     client = awa.AsyncClient(url, max_connections=20)
     stats = awa.AsyncClient(url, max_connections=2)
     done = 0
@@ -94,6 +105,13 @@ async def run(
     await client.close()
     await stats.close()
     return rate
+
+
+async def run(
+    url: str, jobs: int, slots: int, batch: int, profile: str, meter: CpuMeter | None = None
+) -> float:
+    await enqueue_backlog(url, jobs)
+    return await drain(url, jobs, slots, batch, profile, meter)
 
 
 def main() -> None:

@@ -24,9 +24,8 @@ from typing import Any
 
 import psycopg
 
-import awa
 from benchmarks._common import drop_database, fresh_database, parser
-from benchmarks.drain import QUEUE, BenchNoop, _pending
+from benchmarks.drain import drain, enqueue_backlog
 
 _REL = re.compile(r"rel (\d+)/(\d+)/(\d+)")
 
@@ -38,47 +37,6 @@ class Row:
     records: int = 0
     bytes: int = 0
     fpi_bytes: int = 0
-
-
-async def _enqueue(url: str, jobs: int) -> None:
-    setup = awa.AsyncClient(url, max_connections=4)
-    await setup.migrate()
-
-    @setup.task(BenchNoop, queue=QUEUE)
-    async def _noop(job: object) -> None:
-        return None
-
-    await setup.start([(QUEUE, 1)], poll_interval_ms=50)
-    await setup.shutdown(timeout_ms=5000)
-    for start in range(0, jobs, 5000):
-        await setup.enqueue_many_copy(
-            [BenchNoop(seq=i, t=0.0) for i in range(start, min(jobs, start + 5000))], queue=QUEUE
-        )
-    await setup.close()
-
-
-async def _drain(url: str, jobs: int, slots: int, batch: int) -> None:
-    client = awa.AsyncClient(url, max_connections=20)
-    stats = awa.AsyncClient(url, max_connections=2)
-    done = 0
-    all_done = asyncio.Event()
-
-    @client.task(BenchNoop, queue=QUEUE)
-    async def handle(job: object) -> None:
-        nonlocal done
-        done += 1
-        if done >= jobs:
-            all_done.set()
-
-    await client.start(
-        [{"name": QUEUE, "max_workers": slots, "claim_batch_size": batch}], poll_interval_ms=50
-    )
-    await all_done.wait()
-    while await _pending(stats) > 0:
-        await asyncio.sleep(0.02)
-    await client.shutdown(timeout_ms=10000)
-    await client.close()
-    await stats.close()
 
 
 def _relation_names(url: str) -> dict[int, str]:
@@ -128,7 +86,7 @@ def _one(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...] = ()) 
 
 def measure(admin_url: str, name: str, jobs: int, slots: int, batch: int) -> list[Row]:
     url = fresh_database(admin_url, name)
-    asyncio.run(_enqueue(url, jobs))
+    asyncio.run(enqueue_backlog(url, jobs))
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
     with psycopg.connect(admin_url, autocommit=True) as admin:
@@ -140,7 +98,7 @@ def measure(admin_url: str, name: str, jobs: int, slots: int, batch: int) -> lis
         )
         admin.execute("CHECKPOINT")
         start = _one(admin, "SELECT pg_current_wal_lsn()::text")
-        asyncio.run(_drain(url, jobs, slots, batch))
+        asyncio.run(drain(url, jobs, slots, batch))
         end = _one(admin, "SELECT pg_current_wal_lsn()::text")
     names = _relation_names(url)
     records = _breakdown(url, start, end)

@@ -219,7 +219,7 @@ class RingOps(QueueStorageBase):
         )
         try:
             await self._lock_briefly(
-                conn, locked, then="; ".join([check, *self._swap_steps(slot, swapped)])
+                conn, locked, "; ".join([check, *self._swap_steps(slot, swapped)])
             )
         except pg_errors.InsufficientPrivilege as exc:
             self._refuse_swap()
@@ -299,8 +299,7 @@ class RingOps(QueueStorageBase):
         # mean no row arrived after the live check and the read above (the slot's tables
         # are append-only).
         changed = " OR ".join(
-            f"(SELECT count(*) FROM {self._child(t, target)}) <> {n}"
-            for t, n in zip(RING_TABLES, seen, strict=True)
+            f"{self._count_sql(t, target)} <> {n}" for t, n in zip(RING_TABLES, seen, strict=True)
         )
         # Partitions that were empty stay (usually tombstones and done_entries): less
         # catalog work under the lock, and fewer cached plans invalidated everywhere.
@@ -313,16 +312,17 @@ class RingOps(QueueStorageBase):
         )
         return "pruned"
 
+    def _count_sql(self, table: str, slot: int) -> str:
+        return f"(SELECT count(*) FROM {self._child(table, slot)})"
+
     async def _slot_row_counts(self, conn: DictConnection, slot: int) -> tuple[int, ...]:
-        counts = ", ".join(
-            f"(SELECT count(*) FROM {self._child(t, slot)}) AS {t}" for t in RING_TABLES
-        )
+        counts = ", ".join(f"{self._count_sql(t, slot)} AS {t}" for t in RING_TABLES)
         cur = await conn.execute(f"SELECT {counts}".encode())
         row = await cur.fetchone()
         assert row is not None
         return tuple(int(row[t]) for t in RING_TABLES)
 
-    async def _lock_briefly(self, conn: DictConnection, tables: str, *, then: str = "") -> None:
+    async def _lock_briefly(self, conn: DictConnection, tables: str, then: str) -> None:
         """Take ACCESS EXCLUSIVE on ``tables`` and run ``then`` in the same round trip,
         without making claims queue behind the request: NOWAIT tries first (each in a
         savepoint), then one bounded wait. A lock request that waits makes every later
@@ -331,18 +331,17 @@ class RingOps(QueueStorageBase):
         timeout reports the wait that way) and when ``then`` finds rows that arrived in the
         slot since it was read (SQLSTATE 55000)."""
         lock = f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE"
-        tail = f"; {then}" if then else ""
         try:
             for _ in range(PRUNE_NOWAIT_TRIES):
                 try:
                     async with conn.transaction():
-                        await conn.execute(f"{lock} NOWAIT{tail}".encode())
+                        await conn.execute(f"{lock} NOWAIT; {then}".encode())
                     return
                 except pg_errors.LockNotAvailable:
                     await anyio.sleep(PRUNE_NOWAIT_PAUSE)
             await conn.execute(f"SET LOCAL lock_timeout = '{PRUNE_LOCK_TIMEOUT}'".encode())
             async with conn.transaction():
-                await conn.execute(f"{lock}{tail}".encode())
+                await conn.execute(f"{lock}; {then}".encode())
         except (
             pg_errors.LockNotAvailable,
             pg_errors.DeadlockDetected,

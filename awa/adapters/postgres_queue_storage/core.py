@@ -147,6 +147,21 @@ def _copy_shape(spec: JobSpec, slot: str, stamp: str) -> tuple[str, str, str, st
     )
 
 
+def _job_fields(spec: JobSpec, unique_states: str, hint: int | None) -> dict[str, Any]:
+    """The JSON fields of a job that enqueue_ready and enqueue_one_routed both read."""
+    return {
+        "kind": spec.kind,
+        "queue": spec.queue,
+        "args": spec.args,
+        "priority": spec.priority,
+        "max_attempts": spec.max_attempts,
+        "metadata": spec.metadata,
+        "tags": list(spec.tags),
+        "unique_states": unique_states,
+        "hint": hint,
+    }
+
+
 def _one_plain_job(spec: JobSpec) -> bool:
     """An available job without ordering or unique key: enqueue_one_routed can take it."""
     return spec.run_at is None and spec.ordering_key is None and spec.unique_key is None
@@ -245,22 +260,11 @@ class CoreOps(QueueStorageBase):
             if states is None:
                 states = masks[mask] = mask_to_bitstring(mask)
             available = spec.run_at is None
-            rows.append(
-                {
-                    "ord": ord_,
-                    "kind": spec.kind,
-                    "queue": spec.queue,
-                    "args": spec.args,
-                    "priority": spec.priority,
-                    "max_attempts": spec.max_attempts,
-                    "run_at": None if spec.run_at is None else spec.run_at.isoformat(),
-                    "metadata": spec.metadata,
-                    "tags": list(spec.tags),
-                    "ordering_key": None if spec.ordering_key is None else spec.ordering_key.hex(),
-                    "unique_states": states,
-                    "hint": self._hint(spec.queue) if available else None,
-                }
-            )
+            row = _job_fields(spec, states, self._hint(spec.queue) if available else None)
+            row["ord"] = ord_
+            row["run_at"] = None if spec.run_at is None else spec.run_at.isoformat()
+            row["ordering_key"] = None if spec.ordering_key is None else spec.ordering_key.hex()
+            rows.append(row)
             if available:
                 wake.add(queue_channel(spec.queue))
         return {
@@ -324,16 +328,14 @@ class CoreOps(QueueStorageBase):
                 records: list[JobRecord] = []
                 if route_check and len(specs) == 1 and _one_plain_job(specs[0]):
                     records = await self._enqueue_one(conn, specs[0], now, alone, wake)
-                if records:
-                    pass  # the one-job statement took it
-                elif route_check:
+                if not records and route_check:
                     # One statement, its own transaction: one message and one round trip.
                     params = self._enqueue_params(specs, now, notify=alone, wake=wake)
                     cur = await conn.execute(
                         self._q["enqueue_ready_routed"].encode(), params, prepare=True
                     )
                     records = await self._records(cur, specs, now)
-                else:
+                elif not records:
                     async with conn.pipeline(), conn.transaction():
                         cur = await self._send_enqueue(conn, specs, now, notify=alone, wake=wake)
                     records = await self._records(cur, specs, now)
@@ -349,17 +351,9 @@ class CoreOps(QueueStorageBase):
         """enqueue_one_routed: the job's record, or ``[]`` (nothing written) when its queue
         has no free counter bucket or lane yet and the full statement must run."""
         channel = queue_channel(spec.queue)
-        job = {
-            "kind": spec.kind,
-            "queue": spec.queue,
-            "args": spec.args,
-            "priority": spec.priority,
-            "max_attempts": spec.max_attempts,
-            "metadata": spec.metadata,
-            "tags": list(spec.tags),
-            "unique_states": mask_to_bitstring(spec.effective_unique_states),
-            "hint": self._hint(spec.queue),
-        }
+        job = _job_fields(
+            spec, mask_to_bitstring(spec.effective_unique_states), self._hint(spec.queue)
+        )
         cur = await conn.execute(
             self._q["enqueue_one_routed"].encode(),
             {

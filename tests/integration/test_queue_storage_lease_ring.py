@@ -14,12 +14,13 @@ import pytest
 
 from awa.adapters._pg.pool import open_pool
 from awa.adapters.clock import SystemClock
-from awa.adapters.postgres_queue_storage import QueueStorageEngine, install_queue_storage
+from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.domain.job import JobSpec, RunLease
 from awa.domain.policies import Backoff
 from awa.domain.states import JobState
 from awa.ports.maintenance import RingMaintenance
 from awa.ports.storage import Ack
+from tests.support.queue_storage import installed_engine
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -30,14 +31,8 @@ SLOTS = 4
 
 @pytest.fixture
 async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
-    await install_queue_storage(database_url, SCHEMA, queue_slot_count=4, lease_slot_count=SLOTS)
-    opened = await QueueStorageEngine.open(
-        database_url, clock=SystemClock(), backoff=Backoff(), schema=SCHEMA
-    )
-    try:
+    async with installed_engine(database_url, SCHEMA, lease_slot_count=SLOTS) as opened:
         yield opened
-    finally:
-        await opened.close()
 
 
 def _lease_rows(database_url: str) -> dict[int, list[tuple[int, int]]]:

@@ -11,11 +11,12 @@ import psycopg
 import pytest
 
 from awa.adapters.clock import SystemClock
-from awa.adapters.postgres_queue_storage import QueueStorageEngine, install_queue_storage
+from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.domain.job import JobSpec
 from awa.domain.policies import Backoff
 from awa.domain.states import JobState
 from awa.ports.storage import Ack
+from tests.support.queue_storage import installed_engine
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -25,14 +26,8 @@ HOT_TABLES = ("ready_entries", "claims", "closures")
 
 @pytest.fixture
 async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
-    await install_queue_storage(database_url, "qs_ring", queue_slot_count=4)
-    opened = await QueueStorageEngine.open(
-        database_url, clock=SystemClock(), backoff=Backoff(), schema="qs_ring"
-    )
-    try:
+    async with installed_engine(database_url, "qs_ring") as opened:
         yield opened
-    finally:
-        await opened.close()
 
 
 def _table_churn(database_url: str) -> tuple[int, int]:

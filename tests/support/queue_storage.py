@@ -12,10 +12,12 @@ from awa.domain.policies import Backoff
 
 @asynccontextmanager
 async def installed_engine(
-    database_url: str, schema: str, *, queue_slot_count: int = 4
+    database_url: str, schema: str, *, queue_slot_count: int = 4, lease_slot_count: int = 8
 ) -> AsyncIterator[QueueStorageEngine]:
     """Install queue storage into ``schema`` (a small ring) and open an engine on it."""
-    await install_queue_storage(database_url, schema, queue_slot_count=queue_slot_count)
+    await install_queue_storage(
+        database_url, schema, queue_slot_count=queue_slot_count, lease_slot_count=lease_slot_count
+    )
     engine = await QueueStorageEngine.open(
         database_url, clock=SystemClock(), backoff=Backoff(), schema=schema
     )

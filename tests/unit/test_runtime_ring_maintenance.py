@@ -122,16 +122,25 @@ class SlowPromoteEngine(InMemoryEngine):
         return 0
 
 
-async def test_stop_lets_the_duty_under_way_finish() -> None:
+def _slow_leader() -> tuple[SlowPromoteEngine, MaintenanceLeader]:
     engine = SlowPromoteEngine()
     config = parse_start_args(None, handler_queues={"q"}, **FAST)
-    leader = MaintenanceLeader(engine, engine.leader_lock(), config, InFlight())
+    return engine, MaintenanceLeader(engine, engine.leader_lock(), config, InFlight())
+
+
+async def _stop_during_promotion(engine: SlowPromoteEngine, leader: MaintenanceLeader) -> None:
+    """Run the leader, stop it while its promotion is under way, wait until it has ended."""
     async with anyio.create_task_group() as tg:
         tg.start_soon(leader.run)
         await engine.started.wait()
         leader.stop()
         with anyio.fail_after(5):
             await leader.wait_stopped()
+
+
+async def test_stop_lets_the_duty_under_way_finish() -> None:
+    engine, leader = _slow_leader()
+    await _stop_during_promotion(engine, leader)
     assert (engine.finished, engine.cancelled) == (1, 0)
     assert not leader.is_leader
     # the lock was given up: another leader can take it at once
@@ -139,18 +148,11 @@ async def test_stop_lets_the_duty_under_way_finish() -> None:
 
 
 async def test_a_stopped_leader_runs_again_once_rearmed() -> None:
-    engine = SlowPromoteEngine()
-    config = parse_start_args(None, handler_queues={"q"}, **FAST)
-    leader = MaintenanceLeader(engine, engine.leader_lock(), config, InFlight())
+    engine, leader = _slow_leader()
     leader.stop()
     with anyio.fail_after(5):
         await leader.run()  # returns at once: stopped before it started
     assert engine.finished == 0
     leader.rearm()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(leader.run)
-        await engine.started.wait()
-        leader.stop()
-        with anyio.fail_after(5):
-            await leader.wait_stopped()
+    await _stop_during_promotion(engine, leader)
     assert engine.finished == 1

@@ -308,15 +308,11 @@ def build_specs(
             specs.append(template)
         else:
             plain = _serialize_plain(job, kind_option)
+            kind, payload = serialize_args(job, kind_option) if plain is None else plain
+            if kind != template.kind:
+                validate_name("kind", kind)
             if plain is None:
-                kind, payload = serialize_args(job, kind_option)
-                if kind != template.kind:
-                    validate_name("kind", kind)
                 validate_json("args", payload)
-            else:
-                kind, payload = plain
-                if kind != template.kind:
-                    validate_name("kind", kind)
             specs.append(
                 JobSpec(
                     kind=kind,

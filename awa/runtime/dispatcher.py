@@ -89,7 +89,11 @@ class QueueDispatcher:
         self.last_loop_at: float | None = None
         # The last claim filled every permit it had: more jobs are probably waiting.
         self._backlogged = False
-        permits.add_listener(self.queue, self.wake)
+        # Loops that found no free permit and wait for one to come back. Only these are
+        # woken by returning permits: a loop that came up short waits for a notification
+        # or its poll, or every finished handler would cost an empty claim.
+        self._starved: set[Waker] = set()
+        permits.add_listener(self.queue, self._permits_returned)
 
     @property
     def alive(self) -> bool:
@@ -97,6 +101,10 @@ class QueueDispatcher:
 
     def wake(self) -> None:
         for waker in self._wakers:
+            waker.wake()
+
+    def _permits_returned(self) -> None:
+        for waker in self._starved:
             waker.wake()
 
     def reset(self) -> None:
@@ -183,7 +191,11 @@ class QueueDispatcher:
             self._bucket.refund(wanted - granted)
         if granted == 0:
             # Woken when a permit comes back; the timeout is only a safety net.
-            await waker.wait(self._poll_interval)
+            self._starved.add(waker)
+            try:
+                await waker.wait(self._poll_interval)
+            finally:
+                self._starved.discard(waker)
             return
         try:
             self.claim_calls += 1

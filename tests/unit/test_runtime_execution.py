@@ -396,6 +396,53 @@ async def test_pickup_latency_with_notifications_is_well_under_100ms() -> None:
     assert max(latencies) < 0.1
 
 
+async def test_finished_handlers_do_not_wake_a_loop_that_emptied_the_queue() -> None:
+    """One job at a time: one claim each. A permit coming back wakes only a loop that
+    waits for permits; before, every finished handler cost an empty claim."""
+    engine = make_engine()
+    handlers = HandlerRegistry()
+    picked: list[float] = []
+
+    async def handler(ctx: AttemptContext) -> None:
+        picked.append(time.monotonic())
+
+    handlers.register("k", handler)
+    config = fast_config(handlers, poll_interval_ms=5000)
+    async with running(engine, handlers, config) as runtime:
+        await anyio.sleep(0.05)
+        [dispatcher] = runtime.dispatchers
+        before = dispatcher.claim_calls
+        for expected in range(1, 11):
+            [record] = await enqueue(engine, "k")
+            await wait_until(_count_reaches(picked, expected), interval=0.001)
+            await wait_until(_completed(engine, record.id), interval=0.001)
+            await anyio.sleep(0.01)
+        assert dispatcher.claim_calls - before == 10
+
+
+async def test_a_loop_out_of_permits_is_woken_when_one_comes_back() -> None:
+    engine = make_engine()
+    handlers = HandlerRegistry()
+    done: list[int] = []
+    gate = anyio.Event()
+
+    async def handler(ctx: AttemptContext) -> None:
+        if ctx.record.args["n"] == 0:
+            await gate.wait()
+        done.append(ctx.record.args["n"])
+
+    handlers.register("k", handler)
+    # One permit and a poll far beyond the test's timeout: the second job can only start
+    # because the first one's permit coming back wakes the loop.
+    config = fast_config(handlers, [("default", 1)], poll_interval_ms=60_000)
+    async with running(engine, handlers, config):
+        await enqueue(engine, "k", 2)
+        await anyio.sleep(0.05)
+        assert done == []
+        gate.set()
+        await wait_until(lambda: done == [0, 1])
+
+
 def _count_reaches(items: list[float], count: int) -> Callable[[], bool]:
     return lambda: len(items) == count
 

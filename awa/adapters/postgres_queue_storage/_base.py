@@ -310,6 +310,22 @@ class QueueStorageBase:
             return []
         return list(await cur.fetchall())
 
+    async def _exec_generic(
+        self, conn: DictConnection, name: str, **params: Any
+    ) -> list[dict[str, Any]]:
+        """Run one autocommit statement under its prepared generic plan.
+
+        For hot statements whose custom plan costs more to make than to run (they read
+        the ring through its partitioned parents, so every partition is planned again)
+        and for which the server's automatic choice never settles on the generic plan.
+        The setting and the statement travel in one pipeline, so both run in one implicit
+        transaction: the setting ends with it and the connection returns to the pool
+        unchanged."""
+        async with conn.pipeline():
+            await conn.execute(self._q["generic_plan_here"].encode(), prepare=True)
+            cur = await conn.execute(self._q[name].encode(), params, prepare=True)
+            return list(await cur.fetchall())
+
     # ---------------------------------------------------------------- wake-ups
     def _wake_after_commit(self, channels: Iterable[str]) -> None:
         """Notify ``channels`` after an enqueue committed, outside its transaction.

@@ -701,9 +701,9 @@ class CoreOps(QueueStorageBase):
         # was written); the arbitrated form then lets the key decide.
         async with translated_errors(), self._conn() as conn:
             try:
-                rows = await self._exec(conn, "complete_receipts_counted", **params)
+                rows = await self._exec_generic(conn, "complete_receipts_counted", **params)
             except psycopg.errors.UniqueViolation:
-                rows = await self._exec(conn, "complete_receipts_arbitrated", **params)
+                rows = await self._exec_generic(conn, "complete_receipts_arbitrated", **params)
         closed = {r["claim_id"] for r in rows if r["claim_id"] is not None}
         leased = {r["leased"] for r in rows if r["leased"] is not None}
         acks: dict[tuple[int, int], Ack] = {}

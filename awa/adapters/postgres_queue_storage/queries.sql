@@ -156,6 +156,11 @@ SELECT q AS queue, p AS priority, asked, shard, next_seq FROM lanes_out
 SELECT set_config('awa.plan_cache_mode_was', current_setting('plan_cache_mode'), true),
     set_config('plan_cache_mode', 'force_generic_plan', true)
 
+-- name: generic_plan_here
+-- Sent with one statement in a pipeline (one implicit transaction): the statement runs
+-- under its prepared generic plan, and the setting ends with that transaction.
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true)
+
 -- name: restore_plans
 SELECT set_config('plan_cache_mode', current_setting('awa.plan_cache_mode_was'), true)
 

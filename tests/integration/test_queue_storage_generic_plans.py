@@ -1,0 +1,60 @@
+"""Completion by receipt runs under its prepared generic plan, without changing the
+pooled connection for whoever takes it next (a caller's own transaction, say).
+
+Left to the server, the statement was planned afresh on every call (the planner never
+preferred the generic plan), and planning every ring partition cost more than running it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from awa.adapters.clock import SystemClock
+from awa.adapters.postgres_queue_storage import QueueStorageEngine, install_queue_storage
+from awa.domain.job import JobSpec
+from awa.domain.policies import Backoff
+from awa.domain.states import JobState
+from awa.ports.storage import Ack
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+SCHEMA = "qs_generic_plans"
+QUEUE = "plans"
+
+
+@pytest.fixture
+async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
+    await install_queue_storage(database_url, SCHEMA, queue_slot_count=4, lease_slot_count=4)
+    # One pooled connection, so every statement below runs on the connection inspected.
+    opened = await QueueStorageEngine.open(
+        database_url, clock=SystemClock(), backoff=Backoff(), schema=SCHEMA, max_connections=1
+    )
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def test_completion_uses_its_generic_plan_and_leaves_the_session_as_it_was(
+    engine: QueueStorageEngine,
+) -> None:
+    await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE, args={"n": i}) for i in range(12)])
+    for _ in range(12):
+        [claim] = await engine.claim(QUEUE, limit=1)
+        assert await engine.complete([claim.lease]) == [Ack.APPLIED]
+    async with engine._pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+            "WHERE statement LIKE %s",
+            ["%Completion of attempts whose receipt%"],
+        )
+        [plans] = await cur.fetchall()
+        cur = await conn.execute("SELECT current_setting('plan_cache_mode') AS mode")
+        [setting] = await cur.fetchall()
+    assert plans == {"generic_plans": 12, "custom_plans": 0}
+    assert setting["mode"] == "auto"
+    counts = {c.queue: c for c in await engine.queue_counts()}
+    assert counts[QUEUE].count(JobState.Completed) == 12
+    assert counts[QUEUE].count(JobState.Running) == 0

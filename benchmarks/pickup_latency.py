@@ -1,0 +1,221 @@
+"""Pickup latency at a steady offered rate, split into its stages.
+
+Mirrors the harness's latency workload: a producer process offers ``--rate`` single
+``insert()`` calls per second (at most ``--inflight`` at once) for ``--seconds`` while one
+worker (64 slots) runs in this process. Pickup is the producer's commit (``insert()``
+returned) to the handler's start. Each job's pickup is split into
+
+* ``to_claim``: commit until the claim that took it was sent (wake-up delivery, and any
+  claim still in flight),
+* ``claim``: that claim's round trip,
+* ``to_handler``: the claim's return until the handler started (task hand-off),
+
+and the slowest jobs are listed with what else was going on (the claim loop's previous
+claim, the notification's arrival). Only for profiling: the timing hooks wrap the
+engine's ``claim`` and the subscription's ``wait`` in this process.
+
+    .venv/bin/python -m benchmarks.pickup_latency --rate 200 --seconds 20
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import awa
+from awa.adapters._pg import notifier as pg_notifier
+from awa.adapters.postgres_queue_storage import engine as qs_core
+from benchmarks._common import drop_database, fresh_database, parser
+
+QUEUE = "bench"
+
+
+@dataclass
+class BenchNoop:
+    seq: int
+    t: float
+
+
+def _produce(url: str, rate: float, seconds: float, inflight: int, out: Any) -> None:
+    async def main() -> list[tuple[int, float, float]]:
+        client = awa.AsyncClient(url, max_connections=inflight + 2)
+        await client.insert(BenchNoop(seq=-1, t=time.time()), queue=QUEUE)
+        recs: list[tuple[int, float, float]] = []
+        sem = asyncio.Semaphore(inflight)
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def one(seq: int) -> None:
+            try:
+                t_call = time.time()
+                await client.insert(BenchNoop(seq=seq, t=t_call), queue=QUEUE)
+                recs.append((seq, t_call, time.time()))
+            finally:
+                sem.release()
+
+        start = time.monotonic()
+        for i in range(int(rate * seconds)):
+            delay = start + i / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await sem.acquire()
+            task = asyncio.create_task(one(i))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.gather(*tasks)
+        await client.close()
+        return recs
+
+    out.send(asyncio.run(main()))
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def run(url: str, rate: float, seconds: float, inflight: int, slowest: int) -> None:
+    setup = awa.AsyncClient(url, max_connections=4)
+    await setup.migrate()
+    await setup.close()
+
+    claims: list[tuple[float, float, list[int]]] = []
+    wakes: list[float] = []
+    starts: dict[int, float] = {}
+
+    original_claim = qs_core.QueueStorageEngine.claim
+    original_wait = pg_notifier.PostgresSubscription.wait
+
+    async def timed_claim(self: Any, queue: str, **kw: Any) -> Any:
+        t0 = time.time()
+        out = await original_claim(self, queue, **kw)
+        claims.append((t0, time.time(), [c.job.args["seq"] for c in out]))
+        return out
+
+    async def timed_wait(self: Any, timeout: float) -> set[str]:
+        fired = await original_wait(self, timeout)
+        if fired:
+            wakes.append(time.time())
+        return fired
+
+    qs_core.QueueStorageEngine.claim = timed_claim  # type: ignore[method-assign]
+    pg_notifier.PostgresSubscription.wait = timed_wait  # type: ignore[method-assign]
+    worker = awa.AsyncClient(url, max_connections=20)
+
+    @worker.task(BenchNoop, queue=QUEUE)
+    async def handle(job: Any) -> None:
+        starts[job.args.seq] = time.time()
+
+    lag: list[tuple[float, float]] = []
+
+    async def ticker() -> None:
+        while True:
+            t = time.monotonic()
+            await asyncio.sleep(0.001)
+            lag.append((time.time(), time.monotonic() - t - 0.001))
+
+    await worker.start(
+        [{"name": QUEUE, "max_workers": 64, "claim_batch_size": 512}], poll_interval_ms=50
+    )
+    tick = asyncio.create_task(ticker())
+    await asyncio.sleep(2.0)
+    ctx = multiprocessing.get_context("spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_produce, args=(url, rate, seconds, inflight, send))
+    proc.start()
+    while not recv.poll():
+        await asyncio.sleep(0.05)
+    recs: list[tuple[int, float, float]] = recv.recv()
+    proc.join()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not all(s in starts for s, _, _ in recs):
+        await asyncio.sleep(0.05)
+    tick.cancel()
+    await worker.shutdown(timeout_ms=5000)
+    await worker.close()
+    qs_core.QueueStorageEngine.claim = original_claim  # type: ignore[method-assign]
+    pg_notifier.PostgresSubscription.wait = original_wait  # type: ignore[method-assign]
+
+    claim_of: dict[int, tuple[float, float, int]] = {}
+    for t0, t1, seqs in claims:
+        for s in seqs:
+            claim_of[s] = (t0, t1, len(seqs))
+    rows = []
+    for seq, _t_call, t_commit in recs:
+        if seq not in starts or seq not in claim_of:
+            continue
+        t0, t1, size = claim_of[seq]
+        rows.append(
+            {
+                "seq": seq,
+                "pickup": (starts[seq] - t_commit) * 1000,
+                "to_claim": (t0 - t_commit) * 1000,
+                "claim": (t1 - t0) * 1000,
+                "to_handler": (starts[seq] - t1) * 1000,
+                "batch": size,
+                "t_commit": t_commit,
+            }
+        )
+    print(f"jobs {len(recs)} picked {len(rows)} claims {len(claims)} wakes {len(wakes)}")
+    for key in ("pickup", "to_claim", "claim", "to_handler"):
+        vals = [r[key] for r in rows]
+        print(
+            f"{key:>10}: p50 {_pct(vals, 0.5):6.2f}  p90 {_pct(vals, 0.9):6.2f}  "
+            f"p99 {_pct(vals, 0.99):6.2f}  max {max(vals):7.2f}  mean {statistics.mean(vals):6.2f}"
+        )
+    settled = [r["pickup"] for r in rows if r["seq"] >= 2 * rate]
+    early = sorted((r["pickup"] for r in rows if r["seq"] < 2 * rate), reverse=True)
+    print(
+        f"pickup after the first 2 s: p50 {_pct(settled, 0.5):.2f} p99 {_pct(settled, 0.99):.2f}"
+        f"; slowest of the first 2 s: {[round(v, 1) for v in early[:5]]}"
+    )
+    claim_ms = [(t1 - t0) * 1000 for t0, t1, _ in claims]
+    print(
+        f"claims: p50 {_pct(claim_ms, 0.5):.2f} p99 {_pct(claim_ms, 0.99):.2f} ms, "
+        f"empty {sum(1 for c in claims if not c[2])}, mean batch "
+        f"{statistics.mean(len(c[2]) for c in claims):.2f}"
+    )
+    lags = [v * 1000 for _, v in lag]
+    print(f"loop lag: p50 {_pct(lags, 0.5):.2f} p99 {_pct(lags, 0.99):.2f} max {max(lags):.2f} ms")
+    print(f"slowest {slowest}:")
+    for r in sorted(rows, key=lambda r: -r["pickup"])[:slowest]:
+        tc = r["t_commit"]
+        prev = [c for c in claims if c[0] <= tc + r["to_claim"] / 1000 and c[1] > tc - 0.05]
+        near_wake = [round((w - tc) * 1000, 2) for w in wakes if -0.01 < w - tc < 0.05]
+        worst_lag = max((v * 1000 for t, v in lag if -0.01 < t - tc < 0.05), default=0.0)
+        print(
+            json.dumps(
+                {
+                    k: round(v, 2) if isinstance(v, float) else v
+                    for k, v in r.items()
+                    if k != "t_commit"
+                }
+            ),
+            f"wakes@{near_wake[:4]} overlapping-claims {len(prev)} max-lag {worst_lag:.1f}",
+        )
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--rate", type=float, default=200.0)
+    p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--inflight", type=int, default=8)
+    p.add_argument("--slowest", type=int, default=15)
+    a = p.parse_args()
+    name = a.db or "awa_bench_pickup"
+    url = fresh_database(a.admin_url, name)
+    try:
+        asyncio.run(run(url, a.rate, a.seconds, a.inflight, a.slowest))
+    finally:
+        drop_database(a.admin_url, name)
+
+
+if __name__ == "__main__":
+    main()

@@ -10,9 +10,13 @@ returned) to the handler's start. Each job's pickup is split into
 * ``claim``: that claim's round trip,
 * ``to_handler``: the claim's return until the handler started (task hand-off),
 
-and the slowest jobs are listed with what else was going on (the claim loop's previous
-claim, the notification's arrival). Only for profiling: the timing hooks wrap the
-engine's ``claim`` and the subscription's ``wait`` in this process.
+The slowest 1 % is sorted by what overlapped it: the first two seconds of load (new
+connections and cold caches), a garbage collection in the worker, a ring prune (its
+partition swap makes every backend plan the ring statements again) or a rotation. Then
+the slowest jobs are listed with everything that was going on (notifications, other
+claims, event-loop lag, collections, maintenance duties). Only for profiling: the timing
+hooks wrap the engine's ``claim``, its ring duties and the subscription's ``wait`` in this
+process.
 
     .venv/bin/python -m benchmarks.pickup_latency --rate 200 --seconds 20
 """
@@ -20,6 +24,7 @@ engine's ``claim`` and the subscription's ``wait`` in this process.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import multiprocessing
 import statistics
@@ -105,6 +110,25 @@ async def run(url: str, rate: float, seconds: float, inflight: int, slowest: int
             wakes.append(time.time())
         return fired
 
+    duties: list[tuple[str, float, float, str]] = []
+    originals = {
+        name: getattr(qs_core.QueueStorageEngine, name)
+        for name in ("rotate", "prune", "rotate_leases", "prune_leases", "promote_due")
+    }
+
+    def timed_duty(name: str) -> Any:
+        original = originals[name]
+
+        async def wrapper(self: Any, *args: Any, **kw: Any) -> Any:
+            t0 = time.time()
+            out = await original(self, *args, **kw)
+            duties.append((name, t0, time.time(), str(out)))
+            return out
+
+        return wrapper
+
+    for name in originals:
+        setattr(qs_core.QueueStorageEngine, name, timed_duty(name))
     qs_core.QueueStorageEngine.claim = timed_claim  # type: ignore[method-assign]
     pg_notifier.PostgresSubscription.wait = timed_wait  # type: ignore[method-assign]
     worker = awa.AsyncClient(url, max_connections=20)
@@ -114,6 +138,16 @@ async def run(url: str, rate: float, seconds: float, inflight: int, slowest: int
         starts[job.args.seq] = time.time()
 
     lag: list[tuple[float, float]] = []
+    collections: list[tuple[int, float, float]] = []
+    gc_started = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_started[0] = time.time()
+        else:
+            collections.append((info["generation"], gc_started[0], time.time()))
+
+    gc.callbacks.append(on_gc)
 
     async def ticker() -> None:
         while True:
@@ -138,16 +172,22 @@ async def run(url: str, rate: float, seconds: float, inflight: int, slowest: int
     while time.monotonic() < deadline and not all(s in starts for s, _, _ in recs):
         await asyncio.sleep(0.05)
     tick.cancel()
+    pool = getattr((await worker._wiring()).engine, "pool", None)
+    if pool is not None:
+        stats = pool.get_stats()
+        print(f"worker pool: size {stats.get('pool_size')} max used {stats.get('pool_max')}")
     await worker.shutdown(timeout_ms=5000)
     await worker.close()
     qs_core.QueueStorageEngine.claim = original_claim  # type: ignore[method-assign]
     pg_notifier.PostgresSubscription.wait = original_wait  # type: ignore[method-assign]
+    for name, original in originals.items():
+        setattr(qs_core.QueueStorageEngine, name, original)
 
     claim_of: dict[int, tuple[float, float, int]] = {}
     for t0, t1, seqs in claims:
         for s in seqs:
             claim_of[s] = (t0, t1, len(seqs))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for seq, _t_call, t_commit in recs:
         if seq not in starts or seq not in claim_of:
             continue
@@ -184,12 +224,56 @@ async def run(url: str, rate: float, seconds: float, inflight: int, slowest: int
     )
     lags = [v * 1000 for _, v in lag]
     print(f"loop lag: p50 {_pct(lags, 0.5):.2f} p99 {_pct(lags, 0.99):.2f} max {max(lags):.2f} ms")
+    gc.callbacks.remove(on_gc)
+    for generation in (0, 1, 2):
+        ms = [(t1 - t0) * 1000 for g, t0, t1 in collections if g == generation]
+        if ms:
+            print(f"gc gen{generation}: n={len(ms)} p50 {_pct(ms, 0.5):.2f} max {max(ms):.2f} ms")
+    by_duty: dict[str, list[float]] = {}
+    for n, t0, t1, out in duties:
+        by_duty.setdefault(f"{n}:{out}", []).append((t1 - t0) * 1000)
+    for key, ms in sorted(by_duty.items()):
+        print(f"duty {key}: n={len(ms)} p50 {_pct(ms, 0.5):.1f} max {max(ms):.1f} ms")
+    worst = sorted(rows, key=lambda r: -r["pickup"])[: max(1, len(rows) // 100)]
+    causes: dict[str, int] = {}
+    for r in worst:
+        tc, end = r["t_commit"], r["t_commit"] + r["pickup"] / 1000
+        if r["seq"] < 2 * rate:
+            cause = "first 2 s"
+        elif any(t0 < end and t1 > tc - 0.002 for _, t0, t1 in collections):
+            cause = "gc"
+        elif any(
+            n == "prune" and o == "pruned" and t0 < end and t1 > tc - 0.05
+            for n, t0, t1, o in duties
+        ):
+            cause = "within 50 ms after a prune"
+        elif any(
+            n == "rotate" and o == "rotated" and t0 < end and t1 > tc - 0.02
+            for n, t0, t1, o in duties
+        ):
+            cause = "within 20 ms after a rotation"
+        else:
+            cause = "other"
+        causes[cause] = causes.get(cause, 0) + 1
+    print(
+        f"slowest 1% ({len(worst)} jobs, from {worst[-1]['pickup']:.2f} ms)"
+        f" by what overlapped: {causes}"
+    )
     print(f"slowest {slowest}:")
     for r in sorted(rows, key=lambda r: -r["pickup"])[:slowest]:
         tc = r["t_commit"]
         prev = [c for c in claims if c[0] <= tc + r["to_claim"] / 1000 and c[1] > tc - 0.05]
         near_wake = [round((w - tc) * 1000, 2) for w in wakes if -0.01 < w - tc < 0.05]
         worst_lag = max((v * 1000 for t, v in lag if -0.01 < t - tc < 0.05), default=0.0)
+        during = [
+            f"gc{g}:{(t1 - t0) * 1000:.1f}ms"
+            for g, t0, t1 in collections
+            if t0 < tc + r["pickup"] / 1000 and t1 > tc - 0.002
+        ] + [
+            f"{n}:{out}:{(t1 - t0) * 1000:.1f}ms@{(t0 - tc) * 1000:+.1f}"
+            for n, t0, t1, out in duties
+            if t0 < tc + r["pickup"] / 1000 and t1 > tc - 0.002
+        ]
         print(
             json.dumps(
                 {
@@ -199,6 +283,7 @@ async def run(url: str, rate: float, seconds: float, inflight: int, slowest: int
                 }
             ),
             f"wakes@{near_wake[:4]} overlapping-claims {len(prev)} max-lag {worst_lag:.1f}",
+            " ".join(during),
         )
 
 

@@ -929,5 +929,6 @@ class TransitionRoutingEngine:
             # Marks them closed without closing the shared pool twice.
             await engine._drain_wakes()
             engine._closed = True
+            await engine._close_kept()
         if self._owns_pool:
             await self._pool.close()

@@ -17,11 +17,12 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import anyio
 import attrs
 import psycopg._queries as _psycopg_queries
 from psycopg_pool import AsyncConnectionPool
 
-from awa.adapters._pg.pool import DictConnection
+from awa.adapters._pg.pool import DictConnection, connect
 from awa.adapters._pg.rows import job_from_row
 from awa.adapters._pg.sql import load_queries
 from awa.domain.channels import queue_channel
@@ -54,6 +55,12 @@ CANCEL_CHANNEL = "awa:cancel"
 #: key is the schema's hash). Prune holds it exclusively while it decides what happens to
 #: the jobs of the slot it reclaims; a change to a terminal job takes it shared.
 PRUNE_GATE = 0x61776170
+# Connections an engine keeps, outside its pool, for each hot statement (the common claim,
+# completion by receipt). Calls run one after another on the most recently used one,
+# whose backend has the statement planned and its caches warm; a pooled connection comes
+# round-robin and costs about 0.3 ms more per call. More calls at once than this take
+# pooled connections.
+KEPT_CONNECTIONS = 2
 
 log = logging.getLogger("awa.adapters.postgres_queue_storage")
 
@@ -224,6 +231,15 @@ class Writes:
 _ROUTE_FILTER = "WHERE (SELECT awa.queue_storage_route_check(%(schema)s)) IS NOT NULL"
 
 
+@attrs.define
+class _Kept:
+    """The connections kept for one purpose: idle ones (most recent last), and how many
+    are open (idle or in use)."""
+
+    idle: list[DictConnection] = attrs.field(factory=list)
+    open: int = 0
+
+
 class QueueStorageBase:
     """Connections, statements and the snapshot-writing helpers every operation uses."""
 
@@ -278,8 +294,62 @@ class QueueStorageBase:
         self._wake_pending: set[str] = set()
         self._in_flight = 0
         self._wake_task: asyncio.Task[None] | None = None
+        # Connections kept for the hot statements, by purpose (claim, completion).
+        self._kept: dict[str, _Kept] = {}
 
     # ---------------------------------------------------------------- connections
+    @asynccontextmanager
+    async def _kept_conn(self, purpose: str) -> AsyncIterator[DictConnection]:
+        """An autocommit connection kept for one hot statement (``purpose``): its most
+        recently used one, a new one (up to ``KEPT_CONNECTIONS`` per purpose), or else a
+        pooled one. A kept connection whose statement failed or was cancelled is closed,
+        not reused."""
+        if self._closed:
+            raise DatabaseError("the queue-storage engine is closed")
+        kept = self._kept.get(purpose)
+        if kept is None:
+            kept = self._kept[purpose] = _Kept()
+        if not kept.idle and kept.open >= KEPT_CONNECTIONS:
+            async with self._pool.connection() as pooled:
+                yield pooled
+            return
+        if kept.idle:
+            conn = kept.idle.pop()
+        else:
+            kept.open += 1
+            try:
+                conninfo = self._pool.conninfo
+                if not isinstance(conninfo, str):
+                    raise TypeError("the engine's pool must be opened on a connection string")
+                conn = await connect(conninfo)
+            except BaseException:
+                kept.open -= 1
+                raise
+        try:
+            yield conn
+        except BaseException:
+            await self._drop_kept(kept, conn)
+            raise
+        if self._closed or conn.closed:
+            await self._drop_kept(kept, conn)
+        else:
+            kept.idle.append(conn)
+
+    async def _drop_kept(self, kept: _Kept, conn: DictConnection) -> None:
+        kept.open -= 1
+        with anyio.CancelScope(shield=True):
+            try:
+                await conn.close()
+            except Exception:
+                log.debug("closing a kept connection failed", exc_info=True)
+
+    async def _close_kept(self) -> None:
+        """Close the kept connections (engine shutdown)."""
+        for kept in self._kept.values():
+            idle, kept.idle = kept.idle, []
+            for conn in idle:
+                await self._drop_kept(kept, conn)
+
     @asynccontextmanager
     async def _conn(self) -> AsyncIterator[DictConnection]:
         """A pooled autocommit connection, for one statement that is its own transaction."""

@@ -613,7 +613,7 @@ class CoreOps(QueueStorageBase):
         }
         if queue not in self._sorting:
             # The common case: one statement claims, moves the cursors and counts.
-            async with translated_errors(), self._conn() as conn:
+            async with translated_errors(), self._kept_conn("claim") as conn:
                 rows = await self._exec(conn, "claim", **params)
             if not (rows and rows[0]["mixed"]):
                 return self._remember(queue, rows, deadline_at)
@@ -699,7 +699,7 @@ class CoreOps(QueueStorageBase):
         # One statement on its own: closures, counters and completion buckets. A closure
         # committed by a racing finaliser meanwhile fails it on the closure key (nothing
         # was written); the arbitrated form then lets the key decide.
-        async with translated_errors(), self._conn() as conn:
+        async with translated_errors(), self._kept_conn("complete") as conn:
             try:
                 rows = await self._exec_generic(conn, "complete_receipts_counted", **params)
             except psycopg.errors.UniqueViolation:

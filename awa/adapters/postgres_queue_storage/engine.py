@@ -96,4 +96,5 @@ class QueueStorageEngine(CoreOps, AdminOps, RingOps):
         if not self._closed:
             await self._drain_wakes()
             self._closed = True
+            await self._close_kept()
             await self._pool.close()

@@ -1,5 +1,6 @@
-"""Completion by receipt runs under its prepared generic plan, without changing the
-pooled connection for whoever takes it next (a caller's own transaction, say).
+"""Completion by receipt runs under its prepared generic plan, and leaves the session as
+it was: when more completions run at once than the engine keeps connections for, they run
+on pooled ones, which a caller's own transaction may take next.
 
 Left to the server, the statement was planned afresh on every call (the planner never
 preferred the generic plan), and planning every ring partition cost more than running it.
@@ -27,7 +28,6 @@ QUEUE = "plans"
 @pytest.fixture
 async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
     await install_queue_storage(database_url, SCHEMA, queue_slot_count=4, lease_slot_count=4)
-    # One pooled connection, so every statement below runs on the connection inspected.
     opened = await QueueStorageEngine.open(
         database_url, clock=SystemClock(), backoff=Backoff(), schema=SCHEMA, max_connections=1
     )
@@ -44,15 +44,14 @@ async def test_completion_uses_its_generic_plan_and_leaves_the_session_as_it_was
     for _ in range(12):
         [claim] = await engine.claim(QUEUE, limit=1)
         assert await engine.complete([claim.lease]) == [Ack.APPLIED]
-    async with engine._pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
-            "WHERE statement LIKE %s",
-            ["%Completion of attempts whose receipt%"],
-        )
-        [plans] = await cur.fetchall()
-        cur = await conn.execute("SELECT current_setting('plan_cache_mode') AS mode")
-        [setting] = await cur.fetchall()
+    [conn] = engine._kept["complete"].idle
+    cur = await conn.execute(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE %s",
+        ["%Completion of attempts whose receipt%"],
+    )
+    [plans] = await cur.fetchall()
+    cur = await conn.execute("SELECT current_setting('plan_cache_mode') AS mode")
+    [setting] = await cur.fetchall()
     assert plans == {"generic_plans": 12, "custom_plans": 0}
     assert setting["mode"] == "auto"
     counts = {c.queue: c for c in await engine.queue_counts()}

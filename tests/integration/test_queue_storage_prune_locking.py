@@ -118,7 +118,7 @@ async def test_rows_arriving_while_prune_reads_block_it(
     """Prune reads the slot's jobs before it locks the slot; a row committed into the slot
     in between makes it give up (and truncate nothing) rather than act on a stale read."""
     job = await _completed_job_in_next_slot(engine)
-    read = engine._heads_in_slot
+    read = engine._head_states_in_slot
 
     async def read_then_write(conn: object, slot: int) -> object:
         heads = await read(conn, slot)  # type: ignore[arg-type]
@@ -126,7 +126,7 @@ async def test_rows_arriving_while_prune_reads_block_it(
             writer.execute(ARRIVALS[table], {"slot": slot, "job": job.id + 10_000})
         return heads
 
-    monkeypatch.setattr(engine, "_heads_in_slot", read_then_write)
+    monkeypatch.setattr(engine, "_head_states_in_slot", read_then_write)
     before = _slot_rows(database_url, 0)
     assert await engine.prune_oldest() == "blocked"
     assert _slot_rows(database_url, 0) == before + 1

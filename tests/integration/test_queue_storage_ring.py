@@ -12,6 +12,7 @@ import pytest
 
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
+from awa.domain.errors import UniqueConflict
 from awa.domain.job import JobSpec
 from awa.domain.policies import Backoff
 from awa.domain.states import JobState
@@ -221,3 +222,44 @@ async def test_completion_by_remembered_receipt_is_applied_once(
     for job in jobs:
         done = await engine.get_job(job.id)
         assert done is not None and done.state == JobState.Completed
+
+
+async def test_prune_releases_the_unique_keys_and_counts_of_the_jobs_it_drops(
+    engine: QueueStorageEngine,
+) -> None:
+    """A completed job keeps its unique key (the default mask includes completed) until
+    its slot is pruned; prune drops it from the counts and gives the key back. A job
+    that no longer held its key (cancelled) is dropped without releasing anyone's."""
+    done_key, cancelled_key = b"prune-done", b"prune-cancelled"
+    (done,) = await engine.enqueue_many([JobSpec(kind="u", queue=QUEUE, unique_key=done_key)])
+    (cancelled,) = await engine.enqueue_many(
+        [JobSpec(kind="u", queue=QUEUE, unique_key=cancelled_key)]
+    )
+    (claim,) = await engine.claim(QUEUE, limit=1)
+    assert claim.job.id == done.id
+    assert await engine.complete([claim.lease]) == [Ack.APPLIED]
+    assert await engine.cancel_job(cancelled.id) is not None
+    with pytest.raises(UniqueConflict):
+        await engine.enqueue_many([JobSpec(kind="u", queue=QUEUE, unique_key=done_key)])
+    assert await engine.rotate_queue_ring() == "rotated"
+    # The cancelled job gave its key back; a new holder (in a later slot) takes it.
+    (holder,) = await engine.enqueue_many(
+        [JobSpec(kind="u", queue="other", unique_key=cancelled_key)]
+    )
+    for _ in range(3):
+        await engine.enqueue_many([JobSpec(kind="filler", queue="other")])
+        assert await engine.rotate_queue_ring() in {"rotated", "skipped_busy"}
+    before = {c.queue: c for c in await engine.queue_counts()}[QUEUE]
+    assert before.count(JobState.Completed) == 1 and before.count(JobState.Cancelled) == 1
+    assert await engine.prune_oldest() == "pruned"
+    assert await engine.get_job(done.id) is None and await engine.get_job(cancelled.id) is None
+    # A queue whose counts are all zero is no longer listed.
+    after = {c.queue: c.counts for c in await engine.queue_counts()}.get(QUEUE, {})
+    assert after.get(JobState.Completed, 0) == 0 and after.get(JobState.Cancelled, 0) == 0
+    assert (await engine.pruned_counts())[QUEUE] == {"completed": 1, "cancelled": 1, "failed": 0}
+    # The completed job's key is free again; the other key still has its new holder.
+    (again,) = await engine.enqueue_many([JobSpec(kind="u", queue=QUEUE, unique_key=done_key)])
+    assert again.id != done.id
+    with pytest.raises(UniqueConflict):
+        await engine.enqueue_many([JobSpec(kind="u", queue=QUEUE, unique_key=cancelled_key)])
+    assert (await engine.get_job(holder.id)) is not None

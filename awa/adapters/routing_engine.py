@@ -530,6 +530,13 @@ class TransitionRoutingEngine:
                 claims.append(claim)
         return claims
 
+    async def warm_up(self, queues: Sequence[str]) -> None:
+        """:class:`~awa.ports.storage.WorkerWarmUp`: warm the queue-storage engine when
+        this runtime claims from it."""
+        status = await self._hot_status()
+        if claims_queue_storage(status.state, self._role):
+            await self.queue_storage(status.schema).warm_up(queues)
+
     async def _owners_of(self, job_ids: Sequence[int]) -> dict[int, Owner]:
         """The engine holding each job: remembered from the claim, else looked up."""
         found: dict[int, Owner] = {}

@@ -348,3 +348,12 @@ class StripedClaimer(Protocol):
         deadline: timedelta | None = None,
         aging_interval: timedelta | None = None,
     ) -> list[Claim]: ...
+
+
+@runtime_checkable
+class WorkerWarmUp(Protocol):
+    """An engine that can get a worker's hot statements ready before its first jobs
+    arrive: open the connections its claims and completions use and plan their
+    statements there, so the first jobs do not pay for a cold backend. Best effort."""
+
+    async def warm_up(self, queues: Sequence[str]) -> None: ...

@@ -20,7 +20,7 @@ from awa.ports.clock import Clock
 from awa.ports.leader import LeaderLock
 from awa.ports.notifier import Notifier
 from awa.ports.runtime_registry import QueueSnapshot, RuntimeRegistry, RuntimeSnapshot
-from awa.ports.storage import StorageEngine
+from awa.ports.storage import StorageEngine, WorkerWarmUp
 from awa.runtime.completion import CompletionBatcher
 from awa.runtime.config import RuntimeConfig
 from awa.runtime.context import AttemptContext
@@ -39,6 +39,8 @@ log = logging.getLogger("awa.runtime")
 _RELEASE_GRACE = 5.0
 #: How long a shutdown waits for the maintenance duty under way to finish.
 _MAINTENANCE_GRACE = 5.0
+#: How long start() may spend getting the engine's hot statements ready.
+_WARM_UP_LIMIT = 5.0
 
 
 class _Slot:
@@ -176,6 +178,17 @@ class Runtime:
             task.result()
             raise RuntimeError("the runtime stopped while starting")
 
+    async def _warm_up(self) -> None:
+        """Let the engine get its claim and completion statements ready (best effort,
+        bounded): a cold backend would otherwise slow the first jobs."""
+        if not isinstance(self.engine, WorkerWarmUp):
+            return
+        with anyio.move_on_after(_WARM_UP_LIMIT):
+            try:
+                await self.engine.warm_up([d.queue for d in self.dispatchers])
+            except Exception:
+                log.debug("warming up the storage engine failed", exc_info=True)
+
     async def shutdown(self, timeout_ms: int = 2000) -> None:
         """Stop claiming, let handlers finish for up to ``timeout_ms`` (heartbeats keep
         going), then cancel the rest cooperatively and release their attempts."""
@@ -231,6 +244,7 @@ class Runtime:
                 self._idle_slots = []
                 async with anyio.create_task_group() as work:
                     self._work = work
+                    await self._warm_up()
                     async with anyio.create_task_group() as dispatch:
                         for dispatcher in self.dispatchers:
                             await dispatch.start(dispatcher.run)

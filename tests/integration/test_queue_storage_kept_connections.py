@@ -101,3 +101,21 @@ async def test_closing_the_engine_closes_the_kept_connections(
             break
         await asyncio.sleep(0.02)
     assert _live(database_url, pids) == set()
+
+
+async def test_warm_up_opens_and_prepares_the_kept_connections(
+    engine: QueueStorageEngine,
+) -> None:
+    await engine.warm_up([QUEUE])
+    assert engine._kept["claim"].open == 1 and engine._kept["complete"].open == 1
+    [conn] = engine._kept["complete"].idle
+    cur = await conn.execute(
+        "SELECT generic_plans FROM pg_prepared_statements WHERE statement LIKE %s",
+        ["%Completion of attempts whose receipt%"],
+    )
+    assert await cur.fetchall() == [{"generic_plans": 1}]
+    # Nothing was claimed or written: the queue is as it was.
+    await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
+    [claim] = await engine.claim(QUEUE, limit=1)
+    assert await engine.complete([claim.lease]) == [Ack.APPLIED]
+    assert engine._kept["claim"].open == 1 and engine._kept["complete"].open == 1

@@ -12,8 +12,10 @@ import anyio
 import pytest
 
 from awa.adapters.clock import ManualClock
+from awa.adapters.inmemory import InMemoryEngine
 from awa.adapters.inmemory.runtime_registry import InMemoryRuntimeRegistry
 from awa.domain.job import RunLease
+from awa.domain.policies import NO_JITTER
 from awa.domain.states import JobState
 from awa.ports.storage import Ack, StorageEngine
 from awa.runtime import AttemptContext, HandlerRegistry
@@ -418,3 +420,44 @@ async def test_runtime_can_start_again_after_shutdown() -> None:
 async def _start_twice(runtime: Any) -> None:
     await runtime.start()
     await runtime.start()
+
+
+class _WarmingEngine(InMemoryEngine):
+    """An engine with the optional warm-up hook, recording its calls."""
+
+    def __init__(self, *, fail: bool) -> None:
+        super().__init__(clock=ManualClock(), backoff=NO_JITTER)
+        self.warmed: list[list[str]] = []
+        self.claims_at_warm_up: int | None = None
+        self.claims = 0
+        self._fail = fail
+
+    async def warm_up(self, queues: Sequence[str]) -> None:
+        self.warmed.append(list(queues))
+        self.claims_at_warm_up = self.claims
+        if self._fail:
+            raise RuntimeError("the database is not there yet")
+
+    async def claim(self, queue: str, **kwargs: Any) -> Any:
+        self.claims += 1
+        return await super().claim(queue, **kwargs)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+async def test_start_warms_the_engine_up_before_claiming_and_survives_a_failed_warm_up(
+    fail: bool,
+) -> None:
+    engine = _WarmingEngine(fail=fail)
+    handlers = HandlerRegistry()
+    done: list[int] = []
+
+    async def handler(ctx: AttemptContext) -> None:
+        done.append(ctx.lease.job_id)
+
+    handlers.register("k", handler, queue="a")
+    handlers.register("k2", handler, queue="b")
+    async with running(engine, handlers):
+        assert sorted(engine.warmed[0]) == ["a", "b"] and len(engine.warmed) == 1
+        assert engine.claims_at_warm_up == 0
+        [record] = await enqueue(engine, "k", queue="a")
+        await wait_until(lambda: done == [record.id])

@@ -653,6 +653,38 @@ class CoreOps(QueueStorageBase):
             await self._flush(conn, writes)
         return claims
 
+    async def warm_up(self, queues: Sequence[str]) -> None:
+        """:class:`~awa.ports.storage.WorkerWarmUp`: open the connections kept for the
+        claim and for completion by receipt, and plan both statements on them (the claim
+        is only explained, the completion runs on nothing). A new backend otherwise loads
+        the catalog of every ring partition on its first call, tens of ms on the first
+        jobs' path."""
+        if not queues:
+            return
+        now = self._clock.now()
+        async with translated_errors():
+            async with self._kept_conn("claim") as conn:
+                params = {
+                    "queue": queues[0],
+                    "limit": 1,
+                    "now": now,
+                    "aging_us": 0,
+                    "deadline_at": None,
+                }
+                await conn.execute(("EXPLAIN " + self._q["claim"]).encode(), params)
+            async with self._kept_conn("complete") as conn:
+                await self._exec_generic(
+                    conn,
+                    "complete_receipts_counted",
+                    now=now,
+                    minute=minute_of(now),
+                    ids=[],
+                    leases=[],
+                    slots=[],
+                    claims=[],
+                    queues=[],
+                )
+
     def _remember(
         self, queue: str, rows: Sequence[dict[str, Any]], deadline_at: datetime | None
     ) -> list[Claim]:

@@ -11,7 +11,7 @@ returned) to the handler's start. Each job's pickup is split into
 * ``to_handler``: the claim's return until the handler started (task hand-off),
 
 The slowest 1 % is sorted by what overlapped it: the first two seconds of load (new
-connections and cold caches), a garbage collection in the worker, a ring prune (its
+connections and cold caches), a garbage collection over 2 ms in the worker, a ring prune (its
 partition swap makes every backend plan the ring statements again) or a rotation. Then
 the slowest jobs are listed with everything that was going on (notifications, other
 claims, event-loop lag, collections, maintenance duties). Only for profiling: the timing
@@ -240,7 +240,7 @@ async def run(url: str, rate: float, seconds: float, inflight: int, slowest: int
         tc, end = r["t_commit"], r["t_commit"] + r["pickup"] / 1000
         if r["seq"] < 2 * rate:
             cause = "first 2 s"
-        elif any(t0 < end and t1 > tc - 0.002 for _, t0, t1 in collections):
+        elif any(t0 < end and t1 > tc - 0.002 and t1 - t0 > 0.002 for _, t0, t1 in collections):
             cause = "gc"
         elif any(
             n == "prune" and o == "pruned" and t0 < end and t1 > tc - 0.05

@@ -87,8 +87,17 @@ def _pct(values: list[float], q: float) -> float:
 
 
 async def run(url: str, rate: float, seconds: float, inflight: int, slowest: int) -> None:
+    # As the harness's setup phase: migrate, then one short worker start (a first
+    # deployment activates the default storage engine), in its own client.
     setup = awa.AsyncClient(url, max_connections=4)
     await setup.migrate()
+
+    @setup.task(BenchNoop, queue=QUEUE)
+    async def _noop(job: Any) -> None:
+        return None
+
+    await setup.start([(QUEUE, 1)], poll_interval_ms=50)
+    await setup.shutdown(timeout_ms=5000)
     await setup.close()
 
     claims: list[tuple[float, float, list[int]]] = []

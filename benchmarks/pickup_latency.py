@@ -268,10 +268,11 @@ async def run(url: str, rate: float, seconds: float, inflight: int, slowest: int
         f"slowest 1% ({len(worst)} jobs, from {worst[-1]['pickup']:.2f} ms)"
         f" by what overlapped: {causes}"
     )
-    seconds: dict[int, int] = {}
+    by_second: dict[int, int] = {}
     for r in worst:
-        seconds[int(r["seq"] // rate)] = seconds.get(int(r["seq"] // rate), 0) + 1
-    print(f"slowest 1% by second of load: {dict(sorted(seconds.items()))}")
+        second = int(r["seq"] // rate)
+        by_second[second] = by_second.get(second, 0) + 1
+    print(f"slowest 1% by second of load: {dict(sorted(by_second.items()))}")
     print(f"slowest {slowest}:")
     for r in sorted(rows, key=lambda r: -r["pickup"])[:slowest]:
         tc = r["t_commit"]

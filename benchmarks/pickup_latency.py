@@ -29,21 +29,13 @@ import json
 import multiprocessing
 import statistics
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import awa
 from awa.adapters._pg import notifier as pg_notifier
 from awa.adapters.postgres_queue_storage import engine as qs_core
 from benchmarks._common import drop_database, fresh_database, parser
-
-QUEUE = "bench"
-
-
-@dataclass
-class BenchNoop:
-    seq: int
-    t: float
+from benchmarks.drain import QUEUE, BenchNoop, enqueue_backlog
 
 
 def _produce(url: str, rate: float, seconds: float, inflight: int, out: Any) -> None:
@@ -89,16 +81,7 @@ def _pct(values: list[float], q: float) -> float:
 async def run(url: str, rate: float, seconds: float, inflight: int, slowest: int) -> None:
     # As the harness's setup phase: migrate, then one short worker start (a first
     # deployment activates the default storage engine), in its own client.
-    setup = awa.AsyncClient(url, max_connections=4)
-    await setup.migrate()
-
-    @setup.task(BenchNoop, queue=QUEUE)
-    async def _noop(job: Any) -> None:
-        return None
-
-    await setup.start([(QUEUE, 1)], poll_interval_ms=50)
-    await setup.shutdown(timeout_ms=5000)
-    await setup.close()
+    await enqueue_backlog(url, 0)
 
     claims: list[tuple[float, float, list[int]]] = []
     wakes: list[float] = []

@@ -374,8 +374,8 @@ async def test_rate_limit_gates_claims() -> None:
     assert stamps[-1] - stamps[0] >= 0.25
 
 
-async def test_pickup_latency_with_notifications_is_well_under_100ms() -> None:
-    engine = make_engine()
+def _stamping_handlers() -> tuple[HandlerRegistry, list[float]]:
+    """Handlers whose one kind ``k`` records when each attempt started."""
     handlers = HandlerRegistry()
     picked: list[float] = []
 
@@ -383,6 +383,12 @@ async def test_pickup_latency_with_notifications_is_well_under_100ms() -> None:
         picked.append(time.monotonic())
 
     handlers.register("k", handler)
+    return handlers, picked
+
+
+async def test_pickup_latency_with_notifications_is_well_under_100ms() -> None:
+    engine = make_engine()
+    handlers, picked = _stamping_handlers()
     # A long poll interval proves the wake-up came from the notification.
     config = fast_config(handlers, poll_interval_ms=5000)
     async with running(engine, handlers, config):
@@ -400,13 +406,7 @@ async def test_finished_handlers_do_not_wake_a_loop_that_emptied_the_queue() -> 
     """One job at a time: one claim each. A permit coming back wakes only a loop that
     waits for permits; before, every finished handler cost an empty claim."""
     engine = make_engine()
-    handlers = HandlerRegistry()
-    picked: list[float] = []
-
-    async def handler(ctx: AttemptContext) -> None:
-        picked.append(time.monotonic())
-
-    handlers.register("k", handler)
+    handlers, picked = _stamping_handlers()
     config = fast_config(handlers, poll_interval_ms=5000)
     async with running(engine, handlers, config) as runtime:
         await anyio.sleep(0.05)

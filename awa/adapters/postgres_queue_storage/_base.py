@@ -483,13 +483,7 @@ class QueueStorageBase:
             and holds_unique_key(new)
             and not holds_unique_key(old)
         ]
-        if release:
-            await self._exec(
-                conn,
-                "unique_release",
-                keys=[k for k, _ in release],
-                ids=[i for _, i in release],
-            )
+        await self._release_keys(conn, release)
         if claim:
             got = await self._exec(
                 conn, "unique_claim", keys=[k for k, _ in claim], ids=[i for _, i in claim]
@@ -516,6 +510,13 @@ class QueueStorageBase:
                     "a live job already holds this unique key",
                     job_id=holder[0]["job_id"] if holder else None,
                 )
+
+    async def _release_keys(self, conn: DictConnection, held: Sequence[tuple[bytes, int]]) -> None:
+        """Give back the unique keys ``(key, job id)`` these jobs hold."""
+        if held:
+            await self._exec(
+                conn, "unique_release", keys=[k for k, _ in held], ids=[i for _, i in held]
+            )
 
     def _shard_count(self, queue: str) -> int:
         return self._shards.get(queue, 1)

@@ -306,13 +306,7 @@ class RingOps(QueueStorageBase):
                     release.append((h["unique_key"], h["id"]))
             entry = stats.setdefault(queue, [0, 0, 0])
             entry[(JobState.Completed, JobState.Cancelled, JobState.Failed).index(job_state)] += 1
-        if release:
-            await self._exec(
-                conn,
-                "unique_release",
-                keys=[k for k, _ in release],
-                ids=[i for _, i in release],
-            )
+        await self._release_keys(conn, release)
         for queue, (done, cancelled, failed) in sorted(stats.items()):
             await conn.execute(
                 f"INSERT INTO {s}.queue_prune_stats AS p (queue, pruned_completed, "

@@ -31,6 +31,9 @@ _RESUBSCRIBE_MAX = 30.0
 # same for one job as for a batch, so a loop holding only a few permits lets more come back
 # for this long before it claims (once per claim; never while the queue is idle).
 _GATHER_SECONDS = 0.001
+# After a claim that came back short but not empty: how soon to look again when neither a
+# notification nor a returning permit wakes the loop first.
+_RECHECK = 0.02
 
 
 class QueueDispatcher:
@@ -239,7 +242,12 @@ class QueueDispatcher:
             self._short_claims += 1
             if self._short_claims >= self._stripes:
                 self._short_claims = 0
-                await waker.wait(self._poll_interval)
+                # An empty claim means the queue had nothing for this loop. One that found
+                # some jobs but fewer than it asked for may have skipped lanes another
+                # worker was claiming from: look again soon, not after a whole poll.
+                await waker.wait(
+                    self._poll_interval if not claims else min(self._poll_interval, _RECHECK)
+                )
         else:
             self._short_claims = 0
 

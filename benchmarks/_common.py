@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import psycopg
@@ -59,6 +59,24 @@ def maybe_profile(kind: str) -> Iterator[None]:
     finally:
         profiler.stop()
         print(profiler.output_text(unicode=False, color=False, show_all=False))
+
+
+def percentile(values: Iterable[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values`` by rank; NaN when there are none."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def by_second(seqs: Iterable[int], rate: float) -> dict[int, int]:
+    """How many of the jobs numbered ``seqs`` (offered at ``rate`` per second from 0)
+    fall in each second of the load, in order of the second."""
+    counts: dict[int, int] = {}
+    for seq in seqs:
+        second = int(seq // rate)
+        counts[second] = counts.get(second, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def report(label: str, ops: int, started: float, **extra: Any) -> float:

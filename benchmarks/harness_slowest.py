@@ -15,9 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-
-def _pct(ordered: list[float], q: float) -> float:
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+from benchmarks._common import by_second, percentile
 
 
 def summarize(folder: Path, system: str, rate: int) -> str | None:
@@ -34,16 +32,14 @@ def summarize(folder: Path, system: str, rate: int) -> str | None:
     ]
     if not rows:
         return None
-    pickups = sorted(ms for _, ms in rows)
-    steady = sorted(ms for seq, ms in rows if seq >= 2 * rate)
+    pickups = [ms for _, ms in rows]
+    steady = [ms for seq, ms in rows if seq >= 2 * rate]
     worst = sorted(rows, key=lambda r: -r[1])[: max(1, len(rows) // 100)]
-    by_second: dict[int, int] = {}
-    for seq, _ in worst:
-        by_second[seq // rate] = by_second.get(seq // rate, 0) + 1
     return (
-        f"{system}: {len(rows)} jobs, pickup p50 {_pct(pickups, 0.5):.2f} ms, "
-        f"p99 {_pct(pickups, 0.99):.2f} ms, p99 after the first 2 s {_pct(steady, 0.99):.2f} ms; "
-        f"slowest {len(worst)} by second of load: {dict(sorted(by_second.items()))}"
+        f"{system}: {len(rows)} jobs, pickup p50 {percentile(pickups, 0.5):.2f} ms, "
+        f"p99 {percentile(pickups, 0.99):.2f} ms, "
+        f"p99 after the first 2 s {percentile(steady, 0.99):.2f} ms; "
+        f"slowest {len(worst)} by second of load: {by_second((s for s, _ in worst), rate)}"
     )
 
 

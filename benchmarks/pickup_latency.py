@@ -34,7 +34,8 @@ from typing import Any
 import awa
 from awa.adapters._pg import notifier as pg_notifier
 from awa.adapters.postgres_queue_storage import engine as qs_core
-from benchmarks._common import drop_database, fresh_database, parser
+from benchmarks._common import by_second, drop_database, fresh_database, parser
+from benchmarks._common import percentile as _pct
 from benchmarks.drain import QUEUE, BenchNoop, enqueue_backlog
 
 
@@ -69,13 +70,6 @@ def _produce(url: str, rate: float, seconds: float, inflight: int, out: Any) -> 
         return recs
 
     out.send(asyncio.run(main()))
-
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def run(url: str, rate: float, seconds: float, inflight: int, slowest: int) -> None:
@@ -251,11 +245,7 @@ async def run(url: str, rate: float, seconds: float, inflight: int, slowest: int
         f"slowest 1% ({len(worst)} jobs, from {worst[-1]['pickup']:.2f} ms)"
         f" by what overlapped: {causes}"
     )
-    by_second: dict[int, int] = {}
-    for r in worst:
-        second = int(r["seq"] // rate)
-        by_second[second] = by_second.get(second, 0) + 1
-    print(f"slowest 1% by second of load: {dict(sorted(by_second.items()))}")
+    print(f"slowest 1% by second of load: {by_second((r['seq'] for r in worst), rate)}")
     print(f"slowest {slowest}:")
     for r in sorted(rows, key=lambda r: -r["pickup"])[:slowest]:
         tc = r["t_commit"]

@@ -31,8 +31,8 @@ _RESUBSCRIBE_MAX = 30.0
 # same for one job as for a batch, so a loop holding only a few permits lets more come back
 # for this long before it claims (once per claim; never while the queue is idle).
 _GATHER_SECONDS = 0.001
-# After a claim that came back short but not empty: how soon to look again when neither a
-# notification nor a returning permit wakes the loop first.
+# After a claim that came back short but not empty: how soon to look again when no
+# notification wakes the loop first (returning permits wake only a loop without any).
 _RECHECK = 0.02
 
 

@@ -18,6 +18,7 @@ from awa.domain.job import JobSpec
 from awa.domain.policies import Backoff
 from awa.domain.states import JobState
 from awa.ports.storage import Ack
+from tests.support.queue_storage import completion_plans
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -44,15 +45,10 @@ async def test_completion_uses_its_generic_plan_and_leaves_the_session_as_it_was
     for _ in range(12):
         [claim] = await engine.claim(QUEUE, limit=1)
         assert await engine.complete([claim.lease]) == [Ack.APPLIED]
+    assert await completion_plans(engine) == {"generic_plans": 12, "custom_plans": 0}
     [conn] = engine._kept["complete"].idle
-    cur = await conn.execute(
-        "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE %s",
-        ["%Completion of attempts whose receipt%"],
-    )
-    [plans] = await cur.fetchall()
     cur = await conn.execute("SELECT current_setting('plan_cache_mode') AS mode")
     [setting] = await cur.fetchall()
-    assert plans == {"generic_plans": 12, "custom_plans": 0}
     assert setting["mode"] == "auto"
     counts = {c.queue: c for c in await engine.queue_counts()}
     assert counts[QUEUE].count(JobState.Completed) == 12

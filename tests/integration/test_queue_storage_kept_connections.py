@@ -15,7 +15,7 @@ from awa.adapters.postgres_queue_storage._base import KEPT_CONNECTIONS
 from awa.domain.errors import DatabaseError
 from awa.domain.job import JobSpec
 from awa.ports.storage import Ack
-from tests.support.queue_storage import installed_engine
+from tests.support.queue_storage import completion_plans, installed_engine
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -108,12 +108,7 @@ async def test_warm_up_opens_and_prepares_the_kept_connections(
 ) -> None:
     await engine.warm_up([QUEUE])
     assert engine._kept["claim"].open == 1 and engine._kept["complete"].open == 1
-    [conn] = engine._kept["complete"].idle
-    cur = await conn.execute(
-        "SELECT generic_plans FROM pg_prepared_statements WHERE statement LIKE %s",
-        ["%Completion of attempts whose receipt%"],
-    )
-    assert await cur.fetchall() == [{"generic_plans": 1}]
+    assert await completion_plans(engine) == {"generic_plans": 1, "custom_plans": 0}
     # Nothing was claimed or written: the queue is as it was.
     await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
     [claim] = await engine.claim(QUEUE, limit=1)

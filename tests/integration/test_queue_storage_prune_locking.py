@@ -187,12 +187,32 @@ def _partition_shape(database_url: str, slot: int) -> dict[str, tuple[int, str, 
     return shape
 
 
-async def test_prune_replaces_the_slot_partitions_with_empty_ones(
+def _relations(database_url: str, names: str = "%") -> dict[str, tuple[int, int, bool]]:
+    """Relations of the schema named like ``names`` (tables, indexes, sequences, views):
+    oid, rows (of a plain table, else 0), and whether it is a partition."""
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            "SELECT c.relname, c.oid::bigint, c.relispartition, c.relkind = 'r' FROM pg_class c "
+            "WHERE c.relnamespace = %s::regnamespace AND c.relname LIKE %s",
+            (SCHEMA, names),
+        ).fetchall()
+        found = {}
+        for name, oid, partition, table in rows:
+            count = (
+                conn.execute(f"SELECT count(*) FROM {SCHEMA}.{name}").fetchone() if table else (0,)
+            )
+            assert count is not None
+            found[str(name)] = (int(oid), int(count[0]), bool(partition))
+    return found
+
+
+async def test_prune_swaps_the_slot_partitions_with_their_empty_stand_ins(
     engine: QueueStorageEngine, database_url: str
 ) -> None:
-    """The slot's partitions that hold rows are swapped for empty ones built
-    beforehand: same names, same bound, every index of the ring table attached; the old
-    ones are dropped. Partitions that were already empty are left as they are."""
+    """The slot's partitions that hold rows change places with empty stand-ins: same
+    names, same bound, every index of the ring table attached. The partition taken out
+    becomes the stand-in and is emptied on the next turn. Partitions that were already
+    empty are left as they are."""
     await _completed_job_in_next_slot(engine)
     before = _partition_shape(database_url, 0)
     assert await engine.prune_oldest() == "pruned"
@@ -208,13 +228,14 @@ async def test_prune_replaces_the_slot_partitions_with_empty_ones(
             == ("FOR VALUES IN (0)", new_indexes)
         )
         assert old_indexes > 0
-    with psycopg.connect(database_url) as conn:
-        leftovers = conn.execute(
-            "SELECT count(*) FROM pg_class WHERE oid = ANY(%s::oid[])",
-            ([before[t][0] for t in swapped],),
-        ).fetchone()
-    assert leftovers == (0,)
     assert _slot_rows(database_url, 0) == 0
+    spares = _relations(database_url, "%%\\_0\\_spare")
+    for table in swapped:
+        oid, rows, partition = spares[f"{table}_0_spare"]
+        assert (oid, partition) == (before[table][0], False)
+        assert rows > 0  # the pruned rows, until the next turn
+    assert await engine.prune_oldest() == "idle"
+    assert all(rows == 0 for _, rows, _ in _relations(database_url, "%%\\_spare").values())
     # The swapped-in slot takes rows again once the ring comes round to it.
     await engine.enqueue_many([JobSpec(kind="filler", queue="other")])
     assert await engine.rotate_queue_ring() == "rotated"
@@ -222,6 +243,30 @@ async def test_prune_replaces_the_slot_partitions_with_empty_ones(
     (claim,) = await engine.claim(QUEUE, limit=1)
     assert claim.job.id == job.id
     assert await engine.complete([claim.lease]) == [Ack.APPLIED]
+
+
+async def test_laps_of_the_ring_create_no_relations(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    """Once every slot has been pruned, further laps only move the same relations
+    around: no table, index or type is created or dropped every second."""
+
+    async def lap() -> None:
+        for _ in range(4):  # the test ring's slots
+            await engine.enqueue_many([JobSpec(kind="lap", queue=QUEUE)])
+            (claim,) = await engine.claim(QUEUE, limit=1)
+            assert await engine.complete([claim.lease]) == [Ack.APPLIED]
+            assert await engine.prune_oldest() in ("pruned", "idle")
+            assert await engine.rotate_queue_ring() == "rotated"
+
+    await lap()
+    await lap()
+    first = {name: oid for name, (oid, _, _) in _relations(database_url).items()}
+    await lap()
+    await lap()
+    again = {name: oid for name, (oid, _, _) in _relations(database_url).items()}
+    assert set(again.values()) == set(first.values())
+    assert sum(name.endswith("_spare") for name in again) == len(ring_module.RING_TABLES) * 4
 
 
 async def test_upgrading_the_ring_drops_prebuilt_spares(

@@ -58,6 +58,7 @@ class RingOps(QueueStorageBase):
     #: the schema and ownership of the ring tables); prune then truncates instead, as
     #: before, and holds its lock longer.
     _swap_denied = False
+    _unclean: set[str] | None = None
 
     def _child(self, table: str, slot: int) -> str:
         return f'{self._qschema_name}."{table}_{slot}"'
@@ -120,6 +121,7 @@ class RingOps(QueueStorageBase):
         """
         try:
             async with translated_errors():
+                await self._clear_spares(RING_TABLES)
                 target = await self._prune_target()
                 if target is not None:
                     await self._prepare_spares(target)
@@ -148,15 +150,57 @@ class RingOps(QueueStorageBase):
 
     async def _prepare_spares(self, slot: int, tables: tuple[str, ...] = RING_TABLES) -> None:
         """Empty stand-ins for the slot's partitions, indexes and storage options
-        included, built ahead of the swap in their own transaction: building an index (even
+        included, ready ahead of the swap in their own transaction: building an index (even
         an empty one) syncs its file, which is why a TRUNCATE of the ring's tables took
-        50-150 ms under its lock."""
+        50-150 ms under its lock. A stand-in is the partition an earlier swap took out
+        (emptied by :meth:`_clear_spares`), so the ring's relations are created once and
+        then only change places: no catalog rows for new tables, columns and types every
+        second, and every backend's catalog caches stay warm."""
         if self._swap_denied:
             return
         try:
             await self._build_spares(slot, tables)
         except pg_errors.InsufficientPrivilege:
             self._refuse_swap()
+
+    async def _clear_spares(self, tables: tuple[str, ...]) -> None:
+        """Empty the stand-ins of ``tables`` that still hold the rows of a slot swapped
+        out earlier. Each is truncated on its own, without waiting for its lock: a backend
+        revalidating a plan made before the swap may hold it for a moment, and the next
+        turn tries again (the swap refuses a stand-in that is not empty)."""
+        unclean = self._unclean_spares()
+        if self._swap_denied or not unclean.intersection(tables):
+            return
+        emptied = True
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                b"SELECT format('%%s.%%I', %(s)s::text, c.relname) AS spare "
+                b"FROM pg_class c "
+                b"WHERE c.relnamespace = to_regnamespace(%(s)s) AND c.relkind = 'r' "
+                b"  AND c.relname ~ ('^(' || array_to_string(%(tables)s::text[], '|') "
+                b"      || ')_[0-9]+_spare$') "
+                b"  AND pg_relation_size(c.oid) > 0",
+                {"tables": list(tables), "s": self._qschema_name},
+            )
+            for row in await cur.fetchall():
+                try:
+                    async with conn.transaction():
+                        await conn.execute(
+                            f"LOCK TABLE {row['spare']} IN ACCESS EXCLUSIVE MODE NOWAIT; "
+                            f"TRUNCATE {row['spare']}".encode()
+                        )
+                except pg_errors.LockNotAvailable:
+                    emptied = False
+        if emptied:
+            unclean.difference_update(tables)
+
+    def _unclean_spares(self) -> set[str]:
+        """Ring tables whose stand-ins may hold rows: all of them until this process has
+        emptied them once (an earlier leader may have left some), then the ones it swapped
+        out since."""
+        if self._unclean is None:
+            self._unclean = {*RING_TABLES, "leases"}
+        return self._unclean
 
     def _refuse_swap(self) -> None:
         if not self._swap_denied:
@@ -188,8 +232,9 @@ class RingOps(QueueStorageBase):
                 )
 
     def _swap_steps(self, slot: int, tables: tuple[str, ...]) -> list[str]:
-        """Replace the slot's partitions by their empty stand-ins. Only catalog work: the
-        old partitions' files go at commit, nothing is built or synced."""
+        """Swap the slot's partitions with their empty stand-ins: the partition goes out
+        under the stand-in's name and is emptied later (:meth:`_clear_spares`). Only
+        catalog work: nothing is built, synced or dropped under the lock."""
         s = self._qschema_name
         if self._swap_denied:
             return [f"TRUNCATE {', '.join(self._child(t, slot) for t in tables)}"] if tables else []
@@ -198,8 +243,9 @@ class RingOps(QueueStorageBase):
             child = self._child(table, slot)
             steps += [
                 f"ALTER TABLE {s}.{table} DETACH PARTITION {child}",
-                f"DROP TABLE {child}",
+                f'ALTER TABLE {child} RENAME TO "{table}_{slot}_out"',
                 f'ALTER TABLE {self._spare(table, slot)} RENAME TO "{table}_{slot}"',
+                f'ALTER TABLE {s}."{table}_{slot}_out" RENAME TO "{table}_{slot}_spare"',
                 f"ALTER TABLE {s}.{table} ATTACH PARTITION {child} FOR VALUES IN ({slot})",
             ]
         return steps
@@ -220,6 +266,10 @@ class RingOps(QueueStorageBase):
         swapped = tables if swap is None else swap
         parents = [] if self._swap_denied else [f"{self._qschema_name}.{t}" for t in swapped]
         locked = ", ".join(parents + [self._child(t, slot) for t in tables])
+        if parents:
+            # a stand-in that could not be emptied yet is never swapped in
+            spares = " OR ".join(f"EXISTS (SELECT 1 FROM {self._spare(t, slot)})" for t in swapped)
+            unless = f"({unless}) OR {spares}"
         check = (
             f"DO $prune$ BEGIN IF {unless} THEN RAISE EXCEPTION 'slot {slot} is in use' "
             "USING ERRCODE = '55000'; END IF; END $prune$"
@@ -228,6 +278,7 @@ class RingOps(QueueStorageBase):
             await self._lock_briefly(
                 conn, locked, "; ".join([check, *self._swap_steps(slot, swapped)])
             )
+            self._unclean_spares().update(swapped)
         except pg_errors.InsufficientPrivilege as exc:
             self._refuse_swap()
             raise _Blocked() from exc
@@ -507,8 +558,9 @@ class RingOps(QueueStorageBase):
                 count = int(state["lease_slot_count"])
                 dirty = await self._dirty_lease_slots(conn, count)
                 target = (int(state["current_lease_slot"]) + 1) % count
-            if target in dirty:
-                async with translated_errors():
+            async with translated_errors():
+                await self._clear_spares(("leases",))
+                if target in dirty:
                     await self._prepare_spares(target, ("leases",))
             async with translated_errors(), self._tx() as conn:
                 return await self._prune_leases(conn)

@@ -1,18 +1,22 @@
 """Time one queue-ring prune of a slot holding ``--jobs`` completed jobs, step by step.
 
-Installs queue storage into a scratch schema with a four-slot ring, fills slot 0 with
-completed jobs, turns the ring until slot 0 is next, then prunes it once and prints how
-long each step took (stand-in partitions, live check, reading the slot's jobs, counters,
-lock and swap). At 1,000 jobs/s every slot holds about 1,000 jobs; the maintenance
-leader prunes one slot per second, so the prune must stay well below that.
+Installs queue storage into a scratch schema with a ring of ``--slots`` slots, fills
+every slot with ``--jobs`` completed jobs, then turns the ring ``--turns`` times as the
+maintenance leader does (prune the slot the ring enters next, fill the current slot
+again, rotate) and prints the median time of each prune step (emptying the stand-ins
+swapped out by the previous turn, building missing ones, live check, reading the slot's
+jobs, counters, lock and swap). At 1,000 jobs/s every slot holds about 1,000 jobs; the
+leader prunes one slot per second, so the prune must stay well below that, and every
+millisecond of it competes with the claims for the CPU.
 
-    .venv/bin/python -m benchmarks.prune_slot --jobs 5000
+    .venv/bin/python -m benchmarks.prune_slot --jobs 200 --slots 16
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import statistics
 import time
 from typing import Any
 
@@ -31,6 +35,7 @@ from benchmarks._common import drop_database, fresh_database, maybe_profile, par
 SCHEMA = "bench_prune"
 STEPS: dict[type, tuple[str, ...]] = {
     ring.RingOps: (
+        "_clear_spares",
         "_build_spares",
         "_slot_row_counts",
         "_slot_is_live",
@@ -61,11 +66,11 @@ def _time_steps() -> dict[str, list[float]]:
     return timings
 
 
-async def run(url: str, jobs: int, profile: str) -> None:
+async def run(url: str, jobs: int, slots: int, turns: int, profile: str) -> None:
     client = awa.AsyncClient(url)
     await client.migrate()
     await client.close()
-    await install_queue_storage(url, SCHEMA, queue_slot_count=4, lease_slot_count=4)
+    await install_queue_storage(url, SCHEMA, queue_slot_count=slots, lease_slot_count=4)
     engine = await QueueStorageEngine.open(
         url, clock=SystemClock(), backoff=Backoff(), schema=SCHEMA
     )
@@ -81,31 +86,42 @@ async def run(url: str, jobs: int, profile: str) -> None:
                 await engine.complete([c.lease for c in claims])
                 left -= len(claims)
 
-        await settle(jobs)
-        for _ in range(3):
+        for _ in range(slots - 1):
+            await settle(jobs)
             assert await engine.rotate() == "rotated"
-            await settle(1)
+        await settle(jobs)
         timings = _time_steps()
+        elapsed = []
+        outcomes: collections.Counter[str] = collections.Counter()
         with maybe_profile(profile):
-            started = time.perf_counter()
-            outcome = await engine.prune()
-            elapsed = (time.perf_counter() - started) * 1000
-        print(f"prune of a slot with {jobs} completed jobs: {outcome} in {elapsed:.1f} ms")
+            for _ in range(turns):
+                started = time.perf_counter()
+                outcomes[await engine.prune()] += 1
+                elapsed.append((time.perf_counter() - started) * 1000)
+                assert await engine.rotate() == "rotated"
+                await settle(jobs)
+        print(
+            f"{turns} prunes of a slot with {jobs} completed jobs in a ring of {slots}: "
+            f"{dict(outcomes)}, median {statistics.median(elapsed):.1f} ms, "
+            f"max {max(elapsed):.1f} ms"
+        )
         for name, values in timings.items():
-            if name != "_flush" or values:
-                print(f"  {name:22} {sum(values):7.1f} ms")
+            if values:
+                print(f"  {name:22} median {statistics.median(values):7.1f} ms")
     finally:
         await engine.close()
 
 
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument("--jobs", type=int, default=1000)
+    p.add_argument("--jobs", type=int, default=1000, help="completed jobs per slot")
+    p.add_argument("--slots", type=int, default=16, help="queue ring slots")
+    p.add_argument("--turns", type=int, default=20, help="prunes measured")
     a = p.parse_args()
     name = a.db or "awa_bench_prune"
     url = fresh_database(a.admin_url, name)
     try:
-        asyncio.run(run(url, a.jobs, a.profile))
+        asyncio.run(run(url, a.jobs, a.slots, a.turns, a.profile))
     finally:
         drop_database(a.admin_url, name)
 

@@ -4,6 +4,7 @@ behind its lock request, and stays exact when jobs of the slot change while it w
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import anyio
 import psycopg
@@ -310,3 +311,40 @@ async def test_where_partitions_may_not_be_swapped_prune_truncates(
     assert _partition_shape(database_url, 0) == before  # truncated in place
     assert _slot_rows(database_url, 0) == 0
     assert await engine.get_job(job.id) is None
+
+
+async def test_prune_resolves_the_slot_jobs_exactly_as_the_jobs_view(
+    engine: QueueStorageEngine,
+) -> None:
+    """Prune resolves the jobs of its slot from the slot's own partitions, and only jobs
+    with a fact elsewhere (an operator's retry, a deletion marker, a deferred retry,
+    the DLQ) through jobs_resolved: the result is the view's, for every kind of history."""
+    specs = [JobSpec(kind=f"k{i}", queue=QUEUE, max_attempts=5) for i in range(10)]
+    jobs = await engine.enqueue_many(specs)
+    claims = {c.job.id: c for c in await engine.claim(QUEUE, limit=10)}
+    leases = [claims[job.id].lease for job in jobs]
+    assert await engine.complete(leases[0:4]) == [Ack.APPLIED] * 4
+    assert await engine.fail(leases[4], error="boom") == Ack.APPLIED
+    assert await engine.fail(leases[5], error="boom") == Ack.APPLIED
+    assert await engine.fail(leases[6], error="boom") == Ack.APPLIED
+    assert await engine.retry(leases[7], error="again", delay=timedelta(hours=1)) == Ack.APPLIED
+    assert await engine.snooze(leases[8], delay=timedelta(hours=1)) == Ack.APPLIED
+    assert await engine.cancel_attempt(leases[9], reason="stop") == Ack.APPLIED
+    (waiting,) = await engine.enqueue_many([JobSpec(kind="cancelled", queue=QUEUE)])
+    assert await engine.cancel_job(waiting.id) is not None
+    assert await engine.rotate_queue_ring() == "rotated"
+    # Facts outside slot 0, written after it was sealed.
+    assert await engine.retry_job(jobs[1].id) is not None
+    assert await engine.delete_jobs([jobs[2].id]) == 1
+    assert await engine.retry_job(jobs[5].id) is not None
+    assert await engine.move_failed_to_dlq(jobs[6].id, reason="dead") is not None
+
+    async with engine._tx() as conn:
+        lean = await engine._head_states_in_slot(conn, 0)
+        cur = await conn.execute(engine._heads_sql(ring_module._HEAD_STATE_COLUMNS), {"slot": 0})
+        viewed = list(await cur.fetchall())
+    assert lean == viewed
+    states = {row["id"]: row["state"] for row in lean}
+    assert states[jobs[0].id] == states[jobs[3].id] == "completed"
+    assert states[jobs[4].id] == "failed"
+    assert jobs[1].id not in states and jobs[2].id not in states and jobs[5].id not in states

@@ -169,8 +169,8 @@ class RingOps(QueueStorageBase):
 
     async def _clear_spares(self, tables: tuple[str, ...]) -> None:
         """Empty the stand-ins of ``tables`` that still hold the rows of a slot swapped
-        out earlier. Each is truncated on its own, without waiting for its lock: a backend
-        revalidating a plan made before the swap may hold it for a moment, and the next
+        out earlier, in one transaction, without waiting for their locks: a backend
+        revalidating a plan made before the swap may hold one for a moment, and the next
         turn tries again (the swap refuses a stand-in that is not empty)."""
         unclean = self._unclean_spares()
         if self._swap_denied or not unclean.intersection(tables):
@@ -186,12 +186,13 @@ class RingOps(QueueStorageBase):
                 b"  AND pg_relation_size(c.oid) > 0",
                 {"tables": list(tables), "s": self._qschema_name},
             )
-            for row in await cur.fetchall():
+            spares = ", ".join(row["spare"] for row in await cur.fetchall())
+            if spares:
                 try:
                     async with conn.transaction():
                         await conn.execute(
-                            f"LOCK TABLE {row['spare']} IN ACCESS EXCLUSIVE MODE NOWAIT; "
-                            f"TRUNCATE {row['spare']}".encode()
+                            f"LOCK TABLE {spares} IN ACCESS EXCLUSIVE MODE NOWAIT; "
+                            f"TRUNCATE {spares}".encode()
                         )
                 except pg_errors.LockNotAvailable:
                     emptied = False

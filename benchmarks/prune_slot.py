@@ -91,20 +91,20 @@ async def run(url: str, jobs: int, slots: int, turns: int, profile: str) -> None
             assert await engine.rotate() == "rotated"
         await settle(jobs)
         timings = _time_steps()
-        elapsed = []
-        outcomes: collections.Counter[str] = collections.Counter()
+        elapsed: dict[str, list[float]] = collections.defaultdict(list)
         with maybe_profile(profile):
             for _ in range(turns):
                 started = time.perf_counter()
-                outcomes[await engine.prune()] += 1
-                elapsed.append((time.perf_counter() - started) * 1000)
+                outcome = await engine.prune()
+                elapsed[outcome].append((time.perf_counter() - started) * 1000)
                 assert await engine.rotate() == "rotated"
                 await settle(jobs)
-        print(
-            f"{turns} prunes of a slot with {jobs} completed jobs in a ring of {slots}: "
-            f"{dict(outcomes)}, median {statistics.median(elapsed):.1f} ms, "
-            f"max {max(elapsed):.1f} ms"
-        )
+        print(f"{turns} turns of a ring of {slots} slots holding {jobs} completed jobs each:")
+        for outcome, values in sorted(elapsed.items()):
+            print(
+                f"  prune {outcome}: {len(values)}, median {statistics.median(values):.1f} ms,"
+                f" max {max(values):.1f} ms"
+            )
         for name, values in timings.items():
             if values:
                 print(f"  {name:22} median {statistics.median(values):7.1f} ms")

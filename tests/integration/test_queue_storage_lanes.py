@@ -410,3 +410,56 @@ async def test_routed_single_inserts_racing_claimers_lose_nothing_and_keep_lanes
     counts = next(c for c in await engine.queue_counts() if c.queue == QUEUE)
     assert counts.count(JobState.Available) == 0
     assert counts.completed_last_hour == len(inserted)
+
+
+async def test_concurrent_single_inserts_commit_together(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    """Group commit for concurrent producers: single inserts that arrive while another
+    enqueue is in flight are written by one statement in one transaction (one WAL flush
+    for all of them); each caller gets back its own job."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        assert await transition.auto_finalize_if_fresh(conn)
+    await engine.enqueue_many_routed([JobSpec(kind="warm", queue=QUEUE)])
+    records = await asyncio.gather(
+        *(
+            engine.enqueue_many_routed([JobSpec(kind=f"c{n}", queue=QUEUE, args={"n": n})])
+            for n in range(8)
+        )
+    )
+    rows = await _sql(
+        database_url,
+        "SELECT job_id, kind, xmin::text AS tx FROM awa.ready_entries "
+        "WHERE queue = %s AND kind <> 'warm'",
+        QUEUE,
+    )
+    assert {r["job_id"]: r["kind"] for r in rows} == {
+        job.id: f"c{n}" for n, (job,) in enumerate(records)
+    }
+    assert [job.args for (job,) in records] == [{"n": n} for n in range(8)]
+    assert len({r["tx"] for r in rows}) <= 2  # the first on its own, the others together
+    claimed = await engine.claim(QUEUE, limit=20)
+    assert sorted(c.job.kind for c in claimed) == sorted(["warm", *(f"c{n}" for n in range(8))])
+
+
+async def test_an_insert_batch_that_fails_fails_every_insert_in_it(
+    engine: QueueStorageEngine, database_url: str, clock: ManualClock
+) -> None:
+    """The inserts written together share their fate: when the route changed, every
+    caller gets RouteChanged and none of their jobs is written."""
+    elsewhere = await QueueStorageEngine.open(
+        database_url, clock=clock, backoff=CONTRACT_BACKOFF, schema="elsewhere"
+    )
+    try:
+        results = await asyncio.gather(
+            *(
+                elsewhere.enqueue_many_routed([JobSpec(kind=f"lost{n}", queue=QUEUE)])
+                for n in range(6)
+            ),
+            return_exceptions=True,
+        )
+        assert elsewhere._batch == []
+    finally:
+        await elsewhere.close()
+    assert all(isinstance(result, RouteChanged) for result in results), results
+    assert await _sql(database_url, "SELECT 1 FROM elsewhere.ready_entries") == []

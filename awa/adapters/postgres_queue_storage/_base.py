@@ -27,7 +27,7 @@ from awa.adapters._pg.rows import job_from_row
 from awa.adapters._pg.sql import load_queries
 from awa.domain.channels import queue_channel
 from awa.domain.errors import DatabaseError, UniqueConflict
-from awa.domain.job import JobRecord
+from awa.domain.job import JobRecord, JobSpec
 from awa.domain.policies import Backoff
 from awa.domain.routing import shard_for_key
 from awa.domain.states import (
@@ -294,6 +294,10 @@ class QueueStorageBase:
         self._wake_pending: set[str] = set()
         self._in_flight = 0
         self._wake_task: asyncio.Task[None] | None = None
+        # Single inserts that arrived while another enqueue was in flight, waiting to be
+        # written together (core.py, _join_batch).
+        self._batch: list[tuple[JobSpec, asyncio.Future[JobRecord]]] = []
+        self._batch_task: asyncio.Task[None] | None = None
         # Connections kept for the hot statements, by purpose (claim, completion).
         self._kept: dict[str, _Kept] = {}
 

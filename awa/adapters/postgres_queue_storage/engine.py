@@ -94,6 +94,7 @@ class QueueStorageEngine(CoreOps, AdminOps, RingOps):
 
     async def close(self) -> None:
         if not self._closed:
+            await self._drain_batches()
             await self._drain_wakes()
             self._closed = True
             await self._close_kept()

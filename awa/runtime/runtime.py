@@ -306,10 +306,13 @@ class Runtime:
         execute = self._executor.execute
         slot = _Slot()
         current: AttemptContext | None = context
+        # anyio.Event() looks the event loop's backend up on every call; the backend's
+        # own class is built directly.
+        event_type = type(slot.ready)
         while current is not None:
             await execute(current)
             slot.context = None
-            slot.ready = anyio.Event()
+            slot.ready = event_type()
             self._idle_slots.append(slot)
             await slot.ready.wait()
             current = slot.context

@@ -463,3 +463,24 @@ async def test_an_insert_batch_that_fails_fails_every_insert_in_it(
         await elsewhere.close()
     assert all(isinstance(result, RouteChanged) for result in results), results
     assert await _sql(database_url, "SELECT 1 FROM elsewhere.ready_entries") == []
+
+
+async def test_an_insert_cancelled_before_its_batch_went_out_is_not_written(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        assert await transition.auto_finalize_if_fresh(conn)
+    tasks = [
+        asyncio.create_task(engine.enqueue_many_routed([JobSpec(kind=kind, queue=QUEUE)]))
+        for kind in ("direct", "batched", "given-up")
+    ]
+    await asyncio.sleep(0)  # the first is in flight, the other two wait for the batch
+    assert [spec.kind for spec, _ in engine._batch] == ["batched", "given-up"]
+    tasks[2].cancel()
+    (direct,), (batched,) = await asyncio.gather(*tasks[:2])
+    with pytest.raises(asyncio.CancelledError):
+        await tasks[2]
+    rows = await _sql(
+        database_url, "SELECT job_id, kind FROM awa.ready_entries WHERE queue = %s", QUEUE
+    )
+    assert {r["kind"]: r["job_id"] for r in rows} == {"direct": direct.id, "batched": batched.id}

@@ -336,15 +336,21 @@ class CoreOps(QueueStorageBase):
     async def _send_batches(self) -> None:
         while self._batch:
             taken, self._batch = self._batch[:_BATCH_LIMIT], self._batch[_BATCH_LIMIT:]
+            # A caller cancelled before its batch went out gave up on its job: not written.
+            taken = [(spec, future) for spec, future in taken if not future.done()]
+            if not taken:
+                continue
             try:
                 records = await self._enqueue_routed([spec for spec, _ in taken])
-            except BaseException as exc:
+            except Exception as exc:
                 for _, future in taken:
                     if not future.done():
                         future.set_exception(exc)
-                if not isinstance(exc, Exception):
-                    raise
                 continue
+            except BaseException:
+                for _, future in taken:
+                    future.cancel()
+                raise
             for (_, future), record in zip(taken, records, strict=True):
                 if not future.done():
                     future.set_result(record)

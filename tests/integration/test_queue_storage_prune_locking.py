@@ -348,3 +348,21 @@ async def test_prune_resolves_the_slot_jobs_exactly_as_the_jobs_view(
     assert states[jobs[0].id] == states[jobs[3].id] == "completed"
     assert states[jobs[4].id] == "failed"
     assert jobs[1].id not in states and jobs[2].id not in states and jobs[5].id not in states
+
+
+async def test_a_stand_in_left_with_rows_is_emptied_and_prune_goes_on(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    """A stand-in that still holds rows this leader does not know of (another leader
+    swapped it out and lost the lead before emptying it) is never swapped in; the refused
+    swap makes the next turn empty it, and prune goes on."""
+    job = await _completed_job_in_next_slot(engine)
+    await engine._prepare_spares(0)
+    await engine._clear_spares(ring_module.RING_TABLES)  # nothing to empty: all clean
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f"INSERT INTO {SCHEMA}.closures_0_spare SELECT * FROM {SCHEMA}.closures_0")
+    assert await engine.prune_oldest() == "blocked"
+    assert await engine.get_job(job.id) is not None
+    assert await engine.prune_oldest() == "pruned"
+    assert await engine.get_job(job.id) is None
+    assert _slot_rows(database_url, 0) == 0

@@ -201,8 +201,8 @@ class RingOps(QueueStorageBase):
 
     def _unclean_spares(self) -> set[str]:
         """Ring tables whose stand-ins may hold rows: all of them until this process has
-        emptied them once (an earlier leader may have left some), then the ones it swapped
-        out since."""
+        emptied them once (an earlier leader may have left some), then the ones it tried
+        to swap since."""
         if self._unclean is None:
             self._unclean = {*RING_TABLES, "leases"}
         return self._unclean
@@ -279,11 +279,14 @@ class RingOps(QueueStorageBase):
             f"DO $prune$ BEGIN IF {unless} THEN RAISE EXCEPTION 'slot {slot} is in use' "
             "USING ERRCODE = '55000'; END IF; END $prune$"
         )
+        # Looked at again on the next turn whatever happens: after a swap the stand-ins
+        # hold the rows taken out, and a swap refused for a stand-in that is not empty
+        # (another leader's, swapped out just before it lost the lead) needs one emptied.
+        self._unclean_spares().update(swapped)
         try:
             await self._lock_briefly(
                 conn, locked, "; ".join([check, *self._swap_steps(slot, swapped)])
             )
-            self._unclean_spares().update(swapped)
         except pg_errors.InsufficientPrivilege as exc:
             self._refuse_swap()
             raise _Blocked() from exc

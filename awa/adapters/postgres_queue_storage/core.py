@@ -163,6 +163,16 @@ def _job_fields(spec: JobSpec, unique_states: str, hint: int | None) -> dict[str
     }
 
 
+#: How often a claim from sorted windows is tried again when another transaction
+#: took one of its rows first (_Contested); after that it returns nothing this time.
+_CONTESTED_TRIES = 3
+
+
+class _Contested(Exception):
+    """claim_sorted took a row another transaction claimed or tombstoned first; the
+    transaction is rolled back."""
+
+
 #: Most single inserts written by one statement of a batch (_join_batch).
 _BATCH_LIMIT = 256
 
@@ -671,6 +681,23 @@ class CoreOps(QueueStorageBase):
             if not (rows and rows[0]["mixed"]):
                 return self._remember(queue, rows, deadline_at)
             self._sorting.add(queue)
+        for _ in range(_CONTESTED_TRIES):
+            try:
+                return await self._claim_sorted(queue, params, now, deadline_at)
+            except _Contested:
+                continue
+        return []
+
+    async def _claim_sorted(
+        self,
+        queue: str,
+        params: dict[str, Any],
+        now: datetime,
+        deadline_at: datetime | None,
+    ) -> list[Claim]:
+        """claim_sorted in a transaction with the cursor moves, unique keys and counters;
+        raises _Contested (nothing written) when a row it took from a sorted window was
+        claimed or tombstoned by a transaction that committed while it took its locks."""
         async with translated_errors(), self._tx(pipeline=True) as conn:
             rows = await self._exec(conn, "claim_sorted", **params)
             if rows and rows[0]["mixed"]:
@@ -683,6 +710,14 @@ class CoreOps(QueueStorageBase):
             # The claim moved the cursors of ordered lanes itself; sorted windows are
             # moved over their claimed prefix here.
             sorted_lanes = [r for r in taken if r["disordered"]]
+            if sorted_lanes and await self._exec(
+                conn,
+                "contested_claims",
+                slots=[r["slot"] for r in sorted_lanes],
+                facts=[r["ready_fact"] for r in sorted_lanes],
+                claims=[r["claim_id"] for r in sorted_lanes],
+            ):
+                raise _Contested()
             if sorted_lanes:
                 await self._exec(
                     conn,

@@ -800,6 +800,22 @@ SELECT r.*, m.mixed
 FROM mixed m LEFT JOIN claimed r ON true
 ORDER BY r.effective, r.run_at, r.job_id
 
+-- name: contested_claims
+-- Rows claim_sorted just claimed from sorted windows that another claimer claimed, or a
+-- cancel tombstoned, in between that statement's snapshot and its lock of the lane
+-- head: a sorted window does not move its cursor past what was taken, so the walk,
+-- reading under the older snapshot, could not see the other's rows. This statement
+-- runs after the lane locks are held, so its snapshot sees every such commit.
+SELECT i.claim_id
+FROM unnest(%(slots)s::int[], %(facts)s::bigint[], %(claims)s::bigint[])
+    AS i(slot, ready_fact, claim_id)
+WHERE EXISTS (SELECT 1 FROM {s}.claims c
+              WHERE c.slot = i.slot AND c.ready_fact = i.ready_fact
+                AND c.claim_id <> i.claim_id)
+   OR EXISTS (SELECT 1 FROM {s}.tombstones t
+              WHERE t.slot = i.slot AND t.ready_fact = i.ready_fact)
+LIMIT 1
+
 -- name: advance_cursors
 -- Move each touched lane's cursor over its now contiguous claimed / tombstoned prefix.
 -- Rows of transactions still in flight sit above the committed next_seq, so the cursor

@@ -934,8 +934,6 @@ class TransitionRoutingEngine:
             await asyncio.wait([refreshing])
         for engine in self._queue_storage.values():
             # Marks them closed without closing the shared pool twice.
-            await engine._drain_wakes()
-            engine._closed = True
-            await engine._close_kept()
+            await engine._retire()
         if self._owns_pool:
             await self._pool.close()

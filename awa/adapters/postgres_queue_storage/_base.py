@@ -240,6 +240,12 @@ class _Kept:
     open: int = 0
 
 
+async def settled(task: asyncio.Task[None] | None) -> None:
+    """Wait for ``task`` to end, if there is one still running (engine shutdown)."""
+    if task is not None and not task.done():
+        await asyncio.wait([task])
+
+
 class QueueStorageBase:
     """Connections, statements and the snapshot-writing helpers every operation uses."""
 
@@ -428,8 +434,7 @@ class QueueStorageBase:
     async def _drain_wakes(self) -> None:
         """Let a wake-up in flight finish (engine shutdown)."""
         task, self._wake_task = self._wake_task, None
-        if task is not None and not task.done():
-            await asyncio.wait([task])
+        await settled(task)
 
     # ---------------------------------------------------------------- reads
     async def _resolve(self, conn: DictConnection, ids: Iterable[int]) -> dict[int, Resolved]:

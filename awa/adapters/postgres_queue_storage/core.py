@@ -365,12 +365,6 @@ class CoreOps(QueueStorageBase):
                 if not future.done():
                     future.set_result(record)
 
-    async def _drain_batches(self) -> None:
-        """Let the inserts waiting for a batch be written (engine shutdown)."""
-        task = self._batch_task
-        if task is not None and not task.done():
-            await asyncio.wait([task])
-
     async def _enqueue_fast(
         self, specs: Sequence[JobSpec], *, route_check: bool = False
     ) -> list[JobRecord]:

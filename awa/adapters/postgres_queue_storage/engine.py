@@ -10,6 +10,7 @@ from awa.adapters._pg.migrations import migrate
 from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
 from awa.adapters._pg.pool import DictConnection, connect, open_pool
 from awa.adapters.clock import SystemClock
+from awa.adapters.postgres_queue_storage._base import settled
 from awa.adapters.postgres_queue_storage.admin import AdminOps
 from awa.adapters.postgres_queue_storage.core import CoreOps
 from awa.adapters.postgres_queue_storage.ring import RingOps
@@ -94,8 +95,14 @@ class QueueStorageEngine(CoreOps, AdminOps, RingOps):
 
     async def close(self) -> None:
         if not self._closed:
-            await self._drain_batches()
-            await self._drain_wakes()
-            self._closed = True
-            await self._close_kept()
+            await self._retire()
             await self._pool.close()
+
+    async def _retire(self) -> None:
+        """Let the work in flight finish (inserts waiting for their batch, wake-ups),
+        refuse new work and close the kept connections. The pool is left to its owner:
+        :meth:`close`, or the routing engine that shares it."""
+        await settled(self._batch_task)
+        await self._drain_wakes()
+        self._closed = True
+        await self._close_kept()

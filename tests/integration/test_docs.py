@@ -1,0 +1,93 @@
+"""The user docs: the site builds without warnings and every Python example runs.
+
+Each fenced ``python`` block of ``README.md`` and ``docs/**/*.md`` is a whole program. It
+runs in its own interpreter with ``DATABASE_URL`` pointing at a fresh migrated database,
+and must exit 0 within a minute. A block whose first line is ``# not run: <reason>`` is
+skipped (for fragments of a larger app, such as a Django settings file).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.pg import DatabaseFactory
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+NOT_RUN = "# not run:"
+
+
+def _examples() -> Iterator[tuple[str, str]]:
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for number, match in enumerate(FENCE.finditer(text), start=1):
+            line = text.count("\n", 0, match.start()) + 1
+            yield f"{page.relative_to(ROOT)}:{line}#{number}", match.group(1)
+
+
+EXAMPLES = list(_examples())
+
+
+def test_the_docs_have_examples() -> None:
+    pages = {name.split(":")[0] for name, _ in EXAMPLES}
+    assert "README.md" in pages
+    assert len(EXAMPLES) >= 10
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("name", "code"), EXAMPLES, ids=[name for name, _ in EXAMPLES])
+def test_example_runs(name: str, code: str, pg_databases: DatabaseFactory, tmp_path: Path) -> None:
+    first = code.lstrip().splitlines()[0] if code.strip() else ""
+    if first.startswith(NOT_RUN):
+        reason = first.removeprefix(NOT_RUN).strip()
+        assert reason, f"{name}: a skipped example must say why"
+        pytest.skip(f"{name}: {reason}")
+    from tests.conftest import migrate_template
+
+    url = pg_databases.create(pg_databases.template("migrated", migrate_template))
+    try:
+        script = tmp_path / "example.py"
+        script.write_text(code, encoding="utf-8")
+        env = {**os.environ, "DATABASE_URL": url, "PYTHONPATH": str(ROOT)}
+        done = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, (
+            f"{name} exited {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+        )
+    finally:
+        pg_databases.drop(url)
+
+
+def test_the_site_builds_without_warnings(tmp_path: Path) -> None:
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent))
+    if mkdocs is None:
+        pytest.fail("mkdocs is not installed: the test command installs the dev extra")
+    done = subprocess.run(
+        [mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "site" / "reference" / "index.html").is_file()
+    reference = (tmp_path / "site" / "reference" / "index.html").read_text(encoding="utf-8")
+    # The API reference is generated from docstrings, so a docstring shows up there.
+    assert "Insert one job." in reference

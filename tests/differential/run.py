@@ -1,0 +1,124 @@
+"""Differential run: the same public-call sequences against awa-pg 0.6.9 and this package.
+
+    python -m tests.differential.run [--only NAME ...] [--report FILE]
+        [--awa-pg-python PATH] [--server-url URL]
+
+Each scenario of ``scenarios.py`` runs twice, each time on a fresh database: once under
+awa-pg 0.6.9 (installed from the package index into a scratch virtualenv under
+``~/.cache/awa/differential`` unless ``--awa-pg-python`` names one) and once under this
+checkout. The observations (exception types and messages, states, fields) are diffed key
+by key; the exit status is 1 when any differ. This is not part of the test command: it
+needs the package index and takes a few minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import uuid
+import venv
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+CACHE = Path.home() / ".cache" / "awa" / "differential"
+AWA_PG = "awa-pg==0.6.9"
+
+
+def awa_pg_python() -> Path:
+    """A scratch interpreter with awa-pg 0.6.9, built on first use."""
+    python = CACHE / "awa-pg-0.6.9" / "bin" / "python"
+    if not python.exists():
+        print(f"installing {AWA_PG} into {python.parents[1]}", file=sys.stderr)
+        venv.create(python.parents[1], with_pip=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", AWA_PG],
+            check=True,
+        )
+    return python
+
+
+def create_database(server_url: str) -> str:
+    name = f"awa_diff_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    # awa-pg takes URLs only, so keep the URL form.
+    base, _, _ = server_url.partition("?")
+    return base.rsplit("/", 1)[0] + "/" + name
+
+
+def drop_database(server_url: str, url: str) -> None:
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(str(name)))
+        )
+
+
+def observe(python: Path, scenario: str, server_url: str) -> dict[str, Any]:
+    url = create_database(server_url)
+    try:
+        with tempfile.TemporaryDirectory() as cwd:
+            done = subprocess.run(
+                [str(python), "-P", str(HERE / "probe.py"), scenario, url],
+                cwd=cwd,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
+        lines = done.stdout.strip().splitlines()
+        if done.returncode != 0 or not lines:
+            return {"probe_failed": done.stderr.strip().splitlines()[-3:]}
+        observation: dict[str, Any] = json.loads(lines[-1])
+        return observation
+    finally:
+        drop_database(server_url, url)
+
+
+def diff(theirs: dict[str, Any], ours: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    keys = sorted(set(theirs) | set(ours))
+    return [(k, theirs.get(k), ours.get(k)) for k in keys if theirs.get(k) != ours.get(k)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", default=[])
+    parser.add_argument("--report", type=Path)
+    parser.add_argument("--awa-pg-python", type=Path)
+    parser.add_argument("--server-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    options = parser.parse_args(argv)
+
+    from tests.differential.scenarios import SCENARIOS  # the file the probes load
+
+    theirs_python = options.awa_pg_python or awa_pg_python()
+    ours_python = Path(sys.executable)
+    names = options.only or list(SCENARIOS)
+    lines = ["| scenario | key | awa-pg 0.6.9 | this package |", "|---|---|---|---|"]
+    same = differing = 0
+    for name in names:
+        theirs = observe(theirs_python, name, options.server_url)
+        ours = observe(ours_python, name, options.server_url)
+        rows = diff(theirs, ours)
+        keys = len(set(theirs) | set(ours))
+        differing += len(rows)
+        same += keys - len(rows)
+        print(f"{name}: {keys - len(rows)}/{keys} keys match", file=sys.stderr)
+        for key, a, b in rows:
+            lines.append(f"| {name} | {key} | `{json.dumps(a)}` | `{json.dumps(b)}` |")
+    summary = f"{same} observations match, {differing} differ"
+    report = "\n".join([summary, "", *lines]) + "\n"
+    if options.report:
+        options.report.write_text(report, encoding="utf-8")
+    print(report)
+    return 1 if differing else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

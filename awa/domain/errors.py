@@ -42,6 +42,10 @@ class ValidationError(AwaError, ValueError):
         self.value = value
 
 
+class ValidationTypeError(ValidationError, TypeError):
+    """Input of the wrong type. Also a ``TypeError``, so callers catching either match."""
+
+
 class TerminalError(AwaError):
     """Raised by a handler to fail the job without retrying it."""
 

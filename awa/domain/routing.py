@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from awa.domain.errors import ValidationError
+from awa.domain.errors import ValidationError, ValidationTypeError
 
 _MASK64 = 0xFFFF_FFFF_FFFF_FFFF
 FNV_OFFSET = 14695981039346656037
@@ -55,6 +55,24 @@ def physical_queue_name(logical: str, index: int) -> str:
     return logical if index == 0 else f"{logical}__p{index}"
 
 
+def _check_logical(logical_queue: object) -> None:
+    if not isinstance(logical_queue, str):
+        raise ValidationTypeError(
+            "logical_queue", f"{type(logical_queue).__name__!r} object is not an instance of 'str'"
+        )
+    if not logical_queue:
+        raise ValidationError("logical_queue", "partitioned queue logical queue must not be empty")
+
+
+def _index_like(field: str, value: object) -> int:
+    """An int argument; anything else (floats, strings, bools) is a type error."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationTypeError(
+            field, f"{type(value).__name__!r} object cannot be interpreted as an integer"
+        )
+    return value
+
+
 class PartitionedQueue:
     """One logical queue spread over physical queues ``q``, ``q__p1``, ``q__p2``, ...
 
@@ -62,29 +80,63 @@ class PartitionedQueue:
     """
 
     def __init__(self, logical_queue: str, partitions: int) -> None:
-        if not isinstance(logical_queue, str) or not logical_queue:
-            raise ValidationError("logical_queue", "must be a non-empty string")
-        if isinstance(partitions, bool) or not isinstance(partitions, int):
-            raise ValidationError("partitions", "must be an integer")
-        if not 1 <= partitions <= MAX_PARTITIONS:
+        _check_logical(logical_queue)
+        count = _index_like("partitions", partitions)
+        if count <= 0:
             raise ValidationError(
-                "partitions", f"must be between 1 and {MAX_PARTITIONS}, got {partitions}"
+                "partitions", f"partitioned queue partitions must be > 0, got {count}"
+            )
+        if count > MAX_PARTITIONS:
+            raise ValidationError(
+                "partitions",
+                f"partitioned queue supports at most {MAX_PARTITIONS} physical queues; got {count}",
             )
         self._logical = logical_queue
-        self._queues = [physical_queue_name(logical_queue, i) for i in range(partitions)]
+        self._queues = [physical_queue_name(logical_queue, i) for i in range(count)]
 
     @classmethod
     def from_physical_queues(
         cls, logical_queue: str, physical_queues: Sequence[str]
     ) -> PartitionedQueue:
-        """Rebuild a partitioned queue from its physical names, which must be in canonical order."""
-        expected = [physical_queue_name(logical_queue, i) for i in range(len(physical_queues))]
-        if list(physical_queues) != expected:
+        """A partitioned queue over explicitly named physical queues, in routing order.
+
+        The names need not follow the ``q``, ``q__p1`` scheme (an existing fleet's queues
+        can be adopted as they are); they must be distinct non-empty strings.
+        """
+        _check_logical(logical_queue)
+        if isinstance(physical_queues, str | bytes) or not isinstance(physical_queues, Sequence):
+            raise ValidationTypeError(
+                "physical_queues",
+                f"must be a list of queue names, got {type(physical_queues).__name__}",
+            )
+        names = list(physical_queues)
+        if not names:
+            raise ValidationError("physical_queues", "partitioned queue partitions must be > 0")
+        if len(names) > MAX_PARTITIONS:
             raise ValidationError(
                 "physical_queues",
-                f"must be {expected!r} for logical queue {logical_queue!r}",
+                f"partitioned queue supports at most {MAX_PARTITIONS} physical queues; "
+                f"got {len(names)}",
             )
-        return cls(logical_queue, len(physical_queues))
+        seen: set[str] = set()
+        for name in names:
+            if not isinstance(name, str):
+                raise ValidationTypeError(
+                    "physical_queues", f"{type(name).__name__!r} object is not an instance of 'str'"
+                )
+            if not name:
+                raise ValidationError(
+                    "physical_queues", "partitioned queue physical queue must not be empty"
+                )
+            if name in seen:
+                raise ValidationError(
+                    "physical_queues", f"partitioned queue physical queue {name!r} is duplicated"
+                )
+            seen.add(name)
+        queue = cls.__new__(cls)
+        queue._logical = logical_queue
+        queue._queues = names
+        return queue
 
     @property
     def logical_queue(self) -> str:
@@ -102,23 +154,27 @@ class PartitionedQueue:
         return len(self._queues)
 
     def __repr__(self) -> str:
-        return f"PartitionedQueue(logical_queue={self._logical!r}, partitions={self.partitions})"
+        return f'PartitionedQueue(logical_queue="{self._logical}", partitions={self.partitions})'
 
     def __eq__(self, other: object) -> bool:
         return (
             isinstance(other, PartitionedQueue)
             and other._logical == self._logical
-            and other.partitions == self.partitions
+            and other._queues == self._queues
         )
 
     def __hash__(self) -> int:
-        return hash((self._logical, self.partitions))
+        return hash((self._logical, tuple(self._queues)))
 
     def queue_for_key(self, key: bytes | str) -> str:
         return self._queues[partition_for_key(key, self.partitions)]
 
     def queue_for_index(self, index: int) -> str:
-        return self._queues[index % self.partitions]
+        """The physical queue of round-robin position ``index`` (an int >= 0)."""
+        position = _index_like("index", index)
+        if position < 0:
+            raise ValidationError("index", f"index must be >= 0, got {position}")
+        return self._queues[position % self.partitions]
 
     def route_by_key(self, key: bytes | str) -> dict[str, Any]:
         return {"queue": self.queue_for_key(key), "ordering_key": key_bytes(key)}
@@ -143,6 +199,15 @@ class PartitionedQueue:
             raise ValidationError(
                 "max_workers_per_partition",
                 "max_workers_per_partition and min_workers_per_partition are mutually exclusive",
+            )
+        most, least = max_workers_per_partition, min_workers_per_partition
+        if most is not None and _index_like("max_workers_per_partition", most) <= 0:
+            raise ValidationError(
+                "max_workers_per_partition", f"max_workers_per_partition must be > 0, got {most}"
+            )
+        if least is not None and _index_like("min_workers_per_partition", least) < 0:
+            raise ValidationError(
+                "min_workers_per_partition", f"min_workers_per_partition must be >= 0, got {least}"
             )
         configs: list[dict[str, Any]] = []
         for queue in self._queues:

@@ -92,7 +92,7 @@ def test_physical_names() -> None:
     assert pq.physical_queues == ["q", "q__p1", "q__p2"]
     assert pq.logical_queue == "q"
     assert pq.partitions == len(pq) == 3
-    assert repr(pq) == "PartitionedQueue(logical_queue='q', partitions=3)"
+    assert repr(pq) == 'PartitionedQueue(logical_queue="q", partitions=3)'
 
 
 def test_physical_queues_is_a_copy() -> None:
@@ -142,15 +142,45 @@ def test_partition_count_extremes_are_accepted() -> None:
 
 @pytest.mark.parametrize("partitions", [True, 2.0, "2"])
 def test_partition_count_must_be_an_int(partitions: object) -> None:
-    with pytest.raises(ValidationError) as info:
+    with pytest.raises(TypeError, match="cannot be interpreted as an integer") as info:
         PartitionedQueue("q", partitions)  # type: ignore[arg-type]
+    assert isinstance(info.value, ValidationError)
     assert info.value.field == "partitions"
 
 
+@pytest.mark.parametrize(
+    ("partitions", "words"),
+    [
+        (0, "partitioned queue partitions must be > 0"),
+        (-3, "partitioned queue partitions must be > 0"),
+        (MAX_PARTITIONS + 1, "partitioned queue supports at most 32767 physical queues"),
+    ],
+)
+def test_partition_count_messages(partitions: int, words: str) -> None:
+    with pytest.raises(ValidationError, match=words):
+        PartitionedQueue("q", partitions)
+
+
+def test_round_robin_index_is_validated() -> None:
+    pq = PartitionedQueue("q", 3)
+    with pytest.raises(ValidationError, match="index must be >= 0"):
+        pq.route_by_index(-1)
+    with pytest.raises(TypeError, match="cannot be interpreted as an integer"):
+        pq.route_by_index(1.5)  # type: ignore[arg-type]
+    assert pq.route_by_index(4) == {"queue": "q__p1"}
+
+
+def test_queue_configs_refuse_zero_capacity() -> None:
+    with pytest.raises(ValidationError, match="max_workers_per_partition must be > 0"):
+        PartitionedQueue("q", 2).queue_configs(0)
+
+
 def test_logical_queue_must_be_non_empty() -> None:
-    with pytest.raises(ValidationError) as info:
+    with pytest.raises(ValidationError, match="logical queue must not be empty") as info:
         PartitionedQueue("", 2)
     assert info.value.field == "logical_queue"
+    with pytest.raises(TypeError):
+        PartitionedQueue(3, 2)  # type: ignore[arg-type]
 
 
 def test_from_physical_queues_round_trip() -> None:
@@ -158,20 +188,33 @@ def test_from_physical_queues_round_trip() -> None:
     assert pq == PartitionedQueue("q", 3)
 
 
+def test_from_physical_queues_takes_explicit_names() -> None:
+    pq = PartitionedQueue.from_physical_queues("orders", ["orders_eu", "orders_us", "orders_ap"])
+    assert pq.physical_queues == ["orders_eu", "orders_us", "orders_ap"]
+    assert pq.logical_queue == "orders"
+    assert pq.route_by_index(4) == {"queue": "orders_us"}
+    assert pq.queue_for_key("k") in pq.physical_queues
+    assert pq != PartitionedQueue("orders", 3)
+    assert [c["name"] for c in pq.queue_configs(2)] == pq.physical_queues
+
+
 @pytest.mark.parametrize(
-    "names",
+    ("names", "error", "words"),
     [
-        ["q__p1", "q"],
-        ["q", "q__p2"],
-        ["r", "r__p1"],
-        ["q", "q_p1"],
-        [],
+        ([], ValidationError, "partitioned queue partitions must be > 0"),
+        (["a", "a"], ValidationError, "physical queue 'a' is duplicated"),
+        ([""], ValidationError, "physical queue must not be empty"),
+        ("abc", TypeError, "must be a list of queue names"),
+        (["a", 1], TypeError, "'int' object is not an instance of 'str'"),
     ],
 )
-def test_from_physical_queues_refuses_non_canonical_lists(names: list[str]) -> None:
-    with pytest.raises(ValidationError) as info:
+def test_from_physical_queues_refuses_bad_lists(
+    names: list[str], error: type[Exception], words: str
+) -> None:
+    with pytest.raises(error, match=words) as info:
         PartitionedQueue.from_physical_queues("q", names)
-    assert info.value.field in ("physical_queues", "partitions")
+    assert isinstance(info.value, ValidationError)
+    assert info.value.field == "physical_queues"
 
 
 def test_queue_configs_default_to_ten_max_workers() -> None:

@@ -19,8 +19,6 @@ from awa.runtime import AttemptContext, HandlerRegistry, Runtime, parse_start_ar
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
-NO_HANDLERS = "register at least one worker before starting the runtime"
-
 
 def _job_factory(args_type: type[Any]) -> Callable[[JobRecord, AttemptContext], Job[Any]]:
     def build(record: JobRecord, context: AttemptContext) -> Job[Any]:
@@ -72,7 +70,7 @@ class AsyncClient(AdminMixin):
     ) -> Callable[[F], F]:
         """Deprecated alias of :meth:`task`."""
         warnings.warn(
-            "AsyncClient.worker() is deprecated; use AsyncClient.task() instead",
+            "client.worker() is deprecated, use client.task() instead",
             DeprecationWarning,
             stacklevel=2,
         )
@@ -117,8 +115,6 @@ class AsyncClient(AdminMixin):
         """
         if self._runtime is not None and self._runtime.running:
             raise AwaError("the worker runtime is already running")
-        if len(self._handlers) == 0:
-            raise ValueError(NO_HANDLERS)
         config = parse_start_args(
             queues,
             handler_queues=self._handlers.queues(),

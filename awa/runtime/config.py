@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 
+from awa.domain.errors import ValidationError
 from awa.domain.stripes import validate_stripe_count
 from awa.domain.validation import validate_slot_counts
 
@@ -128,12 +129,16 @@ class RuntimeConfig:
 
 # --------------------------------------------------------------------------- helpers
 
+NO_HANDLERS = "register at least one worker before starting the runtime"
+
 
 def _int(field: str, value: Any, *, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{field} must be an integer, got {type(value).__name__}")
     if value < minimum:
-        raise ValueError(f"{field} must be >= {minimum}, got {value}")
+        # awa-pg words the common bound as "> 0"; callers match on it.
+        bound = "> 0" if minimum == 1 else f">= {minimum}"
+        raise ValueError(f"{field} must be {bound}, got {value}")
     return value
 
 
@@ -267,13 +272,14 @@ def parse_queues(
 ) -> tuple[QueueConfig, ...]:
     """Validate the ``queues`` argument of ``start()`` against the registered handlers."""
     if not handler_queues:
-        raise ValueError("register at least one worker before starting the runtime")
+        raise ValidationError("queues", NO_HANDLERS)
     weighted = global_max_workers is not None
     parsed: list[QueueConfig] = []
     if queues is None:
         if weighted:
             raise ValueError(
-                "global_max_workers (weighted mode) requires an explicit list of queue config dicts"
+                "weighted mode requires explicit queue configs (global_max_workers set but "
+                "queues=None): pass a list of queue config dicts"
             )
         parsed = [QueueConfig(name=q) for q in sorted(set(handler_queues))]
     else:
@@ -287,8 +293,8 @@ def parse_queues(
             elif isinstance(item, tuple | list):
                 if weighted:
                     raise ValueError(
-                        "global_max_workers (weighted mode) requires queue config dicts, "
-                        f"not (name, max_workers) tuples (queues[{index}])"
+                        "tuple queue config is not supported with global_max_workers; use dict "
+                        f"form with min_workers/weight (queues[{index}])"
                     )
                 if len(item) != 2:
                     raise ValueError(
@@ -307,7 +313,7 @@ def parse_queues(
     seen: set[str] = set()
     for q in parsed:
         if q.name in seen:
-            raise ValueError(f"queue {q.name!r} is configured more than once")
+            raise ValidationError("queues", f"queue {q.name!r} configured more than once")
         seen.add(q.name)
     missing = sorted(set(handler_queues) - seen)
     if missing:
@@ -371,9 +377,10 @@ def parse_start_args(
     )
     role = "auto" if storage_transition_role is None else storage_transition_role
     if role not in STORAGE_TRANSITION_ROLES:
+        *head, last = (repr(r) for r in STORAGE_TRANSITION_ROLES)
         raise ValueError(
-            f"storage_transition_role must be one of {', '.join(STORAGE_TRANSITION_ROLES)}, "
-            f"got {storage_transition_role!r}"
+            f"storage_transition_role must be one of {', '.join(head)}, or {last} "
+            f"(got {storage_transition_role!r})"
         )
     if queue_storage_schema is not None and not isinstance(queue_storage_schema, str):
         raise TypeError("queue_storage_schema must be a string")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import awa
-from awa import AsyncClient, Job, JobState
+from awa import AsyncClient, AwaError, Job, JobState
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -197,7 +197,7 @@ async def test_dlq_round_trip(client: AsyncClient) -> None:
 
 
 async def test_start_validation_and_deprecated_worker(client: AsyncClient) -> None:
-    with pytest.raises(ValueError, match="register at least one worker"):
+    with pytest.raises(AwaError, match="register at least one worker before starting the runtime"):
         await client.start()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -206,7 +206,9 @@ async def test_start_validation_and_deprecated_worker(client: AsyncClient) -> No
         async def handler(job: Job[Ping]) -> None:
             return None
 
-    assert any(issubclass(w.category, DeprecationWarning) for w in caught)
+    assert [(w.category, str(w.message)) for w in caught] == [
+        (DeprecationWarning, "client.worker() is deprecated, use client.task() instead")
+    ]
     with pytest.raises(ValueError):
         await client.start([("other", 1)])
     with pytest.raises((ValueError, TypeError)):

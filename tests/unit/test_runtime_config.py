@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from awa.domain.errors import AwaError
 from awa.runtime.config import RateLimit, parse_start_args
 
 H = {"default"}
@@ -83,12 +84,17 @@ def test_weighted_mode() -> None:
 @pytest.mark.parametrize(
     ("queues", "kwargs", "error", "match"),
     [
-        (None, {"handler_queues": set()}, ValueError, "register at least one worker"),
+        (None, {"handler_queues": set()}, AwaError, "register at least one worker before starting"),
         ([("other", 2)], {}, ValueError, "missing: 'default'"),
-        ([("default", 0)], {}, ValueError, "max_workers must be >= 1"),
+        ([("default", 0)], {}, ValueError, "max_workers must be > 0"),
         ([("default", "2")], {}, TypeError, "max_workers must be an integer"),
         ([("default", 2, 3)], {}, ValueError, r"queues\[0\] must be a \(name, max_workers\)"),
-        ([("default", 2), ("default", 3)], {}, ValueError, "configured more than once"),
+        (
+            [("default", 2), ("default", 3)],
+            {},
+            AwaError,
+            "queue 'default' configured more than once",
+        ),
         ([42], {}, TypeError, r"queues\[0\] must be a"),
         ("default", {}, TypeError, "queues must be a list"),
         ([], {}, ValueError, "at least one queue"),
@@ -107,17 +113,17 @@ def test_weighted_mode() -> None:
             ValueError,
             "min_workers requires global_max_workers",
         ),
-        ([{"name": "default", "weight": 0}], {}, ValueError, "weight must be >= 1"),
-        ([{"name": "default", "claimers": 0}], {}, ValueError, "claimers must be >= 1"),
+        ([{"name": "default", "weight": 0}], {}, ValueError, "weight must be > 0"),
+        ([{"name": "default", "claimers": 0}], {}, ValueError, "claimers must be > 0"),
         (
             [{"name": "default", "claim_batch_size": 0}],
             {},
             ValueError,
-            "claim_batch_size must be >= 1",
+            "claim_batch_size must be > 0",
         ),
         ([{"name": "default", "rate_limit": 5}], {}, TypeError, "rate_limit must be a"),
         ([{"name": "default", "rate_limit": (0, 1)}], {}, ValueError, "max_rate must be > 0"),
-        ([{"name": "default", "rate_limit": (1.0, 0)}], {}, ValueError, "burst must be >= 1"),
+        ([{"name": "default", "rate_limit": (1.0, 0)}], {}, ValueError, "burst must be > 0"),
         ([{"name": "default", "retention": 3}], {}, TypeError, "retention must be a dict"),
         (
             [{"name": "default", "retention": {"done_hours": 1}}],
@@ -135,9 +141,15 @@ def test_weighted_mode() -> None:
             [("default", 2)],
             {"global_max_workers": 4},
             ValueError,
-            "requires queue config dicts",
+            "tuple queue config is not supported with global_max_workers",
         ),
-        (None, {"global_max_workers": 4}, ValueError, "requires an explicit list"),
+        (
+            None,
+            {"global_max_workers": 4},
+            ValueError,
+            r"weighted mode requires explicit queue configs \(global_max_workers set but "
+            r"queues=None\)",
+        ),
         (
             [{"name": "default", "min_workers": 5}],
             {"global_max_workers": 4},
@@ -147,8 +159,13 @@ def test_weighted_mode() -> None:
         ([("default", 1)], {"global_max_workers": 0}, ValueError, "global_max_workers must be"),
         (None, {"poll_interval_ms": 0}, ValueError, "poll_interval_ms must be > 0"),
         (None, {"heartbeat_interval_ms": "fast"}, TypeError, "heartbeat_interval_ms must be"),
-        (None, {"cleanup_batch_size": 0}, ValueError, "cleanup_batch_size must be >= 1"),
-        (None, {"storage_transition_role": "x"}, ValueError, "storage_transition_role must be"),
+        (None, {"cleanup_batch_size": 0}, ValueError, "cleanup_batch_size must be > 0"),
+        (
+            None,
+            {"storage_transition_role": "x"},
+            ValueError,
+            "must be one of 'auto', 'canonical_drain', or 'queue_storage_target' \\(got 'x'\\)",
+        ),
         (None, {"completed_retention_hours": -1}, ValueError, "completed_retention_hours"),
     ],
 )

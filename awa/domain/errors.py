@@ -46,6 +46,10 @@ class ValidationTypeError(ValidationError, TypeError):
     """Input of the wrong type. Also a ``TypeError``, so callers catching either match."""
 
 
+class ValidationOverflowError(ValidationError, OverflowError):
+    """A number out of the representable range. Also an ``OverflowError``."""
+
+
 class TerminalError(AwaError):
     """Raised by a handler to fail the job without retrying it."""
 

@@ -5,12 +5,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
-from awa.domain.errors import AwaError, ValidationError
+from awa.domain.errors import (
+    AwaError,
+    ValidationError,
+    ValidationOverflowError,
+    ValidationTypeError,
+)
 from awa.domain.handler_results import CallbackToken
 from awa.domain.job import JobRecord
 from awa.domain.states import JobState
 
 T = TypeVar("T")
+# The widest percent accepted (a byte); anything above 100 is reported as 100.
+_MAX_PERCENT_INPUT = 255
 
 
 class AttemptControls(Protocol):
@@ -25,6 +32,9 @@ class AttemptControls(Protocol):
     async def flush_progress(self) -> None: ...
 
     def flush_progress_sync(self) -> None: ...
+
+    @property
+    def progress(self) -> dict[str, Any] | None: ...
 
     async def register_callback(self, timeout_seconds: float = 3600.0) -> CallbackToken: ...
 
@@ -121,9 +131,9 @@ class Job(Generic[T]):
 
     @property
     def progress(self) -> dict[str, Any] | None:
-        current = getattr(self._controls, "progress", None) if self._controls else None
-        if isinstance(current, dict):
-            return dict(current)
+        """Inside a handler: the attempt's progress including changes not yet flushed."""
+        if self._controls is not None:
+            return self._controls.progress
         return None if self._record.progress is None else dict(self._record.progress)
 
     # ------------------------------------------------------------------ attempt controls
@@ -137,17 +147,29 @@ class Job(Generic[T]):
         return self._controls.is_cancelled() if self._controls is not None else False
 
     def set_progress(self, percent: int, message: str | None = None) -> None:
-        """Buffer progress (``percent`` 0..100); flushed with heartbeats or ``flush_progress``."""
+        """Buffer progress; flushed with heartbeats or ``flush_progress``.
+
+        ``percent`` is an int from 0 to 255, and values over 100 count as 100. Outside
+        that range it raises an error that is both ``ValueError`` and ``OverflowError``.
+        """
         if isinstance(percent, bool) or not isinstance(percent, int):
-            raise TypeError(f"percent must be an integer, got {type(percent).__name__}")
-        if not 0 <= percent <= 100:
-            raise ValueError(f"percent must be between 0 and 100, got {percent}")
-        self._require().set_progress(percent, message)
+            raise ValidationTypeError(
+                "percent", f"{type(percent).__name__!r} object cannot be interpreted as an integer"
+            )
+        if not 0 <= percent <= _MAX_PERCENT_INPUT:
+            raise ValidationOverflowError(
+                "percent",
+                "out of range integral type conversion attempted: percent must be between "
+                f"0 and 100 (up to {_MAX_PERCENT_INPUT} is taken as 100), got {percent}",
+            )
+        self._require().set_progress(min(percent, 100), message)
 
     def update_metadata(self, updates: dict[str, Any]) -> None:
         """Buffer a shallow merge of ``updates`` into the job's metadata."""
         if not isinstance(updates, dict):
-            raise TypeError(f"updates must be a dict, got {type(updates).__name__}")
+            raise ValidationTypeError(
+                "updates", f"update_metadata requires a dict, got {type(updates).__name__}"
+            )
         self._require().update_metadata(updates)
 
     async def flush_progress(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 from datetime import timedelta
@@ -54,12 +55,15 @@ class AttemptContext:
         self._cancelled = False
         self._lock = threading.Lock()
         previous = claim.job.progress or {}
+        # A job that never reported progress shows none, as opposed to 0 %.
+        self._reported = claim.job.progress is not None
         self._progress: dict[str, Any] = {
             "percent": previous.get("percent", 0),
             "message": previous.get("message"),
             "metadata": dict(previous.get("metadata") or {}),
         }
         self._dirty = False
+        self._background_flushes: set[asyncio.Task[None]] = set()
         self.callback_id: str | None = None
         # While parked in waiting_external the attempt is not "running": heartbeats
         # would report it stale, so the heartbeat service skips it.
@@ -94,7 +98,7 @@ class AttemptContext:
         with self._lock:
             self._progress["percent"] = max(0, min(100, int(percent)))
             self._progress["message"] = message
-            self._dirty = True
+            self._dirty = self._reported = True
 
     def update_metadata(self, updates: dict[str, Any]) -> None:
         """Shallow-merge ``updates`` into the progress metadata (buffered)."""
@@ -102,13 +106,22 @@ class AttemptContext:
             raise TypeError(f"updates must be a dict, got {type(updates).__name__}")
         with self._lock:
             self._progress["metadata"].update(updates)
-            self._dirty = True
+            self._dirty = self._reported = True
 
     @property
-    def progress(self) -> dict[str, Any]:
-        """The current progress, including buffered changes not yet flushed."""
+    def progress(self) -> dict[str, Any] | None:
+        """The current progress, including buffered changes not yet flushed, as the
+        handler sees it: ``percent``, plus ``message`` and ``metadata`` when set; ``None``
+        while the job has reported nothing."""
         with self._lock:
-            return _copy_progress(self._progress)
+            if not self._reported:
+                return None
+            view: dict[str, Any] = {"percent": self._progress["percent"]}
+            if self._progress["message"] is not None:
+                view["message"] = self._progress["message"]
+            if self._progress["metadata"]:
+                view["metadata"] = dict(self._progress["metadata"])
+            return view
 
     def take_dirty_progress(self) -> dict[str, Any] | None:
         """The buffered progress if it changed since the last flush, clearing the flag."""
@@ -137,8 +150,18 @@ class AttemptContext:
             self.request_cancel()
 
     def flush_progress_sync(self) -> None:
-        """:meth:`flush_progress` for sync handlers running in a worker thread."""
-        anyio.from_thread.run(self.flush_progress)
+        """:meth:`flush_progress` for sync handlers running in a worker thread.
+
+        Called on the event loop itself (from an ``async`` handler), it cannot block the
+        loop it needs: it starts the flush in the background and returns."""
+        try:
+            anyio.from_thread.run(self.flush_progress)
+        except RuntimeError:
+            # No worker-thread portal: this is the event loop thread.
+            self._background_flushes.add(
+                task := asyncio.get_running_loop().create_task(self.flush_progress())
+            )
+            task.add_done_callback(self._background_flushes.discard)
 
     # ------------------------------------------------------------------ callbacks
     async def register_callback(self, timeout_seconds: float = 3600.0) -> CallbackToken:

@@ -249,3 +249,54 @@ async def test_shutdown_timeout_releases_unfinished_attempts(client: AsyncClient
     assert time.monotonic() - began < 5
     after = await client.get_job(job.id)
     assert after.state in (JobState.Retryable, JobState.Available)
+
+
+async def test_progress_as_the_handler_sees_it(client: AsyncClient) -> None:
+    seen: dict[str, Any] = {}
+
+    @client.task(Ping, queue="progress")
+    async def report(job: Job[Ping]) -> None:
+        seen["initial"] = job.progress
+        job.set_progress(40, "reading")
+        seen["after_set"] = job.progress
+        job.update_metadata({"cursor": 7})
+        seen["after_metadata"] = job.progress
+        job.set_progress(150, "clamped")
+        seen["over_100"] = job.progress
+        for bad in (-1, 256):
+            with pytest.raises(OverflowError, match="out of range") as info:
+                job.set_progress(bad)
+            assert isinstance(info.value, ValueError)
+        with pytest.raises(TypeError, match="cannot be interpreted as an integer"):
+            job.set_progress(50.5)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="update_metadata requires a dict"):
+            job.update_metadata([1])  # type: ignore[arg-type]
+        # On the event loop the blocking flush starts the flush instead of deadlocking.
+        job.flush_progress_sync()
+        seen["stored_mid_attempt"] = await _wait_progress(client, job.id)
+
+    await client.start([("progress", 1)], poll_interval_ms=50)
+    try:
+        queued = await client.insert(Ping(1), queue="progress")
+        await _wait_state(client, queued.id, JobState.Completed)
+    finally:
+        await client.shutdown()
+    assert seen["initial"] is None
+    assert seen["after_set"] == {"percent": 40, "message": "reading"}
+    assert seen["after_metadata"] == {
+        "percent": 40,
+        "message": "reading",
+        "metadata": {"cursor": 7},
+    }
+    assert seen["over_100"] == {"percent": 100, "message": "clamped", "metadata": {"cursor": 7}}
+    assert seen["stored_mid_attempt"]["percent"] == 100
+
+
+async def _wait_progress(client: AsyncClient, job_id: int) -> dict[str, Any]:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        progress = (await client.get_job(job_id)).progress
+        if progress is not None and progress.get("percent") == 100:
+            return progress
+        await asyncio.sleep(0.02)
+    raise AssertionError("the background flush never reached the database")

@@ -266,6 +266,10 @@ class Runtime:
                 await self._publish_snapshot()
 
     async def _drain(self, work: TaskGroup) -> None:
+        # Tell running handlers at once (``job.is_cancelled()``), so cooperative ones can
+        # stop early instead of being cut off at the timeout.
+        for context in self.inflight.snapshot():
+            context.request_cancel()
         with anyio.move_on_after(self._drain_timeout):
             while len(self.inflight):
                 await self._drained.wait(1.0)

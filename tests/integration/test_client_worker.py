@@ -233,6 +233,29 @@ async def test_shutdown_lets_running_handlers_finish(client: AsyncClient) -> Non
     assert (await client.get_job(later.id)).state == JobState.Available
 
 
+async def test_shutdown_tells_running_handlers_at_once(client: AsyncClient) -> None:
+    started = asyncio.Event()
+    noticed: list[bool] = []
+
+    @client.task(Ping)
+    async def cooperative(job: Job[Ping]) -> None:
+        started.set()
+        for _ in range(200):
+            if job.is_cancelled():
+                noticed.append(True)
+                return
+            await asyncio.sleep(0.02)
+
+    await client.start()
+    job = await client.insert(Ping(1))
+    await asyncio.wait_for(started.wait(), 5)
+    await client.shutdown(timeout_ms=3000)
+    # The handler saw the flag and returned before the drain timeout cut it off (the loop
+    # runs 4 s, so without the early flag the timeout cancels it before it can notice).
+    assert len(noticed) == 1
+    assert (await client.get_job(job.id)).state == JobState.Completed
+
+
 async def test_shutdown_timeout_releases_unfinished_attempts(client: AsyncClient) -> None:
     started = asyncio.Event()
 

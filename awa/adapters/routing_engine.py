@@ -48,7 +48,7 @@ from awa.adapters.postgres_canonical import CanonicalEngine
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.adapters.postgres_queue_storage._base import PgUnitOfWork
 from awa.adapters.postgres_queue_storage.core import RouteChanged
-from awa.domain.errors import CallbackNotFound, DatabaseError, UniqueConflict
+from awa.domain.errors import CallbackNotFound, DatabaseError, UniqueConflict, ValidationError
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
 from awa.domain.policies import Backoff
 from awa.domain.states import JobState
@@ -109,6 +109,12 @@ class RoutingUnitOfWork:
         self.owner = owner
         self.conn = conn
         self.open = True
+
+
+COPY_NEEDS_QUEUE_STORAGE = (
+    "enqueue_many_copy requires an active queue_storage backend; on canonical storage use "
+    "insert_many_copy (or run `awa storage` to move to queue storage)"
+)
 
 
 class TransitionRoutingEngine:
@@ -442,10 +448,12 @@ class TransitionRoutingEngine:
     async def enqueue_many_copy(
         self, specs: Sequence[JobSpec], *, stripes: int = 1, validated: bool = False
     ) -> int:
-        """Bulk insert on the fastest path the producers' engine offers; returns how many
-        jobs were inserted. Jobs whose unique key is already held are skipped.
+        """Bulk insert on queue storage's fast path; returns how many jobs were inserted.
+        Jobs whose unique key is already held are skipped. While producers still write to
+        canonical storage it raises ``ValidationError`` (as awa-pg does): use
+        ``insert_many_copy`` there.
 
-        When producers write to queue storage and no spec carries a unique key, the batch
+        When no spec carries a unique key, the batch
         streams through the engine's binary ``COPY`` (one staging copy and one append);
         otherwise it goes through :meth:`enqueue_many_skip_duplicates`. Either way the
         route is read inside the inserting transaction, under the producer lock. Both
@@ -453,17 +461,18 @@ class TransitionRoutingEngine:
         already did, as for :meth:`enqueue_many`)."""
         if not specs:
             return 0
-        if any(spec.unique_key is not None for spec in specs):
-            return len(
-                await self.enqueue_many_skip_duplicates(specs, stripes=stripes, validated=validated)
-            )
+        unique = any(spec.unique_key is not None for spec in specs)
         checked = validated and stripes <= 1
         async with translated_errors(), self._pool.connection() as conn, conn.transaction():
             engine, inner = await self._route(conn)
-            specs = self._striped(engine, specs, stripes)
-            if isinstance(engine, QueueStorageEngine):
+            if not isinstance(engine, QueueStorageEngine):
+                raise ValidationError("enqueue_many_copy", COPY_NEEDS_QUEUE_STORAGE)
+            if not unique:
+                specs = self._striped(engine, specs, stripes)
                 return await engine.enqueue_many_copy(specs, uow=inner, validated=checked)
-            return len(await engine.enqueue_many(specs, uow=inner))
+        return len(
+            await self.enqueue_many_skip_duplicates(specs, stripes=stripes, validated=validated)
+        )
 
     # ---------------------------------------------------------------- workers
     async def claim(

@@ -164,6 +164,28 @@ class AsyncClient(AdminMixin):
         self._runtime = runtime
         self._runtime_resources = ports
 
+    async def install_queue_storage(
+        self,
+        *,
+        schema: str = "awa",
+        queue_slot_count: int = 16,
+        lease_slot_count: int = 8,
+        reset: bool = False,
+    ) -> None:
+        """As :meth:`ClientCore.install_queue_storage`, refused while this client's worker
+        runtime runs: its dispatchers hold the engine that the install would replace."""
+        if self._runtime is not None and self._runtime.running:
+            raise AwaError(
+                "cannot install queue storage while the worker runtime is running; "
+                "call shutdown() first"
+            )
+        await super().install_queue_storage(
+            schema=schema,
+            queue_slot_count=queue_slot_count,
+            lease_slot_count=lease_slot_count,
+            reset=reset,
+        )
+
     async def shutdown(self, timeout_ms: int = 2000) -> None:
         """Stop claiming, let running handlers finish for up to ``timeout_ms``, then cancel
         the rest and release their attempts. The connection pool stays open."""

@@ -113,12 +113,20 @@ async def test_bulk_copy_inserts(client: AsyncClient) -> None:
     )
     assert [j.args["to"] for j in jobs] == ["0", "1", "2", "3", "4"]
     assert jobs[1].queue == "other"
+    with pytest.raises(awa.ValidationError):
+        await client.insert_many_copy([SendEmail("a")], opts=[None, None])
+
+
+async def test_enqueue_many_copy_needs_queue_storage(client: AsyncClient) -> None:
+    # On canonical storage the fast path refuses and writes nothing.
+    with pytest.raises(awa.ValidationError, match="requires an active queue_storage backend"):
+        await client.enqueue_many_copy([SendEmail("d")])
+    assert await client.list_jobs() == []
+    await client.install_queue_storage()  # a fresh database: queue storage becomes active
     count = await client.enqueue_many_copy(
         [SendEmail("d"), SendEmail("d")], unique_opts={"by_args": True}
     )
     assert count == 1
-    with pytest.raises(awa.ValidationError):
-        await client.insert_many_copy([SendEmail("a")], opts=[None, None])
 
 
 async def test_transaction_commit_rollback_and_raw_sql(client: AsyncClient) -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import psycopg
 import pytest
 
 import awa
-from awa import AsyncClient
+from awa import AsyncClient, AwaError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -100,3 +101,19 @@ async def test_install_leaves_a_database_with_canonical_jobs_to_the_transition(
     await client.insert({"n": 1}, kind="old")
     await client.install_queue_storage()
     assert _active_engine(database_url) == "canonical"
+
+
+async def test_install_is_refused_while_the_worker_runtime_runs(client: AsyncClient) -> None:
+    await client.migrate()
+
+    @client.task(dict, kind="noop")
+    async def noop(job: Any) -> None:
+        return None
+
+    await client.start([("default", 1)])
+    try:
+        with pytest.raises(AwaError, match="while the worker runtime is running"):
+            await client.install_queue_storage()
+    finally:
+        await client.shutdown()
+    await client.install_queue_storage()  # fine again once it stopped

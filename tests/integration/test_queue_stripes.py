@@ -172,7 +172,7 @@ async def test_stripe_counts_of_the_wrong_type_are_refused(client: AsyncClient) 
 
 
 async def test_canonical_storage_has_no_stripes(canonical: AsyncClient) -> None:
-    await canonical.enqueue_many_copy(
+    await canonical.insert_many_copy(
         [Work(0), Work(1)], queue="q", queue_storage_queue_stripe_count=2
     )
     await canonical.insert(Work(2), queue="q", queue_storage_queue_stripe_count=2)

@@ -4,6 +4,7 @@
 ``AsyncClient.start`` run workers. Importing this package opens no connections.
 """
 
+from awa import _awa as _awa
 from awa import callback_contract
 from awa.domain.errors import (
     AwaError,
@@ -40,6 +41,7 @@ from awa.entrypoints.client import (
     Job,
     QueueHealth,
     QueueStat,
+    RawClient,
     ResolveResult,
     RetryFailedResult,
     SyncTransaction,
@@ -66,6 +68,7 @@ __all__ = [
     "PartitionedQueue",
     "QueueHealth",
     "QueueStat",
+    "RawClient",
     "ResolveResult",
     "RetryAfter",
     "RetryFailedResult",

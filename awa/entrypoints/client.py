@@ -1,7 +1,7 @@
 """The public client module: ``AsyncClient``, ``Client`` and their value types."""
 
+from awa.entrypoints._client_sync_generated import Client, RawClient
 from awa.entrypoints.client_async import AsyncClient
-from awa.entrypoints.client_sync import Client
 from awa.entrypoints.job import Job
 from awa.entrypoints.results import (
     DEFAULT_QUEUE_STORAGE_CLAIM_SLOT_COUNT,
@@ -41,6 +41,7 @@ __all__ = [
     "Job",
     "QueueHealth",
     "QueueStat",
+    "RawClient",
     "ResolveResult",
     "RetryFailedResult",
     "SyncTransaction",

@@ -53,3 +53,17 @@ def test_sync_client_round_trip(database_url: str) -> None:
     with pytest.raises(awa.DatabaseError):
         client.get_job(job.id)
     client.close()
+
+
+@pytest.mark.anyio
+async def test_raw_client_offers_async_and_blocking_forms(migrated_database_url: str) -> None:
+    raw = awa.RawClient(migrated_database_url)
+    try:
+        job = await raw.insert({"n": 1}, kind="raw_job")
+        # The blocking twin runs on its own loop thread, so call it off this loop.
+        seen = await asyncio.to_thread(raw.get_job_sync, job.id)
+        assert seen.id == job.id and seen.kind == "raw_job"
+        inserted = await asyncio.to_thread(raw.insert_sync, {"n": 2}, kind="raw_job")
+        assert (await raw.get_job(inserted.id)).args == {"n": 2}
+    finally:
+        await raw.close()

@@ -33,7 +33,11 @@ def scenario(fn: Scenario) -> Scenario:
 
 
 def error_of(exc: BaseException) -> Observation:
-    return {"raised": type(exc).__name__, "message": str(exc)}
+    return {
+        "raised": type(exc).__name__,
+        "message": str(exc),
+        "is_a": sorted({cls.__name__ for cls in type(exc).__mro__} - {"object", "BaseException"}),
+    }
 
 
 async def outcome(call: Callable[[], Any]) -> Observation:

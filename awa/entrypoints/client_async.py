@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
@@ -142,6 +143,8 @@ class AsyncClient(AdminMixin):
             queue_storage_claim_rotate_interval_ms=queue_storage_claim_rotate_interval_ms,
             storage_transition_role=storage_transition_role,
         )
+        if config.queue_storage_schema not in (None, "awa"):
+            await self._check_queue_storage_schema(config.queue_storage_schema)
         wiring = await self._wiring()
         ports = await bootstrap.open_runtime_ports(
             wiring, transition_role=config.storage_transition_role
@@ -185,6 +188,20 @@ class AsyncClient(AdminMixin):
             lease_slot_count=lease_slot_count,
             reset=reset,
         )
+
+    async def _check_queue_storage_schema(self, schema: str) -> None:
+        """The runtime works on the queue-storage schema the storage transition names, so a
+        ``queue_storage_schema`` that is not that schema is refused, never ignored."""
+        status = json.loads(await self.storage_status())
+        named = (status.get("details") or {}).get("schema") or "awa"
+        if status.get("state") == "canonical" or named != schema:
+            raise ValueError(
+                f"queue_storage_schema={schema!r}: this database's queue storage is "
+                f"{named!r} (storage state {status.get('state')!r}). Prepare that schema "
+                f"(`awa storage prepare-queue-storage-schema` then `awa storage prepare "
+                f'--engine queue_storage --details \'{{"schema": "{schema}"}}\'`), '
+                f"or leave the keyword out"
+            )
 
     async def shutdown(self, timeout_ms: int = 2000) -> None:
         """Stop claiming, let running handlers finish for up to ``timeout_ms``, then cancel

@@ -7,6 +7,7 @@ as the published SDK does for queue-config dicts.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Collection, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -15,7 +16,7 @@ import attrs
 
 from awa.domain.errors import ValidationError
 from awa.domain.stripes import validate_stripe_count
-from awa.domain.validation import validate_slot_counts
+from awa.domain.validation import DEFAULT_SLOT_COUNTS
 
 DEFAULT_INFERRED_WORKERS = 10
 DEFAULT_DICT_MAX_WORKERS = DEFAULT_INFERRED_WORKERS
@@ -330,6 +331,38 @@ def parse_queues(
     return tuple(parsed)
 
 
+# start() keywords awa-pg accepts that this engine has no use for, and why.
+NO_EFFECT = {
+    "queue_storage_claim_rotate_interval_ms": (
+        "claims rotate together with their queue slots, so there is no separate interval"
+    ),
+    "terminal_count_rollup_interval_ms": (
+        "terminal counts are kept exact as each job finishes, so there is nothing to roll up"
+    ),
+}
+
+
+def _warn_no_effect(keyword: str) -> None:
+    # One warning per keyword and call site: the default filter shows it once.
+    warnings.warn(f"{keyword} has no effect: {NO_EFFECT[keyword]}", UserWarning, stacklevel=4)
+
+
+def _refuse_other_ring_sizes(counts: dict[str, int]) -> None:
+    """The runtime works on the ring layout queue storage was installed with, so start()
+    cannot change it: any other size is refused rather than ignored."""
+    for name, value in counts.items():
+        default = DEFAULT_SLOT_COUNTS[name]
+        if value != default:
+            raise ValidationError(
+                f"queue_storage_{name}",
+                f"ring sizes are set when queue storage is installed "
+                f"(install_queue_storage({name}=...) or `awa storage "
+                f"prepare-queue-storage-schema`); start() runs on the installed layout, so "
+                f"leave it at {default}, got {value}",
+                value=value,
+            )
+
+
 def parse_start_args(
     queues: Sequence[Any] | None = None,
     *,
@@ -384,8 +417,7 @@ def parse_start_args(
         )
     if queue_storage_schema is not None and not isinstance(queue_storage_schema, str):
         raise TypeError("queue_storage_schema must be a string")
-    validate_slot_counts(
-        queue_storage_schema,
+    _refuse_other_ring_sizes(
         {
             "queue_slot_count": _int(
                 "queue_storage_queue_slot_count", queue_storage_queue_slot_count
@@ -396,9 +428,14 @@ def parse_start_args(
             "claim_slot_count": _int(
                 "queue_storage_claim_slot_count", queue_storage_claim_slot_count
             ),
-        },
-        prefix="queue_storage_",
+        }
     )
+    for keyword, value in (
+        ("queue_storage_claim_rotate_interval_ms", queue_storage_claim_rotate_interval_ms),
+        ("terminal_count_rollup_interval_ms", terminal_count_rollup_interval_ms),
+    ):
+        if value is not None:
+            _warn_no_effect(keyword)
     heartbeat_interval = _ms("heartbeat_interval_ms", heartbeat_interval_ms, 30_000)
     staleness_ms = (
         90_000.0

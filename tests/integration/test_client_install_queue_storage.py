@@ -117,3 +117,16 @@ async def test_install_is_refused_while_the_worker_runtime_runs(client: AsyncCli
     finally:
         await client.shutdown()
     await client.install_queue_storage()  # fine again once it stopped
+
+
+async def test_start_refuses_a_queue_storage_schema_it_would_not_use(client: AsyncClient) -> None:
+    await client.migrate()
+
+    @client.task(dict, kind="noop")
+    async def noop(job: Any) -> None:
+        return None
+
+    with pytest.raises(ValueError, match="queue_storage_schema='side'") as info:
+        await client.start([("default", 1)], queue_storage_schema="side")
+    assert "prepare-queue-storage-schema" in str(info.value)
+    assert (await client.health_check()).poll_loop_alive is False

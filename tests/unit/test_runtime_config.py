@@ -185,17 +185,22 @@ def test_invalid_arguments(
         "queue_storage_claim_slot_count",
     ],
 )
-def test_ring_sizes_on_the_default_schema_are_fixed(field: str) -> None:
+def test_ring_sizes_are_refused_rather_than_ignored(field: str) -> None:
     from awa.domain.errors import ValidationError
 
     sized: dict[str, Any] = {field: 3}
+    for schema in (None, "awa", "side"):
+        with pytest.raises(ValidationError, match="set when queue storage is installed") as info:
+            parse_start_args([("q", 1)], handler_queues={"q"}, queue_storage_schema=schema, **sized)
+        assert info.value.field == field
+    defaults: dict[str, Any] = {"queue_storage_queue_slot_count": 16}
+    parse_start_args([("q", 1)], handler_queues={"q"}, **defaults)
 
-    with pytest.raises(ValidationError) as info:
-        parse_start_args([("q", 1)], handler_queues={"q"}, **sized)
-    assert info.value.field == field
-    with pytest.raises(ValidationError):
-        parse_start_args([("q", 1)], handler_queues={"q"}, queue_storage_schema="awa", **sized)
-    parsed = parse_start_args(
-        [("q", 1)], handler_queues={"q"}, queue_storage_schema="side", **sized
-    )
-    assert getattr(parsed, field) == 3
+
+@pytest.mark.parametrize(
+    "keyword", ["queue_storage_claim_rotate_interval_ms", "terminal_count_rollup_interval_ms"]
+)
+def test_keywords_without_effect_warn(keyword: str) -> None:
+    with pytest.warns(UserWarning, match=f"{keyword} has no effect"):
+        options: dict[str, Any] = {keyword: 500}
+        parse_start_args([("q", 1)], handler_queues={"q"}, **options)

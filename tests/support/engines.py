@@ -127,3 +127,50 @@ async def _queue_storage(
 
 
 register("postgres_queue_storage", _queue_storage, needs_database=True)
+
+
+@asynccontextmanager
+async def _routing(
+    clock: ManualClock, backoff: Backoff, database_url: str | None, *, queue_storage: bool
+) -> AsyncIterator[EngineHandle]:
+    """The engine every client runs: it routes by the storage-transition state."""
+    from awa.adapters.routing_engine import TransitionRoutingEngine
+    from awa.entrypoints import bootstrap
+
+    assert database_url is not None
+    await migrate(database_url)
+    if queue_storage:
+        await bootstrap.install_queue_storage(
+            database_url, "awa", queue_slot_count=16, lease_slot_count=8, reset=False
+        )
+        # The contract suite reuses one database per engine (reset between tests), so
+        # only the first call finds it fresh.
+        await bootstrap.activate_queue_storage_if_fresh(database_url, "awa")
+    engine = await TransitionRoutingEngine.open(database_url, clock=clock, backoff=backoff)
+    name = "routing_queue_storage" if queue_storage else "routing_canonical"
+    try:
+        expected = "queue_storage" if queue_storage else "canonical"
+        assert (await engine.status(max_age=0.0)).active_engine == expected
+        yield EngineHandle(name, engine, clock, engine, engine.leader_lock)
+    finally:
+        await engine.close()
+
+
+@asynccontextmanager
+async def _routing_canonical(
+    clock: ManualClock, backoff: Backoff, database_url: str | None
+) -> AsyncIterator[EngineHandle]:
+    async with _routing(clock, backoff, database_url, queue_storage=False) as handle:
+        yield handle
+
+
+@asynccontextmanager
+async def _routing_queue_storage(
+    clock: ManualClock, backoff: Backoff, database_url: str | None
+) -> AsyncIterator[EngineHandle]:
+    async with _routing(clock, backoff, database_url, queue_storage=True) as handle:
+        yield handle
+
+
+register("routing_canonical", _routing_canonical, needs_database=True)
+register("routing_queue_storage", _routing_queue_storage, needs_database=True)

@@ -169,3 +169,19 @@ async def test_a_drain_marks_each_lane_once(engine: QueueStorageEngine, database
         ).fetchall()
     assert marked == [(1,)] and again == [(0,)]
     assert await engine.drain_queue(QUEUE) == 50
+
+
+async def test_claim_takes_the_rest_of_the_batch_at_once_after_leaving_a_lane(
+    engine: QueueStorageEngine,
+) -> None:
+    """The engine runs the statement again under a new snapshot when one left a lane
+    alone, so a cancel does not cost the worker a poll interval."""
+    first, second = await engine.enqueue_many(
+        [JobSpec(kind="k", queue=QUEUE, priority=2) for _ in range(2)]
+    )
+    engine._q["claim"] = _paused(engine, "claim")
+    claim = asyncio.create_task(engine.claim(QUEUE, limit=2))
+    await asyncio.sleep(PAUSE / 3)
+    assert not claim.done()
+    assert (await engine.cancel_job(first.id)) is not None
+    assert [c.job.id for c in await claim] == [second.id]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from datetime import timedelta
@@ -386,6 +387,26 @@ class ModelVsReal(RuleBasedStateMachine):
     def same_counts_and_dlq(self) -> None:
         self._same(lambda engine: engine.queue_counts(), label="queue_counts")
         self._same(lambda engine: engine.list_dlq(DlqFilter(), limit=1000), label="list_dlq")
+
+    @invariant()
+    def counters_equal_a_recount(self) -> None:
+        """Each engine's counters (``queue_counts()``, folded from counter rows on queue
+        storage) never go negative and equal a recount of the jobs it lists."""
+        for label, engine in (("model", self.p.model.engine), ("real", self.p.real.engine)):
+            counted = self.p.runner.run(_await(engine.queue_counts()))
+            jobs = self.p.runner.run(_await(engine.list_jobs(JobFilter(), limit=100_000)))
+            recount = Counter((job.queue, job.state) for job in jobs)
+            queues = {c.queue for c in counted} | {queue for queue, _ in recount}
+            by_queue = {c.queue: c.counts for c in counted}
+            for queue in queues:
+                counts = by_queue.get(queue, {})
+                for state in JobState:
+                    n = counts.get(state, 0)
+                    assert n >= 0, f"{label}: {queue} {state.sql_name} counter is {n}"
+                    assert n == recount[(queue, state)], (
+                        f"{label}: {queue} {state.sql_name} counter {n}, "
+                        f"recount {recount[(queue, state)]}"
+                    )
 
     @invariant()
     def every_state_is_known(self) -> None:

@@ -622,6 +622,67 @@ class QueueStorageBase:
         if done:
             await self._exec(conn, "insert_done", rows=json.dumps(done))
 
+    async def _mark_retiring(self, conn: DictConnection, heads: Sequence[Resolved]) -> None:
+        """Lock and mark the lanes of these unclaimed ready rows for retirement
+        (``awa.queue_storage_retire_lanes``: claim heads in key order, each marked once
+        per transaction). :meth:`_retire_ready` does this itself; a writer that retires
+        rows of many lanes one by one (a drain) calls it first with all of them, so it
+        takes the lane locks in the one order every writer uses."""
+        facts = [(r.ready_slot, r.ready_fact) for r in heads if r.job.state == JobState.Available]
+        if not facts:
+            return
+        lanes = await self._exec(
+            conn,
+            "ready_lane_of",
+            slots=[slot for slot, _ in facts],
+            facts=[fact for _, fact in facts],
+        )
+        order = sorted({(r["queue"], r["priority"], r["shard"]) for r in lanes})
+        await self._exec(
+            conn,
+            "retire_lanes",
+            schema=self._schema,
+            queues=[lane[0] for lane in order],
+            priorities=[lane[1] for lane in order],
+            shards=[lane[2] for lane in order],
+        )
+
+    async def _retire_ready(self, conn: DictConnection, heads: Sequence[Resolved]) -> set[int]:
+        """Tombstone the unclaimed ready rows that are these jobs' heads; returns the ids
+        of the jobs retired. The one way to retire an unclaimed row (cancel, drain,
+        delete, operator moves, batch operations): inside the caller's transaction, lock
+        and mark the rows' lanes (:meth:`_mark_retiring`), re-read the jobs under those
+        locks (no claimer is inside the lanes now, and this read sees every claim that
+        committed before) and tombstone only rows that are still the unclaimed head.
+        A claim whose snapshot predates this transaction's commit sees the mark and
+        leaves the lane alone (ADR 0006, "Retiring unclaimed rows"). The caller then
+        appends each retired job's next snapshot and counts the move; a job left out was
+        claimed or changed meanwhile (re-read it or report it stale)."""
+        ready = [r for r in heads if r.job.state == JobState.Available]
+        if not ready:
+            return set()
+        await self._mark_retiring(conn, ready)
+        again = await self._resolve(conn, [r.job.id for r in ready])
+        free = []
+        for r in ready:
+            current = again.get(r.job.id)
+            if (
+                current is not None
+                and current.job.state == JobState.Available
+                and (current.ready_slot, current.ready_fact) == (r.ready_slot, r.ready_fact)
+            ):
+                free.append(r)
+        if not free:
+            return set()
+        got = await self._exec(
+            conn,
+            "tombstone",
+            slots=[r.ready_slot for r in free],
+            facts=[r.ready_fact for r in free],
+        )
+        retired = {row["ready_fact"] for row in got}
+        return {r.job.id for r in free if r.ready_fact in retired}
+
     async def _supersede(self, conn: DictConnection, old: Resolved, now: datetime) -> bool:
         """Retire the head fact of ``old`` so a new snapshot can take over.
 
@@ -631,26 +692,7 @@ class QueueStorageBase:
         """
         state = old.job.state
         if state == JobState.Available:
-            assert old.ready_slot is not None and old.ready_fact is not None
-            lane = await self._exec(
-                conn, "ready_lane_of", slots=[old.ready_slot], facts=[old.ready_fact]
-            )
-            await self._exec(
-                conn,
-                "lock_lane_heads",
-                queues=[lane[0]["queue"]],
-                priorities=[lane[0]["priority"]],
-                shards=[lane[0]["shard"]],
-            )
-            # Under the lane lock no claimer is inside the lane: re-check the row is free.
-            again = await self._resolve(conn, [old.job.id])
-            current = again.get(old.job.id)
-            if current is None or current.job.state != JobState.Available:
-                return False
-            got = await self._exec(
-                conn, "tombstone", slots=[old.ready_slot], facts=[old.ready_fact]
-            )
-            return bool(got)
+            return old.job.id in await self._retire_ready(conn, [old])
         if state in DEFERRED:
             got = await self._exec(conn, "take_deferred", ids=[old.job.id])
             return bool(got)

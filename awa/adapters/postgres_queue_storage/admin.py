@@ -236,6 +236,9 @@ class AdminOps(QueueStorageBase):
         async with translated_errors(), self._tx() as conn:
             writes = Writes(self._clock.now())
             found = await self._select(conn, JobFilter(queue=queue), tail="ORDER BY id")
+            # Every lane first, in key order: the cancels below then take no lane lock out
+            # of the order every retiring writer uses.
+            await self._mark_retiring(conn, found)
             count = 0
             for r in found:
                 if r.job.state not in DRAINABLE_STATES:

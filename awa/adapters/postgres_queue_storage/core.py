@@ -163,8 +163,9 @@ def _job_fields(spec: JobSpec, unique_states: str, hint: int | None) -> dict[str
     }
 
 
-#: How often a claim from sorted windows is tried again when another transaction
-#: took one of its rows first (_Contested); after that it returns nothing this time.
+#: How many claim statements one claim() runs when another transaction took one of its
+#: rows first (_Contested) or a retiring writer's mark made it leave a lane alone; after
+#: that it returns what it has.
 _CONTESTED_TRIES = 3
 
 
@@ -668,19 +669,32 @@ class CoreOps(QueueStorageBase):
             "aging_us": aging_us,
             "deadline_at": deadline_at,
         }
-        if queue not in self._sorting:
-            # The common case: one statement claims, moves the cursors and counts.
-            async with translated_errors(), self._kept_conn("claim") as conn:
-                rows = await self._exec(conn, "claim", **params)
-            if not (rows and rows[0]["mixed"]):
-                return self._remember(queue, rows, deadline_at)
-            self._sorting.add(queue)
+        claims: list[Claim] = []
+        # A claim statement leaves alone a lane that a cancel (or any writer retiring an
+        # unclaimed row) marked after the statement's snapshot was taken, and says so
+        # (`contested`); the rest of the batch is claimed again at once, under a newer
+        # snapshot (ADR 0006, "Retiring unclaimed rows").
         for _ in range(_CONTESTED_TRIES):
+            params["limit"] = limit - len(claims)
+            if queue not in self._sorting:
+                # The common case: one statement claims, moves the cursors and counts.
+                async with translated_errors(), self._kept_conn("claim") as conn:
+                    rows = await self._exec(conn, "claim", **params)
+                if not (rows and rows[0]["mixed"]):
+                    got = self._remember(queue, rows, deadline_at)
+                    claims.extend(got)
+                    if not (rows and rows[0]["contested"]) or len(claims) >= limit:
+                        return claims
+                    continue
+                self._sorting.add(queue)
             try:
-                return await self._claim_sorted(queue, params, now, deadline_at)
+                got, contested = await self._claim_sorted(queue, params, now, deadline_at)
             except _Contested:
                 continue
-        return []
+            claims.extend(got)
+            if not contested or len(claims) >= limit:
+                return claims
+        return claims
 
     async def _claim_sorted(
         self,
@@ -688,19 +702,22 @@ class CoreOps(QueueStorageBase):
         params: dict[str, Any],
         now: datetime,
         deadline_at: datetime | None,
-    ) -> list[Claim]:
+    ) -> tuple[list[Claim], bool]:
         """claim_sorted in a transaction with the cursor moves, unique keys and counters;
         raises _Contested (nothing written) when a row it took from a sorted window was
-        claimed or tombstoned by a transaction that committed while it took its locks."""
+        claimed or tombstoned by a transaction that committed while it took its locks.
+        Returns the claims and whether a lane was left alone because a retiring writer
+        marked it after the statement's snapshot."""
         async with translated_errors(), self._tx(pipeline=True) as conn:
             rows = await self._exec(conn, "claim_sorted", **params)
             if rows and rows[0]["mixed"]:
                 self._sorting.add(queue)
             else:
                 self._sorting.discard(queue)
+            contested = bool(rows and rows[0]["contested"])
             taken = [row for row in rows if row["id"] is not None]
             if not taken:
-                return []
+                return [], contested
             # The claim moved the cursors of ordered lanes itself; sorted windows are
             # moved over their claimed prefix here.
             sorted_lanes = [r for r in taken if r["disordered"]]
@@ -733,7 +750,7 @@ class CoreOps(QueueStorageBase):
             if changes:
                 await self._unique(conn, changes)
             await self._flush(conn, writes)
-        return claims
+        return claims, contested
 
     async def warm_up(self, queues: Sequence[str]) -> None:
         """:class:`~awa.ports.storage.WorkerWarmUp`: open the connections kept for the

@@ -446,15 +446,14 @@ FROM unnest(%(slots)s::int[], %(facts)s::bigint[]) AS i(slot, fact)
 ON CONFLICT DO NOTHING
 RETURNING ready_fact
 
--- name: lock_lane_heads
--- Cancels and moves of unclaimed rows lock the lane's claim head first, so no claimer is
--- inside the lane while the tombstone is written.
-SELECT queue, priority, shard, claim_seq FROM {s}.claim_heads
-WHERE (queue, priority, shard) IN (
-    SELECT * FROM unnest(%(queues)s::text[], %(priorities)s::smallint[], %(shards)s::int[])
-)
-ORDER BY queue, priority, shard
-FOR UPDATE
+-- name: retire_lanes
+-- Every writer that retires unclaimed ready rows (cancel, drain, delete, moves) locks
+-- their lanes' claim heads first and marks them with its transaction id
+-- (awa.queue_storage_retire_lanes, migration 0380): no claimer is inside those lanes
+-- while the tombstones are written, and a claimer whose snapshot predates the commit
+-- leaves the lane alone (see claim).
+SELECT awa.queue_storage_retire_lanes(
+    %(schema)s, %(queues)s::text[], %(priorities)s::smallint[], %(shards)s::int[]) AS marked
 
 -- name: ready_lane_of
 SELECT fact_id, slot, queue, priority, shard, lane_seq FROM {s}.ready_entries
@@ -572,7 +571,13 @@ FROM unnest(%(channels)s::text[], %(payloads)s::text[]) AS i(channel, payload)
 -- windows are left to advance_cursors.
 WITH heads AS (
     SELECT h.queue, h.priority, h.shard, h.claim_seq,
-        (l.disorder_seq >= h.claim_seq) AS disordered
+        (l.disorder_seq >= h.claim_seq) AS disordered,
+        -- Read from the head's newest version once it is locked: a writer that retired a
+        -- row of this lane committed after this statement's snapshot was taken, so the
+        -- walk cannot see its tombstone. The lane is left alone (see `contested`).
+        CASE WHEN h.retired_xid IS NULL THEN false
+            ELSE NOT pg_visible_in_snapshot(h.retired_xid, pg_current_snapshot())
+        END AS contested
     FROM {s}.claim_heads h
     JOIN {s}.lanes l USING (queue, priority, shard)
     WHERE h.queue = %(queue)s
@@ -586,7 +591,7 @@ WITH heads AS (
     FOR UPDATE OF h SKIP LOCKED
 ), picked AS (
     SELECT w.*, h.disordered
-    FROM heads h
+    FROM (SELECT * FROM heads WHERE NOT contested) h
     CROSS JOIN LATERAL (
         (SELECT o.* FROM (
              SELECT r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard,
@@ -655,7 +660,9 @@ WITH heads AS (
         OR EXISTS (SELECT 1 FROM picked p
                    WHERE p.unique_key IS NOT NULL AND p.unique_states IS NOT NULL
                      AND get_bit(p.unique_states, 1) <> get_bit(p.unique_states, 2))
-        AS mixed
+        AS mixed,
+        -- A lane was left alone (see heads): the engine claims again at once.
+        EXISTS (SELECT 1 FROM heads WHERE contested) AS contested
 ), claimed AS (
     -- The claimed snapshots, exactly as the job_facts view resolves an open receipt
     -- without a lease, so the claimer needs no second read (the walk carried the bodies).
@@ -670,8 +677,9 @@ WITH heads AS (
     FROM inserted i
     JOIN candidates c ON c.slot = i.slot AND c.fact_id = i.ready_fact
 )
--- One row even when nothing was claimed (id NULL), so `mixed` always comes back.
-SELECT r.*, m.mixed
+-- One row even when nothing was claimed (id NULL), so `mixed` and `contested` always
+-- come back.
+SELECT r.*, m.mixed, m.contested
 FROM mixed m LEFT JOIN claimed r ON true
 ORDER BY r.effective, r.run_at, r.job_id
 
@@ -693,7 +701,13 @@ ORDER BY r.effective, r.run_at, r.job_id
 -- windows are left to advance_cursors.
 WITH heads AS (
     SELECT h.queue, h.priority, h.shard, h.claim_seq,
-        (l.disorder_seq >= h.claim_seq) AS disordered
+        (l.disorder_seq >= h.claim_seq) AS disordered,
+        -- Read from the head's newest version once it is locked: a writer that retired a
+        -- row of this lane committed after this statement's snapshot was taken, so the
+        -- walk cannot see its tombstone. The lane is left alone (see `contested`).
+        CASE WHEN h.retired_xid IS NULL THEN false
+            ELSE NOT pg_visible_in_snapshot(h.retired_xid, pg_current_snapshot())
+        END AS contested
     FROM {s}.claim_heads h
     JOIN {s}.lanes l USING (queue, priority, shard)
     WHERE h.queue = %(queue)s
@@ -707,7 +721,7 @@ WITH heads AS (
     FOR UPDATE OF h SKIP LOCKED
 ), picked AS (
     SELECT w.*, h.disordered
-    FROM heads h
+    FROM (SELECT * FROM heads WHERE NOT contested) h
     CROSS JOIN LATERAL (
         (SELECT o.* FROM (
              SELECT r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard,
@@ -780,7 +794,9 @@ WITH heads AS (
         OR EXISTS (SELECT 1 FROM picked p
                    WHERE p.unique_key IS NOT NULL AND p.unique_states IS NOT NULL
                      AND get_bit(p.unique_states, 1) <> get_bit(p.unique_states, 2))
-        AS mixed
+        AS mixed,
+        -- A lane was left alone (see heads): the engine claims again at once.
+        EXISTS (SELECT 1 FROM heads WHERE contested) AS contested
 ), claimed AS (
     -- The claimed snapshots, exactly as the job_facts view resolves an open receipt
     -- without a lease, so the claimer needs no second read (the walk carried the bodies).
@@ -795,8 +811,9 @@ WITH heads AS (
     FROM inserted i
     JOIN candidates c ON c.slot = i.slot AND c.fact_id = i.ready_fact
 )
--- One row even when nothing was claimed (id NULL), so `mixed` always comes back.
-SELECT r.*, m.mixed
+-- One row even when nothing was claimed (id NULL), so `mixed` and `contested` always
+-- come back.
+SELECT r.*, m.mixed, m.contested
 FROM mixed m LEFT JOIN claimed r ON true
 ORDER BY r.effective, r.run_at, r.job_id
 

@@ -1,0 +1,187 @@
+"""A claim whose snapshot predates a retire's commit does not take the retired row.
+
+The window is made wide on purpose: the engine's own claim statement runs with a pause
+inserted after its snapshot is taken and before it locks the lane heads, and a cancel,
+an ``awa.jobs`` edit or delete, or a drain commits during the pause. Before the lane mark
+(migration 0380) the claim took the retired row every time (ADR 0006, "Retiring
+unclaimed rows").
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from awa.adapters.clock import SystemClock
+from awa.adapters.postgres_queue_storage import QueueStorageEngine
+from awa.domain.job import JobSpec
+from awa.domain.policies import Backoff
+from awa.domain.states import JobState
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+QUEUE = "marked"
+PAUSE = 0.6
+# The first filter of the lane-head scan: an uncorrelated sub-select there runs once,
+# when the first head is read, after the statement's snapshot and before any head lock.
+HEAD_FILTER = "WHERE h.queue = %(queue)s\n      -- A lane with nothing"
+
+
+@pytest.fixture
+async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
+    opened = await QueueStorageEngine.open(database_url, clock=SystemClock(), backoff=Backoff())
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+def _paused(engine: QueueStorageEngine, statement: str) -> str:
+    text = engine._q[statement]
+    assert text.count(HEAD_FILTER) == 1
+    head, rest = HEAD_FILTER.split("\n", 1)
+    pause = f"{head} AND (SELECT count(*) FROM pg_sleep({PAUSE})) = 1\n{rest}"
+    return text.replace(HEAD_FILTER, pause)
+
+
+async def _slow_claim(
+    engine: QueueStorageEngine, url: str, statement: str, retire: Callable[[], Awaitable[Any]]
+) -> list[dict[str, Any]]:
+    """Run ``statement`` with the pause; ``retire`` commits while it sleeps."""
+    params = {
+        "queue": QUEUE,
+        "limit": 2,
+        "now": engine._clock.now(),
+        "aging_us": 0,
+        "deadline_at": None,
+    }
+    async with await psycopg.AsyncConnection.connect(
+        url, autocommit=True, row_factory=dict_row
+    ) as conn:
+        claim = asyncio.create_task(conn.execute(_paused(engine, statement).encode(), params))
+        await asyncio.sleep(PAUSE / 3)
+        assert not claim.done()
+        await retire()
+        cur = await claim
+        return list(await cur.fetchall())
+
+
+async def _edit(url: str, statement: str, job_id: int) -> None:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cur = await conn.execute(statement.encode(), (job_id,))
+        assert cur.rowcount == 1
+
+
+RETIRERS: dict[str, Callable[[QueueStorageEngine, str, int], Awaitable[Any]]] = {
+    "cancel": lambda engine, url, job_id: engine.cancel_job(job_id),
+    "drain": lambda engine, url, job_id: engine.drain_queue(QUEUE),
+    "view_update": lambda engine, url, job_id: _edit(
+        url, "UPDATE awa.jobs SET priority = 1 WHERE id = %s", job_id
+    ),
+    "view_delete": lambda engine, url, job_id: _edit(
+        url, "DELETE FROM awa.jobs WHERE id = %s", job_id
+    ),
+}
+
+
+@pytest.mark.parametrize("retirer", sorted(RETIRERS))
+async def test_a_claim_older_than_a_retire_leaves_the_retired_row(
+    engine: QueueStorageEngine, database_url: str, retirer: str
+) -> None:
+    first, second = await engine.enqueue_many(
+        [JobSpec(kind="k", queue=QUEUE, priority=2) for _ in range(2)]
+    )
+    rows = await _slow_claim(
+        engine,
+        database_url,
+        "claim",
+        lambda: RETIRERS[retirer](engine, database_url, first.id),
+    )
+    taken = [row["id"] for row in rows if row["id"] is not None]
+    assert first.id not in taken
+    # The lane was left alone whole, and the claim says so: the engine claims again.
+    assert taken == [] and rows[0]["contested"] is True
+    again = await engine.claim(QUEUE, limit=2)
+    expected = [] if retirer == "drain" else [second.id]
+    if retirer == "view_update":
+        # The edit appended the job again at priority 1: claimed once, as the new row.
+        expected = [first.id, second.id]
+    assert [c.job.id for c in again] == expected
+    job = await engine.get_job(first.id)
+    if retirer in {"cancel", "drain"}:
+        assert job is not None and job.state == JobState.Cancelled
+    elif retirer == "view_delete":
+        assert job is None
+    counts = next(c for c in await engine.queue_counts() if c.queue == QUEUE)
+    assert all(n >= 0 for n in counts.counts.values())
+    assert counts.counts[JobState.Available] == 0
+
+
+async def test_a_sorted_claim_older_than_a_cancel_leaves_the_cancelled_row(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    first, _ = await engine.enqueue_many(
+        [JobSpec(kind="k", queue=QUEUE, priority=2) for _ in range(2)]
+    )
+    rows = await _slow_claim(
+        engine, database_url, "claim_sorted", lambda: engine.cancel_job(first.id)
+    )
+    assert [row["id"] for row in rows if row["id"] is not None] == []
+    assert rows[0]["contested"] is True
+
+
+async def test_a_claim_that_sees_the_retire_takes_the_lane_as_usual(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    """The mark only turns away claims whose snapshot cannot see it."""
+    first, second = await engine.enqueue_many(
+        [JobSpec(kind="k", queue=QUEUE, priority=2) for _ in range(2)]
+    )
+    await engine.cancel_job(first.id)
+    with psycopg.connect(database_url) as conn:
+        marked = conn.execute(
+            "SELECT count(*) FROM awa.claim_heads WHERE queue = %s AND retired_xid IS NOT NULL",
+            (QUEUE,),
+        ).fetchone()
+    assert marked == (1,)
+    assert [c.job.id for c in await engine.claim(QUEUE, limit=2)] == [second.id]
+
+
+async def test_a_drain_marks_each_lane_once(engine: QueueStorageEngine, database_url: str) -> None:
+    """A drain retires many rows of one lane in one transaction: one new version of the
+    lane's head, not one per row (they could not be pruned before the drain commits)."""
+    await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(50)])
+    with psycopg.connect(database_url, autocommit=True) as conn, conn.transaction():
+        marked = conn.execute(
+            "SELECT awa.queue_storage_retire_lanes('awa', ARRAY[queue], ARRAY[priority], "
+            "ARRAY[shard]) FROM awa.claim_heads WHERE queue = %s",
+            (QUEUE,),
+        ).fetchall()
+        again = conn.execute(
+            "SELECT awa.queue_storage_retire_lanes('awa', ARRAY[queue], ARRAY[priority], "
+            "ARRAY[shard]) FROM awa.claim_heads WHERE queue = %s",
+            (QUEUE,),
+        ).fetchall()
+    assert marked == [(1,)] and again == [(0,)]
+    assert await engine.drain_queue(QUEUE) == 50
+
+
+async def test_claim_takes_the_rest_of_the_batch_at_once_after_leaving_a_lane(
+    engine: QueueStorageEngine,
+) -> None:
+    """The engine runs the statement again under a new snapshot when one left a lane
+    alone, so a cancel does not cost the worker a poll interval."""
+    first, second = await engine.enqueue_many(
+        [JobSpec(kind="k", queue=QUEUE, priority=2) for _ in range(2)]
+    )
+    engine._q["claim"] = _paused(engine, "claim")
+    claim = asyncio.create_task(engine.claim(QUEUE, limit=2))
+    await asyncio.sleep(PAUSE / 3)
+    assert not claim.done()
+    assert (await engine.cancel_job(first.id)) is not None
+    assert [c.job.id for c in await claim] == [second.id]

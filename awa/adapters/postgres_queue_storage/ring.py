@@ -20,11 +20,11 @@ from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters.postgres_queue_storage._base import (
     PRUNE_GATE,
-    QueueStorageBase,
     Resolved,
     Writes,
     row_json,
 )
+from awa.adapters.postgres_queue_storage.carry import CarryOps
 from awa.domain.states import (
     DEFAULT_UNIQUE_STATES,
     JobState,
@@ -40,6 +40,10 @@ _HEAD_STATE_COLUMNS = (
     "j.unique_states::text AS unique_states"
 )
 DEFAULT_FAILED_RETENTION = timedelta(hours=72)
+#: The states of heads prune drops with their slot (live heads are carried forward).
+_DROPPED_STATES = frozenset(
+    s.sql_name for s in (JobState.Completed, JobState.Cancelled, JobState.Failed)
+)
 PRUNE_LOCK_TIMEOUT = "50ms"
 #: Prune asks for its ACCESS EXCLUSIVE lock with NOWAIT this many times, pausing
 #: PRUNE_NOWAIT_PAUSE seconds in between, before it queues for it (at most
@@ -55,7 +59,7 @@ class _Blocked(Exception):
     """Prune found live work in its slot after taking the lock."""
 
 
-class RingOps(QueueStorageBase):
+class RingOps(CarryOps):
     """Rotate the queue ring and truncate its oldest sealed slot."""
 
     #: Set once the database refuses the partition swap to this role (it needs CREATE on
@@ -263,11 +267,13 @@ class RingOps(QueueStorageBase):
         unless: str,
         *,
         swap: tuple[str, ...] | None = None,
+        also: str | None = None,
     ) -> None:
         """Lock the slot's partitions of ``tables`` (and the ring tables whose partition is
         swapped), check, and swap, in one round trip. ``unless`` is a condition that must be
         false under the lock (else _Blocked); ``swap`` (default: all of ``tables``) are the
-        partitions replaced by their empty stand-ins."""
+        partitions replaced by their empty stand-ins; ``also`` is a statement run under
+        the lock after the check."""
         swapped = tables if swap is None else swap
         parents = [] if self._swap_denied else [f"{self._qschema_name}.{t}" for t in swapped]
         locked = ", ".join(parents + [self._child(t, slot) for t in tables])
@@ -285,7 +291,9 @@ class RingOps(QueueStorageBase):
         self._unclean_spares().update(swapped)
         try:
             await self._lock_briefly(
-                conn, locked, "; ".join([check, *self._swap_steps(slot, swapped)])
+                conn,
+                locked,
+                "; ".join([check, *([also] if also else []), *self._swap_steps(slot, swapped)]),
             )
         except pg_errors.InsufficientPrivilege as exc:
             self._refuse_swap()
@@ -324,8 +332,9 @@ class RingOps(QueueStorageBase):
         if not (gate and gate["ok"]):
             raise _Blocked()
         seen = await self._slot_row_counts(conn, target)
-        if await self._slot_is_live(conn, target):
-            return "blocked"
+        # What is still live in the slot (unclaimed rows, open attempts) is copied into
+        # the current slot first; the copies commit with the swap or not at all.
+        carried_claims = await self._carry_live_rows(conn, target, current)
         writes = Writes(self._clock.now())
         floor = writes.now - failed_retention
         # Only what dropping a job needs is read for every head (no args, no metadata):
@@ -346,7 +355,8 @@ class RingOps(QueueStorageBase):
             ]
             await self._exec(conn, "insert_done", rows=json.dumps(carry))
         carried = set(kept)
-        dropped = [h for h in heads if h["id"] not in carried]
+        # Only terminal history is dropped: a live head was carried forward above.
+        dropped = [h for h in heads if h["id"] not in carried and h["state"] in _DROPPED_STATES]
         release = []
         stats: dict[str, list[int]] = {}
         for h in dropped:
@@ -392,6 +402,7 @@ class RingOps(QueueStorageBase):
             RING_TABLES,
             unless=changed,
             swap=tuple(t for t, n in zip(RING_TABLES, seen, strict=True) if n),
+            also=self._repoint_sql(carried_claims, target, current),
         )
         return "pruned"
 
@@ -640,11 +651,12 @@ class RingOps(QueueStorageBase):
         target = (current + 1) % count
         if target == current or target not in await self._dirty_lease_slots(conn, count):
             return "idle"
-        if await self._lease_slot_is_live(conn, target):
+        # The leases of open attempts move into the current lease slot first (under their
+        # advisory locks, taken without waiting), so a callback wait never pins the ring.
+        if not await self._carry_live_leases(conn, target, current):
             return "blocked"
-        # Re-checked under the lock: a heartbeat that moved a row out, or wrote one in from
-        # a stale slot number, has committed; no lease writer can reach the slot until the
-        # swap commits.
+        # Re-checked under the lock: a heartbeat that wrote a row in from a stale slot
+        # number has committed; no lease writer can reach the slot until the swap commits.
         await self._lock_and_swap(conn, target, ("leases",), unless=self._lease_live_sql(target))
         return "pruned"
 

@@ -190,13 +190,13 @@ async def test_lease_prune_never_waits_for_a_writer_of_a_live_lease(
         await engine.enqueue_many([JobSpec(kind="filler", queue="filler")])
         (filler,) = await engine.claim("filler", limit=1)
         assert await engine.heartbeat([filler.lease]) == [Ack.APPLIED]
-    async with await psycopg.AsyncConnection.connect(database_url) as writer:
-        async with writer.transaction():
-            await writer.execute(
-                "SELECT awa.queue_storage_lock_leases(%s, %s)", (SCHEMA, [live.job_id])
-            )
-            with anyio.fail_after(5):
-                assert await engine.prune_leases() == "blocked"
+    writer = await psycopg.AsyncConnection.connect(database_url)
+    async with writer, writer.transaction():
+        await writer.execute(
+            "SELECT awa.queue_storage_lock_leases(%s, %s)", (SCHEMA, [live.job_id])
+        )
+        with anyio.fail_after(5):
+            assert await engine.prune_leases() == "blocked"
     assert await engine.prune_leases() == "pruned"
     assert 0 not in _lease_rows(database_url)
     assert await engine.heartbeat([live]) == [Ack.APPLIED]

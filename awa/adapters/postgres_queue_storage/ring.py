@@ -25,6 +25,7 @@ from awa.adapters.postgres_queue_storage._base import (
     row_json,
 )
 from awa.adapters.postgres_queue_storage.carry import CarryOps
+from awa.adapters.postgres_queue_storage.long_tx import LongTransactionOps
 from awa.domain.states import (
     DEFAULT_UNIQUE_STATES,
     JobState,
@@ -59,7 +60,7 @@ class _Blocked(Exception):
     """Prune found live work in its slot after taking the lock."""
 
 
-class RingOps(CarryOps):
+class RingOps(CarryOps, LongTransactionOps):
     """Rotate the queue ring and truncate its oldest sealed slot."""
 
     #: Set once the database refuses the partition swap to this role (it needs CREATE on
@@ -127,6 +128,7 @@ class RingOps(CarryOps):
         or a lock held by a running transaction) or ``skipped_locked``. Failed jobs younger
         than ``failed_retention`` are carried forward into the current slot first.
         """
+        target = None
         try:
             async with translated_errors():
                 await self._clear_spares(RING_TABLES)
@@ -134,9 +136,18 @@ class RingOps(CarryOps):
                 if target is not None:
                     await self._prepare_spares(target)
             async with translated_errors(), self._tx() as conn:
-                return await self._prune(conn, failed_retention)
+                outcome = await self._prune(conn, failed_retention)
         except _Blocked:
-            return "blocked"
+            outcome = "blocked"
+        async with translated_errors():
+            # Say why reclamation waits (a long transaction holding the slot or the
+            # xmin horizon), and compact the control tables once it has ended.
+            if outcome == "blocked" and target is not None:
+                await self._explain_blocked(target, RING_TABLES)
+            elif outcome == "pruned":
+                await self._record("queue", "pruned")
+            await self._watch_horizon()
+        return outcome
 
     async def _prune_target(self) -> int | None:
         """The slot the next rotation enters, if it holds rows."""

@@ -36,20 +36,27 @@ class CarryOps(QueueStorageBase):
         return self._carry_q[name]
 
     async def _carry_rows(
-        self, conn: DictConnection, name: str, **params: Any
+        self, conn: DictConnection, name: str, *, slot_k: int | None = None, **params: Any
     ) -> list[dict[str, Any]]:
-        cur = await conn.execute(self._carry_sql(name).encode(), params)
+        text = self._carry_sql(name)
+        if slot_k is not None:
+            quoted = '"' + self._schema.replace('"', '""') + '"'
+            for table in ("ready", "claims", "closures", "tombstones"):
+                full = "ready_entries" if table == "ready" else table
+                text = text.replace(f"{{{table}_k}}", f'{quoted}."{full}_{slot_k}"')
+        cur = await conn.execute(text.encode(), params)
         return list(await cur.fetchall())
 
     async def _carry_live_rows(
         self, conn: DictConnection, source: int, current: int
-    ) -> list[tuple[int, int]]:
+    ) -> tuple[frozenset[int], list[tuple[int, int]]]:
         """Copy the live ready rows and open claims of ``source`` into ``current``;
-        returns ``(job_id, claim_id)`` of the carried open attempts (their lease rows are
-        re-pointed under the lock, :meth:`_repoint_sql`)."""
-        await self._carry_rows(conn, "carry_ready", **{"from": source, "to": current})
-        rows = await self._carry_rows(conn, "carry_claims", **{"from": source, "to": current})
-        return [(int(r["job_id"]), int(r["claim_id"])) for r in rows]
+        returns the carried jobs and ``(job_id, claim_id)`` of the carried open attempts
+        (their lease rows are re-pointed under the lock, :meth:`_repoint_sql`)."""
+        jobs = await self._carry_rows(conn, "carry_ready", slot_k=source, to=current)
+        rows = await self._carry_rows(conn, "carry_claims", slot_k=source, to=current)
+        carried = frozenset(int(r["job_id"]) for r in jobs)
+        return carried, [(int(r["job_id"]), int(r["claim_id"])) for r in rows]
 
     def _repoint_sql(
         self, carried: Sequence[tuple[int, int]], source: int, current: int

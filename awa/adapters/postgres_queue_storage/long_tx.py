@@ -32,8 +32,9 @@ CONTROL_TABLES = (
     "ring_state",
     "queue_prune_stats",
 )
-#: A control table larger than this after a long transaction is rewritten.
-COMPACT_ABOVE_BYTES = 1 << 20  # default of LongTransactionOps.compact_above_bytes
+#: After a long transaction, a control table is rewritten when it is at least this much
+#: larger than when the transaction was first seen (and at least twice that size).
+COMPACT_GROWTH_BYTES = 64 << 10
 COMPACT_LOCK_TIMEOUT = "50ms"
 #: A blocking transaction is named again at most this often.
 WARN_EVERY = 60.0
@@ -46,8 +47,9 @@ class LongTransactionOps(QueueStorageBase):
     long_transaction_after = timedelta(seconds=5)
     #: How often prune also looks at the xmin horizon.
     horizon_check_every = 10.0
-    #: A control table larger than this after a long transaction is rewritten.
-    compact_above_bytes = COMPACT_ABOVE_BYTES
+    #: See COMPACT_GROWTH_BYTES.
+    compact_growth_bytes = COMPACT_GROWTH_BYTES
+    _sizes_before: dict[str, int] | None = None
     _long_q: dict[str, str] | None = None
     _warned: dict[tuple[str, int], float] | None = None
     _recorded: dict[str, tuple[str, int | None]] | None = None
@@ -163,6 +165,8 @@ class LongTransactionOps(QueueStorageBase):
                     self._schema,
                     detail,
                 )
+            if not self._horizon_held:
+                self._sizes_before = await self._control_sizes()
             self._horizon_held = True
             await self._record("horizon", "held", holder, detail)
             return
@@ -176,9 +180,18 @@ class LongTransactionOps(QueueStorageBase):
                 detail="compacted: " + (", ".join(compacted) if compacted else "nothing"),
             )
 
+    async def _control_sizes(self) -> dict[str, int]:
+        async with self._conn() as conn:
+            rows = await self._long_rows(
+                conn, "control_sizes", schema=self._qschema, tables=list(CONTROL_TABLES)
+            )
+        return {str(r["relname"]): int(r["bytes"]) for r in rows}
+
     async def compact_control_tables(self) -> list[str]:
-        """VACUUM the control tables and rewrite those still larger than
-        ``compact_above_bytes`` (``VACUUM (FULL)`` of a table of a few hundred rows, under
+        """VACUUM the control tables and rewrite those that grew (at least twice, and
+        ``compact_growth_bytes``, larger than when the long transaction was first seen;
+        when none was seen, those larger than ``compact_growth_bytes``) with ``VACUUM
+        (FULL)`` of a table of a few hundred rows, under
         a short ``lock_timeout``: a claim waits at most that long). Returns the rewritten
         tables; one whose lock was not granted is left for the next call."""
         rewritten = []
@@ -191,7 +204,9 @@ class LongTransactionOps(QueueStorageBase):
             await conn.execute(f"SET lock_timeout = '{COMPACT_LOCK_TIMEOUT}'".encode())
             try:
                 for row in sizes:
-                    if int(row["bytes"]) <= self.compact_above_bytes:
+                    before = (self._sizes_before or {}).get(str(row["relname"]), 0)
+                    size = int(row["bytes"])
+                    if size < 2 * before or size - before < self.compact_growth_bytes:
                         continue
                     try:
                         await conn.execute(

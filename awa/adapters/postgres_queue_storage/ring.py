@@ -345,13 +345,13 @@ class RingOps(CarryOps, LongTransactionOps):
         seen = await self._slot_row_counts(conn, target)
         # What is still live in the slot (unclaimed rows, open attempts) is copied into
         # the current slot first; the copies commit with the swap or not at all.
-        carried_claims = await self._carry_live_rows(conn, target, current)
+        carried_jobs, carried_claims = await self._carry_live_rows(conn, target, current)
         writes = Writes(self._clock.now())
         floor = writes.now - failed_retention
         # Only what dropping a job needs is read for every head (no args, no metadata):
         # building whole job records for a slot of thousands of jobs took tens of ms of
         # the worker's event loop. Failed jobs that are kept are read whole.
-        heads = await self._head_states_in_slot(conn, target)
+        heads = await self._head_states_in_slot(conn, target, live=carried_jobs)
         kept = [
             h["id"]
             for h in heads
@@ -498,7 +498,9 @@ class RingOps(CarryOps, LongTransactionOps):
         )
         return [Resolved.from_row(row) for row in await cur.fetchall()]
 
-    async def _head_states_in_slot(self, conn: DictConnection, slot: int) -> list[dict[str, Any]]:
+    async def _head_states_in_slot(
+        self, conn: DictConnection, slot: int, live: frozenset[int] = frozenset()
+    ) -> list[dict[str, Any]]:
         """The same jobs, only what prune needs to drop one: id, queue, state (its SQL
         name), finalized_at and the unique key with its state mask (bit(8) text).
 
@@ -508,7 +510,13 @@ class RingOps(CarryOps, LongTransactionOps):
         ``job_facts`` does; only jobs with a fact outside the slot (an operator's retry
         or deletion marker, a deferred retry) are resolved through the view."""
         facts = await conn.execute(self._slot_heads_sql(slot))
-        heads = [row for row in await facts.fetchall() if row["state"] is not None]
+        # ``live``: jobs just carried forward, whose copies would send them through the
+        # view below; their head is live, so prune keeps them whatever it resolves to.
+        heads = [
+            row
+            for row in await facts.fetchall()
+            if row["state"] is not None and row["id"] not in live
+        ]
         if not heads:
             return []
         s = self._qschema_name

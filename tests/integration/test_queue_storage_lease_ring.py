@@ -141,11 +141,12 @@ async def test_an_idle_ring_turns_until_every_slot_is_truncated(
         assert job is not None and job.state == JobState.Completed
 
 
-async def test_prune_refuses_a_slot_with_a_live_lease_and_truncates_dead_ones(
+async def test_prune_carries_a_live_lease_forward_and_truncates_dead_ones(
     engine: QueueStorageEngine, database_url: str
 ) -> None:
     live, done = await _start(engine, 2)
     assert await engine.heartbeat([live, done]) == [Ack.APPLIED] * 2
+    assert await engine.update_progress(live, progress={"step": 3}) == Ack.APPLIED
     # Closing an attempt leaves its lease row to the slot's TRUNCATE.
     assert await engine.complete([done]) == [Ack.APPLIED]
     assert len(_lease_rows(database_url)[0]) == 2
@@ -155,20 +156,50 @@ async def test_prune_refuses_a_slot_with_a_live_lease_and_truncates_dead_ones(
         await engine.enqueue_many([JobSpec(kind="filler", queue="filler")])
         (filler,) = await engine.claim("filler", limit=1)
         assert await engine.heartbeat([filler.lease]) == [Ack.APPLIED]
-    # Slot 0 is the oldest and still holds the open attempt's lease.
-    assert await engine.prune_leases() == "blocked"
-    assert await engine.rotate_leases() == "skipped_busy"
-    job = await engine.get_job(live.job_id)
-    assert job is not None and job.state == JobState.Running
-    # One heartbeat moves it out; the slot then holds only the closed attempt's row.
-    assert await engine.heartbeat([live]) == [Ack.APPLIED]
-    assert [k for k, _ in _lease_rows(database_url)[0]] == [done.job_id]
+    before = await engine.get_job(live.job_id)
+    assert before is not None and before.progress == {"step": 3}
+    # Slot 0 is the oldest and still holds the open attempt's lease: it is moved into the
+    # current slot, the closed attempt's row goes with the slot.
+    current = _current_lease_slot(database_url)
     assert await engine.prune_leases() == "pruned"
-    assert 0 not in _lease_rows(database_url)
+    rows = _lease_rows(database_url)
+    assert 0 not in rows and (live.job_id, live.lease) in rows[current]
     assert await engine.rotate_leases() == "rotated"
+    after = await engine.get_job(live.job_id)
+    assert after is not None and after.state == JobState.Running
+    assert (after.progress, after.heartbeat_at, after.deadline_at) == (
+        before.progress,
+        before.heartbeat_at,
+        before.deadline_at,
+    )
     finished = await engine.get_job(done.job_id)
     assert finished is not None and finished.state == JobState.Completed
     assert await engine.complete([live]) == [Ack.APPLIED]
+    assert await engine.complete([live]) == [Ack.STALE]
+
+
+async def test_lease_prune_never_waits_for_a_writer_of_a_live_lease(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    """A lease writer holding an attempt's lock (mid-write) makes that prune ``blocked``
+    at once; the next one carries the lease."""
+    (live,) = await _start(engine, 1)
+    assert await engine.heartbeat([live]) == [Ack.APPLIED]
+    for _ in range(SLOTS - 1):
+        assert await engine.rotate_leases() == "rotated"
+        await engine.enqueue_many([JobSpec(kind="filler", queue="filler")])
+        (filler,) = await engine.claim("filler", limit=1)
+        assert await engine.heartbeat([filler.lease]) == [Ack.APPLIED]
+    writer = await psycopg.AsyncConnection.connect(database_url)
+    async with writer, writer.transaction():
+        await writer.execute(
+            "SELECT awa.queue_storage_lock_leases(%s, %s)", (SCHEMA, [live.job_id])
+        )
+        with anyio.fail_after(5):
+            assert await engine.prune_leases() == "blocked"
+    assert await engine.prune_leases() == "pruned"
+    assert 0 not in _lease_rows(database_url)
+    assert await engine.heartbeat([live]) == [Ack.APPLIED]
 
 
 async def test_stale_lease_writes_change_nothing(

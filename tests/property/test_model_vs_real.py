@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -35,8 +35,10 @@ from hypothesis.stateful import (
 from awa.adapters.clock import ManualClock
 from awa.domain.errors import AwaError
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
+from awa.domain.policies import Backoff
 from awa.domain.states import JobState
-from awa.ports.storage import DlqFilter, JobFilter, Rescued, StorageEngine
+from awa.ports.maintenance import RingMaintenance
+from awa.ports.storage import Ack, DlqFilter, JobFilter, Rescued, StorageEngine
 from tests.support.engines import CONTRACT_BACKOFF, ENGINES, EngineHandle
 
 T = TypeVar("T")
@@ -102,6 +104,8 @@ class ModelVsReal(RuleBasedStateMachine):
         self.model_ids: list[int] = []
         # (model lease, real lease) of every attempt ever claimed, live or stale
         self.leases: list[tuple[RunLease, RunLease]] = []
+        # callback ids ever registered (resolving a settled one must fail alike)
+        self.callbacks: list[str] = []
 
     # ------------------------------------------------------------------ helpers
     def _mid(self, real_id: int) -> int:
@@ -324,6 +328,86 @@ class ModelVsReal(RuleBasedStateMachine):
             label="cleanup",
         )
 
+    # ------------------------------------------------------------------ callbacks
+    @precondition(lambda self: bool(self.leases))
+    @rule(data=st.data(), timeout=st.sampled_from([30.0, 3600.0]))
+    def wait_for_callback(self, data: st.DataObject, timeout: float) -> None:
+        """Park an attempt on a callback (a long-lived waiting attempt the ring must
+        carry along)."""
+        model_lease, real_lease = self._lease_pair(data)
+        callback = f"cb-{model_lease.job_id}-{model_lease.lease}"
+        leases = iter((model_lease, real_lease))
+
+        async def park(engine: StorageEngine, lease: RunLease) -> tuple[Ack, Ack | None]:
+            window = timedelta(seconds=timeout)
+            registered = await engine.register_callback(lease, callback_id=callback, timeout=window)
+            if registered != Ack.APPLIED:
+                return registered, None
+            return registered, await engine.wait_for_callback(lease)
+
+        self._same(lambda engine: park(engine, next(leases)), label="wait_for_callback")
+        if callback not in self.callbacks:
+            self.callbacks.append(callback)
+
+    @precondition(lambda self: bool(self.callbacks))
+    @rule(data=st.data(), action=st.sampled_from(["complete", "fail", "resume"]))
+    def resolve_callback(self, data: st.DataObject, action: str) -> None:
+        callback = data.draw(st.sampled_from(self.callbacks), label="callback")
+        self._same(
+            lambda engine: engine.resolve_callback(
+                callback,
+                action=action,
+                payload={"ok": True} if action == "resume" else None,
+                error="external" if action == "fail" else None,
+            ),
+            label=f"resolve_callback {action}",
+        )
+
+    @rule()
+    def rescue_callbacks(self) -> None:
+        self._same(lambda engine: engine.rescue_expired_callbacks(), label="rescue callbacks")
+
+    # ------------------------------------------------------------------ ring upkeep
+    @precondition(lambda self: isinstance(self.p.real.engine, RingMaintenance))
+    @rule(failed_retention=st.sampled_from([5.0, 1000.0]), turns=st.integers(1, 3))
+    def turn_ring(self, failed_retention: float, turns: int) -> None:
+        """Rotate and prune both rings of the real engine (the model has none). Prune
+        must leave every job it keeps exactly as it was, live ones included (carried
+        forward), and drop only terminal history: completed, cancelled, and failed
+        before ``failed_retention``. The model then forgets the same jobs."""
+        real = self.p.real.engine
+        assert isinstance(real, RingMaintenance)
+
+        def listed() -> list[JobRecord]:
+            return self.p.runner.run(
+                _await(self.p.real.engine.list_jobs(JobFilter(), limit=100_000))
+            )
+
+        before = {job.id: job for job in listed()}
+        retention = timedelta(seconds=failed_retention)
+        for _ in range(turns):
+            self.p.runner.run(_await(real.prune(failed_retention=retention)))
+            self.p.runner.run(_await(real.rotate()))
+            self.p.runner.run(_await(real.prune_leases()))
+            self.p.runner.run(_await(real.rotate_leases()))
+        after = {job.id: job for job in listed()}
+        assert set(after) <= set(before), "prune made up jobs"
+        for job_id, job in after.items():
+            assert job == before[job_id], f"prune changed job {job_id}"
+        floor = self.p.clock.now() - retention
+        gone = sorted(set(before) - set(after))
+        for job_id in gone:
+            job = before[job_id]
+            assert job.state in (JobState.Completed, JobState.Cancelled) or (
+                job.state == JobState.Failed
+                and job.finalized_at is not None
+                and job.finalized_at <= floor
+            ), f"prune dropped {job.state} job {job_id}"
+        if gone:
+            model_ids = [self._mid(job_id) for job_id in gone]
+            deleted = self.p.runner.run(_await(self.p.model.engine.delete_jobs(model_ids)))
+            assert deleted == len(gone)
+
     # ------------------------------------------------------------------ operators
     @precondition(lambda self: bool(self.model_ids))
     @rule(data=st.data())
@@ -414,18 +498,40 @@ class ModelVsReal(RuleBasedStateMachine):
         assert all(isinstance(job.state, JobState) for job in model.value)
 
 
-@pytest.fixture(params=REAL_ENGINES)
+SMALL_RING = "queue_storage_two_slot_ring"
+
+
+@asynccontextmanager
+async def _two_slot_ring(
+    clock: ManualClock, backoff: Backoff, database_url: str | None
+) -> AsyncIterator[EngineHandle]:
+    """Queue storage with two queue slots and two lease slots: every rotation makes the
+    slot just sealed the next prune target, so live work is carried on nearly every
+    ``turn_ring``."""
+    from awa.adapters.postgres_queue_storage import QueueStorageEngine, install_queue_storage
+
+    assert database_url is not None
+    await install_queue_storage(database_url, "qs_model", queue_slot_count=2, lease_slot_count=2)
+    engine = await QueueStorageEngine.open(
+        database_url, clock=clock, backoff=backoff, schema="qs_model"
+    )
+    try:
+        yield EngineHandle(SMALL_RING, engine, clock, engine, engine.leader_lock)
+    finally:
+        await engine.close()
+
+
+@pytest.fixture(params=[*REAL_ENGINES, SMALL_RING])
 def engine_pair(request: pytest.FixtureRequest, migrated_database_url: str) -> Iterator[Pair]:
     clock = ManualClock()
+    factory = _two_slot_ring if request.param == SMALL_RING else ENGINES[request.param].factory
     with asyncio.Runner() as runner:
         stack = AsyncExitStack()
         model = runner.run(
             stack.enter_async_context(ENGINES["inmemory"].factory(clock, CONTRACT_BACKOFF, None))
         )
         real = runner.run(
-            stack.enter_async_context(
-                ENGINES[request.param].factory(clock, CONTRACT_BACKOFF, migrated_database_url)
-            )
+            stack.enter_async_context(factory(clock, CONTRACT_BACKOFF, migrated_database_url))
         )
         try:
             yield Pair(runner, model, real)
@@ -454,7 +560,10 @@ def test_model_and_real_engine_agree(engine_pair: Pair) -> None:
             stateful_step_count=_steps(current),
             # the deep profile's example count is sized for pure properties; a thousand
             # full-length examples against a real database is the deep run here
-            max_examples=min(current.max_examples, 1000),
+            max_examples=min(current.max_examples, 1000)
+            # every turn_ring on the two-slot ring carries and swaps; a quarter of the
+            # examples keeps the default run fast
+            // (4 if engine_pair.real.name == SMALL_RING else 1),
             deadline=None,
         ),
     )

@@ -836,13 +836,13 @@ class CoreOps(QueueStorageBase):
             except psycopg.errors.UniqueViolation:
                 rows = await self._exec_generic(conn, "complete_receipts_arbitrated", **params)
         closed = {r["claim_id"] for r in rows if r["claim_id"] is not None}
-        leased = {r["leased"] for r in rows if r["leased"] is not None}
         acks: dict[tuple[int, int], Ack] = {}
         for key, (_, claim_id, _queue) in known.items():
             if claim_id in closed:
                 acks[key] = Ack.APPLIED
-            elif key[0] not in leased:
-                acks[key] = Ack.STALE
+        # A receipt that closed nothing is looked up by job id: its attempt may have a
+        # lease, or prune may have carried it into another slot (ADR 0006,
+        # "Carry-forward of live rows"); a finalised one is STALE there too.
         rest = [lease for lease in leases if (lease.job_id, lease.lease) not in acks]
         by_lookup = iter(await self._complete_by_lookup(rest)) if rest else iter(())
         out: list[Ack] = []

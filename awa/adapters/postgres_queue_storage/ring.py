@@ -20,11 +20,12 @@ from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters.postgres_queue_storage._base import (
     PRUNE_GATE,
-    QueueStorageBase,
     Resolved,
     Writes,
     row_json,
 )
+from awa.adapters.postgres_queue_storage.carry import CarryOps
+from awa.adapters.postgres_queue_storage.long_tx import LongTransactionOps
 from awa.domain.states import (
     DEFAULT_UNIQUE_STATES,
     JobState,
@@ -40,6 +41,10 @@ _HEAD_STATE_COLUMNS = (
     "j.unique_states::text AS unique_states"
 )
 DEFAULT_FAILED_RETENTION = timedelta(hours=72)
+#: The states of heads prune drops with their slot (live heads are carried forward).
+_DROPPED_STATES = frozenset(
+    s.sql_name for s in (JobState.Completed, JobState.Cancelled, JobState.Failed)
+)
 PRUNE_LOCK_TIMEOUT = "50ms"
 #: Prune asks for its ACCESS EXCLUSIVE lock with NOWAIT this many times, pausing
 #: PRUNE_NOWAIT_PAUSE seconds in between, before it queues for it (at most
@@ -55,7 +60,7 @@ class _Blocked(Exception):
     """Prune found live work in its slot after taking the lock."""
 
 
-class RingOps(QueueStorageBase):
+class RingOps(CarryOps, LongTransactionOps):
     """Rotate the queue ring and truncate its oldest sealed slot."""
 
     #: Set once the database refuses the partition swap to this role (it needs CREATE on
@@ -123,6 +128,7 @@ class RingOps(QueueStorageBase):
         or a lock held by a running transaction) or ``skipped_locked``. Failed jobs younger
         than ``failed_retention`` are carried forward into the current slot first.
         """
+        target = None
         try:
             async with translated_errors():
                 await self._clear_spares(RING_TABLES)
@@ -130,9 +136,18 @@ class RingOps(QueueStorageBase):
                 if target is not None:
                     await self._prepare_spares(target)
             async with translated_errors(), self._tx() as conn:
-                return await self._prune(conn, failed_retention)
+                outcome = await self._prune(conn, failed_retention)
         except _Blocked:
-            return "blocked"
+            outcome = "blocked"
+        async with translated_errors():
+            # Say why reclamation waits (a long transaction holding the slot or the
+            # xmin horizon), and compact the control tables once it has ended.
+            if outcome == "blocked" and target is not None:
+                await self._explain_blocked(target, RING_TABLES)
+            elif outcome == "pruned":
+                await self._record("queue", "pruned")
+            await self._watch_horizon()
+        return outcome
 
     async def _prune_target(self) -> int | None:
         """The slot the next rotation enters, if it holds rows."""
@@ -263,11 +278,13 @@ class RingOps(QueueStorageBase):
         unless: str,
         *,
         swap: tuple[str, ...] | None = None,
+        also: str | None = None,
     ) -> None:
         """Lock the slot's partitions of ``tables`` (and the ring tables whose partition is
         swapped), check, and swap, in one round trip. ``unless`` is a condition that must be
         false under the lock (else _Blocked); ``swap`` (default: all of ``tables``) are the
-        partitions replaced by their empty stand-ins."""
+        partitions replaced by their empty stand-ins; ``also`` is a statement run under
+        the lock after the check."""
         swapped = tables if swap is None else swap
         parents = [] if self._swap_denied else [f"{self._qschema_name}.{t}" for t in swapped]
         locked = ", ".join(parents + [self._child(t, slot) for t in tables])
@@ -285,7 +302,9 @@ class RingOps(QueueStorageBase):
         self._unclean_spares().update(swapped)
         try:
             await self._lock_briefly(
-                conn, locked, "; ".join([check, *self._swap_steps(slot, swapped)])
+                conn,
+                locked,
+                "; ".join([check, *([also] if also else []), *self._swap_steps(slot, swapped)]),
             )
         except pg_errors.InsufficientPrivilege as exc:
             self._refuse_swap()
@@ -324,14 +343,15 @@ class RingOps(QueueStorageBase):
         if not (gate and gate["ok"]):
             raise _Blocked()
         seen = await self._slot_row_counts(conn, target)
-        if await self._slot_is_live(conn, target):
-            return "blocked"
+        # What is still live in the slot (unclaimed rows, open attempts) is copied into
+        # the current slot first; the copies commit with the swap or not at all.
+        carried_jobs, carried_claims = await self._carry_live_rows(conn, target, current)
         writes = Writes(self._clock.now())
         floor = writes.now - failed_retention
         # Only what dropping a job needs is read for every head (no args, no metadata):
         # building whole job records for a slot of thousands of jobs took tens of ms of
         # the worker's event loop. Failed jobs that are kept are read whole.
-        heads = await self._head_states_in_slot(conn, target)
+        heads = await self._head_states_in_slot(conn, target, live=carried_jobs)
         kept = [
             h["id"]
             for h in heads
@@ -346,7 +366,8 @@ class RingOps(QueueStorageBase):
             ]
             await self._exec(conn, "insert_done", rows=json.dumps(carry))
         carried = set(kept)
-        dropped = [h for h in heads if h["id"] not in carried]
+        # Only terminal history is dropped: a live head was carried forward above.
+        dropped = [h for h in heads if h["id"] not in carried and h["state"] in _DROPPED_STATES]
         release = []
         stats: dict[str, list[int]] = {}
         for h in dropped:
@@ -392,6 +413,7 @@ class RingOps(QueueStorageBase):
             RING_TABLES,
             unless=changed,
             swap=tuple(t for t, n in zip(RING_TABLES, seen, strict=True) if n),
+            also=self._repoint_sql(carried_claims, target, current),
         )
         return "pruned"
 
@@ -476,7 +498,9 @@ class RingOps(QueueStorageBase):
         )
         return [Resolved.from_row(row) for row in await cur.fetchall()]
 
-    async def _head_states_in_slot(self, conn: DictConnection, slot: int) -> list[dict[str, Any]]:
+    async def _head_states_in_slot(
+        self, conn: DictConnection, slot: int, live: frozenset[int] = frozenset()
+    ) -> list[dict[str, Any]]:
         """The same jobs, only what prune needs to drop one: id, queue, state (its SQL
         name), finalized_at and the unique key with its state mask (bit(8) text).
 
@@ -486,7 +510,13 @@ class RingOps(QueueStorageBase):
         ``job_facts`` does; only jobs with a fact outside the slot (an operator's retry
         or deletion marker, a deferred retry) are resolved through the view."""
         facts = await conn.execute(self._slot_heads_sql(slot))
-        heads = [row for row in await facts.fetchall() if row["state"] is not None]
+        # ``live``: jobs just carried forward, whose copies would send them through the
+        # view below; their head is live, so prune keeps them whatever it resolves to.
+        heads = [
+            row
+            for row in await facts.fetchall()
+            if row["state"] is not None and row["id"] not in live
+        ]
         if not heads:
             return []
         s = self._qschema_name
@@ -640,11 +670,12 @@ class RingOps(QueueStorageBase):
         target = (current + 1) % count
         if target == current or target not in await self._dirty_lease_slots(conn, count):
             return "idle"
-        if await self._lease_slot_is_live(conn, target):
+        # The leases of open attempts move into the current lease slot first (under their
+        # advisory locks, taken without waiting), so a callback wait never pins the ring.
+        if not await self._carry_live_leases(conn, target, current):
             return "blocked"
-        # Re-checked under the lock: a heartbeat that moved a row out, or wrote one in from
-        # a stale slot number, has committed; no lease writer can reach the slot until the
-        # swap commits.
+        # Re-checked under the lock: a heartbeat that wrote a row in from a stale slot
+        # number has committed; no lease writer can reach the slot until the swap commits.
         await self._lock_and_swap(conn, target, ("leases",), unless=self._lease_live_sql(target))
         return "pruned"
 

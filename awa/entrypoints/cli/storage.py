@@ -58,6 +58,16 @@ async def _status(conn: DictConnection) -> dict[str, Any] | None:
         if extra:
             report.update(extra)
     report["schema_version"] = await _db.schema_version(conn)
+    if await _db.relation_exists(conn, "awa.ring_maintenance"):
+        # What the maintenance leader last found per queue-storage schema: prune
+        # outcomes, and the long transaction it is waiting for, if any (ADR 0006).
+        cur = await conn.execute(
+            "SELECT schema_name, concern, outcome, since, blocker_pid, blocker_xact_start, "
+            "detail FROM awa.ring_maintenance ORDER BY schema_name, concern"
+        )
+        report["ring_maintenance"] = [
+            {k: v for k, v in row.items() if v is not None} for row in await cur.fetchall()
+        ]
     counts = await _db.runtime_counts(conn)
     if counts is not None:
         report["runtimes"] = counts

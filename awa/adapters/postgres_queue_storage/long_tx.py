@@ -1,0 +1,229 @@
+"""Long transactions against queue storage (ADR 0006, "Long transactions").
+
+A session that read the ring holds a lock on every partition until it ends, so prune
+cannot swap the slot it targets; a session that merely holds an xid or a snapshot keeps
+VACUUM from removing the dead versions of the control rows. Neither stops claims or
+completions. The leader says why it is waiting (a WARNING naming the blocking pid and
+its ``xact_start``, and a row in ``awa.ring_maintenance`` that ``awa storage status``
+prints) and, once the horizon has moved past, compacts the control tables that grew.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+from typing import Any
+
+from psycopg import errors as pg_errors
+
+from awa.adapters._pg.pool import DictConnection
+from awa.adapters._pg.sql import load_queries
+from awa.adapters.postgres_queue_storage._base import QueueStorageBase
+
+log = logging.getLogger("awa.adapters.postgres_queue_storage")
+
+#: Control tables: updated in place on the hot path, so an old snapshot bloats them.
+CONTROL_TABLES = (
+    "lanes",
+    "claim_heads",
+    "queue_counts",
+    "completions",
+    "ring_state",
+    "queue_prune_stats",
+)
+#: After a long transaction, a control table is rewritten when it is at least this much
+#: larger than when the transaction was first seen (and at least twice that size).
+COMPACT_GROWTH_BYTES = 64 << 10
+COMPACT_LOCK_TIMEOUT = "50ms"
+#: A blocking transaction is named again at most this often.
+WARN_EVERY = 60.0
+
+
+class LongTransactionOps(QueueStorageBase):
+    """Diagnosis and recovery around long transactions, for the maintenance leader."""
+
+    #: A lock holder or horizon holder is reported once its transaction is this old.
+    long_transaction_after = timedelta(seconds=5)
+    #: How often prune also looks at the xmin horizon.
+    horizon_check_every = 10.0
+    #: See COMPACT_GROWTH_BYTES.
+    compact_growth_bytes = COMPACT_GROWTH_BYTES
+    _sizes_before: dict[str, int] | None = None
+    _long_q: dict[str, str] | None = None
+    _warned: dict[tuple[str, int], float] | None = None
+    _recorded: dict[str, tuple[str, int | None]] | None = None
+    _horizon_checked = 0.0
+    _horizon_held = False
+
+    def _long_sql(self, name: str) -> str:
+        if self._long_q is None:
+            self._long_q = load_queries("awa.adapters.postgres_queue_storage", "long_tx.sql")
+        return self._long_q[name]
+
+    async def _long_rows(self, conn: DictConnection, name: str, **params: Any) -> list[Any]:
+        cur = await conn.execute(self._long_sql(name).encode(), params)
+        return list(await cur.fetchall()) if cur.description is not None else []
+
+    def _should_warn(self, concern: str, pid: int) -> bool:
+        warned = self._warned if self._warned is not None else {}
+        self._warned = warned
+        now = time.monotonic()
+        if now - warned.get((concern, pid), -WARN_EVERY) < WARN_EVERY:
+            return False
+        warned[(concern, pid)] = now
+        return True
+
+    async def _record(
+        self,
+        concern: str,
+        outcome: str,
+        holder: dict[str, Any] | None = None,
+        detail: str | None = None,
+    ) -> None:
+        """Store the outcome for ``awa storage status`` when it changed (this process
+        remembers what it wrote, so a steady state costs nothing)."""
+        recorded = self._recorded if self._recorded is not None else {}
+        self._recorded = recorded
+        pid = None if holder is None else int(holder["pid"])
+        if recorded.get(concern) == (outcome, pid):
+            return
+        async with self._conn() as conn:
+            try:
+                await self._long_rows(
+                    conn,
+                    "record_outcome",
+                    schema=self._schema,
+                    concern=concern,
+                    outcome=outcome,
+                    pid=pid,
+                    xact_start=None if holder is None else holder["xact_start"],
+                    detail=detail,
+                )
+            except pg_errors.UndefinedTable:
+                return  # a database migrated before 0395: nothing to show it in
+        recorded[concern] = (outcome, pid)
+
+    async def _explain_blocked(self, slot: int, tables: tuple[str, ...]) -> None:
+        """Prune could not lock ``slot``: name the long transactions holding it."""
+        relations = [f"{self._qschema}.{t}" for t in tables] + [
+            f'{self._qschema}."{t}_{slot}"' for t in tables
+        ]
+        async with self._conn() as conn:
+            holders = await self._long_rows(conn, "ring_lock_holders", relations=relations)
+        now = self._clock.now()
+        long = [
+            h
+            for h in holders
+            if h["xact_start"] is not None and now - h["xact_start"] >= self.long_transaction_after
+        ]
+        if not long:
+            await self._record("queue", "blocked")
+            return
+        oldest = long[0]
+        detail = (
+            f"slot {slot} is locked by pid {oldest['pid']} (state {oldest['state']}, "
+            f"application {oldest['application_name']!r}, transaction started "
+            f"{oldest['xact_start'].isoformat()}): {oldest['query']}"
+        )
+        if self._should_warn("lock", int(oldest["pid"])):
+            log.warning(
+                "queue storage in %s: prune is waiting for a long transaction: %s. Storage "
+                "grows until it ends (commit or roll it back, or end it with "
+                "pg_terminate_backend(%s)); jobs keep running meanwhile",
+                self._schema,
+                detail,
+                oldest["pid"],
+            )
+        await self._record("queue", "blocked_by_transaction", oldest, detail)
+
+    async def _watch_horizon(self) -> None:
+        """Every ``horizon_check_every`` seconds: warn while an old transaction holds the
+        xmin horizon; once it is gone, compact the control tables it let grow."""
+        now = time.monotonic()
+        if now - self._horizon_checked < self.horizon_check_every:
+            return
+        self._horizon_checked = now
+        async with self._conn() as conn:
+            (holder, *_) = await self._long_rows(
+                conn,
+                "horizon_holder",
+                before=self._clock.now() - self.long_transaction_after,
+            ) or [None]
+        if holder is not None:
+            detail = (
+                f"pid {holder['pid']} (state {holder['state']}, application "
+                f"{holder['application_name']!r}, transaction started "
+                f"{holder['xact_start'].isoformat()}, xid {holder['xid']}, xmin "
+                f"{holder['xmin']}) keeps VACUUM from removing dead control rows: "
+                f"{holder['query']}"
+            )
+            if self._should_warn("horizon", int(holder["pid"])):
+                log.warning(
+                    "queue storage in %s: an old transaction holds the xmin horizon: %s. "
+                    "Control tables grow until it ends; they are compacted after",
+                    self._schema,
+                    detail,
+                )
+            if not self._horizon_held:
+                self._sizes_before = await self._control_sizes()
+            self._horizon_held = True
+            await self._record("horizon", "held", holder, detail)
+            return
+        if self._horizon_held:
+            # set again by the compaction when a table's lock was not granted
+            self._horizon_held = False
+            compacted = await self.compact_control_tables()
+            await self._record(
+                "horizon",
+                "released",
+                detail="compacted: " + (", ".join(compacted) if compacted else "nothing"),
+            )
+
+    async def _control_sizes(self) -> dict[str, int]:
+        async with self._conn() as conn:
+            rows = await self._long_rows(
+                conn, "control_sizes", schema=self._qschema, tables=list(CONTROL_TABLES)
+            )
+        return {str(r["relname"]): int(r["bytes"]) for r in rows}
+
+    async def compact_control_tables(self) -> list[str]:
+        """VACUUM the control tables and rewrite those that grew (at least twice, and
+        ``compact_growth_bytes``, larger than when the long transaction was first seen;
+        when none was seen, those larger than ``compact_growth_bytes``) with ``VACUUM
+        (FULL)`` of a table of a few hundred rows, under
+        a short ``lock_timeout``: a claim waits at most that long). Returns the rewritten
+        tables; one whose lock was not granted is left for the next call."""
+        rewritten = []
+        async with self._conn() as conn:
+            for table in CONTROL_TABLES:
+                await conn.execute(f"VACUUM {self._qschema}.{table}".encode())
+            sizes = await self._long_rows(
+                conn, "control_sizes", schema=self._qschema, tables=list(CONTROL_TABLES)
+            )
+            await conn.execute(f"SET lock_timeout = '{COMPACT_LOCK_TIMEOUT}'".encode())
+            try:
+                for row in sizes:
+                    before = (self._sizes_before or {}).get(str(row["relname"]), 0)
+                    size = int(row["bytes"])
+                    if size < 2 * before or size - before < self.compact_growth_bytes:
+                        continue
+                    try:
+                        await conn.execute(
+                            f'VACUUM (FULL) {self._qschema}."{row["relname"]}"'.encode()
+                        )
+                        rewritten.append(str(row["relname"]))
+                    except pg_errors.LockNotAvailable:
+                        log.info(
+                            "queue storage in %s: %s is busy; compacting it later",
+                            self._schema,
+                            row["relname"],
+                        )
+                        self._horizon_held = True
+            finally:
+                await conn.execute(b"RESET lock_timeout")
+        return rewritten
+
+    @property
+    def _qschema(self) -> str:
+        return '"' + self._schema.replace('"', '""') + '"'

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from awa.domain.errors import ValidationError
@@ -16,6 +17,17 @@ MIN_MAX_ATTEMPTS = 1
 MAX_MAX_ATTEMPTS = 1000
 MAX_NAME_LENGTH = 200
 MAX_TAGS = 20
+
+#: The instants both Python (``datetime``: years 1..9999) and Postgres round-trip, in UTC.
+#: Postgres stores far more (4713 BC to 294276 AD, and +-infinity), but a row outside
+#: this range cannot be read back into Python. The SQL check constraints of the run_at
+#: columns (migration 0395) use the same two bounds.
+MIN_RUN_AT = datetime.min.replace(tzinfo=UTC)
+MAX_RUN_AT = datetime.max.replace(tzinfo=UTC)
+
+#: The longest delay a handler may ask for (``RetryAfter``, ``Snooze``): 100 years.
+#: Longer ones would put ``run_at`` past :data:`MAX_RUN_AT` within this millennium.
+MAX_DELAY_SECONDS = 100 * 365.25 * 86400.0
 
 
 def validate_priority(priority: Any, field: str = "priority") -> int:
@@ -137,9 +149,54 @@ def validate_spec(spec: JobSpec) -> JobSpec:
         raise ValidationError("unique_key", "must be bytes")
     if spec.ordering_key is not None and not isinstance(spec.ordering_key, bytes):
         raise ValidationError("ordering_key", "must be bytes")
-    if spec.run_at is not None and spec.run_at.tzinfo is None:
-        raise ValidationError("run_at", "must be timezone-aware")
+    if spec.run_at is not None:
+        validate_run_at(spec.run_at)
     return spec
+
+
+def validate_run_at(value: datetime, field: str = "run_at") -> datetime:
+    """A timezone-aware instant between :data:`MIN_RUN_AT` and :data:`MAX_RUN_AT` in UTC.
+
+    ``datetime.min`` at +05:00 is 1 BC in UTC and ``datetime.max`` at -05:00 is year
+    10000: Postgres would store both, but no read could turn them back into a
+    ``datetime``."""
+    if not isinstance(value, datetime):
+        raise ValidationError(field, f"must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValidationError(field, "must be timezone-aware")
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise ValidationError(
+            field,
+            f"must lie between {MIN_RUN_AT.isoformat()} and {MAX_RUN_AT.isoformat()} "
+            f"in UTC, got {value.isoformat()}",
+            value=value,
+        ) from None
+    return value
+
+
+def validate_delay(seconds: Any, field: str = "seconds") -> float:
+    """A delay in seconds: a finite number between 0 and :data:`MAX_DELAY_SECONDS`.
+
+    Raises ``TypeError`` for a non-number and ``ValueError`` (a :class:`ValidationError`)
+    for a value out of range, so a handler returning ``Snooze(3e11)`` fails with that
+    message instead of a timestamp no table can hold."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise TypeError(f"{field} must be a number, got {type(seconds).__name__}")
+    try:
+        value = float(seconds)
+    except OverflowError:
+        value = math.inf
+    if not math.isfinite(value) or value < 0:
+        raise ValidationError(field, f"must be a finite number >= 0, got {seconds!r}")
+    if value > MAX_DELAY_SECONDS:
+        raise ValidationError(
+            field,
+            f"must be at most {MAX_DELAY_SECONDS:.0f} seconds (100 years), got {seconds!r}",
+            value=seconds,
+        )
+    return value
 
 
 def json_dumps(field: str, value: Any) -> str:

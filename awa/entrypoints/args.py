@@ -28,6 +28,7 @@ from awa.domain.validation import (
     validate_max_attempts,
     validate_name,
     validate_priority,
+    validate_run_at,
     validate_tags,
     validate_unique_states,
 )
@@ -245,6 +246,8 @@ def build_spec(
         raise ValidationError("metadata", "must be a dict")
     meta = to_json_value(dict(metadata or {}))
     when = parse_run_at(run_at)
+    if when is not None:
+        validate_run_at(when)
     unique_key: bytes | None = None
     unique_states: int | None = None
     if unique_opts is not None:

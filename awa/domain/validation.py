@@ -17,6 +17,9 @@ MIN_MAX_ATTEMPTS = 1
 MAX_MAX_ATTEMPTS = 1000
 MAX_NAME_LENGTH = 200
 MAX_TAGS = 20
+#: How deeply args and metadata may nest; deeper values (a list containing itself
+#: included) are refused rather than recursed into.
+MAX_JSON_DEPTH = 100
 
 #: The instants both Python (``datetime``: years 1..9999) and Postgres round-trip, in UTC.
 #: Postgres stores far more (4713 BC to 294276 AD, and +-infinity), but a row outside
@@ -66,27 +69,29 @@ def validate_name(field: str, value: Any) -> str:
         raise ValidationError(
             field, f"must be at most {MAX_NAME_LENGTH} characters, got {len(value)}"
         )
-    if "\x00" in value:
-        raise ValidationError(field, "must not contain NUL bytes")
-    if not value.isascii():
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            raise ValidationError(
-                field, "must be valid Unicode text (it holds a lone surrogate)"
-            ) from None
+    _check_text(field, value)
     return value
 
 
 def validate_tags(tags: Iterable[Any]) -> tuple[str, ...]:
-    result = tuple(tags)
+    """A list of at most 20 storable strings. A bare string is refused: iterating it
+    would make one tag per letter."""
+    if isinstance(tags, str | bytes | bytearray | memoryview | dict):
+        raise ValidationError(
+            "tags", f"must be a list of strings, got {type(tags).__name__} {tags!r:.60}"
+        )
+    try:
+        result = tuple(tags)
+    except TypeError:
+        raise ValidationError(
+            "tags", f"must be a list of strings, got {type(tags).__name__}"
+        ) from None
     if len(result) > MAX_TAGS:
         raise ValidationError("tags", f"at most {MAX_TAGS} tags are allowed, got {len(result)}")
     for tag in result:
         if not isinstance(tag, str):
             raise ValidationError("tags", f"every tag must be a string, got {type(tag).__name__}")
-        if "\x00" in tag:
-            raise ValidationError("tags", "must not contain NUL bytes")
+        _check_text("tags", tag)
         if len(tag) > MAX_NAME_LENGTH:
             raise ValidationError("tags", f"a tag must be at most {MAX_NAME_LENGTH} characters")
     return result
@@ -99,8 +104,8 @@ def validate_json(field: str, value: Any) -> Any:
 
 
 def _check_json(field: str, value: Any, depth: int) -> None:
-    if depth > 100:
-        raise ValidationError(field, "is nested too deeply (more than 100 levels)")
+    if depth > MAX_JSON_DEPTH:
+        raise ValidationError(field, f"is nested too deeply (more than {MAX_JSON_DEPTH} levels)")
     if value is None or isinstance(value, bool | int):
         return
     if isinstance(value, float):
@@ -108,8 +113,7 @@ def _check_json(field: str, value: Any, depth: int) -> None:
             raise ValidationError(field, f"contains a non-finite number ({value})")
         return
     if isinstance(value, str):
-        if "\x00" in value:
-            raise ValidationError(field, "must not contain NUL bytes")
+        _check_text(field, value)
         return
     if isinstance(value, list | tuple):
         for item in value:
@@ -119,11 +123,63 @@ def _check_json(field: str, value: Any, depth: int) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise ValidationError(field, f"object keys must be strings, got {key!r}")
-            if "\x00" in key:
-                raise ValidationError(field, "must not contain NUL bytes")
+            _check_text(field, key)
             _check_json(field, item, depth + 1)
         return
     raise ValidationError(field, f"is not JSON-serialisable ({type(value).__name__})")
+
+
+def is_storable_text(value: str) -> bool:
+    """Text Postgres can store: no NUL (``text`` and ``jsonb`` refuse it) and valid
+    Unicode (a lone surrogate cannot be encoded as UTF-8)."""
+    if "\x00" in value:
+        return False
+    if value.isascii():
+        return True
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_text(field: str, value: str) -> None:
+    if is_storable_text(value):
+        return
+    if "\x00" in value:
+        raise ValidationError(field, "must not contain NUL bytes")
+    raise ValidationError(field, "must be valid Unicode text (it holds a lone surrogate)")
+
+
+def storable_text(text: str) -> str:
+    """``text`` made storable, for messages the runtime writes on a user's behalf
+    (exception messages, cancel reasons): NUL becomes ``\\x00`` and a lone surrogate its
+    ``\\udXXX`` escape, so the real message is recorded instead of failing the write."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+#: ``unique_opts.by_period`` goes into the key material as a signed 64-bit integer.
+MIN_PERIOD_BUCKET = -(2**63)
+MAX_PERIOD_BUCKET = 2**63 - 1
+
+
+def validate_period_bucket(value: Any) -> int | None:
+    """``unique_opts.by_period``: ``None`` or an integer that fits in 64 signed bits."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError("unique_opts.by_period", "must be an integer period bucket")
+    if not MIN_PERIOD_BUCKET <= value <= MAX_PERIOD_BUCKET:
+        raise ValidationError(
+            "unique_opts.by_period",
+            f"must fit in a signed 64-bit integer, got {value}",
+            value=value,
+        )
+    return value
 
 
 def validate_unique_states(mask: Any) -> int:
@@ -176,27 +232,47 @@ def validate_run_at(value: datetime, field: str = "run_at") -> datetime:
     return value
 
 
-def validate_delay(seconds: Any, field: str = "seconds") -> float:
-    """A delay in seconds: a finite number between 0 and :data:`MAX_DELAY_SECONDS`.
+def validate_number(
+    field: str,
+    value: Any,
+    *,
+    positive: bool = False,
+    maximum: float | None = None,
+    allow_infinity: bool = False,
+) -> float:
+    """A finite number ``>= 0`` (``> 0`` with ``positive``), at most ``maximum``;
+    ``allow_infinity`` also accepts ``+inf`` ("no limit").
 
-    Raises ``TypeError`` for a non-number and ``ValueError`` (a :class:`ValidationError`)
-    for a value out of range, so a handler returning ``Snooze(3e11)`` fails with that
-    message instead of a timestamp no table can hold."""
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        raise TypeError(f"{field} must be a number, got {type(seconds).__name__}")
+    ``TypeError`` for a non-number, :class:`ValidationError` (a ``ValueError``) naming
+    ``field`` for NaN, infinities and values out of range."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{field} must be a number, got {type(value).__name__}")
     try:
-        value = float(seconds)
+        number = float(value)
     except OverflowError:
-        value = math.inf
-    if not math.isfinite(value) or value < 0:
-        raise ValidationError(field, f"must be a finite number >= 0, got {seconds!r}")
-    if value > MAX_DELAY_SECONDS:
-        raise ValidationError(
-            field,
-            f"must be at most {MAX_DELAY_SECONDS:.0f} seconds (100 years), got {seconds!r}",
-            value=seconds,
+        number = math.inf
+    if isinstance(value, float):
+        shown = f"{value:.6g}"
+    else:
+        shown = (
+            str(value) if abs(value) <= 10**15 else f"an integer of {len(str(abs(value)))} digits"
         )
-    return value
+    bound = "> 0" if positive else ">= 0"
+    if allow_infinity and number == math.inf:
+        return number
+    if not math.isfinite(number) or number < 0 or (positive and number == 0):
+        raise ValidationError(field, f"must be a finite number {bound}, got {shown}", value=value)
+    if maximum is not None and number > maximum:
+        raise ValidationError(field, f"must be at most {maximum:.0f}, got {shown}", value=value)
+    return number
+
+
+def validate_delay(seconds: Any, field: str = "seconds") -> float:
+    """A delay a handler asks for (``RetryAfter``, ``Snooze``): 0 to 100 years in seconds.
+
+    Checked where the handler builds the value, so ``Snooze(3e11)`` raises there and that
+    error is what the attempt records, instead of a timestamp no table can hold."""
+    return validate_number(field, seconds, maximum=MAX_DELAY_SECONDS)
 
 
 def json_dumps(field: str, value: Any) -> str:

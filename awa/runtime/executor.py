@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from awa.domain.errors import UnknownJobKind
+from awa.domain.errors import DatabaseError, UnknownJobKind
 from awa.domain.outcomes import (
     CancelOutcome,
     Complete,
@@ -23,6 +23,7 @@ from awa.domain.outcomes import (
     SnoozeOutcome,
     WaitForCallbackOutcome,
 )
+from awa.domain.validation import storable_text
 from awa.ports.storage import Ack, StorageEngine
 from awa.runtime.completion import CompletionBatcher
 from awa.runtime.context import AttemptContext, AttemptLost
@@ -168,11 +169,26 @@ class Executor:
         except Exception:
             log.debug("job %s: progress flush before finalize failed", context.lease.job_id)
         delay = 0.05
+        fell_back = False
         for attempt in range(_APPLY_ATTEMPTS):
             try:
                 ack = await self._apply(context, outcome)
-            except Exception:
-                if attempt == _APPLY_ATTEMPTS - 1:
+            except Exception as exc:
+                unstorable = not isinstance(exc, DatabaseError)
+                if unstorable or attempt == _APPLY_ATTEMPTS - 1:
+                    fallback = None if fell_back else _fallback_for(outcome, exc)
+                    if fallback is not None:
+                        # The outcome itself cannot be stored (a value out of range):
+                        # record that, with the reason, rather than leave the job running
+                        # until the heartbeat rescue with only "heartbeat stale" to show.
+                        log.error(
+                            "job %s: could not record %s (%s); recording a failed attempt",
+                            context.lease.job_id,
+                            type(outcome).__name__,
+                            exc,
+                        )
+                        outcome, fell_back = fallback, True
+                        continue
                     log.error(
                         "job %s: could not record %s; the attempt will be rescued",
                         context.lease.job_id,
@@ -211,6 +227,20 @@ class Executor:
             case _Release():
                 return await engine.release(lease, error=SHUTDOWN_RELEASE_ERROR)
         raise AssertionError(f"unhandled outcome {outcome!r}")
+
+
+def _fallback_for(outcome: Outcome | _Release, exc: Exception) -> Outcome | None:
+    """What to record when ``outcome`` could not be: a failed attempt naming why
+    (``None`` for a release, which the rescue takes over)."""
+    if isinstance(outcome, _Release):
+        return None
+    error = storable_text(
+        f"the handler's outcome {type(outcome).__name__} could not be recorded: "
+        f"{type(exc).__name__}: {exc}"
+    )
+    if isinstance(outcome, FailOutcome):
+        return FailOutcome(error=error)
+    return RetryWithBackoff(error=error)
 
 
 class _Carried(Exception):

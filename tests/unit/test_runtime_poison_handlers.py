@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -180,3 +181,77 @@ async def test_an_unexpected_return_value_completes_the_job(value: Any) -> None:
     _, [record], _ = await _run(handler)
     assert record.state == JobState.Completed
     assert record.errors == ()
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), 0.0])
+async def test_register_callback_refuses_a_timeout_no_timestamp_can_hold(timeout: float) -> None:
+    async def handler(ctx: AttemptContext) -> None:
+        await ctx.register_callback(timeout_seconds=timeout)
+
+    _, [record], _ = await _run(handler)
+    assert record.state == JobState.Failed
+    assert record.errors[-1]["error"].startswith("ValidationError: timeout_seconds: must be")
+
+
+async def test_progress_with_nul_is_refused_when_set_not_lost_at_flush() -> None:
+    refused: list[str] = []
+
+    async def handler(ctx: AttemptContext) -> None:
+        calls: list[Callable[[], None]] = [
+            lambda: ctx.set_progress(5, "a\x00b"),
+            lambda: ctx.update_metadata({"k": "\ud800"}),
+            lambda: ctx.update_metadata({1: "x"}),  # type: ignore[dict-item]
+        ]
+        for call in calls:
+            try:
+                call()
+            except ValueError as exc:
+                refused.append(str(exc))
+        ctx.set_progress(50, "fine")
+
+    _, [record], _ = await _run(handler)
+    assert record.state == JobState.Completed
+    assert [text.split(":")[0] for text in refused] == ["progress.message"] + [
+        "progress.metadata"
+    ] * 2
+
+
+async def test_an_outcome_the_engine_cannot_store_is_recorded_as_a_failed_attempt() -> None:
+    engine = make_engine()
+
+    async def broken_snooze(lease: Any, *, delay: Any) -> Any:
+        raise OverflowError("date value out of range")
+
+    engine.snooze = broken_snooze  # type: ignore[method-assign]
+    handlers = HandlerRegistry()
+
+    async def handler(ctx: AttemptContext) -> Any:
+        from awa.domain.handler_results import Snooze
+
+        return Snooze(60)
+
+    handlers.register("bad", handler)
+    async with running(engine, handlers):
+        [record] = await enqueue(engine, "bad", max_attempts=1)
+        await wait_until(_settled_check(engine, record.id))
+    final = await job(engine, record.id)
+    assert final.state == JobState.Failed
+    assert final.errors[-1]["error"] == (
+        "the handler's outcome SnoozeOutcome could not be recorded: "
+        "OverflowError: date value out of range"
+    )
+
+
+async def test_shutdown_with_a_bad_timeout_is_refused_and_the_worker_keeps_running() -> None:
+    engine = make_engine()
+    handlers = HandlerRegistry()
+    handlers.register("good", lambda ctx: None)
+    async with running(engine, handlers) as runtime:
+        bad: Any
+        for bad in (float("nan"), float("-inf"), -5):
+            with pytest.raises(ValueError, match="timeout_ms"):
+                await runtime.shutdown(bad)
+        [record] = await enqueue(engine, "good")
+        await wait_until(_settled_check(engine, record.id))
+        assert (await job(engine, record.id)).state == JobState.Completed
+        assert runtime.health().healthy

@@ -7,19 +7,15 @@ as ``awa.RetryAfter``, ``awa.Snooze``, ``awa.Cancel``, ``awa.WaitForCallback`` a
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import attrs
 
+from awa.domain.validation import validate_delay
+
 
 def _seconds(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"seconds must be a number, got {type(value).__name__}")
-    seconds = float(value)
-    if math.isnan(seconds) or seconds < 0 or math.isinf(seconds):
-        raise ValueError(f"seconds must be a finite number >= 0, got {value!r}")
-    return seconds
+    return validate_delay(value)
 
 
 @attrs.frozen
@@ -31,14 +27,17 @@ class CallbackToken:
 
 @attrs.frozen
 class RetryAfter:
-    """Retry the job after ``seconds`` (spends an attempt)."""
+    """Retry the job after ``seconds`` (spends an attempt). ``seconds`` is a finite number
+    from 0 to 100 years; anything else raises ``TypeError`` / ``ValueError`` here, in the
+    handler, so that error is what the attempt records."""
 
     seconds: float = attrs.field(converter=_seconds)
 
 
 @attrs.frozen
 class Snooze:
-    """Run the job again after ``seconds`` without spending an attempt."""
+    """Run the job again after ``seconds`` without spending an attempt (``seconds`` as
+    for :class:`RetryAfter`)."""
 
     seconds: float = attrs.field(converter=_seconds)
 

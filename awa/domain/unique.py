@@ -11,7 +11,7 @@ import attrs
 
 from awa.domain.errors import ValidationError
 from awa.domain.states import DEFAULT_UNIQUE_STATES
-from awa.domain.validation import validate_unique_states
+from awa.domain.validation import validate_period_bucket, validate_unique_states
 
 UNIQUE_KEY_LENGTH = 16
 
@@ -34,11 +34,7 @@ class UniqueOpts:
         unknown = set(opts) - {"by_queue", "by_args", "by_period", "states"}
         if unknown:
             raise ValidationError("unique_opts", f"unknown keys: {sorted(unknown)}")
-        by_period = opts.get("by_period")
-        if by_period is not None and (
-            isinstance(by_period, bool) or not isinstance(by_period, int)
-        ):
-            raise ValidationError("unique_opts.by_period", "must be an integer period bucket")
+        by_period = validate_period_bucket(opts.get("by_period"))
         return cls(
             by_queue=bool(opts.get("by_queue", False)),
             by_args=bool(opts.get("by_args", True)),

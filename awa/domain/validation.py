@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from awa.domain.errors import ValidationError
@@ -16,6 +17,20 @@ MIN_MAX_ATTEMPTS = 1
 MAX_MAX_ATTEMPTS = 1000
 MAX_NAME_LENGTH = 200
 MAX_TAGS = 20
+#: How deeply args and metadata may nest; deeper values (a list containing itself
+#: included) are refused rather than recursed into.
+MAX_JSON_DEPTH = 100
+
+#: The instants both Python (``datetime``: years 1..9999) and Postgres round-trip, in UTC.
+#: Postgres stores far more (4713 BC to 294276 AD, and +-infinity), but a row outside
+#: this range cannot be read back into Python. The SQL check constraints of the run_at
+#: columns (migration 0395) use the same two bounds.
+MIN_RUN_AT = datetime.min.replace(tzinfo=UTC)
+MAX_RUN_AT = datetime.max.replace(tzinfo=UTC)
+
+#: The longest delay a handler may ask for (``RetryAfter``, ``Snooze``): 100 years.
+#: Longer ones would put ``run_at`` past :data:`MAX_RUN_AT` within this millennium.
+MAX_DELAY_SECONDS = 100 * 365.25 * 86400.0
 
 
 def validate_priority(priority: Any, field: str = "priority") -> int:
@@ -54,27 +69,29 @@ def validate_name(field: str, value: Any) -> str:
         raise ValidationError(
             field, f"must be at most {MAX_NAME_LENGTH} characters, got {len(value)}"
         )
-    if "\x00" in value:
-        raise ValidationError(field, "must not contain NUL bytes")
-    if not value.isascii():
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            raise ValidationError(
-                field, "must be valid Unicode text (it holds a lone surrogate)"
-            ) from None
+    _check_text(field, value)
     return value
 
 
 def validate_tags(tags: Iterable[Any]) -> tuple[str, ...]:
-    result = tuple(tags)
+    """A list of at most 20 storable strings. A bare string is refused: iterating it
+    would make one tag per letter."""
+    if isinstance(tags, str | bytes | bytearray | memoryview | dict):
+        raise ValidationError(
+            "tags", f"must be a list of strings, got {type(tags).__name__} {tags!r:.60}"
+        )
+    try:
+        result = tuple(tags)
+    except TypeError:
+        raise ValidationError(
+            "tags", f"must be a list of strings, got {type(tags).__name__}"
+        ) from None
     if len(result) > MAX_TAGS:
         raise ValidationError("tags", f"at most {MAX_TAGS} tags are allowed, got {len(result)}")
     for tag in result:
         if not isinstance(tag, str):
             raise ValidationError("tags", f"every tag must be a string, got {type(tag).__name__}")
-        if "\x00" in tag:
-            raise ValidationError("tags", "must not contain NUL bytes")
+        _check_text("tags", tag)
         if len(tag) > MAX_NAME_LENGTH:
             raise ValidationError("tags", f"a tag must be at most {MAX_NAME_LENGTH} characters")
     return result
@@ -87,8 +104,8 @@ def validate_json(field: str, value: Any) -> Any:
 
 
 def _check_json(field: str, value: Any, depth: int) -> None:
-    if depth > 100:
-        raise ValidationError(field, "is nested too deeply (more than 100 levels)")
+    if depth > MAX_JSON_DEPTH:
+        raise ValidationError(field, f"is nested too deeply (more than {MAX_JSON_DEPTH} levels)")
     if value is None or isinstance(value, bool | int):
         return
     if isinstance(value, float):
@@ -96,8 +113,7 @@ def _check_json(field: str, value: Any, depth: int) -> None:
             raise ValidationError(field, f"contains a non-finite number ({value})")
         return
     if isinstance(value, str):
-        if "\x00" in value:
-            raise ValidationError(field, "must not contain NUL bytes")
+        _check_text(field, value)
         return
     if isinstance(value, list | tuple):
         for item in value:
@@ -107,11 +123,63 @@ def _check_json(field: str, value: Any, depth: int) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise ValidationError(field, f"object keys must be strings, got {key!r}")
-            if "\x00" in key:
-                raise ValidationError(field, "must not contain NUL bytes")
+            _check_text(field, key)
             _check_json(field, item, depth + 1)
         return
     raise ValidationError(field, f"is not JSON-serialisable ({type(value).__name__})")
+
+
+def is_storable_text(value: str) -> bool:
+    """Text Postgres can store: no NUL (``text`` and ``jsonb`` refuse it) and valid
+    Unicode (a lone surrogate cannot be encoded as UTF-8)."""
+    if "\x00" in value:
+        return False
+    if value.isascii():
+        return True
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_text(field: str, value: str) -> None:
+    if is_storable_text(value):
+        return
+    if "\x00" in value:
+        raise ValidationError(field, "must not contain NUL bytes")
+    raise ValidationError(field, "must be valid Unicode text (it holds a lone surrogate)")
+
+
+def storable_text(text: str) -> str:
+    """``text`` made storable, for messages the runtime writes on a user's behalf
+    (exception messages, cancel reasons): NUL becomes ``\\x00`` and a lone surrogate its
+    ``\\udXXX`` escape, so the real message is recorded instead of failing the write."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+#: ``unique_opts.by_period`` goes into the key material as a signed 64-bit integer.
+MIN_PERIOD_BUCKET = -(2**63)
+MAX_PERIOD_BUCKET = 2**63 - 1
+
+
+def validate_period_bucket(value: Any) -> int | None:
+    """``unique_opts.by_period``: ``None`` or an integer that fits in 64 signed bits."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError("unique_opts.by_period", "must be an integer period bucket")
+    if not MIN_PERIOD_BUCKET <= value <= MAX_PERIOD_BUCKET:
+        raise ValidationError(
+            "unique_opts.by_period",
+            f"must fit in a signed 64-bit integer, got {value}",
+            value=value,
+        )
+    return value
 
 
 def validate_unique_states(mask: Any) -> int:
@@ -137,9 +205,74 @@ def validate_spec(spec: JobSpec) -> JobSpec:
         raise ValidationError("unique_key", "must be bytes")
     if spec.ordering_key is not None and not isinstance(spec.ordering_key, bytes):
         raise ValidationError("ordering_key", "must be bytes")
-    if spec.run_at is not None and spec.run_at.tzinfo is None:
-        raise ValidationError("run_at", "must be timezone-aware")
+    if spec.run_at is not None:
+        validate_run_at(spec.run_at)
     return spec
+
+
+def validate_run_at(value: datetime, field: str = "run_at") -> datetime:
+    """A timezone-aware instant between :data:`MIN_RUN_AT` and :data:`MAX_RUN_AT` in UTC.
+
+    ``datetime.min`` at +05:00 is 1 BC in UTC and ``datetime.max`` at -05:00 is year
+    10000: Postgres would store both, but no read could turn them back into a
+    ``datetime``."""
+    if not isinstance(value, datetime):
+        raise ValidationError(field, f"must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValidationError(field, "must be timezone-aware")
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise ValidationError(
+            field,
+            f"must lie between {MIN_RUN_AT.isoformat()} and {MAX_RUN_AT.isoformat()} "
+            f"in UTC, got {value.isoformat()}",
+            value=value,
+        ) from None
+    return value
+
+
+def validate_number(
+    field: str,
+    value: Any,
+    *,
+    positive: bool = False,
+    maximum: float | None = None,
+    allow_infinity: bool = False,
+) -> float:
+    """A finite number ``>= 0`` (``> 0`` with ``positive``), at most ``maximum``;
+    ``allow_infinity`` also accepts ``+inf`` ("no limit").
+
+    ``TypeError`` for a non-number, :class:`ValidationError` (a ``ValueError``) naming
+    ``field`` for NaN, infinities and values out of range."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{field} must be a number, got {type(value).__name__}")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if isinstance(value, float):
+        shown = f"{value:.6g}"
+    else:
+        shown = (
+            str(value) if abs(value) <= 10**15 else f"an integer of {len(str(abs(value)))} digits"
+        )
+    bound = "> 0" if positive else ">= 0"
+    if allow_infinity and number == math.inf:
+        return number
+    if not math.isfinite(number) or number < 0 or (positive and number == 0):
+        raise ValidationError(field, f"must be a finite number {bound}, got {shown}", value=value)
+    if maximum is not None and number > maximum:
+        raise ValidationError(field, f"must be at most {maximum:.0f}, got {shown}", value=value)
+    return number
+
+
+def validate_delay(seconds: Any, field: str = "seconds") -> float:
+    """A delay a handler asks for (``RetryAfter``, ``Snooze``): 0 to 100 years in seconds.
+
+    Checked where the handler builds the value, so ``Snooze(3e11)`` raises there and that
+    error is what the attempt records, instead of a timestamp no table can hold."""
+    return validate_number(field, seconds, maximum=MAX_DELAY_SECONDS)
 
 
 def json_dumps(field: str, value: Any) -> str:

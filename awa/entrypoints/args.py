@@ -24,10 +24,13 @@ from awa.domain.job import JobSpec
 from awa.domain.kinds import derive_kind
 from awa.domain.unique import UniqueOpts, derive_unique_key
 from awa.domain.validation import (
+    MAX_JSON_DEPTH,
+    is_storable_text,
     validate_json,
     validate_max_attempts,
     validate_name,
     validate_priority,
+    validate_run_at,
     validate_tags,
     validate_unique_states,
 )
@@ -44,27 +47,47 @@ def _field_names(cls: type[Any]) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
 
 
-def to_json_value(value: Any) -> Any:
-    """Convert dataclass field values into JSON-compatible values (datetimes as ISO text)."""
+def to_json_value(value: Any, field: str = "args", _depth: int = 0) -> Any:
+    """Convert dataclass field values into JSON-compatible values (datetimes as ISO text).
+
+    Object keys must be strings (``{1: "a"}`` is refused rather than stored as ``"1"``,
+    which would not read back equal) and nesting stops at ``MAX_JSON_DEPTH`` (a value
+    that contains itself is refused rather than recursed into)."""
     if value is None or isinstance(value, bool | int | float | str):
         return value
+    if _depth > MAX_JSON_DEPTH:
+        raise ValidationError(
+            field,
+            f"is nested too deeply (more than {MAX_JSON_DEPTH} levels, or it contains itself)",
+        )
+    depth = _depth + 1
     if isinstance(value, Mapping):
-        return {str(k): to_json_value(v) for k, v in value.items()}
+        result: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValidationError(
+                    field, f"object keys must be strings, got {type(key).__name__} {key!r}"
+                )
+            result[key] = to_json_value(item, field, depth)
+        return result
     if isinstance(value, list | tuple | set | frozenset):
-        return [to_json_value(v) for v in value]
+        return [to_json_value(v, field, depth) for v in value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {name: to_json_value(getattr(value, name)) for name in _field_names(type(value))}
+        return {
+            name: to_json_value(getattr(value, name), field, depth)
+            for name in _field_names(type(value))
+        }
     if _is_pydantic(value):
         return value.model_dump(mode="json")
     if isinstance(value, enum.Enum):
-        return to_json_value(value.value)
+        return to_json_value(value.value, field, depth)
     if isinstance(value, datetime | date | time):
         return value.isoformat()
     if isinstance(value, uuid.UUID | Decimal):
         return str(value)
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
-    raise ValidationError("args", f"is not JSON-serialisable ({type(value).__name__})")
+    raise ValidationError(field, f"is not JSON-serialisable ({type(value).__name__})")
 
 
 def serialize_args(args: Any, kind: str | None) -> tuple[str, Any]:
@@ -93,7 +116,7 @@ def _flat_value(value: Any) -> bool:
     exactly ``None``, ``bool``, ``int``, a finite ``float`` or a ``str`` without NUL."""
     kind = type(value)
     if kind is str:
-        return "\x00" not in value
+        return is_storable_text(value)
     if kind is float:
         return bool(value - value == 0.0)  # false for inf and nan
     return kind is int or kind is bool or value is None
@@ -109,7 +132,7 @@ def _serialize_plain(args: Any, kind: str | None) -> tuple[str, dict[str, Any]] 
     payload: dict[str, Any] = {}
     if cls is dict:
         for key, value in args.items():
-            if type(key) is not str or "\x00" in key or not _flat_value(value):
+            if type(key) is not str or not is_storable_text(key) or not _flat_value(value):
                 return None
             payload[key] = value
     elif not isinstance(args, type) and _is_dataclass_type(cls):
@@ -243,8 +266,10 @@ def build_spec(
     tag_tuple = validate_tags(tags or ())
     if metadata is not None and not isinstance(metadata, Mapping):
         raise ValidationError("metadata", "must be a dict")
-    meta = to_json_value(dict(metadata or {}))
+    meta = to_json_value(dict(metadata or {}), "metadata")
     when = parse_run_at(run_at)
+    if when is not None:
+        validate_run_at(when)
     unique_key: bytes | None = None
     unique_states: int | None = None
     if unique_opts is not None:

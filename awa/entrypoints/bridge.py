@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from awa.domain.validation import validate_json, validate_run_at, validate_tags
 from awa.entrypoints.args import (
     ARGS_TYPE_ERROR,
     ordering_key_bytes,
@@ -125,6 +126,15 @@ def _prepare(
         raise ValueError(NUL_MESSAGE)
     if run_at is not None and not isinstance(run_at, str | datetime):
         raise TypeError(f"run_at must be a string or datetime, got {type(run_at).__name__}")
+    # The SQL function checks names and numbers; what it cannot see (text the driver
+    # cannot encode, NaN, non-string keys, an instant Python cannot read back) is refused
+    # here, before anything reaches the caller's transaction.
+    validate_tags(tags if isinstance(tags, str | bytes) else tag_list)
+    validate_json("args", payload)
+    validate_json("metadata", meta)
+    when = parse_run_at(run_at)
+    if when is not None:
+        validate_run_at(when)
     if ordering_key is not None and not isinstance(ordering_key, str | bytes):
         raise TypeError(f"ordering_key must be bytes or str, got {type(ordering_key).__name__}")
     return _Values(
@@ -134,7 +144,7 @@ def _prepare(
         state="available" if run_at is None else "scheduled",
         priority=priority,
         max_attempts=max_attempts,
-        run_at=parse_run_at(run_at),
+        run_at=when,
         metadata_json=json.dumps(meta, default=str),
         tags=tag_list,
         ordering_key=ordering_key_bytes(ordering_key),

@@ -10,6 +10,7 @@ from typing import Any, Literal, TypeVar
 from awa.adapters.clock import SystemClock
 from awa.domain.errors import AwaError
 from awa.domain.job import JobRecord
+from awa.domain.validation import validate_number
 from awa.entrypoints import bootstrap
 from awa.entrypoints.args import kind_for_type, rebuild_args
 from awa.entrypoints.client_admin import AdminMixin
@@ -206,6 +207,8 @@ class AsyncClient(AdminMixin):
     async def shutdown(self, timeout_ms: int = 2000) -> None:
         """Stop claiming, let running handlers finish for up to ``timeout_ms``, then cancel
         the rest and release their attempts. The connection pool stays open."""
+        # Checked before anything is torn down: a bad timeout must leave the worker running.
+        validate_number("timeout_ms", timeout_ms, allow_infinity=True)
         runtime, self._runtime = self._runtime, None
         ports, self._runtime_resources = self._runtime_resources, None
         try:

@@ -15,6 +15,7 @@ from awa.domain.errors import AwaError
 from awa.domain.handler_results import CallbackToken
 from awa.domain.job import Claim, JobRecord, RunLease
 from awa.domain.states import JobState
+from awa.domain.validation import MAX_DELAY_SECONDS, validate_json, validate_number
 from awa.ports.storage import Ack, StorageEngine
 
 CALLBACK_RESULT_KEY = "_awa_callback_result"
@@ -95,6 +96,8 @@ class AttemptContext:
             raise TypeError(f"percent must be an integer, got {type(percent).__name__}")
         if message is not None and not isinstance(message, str):
             raise TypeError(f"message must be a string, got {type(message).__name__}")
+        if message is not None:
+            validate_json("progress.message", message)
         with self._lock:
             self._progress["percent"] = max(0, min(100, int(percent)))
             self._progress["message"] = message
@@ -104,6 +107,9 @@ class AttemptContext:
         """Shallow-merge ``updates`` into the progress metadata (buffered)."""
         if not isinstance(updates, dict):
             raise TypeError(f"updates must be a dict, got {type(updates).__name__}")
+        # Refused here, where the handler hands the value over: buffered, it would only
+        # fail at the next flush, long after, and be lost.
+        validate_json("progress.metadata", updates)
         with self._lock:
             self._progress["metadata"].update(updates)
             self._dirty = self._reported = True
@@ -166,10 +172,9 @@ class AttemptContext:
     # ------------------------------------------------------------------ callbacks
     async def register_callback(self, timeout_seconds: float = 3600.0) -> CallbackToken:
         """Attach a fresh external callback id to this attempt."""
-        if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int | float):
-            raise TypeError("timeout_seconds must be a number")
-        if timeout_seconds <= 0:
-            raise ValueError(f"timeout_seconds must be > 0, got {timeout_seconds!r}")
+        timeout_seconds = validate_number(
+            "timeout_seconds", timeout_seconds, positive=True, maximum=MAX_DELAY_SECONDS
+        )
 
         callback_id = str(uuid.uuid4())
         ack = await self.engine.register_callback(

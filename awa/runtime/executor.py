@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
 import anyio
 import anyio.to_thread
 
-from awa.domain.errors import UnknownJobKind
+from awa.domain.errors import DatabaseError, UnknownJobKind
 from awa.domain.outcomes import (
     CancelOutcome,
     Complete,
@@ -21,6 +23,7 @@ from awa.domain.outcomes import (
     SnoozeOutcome,
     WaitForCallbackOutcome,
 )
+from awa.domain.validation import storable_text
 from awa.ports.storage import Ack, StorageEngine
 from awa.runtime.completion import CompletionBatcher
 from awa.runtime.context import AttemptContext, AttemptLost
@@ -99,7 +102,9 @@ class Executor:
             return FailOutcome(error=str(UnknownJobKind(context.record.kind)))
         try:
             job = entry.job_factory(context.record, context)
-        except Exception as exc:
+        except BaseException as exc:
+            if _is_runtime_cancellation(exc, None):
+                raise
             # Arguments that cannot be rebuilt will not deserialize on a retry either.
             return FailOutcome(error=describe_exception(exc, with_traceback=False))
         if self._scope_type is None:
@@ -118,6 +123,21 @@ class Executor:
                 return None
             except Exception as exc:
                 failure = exc
+            except BaseException as exc:
+                # CancelledError, KeyboardInterrupt, SystemExit, GeneratorExit or a custom
+                # BaseException raised BY THE HANDLER is that job's failure, not the
+                # worker's: letting it through would end the runtime (and the job, rescued
+                # onto the next worker, would end that one too). Only a cancellation the
+                # runtime itself delivered (this attempt's scope, or the task's own
+                # cancellation at shutdown) goes on.
+                if _is_runtime_cancellation(exc, scope):
+                    raise
+                log.warning(
+                    "job %s: handler raised %s, recorded as a failed attempt",
+                    context.lease.job_id,
+                    type(exc).__name__,
+                )
+                failure = exc
         context.cancel_scope = None
         if scope.cancelled_caught:
             return None if context.left_parked else _Release()
@@ -128,9 +148,16 @@ class Executor:
     async def _call(self, entry: HandlerEntry, job: Any) -> Any:
         if entry.is_async:
             return await entry.handler(job)
-        result = await anyio.to_thread.run_sync(
-            entry.handler, job, limiter=self._limiter, abandon_on_cancel=True
-        )
+        try:
+            result = await anyio.to_thread.run_sync(
+                _carry_base_exceptions,
+                entry.handler,
+                job,
+                limiter=self._limiter,
+                abandon_on_cancel=True,
+            )
+        except _Carried as carried:
+            raise carried.exc from None
         if hasattr(result, "__await__"):
             result = await result
         return result
@@ -142,11 +169,26 @@ class Executor:
         except Exception:
             log.debug("job %s: progress flush before finalize failed", context.lease.job_id)
         delay = 0.05
+        fell_back = False
         for attempt in range(_APPLY_ATTEMPTS):
             try:
                 ack = await self._apply(context, outcome)
-            except Exception:
-                if attempt == _APPLY_ATTEMPTS - 1:
+            except Exception as exc:
+                unstorable = not isinstance(exc, DatabaseError)
+                if unstorable or attempt == _APPLY_ATTEMPTS - 1:
+                    fallback = None if fell_back else _fallback_for(outcome, exc)
+                    if fallback is not None:
+                        # The outcome itself cannot be stored (a value out of range):
+                        # record that, with the reason, rather than leave the job running
+                        # until the heartbeat rescue with only "heartbeat stale" to show.
+                        log.error(
+                            "job %s: could not record %s (%s); recording a failed attempt",
+                            context.lease.job_id,
+                            type(outcome).__name__,
+                            exc,
+                        )
+                        outcome, fell_back = fallback, True
+                        continue
                     log.error(
                         "job %s: could not record %s; the attempt will be rescued",
                         context.lease.job_id,
@@ -185,6 +227,77 @@ class Executor:
             case _Release():
                 return await engine.release(lease, error=SHUTDOWN_RELEASE_ERROR)
         raise AssertionError(f"unhandled outcome {outcome!r}")
+
+
+def _fallback_for(outcome: Outcome | _Release, exc: Exception) -> Outcome | None:
+    """What to record when ``outcome`` could not be: a failed attempt naming why
+    (``None`` for a release, which the rescue takes over)."""
+    if isinstance(outcome, _Release):
+        return None
+    error = storable_text(
+        f"the handler's outcome {type(outcome).__name__} could not be recorded: "
+        f"{type(exc).__name__}: {exc}"
+    )
+    if isinstance(outcome, FailOutcome):
+        return FailOutcome(error=error)
+    return RetryWithBackoff(error=error)
+
+
+class _Carried(Exception):
+    """A BaseException a sync handler raised in its worker thread, carried to the loop.
+
+    Delivered through a future, a ``GeneratorExit`` would be thrown into the task in a
+    way that closes every coroutine awaiting it rather than reaching their ``except``
+    clauses; wrapped, it arrives as an ordinary exception and is re-raised on the loop."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(repr(exc))
+        self.exc = exc
+
+
+def _carry_base_exceptions(handler: Callable[[Any], Any], job: Any) -> Any:
+    try:
+        return handler(job)
+    except Exception:
+        raise
+    except BaseException as exc:
+        raise _Carried(exc) from None
+
+
+def _is_runtime_cancellation(exc: BaseException, scope: anyio.CancelScope | None) -> bool:
+    """Whether ``exc`` is a cancellation the runtime delivered, as opposed to one the
+    handler raised (``raise asyncio.CancelledError()``, awaiting a cancelled future).
+
+    The runtime cancels an attempt through its cancel scope (shutdown, deadline, an
+    operator's cancel) or cancels the whole task (the runtime's task group is torn down);
+    either leaves a mark a handler-raised ``CancelledError`` does not have."""
+    if not isinstance(exc, anyio.get_cancelled_exc_class()):
+        return False
+    if scope is not None and scope.cancel_called:
+        return True
+    task = asyncio.current_task() if _on_asyncio() else None
+    if task is None:
+        # Another backend (trio): its cancellations come only from cancel scopes, which
+        # anyio tracks; a handler cannot raise one of its own.
+        return True
+    return task.cancelling() > 0 or _enclosing_scope_cancelled()
+
+
+def _on_asyncio() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _enclosing_scope_cancelled() -> bool:
+    """An anyio scope around this task was cancelled (the runtime is stopping)."""
+    try:
+        deadline = anyio.current_effective_deadline()
+    except Exception:
+        return False
+    return deadline == -math.inf
 
 
 class _Release:

@@ -18,6 +18,7 @@ from awa.domain.outcomes import (
     SnoozeOutcome,
     WaitForCallbackOutcome,
 )
+from awa.domain.validation import storable_text
 
 TRACEBACK_LINES = 10
 
@@ -29,7 +30,7 @@ def outcome_for_result(value: Any) -> Outcome:
     if isinstance(value, Snooze):
         return SnoozeOutcome(delay=timedelta(seconds=value.seconds))
     if isinstance(value, Cancel):
-        return CancelOutcome(reason=value.reason)
+        return CancelOutcome(reason=storable_text(str(value.reason)))
     if isinstance(value, WaitForCallback):
         return WaitForCallbackOutcome(callback_id=value.callback_id)
     return Complete()
@@ -37,12 +38,18 @@ def outcome_for_result(value: Any) -> Outcome:
 
 def describe_exception(exc: BaseException, *, with_traceback: bool = True) -> str:
     """``"{Type}: {message}"`` followed by the last lines of the traceback."""
-    head = f"{type(exc).__name__}: {exc}"
+    try:
+        message = str(exc)
+    except Exception as broken:  # a __str__ that raises must not lose the failure
+        message = f"<message unavailable: {type(broken).__name__}>"
+    head = f"{type(exc).__name__}: {message}"
     if not with_traceback or exc.__traceback__ is None:
-        return head
+        return storable_text(head)
     lines = "".join(traceback.format_tb(exc.__traceback__)).rstrip("\n").splitlines()
     tail = lines[-TRACEBACK_LINES:]
-    return head + "\n" + "\n".join(tail) if tail else head
+    # NUL or a lone surrogate in the message would make the error unstorable, leaving the
+    # job running until the heartbeat rescue with only "heartbeat stale" to show.
+    return storable_text(head + "\n" + "\n".join(tail) if tail else head)
 
 
 def outcome_for_exception(exc: BaseException) -> Outcome:

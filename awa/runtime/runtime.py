@@ -16,6 +16,7 @@ import attrs
 from anyio.abc import TaskGroup, TaskStatus
 
 from awa.domain.job import Claim
+from awa.domain.validation import validate_number
 from awa.ports.clock import Clock
 from awa.ports.leader import LeaderLock
 from awa.ports.notifier import Notifier
@@ -192,11 +193,9 @@ class Runtime:
     async def shutdown(self, timeout_ms: int = 2000) -> None:
         """Stop claiming, let handlers finish for up to ``timeout_ms`` (heartbeats keep
         going), then cancel the rest cooperatively and release their attempts."""
-        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int | float):
-            raise TypeError("timeout_ms must be a number")
-        if timeout_ms < 0:
-            raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
-        self._drain_timeout = timeout_ms / 1000.0
+        self._drain_timeout = (
+            validate_number("timeout_ms", timeout_ms, allow_infinity=True) / 1000.0
+        )
         self.request_stop()
         task = self._task
         if task is None:

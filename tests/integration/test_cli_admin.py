@@ -217,3 +217,21 @@ def test_dlq_move_list_cursor_depth_retry_purge(url: str) -> None:
     purged = awa_cli(url, "dlq", "purge", "--all")
     assert purged.stdout.strip() == "Purged 1 job(s) from the dead-letter queue"
     assert json.loads(awa_cli(url, "--json", "dlq", "depth").stdout)["total"] == 0
+
+
+def test_job_list_and_dump_skip_a_row_python_cannot_read(url: str) -> None:
+    ids = seed(url)
+    with psycopg.connect(url) as conn:
+        # A row as a release without the run_at check could have left it.
+        conn.execute("ALTER TABLE awa.canonical_jobs DISABLE TRIGGER canonical_jobs_run_at_update")
+        conn.execute("UPDATE awa.canonical_jobs SET run_at = '-infinity' WHERE id = %s", (ids[0],))
+        conn.execute("ALTER TABLE awa.canonical_jobs ENABLE TRIGGER canonical_jobs_run_at_update")
+    listed = awa_cli(url, "job", "list")
+    assert listed.exit_code == 0, listed.stderr
+    shown = [line.split()[0] for line in listed.stdout.splitlines()[1:]]
+    assert sorted(shown) == sorted(str(i) for i in ids[1:])
+    dumped = awa_cli(url, "job", "dump", str(ids[1]))
+    assert dumped.exit_code == 0, dumped.stderr
+    assert json.loads(dumped.stdout)["job"]["id"] == ids[1]
+    missing = awa_cli(url, "job", "dump", str(ids[0]))
+    assert missing.exit_code != 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import types
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import click
@@ -12,11 +13,13 @@ import pytest
 from awa import AsyncClient
 from awa.entrypoints.cli import main
 from awa.entrypoints.cli.worker import load_client, parse_queue, start_options
+from tests.fixtures.poison_app import Raise
 from tests.fixtures.processes import (
     completed_in,
     done_counts,
     job_states,
     live_runtimes,
+    query,
     runs,
     spawn_worker,
     wait_for,
@@ -126,3 +129,87 @@ def test_a_failing_child_fails_the_supervisor(tmp_path: Path) -> None:
     code = broken.process.wait(60)
     assert code == 1, broken.output()
     assert "exited with status 1" in broken.output()
+
+
+BASE_EXCEPTIONS = ["SystemExit", "KeyboardInterrupt", "CancelledError", "GeneratorExit", "Own"]
+
+
+def test_handlers_raising_base_exceptions_fail_their_job_and_the_worker_carries_on(
+    migrated_database_url: str, tmp_path: Path
+) -> None:
+    url = migrated_database_url
+    worker = spawn_worker(
+        url,
+        tmp_path,
+        "--queue",
+        "poison:2",
+        "--queue",
+        "ticks:2",
+        "--queue",
+        "slow:1",
+        start_options={"heartbeat_interval_ms": 200},
+        module="tests.fixtures.poison_app",
+    )
+    try:
+        wait_for(lambda: live_runtimes(url), 20, "the worker's runtime row")
+        # A long job keeps heartbeating while the others blow up beside it.
+        (slow_id,) = asyncio.run(_insert(url, Slow(30.0), queue="slow"))
+        bad = asyncio.run(
+            _insert_kinds(url, [(kind, what) for what in BASE_EXCEPTIONS for kind in KINDS])
+        )
+        wait_for(
+            lambda: sum(state == "failed" for _, state, _ in job_states(url, "poison")) == len(bad),
+            30,
+            "every raising job failed",
+        )
+        ids = asyncio.run(_insert(url, *(Tick(n) for n in range(10)), queue="ticks"))
+        wait_for(lambda: completed_in(url, "ticks") == 10, 20, "the jobs after them completed")
+        assert set(done_counts(tmp_path)) >= set(ids)
+        beats = [
+            query(url, "SELECT heartbeat_at FROM awa.jobs WHERE id = %s", slow_id)[0][
+                "heartbeat_at"
+            ]
+        ]
+        wait_for(
+            lambda: (
+                query(url, "SELECT heartbeat_at FROM awa.jobs WHERE id = %s", slow_id)[0][
+                    "heartbeat_at"
+                ]
+                != beats[0]
+            ),
+            10,
+            "a fresh heartbeat of the long job",
+        )
+        (row,) = live_runtimes(url)
+        assert row["pid"] == worker.pid
+        # Leader duties go on: a scheduled job is promoted and run.
+        asyncio.run(_insert_scheduled(url, Tick(99), queue="ticks"))
+        wait_for(lambda: completed_in(url, "ticks") == 11, 20, "the promoted job completed")
+    finally:
+        code = worker.stop(timeout=15)
+    assert code == 0, worker.output()
+    # The long job was given back unspent at shutdown, not failed.
+    assert job_states(url, "slow") == [(slow_id, "retryable", 0)]
+    for job_id, kind_what in bad.items():
+        (found,) = query(url, "SELECT state, errors FROM awa.jobs WHERE id = %s", job_id)
+        assert found["state"] == "failed"
+        expected = "CustomBase" if kind_what[1] == "Own" else kind_what[1]
+        assert found["errors"][-1]["error"].startswith(expected), (kind_what, found)
+
+
+KINDS = ["raise", "raise_sync"]
+
+
+async def _insert_kinds(url: str, jobs: list[tuple[str, str]]) -> dict[int, tuple[str, str]]:
+    async with AsyncClient(url) as client:
+        found: dict[int, tuple[str, str]] = {}
+        for kind, what in jobs:
+            job = await client.insert(Raise(what), kind=kind, queue="poison", max_attempts=1)
+            found[job.id] = (kind, what)
+        return found
+
+
+async def _insert_scheduled(url: str, job: object, *, queue: str) -> int:
+    async with AsyncClient(url) as client:
+        when = datetime.now(UTC) + timedelta(seconds=1)
+        return (await client.insert(job, queue=queue, run_at=when)).id

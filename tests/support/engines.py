@@ -49,6 +49,9 @@ class EngineHandle:
     clock: ManualClock
     notifier: Notifier
     leader_lock: Callable[[], LeaderLock]
+    #: The database a Postgres engine runs on (``None`` for the in-memory engine), for
+    #: tests that must write what the engine would refuse (rows from older releases).
+    database_url: str | None = None
 
 
 EngineFactory = Callable[
@@ -104,7 +107,9 @@ async def _postgres_canonical(
     await migrate(database_url)
     engine = await CanonicalEngine.open(database_url, clock=clock, backoff=backoff)
     try:
-        yield EngineHandle("postgres_canonical", engine, clock, engine, engine.leader_lock)
+        yield EngineHandle(
+            "postgres_canonical", engine, clock, engine, engine.leader_lock, database_url
+        )
     finally:
         await engine.close()
 
@@ -121,7 +126,9 @@ async def _queue_storage(
     assert database_url is not None
     engine = await QueueStorageEngine.open(database_url, clock=clock, backoff=backoff)
     try:
-        yield EngineHandle("postgres_queue_storage", engine, clock, engine, engine.leader_lock)
+        yield EngineHandle(
+            "postgres_queue_storage", engine, clock, engine, engine.leader_lock, database_url
+        )
     finally:
         await engine.close()
 

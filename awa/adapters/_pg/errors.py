@@ -21,6 +21,8 @@ UNIQUE_CLAIMS_CONSTRAINT = "job_unique_claims_pkey"
 
 _CHECK_TABLE_PREFIXES = (
     "canonical_jobs_",
+    "ready_entries_",
+    "deferred_jobs_",
     "queue_meta_",
     "cron_jobs_",
     "runtime_instances_",

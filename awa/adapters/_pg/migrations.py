@@ -65,10 +65,15 @@ def current_migration_version() -> int:
     return loaded[-1][0] if loaded else 0
 
 
+#: Later migrations the canonical engine's statements depend on: 395 defines
+#: ``awa.run_at_in_range``, which its claims and promotion call.
+CANONICAL_LATER_VERSIONS = (395,)
+
+
 def canonical_schema_version() -> int:
     """The newest version the canonical engine and the public SQL surface need."""
     versions = [m[0] for m in _load() if m[0] < QUEUE_STORAGE_FIRST_VERSION]
-    return max(versions, default=0)
+    return max([*versions, *CANONICAL_LATER_VERSIONS], default=0)
 
 
 async def applied_version(conn: DictConnection) -> int:

@@ -42,7 +42,7 @@ SELECT
     (
         SELECT min(c.run_at)
         FROM awa.canonical_jobs AS c
-        WHERE c.queue = q.queue AND c.state = 'available'
+        WHERE c.queue = q.queue AND c.state = 'available' AND awa.run_at_in_range(c.run_at)
     ) AS oldest_available_at
 FROM queues AS q
 LEFT JOIN awa.queue_meta AS m ON m.queue = q.queue

@@ -14,6 +14,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
+from awa.adapters._pg.decode import fetch_decodable
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.migrations import canonical_schema_version, require_schema
 from awa.adapters._pg.pool import DictConnection, open_pool
@@ -176,7 +177,7 @@ class EngineBase:
         # An explicit dict-row cursor, because callers' connections may use any row factory.
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(query(name), params)
-            return await cur.fetchall() if cur.description is not None else []
+            return await fetch_decodable(cur) if cur.description is not None else []
 
     @classmethod
     async def _one(

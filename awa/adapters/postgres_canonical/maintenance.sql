@@ -7,6 +7,8 @@ WITH due AS (
     SELECT id
     FROM awa.canonical_jobs
     WHERE state IN ('scheduled', 'retryable') AND run_at <= %(now)s::timestamptz
+      -- a row from before migration 0395 may hold a run_at no read can decode
+      AND awa.run_at_in_range(run_at)
     ORDER BY run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

@@ -55,6 +55,8 @@ WITH candidates AS (
     WHERE state = 'available'
       AND queue = %(queue)s
       AND run_at <= %(now)s::timestamptz
+      -- a row from before migration 0395 may hold a run_at no read can decode
+      AND awa.run_at_in_range(run_at)
       AND NOT EXISTS (
           SELECT 1 FROM awa.queue_meta AS m WHERE m.queue = %(queue)s AND m.paused
       )
@@ -82,6 +84,8 @@ WITH candidates AS (
     WHERE state = 'available'
       AND queue = %(queue)s
       AND run_at <= %(now)s::timestamptz
+      -- a row from before migration 0395 may hold a run_at no read can decode
+      AND awa.run_at_in_range(run_at)
       AND NOT EXISTS (
           SELECT 1 FROM awa.queue_meta AS m WHERE m.queue = %(queue)s AND m.paused
       )

@@ -22,6 +22,7 @@ import attrs
 import psycopg._queries as _psycopg_queries
 from psycopg_pool import AsyncConnectionPool
 
+from awa.adapters._pg.decode import fetch_decodable
 from awa.adapters._pg.pool import DictConnection, connect
 from awa.adapters._pg.rows import job_from_row
 from awa.adapters._pg.sql import load_queries
@@ -70,6 +71,11 @@ log = logging.getLogger("awa.adapters.postgres_queue_storage")
 # caching them all is bounded.
 if getattr(_psycopg_queries, "MAX_CACHED_STATEMENT_LENGTH", 1 << 14) < 1 << 14:
     _psycopg_queries.MAX_CACHED_STATEMENT_LENGTH = 1 << 14
+
+#: Statements that delete the only stored copy of a job and return it for Python to write
+#: elsewhere: a row of theirs that cannot be decoded must fail the transaction (which rolls
+#: the delete back), never be skipped, or the job would be lost.
+_CARRIES_ROWS = frozenset({"due_deferred", "take_deferred"})
 
 #: Statements whose rows nobody reads: in pipeline mode they are queued without waiting
 #: for the server.
@@ -388,7 +394,9 @@ class QueueStorageBase:
         # In pipeline mode the result is not there yet (pgresult is None): fetching waits.
         if cur.pgresult is not None and cur.description is None:
             return []
-        return list(await cur.fetchall())
+        if name in _CARRIES_ROWS:
+            return list(await cur.fetchall())
+        return await fetch_decodable(cur)
 
     async def _exec_generic(
         self, conn: DictConnection, name: str, **params: Any
@@ -404,7 +412,7 @@ class QueueStorageBase:
         async with conn.pipeline():
             await conn.execute(self._q["generic_plan_here"].encode(), prepare=True)
             cur = await conn.execute(self._q[name].encode(), params, prepare=True)
-            return list(await cur.fetchall())
+            return await fetch_decodable(cur)
 
     # ---------------------------------------------------------------- wake-ups
     def _wake_after_commit(self, channels: Iterable[str]) -> None:

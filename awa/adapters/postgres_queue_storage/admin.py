@@ -10,6 +10,7 @@ from typing import Any
 
 import attrs
 
+from awa.adapters._pg.decode import fetch_decodable, fetchone_decodable
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters._pg.rows import dlq_from_row
@@ -99,7 +100,7 @@ class AdminOps(QueueStorageBase):
             f"SELECT * FROM {self._qschema}.jobs_resolved WHERE {where} {tail}".encode(),
             [*params, *extra],
         )
-        return [Resolved.from_row(row) for row in await cur.fetchall()]
+        return [Resolved.from_row(row) for row in await fetch_decodable(cur)]
 
     @property
     def _qschema(self) -> str:
@@ -349,7 +350,7 @@ class AdminOps(QueueStorageBase):
                 "ORDER BY finalized_at, id LIMIT %s".encode(),
                 (now - completed, now - failed, max(batch_size, 0)),
             )
-            rows = [Resolved.from_row(row) for row in await cur.fetchall()]
+            rows = [Resolved.from_row(row) for row in await fetch_decodable(cur)]
             for r in rows:
                 await self._change(conn, writes, r.job.id, decide)
             await self._flush(conn, writes)
@@ -397,7 +398,7 @@ class AdminOps(QueueStorageBase):
             f"SELECT * FROM {self._qschema}.dlq_entries WHERE {where} {tail}".encode(),
             [*params, *extra],
         )
-        return list(await cur.fetchall())
+        return await fetch_decodable(cur)
 
     async def list_dlq(self, filter: DlqFilter, *, limit: int = 100) -> list[DlqEntry]:
         async with translated_errors(), self._tx() as conn:
@@ -411,7 +412,7 @@ class AdminOps(QueueStorageBase):
             cur = await conn.execute(
                 f"SELECT * FROM {self._qschema}.dlq_entries WHERE job_id = %s".encode(), (job_id,)
             )
-            row = await cur.fetchone()
+            row = await fetchone_decodable(cur)
         return None if row is None else _dlq_entry(row)
 
     async def dlq_depth(self, queue: str | None = None) -> int:

@@ -1,0 +1,93 @@
+"""Outcomes Postgres cannot store are sanitised or refused where the handler hands them
+over, and the real error is recorded; the job is never left ``running`` for the rescue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+import awa
+from awa import AsyncClient, Job, JobState
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres, pytest.mark.timeout(60)]
+
+
+@dataclasses.dataclass
+class Case:
+    name: str
+
+
+@pytest.fixture
+async def client(database_url: str) -> AsyncIterator[AsyncClient]:
+    await awa.migrate(database_url)
+    async with AsyncClient(database_url) as c:
+        yield c
+
+
+async def _settled(client: AsyncClient, job_id: int) -> Job[Any]:
+    deadline = time.monotonic() + 15
+    while True:
+        job = await client.get_job(job_id)
+        if job.state not in (JobState.Available, JobState.Running):
+            return job
+        assert time.monotonic() < deadline, f"job {job_id} still {job.state}"
+        await asyncio.sleep(0.02)
+
+
+async def test_unstorable_outcomes_record_the_real_error(client: AsyncClient) -> None:
+    @client.task(Case, queue="unstorable")
+    async def handler(job: Job[Case]) -> Any:
+        name = job.args.name
+        if name == "nul_message":
+            raise ValueError("bad\x00byte")
+        if name == "surrogate_message":
+            raise ValueError("half a pair: \ud800")
+        if name == "huge_snooze":
+            return awa.Snooze(3e11)
+        if name == "huge_retry_after":
+            return awa.RetryAfter(10**30)
+        if name == "nul_progress":
+            job.set_progress(10, "a\x00b")
+        if name == "nul_metadata":
+            job.update_metadata({"note": "a\x00b"})
+        if name == "nul_cancel_reason":
+            return awa.Cancel("no\x00thanks")
+        return None
+
+    names = [
+        "nul_message",
+        "surrogate_message",
+        "huge_snooze",
+        "huge_retry_after",
+        "nul_progress",
+        "nul_metadata",
+    ]
+    ids = {
+        name: (await client.insert(Case(name), queue="unstorable", max_attempts=1)).id
+        for name in [*names, "nul_cancel_reason"]
+    }
+    await client.start([("unstorable", 4)], poll_interval_ms=50)
+    try:
+        found = {name: await _settled(client, job_id) for name, job_id in ids.items()}
+    finally:
+        await client.shutdown()
+
+    expected = {
+        "nul_message": "ValueError: bad\\x00byte",
+        "surrogate_message": "ValueError: half a pair: \\ud800",
+        "huge_snooze": "ValidationError: seconds: must be at most",
+        "huge_retry_after": "ValidationError: seconds: must be at most",
+        "nul_progress": "ValidationError: progress.message: must not contain NUL",
+        "nul_metadata": "ValidationError: progress.metadata: must not contain NUL",
+    }
+    for name in names:
+        job = found[name]
+        assert job.state == JobState.Failed, (name, job.state)
+        assert job.errors[-1]["error"].startswith(expected[name]), (name, job.errors)
+    assert found["nul_cancel_reason"].state == JobState.Cancelled

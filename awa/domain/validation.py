@@ -24,7 +24,7 @@ MAX_JSON_DEPTH = 100
 #: The instants both Python (``datetime``: years 1..9999) and Postgres round-trip, in UTC.
 #: Postgres stores far more (4713 BC to 294276 AD, and +-infinity), but a row outside
 #: this range cannot be read back into Python. The SQL check constraints of the run_at
-#: columns (migration 0395) use the same two bounds.
+#: columns (migration 0397) use the same two bounds.
 MIN_RUN_AT = datetime.min.replace(tzinfo=UTC)
 MAX_RUN_AT = datetime.max.replace(tzinfo=UTC)
 

@@ -96,7 +96,7 @@ async def test_updating_run_at_out_of_range_through_awa_jobs_is_refused(
 
 def _poison(url: str, engine: EngineHandle, job_id: int) -> None:
     """Set ``run_at = '-infinity'`` on a stored job, as a row written before migration
-    0395 could hold it: the check is lifted for this one write and put back."""
+    0397 could hold it: the check is lifted for this one write and put back."""
     with psycopg.connect(url) as conn:
         if engine.name == "postgres_canonical":
             conn.execute(

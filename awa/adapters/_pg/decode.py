@@ -3,7 +3,7 @@
 A ``timestamptz`` before year 1 or after year 9999 (``-infinity`` included) is valid in
 Postgres but has no ``datetime``: psycopg raises ``DataError`` while converting the row,
 and the whole ``fetchall`` fails with it. One such job would stop promotion, the claims
-of its queue and every listing for everyone. The check constraints of migration 0395
+of its queue and every listing for everyone. The check constraints of migration 0397
 keep new rows in range; rows written before it (or by hand into internal tables) are
 skipped here, one at a time, and logged with their id so an operator can repair them.
 

@@ -65,9 +65,9 @@ def current_migration_version() -> int:
     return loaded[-1][0] if loaded else 0
 
 
-#: Later migrations the canonical engine's statements depend on: 395 defines
+#: Later migrations the canonical engine's statements depend on: 397 defines
 #: ``awa.run_at_in_range``, which its claims and promotion call.
-CANONICAL_LATER_VERSIONS = (395,)
+CANONICAL_LATER_VERSIONS = (397,)
 
 
 def canonical_schema_version() -> int:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -48,6 +49,7 @@ from awa.adapters.postgres_canonical import CanonicalEngine
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.adapters.postgres_queue_storage._base import PgUnitOfWork
 from awa.adapters.postgres_queue_storage.core import RouteChanged
+from awa.domain.admin_views import KindCounts, StateBucket
 from awa.domain.errors import CallbackNotFound, DatabaseError, UniqueConflict
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
 from awa.domain.policies import Backoff
@@ -811,6 +813,36 @@ class TransitionRoutingEngine:
                     oldest_available_at=min(oldest) if oldest else None,
                 )
         return [merged[q] for q in sorted(merged)]
+
+    async def kind_counts(self) -> list[KindCounts]:
+        # A job lives in one engine at a time, so totals add up; the queue count is the
+        # largest of the engines' (a kind seen in different queues on each side of a
+        # transition is undercounted until the move ends, never overcounted).
+        merged: dict[str, KindCounts] = {}
+        for engine in self._read_order(await self.status(max_age=0.0)):
+            for item in await engine.kind_counts():
+                prior = merged.get(item.kind)
+                merged[item.kind] = (
+                    item
+                    if prior is None
+                    else KindCounts(
+                        kind=item.kind,
+                        job_count=prior.job_count + item.job_count,
+                        queue_count=max(prior.queue_count, item.queue_count),
+                        completed_last_hour=prior.completed_last_hour + item.completed_last_hour,
+                    )
+                )
+        return [merged[k] for k in sorted(merged)]
+
+    async def finalized_timeseries(self, *, window: timedelta) -> list[StateBucket]:
+        merged: Counter[tuple[datetime, JobState]] = Counter()
+        for engine in self._read_order(await self.status(max_age=0.0)):
+            for item in await engine.finalized_timeseries(window=window):
+                merged[(item.bucket, item.state)] += item.count
+        return [
+            StateBucket(bucket=bucket, state=state, count=n)
+            for (bucket, state), n in sorted(merged.items(), key=lambda i: (i[0][0], str(i[0][1])))
+        ]
 
     # ---------------------------------------------------------------- admin writes
     async def _every(self, call: Callable[[StorageEngine], Awaitable[None]]) -> None:

@@ -43,7 +43,7 @@ from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.leader import PostgresLeaderLock
 from awa.adapters._pg.migrations import require_schema
 from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
-from awa.adapters._pg.pool import DictConnection, open_pool
+from awa.adapters._pg.pool import DictConnection, PoolOptions, open_pool
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_canonical import CanonicalEngine
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
@@ -161,9 +161,10 @@ class TransitionRoutingEngine:
         backoff: Backoff | None = None,
         max_connections: int = 10,
         refresh_interval: float = DEFAULT_REFRESH_INTERVAL,
+        pool_options: PoolOptions | None = None,
     ) -> Self:
         """Open a pool on ``url`` after checking the schema has the transition functions."""
-        pool = await open_pool(url, max_connections=max_connections)
+        pool = await open_pool(url, max_connections=max_connections, options=pool_options)
         try:
             async with translated_errors(), pool.connection() as conn:
                 await require_schema(conn, minimum=TRANSITION_SCHEMA_VERSION)

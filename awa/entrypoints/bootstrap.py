@@ -17,6 +17,7 @@ from psycopg_pool import AsyncConnectionPool
 from awa.adapters._pg import migrations as pg_migrations
 from awa.adapters._pg import transition as pg_transition
 from awa.adapters._pg.errors import map_error, translated_errors
+from awa.adapters._pg.pool import PoolOptions
 from awa.adapters._pg.pool import connect as pg_connect
 from awa.adapters._pg.runtime_registry import PostgresRuntimeRegistry
 from awa.adapters.clock import SystemClock
@@ -105,13 +106,19 @@ def check_reachable(url: str, *, timeout: float = ELIGIBILITY_TIMEOUT) -> None:
     conn.close()
 
 
-async def open_wiring(url: str, *, max_connections: int) -> Wiring:
+async def open_wiring(
+    url: str, *, max_connections: int, pool_options: PoolOptions | None = None
+) -> Wiring:
     """Open the storage engine selected for this deployment: the transition-routing engine,
     which follows ``awa.storage_transition_state`` (canonical, mixed or queue storage)."""
     from awa.adapters.routing_engine import TransitionRoutingEngine
 
     engine: Any = await TransitionRoutingEngine.open(
-        url, clock=SystemClock(), backoff=Backoff(), max_connections=max_connections
+        url,
+        clock=SystemClock(),
+        backoff=Backoff(),
+        max_connections=max_connections,
+        pool_options=pool_options,
     )
     return Wiring(url=url, engine=engine)
 

@@ -14,8 +14,10 @@ import psycopg
 from psycopg.rows import DictRow
 from psycopg_pool import AsyncConnectionPool
 
+from awa.adapters._pg import access as pg_access
 from awa.adapters._pg import migrations as pg_migrations
 from awa.adapters._pg import transition as pg_transition
+from awa.adapters._pg.access import WriteAccess
 from awa.adapters._pg.errors import map_error, translated_errors
 from awa.adapters._pg.pool import PoolOptions
 from awa.adapters._pg.pool import connect as pg_connect
@@ -95,6 +97,16 @@ class Wiring:
 
     async def close(self) -> None:
         await self.engine.close()
+
+
+async def probe_write_access(url: str) -> WriteAccess:
+    """Whether the database at ``url`` accepts operator mutations (see ``WriteAccess``)."""
+    return await pg_access.probe_write_access(url)
+
+
+def runtime_registry(wiring: Wiring) -> RuntimeRegistry:
+    """Read access to the runtimes' published snapshots, through the wiring's pool."""
+    return PostgresRuntimeRegistry(wiring.pool)
 
 
 def check_reachable(url: str, *, timeout: float = ELIGIBILITY_TIMEOUT) -> None:

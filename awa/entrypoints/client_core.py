@@ -20,6 +20,7 @@ from awa.entrypoints.bootstrap import ClientEngine, Wiring
 from awa.entrypoints.job import Job
 from awa.entrypoints.results import QueueStat, RetryFailedResult
 from awa.entrypoints.transaction import Transaction
+from awa.ports.runtime_registry import RuntimeRegistry
 from awa.ports.storage import JobFilter, StorageEngine
 
 CLOSED = "attempted to acquire a connection on a closed pool"
@@ -94,6 +95,10 @@ class ClientCore:
 
     async def _engine(self) -> ClientEngine:
         return (await self._wiring()).engine
+
+    async def runtime_registry(self) -> RuntimeRegistry:
+        """Where worker runtimes publish their snapshots (read by operator surfaces)."""
+        return bootstrap.runtime_registry(await self._wiring())
 
     async def admin_engine(self) -> StorageEngine:
         """The storage engine behind this client, for operator surfaces built on it (the

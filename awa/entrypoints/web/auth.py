@@ -27,6 +27,7 @@ SESSION_COOKIE = "awa_session"
 CSRF_COOKIE = "awa_csrf"
 CSRF_HEADER = "X-CSRF-Token"
 CSRF_FIELD = "csrf"
+NEW_CSRF_KEY = "awa.new_csrf"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 PUBLIC_PREFIXES = ("/static/", "/login", "/api/openapi.json")
 
@@ -52,7 +53,7 @@ def csrf_token(request: Request) -> str:
     existing = request.cookies.get(CSRF_COOKIE)
     if existing:
         return existing
-    token: str = request.state.__dict__.setdefault("new_csrf", secrets.token_urlsafe(32))
+    token: str = request.scope.setdefault(NEW_CSRF_KEY, secrets.token_urlsafe(32))
     return token
 
 
@@ -106,7 +107,7 @@ class AccessMiddleware(BaseHTTPMiddleware):
                 target = path + (f"?{request.url.query}" if request.url.query else "")
                 return RedirectResponse(f"/login?next={quote(target)}", status_code=303)
         response = await call_next(request)
-        new = request.state.__dict__.get("new_csrf")
+        new = request.scope.get(NEW_CSRF_KEY)
         if new is not None:
             response.set_cookie(CSRF_COOKIE, new, httponly=False, samesite="strict", path="/")
         return response

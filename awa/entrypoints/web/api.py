@@ -133,7 +133,7 @@ async def queue_runtime(request: Request, web: WebState) -> Any:
 
 
 async def get_queue(request: Request, web: WebState) -> Any:
-    name = request.path_params["queue"]
+    name = params.path_text(request, "queue")
     doc = await web.reads.queue(name)
     if doc is None:
         raise not_found(f"queue not found: {name}")
@@ -143,16 +143,16 @@ async def get_queue(request: Request, web: WebState) -> Any:
 async def pause_queue(request: Request, web: WebState) -> Any:
     doc = await params.body(request, required=True)
     return await actions.pause_queue(
-        web, request.path_params["queue"], params.optional_str(doc, "paused_by")
+        web, params.path_text(request, "queue"), params.optional_str(doc, "paused_by")
     )
 
 
 async def resume_queue(request: Request, web: WebState) -> Any:
-    return await actions.resume_queue(web, request.path_params["queue"])
+    return await actions.resume_queue(web, params.path_text(request, "queue"))
 
 
 async def drain_queue(request: Request, web: WebState) -> Any:
-    return await actions.drain_queue(web, request.path_params["queue"])
+    return await actions.drain_queue(web, params.path_text(request, "queue"))
 
 
 async def list_kinds(request: Request, web: WebState) -> Any:
@@ -222,7 +222,7 @@ def _cron(action: str) -> Handler:
         paused_by = None
         if action == "pause":
             paused_by = params.optional_str(await params.body(request), "paused_by")
-        return await actions.cron_action(web, request.path_params["name"], action, paused_by)
+        return await actions.cron_action(web, params.path_text(request, "name"), action, paused_by)
 
     handler.__name__ = f"cron_{action}"
     return handler
@@ -246,7 +246,7 @@ async def batch_list(request: Request, web: WebState) -> Any:
 
 async def batch_get(request: Request, web: WebState) -> Any:
     method = features.client_method(web.client, "get_batch_operation")
-    return dict(await method(request.path_params["operation_id"]))
+    return dict(await method(params.path_text(request, "operation_id")))
 
 
 async def batch_patch(request: Request, web: WebState) -> Any:
@@ -254,7 +254,7 @@ async def batch_patch(request: Request, web: WebState) -> Any:
     doc = await params.body(request, required=True)
     if doc != {"state": "cancelling"}:
         raise bad_request('only {"state": "cancelling"} is accepted')
-    return await actions.batch_cancel(web, request.path_params["operation_id"])
+    return await actions.batch_cancel(web, params.path_text(request, "operation_id"))
 
 
 # ---------------------------------------------------------------------- runtimes and storage

@@ -57,6 +57,6 @@ def status_of(exc: BaseException) -> tuple[int, str]:
 
 async def api_error_response(request: Request, exc: Exception) -> JSONResponse:
     status, message = status_of(exc)
-    if status >= 500:
+    if status >= 500 and status != 501:
         log.error("%s %s failed: %s", request.method, request.url.path, exc, exc_info=exc)
     return JSONResponse({"error": message}, status_code=status)

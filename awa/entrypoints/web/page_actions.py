@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute, Route
 from awa.entrypoints.web import actions
 from awa.entrypoints.web.auth import CSRF_FIELD, SESSION_COOKIE, csrf_matches, session_value
 from awa.entrypoints.web.errors import ApiError, bad_request, status_of
-from awa.entrypoints.web.params import parse_timestamp
+from awa.entrypoints.web.params import clean, parse_timestamp, path_text
 from awa.entrypoints.web.render import render
 from awa.entrypoints.web.state import WebState, web_state
 
@@ -70,7 +70,7 @@ def _id(request: Request) -> int:
 
 def _field(form: FormData, name: str) -> str | None:
     value = form.get(name)
-    return None if value is None or str(value).strip() == "" else str(value).strip()
+    return None if value is None or str(value).strip() == "" else clean(name, str(value).strip())
 
 
 # ---------------------------------------------------------------------- jobs
@@ -101,7 +101,7 @@ async def bulk_jobs(request: Request, web: WebState, form: FormData) -> str:
 
 # ---------------------------------------------------------------------- queues
 async def queue_action(request: Request, web: WebState, form: FormData) -> str:
-    queue = request.path_params["queue"]
+    queue = path_text(request, "queue")
     action = request.path_params["action"]
     if action == "pause":
         await actions.pause_queue(web, queue, _field(form, "paused_by"))

@@ -146,7 +146,7 @@ async def queues_page(request: Request) -> Response:
 
 
 async def queue_detail(request: Request) -> Response:
-    return await jobs(request, queue=request.path_params["queue"])
+    return await jobs(request, queue=params.path_text(request, "queue"))
 
 
 async def kinds_page(request: Request) -> Response:

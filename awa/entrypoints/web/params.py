@@ -12,9 +12,20 @@ from awa.domain.states import JobState
 from awa.entrypoints.web.errors import bad_request
 
 
+def clean(name: str, value: str) -> str:
+    """``value``, refused with a 400 when Postgres could not store it (a NUL character)."""
+    if "\x00" in value:
+        raise bad_request(f"{name} must not contain NUL characters")
+    return value
+
+
 def text(request: Request, name: str) -> str | None:
     value = request.query_params.get(name)
-    return None if value is None or value == "" else value
+    return None if value is None or value == "" else clean(name, value)
+
+
+def path_text(request: Request, name: str) -> str:
+    return clean(name, str(request.path_params[name]))
 
 
 def integer(request: Request, name: str, *, minimum: int | None = None) -> int | None:
@@ -99,7 +110,7 @@ def optional_str(doc: dict[str, Any], name: str) -> str | None:
         return None
     if not isinstance(value, str):
         raise bad_request(f"{name} must be a string")
-    return value
+    return clean(name, value)
 
 
 def optional_int(doc: dict[str, Any], name: str) -> int | None:

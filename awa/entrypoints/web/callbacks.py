@@ -23,6 +23,8 @@ from awa.entrypoints.web.state import web_state
 log = logging.getLogger("awa.web.callbacks")
 
 ACTIONS = ("complete", "fail", "heartbeat")
+#: A heartbeat may push the timeout at most this far (a year) into the future.
+MAX_TIMEOUT_SECS = 365 * 24 * 3600
 
 
 def check_signature(secret: bytes | None, callback_id: str, signature: str | None) -> None:
@@ -65,7 +67,13 @@ async def _receive(request: Request) -> Response:
         job = await client.fail_external(callback_id, error)
     else:
         timeout = doc.get("timeout_seconds", DEFAULT_HEARTBEAT_TIMEOUT_SECS)
-        job = await client.heartbeat_callback(callback_id, timeout)
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 < timeout <= MAX_TIMEOUT_SECS
+        ):
+            raise bad_request(f"timeout_seconds must be a number in (0, {MAX_TIMEOUT_SECS}]")
+        job = await client.heartbeat_callback(callback_id, float(timeout))
     await web.mutated()
     log.info("callback %s %s: job %s is now %s", callback_id, action, job.id, job.state)
     return JSONResponse({"id": job.id, "callback_id": callback_id, "state": str(job.state)})

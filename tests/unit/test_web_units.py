@@ -104,3 +104,19 @@ def test_features_follow_the_client_methods() -> None:
     with pytest.raises(features.FeatureUnavailable, match="list_cron_jobs"):
         features.client_method(Bare(), "list_cron_jobs")
     assert callable(features.client_method(WithCron(), "list_cron_jobs"))
+
+
+async def test_cache_keeps_a_bounded_number_of_keys() -> None:
+    from awa.entrypoints.web import cache as cache_module
+
+    clock = Clock()
+    cache = ReadCache(5.0, clock=clock)
+
+    async def load() -> int:
+        return 1
+
+    for index in range(cache_module.MAX_ENTRIES + 50):
+        clock.now = index * 0.001
+        await cache.get(f"k{index}", load)
+    assert len(cache._values) == cache_module.MAX_ENTRIES
+    assert "k0" not in cache._values and f"k{cache_module.MAX_ENTRIES + 49}" in cache._values

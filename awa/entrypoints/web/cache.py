@@ -17,6 +17,9 @@ from typing import Any
 
 log = logging.getLogger("awa.web.cache")
 
+#: At most this many values are kept (job-list pages are cached per filter and cursor).
+MAX_ENTRIES = 512
+
 
 class ReadCache:
     def __init__(self, ttl: float, *, clock: Callable[[], float] = time.monotonic) -> None:
@@ -66,7 +69,20 @@ class ReadCache:
         # A mutation during the load may have changed what it read: do not keep it.
         if generation == self._generation:
             self._values[key] = (self._clock(), value)
+            if len(self._values) > MAX_ENTRIES:
+                self._evict()
         return value
+
+    def _evict(self) -> None:
+        # Keys include filters and cursors, so they are many: expired ones go first, then
+        # the oldest, down to the bound.
+        horizon = self._clock() - 2 * self._ttl
+        for key in [k for k, (at, _) in self._values.items() if at < horizon]:
+            del self._values[key]
+        for key, _ in sorted(self._values.items(), key=lambda item: item[1][0])[
+            : max(0, len(self._values) - MAX_ENTRIES)
+        ]:
+            del self._values[key]
 
     def invalidate(self) -> None:
         """Forget every value and every load in flight (after a mutation)."""

@@ -113,8 +113,14 @@ class AdminReads:
 
     # ------------------------------------------------------------------ jobs
     async def jobs(self, job_filter: JobFilter, *, limit: int) -> list[dict[str, Any]]:
-        engine = await self.client.admin_engine()
-        records = await engine.list_jobs(job_filter, limit=limit)
+        """A page of jobs, newest first. Cached per filter for the TTL like the counts:
+        on queue storage a page resolves every job's facts, which no poll should repeat."""
+
+        async def load() -> list[JobRecord]:
+            return await (await self.client.admin_engine()).list_jobs(job_filter, limit=limit)
+
+        key = f"jobs:{job_filter!r}:{limit}"
+        records: list[JobRecord] = await self.cache.get(key, load)
         descriptors = await self.descriptors()
         return [job_json(r, descriptors) for r in records]
 
@@ -268,8 +274,11 @@ class AdminReads:
 
     # ------------------------------------------------------------------ DLQ
     async def dlq(self, dlq_filter: DlqFilter, *, limit: int) -> list[dict[str, Any]]:
-        engine = await self.client.admin_engine()
-        return [dlq_json(e) for e in await engine.list_dlq(dlq_filter, limit=limit)]
+        async def load() -> list[DlqEntry]:
+            return await (await self.client.admin_engine()).list_dlq(dlq_filter, limit=limit)
+
+        entries: list[DlqEntry] = await self.cache.get(f"dlq:{dlq_filter!r}:{limit}", load)
+        return [dlq_json(e) for e in entries]
 
     async def dlq_entry(self, job_id: int) -> dict[str, Any] | None:
         entry = await (await self.client.admin_engine()).get_dlq(job_id)

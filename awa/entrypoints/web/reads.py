@@ -1,7 +1,8 @@
 """Operator reads behind the REST API and the pages, shaped as JSON-ready dicts.
 
-Reads the pages poll (stats, queues, kinds, runtimes, storage, timeseries) go through
-the :class:`~awa.entrypoints.web.cache.ReadCache`; single-job and list reads do not.
+Every read the pages poll (counts, queues, kinds, runtimes, storage, timeseries, job and
+DLQ pages, one job) goes through the :class:`~awa.entrypoints.web.cache.ReadCache`, so it
+is at most one cache TTL old; a mutation through this server drops the cache.
 """
 
 from __future__ import annotations
@@ -126,9 +127,16 @@ class AdminReads:
 
     async def job(self, job_id: int) -> dict[str, Any] | None:
         """The job document (row, summary, timeline, DLQ block), or ``None``."""
-        engine = await self.client.admin_engine()
-        record = await engine.get_job(job_id)
-        dlq = await engine.get_dlq(job_id) if record is None else None
+
+        async def load() -> tuple[JobRecord | None, DlqEntry | None]:
+            engine = await self.client.admin_engine()
+            found = await engine.get_job(job_id)
+            return found, (await engine.get_dlq(job_id) if found is None else None)
+
+        found: tuple[JobRecord | None, DlqEntry | None] = await self.cache.get(
+            f"job:{job_id}", load
+        )
+        record, dlq = found
         if record is None and dlq is None:
             return None
         doc = job_document(record, dlq)

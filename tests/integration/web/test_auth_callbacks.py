@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 import uuid
 from typing import Any
@@ -189,3 +190,61 @@ def test_serve_validates_options_and_warns_on_open_bind(migrated_database_url: s
     assert bad_color.exit_code == 2 and "#rgb" in bad_color.stderr
     bad_peer = CliRunner().invoke(cli, [*base, "--peer", "x=ftp://host"])
     assert bad_peer.exit_code == 2 and "http" in bad_peer.stderr
+
+
+def test_serve_reads_every_option_from_its_environment_variable(
+    migrated_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    serve_module = importlib.import_module("awa.entrypoints.cli.serve")
+
+    started: list[tuple[Any, str, int]] = []
+    monkeypatch.setattr(
+        serve_module, "_run", lambda app, host, port: started.append((app, host, port))
+    )
+    env = {
+        "AWA_HOST": "0.0.0.0",
+        "AWA_PORT": "3123",
+        "AWA_POOL_MAX": "7",
+        "AWA_POOL_MIN": "1",
+        "AWA_POOL_IDLE_TIMEOUT": "120",
+        "AWA_POOL_MAX_LIFETIME": "900",
+        "AWA_POOL_ACQUIRE_TIMEOUT": "3",
+        "AWA_CACHE_TTL": "9",
+        "AWA_READ_ONLY": "1",
+        "AWA_CALLBACK_HMAC_SECRET": SECRET.hex(),
+        "AWA_INSTANCE_NAME": "prod",
+        "AWA_INSTANCE_COLOR": "#0af",
+        "AWA_PEERS": "eu=https://eu.example.test us=https://us.example.test",
+        "AWA_UI_TOKEN": None,
+    }
+    result = CliRunner().invoke(cli, ["--database-url", migrated_database_url, "serve"], env=env)
+    assert result.exit_code == 0, result.stderr
+    assert "without --auth-token" in result.stderr  # a non-loopback bind without a token
+    ((app, host, port),) = started
+    assert (host, port) == ("0.0.0.0", 3123)
+    with TestClient(app) as client:
+        web = client.app.state.awa  # type: ignore[attr-defined]
+        config = web.config
+        assert config.read_only and config.cache_ttl == 9.0 and config.pool_max == 7
+        assert config.callback_secret == SECRET and config.instance_color == "#0af"
+        assert [p.name for p in config.peers] == ["eu", "us"]
+        pool = client.portal.call(web.client.admin_engine).pool  # type: ignore[union-attr]
+        assert (pool.min_size, pool.max_size, pool.max_idle, pool.max_lifetime) == (
+            1,
+            7,
+            120.0,
+            900.0,
+        )
+        assert pool.timeout == 3.0
+        assert client.get("/api/capabilities").json()["read_only"] is True
+    quiet = CliRunner().invoke(
+        cli,
+        ["--database-url", migrated_database_url, "serve", "--auth-token", "t"],
+        env={"AWA_HOST": "0.0.0.0"},
+    )
+    assert quiet.exit_code == 0 and "warning" not in quiet.stderr
+    default = CliRunner().invoke(
+        cli, ["--database-url", migrated_database_url, "serve"], env={"AWA_HOST": None}
+    )
+    assert default.exit_code == 0 and "warning" not in default.stderr
+    assert started[-1][1:] == ("127.0.0.1", 3000)

@@ -94,4 +94,4 @@ class ReadCache:
 def _retrieve(task: asyncio.Task[Any]) -> None:
     # A background refresh that fails is logged; the next read retries it.
     if not task.cancelled() and task.exception() is not None:
-        log.warning("refreshing a cached admin read failed: %s", task.exception())
+        log.warning("an admin read failed: %s", task.exception())

@@ -11,6 +11,7 @@ from awa.domain.errors import (
     AwaError,
     CallbackNotFound,
     DatabaseError,
+    SchemaNotMigrated,
     UniqueConflict,
     ValidationError,
 )
@@ -48,6 +49,8 @@ def status_of(exc: BaseException) -> tuple[int, str]:
         return 404, str(exc)
     if isinstance(exc, ValidationError | ValueError | TypeError):
         return 400, str(exc)
+    if isinstance(exc, SchemaNotMigrated):
+        return 503, str(exc)
     if isinstance(exc, DatabaseError):
         return 500, f"database error: {exc}"
     if isinstance(exc, AwaError):
@@ -57,6 +60,6 @@ def status_of(exc: BaseException) -> tuple[int, str]:
 
 async def api_error_response(request: Request, exc: Exception) -> JSONResponse:
     status, message = status_of(exc)
-    if status >= 500 and status != 501:
+    if status >= 500 and status not in (501, 503):
         log.error("%s %s failed: %s", request.method, request.url.path, exc, exc_info=exc)
     return JSONResponse({"error": message}, status_code=status)

@@ -20,7 +20,7 @@ ERRORS = {
     "404": "not found",
     "409": "unique-key conflict",
     "501": "feature not available in this build",
-    "503": "read-only mode: mutations are disabled",
+    "503": "read-only mode (mutations are disabled), or the schema is not migrated",
 }
 
 

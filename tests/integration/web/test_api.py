@@ -163,3 +163,13 @@ def test_reads_are_cached_for_the_ttl_and_dropped_by_mutations(
     assert cache.loads == loads
     client.post("/api/queues/mail/pause", json={})
     assert client.get("/api/stats").json()["completed"] == 0
+
+
+def test_an_unmigrated_database_answers_503_naming_the_fix(
+    make_client: AppFactory, database_url: str
+) -> None:
+    client = make_client(database_url)
+    response = client.get("/api/stats")
+    assert response.status_code == 503 and "awa migrate" in response.json()["error"]
+    page = client.get("/")
+    assert page.status_code == 503 and "awa migrate" in page.text

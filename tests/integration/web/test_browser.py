@@ -173,9 +173,12 @@ def test_phone_width_and_dark_theme(browser: Any, seeded: Seeded) -> None:
     page = context.new_page()
     try:
         with serve(seeded) as base:
-            page.goto(base + "/queues")
-            width = page.evaluate("document.documentElement.scrollWidth")
-            assert width <= 390, "the page scrolls sideways at phone width"
+            pages = ["/", "/jobs", f"/jobs/{seeded.ids['failed'][0]}", "/queues/mail", "/kinds"]
+            pages += ["/cron", "/dlq", f"/dlq/{seeded.ids['dlq'][0]}", "/batch-ops", "/runtime"]
+            for path in [*pages, "/queues"]:
+                page.goto(base + path)
+                width = page.evaluate("document.documentElement.scrollWidth")
+                assert width <= 390, f"{path} scrolls sideways at phone width ({width}px)"
             background = page.evaluate("getComputedStyle(document.body).backgroundColor")
             assert background == "rgb(15, 18, 22)"
             page.locator("#theme-toggle").click()  # system -> light

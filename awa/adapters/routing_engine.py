@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -42,12 +43,13 @@ from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.leader import PostgresLeaderLock
 from awa.adapters._pg.migrations import require_schema
 from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
-from awa.adapters._pg.pool import DictConnection, open_pool
+from awa.adapters._pg.pool import DictConnection, PoolOptions, open_pool
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_canonical import CanonicalEngine
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.adapters.postgres_queue_storage._base import PgUnitOfWork
 from awa.adapters.postgres_queue_storage.core import RouteChanged
+from awa.domain.admin_views import KindCounts, StateBucket
 from awa.domain.errors import CallbackNotFound, DatabaseError, UniqueConflict, ValidationError
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
 from awa.domain.policies import Backoff
@@ -165,9 +167,10 @@ class TransitionRoutingEngine:
         backoff: Backoff | None = None,
         max_connections: int = 10,
         refresh_interval: float = DEFAULT_REFRESH_INTERVAL,
+        pool_options: PoolOptions | None = None,
     ) -> Self:
         """Open a pool on ``url`` after checking the schema has the transition functions."""
-        pool = await open_pool(url, max_connections=max_connections)
+        pool = await open_pool(url, max_connections=max_connections, options=pool_options)
         try:
             async with translated_errors(), pool.connection() as conn:
                 await require_schema(conn, minimum=TRANSITION_SCHEMA_VERSION)
@@ -820,6 +823,36 @@ class TransitionRoutingEngine:
                     oldest_available_at=min(oldest) if oldest else None,
                 )
         return [merged[q] for q in sorted(merged)]
+
+    async def kind_counts(self) -> list[KindCounts]:
+        # A job lives in one engine at a time, so totals add up; the queue count is the
+        # largest of the engines' (a kind seen in different queues on each side of a
+        # transition is undercounted until the move ends, never overcounted).
+        merged: dict[str, KindCounts] = {}
+        for engine in self._read_order(await self.status(max_age=0.0)):
+            for item in await engine.kind_counts():
+                prior = merged.get(item.kind)
+                merged[item.kind] = (
+                    item
+                    if prior is None
+                    else KindCounts(
+                        kind=item.kind,
+                        job_count=prior.job_count + item.job_count,
+                        queue_count=max(prior.queue_count, item.queue_count),
+                        completed_last_hour=prior.completed_last_hour + item.completed_last_hour,
+                    )
+                )
+        return [merged[k] for k in sorted(merged)]
+
+    async def finalized_timeseries(self, *, window: timedelta) -> list[StateBucket]:
+        merged: Counter[tuple[datetime, JobState]] = Counter()
+        for engine in self._read_order(await self.status(max_age=0.0)):
+            for item in await engine.finalized_timeseries(window=window):
+                merged[(item.bucket, item.state)] += item.count
+        return [
+            StateBucket(bucket=bucket, state=state, count=n)
+            for (bucket, state), n in sorted(merged.items(), key=lambda i: (i[0][0], str(i[0][1])))
+        ]
 
     # ---------------------------------------------------------------- admin writes
     async def _every(self, call: Callable[[StorageEngine], Awaitable[None]]) -> None:

@@ -14,9 +14,12 @@ import psycopg
 from psycopg.rows import DictRow
 from psycopg_pool import AsyncConnectionPool
 
+from awa.adapters._pg import access as pg_access
 from awa.adapters._pg import migrations as pg_migrations
 from awa.adapters._pg import transition as pg_transition
+from awa.adapters._pg.access import WriteAccess
 from awa.adapters._pg.errors import map_error, translated_errors
+from awa.adapters._pg.pool import PoolOptions
 from awa.adapters._pg.pool import connect as pg_connect
 from awa.adapters._pg.runtime_registry import PostgresRuntimeRegistry
 from awa.adapters.clock import SystemClock
@@ -96,6 +99,16 @@ class Wiring:
         await self.engine.close()
 
 
+async def probe_write_access(url: str) -> WriteAccess:
+    """Whether the database at ``url`` accepts operator mutations (see ``WriteAccess``)."""
+    return await pg_access.probe_write_access(url)
+
+
+def runtime_registry(wiring: Wiring) -> RuntimeRegistry:
+    """Read access to the runtimes' published snapshots, through the wiring's pool."""
+    return PostgresRuntimeRegistry(wiring.pool)
+
+
 def check_reachable(url: str, *, timeout: float = ELIGIBILITY_TIMEOUT) -> None:
     """Connect once, synchronously, so a bad URL fails at client construction."""
     try:
@@ -105,13 +118,19 @@ def check_reachable(url: str, *, timeout: float = ELIGIBILITY_TIMEOUT) -> None:
     conn.close()
 
 
-async def open_wiring(url: str, *, max_connections: int) -> Wiring:
+async def open_wiring(
+    url: str, *, max_connections: int, pool_options: PoolOptions | None = None
+) -> Wiring:
     """Open the storage engine selected for this deployment: the transition-routing engine,
     which follows ``awa.storage_transition_state`` (canonical, mixed or queue storage)."""
     from awa.adapters.routing_engine import TransitionRoutingEngine
 
     engine: Any = await TransitionRoutingEngine.open(
-        url, clock=SystemClock(), backoff=Backoff(), max_connections=max_connections
+        url,
+        clock=SystemClock(),
+        backoff=Backoff(),
+        max_connections=max_connections,
+        pool_options=pool_options,
     )
     return Wiring(url=url, engine=engine)
 

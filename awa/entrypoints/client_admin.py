@@ -95,6 +95,30 @@ def _timeline(record: JobRecord) -> list[dict[str, Any]]:
     return events
 
 
+def job_document(record: JobRecord | None, dlq: DlqRecord | None) -> dict[str, Any]:
+    """A job's row, summary, timeline and (when dead-lettered) DLQ block; one of
+    ``record`` / ``dlq`` must be given."""
+    source = record if record is not None else dlq.job  # type: ignore[union-attr]
+    doc: dict[str, Any] = {
+        "job": job_dict(source),
+        "summary": {
+            "original_priority": source.metadata.get("_awa_original_priority", source.priority),
+            "can_retry": source.state in TERMINAL_STATES or dlq is not None,
+            "can_cancel": source.state not in TERMINAL_STATES and dlq is None,
+            "error_count": len(source.errors),
+            "latest_error": source.errors[-1].get("error") if source.errors else None,
+        },
+        "timeline": _timeline(source),
+    }
+    if dlq is not None:
+        doc["dlq"] = {
+            "reason": dlq.reason,
+            "dlq_at": rfc3339(dlq.dlq_at),
+            "original_run_lease": dlq.original_run_lease,
+        }
+    return doc
+
+
 class AdminMixin(ClientCore):
     """DLQ, external-callback and inspection methods of the async client."""
 
@@ -106,25 +130,7 @@ class AdminMixin(ClientCore):
         dlq = await engine.get_dlq(job_id) if record is None else None
         if record is None and dlq is None:
             raise not_found(job_id)
-        source = record if record is not None else dlq.job  # type: ignore[union-attr]
-        doc: dict[str, Any] = {
-            "job": job_dict(source),
-            "summary": {
-                "original_priority": source.metadata.get("_awa_original_priority", source.priority),
-                "can_retry": source.state in TERMINAL_STATES or dlq is not None,
-                "can_cancel": source.state not in TERMINAL_STATES and dlq is None,
-                "error_count": len(source.errors),
-                "latest_error": source.errors[-1].get("error") if source.errors else None,
-            },
-            "timeline": _timeline(source),
-        }
-        if dlq is not None:
-            doc["dlq"] = {
-                "reason": dlq.reason,
-                "dlq_at": rfc3339(dlq.dlq_at),
-                "original_run_lease": dlq.original_run_lease,
-            }
-        return json.dumps(doc, indent=2, default=json_default)
+        return json.dumps(job_document(record, dlq), indent=2, default=json_default)
 
     async def dump_run(self, job_id: int, attempt: int | None = None) -> str:
         """One attempt of a job (the current one by default) as JSON."""

@@ -7,6 +7,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
+from awa.adapters._pg.pool import PoolOptions
 from awa.adapters.clock import SystemClock
 from awa.domain.errors import AwaError
 from awa.domain.job import JobRecord
@@ -36,8 +37,14 @@ class AsyncClient(AdminMixin):
     immediately; use ``async with`` (or ``await close()``) to release connections.
     """
 
-    def __init__(self, database_url: str, max_connections: int = 10) -> None:
-        super().__init__(database_url, max_connections)
+    def __init__(
+        self,
+        database_url: str,
+        max_connections: int = 10,
+        *,
+        pool_options: PoolOptions | None = None,
+    ) -> None:
+        super().__init__(database_url, max_connections, pool_options=pool_options)
         self._handlers = HandlerRegistry()
         self._runtime: Runtime | None = None
         self._runtime_resources: bootstrap.RuntimePorts | None = None

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from awa.adapters._pg.pool import PoolOptions
 from awa.adapters.clock import SystemClock
 from awa.domain.errors import AwaError, DatabaseError, ValidationError
 from awa.domain.states import TERMINAL_STATES, JobState
@@ -19,7 +20,8 @@ from awa.entrypoints.bootstrap import ClientEngine, Wiring
 from awa.entrypoints.job import Job
 from awa.entrypoints.results import QueueStat, RetryFailedResult
 from awa.entrypoints.transaction import Transaction
-from awa.ports.storage import JobFilter
+from awa.ports.runtime_registry import RuntimeRegistry
+from awa.ports.storage import JobFilter, StorageEngine
 
 CLOSED = "attempted to acquire a connection on a closed pool"
 
@@ -50,13 +52,20 @@ class ClientCore:
     right away); the async engine and pools open on first use in the caller's event loop.
     """
 
-    def __init__(self, database_url: str, max_connections: int = 10) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        max_connections: int = 10,
+        *,
+        pool_options: PoolOptions | None = None,
+    ) -> None:
         if not isinstance(database_url, str) or not database_url:
             raise ValueError("database_url must be a non-empty string")
         _positive("max_connections", max_connections)
         bootstrap.check_reachable(database_url)
         self._url = database_url
         self._max_connections = max_connections
+        self._pool_options = pool_options
         self._wiring_obj: Wiring | None = None
         self._open_lock: asyncio.Lock | None = None
         self._closed = False
@@ -78,12 +87,23 @@ class ClientCore:
                 raise DatabaseError(CLOSED)
             if self._wiring_obj is None:
                 self._wiring_obj = await bootstrap.open_wiring(
-                    self._url, max_connections=self._max_connections
+                    self._url,
+                    max_connections=self._max_connections,
+                    pool_options=self._pool_options,
                 )
         return self._wiring_obj
 
     async def _engine(self) -> ClientEngine:
         return (await self._wiring()).engine
+
+    async def runtime_registry(self) -> RuntimeRegistry:
+        """Where worker runtimes publish their snapshots (read by operator surfaces)."""
+        return bootstrap.runtime_registry(await self._wiring())
+
+    async def admin_engine(self) -> StorageEngine:
+        """The storage engine behind this client, for operator surfaces built on it (the
+        admin web) that need reads the Python API does not name."""
+        return await self._engine()
 
     async def _close_storage(self) -> None:
         self._closed = True

@@ -26,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from awa.domain.admin_views import KindCounts, StateBucket
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
 from awa.domain.states import JobState
 
@@ -44,12 +45,15 @@ class UnitOfWork(Protocol):
 
 @attrs.frozen
 class JobFilter:
-    """Filter for admin reads and bulk operations; ``None`` fields match everything."""
+    """Filter for admin reads and bulk operations; ``None`` fields match everything.
+
+    ``before_id`` keeps only jobs whose id is lower (the cursor of a newest-first page)."""
 
     kind: str | None = None
     queue: str | None = None
     state: JobState | None = None
     tag: str | None = None
+    before_id: int | None = None
 
 
 @attrs.frozen
@@ -238,6 +242,18 @@ class StorageEngine(Protocol):
     async def queue_counts(self) -> list[QueueCounts]:
         """Exact per-state counts for every queue that has jobs or queue metadata,
         ordered by queue name."""
+        ...
+
+    async def kind_counts(self) -> list[KindCounts]:
+        """Per job kind: how many jobs exist in any state, in how many distinct queues,
+        and how many completed within the last hour; ordered by kind. Exact (a scan):
+        callers that poll cache it."""
+        ...
+
+    async def finalized_timeseries(self, *, window: timedelta) -> list[StateBucket]:
+        """Jobs that became ``completed``, ``failed`` or ``cancelled`` within the last
+        ``window``, counted per UTC minute (``bucket`` = start of the minute) and state,
+        ordered by bucket then state name. Minutes with no finalization are absent."""
         ...
 
     # ------------------------------------------------------------------ admin writes

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import cattrs
 
+from awa.domain.admin_views import StateBucket
 from awa.domain.job import DlqEntry, JobRecord
 from awa.domain.states import JobState, bitstring_to_mask, mask_to_bitstring
 
@@ -58,3 +59,12 @@ def dlq_from_row(row: Mapping[str, Any]) -> DlqEntry:
 def mask_param(mask: int | None) -> str | None:
     """A unique-state mask as the ``bit(8)`` literal text Postgres accepts."""
     return None if mask is None else mask_to_bitstring(mask)
+
+
+def state_buckets(rows: Sequence[Mapping[str, Any]]) -> list[StateBucket]:
+    """Rows ``(bucket, state, n)`` as buckets, ordered by bucket then state name."""
+    found = [
+        StateBucket(bucket=row["bucket"], state=JobState.parse(row["state"]), count=int(row["n"]))
+        for row in rows
+    ]
+    return sorted(found, key=lambda b: (b.bucket, str(b.state)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
@@ -9,6 +10,7 @@ import attrs
 
 from awa.adapters.inmemory.base import LIVE_STATES, EngineBase, Write, matches
 from awa.adapters.inmemory.state import EngineState
+from awa.domain.admin_views import KindCounts, StateBucket
 from awa.domain.channels import queue_channel
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts
 from awa.domain.states import TERMINAL_STATES, JobState
@@ -80,6 +82,40 @@ class AdminOps(EngineBase):
                 )
             )
         return result
+
+    async def kind_counts(self) -> list[KindCounts]:
+        jobs = list(self._read().jobs.values())
+        recent = self._clock.now() - timedelta(hours=1)
+        result = []
+        for kind in sorted({job.kind for job in jobs}):
+            of_kind = [job for job in jobs if job.kind == kind]
+            result.append(
+                KindCounts(
+                    kind=kind,
+                    job_count=len(of_kind),
+                    queue_count=len({job.queue for job in of_kind}),
+                    completed_last_hour=sum(
+                        1
+                        for job in of_kind
+                        if job.state == JobState.Completed
+                        and job.finalized_at is not None
+                        and job.finalized_at > recent
+                    ),
+                )
+            )
+        return result
+
+    async def finalized_timeseries(self, *, window: timedelta) -> list[StateBucket]:
+        since = self._clock.now() - window
+        buckets: Counter[tuple[datetime, JobState]] = Counter()
+        for job in self._read().jobs.values():
+            at = job.finalized_at
+            if job.state in TERMINAL_STATES and at is not None and at >= since:
+                buckets[(at.replace(second=0, microsecond=0), job.state)] += 1
+        return [
+            StateBucket(bucket=bucket, state=state, count=n)
+            for (bucket, state), n in sorted(buckets.items(), key=lambda i: (i[0][0], str(i[0][1])))
+        ]
 
     # ---------------------------------------------------------------- queue control
     async def pause_queue(self, queue: str, *, paused_by: str | None = None) -> None:

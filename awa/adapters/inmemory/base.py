@@ -48,6 +48,7 @@ def matches(job: JobRecord, filter: JobFilter) -> bool:
         and (filter.queue is None or job.queue == filter.queue)
         and (filter.state is None or job.state == filter.state)
         and (filter.tag is None or filter.tag in job.tags)
+        and (filter.before_id is None or job.id < filter.before_id)
     )
 
 

@@ -9,8 +9,9 @@ from typing import Any
 from psycopg import errors as pg_errors
 
 from awa.adapters._pg.errors import is_unique_claim_violation
-from awa.adapters._pg.rows import job_from_row
+from awa.adapters._pg.rows import job_from_row, state_buckets
 from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase
+from awa.domain.admin_views import KindCounts, StateBucket
 from awa.domain.job import JobRecord, QueueCounts
 from awa.domain.states import TERMINAL_STATES, JobState
 from awa.ports.storage import JobFilter
@@ -24,7 +25,17 @@ def _filter_params(filter: JobFilter) -> dict[str, Any]:
         "queue": filter.queue,
         "state": None if filter.state is None else filter.state.sql_name,
         "tag": filter.tag,
+        "before_id": filter.before_id,
     }
+
+
+def _kind_counts(row: Mapping[str, Any]) -> KindCounts:
+    return KindCounts(
+        kind=row["kind"],
+        job_count=int(row["job_count"]),
+        queue_count=int(row["queue_count"]),
+        completed_last_hour=int(row["completed_last_hour"]),
+    )
 
 
 class AdminOps(EngineBase):
@@ -66,6 +77,20 @@ class AdminOps(EngineBase):
             )
         # Python string order (code points), not the database collation.
         return sorted(result, key=lambda counts: counts.queue)
+
+    async def kind_counts(self) -> list[KindCounts]:
+        """Per-kind totals by one GROUP BY over the jobs table."""
+        hour_ago = self._clock.now() - timedelta(hours=1)
+        async with self._connection() as conn:
+            rows = await self._all(conn, "kind_counts", {"hour_ago": hour_ago})
+        return sorted((_kind_counts(row) for row in rows), key=lambda k: k.kind)
+
+    async def finalized_timeseries(self, *, window: timedelta) -> list[StateBucket]:
+        """Terminal jobs per minute and state since ``now - window``."""
+        since = self._clock.now() - window
+        async with self._connection() as conn:
+            rows = await self._all(conn, "finalized_timeseries", {"since": since})
+        return state_buckets(rows)
 
     # ---------------------------------------------------------------- queue control
     async def _execute(self, name: str, params: Mapping[str, Any]) -> None:

@@ -10,8 +10,27 @@ WHERE (%(kind)s::text IS NULL OR kind = %(kind)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(state)s::awa.job_state IS NULL OR state = %(state)s::awa.job_state)
   AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY(tags))
+  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
 ORDER BY id DESC
 LIMIT %(limit)s
+
+-- name: kind_counts
+SELECT kind,
+       count(*) AS job_count,
+       count(DISTINCT queue) AS queue_count,
+       count(*) FILTER (
+           WHERE state = 'completed' AND finalized_at > %(hour_ago)s::timestamptz
+       ) AS completed_last_hour
+FROM awa.canonical_jobs
+GROUP BY kind
+
+-- name: finalized_timeseries
+-- Sessions run in UTC, so date_trunc cuts UTC minutes.
+SELECT date_trunc('minute', finalized_at) AS bucket, state::text AS state, count(*) AS n
+FROM awa.canonical_jobs
+WHERE finalized_at >= %(since)s::timestamptz
+  AND state IN ('completed', 'failed', 'cancelled')
+GROUP BY 1, 2
 
 -- name: queue_counts
 -- Exact counts by GROUP BY: the canonical engine keeps no folded counters.

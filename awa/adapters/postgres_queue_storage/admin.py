@@ -13,7 +13,7 @@ import attrs
 from awa.adapters._pg.decode import fetch_decodable, fetchone_decodable
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
-from awa.adapters._pg.rows import dlq_from_row
+from awa.adapters._pg.rows import dlq_from_row, state_buckets
 from awa.adapters.postgres_queue_storage._base import (
     CANCEL_CHANNEL,
     DEFERRED,
@@ -23,6 +23,7 @@ from awa.adapters.postgres_queue_storage._base import (
     Writes,
     minute_of,
 )
+from awa.domain.admin_views import KindCounts, StateBucket
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts
 from awa.domain.states import TERMINAL_STATES, JobState
 from awa.ports.storage import DlqFilter, JobFilter
@@ -51,6 +52,9 @@ def _job_where(filter: JobFilter) -> tuple[str, list[Any]]:
     if filter.tag is not None:
         clauses.append("%s = ANY(tags)")
         params.append(filter.tag)
+    if filter.before_id is not None:
+        clauses.append("id < %s")
+        params.append(filter.before_id)
     return (" AND ".join(clauses) or "true"), params
 
 
@@ -167,6 +171,29 @@ class AdminOps(QueueStorageBase):
                 )
             )
         return result
+
+    async def kind_counts(self) -> list[KindCounts]:
+        hour_ago = self._clock.now() - timedelta(hours=1)
+        async with translated_errors(), self._tx() as conn:
+            rows = await self._exec(conn, "kind_counts", hour_ago=hour_ago)
+        return sorted(
+            (
+                KindCounts(
+                    kind=row["kind"],
+                    job_count=int(row["job_count"]),
+                    queue_count=int(row["queue_count"]),
+                    completed_last_hour=int(row["completed_last_hour"]),
+                )
+                for row in rows
+            ),
+            key=lambda k: k.kind,
+        )
+
+    async def finalized_timeseries(self, *, window: timedelta) -> list[StateBucket]:
+        since = self._clock.now() - window
+        async with translated_errors(), self._tx() as conn:
+            rows = await self._exec(conn, "finalized_timeseries", since=since)
+        return state_buckets(rows)
 
     # ---------------------------------------------------------------- queue control
     async def pause_queue(self, queue: str, *, paused_by: str | None = None) -> None:

@@ -1195,3 +1195,22 @@ CROSS JOIN LATERAL (
 ) w
 WHERE h.queue IN (SELECT queue FROM waiting)
 GROUP BY h.queue
+
+-- name: kind_counts
+-- Operator read (cached by its callers): a scan of the resolved job snapshots.
+SELECT kind,
+       count(*) AS job_count,
+       count(DISTINCT queue) AS queue_count,
+       count(*) FILTER (
+           WHERE state = 'completed' AND finalized_at > %(hour_ago)s::timestamptz
+       ) AS completed_last_hour
+FROM {s}.jobs_resolved
+GROUP BY kind
+
+-- name: finalized_timeseries
+-- Sessions run in UTC, so date_trunc cuts UTC minutes.
+SELECT date_trunc('minute', finalized_at) AS bucket, state::text AS state, count(*) AS n
+FROM {s}.jobs_resolved
+WHERE finalized_at >= %(since)s::timestamptz
+  AND state IN ('completed', 'failed', 'cancelled')
+GROUP BY 1, 2

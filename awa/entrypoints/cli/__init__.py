@@ -19,6 +19,7 @@ from awa.entrypoints.cli.dlq import dlq
 from awa.entrypoints.cli.jobs import job
 from awa.entrypoints.cli.migrate import migrate
 from awa.entrypoints.cli.queues import queue, queue_stats_hidden
+from awa.entrypoints.cli.serve import callbacks, serve
 from awa.entrypoints.cli.status import context, health, package_version
 from awa.entrypoints.cli.storage import storage
 from awa.entrypoints.cli.worker import worker
@@ -66,6 +67,8 @@ cli.add_command(context)
 cli.add_command(storage)
 cli.add_command(worker)
 cli.add_command(dev)
+cli.add_command(serve)
+cli.add_command(callbacks)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,191 @@
+"""Operator mutations shared by the REST API and the pages.
+
+Each one first asks the write guard (503 in read-only mode), then acts through the
+client, then drops the read cache so the next poll shows the change.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from awa.domain.states import TERMINAL_STATES, JobState
+from awa.entrypoints.web import features
+from awa.entrypoints.web.errors import bad_request, not_found
+from awa.entrypoints.web.reads import job_json
+from awa.entrypoints.web.state import WebState
+
+#: A job in one of these states is already on its way; "retry" leaves it alone.
+NOT_RETRYABLE = frozenset({JobState.Available, JobState.Running, JobState.WaitingExternal})
+
+
+async def retry_job(web: WebState, job_id: int) -> dict[str, Any] | None:
+    """Make a finished or waiting job available now; ``None`` if it is already runnable."""
+    await web.guard.require_writable()
+    engine = await web.client.admin_engine()
+    before = await engine.get_job(job_id)
+    if before is None:
+        raise not_found(f"job not found: {job_id}")
+    if before.state in NOT_RETRYABLE:
+        return None
+    record = await engine.retry_job(job_id)
+    await web.mutated()
+    return None if record is None else job_json(record)
+
+
+async def cancel_job(web: WebState, job_id: int) -> dict[str, Any] | None:
+    """Cancel a job that has not finished; ``None`` if it already has."""
+    await web.guard.require_writable()
+    engine = await web.client.admin_engine()
+    before = await engine.get_job(job_id)
+    if before is None:
+        raise not_found(f"job not found: {job_id}")
+    if before.state in TERMINAL_STATES:
+        return None
+    record = await engine.cancel_job(job_id)
+    await web.mutated()
+    return None if record is None else job_json(record)
+
+
+async def bulk(web: WebState, action: str, ids: list[int]) -> list[dict[str, Any]]:
+    """Retry or cancel each id; returns the jobs that changed (unknown ids are skipped)."""
+    await web.guard.require_writable()
+    one = retry_job if action == "retry" else cancel_job
+    changed = []
+    for job_id in ids:
+        try:
+            row = await one(web, job_id)
+        except Exception as exc:
+            if getattr(exc, "status", None) == 404:
+                continue
+            raise
+        if row is not None:
+            changed.append(row)
+    return changed
+
+
+async def pause_queue(web: WebState, queue: str, paused_by: str | None) -> dict[str, Any]:
+    await web.guard.require_writable()
+    await web.client.pause_queue(queue, paused_by=paused_by or "ui")
+    await web.mutated()
+    return {"ok": True}
+
+
+async def resume_queue(web: WebState, queue: str) -> dict[str, Any]:
+    await web.guard.require_writable()
+    await web.client.resume_queue(queue)
+    await web.mutated()
+    return {"ok": True}
+
+
+async def drain_queue(web: WebState, queue: str) -> dict[str, Any]:
+    await web.guard.require_writable()
+    drained = await web.client.drain_queue(queue)
+    await web.mutated()
+    return {"drained": drained}
+
+
+# ---------------------------------------------------------------------- DLQ
+async def retry_dlq(
+    web: WebState,
+    job_id: int,
+    *,
+    run_at: datetime | None = None,
+    priority: int | None = None,
+    queue: str | None = None,
+) -> dict[str, Any] | None:
+    await web.guard.require_writable()
+    job = await web.client.retry_from_dlq(job_id, run_at=run_at, priority=priority, queue=queue)
+    await web.mutated()
+    return None if job is None else job_json(job.record)
+
+
+async def purge_dlq_job(web: WebState, job_id: int) -> dict[str, Any]:
+    await web.guard.require_writable()
+    removed = await web.client.purge_dlq_job(job_id)
+    await web.mutated()
+    return {"count": 1 if removed else 0}
+
+
+async def dlq_bulk(web: WebState, action: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """``retry``, ``purge`` or ``move`` every matching entry (``all`` for no filter)."""
+    await web.guard.require_writable()
+    kind, queue, tag = doc.get("kind"), doc.get("queue"), doc.get("tag")
+    allow_all = bool(doc.get("all", False))
+    if action == "retry":
+        count = await web.client.bulk_retry_from_dlq(
+            kind=kind, queue=queue, tag=tag, allow_all=allow_all
+        )
+    elif action == "purge":
+        count = await web.client.purge_dlq(kind=kind, queue=queue, tag=tag, allow_all=allow_all)
+    else:
+        if tag is not None:
+            raise bad_request("bulk-move filters by kind and queue only (tag is not supported)")
+        count = await web.client.bulk_move_failed_to_dlq(
+            kind=kind, queue=queue, reason=doc.get("reason") or "manual", allow_all=allow_all
+        )
+    await web.mutated()
+    return {"count": count}
+
+
+# ---------------------------------------------------------------------- cron
+async def cron_action(
+    web: WebState, name: str, action: str, paused_by: str | None = None
+) -> dict[str, Any]:
+    method = features.client_method(web.client, f"{action}_cron_job")
+    await web.guard.require_writable()
+    result = await method(name, paused_by=paused_by) if action == "pause" else await method(name)
+    await web.mutated()
+    if result is None or result is False:
+        raise not_found(f"cron schedule not found: {name}")
+    if action == "trigger":
+        record = getattr(result, "record", None)
+        return job_json(record) if record is not None else dict(result)
+    return {"ok": True}
+
+
+# ---------------------------------------------------------------------- batch operations
+async def batch_preview(web: WebState, doc: dict[str, Any]) -> dict[str, Any]:
+    method = features.client_method(web.client, "preview_batch_operation")
+    await web.guard.require_writable()
+    op_kind, spec, op_filter = _batch_fields(doc)
+    preview: dict[str, Any] = dict(await method(op_kind, spec=spec, filter=op_filter))
+    return preview
+
+
+async def batch_submit(web: WebState, doc: dict[str, Any]) -> dict[str, Any]:
+    method = features.client_method(web.client, "submit_batch_operation")
+    await web.guard.require_writable()
+    op_kind, spec, op_filter = _batch_fields(doc)
+    op: dict[str, Any] = dict(
+        await method(
+            op_kind,
+            spec=spec,
+            filter=op_filter,
+            submitted_by=doc.get("submitted_by") or "ui",
+            allow_all=bool(doc.get("all", False)),
+        )
+    )
+    await web.mutated()
+    return op
+
+
+async def batch_cancel(web: WebState, operation_id: str) -> dict[str, Any]:
+    method = features.client_method(web.client, "cancel_batch_operation")
+    await web.guard.require_writable()
+    op: dict[str, Any] = dict(await method(operation_id))
+    await web.mutated()
+    return op
+
+
+def _batch_fields(doc: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
+    op_kind = doc.get("op_kind")
+    if op_kind not in ("set_priority", "move_queue"):
+        raise bad_request("op_kind must be set_priority or move_queue")
+    spec = doc.get("spec") or {}
+    op_filter = doc.get("filter")
+    if not isinstance(spec, dict):
+        raise bad_request("spec must be a JSON object")
+    if op_filter is not None and not isinstance(op_filter, dict):
+        raise bad_request("filter must be a JSON object")
+    return op_kind, spec, op_filter or None

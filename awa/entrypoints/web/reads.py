@@ -1,0 +1,332 @@
+"""Operator reads behind the REST API and the pages, shaped as JSON-ready dicts.
+
+Every read the pages poll (counts, queues, kinds, runtimes, storage, timeseries, job and
+DLQ pages, one job) goes through the :class:`~awa.entrypoints.web.cache.ReadCache`, so it
+is at most one cache TTL old; a mutation through this server drops the cache.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from awa.domain.job import DlqEntry, JobRecord, QueueCounts
+from awa.domain.runtimes import is_live
+from awa.domain.states import JobState
+from awa.entrypoints.client_admin import job_dict, job_document
+from awa.entrypoints.client_async import AsyncClient
+from awa.entrypoints.job import rfc3339
+from awa.entrypoints.web import features
+from awa.entrypoints.web.cache import ReadCache
+from awa.ports.runtime_registry import RuntimeSnapshot
+from awa.ports.storage import DlqFilter, JobFilter
+
+MAX_LIMIT = 500
+MAX_TIMESERIES_MINUTES = 24 * 60
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def job_json(record: JobRecord, descriptors: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A job row for lists: every column plus ``original_priority`` and descriptors."""
+    row = job_dict(record)
+    row["original_priority"] = record.metadata.get("_awa_original_priority", record.priority)
+    if descriptors is not None:
+        row["queue_descriptor"] = descriptors.get("queues", {}).get(record.queue)
+        row["kind_descriptor"] = descriptors.get("kinds", {}).get(record.kind)
+    return row
+
+
+def dlq_json(entry: DlqEntry) -> dict[str, Any]:
+    """A DLQ entry: the job (state ``failed``) with why and when it was dead-lettered."""
+    return {
+        "job": job_json(entry.job),
+        "reason": entry.reason,
+        "dlq_at": rfc3339(entry.dlq_at),
+        "original_run_lease": entry.original_run_lease,
+    }
+
+
+def _queue_json(c: QueueCounts, dlq: int, now: datetime) -> dict[str, Any]:
+    lag = c.lag(now)
+    row: dict[str, Any] = {"queue": c.queue}
+    row.update({str(state): c.count(state) for state in JobState})
+    row.update(
+        {
+            "total_queued": c.total_queued,
+            "completed_last_hour": c.completed_last_hour,
+            "lag_seconds": None if lag is None else lag.total_seconds(),
+            "paused": c.paused,
+            "dlq_depth": dlq,
+        }
+    )
+    return row
+
+
+def runtime_json(snap: RuntimeSnapshot, now: datetime) -> dict[str, Any]:
+    live = is_live(snap.last_seen_at, snap.snapshot_interval_ms, now)
+    return {
+        "id": snap.id,
+        "hostname": snap.hostname,
+        "pid": snap.pid,
+        "version": snap.version,
+        "started_at": rfc3339(snap.started_at),
+        "last_seen_at": rfc3339(snap.last_seen_at),
+        "live": live,
+        "stale": not live,
+        "leader": snap.leader,
+        "healthy": snap.healthy,
+        "postgres_connected": snap.postgres_connected,
+        "poll_loop_alive": snap.poll_loop_alive,
+        "heartbeat_alive": snap.heartbeat_alive,
+        "shutting_down": snap.shutting_down,
+        "snapshot_interval_ms": snap.snapshot_interval_ms,
+        "queues": [
+            {
+                "name": q.name,
+                "in_flight": q.in_flight,
+                "max_workers": q.max_workers,
+                "min_workers": q.min_workers,
+                "weight": q.weight,
+                "rate_limit": None
+                if q.rate_limit is None
+                else {"max_rate": q.rate_limit[0], "burst": q.rate_limit[1]},
+            }
+            for q in snap.queues
+        ],
+    }
+
+
+def limit_of(value: int | None, default: int = 100) -> int:
+    return default if value is None else max(1, min(MAX_LIMIT, value))
+
+
+class AdminReads:
+    """Cached and uncached reads over one :class:`AsyncClient`."""
+
+    def __init__(self, client: AsyncClient, cache: ReadCache) -> None:
+        self.client = client
+        self.cache = cache
+
+    # ------------------------------------------------------------------ jobs
+    async def jobs(self, job_filter: JobFilter, *, limit: int) -> list[dict[str, Any]]:
+        """A page of jobs, newest first. Cached per filter for the TTL like the counts:
+        on queue storage a page resolves every job's facts, which no poll should repeat."""
+
+        async def load() -> list[JobRecord]:
+            return await (await self.client.admin_engine()).list_jobs(job_filter, limit=limit)
+
+        key = f"jobs:{job_filter!r}:{limit}"
+        records: list[JobRecord] = await self.cache.get(key, load)
+        descriptors = await self.descriptors()
+        return [job_json(r, descriptors) for r in records]
+
+    async def job(self, job_id: int) -> dict[str, Any] | None:
+        """The job document (row, summary, timeline, DLQ block), or ``None``."""
+
+        async def load() -> tuple[JobRecord | None, DlqEntry | None]:
+            engine = await self.client.admin_engine()
+            found = await engine.get_job(job_id)
+            return found, (await engine.get_dlq(job_id) if found is None else None)
+
+        found: tuple[JobRecord | None, DlqEntry | None] = await self.cache.get(
+            f"job:{job_id}", load
+        )
+        record, dlq = found
+        if record is None and dlq is None:
+            return None
+        doc = job_document(record, dlq)
+        source = record if record is not None else dlq.job  # type: ignore[union-attr]
+        doc["job"]["original_priority"] = doc["summary"]["original_priority"]
+        descriptors = await self.descriptors()
+        if descriptors is not None:
+            doc["queue_descriptor"] = descriptors["queues"].get(source.queue)
+            doc["kind_descriptor"] = descriptors["kinds"].get(source.kind)
+        return doc
+
+    # ------------------------------------------------------------------ stats
+    async def _queue_counts(self) -> list[QueueCounts]:
+        async def load() -> list[QueueCounts]:
+            return await (await self.client.admin_engine()).queue_counts()
+
+        counts: list[QueueCounts] = await self.cache.get("queue_counts", load)
+        return counts
+
+    async def stats(self) -> dict[str, int]:
+        """Jobs per state across every queue."""
+        totals = {str(state): 0 for state in JobState}
+        for c in await self._queue_counts():
+            for state in JobState:
+                totals[str(state)] += c.count(state)
+        return totals
+
+    async def timeseries(self, minutes: int) -> list[dict[str, Any]]:
+        """Jobs finalized per minute and terminal state over the last ``minutes``."""
+
+        async def load() -> list[dict[str, Any]]:
+            engine = await self.client.admin_engine()
+            buckets = await engine.finalized_timeseries(window=timedelta(minutes=minutes))
+            return [
+                {"bucket": rfc3339(b.bucket), "state": str(b.state), "count": b.count}
+                for b in buckets
+            ]
+
+        rows: list[dict[str, Any]] = await self.cache.get(f"timeseries:{minutes}", load)
+        return rows
+
+    async def queue_names(self) -> list[str]:
+        return sorted(c.queue for c in await self._queue_counts())
+
+    async def kind_names(self) -> list[str]:
+        return sorted(k["kind"] for k in await self.kinds())
+
+    # ------------------------------------------------------------------ queues
+    async def _dlq_by_queue(self) -> dict[str, int]:
+        async def load() -> dict[str, int]:
+            return dict(await self.client.dlq_depth_by_queue())
+
+        depth: dict[str, int] = await self.cache.get("dlq_by_queue", load)
+        return depth
+
+    async def queues(self) -> list[dict[str, Any]]:
+        now = _now()
+        dlq = await self._dlq_by_queue()
+        descriptors = await self.descriptors()
+        rows = []
+        for c in await self._queue_counts():
+            row = _queue_json(c, dlq.get(c.queue, 0), now)
+            if descriptors is not None:
+                row["descriptor"] = descriptors["queues"].get(c.queue)
+            rows.append(row)
+        return rows
+
+    async def queue(self, name: str) -> dict[str, Any] | None:
+        return next((q for q in await self.queues() if q["queue"] == name), None)
+
+    async def queue_runtime(self) -> list[dict[str, Any]]:
+        """Per queue, the capacity each live runtime configured, and whether they differ."""
+        per_queue: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for instance in (await self.runtime())["instances"]:
+            if not instance["live"]:
+                continue
+            for q in instance["queues"]:
+                per_queue[q["name"]].append({"instance_id": instance["id"], **q})
+        result = []
+        for name in sorted(per_queue):
+            configs = per_queue[name]
+            shapes = {
+                json.dumps(
+                    [c["max_workers"], c["min_workers"], c["weight"], c["rate_limit"]],
+                    sort_keys=True,
+                )
+                for c in configs
+            }
+            result.append(
+                {
+                    "queue": name,
+                    "instance_count": len(configs),
+                    "in_flight": sum(c["in_flight"] for c in configs),
+                    "config_mismatch": len(shapes) > 1,
+                    "instances": configs,
+                }
+            )
+        return result
+
+    # ------------------------------------------------------------------ kinds
+    async def kinds(self) -> list[dict[str, Any]]:
+        async def load() -> list[dict[str, Any]]:
+            engine = await self.client.admin_engine()
+            return [
+                {
+                    "kind": k.kind,
+                    "job_count": k.job_count,
+                    "queue_count": k.queue_count,
+                    "completed_last_hour": k.completed_last_hour,
+                }
+                for k in await engine.kind_counts()
+            ]
+
+        rows: list[dict[str, Any]] = [dict(r) for r in await self.cache.get("kinds", load)]
+        descriptors = await self.descriptors()
+        if descriptors is not None:
+            known = {r["kind"] for r in rows}
+            # Declared kinds with no jobs are listed too, with zero counts.
+            for kind in sorted(set(descriptors["kinds"]) - known):
+                rows.append(
+                    {"kind": kind, "job_count": 0, "queue_count": 0, "completed_last_hour": 0}
+                )
+            for r in rows:
+                r["descriptor"] = descriptors["kinds"].get(r["kind"])
+            rows.sort(key=lambda r: r["kind"])
+        return rows
+
+    async def descriptors(self) -> dict[str, dict[str, Any]] | None:
+        """Queue and kind descriptors by name, or ``None`` when the client has none."""
+        if not features.available(self.client)["descriptors"]:
+            return None
+
+        async def load() -> dict[str, dict[str, Any]]:
+            queues = await features.client_method(self.client, "list_queue_descriptors")()
+            kinds = await features.client_method(self.client, "list_job_kind_descriptors")()
+            return {
+                "queues": {d["queue"]: d for d in queues},
+                "kinds": {d["kind"]: d for d in kinds},
+            }
+
+        found: dict[str, dict[str, Any]] = await self.cache.get("descriptors", load)
+        return found
+
+    # ------------------------------------------------------------------ DLQ
+    async def dlq(self, dlq_filter: DlqFilter, *, limit: int) -> list[dict[str, Any]]:
+        async def load() -> list[DlqEntry]:
+            return await (await self.client.admin_engine()).list_dlq(dlq_filter, limit=limit)
+
+        entries: list[DlqEntry] = await self.cache.get(f"dlq:{dlq_filter!r}:{limit}", load)
+        return [dlq_json(e) for e in entries]
+
+    async def dlq_entry(self, job_id: int) -> dict[str, Any] | None:
+        entry = await (await self.client.admin_engine()).get_dlq(job_id)
+        return None if entry is None else dlq_json(entry)
+
+    async def dlq_depth(self) -> dict[str, Any]:
+        by_queue = await self._dlq_by_queue()
+        return {
+            "total": sum(by_queue.values()),
+            "by_queue": [{"queue": q, "count": n} for q, n in sorted(by_queue.items())],
+        }
+
+    # ------------------------------------------------------------------ runtimes
+    async def runtime(self) -> dict[str, Any]:
+        async def load() -> dict[str, Any]:
+            registry = await self.client.runtime_registry()
+            now = _now()
+            instances = [runtime_json(s, now) for s in await registry.list_runtimes()]
+            live = [i for i in instances if i["live"]]
+            return {
+                "total": len(instances),
+                "live": len(live),
+                "stale": len(instances) - len(live),
+                "healthy": sum(1 for i in live if i["healthy"]),
+                "leader": sum(1 for i in live if i["leader"]),
+                "instances": instances,
+            }
+
+        doc: dict[str, Any] = await self.cache.get("runtime", load)
+        return doc
+
+    async def runtime_instance(self, instance_id: str) -> dict[str, Any] | None:
+        instances = (await self.runtime())["instances"]
+        return next((i for i in instances if i["id"] == instance_id), None)
+
+    # ------------------------------------------------------------------ storage
+    async def storage(self) -> dict[str, Any]:
+        async def load() -> dict[str, Any]:
+            report: dict[str, Any] = json.loads(await self.client.storage_status())
+            return report
+
+        doc: dict[str, Any] = await self.cache.get("storage", load)
+        return doc

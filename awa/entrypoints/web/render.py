@@ -1,0 +1,92 @@
+"""Jinja2 rendering of the pages, with what every page's layout needs."""
+
+from __future__ import annotations
+
+import functools
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+
+from awa.entrypoints.web.auth import csrf_token
+from awa.entrypoints.web.state import web_state
+
+NAV = [
+    ("/", "Dashboard"),
+    ("/jobs", "Jobs"),
+    ("/queues", "Queues"),
+    ("/kinds", "Kinds"),
+    ("/cron", "Cron"),
+    ("/dlq", "DLQ"),
+    ("/batch-ops", "Batch ops"),
+    ("/runtime", "Runtime"),
+]
+
+
+def _ago(value: str | None) -> str:
+    if not value:
+        return "—"
+    try:
+        then = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return value
+    seconds = (datetime.now(UTC) - then).total_seconds()
+    future = seconds < 0
+    seconds = abs(seconds)
+    if seconds < 60:
+        text = f"{int(seconds)}s"
+    elif seconds < 3600:
+        text = f"{int(seconds // 60)}m"
+    elif seconds < 86400:
+        text = f"{int(seconds // 3600)}h"
+    else:
+        text = f"{int(seconds // 86400)}d"
+    return f"in {text}" if future else f"{text} ago"
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, default=str)
+
+
+@functools.cache
+def environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("awa.entrypoints.web", "templates"),
+        autoescape=select_autoescape(["html"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["ago"] = _ago
+    env.filters["pretty"] = _pretty
+    return env
+
+
+def render(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+    web = web_state(request)
+    config = web.config
+    path = request.url.path
+    active = max(
+        (href for href, _ in NAV if path == href or (href != "/" and path.startswith(href))),
+        key=len,
+        default="/",
+    )
+    base = {
+        "request": request,
+        "nav": NAV,
+        "active": active,
+        "read_only": web.guard.read_only,
+        "read_only_reason": web.guard.reason,
+        "instance_name": config.instance_name,
+        "instance_color": config.instance_color,
+        "peers": config.peers,
+        "poll_interval_ms": config.poll_interval_ms,
+        "csrf": csrf_token(request),
+        "auth": config.auth_token is not None,
+        "notice": request.query_params.get("notice"),
+        "failure": request.query_params.get("error"),
+    }
+    html = environment().get_template(template).render(**base, **context)
+    return HTMLResponse(html, status_code=status)

@@ -1,0 +1,92 @@
+"""Fixtures of the admin web tests: a migrated database with jobs in every state, and the
+app under Starlette's TestClient (a real Postgres behind it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import attrs
+import psycopg
+import pytest
+from starlette.testclient import TestClient
+
+import awa
+from awa.entrypoints.web.app import create_app
+from awa.entrypoints.web.config import ServerConfig
+
+pytestmark = pytest.mark.postgres
+
+
+@attrs.frozen
+class Seeded:
+    url: str
+    ids: dict[str, list[int]]
+
+
+def set_state(url: str, state: str, ids: list[int]) -> None:
+    finalized = state in ("completed", "failed", "cancelled")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE awa.canonical_jobs SET state = %s::awa.job_state, attempt = 1, "
+            "finalized_at = CASE WHEN %s THEN now() ELSE NULL END, "
+            "errors = CASE WHEN %s = 'failed' "
+            "  THEN ARRAY[jsonb_build_object('error', 'boom', 'attempt', 1, 'at', now())] "
+            "  ELSE errors END "
+            "WHERE id = ANY(%s)",
+            (state, finalized, state, ids),
+        )
+
+
+def seed(url: str) -> Seeded:
+    """Jobs in queues ``mail`` and ``reports``: 3 available, 2 running, 2 completed,
+    2 failed, 1 cancelled, 1 scheduled; plus one failed job moved into the DLQ."""
+    ids: dict[str, list[int]] = {}
+    with awa.Client(url) as client:
+
+        def add(n: int, **kw: Any) -> list[int]:
+            return [client.insert({"n": i}, **kw).id for i in range(n)]
+
+        ids["available"] = add(3, kind="send_email", queue="mail", tags=["vip"])
+        ids["running"] = add(2, kind="send_email", queue="mail")
+        ids["completed"] = add(2, kind="report", queue="reports")
+        ids["failed"] = add(2, kind="report", queue="reports", tags=["nightly"])
+        ids["cancelled"] = add(1, kind="send_email", queue="mail")
+        ids["scheduled"] = add(1, kind="report", queue="reports", run_at="2099-01-01T00:00:00Z")
+        dlq = add(1, kind="send_email", queue="mail")
+        for state in ("running", "completed", "failed", "cancelled"):
+            set_state(url, state, ids[state])
+        set_state(url, "failed", dlq)
+        assert client.move_failed_to_dlq(dlq[0], "manual") is not None
+        ids["dlq"] = dlq
+    return Seeded(url, ids)
+
+
+@pytest.fixture
+def seeded(migrated_database_url: str) -> Seeded:
+    return seed(migrated_database_url)
+
+
+AppFactory = Callable[..., TestClient]
+
+
+@pytest.fixture
+def make_client(migrated_database_url: str) -> Iterator[AppFactory]:
+    opened: list[TestClient] = []
+
+    def make(url: str | None = None, **settings: Any) -> TestClient:
+        settings.setdefault("cache_ttl", 0.0)
+        config = ServerConfig(database_url=url or migrated_database_url, **settings)
+        client = TestClient(create_app(config), base_url="http://127.0.0.1:3000")
+        client.__enter__()
+        opened.append(client)
+        return client
+
+    yield make
+    for client in opened:
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def api(make_client: AppFactory, seeded: Seeded) -> TestClient:
+    return make_client(seeded.url)

@@ -1,0 +1,199 @@
+"""The pages as a person uses them, in headless Chromium driven by Playwright.
+
+Chromium comes from the system (Debian's ``chromium`` package, ``/usr/bin/chromium``, or
+``AWA_CHROMIUM``); Playwright never downloads a browser. Without one these tests skip
+and say why.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from awa.entrypoints.web.config import ServerConfig
+from tests.integration.web.conftest import Seeded
+from tests.integration.web.live import live_server
+
+pytestmark = pytest.mark.postgres
+
+CHROMIUM = os.environ.get("AWA_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+LAUNCH_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+]
+TOKEN = "browser-token"
+
+if not os.path.exists(CHROMIUM):
+    pytest.skip(
+        f"no Chromium at {CHROMIUM}: install Debian's chromium package "
+        "(apt-get install -y chromium) or set AWA_CHROMIUM to run the browser tests",
+        allow_module_level=True,
+    )
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    try:
+        yield page
+    finally:
+        context.close()
+
+
+def serve(seeded: Seeded, **settings: Any) -> Any:
+    settings.setdefault("cache_ttl", 0.0)
+    return live_server(ServerConfig(database_url=seeded.url, **settings))
+
+
+def db_state(url: str, job_id: int) -> str | None:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT state::text FROM awa.jobs WHERE id = %s", (job_id,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def test_dashboard_counts_match_the_database(page: Any, seeded: Seeded) -> None:
+    with psycopg.connect(seeded.url) as conn:
+        expected: dict[str, int] = dict(
+            conn.execute("SELECT state::text, count(*) FROM awa.jobs GROUP BY 1")
+        )
+    with serve(seeded) as base:
+        page.goto(base + "/")
+        for state in ("available", "running", "completed", "failed", "cancelled", "scheduled"):
+            card = page.locator(f'.card[data-state="{state}"] .count')
+            assert int(card.inner_text()) == expected.get(state, 0), state
+        assert page.locator('.card[data-state="dlq"] .count').inner_text() == "1"
+
+
+def test_filtering_jobs(page: Any, seeded: Seeded) -> None:
+    with serve(seeded) as base:
+        page.goto(base + "/jobs")
+        page.get_by_role("link", name="failed", exact=True).click()
+        page.wait_for_url(re.compile(r"state=failed"))
+        ids = sorted(
+            int(r)
+            for r in page.locator("tr[data-job-id]").evaluate_all(
+                "rows => rows.map(r => r.dataset.jobId)"
+            )
+        )
+        assert ids == sorted(seeded.ids["failed"])
+        page.goto(base + "/jobs")
+        page.fill('input[name="q"]', "tag:vip")
+        page.get_by_role("button", name="Filter").click()
+        page.wait_for_url(re.compile(r"q=tag"))
+        shown = page.locator("tr[data-job-id]").count()
+        assert shown == len(seeded.ids["available"])
+
+
+def test_retry_a_failed_job_from_its_page(page: Any, seeded: Seeded) -> None:
+    failed = seeded.ids["failed"][0]
+    with serve(seeded) as base:
+        page.goto(f"{base}/jobs/{failed}")
+        page.get_by_role("button", name="Retry", exact=True).click()
+        page.get_by_text(f"Retried job {failed}").wait_for()
+    assert db_state(seeded.url, failed) == "available"
+
+
+def test_pause_a_queue(page: Any, seeded: Seeded) -> None:
+    with serve(seeded) as base:
+        page.goto(base + "/queues")
+        page.locator('tr[data-queue="mail"]').get_by_role("button", name="Pause").click()
+        page.get_by_text("Paused mail").wait_for()
+        assert page.locator('tr[data-queue="mail"] .badge', has_text="paused").count() == 1
+    with psycopg.connect(seeded.url) as conn:
+        row = conn.execute("SELECT paused FROM awa.queue_meta WHERE queue = 'mail'").fetchone()
+    assert row is not None and row[0] is True
+
+
+def test_retry_from_the_dlq(page: Any, seeded: Seeded) -> None:
+    dead = seeded.ids["dlq"][0]
+    assert db_state(seeded.url, dead) is None
+    with serve(seeded) as base:
+        page.goto(base + "/dlq")
+        page.locator(f'tr[data-job-id="{dead}"]').get_by_role("button", name="Retry").click()
+        page.get_by_text(f"Retried job {dead} from the DLQ").wait_for()
+        assert page.locator(f'tr[data-job-id="{dead}"]').count() == 0
+    assert db_state(seeded.url, dead) == "available"
+
+
+def test_read_only_mode_hides_the_buttons(page: Any, seeded: Seeded) -> None:
+    with serve(seeded, read_only=True) as base:
+        page.goto(f"{base}/jobs/{seeded.ids['failed'][0]}")
+        assert page.locator(".badge.ro").inner_text() == "read-only"
+        assert page.get_by_role("button", name="Retry").count() == 0
+        page.goto(base + "/queues")
+        assert page.get_by_role("button", name="Pause").count() == 0
+        page.goto(base + "/jobs")
+        assert page.locator('input[name="ids"]').count() == 0
+        page.goto(base + "/dlq")
+        assert page.get_by_role("button", name="Retry").count() == 0
+
+
+def test_the_auth_token_guards_the_pages(page: Any, seeded: Seeded) -> None:
+    with serve(seeded, auth_token=TOKEN) as base:
+        page.goto(base + "/queues")
+        page.wait_for_url(re.compile(r"/login"))
+        page.fill('input[name="token"]', "wrong")
+        page.get_by_role("button", name="Log in").click()
+        page.get_by_text("That token is not right.").wait_for()
+        page.fill('input[name="token"]', TOKEN)
+        page.get_by_role("button", name="Log in").click()
+        page.wait_for_url(re.compile(r"/queues$"))
+        assert page.locator("h1").inner_text() == "Queues"
+        status = page.evaluate("fetch('/api/stats').then(r => r.status)")
+        assert status == 200
+        page.get_by_role("button", name="Log out").click()
+        page.wait_for_url(re.compile(r"/login"))
+
+
+def test_phone_width_and_dark_theme(browser: Any, seeded: Seeded) -> None:
+    context = browser.new_context(viewport={"width": 390, "height": 844}, color_scheme="dark")
+    page = context.new_page()
+    try:
+        with serve(seeded) as base:
+            pages = ["/", "/jobs", f"/jobs/{seeded.ids['failed'][0]}", "/queues/mail", "/kinds"]
+            pages += ["/cron", "/dlq", f"/dlq/{seeded.ids['dlq'][0]}", "/batch-ops", "/runtime"]
+            for path in [*pages, "/queues"]:
+                page.goto(base + path)
+                width = page.evaluate("document.documentElement.scrollWidth")
+                assert width <= 390, f"{path} scrolls sideways at phone width ({width}px)"
+            background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+            assert background == "rgb(15, 18, 22)"
+            page.locator("#theme-toggle").click()  # system -> light
+            light = page.evaluate("getComputedStyle(document.body).backgroundColor")
+            assert light == "rgb(247, 248, 250)"
+    finally:
+        context.close()
+
+
+def test_pages_refresh_themselves(page: Any, seeded: Seeded) -> None:
+    with serve(seeded) as base:
+        page.goto(base + "/queues")
+        row = page.locator('tr[data-queue="mail"]')
+        assert row.locator(".badge", has_text="paused").count() == 0
+        with psycopg.connect(seeded.url, autocommit=True) as conn:
+            conn.execute("INSERT INTO awa.queue_meta (queue, paused) VALUES ('mail', true)")
+        # No reload: the content is fetched again after one poll interval (5 s).
+        row.locator(".badge", has_text="paused").wait_for(timeout=15_000)

@@ -1,0 +1,122 @@
+"""Pure parts of the admin web: the read cache, search parsing, settings and features."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from awa.domain.errors import ValidationError
+from awa.entrypoints.web import features
+from awa.entrypoints.web.cache import ReadCache
+from awa.entrypoints.web.config import is_loopback, parse_color, parse_peer, parse_secret
+from awa.entrypoints.web.pages import parse_search
+
+pytestmark = pytest.mark.anyio
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_cache_serves_within_ttl_coalesces_and_invalidates() -> None:
+    clock = Clock()
+    cache = ReadCache(5.0, clock=clock)
+    calls = 0
+
+    async def load() -> int:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.01)
+        return calls
+
+    first = await asyncio.gather(*(cache.get("k", load) for _ in range(5)))
+    assert first == [1] * 5 and calls == 1
+    clock.now = 4.9
+    assert await cache.get("k", load) == 1 and calls == 1
+    # Stale but young: served at once while one refresh runs.
+    clock.now = 6.0
+    assert await cache.get("k", load) == 1
+    await asyncio.sleep(0.05)
+    assert calls == 2 and await cache.get("k", load) == 2
+    cache.invalidate()
+    assert await cache.get("k", load) == 3
+    clock.now = 100.0
+    assert await cache.get("k", load) == 4
+
+
+async def test_cache_with_zero_ttl_always_loads() -> None:
+    cache = ReadCache(0.0)
+    values = iter(range(10))
+
+    async def load() -> int:
+        return next(values)
+
+    assert [await cache.get("k", load) for _ in range(3)] == [0, 1, 2]
+
+
+def test_parse_search() -> None:
+    assert parse_search("kind:send_email  queue:mail tag:vip") == {
+        "kind": "send_email",
+        "queue": "mail",
+        "tag": "vip",
+    }
+    assert parse_search("") == {}
+    with pytest.raises(ValueError, match="kind:NAME"):
+        parse_search("hello")
+    with pytest.raises(ValueError):
+        parse_search("owner:me")
+
+
+def test_settings_validation() -> None:
+    assert parse_secret("ab" * 32) == bytes([0xAB]) * 32
+    assert parse_secret(None) is None
+    with pytest.raises(ValidationError, match="32 bytes"):
+        parse_secret("abcd")
+    with pytest.raises(ValidationError, match="hex"):
+        parse_secret("zz" * 32)
+    assert parse_color("#ABC") == "#abc" and parse_color("#11223344") == "#11223344"
+    for bad in ("red", "#12", "#12345", "112233"):
+        with pytest.raises(ValidationError):
+            parse_color(bad)
+    assert parse_peer("eu=https://eu.example.test").url == "https://eu.example.test"
+    for bad in ("eu", "=https://x", "eu=javascript:alert(1)", "eu=ftp://x"):
+        with pytest.raises(ValidationError):
+            parse_peer(bad)
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("example.com")
+
+
+def test_features_follow_the_client_methods() -> None:
+    class Bare:
+        pass
+
+    class WithCron:
+        async def list_cron_jobs(self) -> list[object]:
+            return []
+
+    assert features.available(Bare())["cron"] is False
+    assert features.available(WithCron())["cron"] is True
+    with pytest.raises(features.FeatureUnavailable, match="list_cron_jobs"):
+        features.client_method(Bare(), "list_cron_jobs")
+    assert callable(features.client_method(WithCron(), "list_cron_jobs"))
+
+
+async def test_cache_keeps_a_bounded_number_of_keys() -> None:
+    from awa.entrypoints.web import cache as cache_module
+
+    clock = Clock()
+    cache = ReadCache(5.0, clock=clock)
+
+    async def load() -> int:
+        return 1
+
+    for index in range(cache_module.MAX_ENTRIES + 50):
+        clock.now = index * 0.001
+        await cache.get(f"k{index}", load)
+    assert len(cache._values) == cache_module.MAX_ENTRIES
+    assert "k0" not in cache._values and f"k{cache_module.MAX_ENTRIES + 49}" in cache._values

@@ -54,6 +54,8 @@ class ClientCore:
         if not isinstance(database_url, str) or not database_url:
             raise ValueError("database_url must be a non-empty string")
         _positive("max_connections", max_connections)
+        # SQLAlchemy-style URLs (``postgresql+psycopg://``) are accepted as libpq URLs.
+        database_url = bootstrap.normalize_url(database_url)
         bootstrap.check_reachable(database_url)
         self._url = database_url
         self._max_connections = max_connections

@@ -11,6 +11,7 @@ from awa.entrypoints.cli._common import (
     emit_json,
     fail,
     json_option,
+    mutating,
     print_table,
     wants_json,
     with_client,
@@ -51,6 +52,7 @@ def dump_run(job_id: int, attempt: int | None) -> None:
 
 
 @job.command()
+@mutating
 @click.argument("job_id", type=int)
 def retry(job_id: int) -> None:
     """Make a failed, cancelled or waiting job available again."""
@@ -64,6 +66,7 @@ def retry(job_id: int) -> None:
 
 
 @job.command()
+@mutating
 @click.argument("job_id", type=int)
 def cancel(job_id: int) -> None:
     """Cancel a job that has not finished (a running handler is told to stop)."""
@@ -77,6 +80,7 @@ def cancel(job_id: int) -> None:
 
 
 @job.command("retry-failed")
+@mutating
 @click.option("--kind", help="Retry failed jobs of this kind.")
 @click.option("--queue", help="Retry failed jobs in this queue.")
 def retry_failed(kind: str | None, queue: str | None) -> None:
@@ -99,6 +103,7 @@ def retry_failed(kind: str | None, queue: str | None) -> None:
 
 
 @job.command()
+@mutating
 @click.option("--kind", required=True, help="Kind whose failed jobs are deleted.")
 def discard(kind: str) -> None:
     """Delete every failed job of a kind."""

@@ -6,7 +6,14 @@ from typing import Any
 
 import click
 
-from awa.entrypoints.cli._common import emit_json, json_option, print_table, wants_json, with_client
+from awa.entrypoints.cli._common import (
+    emit_json,
+    json_option,
+    mutating,
+    print_table,
+    wants_json,
+    with_client,
+)
 from awa.entrypoints.client import AsyncClient
 
 STATS_HEADERS = ("QUEUE", "AVAIL", "RUNNING", "FAILED", "COMPLETED/1H", "LAG(s)", "PAUSED")
@@ -18,6 +25,7 @@ def queue() -> None:
 
 
 @queue.command()
+@mutating
 @click.argument("name")
 @click.option("--by", "paused_by", default="cli", show_default=True, help="Who paused it.")
 def pause(name: str, paused_by: str) -> None:
@@ -31,6 +39,7 @@ def pause(name: str, paused_by: str) -> None:
 
 
 @queue.command()
+@mutating
 @click.argument("name")
 def resume(name: str) -> None:
     """Let workers claim from a paused queue again."""
@@ -43,6 +52,7 @@ def resume(name: str) -> None:
 
 
 @queue.command()
+@mutating
 @click.argument("name")
 def drain(name: str) -> None:
     """Cancel every pending job of a queue."""

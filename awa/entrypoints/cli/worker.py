@@ -251,8 +251,7 @@ def worker(
 ) -> None:
     """Run the handlers registered by MODULE until SIGINT or SIGTERM."""
     queues = [parse_queue(spec) for spec in queue_specs]
-    cli_state = state()
-    url = cli_state.database_url() if cli_state.display_url() is not None else None
+    url = state().optional_database_url(mutating=False)
     count = processes if processes > 0 else (os.cpu_count() or 1)
     if count > 1:
         argv = [sys.executable, "-m", "awa", "worker", "--module", module_name]

@@ -28,9 +28,10 @@ MASK = "***"
 
 _DRIVER_SCHEME = re.compile(r"^(\s*)(postgres(?:ql)?)\+[A-Za-z0-9_]+://", re.IGNORECASE)
 _URL_SCHEME = re.compile(r"^\s*postgres(?:ql)?://", re.IGNORECASE)
-# ``scheme://user:secret@``: greedy up to the last ``@`` of the token, so a password
-# holding a raw ``@`` is covered too (over-masking a host is preferable to leaking).
-_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@'\"]*):[^\s]*@")
+# ``scheme://user:secret@`` (``scheme//`` too, a common typo): greedy up to the last
+# ``@`` of the token, so a password holding a raw ``@`` is covered too (over-masking a
+# host is preferable to leaking).
+_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*:?//[^\s:/@'\"]*):[^\s]*@")
 # ``?password=...`` / ``&password=...`` inside a URL.
 _QUERY_SECRET = re.compile(r"(?P<head>[?&](?:ssl)?password=)[^&\s#'\"]*", re.IGNORECASE)
 # ``password = value`` / ``password='quoted value'`` in a key/value string.
@@ -169,6 +170,9 @@ def scrub(text: str, *urls: str) -> str:
         try:
             parse(url)
         except ConnInfoError:
+            # Nothing about it is known to be public: hide it wherever it appears.
+            if len(url.strip()) >= _MIN_LITERAL:
+                text = text.replace(url.strip(), MASK)
             text = _mask_quoted(text, url)
     return _scrub(text, sorted(set(secrets), key=len, reverse=True))
 

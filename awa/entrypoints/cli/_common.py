@@ -94,6 +94,10 @@ class CliState:
             )
         return self._resolved[0]
 
+    def target_if_resolved(self) -> _target.Target | None:
+        """The target if it was already resolved (never resolves, never raises)."""
+        return None if self._resolved is None else self._resolved[0]
+
     def database_url(self, *, mutating: bool | None = None) -> str:
         """The target's connection string, after the mutation rules and the echo.
 
@@ -102,6 +106,10 @@ class CliState:
         target = self.target()
         if target is None:
             raise click.UsageError(NO_DATABASE_URL)
+        try:
+            conninfo.parse(target.url)
+        except conninfo.ConnInfoError as exc:
+            raise _target.TargetUsageError(f"{exc} (from {target.via})") from None
         ctx = click.get_current_context(silent=True)
         if mutating is None:
             mutating = ctx is not None and is_mutating(ctx.command)
@@ -139,8 +147,15 @@ def redact_url(url: str) -> str:
 
 
 def first_line(exc: BaseException) -> str:
-    """A one-line description of ``exc`` suitable for stderr."""
-    for line in conninfo.scrub(str(exc)).splitlines():
+    """A one-line description of ``exc`` suitable for stderr, without any password (of
+    the current target or of any connection string it quotes)."""
+    known: list[str] = []
+    ctx = click.get_current_context(silent=True)
+    found = ctx.find_object(CliState) if ctx is not None else None
+    resolved = found.target_if_resolved() if found is not None else None
+    if resolved is not None:
+        known.append(resolved.url)
+    for line in conninfo.scrub(str(exc), *known).splitlines():
         if line.strip():
             return line.strip()
     return type(exc).__name__

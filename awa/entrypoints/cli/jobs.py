@@ -1,7 +1,9 @@
-"""``awa job ...``: inspect, list, retry, cancel and discard jobs."""
+"""``awa job ...``: enqueue, inspect, list, retry, cancel and discard jobs."""
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
@@ -12,6 +14,7 @@ from awa.entrypoints.cli._common import (
     fail,
     json_option,
     mutating,
+    parse_iso,
     print_table,
     wants_json,
     with_client,
@@ -26,6 +29,87 @@ JOB_HEADERS = ("ID", "KIND", "QUEUE", "STATE", "ATT", "MAX")
 @click.group()
 def job() -> None:
     """Inspect and administer individual jobs."""
+
+
+def _json_object(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    if value is None:
+        return None
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc.msg} at position {exc.pos}") from None
+    if not isinstance(parsed, dict):
+        raise click.BadParameter(f"must be a JSON object, got {type(parsed).__name__}")
+    return parsed
+
+
+def _run_at(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
+    """``--run-at``: an ISO-8601 time, or ``+DURATION`` from now (``+30s``, ``+5m``)."""
+    if value is None or not value.strip().startswith("+"):
+        return parse_iso(ctx, param, value)
+    from awa.entrypoints.cli.storage import parse_duration
+
+    seconds = parse_duration(ctx, param, value.strip()[1:])
+    assert seconds is not None
+    return datetime.now(UTC) + timedelta(seconds=seconds)
+
+
+@job.command()
+@mutating
+@click.argument("kind")
+@click.option("--queue", "-q", default="default", show_default=True, help="Queue to enqueue in.")
+@click.option(
+    "--args",
+    "args_",
+    callback=_json_object,
+    default="{}",
+    metavar="JSON",
+    help="Job arguments as a JSON object.",
+)
+@click.option(
+    "--run-at",
+    callback=_run_at,
+    metavar="ISO|+DURATION",
+    help="Schedule it: an ISO-8601 time or an offset such as +30s or +5m (default: now).",
+)
+@click.option("--priority", type=click.IntRange(1, 4), default=2, show_default=True)
+@click.option("--max-attempts", type=click.IntRange(1, 1000), default=25, show_default=True)
+@click.option("--tag", "tags", multiple=True, help="Tag the job; repeatable.")
+@click.option("--metadata", callback=_json_object, metavar="JSON", help="Metadata object.")
+@json_option
+def enqueue(
+    kind: str,
+    queue: str,
+    args_: dict[str, Any],
+    run_at: datetime | None,
+    priority: int,
+    max_attempts: int,
+    tags: tuple[str, ...],
+    metadata: dict[str, Any] | None,
+    json_flag: bool,
+) -> None:
+    """Enqueue one job of KIND and print its id and state."""
+
+    async def go(client: AsyncClient) -> dict[str, Any]:
+        inserted = await client.insert(
+            args_,
+            kind=kind,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            tags=list(tags) or None,
+            metadata=metadata,
+            run_at=run_at,
+        )
+        return job_dict(inserted.record)
+
+    row = with_client(go)
+    if wants_json(json_flag):
+        emit_json(row)
+        return
+    click.echo(
+        f"Enqueued job {row['id']} (kind {row['kind']}, queue {row['queue']}, {row['state']})"
+    )
 
 
 @job.command()

@@ -264,8 +264,12 @@ def parse_queues(
     *,
     handler_queues: Collection[str],
     global_max_workers: int | None,
+    only_listed_queues: bool = False,
 ) -> tuple[QueueConfig, ...]:
-    """Validate the ``queues`` argument of ``start()`` against the registered handlers."""
+    """Validate the ``queues`` argument of ``start()`` against the registered handlers.
+
+    Every handler queue must be listed unless ``only_listed_queues`` (a worker that
+    serves a subset; the other handlers then do not run in it)."""
     if not handler_queues:
         raise ValueError("register at least one worker before starting the runtime")
     weighted = global_max_workers is not None
@@ -310,7 +314,7 @@ def parse_queues(
             raise ValueError(f"queue {q.name!r} is configured more than once")
         seen.add(q.name)
     missing = sorted(set(handler_queues) - seen)
-    if missing:
+    if missing and not (only_listed_queues and queues is not None):
         raise ValueError(
             "every queue with a registered handler must be configured; missing: "
             + ", ".join(repr(m) for m in missing)
@@ -358,6 +362,7 @@ def parse_start_args(
     snapshot_interval_ms: int | None = None,
     sync_handler_threads: int | None = None,
     version: str = "0.6.9",
+    only_listed_queues: bool = False,
 ) -> RuntimeConfig:
     """Build a :class:`RuntimeConfig` from ``start()`` keywords (``None`` = default).
 
@@ -367,7 +372,10 @@ def parse_start_args(
     if global_max_workers is not None:
         global_max_workers = _int("global_max_workers", global_max_workers)
     parsed = parse_queues(
-        queues, handler_queues=handler_queues, global_max_workers=global_max_workers
+        queues,
+        handler_queues=handler_queues,
+        global_max_workers=global_max_workers,
+        only_listed_queues=only_listed_queues,
     )
     role = "auto" if storage_transition_role is None else storage_transition_role
     if role not in STORAGE_TRANSITION_ROLES:

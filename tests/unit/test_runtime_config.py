@@ -182,3 +182,17 @@ def test_ring_sizes_on_the_default_schema_are_fixed(field: str) -> None:
         [("q", 1)], handler_queues={"q"}, queue_storage_schema="side", **sized
     )
     assert getattr(parsed, field) == 3
+
+
+def test_only_listed_queues_serves_a_subset_of_the_handler_queues() -> None:
+    with pytest.raises(ValueError, match="every queue with a registered handler"):
+        parse_start_args([("email", 3)], handler_queues={"email", "reports"})
+    config = parse_start_args(
+        [("email", 3)], handler_queues={"email", "reports"}, only_listed_queues=True
+    )
+    assert [(q.name, q.max_workers) for q in config.queues] == [("email", 3)]
+    # Without a list there is nothing to take a subset of: every handler queue is served.
+    everything = parse_start_args(
+        None, handler_queues={"email", "reports"}, only_listed_queues=True
+    )
+    assert sorted(q.name for q in everything.queues) == ["email", "reports"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -11,6 +12,7 @@ from click.testing import CliRunner, Result
 
 import awa
 from awa.entrypoints.cli import cli
+from tests.fixtures.processes import live_runtimes, spawn_worker, wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -139,9 +141,18 @@ def test_queue_pause_resume_stats(url: str) -> None:
 
     table = awa_cli(url, "queue", "stats")
     header = table.stdout.splitlines()[0].split()
-    assert header == ["QUEUE", "AVAIL", "RUNNING", "FAILED", "COMPLETED/1H", "LAG(s)", "PAUSED"]
+    assert header == [
+        "QUEUE",
+        "AVAIL",
+        "RUNNING",
+        "FAILED",
+        "COMPLETED/1H",
+        "LAG(s)",
+        "PAUSED",
+        "SERVED",
+    ]
     mail_line = next(line for line in table.stdout.splitlines() if line.startswith("mail"))
-    assert mail_line.split()[-1] == "yes"
+    assert mail_line.split()[-2:] == ["yes", "NO"]
     hidden = json.loads(awa_cli(url, "--json", "queue-stats").stdout)
     visible = json.loads(awa_cli(url, "--json", "queue", "stats").stdout)
     for rows in (hidden, visible):
@@ -217,3 +228,20 @@ def test_dlq_move_list_cursor_depth_retry_purge(url: str) -> None:
     purged = awa_cli(url, "dlq", "purge", "--all")
     assert purged.stdout.strip() == "Purged 1 job(s) from the dead-letter queue"
     assert json.loads(awa_cli(url, "--json", "dlq", "depth").stdout)["total"] == 0
+
+
+def test_queue_stats_flags_queues_no_live_worker_serves(url: str, tmp_path: Path) -> None:
+    seed(url)
+    stranded = awa_cli(url, "queue", "stats")
+    assert "no live worker serves queue(s) default (1 waiting), mail (3 waiting)" in (
+        stranded.stderr
+    )
+    worker = spawn_worker(url, tmp_path, "-q", "mail:1", module="tests.fixtures.worker_app")
+    try:
+        wait_for(lambda: live_runtimes(url), 20, "the worker's runtime row")
+        wait_for(lambda: queue_row(url, "mail")["served"] is True, 10, "mail served")
+        rest = awa_cli(url, "queue", "stats")
+        assert "default (1 waiting)" in rest.stderr
+        assert "mail (" not in rest.stderr
+    finally:
+        worker.stop()

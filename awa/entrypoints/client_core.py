@@ -57,6 +57,9 @@ class ClientCore:
         # SQLAlchemy-style URLs (``postgresql+psycopg://``) are accepted as libpq URLs.
         database_url = bootstrap.normalize_url(database_url)
         bootstrap.check_reachable(database_url)
+        self._init_state(database_url, max_connections)
+
+    def _init_state(self, database_url: str, max_connections: int) -> None:
         self._url = database_url
         self._max_connections = max_connections
         self._wiring_obj: Wiring | None = None

@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 
+from awa._version import __version__
 from awa.domain.stripes import validate_stripe_count
 from awa.domain.validation import validate_slot_counts
 
@@ -97,7 +98,7 @@ class RuntimeConfig:
     completion_flush_interval: float = 0.001
     snapshot_interval: float = 10.0
     sync_handler_threads: int | None = None
-    version: str = "0.6.9"
+    version: str = __version__
     storage_transition_role: str = "auto"
     queue_storage_schema: str | None = None
     queue_storage_queue_slot_count: int = 16
@@ -361,7 +362,7 @@ def parse_start_args(
     completion_flush_ms: float | None = None,
     snapshot_interval_ms: int | None = None,
     sync_handler_threads: int | None = None,
-    version: str = "0.6.9",
+    version: str = __version__,
     only_listed_queues: bool = False,
 ) -> RuntimeConfig:
     """Build a :class:`RuntimeConfig` from ``start()`` keywords (``None`` = default).

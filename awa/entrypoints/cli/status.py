@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 from typing import Any
 
 import click
 from psycopg.conninfo import make_conninfo
 
+from awa._version import __version__
 from awa.adapters._pg.pool import DictConnection, connect
 from awa.entrypoints import bootstrap
 from awa.entrypoints.cli import _db
 from awa.entrypoints.cli._common import emit_json, first_line, json_option, run, state, wants_json
 
-PACKAGE = "awa-py"
-
 
 def package_version() -> str:
-    """The installed package version, or ``unknown`` when running from a bare checkout."""
-    try:
-        return importlib.metadata.version(PACKAGE)
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    """The package version (``awa.__version__``, which the package metadata is built from)."""
+    return __version__
 
 
 async def inspect_target(url: str, timeout: int) -> dict[str, Any]:

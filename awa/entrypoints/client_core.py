@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -13,7 +11,7 @@ from awa.domain.errors import AwaError, DatabaseError, ValidationError
 from awa.domain.states import TERMINAL_STATES, JobState
 from awa.domain.stripes import validate_stripe_count
 from awa.domain.validation import validate_slot_counts
-from awa.entrypoints import bootstrap
+from awa.entrypoints import bootstrap, payloads
 from awa.entrypoints.args import build_spec, build_specs, to_json_value, unique_key_for
 from awa.entrypoints.bootstrap import ClientEngine, Wiring
 from awa.entrypoints.job import Job
@@ -302,7 +300,7 @@ class ClientCore:
         """The storage transition status as pretty-printed JSON."""
         async with await self.transaction() as tx:
             row = await tx.fetch_one("SELECT * FROM awa.storage_status()")
-        return json.dumps(row, indent=2, default=str)
+        return payloads.dumps(row, indent=2)
 
     # ------------------------------------------------------------------ jobs
     async def get_job(self, job_id: int) -> Job[Any]:
@@ -428,11 +426,3 @@ class ClientCore:
 
 def _now() -> datetime:
     return SystemClock().now()
-
-
-def json_default(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.hex()
-    if isinstance(value, Mapping):
-        return dict(value)
-    return str(value)

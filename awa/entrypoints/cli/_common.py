@@ -13,7 +13,6 @@ original traceback through instead. No message carries a password.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime
@@ -22,6 +21,7 @@ from typing import Any, TypeVar
 import click
 
 from awa.adapters._pg import conninfo
+from awa.entrypoints import payloads
 from awa.entrypoints.cli import _target
 from awa.entrypoints.cli._contexts import ContextConfig
 from awa.entrypoints.client import AsyncClient
@@ -200,15 +200,7 @@ def wants_json(json_flag: bool) -> bool:
 
 def emit_json(value: Any) -> None:
     """Print ``value`` as indented JSON on stdout."""
-    click.echo(json.dumps(value, indent=2, default=_json_default))
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return value.hex()
-    return str(value)
+    click.echo(payloads.dumps(value, indent=2))
 
 
 def cell(value: Any) -> str:

@@ -19,6 +19,7 @@ from awa.adapters._pg import transition as pg_transition
 from awa.adapters._pg.pool import DictConnection
 from awa.domain.errors import AwaError
 from awa.domain.transition import TransitionStatus
+from awa.entrypoints import payloads
 from awa.entrypoints.cli import _db
 from awa.entrypoints.cli._common import (
     cell,
@@ -75,7 +76,7 @@ async def _status(conn: DictConnection) -> dict[str, Any] | None:
 
 def _render(value: Any) -> str:
     if isinstance(value, dict | list):
-        return json.dumps(value, sort_keys=True, default=str)
+        return payloads.dumps(value, sort_keys=True)
     return cell(value)
 
 

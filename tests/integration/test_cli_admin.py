@@ -245,3 +245,44 @@ def test_queue_stats_flags_queues_no_live_worker_serves(url: str, tmp_path: Path
         assert "mail (" not in rest.stderr
     finally:
         worker.stop()
+
+
+def test_job_enqueue(url: str) -> None:
+    made = awa_cli(
+        url,
+        "job",
+        "enqueue",
+        "send_email",
+        "--queue",
+        "mail",
+        "--args",
+        '{"to": "ada@example.com"}',
+        "--priority",
+        "1",
+        "--tag",
+        "cli",
+        "--metadata",
+        '{"by": "ops"}',
+    )
+    assert made.exit_code == 0, made.output
+    assert made.stdout.startswith(
+        "Enqueued job "
+    ) and "(kind send_email, queue mail, available)" in (made.stdout)
+    later = awa_cli(url, "job", "enqueue", "report", "--run-at", "+5m", "--json")
+    row = json.loads(later.stdout)
+    assert row["state"] == "scheduled" and row["queue"] == "default" and row["args"] == {}
+    at = awa_cli(url, "job", "enqueue", "report", "--run-at", "2099-01-01T00:00:00Z", "--json")
+    assert json.loads(at.stdout)["run_at"].startswith("2099-01-01T00:00:00")
+    with awa.Client(url) as client:
+        (job,) = client.list_jobs(kind="send_email")
+        assert job.args == {"to": "ada@example.com"} and job.priority == 1
+        assert job.tags == ["cli"] and job.metadata == {"by": "ops"}
+    for bad, message in (
+        (["--args", "{oops"], "not valid JSON"),
+        (["--args", "[1]"], "must be a JSON object"),
+        (["--run-at", "soon"], "not an ISO-8601 timestamp"),
+        (["--priority", "9"], "9 is not in the range"),
+    ):
+        refused = awa_cli(url, "job", "enqueue", "k", *bad)
+        assert refused.exit_code == 2 and message in refused.stderr, refused.output
+    assert awa_cli(url, "job", "enqueue", "k", "--queue", "").exit_code == 1

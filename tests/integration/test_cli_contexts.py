@@ -18,6 +18,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
+import awa
 from awa.entrypoints.cli import cli
 from awa.entrypoints.cli._common import is_mutating
 from awa.entrypoints.cli._contexts import ConfigError, config_path, load
@@ -375,3 +376,15 @@ def test_context_list_and_show(tmp_path: Path) -> None:
     assert missing.exit_code == 1 and "no context named 'nope'" in missing.stderr
     nothing = invoke("context", "list", env={"AWA_CONFIG": None})
     assert "No contexts defined" in nothing.stdout
+
+
+def test_global_options_after_the_subcommand() -> None:
+    plain = invoke("job", "list", "--database-url", UNREACHABLE)
+    assert plain.exit_code == 1 and "awa: error: could not connect" in plain.stderr
+    assert "(--database-url)" in plain.stderr
+    debug = invoke("job", "list", "--debug", "--database-url", UNREACHABLE)
+    assert isinstance(debug.exception, awa.DatabaseError)
+    grouped = invoke("job", "--database-url", UNREACHABLE, "list")
+    assert "(--database-url)" in grouped.stderr
+    helped = invoke("job", "list", "--help")
+    assert "--context" not in helped.stdout  # accepted, but documented once at the top

@@ -4,6 +4,13 @@ Command groups live one per module: ``migrate``, ``job``, ``queue``, ``dlq``, ``
 ``context``, ``storage``, ``worker`` (run a module's handlers) and ``dev`` (a worked
 example on a real or embedded Postgres). Exit codes: 0 success, 1 refused or failed
 action, 2 bad usage.
+
+Writing a command group: get the target with ``state().database_url()`` (or
+``with_client``), which resolves it, echoes it and applies the safety rules; decorate a
+command that changes data with ``@mutating`` (from ``_common``) so it needs an explicit
+target when several contexts exist and passes the production gate. The global options
+(``--database-url``, ``--context``, ``--yes``, ``--json``, ``--debug``) are added to every
+registered command automatically, so they work after the subcommand too.
 """
 
 from __future__ import annotations

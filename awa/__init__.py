@@ -6,6 +6,7 @@
 
 from awa import _awa as _awa
 from awa import callback_contract
+from awa._version import __version__
 from awa.domain.errors import (
     AwaError,
     CallbackNotFound,
@@ -82,6 +83,7 @@ __all__ = [
     "UnknownJobKind",
     "ValidationError",
     "WaitForCallback",
+    "__version__",
     "callback_contract",
     "current_migration_version",
     "derive_kind",

@@ -1,9 +1,10 @@
 # shellcheck shell=bash
 # Sourced by scripts/test and scripts/demo: make sure .venv exists and holds this checkout.
 #
-#   awa_ensure_venv [EXTRAS]   e.g. awa_ensure_venv dev
+#   awa_ensure_venv [EXTRAS] [GROUP]   e.g. awa_ensure_venv "" dev   or   awa_ensure_venv embedded
 #
-# Creates .venv with python >= 3.11 when missing, then runs `pip install -e '.[EXTRAS]'`
+# Creates .venv with python >= 3.11 when missing, upgrades its pip to one that reads
+# PEP 735 dependency groups (>= 25.1), then runs `pip install -e '.[EXTRAS]' --group GROUP`
 # unless a stamp file shows pyproject.toml has not changed since the last install.
 # Afterwards $AWA_PY is the venv's python and .venv/bin is first on PATH.
 
@@ -34,8 +35,11 @@ awa_hash() {
 
 awa_ensure_venv() {
     local extras="${1:-}"
+    local group="${2:-}"
     local spec="."
     [ -n "$extras" ] && spec=".[$extras]"
+    local group_args=()
+    [ -n "$group" ] && group_args=(--group "$group")
 
     if [ ! -x "$AWA_VENV/bin/python" ]; then
         local python
@@ -47,21 +51,24 @@ awa_ensure_venv() {
         "$python" -m venv "$AWA_VENV" || return 1
     fi
 
-    local stamp="$AWA_VENV/.awa-install-${extras:-base}"
+    local stamp="$AWA_VENV/.awa-install-${extras:-base}${group:+-$group}"
     local want
     want="$(awa_hash "$AWA_ROOT/pyproject.toml")"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-        echo "==> installing awa-py ($spec) into $AWA_VENV" >&2
+        echo "==> installing awa-py ($spec${group:+ and group $group}) into $AWA_VENV" >&2
         # pip's output is kept out of the way unless the install fails.
         local log="$AWA_VENV/.awa-install.log"
+        # Dependency groups need pip >= 25.1; a venv may start with an older one.
         if ! (cd "$AWA_ROOT" && "$AWA_VENV/bin/python" -m pip install \
-            --disable-pip-version-check -e "$spec") >"$log" 2>&1; then
+            --disable-pip-version-check --upgrade 'pip>=25.1' &&
+            "$AWA_VENV/bin/python" -m pip install \
+                --disable-pip-version-check -e "$spec" ${group_args[@]+"${group_args[@]}"}) >"$log" 2>&1; then
             cat "$log" >&2
             echo "error: installing $spec failed (log: $log)" >&2
             return 1
         fi
         echo "$want" >"$stamp"
-        # Any install with extras also satisfies the plain install.
+        # Any install with extras or a group also satisfies the plain install.
         echo "$want" >"$AWA_VENV/.awa-install-base"
     fi
 

@@ -41,6 +41,17 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
+@pytest.fixture(autouse=True)
+def _no_user_cli_contexts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Keep the developer's own ``~/.config/awa/config.toml`` and ``AWA_CONTEXT`` out of
+    every test (a test that wants contexts writes its own file)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
+        patch.delenv("AWA_CONFIG", raising=False)
+        patch.delenv("AWA_CONTEXT", raising=False)
+        yield
+
+
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"

@@ -221,7 +221,13 @@ class TransitionRoutingEngine:
         self._role = TransitionRole(role)
         if self._role is not TransitionRole.CANONICAL_DRAIN:
             async with translated_errors(), self._pool.connection() as conn:
-                await pg_transition.auto_finalize_if_fresh(conn)
+                switched = await pg_transition.auto_finalize_if_fresh(conn)
+            if switched:
+                log.warning(
+                    "storage engine switched from canonical to queue storage (schema awa): "
+                    "this database held no jobs, DLQ entries or live runtimes, so it needed "
+                    "no staged transition; `awa storage status` shows the state"
+                )
         return await self.status(max_age=0.0)
 
     async def status(self, *, max_age: float | None = None) -> TransitionStatus:

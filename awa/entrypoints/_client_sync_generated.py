@@ -16,6 +16,8 @@ from awa.entrypoints.results import (
     ResolveResult,
     RetryFailedResult,
 )
+from awa.ports.runtime_registry import RuntimeRegistry
+from awa.ports.storage import StorageEngine
 
 
 class Client(BlockingClientBase):
@@ -24,6 +26,13 @@ class Client(BlockingClientBase):
     Every method blocks until its ``AsyncClient`` counterpart is done. Worker methods
     (``task``, ``start``, ``shutdown``) live on :class:`AsyncClient` only.
     """
+
+    def admin_engine(self) -> StorageEngine:
+        """The storage engine behind this client, for operator surfaces built on it (the admin
+        web) that need reads the Python API does not name. Blocking form of
+        ``AsyncClient.admin_engine``.
+        """
+        return self._run(self._async.admin_engine())
 
     def bulk_move_failed_to_dlq(
         self,
@@ -442,6 +451,12 @@ class Client(BlockingClientBase):
             self._async.retry_from_dlq(job_id, run_at=run_at, priority=priority, queue=queue)
         )
 
+    def runtime_registry(self) -> RuntimeRegistry:
+        """Where worker runtimes publish their snapshots (read by operator surfaces). Blocking
+        form of ``AsyncClient.runtime_registry``.
+        """
+        return self._run(self._async.runtime_registry())
+
     def storage_status(self) -> str:
         """The storage transition status as pretty-printed JSON. Blocking form of
         ``AsyncClient.storage_status``.
@@ -453,6 +468,10 @@ class RawClient(RawClientBase):
     """The client every other client is built on, as awa-pg's ``RawClient``: each
     ``AsyncClient`` coroutine method, plus a blocking ``<name>_sync`` twin.
     """
+
+    def admin_engine_sync(self) -> StorageEngine:
+        """Blocking ``admin_engine``, on a client of its own (see ``Client.admin_engine``)."""
+        return self._blocking().admin_engine()
 
     def bulk_move_failed_to_dlq_sync(
         self,
@@ -815,6 +834,12 @@ class RawClient(RawClientBase):
         return self._blocking().retry_from_dlq(
             job_id, run_at=run_at, priority=priority, queue=queue
         )
+
+    def runtime_registry_sync(self) -> RuntimeRegistry:
+        """Blocking ``runtime_registry``, on a client of its own (see
+        ``Client.runtime_registry``).
+        """
+        return self._blocking().runtime_registry()
 
     def storage_status_sync(self) -> str:
         """Blocking ``storage_status``, on a client of its own (see ``Client.storage_status``)."""

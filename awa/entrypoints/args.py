@@ -8,15 +8,13 @@ Handlers receive args rebuilt into the registered type.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import functools
 import re
-import uuid
 from collections.abc import Mapping, Sequence
-from datetime import UTC, date, datetime, time
-from decimal import Decimal
+from datetime import UTC, datetime
 from typing import Any
 
+import attrs
 import blake3
 
 from awa.domain.errors import ValidationError
@@ -24,7 +22,6 @@ from awa.domain.job import JobSpec
 from awa.domain.kinds import derive_kind
 from awa.domain.unique import UniqueOpts, derive_unique_key
 from awa.domain.validation import (
-    MAX_JSON_DEPTH,
     is_storable_text,
     validate_json,
     validate_max_attempts,
@@ -34,8 +31,10 @@ from awa.domain.validation import (
     validate_tags,
     validate_unique_states,
 )
+from awa.entrypoints import payloads
 
-ARGS_TYPE_ERROR = "Job args must be a dataclass, pydantic BaseModel, or dict"
+# The 0.6.9 wording, which callers match, with attrs classes (accepted since) added.
+ARGS_TYPE_ERROR = "Job args must be a dataclass, pydantic BaseModel, or dict (or an attrs class)"
 
 
 def _is_pydantic(value: Any) -> bool:
@@ -47,54 +46,16 @@ def _field_names(cls: type[Any]) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
 
 
-def to_json_value(value: Any, field: str = "args", _depth: int = 0) -> Any:
-    """Convert dataclass field values into JSON-compatible values (datetimes as ISO text).
-
-    Object keys must be strings (``{1: "a"}`` is refused rather than stored as ``"1"``,
-    which would not read back equal) and nesting stops at ``MAX_JSON_DEPTH`` (a value
-    that contains itself is refused rather than recursed into)."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if _depth > MAX_JSON_DEPTH:
-        raise ValidationError(
-            field,
-            f"is nested too deeply (more than {MAX_JSON_DEPTH} levels, or it contains itself)",
-        )
-    depth = _depth + 1
-    if isinstance(value, Mapping):
-        result: dict[str, Any] = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise ValidationError(
-                    field, f"object keys must be strings, got {type(key).__name__} {key!r}"
-                )
-            result[key] = to_json_value(item, field, depth)
-        return result
-    if isinstance(value, list | tuple | set | frozenset):
-        return [to_json_value(v, field, depth) for v in value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {
-            name: to_json_value(getattr(value, name), field, depth)
-            for name in _field_names(type(value))
-        }
-    if _is_pydantic(value):
-        return value.model_dump(mode="json")
-    if isinstance(value, enum.Enum):
-        return to_json_value(value.value, field, depth)
-    if isinstance(value, datetime | date | time):
-        return value.isoformat()
-    if isinstance(value, uuid.UUID | Decimal):
-        return str(value)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    raise ValidationError(field, f"is not JSON-serialisable ({type(value).__name__})")
+def to_json_value(value: Any, field: str = "args") -> Any:
+    """JSON-shaped data for a payload value (see :mod:`awa.entrypoints.payloads`)."""
+    return payloads.to_json_value(value, field=field)
 
 
 def serialize_args(args: Any, kind: str | None) -> tuple[str, Any]:
     """Return ``(kind, json_args)`` for a dataclass, pydantic model or dict."""
     if isinstance(args, type):
         raise ValidationError("args", ARGS_TYPE_ERROR)
-    if dataclasses.is_dataclass(args):
+    if dataclasses.is_dataclass(args) or attrs.has(type(args)):
         payload: Any = to_json_value(args)
     elif _is_pydantic(args):
         payload = args.model_dump(mode="json")
@@ -158,22 +119,15 @@ def kind_for_type(args_type: type[Any], kind: str | None) -> str:
 
 
 def rebuild_args(args_type: type[Any] | None, data: Any) -> Any:
-    """Rebuild stored JSON args as ``args_type`` (pydantic ``model_validate``, dataclass
-    ``Type(**data)``); dict args or an unknown type keep the raw value."""
-    if args_type is None or args_type is dict or not isinstance(data, dict):
+    """Rebuild stored JSON args as ``args_type`` (a dataclass, attrs class or pydantic
+    model, nested values included) through :mod:`awa.entrypoints.payloads`; dict args or
+    another type keep the raw value. A missing or unknown field raises
+    ``ValidationError`` naming it."""
+    if args_type is None or not isinstance(data, dict):
         return data
-    validate = getattr(args_type, "model_validate", None)
-    if callable(validate):
-        return validate(data)
-    if dataclasses.is_dataclass(args_type):
-        names = _init_fields(args_type)
-        return args_type(**{k: v for k, v in data.items() if k in names})
+    if payloads.is_structured_type(args_type):
+        return payloads.from_json_value(args_type, data)
     return data
-
-
-@functools.lru_cache(maxsize=1024)
-def _init_fields(args_type: type[Any]) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(args_type) if f.init)
 
 
 _NAIVE_FORMATS = (

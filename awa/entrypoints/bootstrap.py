@@ -15,9 +15,11 @@ from psycopg.rows import DictRow
 from psycopg_pool import AsyncConnectionPool
 
 from awa.adapters._pg import access as pg_access
+from awa.adapters._pg import conninfo
 from awa.adapters._pg import migrations as pg_migrations
 from awa.adapters._pg import transition as pg_transition
 from awa.adapters._pg.access import WriteAccess
+from awa.adapters._pg.conninfo import scrub_exception
 from awa.adapters._pg.errors import map_error, translated_errors
 from awa.adapters._pg.pool import PoolOptions
 from awa.adapters._pg.pool import connect as pg_connect
@@ -109,12 +111,20 @@ def runtime_registry(wiring: Wiring) -> RuntimeRegistry:
     return PostgresRuntimeRegistry(wiring.pool)
 
 
+def normalize_url(url: str) -> str:
+    """``url`` with a SQLAlchemy driver suffix (``postgresql+psycopg://``) removed."""
+    return conninfo.normalize(url)
+
+
 def check_reachable(url: str, *, timeout: float = ELIGIBILITY_TIMEOUT) -> None:
     """Connect once, synchronously, so a bad URL fails at client construction."""
     try:
-        conn = psycopg.connect(url, connect_timeout=max(1, int(timeout)))
+        conn = psycopg.connect(conninfo.normalize(url), connect_timeout=max(1, int(timeout)))
     except (psycopg.Error, OSError) as exc:
-        raise DatabaseError(f"could not connect to the database: {exc}") from exc
+        scrub_exception(exc, url)
+        raise DatabaseError(
+            f"could not connect to the database: {conninfo.scrub(str(exc), url)}"
+        ) from exc
     conn.close()
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from awa.domain.validation import validate_json, validate_run_at, validate_tags
+from awa.entrypoints import payloads
 from awa.entrypoints.args import (
     ARGS_TYPE_ERROR,
     ordering_key_bytes,
@@ -140,12 +141,12 @@ def _prepare(
     return _Values(
         kind=resolved_kind,
         queue=queue,
-        args_json=json.dumps(payload, default=str),
+        args_json=payloads.dumps(payload),
         state="available" if run_at is None else "scheduled",
         priority=priority,
         max_attempts=max_attempts,
         run_at=when,
-        metadata_json=json.dumps(meta, default=str),
+        metadata_json=payloads.dumps(meta),
         tags=tag_list,
         ordering_key=ordering_key_bytes(ordering_key),
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
@@ -11,8 +10,9 @@ from awa.domain.errors import CallbackNotFound, ValidationError
 from awa.domain.job import DlqEntry as DlqRecord
 from awa.domain.job import JobRecord
 from awa.domain.states import TERMINAL_STATES, JobState
+from awa.entrypoints import payloads
 from awa.entrypoints.args import parse_run_at
-from awa.entrypoints.client_core import ClientCore, json_default, not_found
+from awa.entrypoints.client_core import ClientCore, not_found
 from awa.entrypoints.job import Job, rfc3339
 from awa.entrypoints.results import DlqEntry, ResolveResult
 from awa.ports.storage import DlqFilter, JobFilter
@@ -130,7 +130,7 @@ class AdminMixin(ClientCore):
         dlq = await engine.get_dlq(job_id) if record is None else None
         if record is None and dlq is None:
             raise not_found(job_id)
-        return json.dumps(job_document(record, dlq), indent=2, default=json_default)
+        return payloads.dumps(job_document(record, dlq), indent=2)
 
     async def dump_run(self, job_id: int, attempt: int | None = None) -> str:
         """One attempt of a job (the current one by default) as JSON."""
@@ -173,7 +173,7 @@ class AdminMixin(ClientCore):
             "raw_error_entry": error,
             "notes": notes,
         }
-        return json.dumps(doc, indent=2, default=json_default)
+        return payloads.dumps(doc, indent=2)
 
     # ------------------------------------------------------------------ DLQ
     async def list_dlq(

@@ -86,6 +86,10 @@ class AsyncClient(AdminMixin):
         return self.task(args_type, kind=kind, queue=queue)
 
     # ------------------------------------------------------------------ runtime
+    def handler_queues(self) -> list[str]:
+        """The queues that have at least one registered handler, sorted."""
+        return sorted(self._handlers.queues())
+
     async def start(
         self,
         queues: list[tuple[str, int]] | list[dict[str, Any]] | None = None,
@@ -115,12 +119,15 @@ class AsyncClient(AdminMixin):
         storage_transition_role: Literal[
             "auto", "canonical_drain", "queue_storage_target"
         ] = "auto",
+        only_listed_queues: bool = False,
     ) -> None:
         """Start the worker runtime on the current event loop; returns once dispatching.
 
         ``queues`` is ``[(name, max_workers)]`` or a list of queue-config dicts; ``None``
-        serves every handler queue with 10 workers. Bad configuration raises
-        ``ValueError`` / ``TypeError`` naming the field.
+        serves every handler queue with 10 workers. ``queues`` must list every queue a
+        handler is registered for, unless ``only_listed_queues=True``: then exactly the
+        listed queues are served and the other handlers do not run in this process.
+        Bad configuration raises ``ValueError`` / ``TypeError`` naming the field.
         """
         if self._runtime is not None and self._runtime.running:
             raise AwaError("the worker runtime is already running")
@@ -150,6 +157,7 @@ class AsyncClient(AdminMixin):
             queue_storage_lease_rotate_interval_ms=queue_storage_lease_rotate_interval_ms,
             queue_storage_claim_rotate_interval_ms=queue_storage_claim_rotate_interval_ms,
             storage_transition_role=storage_transition_role,
+            only_listed_queues=only_listed_queues,
         )
         if config.queue_storage_schema not in (None, "awa"):
             await self._check_queue_storage_schema(config.queue_storage_schema)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -14,7 +12,7 @@ from awa.domain.errors import AwaError, DatabaseError, ValidationError
 from awa.domain.states import TERMINAL_STATES, JobState
 from awa.domain.stripes import validate_stripe_count
 from awa.domain.validation import validate_slot_counts
-from awa.entrypoints import bootstrap
+from awa.entrypoints import bootstrap, payloads
 from awa.entrypoints.args import build_spec, build_specs, to_json_value, unique_key_for
 from awa.entrypoints.bootstrap import ClientEngine, Wiring
 from awa.entrypoints.job import Job
@@ -62,7 +60,14 @@ class ClientCore:
         if not isinstance(database_url, str) or not database_url:
             raise ValueError("database_url must be a non-empty string")
         _positive("max_connections", max_connections)
+        # SQLAlchemy-style URLs (``postgresql+psycopg://``) are accepted as libpq URLs.
+        database_url = bootstrap.normalize_url(database_url)
         bootstrap.check_reachable(database_url)
+        self._init_state(database_url, max_connections, pool_options)
+
+    def _init_state(
+        self, database_url: str, max_connections: int, pool_options: PoolOptions | None = None
+    ) -> None:
         self._url = database_url
         self._max_connections = max_connections
         self._pool_options = pool_options
@@ -317,7 +322,7 @@ class ClientCore:
         """The storage transition status as pretty-printed JSON."""
         async with await self.transaction() as tx:
             row = await tx.fetch_one("SELECT * FROM awa.storage_status()")
-        return json.dumps(row, indent=2, default=str)
+        return payloads.dumps(row, indent=2)
 
     # ------------------------------------------------------------------ jobs
     async def get_job(self, job_id: int) -> Job[Any]:
@@ -443,11 +448,3 @@ class ClientCore:
 
 def _now() -> datetime:
     return SystemClock().now()
-
-
-def json_default(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.hex()
-    if isinstance(value, Mapping):
-        return dict(value)
-    return str(value)

@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from awa._version import __version__
 from awa.domain.errors import ValidationError
 from awa.domain.stripes import validate_stripe_count
 from awa.domain.validation import DEFAULT_SLOT_COUNTS
@@ -99,7 +100,7 @@ class RuntimeConfig:
     completion_flush_interval: float = 0.001
     snapshot_interval: float = 10.0
     sync_handler_threads: int | None = None
-    version: str = "0.6.9"
+    version: str = __version__
     storage_transition_role: str = "auto"
     queue_storage_schema: str | None = None
     queue_storage_queue_slot_count: int = 16
@@ -270,8 +271,12 @@ def parse_queues(
     *,
     handler_queues: Collection[str],
     global_max_workers: int | None,
+    only_listed_queues: bool = False,
 ) -> tuple[QueueConfig, ...]:
-    """Validate the ``queues`` argument of ``start()`` against the registered handlers."""
+    """Validate the ``queues`` argument of ``start()`` against the registered handlers.
+
+    Every handler queue must be listed unless ``only_listed_queues`` (a worker that
+    serves a subset; the other handlers then do not run in it)."""
     if not handler_queues:
         raise ValidationError("queues", NO_HANDLERS)
     weighted = global_max_workers is not None
@@ -317,7 +322,7 @@ def parse_queues(
             raise ValidationError("queues", f"queue {q.name!r} configured more than once")
         seen.add(q.name)
     missing = sorted(set(handler_queues) - seen)
-    if missing:
+    if missing and not (only_listed_queues and queues is not None):
         raise ValueError(
             "every queue with a registered handler must be configured; missing: "
             + ", ".join(repr(m) for m in missing)
@@ -396,7 +401,8 @@ def parse_start_args(
     completion_flush_ms: float | None = None,
     snapshot_interval_ms: int | None = None,
     sync_handler_threads: int | None = None,
-    version: str = "0.6.9",
+    version: str = __version__,
+    only_listed_queues: bool = False,
 ) -> RuntimeConfig:
     """Build a :class:`RuntimeConfig` from ``start()`` keywords (``None`` = default).
 
@@ -406,7 +412,10 @@ def parse_start_args(
     if global_max_workers is not None:
         global_max_workers = _int("global_max_workers", global_max_workers)
     parsed = parse_queues(
-        queues, handler_queues=handler_queues, global_max_workers=global_max_workers
+        queues,
+        handler_queues=handler_queues,
+        global_max_workers=global_max_workers,
+        only_listed_queues=only_listed_queues,
     )
     role = "auto" if storage_transition_role is None else storage_transition_role
     if role not in STORAGE_TRANSITION_ROLES:

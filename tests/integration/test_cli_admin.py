@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -11,6 +12,7 @@ from click.testing import CliRunner, Result
 
 import awa
 from awa.entrypoints.cli import cli
+from tests.fixtures.processes import live_runtimes, spawn_worker, wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -139,9 +141,18 @@ def test_queue_pause_resume_stats(url: str) -> None:
 
     table = awa_cli(url, "queue", "stats")
     header = table.stdout.splitlines()[0].split()
-    assert header == ["QUEUE", "AVAIL", "RUNNING", "FAILED", "COMPLETED/1H", "LAG(s)", "PAUSED"]
+    assert header == [
+        "QUEUE",
+        "AVAIL",
+        "RUNNING",
+        "FAILED",
+        "COMPLETED/1H",
+        "LAG(s)",
+        "PAUSED",
+        "SERVED",
+    ]
     mail_line = next(line for line in table.stdout.splitlines() if line.startswith("mail"))
-    assert mail_line.split()[-1] == "yes"
+    assert mail_line.split()[-2:] == ["yes", "NO"]
     hidden = json.loads(awa_cli(url, "--json", "queue-stats").stdout)
     visible = json.loads(awa_cli(url, "--json", "queue", "stats").stdout)
     for rows in (hidden, visible):
@@ -235,3 +246,61 @@ def test_job_list_and_dump_skip_a_row_python_cannot_read(url: str) -> None:
     assert json.loads(dumped.stdout)["job"]["id"] == ids[1]
     missing = awa_cli(url, "job", "dump", str(ids[0]))
     assert missing.exit_code != 0
+
+
+def test_queue_stats_flags_queues_no_live_worker_serves(url: str, tmp_path: Path) -> None:
+    seed(url)
+    stranded = awa_cli(url, "queue", "stats")
+    assert "no live worker serves queue(s) default (1 waiting), mail (3 waiting)" in (
+        stranded.stderr
+    )
+    worker = spawn_worker(url, tmp_path, "-q", "mail:1", module="tests.fixtures.worker_app")
+    try:
+        wait_for(lambda: live_runtimes(url), 20, "the worker's runtime row")
+        wait_for(lambda: queue_row(url, "mail")["served"] is True, 10, "mail served")
+        rest = awa_cli(url, "queue", "stats")
+        assert "default (1 waiting)" in rest.stderr
+        assert "mail (" not in rest.stderr
+    finally:
+        worker.stop()
+
+
+def test_job_enqueue(url: str) -> None:
+    made = awa_cli(
+        url,
+        "job",
+        "enqueue",
+        "send_email",
+        "--queue",
+        "mail",
+        "--args",
+        '{"to": "ada@example.com"}',
+        "--priority",
+        "1",
+        "--tag",
+        "cli",
+        "--metadata",
+        '{"by": "ops"}',
+    )
+    assert made.exit_code == 0, made.output
+    assert made.stdout.startswith(
+        "Enqueued job "
+    ) and "(kind send_email, queue mail, available)" in (made.stdout)
+    later = awa_cli(url, "job", "enqueue", "report", "--run-at", "+5m", "--json")
+    row = json.loads(later.stdout)
+    assert row["state"] == "scheduled" and row["queue"] == "default" and row["args"] == {}
+    at = awa_cli(url, "job", "enqueue", "report", "--run-at", "2099-01-01T00:00:00Z", "--json")
+    assert json.loads(at.stdout)["run_at"].startswith("2099-01-01T00:00:00")
+    with awa.Client(url) as client:
+        (job,) = client.list_jobs(kind="send_email")
+        assert job.args == {"to": "ada@example.com"} and job.priority == 1
+        assert job.tags == ["cli"] and job.metadata == {"by": "ops"}
+    for bad, message in (
+        (["--args", "{oops"], "not valid JSON"),
+        (["--args", "[1]"], "must be a JSON object"),
+        (["--run-at", "soon"], "not an ISO-8601 timestamp"),
+        (["--priority", "9"], "9 is not in the range"),
+    ):
+        refused = awa_cli(url, "job", "enqueue", "k", *bad)
+        assert refused.exit_code == 2 and message in refused.stderr, refused.output
+    assert awa_cli(url, "job", "enqueue", "k", "--queue", "").exit_code == 1

@@ -77,7 +77,7 @@ def test_redact_url_strips_passwords() -> None:
 def test_missing_database_url_is_a_usage_error() -> None:
     result = invoke("job", "list")
     assert result.exit_code == 2
-    assert "no database URL" in result.stderr
+    assert "no database target" in result.stderr
     assert "--database-url" in result.stderr
 
 
@@ -221,7 +221,7 @@ def test_python_dash_m_awa_end_to_end(database_url: str) -> None:
     secret_url = with_password(database_url, "hidden-pw")
     no_url = run_module("job", "list")
     assert no_url.returncode == 2
-    assert "no database URL" in no_url.stderr
+    assert "no database target" in no_url.stderr
 
     migrated = run_module("migrate", env_url=secret_url)
     assert migrated.returncode == 0, migrated.stderr

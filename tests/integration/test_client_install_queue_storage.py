@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -130,3 +131,27 @@ async def test_start_refuses_a_queue_storage_schema_it_would_not_use(client: Asy
         await client.start([("default", 1)], queue_storage_schema="side")
     assert "prepare-queue-storage-schema" in str(info.value)
     assert (await client.health_check()).poll_loop_alive is False
+
+
+@pytest.mark.anyio
+async def test_the_first_worker_start_says_it_switched_a_fresh_database(
+    migrated_database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = AsyncClient(migrated_database_url)
+
+    @client.task(dict, kind="switch_probe")
+    async def probe(job: object) -> None:
+        return None
+
+    caplog.set_level(logging.INFO, logger="awa")
+    try:
+        await client.start([("default", 1)])
+        await client.shutdown()
+        switched = [r for r in caplog.records if "storage engine switched" in r.getMessage()]
+        assert len(switched) == 1
+        assert switched[0].name.startswith("awa.")
+        caplog.clear()
+        await client.start([("default", 1)])
+        assert not [r for r in caplog.records if "storage engine switched" in r.getMessage()]
+    finally:
+        await client.close()

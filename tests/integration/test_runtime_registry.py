@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+import awa
 from awa import AsyncClient, Job, JobState
 from awa.adapters._pg.pool import open_pool
 from awa.adapters._pg.runtime_registry import PostgresRuntimeRegistry
@@ -124,7 +125,7 @@ async def test_started_client_publishes_its_row_and_removes_it_on_shutdown(
         uuid.UUID(str(row["id"]))
         assert row["hostname"] == socket.gethostname()
         assert row["pid"] == os.getpid()
-        assert row["version"] == "0.6.9"
+        assert row["version"] == awa.__version__
         assert row["transition_role"] == "canonical_drain"
         assert row["storage_capability"] == "canonical_drain_only"
         assert row["queues"] == [

@@ -1,19 +1,25 @@
-"""``awa.testing``: the test client, ``work_one`` outcomes and the ``awa_client`` fixture."""
+"""``awa.testing``: the pytest plugin's fixtures, running the application's registered
+handlers with a real ``Job``, draining queues, enqueue assertions and throw-away
+databases that never touch the application's own database."""
 
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 
 import awa
-from awa.testing import AwaTestClient, HandlerJob, JobRow, NoJob, awa_client, get_database_url
+import awa.testing
+from awa.testing import AwaTestClient, JobRow, NoJob
+from awa.testing._database import create_database, drop_database, temporary_database
+from tests.support.pg import DatabaseFactory, database_exists
 
-pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
-
-__all__ = ["awa_client"]
+pytestmark = [pytest.mark.anyio]
 
 
 @dataclasses.dataclass
@@ -21,19 +27,178 @@ class Charge:
     amount: int
 
 
+@dataclasses.dataclass
+class Email:
+    to: str
+
+
 @pytest.fixture(autouse=True)
-def _database_env(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("DATABASE_URL", database_url)
-    yield
+def _test_server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point the plugin's throw-away databases at the suite's Postgres server."""
+    if request.node.get_closest_marker("postgres") is not None:
+        monkeypatch.setenv("AWA_TEST_DATABASE_URL", request.getfixturevalue("pg_server_url"))
 
 
-def test_get_database_url(database_url: str) -> None:
-    assert get_database_url() == database_url
+@pytest.fixture
+def app_database(
+    pg_server_url: str, pg_databases: DatabaseFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    """The application's own database, as named by DATABASE_URL, holding one job."""
+    url = pg_databases.create()
+    monkeypatch.setenv("DATABASE_URL", url)
+    monkeypatch.setenv("AWA_TEST_DATABASE_URL", pg_server_url)
+    with awa.Client(url) as client:
+        client.migrate()
+        client.insert({"keep": True}, kind="app_job")
+    try:
+        yield url
+    finally:
+        pg_databases.drop(url)
 
 
-async def test_work_one_outcomes(awa_client: AwaTestClient) -> None:
-    async def handler(job: HandlerJob[Charge]) -> Any:
+def app_jobs(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM awa.jobs").fetchone()
+    return int(row[0]) if row else 0
+
+
+def create_app_client(url: str, seen: list[Any]) -> awa.AsyncClient:
+    """How an application builds its client, handlers hidden inside."""
+    client = awa.AsyncClient(url)
+
+    @client.task(Email, queue="email")
+    async def send(job: awa.Job[Email]) -> Any:
+        job.set_progress(50, "rendering")
+        job.update_metadata({"template": "welcome"})
+        await job.flush_progress()
+        if job.args.to == "ada@example.com":
+            seen.append(("progress", (await client.get_job(job.id)).progress))
+        seen.append(("async", job.args, job.attempt))
+        if job.args.to == "later@example.com":
+            return awa.RetryAfter(60)
+        if job.args.to == "callback@example.com":
+            token = await job.register_callback(timeout_seconds=60)
+            seen.append(("token", token.id))
+            return awa.WaitForCallback(token)
+        if job.args.to == "chain@example.com":
+            await client.insert(Email("next@example.com"), queue="email")
+        return None
+
+    @client.task(Charge, queue="billing")
+    def charge(job: awa.Job[Charge]) -> None:  # a plain def handler, run on a thread
+        seen.append(("sync", job.args.amount))
+        if job.args.amount < 0:
+            raise awa.TerminalError("negative amount")
+
+    return client
+
+
+@pytest.mark.postgres
+async def test_fixtures_use_a_throw_away_database(
+    app_database: str, awa_database_url: str, awa_client: AwaTestClient
+) -> None:
+    assert str(psycopg.conninfo.conninfo_to_dict(awa_database_url)["dbname"]).startswith(
+        "awa_throwaway_"
+    )
+    await awa_client.insert(Charge(1))
+    await awa_client.clean()
+    assert await awa_client.client.list_jobs() == []
+    assert app_jobs(app_database) == 1
+
+
+@pytest.mark.postgres
+async def test_temporary_databases_are_dropped_and_only_they_can_be(
+    app_database: str, pg_server_url: str
+) -> None:
+    async with temporary_database() as url:
+        name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+        assert database_exists(pg_server_url, str(name))
+        async with awa.AsyncClient(url) as client:
+            assert await client.list_jobs() == []
+    assert not database_exists(pg_server_url, str(name))
+    with pytest.raises(ValueError, match="not a database the test helpers created"):
+        await drop_database(app_database)
+    assert app_jobs(app_database) == 1
+
+
+@pytest.mark.postgres
+async def test_clean_refuses_a_database_it_did_not_create(app_database: str) -> None:
+    async with awa.AsyncClient(app_database) as client:
+        helper = AwaTestClient(client)
+        with pytest.raises(RuntimeError, match="did not create"):
+            await helper.clean()
+        assert app_jobs(app_database) == 1
+
+
+@pytest.mark.postgres
+async def test_the_apps_handlers_run_with_a_real_job(awa_database_url: str) -> None:
+    seen: list[Any] = []
+    app = create_app_client(awa_database_url, seen)
+    try:
+        sent = await app.insert(Email("ada@example.com"), queue="email")
+        await awa.testing.assert_enqueued(app, Email, args={"to": "ada@example.com"})
+        result = await awa.testing.work_next(app, "email")
+        assert result.is_completed() and isinstance(result.job, JobRow)
+        (_, progress), ran = seen
+        assert ran == ("async", Email("ada@example.com"), 1)
+        assert progress["percent"] == 50 and progress["message"] == "rendering"
+        assert progress["metadata"]["template"] == "welcome"
+        assert (await app.get_job(sent.id)).state == awa.JobState.Completed
+
+        await app.insert(Email("later@example.com"), queue="email")
+        assert (await awa.testing.work_next(app, "email")).is_retryable()
+        await app.insert(Email("callback@example.com"), queue="email")
+        waiting = await awa.testing.work_next(app, "email")
+        assert waiting.is_waiting_external()
+        token = next(t for t in seen if t[0] == "token")[1]
+        await app.complete_external(token, {"ok": True})
+
+        await app.insert(Charge(5), queue="billing")
+        await app.insert(Charge(-1), queue="billing")
+        charged = await awa.testing.drain(app, "billing")
+        assert [r.outcome for r in charged] == ["completed", "failed"]
+        assert charged[1].error is not None and "negative amount" in charged[1].error
+        assert ("sync", 5) in seen
+    finally:
+        await app.close()
+
+
+@pytest.mark.postgres
+async def test_drain_works_follow_up_jobs_until_the_queue_is_empty(awa_database_url: str) -> None:
+    seen: list[Any] = []
+    app = create_app_client(awa_database_url, seen)
+    try:
+        await app.insert(Email("chain@example.com"), queue="email")
+        results = await awa.testing.drain(app, "email")
+        assert [r.outcome for r in results] == ["completed", "completed"]
+        assert [s[1].to for s in seen] == ["chain@example.com", "next@example.com"]
+        assert (await awa.testing.work_next(app, "email")).is_no_job()
+        await awa.testing.assert_enqueued(app, Email, count=2, state="completed")
+    finally:
+        await app.close()
+
+
+@pytest.mark.postgres
+async def test_assert_enqueued_explains_a_miss(awa_client: AwaTestClient) -> None:
+    await awa_client.insert(Email("ada@example.com"), queue="email", priority=1)
+    found = await awa_client.assert_enqueued(Email, args=Email("ada@example.com"), priority=1)
+    assert len(found) == 1
+    with pytest.raises(AssertionError) as missed:
+        await awa_client.assert_enqueued(Email, args={"to": "bob@example.com"})
+    assert "expected a job of kind 'email'" in str(missed.value)
+    assert "ada@example.com" in str(missed.value)
+    with pytest.raises(AssertionError, match="found 1"):
+        await awa_client.assert_enqueued("email", count=2)
+    with pytest.raises(AssertionError, match="expected no jobs"):
+        await awa.testing.assert_nothing_enqueued(awa_client.client)
+    await awa.testing.assert_nothing_enqueued(awa_client.client, queue="billing")
+
+
+@pytest.mark.postgres
+async def test_work_one_runs_a_given_handler_with_a_real_job(awa_client: AwaTestClient) -> None:
+    async def handler(job: awa.Job[Charge]) -> Any:
         assert isinstance(job.args, Charge)
+        job.set_progress(10)  # a stand-in job used to raise AttributeError here
         if job.args.amount == 1:
             return None
         if job.args.amount == 2:
@@ -64,18 +229,72 @@ async def test_work_one_outcomes(awa_client: AwaTestClient) -> None:
     last = await awa_client.client.get_job(inserted.id)
     assert last.state == awa.JobState.Retryable and "network" in last.errors[-1]["error"]
 
+    def plain(job: awa.Job[Charge]) -> None:
+        job.set_progress(100, "done")
 
+    await awa_client.insert(Charge(7))
+    assert (await awa_client.work_one(Charge, plain)).is_completed()
+
+
+@pytest.mark.postgres
 async def test_work_one_ignores_other_kinds(awa_client: AwaTestClient) -> None:
     other = await awa_client.insert({"x": 1}, kind="something_else")
 
-    async def handler(job: HandlerJob[Charge]) -> None:
+    async def handler(job: awa.Job[Charge]) -> None:
         raise AssertionError("must not run")
 
     assert (await awa_client.work_one(Charge, handler)).is_no_job()
     assert (await awa_client.client.get_job(other.id)).state == awa.JobState.Available
 
 
-async def test_clean_removes_jobs(awa_client: AwaTestClient) -> None:
-    await awa_client.insert(Charge(1))
-    await awa_client.clean()
-    assert await awa_client.client.list_jobs() == []
+async def test_the_in_memory_client_needs_no_postgres(awa_memory_client: AwaTestClient) -> None:
+    seen: list[int] = []
+    client = awa_memory_client.client
+
+    @client.task(Charge, queue="billing")
+    def charge(job: awa.Job[Charge]) -> None:
+        job.set_progress(100)
+        seen.append(job.args.amount)
+
+    await client.insert(Charge(3), queue="billing")
+    await awa_memory_client.assert_enqueued(Charge, args={"amount": 3}, queue="billing")
+    results = await awa_memory_client.drain("billing")
+    assert [r.outcome for r in results] == ["completed"] and seen == [3]
+    await awa_memory_client.clean()
+    assert await awa_memory_client.enqueued() == []
+
+
+async def test_memory_client_runs_another_clients_handlers() -> None:
+    seen: list[int] = []
+    app = awa.testing.memory_client()
+
+    @app.task(Charge)
+    async def charge(job: awa.Job[Charge]) -> None:
+        seen.append(job.args.amount)
+
+    mirror = awa.testing.memory_client(handlers_from=app)
+    await mirror.insert(Charge(9))
+    assert (await awa.testing.work_next(mirror)).is_completed()
+    assert seen == [9]
+
+
+def test_importing_awa_testing_needs_no_pytest() -> None:
+    code = (
+        "import sys; sys.modules['pytest'] = None; import awa.testing; "
+        "print(sorted(awa.testing.__all__)[:2])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    legacy = subprocess.run(
+        [sys.executable, "-c", "from awa.testing import awa_client; print(awa_client)"],
+        capture_output=True,
+        text=True,
+    )
+    assert legacy.returncode == 0, legacy.stderr
+
+
+@pytest.mark.postgres
+async def test_create_database_refuses_clearly_on_a_bad_server() -> None:
+    with pytest.raises(RuntimeError, match="cannot create a test database") as raised:
+        await create_database("postgresql://postgres:Hidd3nPw@127.0.0.1:1/postgres")
+    assert "Hidd3nPw" not in str(raised.value)

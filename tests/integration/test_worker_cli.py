@@ -12,7 +12,7 @@ import pytest
 
 from awa import AsyncClient
 from awa.entrypoints.cli import main
-from awa.entrypoints.cli.worker import load_client, parse_queue, start_options
+from awa.entrypoints.cli.worker import load_client, parse_queue, start_options, subset_warnings
 from tests.fixtures.poison_app import Raise
 from tests.fixtures.processes import (
     completed_in,
@@ -57,7 +57,9 @@ def test_module_conventions(migrated_database_url: str) -> None:
         assert start_options(with_client, [("q", 2)]) == {
             "poll_interval_ms": 50,
             "queues": [("q", 2)],
+            "only_listed_queues": True,
         }
+        assert start_options(with_client, []) == {"poll_interval_ms": 50}
         await existing.close()
 
         with pytest.raises(click.ClickException, match="neither create_client"):
@@ -103,6 +105,33 @@ def test_worker_serves_queues_and_drains_on_sigterm(
     assert "stopped" in worker.output()
     assert job_states(url, "slow") == [(slow_id, "completed", 1)]
     assert live_runtimes(url) == []
+
+
+def test_subset_warnings() -> None:
+    assert subset_warnings(["a", "b", "c"], [("a", 1)]) == [
+        "handlers registered for queue(s) b, c will not run in this worker (not named by --queue)"
+    ]
+    assert subset_warnings(["a"], [("a", 1), ("z", 2)]) == [
+        "no handler is registered for queue(s) z; their jobs will fail as unknown kinds"
+    ]
+    assert subset_warnings(["a"], [("a", 1)]) == []
+
+
+def test_worker_serves_exactly_the_named_queues(migrated_database_url: str, tmp_path: Path) -> None:
+    url = migrated_database_url
+    worker = spawn_worker(url, tmp_path, "-q", "ticks:3")
+    try:
+        (row,) = wait_for(lambda: live_runtimes(url), 20, "the worker's runtime row")
+        assert [q["name"] for q in row["queues"]] == ["ticks"]
+        asyncio.run(_insert(url, Tick(1), Tick(2), queue="ticks"))
+        (slow_id,) = asyncio.run(_insert(url, Slow(0.01), queue="slow"))
+        wait_for(lambda: completed_in(url, "ticks") == 2, 20, "2 completed ticks")
+    finally:
+        code = worker.stop()
+    assert code == 0, worker.output()
+    assert "handlers registered for queue(s) slow will not run in this worker" in (worker.output())
+    assert "started; queues: ticks(3)" in worker.output()
+    assert job_states(url, "slow") == [(slow_id, "available", 0)]
 
 
 def test_processes_are_supervised(migrated_database_url: str, tmp_path: Path) -> None:

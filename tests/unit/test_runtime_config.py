@@ -204,3 +204,17 @@ def test_keywords_without_effect_warn(keyword: str) -> None:
     with pytest.warns(UserWarning, match=f"{keyword} has no effect"):
         options: dict[str, Any] = {keyword: 500}
         parse_start_args([("q", 1)], handler_queues={"q"}, **options)
+
+
+def test_only_listed_queues_serves_a_subset_of_the_handler_queues() -> None:
+    with pytest.raises(ValueError, match="every queue with a registered handler"):
+        parse_start_args([("email", 3)], handler_queues={"email", "reports"})
+    config = parse_start_args(
+        [("email", 3)], handler_queues={"email", "reports"}, only_listed_queues=True
+    )
+    assert [(q.name, q.max_workers) for q in config.queues] == [("email", 3)]
+    # Without a list there is nothing to take a subset of: every handler queue is served.
+    everything = parse_start_args(
+        None, handler_queues={"email", "reports"}, only_listed_queues=True
+    )
+    assert sorted(q.name for q in everything.queues) == ["email", "reports"]

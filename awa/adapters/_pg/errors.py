@@ -9,6 +9,7 @@ import psycopg
 import psycopg_pool
 from psycopg import errors as pg_errors
 
+from awa.adapters._pg.conninfo import scrub_exception
 from awa.domain.errors import (
     AwaError,
     DatabaseError,
@@ -52,9 +53,11 @@ def column_for_check(constraint: str | None) -> str:
 
 
 def map_error(exc: BaseException) -> AwaError:
-    """The domain error for a driver exception."""
+    """The domain error for a driver exception; neither it nor ``exc`` (which becomes its
+    ``__cause__``) keeps a password the driver quoted from a connection string."""
     if isinstance(exc, AwaError):
         return exc
+    scrub_exception(exc)
     if isinstance(exc, psycopg_pool.PoolTimeout | psycopg_pool.PoolClosed):
         return DatabaseError(f"connection pool unavailable: {exc}")
     if isinstance(exc, psycopg.Error):

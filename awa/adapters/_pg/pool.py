@@ -9,6 +9,7 @@ import psycopg
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from awa.adapters._pg.conninfo import normalize
 from awa.adapters._pg.errors import map_error
 
 DictConnection = psycopg.AsyncConnection[DictRow]
@@ -29,7 +30,9 @@ def connect_kwargs() -> dict[str, Any]:
 async def connect(url: str) -> DictConnection:
     """Open one dedicated autocommit connection (LISTEN, leader lock, migrations)."""
     try:
-        conn: DictConnection = await psycopg.AsyncConnection.connect(url, **_CONNECT_KWARGS)
+        conn: DictConnection = await psycopg.AsyncConnection.connect(
+            normalize(url), **_CONNECT_KWARGS
+        )
     except (psycopg.Error, OSError) as exc:
         raise map_error(exc) from exc
     return conn
@@ -64,7 +67,7 @@ async def open_pool(
         options = PoolOptions(min_connections=min_connections, acquire_timeout=timeout)
     timeout = options.acquire_timeout
     pool: AsyncConnectionPool[DictConnection] = AsyncConnectionPool(
-        url,
+        normalize(url),
         min_size=min(options.min_connections, max_connections),
         max_size=max_connections,
         kwargs=connect_kwargs(),

@@ -1,29 +1,36 @@
-"""Shared plumbing for the ``awa`` command line: options, errors, output and async runs.
+"""Shared plumbing for the ``awa`` command line: the target, options, errors and output.
 
-Every command that touches the database goes through :func:`database_url`, which resolves
-``--database-url`` / ``DATABASE_URL`` and echoes the password-stripped target to stderr
-once before anything acts. Failures become one ``awa: error: ...`` line and exit code 1;
-``--debug`` lets the original traceback through instead.
+Every command that touches the database asks :meth:`CliState.database_url` for it. That
+resolves the target (``_target``: ``--database-url`` > ``--context`` / ``AWA_CONTEXT`` >
+``DATABASE_URL`` > ``default_context``), applies the rules for commands marked
+:func:`mutating` (an explicit target when several contexts exist, the production gate)
+and echoes the password-stripped target to stderr once, before anything acts.
+
+Failures become one ``awa: error: ...`` line and exit code 1; ``--debug`` lets the
+original traceback through instead. No message carries a password.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import os
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import click
 
+from awa.adapters._pg import conninfo
+from awa.entrypoints import payloads
+from awa.entrypoints.cli import _target
+from awa.entrypoints.cli._contexts import ContextConfig
 from awa.entrypoints.client import AsyncClient
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
-NO_DATABASE_URL = "no database URL: pass --database-url or set DATABASE_URL"
-_SECRET_KEYS = frozenset({"password", "sslpassword"})
+NO_DATABASE_URL = _target.NO_TARGET
+_MUTATING = "__awa_mutating__"
 
 
 class CommandFailed(click.ClickException):
@@ -35,52 +42,120 @@ class CommandFailed(click.ClickException):
         click.echo(f"awa: error: {self.format_message()}", err=True, file=file)
 
 
-class CliState:
-    """Global options of one invocation, shared with every subcommand via ``ctx.obj``."""
+def mutating(command: F) -> F:
+    """Mark a command as changing data.
 
-    def __init__(self, *, database_url: str | None, json_output: bool, debug: bool) -> None:
-        self._url = database_url or None
+    Apply it above or below ``@group.command()``. Such a command then needs an explicit
+    target (``--database-url`` / ``--context`` / ``AWA_CONTEXT``) when the contexts file
+    defines more than one context, and on a ``production = true`` context it asks for
+    confirmation (``--yes`` skips the question; a non-interactive stdin without ``--yes``
+    is refused). A command whose options decide whether it writes (``migrate --sql``)
+    passes ``mutating=`` to :meth:`CliState.database_url` instead.
+    """
+    setattr(command, _MUTATING, True)
+    return command
+
+
+def is_mutating(command: click.Command) -> bool:
+    """Whether ``command`` was marked with :func:`mutating`."""
+    return bool(getattr(command, _MUTATING, False) or getattr(command.callback, _MUTATING, False))
+
+
+class CliState:
+    """Global options of one invocation, shared with every subcommand via ``ctx.obj``.
+
+    Global options may be given before or after the subcommand; the later one wins."""
+
+    def __init__(
+        self,
+        *,
+        database_url: str | None,
+        json_output: bool,
+        debug: bool,
+        context: str | None = None,
+        yes: bool = False,
+    ) -> None:
+        self.database_url_option = database_url or None
+        self.context_option = context or None
         self.json_output = json_output
         self.debug = debug
+        self.yes = yes
+        self._resolved: tuple[_target.Target | None, ContextConfig | None] | None = None
         self._announced = False
+        self._checked = False
 
-    def database_url(self) -> str:
-        """The target database; announces it (password stripped) on first use."""
-        if self._url is None:
+    def target(self) -> _target.Target | None:
+        """The resolved target (``None`` when nothing names one); no rules applied."""
+        if self._resolved is None:
+            self._resolved = _target.resolve(
+                database_url=self.database_url_option,
+                context_name=self.context_option,
+                environ=os.environ,
+            )
+        return self._resolved[0]
+
+    def target_if_resolved(self) -> _target.Target | None:
+        """The target if it was already resolved (never resolves, never raises)."""
+        return None if self._resolved is None else self._resolved[0]
+
+    def database_url(self, *, mutating: bool | None = None) -> str:
+        """The target's connection string, after the mutation rules and the echo.
+
+        ``mutating`` defaults to whether the running command is marked :func:`mutating`.
+        """
+        target = self.target()
+        if target is None:
             raise click.UsageError(NO_DATABASE_URL)
-        if not self._announced:
-            click.echo(f"awa: database {redact_url(self._url)}", err=True)
+        try:
+            conninfo.parse(target.url)
+        except conninfo.ConnInfoError as exc:
+            raise _target.TargetUsageError(f"{exc} (from {target.via})") from None
+        ctx = click.get_current_context(silent=True)
+        if mutating is None:
+            mutating = ctx is not None and is_mutating(ctx.command)
+        self.announce()
+        if mutating and not self._checked:
+            assert self._resolved is not None
+            command = ctx.command_path if ctx is not None else "awa"
+            config = self._resolved[1]
+            _target.check_mutation(
+                target, config, command=command, yes=self.yes, environ=os.environ
+            )
+            self._checked = True
+        return target.url
+
+    def optional_database_url(self, *, mutating: bool | None = None) -> str | None:
+        """Like :meth:`database_url`, but ``None`` when no target is configured."""
+        return None if self.target() is None else self.database_url(mutating=mutating)
+
+    def announce(self) -> None:
+        """Echo the password-stripped target on stderr (once)."""
+        target = self.target()
+        if target is not None and not self._announced:
+            click.echo(f"awa: database {target.describe()}", err=True)
             self._announced = True
-        return self._url
 
     def display_url(self) -> str | None:
         """The password-stripped target, or ``None`` when none is configured."""
-        return None if self._url is None else redact_url(self._url)
+        target = self.target()
+        return None if target is None else target.display
 
 
 def redact_url(url: str) -> str:
-    """``url`` with any password removed (URL userinfo, ``?password=`` or ``password=``)."""
-    if "://" not in url:
-        parts = [p for p in url.split() if p.split("=", 1)[0].strip() not in _SECRET_KEYS]
-        return " ".join(parts)
-    split = urlsplit(url)
-    netloc = split.netloc
-    if "@" in netloc:
-        userinfo, hosts = netloc.rsplit("@", 1)
-        user = userinfo.split(":", 1)[0]
-        netloc = f"{user}@{hosts}" if user else hosts
-    query = split.query
-    if query:
-        kept = [
-            (k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k not in _SECRET_KEYS
-        ]
-        query = urlencode(kept)
-    return urlunsplit((split.scheme, netloc, split.path, query, split.fragment))
+    """``url`` without its password, rendered by libpq's parser (URL or key/value form)."""
+    return conninfo.display(url)
 
 
 def first_line(exc: BaseException) -> str:
-    """A one-line description of ``exc`` suitable for stderr."""
-    for line in str(exc).splitlines():
+    """A one-line description of ``exc`` suitable for stderr, without any password (of
+    the current target or of any connection string it quotes)."""
+    known: list[str] = []
+    ctx = click.get_current_context(silent=True)
+    found = ctx.find_object(CliState) if ctx is not None else None
+    resolved = found.target_if_resolved() if found is not None else None
+    if resolved is not None:
+        known.append(resolved.url)
+    for line in conninfo.scrub(str(exc), *known).splitlines():
         if line.strip():
             return line.strip()
     return type(exc).__name__
@@ -125,15 +200,7 @@ def wants_json(json_flag: bool) -> bool:
 
 def emit_json(value: Any) -> None:
     """Print ``value`` as indented JSON on stdout."""
-    click.echo(json.dumps(value, indent=2, default=_json_default))
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return value.hex()
-    return str(value)
+    click.echo(payloads.dumps(value, indent=2))
 
 
 def cell(value: Any) -> str:

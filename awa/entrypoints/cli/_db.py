@@ -78,3 +78,11 @@ async def runtime_counts(conn: DictConnection) -> dict[str, int] | None:
         return None
     row = await fetch_optional(conn, _RUNTIME_COUNTS)
     return {} if row is None else {k: int(v or 0) for k, v in row.items()}
+
+
+#: Logical queues a live runtime serves (a striped queue reports ``name#N`` lanes).
+SERVED_QUEUES = """
+SELECT DISTINCT split_part(q ->> 'name', '#', 1) AS queue
+FROM awa.runtime_instances AS r, jsonb_array_elements(r.queues) AS q
+WHERE awa.runtime_is_live(r.last_seen_at, r.snapshot_interval_ms, r.shutting_down)
+"""

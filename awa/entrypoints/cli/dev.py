@@ -7,10 +7,11 @@ from pathlib import Path
 import click
 
 from awa.entrypoints import dev as dev_tour
-from awa.entrypoints.cli._common import fail, state
+from awa.entrypoints.cli._common import fail, mutating, state
 
 
 @click.command()
+@mutating
 @click.option(
     "--jobs", type=click.IntRange(min=1), default=300, show_default=True, help="Jobs to enqueue."
 )
@@ -41,8 +42,7 @@ def dev(jobs: int, workers: int, seconds: float | None, data_dir: Path | None) -
     Uses --database-url / $DATABASE_URL when given; otherwise starts an embedded Postgres
     for the duration of the run.
     """
-    cli_state = state()
-    url = cli_state.database_url() if cli_state.display_url() is not None else None
+    url = state().optional_database_url()
     options = dev_tour.DevOptions(jobs=jobs, workers=workers, seconds=seconds)
     try:
         code = dev_tour.main(url, options, data_dir=data_dir)

@@ -15,6 +15,7 @@ from awa.entrypoints.cli._common import (
     emit_json,
     fail,
     json_option,
+    mutating,
     parse_iso,
     print_table,
     wants_json,
@@ -124,6 +125,7 @@ def depth(queue: str | None, json_flag: bool) -> None:
 
 
 @dlq.command()
+@mutating
 @click.argument("job_id", type=int)
 @click.option("--queue", help="Re-enqueue into this queue instead.")
 @click.option("--priority", type=click.IntRange(1, 4), help="Override the priority.")
@@ -166,6 +168,7 @@ def _with_bulk_filters(command: Any) -> Any:
 
 
 @dlq.command("retry-bulk")
+@mutating
 @_with_bulk_filters
 def retry_bulk(kind: str | None, queue: str | None, tag: str | None, all_: bool) -> None:
     """Re-enqueue every matching DLQ entry."""
@@ -173,6 +176,7 @@ def retry_bulk(kind: str | None, queue: str | None, tag: str | None, all_: bool)
 
 
 @dlq.command("retry-all", hidden=True)
+@mutating
 @_with_bulk_filters
 def retry_all(kind: str | None, queue: str | None, tag: str | None, all_: bool) -> None:
     """Alias of ``awa dlq retry-bulk``."""
@@ -180,6 +184,7 @@ def retry_all(kind: str | None, queue: str | None, tag: str | None, all_: bool) 
 
 
 @dlq.command()
+@mutating
 @click.argument("job_id", type=int, required=False)
 @click.option("--kind", help="Only failed jobs of this kind.")
 @click.option("--queue", help="Only failed jobs in this queue.")
@@ -209,6 +214,7 @@ def move(job_id: int | None, kind: str | None, queue: str | None, reason: str, a
 
 
 @dlq.command()
+@mutating
 @click.argument("job_id", type=int, required=False)
 @_with_bulk_filters
 def purge(

@@ -1,7 +1,9 @@
-"""``awa job ...``: inspect, list, retry, cancel and discard jobs."""
+"""``awa job ...``: enqueue, inspect, list, retry, cancel and discard jobs."""
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
@@ -11,6 +13,8 @@ from awa.entrypoints.cli._common import (
     emit_json,
     fail,
     json_option,
+    mutating,
+    parse_iso,
     print_table,
     wants_json,
     with_client,
@@ -25,6 +29,87 @@ JOB_HEADERS = ("ID", "KIND", "QUEUE", "STATE", "ATT", "MAX")
 @click.group()
 def job() -> None:
     """Inspect and administer individual jobs."""
+
+
+def _json_object(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    if value is None:
+        return None
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc.msg} at position {exc.pos}") from None
+    if not isinstance(parsed, dict):
+        raise click.BadParameter(f"must be a JSON object, got {type(parsed).__name__}")
+    return parsed
+
+
+def _run_at(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
+    """``--run-at``: an ISO-8601 time, or ``+DURATION`` from now (``+30s``, ``+5m``)."""
+    if value is None or not value.strip().startswith("+"):
+        return parse_iso(ctx, param, value)
+    from awa.entrypoints.cli.storage import parse_duration
+
+    seconds = parse_duration(ctx, param, value.strip()[1:])
+    assert seconds is not None
+    return datetime.now(UTC) + timedelta(seconds=seconds)
+
+
+@job.command()
+@mutating
+@click.argument("kind")
+@click.option("--queue", "-q", default="default", show_default=True, help="Queue to enqueue in.")
+@click.option(
+    "--args",
+    "args_",
+    callback=_json_object,
+    default="{}",
+    metavar="JSON",
+    help="Job arguments as a JSON object.",
+)
+@click.option(
+    "--run-at",
+    callback=_run_at,
+    metavar="ISO|+DURATION",
+    help="Schedule it: an ISO-8601 time or an offset such as +30s or +5m (default: now).",
+)
+@click.option("--priority", type=click.IntRange(1, 4), default=2, show_default=True)
+@click.option("--max-attempts", type=click.IntRange(1, 1000), default=25, show_default=True)
+@click.option("--tag", "tags", multiple=True, help="Tag the job; repeatable.")
+@click.option("--metadata", callback=_json_object, metavar="JSON", help="Metadata object.")
+@json_option
+def enqueue(
+    kind: str,
+    queue: str,
+    args_: dict[str, Any],
+    run_at: datetime | None,
+    priority: int,
+    max_attempts: int,
+    tags: tuple[str, ...],
+    metadata: dict[str, Any] | None,
+    json_flag: bool,
+) -> None:
+    """Enqueue one job of KIND and print its id and state."""
+
+    async def go(client: AsyncClient) -> dict[str, Any]:
+        inserted = await client.insert(
+            args_,
+            kind=kind,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            tags=list(tags) or None,
+            metadata=metadata,
+            run_at=run_at,
+        )
+        return job_dict(inserted.record)
+
+    row = with_client(go)
+    if wants_json(json_flag):
+        emit_json(row)
+        return
+    click.echo(
+        f"Enqueued job {row['id']} (kind {row['kind']}, queue {row['queue']}, {row['state']})"
+    )
 
 
 @job.command()
@@ -51,6 +136,7 @@ def dump_run(job_id: int, attempt: int | None) -> None:
 
 
 @job.command()
+@mutating
 @click.argument("job_id", type=int)
 def retry(job_id: int) -> None:
     """Make a failed, cancelled or waiting job available again."""
@@ -64,6 +150,7 @@ def retry(job_id: int) -> None:
 
 
 @job.command()
+@mutating
 @click.argument("job_id", type=int)
 def cancel(job_id: int) -> None:
     """Cancel a job that has not finished (a running handler is told to stop)."""
@@ -77,6 +164,7 @@ def cancel(job_id: int) -> None:
 
 
 @job.command("retry-failed")
+@mutating
 @click.option("--kind", help="Retry failed jobs of this kind.")
 @click.option("--queue", help="Retry failed jobs in this queue.")
 def retry_failed(kind: str | None, queue: str | None) -> None:
@@ -99,6 +187,7 @@ def retry_failed(kind: str | None, queue: str | None) -> None:
 
 
 @job.command()
+@mutating
 @click.option("--kind", required=True, help="Kind whose failed jobs are deleted.")
 def discard(kind: str) -> None:
     """Delete every failed job of a kind."""

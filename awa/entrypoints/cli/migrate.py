@@ -6,15 +6,15 @@ import click
 
 from awa.entrypoints import bootstrap
 from awa.entrypoints.cli import _db
-from awa.entrypoints.cli._common import run, state
+from awa.entrypoints.cli._common import mutating, run, state
 
 SELECTION_NEEDS_SQL = "--from, --to and --version select SQL to print; add --sql"
 PENDING_EXCLUSIVE = "--pending cannot be combined with --from, --to or --version"
 VERSION_EXCLUSIVE = "--version cannot be combined with --from or --to"
 
 
-def _database_version() -> int:
-    url = state().database_url()
+def _database_version(*, writes: bool) -> int:
+    url = state().database_url(mutating=writes)
     return run(_db.with_connection(url, _db.schema_version))
 
 
@@ -26,6 +26,7 @@ def _print_sql(selected: list[tuple[int, str, str]]) -> None:
 
 
 @click.command()
+@mutating
 @click.option("--sql", "print_sql", is_flag=True, help="Print the SQL instead of applying it.")
 @click.option(
     "--pending", is_flag=True, help="Print only the migrations the database has not applied."
@@ -52,7 +53,7 @@ def migrate(
         raise click.UsageError(SELECTION_NEEDS_SQL)
     latest = bootstrap.current_migration_version()
     if pending:
-        _print_sql(bootstrap.migrations_range(_database_version(), latest))
+        _print_sql(bootstrap.migrations_range(_database_version(writes=False), latest))
         return
     if print_sql:
         if version is not None:
@@ -67,7 +68,7 @@ def migrate(
             selected = bootstrap.migrations_range(low, high)
         _print_sql(selected)
         return
-    before = _database_version()
+    before = _database_version(writes=True)
     run(bootstrap.migrate(state().database_url()))
     if before >= latest:
         click.echo(f"Schema already at version {before}; nothing to apply")

@@ -6,10 +6,27 @@ from typing import Any
 
 import click
 
-from awa.entrypoints.cli._common import emit_json, json_option, print_table, wants_json, with_client
+from awa.entrypoints.cli import _db
+from awa.entrypoints.cli._common import (
+    emit_json,
+    json_option,
+    mutating,
+    print_table,
+    wants_json,
+    with_client,
+)
 from awa.entrypoints.client import AsyncClient
 
-STATS_HEADERS = ("QUEUE", "AVAIL", "RUNNING", "FAILED", "COMPLETED/1H", "LAG(s)", "PAUSED")
+STATS_HEADERS = (
+    "QUEUE",
+    "AVAIL",
+    "RUNNING",
+    "FAILED",
+    "COMPLETED/1H",
+    "LAG(s)",
+    "PAUSED",
+    "SERVED",
+)
 
 
 @click.group()
@@ -18,6 +35,7 @@ def queue() -> None:
 
 
 @queue.command()
+@mutating
 @click.argument("name")
 @click.option("--by", "paused_by", default="cli", show_default=True, help="Who paused it.")
 def pause(name: str, paused_by: str) -> None:
@@ -31,6 +49,7 @@ def pause(name: str, paused_by: str) -> None:
 
 
 @queue.command()
+@mutating
 @click.argument("name")
 def resume(name: str) -> None:
     """Let workers claim from a paused queue again."""
@@ -43,6 +62,7 @@ def resume(name: str) -> None:
 
 
 @queue.command()
+@mutating
 @click.argument("name")
 def drain(name: str) -> None:
     """Cancel every pending job of a queue."""
@@ -54,8 +74,19 @@ def drain(name: str) -> None:
     click.echo(f"Drained {count} job(s) from queue {name}")
 
 
+async def _served_queues(client: AsyncClient) -> set[str]:
+    async with await client.transaction() as tx:
+        rows = await tx.fetch_all(_db.SERVED_QUEUES)
+    return {str(r["queue"]) for r in rows}
+
+
+def _waiting(row: dict[str, Any]) -> int:
+    return int(row["available"]) + int(row["retryable"]) + int(row["scheduled"])
+
+
 async def _stats(client: AsyncClient) -> list[dict[str, Any]]:
-    return [
+    served = await _served_queues(client)
+    rows = [
         {
             "queue": s.queue,
             "total_queued": s.total_queued,
@@ -68,13 +99,26 @@ async def _stats(client: AsyncClient) -> list[dict[str, Any]]:
             "completed_last_hour": s.completed_last_hour,
             "lag_seconds": s.lag_seconds,
             "paused": s.paused,
+            "served": s.queue in served,
         }
         for s in await client.queue_stats()
     ]
+    for row in rows:
+        # Jobs wait forever on a queue no worker serves: say so instead of staying quiet.
+        row["unserved_waiting"] = 0 if row["served"] else _waiting(row)
+    return rows
 
 
 def _print_stats(json_flag: bool) -> None:
     rows = with_client(_stats)
+    stranded = [r for r in rows if r["unserved_waiting"]]
+    if stranded:
+        names = ", ".join(f"{r['queue']} ({r['unserved_waiting']} waiting)" for r in stranded)
+        click.echo(
+            f"awa: warning: no live worker serves queue(s) {names}; their jobs will wait "
+            f"until one does (e.g. `awa worker -m APP -q {stranded[0]['queue']}`)",
+            err=True,
+        )
     if wants_json(json_flag):
         emit_json(rows)
         return
@@ -89,6 +133,7 @@ def _print_stats(json_flag: bool) -> None:
                 r["completed_last_hour"],
                 r["lag_seconds"],
                 r["paused"],
+                "yes" if r["served"] else ("NO" if r["unserved_waiting"] else "no"),
             ]
             for r in rows
         ],

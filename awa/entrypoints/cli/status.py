@@ -1,30 +1,25 @@
-"""``awa health`` (database readiness) and ``awa context`` (what this CLI is pointed at)."""
+"""``awa health``: database readiness (reachable, migrated, storage state, runtimes)."""
 
 from __future__ import annotations
 
-import importlib.metadata
 from typing import Any
 
 import click
 from psycopg.conninfo import make_conninfo
 
+from awa._version import __version__
 from awa.adapters._pg.pool import DictConnection, connect
 from awa.entrypoints import bootstrap
 from awa.entrypoints.cli import _db
 from awa.entrypoints.cli._common import emit_json, first_line, json_option, run, state, wants_json
 
-PACKAGE = "awa-py"
-
 
 def package_version() -> str:
-    """The installed package version, or ``unknown`` when running from a bare checkout."""
-    try:
-        return importlib.metadata.version(PACKAGE)
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    """The package version (``awa.__version__``, which the package metadata is built from)."""
+    return __version__
 
 
-async def _inspect(url: str, timeout: int) -> dict[str, Any]:
+async def inspect_target(url: str, timeout: int) -> dict[str, Any]:
     report: dict[str, Any] = {"reachable": False}
     try:
         conn = await connect(make_conninfo(url, connect_timeout=str(timeout)))
@@ -84,7 +79,7 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def _echo_rows(rows: list[tuple[str, str]]) -> None:
+def echo_rows(rows: list[tuple[str, str]]) -> None:
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         click.echo(f"{key.ljust(width)}  {value}")
@@ -100,7 +95,7 @@ def health(connect_timeout: int, json_flag: bool) -> None:
     cli_state = state()
     url = cli_state.database_url()
     expected = bootstrap.current_migration_version()
-    report = run(_inspect(url, connect_timeout))
+    report = run(inspect_target(url, connect_timeout))
     report["database"] = cli_state.display_url()
     report["package_schema_version"] = expected
     problems = _problems(report, expected)
@@ -112,32 +107,6 @@ def health(connect_timeout: int, json_flag: bool) -> None:
         rows = _rows(report)
         rows.extend(("problem", p) for p in problems)
         rows.append(("status", "ok" if not problems else "unhealthy"))
-        _echo_rows(rows)
+        echo_rows(rows)
     if problems:
-        raise click.exceptions.Exit(1)
-
-
-@click.command()
-@json_option
-def context(json_flag: bool) -> None:
-    """Show the database target, package version, schema version and storage engine."""
-    cli_state = state()
-    url = cli_state.database_url()
-    report = run(_inspect(url, 5))
-    info: dict[str, Any] = {
-        "database": cli_state.display_url(),
-        "package_version": package_version(),
-        "package_schema_version": bootstrap.current_migration_version(),
-        "schema_version": report.get("schema_version"),
-        "active_engine": (report.get("storage") or {}).get("active_engine"),
-        "transition_state": (report.get("storage") or {}).get("state"),
-    }
-    if not report["reachable"]:
-        info["error"] = report.get("error")
-    if wants_json(json_flag):
-        emit_json(info)
-    else:
-        rows = [(k.replace("_", " "), "-" if v is None else str(v)) for k, v in info.items()]
-        _echo_rows(rows)
-    if not report["reachable"]:
         raise click.exceptions.Exit(1)

@@ -19,8 +19,18 @@ from awa.adapters._pg import transition as pg_transition
 from awa.adapters._pg.pool import DictConnection
 from awa.domain.errors import AwaError
 from awa.domain.transition import TransitionStatus
+from awa.entrypoints import payloads
 from awa.entrypoints.cli import _db
-from awa.entrypoints.cli._common import cell, emit_json, fail, json_option, run, state, wants_json
+from awa.entrypoints.cli._common import (
+    cell,
+    emit_json,
+    fail,
+    json_option,
+    mutating,
+    run,
+    state,
+    wants_json,
+)
 
 NOT_MIGRATED = (
     "the database is not migrated (awa.storage_transition_state is missing): run `awa migrate`"
@@ -76,7 +86,7 @@ async def _status(conn: DictConnection) -> dict[str, Any] | None:
 
 def _render(value: Any) -> str:
     if isinstance(value, dict | list):
-        return json.dumps(value, sort_keys=True, default=str)
+        return payloads.dumps(value, sort_keys=True)
     return cell(value)
 
 
@@ -108,10 +118,11 @@ def _step(
     json_flag: bool,
     *,
     note: str | None = None,
+    writes: bool | None = None,
 ) -> None:
     """Run one transition step on a fresh connection and print the resulting status
     (with ``note``, a dry run: the note on stderr, and ``"check": true`` in JSON)."""
-    url = state().database_url()
+    url = state().database_url(mutating=writes)
 
     async def go(conn: DictConnection) -> TransitionStatus:
         if not await _db.function_exists(conn, "awa.storage_status()"):
@@ -163,6 +174,7 @@ def status(json_flag: bool) -> None:
 
 
 @storage.command()
+@mutating
 @click.option("--engine", required=True, help="The engine to move to (queue_storage).")
 @click.option(
     "--details",
@@ -177,6 +189,7 @@ def prepare(engine: str, details: dict[str, Any], json_flag: bool) -> None:
 
 
 @storage.command("prepare-queue-storage-schema")
+@mutating
 @click.option("--schema", required=True, help="The schema to build queue storage in.")
 @click.option("--queue-slot-count", type=click.IntRange(2, 256), default=DEFAULT_QUEUE_SLOTS)
 @click.option("--lease-slot-count", type=click.IntRange(1, 256), default=DEFAULT_LEASE_SLOTS)
@@ -219,6 +232,7 @@ def prepare_queue_storage_schema(
 
 
 @storage.command("enter-mixed-transition")
+@mutating
 @json_option
 def enter_mixed_transition(json_flag: bool) -> None:
     """Route new jobs to queue storage while canonical drains (from prepared)."""
@@ -232,6 +246,7 @@ async def _check_finalize(conn: DictConnection) -> TransitionStatus:
 
 
 @storage.command()
+@mutating
 @click.option("--check", is_flag=True, help="Only report whether finalize would pass now.")
 @click.option(
     "--wait",
@@ -246,7 +261,12 @@ def finalize(check: bool, wait: float | None, json_flag: bool) -> None:
     if check and wait is not None:
         raise click.UsageError("--check and --wait cannot be combined")
     if check:
-        _step(_check_finalize, json_flag, note="finalize would pass now (nothing was changed)")
+        _step(
+            _check_finalize,
+            json_flag,
+            note="finalize would pass now (nothing was changed)",
+            writes=False,
+        )
         return
     if wait is None:
         _step(pg_transition.finalize, json_flag)
@@ -260,6 +280,7 @@ def finalize(check: bool, wait: float | None, json_flag: bool) -> None:
 
 
 @storage.command()
+@mutating
 @json_option
 def abort(json_flag: bool) -> None:
     """Go back to canonical (from prepared, or from mixed while queue storage is empty)."""

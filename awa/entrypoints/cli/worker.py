@@ -10,8 +10,9 @@ and exposes it in one of two ways (checked in this order):
 
 An optional module-level ``start_options`` dict is passed to ``client.start()`` as
 keyword arguments (e.g. ``{"heartbeat_interval_ms": 5000}``); ``--queue`` options, when
-given, replace its ``queues``. Without either, the queues of the registered handlers are
-served with 10 workers each.
+given, replace its ``queues`` and the worker serves exactly those queues: handlers
+registered for other queues do not run in it (a warning names them). Without either, the
+queues of the registered handlers are served with 10 workers each.
 
 SIGINT or SIGTERM stops claiming and lets running handlers finish for up to
 ``--shutdown-timeout-ms`` before they are cancelled and their attempts released; a second
@@ -109,7 +110,30 @@ def start_options(module: ModuleType, queues: Sequence[tuple[str, int]]) -> dict
     options = dict(raw)
     if queues:
         options["queues"] = list(queues)
+        options["only_listed_queues"] = True
     return options
+
+
+def subset_warnings(handler_queues: Sequence[str], queues: Sequence[tuple[str, int]]) -> list[str]:
+    """Warnings for a ``--queue`` subset: handler queues left unserved, and named queues
+    no handler is registered for."""
+    named = {name for name, _ in queues}
+    warnings = []
+    skipped = sorted(set(handler_queues) - named)
+    if skipped:
+        warnings.append(
+            "handlers registered for queue(s) "
+            + ", ".join(skipped)
+            + " will not run in this worker (not named by --queue)"
+        )
+    unknown = sorted(named - set(handler_queues))
+    if unknown:
+        warnings.append(
+            "no handler is registered for queue(s) "
+            + ", ".join(unknown)
+            + "; their jobs will fail as unknown kinds"
+        )
+    return warnings
 
 
 async def serve(
@@ -137,6 +161,9 @@ async def serve(
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
     client = await load_client(module, database_url)
+    if queues:
+        for warning in subset_warnings(client.handler_queues(), queues):
+            click.echo(f"awa worker: warning: {warning}", err=True)
     try:
         await client.start(**start_options(module, queues))
         health = await client.health_check()
@@ -251,8 +278,7 @@ def worker(
 ) -> None:
     """Run the handlers registered by MODULE until SIGINT or SIGTERM."""
     queues = [parse_queue(spec) for spec in queue_specs]
-    cli_state = state()
-    url = cli_state.database_url() if cli_state.display_url() is not None else None
+    url = state().optional_database_url(mutating=False)
     count = processes if processes > 0 else (os.cpu_count() or 1)
     if count > 1:
         argv = [sys.executable, "-m", "awa", "worker", "--module", module_name]
@@ -261,7 +287,10 @@ def worker(
         argv += ["--processes", "1", "--shutdown-timeout-ms", str(shutdown_timeout_ms)]
         env = dict(os.environ)
         if url is not None:
+            # The resolved target, whatever selected it (children must not re-resolve a
+            # context; the environment keeps the password out of the process list).
             env["DATABASE_URL"] = url
+            env.pop("AWA_CONTEXT", None)
         # Children must import the module the same way the supervisor would.
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (os.getcwd(), env.get("PYTHONPATH", "")) if p

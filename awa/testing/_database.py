@@ -1,0 +1,81 @@
+"""Throw-away databases for tests: created empty and migrated, dropped afterwards.
+
+The server comes from ``AWA_TEST_DATABASE_URL``, else ``DATABASE_URL``, else a local
+``postgresql://postgres@localhost:5432/postgres``. That URL is used only to issue
+``CREATE DATABASE`` / ``DROP DATABASE``; nothing is read from or written to the database
+it names. The created database is called ``awa_throwaway_<random>``.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from awa.adapters._pg import conninfo
+from awa.entrypoints import bootstrap
+
+LOCAL_SERVER = "postgresql://postgres@localhost:5432/postgres"
+PREFIX = "awa_throwaway_"
+#: Databases this process created; only these may be dropped.
+_CREATED: set[str] = set()
+
+
+def server_url(environ: Mapping[str, str] | None = None) -> str:
+    """The server throw-away databases are created on."""
+    env = os.environ if environ is None else environ
+    for key in ("AWA_TEST_DATABASE_URL", "DATABASE_URL"):
+        value = env.get(key, "").strip()
+        if value:
+            return conninfo.normalize(value)
+    return LOCAL_SERVER
+
+
+async def create_database(server: str | None = None, *, migrate: bool = True) -> str:
+    """Create ``awa_throwaway_<random>`` on ``server`` (migrated unless ``migrate=False``)
+    and return its connection string."""
+    base = server or server_url()
+    name = f"{PREFIX}{uuid.uuid4().hex[:16]}"
+    try:
+        async with await psycopg.AsyncConnection.connect(base, autocommit=True) as conn:
+            await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    except psycopg.Error as exc:
+        raise RuntimeError(
+            f"cannot create a test database on {conninfo.display(base)}: "
+            f"{conninfo.scrub(str(exc).strip(), base)} (set AWA_TEST_DATABASE_URL to a "
+            "server where this role may CREATE DATABASE)"
+        ) from None
+    _CREATED.add(name)
+    url = make_conninfo(base, dbname=name)
+    if migrate:
+        await bootstrap.migrate(url)
+    return url
+
+
+async def drop_database(url: str) -> None:
+    """Drop a database made by :func:`create_database` in this process (refuses any
+    other)."""
+    name = conninfo.parse(url).get("dbname", "")
+    if name not in _CREATED:
+        raise ValueError(f"refusing to drop {name!r}: not a database the test helpers created")
+    admin = make_conninfo(url, dbname="postgres")
+    async with await psycopg.AsyncConnection.connect(admin, autocommit=True) as conn:
+        await conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+    _CREATED.discard(name)
+
+
+@asynccontextmanager
+async def temporary_database(server: str | None = None) -> AsyncIterator[str]:
+    """A migrated throw-away database for the duration of the ``async with`` block."""
+    url = await create_database(server)
+    try:
+        yield url
+    finally:
+        await drop_database(url)

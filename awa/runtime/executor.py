@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +26,7 @@ from awa.ports.storage import Ack, StorageEngine
 from awa.runtime.completion import CompletionBatcher
 from awa.runtime.context import AttemptContext, AttemptLost
 from awa.runtime.handlers import HandlerEntry, HandlerRegistry
+from awa.runtime.observer import AttemptObserver
 from awa.runtime.outcome_mapping import (
     describe_exception,
     outcome_for_exception,
@@ -54,6 +56,7 @@ class Executor:
         thread_limiter: anyio.CapacityLimiter,
         on_finished: Callable[[AttemptContext], None],
         on_handler_done: Callable[[AttemptContext], None] | None = None,
+        observer: AttemptObserver | None = None,
     ) -> None:
         self._engine = engine
         self._handlers = handlers
@@ -62,11 +65,24 @@ class Executor:
         self._on_finished = on_finished
         self._on_handler_done = on_handler_done
         self._scope_type: Callable[[], anyio.CancelScope] | None = None
+        self._observer = observer or AttemptObserver(handlers)
 
     async def execute(self, context: AttemptContext) -> None:
         handed_over = False
+        observer = self._observer
+        started = time.perf_counter()
         try:
-            outcome = await self._run_handler(context)
+            if observer.tracing:
+                with observer.execution_span(context):
+                    outcome = await self._run_handler(context)
+            else:
+                outcome = await self._run_handler(context)
+            observer.finished(
+                context,
+                None if isinstance(outcome, _Release) else outcome,
+                time.perf_counter() - started,
+                released=isinstance(outcome, _Release),
+            )
             if isinstance(outcome, Complete):
                 on_ack = functools.partial(self._completed, context)
                 if self._batcher.try_submit(context.lease, on_ack) is None:
@@ -101,6 +117,7 @@ class Executor:
             job = entry.job_factory(context.record, context)
         except Exception as exc:
             # Arguments that cannot be rebuilt will not deserialize on a retry either.
+            context.failure = exc
             return FailOutcome(error=describe_exception(exc, with_traceback=False))
         if self._scope_type is None:
             # anyio.CancelScope() looks the event loop's backend up on every call (about
@@ -122,6 +139,7 @@ class Executor:
         if scope.cancelled_caught:
             return None if context.left_parked else _Release()
         if failure is not None:
+            context.failure = failure
             return outcome_for_exception(failure)
         return outcome_for_result(result)
 

@@ -1,0 +1,57 @@
+"""What the executor reports when an attempt ends: one log record, the job metrics and
+the execution span. One object so the executor has a single hook."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from awa.domain.outcomes import FailOutcome, Outcome
+from awa.runtime import metrics, tracing
+from awa.runtime.context import AttemptContext
+from awa.runtime.handlers import HandlerRegistry
+from awa.runtime.outcome_log import RELEASED, log_outcome, outcome_name
+
+
+class AttemptObserver:
+    """Logs each outcome and, when ``opentelemetry-api`` is installed, records metrics
+    and the ``job.execute`` span."""
+
+    def __init__(self, handlers: HandlerRegistry) -> None:
+        self._handlers = handlers
+        self._instruments = metrics.instruments()
+        #: Whether :meth:`execution_span` does anything (checked per attempt).
+        self.tracing = tracing.available()
+
+    @contextlib.contextmanager
+    def execution_span(self, context: AttemptContext) -> Iterator[None]:
+        """The handler's ambient trace context; the span notes a failure."""
+        with tracing.execution_span(context.record, context.queue) as span:
+            try:
+                yield
+            finally:
+                if context.failure is not None:
+                    tracing.mark_failed(span, context.failure, str(context.failure))
+
+    def finished(
+        self,
+        context: AttemptContext,
+        outcome: Outcome | None,
+        duration: float,
+        *,
+        released: bool = False,
+    ) -> None:
+        record = context.record
+        name = (
+            RELEASED
+            if released
+            else outcome_name(
+                record,
+                outcome,
+                unknown_kind=isinstance(outcome, FailOutcome) and record.kind not in self._handlers,
+            )
+        )
+        log_outcome(record, context.queue, outcome, name, duration, context.failure)
+        instruments = self._instruments
+        if instruments is not None:
+            instruments.job_outcome(name, record.kind, context.queue, duration)

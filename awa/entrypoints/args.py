@@ -31,6 +31,7 @@ from awa.domain.validation import (
     validate_tags,
     validate_unique_states,
 )
+from awa.runtime import tracing
 
 ARGS_TYPE_ERROR = "Job args must be a dataclass, pydantic BaseModel, or dict"
 
@@ -244,6 +245,7 @@ def build_spec(
     if metadata is not None and not isinstance(metadata, Mapping):
         raise ValidationError("metadata", "must be a dict")
     meta = to_json_value(dict(metadata or {}))
+    tracing.stamp(meta)
     when = parse_run_at(run_at)
     unique_key: bytes | None = None
     unique_states: int | None = None

@@ -14,6 +14,7 @@ from awa.ports.storage import Rescued, StorageEngine
 from awa.runtime import metrics
 from awa.runtime.config import RuntimeConfig
 from awa.runtime.inflight import InFlight
+from awa.runtime.queue_gauges import REFRESH_INTERVAL, QueueGauges
 
 log = logging.getLogger("awa.runtime.maintenance")
 
@@ -55,6 +56,8 @@ class MaintenanceLeader:
         self._stopping = False
         self._wake: anyio.Event | None = None
         self._stopped: anyio.Event | None = None
+        instruments = metrics.instruments()
+        self._gauges = QueueGauges(engine, instruments) if instruments is not None else None
 
     def stop(self) -> None:
         """Finish the duty under way, then stop (and give the lock up): a shutdown does not
@@ -91,6 +94,8 @@ class MaintenanceLeader:
             _Duty("rescue_callbacks", c.callback_rescue_interval, self._rescue_callbacks),
             _Duty("cleanup", c.cleanup_interval, self._cleanup),
         ]
+        if self._gauges is not None:
+            duties.append(_Duty("queue_gauges", REFRESH_INTERVAL, self._gauges.refresh))
         if isinstance(self._engine, RingMaintenance):
             duties.append(_Duty("ring", c.queue_storage_queue_rotate_interval, self._ring))
             duties.append(
@@ -103,6 +108,8 @@ class MaintenanceLeader:
         self._stopped = anyio.Event()
         if self._stopping:
             self._wake.set()
+        if self._gauges is not None:
+            self._gauges.attach()
         try:
             while not self._stopping:
                 try:
@@ -121,6 +128,8 @@ class MaintenanceLeader:
                 await self._pause(self._config.leader_election_interval)
         finally:
             self.is_leader = False
+            if self._gauges is not None:
+                self._gauges.detach()
             with anyio.CancelScope(shield=True):
                 try:
                     await self._lock.release()

@@ -50,9 +50,6 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "awa.job.duration": (HISTOGRAM, "s", "Job execution duration"),
     "awa.job.wait_duration": (HISTOGRAM, "s", "Time from a job becoming due to its claim"),
     "awa.job.in_flight": (UPDOWN, "{job}", "Current number of in-flight jobs"),
-    "awa.job.dlq_moved": (COUNTER, "{job}", "Number of jobs moved into the DLQ"),
-    "awa.job.dlq_retried": (COUNTER, "{job}", "Number of jobs retried out of the DLQ"),
-    "awa.job.dlq_purged": (COUNTER, "{job}", "Number of DLQ rows deleted"),
     "awa.job.dlq_depth": (GAUGE, "{job}", "Current DLQ depth per queue"),
     "awa.dispatch.claim_batches": (COUNTER, "{batch}", "Number of claim queries executed"),
     "awa.dispatch.claim_batch_size": (HISTOGRAM, "{job}", "Jobs returned per claim"),
@@ -76,7 +73,7 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "awa.maintenance.promote_batch_size": (HISTOGRAM, "{job}", "Jobs promoted per batch"),
     "awa.maintenance.promote_duration": (HISTOGRAM, "s", "Promotion batch duration"),
     "awa.maintenance.rescues": (COUNTER, "{job}", "Number of jobs rescued by maintenance"),
-    "awa.queue.depth": (GAUGE, "{job}", "Available jobs per queue (cursor difference)"),
+    "awa.queue.depth": (GAUGE, "{job}", "Jobs per queue and state (folded counters)"),
     "awa.queue.lag": (GAUGE, "s", "Age of the oldest available job per queue"),
 }
 

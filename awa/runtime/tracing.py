@@ -110,6 +110,18 @@ def execution_span(record: JobRecord, queue: str) -> Iterator[Any]:
         yield None
         return
     stored = record.metadata.get(TRACEPARENT_KEY)
+    if not _recording_provider():
+        # Nothing would record a span; the handler still runs in the producer's context
+        # so that what it calls can propagate the trace.
+        if isinstance(stored, str) and record.attempt <= 1:
+            token = otel_context.attach(_remote_context(stored))
+            try:
+                yield None
+            finally:
+                otel_context.detach(token)
+        else:
+            yield None
+        return
     parent: Any = otel_context.Context()  # a new root unless joining the producer
     links: list[Any] = []
     if isinstance(stored, str):

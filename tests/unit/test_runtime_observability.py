@@ -6,9 +6,11 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+from datetime import timedelta
 
 import pytest
 
+from awa.adapters.clock import ManualClock
 from awa.domain.errors import TerminalError
 from awa.domain.handler_results import Snooze
 from awa.runtime import AttemptContext, HandlerRegistry, metrics
@@ -174,3 +176,39 @@ def test_importing_awa_configures_no_logging() -> None:
         "assert logging.getLogger('awa').level == logging.NOTSET\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+async def test_queue_gauges_report_depth_lag_and_dlq_from_queue_counts() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
+
+    from awa.runtime.queue_gauges import QueueGauges
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    instruments = metrics.Instruments(provider.get_meter("awa"))
+    clock = ManualClock()
+    engine = make_engine(clock)
+    await enqueue(engine, "k", 3, queue="mail")
+    clock.advance(timedelta(seconds=42))
+    gauges = QueueGauges(engine, instruments)
+    gauges.attach()
+    await gauges.refresh()
+
+    def points(name: str) -> dict[tuple[tuple[str, object], ...], float]:
+        data = reader.get_metrics_data()
+        found: dict[tuple[tuple[str, object], ...], float] = {}
+        for rm in data.resource_metrics if data is not None else []:
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    if metric.name == name:
+                        for p in metric.data.data_points:
+                            assert isinstance(p, NumberDataPoint)
+                            found[tuple(sorted((p.attributes or {}).items()))] = p.value
+        return found
+
+    depth = points("awa.queue.depth")
+    assert depth[(("awa.job.queue", "mail"), ("awa.job.state", "available"))] == 3
+    assert points("awa.queue.lag")[(("awa.job.queue", "mail"),)] >= 0
+    gauges.detach()
+    assert points("awa.queue.depth") == {}

@@ -269,13 +269,14 @@ class QueueDispatcher:
 
     def _record_claim(self, claims: list[Claim], asked: int, seconds: float) -> None:
         assert self._instruments is not None
-        now = datetime.now(UTC)
+        jobs = [c.job for c in claims]
         self._instruments.claimed(
             self.queue,
-            [c.job.kind for c in claims],
+            [j.kind for j in jobs],
             asked,
             seconds,
-            [max(0.0, (now - c.job.run_at).total_seconds()) for c in claims],
+            [j.run_at for j in jobs],
+            datetime.now(UTC),
         )
 
     def _give_back(self, count: int) -> None:

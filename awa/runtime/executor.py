@@ -72,7 +72,7 @@ class Executor:
         observer = self._observer
         started = time.perf_counter()
         try:
-            if observer.tracing:
+            if observer.tracing and observer.traced(context):
                 with observer.execution_span(context):
                     outcome = await self._run_handler(context)
             else:

@@ -6,8 +6,11 @@ application installs (or :func:`awa.init_telemetry`) receives them. Without
 
 Counters on the per-job path are summed in plain integers and reported through
 observable counters when a reader collects: an ``add()`` through the SDK costs
-microseconds per call, a dict increment a fraction of one. Histograms are recorded per
-job, as they must be.
+microseconds per call, a dict increment a fraction of one. The two per-job histograms
+(``awa.job.duration``, ``awa.job.wait_duration``) are sampled systematically once a
+process records more than ``HISTOGRAM_BUDGET`` observations a second: every k-th job is
+recorded, k following the last second's rate. Quantiles stay unbiased; counts and rates
+come from the counters, which are exact.
 
 ``METRICS`` names every instrument with its type, unit and description: the dashboard
 and the alert rules under ``deploy/`` are checked against it.
@@ -16,7 +19,9 @@ and the alert rules under ``deploy/`` are checked against it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 try:
@@ -90,9 +95,37 @@ _COUNTER_OUTCOMES = {
 
 Key = tuple[tuple[str, Any], ...]
 
+#: Per-job histogram observations per second and process before sampling starts.
+HISTOGRAM_BUDGET = 200
+
 # Histogram buckets suggested to the SDK (its defaults suit milliseconds, not seconds).
 _SECONDS_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]
 _COUNT_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096]
+
+
+class _Sampler:
+    """Systematic sampling: ``take()`` is true for every ``stride``-th call, the stride
+    re-derived each second so that about ``HISTOGRAM_BUDGET`` calls a second pass."""
+
+    __slots__ = ("_calls", "_stride", "_window_calls", "_window_start")
+
+    def __init__(self) -> None:
+        self._calls = 0
+        self._stride = 1
+        self._window_calls = 0
+        self._window_start = time.monotonic()
+
+    def take(self) -> bool:
+        self._calls += 1
+        if self._calls % self._stride:
+            return False
+        now = time.monotonic()
+        elapsed = now - self._window_start
+        if elapsed >= 1.0:
+            rate = (self._calls - self._window_calls) / elapsed
+            self._stride = max(1, int(rate // HISTOGRAM_BUDGET))
+            self._window_calls, self._window_start = self._calls, now
+        return True
 
 
 class Instruments:
@@ -106,6 +139,8 @@ class Instruments:
         self._counts: dict[str, dict[Key, int]] = {}
         self._gauge_sources: dict[str, list[Callable[[], Iterable[tuple[float, Key]]]]] = {}
         self.histograms: dict[str, Any] = {}
+        self._duration_sampler = _Sampler()
+        self._wait_sampler = _Sampler()
         for name, (kind, unit, description) in METRICS.items():
             if kind == COUNTER:
                 self._counts[name] = {}
@@ -156,13 +191,22 @@ class Instruments:
             if outcome in ("failed", "exhausted", "unknown_kind"):
                 key = (*key, (ATTR_TERMINAL, True))
             self.count(name, key)
-        self.histograms["awa.job.duration"].record(duration, {ATTR_QUEUE: queue, ATTR_KIND: kind})
+        if self._duration_sampler.take():
+            self.histograms["awa.job.duration"].record(
+                duration, {ATTR_QUEUE: queue, ATTR_KIND: kind}
+            )
 
     def claimed(
-        self, queue: str, kinds: Iterable[str], asked: int, seconds: float, waits: Iterable[float]
+        self,
+        queue: str,
+        kinds: Iterable[str],
+        asked: int,
+        seconds: float,
+        due: Sequence[datetime],
+        now: datetime,
     ) -> None:
         """One claim for up to ``asked`` jobs took ``seconds`` and returned jobs of
-        ``kinds`` that had been due for ``waits`` seconds."""
+        ``kinds`` that had been due since ``due``."""
         key: Key = ((ATTR_QUEUE, queue),)
         attributes = {ATTR_QUEUE: queue}
         self.count("awa.dispatch.claim_batches", key)
@@ -181,8 +225,10 @@ class Instruments:
         if asked > got:
             self.count("awa.dispatch.unused_permits", key, asked - got)
         wait = self.histograms["awa.job.wait_duration"]
-        for seconds_waited in waits:
-            wait.record(seconds_waited, attributes)
+        sampler = self._wait_sampler
+        for run_at in due:
+            if sampler.take():
+                wait.record(max(0.0, (now - run_at).total_seconds()), attributes)
 
     def flushed(self, size: int, seconds: float) -> None:
         """A completion flush of ``size`` attempts took ``seconds``."""

@@ -23,6 +23,11 @@ class AttemptObserver:
         #: Whether :meth:`execution_span` does anything (checked per attempt).
         self.tracing = tracing.available()
 
+    def traced(self, context: AttemptContext) -> bool:
+        """Whether this attempt needs :meth:`execution_span`: a tracer provider records
+        spans, or the job carries a producer context for the handler to run in."""
+        return tracing.recording() or tracing.TRACEPARENT_KEY in context.record.metadata
+
     @contextlib.contextmanager
     def execution_span(self, context: AttemptContext) -> Iterator[None]:
         """The handler's ambient trace context; the span notes a failure."""

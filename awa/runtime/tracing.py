@@ -49,10 +49,11 @@ def _tracer() -> Any:
     return otel_trace.get_tracer("awa")
 
 
-def _recording_provider() -> bool:
+def recording() -> bool:
     """Whether a real tracer provider is installed (the API's default records nothing,
     so spans would cost time and show nowhere)."""
-    assert otel_trace is not None
+    if otel_trace is None:
+        return False
     return not isinstance(otel_trace.get_tracer_provider(), otel_trace.ProxyTracerProvider)
 
 
@@ -81,7 +82,7 @@ def stamp(metadata: MutableMapping[str, Any]) -> None:
 @contextlib.contextmanager
 def producer_span(queue: str, count: int = 1) -> Iterator[None]:
     """``send {queue}`` around an enqueue (a no-op without a tracer provider)."""
-    if otel_trace is None or not _recording_provider() or not capture_enabled():
+    if otel_trace is None or not recording() or not capture_enabled():
         yield
         return
     attributes: dict[str, Any] = {
@@ -110,7 +111,7 @@ def execution_span(record: JobRecord, queue: str) -> Iterator[Any]:
         yield None
         return
     stored = record.metadata.get(TRACEPARENT_KEY)
-    if not _recording_provider():
+    if not recording():
         # Nothing would record a span; the handler still runs in the producer's context
         # so that what it calls can propagate the trace.
         if isinstance(stored, str) and record.attempt <= 1:

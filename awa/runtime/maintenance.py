@@ -188,7 +188,10 @@ class MaintenanceLeader:
             if instruments is not None:
                 instruments.count(
                     "awa.maintenance.rescues",
-                    ((metrics.ATTR_REASON, sweep), ("awa.job.state", item.new_state.name.lower())),
+                    (
+                        (metrics.ATTR_REASON, sweep),
+                        (metrics.ATTR_STATE, item.new_state.name.lower()),
+                    ),
                 )
 
     async def _promote(self) -> None:

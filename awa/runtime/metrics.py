@@ -36,6 +36,9 @@ ATTR_KIND = "awa.job.kind"
 ATTR_SHARD = "awa.enqueue.shard"
 ATTR_TERMINAL = "awa.job.terminal"
 ATTR_REASON = "awa.rescue.reason"
+ATTR_STATE = "awa.job.state"
+#: Every attribute awa puts on a metric (Prometheus turns the dots into underscores).
+ATTRIBUTES = (ATTR_QUEUE, ATTR_KIND, ATTR_SHARD, ATTR_TERMINAL, ATTR_REASON, ATTR_STATE)
 
 COUNTER = "counter"
 HISTOGRAM = "histogram"

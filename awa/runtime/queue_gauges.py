@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from awa.domain.states import JobState
 from awa.ports.storage import StorageEngine
-from awa.runtime.metrics import ATTR_QUEUE, Instruments, Key
+from awa.runtime.metrics import ATTR_QUEUE, ATTR_STATE, Instruments, Key
 
 #: How often the leader refreshes the queue gauges.
 REFRESH_INTERVAL = 30.0
@@ -65,7 +65,7 @@ class QueueGauges:
         lag: list[tuple[float, Key]] = []
         for queue in counts:
             for state in _DEPTH_STATES:
-                key: Key = ((ATTR_QUEUE, queue.queue), ("awa.job.state", state.name.lower()))
+                key: Key = ((ATTR_QUEUE, queue.queue), (ATTR_STATE, state.name.lower()))
                 depth.append((float(queue.count(state)), key))
             oldest = queue.oldest_available_at
             waited = 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds())

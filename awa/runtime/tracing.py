@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any
 
@@ -49,12 +50,24 @@ def _tracer() -> Any:
     return otel_trace.get_tracer("awa")
 
 
+_recording = False
+_checked_at = -1.0
+
+
 def recording() -> bool:
     """Whether a real tracer provider is installed (the API's default records nothing,
-    so spans would cost time and show nowhere)."""
-    if otel_trace is None:
-        return False
-    return not isinstance(otel_trace.get_tracer_provider(), otel_trace.ProxyTracerProvider)
+    so spans would cost time and show nowhere). A provider can be installed once per
+    process, so a positive answer is kept; a negative one is looked at again after a
+    second (the lookup costs more than the rest of an attempt's tracing)."""
+    global _recording, _checked_at
+    if _recording or otel_trace is None:
+        return _recording
+    now = time.monotonic()
+    if now - _checked_at >= 1.0:
+        _checked_at = now
+        provider = otel_trace.get_tracer_provider()
+        _recording = not isinstance(provider, otel_trace.ProxyTracerProvider)
+    return _recording
 
 
 def current_traceparent() -> str | None:

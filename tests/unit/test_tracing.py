@@ -28,6 +28,7 @@ def spans() -> InMemorySpanExporter:
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
         trace.set_tracer_provider(provider)
+    tracing._checked_at = -1.0  # look the provider up again now
     _EXPORTER.clear()
     return _EXPORTER
 

@@ -74,7 +74,15 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=10000)
     p.add_argument("--rounds", type=int, default=3, help="rounds per mode")
     a = p.parse_args()
-    argv = ["--jobs", str(a.jobs), "--admin-url", a.admin_url]
+    # A database of its own, so a plain drain benchmark running meanwhile is not disturbed.
+    argv = [
+        "--jobs",
+        str(a.jobs),
+        "--admin-url",
+        a.admin_url,
+        "--db",
+        a.db or "awa_bench_drain_otel",
+    ]
     rates: dict[str, list[float]] = {"off": [], "on": []}
     cpus: dict[str, list[float]] = {"off": [], "on": []}
     for _ in range(a.rounds):

@@ -4,6 +4,7 @@ the execution span. One object so the executor has a single hook."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 
 from awa.domain.outcomes import FailOutcome, Outcome
@@ -11,6 +12,8 @@ from awa.runtime import metrics, tracing
 from awa.runtime.context import AttemptContext
 from awa.runtime.handlers import HandlerRegistry
 from awa.runtime.outcome_log import RELEASED, log_outcome, outcome_name
+
+log = logging.getLogger("awa.runtime.observer")
 
 
 class AttemptObserver:
@@ -45,6 +48,17 @@ class AttemptObserver:
         duration: float,
         *,
         released: bool = False,
+    ) -> None:
+        """Log and count how the attempt ended (``None``: no longer this worker's;
+        ``released``: given back unfinished at shutdown)."""
+        try:
+            self._report(context, outcome, duration, released=released)
+        except Exception:
+            # Reporting must never keep an outcome from being recorded.
+            log.warning("reporting job %s's outcome failed", context.lease.job_id, exc_info=True)
+
+    def _report(
+        self, context: AttemptContext, outcome: Outcome | None, duration: float, *, released: bool
     ) -> None:
         record = context.record
         name = (

@@ -265,7 +265,7 @@ class Runtime:
                         log.info("%s", self.describe_start())
                         # Publish a snapshot now the loops run, so the fleet view (and
                         # `awa health`) does not show this worker unhealthy until the next.
-                        dispatch.start_soon(self._publish_snapshot)
+                        services.start_soon(self._publish_snapshot)
                         task_status.started()
                     await self._drain(work)
                     # Every attempt has finished: what is left are idle handler tasks.

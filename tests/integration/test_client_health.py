@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -34,6 +35,15 @@ def _get(url: str) -> tuple[int, dict[str, Any]]:
         return exc.code, json.loads(exc.read())
 
 
+def _runtime_rows(url: str) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 3.0
+    while True:
+        rows = query(url, "SELECT healthy, poll_loop_alive FROM awa.runtime_instances")
+        if (rows and rows[0]["poll_loop_alive"]) or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.05)
+
+
 def test_health_check_and_listener_through_start_and_shutdown(
     migrated_database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -53,6 +63,10 @@ def test_health_check_and_listener_through_start_and_shutdown(
             assert health.healthy and health.poll_loop_alive and not health.shutting_down
             status, report = await asyncio.to_thread(_get, base + "/readyz")
             assert status == 200 and report["ready"] is True, report
+            # The fleet view (`awa health`, the admin UI) sees a healthy runtime at once,
+            # not after the first 10 s snapshot interval.
+            rows = await asyncio.to_thread(_runtime_rows, migrated_database_url)
+            assert [(r["healthy"], r["poll_loop_alive"]) for r in rows] == [(True, True)]
 
             # A package expecting a newer schema than the database has is not ready.
             newer = bootstrap.current_migration_version() + 1

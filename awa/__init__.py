@@ -48,6 +48,7 @@ from awa.entrypoints.client import (
     SyncTransaction,
     Transaction,
 )
+from awa.entrypoints.telemetry import init_telemetry, shutdown_telemetry
 
 __all__ = [
     "AsyncClient",
@@ -87,8 +88,10 @@ __all__ = [
     "callback_contract",
     "current_migration_version",
     "derive_kind",
+    "init_telemetry",
     "migrate",
     "migrations",
     "migrations_range",
     "schema_patches",
+    "shutdown_telemetry",
 ]

@@ -44,6 +44,7 @@ from awa.entrypoints.client import (
     Transaction,
 )
 from awa.entrypoints.client import RawClient as Client
+from awa.entrypoints.telemetry import init_telemetry, shutdown_telemetry
 
 __all__ = [
     "CALLBACK_DEFAULT_HEARTBEAT_TIMEOUT_SECS",
@@ -78,10 +79,12 @@ __all__ = [
     "build_callback_url",
     "current_migration_version",
     "derive_kind",
+    "init_telemetry",
     "migrate",
     "migrations",
     "migrations_range",
     "schema_patches",
+    "shutdown_telemetry",
     "sign_callback",
     "verify_callback",
 ]

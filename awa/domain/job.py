@@ -15,6 +15,12 @@ DEFAULT_PRIORITY = 2
 DEFAULT_MAX_ATTEMPTS = 25
 
 
+def attempts_exhausted(attempt: int, max_attempts: int) -> bool:
+    """Whether a retryable failure of attempt ``attempt`` fails the job instead: the
+    attempts are spent (the rule every engine applies to a retry)."""
+    return attempt >= max_attempts
+
+
 def _tuple_of_str(value: Any) -> tuple[str, ...]:
     return tuple(value)
 

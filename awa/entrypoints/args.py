@@ -32,6 +32,7 @@ from awa.domain.validation import (
     validate_unique_states,
 )
 from awa.entrypoints import payloads
+from awa.runtime import tracing
 
 # The 0.6.9 wording, which callers match, with attrs classes (accepted since) added.
 ARGS_TYPE_ERROR = "Job args must be a dataclass, pydantic BaseModel, or dict (or an attrs class)"
@@ -221,6 +222,7 @@ def build_spec(
     if metadata is not None and not isinstance(metadata, Mapping):
         raise ValidationError("metadata", "must be a dict")
     meta = to_json_value(dict(metadata or {}), "metadata")
+    tracing.stamp(meta)
     when = parse_run_at(run_at)
     if when is not None:
         validate_run_at(when)

@@ -290,6 +290,12 @@ async def ping(wiring: Wiring) -> bool:
     return True
 
 
+async def schema_version(wiring: Wiring) -> int:
+    """The newest migration recorded in the client's database (0 when never migrated)."""
+    async with wiring.pool.connection() as conn:
+        return await pg_migrations.applied_version(conn)
+
+
 def schema_patches() -> list[tuple[str, str, str]]:
     """Out-of-band schema patches as ``(name, description, sql)``. Every schema change of
     this package ships in the numbered migration stream, so there are none."""

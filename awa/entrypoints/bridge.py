@@ -24,6 +24,7 @@ from awa.entrypoints.args import (
     parse_run_at,
     serialize_args,
 )
+from awa.runtime import tracing
 
 RETURNED_COLUMNS = (
     "id, kind, queue, args, state::text AS state, priority, attempt, max_attempts, "
@@ -122,6 +123,7 @@ def _prepare(
             raise TypeError(f"{ARGS_TYPE_ERROR}, got {type(args).__name__}") from None
         raise
     meta = dict(metadata or {})
+    tracing.stamp(meta)
     tag_list = list(tags or [])
     if any(_contains_nul(v) for v in (payload, meta, tag_list, resolved_kind, queue)):
         raise ValueError(NUL_MESSAGE)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import warnings
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
@@ -11,16 +13,23 @@ from awa.adapters._pg.pool import PoolOptions
 from awa.adapters.clock import SystemClock
 from awa.domain.errors import AwaError
 from awa.domain.job import JobRecord
+from awa.domain.schema import schema_compatible
 from awa.domain.validation import validate_number
-from awa.entrypoints import bootstrap
+from awa.entrypoints import bootstrap, telemetry
 from awa.entrypoints.args import kind_for_type, rebuild_args
 from awa.entrypoints.client_admin import AdminMixin
+from awa.entrypoints.health import HealthListener, addr_from_env
 from awa.entrypoints.job import Job
 from awa.entrypoints.results import HealthCheck, QueueHealth
 from awa.runtime import AttemptContext, HandlerRegistry, Runtime, parse_start_args
 
+log = logging.getLogger("awa.client")
+
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: How long a readiness probe waits for the database.
+_PROBE_TIMEOUT = 2.0
 
 
 def _job_factory(args_type: type[Any]) -> Callable[[JobRecord, AttemptContext], Job[Any]]:
@@ -48,6 +57,11 @@ class AsyncClient(AdminMixin):
         self._handlers = HandlerRegistry()
         self._runtime: Runtime | None = None
         self._runtime_resources: bootstrap.RuntimePorts | None = None
+        # The runtime being shut down (health reports it draining) and whether
+        # shutdown() was called since the last start().
+        self._draining: Runtime | None = None
+        self._shut_down = False
+        self._health: HealthListener | None = None
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -120,6 +134,7 @@ class AsyncClient(AdminMixin):
             "auto", "canonical_drain", "queue_storage_target"
         ] = "auto",
         only_listed_queues: bool = False,
+        health_addr: str | None = None,
     ) -> None:
         """Start the worker runtime on the current event loop; returns once dispatching.
 
@@ -128,6 +143,11 @@ class AsyncClient(AdminMixin):
         handler is registered for, unless ``only_listed_queues=True``: then exactly the
         listed queues are served and the other handlers do not run in this process.
         Bad configuration raises ``ValueError`` / ``TypeError`` naming the field.
+
+        ``health_addr`` (default ``$AWA_HEALTH_ADDR``) is ``HOST:PORT`` for the health
+        listener (``/healthz``, ``/readyz``, ``/metrics``); it listens from before the
+        runtime starts until after it has shut down. Port 0 picks a free port
+        (:attr:`health_address` tells which).
         """
         if self._runtime is not None and self._runtime.running:
             raise AwaError("the worker runtime is already running")
@@ -161,7 +181,27 @@ class AsyncClient(AdminMixin):
         )
         if config.queue_storage_schema not in (None, "awa"):
             await self._check_queue_storage_schema(config.queue_storage_schema)
+        addr = health_addr if health_addr is not None else addr_from_env()
+        listener = HealthListener(addr, self._readiness, _prometheus()) if addr else None
         wiring = await self._wiring()
+        if listener is not None:
+            self._shut_down = False
+            await listener.start()
+            self._health = listener
+        try:
+            await self._start_runtime(wiring, config)
+        except BaseException:
+            if listener is not None:
+                self._health = None
+                await listener.close()
+            raise
+
+    @property
+    def health_address(self) -> tuple[str, int] | None:
+        """The health listener's bound ``(host, port)``, or ``None`` without one."""
+        return None if self._health is None else self._health.address
+
+    async def _start_runtime(self, wiring: bootstrap.Wiring, config: Any) -> None:
         ports = await bootstrap.open_runtime_ports(
             wiring, transition_role=config.storage_transition_role
         )
@@ -174,7 +214,9 @@ class AsyncClient(AdminMixin):
             config,
             runtime_registry=ports.registry,
             heartbeat_engine_factory=bootstrap.heartbeat_engine_factory(wiring),
+            max_connections=self._max_connections,
         )
+        self._shut_down = False
         try:
             await runtime.start()
         except BaseException:
@@ -226,25 +268,67 @@ class AsyncClient(AdminMixin):
         validate_number("timeout_ms", timeout_ms, allow_infinity=True)
         runtime, self._runtime = self._runtime, None
         ports, self._runtime_resources = self._runtime_resources, None
+        listener, self._health = self._health, None
+        self._shut_down = True
+        self._draining = runtime
         try:
             if runtime is not None:
                 await runtime.shutdown(timeout_ms)
         finally:
-            if ports is not None:
-                await ports.close()
+            self._draining = None
+            try:
+                if ports is not None:
+                    await ports.close()
+            finally:
+                if listener is not None:
+                    await listener.close()
+
+    async def _readiness(self) -> dict[str, Any]:
+        """The ``/readyz`` report: every check by name, ``ready`` when all pass."""
+        runtime = self._runtime or self._draining
+        expected = bootstrap.current_migration_version()
+        version: int | None = None
+        try:
+            wiring = await self._wiring()
+            postgres = await asyncio.wait_for(bootstrap.ping(wiring), _PROBE_TIMEOUT)
+            if postgres:
+                version = await asyncio.wait_for(bootstrap.schema_version(wiring), _PROBE_TIMEOUT)
+        except Exception:
+            postgres = False
+        checks = {
+            "postgres_connected": postgres,
+            "schema_compatible": version is not None and schema_compatible(version, expected),
+        }
+        if runtime is None:
+            checks.update(
+                poll_loops_alive=False,
+                heartbeat_alive=False,
+                maintenance_alive=False,
+                not_shutting_down=not self._shut_down,
+            )
+        else:
+            checks.update(runtime.readiness())
+        return {
+            "ready": all(checks.values()),
+            "checks": checks,
+            "failing": sorted(name for name, ok in checks.items() if not ok),
+            "leader": runtime is not None and runtime.is_leader,
+            "schema_version": version,
+            "expected_schema_version": expected,
+        }
 
     async def health_check(self) -> HealthCheck:
         """Health of the database connection and, when started, the worker runtime."""
         wiring = await self._wiring()
         connected = await bootstrap.ping(wiring)
-        runtime = self._runtime
+        runtime = self._runtime or self._draining
         if runtime is None:
             return HealthCheck(
                 healthy=False,
                 postgres_connected=connected,
                 poll_loop_alive=False,
                 heartbeat_alive=False,
-                shutting_down=False,
+                shutting_down=self._shut_down,
                 leader=False,
                 queues={},
             )
@@ -254,7 +338,7 @@ class AsyncClient(AdminMixin):
             postgres_connected=health.postgres_connected and connected,
             poll_loop_alive=health.poll_loop_alive,
             heartbeat_alive=health.heartbeat_alive,
-            shutting_down=health.shutting_down,
+            shutting_down=health.shutting_down or self._shut_down,
             leader=health.leader,
             queues={
                 name: QueueHealth(
@@ -277,3 +361,14 @@ class AsyncClient(AdminMixin):
                 await self.shutdown()
         finally:
             await self._close_storage()
+
+
+def _prometheus() -> Callable[[], tuple[bytes, str]] | None:
+    """``GET /metrics`` for the health listener, attached before the runtime records
+    anything; ``None`` (the listener answers 501) without the ``otel`` extra."""
+    try:
+        telemetry.enable_prometheus()
+    except telemetry.TelemetryUnavailable as exc:
+        log.info("GET /metrics is disabled: %s", exc)
+        return None
+    return telemetry.prometheus_text

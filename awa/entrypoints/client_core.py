@@ -20,6 +20,7 @@ from awa.entrypoints.results import QueueStat, RetryFailedResult
 from awa.entrypoints.transaction import Transaction
 from awa.ports.runtime_registry import RuntimeRegistry
 from awa.ports.storage import JobFilter, StorageEngine
+from awa.runtime import tracing
 
 CLOSED = "attempted to acquire a connection on a closed pool"
 
@@ -137,23 +138,24 @@ class ClientCore:
         ``queue_storage_queue_stripe_count`` must match the fleet's: on queue storage the
         job goes to one stripe ``queue#k`` of its queue."""
         stripes = validate_stripe_count(queue_storage_queue_stripe_count)
-        spec = build_spec(
-            args,
-            kind=kind,
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            tags=tags,
-            metadata=metadata,
-            run_at=run_at,
-            unique_opts=unique_opts,
-            ordering_key=ordering_key,
-        )
-        # build_spec returns a valid spec: the engine does not check it again.
-        (record,) = await (await self._engine()).enqueue_many(
-            [spec], stripes=stripes, validated=True
-        )
-        return Job(record)
+        with tracing.producer_span(queue):
+            spec = build_spec(
+                args,
+                kind=kind,
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                tags=tags,
+                metadata=metadata,
+                run_at=run_at,
+                unique_opts=unique_opts,
+                ordering_key=ordering_key,
+            )
+            # build_spec returns a valid spec: the engine does not check it again.
+            (record,) = await (await self._engine()).enqueue_many(
+                [spec], stripes=stripes, validated=True
+            )
+            return Job(record)
 
     async def insert_many_copy(
         self,
@@ -173,25 +175,26 @@ class ClientCore:
     ) -> list[Job[Any]]:
         """Bulk insert; jobs whose unique key is already held are skipped silently."""
         stripes = validate_stripe_count(queue_storage_queue_stripe_count)
-        specs = build_specs(
-            jobs,
-            opts=opts,
-            kind=kind,
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            tags=tags,
-            metadata=metadata,
-            run_at=run_at,
-            unique_opts=unique_opts,
-            ordering_key=ordering_key,
-        )
-        if not specs:
-            return []
-        records = await (await self._engine()).enqueue_many_skip_duplicates(
-            specs, stripes=stripes, validated=True
-        )
-        return [Job(r) for r in records]
+        with tracing.producer_span(queue, len(jobs)):
+            specs = build_specs(
+                jobs,
+                opts=opts,
+                kind=kind,
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                tags=tags,
+                metadata=metadata,
+                run_at=run_at,
+                unique_opts=unique_opts,
+                ordering_key=ordering_key,
+            )
+            if not specs:
+                return []
+            records = await (await self._engine()).enqueue_many_skip_duplicates(
+                specs, stripes=stripes, validated=True
+            )
+            return [Job(r) for r in records]
 
     async def enqueue_many_copy(
         self,
@@ -218,23 +221,24 @@ class ClientCore:
         engine = await self._engine()
         copy = getattr(engine, "enqueue_many_copy", None)
         if callable(copy):
-            specs = build_specs(
-                jobs,
-                opts=opts,
-                kind=kind,
-                queue=queue,
-                priority=priority,
-                max_attempts=max_attempts,
-                tags=tags,
-                metadata=metadata,
-                run_at=run_at,
-                unique_opts=unique_opts,
-                ordering_key=ordering_key,
-            )
-            if not specs:
-                return 0
-            inserted_count: int = await copy(specs, stripes=stripes, validated=True)
-            return inserted_count
+            with tracing.producer_span(queue, len(jobs)):
+                specs = build_specs(
+                    jobs,
+                    opts=opts,
+                    kind=kind,
+                    queue=queue,
+                    priority=priority,
+                    max_attempts=max_attempts,
+                    tags=tags,
+                    metadata=metadata,
+                    run_at=run_at,
+                    unique_opts=unique_opts,
+                    ordering_key=ordering_key,
+                )
+                if not specs:
+                    return 0
+                inserted_count: int = await copy(specs, stripes=stripes, validated=True)
+                return inserted_count
         inserted = await self.insert_many_copy(
             jobs,
             kind=kind,

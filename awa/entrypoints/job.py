@@ -14,6 +14,7 @@ from awa.domain.errors import (
 from awa.domain.handler_results import CallbackToken
 from awa.domain.job import JobRecord
 from awa.domain.states import JobState
+from awa.runtime.tracing import TRACEPARENT_KEY
 
 T = TypeVar("T")
 # The widest percent accepted (a byte); anything above 100 is reported as 100.
@@ -108,6 +109,14 @@ class Job(Generic[T]):
     @property
     def metadata(self) -> dict[str, Any]:
         return dict(self._record.metadata)
+
+    @property
+    def traceparent(self) -> str | None:
+        """The W3C ``traceparent`` stored at enqueue (``metadata["awa:traceparent"]``),
+        or ``None``. Inside a handler the execution span is already the ambient context;
+        this is the enqueue site's, for inspection."""
+        value = self._record.metadata.get(TRACEPARENT_KEY)
+        return value if isinstance(value, str) else None
 
     @property
     def errors(self) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from awa.domain.stripes import validate_stripe_count
 from awa.entrypoints.args import build_spec, build_specs
 from awa.entrypoints.job import Job
 from awa.ports.storage import UnitOfWork
+from awa.runtime import tracing
 
 R = TypeVar("R")
 
@@ -172,22 +173,23 @@ class Transaction:
         ``queue_storage_queue_stripe_count`` must match the fleet's: on queue storage the
         job goes to one stripe ``queue#k`` of its queue."""
         stripes = validate_stripe_count(queue_storage_queue_stripe_count)
-        spec = build_spec(
-            args,
-            kind=kind,
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            tags=tags,
-            metadata=metadata,
-            run_at=run_at,
-            unique_opts=unique_opts,
-            ordering_key=ordering_key,
-        )
-        (record,) = await self._engine.enqueue_many(
-            [spec], uow=self._unit_of_work(), stripes=stripes, validated=True
-        )
-        return Job(record)
+        with tracing.producer_span(queue):
+            spec = build_spec(
+                args,
+                kind=kind,
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                tags=tags,
+                metadata=metadata,
+                run_at=run_at,
+                unique_opts=unique_opts,
+                ordering_key=ordering_key,
+            )
+            (record,) = await self._engine.enqueue_many(
+                [spec], uow=self._unit_of_work(), stripes=stripes, validated=True
+            )
+            return Job(record)
 
     async def insert_many(
         self,
@@ -206,23 +208,24 @@ class Transaction:
         """Insert several jobs inside this transaction, in order (spread over the
         queue's stripes on queue storage when ``queue_storage_queue_stripe_count > 1``)."""
         stripes = validate_stripe_count(queue_storage_queue_stripe_count)
-        specs = build_specs(
-            jobs,
-            kind=kind,
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            tags=tags,
-            metadata=metadata,
-            run_at=run_at,
-            ordering_key=ordering_key,
-        )
-        if not specs:
-            return []
-        records = await self._engine.enqueue_many(
-            specs, uow=self._unit_of_work(), stripes=stripes, validated=True
-        )
-        return [Job(r) for r in records]
+        with tracing.producer_span(queue, len(jobs)):
+            specs = build_specs(
+                jobs,
+                kind=kind,
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                tags=tags,
+                metadata=metadata,
+                run_at=run_at,
+                ordering_key=ordering_key,
+            )
+            if not specs:
+                return []
+            records = await self._engine.enqueue_many(
+                specs, uow=self._unit_of_work(), stripes=stripes, validated=True
+            )
+            return [Job(r) for r in records]
 
     async def _finish(self, statement: str) -> None:
         conn = self._check()

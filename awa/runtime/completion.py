@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 import anyio
 
 from awa.domain.job import RunLease
 from awa.ports.storage import Ack, StorageEngine
+from awa.runtime import metrics
 from awa.runtime.wake import Waker
 
 log = logging.getLogger("awa.runtime.completion")
@@ -145,7 +147,9 @@ class CompletionBatcher:
 
     async def _flush(self, leases: list[RunLease]) -> list[Ack]:
         delay = self._retry_delay
+        instruments = metrics.instruments()
         while True:
+            started = time.perf_counter()
             try:
                 acks = await self._engine.complete(leases)
             except Exception:
@@ -158,4 +162,6 @@ class CompletionBatcher:
                 continue
             self.healthy = True
             self.flushes += 1
+            if instruments is not None:
+                instruments.flushed(len(leases), time.perf_counter() - started)
             return acks

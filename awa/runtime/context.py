@@ -70,6 +70,8 @@ class AttemptContext:
         # would report it stale, so the heartbeat service skips it.
         self.parked = False
         self.left_parked = False
+        # The exception the handler (or building its job) raised, for the outcome log.
+        self.failure: BaseException | None = None
 
     # ------------------------------------------------------------------ identity
     @property

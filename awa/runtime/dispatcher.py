@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import anyio
 from anyio.abc import TaskStatus
@@ -14,6 +15,7 @@ from awa.domain.job import Claim
 from awa.domain.stripes import stripe_queues
 from awa.ports.notifier import Notifier
 from awa.ports.storage import StorageEngine, StripedClaimer
+from awa.runtime import metrics
 from awa.runtime.config import QueueConfig
 from awa.runtime.permits import PermitPool
 from awa.runtime.rate_limit import TokenBucket
@@ -97,6 +99,7 @@ class QueueDispatcher:
         # or its poll, or every finished handler would cost an empty claim.
         self._starved: set[Waker] = set()
         permits.add_listener(self.queue, self._permits_returned)
+        self._instruments = metrics.instruments()
 
     @property
     def alive(self) -> bool:
@@ -125,7 +128,8 @@ class QueueDispatcher:
                 await tg.start(self._listen)
             async with anyio.create_task_group() as loops:
                 for waker in self._wakers:
-                    loops.start_soon(self._claim_loop, waker)
+                    # Started means counted: a runtime is alive once start() returns.
+                    await loops.start(self._claim_loop, waker)
                 task_status.started()
             tg.cancel_scope.cancel()
 
@@ -168,8 +172,11 @@ class QueueDispatcher:
             self.wake()
             await anyio.sleep(delay)
 
-    async def _claim_loop(self, waker: Waker) -> None:
+    async def _claim_loop(
+        self, waker: Waker, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         self._live_loops += 1
+        task_status.started()
         try:
             while not self._stopping:
                 self.last_loop_at = time.monotonic()
@@ -182,6 +189,8 @@ class QueueDispatcher:
         if self._bucket is not None:
             wanted = self._bucket.take(wanted)
             if wanted == 0:
+                if self._instruments is not None:
+                    self._instruments.count("awa.dispatch.rate_limited", self._queue_key)
                 await waker.wait(min(self._poll_interval, self._bucket.seconds_until_token()))
                 return
         granted = self._permits.try_reserve(self.queue, wanted)
@@ -200,6 +209,7 @@ class QueueDispatcher:
             finally:
                 self._starved.discard(waker)
             return
+        started = time.perf_counter()
         try:
             self.claim_calls += 1
             if self._claim_stripe is None:
@@ -227,6 +237,8 @@ class QueueDispatcher:
             await waker.wait(self._poll_interval)
             return
         self.last_claim_ok = True
+        if self._instruments is not None:
+            self._record_claim(claims, granted, time.perf_counter() - started)
         self._backlogged = len(claims) == granted
         self._give_back(granted - len(claims))
         if self._permits.weighted:
@@ -250,6 +262,22 @@ class QueueDispatcher:
                 )
         else:
             self._short_claims = 0
+
+    @property
+    def _queue_key(self) -> metrics.Key:
+        return ((metrics.ATTR_QUEUE, self.queue),)
+
+    def _record_claim(self, claims: list[Claim], asked: int, seconds: float) -> None:
+        assert self._instruments is not None
+        jobs = [c.job for c in claims]
+        self._instruments.claimed(
+            self.queue,
+            [j.kind for j in jobs],
+            asked,
+            seconds,
+            [j.run_at for j in jobs],
+            datetime.now(UTC),
+        )
 
     def _give_back(self, count: int) -> None:
         if count <= 0:

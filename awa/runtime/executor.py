@@ -6,6 +6,7 @@ import asyncio
 import functools
 import logging
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,7 @@ from awa.ports.storage import Ack, StorageEngine
 from awa.runtime.completion import CompletionBatcher
 from awa.runtime.context import AttemptContext, AttemptLost
 from awa.runtime.handlers import HandlerEntry, HandlerRegistry
+from awa.runtime.observer import AttemptObserver
 from awa.runtime.outcome_mapping import (
     describe_exception,
     outcome_for_exception,
@@ -57,6 +59,7 @@ class Executor:
         thread_limiter: anyio.CapacityLimiter,
         on_finished: Callable[[AttemptContext], None],
         on_handler_done: Callable[[AttemptContext], None] | None = None,
+        observer: AttemptObserver | None = None,
     ) -> None:
         self._engine = engine
         self._handlers = handlers
@@ -65,11 +68,24 @@ class Executor:
         self._on_finished = on_finished
         self._on_handler_done = on_handler_done
         self._scope_type: Callable[[], anyio.CancelScope] | None = None
+        self._observer = observer or AttemptObserver(handlers)
 
     async def execute(self, context: AttemptContext) -> None:
         handed_over = False
+        observer = self._observer
+        started = time.perf_counter()
         try:
-            outcome = await self._run_handler(context)
+            if observer.tracing and observer.traced(context):
+                with observer.execution_span(context):
+                    outcome = await self._run_handler(context)
+            else:
+                outcome = await self._run_handler(context)
+            observer.finished(
+                context,
+                None if isinstance(outcome, _Release) else outcome,
+                time.perf_counter() - started,
+                released=isinstance(outcome, _Release),
+            )
             if isinstance(outcome, Complete):
                 on_ack = functools.partial(self._completed, context)
                 if self._batcher.try_submit(context.lease, on_ack) is None:
@@ -106,6 +122,7 @@ class Executor:
             if _is_runtime_cancellation(exc, None):
                 raise
             # Arguments that cannot be rebuilt will not deserialize on a retry either.
+            context.failure = exc
             return FailOutcome(error=describe_exception(exc, with_traceback=False))
         if self._scope_type is None:
             # anyio.CancelScope() looks the event loop's backend up on every call (about
@@ -142,6 +159,7 @@ class Executor:
         if scope.cancelled_caught:
             return None if context.left_parked else _Release()
         if failure is not None:
+            context.failure = failure
             return outcome_for_exception(failure)
         return outcome_for_result(result)
 

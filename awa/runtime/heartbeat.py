@@ -12,6 +12,7 @@ import anyio.to_thread
 
 from awa.ports.notifier import Notifier
 from awa.ports.storage import Ack, StorageEngine
+from awa.runtime import metrics
 from awa.runtime.inflight import InFlight
 
 log = logging.getLogger("awa.runtime.heartbeat")
@@ -84,6 +85,9 @@ class HeartbeatService:
                 context.request_cancel()
         self.last_success = time.monotonic()
         self.ticks += 1
+        instruments = metrics.instruments()
+        if instruments is not None:
+            instruments.count("awa.heartbeat.batches", ())
 
     async def run(self) -> None:
         """Tick until cancelled (on this loop, or on the dedicated thread)."""

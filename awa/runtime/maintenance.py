@@ -11,8 +11,10 @@ import anyio
 from awa.ports.leader import LeaderLock
 from awa.ports.maintenance import RingMaintenance
 from awa.ports.storage import Rescued, StorageEngine
+from awa.runtime import metrics
 from awa.runtime.config import RuntimeConfig
 from awa.runtime.inflight import InFlight
+from awa.runtime.queue_gauges import REFRESH_INTERVAL, QueueGauges
 
 log = logging.getLogger("awa.runtime.maintenance")
 
@@ -54,6 +56,8 @@ class MaintenanceLeader:
         self._stopping = False
         self._wake: anyio.Event | None = None
         self._stopped: anyio.Event | None = None
+        instruments = metrics.instruments()
+        self._gauges = QueueGauges(engine, instruments) if instruments is not None else None
 
     def stop(self) -> None:
         """Finish the duty under way, then stop (and give the lock up): a shutdown does not
@@ -61,6 +65,11 @@ class MaintenanceLeader:
         self._stopping = True
         if self._wake is not None:
             self._wake.set()
+
+    @property
+    def alive(self) -> bool:
+        """Whether :meth:`run` is running (electing or leading)."""
+        return self._stopped is not None and not self._stopped.is_set()
 
     def rearm(self) -> None:
         """Undo :meth:`stop` before the leader is run again."""
@@ -85,6 +94,8 @@ class MaintenanceLeader:
             _Duty("rescue_callbacks", c.callback_rescue_interval, self._rescue_callbacks),
             _Duty("cleanup", c.cleanup_interval, self._cleanup),
         ]
+        if self._gauges is not None:
+            duties.append(_Duty("queue_gauges", REFRESH_INTERVAL, self._gauges.refresh))
         if isinstance(self._engine, RingMaintenance):
             duties.append(_Duty("ring", c.queue_storage_queue_rotate_interval, self._ring))
             duties.append(
@@ -97,6 +108,8 @@ class MaintenanceLeader:
         self._stopped = anyio.Event()
         if self._stopping:
             self._wake.set()
+        if self._gauges is not None:
+            self._gauges.attach()
         try:
             while not self._stopping:
                 try:
@@ -115,6 +128,8 @@ class MaintenanceLeader:
                 await self._pause(self._config.leader_election_interval)
         finally:
             self.is_leader = False
+            if self._gauges is not None:
+                self._gauges.detach()
             with anyio.CancelScope(shield=True):
                 try:
                     await self._lock.release()
@@ -157,24 +172,46 @@ class MaintenanceLeader:
             log.warning("leader lock check failed", exc_info=True)
             return False
 
-    def _flag_local(self, rescued: list[Rescued]) -> None:
-        # A rescued attempt may still be running here; tell its handler to stop.
+    def _flag_local(self, rescued: list[Rescued], sweep: str) -> None:
+        instruments = metrics.instruments()
         for item in rescued:
+            # A rescued attempt may still be running here; tell its handler to stop.
             self._inflight.cancel(item.lease)
+            log.warning(
+                "job %s rescued by the %s sweep (%s); it is now %s",
+                item.lease.job_id,
+                sweep,
+                item.reason,
+                item.new_state.name.lower(),
+                extra={"job_id": item.lease.job_id, "outcome": "rescued", "error": item.reason},
+            )
+            if instruments is not None:
+                instruments.count(
+                    "awa.maintenance.rescues",
+                    (
+                        (metrics.ATTR_REASON, sweep),
+                        (metrics.ATTR_STATE, item.new_state.name.lower()),
+                    ),
+                )
 
     async def _promote(self) -> None:
-        await self._engine.promote_due(limit=self._config.promote_batch_size)
+        started = time.monotonic()
+        promoted = await self._engine.promote_due(limit=self._config.promote_batch_size)
+        instruments = metrics.instruments()
+        if instruments is not None and promoted:
+            instruments.promoted(promoted, time.monotonic() - started)
 
     async def _rescue_heartbeats(self) -> None:
         self._flag_local(
-            await self._engine.rescue_stale_heartbeats(staleness=self._config.heartbeat_staleness)
+            await self._engine.rescue_stale_heartbeats(staleness=self._config.heartbeat_staleness),
+            "heartbeat",
         )
 
     async def _rescue_deadlines(self) -> None:
-        self._flag_local(await self._engine.rescue_expired_deadlines())
+        self._flag_local(await self._engine.rescue_expired_deadlines(), "deadline")
 
     async def _rescue_callbacks(self) -> None:
-        self._flag_local(await self._engine.rescue_expired_callbacks())
+        self._flag_local(await self._engine.rescue_expired_callbacks(), "callback_timeout")
 
     async def _ring(self) -> None:
         """Reclaim the slot the ring rotates into next (when it is safe), then rotate."""

@@ -22,8 +22,10 @@ from awa.ports.leader import LeaderLock
 from awa.ports.notifier import Notifier
 from awa.ports.runtime_registry import QueueSnapshot, RuntimeRegistry, RuntimeSnapshot
 from awa.ports.storage import StorageEngine, WorkerWarmUp
+from awa.runtime import metrics
 from awa.runtime.completion import CompletionBatcher
 from awa.runtime.config import RuntimeConfig
+from awa.runtime.config_checks import config_warnings
 from awa.runtime.context import AttemptContext
 from awa.runtime.dispatcher import QueueDispatcher
 from awa.runtime.executor import Executor
@@ -40,6 +42,8 @@ log = logging.getLogger("awa.runtime")
 _RELEASE_GRACE = 5.0
 #: How long a shutdown waits for the maintenance duty under way to finish.
 _MAINTENANCE_GRACE = 5.0
+#: A claim loop that has not come round for this long (or 10 polls) is not ticking.
+_TICK_WINDOW = 30.0
 #: How long start() may spend getting the engine's hot statements ready.
 _WARM_UP_LIMIT = 5.0
 
@@ -93,6 +97,7 @@ class Runtime:
         *,
         runtime_registry: RuntimeRegistry | None = None,
         heartbeat_engine_factory: EngineFactory | None = None,
+        max_connections: int | None = None,
     ) -> None:
         self.engine = engine
         self.notifier = notifier
@@ -102,6 +107,7 @@ class Runtime:
         self.config = config
         self.runtime_registry = runtime_registry
         self.heartbeat_engine_factory = heartbeat_engine_factory
+        self.max_connections = max_connections
         self.id = str(uuid.uuid4())
         self.hostname = socket.gethostname()
         self.pid = os.getpid()
@@ -230,6 +236,14 @@ class Runtime:
             on_handler_done=self._return_permit,
         )
         self._running = True
+        for warning in config_warnings(self.config, max_connections=self.max_connections):
+            log.warning("configuration: %s", warning)
+        instruments = metrics.instruments()
+        unregister = (
+            instruments.add_gauge_source("awa.job.in_flight", self._in_flight_by_queue)
+            if instruments is not None
+            else None
+        )
         try:
             async with anyio.create_task_group() as services:
                 services.start_soon(self.batcher.run)
@@ -247,6 +261,10 @@ class Runtime:
                     async with anyio.create_task_group() as dispatch:
                         for dispatcher in self.dispatchers:
                             await dispatch.start(dispatcher.run)
+                        log.info("%s", self.describe_start())
+                        # Publish a snapshot now the loops run, so the fleet view (and
+                        # `awa health`) does not show this worker unhealthy until the next.
+                        services.start_soon(self._publish_snapshot)
                         task_status.started()
                     await self._drain(work)
                     # Every attempt has finished: what is left are idle handler tasks.
@@ -261,6 +279,8 @@ class Runtime:
                 services.cancel_scope.cancel()
         finally:
             self._running = False
+            if unregister is not None:
+                unregister()
             with anyio.CancelScope(shield=True):
                 await self._publish_snapshot()
 
@@ -332,6 +352,25 @@ class Runtime:
         self._return_permit(context)
         self._drained.wake()
 
+    def _in_flight_by_queue(self) -> list[tuple[float, metrics.Key]]:
+        return [
+            (float(self.permits.in_flight(q.name)), ((metrics.ATTR_QUEUE, q.name),))
+            for q in self.config.queues
+        ]
+
+    def describe_start(self) -> str:
+        """The start line: pid, queues with their capacity, and the kinds handled."""
+        weighted = self.permits.weighted
+        queues = ", ".join(
+            f"{q.name}(min={q.min_workers or 0}, weight={q.weight})"
+            if weighted
+            else f"{q.name}({q.max_workers})"
+            for q in sorted(self.config.queues, key=lambda q: q.name)
+        )
+        kinds = ", ".join(sorted(entry.kind for entry in self.handlers)) or "none"
+        mode = f"; global_max_workers={self.config.global_max_workers}" if weighted else ""
+        return f"pid {self.pid} started; queues: {queues}{mode}; kinds: {kinds}"
+
     # ------------------------------------------------------------------ health
     def health(self) -> RuntimeHealth:
         weighted = self.permits.weighted
@@ -362,6 +401,24 @@ class Runtime:
             leader=self.is_leader,
             queues=queues,
         )
+
+    def readiness(self) -> dict[str, bool]:
+        """The in-process readiness checks (the database ones are the caller's): every
+        claim loop started and ticked within ``max(30 s, 10 polls)``, heartbeat and
+        maintenance running, not shutting down."""
+        now = time.monotonic()
+        window = max(_TICK_WINDOW, 10 * self.config.poll_interval)
+        loops = self._running and all(
+            d.alive and d.last_loop_at is not None and now - d.last_loop_at <= window
+            for d in self.dispatchers
+        )
+        return {
+            "poll_loops_alive": loops,
+            "heartbeat_alive": self._running and self.heartbeat.alive,
+            "maintenance_alive": self._running
+            and (self.maintenance is None or self.maintenance.alive),
+            "not_shutting_down": not self._shutting_down,
+        }
 
     # ------------------------------------------------------------------ snapshots
     def snapshot(self) -> RuntimeSnapshot:

@@ -18,7 +18,7 @@ from awa.adapters.inmemory.notifier import (
 )
 from awa.adapters.inmemory.state import EngineState
 from awa.domain.errors import DatabaseError
-from awa.domain.job import JobRecord, RunLease, error_entry
+from awa.domain.job import JobRecord, RunLease, attempts_exhausted, error_entry
 from awa.domain.policies import Backoff
 from awa.domain.states import JobState
 from awa.ports.clock import Clock
@@ -134,7 +134,7 @@ class EngineBase:
     ) -> JobState:
         """Close an attempt as a retryable failure, or fail it when attempts are spent."""
         errors = (*job.errors, error_entry(error, attempt=job.attempt, at=write.now))
-        if job.attempt >= job.max_attempts:
+        if attempts_exhausted(job.attempt, job.max_attempts):
             return self._fail_or_dlq(write, job, errors=errors, dlq_reason=dlq_reason, **changes)
         wait = delay if delay is not None else self._backoff.delay(job.attempt)
         write.state.transition(

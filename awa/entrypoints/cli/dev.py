@@ -7,7 +7,9 @@ from pathlib import Path
 import click
 
 from awa.entrypoints import dev as dev_tour
+from awa.entrypoints import logs
 from awa.entrypoints.cli._common import fail, mutating, state
+from awa.entrypoints.cli._logging import log_options
 
 
 @click.command()
@@ -36,12 +38,23 @@ from awa.entrypoints.cli._common import fail, mutating, state
     help="Data directory of the embedded Postgres used without a database URL "
     "(default: the user's cache directory, or a temporary one when running as root).",
 )
-def dev(jobs: int, workers: int, seconds: float | None, data_dir: Path | None) -> None:
+# The tour's own display reports every outcome; log lines (stderr) are opt-in.
+@log_options("critical")
+def dev(
+    jobs: int,
+    workers: int,
+    seconds: float | None,
+    data_dir: Path | None,
+    log_level: str,
+    log_format: str,
+) -> None:
     """Enqueue example jobs, work them with a live display, and print a summary.
 
     Uses --database-url / $DATABASE_URL when given; otherwise starts an embedded Postgres
-    for the duration of the run.
+    for the duration of the run. --log-level info (or debug) adds the worker's log lines
+    on stderr.
     """
+    logs.configure(log_level, log_format)
     url = state().optional_database_url()
     options = dev_tour.DevOptions(jobs=jobs, workers=workers, seconds=seconds)
     try:

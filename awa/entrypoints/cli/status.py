@@ -9,6 +9,7 @@ from psycopg.conninfo import make_conninfo
 
 from awa._version import __version__
 from awa.adapters._pg.pool import DictConnection, connect
+from awa.domain.schema import schema_compatible
 from awa.entrypoints import bootstrap
 from awa.entrypoints.cli import _db
 from awa.entrypoints.cli._common import emit_json, first_line, json_option, run, state, wants_json
@@ -53,10 +54,10 @@ def _problems(report: dict[str, Any], expected: int) -> list[str]:
     if not report["reachable"]:
         return [f"database unreachable: {report.get('error', 'unknown error')}"]
     version = int(report["schema_version"])
-    if version < expected:
+    # A newer schema is compatible: migrations only add, so migrating first and rolling
+    # the workers afterwards is the normal order.
+    if not schema_compatible(version, expected):
         return [f"schema version {version} is behind the package ({expected}): run `awa migrate`"]
-    if version > expected:
-        return [f"schema version {version} is newer than the package ({expected}): upgrade awa"]
     return []
 
 

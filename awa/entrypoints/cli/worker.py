@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
+import logging
 import os
 import signal
 import subprocess
@@ -39,8 +40,13 @@ from typing import Any
 
 import click
 
+from awa.entrypoints import logs
 from awa.entrypoints.cli._common import fail, state
+from awa.entrypoints.cli._logging import log_options
 from awa.entrypoints.client_async import AsyncClient
+from awa.entrypoints.health import HEALTH_ADDR_ENV, parse_addr
+
+log = logging.getLogger("awa.worker")
 
 #: How often the supervisor checks on its children.
 _SUPERVISE_TICK = 0.2
@@ -141,6 +147,7 @@ async def serve(
     database_url: str | None,
     queues: Sequence[tuple[str, int]],
     shutdown_timeout_ms: int,
+    health_addr: str | None = None,
 ) -> None:
     """Run one runtime until SIGINT / SIGTERM, then shut it down gracefully."""
     loop = asyncio.get_running_loop()
@@ -152,9 +159,11 @@ async def serve(
         if len(received) > 1:
             # A second signal means "now": skip the drain; heartbeat rescue recovers.
             os._exit(128 + signum)
-        click.echo(
-            f"awa worker: pid {os.getpid()} received {signal.Signals(signum).name}; shutting down",
-            err=True,
+        log.info(
+            "pid %d received %s; shutting down (running handlers get %d ms)",
+            os.getpid(),
+            signal.Signals(signum).name,
+            shutdown_timeout_ms,
         )
         stop.set()
 
@@ -165,16 +174,14 @@ async def serve(
         for warning in subset_warnings(client.handler_queues(), queues):
             click.echo(f"awa worker: warning: {warning}", err=True)
     try:
-        await client.start(**start_options(module, queues))
-        health = await client.health_check()
-        served = ", ".join(
-            f"{name}({q.max_workers if q.max_workers is not None else q.min_workers})"
-            for name, q in sorted(health.queues.items())
-        )
-        click.echo(f"awa worker: pid {os.getpid()} started; queues: {served}", err=True)
+        options = start_options(module, queues)
+        if health_addr is not None:
+            options["health_addr"] = health_addr
+        # The runtime logs the start line (queues, capacity, kinds).
+        await client.start(**options)
         await stop.wait()
         await client.shutdown(timeout_ms=shutdown_timeout_ms)
-        click.echo(f"awa worker: pid {os.getpid()} stopped", err=True)
+        log.info("pid %d stopped", os.getpid())
     finally:
         await client.close()
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -200,10 +207,8 @@ def supervise(argv: list[str], processes: int, env: dict[str, str]) -> int:
             # Own session: a terminal's Ctrl-C reaches only the supervisor, which then
             # forwards exactly one SIGTERM, so children do not see it twice.
             children.append(subprocess.Popen(argv, env=env, start_new_session=True))
-        click.echo(
-            f"awa worker: supervising {processes} processes "
-            f"({', '.join(str(c.pid) for c in children)})",
-            err=True,
+        log.info(
+            "supervising %d processes (%s)", processes, ", ".join(str(c.pid) for c in children)
         )
         reported: set[int] = set()
 
@@ -212,15 +217,13 @@ def supervise(argv: list[str], processes: int, env: dict[str, str]) -> int:
                 code = child.poll()
                 if code is not None and code != 0 and child.pid not in reported:
                     reported.add(child.pid)
-                    click.echo(
-                        f"awa worker: process {child.pid} exited with status {code}", err=True
-                    )
+                    log.error("process %d exited with status %d", child.pid, code)
 
         stop_deadline: float | None = None
         while any(c.poll() is None for c in children):
             report_failures()
             if reported and not stopping:
-                click.echo("awa worker: stopping the other processes", err=True)
+                log.warning("stopping the other processes")
                 forward(signal.SIGTERM, None)
             if stopping and stop_deadline is None:
                 stop_deadline = time.monotonic() + _STOP_GRACE
@@ -273,19 +276,51 @@ def supervise(argv: list[str], processes: int, env: dict[str, str]) -> int:
     show_default=True,
     help="How long running handlers may finish after SIGINT/SIGTERM.",
 )
+@click.option(
+    "--health-addr",
+    envvar=HEALTH_ADDR_ENV,
+    metavar="HOST:PORT",
+    default=None,
+    help=f"Serve /healthz, /readyz and /metrics here (${HEALTH_ADDR_ENV}; port 0 = any free).",
+)
+@log_options("info")
 def worker(
-    module_name: str, queue_specs: tuple[str, ...], processes: int, shutdown_timeout_ms: int
+    module_name: str,
+    queue_specs: tuple[str, ...],
+    processes: int,
+    shutdown_timeout_ms: int,
+    health_addr: str | None,
+    log_level: str,
+    log_format: str,
 ) -> None:
     """Run the handlers registered by MODULE until SIGINT or SIGTERM."""
+    logs.configure(log_level, log_format)
     queues = [parse_queue(spec) for spec in queue_specs]
+    health_addr = health_addr or None
+    if health_addr is not None:
+        try:
+            _, port = parse_addr(health_addr)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--health-addr") from None
     url = state().optional_database_url(mutating=False)
     count = processes if processes > 0 else (os.cpu_count() or 1)
+    if count > 1 and health_addr is not None and port != 0:
+        raise click.UsageError(
+            f"--health-addr {health_addr} cannot be shared by {count} processes: run one "
+            "process per container (--processes 1), or use port 0"
+        )
     if count > 1:
         argv = [sys.executable, "-m", "awa", "worker", "--module", module_name]
         for spec in queue_specs:
             argv += ["--queue", spec]
         argv += ["--processes", "1", "--shutdown-timeout-ms", str(shutdown_timeout_ms)]
         env = dict(os.environ)
+        env[logs.LEVEL_ENV] = log_level
+        env[logs.FORMAT_ENV] = log_format
+        if health_addr is not None:
+            env[HEALTH_ADDR_ENV] = health_addr
+        else:
+            env.pop(HEALTH_ADDR_ENV, None)
         if url is not None:
             # The resolved target, whatever selected it (children must not re-resolve a
             # context; the environment keeps the password out of the process list).
@@ -300,4 +335,4 @@ def worker(
             raise click.exceptions.Exit(code)
         return
     module = import_user_module(module_name)
-    asyncio.run(serve(module, url, queues, shutdown_timeout_ms))
+    asyncio.run(serve(module, url, queues, shutdown_timeout_ms, health_addr))

@@ -1,0 +1,308 @@
+"""OpenTelemetry metrics, recorded through ``opentelemetry-api`` only.
+
+Instruments come from the global meter provider's ``awa`` meter, so whatever provider the
+application installs (or :func:`awa.init_telemetry`) receives them. Without
+``opentelemetry-api`` :func:`instruments` returns ``None`` and callers record nothing.
+
+Counters on the per-job path are summed in plain integers and reported through
+observable counters when a reader collects: an ``add()`` through the SDK costs
+microseconds per call, a dict increment a fraction of one. The two per-job histograms
+(``awa.job.duration``, ``awa.job.wait_duration``) are sampled systematically once a
+process records more than ``HISTOGRAM_BUDGET`` observations a second: every k-th job is
+recorded, k following the last second's rate. Quantiles stay unbiased; counts and rates
+come from the counters, which are exact.
+
+``METRICS`` names every instrument with its type, unit and description: the dashboard
+and the alert rules under ``deploy/`` are checked against it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+try:
+    from opentelemetry import metrics as otel_metrics
+except ImportError:  # pragma: no cover - exercised when the extra is not installed
+    otel_metrics = None  # type: ignore[assignment]
+
+METER_NAME = "awa"
+
+ATTR_QUEUE = "awa.job.queue"
+ATTR_KIND = "awa.job.kind"
+ATTR_SHARD = "awa.enqueue.shard"
+ATTR_TERMINAL = "awa.job.terminal"
+ATTR_REASON = "awa.rescue.reason"
+ATTR_STATE = "awa.job.state"
+#: Every attribute awa puts on a metric (Prometheus turns the dots into underscores).
+ATTRIBUTES = (ATTR_QUEUE, ATTR_KIND, ATTR_SHARD, ATTR_TERMINAL, ATTR_REASON, ATTR_STATE)
+
+COUNTER = "counter"
+HISTOGRAM = "histogram"
+GAUGE = "gauge"
+UPDOWN = "updown"
+
+#: name -> (instrument type, unit, description)
+METRICS: dict[str, tuple[str, str, str]] = {
+    "awa.job.inserted": (COUNTER, "{job}", "Number of jobs inserted"),
+    "awa.job.claimed": (COUNTER, "{job}", "Number of jobs claimed for execution"),
+    "awa.job.completed": (COUNTER, "{job}", "Number of jobs completed successfully"),
+    "awa.job.failed": (COUNTER, "{job}", "Number of jobs that failed terminally"),
+    "awa.job.retried": (COUNTER, "{job}", "Number of jobs marked retryable"),
+    "awa.job.cancelled": (COUNTER, "{job}", "Number of jobs cancelled by their handler"),
+    "awa.job.snoozed": (COUNTER, "{job}", "Number of jobs snoozed by their handler"),
+    "awa.job.waiting_external": (COUNTER, "{job}", "Number of jobs parked for a callback"),
+    "awa.job.duration": (HISTOGRAM, "s", "Job execution duration"),
+    "awa.job.wait_duration": (HISTOGRAM, "s", "Time from a job becoming due to its claim"),
+    "awa.job.in_flight": (UPDOWN, "{job}", "Current number of in-flight jobs"),
+    "awa.job.dlq_depth": (GAUGE, "{job}", "Current DLQ depth per queue"),
+    "awa.dispatch.claim_batches": (COUNTER, "{batch}", "Number of claim queries executed"),
+    "awa.dispatch.claim_batch_size": (HISTOGRAM, "{job}", "Jobs returned per claim"),
+    "awa.dispatch.claim_duration": (HISTOGRAM, "s", "Claim query duration"),
+    "awa.dispatch.empty_claims": (COUNTER, "{wake}", "Claims that found no job"),
+    "awa.dispatch.unused_permits": (
+        COUNTER,
+        "{permit}",
+        "Permits reserved for a claim and given back unused",
+    ),
+    "awa.dispatch.rate_limited": (
+        COUNTER,
+        "{wake}",
+        "Claim rounds skipped because the rate limit had no token",
+    ),
+    "awa.completion.flushes": (COUNTER, "{batch}", "Number of completion batch flushes"),
+    "awa.completion.flush_batch_size": (HISTOGRAM, "{job}", "Completions per flush"),
+    "awa.completion.flush_duration": (HISTOGRAM, "s", "Completion flush duration"),
+    "awa.heartbeat.batches": (COUNTER, "{batch}", "Number of heartbeat batches sent"),
+    "awa.maintenance.promote_batches": (COUNTER, "{batch}", "Number of promotion batches"),
+    "awa.maintenance.promote_batch_size": (HISTOGRAM, "{job}", "Jobs promoted per batch"),
+    "awa.maintenance.promote_duration": (HISTOGRAM, "s", "Promotion batch duration"),
+    "awa.maintenance.rescues": (COUNTER, "{job}", "Number of jobs rescued by maintenance"),
+    "awa.queue.depth": (GAUGE, "{job}", "Jobs per queue and state (folded counters)"),
+    "awa.queue.lag": (GAUGE, "s", "Age of the oldest available job per queue"),
+}
+
+_COUNTER_OUTCOMES = {
+    "completed": "awa.job.completed",
+    "failed": "awa.job.failed",
+    "exhausted": "awa.job.failed",
+    "unknown_kind": "awa.job.failed",
+    "retried": "awa.job.retried",
+    "cancelled": "awa.job.cancelled",
+    "snoozed": "awa.job.snoozed",
+    "waiting_external": "awa.job.waiting_external",
+}
+
+Key = tuple[tuple[str, Any], ...]
+
+#: Per-job histogram observations per second and process before sampling starts.
+HISTOGRAM_BUDGET = 200
+
+# Histogram buckets suggested to the SDK (its defaults suit milliseconds, not seconds).
+_SECONDS_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]
+_COUNT_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096]
+
+
+class _Sampler:
+    """Systematic sampling: ``take()`` is true for every ``stride``-th call, the stride
+    re-derived each second so that about ``HISTOGRAM_BUDGET`` calls a second pass."""
+
+    __slots__ = ("_calls", "_stride", "_window_calls", "_window_start")
+
+    def __init__(self) -> None:
+        self._calls = 0
+        self._stride = 1
+        self._window_calls = 0
+        self._window_start = time.monotonic()
+
+    def take(self) -> bool:
+        self._calls += 1
+        if self._calls % self._stride:
+            return False
+        now = time.monotonic()
+        elapsed = now - self._window_start
+        if elapsed >= 1.0:
+            rate = (self._calls - self._window_calls) / elapsed
+            self._stride = max(1, int(rate // HISTOGRAM_BUDGET))
+            self._window_calls, self._window_start = self._calls, now
+        return True
+
+
+class Instruments:
+    """The ``awa`` instruments of one meter.
+
+    ``count()`` is safe from any thread. Gauges and in-flight counts are read from
+    sources registered with :meth:`add_gauge_source` when a reader collects."""
+
+    def __init__(self, meter: Any) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, dict[Key, int]] = {}
+        self._gauge_sources: dict[str, list[Callable[[], Iterable[tuple[float, Key]]]]] = {}
+        self.histograms: dict[str, Any] = {}
+        self._duration_sampler = _Sampler()
+        self._wait_sampler = _Sampler()
+        for name, (kind, unit, description) in METRICS.items():
+            if kind == COUNTER:
+                self._counts[name] = {}
+                meter.create_observable_counter(
+                    name,
+                    callbacks=[self._counter_callback(name)],
+                    unit=unit,
+                    description=description,
+                )
+            elif kind == HISTOGRAM:
+                self.histograms[name] = meter.create_histogram(
+                    name,
+                    unit=unit,
+                    description=description,
+                    explicit_bucket_boundaries_advisory=(
+                        _SECONDS_BUCKETS if unit == "s" else _COUNT_BUCKETS
+                    ),
+                )
+            else:
+                self._gauge_sources[name] = []
+                create = (
+                    meter.create_observable_gauge
+                    if kind == GAUGE
+                    else meter.create_observable_up_down_counter
+                )
+                create(
+                    name,
+                    callbacks=[self._gauge_callback(name)],
+                    unit=unit,
+                    description=description,
+                )
+
+    # ------------------------------------------------------------------ recording
+    def count(self, name: str, key: Key, amount: int = 1) -> None:
+        """Add ``amount`` to counter ``name`` for the attribute set ``key``."""
+        counts = self._counts[name]
+        with self._lock:
+            counts[key] = counts.get(key, 0) + amount
+
+    def record(self, name: str, value: float, attributes: dict[str, Any]) -> None:
+        self.histograms[name].record(value, attributes)
+
+    def job_outcome(self, outcome: str, kind: str, queue: str, duration: float) -> None:
+        """One attempt ended with ``outcome`` (an ``outcome_log`` name)."""
+        name = _COUNTER_OUTCOMES.get(outcome)
+        if name is not None:
+            key: Key = ((ATTR_QUEUE, queue), (ATTR_KIND, kind))
+            if outcome in ("failed", "exhausted", "unknown_kind"):
+                key = (*key, (ATTR_TERMINAL, True))
+            self.count(name, key)
+        if self._duration_sampler.take():
+            self.histograms["awa.job.duration"].record(
+                duration, {ATTR_QUEUE: queue, ATTR_KIND: kind}
+            )
+
+    def claimed(
+        self,
+        queue: str,
+        kinds: Iterable[str],
+        asked: int,
+        seconds: float,
+        due: Sequence[datetime],
+        now: datetime,
+    ) -> None:
+        """One claim for up to ``asked`` jobs took ``seconds`` and returned jobs of
+        ``kinds`` that had been due since ``due``."""
+        key: Key = ((ATTR_QUEUE, queue),)
+        attributes = {ATTR_QUEUE: queue}
+        self.count("awa.dispatch.claim_batches", key)
+        self.histograms["awa.dispatch.claim_duration"].record(seconds, attributes)
+        got = 0
+        claimed = self._counts["awa.job.claimed"]
+        with self._lock:
+            for kind in kinds:
+                got += 1
+                kind_key = ((ATTR_QUEUE, queue), (ATTR_KIND, kind))
+                claimed[kind_key] = claimed.get(kind_key, 0) + 1
+        if got == 0:
+            self.count("awa.dispatch.empty_claims", key)
+            return
+        self.histograms["awa.dispatch.claim_batch_size"].record(got, attributes)
+        if asked > got:
+            self.count("awa.dispatch.unused_permits", key, asked - got)
+        wait = self.histograms["awa.job.wait_duration"]
+        sampler = self._wait_sampler
+        for run_at in due:
+            if sampler.take():
+                wait.record(max(0.0, (now - run_at).total_seconds()), attributes)
+
+    def flushed(self, size: int, seconds: float) -> None:
+        """A completion flush of ``size`` attempts took ``seconds``."""
+        self.count("awa.completion.flushes", ())
+        self.histograms["awa.completion.flush_batch_size"].record(size, {})
+        self.histograms["awa.completion.flush_duration"].record(seconds, {})
+
+    def promoted(self, count: int, seconds: float) -> None:
+        self.count("awa.maintenance.promote_batches", ())
+        self.histograms["awa.maintenance.promote_batch_size"].record(count, {})
+        self.histograms["awa.maintenance.promote_duration"].record(seconds, {})
+
+    def add_gauge_source(
+        self, name: str, source: Callable[[], Iterable[tuple[float, Key]]]
+    ) -> Callable[[], None]:
+        """Report ``source()``'s ``(value, attributes)`` pairs as gauge ``name``; returns
+        a function that removes the source again."""
+        sources = self._gauge_sources[name]
+        sources.append(source)
+
+        def remove() -> None:
+            if source in sources:
+                sources.remove(source)
+
+        return remove
+
+    def counter_value(self, name: str, attributes: dict[str, Any] | None = None) -> int:
+        """The running total of counter ``name`` over the attribute sets that include
+        ``attributes`` (for diagnostics)."""
+        attributes = attributes or {}
+        wanted = set(attributes.items())
+        with self._lock:
+            return sum(value for key, value in self._counts[name].items() if wanted <= set(key))
+
+    # ------------------------------------------------------------------ callbacks
+    def _counter_callback(self, name: str) -> Callable[[Any], Iterable[Any]]:
+        counts = self._counts[name]
+
+        def observe(options: Any) -> Iterable[Any]:
+            assert otel_metrics is not None
+            with self._lock:
+                snapshot = list(counts.items())
+            return [otel_metrics.Observation(value, dict(key)) for key, value in snapshot]
+
+        return observe
+
+    def _gauge_callback(self, name: str) -> Callable[[Any], Iterable[Any]]:
+        sources = self._gauge_sources[name]
+
+        def observe(options: Any) -> Iterable[Any]:
+            assert otel_metrics is not None
+            observations = []
+            for source in list(sources):
+                for value, key in source():
+                    observations.append(otel_metrics.Observation(value, dict(key)))
+            return observations
+
+        return observe
+
+
+_instruments: Instruments | None = None
+_init_lock = threading.Lock()
+
+
+def instruments() -> Instruments | None:
+    """The process's instruments, created on first use; ``None`` without the API."""
+    global _instruments
+    if otel_metrics is None:
+        return None
+    if _instruments is None:
+        with _init_lock:
+            if _instruments is None:
+                _instruments = Instruments(otel_metrics.get_meter(METER_NAME))
+    return _instruments

@@ -1,0 +1,128 @@
+"""The files under ``deploy/``: Kubernetes manifests pass schema validation (offline,
+bundled schemas), and the dashboard and alert rules name only metrics Awa emits."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from awa.runtime import metrics
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+KUBERNETES_VERSION = "1.30.0"
+_SERIES = re.compile(r"\bawa_[a-z0-9_]+")
+_LABELS = {name.replace(".", "_") for name in metrics.ATTRIBUTES}
+
+
+def _names(expr: str) -> set[str]:
+    """The awa series an expression reads; label names must be ones awa sets."""
+    tokens = set(_SERIES.findall(expr))
+    labels = {t for t in tokens if t in _LABELS}
+    assert all(t in _LABELS for t in re.findall(r"\b(awa_[a-z0-9_]+)\s*(?:=~|!=|=)", expr))
+    return tokens - labels
+
+
+# Records every instrument once and prints the Prometheus text the health listener serves.
+_SCRAPE = """
+from awa.entrypoints import telemetry
+from awa.runtime import metrics
+
+telemetry.enable_prometheus()
+inst = metrics.instruments()
+key = ((metrics.ATTR_QUEUE, "q"),)
+for name, (kind, _, _) in metrics.METRICS.items():
+    if kind == metrics.COUNTER:
+        inst.count(name, key)
+    elif kind == metrics.HISTOGRAM:
+        inst.histograms[name].record(1.0, dict(key))
+    else:
+        inst.add_gauge_source(name, lambda: [(1.0, key)])
+print(telemetry.prometheus_text()[0].decode())
+"""
+
+
+def _manifests() -> list[tuple[Path, dict[str, Any]]]:
+    found = []
+    for path in sorted((DEPLOY / "kubernetes").glob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            if document:
+                found.append((path, document))
+    return found
+
+
+@pytest.fixture(scope="module")
+def emitted_series() -> set[str]:
+    """Every series name (``_bucket``/``_sum``/``_count`` included) Awa exports."""
+    text = subprocess.run(
+        [sys.executable, "-c", _SCRAPE], capture_output=True, text=True, check=True
+    ).stdout
+    series = set()
+    for line in text.splitlines():
+        if line.startswith("awa_"):
+            series.add(re.split(r"[{ ]", line, maxsplit=1)[0])
+    return series
+
+
+def test_every_manifest_passes_the_kubernetes_schema() -> None:
+    manifests = _manifests()
+    assert {m["kind"] for _, m in manifests} >= {"Deployment", "Job"}
+    for path, manifest in manifests:
+        try:
+            kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{path.name}: {manifest['kind']}: {exc.message} at {exc.path}")
+
+
+def test_the_worker_deployment_probes_and_drains_as_documented() -> None:
+    (deployment,) = [m for _, m in _manifests() if m["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["resources"]["requests"]["cpu"]
+    args = container["args"]
+    drain_ms = int(args[args.index("--shutdown-timeout-ms") + 1])
+    assert pod["terminationGracePeriodSeconds"] * 1000 > drain_ms
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["AWA_HEALTH_ADDR"].endswith(":8321")
+
+
+def test_the_dashboard_names_only_emitted_metrics(emitted_series: set[str]) -> None:
+    dashboard = json.loads((DEPLOY / "grafana" / "awa-dashboard.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    exprs += [v["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    used = {name for expr in exprs for name in _names(expr)}
+    assert used, "the dashboard queries no awa metric"
+    assert used <= emitted_series, sorted(used - emitted_series)
+    # The headline metrics are on it.
+    assert {"awa_job_completed_total", "awa_queue_lag_seconds", "awa_queue_depth"} <= used
+
+
+def test_the_alert_rules_name_only_emitted_metrics(emitted_series: set[str]) -> None:
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "awa-alerts.yaml").read_text())
+    alerts = [rule for group in rules["groups"] for rule in group["rules"]]
+    names = {a["alert"] for a in alerts}
+    assert names == {
+        "AwaQueueLagHigh",
+        "AwaErrorRateHigh",
+        "AwaRescueSpike",
+        "AwaNoLiveRuntime",
+        "AwaThroughputCollapse",
+    }
+    for alert in alerts:
+        assert alert["labels"]["severity"] in ("warning", "critical")
+        assert alert["annotations"]["summary"]
+        used = _names(alert["expr"])
+        assert used and used <= emitted_series, (alert["alert"], sorted(used - emitted_series))
+    lag = next(a for a in alerts if a["alert"] == "AwaQueueLagHigh")
+    assert "> 300" in lag["expr"]
+    error = next(a for a in alerts if a["alert"] == "AwaErrorRateHigh")
+    assert "> 0.05" in error["expr"]

@@ -38,6 +38,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from awa.adapters._pg import transition as pg_transition
+from awa.adapters._pg.cron import PgCronOps
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.leader import PostgresLeaderLock
 from awa.adapters._pg.migrations import require_schema
@@ -111,7 +112,7 @@ class RoutingUnitOfWork:
         self.open = True
 
 
-class TransitionRoutingEngine:
+class TransitionRoutingEngine(PgCronOps):
     """:class:`~awa.ports.StorageEngine` routing between canonical and queue storage.
 
     Build it with :meth:`open` (checks the schema) or around an existing pool.

@@ -7,14 +7,19 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 from awa.adapters.clock import SystemClock
+from awa.adapters.cron_calendar import parse_cron
+from awa.domain.cron import CronSchedule
 from awa.domain.errors import AwaError
 from awa.domain.job import JobRecord
 from awa.entrypoints import bootstrap
 from awa.entrypoints.args import kind_for_type, rebuild_args
 from awa.entrypoints.client_admin import AdminMixin
+from awa.entrypoints.client_cron import CronMixin, build_schedule
 from awa.entrypoints.job import Job
 from awa.entrypoints.results import HealthCheck, QueueHealth
+from awa.ports.cron import CronStore
 from awa.runtime import AttemptContext, HandlerRegistry, Runtime, parse_start_args
+from awa.runtime.cron import CronService
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -29,7 +34,7 @@ def _job_factory(args_type: type[Any]) -> Callable[[JobRecord, AttemptContext], 
     return build
 
 
-class AsyncClient(AdminMixin):
+class AsyncClient(CronMixin, AdminMixin):
     """The asyncio client: enqueue, administer, and run workers.
 
     ``AsyncClient(database_url, max_connections=10)`` checks the database is reachable
@@ -39,6 +44,7 @@ class AsyncClient(AdminMixin):
     def __init__(self, database_url: str, max_connections: int = 10) -> None:
         super().__init__(database_url, max_connections)
         self._handlers = HandlerRegistry()
+        self._schedules: dict[str, CronSchedule] = {}
         self._runtime: Runtime | None = None
         self._runtime_resources: bootstrap.RuntimePorts | None = None
 
@@ -77,6 +83,45 @@ class AsyncClient(AdminMixin):
             stacklevel=2,
         )
         return self.task(args_type, kind=kind, queue=queue)
+
+    def periodic(
+        self,
+        name: str,
+        cron_expr: str,
+        args_type: type[T],
+        args: T,
+        *,
+        timezone: str = "UTC",
+        queue: str = "default",
+        priority: int = 2,
+        max_attempts: int = 25,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        missed_fire_policy: str = "coalesce",
+    ) -> None:
+        """Declare a periodic job: ``cron_expr`` (5 fields, or 6 with seconds first) in
+        the IANA zone ``timezone`` enqueues ``args`` as a job of ``args_type``'s kind.
+
+        Checked now: a bad expression, zone, priority, attempt count or policy raises
+        ``ValidationError`` here. ``start()`` stores the schedule in ``awa.cron_jobs``
+        (and again every minute); declaring a name twice keeps the last declaration.
+        ``missed_fire_policy``: ``"coalesce"`` enqueues only the latest missed fire,
+        ``"catch_up"`` every one (at most 1 000 per second of evaluation).
+        """
+        schedule = build_schedule(
+            name,
+            cron_expr,
+            args_type,
+            args,
+            timezone=timezone,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            tags=tags,
+            metadata=metadata,
+            missed_fire_policy=missed_fire_policy,
+        )
+        self._schedules[name] = schedule
 
     # ------------------------------------------------------------------ runtime
     async def start(
@@ -150,6 +195,16 @@ class AsyncClient(AdminMixin):
         ports = await bootstrap.open_runtime_ports(
             wiring, transition_role=config.storage_transition_role
         )
+        cron: CronService | None = None
+        if isinstance(wiring.engine, CronStore):
+            cron = CronService(
+                wiring.engine, parse_cron, SystemClock(), list(self._schedules.values())
+            )
+            try:
+                await cron.sync()
+            except BaseException:
+                await ports.close()
+                raise
         runtime = Runtime(
             wiring.engine,
             ports.notifier,
@@ -159,6 +214,7 @@ class AsyncClient(AdminMixin):
             config,
             runtime_registry=ports.registry,
             heartbeat_engine_factory=bootstrap.heartbeat_engine_factory(wiring),
+            cron=cron,
         )
         try:
             await runtime.start()

@@ -294,6 +294,27 @@ class Client:
         """Database health (this client runs no worker)."""
         return self._run(self._async.health_check())
 
+    # ------------------------------------------------------------------ cron
+    def list_cron_jobs(self) -> list[dict[str, Any]]:
+        """Every stored periodic schedule as a dict of its ``awa.cron_jobs`` columns."""
+        return self._run(self._async.list_cron_jobs())
+
+    def delete_cron_job(self, name: str) -> bool:
+        """Delete a stored schedule; ``False`` if there was none."""
+        return self._run(self._async.delete_cron_job(name))
+
+    def pause_cron_job(self, name: str, paused_by: str | None = None) -> bool:
+        """Stop a schedule's automatic fires; ``False`` if there is no such schedule."""
+        return self._run(self._async.pause_cron_job(name, paused_by))
+
+    def resume_cron_job(self, name: str) -> bool:
+        """Let a paused schedule fire again; ``False`` if there is no such schedule."""
+        return self._run(self._async.resume_cron_job(name))
+
+    def trigger_cron_job(self, name: str) -> Job[Any]:
+        """Enqueue a schedule's job now (even while paused)."""
+        return self._run(self._async.trigger_cron_job(name))
+
     # ------------------------------------------------------------------ DLQ
     def list_dlq(
         self,

@@ -12,6 +12,7 @@ from awa.ports.leader import LeaderLock
 from awa.ports.maintenance import RingMaintenance
 from awa.ports.storage import Rescued, StorageEngine
 from awa.runtime.config import RuntimeConfig
+from awa.runtime.cron import CronService
 from awa.runtime.inflight import InFlight
 
 log = logging.getLogger("awa.runtime.maintenance")
@@ -40,8 +41,11 @@ class MaintenanceLeader:
         lock: LeaderLock,
         config: RuntimeConfig,
         inflight: InFlight,
+        *,
+        cron: CronService | None = None,
     ) -> None:
         self._engine = engine
+        self._cron = cron
         self._lock = lock
         self._config = config
         self._inflight = inflight
@@ -85,6 +89,8 @@ class MaintenanceLeader:
             _Duty("rescue_callbacks", c.callback_rescue_interval, self._rescue_callbacks),
             _Duty("cleanup", c.cleanup_interval, self._cleanup),
         ]
+        if self._cron is not None:
+            duties.append(_Duty("cron", self._cron.eval_interval, self._cron_evaluate))
         if isinstance(self._engine, RingMaintenance):
             duties.append(_Duty("ring", c.queue_storage_queue_rotate_interval, self._ring))
             duties.append(
@@ -175,6 +181,10 @@ class MaintenanceLeader:
 
     async def _rescue_callbacks(self) -> None:
         self._flag_local(await self._engine.rescue_expired_callbacks())
+
+    async def _cron_evaluate(self) -> None:
+        assert self._cron is not None
+        await self._cron.evaluate()
 
     async def _ring(self) -> None:
         """Reclaim the slot the ring rotates into next (when it is safe), then rotate."""

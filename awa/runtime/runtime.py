@@ -24,6 +24,7 @@ from awa.ports.storage import StorageEngine, WorkerWarmUp
 from awa.runtime.completion import CompletionBatcher
 from awa.runtime.config import RuntimeConfig
 from awa.runtime.context import AttemptContext
+from awa.runtime.cron import CronService
 from awa.runtime.dispatcher import QueueDispatcher
 from awa.runtime.executor import Executor
 from awa.runtime.handlers import HandlerRegistry
@@ -92,6 +93,7 @@ class Runtime:
         *,
         runtime_registry: RuntimeRegistry | None = None,
         heartbeat_engine_factory: EngineFactory | None = None,
+        cron: CronService | None = None,
     ) -> None:
         self.engine = engine
         self.notifier = notifier
@@ -101,6 +103,8 @@ class Runtime:
         self.config = config
         self.runtime_registry = runtime_registry
         self.heartbeat_engine_factory = heartbeat_engine_factory
+        #: declares this runtime's schedules; the maintenance leader fires stored ones
+        self.cron = cron
         self.id = str(uuid.uuid4())
         self.hostname = socket.gethostname()
         self.pid = os.getpid()
@@ -130,7 +134,7 @@ class Runtime:
             engine_factory=heartbeat_engine_factory,
         )
         self.maintenance = (
-            MaintenanceLeader(engine, leader_lock, config, self.inflight)
+            MaintenanceLeader(engine, leader_lock, config, self.inflight, cron=cron)
             if leader_lock is not None
             else None
         )
@@ -241,6 +245,8 @@ class Runtime:
                     services.start_soon(self.maintenance.run)
                 if self.runtime_registry is not None:
                     services.start_soon(self._snapshot_loop)
+                if self.cron is not None and self.cron.schedules:
+                    services.start_soon(self.cron.sync_loop)
                 self._idle_slots = []
                 async with anyio.create_task_group() as work:
                     self._work = work

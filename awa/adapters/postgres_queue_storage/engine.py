@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from psycopg_pool import AsyncConnectionPool
 
+from awa.adapters._pg.cron import PgCronOps
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.leader import PostgresLeaderLock
 from awa.adapters._pg.migrations import migrate
@@ -45,7 +46,7 @@ async def install_queue_storage(
         await conn.close()
 
 
-class QueueStorageEngine(CoreOps, AdminOps, RingOps):
+class QueueStorageEngine(CoreOps, AdminOps, RingOps, PgCronOps):
     """Append-first Postgres storage: ready rows, receipts and closures in a ring of list
     partitions reclaimed by ``TRUNCATE`` (:meth:`rotate_queue_ring`, :meth:`prune_oldest`).
 

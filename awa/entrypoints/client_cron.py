@@ -23,6 +23,16 @@ def _utc_text(value: datetime | None) -> str | None:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+def next_fire_at(cron_expr: str, timezone: str, after: datetime | None = None) -> str | None:
+    """The next fire time of a schedule after ``after`` (default: now) as RFC 3339 UTC
+    text, or ``None`` when the expression or zone of a stored row cannot be read."""
+    try:
+        calendar = parse_cron(cron_expr, timezone)
+    except ValidationError:
+        return None
+    return _utc_text(calendar.next_after(after or datetime.now(UTC)))
+
+
 def cron_job_dict(job: CronJob) -> dict[str, Any]:
     """A stored schedule as ``list_cron_jobs`` returns it (the ``awa.cron_jobs`` row)."""
     schedule = job.schedule

@@ -43,6 +43,7 @@ from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.leader import PostgresLeaderLock
 from awa.adapters._pg.migrations import require_schema
 from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
+from awa.adapters._pg.overrides import PgOverrideOps
 from awa.adapters._pg.pool import DictConnection, open_pool
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_canonical import CanonicalEngine
@@ -112,7 +113,7 @@ class RoutingUnitOfWork:
         self.open = True
 
 
-class TransitionRoutingEngine(PgCronOps):
+class TransitionRoutingEngine(PgCronOps, PgOverrideOps):
     """:class:`~awa.ports.StorageEngine` routing between canonical and queue storage.
 
     Build it with :meth:`open` (checks the schema) or around an existing pool.

@@ -15,6 +15,7 @@ from awa.entrypoints import bootstrap
 from awa.entrypoints.args import kind_for_type, rebuild_args
 from awa.entrypoints.client_admin import AdminMixin
 from awa.entrypoints.client_cron import CronMixin, build_schedule
+from awa.entrypoints.client_overrides import OverridesMixin
 from awa.entrypoints.job import Job
 from awa.entrypoints.results import HealthCheck, QueueHealth
 from awa.ports.cron import CronStore
@@ -34,7 +35,7 @@ def _job_factory(args_type: type[Any]) -> Callable[[JobRecord, AttemptContext], 
     return build
 
 
-class AsyncClient(CronMixin, AdminMixin):
+class AsyncClient(CronMixin, OverridesMixin, AdminMixin):
     """The asyncio client: enqueue, administer, and run workers.
 
     ``AsyncClient(database_url, max_connections=10)`` checks the database is reachable

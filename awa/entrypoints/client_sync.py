@@ -315,6 +315,37 @@ class Client:
         """Enqueue a schedule's job now (even while paused)."""
         return self._run(self._async.trigger_cron_job(name))
 
+    # ------------------------------------------------------------------ live overrides
+    def set_queue_overrides(
+        self,
+        queue: str,
+        *,
+        poll_interval_ms: int | None = None,
+        claim_batch_size: int | None = None,
+        rate_limit: float | None = None,
+        rate_limit_burst: int | None = None,
+        deadline_ms: int | None = None,
+    ) -> dict[str, Any]:
+        """Replace a queue's live overrides (see ``AsyncClient.set_queue_overrides``)."""
+        return self._run(
+            self._async.set_queue_overrides(
+                queue,
+                poll_interval_ms=poll_interval_ms,
+                claim_batch_size=claim_batch_size,
+                rate_limit=rate_limit,
+                rate_limit_burst=rate_limit_burst,
+                deadline_ms=deadline_ms,
+            )
+        )
+
+    def clear_queue_overrides(self, queue: str) -> bool:
+        """Clear a queue's live overrides; ``False`` if it had none."""
+        return self._run(self._async.clear_queue_overrides(queue))
+
+    def queue_overrides(self, queue: str | None = None) -> dict[str, dict[str, Any]]:
+        """Live overrides by queue."""
+        return self._run(self._async.queue_overrides(queue))
+
     # ------------------------------------------------------------------ DLQ
     def list_dlq(
         self,

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from awa.entrypoints.cli._common import emit_json, json_option, print_table, wants_json, with_client
+from awa.entrypoints.cli.overrides import overrides
 from awa.entrypoints.client import AsyncClient
 
 STATS_HEADERS = ("QUEUE", "AVAIL", "RUNNING", "FAILED", "COMPLETED/1H", "LAG(s)", "PAUSED")
@@ -107,3 +108,6 @@ def stats(json_flag: bool) -> None:
 def queue_stats_hidden(json_flag: bool) -> None:
     """Alias of ``awa queue stats``."""
     _print_stats(json_flag)
+
+
+queue.add_command(overrides)

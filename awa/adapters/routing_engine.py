@@ -39,6 +39,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from awa.adapters._pg import transition as pg_transition
 from awa.adapters._pg.cron import PgCronOps
+from awa.adapters._pg.descriptors import PgDescriptorOps
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.leader import PostgresLeaderLock
 from awa.adapters._pg.migrations import require_schema
@@ -113,7 +114,7 @@ class RoutingUnitOfWork:
         self.open = True
 
 
-class TransitionRoutingEngine(PgCronOps, PgOverrideOps):
+class TransitionRoutingEngine(PgCronOps, PgOverrideOps, PgDescriptorOps):
     """:class:`~awa.ports.StorageEngine` routing between canonical and queue storage.
 
     Build it with :meth:`open` (checks the schema) or around an existing pool.

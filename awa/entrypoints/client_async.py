@@ -9,18 +9,27 @@ from typing import Any, Literal, TypeVar
 from awa.adapters.clock import SystemClock
 from awa.adapters.cron_calendar import parse_cron
 from awa.domain.cron import CronSchedule
+from awa.domain.descriptors import Descriptor
 from awa.domain.errors import AwaError
 from awa.domain.job import JobRecord
 from awa.entrypoints import bootstrap
 from awa.entrypoints.args import kind_for_type, rebuild_args
 from awa.entrypoints.client_admin import AdminMixin
 from awa.entrypoints.client_cron import CronMixin, build_schedule
+from awa.entrypoints.client_descriptors import (
+    DescriptorsMixin,
+    build_descriptor,
+    check_descriptor_queues,
+    declared,
+)
 from awa.entrypoints.client_overrides import OverridesMixin
 from awa.entrypoints.job import Job
 from awa.entrypoints.results import HealthCheck, QueueHealth
 from awa.ports.cron import CronStore
+from awa.ports.descriptors import DescriptorStore
 from awa.runtime import AttemptContext, HandlerRegistry, Runtime, parse_start_args
 from awa.runtime.cron import CronService
+from awa.runtime.descriptors import DescriptorService
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -35,7 +44,7 @@ def _job_factory(args_type: type[Any]) -> Callable[[JobRecord, AttemptContext], 
     return build
 
 
-class AsyncClient(CronMixin, OverridesMixin, AdminMixin):
+class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin):
     """The asyncio client: enqueue, administer, and run workers.
 
     ``AsyncClient(database_url, max_connections=10)`` checks the database is reachable
@@ -46,6 +55,8 @@ class AsyncClient(CronMixin, OverridesMixin, AdminMixin):
         super().__init__(database_url, max_connections)
         self._handlers = HandlerRegistry()
         self._schedules: dict[str, CronSchedule] = {}
+        self._queue_descriptors: dict[str, Descriptor] = {}
+        self._kind_descriptors: dict[str, Descriptor] = {}
         self._runtime: Runtime | None = None
         self._runtime_resources: bootstrap.RuntimePorts | None = None
 
@@ -124,6 +135,54 @@ class AsyncClient(CronMixin, OverridesMixin, AdminMixin):
         )
         self._schedules[name] = schedule
 
+    def queue_descriptor(
+        self,
+        queue: str,
+        *,
+        display_name: str | None = None,
+        description: str | None = None,
+        owner: str | None = None,
+        docs_url: str | None = None,
+        tags: list[str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Describe a queue this runtime serves, for operators (admin UI, catalogs).
+
+        ``start()`` stores it in ``awa.queue_descriptors`` and refreshes it every snapshot
+        tick; it refuses a queue the runtime does not serve and, with ``DatabaseError``,
+        fields over the limits (display name and owner 200 characters, description 2 000,
+        docs URL 2 048, 20 tags). Declaring a queue twice keeps the last declaration."""
+        self._queue_descriptors[queue] = build_descriptor(
+            display_name=display_name,
+            description=description,
+            owner=owner,
+            docs_url=docs_url,
+            tags=tags,
+            extra=extra,
+        )
+
+    def job_kind_descriptor(
+        self,
+        kind: str,
+        *,
+        display_name: str | None = None,
+        description: str | None = None,
+        owner: str | None = None,
+        docs_url: str | None = None,
+        tags: list[str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Describe a job kind (stored in ``awa.job_kind_descriptors`` by ``start()``,
+        with the same limits as :meth:`queue_descriptor`)."""
+        self._kind_descriptors[kind] = build_descriptor(
+            display_name=display_name,
+            description=description,
+            owner=owner,
+            docs_url=docs_url,
+            tags=tags,
+            extra=extra,
+        )
+
     # ------------------------------------------------------------------ runtime
     async def start(
         self,
@@ -192,6 +251,9 @@ class AsyncClient(CronMixin, OverridesMixin, AdminMixin):
             queue_storage_claim_rotate_interval_ms=queue_storage_claim_rotate_interval_ms,
             storage_transition_role=storage_transition_role,
         )
+        check_descriptor_queues(self._queue_descriptors, {q.name for q in config.queues})
+        queue_descriptors = declared("queue", self._queue_descriptors)
+        kind_descriptors = declared("job_kind", self._kind_descriptors)
         wiring = await self._wiring()
         ports = await bootstrap.open_runtime_ports(
             wiring, transition_role=config.storage_transition_role
@@ -201,11 +263,23 @@ class AsyncClient(CronMixin, OverridesMixin, AdminMixin):
             cron = CronService(
                 wiring.engine, parse_cron, SystemClock(), list(self._schedules.values())
             )
-            try:
+        descriptors: DescriptorService | None = None
+        if isinstance(wiring.engine, DescriptorStore):
+            descriptors = DescriptorService(
+                wiring.engine,
+                SystemClock(),
+                queue_descriptors,
+                kind_descriptors,
+                sync_interval=config.snapshot_interval,
+            )
+        try:
+            if cron is not None:
                 await cron.sync()
-            except BaseException:
-                await ports.close()
-                raise
+            if descriptors is not None:
+                await descriptors.sync()
+        except BaseException:
+            await ports.close()
+            raise
         runtime = Runtime(
             wiring.engine,
             ports.notifier,
@@ -216,6 +290,7 @@ class AsyncClient(CronMixin, OverridesMixin, AdminMixin):
             runtime_registry=ports.registry,
             heartbeat_engine_factory=bootstrap.heartbeat_engine_factory(wiring),
             cron=cron,
+            descriptors=descriptors,
         )
         try:
             await runtime.start()

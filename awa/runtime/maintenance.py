@@ -8,11 +8,14 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
+from awa.ports.clock import Clock
+from awa.ports.descriptors import DescriptorStore
 from awa.ports.leader import LeaderLock
 from awa.ports.maintenance import RingMaintenance
 from awa.ports.storage import Rescued, StorageEngine
 from awa.runtime.config import RuntimeConfig
 from awa.runtime.cron import CronService
+from awa.runtime.descriptors import clean_up_descriptors
 from awa.runtime.inflight import InFlight
 
 log = logging.getLogger("awa.runtime.maintenance")
@@ -43,9 +46,11 @@ class MaintenanceLeader:
         inflight: InFlight,
         *,
         cron: CronService | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self._engine = engine
         self._cron = cron
+        self._clock = clock
         self._lock = lock
         self._config = config
         self._inflight = inflight
@@ -89,6 +94,8 @@ class MaintenanceLeader:
             _Duty("rescue_callbacks", c.callback_rescue_interval, self._rescue_callbacks),
             _Duty("cleanup", c.cleanup_interval, self._cleanup),
         ]
+        if self._clock is not None and isinstance(self._engine, DescriptorStore):
+            duties.append(_Duty("descriptor_cleanup", c.cleanup_interval, self._descriptors))
         if self._cron is not None:
             duties.append(_Duty("cron", self._cron.eval_interval, self._cron_evaluate))
         if isinstance(self._engine, RingMaintenance):
@@ -181,6 +188,10 @@ class MaintenanceLeader:
 
     async def _rescue_callbacks(self) -> None:
         self._flag_local(await self._engine.rescue_expired_callbacks())
+
+    async def _descriptors(self) -> None:
+        assert self._clock is not None and isinstance(self._engine, DescriptorStore)
+        await clean_up_descriptors(self._engine, self._clock, self._config.descriptor_retention)
 
     async def _cron_evaluate(self) -> None:
         assert self._cron is not None

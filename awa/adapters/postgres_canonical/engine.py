@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from awa.adapters._pg.cron import PgCronOps
+from awa.adapters._pg.descriptors import PgDescriptorOps
 from awa.adapters._pg.leader import PostgresLeaderLock
 from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
 from awa.adapters._pg.overrides import PgOverrideOps
@@ -12,7 +13,9 @@ from awa.adapters.postgres_canonical.maintenance import MaintenanceOps
 from awa.adapters.postgres_canonical.worker import WorkerOps
 
 
-class CanonicalEngine(WorkerOps, MaintenanceOps, AdminOps, DlqOps, PgCronOps, PgOverrideOps):
+class CanonicalEngine(
+    WorkerOps, MaintenanceOps, AdminOps, DlqOps, PgCronOps, PgOverrideOps, PgDescriptorOps
+):
     """:class:`awa.ports.StorageEngine` on the canonical tables.
 
     Build it with ``await CanonicalEngine.open(url, clock=..., backoff=...)`` (checks the

@@ -5,6 +5,7 @@ from __future__ import annotations
 from psycopg_pool import AsyncConnectionPool
 
 from awa.adapters._pg.cron import PgCronOps
+from awa.adapters._pg.descriptors import PgDescriptorOps
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.leader import PostgresLeaderLock
 from awa.adapters._pg.migrations import migrate
@@ -47,7 +48,7 @@ async def install_queue_storage(
         await conn.close()
 
 
-class QueueStorageEngine(CoreOps, AdminOps, RingOps, PgCronOps, PgOverrideOps):
+class QueueStorageEngine(CoreOps, AdminOps, RingOps, PgCronOps, PgOverrideOps, PgDescriptorOps):
     """Append-first Postgres storage: ready rows, receipts and closures in a ring of list
     partitions reclaimed by ``TRUNCATE`` (:meth:`rotate_queue_ring`, :meth:`prune_oldest`).
 

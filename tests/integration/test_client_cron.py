@@ -156,3 +156,29 @@ def test_the_sync_client_lists_and_deletes(migrated_database_url: str) -> None:
         assert client.delete_cron_job("by_hand") is False
         assert client.list_cron_jobs() == []
     assert awa.Client is Client
+
+
+async def test_a_row_written_by_hand_fires_under_any_runtime(
+    client: AsyncClient, migrated_database_url: str
+) -> None:
+    with psycopg.connect(migrated_database_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO awa.cron_jobs (name, cron_expr, kind, queue, args)"
+            " VALUES ('by_hand', '* * * * * *', 'beat', 'hand', '{\"n\": 3}')"
+        )
+    done: list[Job[Beat]] = []
+
+    @client.task(Beat, queue="hand")
+    async def beat(job: Job[Beat]) -> None:
+        done.append(job)
+
+    await client.start([("hand", 1)], leader_election_interval_ms=100)
+    try:
+
+        async def fired() -> bool:
+            return bool(done)
+
+        assert await _wait(fired)
+    finally:
+        await client.shutdown()
+    assert done[0].args == Beat(3) and done[0].metadata["cron_name"] == "by_hand"

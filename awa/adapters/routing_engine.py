@@ -39,10 +39,13 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from awa.adapters._pg import transition as pg_transition
+from awa.adapters._pg.cron import PgCronOps
+from awa.adapters._pg.descriptors import PgDescriptorOps
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.leader import PostgresLeaderLock
 from awa.adapters._pg.migrations import require_schema
 from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
+from awa.adapters._pg.overrides import PgOverrideOps
 from awa.adapters._pg.pool import DictConnection, PoolOptions, open_pool
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_canonical import CanonicalEngine
@@ -119,7 +122,7 @@ COPY_NEEDS_QUEUE_STORAGE = (
 )
 
 
-class TransitionRoutingEngine:
+class TransitionRoutingEngine(PgCronOps, PgOverrideOps, PgDescriptorOps):
     """:class:`~awa.ports.StorageEngine` routing between canonical and queue storage.
 
     Build it with :meth:`open` (checks the schema) or around an existing pool.

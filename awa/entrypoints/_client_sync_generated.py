@@ -89,6 +89,12 @@ class Client(BlockingClientBase):
             )
         )
 
+    def clear_queue_overrides(self, queue: str) -> bool:
+        """Clear every override of ``queue``; ``False`` if it had none. Blocking form of
+        ``AsyncClient.clear_queue_overrides``.
+        """
+        return self._run(self._async.clear_queue_overrides(queue))
+
     def complete_external(
         self, callback_id: str, payload: dict[str, Any] | None = None
     ) -> Job[Any]:
@@ -96,6 +102,13 @@ class Client(BlockingClientBase):
         ``AsyncClient.complete_external``.
         """
         return self._run(self._async.complete_external(callback_id, payload))
+
+    def delete_cron_job(self, name: str) -> bool:
+        """Delete a stored schedule; ``False`` if there was none. A runtime that still declares
+        it stores it again on its next declaration (within a minute). Blocking form of
+        ``AsyncClient.delete_cron_job``.
+        """
+        return self._run(self._async.delete_cron_job(name))
 
     def discard_failed(self, kind: str) -> int:
         """Delete every failed job of ``kind``; returns how many. Blocking form of
@@ -296,6 +309,12 @@ class Client(BlockingClientBase):
             )
         )
 
+    def list_cron_jobs(self) -> list[dict[str, Any]]:
+        """Every stored schedule as a dict of its ``awa.cron_jobs`` columns, by name. Blocking
+        form of ``AsyncClient.list_cron_jobs``.
+        """
+        return self._run(self._async.list_cron_jobs())
+
     def list_dlq(
         self,
         *,
@@ -320,6 +339,12 @@ class Client(BlockingClientBase):
             )
         )
 
+    def list_job_kind_descriptors(self) -> list[dict[str, Any]]:
+        """Rows of ``awa.job_kind_descriptors`` with ``stale`` and ``drift`` flags. Blocking
+        form of ``AsyncClient.list_job_kind_descriptors``.
+        """
+        return self._run(self._async.list_job_kind_descriptors())
+
     def list_jobs(
         self,
         *,
@@ -331,6 +356,13 @@ class Client(BlockingClientBase):
         """Matching jobs, newest first. Blocking form of ``AsyncClient.list_jobs``."""
         return self._run(self._async.list_jobs(state=state, kind=kind, queue=queue, limit=limit))
 
+    def list_queue_descriptors(self) -> list[dict[str, Any]]:
+        """Rows of ``awa.queue_descriptors`` with read-time ``stale`` (no live runtime
+        refreshes it) and ``drift`` (live runtimes disagree on its hash) flags. Blocking
+        form of ``AsyncClient.list_queue_descriptors``.
+        """
+        return self._run(self._async.list_queue_descriptors())
+
     def migrate(self) -> None:
         """Apply pending schema migrations. Blocking form of ``AsyncClient.migrate``."""
         return self._run(self._async.migrate())
@@ -340,6 +372,12 @@ class Client(BlockingClientBase):
         of ``AsyncClient.move_failed_to_dlq``.
         """
         return self._run(self._async.move_failed_to_dlq(job_id, reason))
+
+    def pause_cron_job(self, name: str, paused_by: str | None = None) -> bool:
+        """Stop a schedule's automatic fires; ``False`` if there is no such schedule. Blocking
+        form of ``AsyncClient.pause_cron_job``.
+        """
+        return self._run(self._async.pause_cron_job(name, paused_by))
 
     def pause_queue(self, queue: str, paused_by: str | None = None) -> None:
         """Stop workers claiming from ``queue`` (inserts still work). Blocking form of
@@ -389,6 +427,12 @@ class Client(BlockingClientBase):
         """
         return self._run(self._async.purge_dlq_job(job_id))
 
+    def queue_overrides(self, queue: str | None = None) -> dict[str, dict[str, Any]]:
+        """Overrides by queue: every queue that has any, or just ``queue`` (empty when it has
+        none). Blocking form of ``AsyncClient.queue_overrides``.
+        """
+        return self._run(self._async.queue_overrides(queue))
+
     def queue_stats(self) -> list[QueueStat]:
         """Exact per-queue counts. Blocking form of ``AsyncClient.queue_stats``."""
         return self._run(self._async.queue_stats())
@@ -403,6 +447,13 @@ class Client(BlockingClientBase):
         (leave the job waiting). Blocking form of ``AsyncClient.resolve_callback``.
         """
         return self._run(self._async.resolve_callback(callback_id, payload, default_action))
+
+    def resume_cron_job(self, name: str) -> bool:
+        """Let a paused schedule fire again (its missed-fire policy decides what it catches
+        up); ``False`` if there is no such schedule. Blocking form of
+        ``AsyncClient.resume_cron_job``.
+        """
+        return self._run(self._async.resume_cron_job(name))
 
     def resume_external(self, callback_id: str, payload: dict[str, Any] | None = None) -> Job[Any]:
         """Resume a handler waiting in ``wait_for_callback`` with ``payload``. Blocking form of
@@ -457,11 +508,44 @@ class Client(BlockingClientBase):
         """
         return self._run(self._async.runtime_registry())
 
+    def set_queue_overrides(
+        self,
+        queue: str,
+        *,
+        poll_interval_ms: int | None = None,
+        claim_batch_size: int | None = None,
+        rate_limit: float | None = None,
+        rate_limit_burst: int | None = None,
+        deadline_ms: int | None = None,
+    ) -> dict[str, Any]:
+        """Replace the queue's whole override state (an argument left ``None`` clears that
+        override) and return it. A rate-limit override only retunes a queue started with a
+        rate limit; a deadline override only retunes a non-zero deadline. Blocking form of
+        ``AsyncClient.set_queue_overrides``.
+        """
+        return self._run(
+            self._async.set_queue_overrides(
+                queue,
+                poll_interval_ms=poll_interval_ms,
+                claim_batch_size=claim_batch_size,
+                rate_limit=rate_limit,
+                rate_limit_burst=rate_limit_burst,
+                deadline_ms=deadline_ms,
+            )
+        )
+
     def storage_status(self) -> str:
         """The storage transition status as pretty-printed JSON. Blocking form of
         ``AsyncClient.storage_status``.
         """
         return self._run(self._async.storage_status())
+
+    def trigger_cron_job(self, name: str) -> Job[Any]:
+        """Enqueue a schedule's job now, even while paused, leaving its schedule as it is.
+        Raises ``ValidationError`` if there is no such schedule. Blocking form of
+        ``AsyncClient.trigger_cron_job``.
+        """
+        return self._run(self._async.trigger_cron_job(name))
 
 
 class RawClient(RawClientBase):
@@ -522,6 +606,12 @@ class RawClient(RawClientBase):
             kind, queue=queue, args=args, period_bucket=period_bucket
         )
 
+    def clear_queue_overrides_sync(self, queue: str) -> bool:
+        """Blocking ``clear_queue_overrides``, on a client of its own (see
+        ``Client.clear_queue_overrides``).
+        """
+        return self._blocking().clear_queue_overrides(queue)
+
     def complete_external_sync(
         self, callback_id: str, payload: dict[str, Any] | None = None
     ) -> Job[Any]:
@@ -529,6 +619,12 @@ class RawClient(RawClientBase):
         ``Client.complete_external``).
         """
         return self._blocking().complete_external(callback_id, payload)
+
+    def delete_cron_job_sync(self, name: str) -> bool:
+        """Blocking ``delete_cron_job``, on a client of its own (see
+        ``Client.delete_cron_job``).
+        """
+        return self._blocking().delete_cron_job(name)
 
     def discard_failed_sync(self, kind: str) -> int:
         """Blocking ``discard_failed``, on a client of its own (see ``Client.discard_failed``)."""
@@ -702,6 +798,10 @@ class RawClient(RawClientBase):
             reset=reset,
         )
 
+    def list_cron_jobs_sync(self) -> list[dict[str, Any]]:
+        """Blocking ``list_cron_jobs``, on a client of its own (see ``Client.list_cron_jobs``)."""
+        return self._blocking().list_cron_jobs()
+
     def list_dlq_sync(
         self,
         *,
@@ -722,6 +822,12 @@ class RawClient(RawClientBase):
             limit=limit,
         )
 
+    def list_job_kind_descriptors_sync(self) -> list[dict[str, Any]]:
+        """Blocking ``list_job_kind_descriptors``, on a client of its own (see
+        ``Client.list_job_kind_descriptors``).
+        """
+        return self._blocking().list_job_kind_descriptors()
+
     def list_jobs_sync(
         self,
         *,
@@ -733,6 +839,12 @@ class RawClient(RawClientBase):
         """Blocking ``list_jobs``, on a client of its own (see ``Client.list_jobs``)."""
         return self._blocking().list_jobs(state=state, kind=kind, queue=queue, limit=limit)
 
+    def list_queue_descriptors_sync(self) -> list[dict[str, Any]]:
+        """Blocking ``list_queue_descriptors``, on a client of its own (see
+        ``Client.list_queue_descriptors``).
+        """
+        return self._blocking().list_queue_descriptors()
+
     def migrate_sync(self) -> None:
         """Blocking ``migrate``, on a client of its own (see ``Client.migrate``)."""
         return self._blocking().migrate()
@@ -742,6 +854,10 @@ class RawClient(RawClientBase):
         ``Client.move_failed_to_dlq``).
         """
         return self._blocking().move_failed_to_dlq(job_id, reason)
+
+    def pause_cron_job_sync(self, name: str, paused_by: str | None = None) -> bool:
+        """Blocking ``pause_cron_job``, on a client of its own (see ``Client.pause_cron_job``)."""
+        return self._blocking().pause_cron_job(name, paused_by)
 
     def pause_queue_sync(self, queue: str, paused_by: str | None = None) -> None:
         """Blocking ``pause_queue``, on a client of its own (see ``Client.pause_queue``)."""
@@ -781,6 +897,12 @@ class RawClient(RawClientBase):
         """Blocking ``purge_dlq_job``, on a client of its own (see ``Client.purge_dlq_job``)."""
         return self._blocking().purge_dlq_job(job_id)
 
+    def queue_overrides_sync(self, queue: str | None = None) -> dict[str, dict[str, Any]]:
+        """Blocking ``queue_overrides``, on a client of its own (see
+        ``Client.queue_overrides``).
+        """
+        return self._blocking().queue_overrides(queue)
+
     def queue_stats_sync(self) -> list[QueueStat]:
         """Blocking ``queue_stats``, on a client of its own (see ``Client.queue_stats``)."""
         return self._blocking().queue_stats()
@@ -795,6 +917,12 @@ class RawClient(RawClientBase):
         ``Client.resolve_callback``).
         """
         return self._blocking().resolve_callback(callback_id, payload, default_action)
+
+    def resume_cron_job_sync(self, name: str) -> bool:
+        """Blocking ``resume_cron_job``, on a client of its own (see
+        ``Client.resume_cron_job``).
+        """
+        return self._blocking().resume_cron_job(name)
 
     def resume_external_sync(
         self, callback_id: str, payload: dict[str, Any] | None = None
@@ -841,6 +969,34 @@ class RawClient(RawClientBase):
         """
         return self._blocking().runtime_registry()
 
+    def set_queue_overrides_sync(
+        self,
+        queue: str,
+        *,
+        poll_interval_ms: int | None = None,
+        claim_batch_size: int | None = None,
+        rate_limit: float | None = None,
+        rate_limit_burst: int | None = None,
+        deadline_ms: int | None = None,
+    ) -> dict[str, Any]:
+        """Blocking ``set_queue_overrides``, on a client of its own (see
+        ``Client.set_queue_overrides``).
+        """
+        return self._blocking().set_queue_overrides(
+            queue,
+            poll_interval_ms=poll_interval_ms,
+            claim_batch_size=claim_batch_size,
+            rate_limit=rate_limit,
+            rate_limit_burst=rate_limit_burst,
+            deadline_ms=deadline_ms,
+        )
+
     def storage_status_sync(self) -> str:
         """Blocking ``storage_status``, on a client of its own (see ``Client.storage_status``)."""
         return self._blocking().storage_status()
+
+    def trigger_cron_job_sync(self, name: str) -> Job[Any]:
+        """Blocking ``trigger_cron_job``, on a client of its own (see
+        ``Client.trigger_cron_job``).
+        """
+        return self._blocking().trigger_cron_job(name)

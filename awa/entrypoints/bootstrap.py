@@ -239,6 +239,11 @@ async def open_runtime_ports(wiring: Wiring, *, transition_role: str = "auto") -
     return ports
 
 
+def read_runtime_registry(wiring: Wiring) -> RuntimeRegistry:
+    """A registry for reading ``awa.runtime_instances`` (admin reads; writes nothing)."""
+    return PostgresRuntimeRegistry(wiring.pool)
+
+
 def storage_capability(engine: object, transition_role: str) -> str:
     """What a runtime on ``engine`` started with ``transition_role`` can serve, as
     reported in ``awa.runtime_instances.storage_capability``."""

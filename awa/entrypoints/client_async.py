@@ -11,6 +11,9 @@ from typing import Any, Literal, TypeVar
 
 from awa.adapters._pg.pool import PoolOptions
 from awa.adapters.clock import SystemClock
+from awa.adapters.cron_calendar import parse_cron
+from awa.domain.cron import CronSchedule
+from awa.domain.descriptors import Descriptor
 from awa.domain.errors import AwaError
 from awa.domain.job import JobRecord
 from awa.domain.schema import schema_compatible
@@ -18,10 +21,22 @@ from awa.domain.validation import validate_number
 from awa.entrypoints import bootstrap, telemetry
 from awa.entrypoints.args import kind_for_type, rebuild_args
 from awa.entrypoints.client_admin import AdminMixin
+from awa.entrypoints.client_cron import CronMixin, build_schedule
+from awa.entrypoints.client_descriptors import (
+    DescriptorsMixin,
+    build_descriptor,
+    check_descriptor_queues,
+    declared,
+)
+from awa.entrypoints.client_overrides import OverridesMixin
 from awa.entrypoints.health import HealthListener, addr_from_env
 from awa.entrypoints.job import Job
 from awa.entrypoints.results import HealthCheck, QueueHealth
+from awa.ports.cron import CronStore
+from awa.ports.descriptors import DescriptorStore
 from awa.runtime import AttemptContext, HandlerRegistry, Runtime, parse_start_args
+from awa.runtime.cron import CronService
+from awa.runtime.descriptors import DescriptorService
 
 log = logging.getLogger("awa.client")
 
@@ -39,7 +54,7 @@ def _job_factory(args_type: type[Any]) -> Callable[[JobRecord, AttemptContext], 
     return build
 
 
-class AsyncClient(AdminMixin):
+class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin):
     """The asyncio client: enqueue, administer, and run workers.
 
     ``AsyncClient(database_url, max_connections=10)`` checks the database is reachable
@@ -55,6 +70,9 @@ class AsyncClient(AdminMixin):
     ) -> None:
         super().__init__(database_url, max_connections, pool_options=pool_options)
         self._handlers = HandlerRegistry()
+        self._schedules: dict[str, CronSchedule] = {}
+        self._queue_descriptors: dict[str, Descriptor] = {}
+        self._kind_descriptors: dict[str, Descriptor] = {}
         self._runtime: Runtime | None = None
         self._runtime_resources: bootstrap.RuntimePorts | None = None
         # The runtime being shut down (health reports it draining) and whether
@@ -98,6 +116,93 @@ class AsyncClient(AdminMixin):
             stacklevel=2,
         )
         return self.task(args_type, kind=kind, queue=queue)
+
+    def periodic(
+        self,
+        name: str,
+        cron_expr: str,
+        args_type: type[T],
+        args: T,
+        *,
+        timezone: str = "UTC",
+        queue: str = "default",
+        priority: int = 2,
+        max_attempts: int = 25,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        missed_fire_policy: str = "coalesce",
+    ) -> None:
+        """Declare a periodic job: ``cron_expr`` (5 fields, or 6 with seconds first) in
+        the IANA zone ``timezone`` enqueues ``args`` as a job of ``args_type``'s kind.
+
+        Checked now: a bad expression, zone, priority, attempt count or policy raises
+        ``ValidationError`` here. ``start()`` stores the schedule in ``awa.cron_jobs``
+        (and again every minute); declaring a name twice keeps the last declaration.
+        ``missed_fire_policy``: ``"coalesce"`` enqueues only the latest missed fire,
+        ``"catch_up"`` every one (at most 1 000 per second of evaluation).
+        """
+        schedule = build_schedule(
+            name,
+            cron_expr,
+            args_type,
+            args,
+            timezone=timezone,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            tags=tags,
+            metadata=metadata,
+            missed_fire_policy=missed_fire_policy,
+        )
+        self._schedules[name] = schedule
+
+    def queue_descriptor(
+        self,
+        queue: str,
+        *,
+        display_name: str | None = None,
+        description: str | None = None,
+        owner: str | None = None,
+        docs_url: str | None = None,
+        tags: list[str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Describe a queue this runtime serves, for operators (admin UI, catalogs).
+
+        ``start()`` stores it in ``awa.queue_descriptors`` and refreshes it every snapshot
+        tick; it refuses a queue the runtime does not serve and, with ``DatabaseError``,
+        fields over the limits (display name and owner 200 characters, description 2 000,
+        docs URL 2 048, 20 tags). Declaring a queue twice keeps the last declaration."""
+        self._queue_descriptors[queue] = build_descriptor(
+            display_name=display_name,
+            description=description,
+            owner=owner,
+            docs_url=docs_url,
+            tags=tags,
+            extra=extra,
+        )
+
+    def job_kind_descriptor(
+        self,
+        kind: str,
+        *,
+        display_name: str | None = None,
+        description: str | None = None,
+        owner: str | None = None,
+        docs_url: str | None = None,
+        tags: list[str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Describe a job kind (stored in ``awa.job_kind_descriptors`` by ``start()``,
+        with the same limits as :meth:`queue_descriptor`)."""
+        self._kind_descriptors[kind] = build_descriptor(
+            display_name=display_name,
+            description=description,
+            owner=owner,
+            docs_url=docs_url,
+            tags=tags,
+            extra=extra,
+        )
 
     # ------------------------------------------------------------------ runtime
     def handler_queues(self) -> list[str]:
@@ -183,6 +288,7 @@ class AsyncClient(AdminMixin):
             await self._check_queue_storage_schema(config.queue_storage_schema)
         addr = health_addr if health_addr is not None else addr_from_env()
         listener = HealthListener(addr, self._readiness, _prometheus()) if addr else None
+        check_descriptor_queues(self._queue_descriptors, {q.name for q in config.queues})
         wiring = await self._wiring()
         if listener is not None:
             self._shut_down = False
@@ -202,9 +308,33 @@ class AsyncClient(AdminMixin):
         return None if self._health is None else self._health.address
 
     async def _start_runtime(self, wiring: bootstrap.Wiring, config: Any) -> None:
+        queue_descriptors = declared("queue", self._queue_descriptors)
+        kind_descriptors = declared("job_kind", self._kind_descriptors)
         ports = await bootstrap.open_runtime_ports(
             wiring, transition_role=config.storage_transition_role
         )
+        cron: CronService | None = None
+        if isinstance(wiring.engine, CronStore):
+            cron = CronService(
+                wiring.engine, parse_cron, SystemClock(), list(self._schedules.values())
+            )
+        descriptors: DescriptorService | None = None
+        if isinstance(wiring.engine, DescriptorStore):
+            descriptors = DescriptorService(
+                wiring.engine,
+                SystemClock(),
+                queue_descriptors,
+                kind_descriptors,
+                sync_interval=config.snapshot_interval,
+            )
+        try:
+            if cron is not None:
+                await cron.sync()
+            if descriptors is not None:
+                await descriptors.sync()
+        except BaseException:
+            await ports.close()
+            raise
         runtime = Runtime(
             wiring.engine,
             ports.notifier,
@@ -215,6 +345,8 @@ class AsyncClient(AdminMixin):
             runtime_registry=ports.registry,
             heartbeat_engine_factory=bootstrap.heartbeat_engine_factory(wiring),
             max_connections=self._max_connections,
+            cron=cron,
+            descriptors=descriptors,
         )
         self._shut_down = False
         try:

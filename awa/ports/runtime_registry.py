@@ -42,6 +42,9 @@ class RuntimeSnapshot:
     shutting_down: bool
     snapshot_interval_ms: int
     queues: tuple[QueueSnapshot, ...] = ()
+    #: hash of each descriptor this runtime declares, by queue / by kind
+    queue_descriptor_hashes: dict[str, str] = attrs.field(factory=dict)
+    job_kind_descriptor_hashes: dict[str, str] = attrs.field(factory=dict)
 
 
 class RuntimeRegistry(Protocol):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -12,8 +13,10 @@ from anyio.abc import TaskStatus
 
 from awa.domain.channels import queue_channel
 from awa.domain.job import Claim
+from awa.domain.overrides import DispatchSettings, QueueOverrides, apply_overrides
 from awa.domain.stripes import stripe_queues
 from awa.ports.notifier import Notifier
+from awa.ports.overrides import QueueOverrideStore
 from awa.ports.storage import StorageEngine, StripedClaimer
 from awa.runtime import metrics
 from awa.runtime.config import QueueConfig
@@ -36,6 +39,22 @@ _GATHER_SECONDS = 0.001
 # After a claim that came back short but not empty: how soon to look again when no
 # notification wakes the loop first (returning permits wake only a loop without any).
 _RECHECK = 0.02
+#: How often a dispatcher re-reads its queue's live overrides (``AWA_OVERRIDE_REFRESH_MS``).
+DEFAULT_OVERRIDE_REFRESH = 10.0
+_OVERRIDE_REFRESH_FLOOR = 0.05
+
+
+def override_refresh_interval() -> float:
+    """Seconds between override reads: ``AWA_OVERRIDE_REFRESH_MS`` (at least 50 ms) or
+    :data:`DEFAULT_OVERRIDE_REFRESH`."""
+    raw = os.environ.get("AWA_OVERRIDE_REFRESH_MS")
+    if not raw:
+        return DEFAULT_OVERRIDE_REFRESH
+    try:
+        return max(_OVERRIDE_REFRESH_FLOOR, int(raw) / 1000.0)
+    except ValueError:
+        log.warning("AWA_OVERRIDE_REFRESH_MS=%r is not a number of milliseconds; using 10 s", raw)
+        return DEFAULT_OVERRIDE_REFRESH
 
 
 class QueueDispatcher:
@@ -50,6 +69,10 @@ class QueueDispatcher:
     claim takes one stripe ``queue#k``, ``k`` rotating over the stripes; a loop sleeps only
     after a whole rotation came up short, and it listens on every stripe's channel.
     Permits and the rate limit stay those of the logical queue.
+
+    Every ``override_refresh`` seconds the dispatcher reads its queue's live overrides
+    (``awa queue overrides set``) and claims with them from then on; see
+    :mod:`awa.domain.overrides` for what an override may change.
     """
 
     def __init__(
@@ -62,6 +85,7 @@ class QueueDispatcher:
         poll_interval: float,
         spawn: Spawn,
         stripes: int = 1,
+        override_refresh: float | None = None,
     ) -> None:
         self.config = config
         self.queue = config.name
@@ -76,6 +100,25 @@ class QueueDispatcher:
             else None
         )
         self._wakers = [Waker() for _ in range(config.claimers)]
+        self.started_settings = DispatchSettings(
+            poll_interval=poll_interval,
+            claim_batch_size=config.claim_batch_size,
+            rate_limit=(
+                None
+                if config.rate_limit is None
+                else (config.rate_limit.rate, config.rate_limit.burst)
+            ),
+            deadline=config.deadline,
+        )
+        #: the settings claims use now: the started ones with live overrides applied
+        self.settings = self.started_settings
+        self._override_store = engine if isinstance(engine, QueueOverrideStore) else None
+        self._override_refresh = (
+            override_refresh_interval() if override_refresh is None else override_refresh
+        )
+        self._overrides_due = 0.0
+        self._overrides_seen: QueueOverrides | None = None
+        self._refreshing_overrides = False
         physical = stripe_queues(config.name, stripes)
         self._stripes = len(physical)
         self._claim_stripe = (
@@ -184,8 +227,47 @@ class QueueDispatcher:
         finally:
             self._live_loops -= 1
 
+    async def _refresh_overrides(self) -> None:
+        """Read the queue's overrides when due (one read per dispatcher, not per loop)
+        and apply them; a failed read keeps the settings in force."""
+        store = self._override_store
+        now = time.monotonic()
+        if store is None or now < self._overrides_due or self._refreshing_overrides:
+            return
+        self._refreshing_overrides = True
+        self._overrides_due = now + self._override_refresh
+        try:
+            overrides = await store.get_queue_overrides(self.queue)
+        except Exception:
+            log.warning("queue %s: reading live overrides failed", self.queue, exc_info=True)
+            return
+        finally:
+            self._refreshing_overrides = False
+        if overrides == self._overrides_seen:
+            return
+        self._overrides_seen = overrides
+        settings, ignored = apply_overrides(self.started_settings, overrides)
+        for reason in ignored:
+            log.warning("queue %s: %s", self.queue, reason)
+        self._apply(settings)
+        log.info(
+            "queue %s: claiming with poll interval %.3fs, batch %d, rate limit %s, deadline %s",
+            self.queue,
+            settings.poll_interval,
+            settings.claim_batch_size,
+            settings.rate_limit,
+            settings.deadline,
+        )
+
+    def _apply(self, settings: DispatchSettings) -> None:
+        self.settings = settings
+        self._poll_interval = settings.poll_interval
+        if self._bucket is not None and settings.rate_limit is not None:
+            self._bucket.retune(*settings.rate_limit)
+
     async def _iteration(self, waker: Waker) -> None:
-        wanted = self.config.claim_batch_size
+        await self._refresh_overrides()
+        wanted = self.settings.claim_batch_size
         if self._bucket is not None:
             wanted = self._bucket.take(wanted)
             if wanted == 0:
@@ -216,7 +298,7 @@ class QueueDispatcher:
                 claims = await self._engine.claim(
                     self.queue,
                     limit=granted,
-                    deadline=self.config.deadline,
+                    deadline=self.settings.deadline,
                     aging_interval=self.config.aging_interval,
                 )
             else:
@@ -226,7 +308,7 @@ class QueueDispatcher:
                     stripe % self._stripes,
                     self._stripes,
                     limit=granted,
-                    deadline=self.config.deadline,
+                    deadline=self.settings.deadline,
                     aging_interval=self.config.aging_interval,
                 )
         except Exception:

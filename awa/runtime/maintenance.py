@@ -8,11 +8,15 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
+from awa.ports.clock import Clock
+from awa.ports.descriptors import DescriptorStore
 from awa.ports.leader import LeaderLock
 from awa.ports.maintenance import RingMaintenance
 from awa.ports.storage import Rescued, StorageEngine
 from awa.runtime import metrics
 from awa.runtime.config import RuntimeConfig
+from awa.runtime.cron import CronService
+from awa.runtime.descriptors import clean_up_descriptors
 from awa.runtime.inflight import InFlight
 from awa.runtime.queue_gauges import REFRESH_INTERVAL, QueueGauges
 
@@ -42,8 +46,13 @@ class MaintenanceLeader:
         lock: LeaderLock,
         config: RuntimeConfig,
         inflight: InFlight,
+        *,
+        cron: CronService | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self._engine = engine
+        self._cron = cron
+        self._clock = clock
         self._lock = lock
         self._config = config
         self._inflight = inflight
@@ -96,6 +105,10 @@ class MaintenanceLeader:
         ]
         if self._gauges is not None:
             duties.append(_Duty("queue_gauges", REFRESH_INTERVAL, self._gauges.refresh))
+        if self._clock is not None and isinstance(self._engine, DescriptorStore):
+            duties.append(_Duty("descriptor_cleanup", c.cleanup_interval, self._descriptors))
+        if self._cron is not None:
+            duties.append(_Duty("cron", self._cron.eval_interval, self._cron_evaluate))
         if isinstance(self._engine, RingMaintenance):
             duties.append(_Duty("ring", c.queue_storage_queue_rotate_interval, self._ring))
             duties.append(
@@ -212,6 +225,14 @@ class MaintenanceLeader:
 
     async def _rescue_callbacks(self) -> None:
         self._flag_local(await self._engine.rescue_expired_callbacks(), "callback_timeout")
+
+    async def _descriptors(self) -> None:
+        assert self._clock is not None and isinstance(self._engine, DescriptorStore)
+        await clean_up_descriptors(self._engine, self._clock, self._config.descriptor_retention)
+
+    async def _cron_evaluate(self) -> None:
+        assert self._cron is not None
+        await self._cron.evaluate()
 
     async def _ring(self) -> None:
         """Reclaim the slot the ring rotates into next (when it is safe), then rotate."""

@@ -42,6 +42,16 @@ class TokenBucket:
         self._tokens -= granted
         return granted
 
+    def retune(self, rate: float, burst: int) -> None:
+        """Change the rate and the burst from now on; tokens already earned are kept up
+        to the new burst."""
+        if rate <= 0 or burst < 1:
+            raise ValueError("rate must be > 0 and burst >= 1")
+        self._refill()
+        self.rate = rate
+        self.burst = burst
+        self._tokens = min(float(burst), self._tokens)
+
     def refund(self, count: int) -> None:
         if count > 0:
             self._tokens = min(float(self.burst), self._tokens + count)

@@ -27,6 +27,8 @@ from awa.runtime.completion import CompletionBatcher
 from awa.runtime.config import RuntimeConfig
 from awa.runtime.config_checks import config_warnings
 from awa.runtime.context import AttemptContext
+from awa.runtime.cron import CronService
+from awa.runtime.descriptors import DescriptorService
 from awa.runtime.dispatcher import QueueDispatcher
 from awa.runtime.executor import Executor
 from awa.runtime.handlers import HandlerRegistry
@@ -98,6 +100,8 @@ class Runtime:
         runtime_registry: RuntimeRegistry | None = None,
         heartbeat_engine_factory: EngineFactory | None = None,
         max_connections: int | None = None,
+        cron: CronService | None = None,
+        descriptors: DescriptorService | None = None,
     ) -> None:
         self.engine = engine
         self.notifier = notifier
@@ -108,6 +112,10 @@ class Runtime:
         self.runtime_registry = runtime_registry
         self.heartbeat_engine_factory = heartbeat_engine_factory
         self.max_connections = max_connections
+        #: declares this runtime's schedules; the maintenance leader fires stored ones
+        self.cron = cron
+        #: keeps this runtime's declared descriptors fresh in the catalog tables
+        self.descriptors = descriptors
         self.id = str(uuid.uuid4())
         self.hostname = socket.gethostname()
         self.pid = os.getpid()
@@ -137,7 +145,7 @@ class Runtime:
             engine_factory=heartbeat_engine_factory,
         )
         self.maintenance = (
-            MaintenanceLeader(engine, leader_lock, config, self.inflight)
+            MaintenanceLeader(engine, leader_lock, config, self.inflight, cron=cron, clock=clock)
             if leader_lock is not None
             else None
         )
@@ -254,6 +262,10 @@ class Runtime:
                     services.start_soon(self.maintenance.run)
                 if self.runtime_registry is not None:
                     services.start_soon(self._snapshot_loop)
+                if self.cron is not None and self.cron.schedules:
+                    services.start_soon(self.cron.sync_loop)
+                if self.descriptors is not None and self.descriptors.declares_any:
+                    services.start_soon(self.descriptors.sync_loop)
                 self._idle_slots = []
                 async with anyio.create_task_group() as work:
                     self._work = work
@@ -449,6 +461,12 @@ class Runtime:
                     ),
                 )
                 for q in self.config.queues
+            ),
+            queue_descriptor_hashes=(
+                {} if self.descriptors is None else self.descriptors.queue_hashes()
+            ),
+            job_kind_descriptor_hashes=(
+                {} if self.descriptors is None else self.descriptors.kind_hashes()
             ),
         )
 

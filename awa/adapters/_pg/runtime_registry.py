@@ -33,12 +33,14 @@ _UPSERT = b"""
 INSERT INTO awa.runtime_instances AS r (
     id, hostname, pid, version, queues, storage_capability, transition_role, leader,
     healthy, postgres_connected, poll_loop_alive, heartbeat_alive, maintenance_alive,
-    shutting_down, snapshot_interval_ms, started_at, last_seen_at
+    shutting_down, snapshot_interval_ms, started_at, last_seen_at,
+    queue_descriptor_hashes, job_kind_descriptor_hashes
 ) VALUES (
     %(id)s, %(hostname)s, %(pid)s, %(version)s, %(queues)s, %(storage_capability)s,
     %(transition_role)s, %(leader)s, %(healthy)s, %(postgres_connected)s,
     %(poll_loop_alive)s, %(heartbeat_alive)s, %(maintenance_alive)s, %(shutting_down)s,
-    %(snapshot_interval_ms)s, %(started_at)s, now()
+    %(snapshot_interval_ms)s, %(started_at)s, now(), %(queue_descriptor_hashes)s,
+    %(job_kind_descriptor_hashes)s
 )
 ON CONFLICT (id) DO UPDATE SET
     hostname = EXCLUDED.hostname,
@@ -56,7 +58,9 @@ ON CONFLICT (id) DO UPDATE SET
     shutting_down = EXCLUDED.shutting_down,
     snapshot_interval_ms = EXCLUDED.snapshot_interval_ms,
     started_at = EXCLUDED.started_at,
-    last_seen_at = now()
+    last_seen_at = now(),
+    queue_descriptor_hashes = EXCLUDED.queue_descriptor_hashes,
+    job_kind_descriptor_hashes = EXCLUDED.job_kind_descriptor_hashes
 """
 
 _GC = b"""
@@ -120,6 +124,8 @@ def _snapshot_from_row(row: dict[str, Any]) -> RuntimeSnapshot:
         shutting_down=row["shutting_down"],
         snapshot_interval_ms=int(row["snapshot_interval_ms"]),
         queues=tuple(_queue_from_json(q) for q in row["queues"] or ()),
+        queue_descriptor_hashes=dict(row.get("queue_descriptor_hashes") or {}),
+        job_kind_descriptor_hashes=dict(row.get("job_kind_descriptor_hashes") or {}),
     )
 
 
@@ -174,6 +180,8 @@ class PostgresRuntimeRegistry:
             "shutting_down": snapshot.shutting_down,
             "snapshot_interval_ms": snapshot.snapshot_interval_ms,
             "started_at": snapshot.started_at,
+            "queue_descriptor_hashes": Jsonb(snapshot.queue_descriptor_hashes),
+            "job_kind_descriptor_hashes": Jsonb(snapshot.job_kind_descriptor_hashes),
         }
         async with translated_errors(), self._pool.connection() as conn:
             await conn.execute(_UPSERT, params)

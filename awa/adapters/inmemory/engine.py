@@ -5,9 +5,12 @@ from __future__ import annotations
 from awa.adapters.inmemory.admin import AdminOps
 from awa.adapters.inmemory.callbacks import CallbackOps
 from awa.adapters.inmemory.core import CoreOps
+from awa.adapters.inmemory.cron import CronOps
+from awa.adapters.inmemory.descriptors import DescriptorOps
+from awa.adapters.inmemory.overrides import OverrideOps
 
 
-class InMemoryEngine(CoreOps, CallbackOps, AdminOps):
+class InMemoryEngine(CronOps, OverrideOps, DescriptorOps, CoreOps, CallbackOps, AdminOps):
     """A complete :class:`~awa.ports.StorageEngine` held in process memory.
 
     Written for clarity, not speed: every write copies the state, applies the change

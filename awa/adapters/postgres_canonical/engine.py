@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from awa.adapters._pg.cron import PgCronOps
+from awa.adapters._pg.descriptors import PgDescriptorOps
 from awa.adapters._pg.leader import PostgresLeaderLock
 from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
+from awa.adapters._pg.overrides import PgOverrideOps
 from awa.adapters.postgres_canonical.admin import AdminOps
 from awa.adapters.postgres_canonical.dlq import DlqOps
 from awa.adapters.postgres_canonical.maintenance import MaintenanceOps
 from awa.adapters.postgres_canonical.worker import WorkerOps
 
 
-class CanonicalEngine(WorkerOps, MaintenanceOps, AdminOps, DlqOps):
+class CanonicalEngine(
+    WorkerOps, MaintenanceOps, AdminOps, DlqOps, PgCronOps, PgOverrideOps, PgDescriptorOps
+):
     """:class:`awa.ports.StorageEngine` on the canonical tables.
 
     Build it with ``await CanonicalEngine.open(url, clock=..., backoff=...)`` (checks the

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from psycopg_pool import AsyncConnectionPool
 
+from awa.adapters._pg.cron import PgCronOps
+from awa.adapters._pg.descriptors import PgDescriptorOps
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.leader import PostgresLeaderLock
 from awa.adapters._pg.migrations import migrate
 from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
+from awa.adapters._pg.overrides import PgOverrideOps
 from awa.adapters._pg.pool import DictConnection, connect, open_pool
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage._base import settled
@@ -45,7 +48,7 @@ async def install_queue_storage(
         await conn.close()
 
 
-class QueueStorageEngine(CoreOps, AdminOps, RingOps):
+class QueueStorageEngine(CoreOps, AdminOps, RingOps, PgCronOps, PgOverrideOps, PgDescriptorOps):
     """Append-first Postgres storage: ready rows, receipts and closures in a ring of list
     partitions reclaimed by ``TRUNCATE`` (:meth:`rotate_queue_ring`, :meth:`prune_oldest`).
 

@@ -1,6 +1,6 @@
 """The ``awa`` command line (console script ``awa`` and ``python -m awa``).
 
-Command groups live one per module: ``migrate``, ``job``, ``queue``, ``dlq``, ``health`` /
+Command groups live one per module: ``migrate``, ``job``, ``queue``, ``dlq``, ``cron``, ``health`` /
 ``context``, ``storage``, ``worker`` (run a module's handlers) and ``dev`` (a worked
 example on a real or embedded Postgres). Exit codes: 0 success, 1 refused or failed
 action, 2 bad usage.
@@ -22,6 +22,7 @@ import click
 
 from awa.entrypoints.cli._common import CliState, CommandFailed, first_line
 from awa.entrypoints.cli.context import context
+from awa.entrypoints.cli.cron import cron
 from awa.entrypoints.cli.dev import dev
 from awa.entrypoints.cli.dlq import dlq
 from awa.entrypoints.cli.jobs import job
@@ -151,6 +152,7 @@ cli.add_command(job)
 cli.add_command(queue)
 cli.add_command(queue_stats_hidden)
 cli.add_command(dlq)
+cli.add_command(cron)
 cli.add_command(health)
 cli.add_command(context)
 cli.add_command(storage)

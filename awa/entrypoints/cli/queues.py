@@ -15,6 +15,7 @@ from awa.entrypoints.cli._common import (
     wants_json,
     with_client,
 )
+from awa.entrypoints.cli.overrides import overrides
 from awa.entrypoints.client import AsyncClient
 
 STATS_HEADERS = (
@@ -152,3 +153,6 @@ def stats(json_flag: bool) -> None:
 def queue_stats_hidden(json_flag: bool) -> None:
     """Alias of ``awa queue stats``."""
     _print_stats(json_flag)
+
+
+queue.add_command(overrides)

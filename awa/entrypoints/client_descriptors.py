@@ -1,0 +1,126 @@
+"""Descriptors on the client: building declared ones and reading the catalogs with their
+stale / drift flags (derived at read time, see :mod:`awa.domain.descriptors`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from awa.domain.descriptors import (
+    Catalog,
+    Descriptor,
+    StoredDescriptor,
+    has_drift,
+    is_live_runtime,
+    is_stale,
+    limit_problem,
+)
+from awa.domain.errors import AwaError, DatabaseError
+from awa.entrypoints import bootstrap
+from awa.entrypoints.args import blake3_digest, to_json_value
+from awa.entrypoints.client_core import ClientCore
+from awa.ports.descriptors import DeclaredDescriptor, DescriptorStore
+
+
+def _text(field: str, value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{field} must be a string, got {type(value).__name__}")
+    return value
+
+
+def build_descriptor(
+    *,
+    display_name: str | None,
+    description: str | None,
+    owner: str | None,
+    docs_url: str | None,
+    tags: list[str] | None,
+    extra: dict[str, Any] | None,
+) -> Descriptor:
+    """A descriptor from ``queue_descriptor`` / ``job_kind_descriptor`` arguments. Its
+    length limits are checked at ``start()``, as awa-pg does (:func:`declared`)."""
+    if tags is not None and not all(isinstance(tag, str) for tag in tags):
+        raise TypeError("tags must be a list of strings")
+    return Descriptor(
+        display_name=_text("display_name", display_name),
+        description=_text("description", description),
+        owner=_text("owner", owner),
+        docs_url=_text("docs_url", docs_url),
+        tags=tuple(tags or ()),
+        extra=to_json_value(extra or {}),
+    )
+
+
+def declared(catalog: Catalog, items: Mapping[str, Descriptor]) -> list[DeclaredDescriptor]:
+    """The descriptors with their hashes; one over a table limit raises
+    ``DatabaseError`` naming the limit and its check constraint (nothing is written)."""
+    result: list[DeclaredDescriptor] = []
+    for name, descriptor in items.items():
+        problem = limit_problem(catalog, name, descriptor)
+        if problem is not None:
+            raise DatabaseError(problem)
+        digest = blake3_digest(descriptor.document().encode()).hex()
+        result.append(DeclaredDescriptor(name, descriptor, digest))
+    return result
+
+
+def check_descriptor_queues(queues: Mapping[str, Descriptor], configured: set[str]) -> None:
+    """A queue descriptor must describe a queue the runtime serves."""
+    for name in queues:
+        if name not in configured:
+            raise AwaError(f"queue descriptor declared for unknown queue {name!r}")
+
+
+def _utc(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def descriptor_dict(
+    stored: StoredDescriptor, key: str, live_hashes: list[dict[str, str]], now: datetime
+) -> dict[str, Any]:
+    """A catalog row with its read-time ``stale`` and ``drift`` flags."""
+    d = stored.descriptor
+    return {
+        key: stored.name,
+        "display_name": d.display_name,
+        "description": d.description,
+        "owner": d.owner,
+        "docs_url": d.docs_url,
+        "tags": list(d.tags),
+        "extra": d.extra,
+        "descriptor_hash": stored.descriptor_hash,
+        "sync_interval_ms": stored.sync_interval_ms,
+        "created_at": _utc(stored.created_at),
+        "updated_at": _utc(stored.updated_at),
+        "last_seen_at": _utc(stored.last_seen_at),
+        "stale": is_stale(stored, now),
+        "drift": has_drift(stored.name, live_hashes),
+    }
+
+
+class DescriptorsMixin(ClientCore):
+    """Reads of the descriptor catalogs."""
+
+    async def _catalog(self, catalog: Catalog, key: str) -> list[dict[str, Any]]:
+        wiring = await self._wiring()
+        engine = wiring.engine
+        assert isinstance(engine, DescriptorStore)
+        stored = await engine.list_descriptors(catalog)
+        now = datetime.now(UTC)
+        runtimes = await bootstrap.read_runtime_registry(wiring).list_runtimes()
+        live = [
+            r.queue_descriptor_hashes if catalog == "queue" else r.job_kind_descriptor_hashes
+            for r in runtimes
+            if is_live_runtime(r.last_seen_at, r.snapshot_interval_ms, now)
+        ]
+        return [descriptor_dict(s, key, live, now) for s in stored]
+
+    async def list_queue_descriptors(self) -> list[dict[str, Any]]:
+        """Rows of ``awa.queue_descriptors`` with read-time ``stale`` (no live runtime
+        refreshes it) and ``drift`` (live runtimes disagree on its hash) flags."""
+        return await self._catalog("queue", "queue")
+
+    async def list_job_kind_descriptors(self) -> list[dict[str, Any]]:
+        """Rows of ``awa.job_kind_descriptors`` with ``stale`` and ``drift`` flags."""
+        return await self._catalog("job_kind", "kind")

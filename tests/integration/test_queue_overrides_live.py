@@ -1,0 +1,115 @@
+"""``awa queue overrides`` against a real database, and a running worker applying them."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner, Result
+
+from awa import AsyncClient, Job
+from awa.entrypoints.cli import cli
+
+pytestmark = pytest.mark.postgres
+
+
+def awa_cli(url: str, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["--database-url", url, *args], env={"DATABASE_URL": None})
+
+
+def test_set_show_clear(migrated_database_url: str) -> None:
+    url = migrated_database_url
+    result = awa_cli(
+        url, "queue", "overrides", "set", "mail", "--claim-batch-size", "64", "--rate-limit", "2.5"
+    )
+    assert result.exit_code == 0, result.output
+    assert "claim_batch_size=64" in result.stdout
+    shown = json.loads(awa_cli(url, "queue", "overrides", "show", "--json").stdout)
+    assert shown["mail"]["claim_batch_size"] == 64
+    assert shown["mail"]["rate_limit_per_second"] == 2.5
+    table = awa_cli(url, "queue", "overrides", "show", "mail").stdout.splitlines()
+    assert table[0].split()[0] == "QUEUE" and table[1].split()[:3] == ["mail", "-", "64"]
+    # A set replaces the whole override state.
+    awa_cli(url, "queue", "overrides", "set", "mail", "--poll-interval-ms", "500")
+    shown = json.loads(awa_cli(url, "queue", "overrides", "show", "mail", "--json").stdout)
+    assert shown == {
+        "mail": {
+            "poll_interval_ms": 500,
+            "claim_batch_size": None,
+            "rate_limit_per_second": None,
+            "rate_limit_burst": None,
+            "deadline_ms": None,
+        }
+    }
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT override_poll_interval_ms, overrides_updated_at FROM awa.queue_meta"
+            " WHERE queue = 'mail'"
+        ).fetchone()
+    assert row is not None and row[0] == 500 and row[1] is not None
+    assert awa_cli(url, "queue", "overrides", "clear", "mail").exit_code == 0
+    again = awa_cli(url, "queue", "overrides", "clear", "mail")
+    assert again.exit_code == 1 and "has no overrides" in again.stderr
+    assert json.loads(awa_cli(url, "queue", "overrides", "show", "--json").stdout) == {}
+    bad = awa_cli(url, "queue", "overrides", "set", "mail")
+    assert bad.exit_code == 2 and "at least one override" in bad.stderr
+    assert (
+        awa_cli(url, "queue", "overrides", "set", "mail", "--claim-batch-size", "0").exit_code == 2
+    )
+
+
+@dataclasses.dataclass
+class Hold:
+    n: int
+
+
+def test_a_running_worker_applies_a_deadline_override(
+    migrated_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWA_OVERRIDE_REFRESH_MS", "100")
+    url = migrated_database_url
+
+    async def scenario() -> list[timedelta]:
+        async with AsyncClient(url) as client:
+            release = asyncio.Event()
+
+            @client.task(Hold, queue="held")
+            async def hold(job: Job[Hold]) -> None:
+                await release.wait()
+
+            await client.start([{"name": "held", "max_workers": 4, "deadline_duration_ms": 60_000}])
+            try:
+                windows = [await _deadline_window(client, url, 1)]
+                await client.set_queue_overrides("held", deadline_ms=5_000)
+                await asyncio.sleep(0.5)
+                windows.append(await _deadline_window(client, url, 2))
+            finally:
+                release.set()
+                await client.shutdown()
+            return windows
+
+    before, after = asyncio.run(scenario())
+    assert before == timedelta(seconds=60)
+    assert after == timedelta(seconds=5)
+
+
+async def _deadline_window(client: AsyncClient, url: str, n: int) -> Any:
+    job = await client.insert(Hold(n), queue="held")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        async with await client.transaction() as tx:
+            row = await tx.fetch_optional(
+                "SELECT deadline_at - attempted_at AS window FROM awa.jobs"
+                " WHERE id = $1 AND state = 'running'",
+                job.id,
+            )
+        if row is not None:
+            return row["window"]
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"job {job.id} was not claimed")

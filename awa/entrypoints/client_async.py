@@ -12,6 +12,7 @@ from awa.domain.job import JobRecord
 from awa.entrypoints import bootstrap
 from awa.entrypoints.args import kind_for_type, rebuild_args
 from awa.entrypoints.client_admin import AdminMixin
+from awa.entrypoints.client_batch import BatchOpsMixin
 from awa.entrypoints.job import Job
 from awa.entrypoints.results import HealthCheck, QueueHealth
 from awa.runtime import AttemptContext, HandlerRegistry, Runtime, parse_start_args
@@ -29,7 +30,7 @@ def _job_factory(args_type: type[Any]) -> Callable[[JobRecord, AttemptContext], 
     return build
 
 
-class AsyncClient(AdminMixin):
+class AsyncClient(AdminMixin, BatchOpsMixin):
     """The asyncio client: enqueue, administer, and run workers.
 
     ``AsyncClient(database_url, max_connections=10)`` checks the database is reachable

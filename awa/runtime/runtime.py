@@ -130,7 +130,7 @@ class Runtime:
             engine_factory=heartbeat_engine_factory,
         )
         self.maintenance = (
-            MaintenanceLeader(engine, leader_lock, config, self.inflight)
+            MaintenanceLeader(engine, leader_lock, config, self.inflight, instance_id=self.id)
             if leader_lock is not None
             else None
         )

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from awa.adapters.inmemory.admin import AdminOps
+from awa.adapters.inmemory.batch_ops import BatchOps
 from awa.adapters.inmemory.callbacks import CallbackOps
 from awa.adapters.inmemory.core import CoreOps
 
 
-class InMemoryEngine(CoreOps, CallbackOps, AdminOps):
+class InMemoryEngine(CoreOps, CallbackOps, AdminOps, BatchOps):
     """A complete :class:`~awa.ports.StorageEngine` held in process memory.
 
     Written for clarity, not speed: every write copies the state, applies the change

@@ -5,12 +5,13 @@ from __future__ import annotations
 from awa.adapters._pg.leader import PostgresLeaderLock
 from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
 from awa.adapters.postgres_canonical.admin import AdminOps
+from awa.adapters.postgres_canonical.batch import BatchOps
 from awa.adapters.postgres_canonical.dlq import DlqOps
 from awa.adapters.postgres_canonical.maintenance import MaintenanceOps
 from awa.adapters.postgres_canonical.worker import WorkerOps
 
 
-class CanonicalEngine(WorkerOps, MaintenanceOps, AdminOps, DlqOps):
+class CanonicalEngine(WorkerOps, MaintenanceOps, AdminOps, DlqOps, BatchOps):
     """:class:`awa.ports.StorageEngine` on the canonical tables.
 
     Build it with ``await CanonicalEngine.open(url, clock=..., backoff=...)`` (checks the

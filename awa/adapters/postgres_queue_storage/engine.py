@@ -11,7 +11,7 @@ from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
 from awa.adapters._pg.pool import DictConnection, connect, open_pool
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage._base import settled
-from awa.adapters.postgres_queue_storage.admin import AdminOps
+from awa.adapters.postgres_queue_storage.batch import BatchOps
 from awa.adapters.postgres_queue_storage.core import CoreOps
 from awa.adapters.postgres_queue_storage.ring import RingOps
 from awa.domain.policies import Backoff
@@ -45,7 +45,7 @@ async def install_queue_storage(
         await conn.close()
 
 
-class QueueStorageEngine(CoreOps, AdminOps, RingOps):
+class QueueStorageEngine(CoreOps, BatchOps, RingOps):
     """Append-first Postgres storage: ready rows, receipts and closures in a ring of list
     partitions reclaimed by ``TRUNCATE`` (:meth:`rotate_queue_ring`, :meth:`prune_oldest`).
 

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from awa.domain.errors import DatabaseError
 from awa.entrypoints.client_async import AsyncClient
+from awa.entrypoints.client_sync_batch import SyncBatchOpsMixin
 from awa.entrypoints.job import Job
 from awa.entrypoints.results import (
     DlqEntry,
@@ -52,7 +53,7 @@ class _LoopThread:
         self.loop.close()
 
 
-class Client:
+class Client(SyncBatchOpsMixin):
     """Blocking client for producers and operators (``with Client(url) as client``).
 
     Construction checks the database is reachable. Worker methods (``task``, ``start``,

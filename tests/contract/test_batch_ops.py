@@ -27,6 +27,7 @@ from awa.domain.batch_ops import (
 )
 from awa.domain.states import JobState
 from awa.runtime.batch_runner import BatchRunner
+from tests.conftest import migrate_template
 from tests.contract._support import QUEUE, SECOND, claim_ids, claim_one, enqueue, fetch
 from tests.support.engines import CONTRACT_BACKOFF, ENGINES, EngineHandle, open_engine
 from tests.support.pg import DatabaseFactory
@@ -38,7 +39,7 @@ PRIORITY_4 = BatchSpec(BatchOpKind.SET_PRIORITY, priority=4)
 
 
 def _params() -> list[object]:
-    names = [
+    names: list[object] = [
         pytest.param(name, marks=[pytest.mark.postgres] if entry.needs_database else [])
         for name, entry in sorted(ENGINES.items())
     ]
@@ -63,22 +64,18 @@ async def engine(request: pytest.FixtureRequest) -> AsyncIterator[EngineHandle]:
     name: str = request.param
     if name in ROUTING:
         factory: DatabaseFactory = request.getfixturevalue("pg_databases")
-        from tests.conftest import migrate_template
-
-        url = factory.create(factory.template("migrated", migrate_template))
+        fresh = factory.create(factory.template("migrated", migrate_template))
         try:
-            async with _routing(name, url) as handle:
+            async with _routing(name, fresh) as handle:
                 yield handle
         finally:
-            factory.drop(url)
+            factory.drop(fresh)
         return
-    url = None
+    url: str | None = None
     if ENGINES[name].needs_database:
         urls: dict[str, str] = request.getfixturevalue("contract_databases")
         if name not in urls:
             factory = request.getfixturevalue("pg_databases")
-            from tests.conftest import migrate_template
-
             urls[name] = factory.create(factory.template("migrated", migrate_template))
         url = urls[name]
     async with open_engine(name, url) as handle:

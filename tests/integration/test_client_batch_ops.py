@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import awa
-from awa import AsyncClient, Job, JobState, ValidationError
+from awa import AsyncClient, BatchOperationFilter, Job, JobState, ValidationError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -43,7 +43,7 @@ async def _wait_final(client: AsyncClient, op_id: str, timeout: float = 60) -> d
 
 
 async def test_bad_requests_are_refused_with_named_errors(client: AsyncClient) -> None:
-    scope = {"queue": "q"}
+    scope: BatchOperationFilter = {"queue": "q"}
     cases: list[tuple[Any, type[Exception], str]] = [
         (client.preview_set_priority(9, filter=scope), ValidationError, "between 1 and 4"),
         (client.preview_move_queue("", filter=scope), ValidationError, "1..=200 characters"),
@@ -54,7 +54,11 @@ async def test_bad_requests_are_refused_with_named_errors(client: AsyncClient) -
             "set_priority only supports available or scheduled state filters",
         ),
         (client.preview_set_priority(3, filter={"state": "nope"}), ValueError, "unknown job state"),
-        (client.preview_set_priority(3, filter={"bogus": 1}), ValidationError, "unknown field"),
+        (
+            client.preview_set_priority(3, filter={"bogus": 1}),  # type: ignore[arg-type]
+            ValidationError,
+            "unknown field",
+        ),
         (
             client.preview_set_priority(3, filter={"created_at_gte": "2020-01-01"}),
             ValueError,
@@ -65,7 +69,7 @@ async def test_bad_requests_are_refused_with_named_errors(client: AsyncClient) -
             TypeError,
             "tzinfo",
         ),
-        (client.preview_set_priority(3, filter={"ids": "1"}), TypeError, "filter.ids"),
+        (client.preview_set_priority(3, filter={"ids": "1"}), TypeError, "filter.ids"),  # type: ignore[arg-type]
         (
             client.preview_batch_operation("delete", spec={}, filter=scope),  # type: ignore[arg-type]
             ValidationError,

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from awa.entrypoints.cli._common import CliState, CommandFailed, first_line
+from awa.entrypoints.cli.batch_ops import batch_ops
 from awa.entrypoints.cli.dev import dev
 from awa.entrypoints.cli.dlq import dlq
 from awa.entrypoints.cli.jobs import job
@@ -61,6 +62,7 @@ cli.add_command(job)
 cli.add_command(queue)
 cli.add_command(queue_stats_hidden)
 cli.add_command(dlq)
+cli.add_command(batch_ops)
 cli.add_command(health)
 cli.add_command(context)
 cli.add_command(storage)

@@ -56,6 +56,7 @@ from awa.domain.batch_ops import (
     ItemOutcome,
     ItemResult,
 )
+from awa.domain.callbacks import callback_not_found
 from awa.domain.errors import CallbackNotFound, DatabaseError, UniqueConflict
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
 from awa.domain.policies import Backoff
@@ -669,7 +670,7 @@ class TransitionRoutingEngine:
             except CallbackNotFound:
                 if index == len(engines) - 1:
                     raise
-        raise CallbackNotFound("no live attempt carries this callback id")
+        raise callback_not_found("(no engine)")
 
     async def resolve_callback(
         self,

@@ -7,6 +7,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
+from awa.domain.callbacks import validate_timeout
 from awa.domain.errors import CallbackNotFound, ValidationError
 from awa.domain.job import DlqEntry as DlqRecord
 from awa.domain.job import JobRecord
@@ -300,11 +301,9 @@ class AdminMixin(ClientCore):
     async def heartbeat_callback(
         self, callback_id: str, timeout_seconds: float = 3600.0
     ) -> Job[Any]:
-        """Push the callback's timeout to ``now + timeout_seconds``."""
-        if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int | float):
-            raise TypeError("timeout_seconds must be a number")
-        if timeout_seconds <= 0:
-            raise ValueError(f"timeout_seconds must be > 0, got {timeout_seconds!r}")
+        """Push the callback's timeout to ``now + timeout_seconds`` (a finite number, not
+        negative; ``ValidationError`` otherwise)."""
+        timeout_seconds = validate_timeout(timeout_seconds, "heartbeat_callback")
         record = await (await self._engine()).heartbeat_callback(
             _callback_id(callback_id), timeout=timedelta(seconds=timeout_seconds)
         )

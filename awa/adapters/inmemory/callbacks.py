@@ -6,12 +6,19 @@ from datetime import timedelta
 from typing import Any
 
 from awa.adapters.inmemory.base import LIVE_STATES, RUNNING_ONLY, EngineBase, Write, ack
-from awa.domain.errors import CallbackNotFound, ValidationError
+from awa.domain.callbacks import (
+    CALLBACK_FAILED_REASON,
+    CLEARED,
+    DEFAULT_FAIL_ERROR,
+    callback_not_found,
+    check_action,
+    resume_changes,
+    retry_changes,
+)
+from awa.domain.channels import queue_channel
 from awa.domain.job import JobRecord, RunLease, error_entry
 from awa.domain.states import JobState
 from awa.ports.storage import Ack
-
-CALLBACK_ACTIONS = frozenset({"complete", "fail", "retry", "resume"})
 
 
 class CallbackOps(EngineBase):
@@ -42,7 +49,7 @@ class CallbackOps(EngineBase):
         for job in write.state.jobs.values():
             if job.callback_id == callback_id and job.state in LIVE_STATES:
                 return job
-        raise CallbackNotFound(f"no job is waiting on callback {callback_id}")
+        raise callback_not_found(callback_id)
 
     async def resolve_callback(
         self,
@@ -52,47 +59,37 @@ class CallbackOps(EngineBase):
         payload: Any = None,
         error: str | None = None,
     ) -> JobRecord:
-        if action not in CALLBACK_ACTIONS:
-            raise ValidationError(
-                "action", f"must be one of {sorted(CALLBACK_ACTIONS)}", value=action
-            )
+        check_action(action)
         async with self._write() as write:
             job = self._by_callback(write, callback_id)
             state, now = write.state, write.now
-            cleared: dict[str, Any] = {"callback_id": None, "callback_timeout_at": None}
+            cleared: dict[str, Any] = dict(CLEARED)
             if action == "complete":
                 state.transition(
                     job, JobState.Completed, finalized_at=now, progress=None, **cleared
                 )
             elif action == "fail":
                 entry = error_entry(
-                    error or "callback failed", attempt=job.attempt, at=now, terminal=True
+                    error or DEFAULT_FAIL_ERROR, attempt=job.attempt, at=now, terminal=True
                 )
                 self._fail_or_dlq(
                     write,
                     job,
                     errors=(*job.errors, entry),
-                    dlq_reason="callback_failed",
+                    dlq_reason=CALLBACK_FAILED_REASON,
                     **cleared,
                 )
             elif action == "retry":
-                entry = error_entry("callback retry requested", attempt=job.attempt, at=now)
-                state.transition(
-                    job, JobState.Retryable, run_at=now, errors=(*job.errors, entry), **cleared
-                )
-            elif job.state == JobState.WaitingExternal:
-                state.transition(
-                    job,
-                    JobState.Running,
-                    heartbeat_at=now,
-                    metadata={**job.metadata, "_awa_callback_result": payload},
-                )
+                changes = retry_changes(now)
+                state.transition(job, changes.pop("state"), **changes)
+                write.notify.add(queue_channel(job.queue))
             else:
-                state.update(
-                    job,
-                    heartbeat_at=now,
-                    metadata={**job.metadata, "_awa_callback_result": payload},
-                )
+                changes = resume_changes(job, payload, now)
+                target = changes.pop("state")
+                if job.state == target:
+                    state.update(job, **changes)
+                else:
+                    state.transition(job, target, **changes)
             after = state.jobs.get(job.id)
             # A fail routed to the DLQ leaves no job row: report the failed snapshot.
             result = after if after is not None else state.dlq[job.id].job

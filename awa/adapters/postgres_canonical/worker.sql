@@ -249,20 +249,24 @@ WHERE id = %(id)s
 RETURNING *
 
 -- name: callback_retry
+-- The values come from awa.domain.callbacks.retry_changes (a fresh start, no error).
 UPDATE awa.canonical_jobs SET
-    state = 'retryable',
-    run_at = %(now)s::timestamptz,
-    errors = array_append(errors, %(error)s::jsonb),
+    state = %(state)s::awa.job_state,
+    run_at = %(run_at)s::timestamptz,
+    attempt = %(attempt)s,
     callback_id = NULL,
     callback_timeout_at = NULL
 WHERE id = %(id)s
 RETURNING *
 
 -- name: callback_resume
+-- The values come from awa.domain.callbacks.resume_changes; the callback ends.
 UPDATE awa.canonical_jobs SET
-    state = 'running',
-    heartbeat_at = %(now)s::timestamptz,
-    metadata = metadata || jsonb_build_object('_awa_callback_result', %(payload)s::jsonb)
+    state = %(state)s::awa.job_state,
+    heartbeat_at = %(heartbeat_at)s::timestamptz,
+    metadata = %(metadata)s::jsonb,
+    callback_id = NULL,
+    callback_timeout_at = NULL
 WHERE id = %(id)s
 RETURNING *
 

@@ -22,6 +22,7 @@ from awa.adapters.postgres_queue_storage._base import (
     Writes,
     minute_of,
 )
+from awa.domain.callbacks import retry_changes
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts
 from awa.domain.states import TERMINAL_STATES, JobState
 from awa.ports.storage import DlqFilter, JobFilter
@@ -275,6 +276,8 @@ class AdminOps(QueueStorageBase):
                 return new, False
             if job.state in DEFERRED:
                 return attrs.evolve(job, state=JobState.Available, run_at=now), False
+            if job.state == JobState.WaitingExternal:
+                return attrs.evolve(job, **retry_changes(now)), False
             return None, True
 
         return decide

@@ -56,7 +56,7 @@ from awa.domain.batch_ops import (
     ItemOutcome,
     ItemResult,
 )
-from awa.domain.callbacks import callback_not_found
+from awa.domain.callbacks import CallbackExpressions, callback_not_found
 from awa.domain.errors import CallbackNotFound, DatabaseError, UniqueConflict
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
 from awa.domain.policies import Backoff
@@ -649,13 +649,30 @@ class TransitionRoutingEngine:
 
     # ---------------------------------------------------------------- callbacks
     async def register_callback(
-        self, lease: RunLease, *, callback_id: str, timeout: timedelta
+        self,
+        lease: RunLease,
+        *,
+        callback_id: str,
+        timeout: timedelta,
+        expressions: CallbackExpressions | None = None,
     ) -> Ack:
         return await self._per_lease(
             lease,
-            lambda e: e.register_callback(lease, callback_id=callback_id, timeout=timeout),
+            lambda e: e.register_callback(
+                lease, callback_id=callback_id, timeout=timeout, expressions=expressions
+            ),
             closes=False,
         )
+
+    async def callback_expressions(self, callback_id: str) -> CallbackExpressions | None:
+        engines = self._read_order(await self.status(max_age=0.0))
+        for index, engine in enumerate(engines):
+            try:
+                return await engine.callback_expressions(callback_id)
+            except CallbackNotFound:
+                if index == len(engines) - 1:
+                    raise
+        raise callback_not_found(callback_id)
 
     async def wait_for_callback(self, lease: RunLease) -> Ack:
         return await self._per_lease(lease, lambda e: e.wait_for_callback(lease), closes=False)

@@ -9,8 +9,11 @@ late heartbeat or a token from an attempt that was rescued or retried meanwhile 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
+
+import attrs
 
 from awa.domain.errors import CallbackNotFound, ValidationError
 from awa.domain.job import JobRecord
@@ -69,3 +72,79 @@ def validate_timeout(value: Any, operation: str) -> float:
             value=value,
         )
     return float(value)
+
+
+# ------------------------------------------------------------------ resolution expressions
+
+EXPRESSION_FIELDS = ("filter", "on_complete", "on_fail", "transform")
+
+
+@attrs.frozen
+class CallbackExpressions:
+    """The CEL expressions a callback was registered with (variable ``payload`` only)."""
+
+    filter: str | None = None
+    on_complete: str | None = None
+    on_fail: str | None = None
+    transform: str | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        return all(getattr(self, name) is None for name in EXPRESSION_FIELDS)
+
+
+@attrs.frozen
+class Resolution:
+    """What ``resolve_callback`` does: ``complete`` (with ``payload``), ``fail`` (with
+    ``error`` and the matching ``expression``) or ``ignore`` (with ``reason``)."""
+
+    outcome: str
+    payload: Any = None
+    error: str | None = None
+    expression: str | None = None
+    reason: str | None = None
+
+
+RESOLVE_DEFAULTS = ("complete", "fail", "ignore")
+FILTER_REJECTED = "filter expression returned false"
+NOTHING_MATCHED = "no expressions configured, default is ignore"
+ON_FAIL_MATCHED = "callback failed: on_fail expression matched"
+DEFAULT_FAILED = "callback failed: default action"
+
+
+def check_default_action(value: str) -> None:
+    if value not in RESOLVE_DEFAULTS:
+        raise ValueError(
+            f"unknown default_action: {value} (expected 'complete', 'fail', or 'ignore')"
+        )
+
+
+def decide_resolution(
+    expressions: CallbackExpressions,
+    payload: Any,
+    *,
+    matched: Callable[[str], bool],
+    transformed: Callable[[str], Any],
+    default_action: str,
+) -> Resolution:
+    """Apply the expressions in awa-pg's order: a ``filter`` that is not true ignores the
+    payload; then ``on_fail``, then ``on_complete`` (its payload passed through
+    ``transform``); otherwise ``default_action``. ``matched(expr)`` is true only for an
+    expression that evaluates to boolean true (errors and non-booleans do not match);
+    ``transformed(expr)`` returns the new payload (the caller falls back to the payload
+    itself when it cannot be evaluated)."""
+    check_default_action(default_action)
+    if expressions.filter is not None and not matched(expressions.filter):
+        return Resolution("ignore", reason=FILTER_REJECTED)
+    if expressions.on_fail is not None and matched(expressions.on_fail):
+        return Resolution("fail", error=ON_FAIL_MATCHED, expression=expressions.on_fail)
+    if expressions.on_complete is not None and matched(expressions.on_complete):
+        result = payload
+        if expressions.transform is not None:
+            result = transformed(expressions.transform)
+        return Resolution("complete", payload=result)
+    if default_action == "complete":
+        return Resolution("complete", payload=payload)
+    if default_action == "fail":
+        return Resolution("fail", error=DEFAULT_FAILED)
+    return Resolution("ignore", reason=NOTHING_MATCHED)

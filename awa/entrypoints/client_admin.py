@@ -7,19 +7,22 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from awa.domain.callbacks import validate_timeout
-from awa.domain.errors import CallbackNotFound, ValidationError
+from awa.domain.callbacks import (
+    CallbackExpressions,
+    check_default_action,
+    decide_resolution,
+    validate_timeout,
+)
+from awa.domain.errors import ValidationError
 from awa.domain.job import DlqEntry as DlqRecord
 from awa.domain.job import JobRecord
-from awa.domain.states import TERMINAL_STATES, JobState
+from awa.domain.states import TERMINAL_STATES
+from awa.entrypoints import cel
 from awa.entrypoints.args import parse_run_at
 from awa.entrypoints.client_core import ClientCore, json_default, not_found
 from awa.entrypoints.job import Job, rfc3339
 from awa.entrypoints.results import DlqEntry, ResolveResult
 from awa.ports.storage import DlqFilter, JobFilter
-
-RESOLVE_DEFAULTS = ("complete", "fail", "ignore")
-_CALLBACK_SCAN_LIMIT = 100_000
 
 
 def _dlq_entry(entry: DlqRecord) -> DlqEntry:
@@ -315,25 +318,33 @@ class AdminMixin(ClientCore):
         payload: dict[str, Any] | None = None,
         default_action: str = "ignore",
     ) -> ResolveResult:
-        """Resolve a callback by ``default_action``: ``complete``, ``fail`` or ``ignore``
-        (leave the job waiting)."""
-        if default_action not in RESOLVE_DEFAULTS:
-            raise ValueError(
-                f"default_action must be one of {', '.join(RESOLVE_DEFAULTS)}, "
-                f"got {default_action!r}"
-            )
+        """Resolve a callback by the CEL expressions it was registered with: a ``filter``
+        that is not true ignores the payload; ``on_fail`` fails the job, ``on_complete``
+        completes it (with ``transform``'s result as the payload); otherwise
+        ``default_action`` (``complete``, ``fail`` or ``ignore``: leave it waiting)."""
+        check_default_action(default_action)
         cid = _callback_id(callback_id)
-        if default_action == "complete":
-            job = await self._resolve(cid, "complete", payload)
-            return ResolveResult("completed", job, payload)
-        if default_action == "fail":
-            job = await self._resolve(cid, "fail", error="callback resolved as failed")
-            return ResolveResult("failed", job, payload, "callback resolved as failed")
         engine = await self._engine()
-        for state in (JobState.WaitingExternal, JobState.Running):
-            for record in await engine.list_jobs(
-                JobFilter(state=state), limit=_CALLBACK_SCAN_LIMIT
-            ):
-                if record.callback_id == cid:
-                    return ResolveResult("ignored", Job(record), payload, "no action matched")
-        raise CallbackNotFound(f"callback not found: {cid}")
+        expressions = await engine.callback_expressions(cid) or CallbackExpressions()
+
+        def transformed(expression: str) -> Any:
+            try:
+                return cel.evaluate(expression, payload)
+            except cel.EvaluationFailed:
+                # awa-pg keeps the payload as sent when the transform cannot run.
+                return payload
+
+        decision = decide_resolution(
+            expressions,
+            payload,
+            matched=lambda expression: cel.matches(expression, payload),
+            transformed=transformed,
+            default_action=default_action,
+        )
+        if decision.outcome == "complete":
+            job = await self._resolve(cid, "complete", decision.payload)
+            return ResolveResult("completed", job, decision.payload)
+        if decision.outcome == "fail":
+            job = await self._resolve(cid, "fail", error=decision.error)
+            return ResolveResult("failed", job, None)
+        return ResolveResult("ignored", None, None, decision.reason)

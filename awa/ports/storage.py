@@ -33,6 +33,7 @@ from awa.domain.batch_ops import (
     BatchSpec,
     ItemResult,
 )
+from awa.domain.callbacks import CallbackExpressions
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
 from awa.domain.states import JobState
 
@@ -173,9 +174,20 @@ class StorageEngine(Protocol):
 
     # ------------------------------------------------------------------ callbacks
     async def register_callback(
-        self, lease: RunLease, *, callback_id: str, timeout: timedelta
+        self,
+        lease: RunLease,
+        *,
+        callback_id: str,
+        timeout: timedelta,
+        expressions: CallbackExpressions | None = None,
     ) -> Ack:
-        """Attach an external callback id with ``callback_timeout_at = now + timeout``."""
+        """Attach an external callback id with ``callback_timeout_at = now + timeout`` and
+        the (already checked) CEL resolution ``expressions``, replacing earlier ones."""
+        ...
+
+    async def callback_expressions(self, callback_id: str) -> CallbackExpressions | None:
+        """The expressions of the live attempt carrying ``callback_id``; ``None`` when it
+        has none. ``CallbackNotFound`` when no live attempt carries the id."""
         ...
 
     async def wait_for_callback(self, lease: RunLease) -> Ack:

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import anyio.from_thread
 
-from awa.domain.callbacks import CALLBACK_RESULT_KEY
+from awa.domain.callbacks import CALLBACK_RESULT_KEY, CallbackExpressions
 from awa.domain.errors import AwaError
 from awa.domain.handler_results import CallbackToken
 from awa.domain.job import Claim, JobRecord, RunLease
@@ -142,8 +142,11 @@ class AttemptContext:
         anyio.from_thread.run(self.flush_progress)
 
     # ------------------------------------------------------------------ callbacks
-    async def register_callback(self, timeout_seconds: float = 3600.0) -> CallbackToken:
-        """Attach a fresh external callback id to this attempt."""
+    async def register_callback(
+        self, timeout_seconds: float = 3600.0, expressions: CallbackExpressions | None = None
+    ) -> CallbackToken:
+        """Attach a fresh external callback id (with its checked CEL ``expressions``) to
+        this attempt."""
         if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int | float):
             raise TypeError("timeout_seconds must be a number")
         if timeout_seconds <= 0:
@@ -151,7 +154,10 @@ class AttemptContext:
 
         callback_id = str(uuid.uuid4())
         ack = await self.engine.register_callback(
-            self.lease, callback_id=callback_id, timeout=timedelta(seconds=timeout_seconds)
+            self.lease,
+            callback_id=callback_id,
+            timeout=timedelta(seconds=timeout_seconds),
+            expressions=expressions,
         )
         if ack is Ack.STALE:
             self.request_cancel()

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 
+from awa.domain.callbacks import CallbackExpressions
 from awa.domain.errors import CallbackNotFound, ValidationError
 from awa.domain.job import Claim
 from awa.domain.states import JobState
@@ -188,3 +189,27 @@ async def test_exhausted_callback_timeout_fails_or_dlqs(engine: EngineHandle) ->
     entry = await engine.engine.get_dlq(held.job.id)
     assert entry is not None and entry.reason == "callback_timeout"
     assert await engine.engine.claim(QUEUE, limit=1) == []
+
+
+async def test_registered_expressions_are_read_back_while_the_callback_lives(
+    engine: EngineHandle,
+) -> None:
+    exprs = CallbackExpressions(on_complete="payload.ok == true", transform="payload.value")
+    await enqueue(engine)
+    claim = await claim_one(engine)
+    assert (
+        await engine.engine.register_callback(
+            claim.lease, callback_id="cb-cel", timeout=TIMEOUT, expressions=exprs
+        )
+        == Ack.APPLIED
+    )
+    await engine.engine.wait_for_callback(claim.lease)
+    assert await engine.engine.callback_expressions("cb-cel") == exprs
+    await engine.engine.resolve_callback("cb-cel", action="complete")
+    with pytest.raises(CallbackNotFound):
+        await engine.engine.callback_expressions("cb-cel")
+    plain = await _waiting(engine, "cb-plain")
+    assert await engine.engine.callback_expressions("cb-plain") is None
+    assert plain.job.id != claim.job.id
+    with pytest.raises(CallbackNotFound):
+        await engine.engine.callback_expressions("cb-missing")

@@ -106,3 +106,69 @@ async def test_callbacks_end_like_awa_pg(client: AsyncClient, storage: str) -> N
         await _until(client, parked.id, JobState.Completed)
     finally:
         await client.shutdown()
+
+
+@dataclasses.dataclass
+class Cel:
+    on_complete: str | None = None
+    on_fail: str | None = None
+    filter: str | None = None
+    transform: str | None = None
+
+
+@pytest.mark.parametrize("storage", ["canonical", "queue_storage"])
+async def test_resolve_callback_evaluates_the_registered_cel(
+    client: AsyncClient, storage: str
+) -> None:
+    if storage == "queue_storage":
+        await client.install_queue_storage()
+    tokens: dict[int, str] = {}
+    refused: list[str] = []
+
+    @client.task(Cel, queue="cel")
+    async def handler(job: Job[Cel]) -> Any:
+        try:
+            token = await job.register_callback(timeout_seconds=60, **dataclasses.asdict(job.args))
+        except ValidationError as exc:
+            refused.append(str(exc))
+            return None
+        tokens[job.id] = token.id
+        return awa.WaitForCallback(token)
+
+    async def parked(args: Cel) -> tuple[int, str]:
+        job = await client.insert(args, queue="cel")
+        await _until(client, job.id, JobState.WaitingExternal)
+        return job.id, tokens[job.id]
+
+    await client.start([("cel", 4)], poll_interval_ms=50)
+    try:
+        job_id, token = await parked(
+            Cel(on_complete='payload.status == "ok"', transform="payload.result")
+        )
+        ignored = await client.resolve_callback(token, {"status": "pending"})
+        assert (ignored.outcome, ignored.job, ignored.reason) == (
+            "ignored",
+            None,
+            "no expressions configured, default is ignore",
+        )
+        done = await client.resolve_callback(token, {"status": "ok", "result": {"n": 7}})
+        assert done.is_completed() and done.payload == {"n": 7}
+        assert done.job is not None and done.job.state == JobState.Completed
+
+        job_id, token = await parked(Cel(on_fail="payload.code >= 500", on_complete="true"))
+        failed = await client.resolve_callback(token, {"code": 503})
+        assert failed.is_failed() and failed.payload is None
+        job = await client.get_job(job_id)
+        assert job.state == JobState.Failed
+        assert job.errors[-1]["error"] == "callback failed: on_fail expression matched"
+
+        job_id, token = await parked(Cel(filter='payload.kind == "x"', on_complete="true"))
+        skipped = await client.resolve_callback(token, {"kind": "y"}, default_action="complete")
+        assert skipped.is_ignored() and skipped.reason == "filter expression returned false"
+        assert (await client.get_job(job_id)).state == JobState.WaitingExternal
+
+        bad = await client.insert(Cel(on_complete="job.id > 0"), queue="cel")
+        await _until(client, bad.id, JobState.Completed)
+        assert refused and "only 'payload' is available" in refused[0]
+    finally:
+        await client.shutdown()

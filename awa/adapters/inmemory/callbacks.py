@@ -10,6 +10,7 @@ from awa.domain.callbacks import (
     CALLBACK_FAILED_REASON,
     CLEARED,
     DEFAULT_FAIL_ERROR,
+    CallbackExpressions,
     callback_not_found,
     check_action,
     resume_changes,
@@ -25,7 +26,12 @@ class CallbackOps(EngineBase):
     """Register, park, resolve and keep alive attempts that wait on an external system."""
 
     async def register_callback(
-        self, lease: RunLease, *, callback_id: str, timeout: timedelta
+        self,
+        lease: RunLease,
+        *,
+        callback_id: str,
+        timeout: timedelta,
+        expressions: CallbackExpressions | None = None,
     ) -> Ack:
         async with self._write() as write:
             job = self._live(write, lease, RUNNING_ONLY)
@@ -33,7 +39,15 @@ class CallbackOps(EngineBase):
                 write.state.update(
                     job, callback_id=callback_id, callback_timeout_at=write.now + timeout
                 )
+        if job is not None:
+            self._callback_exprs[callback_id] = expressions or CallbackExpressions()
         return ack(job is not None)
+
+    async def callback_expressions(self, callback_id: str) -> CallbackExpressions | None:
+        async with self._write() as write:
+            self._by_callback(write, callback_id)
+        found = self._callback_exprs.get(callback_id)
+        return None if found is None or found.is_empty else found
 
     async def wait_for_callback(self, lease: RunLease) -> Ack:
         async with self._write() as write:

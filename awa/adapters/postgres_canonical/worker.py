@@ -15,6 +15,7 @@ from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase
 from awa.domain.callbacks import (
     CALLBACK_FAILED_REASON,
     DEFAULT_FAIL_ERROR,
+    CallbackExpressions,
     callback_not_found,
     check_action,
     resume_changes,
@@ -240,15 +241,39 @@ class WorkerOps(EngineBase):
 
     # ---------------------------------------------------------------- callbacks
     async def register_callback(
-        self, lease: RunLease, *, callback_id: str, timeout: timedelta
+        self,
+        lease: RunLease,
+        *,
+        callback_id: str,
+        timeout: timedelta,
+        expressions: CallbackExpressions | None = None,
     ) -> Ack:
-        """Attach a callback id to a running attempt."""
+        """Attach a callback id (and its CEL expressions) to a running attempt."""
+        exprs = expressions or CallbackExpressions()
         return await self._guarded(
             "register_callback",
             lease,
             callback_id=callback_id,
             timeout_at=self._clock.now() + timeout,
+            filter=exprs.filter,
+            on_complete=exprs.on_complete,
+            on_fail=exprs.on_fail,
+            transform=exprs.transform,
         )
+
+    async def callback_expressions(self, callback_id: str) -> CallbackExpressions | None:
+        """The CEL expressions of the live attempt carrying ``callback_id``."""
+        async with self._connection() as conn:
+            row = await self._one(conn, "callback_expressions", {"callback_id": callback_id})
+        if row is None:
+            raise callback_not_found(callback_id)
+        found = CallbackExpressions(
+            filter=row["callback_filter"],
+            on_complete=row["callback_on_complete"],
+            on_fail=row["callback_on_fail"],
+            transform=row["callback_transform"],
+        )
+        return None if found.is_empty else found
 
     async def wait_for_callback(self, lease: RunLease) -> Ack:
         """Park a running attempt that has a callback id in ``waiting_external``."""

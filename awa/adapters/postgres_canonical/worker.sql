@@ -216,7 +216,11 @@ RETURNING id
 -- name: register_callback
 UPDATE awa.canonical_jobs SET
     callback_id = %(callback_id)s,
-    callback_timeout_at = %(timeout_at)s::timestamptz
+    callback_timeout_at = %(timeout_at)s::timestamptz,
+    callback_filter = %(filter)s,
+    callback_on_complete = %(on_complete)s,
+    callback_on_fail = %(on_fail)s,
+    callback_transform = %(transform)s
 WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
 RETURNING id
 
@@ -237,6 +241,13 @@ WHERE j.callback_id = %(callback_id)s
 ORDER BY j.id
 LIMIT 1
 FOR UPDATE OF j
+
+-- name: callback_expressions
+SELECT callback_filter, callback_on_complete, callback_on_fail, callback_transform
+FROM awa.canonical_jobs
+WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
+ORDER BY id
+LIMIT 1
 
 -- name: callback_complete
 UPDATE awa.canonical_jobs SET

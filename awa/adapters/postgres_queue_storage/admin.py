@@ -353,6 +353,14 @@ class AdminOps(QueueStorageBase):
             for r in rows:
                 await self._change(conn, writes, r.job.id, decide)
             await self._flush(conn, writes)
+            # CEL expressions of callbacks that ended without a resolve (ADR 0004, "CEL").
+            await self._exec(
+                conn,
+                "cleanup_callback_expressions",
+                schema=self._schema,
+                before=now - timedelta(days=1),
+                limit=max(batch_size, 0),
+            )
         return len(rows)
 
     # ---------------------------------------------------------------- DLQ

@@ -35,6 +35,7 @@ from awa.domain.callbacks import (
     CALLBACK_FAILED_REASON,
     CLEARED,
     DEFAULT_FAIL_ERROR,
+    CallbackExpressions,
     callback_not_found,
     check_action,
     resume_changes,
@@ -1114,15 +1115,55 @@ class CoreOps(QueueStorageBase):
 
     # ---------------------------------------------------------------- callbacks
     async def register_callback(
-        self, lease: RunLease, *, callback_id: str, timeout: timedelta
+        self,
+        lease: RunLease,
+        *,
+        callback_id: str,
+        timeout: timedelta,
+        expressions: CallbackExpressions | None = None,
     ) -> Ack:
-        return await self._guarded(
+        ack = await self._guarded(
             lease,
             lambda job, w: (
                 attrs.evolve(job, callback_id=callback_id, callback_timeout_at=w.now + timeout),
                 None,
             ),
             RUNNING_ONLY,
+        )
+        if ack is Ack.APPLIED and expressions is not None and not expressions.is_empty:
+            async with translated_errors(), self._tx() as conn:
+                await self._exec(
+                    conn,
+                    "save_callback_expressions",
+                    callback_id=callback_id,
+                    schema=self._schema,
+                    job_id=lease.job_id,
+                    run_lease=lease.lease,
+                    filter=expressions.filter,
+                    on_complete=expressions.on_complete,
+                    on_fail=expressions.on_fail,
+                    transform=expressions.transform,
+                )
+        return ack
+
+    async def callback_expressions(self, callback_id: str) -> CallbackExpressions | None:
+        lease = await self._by_callback(callback_id)
+        async with translated_errors(), self._tx() as conn:
+            rows = await self._exec(
+                conn,
+                "load_callback_expressions",
+                callback_id=callback_id,
+                job_id=lease.job_id,
+                run_lease=lease.lease,
+            )
+        if not rows:
+            return None
+        row = rows[0]
+        return CallbackExpressions(
+            filter=row["filter"],
+            on_complete=row["on_complete"],
+            on_fail=row["on_fail"],
+            transform=row["transform"],
         )
 
     async def wait_for_callback(self, lease: RunLease) -> Ack:
@@ -1193,6 +1234,8 @@ class CoreOps(QueueStorageBase):
         ack = await self._guarded(lease, decide)
         if ack is Ack.STALE:
             raise callback_not_found(callback_id)
+        async with translated_errors(), self._tx() as conn:
+            await self._exec(conn, "drop_callback_expressions", callback_id=callback_id)
         return result[-1]
 
     async def heartbeat_callback(self, callback_id: str, *, timeout: timedelta) -> JobRecord:

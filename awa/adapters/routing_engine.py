@@ -696,9 +696,12 @@ class TransitionRoutingEngine:
         action: str,
         payload: Any = None,
         error: str | None = None,
+        expression: str | None = None,
     ) -> JobRecord:
         return await self._by_callback(
-            lambda e: e.resolve_callback(callback_id, action=action, payload=payload, error=error)
+            lambda e: e.resolve_callback(
+                callback_id, action=action, payload=payload, error=error, expression=expression
+            )
         )
 
     async def heartbeat_callback(self, callback_id: str, *, timeout: timedelta) -> JobRecord:

@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from awa.domain.errors import CallbackNotFound, ValidationError
-from awa.domain.job import JobRecord
+from awa.domain.job import JobRecord, error_entry
 from awa.domain.states import JobState
 
 #: What ``resolve_callback`` of the storage port accepts.
@@ -30,6 +30,17 @@ CALLBACK_FAILED_REASON = "callback_failed"
 
 #: The callback columns of a job whose callback has ended.
 CLEARED: dict[str, Any] = {"callback_id": None, "callback_timeout_at": None}
+
+
+def failure_entry(
+    error: str | None, *, attempt: int, at: datetime, expression: str | None = None
+) -> dict[str, Any]:
+    """The terminal error entry of a callback failure (naming the ``on_fail`` expression
+    that matched, if one did)."""
+    entry = error_entry(error or DEFAULT_FAIL_ERROR, attempt=attempt, at=at, terminal=True)
+    if expression is not None:
+        entry["expression"] = expression
+    return entry
 
 
 def check_action(action: str) -> None:

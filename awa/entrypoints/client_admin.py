@@ -274,10 +274,19 @@ class AdminMixin(ClientCore):
 
     # ------------------------------------------------------------------ callbacks
     async def _resolve(
-        self, callback_id: str, action: str, payload: Any = None, error: str | None = None
+        self,
+        callback_id: str,
+        action: str,
+        payload: Any = None,
+        error: str | None = None,
+        expression: str | None = None,
     ) -> Job[Any]:
         record = await (await self._engine()).resolve_callback(
-            _callback_id(callback_id), action=action, payload=payload, error=error
+            _callback_id(callback_id),
+            action=action,
+            payload=payload,
+            error=error,
+            expression=expression,
         )
         return Job(record)
 
@@ -345,6 +354,8 @@ class AdminMixin(ClientCore):
             job = await self._resolve(cid, "complete", decision.payload)
             return ResolveResult("completed", job, decision.payload)
         if decision.outcome == "fail":
-            job = await self._resolve(cid, "fail", error=decision.error)
+            job = await self._resolve(
+                cid, "fail", error=decision.error, expression=decision.expression
+            )
             return ResolveResult("failed", job, None)
         return ResolveResult("ignored", None, None, decision.reason)

@@ -201,8 +201,10 @@ class StorageEngine(Protocol):
         action: str,
         payload: Any = None,
         error: str | None = None,
+        expression: str | None = None,
     ) -> JobRecord:
-        """Resolve a waiting (or still running) attempt by callback id.
+        """Resolve a waiting (or still running) attempt by callback id (``expression``:
+        the CEL expression that decided a ``fail``, recorded in the error entry).
 
         ``action`` is ``complete``, ``fail``, ``retry`` or ``resume`` (back to
         ``running``, payload stored in metadata ``_awa_callback_result``). Raises

@@ -161,6 +161,7 @@ async def test_resolve_callback_evaluates_the_registered_cel(
         job = await client.get_job(job_id)
         assert job.state == JobState.Failed
         assert job.errors[-1]["error"] == "callback failed: on_fail expression matched"
+        assert job.errors[-1]["expression"] == "payload.code >= 500"
 
         job_id, token = await parked(Cel(filter='payload.kind == "x"', on_complete="true"))
         skipped = await client.resolve_callback(token, {"kind": "y"}, default_action="complete")

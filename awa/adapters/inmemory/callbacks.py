@@ -9,15 +9,15 @@ from awa.adapters.inmemory.base import LIVE_STATES, RUNNING_ONLY, EngineBase, Wr
 from awa.domain.callbacks import (
     CALLBACK_FAILED_REASON,
     CLEARED,
-    DEFAULT_FAIL_ERROR,
     CallbackExpressions,
     callback_not_found,
     check_action,
+    failure_entry,
     resume_changes,
     retry_changes,
 )
 from awa.domain.channels import queue_channel
-from awa.domain.job import JobRecord, RunLease, error_entry
+from awa.domain.job import JobRecord, RunLease
 from awa.domain.states import JobState
 from awa.ports.storage import Ack
 
@@ -72,6 +72,7 @@ class CallbackOps(EngineBase):
         action: str,
         payload: Any = None,
         error: str | None = None,
+        expression: str | None = None,
     ) -> JobRecord:
         check_action(action)
         async with self._write() as write:
@@ -83,9 +84,7 @@ class CallbackOps(EngineBase):
                     job, JobState.Completed, finalized_at=now, progress=None, **cleared
                 )
             elif action == "fail":
-                entry = error_entry(
-                    error or DEFAULT_FAIL_ERROR, attempt=job.attempt, at=now, terminal=True
-                )
+                entry = failure_entry(error, attempt=job.attempt, at=now, expression=expression)
                 self._fail_or_dlq(
                     write,
                     job,

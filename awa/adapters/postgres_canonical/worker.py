@@ -14,15 +14,15 @@ from awa.adapters._pg.rows import dlq_from_row, job_from_row, mask_param
 from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase
 from awa.domain.callbacks import (
     CALLBACK_FAILED_REASON,
-    DEFAULT_FAIL_ERROR,
     CallbackExpressions,
     callback_not_found,
     check_action,
+    failure_entry,
     resume_changes,
     retry_changes,
 )
 from awa.domain.errors import DatabaseError
-from awa.domain.job import Claim, JobRecord, JobSpec, RunLease, error_entry
+from awa.domain.job import Claim, JobRecord, JobSpec, RunLease
 from awa.domain.policies import PriorityAging
 from awa.domain.validation import validate_spec
 from awa.ports.storage import Ack, UnitOfWork
@@ -286,6 +286,7 @@ class WorkerOps(EngineBase):
         action: str,
         payload: Any = None,
         error: str | None = None,
+        expression: str | None = None,
     ) -> JobRecord:
         """Resolve the live attempt carrying ``callback_id``."""
         check_action(action)
@@ -298,9 +299,7 @@ class WorkerOps(EngineBase):
             if action == "complete":
                 updated = await self._one(conn, "callback_complete", params)
             elif action == "fail":
-                entry = error_entry(
-                    error or DEFAULT_FAIL_ERROR, attempt=row["attempt"], at=now, terminal=True
-                )
+                entry = failure_entry(error, attempt=row["attempt"], at=now, expression=expression)
                 held = await self._fail_or_dlq(
                     conn,
                     row,

@@ -34,10 +34,10 @@ from awa.adapters.postgres_queue_storage._base import (
 from awa.domain.callbacks import (
     CALLBACK_FAILED_REASON,
     CLEARED,
-    DEFAULT_FAIL_ERROR,
     CallbackExpressions,
     callback_not_found,
     check_action,
+    failure_entry,
     resume_changes,
     retry_changes,
 )
@@ -1197,6 +1197,7 @@ class CoreOps(QueueStorageBase):
         action: str,
         payload: Any = None,
         error: str | None = None,
+        expression: str | None = None,
     ) -> JobRecord:
         check_action(action)
         await self._refresh_dlq()
@@ -1218,9 +1219,7 @@ class CoreOps(QueueStorageBase):
                     None,
                 )
             elif action == "fail":
-                entry = error_entry(
-                    error or DEFAULT_FAIL_ERROR, attempt=job.attempt, at=w.now, terminal=True
-                )
+                entry = failure_entry(error, attempt=job.attempt, at=w.now, expression=expression)
                 outcome = self._fail_or_dlq(
                     job, w, (*job.errors, entry), CALLBACK_FAILED_REASON, **cleared
                 )

@@ -16,6 +16,8 @@ import time
 from datetime import timedelta
 from typing import Any
 
+import anyio
+
 from awa.domain.batch_ops import (
     CHUNK_SIZE,
     DEFAULT_RETENTION,
@@ -37,6 +39,8 @@ BATCH_OPERATION_INTERVAL = 1.0
 STEP_BUDGET = 0.5
 #: How many target ids one scan round trip reads.
 SCAN_PAGE = 1000
+#: How many per-job changes are in flight at once (each holds a pooled connection).
+PARALLELISM = 4
 
 
 class BatchRunner:
@@ -50,12 +54,14 @@ class BatchRunner:
         retention: timedelta = DEFAULT_RETENTION,
         chunk_size: int = CHUNK_SIZE,
         budget: float = STEP_BUDGET,
+        parallelism: int = PARALLELISM,
     ) -> None:
         self._engine = engine
         self._runner_id = runner_id
         self._retention = retention
         self._chunk = chunk_size
         self._budget = budget
+        self._parallelism = max(1, parallelism)
 
     async def step(self) -> bool:
         """Work on the oldest unfinished operation for up to the budget. Returns whether
@@ -77,7 +83,7 @@ class BatchRunner:
                 if done is not None:
                     await self._finish(op, done)
                     return True
-                results = [await self._apply(op, job_id) for job_id in ids]
+                results = await self._apply_chunk(op, ids)
                 op = await self._engine.record_batch_items(
                     op.id, results, cursor=_cursor(op, after=ids[-1])
                 )
@@ -110,6 +116,21 @@ class BatchRunner:
         return await self._engine.start_batch_running(
             op.id, cursor={"after_job_id": 0, "max_job_id": after}
         )
+
+    async def _apply_chunk(self, op: BatchOperation, ids: list[int]) -> list[ItemResult]:
+        """Apply a chunk with up to ``parallelism`` changes in flight (each its own
+        transaction); results come back in id order."""
+        results: dict[int, ItemResult] = {}
+        limiter = anyio.CapacityLimiter(self._parallelism)
+
+        async def one(job_id: int) -> None:
+            async with limiter:
+                results[job_id] = await self._apply(op, job_id)
+
+        async with anyio.create_task_group() as group:
+            for job_id in ids:
+                group.start_soon(one, job_id)
+        return [results[job_id] for job_id in ids]
 
     async def _apply(self, op: BatchOperation, job_id: int) -> ItemResult:
         try:

@@ -165,12 +165,14 @@ async def test_a_move_while_workers_drain_the_jobs(
     runs: Counter[int] = Counter()
     ran_in: dict[int, str] = {}
     history: dict[int, list[tuple[str, int, int]]] = {}
+    origin: dict[int, Any] = {}
 
     @client.task(Item, queue="src")
     async def work(job: Job[Item]) -> None:
         runs[job.id] += 1
         ran_in[job.id] = job.queue
         history.setdefault(job.id, []).append((job.queue, job.attempt, job.priority))
+        origin[job.id] = job.metadata.get("_awa_original_queue")
         if job.queue == "src":
             await asyncio.sleep(0.02)
 
@@ -192,9 +194,7 @@ async def test_a_move_while_workers_drain_the_jobs(
     in_dst = {job_id for job_id, queue in ran_in.items() if queue == "dst"}
     # Each moved job ran once, in its new queue, and only moved jobs ran there.
     assert len(in_dst) == done["processed"]
-    for job_id in list(in_dst)[:50]:
-        job = await client.get_job(job_id)
-        assert job.state == JobState.Completed
-        assert job.metadata.get("_awa_original_queue") == "src"
+    # Provenance as the handler saw it (finished history may be pruned by now).
+    assert {origin[job_id] for job_id in in_dst} == {"src"}
     stats = {s.queue: s for s in await client.queue_stats()}
     assert all(stats[q].available == 0 for q in ("src", "dst") if q in stats)

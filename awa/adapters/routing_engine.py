@@ -53,6 +53,15 @@ from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.adapters.postgres_queue_storage._base import PgUnitOfWork
 from awa.adapters.postgres_queue_storage.core import RouteChanged
 from awa.domain.admin_views import KindCounts, StateBucket
+from awa.domain.batch_ops import (
+    BatchFilter,
+    BatchOperation,
+    BatchOpState,
+    BatchSpec,
+    ItemOutcome,
+    ItemResult,
+)
+from awa.domain.callbacks import CallbackExpressions, callback_not_found
 from awa.domain.errors import CallbackNotFound, DatabaseError, UniqueConflict, ValidationError
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
 from awa.domain.policies import Backoff
@@ -661,13 +670,30 @@ class TransitionRoutingEngine(PgCronOps, PgOverrideOps, PgDescriptorOps):
 
     # ---------------------------------------------------------------- callbacks
     async def register_callback(
-        self, lease: RunLease, *, callback_id: str, timeout: timedelta
+        self,
+        lease: RunLease,
+        *,
+        callback_id: str,
+        timeout: timedelta,
+        expressions: CallbackExpressions | None = None,
     ) -> Ack:
         return await self._per_lease(
             lease,
-            lambda e: e.register_callback(lease, callback_id=callback_id, timeout=timeout),
+            lambda e: e.register_callback(
+                lease, callback_id=callback_id, timeout=timeout, expressions=expressions
+            ),
             closes=False,
         )
+
+    async def callback_expressions(self, callback_id: str) -> CallbackExpressions | None:
+        engines = self._read_order(await self.status(max_age=0.0))
+        for index, engine in enumerate(engines):
+            try:
+                return await engine.callback_expressions(callback_id)
+            except CallbackNotFound:
+                if index == len(engines) - 1:
+                    raise
+        raise callback_not_found(callback_id)
 
     async def wait_for_callback(self, lease: RunLease) -> Ack:
         return await self._per_lease(lease, lambda e: e.wait_for_callback(lease), closes=False)
@@ -682,7 +708,7 @@ class TransitionRoutingEngine(PgCronOps, PgOverrideOps, PgDescriptorOps):
             except CallbackNotFound:
                 if index == len(engines) - 1:
                     raise
-        raise CallbackNotFound("no live attempt carries this callback id")
+        raise callback_not_found("(no engine)")
 
     async def resolve_callback(
         self,
@@ -691,9 +717,12 @@ class TransitionRoutingEngine(PgCronOps, PgOverrideOps, PgDescriptorOps):
         action: str,
         payload: Any = None,
         error: str | None = None,
+        expression: str | None = None,
     ) -> JobRecord:
         return await self._by_callback(
-            lambda e: e.resolve_callback(callback_id, action=action, payload=payload, error=error)
+            lambda e: e.resolve_callback(
+                callback_id, action=action, payload=payload, error=error, expression=expression
+            )
         )
 
     async def heartbeat_callback(self, callback_id: str, *, timeout: timedelta) -> JobRecord:
@@ -954,6 +983,78 @@ class TransitionRoutingEngine(PgCronOps, PgOverrideOps, PgDescriptorOps):
 
     async def purge_dlq_job(self, job_id: int) -> bool:
         return await (await self._dlq()).purge_dlq_job(job_id)
+
+    # ---------------------------------------------------------------- batch operations
+    # Targets come from every engine that can hold a queued job; the control rows live in
+    # one shared table, reached through the canonical engine.
+    async def count_batch_targets(self, filter: BatchFilter) -> int:
+        return await self._sum(lambda e: e.count_batch_targets(filter))
+
+    async def list_batch_targets(
+        self, filter: BatchFilter, *, after_id: int = 0, limit: int = 100
+    ) -> list[JobRecord]:
+        merged: dict[int, JobRecord] = {}
+        for engine in self._read_order(await self.status(max_age=0.0)):
+            for job in await engine.list_batch_targets(filter, after_id=after_id, limit=limit):
+                merged.setdefault(job.id, job)
+        return sorted(merged.values(), key=lambda j: j.id)[: max(limit, 0)]
+
+    async def apply_batch_change(self, job_id: int, spec: BatchSpec) -> ItemResult:
+        for engine in self._read_order(await self.status(max_age=0.0)):
+            result = await engine.apply_batch_change(job_id, spec)
+            if result.outcome != ItemOutcome.MISSING:
+                return result
+        return ItemResult(job_id, ItemOutcome.MISSING)
+
+    async def create_batch_operation(
+        self, *, spec: BatchSpec, filter: BatchFilter, submitted_by: str | None = None
+    ) -> BatchOperation:
+        return await self._canonical.create_batch_operation(
+            spec=spec, filter=filter, submitted_by=submitted_by
+        )
+
+    async def get_batch_operation(self, op_id: str) -> BatchOperation | None:
+        return await self._canonical.get_batch_operation(op_id)
+
+    async def list_batch_operations(
+        self, *, state: BatchOpState | None = None, limit: int = 100
+    ) -> list[BatchOperation]:
+        return await self._canonical.list_batch_operations(state=state, limit=limit)
+
+    async def cancel_batch_operation(self, op_id: str) -> BatchOperation | None:
+        return await self._canonical.cancel_batch_operation(op_id)
+
+    async def purge_batch_operations(self, *, before: datetime, limit: int = 1000) -> int:
+        return await self._canonical.purge_batch_operations(before=before, limit=limit)
+
+    async def next_batch_operation(self, *, runner: str) -> BatchOperation | None:
+        return await self._canonical.next_batch_operation(runner=runner)
+
+    async def add_batch_items(self, op_id: str, job_ids: Sequence[int]) -> BatchOperation:
+        return await self._canonical.add_batch_items(op_id, job_ids)
+
+    async def start_batch_running(self, op_id: str, *, cursor: dict[str, Any]) -> BatchOperation:
+        return await self._canonical.start_batch_running(op_id, cursor=cursor)
+
+    async def pending_batch_items(self, op_id: str, *, limit: int) -> list[int]:
+        return await self._canonical.pending_batch_items(op_id, limit=limit)
+
+    async def record_batch_items(
+        self, op_id: str, results: Sequence[ItemResult], *, cursor: dict[str, Any]
+    ) -> BatchOperation:
+        return await self._canonical.record_batch_items(op_id, results, cursor=cursor)
+
+    async def finish_batch_operation(
+        self,
+        op_id: str,
+        *,
+        state: BatchOpState,
+        last_error: str | None = None,
+        retention: timedelta,
+    ) -> BatchOperation:
+        return await self._canonical.finish_batch_operation(
+            op_id, state=state, last_error=last_error, retention=retention
+        )
 
     # ---------------------------------------------------------------- lifecycle
     async def subscribe(self, channels: list[str]) -> PostgresSubscription:

@@ -97,6 +97,9 @@ LEGAL_TRANSITIONS: frozenset[tuple[JobState, JobState]] = frozenset(
         (S.WaitingExternal, S.Retryable),
         (S.WaitingExternal, S.Failed),
         (S.WaitingExternal, S.Cancelled),
+        # retry_external, and an operator retry of a waiting attempt: a fresh start
+        (S.WaitingExternal, S.Available),
+        (S.Running, S.Available),
         # operator cancel / drain of pending work
         (S.Scheduled, S.Cancelled),
         (S.Available, S.Cancelled),

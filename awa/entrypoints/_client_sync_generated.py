@@ -10,14 +10,17 @@ from typing import Any
 from awa.entrypoints.client_sync import BlockingClientBase, RawClientBase
 from awa.entrypoints.job import Job
 from awa.entrypoints.results import (
+    BatchOperation,
+    BatchOperationFilter,
+    BatchOperationKind,
+    BatchOperationPreview,
+    BatchOperationState,
     DlqEntry,
     HealthCheck,
     QueueStat,
     ResolveResult,
     RetryFailedResult,
 )
-from awa.ports.runtime_registry import RuntimeRegistry
-from awa.ports.storage import StorageEngine
 
 
 class Client(BlockingClientBase):
@@ -26,13 +29,6 @@ class Client(BlockingClientBase):
     Every method blocks until its ``AsyncClient`` counterpart is done. Worker methods
     (``task``, ``start``, ``shutdown``) live on :class:`AsyncClient` only.
     """
-
-    def admin_engine(self) -> StorageEngine:
-        """The storage engine behind this client, for operator surfaces built on it (the admin
-        web) that need reads the Python API does not name. Blocking form of
-        ``AsyncClient.admin_engine``.
-        """
-        return self._run(self._async.admin_engine())
 
     def bulk_move_failed_to_dlq(
         self,
@@ -71,6 +67,13 @@ class Client(BlockingClientBase):
         of ``AsyncClient.cancel``.
         """
         return self._run(self._async.cancel(job_id))
+
+    def cancel_batch_operation(self, operation_id: str) -> BatchOperation:
+        """Ask an unfinished operation to stop; the runner ends it ``cancelled`` at its next
+        chunk boundary (jobs already changed stay changed). Blocking form of
+        ``AsyncClient.cancel_batch_operation``.
+        """
+        return self._run(self._async.cancel_batch_operation(operation_id))
 
     def cancel_by_unique_key(
         self,
@@ -193,6 +196,12 @@ class Client(BlockingClientBase):
         """
         return self._run(self._async.flush_admin_metadata())
 
+    def get_batch_operation(self, operation_id: str) -> BatchOperation:
+        """One operation by id; ``ValidationError`` if there is none. Blocking form of
+        ``AsyncClient.get_batch_operation``.
+        """
+        return self._run(self._async.get_batch_operation(operation_id))
+
     def get_dlq_job(self, job_id: int) -> DlqEntry | None:
         """The DLQ entry of a job, or ``None``. Blocking form of ``AsyncClient.get_dlq_job``."""
         return self._run(self._async.get_dlq_job(job_id))
@@ -210,7 +219,8 @@ class Client(BlockingClientBase):
         return self._run(self._async.health_check())
 
     def heartbeat_callback(self, callback_id: str, timeout_seconds: float = 3600.0) -> Job[Any]:
-        """Push the callback's timeout to ``now + timeout_seconds``. Blocking form of
+        """Push the callback's timeout to ``now + timeout_seconds`` (a finite number, not
+        negative; ``ValidationError`` otherwise). Blocking form of
         ``AsyncClient.heartbeat_callback``.
         """
         return self._run(self._async.heartbeat_callback(callback_id, timeout_seconds))
@@ -309,6 +319,14 @@ class Client(BlockingClientBase):
             )
         )
 
+    def list_batch_operations(
+        self, *, state: BatchOperationState | None = None, limit: int = 100
+    ) -> list[BatchOperation]:
+        """Operations, newest first, optionally in one state. Blocking form of
+        ``AsyncClient.list_batch_operations``.
+        """
+        return self._run(self._async.list_batch_operations(state=state, limit=limit))
+
     def list_cron_jobs(self) -> list[dict[str, Any]]:
         """Every stored schedule as a dict of its ``awa.cron_jobs`` columns, by name. Blocking
         form of ``AsyncClient.list_cron_jobs``.
@@ -373,6 +391,29 @@ class Client(BlockingClientBase):
         """
         return self._run(self._async.move_failed_to_dlq(job_id, reason))
 
+    def move_queue(
+        self,
+        queue: str,
+        *,
+        priority: int | None = None,
+        filter: BatchOperationFilter | None = None,
+        submitted_by: str | None = None,
+        allow_all: bool = False,
+    ) -> BatchOperation:
+        """Submit an operation moving queued jobs to ``queue`` (optionally with a new
+        priority); each moved job records ``_awa_original_queue``. Blocking form of
+        ``AsyncClient.move_queue``.
+        """
+        return self._run(
+            self._async.move_queue(
+                queue,
+                priority=priority,
+                filter=filter,
+                submitted_by=submitted_by,
+                allow_all=allow_all,
+            )
+        )
+
     def pause_cron_job(self, name: str, paused_by: str | None = None) -> bool:
         """Stop a schedule's automatic fires; ``False`` if there is no such schedule. Blocking
         form of ``AsyncClient.pause_cron_job``.
@@ -396,6 +437,37 @@ class Client(BlockingClientBase):
                 schema=schema, queue_slot_count=queue_slot_count, lease_slot_count=lease_slot_count
             )
         )
+
+    def preview_batch_operation(
+        self,
+        op_kind: BatchOperationKind,
+        *,
+        spec: dict[str, Any],
+        filter: BatchOperationFilter | None = None,
+    ) -> BatchOperationPreview:
+        """How many queued jobs the operation would touch now, and the first few of them
+        (advisory: execution snapshots the targets again when it starts). Blocking form of
+        ``AsyncClient.preview_batch_operation``.
+        """
+        return self._run(self._async.preview_batch_operation(op_kind, spec=spec, filter=filter))
+
+    def preview_move_queue(
+        self, queue: str, *, priority: int | None = None, filter: BatchOperationFilter | None = None
+    ) -> BatchOperationPreview:
+        """Preview :meth:`move_queue`. Blocking form of ``AsyncClient.preview_move_queue``."""
+        return self._run(self._async.preview_move_queue(queue, priority=priority, filter=filter))
+
+    def preview_set_priority(
+        self, priority: int, *, filter: BatchOperationFilter | None = None
+    ) -> BatchOperationPreview:
+        """Preview :meth:`set_priority`. Blocking form of ``AsyncClient.preview_set_priority``."""
+        return self._run(self._async.preview_set_priority(priority, filter=filter))
+
+    def purge_batch_operations(self, before: datetime, *, limit: int = 1000) -> int:
+        """Delete up to ``limit`` finished operations finalized before ``before``. Blocking
+        form of ``AsyncClient.purge_batch_operations``.
+        """
+        return self._run(self._async.purge_batch_operations(before, limit=limit))
 
     def purge_dlq(
         self,
@@ -443,8 +515,11 @@ class Client(BlockingClientBase):
         payload: dict[str, Any] | None = None,
         default_action: str = "ignore",
     ) -> ResolveResult:
-        """Resolve a callback by ``default_action``: ``complete``, ``fail`` or ``ignore``
-        (leave the job waiting). Blocking form of ``AsyncClient.resolve_callback``.
+        """Resolve a callback by the CEL expressions it was registered with: a ``filter`` that
+        is not true ignores the payload; ``on_fail`` fails the job, ``on_complete``
+        completes it (with ``transform``'s result as the payload); otherwise
+        ``default_action`` (``complete``, ``fail`` or ``ignore``: leave it waiting).
+        Blocking form of ``AsyncClient.resolve_callback``.
         """
         return self._run(self._async.resolve_callback(callback_id, payload, default_action))
 
@@ -468,8 +543,9 @@ class Client(BlockingClientBase):
         return self._run(self._async.resume_queue(queue))
 
     def retry(self, job_id: int) -> Job[Any] | None:
-        """Make a failed, cancelled, completed, scheduled or retryable job available now.
-        Blocking form of ``AsyncClient.retry``.
+        """Make a failed, cancelled, completed, scheduled or retryable job available now; a job
+        waiting on a callback starts afresh (its callback ends). Blocking form of
+        ``AsyncClient.retry``.
         """
         return self._run(self._async.retry(job_id))
 
@@ -502,11 +578,23 @@ class Client(BlockingClientBase):
             self._async.retry_from_dlq(job_id, run_at=run_at, priority=priority, queue=queue)
         )
 
-    def runtime_registry(self) -> RuntimeRegistry:
-        """Where worker runtimes publish their snapshots (read by operator surfaces). Blocking
-        form of ``AsyncClient.runtime_registry``.
+    def set_priority(
+        self,
+        priority: int,
+        *,
+        filter: BatchOperationFilter | None = None,
+        submitted_by: str | None = None,
+        allow_all: bool = False,
+    ) -> BatchOperation:
+        """Submit an operation giving queued jobs ``priority`` (1..4); each changed job records
+        its first priority in metadata ``_awa_original_priority``. Blocking form of
+        ``AsyncClient.set_priority``.
         """
-        return self._run(self._async.runtime_registry())
+        return self._run(
+            self._async.set_priority(
+                priority, filter=filter, submitted_by=submitted_by, allow_all=allow_all
+            )
+        )
 
     def set_queue_overrides(
         self,
@@ -540,6 +628,25 @@ class Client(BlockingClientBase):
         """
         return self._run(self._async.storage_status())
 
+    def submit_batch_operation(
+        self,
+        op_kind: BatchOperationKind,
+        *,
+        spec: dict[str, Any],
+        filter: BatchOperationFilter | None = None,
+        submitted_by: str | None = None,
+        allow_all: bool = False,
+    ) -> BatchOperation:
+        """Record a ``pending`` operation for the maintenance leader to run. A filter that
+        narrows nothing needs ``allow_all=True``. Blocking form of
+        ``AsyncClient.submit_batch_operation``.
+        """
+        return self._run(
+            self._async.submit_batch_operation(
+                op_kind, spec=spec, filter=filter, submitted_by=submitted_by, allow_all=allow_all
+            )
+        )
+
     def trigger_cron_job(self, name: str) -> Job[Any]:
         """Enqueue a schedule's job now, even while paused, leaving its schedule as it is.
         Raises ``ValidationError`` if there is no such schedule. Blocking form of
@@ -552,10 +659,6 @@ class RawClient(RawClientBase):
     """The client every other client is built on, as awa-pg's ``RawClient``: each
     ``AsyncClient`` coroutine method, plus a blocking ``<name>_sync`` twin.
     """
-
-    def admin_engine_sync(self) -> StorageEngine:
-        """Blocking ``admin_engine``, on a client of its own (see ``Client.admin_engine``)."""
-        return self._blocking().admin_engine()
 
     def bulk_move_failed_to_dlq_sync(
         self,
@@ -590,6 +693,12 @@ class RawClient(RawClientBase):
     def cancel_sync(self, job_id: int) -> Job[Any] | None:
         """Blocking ``cancel``, on a client of its own (see ``Client.cancel``)."""
         return self._blocking().cancel(job_id)
+
+    def cancel_batch_operation_sync(self, operation_id: str) -> BatchOperation:
+        """Blocking ``cancel_batch_operation``, on a client of its own (see
+        ``Client.cancel_batch_operation``).
+        """
+        return self._blocking().cancel_batch_operation(operation_id)
 
     def cancel_by_unique_key_sync(
         self,
@@ -696,6 +805,12 @@ class RawClient(RawClientBase):
         """
         return self._blocking().flush_admin_metadata()
 
+    def get_batch_operation_sync(self, operation_id: str) -> BatchOperation:
+        """Blocking ``get_batch_operation``, on a client of its own (see
+        ``Client.get_batch_operation``).
+        """
+        return self._blocking().get_batch_operation(operation_id)
+
     def get_dlq_job_sync(self, job_id: int) -> DlqEntry | None:
         """Blocking ``get_dlq_job``, on a client of its own (see ``Client.get_dlq_job``)."""
         return self._blocking().get_dlq_job(job_id)
@@ -798,6 +913,14 @@ class RawClient(RawClientBase):
             reset=reset,
         )
 
+    def list_batch_operations_sync(
+        self, *, state: BatchOperationState | None = None, limit: int = 100
+    ) -> list[BatchOperation]:
+        """Blocking ``list_batch_operations``, on a client of its own (see
+        ``Client.list_batch_operations``).
+        """
+        return self._blocking().list_batch_operations(state=state, limit=limit)
+
     def list_cron_jobs_sync(self) -> list[dict[str, Any]]:
         """Blocking ``list_cron_jobs``, on a client of its own (see ``Client.list_cron_jobs``)."""
         return self._blocking().list_cron_jobs()
@@ -855,6 +978,20 @@ class RawClient(RawClientBase):
         """
         return self._blocking().move_failed_to_dlq(job_id, reason)
 
+    def move_queue_sync(
+        self,
+        queue: str,
+        *,
+        priority: int | None = None,
+        filter: BatchOperationFilter | None = None,
+        submitted_by: str | None = None,
+        allow_all: bool = False,
+    ) -> BatchOperation:
+        """Blocking ``move_queue``, on a client of its own (see ``Client.move_queue``)."""
+        return self._blocking().move_queue(
+            queue, priority=priority, filter=filter, submitted_by=submitted_by, allow_all=allow_all
+        )
+
     def pause_cron_job_sync(self, name: str, paused_by: str | None = None) -> bool:
         """Blocking ``pause_cron_job``, on a client of its own (see ``Client.pause_cron_job``)."""
         return self._blocking().pause_cron_job(name, paused_by)
@@ -872,6 +1009,40 @@ class RawClient(RawClientBase):
         return self._blocking().prepare_queue_storage_schema(
             schema=schema, queue_slot_count=queue_slot_count, lease_slot_count=lease_slot_count
         )
+
+    def preview_batch_operation_sync(
+        self,
+        op_kind: BatchOperationKind,
+        *,
+        spec: dict[str, Any],
+        filter: BatchOperationFilter | None = None,
+    ) -> BatchOperationPreview:
+        """Blocking ``preview_batch_operation``, on a client of its own (see
+        ``Client.preview_batch_operation``).
+        """
+        return self._blocking().preview_batch_operation(op_kind, spec=spec, filter=filter)
+
+    def preview_move_queue_sync(
+        self, queue: str, *, priority: int | None = None, filter: BatchOperationFilter | None = None
+    ) -> BatchOperationPreview:
+        """Blocking ``preview_move_queue``, on a client of its own (see
+        ``Client.preview_move_queue``).
+        """
+        return self._blocking().preview_move_queue(queue, priority=priority, filter=filter)
+
+    def preview_set_priority_sync(
+        self, priority: int, *, filter: BatchOperationFilter | None = None
+    ) -> BatchOperationPreview:
+        """Blocking ``preview_set_priority``, on a client of its own (see
+        ``Client.preview_set_priority``).
+        """
+        return self._blocking().preview_set_priority(priority, filter=filter)
+
+    def purge_batch_operations_sync(self, before: datetime, *, limit: int = 1000) -> int:
+        """Blocking ``purge_batch_operations``, on a client of its own (see
+        ``Client.purge_batch_operations``).
+        """
+        return self._blocking().purge_batch_operations(before, limit=limit)
 
     def purge_dlq_sync(
         self,
@@ -963,11 +1134,18 @@ class RawClient(RawClientBase):
             job_id, run_at=run_at, priority=priority, queue=queue
         )
 
-    def runtime_registry_sync(self) -> RuntimeRegistry:
-        """Blocking ``runtime_registry``, on a client of its own (see
-        ``Client.runtime_registry``).
-        """
-        return self._blocking().runtime_registry()
+    def set_priority_sync(
+        self,
+        priority: int,
+        *,
+        filter: BatchOperationFilter | None = None,
+        submitted_by: str | None = None,
+        allow_all: bool = False,
+    ) -> BatchOperation:
+        """Blocking ``set_priority``, on a client of its own (see ``Client.set_priority``)."""
+        return self._blocking().set_priority(
+            priority, filter=filter, submitted_by=submitted_by, allow_all=allow_all
+        )
 
     def set_queue_overrides_sync(
         self,
@@ -994,6 +1172,22 @@ class RawClient(RawClientBase):
     def storage_status_sync(self) -> str:
         """Blocking ``storage_status``, on a client of its own (see ``Client.storage_status``)."""
         return self._blocking().storage_status()
+
+    def submit_batch_operation_sync(
+        self,
+        op_kind: BatchOperationKind,
+        *,
+        spec: dict[str, Any],
+        filter: BatchOperationFilter | None = None,
+        submitted_by: str | None = None,
+        allow_all: bool = False,
+    ) -> BatchOperation:
+        """Blocking ``submit_batch_operation``, on a client of its own (see
+        ``Client.submit_batch_operation``).
+        """
+        return self._blocking().submit_batch_operation(
+            op_kind, spec=spec, filter=filter, submitted_by=submitted_by, allow_all=allow_all
+        )
 
     def trigger_cron_job_sync(self, name: str) -> Job[Any]:
         """Blocking ``trigger_cron_job``, on a client of its own (see

@@ -25,9 +25,12 @@ from typing import Any
 
 TARGET = Path(__file__).with_name("_client_sync_generated.py")
 
-# Worker methods stay on AsyncClient; the rest are written by hand in client_sync.py
-# (their sync form is not a plain blocking call).
-NOT_BLOCKING = frozenset({"start", "shutdown", "close", "transaction"})
+# Worker methods stay on AsyncClient; close and transaction are written by hand in
+# client_sync.py (their sync form is not a plain blocking call); admin_engine and
+# runtime_registry hand out async ports bound to the client's own event loop.
+NOT_BLOCKING = frozenset(
+    {"start", "shutdown", "close", "transaction", "admin_engine", "runtime_registry"}
+)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -65,9 +68,27 @@ def _resolve(name: str, fn: Any) -> str:
     if name == "Any":
         return "from typing import Any"
     origin = getattr(obj, "__module__", None)
-    if origin is None or not hasattr(sys.modules.get(origin), name):
-        origin = fn.__module__
+    if origin is None or getattr(sys.modules.get(origin), name, None) is not obj:
+        # A type alias (``Literal[...]``) has no module of its own: take the awa module
+        # that exports it, else the one that uses it.
+        definers = sorted(
+            mod_name
+            for mod_name, mod in list(sys.modules.items())
+            if mod_name.startswith("awa.")
+            and getattr(mod, name, None) is obj
+            and _assigns(mod, name)
+        )
+        origin = definers[0] if definers else fn.__module__
     return f"from {origin} import {name}"
+
+
+def _assigns(module: Any, name: str) -> bool:
+    """Whether ``module``'s own source binds ``name`` at top level (not an import)."""
+    path = getattr(module, "__file__", None)
+    if not path:
+        return False
+    text = Path(path).read_text(encoding="utf-8")
+    return re.search(rf"^{re.escape(name)}\s*(:[^=]*)?=", text, re.MULTILINE) is not None
 
 
 def _signature(fn: Any) -> tuple[str, str, set[str]]:

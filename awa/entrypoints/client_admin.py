@@ -6,19 +6,22 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from awa.domain.errors import CallbackNotFound, ValidationError
+from awa.domain.callbacks import (
+    CallbackExpressions,
+    check_default_action,
+    decide_resolution,
+    validate_timeout,
+)
+from awa.domain.errors import ValidationError
 from awa.domain.job import DlqEntry as DlqRecord
 from awa.domain.job import JobRecord
-from awa.domain.states import TERMINAL_STATES, JobState
-from awa.entrypoints import payloads
+from awa.domain.states import TERMINAL_STATES
+from awa.entrypoints import cel, payloads
 from awa.entrypoints.args import parse_run_at
 from awa.entrypoints.client_core import ClientCore, not_found
 from awa.entrypoints.job import Job, rfc3339
 from awa.entrypoints.results import DlqEntry, ResolveResult
 from awa.ports.storage import DlqFilter, JobFilter
-
-RESOLVE_DEFAULTS = ("complete", "fail", "ignore")
-_CALLBACK_SCAN_LIMIT = 100_000
 
 
 def _dlq_entry(entry: DlqRecord) -> DlqEntry:
@@ -276,10 +279,19 @@ class AdminMixin(ClientCore):
 
     # ------------------------------------------------------------------ callbacks
     async def _resolve(
-        self, callback_id: str, action: str, payload: Any = None, error: str | None = None
+        self,
+        callback_id: str,
+        action: str,
+        payload: Any = None,
+        error: str | None = None,
+        expression: str | None = None,
     ) -> Job[Any]:
         record = await (await self._engine()).resolve_callback(
-            _callback_id(callback_id), action=action, payload=payload, error=error
+            _callback_id(callback_id),
+            action=action,
+            payload=payload,
+            error=error,
+            expression=expression,
         )
         return Job(record)
 
@@ -306,11 +318,9 @@ class AdminMixin(ClientCore):
     async def heartbeat_callback(
         self, callback_id: str, timeout_seconds: float = 3600.0
     ) -> Job[Any]:
-        """Push the callback's timeout to ``now + timeout_seconds``."""
-        if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int | float):
-            raise TypeError("timeout_seconds must be a number")
-        if timeout_seconds <= 0:
-            raise ValueError(f"timeout_seconds must be > 0, got {timeout_seconds!r}")
+        """Push the callback's timeout to ``now + timeout_seconds`` (a finite number, not
+        negative; ``ValidationError`` otherwise)."""
+        timeout_seconds = validate_timeout(timeout_seconds, "heartbeat_callback")
         record = await (await self._engine()).heartbeat_callback(
             _callback_id(callback_id), timeout=timedelta(seconds=timeout_seconds)
         )
@@ -322,25 +332,35 @@ class AdminMixin(ClientCore):
         payload: dict[str, Any] | None = None,
         default_action: str = "ignore",
     ) -> ResolveResult:
-        """Resolve a callback by ``default_action``: ``complete``, ``fail`` or ``ignore``
-        (leave the job waiting)."""
-        if default_action not in RESOLVE_DEFAULTS:
-            raise ValueError(
-                f"default_action must be one of {', '.join(RESOLVE_DEFAULTS)}, "
-                f"got {default_action!r}"
-            )
+        """Resolve a callback by the CEL expressions it was registered with: a ``filter``
+        that is not true ignores the payload; ``on_fail`` fails the job, ``on_complete``
+        completes it (with ``transform``'s result as the payload); otherwise
+        ``default_action`` (``complete``, ``fail`` or ``ignore``: leave it waiting)."""
+        check_default_action(default_action)
         cid = _callback_id(callback_id)
-        if default_action == "complete":
-            job = await self._resolve(cid, "complete", payload)
-            return ResolveResult("completed", job, payload)
-        if default_action == "fail":
-            job = await self._resolve(cid, "fail", error="callback resolved as failed")
-            return ResolveResult("failed", job, payload, "callback resolved as failed")
         engine = await self._engine()
-        for state in (JobState.WaitingExternal, JobState.Running):
-            for record in await engine.list_jobs(
-                JobFilter(state=state), limit=_CALLBACK_SCAN_LIMIT
-            ):
-                if record.callback_id == cid:
-                    return ResolveResult("ignored", Job(record), payload, "no action matched")
-        raise CallbackNotFound(f"callback not found: {cid}")
+        expressions = await engine.callback_expressions(cid) or CallbackExpressions()
+
+        def transformed(expression: str) -> Any:
+            try:
+                return cel.evaluate(expression, payload)
+            except cel.EvaluationFailed:
+                # awa-pg keeps the payload as sent when the transform cannot run.
+                return payload
+
+        decision = decide_resolution(
+            expressions,
+            payload,
+            matched=lambda expression: cel.matches(expression, payload),
+            transformed=transformed,
+            default_action=default_action,
+        )
+        if decision.outcome == "complete":
+            job = await self._resolve(cid, "complete", decision.payload)
+            return ResolveResult("completed", job, decision.payload)
+        if decision.outcome == "fail":
+            job = await self._resolve(
+                cid, "fail", error=decision.error, expression=decision.expression
+            )
+            return ResolveResult("failed", job, None)
+        return ResolveResult("ignored", None, None, decision.reason)

@@ -21,6 +21,7 @@ from awa.domain.validation import validate_number
 from awa.entrypoints import bootstrap, telemetry
 from awa.entrypoints.args import kind_for_type, rebuild_args
 from awa.entrypoints.client_admin import AdminMixin
+from awa.entrypoints.client_batch import BatchOpsMixin
 from awa.entrypoints.client_cron import CronMixin, build_schedule
 from awa.entrypoints.client_descriptors import (
     DescriptorsMixin,
@@ -54,7 +55,7 @@ def _job_factory(args_type: type[Any]) -> Callable[[JobRecord, AttemptContext], 
     return build
 
 
-class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin):
+class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, BatchOpsMixin):
     """The asyncio client: enqueue, administer, and run workers.
 
     ``AsyncClient(database_url, max_connections=10)`` checks the database is reachable

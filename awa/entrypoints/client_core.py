@@ -353,14 +353,11 @@ class ClientCore:
         return [Job(r) for r in records]
 
     async def retry(self, job_id: int) -> Job[Any] | None:
-        """Make a failed, cancelled, completed, scheduled or retryable job available now."""
+        """Make a failed, cancelled, completed, scheduled or retryable job available now; a
+        job waiting on a callback starts afresh (its callback ends)."""
         engine = await self._engine()
         before = await engine.get_job(job_id)
-        if before is None or before.state in (
-            JobState.Available,
-            JobState.Running,
-            JobState.WaitingExternal,
-        ):
+        if before is None or before.state in (JobState.Available, JobState.Running):
             raise not_found(job_id)
         record = await engine.retry_job(job_id)
         if record is None:

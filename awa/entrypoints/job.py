@@ -5,15 +5,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
+from awa.domain.callbacks import CallbackExpressions
 from awa.domain.errors import (
     AwaError,
-    ValidationError,
     ValidationOverflowError,
     ValidationTypeError,
 )
 from awa.domain.handler_results import CallbackToken
 from awa.domain.job import JobRecord
 from awa.domain.states import JobState
+from awa.entrypoints.cel import compile_expressions
 from awa.runtime.tracing import TRACEPARENT_KEY
 
 T = TypeVar("T")
@@ -37,7 +38,9 @@ class AttemptControls(Protocol):
     @property
     def progress(self) -> dict[str, Any] | None: ...
 
-    async def register_callback(self, timeout_seconds: float = 3600.0) -> CallbackToken: ...
+    async def register_callback(
+        self, timeout_seconds: float = 3600.0, expressions: CallbackExpressions | None = None
+    ) -> CallbackToken: ...
 
     async def wait_for_callback(self, token: CallbackToken) -> Any: ...
 
@@ -199,21 +202,16 @@ class Job(Generic[T]):
     ) -> CallbackToken:
         """Register an external callback for this attempt and return its token.
 
-        Resolution expressions (``filter``, ``on_complete``, ``on_fail``, ``transform``)
-        are refused with ``ValidationError``: callbacks resolve through the explicit
-        ``complete_external`` / ``fail_external`` / ``retry_external`` /
-        ``resume_external`` calls or ``resolve_callback``'s ``default_action``.
+        ``filter``, ``on_complete``, ``on_fail`` and ``transform`` are CEL expressions over
+        the variable ``payload``, used by ``resolve_callback``; each is checked here (a
+        syntax error or another variable raises ``ValidationError``).
         """
-        expressions = {
-            "filter": filter,
-            "on_complete": on_complete,
-            "on_fail": on_fail,
-            "transform": transform,
-        }
-        for name, value in expressions.items():
-            if value is not None:
-                raise ValidationError(name, "callback expressions are not supported")
-        return await self._require().register_callback(timeout_seconds)
+        expressions = compile_expressions(
+            filter=filter, on_complete=on_complete, on_fail=on_fail, transform=transform
+        )
+        return await self._require().register_callback(
+            timeout_seconds, None if expressions.is_empty else expressions
+        )
 
     async def wait_for_callback(self, token: CallbackToken) -> Any:
         """Suspend until the callback is resumed; returns the resume payload."""

@@ -27,6 +27,14 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from awa.domain.admin_views import KindCounts, StateBucket
+from awa.domain.batch_ops import (
+    BatchFilter,
+    BatchOperation,
+    BatchOpState,
+    BatchSpec,
+    ItemResult,
+)
+from awa.domain.callbacks import CallbackExpressions
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
 from awa.domain.states import JobState
 
@@ -170,9 +178,20 @@ class StorageEngine(Protocol):
 
     # ------------------------------------------------------------------ callbacks
     async def register_callback(
-        self, lease: RunLease, *, callback_id: str, timeout: timedelta
+        self,
+        lease: RunLease,
+        *,
+        callback_id: str,
+        timeout: timedelta,
+        expressions: CallbackExpressions | None = None,
     ) -> Ack:
-        """Attach an external callback id with ``callback_timeout_at = now + timeout``."""
+        """Attach an external callback id with ``callback_timeout_at = now + timeout`` and
+        the (already checked) CEL resolution ``expressions``, replacing earlier ones."""
+        ...
+
+    async def callback_expressions(self, callback_id: str) -> CallbackExpressions | None:
+        """The expressions of the live attempt carrying ``callback_id``; ``None`` when it
+        has none. ``CallbackNotFound`` when no live attempt carries the id."""
         ...
 
     async def wait_for_callback(self, lease: RunLease) -> Ack:
@@ -186,8 +205,10 @@ class StorageEngine(Protocol):
         action: str,
         payload: Any = None,
         error: str | None = None,
+        expression: str | None = None,
     ) -> JobRecord:
-        """Resolve a waiting (or still running) attempt by callback id.
+        """Resolve a waiting (or still running) attempt by callback id (``expression``:
+        the CEL expression that decided a ``fail``, recorded in the error entry).
 
         ``action`` is ``complete``, ``fail``, ``retry`` or ``resume`` (back to
         ``running``, payload stored in metadata ``_awa_callback_result``). Raises
@@ -339,6 +360,89 @@ class StorageEngine(Protocol):
         ...
 
     async def purge_dlq_job(self, job_id: int) -> bool: ...
+
+    # ------------------------------------------------------------------ batch operations
+    # Targets and per-job changes are engine-specific; the control rows
+    # (``awa.batch_operations`` / ``awa.batch_operation_items`` on Postgres) are shared.
+    async def count_batch_targets(self, filter: BatchFilter) -> int:
+        """How many queued (available / scheduled) jobs match ``filter``."""
+        ...
+
+    async def list_batch_targets(
+        self, filter: BatchFilter, *, after_id: int = 0, limit: int = 100
+    ) -> list[JobRecord]:
+        """Queued jobs matching ``filter`` with ``id > after_id``, lowest id first. The
+        same compiled filter as :meth:`count_batch_targets` (preview equals execution)."""
+        ...
+
+    async def apply_batch_change(self, job_id: int, spec: BatchSpec) -> ItemResult:
+        """Apply :func:`awa.domain.batch_ops.batch_change` to the job as it is now, under
+        the engine's claim exclusion: ``processed`` when it changed, ``skipped`` when it is
+        no longer queued or already there, ``missing`` when this engine does not hold it.
+        A moved available job joins the tail of its new lane and wakes its queue. Errors
+        raise; the runner records them per item."""
+        ...
+
+    async def create_batch_operation(
+        self, *, spec: BatchSpec, filter: BatchFilter, submitted_by: str | None = None
+    ) -> BatchOperation:
+        """Store a new ``pending`` operation with a fresh UUID, submitted now."""
+        ...
+
+    async def get_batch_operation(self, op_id: str) -> BatchOperation | None: ...
+
+    async def list_batch_operations(
+        self, *, state: BatchOpState | None = None, limit: int = 100
+    ) -> list[BatchOperation]:
+        """Operations newest (``submitted_at``) first, optionally in one state."""
+        ...
+
+    async def cancel_batch_operation(self, op_id: str) -> BatchOperation | None:
+        """Ask an active operation to stop (state ``cancelling``; the runner finishes it at
+        its next chunk boundary). ``None`` if it is missing or already finished/cancelling."""
+        ...
+
+    async def purge_batch_operations(self, *, before: datetime, limit: int = 1000) -> int:
+        """Delete at most ``limit`` finished operations (and their items) finalized before
+        ``before``; returns how many."""
+        ...
+
+    async def next_batch_operation(self, *, runner: str) -> BatchOperation | None:
+        """The oldest unfinished operation for the runner; a ``pending`` one becomes
+        ``scanning`` with ``started_at = now`` and ``runner_instance = runner``."""
+        ...
+
+    async def add_batch_items(self, op_id: str, job_ids: Sequence[int]) -> BatchOperation:
+        """Snapshot job ids into the operation's items (``pending``; idempotent)."""
+        ...
+
+    async def start_batch_running(self, op_id: str, *, cursor: dict[str, Any]) -> BatchOperation:
+        """End the scan: ``total_matched`` = the item count, state ``running`` (or stay
+        ``cancelling``)."""
+        ...
+
+    async def pending_batch_items(self, op_id: str, *, limit: int) -> list[int]:
+        """The next ``limit`` pending item job ids, lowest first."""
+        ...
+
+    async def record_batch_items(
+        self, op_id: str, results: Sequence[ItemResult], *, cursor: dict[str, Any]
+    ) -> BatchOperation:
+        """Mark items done and add them to the processed / skipped / errored counts (the
+        last error is kept); returns the operation as it now is (a cancel may be waiting)."""
+        ...
+
+    async def finish_batch_operation(
+        self,
+        op_id: str,
+        *,
+        state: BatchOpState,
+        last_error: str | None = None,
+        retention: timedelta,
+    ) -> BatchOperation:
+        """Finalize: ``finalized_at = now``, ``retention_until = now + retention``. Items
+        still pending are marked and counted ``skipped`` (a cancelled operation)."""
+        ...
 
     # ------------------------------------------------------------------ lifecycle
     async def reset(self) -> None:

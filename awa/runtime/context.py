@@ -11,14 +11,13 @@ from typing import Any
 import anyio
 import anyio.from_thread
 
+from awa.domain.callbacks import CALLBACK_RESULT_KEY, CallbackExpressions
 from awa.domain.errors import AwaError
 from awa.domain.handler_results import CallbackToken
 from awa.domain.job import Claim, JobRecord, RunLease
 from awa.domain.states import JobState
 from awa.domain.validation import MAX_DELAY_SECONDS, validate_json, validate_number
 from awa.ports.storage import Ack, StorageEngine
-
-CALLBACK_RESULT_KEY = "_awa_callback_result"
 
 
 class AttemptLost(AwaError):
@@ -66,6 +65,8 @@ class AttemptContext:
         self._dirty = False
         self._background_flushes: set[asyncio.Task[None]] = set()
         self.callback_id: str | None = None
+        # Tokens already waited on: each resume ends its callback.
+        self._waited: set[str] = set()
         # While parked in waiting_external the attempt is not "running": heartbeats
         # would report it stale, so the heartbeat service skips it.
         self.parked = False
@@ -172,15 +173,21 @@ class AttemptContext:
             task.add_done_callback(self._background_flushes.discard)
 
     # ------------------------------------------------------------------ callbacks
-    async def register_callback(self, timeout_seconds: float = 3600.0) -> CallbackToken:
-        """Attach a fresh external callback id to this attempt."""
+    async def register_callback(
+        self, timeout_seconds: float = 3600.0, expressions: CallbackExpressions | None = None
+    ) -> CallbackToken:
+        """Attach a fresh external callback id (with its checked CEL ``expressions``) to
+        this attempt."""
         timeout_seconds = validate_number(
             "timeout_seconds", timeout_seconds, positive=True, maximum=MAX_DELAY_SECONDS
         )
 
         callback_id = str(uuid.uuid4())
         ack = await self.engine.register_callback(
-            self.lease, callback_id=callback_id, timeout=timedelta(seconds=timeout_seconds)
+            self.lease,
+            callback_id=callback_id,
+            timeout=timedelta(seconds=timeout_seconds),
+            expressions=expressions,
         )
         if ack is Ack.STALE:
             self.request_cancel()
@@ -188,16 +195,38 @@ class AttemptContext:
         self.callback_id = callback_id
         return CallbackToken(callback_id)
 
+    async def _early_resume(self) -> Any:
+        """The payload of a resume that arrived before the wait (the attempt still runs and
+        its callback already ended with a result), or ``_NO_RESUME``."""
+        record = await self.engine.get_job(self.lease.job_id)
+        if (
+            record is not None
+            and record.run_lease == self.lease.lease
+            and record.state == JobState.Running
+            and record.callback_id is None
+            and CALLBACK_RESULT_KEY in record.metadata
+        ):
+            return record.metadata[CALLBACK_RESULT_KEY]
+        return _NO_RESUME
+
     async def wait_for_callback(self, token: CallbackToken) -> Any:
         """Park the attempt in ``waiting_external`` and wait until the callback resumes it;
         returns the resume payload. If the callback completes, fails or times out the job
         instead, raises :class:`AttemptLost` (the job's fate was decided elsewhere)."""
         if self.callback_id is not None and token.id != self.callback_id:
             raise ValueError(f"callback token {token.id!r} was not registered by this attempt")
+        if token.id in self._waited:
+            raise ValueError(
+                f"callback token {token.id!r} was already waited on; register a new callback"
+            )
+        self._waited.add(token.id)
         self.parked = True
         try:
             ack = await self.engine.wait_for_callback(self.lease)
             if ack is Ack.STALE:
+                early = await self._early_resume()
+                if early is not _NO_RESUME:
+                    return early
                 self.request_cancel()
                 raise AttemptLost(f"job {self.lease.job_id}: attempt is no longer running")
             while True:
@@ -218,6 +247,9 @@ class AttemptContext:
             self.parked = False
         self.request_cancel()
         raise AttemptLost(f"job {self.lease.job_id}: callback resolved without resuming")
+
+
+_NO_RESUME = object()
 
 
 def _copy_progress(progress: dict[str, Any]) -> dict[str, Any]:

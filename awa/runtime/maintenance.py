@@ -14,6 +14,7 @@ from awa.ports.leader import LeaderLock
 from awa.ports.maintenance import RingMaintenance
 from awa.ports.storage import Rescued, StorageEngine
 from awa.runtime import metrics
+from awa.runtime.batch_runner import BATCH_OPERATION_INTERVAL, BatchRunner
 from awa.runtime.config import RuntimeConfig
 from awa.runtime.cron import CronService
 from awa.runtime.descriptors import clean_up_descriptors
@@ -28,7 +29,9 @@ _CLEANUP_ROUNDS = 10
 class _Duty:
     __slots__ = ("due", "interval", "name", "run")
 
-    def __init__(self, name: str, interval: float, run: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self, name: str, interval: float, run: Callable[[], Awaitable[bool | None]]
+    ) -> None:
         self.name = name
         self.interval = interval
         self.run = run
@@ -49,10 +52,12 @@ class MaintenanceLeader:
         *,
         cron: CronService | None = None,
         clock: Clock | None = None,
+        instance_id: str = "",
     ) -> None:
         self._engine = engine
         self._cron = cron
         self._clock = clock
+        self._batch_runner = BatchRunner(engine, runner_id=instance_id)
         self._lock = lock
         self._config = config
         self._inflight = inflight
@@ -102,6 +107,7 @@ class MaintenanceLeader:
             _Duty("rescue_deadlines", c.deadline_rescue_interval, self._rescue_deadlines),
             _Duty("rescue_callbacks", c.callback_rescue_interval, self._rescue_callbacks),
             _Duty("cleanup", c.cleanup_interval, self._cleanup),
+            _Duty("batch_operations", BATCH_OPERATION_INTERVAL, self._batch_runner.step),
         ]
         if self._gauges is not None:
             duties.append(_Duty("queue_gauges", REFRESH_INTERVAL, self._gauges.refresh))
@@ -171,7 +177,10 @@ class MaintenanceLeader:
                 if time.monotonic() >= duty.due:
                     duty.due = time.monotonic() + duty.interval
                     try:
-                        await duty.run()
+                        # A duty that answers True has more to do: it goes again after
+                        # the others had their turn instead of a whole interval later.
+                        if await duty.run() is True:
+                            duty.due = time.monotonic()
                         self.runs[duty.name] = self.runs.get(duty.name, 0) + 1
                     except Exception:
                         log.warning("maintenance duty %s failed", duty.name, exc_info=True)

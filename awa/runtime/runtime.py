@@ -145,7 +145,15 @@ class Runtime:
             engine_factory=heartbeat_engine_factory,
         )
         self.maintenance = (
-            MaintenanceLeader(engine, leader_lock, config, self.inflight, cron=cron, clock=clock)
+            MaintenanceLeader(
+                engine,
+                leader_lock,
+                config,
+                self.inflight,
+                cron=cron,
+                clock=clock,
+                instance_id=self.id,
+            )
             if leader_lock is not None
             else None
         )

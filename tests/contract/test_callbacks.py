@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 
+from awa.domain.callbacks import CallbackExpressions
 from awa.domain.errors import CallbackNotFound, ValidationError
 from awa.domain.job import Claim
 from awa.domain.states import JobState
@@ -77,15 +78,31 @@ async def test_resolve_fail_default_message_and_dlq(engine: EngineHandle) -> Non
     assert await engine.engine.get_job(claim.job.id) is None
 
 
-async def test_resolve_retry(engine: EngineHandle) -> None:
+async def test_resolve_retry_starts_the_job_afresh(engine: EngineHandle) -> None:
     claim = await _waiting(engine, "cb-retry")
     job = await engine.engine.resolve_callback("cb-retry", action="retry")
-    assert job.state == JobState.Retryable and job.run_at == engine.clock.now()
-    assert job.errors[-1]["error"] == "callback retry requested"
+    assert job.state == JobState.Available and job.run_at == engine.clock.now()
+    assert job.attempt == 0 and job.errors == ()
     assert job.callback_id is None and job.callback_timeout_at is None
-    assert await engine.engine.promote_due() == 1
+    assert await fetch(engine, claim.job.id) == job
+    with pytest.raises(CallbackNotFound, match="callback not found: cb-retry"):
+        await engine.engine.resolve_callback("cb-retry", action="retry")
     again = await claim_one(engine)
-    assert again.job.id == claim.job.id and again.job.attempt == 2
+    assert again.job.id == claim.job.id and again.job.attempt == 1
+    assert again.job.run_lease == claim.job.run_lease + 1
+    assert await engine.engine.complete([claim.lease]) == [Ack.STALE]
+
+
+async def test_operator_retry_of_a_waiting_job_ends_its_callback(engine: EngineHandle) -> None:
+    claim = await _waiting(engine, "cb-admin")
+    job = await engine.engine.retry_job(claim.job.id)
+    assert job is not None and job.state == JobState.Available and job.attempt == 0
+    assert job.callback_id is None
+    with pytest.raises(CallbackNotFound):
+        await engine.engine.resolve_callback("cb-admin", action="complete")
+    with pytest.raises(CallbackNotFound):
+        await engine.engine.heartbeat_callback("cb-admin", timeout=TIMEOUT)
+    assert (await claim_one(engine)).job.id == claim.job.id
 
 
 async def test_resolve_resume_stores_the_payload(engine: EngineHandle) -> None:
@@ -94,7 +111,12 @@ async def test_resolve_resume_stores_the_payload(engine: EngineHandle) -> None:
     job = await engine.engine.resolve_callback("cb-resume", action="resume", payload={"ok": True})
     assert job.state == JobState.Running and job.heartbeat_at == engine.clock.now()
     assert job.metadata["_awa_callback_result"] == {"ok": True}
-    assert job.callback_id == "cb-resume"
+    # The callback ends with the resume: the token no longer resolves or heartbeats.
+    assert job.callback_id is None and job.callback_timeout_at is None
+    with pytest.raises(CallbackNotFound):
+        await engine.engine.resolve_callback("cb-resume", action="resume", payload={})
+    with pytest.raises(CallbackNotFound):
+        await engine.engine.heartbeat_callback("cb-resume", timeout=TIMEOUT)
     assert await engine.engine.complete([claim.lease]) == [Ack.APPLIED]
 
 
@@ -137,6 +159,17 @@ async def test_callback_timeout_is_rescued_as_a_retry(engine: EngineHandle) -> N
     assert job.errors[-1]["error"] == "callback timed out"
     with pytest.raises(CallbackNotFound):
         await engine.engine.resolve_callback("cb-timeout", action="complete")
+    with pytest.raises(CallbackNotFound):
+        await engine.engine.heartbeat_callback("cb-timeout", timeout=TIMEOUT)
+    # The next attempt's callback is its own; the stale token still does not resolve it.
+    await engine.engine.promote_due()
+    engine.clock.advance(60)
+    await engine.engine.promote_due()
+    retried = await claim_one(engine)
+    await engine.engine.register_callback(retried.lease, callback_id="cb-next", timeout=TIMEOUT)
+    with pytest.raises(CallbackNotFound):
+        await engine.engine.resolve_callback("cb-timeout", action="complete")
+    assert (await fetch(engine, claim.job.id)).state == JobState.Running
 
 
 async def test_exhausted_callback_timeout_fails_or_dlqs(engine: EngineHandle) -> None:
@@ -156,3 +189,27 @@ async def test_exhausted_callback_timeout_fails_or_dlqs(engine: EngineHandle) ->
     entry = await engine.engine.get_dlq(held.job.id)
     assert entry is not None and entry.reason == "callback_timeout"
     assert await engine.engine.claim(QUEUE, limit=1) == []
+
+
+async def test_registered_expressions_are_read_back_while_the_callback_lives(
+    engine: EngineHandle,
+) -> None:
+    exprs = CallbackExpressions(on_complete="payload.ok == true", transform="payload.value")
+    await enqueue(engine)
+    claim = await claim_one(engine)
+    assert (
+        await engine.engine.register_callback(
+            claim.lease, callback_id="cb-cel", timeout=TIMEOUT, expressions=exprs
+        )
+        == Ack.APPLIED
+    )
+    await engine.engine.wait_for_callback(claim.lease)
+    assert await engine.engine.callback_expressions("cb-cel") == exprs
+    await engine.engine.resolve_callback("cb-cel", action="complete")
+    with pytest.raises(CallbackNotFound):
+        await engine.engine.callback_expressions("cb-cel")
+    plain = await _waiting(engine, "cb-plain")
+    assert await engine.engine.callback_expressions("cb-plain") is None
+    assert plain.job.id != claim.job.id
+    with pytest.raises(CallbackNotFound):
+        await engine.engine.callback_expressions("cb-missing")

@@ -164,7 +164,9 @@ async def test_external_callback_flow(client: AsyncClient) -> None:
         heartbeat = await client.heartbeat_callback(tokens[1], 120)
         assert heartbeat.state == JobState.WaitingExternal
         ignored = await client.resolve_callback(tokens[1])
-        assert ignored.is_ignored() and ignored.job is not None
+        # As in awa-pg, an ignored resolution reports no job and leaves it waiting.
+        assert ignored.is_ignored() and ignored.job is None
+        assert (await client.get_job(second.id)).state == JobState.WaitingExternal
         failed = await client.fail_external(tokens[1], "remote said no")
         assert failed.state == JobState.Failed
         with pytest.raises(awa.CallbackNotFound):

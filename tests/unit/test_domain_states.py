@@ -96,6 +96,8 @@ LEGAL = [
     (S.WaitingExternal, S.Retryable),
     (S.WaitingExternal, S.Failed),
     (S.WaitingExternal, S.Cancelled),
+    (S.WaitingExternal, S.Available),
+    (S.Running, S.Available),
     (S.Scheduled, S.Cancelled),
     (S.Available, S.Cancelled),
     (S.Retryable, S.Cancelled),

@@ -20,7 +20,7 @@ def _coroutine_methods() -> dict[str, inspect.Signature]:
     return {
         name: inspect.signature(fn)
         for name, fn in inspect.getmembers(AsyncClient, inspect.iscoroutinefunction)
-        if not name.startswith("_") and name not in {"start", "shutdown"}
+        if not name.startswith("_") and name not in _sync_codegen.NOT_BLOCKING - {"close"}
     }
 
 

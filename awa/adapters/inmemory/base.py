@@ -17,6 +17,8 @@ from awa.adapters.inmemory.notifier import (
     NotificationHub,
 )
 from awa.adapters.inmemory.state import EngineState
+from awa.domain.batch_ops import BatchOperation
+from awa.domain.callbacks import CallbackExpressions
 from awa.domain.errors import DatabaseError
 from awa.domain.job import JobRecord, RunLease, attempts_exhausted, error_entry
 from awa.domain.policies import Backoff
@@ -64,6 +66,11 @@ class EngineBase:
         self._election = LeaderElection()
         self._next_id = 1
         self._closed = False
+        # Batch operations and their item states (job id -> item state), by operation id.
+        self._batch_ops: dict[str, BatchOperation] = {}
+        self._batch_items: dict[str, dict[int, str]] = {}
+        # CEL resolution expressions by callback id (the callback_* columns elsewhere).
+        self._callback_exprs: dict[str, CallbackExpressions] = {}
 
     # ---------------------------------------------------------------- notifier port
     async def subscribe(self, channels: list[str]) -> InMemorySubscription:

@@ -6,19 +6,32 @@ from datetime import timedelta
 from typing import Any
 
 from awa.adapters.inmemory.base import LIVE_STATES, RUNNING_ONLY, EngineBase, Write, ack
-from awa.domain.errors import CallbackNotFound, ValidationError
-from awa.domain.job import JobRecord, RunLease, error_entry
+from awa.domain.callbacks import (
+    CALLBACK_FAILED_REASON,
+    CLEARED,
+    CallbackExpressions,
+    callback_not_found,
+    check_action,
+    failure_entry,
+    resume_changes,
+    retry_changes,
+)
+from awa.domain.channels import queue_channel
+from awa.domain.job import JobRecord, RunLease
 from awa.domain.states import JobState
 from awa.ports.storage import Ack
-
-CALLBACK_ACTIONS = frozenset({"complete", "fail", "retry", "resume"})
 
 
 class CallbackOps(EngineBase):
     """Register, park, resolve and keep alive attempts that wait on an external system."""
 
     async def register_callback(
-        self, lease: RunLease, *, callback_id: str, timeout: timedelta
+        self,
+        lease: RunLease,
+        *,
+        callback_id: str,
+        timeout: timedelta,
+        expressions: CallbackExpressions | None = None,
     ) -> Ack:
         async with self._write() as write:
             job = self._live(write, lease, RUNNING_ONLY)
@@ -26,7 +39,15 @@ class CallbackOps(EngineBase):
                 write.state.update(
                     job, callback_id=callback_id, callback_timeout_at=write.now + timeout
                 )
+        if job is not None:
+            self._callback_exprs[callback_id] = expressions or CallbackExpressions()
         return ack(job is not None)
+
+    async def callback_expressions(self, callback_id: str) -> CallbackExpressions | None:
+        async with self._write() as write:
+            self._by_callback(write, callback_id)
+        found = self._callback_exprs.get(callback_id)
+        return None if found is None or found.is_empty else found
 
     async def wait_for_callback(self, lease: RunLease) -> Ack:
         async with self._write() as write:
@@ -42,7 +63,7 @@ class CallbackOps(EngineBase):
         for job in write.state.jobs.values():
             if job.callback_id == callback_id and job.state in LIVE_STATES:
                 return job
-        raise CallbackNotFound(f"no job is waiting on callback {callback_id}")
+        raise callback_not_found(callback_id)
 
     async def resolve_callback(
         self,
@@ -51,48 +72,37 @@ class CallbackOps(EngineBase):
         action: str,
         payload: Any = None,
         error: str | None = None,
+        expression: str | None = None,
     ) -> JobRecord:
-        if action not in CALLBACK_ACTIONS:
-            raise ValidationError(
-                "action", f"must be one of {sorted(CALLBACK_ACTIONS)}", value=action
-            )
+        check_action(action)
         async with self._write() as write:
             job = self._by_callback(write, callback_id)
             state, now = write.state, write.now
-            cleared: dict[str, Any] = {"callback_id": None, "callback_timeout_at": None}
+            cleared: dict[str, Any] = dict(CLEARED)
             if action == "complete":
                 state.transition(
                     job, JobState.Completed, finalized_at=now, progress=None, **cleared
                 )
             elif action == "fail":
-                entry = error_entry(
-                    error or "callback failed", attempt=job.attempt, at=now, terminal=True
-                )
+                entry = failure_entry(error, attempt=job.attempt, at=now, expression=expression)
                 self._fail_or_dlq(
                     write,
                     job,
                     errors=(*job.errors, entry),
-                    dlq_reason="callback_failed",
+                    dlq_reason=CALLBACK_FAILED_REASON,
                     **cleared,
                 )
             elif action == "retry":
-                entry = error_entry("callback retry requested", attempt=job.attempt, at=now)
-                state.transition(
-                    job, JobState.Retryable, run_at=now, errors=(*job.errors, entry), **cleared
-                )
-            elif job.state == JobState.WaitingExternal:
-                state.transition(
-                    job,
-                    JobState.Running,
-                    heartbeat_at=now,
-                    metadata={**job.metadata, "_awa_callback_result": payload},
-                )
+                changes = retry_changes(now)
+                state.transition(job, changes.pop("state"), **changes)
+                write.notify.add(queue_channel(job.queue))
             else:
-                state.update(
-                    job,
-                    heartbeat_at=now,
-                    metadata={**job.metadata, "_awa_callback_result": payload},
-                )
+                changes = resume_changes(job, payload, now)
+                target = changes.pop("state")
+                if job.state == target:
+                    state.update(job, **changes)
+                else:
+                    state.transition(job, target, **changes)
             after = state.jobs.get(job.id)
             # A fail routed to the DLQ leaves no job row: report the failed snapshot.
             result = after if after is not None else state.dlq[job.id].job

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from awa.adapters.inmemory.admin import AdminOps
+from awa.adapters.inmemory.batch_ops import BatchOps
 from awa.adapters.inmemory.callbacks import CallbackOps
 from awa.adapters.inmemory.core import CoreOps
 from awa.adapters.inmemory.cron import CronOps
@@ -10,7 +11,7 @@ from awa.adapters.inmemory.descriptors import DescriptorOps
 from awa.adapters.inmemory.overrides import OverrideOps
 
 
-class InMemoryEngine(CronOps, OverrideOps, DescriptorOps, CoreOps, CallbackOps, AdminOps):
+class InMemoryEngine(CronOps, OverrideOps, DescriptorOps, CoreOps, CallbackOps, AdminOps, BatchOps):
     """A complete :class:`~awa.ports.StorageEngine` held in process memory.
 
     Written for clarity, not speed: every write copies the state, applies the change

@@ -12,6 +12,7 @@ from awa.adapters._pg.errors import is_unique_claim_violation
 from awa.adapters._pg.rows import job_from_row, state_buckets
 from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase
 from awa.domain.admin_views import KindCounts, StateBucket
+from awa.domain.callbacks import retry_changes
 from awa.domain.job import JobRecord, QueueCounts
 from awa.domain.states import TERMINAL_STATES, JobState
 from awa.ports.storage import JobFilter
@@ -162,15 +163,24 @@ class AdminOps(EngineBase):
         self, conn: AnyConnection, row: Mapping[str, Any], now: datetime
     ) -> JobRecord:
         job = job_from_row(row)
+        params: dict[str, Any] = {"id": job.id, "now": now}
         if job.state in TERMINAL_STATES:
             name = "operator_retry_terminal"
         elif job.state in (JobState.Scheduled, JobState.Retryable):
             name = "operator_retry_deferred"
+        elif job.state == JobState.WaitingExternal:
+            name = "operator_retry_waiting"
+            changes = retry_changes(now)
+            params.update(
+                state=changes["state"].sql_name,
+                run_at=changes["run_at"],
+                attempt=changes["attempt"],
+            )
         else:
             return job
         try:
             async with self._atomic(conn):
-                updated = await self._one(conn, name, {"id": job.id, "now": now})
+                updated = await self._one(conn, name, params)
         except pg_errors.UniqueViolation as exc:
             if not is_unique_claim_violation(exc):
                 raise

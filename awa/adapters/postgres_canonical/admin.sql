@@ -141,6 +141,17 @@ UPDATE awa.canonical_jobs SET
 WHERE id = %(id)s
 RETURNING *
 
+-- name: operator_retry_waiting
+-- The values come from awa.domain.callbacks.retry_changes: the callback ends.
+UPDATE awa.canonical_jobs SET
+    state = %(state)s::awa.job_state,
+    run_at = %(run_at)s::timestamptz,
+    attempt = %(attempt)s,
+    callback_id = NULL,
+    callback_timeout_at = NULL
+WHERE id = %(id)s
+RETURNING *
+
 -- name: failed_ids
 SELECT id
 FROM awa.canonical_jobs

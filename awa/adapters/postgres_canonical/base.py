@@ -28,7 +28,7 @@ from awa.ports.clock import Clock
 from awa.ports.storage import UnitOfWork
 
 _PACKAGE = "awa.adapters.postgres_canonical"
-_QUERY_FILES = ("worker.sql", "maintenance.sql", "admin.sql", "dlq.sql")
+_QUERY_FILES = ("worker.sql", "maintenance.sql", "admin.sql", "dlq.sql", "batch.sql")
 
 AnyConnection = psycopg.AsyncConnection[Any]
 

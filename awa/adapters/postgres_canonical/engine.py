@@ -8,13 +8,21 @@ from awa.adapters._pg.leader import PostgresLeaderLock
 from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
 from awa.adapters._pg.overrides import PgOverrideOps
 from awa.adapters.postgres_canonical.admin import AdminOps
+from awa.adapters.postgres_canonical.batch import BatchOps
 from awa.adapters.postgres_canonical.dlq import DlqOps
 from awa.adapters.postgres_canonical.maintenance import MaintenanceOps
 from awa.adapters.postgres_canonical.worker import WorkerOps
 
 
 class CanonicalEngine(
-    WorkerOps, MaintenanceOps, AdminOps, DlqOps, PgCronOps, PgOverrideOps, PgDescriptorOps
+    WorkerOps,
+    MaintenanceOps,
+    AdminOps,
+    DlqOps,
+    PgCronOps,
+    PgOverrideOps,
+    PgDescriptorOps,
+    BatchOps,
 ):
     """:class:`awa.ports.StorageEngine` on the canonical tables.
 

@@ -12,13 +12,21 @@ from psycopg.types.json import Jsonb
 from awa.adapters._pg.errors import is_unique_claim_violation, translated_errors
 from awa.adapters._pg.rows import dlq_from_row, job_from_row, mask_param
 from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase
-from awa.domain.errors import CallbackNotFound, DatabaseError, ValidationError
-from awa.domain.job import Claim, JobRecord, JobSpec, RunLease, error_entry
+from awa.domain.callbacks import (
+    CALLBACK_FAILED_REASON,
+    CallbackExpressions,
+    callback_not_found,
+    check_action,
+    failure_entry,
+    resume_changes,
+    retry_changes,
+)
+from awa.domain.errors import DatabaseError
+from awa.domain.job import Claim, JobRecord, JobSpec, RunLease
 from awa.domain.policies import PriorityAging
 from awa.domain.validation import validate_spec
 from awa.ports.storage import Ack, UnitOfWork
 
-CALLBACK_ACTIONS = frozenset({"complete", "fail", "retry", "resume"})
 _MICROSECOND = timedelta(microseconds=1)
 
 
@@ -233,15 +241,39 @@ class WorkerOps(EngineBase):
 
     # ---------------------------------------------------------------- callbacks
     async def register_callback(
-        self, lease: RunLease, *, callback_id: str, timeout: timedelta
+        self,
+        lease: RunLease,
+        *,
+        callback_id: str,
+        timeout: timedelta,
+        expressions: CallbackExpressions | None = None,
     ) -> Ack:
-        """Attach a callback id to a running attempt."""
+        """Attach a callback id (and its CEL expressions) to a running attempt."""
+        exprs = expressions or CallbackExpressions()
         return await self._guarded(
             "register_callback",
             lease,
             callback_id=callback_id,
             timeout_at=self._clock.now() + timeout,
+            filter=exprs.filter,
+            on_complete=exprs.on_complete,
+            on_fail=exprs.on_fail,
+            transform=exprs.transform,
         )
+
+    async def callback_expressions(self, callback_id: str) -> CallbackExpressions | None:
+        """The CEL expressions of the live attempt carrying ``callback_id``."""
+        async with self._connection() as conn:
+            row = await self._one(conn, "callback_expressions", {"callback_id": callback_id})
+        if row is None:
+            raise callback_not_found(callback_id)
+        found = CallbackExpressions(
+            filter=row["callback_filter"],
+            on_complete=row["callback_on_complete"],
+            on_fail=row["callback_on_fail"],
+            transform=row["callback_transform"],
+        )
+        return None if found.is_empty else found
 
     async def wait_for_callback(self, lease: RunLease) -> Ack:
         """Park a running attempt that has a callback id in ``waiting_external``."""
@@ -254,41 +286,54 @@ class WorkerOps(EngineBase):
         action: str,
         payload: Any = None,
         error: str | None = None,
+        expression: str | None = None,
     ) -> JobRecord:
         """Resolve the live attempt carrying ``callback_id``."""
-        if action not in CALLBACK_ACTIONS:
-            raise ValidationError(
-                "action", f"must be one of {sorted(CALLBACK_ACTIONS)}", value=action
-            )
+        check_action(action)
         now = self._clock.now()
         async with self._transaction() as conn:
             row = await self._one(conn, "lock_by_callback", {"callback_id": callback_id})
             if row is None:
-                raise CallbackNotFound(f"no job is waiting on callback {callback_id}")
+                raise callback_not_found(callback_id)
             params: dict[str, Any] = {"id": row["id"], "now": now}
             if action == "complete":
                 updated = await self._one(conn, "callback_complete", params)
             elif action == "fail":
-                entry = error_entry(
-                    error or "callback failed", attempt=row["attempt"], at=now, terminal=True
-                )
+                entry = failure_entry(error, attempt=row["attempt"], at=now, expression=expression)
                 held = await self._fail_or_dlq(
                     conn,
                     row,
                     entry=entry,
                     now=now,
-                    dlq_reason="callback_failed",
+                    dlq_reason=CALLBACK_FAILED_REASON,
                     clear_callback=True,
                 )
                 if held is not None:
                     return dlq_from_row(held).job
                 updated = await self._one(conn, "get_job", {"id": row["id"]})
             elif action == "retry":
-                entry = error_entry("callback retry requested", attempt=row["attempt"], at=now)
-                updated = await self._one(conn, "callback_retry", {**params, "error": Jsonb(entry)})
-            else:
+                changes = retry_changes(now)
                 updated = await self._one(
-                    conn, "callback_resume", {**params, "payload": Jsonb(payload)}
+                    conn,
+                    "callback_retry",
+                    {
+                        "id": row["id"],
+                        "state": changes["state"].sql_name,
+                        "run_at": changes["run_at"],
+                        "attempt": changes["attempt"],
+                    },
+                )
+            else:
+                changes = resume_changes(job_from_row(row), payload, now)
+                updated = await self._one(
+                    conn,
+                    "callback_resume",
+                    {
+                        "id": row["id"],
+                        "state": changes["state"].sql_name,
+                        "heartbeat_at": changes["heartbeat_at"],
+                        "metadata": Jsonb(changes["metadata"]),
+                    },
                 )
         return _locked_row(updated)
 
@@ -298,7 +343,7 @@ class WorkerOps(EngineBase):
         async with self._transaction() as conn:
             row = await self._one(conn, "lock_by_callback", {"callback_id": callback_id})
             if row is None:
-                raise CallbackNotFound(f"no job is waiting on callback {callback_id}")
+                raise callback_not_found(callback_id)
             updated = await self._one(
                 conn, "callback_heartbeat", {"id": row["id"], "timeout_at": now + timeout}
             )

@@ -220,7 +220,11 @@ RETURNING id
 -- name: register_callback
 UPDATE awa.canonical_jobs SET
     callback_id = %(callback_id)s,
-    callback_timeout_at = %(timeout_at)s::timestamptz
+    callback_timeout_at = %(timeout_at)s::timestamptz,
+    callback_filter = %(filter)s,
+    callback_on_complete = %(on_complete)s,
+    callback_on_fail = %(on_fail)s,
+    callback_transform = %(transform)s
 WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
 RETURNING id
 
@@ -242,6 +246,13 @@ ORDER BY j.id
 LIMIT 1
 FOR UPDATE OF j
 
+-- name: callback_expressions
+SELECT callback_filter, callback_on_complete, callback_on_fail, callback_transform
+FROM awa.canonical_jobs
+WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
+ORDER BY id
+LIMIT 1
+
 -- name: callback_complete
 UPDATE awa.canonical_jobs SET
     state = 'completed',
@@ -253,20 +264,24 @@ WHERE id = %(id)s
 RETURNING *
 
 -- name: callback_retry
+-- The values come from awa.domain.callbacks.retry_changes (a fresh start, no error).
 UPDATE awa.canonical_jobs SET
-    state = 'retryable',
-    run_at = %(now)s::timestamptz,
-    errors = array_append(errors, %(error)s::jsonb),
+    state = %(state)s::awa.job_state,
+    run_at = %(run_at)s::timestamptz,
+    attempt = %(attempt)s,
     callback_id = NULL,
     callback_timeout_at = NULL
 WHERE id = %(id)s
 RETURNING *
 
 -- name: callback_resume
+-- The values come from awa.domain.callbacks.resume_changes; the callback ends.
 UPDATE awa.canonical_jobs SET
-    state = 'running',
-    heartbeat_at = %(now)s::timestamptz,
-    metadata = metadata || jsonb_build_object('_awa_callback_result', %(payload)s::jsonb)
+    state = %(state)s::awa.job_state,
+    heartbeat_at = %(heartbeat_at)s::timestamptz,
+    metadata = %(metadata)s::jsonb,
+    callback_id = NULL,
+    callback_timeout_at = NULL
 WHERE id = %(id)s
 RETURNING *
 

@@ -24,6 +24,7 @@ from awa.adapters.postgres_queue_storage._base import (
     minute_of,
 )
 from awa.domain.admin_views import KindCounts, StateBucket
+from awa.domain.callbacks import retry_changes
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts
 from awa.domain.states import TERMINAL_STATES, JobState
 from awa.ports.storage import DlqFilter, JobFilter
@@ -306,6 +307,8 @@ class AdminOps(QueueStorageBase):
                 return new, False
             if job.state in DEFERRED:
                 return attrs.evolve(job, state=JobState.Available, run_at=now), False
+            if job.state == JobState.WaitingExternal:
+                return attrs.evolve(job, **retry_changes(now)), False
             return None, True
 
         return decide
@@ -381,6 +384,14 @@ class AdminOps(QueueStorageBase):
             for r in rows:
                 await self._change(conn, writes, r.job.id, decide)
             await self._flush(conn, writes)
+            # CEL expressions of callbacks that ended without a resolve (ADR 0004, "CEL").
+            await self._exec(
+                conn,
+                "cleanup_callback_expressions",
+                schema=self._schema,
+                before=now - timedelta(days=1),
+                limit=max(batch_size, 0),
+            )
         return len(rows)
 
     # ---------------------------------------------------------------- DLQ

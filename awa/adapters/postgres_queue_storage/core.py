@@ -31,8 +31,18 @@ from awa.adapters.postgres_queue_storage._base import (
     Writes,
     minute_of,
 )
+from awa.domain.callbacks import (
+    CALLBACK_FAILED_REASON,
+    CLEARED,
+    CallbackExpressions,
+    callback_not_found,
+    check_action,
+    failure_entry,
+    resume_changes,
+    retry_changes,
+)
 from awa.domain.channels import queue_channel
-from awa.domain.errors import CallbackNotFound, DatabaseError, UniqueConflict, ValidationError
+from awa.domain.errors import DatabaseError, UniqueConflict
 from awa.domain.job import Claim, JobRecord, JobSpec, RunLease, error_entry
 from awa.domain.routing import shard_for_key
 from awa.domain.states import JobState, bitstring_to_mask, mask_to_bitstring
@@ -40,7 +50,6 @@ from awa.domain.validation import validate_spec
 from awa.ports.storage import Ack, Rescued, UnitOfWork
 
 RUNNING_ONLY = frozenset({JobState.Running})
-CALLBACK_ACTIONS = frozenset({"complete", "fail", "retry", "resume"})
 
 Decide = Callable[[Resolved, Writes], JobRecord]
 
@@ -1123,15 +1132,55 @@ class CoreOps(QueueStorageBase):
 
     # ---------------------------------------------------------------- callbacks
     async def register_callback(
-        self, lease: RunLease, *, callback_id: str, timeout: timedelta
+        self,
+        lease: RunLease,
+        *,
+        callback_id: str,
+        timeout: timedelta,
+        expressions: CallbackExpressions | None = None,
     ) -> Ack:
-        return await self._guarded(
+        ack = await self._guarded(
             lease,
             lambda job, w: (
                 attrs.evolve(job, callback_id=callback_id, callback_timeout_at=w.now + timeout),
                 None,
             ),
             RUNNING_ONLY,
+        )
+        if ack is Ack.APPLIED and expressions is not None and not expressions.is_empty:
+            async with translated_errors(), self._tx() as conn:
+                await self._exec(
+                    conn,
+                    "save_callback_expressions",
+                    callback_id=callback_id,
+                    schema=self._schema,
+                    job_id=lease.job_id,
+                    run_lease=lease.lease,
+                    filter=expressions.filter,
+                    on_complete=expressions.on_complete,
+                    on_fail=expressions.on_fail,
+                    transform=expressions.transform,
+                )
+        return ack
+
+    async def callback_expressions(self, callback_id: str) -> CallbackExpressions | None:
+        lease = await self._by_callback(callback_id)
+        async with translated_errors(), self._tx() as conn:
+            rows = await self._exec(
+                conn,
+                "load_callback_expressions",
+                callback_id=callback_id,
+                job_id=lease.job_id,
+                run_lease=lease.lease,
+            )
+        if not rows:
+            return None
+        row = rows[0]
+        return CallbackExpressions(
+            filter=row["filter"],
+            on_complete=row["on_complete"],
+            on_fail=row["on_fail"],
+            transform=row["transform"],
         )
 
     async def wait_for_callback(self, lease: RunLease) -> Ack:
@@ -1156,7 +1205,7 @@ class CoreOps(QueueStorageBase):
                 and found.job.state in LIVE_STATES
             ):
                 return found.job.lease
-        raise CallbackNotFound(f"no job is waiting on callback {callback_id}")
+        raise callback_not_found(callback_id)
 
     async def resolve_callback(
         self,
@@ -1165,15 +1214,13 @@ class CoreOps(QueueStorageBase):
         action: str,
         payload: Any = None,
         error: str | None = None,
+        expression: str | None = None,
     ) -> JobRecord:
-        if action not in CALLBACK_ACTIONS:
-            raise ValidationError(
-                "action", f"must be one of {sorted(CALLBACK_ACTIONS)}", value=action
-            )
+        check_action(action)
         await self._refresh_dlq()
         lease = await self._by_callback(callback_id)
         result: list[JobRecord] = []
-        cleared: dict[str, Any] = {"callback_id": None, "callback_timeout_at": None}
+        cleared: dict[str, Any] = dict(CLEARED)
 
         def decide(job: JobRecord, w: Writes) -> tuple[JobRecord, str | None]:
             outcome: tuple[JobRecord, str | None]
@@ -1189,40 +1236,22 @@ class CoreOps(QueueStorageBase):
                     None,
                 )
             elif action == "fail":
-                entry = error_entry(
-                    error or "callback failed", attempt=job.attempt, at=w.now, terminal=True
-                )
+                entry = failure_entry(error, attempt=job.attempt, at=w.now, expression=expression)
                 outcome = self._fail_or_dlq(
-                    job, w, (*job.errors, entry), "callback_failed", **cleared
+                    job, w, (*job.errors, entry), CALLBACK_FAILED_REASON, **cleared
                 )
             elif action == "retry":
-                entry = error_entry("callback retry requested", attempt=job.attempt, at=w.now)
-                outcome = (
-                    attrs.evolve(
-                        job,
-                        state=JobState.Retryable,
-                        run_at=w.now,
-                        errors=(*job.errors, entry),
-                        **cleared,
-                    ),
-                    None,
-                )
+                outcome = (attrs.evolve(job, **retry_changes(w.now)), None)
             else:
-                outcome = (
-                    attrs.evolve(
-                        job,
-                        state=JobState.Running,
-                        heartbeat_at=w.now,
-                        metadata={**job.metadata, "_awa_callback_result": payload},
-                    ),
-                    None,
-                )
+                outcome = (attrs.evolve(job, **resume_changes(job, payload, w.now)), None)
             result.append(outcome[0])
             return outcome
 
         ack = await self._guarded(lease, decide)
         if ack is Ack.STALE:
-            raise CallbackNotFound(f"no job is waiting on callback {callback_id}")
+            raise callback_not_found(callback_id)
+        async with translated_errors(), self._tx() as conn:
+            await self._exec(conn, "drop_callback_expressions", callback_id=callback_id)
         return result[-1]
 
     async def heartbeat_callback(self, callback_id: str, *, timeout: timedelta) -> JobRecord:
@@ -1234,7 +1263,7 @@ class CoreOps(QueueStorageBase):
             return result[-1], None
 
         if await self._guarded(lease, decide) is Ack.STALE:
-            raise CallbackNotFound(f"no job is waiting on callback {callback_id}")
+            raise callback_not_found(callback_id)
         return result[-1]
 
     # ---------------------------------------------------------------- maintenance

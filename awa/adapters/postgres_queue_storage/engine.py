@@ -14,7 +14,7 @@ from awa.adapters._pg.overrides import PgOverrideOps
 from awa.adapters._pg.pool import DictConnection, connect, open_pool
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage._base import settled
-from awa.adapters.postgres_queue_storage.admin import AdminOps
+from awa.adapters.postgres_queue_storage.batch import BatchOps
 from awa.adapters.postgres_queue_storage.core import CoreOps
 from awa.adapters.postgres_queue_storage.ring import RingOps
 from awa.domain.policies import Backoff
@@ -48,7 +48,7 @@ async def install_queue_storage(
         await conn.close()
 
 
-class QueueStorageEngine(CoreOps, AdminOps, RingOps, PgCronOps, PgOverrideOps, PgDescriptorOps):
+class QueueStorageEngine(CoreOps, BatchOps, RingOps, PgCronOps, PgOverrideOps, PgDescriptorOps):
     """Append-first Postgres storage: ready rows, receipts and closures in a ring of list
     partitions reclaimed by ``TRUNCATE`` (:meth:`rotate_queue_ring`, :meth:`prune_oldest`).
 

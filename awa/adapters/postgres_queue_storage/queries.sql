@@ -1070,6 +1070,33 @@ WHERE l.callback_id = %(callback_id)s
   AND NOT EXISTS (
     SELECT 1 FROM {s}.closures x WHERE x.slot = l.claim_slot AND x.claim_id = l.claim_id)
 
+-- name: save_callback_expressions
+INSERT INTO awa.callback_expressions
+    (callback_id, queue_schema, job_id, run_lease, filter, on_complete, on_fail, transform)
+VALUES (%(callback_id)s, %(schema)s, %(job_id)s, %(run_lease)s, %(filter)s, %(on_complete)s,
+        %(on_fail)s, %(transform)s)
+ON CONFLICT (callback_id) DO UPDATE SET
+    filter = EXCLUDED.filter, on_complete = EXCLUDED.on_complete,
+    on_fail = EXCLUDED.on_fail, transform = EXCLUDED.transform
+
+-- name: load_callback_expressions
+SELECT filter, on_complete, on_fail, transform FROM awa.callback_expressions
+WHERE callback_id = %(callback_id)s AND job_id = %(job_id)s AND run_lease = %(run_lease)s
+
+-- name: drop_callback_expressions
+DELETE FROM awa.callback_expressions WHERE callback_id = %(callback_id)s
+
+-- name: cleanup_callback_expressions
+-- Rows of callbacks that ended without a resolve (rescue, cancel, operator retry).
+DELETE FROM awa.callback_expressions e
+WHERE e.callback_id IN (
+    SELECT c.callback_id FROM awa.callback_expressions c
+    WHERE c.queue_schema = %(schema)s AND c.created_at < %(before)s
+      AND NOT EXISTS (SELECT 1 FROM {s}.leases l WHERE l.callback_id = c.callback_id)
+    ORDER BY c.created_at
+    LIMIT %(limit)s
+)
+
 -- name: due_deferred
 DELETE FROM {s}.deferred_jobs d
 WHERE d.job_id IN (

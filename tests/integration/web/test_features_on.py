@@ -44,20 +44,20 @@ class FeatureClient(awa.AsyncClient):
     async def resume_cron_job(self, name: str) -> bool:
         return name == "nightly"
 
-    async def preview_batch_operation(self, op_kind: str, **kw: Any) -> dict[str, Any]:
+    async def preview_batch_operation(self, op_kind: str, **kw: Any) -> dict[str, Any]:  # type: ignore[override]
         return {"total_matched": 3, "sample": []}
 
-    async def submit_batch_operation(self, op_kind: str, **kw: Any) -> dict[str, Any]:
+    async def submit_batch_operation(self, op_kind: str, **kw: Any) -> dict[str, Any]:  # type: ignore[override]
         self.calls.append(("submit", (op_kind, kw)))
         return OP
 
-    async def list_batch_operations(self, **kw: Any) -> list[dict[str, Any]]:
+    async def list_batch_operations(self, **kw: Any) -> list[dict[str, Any]]:  # type: ignore[override]
         return [OP]
 
-    async def get_batch_operation(self, operation_id: str) -> dict[str, Any]:
+    async def get_batch_operation(self, operation_id: str) -> dict[str, Any]:  # type: ignore[override]
         return OP
 
-    async def cancel_batch_operation(self, operation_id: str) -> dict[str, Any]:
+    async def cancel_batch_operation(self, operation_id: str) -> dict[str, Any]:  # type: ignore[override]
         return {**OP, "state": "cancelling"}
 
     async def list_queue_descriptors(self) -> list[dict[str, Any]]:

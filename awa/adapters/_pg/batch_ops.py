@@ -1,0 +1,252 @@
+"""Batch operations on Postgres, shared by both engines: the compiled target filter and
+the control tables ``awa.batch_operations`` / ``awa.batch_operation_items``."""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from awa.adapters._pg.errors import translated_errors
+from awa.adapters._pg.pool import DictConnection
+from awa.adapters._pg.sql import load_queries
+from awa.domain.batch_ops import (
+    ACTIVE_STATES,
+    CANCELLABLE_STATES,
+    ELIGIBLE_STATES,
+    FINAL_STATES,
+    BatchFilter,
+    BatchOperation,
+    BatchOpState,
+    BatchSpec,
+    ItemResult,
+    cancel_requested,
+    parse_filter,
+    parse_op_kind,
+    parse_spec,
+)
+from awa.ports.clock import Clock
+
+
+@functools.cache
+def _queries() -> dict[str, str]:
+    return load_queries("awa.adapters._pg", "batch_ops.sql")
+
+
+def _q(name: str) -> bytes:
+    return _queries()[name].encode()
+
+
+def target_statements(relation: str) -> tuple[bytes, bytes]:
+    """``(count, list)`` statements of the target filter over ``relation`` (a trusted,
+    quoted relation name: ``awa.canonical_jobs`` or a queue-storage ``jobs_resolved``)."""
+    where = _queries()["target_where"]
+    return (
+        _queries()["count_targets"].format(relation=relation, where=where).encode(),
+        _queries()["list_targets"].format(relation=relation, where=where).encode(),
+    )
+
+
+def target_params(filter: BatchFilter) -> dict[str, Any]:
+    return {
+        "eligible": sorted(s.sql_name for s in ELIGIBLE_STATES),
+        "kind": filter.kind,
+        "queue": filter.queue,
+        "ids": None if filter.ids is None else list(filter.ids),
+        "tag": filter.tag,
+        "state": None if filter.state is None else filter.state.sql_name,
+        "created_gte": filter.created_at_gte,
+        "created_lt": filter.created_at_lt,
+    }
+
+
+def op_from_row(row: Mapping[str, Any]) -> BatchOperation:
+    spec = dict(row["spec"])
+    return BatchOperation(
+        id=str(row["id"]),
+        op_kind=parse_op_kind(row["op_kind"]),
+        filter=parse_filter(row["filter"]),
+        spec=parse_spec(row["op_kind"], spec),
+        state=BatchOpState(row["state"]),
+        submitted_by=row["submitted_by"],
+        submitted_at=row["submitted_at"],
+        started_at=row["started_at"],
+        finalized_at=row["finalized_at"],
+        cursor=row["cursor"],
+        total_matched=row["total_matched"],
+        processed=int(row["processed"]),
+        skipped=int(row["skipped"]),
+        errored=int(row["errored"]),
+        last_error=row["last_error"],
+        runner_instance=None if row["runner_instance"] is None else str(row["runner_instance"]),
+        retention_until=row["retention_until"],
+        updated_at=row["updated_at"],
+    )
+
+
+class PgBatchControl:
+    """The control-table half of the batch-operation port, on the engine's pool."""
+
+    _pool: AsyncConnectionPool[DictConnection]
+    _clock: Clock
+
+    async def _op_statement(self, name: str, params: dict[str, Any]) -> BatchOperation | None:
+        async with translated_errors(), self._pool.connection() as conn:
+            cur = await conn.execute(_q(name), params)
+            row = await cur.fetchone()
+        return None if row is None else op_from_row(row)
+
+    async def _op_required(self, name: str, params: dict[str, Any]) -> BatchOperation:
+        op = await self._op_statement(name, params)
+        if op is None:
+            raise LookupError(f"batch operation not found: {params.get('id')}")
+        return op
+
+    async def create_batch_operation(
+        self, *, spec: BatchSpec, filter: BatchFilter, submitted_by: str | None = None
+    ) -> BatchOperation:
+        return await self._op_required(
+            "insert_op",
+            {
+                "id": uuid.uuid4(),
+                "op_kind": str(spec.op_kind),
+                "filter": Jsonb(filter.to_json()),
+                "spec": Jsonb(spec.to_json()),
+                "state": str(BatchOpState.PENDING),
+                "submitted_by": submitted_by,
+                "now": self._clock.now(),
+            },
+        )
+
+    async def get_batch_operation(self, op_id: str) -> BatchOperation | None:
+        return await self._op_statement("get_op", {"id": uuid.UUID(op_id)})
+
+    async def list_batch_operations(
+        self, *, state: BatchOpState | None = None, limit: int = 100
+    ) -> list[BatchOperation]:
+        async with translated_errors(), self._pool.connection() as conn:
+            cur = await conn.execute(
+                _q("list_ops"),
+                {"state": None if state is None else str(state), "limit": max(limit, 0)},
+            )
+            rows = await cur.fetchall()
+        return [op_from_row(row) for row in rows]
+
+    async def cancel_batch_operation(self, op_id: str) -> BatchOperation | None:
+        return await self._op_statement(
+            "cancel_op",
+            {
+                "id": uuid.UUID(op_id),
+                "target": str(cancel_requested(BatchOpState.PENDING)),
+                "from_states": sorted(str(s) for s in CANCELLABLE_STATES),
+                "now": self._clock.now(),
+            },
+        )
+
+    async def purge_batch_operations(self, *, before: datetime, limit: int = 1000) -> int:
+        async with translated_errors(), self._pool.connection() as conn:
+            cur = await conn.execute(
+                _q("purge_ops"),
+                {
+                    "final": sorted(str(s) for s in FINAL_STATES),
+                    "before": before,
+                    "limit": max(limit, 0),
+                },
+            )
+            return cur.rowcount
+
+    async def next_batch_operation(self, *, runner: str) -> BatchOperation | None:
+        async with translated_errors(), self._pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                _q("next_op"), {"active": sorted(str(s) for s in ACTIVE_STATES)}
+            )
+            row = await cur.fetchone()
+            if row is None:
+                return None
+            if row["state"] != str(BatchOpState.PENDING):
+                return op_from_row(row)
+            try:
+                runner_id: uuid.UUID | None = uuid.UUID(runner)
+            except ValueError:
+                runner_id = None
+            cur = await conn.execute(
+                _q("begin_scan"),
+                {
+                    "id": row["id"],
+                    "state": str(BatchOpState.SCANNING),
+                    "runner": runner_id,
+                    "now": self._clock.now(),
+                },
+            )
+            began = await cur.fetchone()
+        assert began is not None
+        return op_from_row(began)
+
+    async def add_batch_items(self, op_id: str, job_ids: Sequence[int]) -> BatchOperation:
+        async with translated_errors(), self._pool.connection() as conn:
+            await conn.execute(_q("add_items"), {"id": uuid.UUID(op_id), "job_ids": list(job_ids)})
+            cur = await conn.execute(_q("get_op"), {"id": uuid.UUID(op_id)})
+            row = await cur.fetchone()
+        if row is None:
+            raise LookupError(f"batch operation not found: {op_id}")
+        return op_from_row(row)
+
+    async def start_batch_running(self, op_id: str, *, cursor: dict[str, Any]) -> BatchOperation:
+        return await self._op_required(
+            "start_running",
+            {
+                "id": uuid.UUID(op_id),
+                "cancelling": str(BatchOpState.CANCELLING),
+                "running": str(BatchOpState.RUNNING),
+                "cursor": Jsonb(cursor),
+                "now": self._clock.now(),
+            },
+        )
+
+    async def pending_batch_items(self, op_id: str, *, limit: int) -> list[int]:
+        async with translated_errors(), self._pool.connection() as conn:
+            cur = await conn.execute(
+                _q("pending_items"), {"id": uuid.UUID(op_id), "limit": max(limit, 0)}
+            )
+            rows = await cur.fetchall()
+        return [int(row["job_id"]) for row in rows]
+
+    async def record_batch_items(
+        self, op_id: str, results: Sequence[ItemResult], *, cursor: dict[str, Any]
+    ) -> BatchOperation:
+        return await self._op_required(
+            "record_items",
+            {
+                "id": uuid.UUID(op_id),
+                "job_ids": [r.job_id for r in results],
+                "outcomes": [str(r.outcome) for r in results],
+                "errors": [r.error for r in results],
+                "cursor": Jsonb(cursor),
+                "now": self._clock.now(),
+            },
+        )
+
+    async def finish_batch_operation(
+        self,
+        op_id: str,
+        *,
+        state: BatchOpState,
+        last_error: str | None = None,
+        retention: timedelta,
+    ) -> BatchOperation:
+        now = self._clock.now()
+        return await self._op_required(
+            "finish_op",
+            {
+                "id": uuid.UUID(op_id),
+                "state": str(state),
+                "last_error": last_error,
+                "now": now,
+                "retention_until": now + retention,
+            },
+        )

@@ -1,0 +1,60 @@
+"""Batch operations of the queue-storage engine.
+
+A reprioritised or moved job is an admin change like a cancel: :meth:`AdminOps._change`
+retires its head fact through ``_transition`` / ``_supersede`` (a ready row is tombstoned
+under its lane lock, a deferred row taken) and appends the new snapshot at the tail of
+its new lane, so claims see it exactly once and in ``(run_at, id)`` order there.
+"""
+
+from __future__ import annotations
+
+from awa.adapters._pg.batch_ops import PgBatchControl, target_params, target_statements
+from awa.adapters._pg.errors import translated_errors
+from awa.adapters.postgres_queue_storage._base import Resolved, Writes
+from awa.adapters.postgres_queue_storage.admin import AdminOps
+from awa.domain.batch_ops import BatchFilter, BatchSpec, ItemOutcome, ItemResult, batch_change
+from awa.domain.job import JobRecord
+
+
+class BatchOps(PgBatchControl, AdminOps):
+    """Targets over ``{schema}.jobs_resolved`` and per-job changes through ``_change``."""
+
+    def _target_statements(self) -> tuple[bytes, bytes]:
+        return target_statements(f"{self._qschema}.jobs_resolved")
+
+    async def count_batch_targets(self, filter: BatchFilter) -> int:
+        count, _ = self._target_statements()
+        async with translated_errors(), self._tx() as conn:
+            cur = await conn.execute(count, target_params(filter))
+            row = await cur.fetchone()
+        return 0 if row is None else int(row["n"])
+
+    async def list_batch_targets(
+        self, filter: BatchFilter, *, after_id: int = 0, limit: int = 100
+    ) -> list[JobRecord]:
+        _, listing = self._target_statements()
+        params = {**target_params(filter), "after_id": after_id, "limit": max(limit, 0)}
+        async with translated_errors(), self._tx() as conn:
+            cur = await conn.execute(listing, params)
+            rows = await cur.fetchall()
+        return [Resolved.from_row(row).job for row in rows]
+
+    async def apply_batch_change(self, job_id: int, spec: BatchSpec) -> ItemResult:
+        outcome = ItemOutcome.MISSING
+
+        def decide(job: JobRecord) -> tuple[JobRecord | None, bool]:
+            nonlocal outcome
+            new = batch_change(job, spec)
+            outcome = ItemOutcome.SKIPPED if new is None else ItemOutcome.PROCESSED
+            return new, new is None
+
+        async with translated_errors(), self._tx() as conn:
+            writes = Writes(self._clock.now())
+            result = await self._change(conn, writes, job_id, decide)
+            await self._flush(conn, writes)
+        if result is None and outcome == ItemOutcome.PROCESSED:
+            # Every re-read found the head fact moved again (a busy lane); nothing changed.
+            return ItemResult(
+                job_id, ItemOutcome.ERRORED, f"job {job_id} kept changing; not moved, retry"
+            )
+        return ItemResult(job_id, outcome)

@@ -1,0 +1,161 @@
+"""External callbacks: the resolution actions and what each does to the waiting job.
+
+Engines look the attempt up by callback id under their own locking and apply these
+changes; every action ends the callback (its id stops resolving), so a second resolve, a
+late heartbeat or a token from an attempt that was rescued or retried meanwhile raises
+:class:`CallbackNotFound`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+from awa.domain.errors import CallbackNotFound, ValidationError
+from awa.domain.job import JobRecord, error_entry
+from awa.domain.states import JobState
+
+#: What ``resolve_callback`` of the storage port accepts.
+CALLBACK_ACTIONS = frozenset({"complete", "fail", "retry", "resume"})
+#: Metadata key holding the payload of the last resume (read by ``wait_for_callback``).
+CALLBACK_RESULT_KEY = "_awa_callback_result"
+#: Error recorded when ``fail_external`` gives no message.
+DEFAULT_FAIL_ERROR = "callback failed"
+#: DLQ reason of a job failed through its callback.
+CALLBACK_FAILED_REASON = "callback_failed"
+
+#: The callback columns of a job whose callback has ended.
+CLEARED: dict[str, Any] = {"callback_id": None, "callback_timeout_at": None}
+
+
+def failure_entry(
+    error: str | None, *, attempt: int, at: datetime, expression: str | None = None
+) -> dict[str, Any]:
+    """The terminal error entry of a callback failure (naming the ``on_fail`` expression
+    that matched, if one did)."""
+    entry = error_entry(error or DEFAULT_FAIL_ERROR, attempt=attempt, at=at, terminal=True)
+    if expression is not None:
+        entry["expression"] = expression
+    return entry
+
+
+def check_action(action: str) -> None:
+    if action not in CALLBACK_ACTIONS:
+        raise ValidationError("action", f"must be one of {sorted(CALLBACK_ACTIONS)}", value=action)
+
+
+def callback_not_found(callback_id: str) -> CallbackNotFound:
+    return CallbackNotFound(f"callback not found: {callback_id}")
+
+
+def retry_changes(now: datetime) -> dict[str, Any]:
+    """``retry_external`` (and an operator retry of a waiting job): the job is available
+    again now with a fresh attempt budget, no error recorded, the callback ended."""
+    return {"state": JobState.Available, "run_at": now, "attempt": 0, **CLEARED}
+
+
+def resume_changes(job: JobRecord, payload: Any, now: datetime) -> dict[str, Any]:
+    """``resume_external``: the handler's ``wait_for_callback`` returns ``payload``; the
+    attempt runs on (a later wait registers a new callback)."""
+    return {
+        "state": JobState.Running,
+        "heartbeat_at": now,
+        "metadata": {**job.metadata, CALLBACK_RESULT_KEY: payload},
+        **CLEARED,
+    }
+
+
+def validate_timeout(value: Any, operation: str) -> float:
+    """A callback timeout in seconds (``timeout_seconds`` of ``operation``): a finite
+    number, not negative."""
+    if isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, int | float):
+        raise TypeError(f"timeout_seconds: must be real number, not {type(value).__name__}")
+    if not math.isfinite(value) or value < 0:
+        raise ValidationError(
+            operation,
+            f"timeout_seconds must be a finite, non-negative number, got {value!r}",
+            value=value,
+        )
+    return float(value)
+
+
+# ------------------------------------------------------------------ resolution expressions
+
+EXPRESSION_FIELDS = ("filter", "on_complete", "on_fail", "transform")
+
+
+@attrs.frozen
+class CallbackExpressions:
+    """The CEL expressions a callback was registered with (variable ``payload`` only)."""
+
+    filter: str | None = None
+    on_complete: str | None = None
+    on_fail: str | None = None
+    transform: str | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        return all(getattr(self, name) is None for name in EXPRESSION_FIELDS)
+
+
+@attrs.frozen
+class Resolution:
+    """What ``resolve_callback`` does: ``complete`` (with ``payload``), ``fail`` (with
+    ``error`` and the matching ``expression``) or ``ignore`` (with ``reason``)."""
+
+    outcome: str
+    payload: Any = None
+    error: str | None = None
+    expression: str | None = None
+    reason: str | None = None
+
+
+RESOLVE_DEFAULTS = ("complete", "fail", "ignore")
+FILTER_REJECTED = "filter expression returned false"
+NOTHING_MATCHED = "no expressions configured, default is ignore"
+ON_FAIL_MATCHED = "callback failed: on_fail expression matched"
+DEFAULT_FAILED = "callback failed: default action"
+
+
+def check_default_action(value: str) -> None:
+    if value not in RESOLVE_DEFAULTS:
+        raise ValueError(
+            f"unknown default_action: {value} (expected 'complete', 'fail', or 'ignore')"
+        )
+
+
+def decide_resolution(
+    expressions: CallbackExpressions,
+    payload: Any,
+    *,
+    matched: Callable[[str], bool],
+    transformed: Callable[[str], Any],
+    default_action: str,
+) -> Resolution:
+    """Apply the expressions in awa-pg's order: a ``filter`` that is not true ignores the
+    payload; then ``on_fail``, then ``on_complete`` (its payload passed through
+    ``transform``); otherwise ``default_action``. ``matched(expr)`` is true only for an
+    expression that evaluates to boolean true (errors and non-booleans do not match);
+    ``transformed(expr)`` returns the new payload (the caller falls back to the payload
+    itself when it cannot be evaluated)."""
+    check_default_action(default_action)
+    if expressions.filter is not None and not matched(expressions.filter):
+        return Resolution("ignore", reason=FILTER_REJECTED)
+    if expressions.on_fail is not None and matched(expressions.on_fail):
+        return Resolution("fail", error=ON_FAIL_MATCHED, expression=expressions.on_fail)
+    if expressions.on_complete is not None and matched(expressions.on_complete):
+        result = payload
+        if expressions.transform is not None:
+            result = transformed(expressions.transform)
+        return Resolution("complete", payload=result)
+    if default_action == "complete":
+        return Resolution("complete", payload=payload)
+    if default_action == "fail":
+        return Resolution("fail", error=DEFAULT_FAILED)
+    return Resolution("ignore", reason=NOTHING_MATCHED)

@@ -1,0 +1,310 @@
+"""Batch operations through the storage port, on every engine and on the routing engine
+(before and after the move to queue storage): targets, the per-job change, the control
+records and the runner."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from awa.adapters._pg import transition
+from awa.adapters.clock import ManualClock
+from awa.adapters.routing_engine import TransitionRoutingEngine
+from awa.domain.batch_ops import (
+    DEFAULT_RETENTION,
+    ORIGINAL_PRIORITY_KEY,
+    ORIGINAL_QUEUE_KEY,
+    BatchFilter,
+    BatchOpKind,
+    BatchOpState,
+    BatchSpec,
+    ItemOutcome,
+    ItemResult,
+)
+from awa.domain.states import JobState
+from awa.runtime.batch_runner import BatchRunner
+from tests.conftest import migrate_template
+from tests.contract._support import QUEUE, SECOND, claim_ids, claim_one, enqueue, fetch
+from tests.support.engines import CONTRACT_BACKOFF, ENGINES, EngineHandle, open_engine
+from tests.support.pg import DatabaseFactory
+
+pytestmark = pytest.mark.anyio
+
+ROUTING = ("routing_canonical", "routing_queue_storage")
+PRIORITY_4 = BatchSpec(BatchOpKind.SET_PRIORITY, priority=4)
+
+
+def _params() -> list[object]:
+    names: list[object] = [
+        pytest.param(name, marks=[pytest.mark.postgres] if entry.needs_database else [])
+        for name, entry in sorted(ENGINES.items())
+    ]
+    return names + [pytest.param(name, marks=[pytest.mark.postgres]) for name in ROUTING]
+
+
+@asynccontextmanager
+async def _routing(name: str, url: str) -> AsyncIterator[EngineHandle]:
+    if name == "routing_queue_storage":
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            assert await transition.auto_finalize_if_fresh(conn)
+    clock = ManualClock()
+    router = await TransitionRoutingEngine.open(url, clock=clock, backoff=CONTRACT_BACKOFF)
+    try:
+        yield EngineHandle(name, router, clock, router, router.leader_lock)
+    finally:
+        await router.close()
+
+
+@pytest.fixture(params=_params())
+async def engine(request: pytest.FixtureRequest) -> AsyncIterator[EngineHandle]:
+    name: str = request.param
+    if name in ROUTING:
+        factory: DatabaseFactory = request.getfixturevalue("pg_databases")
+        fresh = factory.create(factory.template("migrated", migrate_template))
+        try:
+            async with _routing(name, fresh) as handle:
+                yield handle
+        finally:
+            factory.drop(fresh)
+        return
+    url: str | None = None
+    if ENGINES[name].needs_database:
+        urls: dict[str, str] = request.getfixturevalue("contract_databases")
+        if name not in urls:
+            factory = request.getfixturevalue("pg_databases")
+            urls[name] = factory.create(factory.template("migrated", migrate_template))
+        url = urls[name]
+    async with open_engine(name, url) as handle:
+        await handle.engine.reset()
+        for op in await handle.engine.list_batch_operations(limit=10_000):
+            if not op.state.is_final:
+                await handle.engine.finish_batch_operation(
+                    op.id, state=BatchOpState.CANCELLED, retention=timedelta(0)
+                )
+        await handle.engine.purge_batch_operations(
+            before=handle.clock.now() + timedelta(days=1), limit=10_000
+        )
+        yield handle
+
+
+async def _ids(handle: EngineHandle, filter: BatchFilter) -> list[int]:
+    return [job.id for job in await handle.engine.list_batch_targets(filter, limit=1000)]
+
+
+async def test_targets_are_queued_jobs_matching_every_field(engine: EngineHandle) -> None:
+    a = await enqueue(engine, "kind_a", tags=("t",))
+    engine.clock.advance(10)
+    b = await enqueue(engine, "kind_b")
+    later = await enqueue(engine, "kind_a", run_at=engine.clock.now() + 60 * SECOND)
+    other = await enqueue(engine, "kind_a", queue="other", tags=("t",))
+    running = await enqueue(engine, "kind_a", queue="busy")
+    await claim_one(engine, "busy")
+    e = engine.engine
+    everything = BatchFilter()
+    assert await _ids(engine, everything) == [a.id, b.id, later.id, other.id]
+    assert await e.count_batch_targets(everything) == 4
+    assert await _ids(engine, BatchFilter(queue=QUEUE)) == [a.id, b.id, later.id]
+    assert await _ids(engine, BatchFilter(kind="kind_a")) == [a.id, later.id, other.id]
+    assert await _ids(engine, BatchFilter(tag="t")) == [a.id, other.id]
+    assert await _ids(engine, BatchFilter(state=JobState.Scheduled)) == [later.id]
+    assert await _ids(engine, BatchFilter(ids=(b.id, other.id, running.id, 10**9))) == [
+        b.id,
+        other.id,
+    ]
+    assert await _ids(engine, BatchFilter(ids=())) == []
+    assert await _ids(engine, BatchFilter(created_at_lt=b.created_at)) == [a.id]
+    assert await _ids(engine, BatchFilter(created_at_gte=b.created_at, queue=QUEUE)) == [
+        b.id,
+        later.id,
+    ]
+    assert await e.count_batch_targets(BatchFilter(queue="busy")) == 0
+    paged = await e.list_batch_targets(everything, after_id=a.id, limit=2)
+    assert [job.id for job in paged] == [b.id, later.id]
+
+
+async def test_set_priority_changes_queued_jobs_and_records_the_original(
+    engine: EngineHandle,
+) -> None:
+    job = await enqueue(engine, priority=2)
+    deferred = await enqueue(engine, run_at=engine.clock.now() + 60 * SECOND)
+    e = engine.engine
+    assert await e.apply_batch_change(job.id, PRIORITY_4) == ItemResult(
+        job.id, ItemOutcome.PROCESSED
+    )
+    assert (await e.apply_batch_change(deferred.id, PRIORITY_4)).outcome == ItemOutcome.PROCESSED
+    changed = await fetch(engine, job.id)
+    assert changed.priority == 4 and changed.state == JobState.Available
+    assert changed.metadata == {ORIGINAL_PRIORITY_KEY: 2}
+    kept = await fetch(engine, deferred.id)
+    assert kept.priority == 4 and kept.state == JobState.Scheduled
+    # Again: already there, so skipped, and the first original stays recorded.
+    assert (await e.apply_batch_change(job.id, PRIORITY_4)).outcome == ItemOutcome.SKIPPED
+    back = BatchSpec(BatchOpKind.SET_PRIORITY, priority=1)
+    assert (await e.apply_batch_change(job.id, back)).outcome == ItemOutcome.PROCESSED
+    assert (await fetch(engine, job.id)).metadata == {ORIGINAL_PRIORITY_KEY: 2}
+    assert (await e.apply_batch_change(10**9, PRIORITY_4)).outcome == ItemOutcome.MISSING
+    claims = await e.claim(QUEUE, limit=10)
+    assert [(c.job.id, c.job.priority) for c in claims] == [(job.id, 1)]
+
+
+async def test_claimed_and_finished_jobs_are_skipped(engine: EngineHandle) -> None:
+    job = await enqueue(engine)
+    claim = await claim_one(engine)
+    e = engine.engine
+    assert (await e.apply_batch_change(job.id, PRIORITY_4)).outcome == ItemOutcome.SKIPPED
+    await e.complete([claim.lease])
+    assert (await e.apply_batch_change(job.id, PRIORITY_4)).outcome == ItemOutcome.SKIPPED
+    done = await fetch(engine, job.id)
+    assert done.priority == 2 and done.state == JobState.Completed and done.metadata == {}
+
+
+async def test_move_queue_moves_each_job_once_and_keeps_fifo_in_the_new_lane(
+    engine: EngineHandle,
+) -> None:
+    first_there = await enqueue(engine, queue="target")
+    engine.clock.advance(1)
+    older = await enqueue(engine)
+    engine.clock.advance(1)
+    newer = await enqueue(engine)
+    engine.clock.advance(1)
+    last_there = await enqueue(engine, queue="target")
+    move = BatchSpec(BatchOpKind.MOVE_QUEUE, queue="target")
+    e = engine.engine
+    # Moved newest first: the lane still hands them out oldest first.
+    for job in (newer, older):
+        assert (await e.apply_batch_change(job.id, move)).outcome == ItemOutcome.PROCESSED
+    assert (await e.apply_batch_change(older.id, move)).outcome == ItemOutcome.SKIPPED
+    moved = await fetch(engine, older.id)
+    assert moved.queue == "target" and moved.priority == older.priority
+    assert moved.metadata == {ORIGINAL_QUEUE_KEY: QUEUE}
+    assert await claim_ids(engine, QUEUE) == []
+    assert await claim_ids(engine, "target") == [first_there.id, older.id, newer.id, last_there.id]
+    counts = {c.queue: c.counts for c in await e.queue_counts()}
+    assert counts["target"][JobState.Running] == 4
+    assert counts.get(QUEUE, {}).get(JobState.Available, 0) == 0
+
+
+async def test_move_queue_with_priority_and_a_deferred_job(engine: EngineHandle) -> None:
+    deferred = await enqueue(engine, run_at=engine.clock.now() + 5 * SECOND)
+    move = BatchSpec(BatchOpKind.MOVE_QUEUE, queue="target", priority=1)
+    e = engine.engine
+    assert (await e.apply_batch_change(deferred.id, move)).outcome == ItemOutcome.PROCESSED
+    job = await fetch(engine, deferred.id)
+    assert (job.queue, job.priority, job.state) == ("target", 1, JobState.Scheduled)
+    assert job.metadata == {ORIGINAL_PRIORITY_KEY: 2, ORIGINAL_QUEUE_KEY: QUEUE}
+    engine.clock.advance(6)
+    assert await e.promote_due() == 1
+    assert await claim_ids(engine, "target") == [deferred.id]
+
+
+async def test_control_records_follow_the_operation(engine: EngineHandle) -> None:
+    e = engine.engine
+    filter = BatchFilter(queue=QUEUE)
+    op = await e.create_batch_operation(spec=PRIORITY_4, filter=filter, submitted_by="ops")
+    assert op.state == BatchOpState.PENDING and op.submitted_by == "ops"
+    assert op.filter == filter and op.spec == PRIORITY_4 and op.total_matched is None
+    engine.clock.advance(1)
+    second = await e.create_batch_operation(spec=PRIORITY_4, filter=filter)
+    listed = await e.list_batch_operations()
+    assert [o.id for o in listed] == [second.id, op.id]
+    assert [o.id for o in await e.list_batch_operations(state=BatchOpState.PENDING, limit=1)] == [
+        second.id
+    ]
+    assert await e.get_batch_operation(op.id) == op
+    runner = "00000000-0000-4000-8000-000000000001"
+    began = await e.next_batch_operation(runner=runner)
+    assert began is not None and began.id == op.id
+    assert began.state == BatchOpState.SCANNING and began.started_at is not None
+    assert began.runner_instance == runner
+    await e.add_batch_items(op.id, [3, 1, 2])
+    await e.add_batch_items(op.id, [2])
+    running = await e.start_batch_running(op.id, cursor={"after_job_id": 0})
+    assert running.state == BatchOpState.RUNNING and running.total_matched == 3
+    assert await e.pending_batch_items(op.id, limit=2) == [1, 2]
+    results = [ItemResult(1, ItemOutcome.PROCESSED), ItemResult(2, ItemOutcome.ERRORED, "boom")]
+    recorded = await e.record_batch_items(op.id, results, cursor={"after_job_id": 2})
+    again = await e.record_batch_items(op.id, results, cursor={"after_job_id": 2})
+    assert (again.processed, again.errored, again.last_error) == (1, 1, "boom")
+    assert recorded.cursor == {"after_job_id": 2}
+    cancelling = await e.cancel_batch_operation(op.id)
+    assert cancelling is not None and cancelling.state == BatchOpState.CANCELLING
+    assert await e.cancel_batch_operation(op.id) is None
+    done = await e.finish_batch_operation(
+        op.id, state=BatchOpState.CANCELLED, retention=DEFAULT_RETENTION
+    )
+    assert (done.state, done.processed, done.skipped, done.errored) == (
+        BatchOpState.CANCELLED,
+        1,
+        1,
+        1,
+    )
+    assert done.finalized_at is not None
+    assert done.retention_until == done.finalized_at + DEFAULT_RETENTION
+    assert await e.pending_batch_items(op.id, limit=10) == []
+    assert await e.cancel_batch_operation(op.id) is None
+    # Only finished operations finalized before the cut-off are purged.
+    assert await e.purge_batch_operations(before=done.finalized_at) == 0
+    engine.clock.advance(1)
+    assert await e.purge_batch_operations(before=engine.clock.now()) == 1
+    assert await e.get_batch_operation(op.id) is None
+    assert [o.id for o in await e.list_batch_operations()] == [second.id]
+
+
+async def _run(handle: EngineHandle, runner: BatchRunner) -> None:
+    for _ in range(200):
+        if not await runner.step():
+            return
+    raise AssertionError("the runner did not finish")
+
+
+async def test_the_runner_completes_an_operation(engine: EngineHandle) -> None:
+    e = engine.engine
+    jobs = [await enqueue(engine) for _ in range(7)]
+    claimed = await claim_one(engine)
+    await enqueue(engine, queue="elsewhere")
+    op = await e.create_batch_operation(
+        spec=BatchSpec(BatchOpKind.MOVE_QUEUE, queue="target", priority=3),
+        filter=BatchFilter(queue=QUEUE),
+    )
+    await _run(engine, BatchRunner(e, runner_id="runner", chunk_size=3))
+    done = await e.get_batch_operation(op.id)
+    assert done is not None and done.state == BatchOpState.COMPLETED
+    assert (done.total_matched, done.processed, done.skipped, done.errored) == (6, 6, 0, 0)
+    assert done.cursor is not None and done.cursor["max_job_id"] == jobs[-1].id
+    moved = [await fetch(engine, j.id) for j in jobs if j.id != claimed.job.id]
+    assert {(j.queue, j.priority) for j in moved} == {("target", 3)}
+    assert (await fetch(engine, claimed.job.id)).queue == QUEUE
+
+
+async def test_the_runner_stops_at_a_chunk_boundary_when_cancelled(
+    engine: EngineHandle,
+) -> None:
+    e = engine.engine
+    for _ in range(6):
+        await enqueue(engine)
+    op = await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
+    runner = BatchRunner(e, runner_id="runner", chunk_size=2, budget=0.0)
+    assert await runner.step()  # scans and applies the first chunk
+    assert await e.cancel_batch_operation(op.id) is not None
+    await _run(engine, runner)
+    done = await e.get_batch_operation(op.id)
+    assert done is not None and done.state == BatchOpState.CANCELLED
+    assert (done.total_matched, done.processed, done.skipped) == (6, 2, 4)
+    priorities = sorted(j.priority for j in await e.list_batch_targets(BatchFilter(), limit=10))
+    assert priorities == [2, 2, 2, 2, 4, 4]
+
+
+async def test_a_cancelled_pending_operation_never_runs(engine: EngineHandle) -> None:
+    e = engine.engine
+    job = await enqueue(engine)
+    op = await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter())
+    await e.cancel_batch_operation(op.id)
+    await _run(engine, BatchRunner(e, runner_id="runner"))
+    done = await e.get_batch_operation(op.id)
+    assert done is not None and done.state == BatchOpState.CANCELLED
+    assert done.total_matched is None and done.processed == 0
+    assert (await fetch(engine, job.id)).priority == 2

@@ -121,8 +121,8 @@ async def test_rows_arriving_while_prune_reads_block_it(
     job = await _completed_job_in_next_slot(engine)
     read = engine._head_states_in_slot
 
-    async def read_then_write(conn: object, slot: int) -> object:
-        heads = await read(conn, slot)  # type: ignore[arg-type]
+    async def read_then_write(conn: object, slot: int, **kwargs: object) -> object:
+        heads = await read(conn, slot, **kwargs)  # type: ignore[arg-type]
         with psycopg.connect(database_url, autocommit=True) as writer:
             writer.execute(ARRIVALS[table], {"slot": slot, "job": job.id + 10_000})
         return heads

@@ -6,6 +6,11 @@ answers (acks, claims, counts, exceptions) and, after every step, the full norma
 state of both. Job ids differ between engines (Postgres sequences are not reset between
 examples), so real ids are mapped to model ids in enqueue order.
 
+The queue-storage engine also runs on a two-slot ring (``queue_storage_two_slot_ring``),
+where ``turn_ring`` rotates and prunes both rings between any two steps: live attempts,
+waiting callbacks and unclaimed rows are carried forward on nearly every turn, and the
+model forgets exactly the terminal history prune dropped.
+
 Example counts come from the Hypothesis profile (``HYPOTHESIS_PROFILE=deep`` for a long
 run); the step count per example is bounded here.
 """

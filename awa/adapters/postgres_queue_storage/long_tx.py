@@ -10,6 +10,7 @@ prints) and, once the horizon has moved past, compacts the control tables that g
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from datetime import timedelta
@@ -191,18 +192,20 @@ class LongTransactionOps(QueueStorageBase):
         """VACUUM the control tables and rewrite those that grew (at least twice, and
         ``compact_growth_bytes``, larger than when the long transaction was first seen;
         when none was seen, those larger than ``compact_growth_bytes``) with ``VACUUM
-        (FULL)`` of a table of a few hundred rows, under
-        a short ``lock_timeout``: a claim waits at most that long). Returns the rewritten
+        (FULL)`` of a table of a few hundred rows; every lock is asked for under a short
+        ``lock_timeout``, so a claim waits at most that long). Returns the rewritten
         tables; one whose lock was not granted is left for the next call."""
         rewritten = []
         async with self._conn() as conn:
-            for table in CONTROL_TABLES:
-                await conn.execute(f"VACUUM {self._qschema}.{table}".encode())
-            sizes = await self._long_rows(
-                conn, "control_sizes", schema=self._qschema, tables=list(CONTROL_TABLES)
-            )
             await conn.execute(f"SET lock_timeout = '{COMPACT_LOCK_TIMEOUT}'".encode())
             try:
+                for table in CONTROL_TABLES:
+                    # plain VACUUM waits for an autovacuum of the same table otherwise
+                    with contextlib.suppress(pg_errors.LockNotAvailable):
+                        await conn.execute(f"VACUUM {self._qschema}.{table}".encode())
+                sizes = await self._long_rows(
+                    conn, "control_sizes", schema=self._qschema, tables=list(CONTROL_TABLES)
+                )
                 for row in sizes:
                     before = (self._sizes_before or {}).get(str(row["relname"]), 0)
                     size = int(row["bytes"])

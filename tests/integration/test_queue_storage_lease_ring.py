@@ -257,6 +257,8 @@ async def test_existing_leases_survive_the_upgrade(migrated_database_url: str) -
         conn.execute("SELECT awa.install_queue_storage_tables('qs_old', 4, 3, false)")
         conn.execute("SELECT awa.queue_storage_upgrade('qs_old')")
         conn.execute("SELECT awa.queue_storage_upgrade_claim_probe('qs_old')")
+        # This engine's claim reads the lane mark of migration 0380.
+        conn.execute("SELECT awa.queue_storage_upgrade_retire_mark('qs_old')")
         kind = conn.execute(
             "SELECT relkind::text FROM pg_class WHERE oid = 'qs_old.leases'::regclass"
         ).fetchone()

@@ -18,8 +18,7 @@ ERRORS = {
     "401": "authentication required, or a bad callback signature",
     "403": "cross-site request, or missing CSRF token",
     "404": "not found",
-    "409": "unique-key conflict",
-    "501": "feature not available in this build",
+    "409": "unique-key conflict, or a batch operation that has already finished",
     "503": "read-only mode (mutations are disabled), or the schema is not migrated",
 }
 

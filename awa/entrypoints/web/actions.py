@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from awa.domain.batch_ops import BatchOpKind
 from awa.domain.errors import ValidationError
 from awa.domain.states import TERMINAL_STATES, JobState
 from awa.entrypoints.web.errors import ApiError, bad_request, not_found
@@ -202,8 +203,9 @@ async def batch_cancel(web: WebState, operation_id: str) -> dict[str, Any]:
 
 def _batch_fields(doc: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
     op_kind = doc.get("op_kind")
-    if op_kind not in ("set_priority", "move_queue"):
-        raise bad_request("op_kind must be set_priority or move_queue")
+    kinds = [str(k) for k in BatchOpKind]
+    if op_kind not in kinds:
+        raise bad_request(f"op_kind must be one of {', '.join(kinds)}")
     spec = doc.get("spec") or {}
     op_filter = doc.get("filter")
     if not isinstance(spec, dict):

@@ -186,3 +186,15 @@ def test_read_only_refuses_cron_and_batch_mutations(
     assert (client.get("/api/cron").json(), client.get("/api/stats").json()) == before
     assert client.get(f"/api/batch-ops/{op['id']}").json()["state"] == "pending"
     assert len(client.get("/api/batch-ops").json()) == 1
+
+
+def test_openapi_document_names_every_field_returned(api: TestClient) -> None:
+    schemas = api.get("/api/openapi.json").json()["components"]["schemas"]
+    (schedule,) = api.get("/api/cron").json()
+    assert set(schedule) == set(schemas["CronSchedule"]["properties"])
+    body = {"op_kind": "move_queue", "spec": {"queue": "elsewhere"}, "filter": {"kind": "report"}}
+    preview = api.post("/api/batch-ops/preview", json=body).json()
+    assert set(preview) == set(schemas["BatchPreview"]["properties"])
+    op = api.post("/api/batch-ops", json=body).json()
+    assert set(op) == set(schemas["BatchOperation"]["properties"])
+    assert op["op_kind"] in schemas["BatchOperation"]["properties"]["op_kind"]["enum"]

@@ -14,6 +14,7 @@ from starlette.testclient import TestClient
 
 import awa
 from tests.integration.web.conftest import AppFactory, Seeded
+from tests.integration.web.test_auth_callbacks import csrf_of
 
 pytestmark = pytest.mark.postgres
 
@@ -198,3 +199,24 @@ def test_openapi_document_names_every_field_returned(api: TestClient) -> None:
     op = api.post("/api/batch-ops", json=body).json()
     assert set(op) == set(schemas["BatchOperation"]["properties"])
     assert op["op_kind"] in schemas["BatchOperation"]["properties"]["op_kind"]["enum"]
+
+
+def test_page_forms_pause_resume_trigger_and_submit(api: TestClient) -> None:
+    csrf = csrf_of(api.get("/cron").text)
+    paused = api.post("/cron/nightly/pause", data={"csrf": csrf}, follow_redirects=True)
+    assert paused.status_code == 200 and 'action="/cron/nightly/resume"' in paused.text
+    assert api.get("/api/cron").json()[0]["paused_at"] is not None
+    api.post("/cron/nightly/trigger", data={"csrf": csrf}, follow_redirects=True)
+    assert api.get("/api/stats").json()["available"] == 4  # 3 seeded + the triggered one
+    api.post("/cron/nightly/resume", data={"csrf": csrf}, follow_redirects=True)
+    assert api.get("/api/cron").json()[0]["paused_at"] is None
+
+    form = {"csrf": csrf, "op_kind": "set_priority", "priority": "1", "queue": "mail"}
+    preview = api.post("/batch-ops", data={**form, "preview": "1"}, follow_redirects=True)
+    assert "3 jobs match" in preview.text and api.get("/api/batch-ops").json() == []
+    submitted = api.post("/batch-ops", data=form, follow_redirects=True)
+    (op,) = api.get("/api/batch-ops").json()
+    assert f"Submitted batch operation {op['id']}" in submitted.text
+    cancel = api.post(f"/batch-ops/{op['id']}/cancel", data={"csrf": csrf}, follow_redirects=True)
+    assert f"Cancelling batch operation {op['id']}" in cancel.text
+    assert api.get(f"/api/batch-ops/{op['id']}").json()["state"] in ("cancelling", "cancelled")

@@ -1,4 +1,4 @@
-"""Pure parts of the admin web: the read cache, search parsing, settings and features."""
+"""Pure parts of the admin web: the read cache, search parsing, and settings."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import asyncio
 import pytest
 
 from awa.domain.errors import ValidationError
-from awa.entrypoints.web import features
 from awa.entrypoints.web.cache import ReadCache
 from awa.entrypoints.web.config import is_loopback, parse_color, parse_peer, parse_secret
 from awa.entrypoints.web.pages import parse_search
@@ -89,21 +88,6 @@ def test_settings_validation() -> None:
             parse_peer(bad)
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("example.com")
-
-
-def test_features_follow_the_client_methods() -> None:
-    class Bare:
-        pass
-
-    class WithCron:
-        async def list_cron_jobs(self) -> list[object]:
-            return []
-
-    assert features.available(Bare())["cron"] is False
-    assert features.available(WithCron())["cron"] is True
-    with pytest.raises(features.FeatureUnavailable, match="list_cron_jobs"):
-        features.client_method(Bare(), "list_cron_jobs")
-    assert callable(features.client_method(WithCron(), "list_cron_jobs"))
 
 
 async def test_cache_keeps_a_bounded_number_of_keys() -> None:

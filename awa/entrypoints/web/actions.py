@@ -9,9 +9,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from awa.domain.batch_ops import BatchOpKind
+from awa.domain.errors import ValidationError
 from awa.domain.states import TERMINAL_STATES, JobState
-from awa.entrypoints.web import features
-from awa.entrypoints.web.errors import bad_request, not_found
+from awa.entrypoints.web.errors import ApiError, bad_request, not_found
 from awa.entrypoints.web.reads import job_json
 from awa.entrypoints.web.state import WebState
 
@@ -132,56 +133,79 @@ async def dlq_bulk(web: WebState, action: str, doc: dict[str, Any]) -> dict[str,
 async def cron_action(
     web: WebState, name: str, action: str, paused_by: str | None = None
 ) -> dict[str, Any]:
-    method = features.client_method(web.client, f"{action}_cron_job")
+    """Trigger (returns the new job), pause or resume (``{"ok": true}``) a schedule;
+    404 when there is no schedule of that name."""
     await web.guard.require_writable()
-    result = await method(name, paused_by=paused_by) if action == "pause" else await method(name)
-    await web.mutated()
-    if result is None or result is False:
-        raise not_found(f"cron schedule not found: {name}")
+    client = web.client
     if action == "trigger":
-        record = getattr(result, "record", None)
-        return job_json(record) if record is not None else dict(result)
+        try:
+            job = await client.trigger_cron_job(name)
+        except ValidationError:
+            # The only refusal trigger_cron_job has: no stored schedule of that name.
+            raise not_found(f"cron schedule not found: {name}") from None
+        await web.mutated()
+        return job_json(job.record)
+    if action == "pause":
+        found = await client.pause_cron_job(name, paused_by=paused_by)
+    elif action == "resume":
+        found = await client.resume_cron_job(name)
+    else:
+        raise not_found(f"unknown cron action {action!r}")
+    await web.mutated()
+    if not found:
+        raise not_found(f"cron schedule not found: {name}")
     return {"ok": True}
 
 
 # ---------------------------------------------------------------------- batch operations
 async def batch_preview(web: WebState, doc: dict[str, Any]) -> dict[str, Any]:
-    method = features.client_method(web.client, "preview_batch_operation")
     await web.guard.require_writable()
     op_kind, spec, op_filter = _batch_fields(doc)
-    preview: dict[str, Any] = dict(await method(op_kind, spec=spec, filter=op_filter))
-    return preview
+    preview = await web.client.preview_batch_operation(
+        op_kind,  # type: ignore[arg-type]
+        spec=spec,
+        filter=op_filter,  # type: ignore[arg-type]
+    )
+    return dict(preview)
 
 
 async def batch_submit(web: WebState, doc: dict[str, Any]) -> dict[str, Any]:
-    method = features.client_method(web.client, "submit_batch_operation")
     await web.guard.require_writable()
     op_kind, spec, op_filter = _batch_fields(doc)
-    op: dict[str, Any] = dict(
-        await method(
-            op_kind,
-            spec=spec,
-            filter=op_filter,
-            submitted_by=doc.get("submitted_by") or "ui",
-            allow_all=bool(doc.get("all", False)),
-        )
+    submitted_by = doc.get("submitted_by") or "ui"
+    allow_all = doc.get("all", False)
+    if not isinstance(allow_all, bool):
+        raise bad_request("all must be true or false")
+    op = await web.client.submit_batch_operation(
+        op_kind,  # type: ignore[arg-type]
+        spec=spec,
+        filter=op_filter,  # type: ignore[arg-type]
+        submitted_by=submitted_by,
+        allow_all=allow_all,
     )
     await web.mutated()
-    return op
+    return dict(op)
 
 
 async def batch_cancel(web: WebState, operation_id: str) -> dict[str, Any]:
-    method = features.client_method(web.client, "cancel_batch_operation")
+    """Ask an operation to stop: 404 for an unknown id, 409 once it has finished."""
     await web.guard.require_writable()
-    op: dict[str, Any] = dict(await method(operation_id))
+    await web.reads.batch_operation(operation_id)
+    try:
+        op = await web.client.cancel_batch_operation(operation_id)
+    except ValidationError:
+        raise ApiError(
+            409, f"batch operation {operation_id} has already finished; nothing to cancel"
+        ) from None
     await web.mutated()
-    return op
+    return dict(op)
 
 
 def _batch_fields(doc: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
     op_kind = doc.get("op_kind")
-    if op_kind not in ("set_priority", "move_queue"):
-        raise bad_request("op_kind must be set_priority or move_queue")
+    kinds = [str(k) for k in BatchOpKind]
+    if op_kind not in kinds:
+        raise bad_request(f"op_kind must be one of {', '.join(kinds)}")
     spec = doc.get("spec") or {}
     op_filter = doc.get("filter")
     if not isinstance(spec, dict):

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from awa.entrypoints.web import actions, features, params
+from awa.entrypoints.web import actions, params
 from awa.entrypoints.web.errors import api_error_response, bad_request, not_found
 from awa.entrypoints.web.openapi import openapi_document
 from awa.entrypoints.web.reads import MAX_TIMESERIES_MINUTES, limit_of
@@ -26,6 +26,10 @@ def package_version() -> str:
 
 
 Handler = Callable[[Request, WebState], Awaitable[Any]]
+
+#: The optional admin features this server offers (``/api/capabilities``); every one is
+#: served by the client, so each is on. The keys stay so a UI can keep asking.
+FEATURES = {"cron": True, "cron_control": True, "batch_operations": True, "descriptors": True}
 
 
 def _json(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -51,7 +55,7 @@ async def capabilities(request: Request, web: WebState) -> dict[str, Any]:
         "instance_name": config.instance_name,
         "instance_color": config.instance_color,
         "peers": [{"name": p.name, "url": p.url} for p in config.peers],
-        "features": features.available(web.client),
+        "features": dict(FEATURES),
         "auth_required": config.auth_token is not None,
         "callbacks_signed": config.callback_secret is not None,
         "version": package_version(),
@@ -213,8 +217,7 @@ def _dlq_bulk(action: str) -> Handler:
 
 # ---------------------------------------------------------------------- cron
 async def list_cron(request: Request, web: WebState) -> Any:
-    rows = await features.client_method(web.client, "list_cron_jobs")()
-    return [dict(r) for r in rows]
+    return await web.reads.cron_schedules()
 
 
 def _cron(action: str) -> Handler:
@@ -238,19 +241,16 @@ async def batch_submit(request: Request, web: WebState) -> Any:
 
 
 async def batch_list(request: Request, web: WebState) -> Any:
-    method = features.client_method(web.client, "list_batch_operations")
     state = params.text(request, "state")
     limit = limit_of(params.integer(request, "limit", minimum=1))
-    return [dict(op) for op in await method(state=state, limit=limit)]
+    return await web.reads.batch_operations(state, limit)
 
 
 async def batch_get(request: Request, web: WebState) -> Any:
-    method = features.client_method(web.client, "get_batch_operation")
-    return dict(await method(params.path_text(request, "operation_id")))
+    return await web.reads.batch_operation(params.path_text(request, "operation_id"))
 
 
 async def batch_patch(request: Request, web: WebState) -> Any:
-    features.client_method(web.client, "cancel_batch_operation")
     doc = await params.body(request, required=True)
     if doc != {"state": "cancelling"}:
         raise bad_request('only {"state": "cancelling"} is accepted')

@@ -15,7 +15,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
-from awa.entrypoints.client_async import AsyncClient
 from awa.entrypoints.web import api, callbacks, pages
 from awa.entrypoints.web.auth import AccessMiddleware
 from awa.entrypoints.web.config import ServerConfig
@@ -27,11 +26,11 @@ class ReadOnlyDatabase(Exception):
 
 
 def _lifespan(
-    config: ServerConfig, *, require_writable: bool, client_class: type[AsyncClient] = AsyncClient
+    config: ServerConfig, *, require_writable: bool
 ) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        web = WebState.open(config, client_class)
+        web = WebState.open(config)
         try:
             await web.guard.refresh(max_age=0.0)
             if require_writable and web.guard.read_only:
@@ -62,11 +61,8 @@ def _static() -> StaticFiles:
     return StaticFiles(directory=str(directory))
 
 
-def create_app(config: ServerConfig, *, client_class: type[AsyncClient] = AsyncClient) -> Starlette:
-    """``awa serve``: the pages, the REST API under ``/api`` and the callback routes.
-
-    ``client_class`` is the client the server reads and acts through (a subclass may add
-    the methods ``features.py`` looks for)."""
+def create_app(config: ServerConfig) -> Starlette:
+    """``awa serve``: the pages, the REST API under ``/api`` and the callback routes."""
     routes: list[BaseRoute] = [
         *callbacks.routes(config.callback_prefix),
         Mount("/api", routes=api.routes(config.callback_prefix)),
@@ -85,7 +81,7 @@ def create_app(config: ServerConfig, *, client_class: type[AsyncClient] = AsyncC
         routes=routes,
         middleware=middleware,
         exception_handlers=handlers,
-        lifespan=_lifespan(config, require_writable=False, client_class=client_class),
+        lifespan=_lifespan(config, require_writable=False),
     )
 
 

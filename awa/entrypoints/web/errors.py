@@ -15,7 +15,6 @@ from awa.domain.errors import (
     UniqueConflict,
     ValidationError,
 )
-from awa.entrypoints.web.features import FeatureUnavailable
 
 log = logging.getLogger("awa.web")
 
@@ -41,8 +40,6 @@ def status_of(exc: BaseException) -> tuple[int, str]:
     """The HTTP status and message for an exception a handler let through."""
     if isinstance(exc, ApiError):
         return exc.status, exc.message
-    if isinstance(exc, FeatureUnavailable):
-        return 501, str(exc)
     if isinstance(exc, UniqueConflict):
         return 409, str(exc)
     if isinstance(exc, CallbackNotFound):
@@ -60,6 +57,6 @@ def status_of(exc: BaseException) -> tuple[int, str]:
 
 async def api_error_response(request: Request, exc: Exception) -> JSONResponse:
     status, message = status_of(exc)
-    if status >= 500 and status not in (501, 503):
+    if status >= 500 and status != 503:
         log.error("%s %s failed: %s", request.method, request.url.path, exc, exc_info=exc)
     return JSONResponse({"error": message}, status_code=status)

@@ -11,7 +11,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from awa.domain.states import JobState
-from awa.entrypoints.web import features, page_actions, params
+from awa.entrypoints.web import page_actions, params
 from awa.entrypoints.web.errors import ApiError, status_of
 from awa.entrypoints.web.reads import limit_of
 from awa.entrypoints.web.render import render
@@ -155,16 +155,11 @@ async def kinds_page(request: Request) -> Response:
 
 async def cron_page(request: Request) -> Response:
     web = web_state(request)
-    available = features.available(web.client)
-    schedules: list[dict[str, Any]] = []
-    if available["cron"]:
-        schedules = [dict(r) for r in await features.client_method(web.client, "list_cron_jobs")()]
+    schedules = await web.reads.cron_schedules()
     paused = {q["queue"] for q in await web.reads.queues() if q["paused"]}
     return render(
         request,
         "cron.html",
-        available=available["cron"],
-        control=available["cron_control"],
         schedules=schedules,
         paused_queues=paused,
     )
@@ -215,15 +210,10 @@ async def dlq_detail(request: Request) -> Response:
 
 async def batch_page(request: Request) -> Response:
     web = web_state(request)
-    available = features.available(web.client)["batch_operations"]
-    operations: list[dict[str, Any]] = []
-    if available:
-        method = features.client_method(web.client, "list_batch_operations")
-        operations = [dict(op) for op in await method(limit=limit_of(None))]
+    operations = await web.reads.batch_operations(None, limit_of(None))
     return render(
         request,
         "batch_ops.html",
-        available=available,
         operations=operations,
         queues=await web.reads.queue_names(),
         kinds=await web.reads.kind_names(),

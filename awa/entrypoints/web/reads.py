@@ -8,18 +8,21 @@ is at most one cache TTL old; a mutation through this server drops the cache.
 from __future__ import annotations
 
 import json
+import uuid
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from awa.domain.errors import ValidationError
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts
 from awa.domain.runtimes import is_live
 from awa.domain.states import JobState
 from awa.entrypoints.client_admin import job_dict, job_document
 from awa.entrypoints.client_async import AsyncClient
+from awa.entrypoints.client_cron import next_fire_at
 from awa.entrypoints.job import rfc3339
-from awa.entrypoints.web import features
 from awa.entrypoints.web.cache import ReadCache
+from awa.entrypoints.web.errors import bad_request, not_found
 from awa.ports.runtime_registry import RuntimeSnapshot
 from awa.ports.storage import DlqFilter, JobFilter
 
@@ -143,9 +146,8 @@ class AdminReads:
         source = record if record is not None else dlq.job  # type: ignore[union-attr]
         doc["job"]["original_priority"] = doc["summary"]["original_priority"]
         descriptors = await self.descriptors()
-        if descriptors is not None:
-            doc["queue_descriptor"] = descriptors["queues"].get(source.queue)
-            doc["kind_descriptor"] = descriptors["kinds"].get(source.kind)
+        doc["queue_descriptor"] = descriptors["queues"].get(source.queue)
+        doc["kind_descriptor"] = descriptors["kinds"].get(source.kind)
         return doc
 
     # ------------------------------------------------------------------ stats
@@ -199,8 +201,7 @@ class AdminReads:
         rows = []
         for c in await self._queue_counts():
             row = _queue_json(c, dlq.get(c.queue, 0), now)
-            if descriptors is not None:
-                row["descriptor"] = descriptors["queues"].get(c.queue)
+            row["descriptor"] = descriptors["queues"].get(c.queue)
             rows.append(row)
         return rows
 
@@ -252,26 +253,21 @@ class AdminReads:
 
         rows: list[dict[str, Any]] = [dict(r) for r in await self.cache.get("kinds", load)]
         descriptors = await self.descriptors()
-        if descriptors is not None:
-            known = {r["kind"] for r in rows}
-            # Declared kinds with no jobs are listed too, with zero counts.
-            for kind in sorted(set(descriptors["kinds"]) - known):
-                rows.append(
-                    {"kind": kind, "job_count": 0, "queue_count": 0, "completed_last_hour": 0}
-                )
-            for r in rows:
-                r["descriptor"] = descriptors["kinds"].get(r["kind"])
-            rows.sort(key=lambda r: r["kind"])
+        known = {r["kind"] for r in rows}
+        # Declared kinds with no jobs are listed too, with zero counts.
+        for kind in sorted(set(descriptors["kinds"]) - known):
+            rows.append({"kind": kind, "job_count": 0, "queue_count": 0, "completed_last_hour": 0})
+        for r in rows:
+            r["descriptor"] = descriptors["kinds"].get(r["kind"])
+        rows.sort(key=lambda r: r["kind"])
         return rows
 
-    async def descriptors(self) -> dict[str, dict[str, Any]] | None:
-        """Queue and kind descriptors by name, or ``None`` when the client has none."""
-        if not features.available(self.client)["descriptors"]:
-            return None
+    async def descriptors(self) -> dict[str, dict[str, Any]]:
+        """Queue and kind descriptors by name."""
 
         async def load() -> dict[str, dict[str, Any]]:
-            queues = await features.client_method(self.client, "list_queue_descriptors")()
-            kinds = await features.client_method(self.client, "list_job_kind_descriptors")()
+            queues = await self.client.list_queue_descriptors()
+            kinds = await self.client.list_job_kind_descriptors()
             return {
                 "queues": {d["queue"]: d for d in queues},
                 "kinds": {d["kind"]: d for d in kinds},
@@ -279,6 +275,47 @@ class AdminReads:
 
         found: dict[str, dict[str, Any]] = await self.cache.get("descriptors", load)
         return found
+
+    # ------------------------------------------------------------------ cron
+    async def cron_schedules(self) -> list[dict[str, Any]]:
+        """Stored schedules (``list_cron_jobs`` rows) plus ``next_fire_at``: the next time
+        the schedule fires, ``None`` while it is paused (it fires nothing then) or when a
+        stored expression can no longer be read."""
+
+        async def load() -> list[dict[str, Any]]:
+            return await self.client.list_cron_jobs()
+
+        rows: list[dict[str, Any]] = await self.cache.get("cron", load)
+        now = _now()
+        return [
+            {
+                **row,
+                "next_fire_at": None
+                if row["paused_at"] is not None
+                else next_fire_at(row["cron_expr"], row["timezone"], now),
+            }
+            for row in rows
+        ]
+
+    # ------------------------------------------------------------------ batch operations
+    async def batch_operations(self, state: str | None, limit: int) -> list[dict[str, Any]]:
+        async def load() -> list[dict[str, Any]]:
+            ops = await self.client.list_batch_operations(state=state, limit=limit)  # type: ignore[arg-type]
+            return [dict(op) for op in ops]
+
+        rows: list[dict[str, Any]] = await self.cache.get(f"batch-ops:{state}:{limit}", load)
+        return rows
+
+    async def batch_operation(self, operation_id: str) -> dict[str, Any]:
+        """One operation; 400 for an id that is not a UUID, 404 for an unknown one."""
+        try:
+            uuid.UUID(operation_id)
+        except ValueError:
+            raise bad_request(f"invalid batch operation id: {operation_id!r}") from None
+        try:
+            return dict(await self.client.get_batch_operation(operation_id))
+        except ValidationError:
+            raise not_found(f"batch operation not found: {operation_id}") from None
 
     # ------------------------------------------------------------------ DLQ
     async def dlq(self, dlq_filter: DlqFilter, *, limit: int) -> list[dict[str, Any]]:

@@ -70,8 +70,8 @@ class WebState:
     extra: dict[str, Any] = attrs.field(factory=dict)
 
     @classmethod
-    def open(cls, config: ServerConfig, client_class: type[AsyncClient] = AsyncClient) -> WebState:
-        client = client_class(config.database_url, config.pool_max, pool_options=config.pool)
+    def open(cls, config: ServerConfig) -> WebState:
+        client = AsyncClient(config.database_url, config.pool_max, pool_options=config.pool)
         cache = ReadCache(config.cache_ttl)
         return cls(
             config=config,

@@ -116,21 +116,6 @@ def test_dlq_endpoints(api: TestClient, seeded: Seeded) -> None:
     assert api.post("/api/dlq/bulk-purge", json={"all": True}).json() == {"count": 1}
 
 
-def test_unavailable_features_answer_501(api: TestClient) -> None:
-    for method, path in [
-        ("GET", "/api/cron"),
-        ("POST", "/api/cron/nightly/trigger"),
-        ("GET", "/api/batch-ops"),
-        ("POST", "/api/batch-ops/preview"),
-        ("GET", "/api/batch-ops/0b4c"),
-    ]:
-        response = api.request(method, path, json={})
-        assert response.status_code == 501, path
-        assert "not available" in response.json()["error"]
-    caps = api.get("/api/capabilities").json()
-    assert caps["features"]["cron"] is False
-
-
 def test_capabilities_identity_and_storage(make_client: AppFactory) -> None:
     from awa.entrypoints.web.config import Peer
 

@@ -26,20 +26,8 @@ from tests.support.pg import DatabaseFactory
 pytestmark = pytest.mark.postgres
 
 EXAMPLES = 8
-#: Paths whose feature this build's client lacks answer 501 by design (features.py).
-UNAVAILABLE = ("/api/cron", "/api/batch-ops")
-
-
-def no_server_error(ctx: Any, response: Any, case: Any) -> bool | None:
-    """``not_a_server_error``, except the documented 501 of an unavailable feature."""
-    if response.status_code == 501 and case.operation.path.startswith(UNAVAILABLE):
-        assert "not available" in response.json()["error"]
-        return True
-    return not_a_server_error(ctx, response, case)
-
-
 CHECKS = [
-    no_server_error,
+    not_a_server_error,
     status_code_conformance,
     content_type_conformance,
     response_schema_conformance,

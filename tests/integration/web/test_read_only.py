@@ -24,6 +24,12 @@ MUTATIONS: list[tuple[str, str, dict[str, object] | None]] = [
     ("DELETE", "/api/dlq/{dlq}", None),
     ("POST", "/api/dlq/bulk-retry", {"all": True}),
     ("POST", f"/api/callbacks/{uuid.uuid4()}/complete", {}),
+    ("POST", "/api/cron/nightly/trigger", None),
+    ("POST", "/api/cron/nightly/pause", {}),
+    ("POST", "/api/cron/nightly/resume", None),
+    ("POST", "/api/batch-ops/preview", {"op_kind": "set_priority", "spec": {"priority": 1}}),
+    ("POST", "/api/batch-ops", {"op_kind": "set_priority", "spec": {"priority": 1}}),
+    ("PATCH", f"/api/batch-ops/{uuid.uuid4()}", {"state": "cancelling"}),
 ]
 
 

@@ -102,6 +102,7 @@ BEGIN
     PERFORM awa.queue_storage_upgrade_lease_ring(p_schema);
     PERFORM awa.queue_storage_upgrade_control_fillfactor(p_schema);
     PERFORM awa.queue_storage_upgrade_lean_claims(p_schema);
+    PERFORM awa.queue_storage_upgrade_retire_mark(p_schema);
     PERFORM awa.queue_storage_upgrade_run_at_bounds(p_schema);
 END
 $install$;

@@ -100,8 +100,10 @@ async def test_moving_a_deadline_through_the_view_feeds_the_deadline_rescue(
 
     updated = await _sql(
         database_url,
-        "UPDATE awa.jobs SET deadline_at = now() - interval '1 second' WHERE id = %s "
-        "RETURNING deadline_at",
+        # Relative to the engine's clock, not the database's: a slow host must not move
+        # the deadline past the clock the rescue reads.
+        "UPDATE awa.jobs SET deadline_at = %s WHERE id = %s RETURNING deadline_at",
+        clock.now() - timedelta(seconds=1),
         claim.job.id,
     )
     assert len(updated) == 1
@@ -243,7 +245,8 @@ async def test_view_covers_the_active_non_default_schema(
         (claim,) = await other.claim(QUEUE, limit=1, deadline=timedelta(hours=1))
         await _sql(
             database_url,
-            "UPDATE awa.jobs SET deadline_at = now() - interval '1 second' WHERE id = %s",
+            "UPDATE awa.jobs SET deadline_at = %s WHERE id = %s",
+            clock.now() - timedelta(seconds=1),
             job.id,
         )
         clock.advance(timedelta(seconds=5))

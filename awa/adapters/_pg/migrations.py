@@ -10,6 +10,7 @@ pattern, so adding a migration means adding a file. Applied versions are recorde
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from importlib import resources
 
@@ -18,6 +19,8 @@ import psycopg
 from awa.adapters._pg.errors import map_error
 from awa.adapters._pg.pool import DictConnection, connect
 from awa.domain.errors import SchemaNotMigrated
+
+log = logging.getLogger(__name__)
 
 _FILE_PATTERN = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -98,9 +101,20 @@ def refuse_newer(db_version: int) -> None:
 
 
 async def require_schema(conn: DictConnection, *, minimum: int) -> int:
-    """Check the database is migrated to at least ``minimum`` and not newer than known."""
+    """Check the database is migrated to at least ``minimum``.
+
+    A newer schema is accepted with a warning: migrations only add, so the usual rollout
+    (migrate first, then roll the workers) runs the previous release on the new schema
+    for a while. Only ``migrate`` refuses a newer database."""
     version = await applied_version(conn)
-    refuse_newer(version)
+    known = current_migration_version()
+    if version > known:
+        log.warning(
+            "database schema version %d is newer than this package knows (%d); running on "
+            "it, as during a rollout. Upgrade the package to use what the newer schema adds",
+            version,
+            known,
+        )
     if version < minimum:
         raise SchemaNotMigrated(
             f"database schema version {version} is older than required ({minimum}); "

@@ -356,7 +356,7 @@ async def run_dev(
         for n in range(options.jobs):
             per_kind[KIND_PATTERN[n % len(KIND_PATTERN)]] += 1
         for kind, count in per_kind.items():
-            await client.enqueue_many_copy(
+            await client.insert_many_copy(
                 [example_job(kind, n) for n in range(count)],
                 kind=kind,
                 queue=kind_queue[kind],

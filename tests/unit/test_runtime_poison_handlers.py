@@ -130,8 +130,10 @@ async def test_shutdown_still_releases_an_attempt_it_interrupts() -> None:
         [record] = await enqueue(engine, "slow")
         await started.wait()
     released = await job(engine, record.id)
-    # Released unspent, not recorded as a CancelledError failure of the handler.
-    assert released.state == JobState.Retryable and released.attempt == 0
+    # Released unspent, not recorded as a CancelledError failure of the handler. The
+    # release is due at once, so the leader may already have promoted it.
+    assert released.state in (JobState.Retryable, JobState.Available)
+    assert released.attempt == 0
     assert released.errors[-1]["error"] == "worker shutting down"
     assert not any("CancelledError" in e["error"] for e in released.errors)
 

@@ -21,7 +21,7 @@ def test_long_names_are_cut_to_63_bytes() -> None:
 
 # Queue names are valid text: no NUL and no lone surrogate (both refused at insert).
 @given(
-    st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=200)
+    st.text(st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"]), max_size=200)
 )
 def test_every_channel_is_a_prefix_of_at_most_63_bytes(queue: str) -> None:
     channel = queue_channel(queue)

@@ -278,6 +278,7 @@ class QueueStorageBase:
             .replace("{counts}", counts)
             .replace("{spare}", str(SPARE_LANES))
             .replace("{buckets}", str(COUNT_BUCKETS))
+            .replace("{quiet}", raw["quiet_commit"])
             .replace("{s}", quoted)
             .replace("{body}", _BODY)
             .replace("{recordset}", _RECORDSET)

@@ -161,6 +161,17 @@ SELECT set_config('awa.plan_cache_mode_was', current_setting('plan_cache_mode'),
 -- under its prepared generic plan, and the setting ends with that transaction.
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true)
 
+-- name: quiet_commit
+-- An expression a claim statement evaluates once (in its `mixed` row): the claim's
+-- transaction commits without waiting for the WAL flush. A claim lost in a server crash
+-- leaves its jobs available, so they run again, as after any crash (at-least-once); any
+-- later durable commit (the attempt's completion, a retry) flushes the WAL up to and
+-- including the claim, so a recorded outcome never lacks its claim. Under load every
+-- claim otherwise queued behind the producers' flushes: most of its round trip and the
+-- tail of pickup latency. The setting is local to the transaction and is read at its
+-- commit.
+set_config('synchronous_commit', 'off', true)
+
 -- name: restore_plans
 SELECT set_config('plan_cache_mode', current_setting('awa.plan_cache_mode_was'), true)
 
@@ -662,7 +673,8 @@ WITH heads AS (
                      AND get_bit(p.unique_states, 1) <> get_bit(p.unique_states, 2))
         AS mixed,
         -- A lane was left alone (see heads): the engine claims again at once.
-        EXISTS (SELECT 1 FROM heads WHERE contested) AS contested
+        EXISTS (SELECT 1 FROM heads WHERE contested) AS contested,
+        {quiet} AS quiet
 ), claimed AS (
     -- The claimed snapshots, exactly as the job_facts view resolves an open receipt
     -- without a lease, so the claimer needs no second read (the walk carried the bodies).
@@ -796,7 +808,8 @@ WITH heads AS (
                      AND get_bit(p.unique_states, 1) <> get_bit(p.unique_states, 2))
         AS mixed,
         -- A lane was left alone (see heads): the engine claims again at once.
-        EXISTS (SELECT 1 FROM heads WHERE contested) AS contested
+        EXISTS (SELECT 1 FROM heads WHERE contested) AS contested,
+        {quiet} AS quiet
 ), claimed AS (
     -- The claimed snapshots, exactly as the job_facts view resolves an open receipt
     -- without a lease, so the claimer needs no second read (the walk carried the bodies).

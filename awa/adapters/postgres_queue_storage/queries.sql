@@ -561,25 +561,30 @@ SELECT pg_notify(channel, payload)
 FROM unnest(%(channels)s::text[], %(payloads)s::text[]) AS i(channel, payload)
 
 -- name: claim
--- The common claim, one statement on its own (autocommit): only ordered windows are
--- walked, so a third less of the ring is planned and locked, and it moves the cursors and
--- the counters itself. When it finds a lane that needs sorting (or a unique key that the
--- claim would have to move) it claims nothing and reports `mixed`; the engine then runs
--- the general claim_sorted in a transaction, and keeps using it for the queue until a
--- claim reports no such lane.
+-- The common claim, one statement on its own (autocommit): windows are walked in lane
+-- order only, so a third less of the ring is planned and locked, and it moves the cursors
+-- and the counters itself. A window that needs sorting (it holds a row appended out of
+-- (run_at, job id) order) is taken only whole: when all its unclaimed rows are due and
+-- fit in the batch, the order among them does not matter and the cursor moves past them
+-- as for an ordered window. Concurrent producers put such windows in every busy queue
+-- (each stamps its jobs before it gets a lane), and they are usually a few rows long.
+-- When a sorted window cannot be taken whole (or a unique key would have to move with
+-- the claim) it claims nothing and reports `mixed`; the engine then runs the general
+-- claim_sorted in a transaction, and keeps using it for the queue while that reports a
+-- sorted window longer than its batch.
 -- Unless the queue is paused, lock the lane heads nobody else is claiming from and take
--- the best unclaimed rows of their windows (lane_seq >= cursor). A window appended in (run_at, job id) order is
--- walked along the lane index and stops after `limit` rows; only a window that still
--- holds an out-of-order row is sorted. Within one lane the aged priority only improves
--- with age, so each lane's first `limit` rows by (run_at, job id) contain the answer.
--- Aging uses integer microseconds, exactly like the Python PriorityAging. On the walk,
--- OFFSET 0 keeps each NOT EXISTS a per-row index probe (the planner would otherwise
--- build a join against a whole partition when its statistics are stale).
--- The same statement moves the cursor of every ordered lane it took rows from: there the
--- rows taken are a prefix of the lane's unclaimed rows in lane order (a lane has one
--- priority, its window is in (run_at, job id) order and aging only favours older rows),
--- so every row below the last one taken is claimed or tombstoned. Sorted (disordered)
--- windows are left to advance_cursors.
+-- the best unclaimed rows of their windows (lane_seq >= cursor). A window appended in
+-- (run_at, job id) order is walked along the lane index and stops after `limit` rows.
+-- Within one lane the aged priority only improves with age, so each lane's first `limit`
+-- rows by (run_at, job id) contain the answer. Aging uses integer microseconds, exactly
+-- like the Python PriorityAging. On the walk, OFFSET 0 keeps each NOT EXISTS a per-row
+-- index probe (the planner would otherwise build a join against a whole partition when
+-- its statistics are stale).
+-- The same statement moves the cursor of every lane it took rows from: in an ordered
+-- window the rows taken are a prefix of the lane's unclaimed rows in lane order (a lane
+-- has one priority, its window is in (run_at, job id) order and aging only favours older
+-- rows), and a sorted window was taken whole, so every row below the last one taken is
+-- claimed or tombstoned.
 WITH heads AS (
     SELECT h.queue, h.priority, h.shard, h.claim_seq,
         (l.disorder_seq >= h.claim_seq) AS disordered,
@@ -604,41 +609,52 @@ WITH heads AS (
     SELECT w.*, h.disordered
     FROM (SELECT * FROM heads WHERE NOT contested) h
     CROSS JOIN LATERAL (
-        (SELECT o.* FROM (
-             SELECT r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard,
-                 r.kind, r.queue, r.args, r.attempt, r.max_attempts, r.finalized_at,
-                 r.created_at, r.errors, r.metadata, r.tags, r.unique_key,
-                 r.unique_states, r.callback_id, r.callback_timeout_at, r.progress,
-                 r.lane_seq
-             FROM {s}.ready_entries r
-             WHERE NOT h.disordered
-               AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
-               AND r.lane_seq >= h.claim_seq AND r.run_at <= %(now)s
-             ORDER BY r.lane_seq
-             OFFSET 0) o
-         WHERE NOT EXISTS (
-               SELECT 1 FROM {s}.claims c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
-               OFFSET 0)
-           AND NOT EXISTS (
-               SELECT 1 FROM {s}.tombstones t
-               WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)
-         ORDER BY o.lane_seq
-         LIMIT %(limit)s)
+        -- A sorted window: its unclaimed rows, due or not, one more than fits (to tell).
+        SELECT o.* FROM (
+            SELECT r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard,
+                r.kind, r.queue, r.args, r.attempt, r.max_attempts, r.finalized_at,
+                r.created_at, r.errors, r.metadata, r.tags, r.unique_key,
+                r.unique_states, r.callback_id, r.callback_timeout_at, r.progress,
+                r.lane_seq
+            FROM {s}.ready_entries r
+            WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+              AND r.lane_seq >= h.claim_seq AND (h.disordered OR r.run_at <= %(now)s)
+            ORDER BY r.lane_seq
+            OFFSET 0) o
+        WHERE NOT EXISTS (
+              SELECT 1 FROM {s}.claims c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
+              OFFSET 0)
+          AND NOT EXISTS (
+              SELECT 1 FROM {s}.tombstones t
+              WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)
+        ORDER BY o.lane_seq
+        LIMIT CASE WHEN h.disordered THEN %(limit)s + 1 ELSE %(limit)s END
     ) w
+), ranked AS (
+    SELECT p.*, row_number() OVER (ORDER BY p.effective, p.run_at, p.job_id) AS rank
+    FROM (
+        SELECT p.*,
+            CASE WHEN %(aging_us)s::bigint > 0 AND %(now)s::timestamptz > p.run_at
+                THEN greatest(1, p.priority - div(
+                    extract(epoch FROM %(now)s::timestamptz - p.run_at) * 1000000,
+                    %(aging_us)s::bigint))
+                ELSE p.priority END AS effective
+        FROM picked p) p
+), refused AS (
+    -- A sorted window this statement cannot take whole: a row of it is not due yet, or
+    -- they do not all fit in the batch (more than `limit`, or better rows elsewhere).
+    SELECT EXISTS (
+        SELECT 1 FROM ranked r WHERE r.disordered
+        GROUP BY r.priority, r.shard
+        HAVING count(*) > %(limit)s OR max(r.rank) > %(limit)s
+            OR bool_or(r.run_at > %(now)s::timestamptz))
+        OR EXISTS (SELECT 1 FROM picked u
+                   WHERE u.unique_key IS NOT NULL AND u.unique_states IS NOT NULL
+                     AND get_bit(u.unique_states, 1) <> get_bit(u.unique_states, 2))
+        AS mixed
 ), candidates AS (
-    SELECT p.*,
-        CASE WHEN %(aging_us)s::bigint > 0 AND %(now)s::timestamptz > p.run_at
-            THEN greatest(1, p.priority - div(
-                extract(epoch FROM %(now)s::timestamptz - p.run_at) * 1000000,
-                %(aging_us)s::bigint))
-            ELSE p.priority END AS effective
-    FROM picked p
-    WHERE NOT EXISTS (SELECT 1 FROM heads x WHERE x.disordered)
-      AND NOT EXISTS (SELECT 1 FROM picked u
-                      WHERE u.unique_key IS NOT NULL AND u.unique_states IS NOT NULL
-                        AND get_bit(u.unique_states, 1) <> get_bit(u.unique_states, 2))
-    ORDER BY effective, p.run_at, p.job_id
-    LIMIT %(limit)s
+    SELECT r.* FROM ranked r
+    WHERE r.rank <= %(limit)s AND NOT (SELECT mixed FROM refused)
 ), inserted AS (
     INSERT INTO {s}.claims (slot, claim_id, ready_fact, job_id, run_lease, queue, attempted_at,
         deadline_at)
@@ -650,7 +666,6 @@ WITH heads AS (
     UPDATE {s}.claim_heads h SET claim_seq = a.next_seq
     FROM (SELECT c.priority, c.shard, max(c.lane_seq) + 1 AS next_seq
           FROM candidates c
-          WHERE NOT c.disordered
           GROUP BY c.priority, c.shard) a
     WHERE h.queue = %(queue)s AND h.priority = a.priority AND h.shard = a.shard
       AND a.next_seq > h.claim_seq
@@ -664,14 +679,10 @@ WITH heads AS (
     ORDER BY v.st
     ON CONFLICT (queue, state, bucket) DO UPDATE SET n = q.n + EXCLUDED.n
 ), mixed AS (
-    -- Whether the general claim is needed: a locked lane holds a window that must be
-    -- sorted, or a job's unique key is held in only one of available / running (its
-    -- claim must move the key in the same transaction).
-    SELECT EXISTS (SELECT 1 FROM heads WHERE disordered)
-        OR EXISTS (SELECT 1 FROM picked p
-                   WHERE p.unique_key IS NOT NULL AND p.unique_states IS NOT NULL
-                     AND get_bit(p.unique_states, 1) <> get_bit(p.unique_states, 2))
-        AS mixed,
+    -- Whether the general claim is needed: a locked lane holds a sorted window that
+    -- cannot be taken whole, or a job's unique key is held in only one of available /
+    -- running (its claim must move the key in the same transaction).
+    SELECT (SELECT mixed FROM refused) AS mixed,
         -- A lane was left alone (see heads): the engine claims again at once.
         EXISTS (SELECT 1 FROM heads WHERE contested) AS contested,
         {quiet} AS quiet
@@ -696,8 +707,8 @@ FROM mixed m LEFT JOIN claimed r ON true
 ORDER BY r.effective, r.run_at, r.job_id
 
 -- name: claim_sorted
--- The general claim; `claim` is this statement without sorted windows, used while no
--- lane of the queue needs sorting.
+-- The general claim; `claim` is this statement for windows in lane order or taken whole,
+-- used while no lane of the queue holds a longer sorted window.
 -- Unless the queue is paused, lock the lane heads nobody else is claiming from and take
 -- the best unclaimed rows of their windows (lane_seq >= cursor). A window appended in (run_at, job id) order is
 -- walked along the lane index and stops after `limit` rows; only a window that still
@@ -712,7 +723,7 @@ ORDER BY r.effective, r.run_at, r.job_id
 -- so every row below the last one taken is claimed or tombstoned. Sorted (disordered)
 -- windows are left to advance_cursors.
 WITH heads AS (
-    SELECT h.queue, h.priority, h.shard, h.claim_seq,
+    SELECT h.queue, h.priority, h.shard, h.claim_seq, l.next_seq,
         (l.disorder_seq >= h.claim_seq) AS disordered,
         -- Read from the head's newest version once it is locked: a writer that retired a
         -- row of this lane committed after this statement's snapshot was taken, so the
@@ -801,8 +812,10 @@ WITH heads AS (
     WHERE h.queue = %(queue)s AND h.priority = a.priority AND h.shard = a.shard
       AND a.next_seq > h.claim_seq
 ), mixed AS (
-    -- Whether the next claim needs this statement again (see claim).
-    SELECT EXISTS (SELECT 1 FROM heads WHERE disordered)
+    -- Whether the next claim needs this statement again (see claim): a sorted window
+    -- longer than this batch (claim takes only whole ones).
+    SELECT EXISTS (SELECT 1 FROM heads
+                   WHERE disordered AND next_seq - claim_seq > %(limit)s)
         OR EXISTS (SELECT 1 FROM picked p
                    WHERE p.unique_key IS NOT NULL AND p.unique_states IS NOT NULL
                      AND get_bit(p.unique_states, 1) <> get_bit(p.unique_states, 2))
@@ -847,7 +860,11 @@ WHERE EXISTS (SELECT 1 FROM {s}.claims c
 LIMIT 1
 
 -- name: advance_cursors
--- Move each touched lane's cursor over its now contiguous claimed / tombstoned prefix.
+-- Move each touched lane's cursor over its now contiguous claimed / tombstoned prefix,
+-- and mark the lane as a retiring writer does (ADR 0006, "Retiring unclaimed rows"):
+-- rows claimed here may sit above the cursor, where a claimer whose snapshot predates
+-- this commit cannot see them; the mark turns it away from the lane instead of letting
+-- it take them again.
 -- Rows of transactions still in flight sit above the committed next_seq, so the cursor
 -- can never pass them. Both probes walk the (lane, lane_seq) index; OFFSET 0 keeps the
 -- NOT EXISTS checks per-row index probes.
@@ -872,10 +889,10 @@ WITH touched AS (
         h.claim_seq) AS new_seq
     FROM {s}.claim_heads h JOIN touched USING (queue, priority, shard)
 )
-UPDATE {s}.claim_heads h SET claim_seq = t.new_seq
+UPDATE {s}.claim_heads h SET claim_seq = greatest(h.claim_seq, t.new_seq),
+    retired_xid = pg_current_xact_id()
 FROM target t
 WHERE h.queue = t.queue AND h.priority = t.priority AND h.shard = t.shard
-  AND t.new_seq > h.claim_seq
 
 -- name: snapshots
 SELECT * FROM {s}.jobs_resolved WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id

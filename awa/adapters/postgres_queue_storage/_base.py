@@ -95,6 +95,7 @@ _NO_ROWS = frozenset(
         "notify",
         "advance_cursors",
         "prune_completions",
+        "lock_lanes",
     }
 )
 
@@ -612,6 +613,30 @@ class QueueStorageBase:
             shard_seq[1] += 1
         return placed
 
+    async def _lock_named_lanes(
+        self, conn: DictConnection, items: Sequence[tuple[JobRecord, bytes | None]]
+    ) -> None:
+        """Lock the ordering-key lanes these available snapshots will be appended to,
+        before their old rows are retired (lock order: lanes, then claim heads). Jobs
+        without a key take a free lane later, which is never waited for."""
+        keyed = [(job, key) for job, key in items if key is not None]
+        if not keyed:
+            return
+        await self._load_shards(conn, {job.queue for job, _ in keyed})
+        lanes = sorted(
+            {
+                (job.queue, job.priority, shard_for_key(key, self._shard_count(job.queue)))
+                for job, key in keyed
+            }
+        )
+        await self._exec(
+            conn,
+            "lock_lanes",
+            queues=[lane[0] for lane in lanes],
+            priorities=[lane[1] for lane in lanes],
+            shards=[lane[2] for lane in lanes],
+        )
+
     async def _place(
         self, conn: DictConnection, items: Sequence[tuple[JobRecord, bytes | None]]
     ) -> None:
@@ -740,6 +765,13 @@ class QueueStorageBase:
     ) -> bool:
         """Replace ``old``'s snapshot by ``new`` (``None`` deletes the job; with
         ``dlq_reason`` the new failed snapshot goes to the DLQ instead)."""
+        if (
+            old.job.state == JobState.Available
+            and new is not None
+            and new.state == JobState.Available
+            and dlq_reason is None
+        ):
+            await self._lock_named_lanes(conn, [(new, old.ordering_key)])
         if not await self._supersede(conn, old, writes.now):
             return False
         if new is None or dlq_reason is not None:

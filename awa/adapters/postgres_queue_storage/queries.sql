@@ -123,8 +123,12 @@ named AS (
             THEN l.next_seq + EXCLUDED.next_seq - 1 ELSE l.disorder_seq END
     RETURNING queue, priority, shard, next_seq
 ), heads AS (
+    -- A named lane that has a head already is left out: inserting over it would wait
+    -- for a writer marking that head (a retire), while this statement holds the lane.
     INSERT INTO {s}.claim_heads (queue, priority, shard, claim_seq)
-    SELECT q, p, sh, 0 FROM named
+    SELECT n.q, n.p, n.sh, 0 FROM named n
+    WHERE NOT EXISTS (SELECT 1 FROM {s}.claim_heads h
+                      WHERE h.queue = n.q AND h.priority = n.p AND h.shard = n.sh)
     UNION ALL
     SELECT q, p, shard, 0 FROM fresh
     ORDER BY 1, 2, 3
@@ -147,6 +151,17 @@ WITH want AS (
     ) AS i(q, p, sh, hint, n, first_run, first_id, last_run, last_id, sorted)
 ), {reserve}
 SELECT q AS queue, p AS priority, asked, shard, next_seq FROM lanes_out
+
+-- name: lock_lanes
+-- The named lanes a writer that retires unclaimed rows is about to append to, locked
+-- before it marks any claim head (lock order: lanes, then claim_heads; ADR 0006): made
+-- if missing, otherwise left unchanged (the later reservation writes them).
+INSERT INTO {s}.lanes AS l (queue, priority, shard, next_seq, tail_run_at, tail_job_id,
+    disorder_seq)
+SELECT q, p, sh, 0, NULL, NULL, -1
+FROM unnest(%(queues)s::text[], %(priorities)s::smallint[], %(shards)s::int[]) AS i(q, p, sh)
+ORDER BY q, p, sh
+ON CONFLICT (queue, priority, shard) DO UPDATE SET next_seq = l.next_seq WHERE false
 
 -- name: generic_plans
 -- enqueue_ready is a long statement whose planning costs more than its execution, and

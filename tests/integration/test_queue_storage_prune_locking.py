@@ -366,3 +366,30 @@ async def test_a_stand_in_left_with_rows_is_emptied_and_prune_goes_on(
     assert await engine.prune_oldest() == "pruned"
     assert await engine.get_job(job.id) is None
     assert _slot_rows(database_url, 0) == 0
+
+
+async def test_the_swap_releases_its_lock_without_waiting_for_the_flush(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    """Claims and enqueues queue behind the swap's lock until its commit; that commit does
+    not wait for the WAL flush (a prune lost in a crash is simply done again)."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE TABLE {SCHEMA}.swap_modes (mode text);"
+            f"CREATE FUNCTION {SCHEMA}.note_swap_mode() RETURNS event_trigger "
+            "LANGUAGE plpgsql AS $f$ BEGIN "
+            f"INSERT INTO {SCHEMA}.swap_modes VALUES (current_setting('synchronous_commit')); "
+            "END $f$;"
+            "CREATE EVENT TRIGGER note_swap_mode ON ddl_command_end "
+            f"WHEN TAG IN ('ALTER TABLE') EXECUTE FUNCTION {SCHEMA}.note_swap_mode()"
+        )
+    try:
+        await _completed_job_in_next_slot(engine)
+        assert await engine.prune_oldest() == "pruned"
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            modes = {row[0] for row in conn.execute(f"SELECT mode FROM {SCHEMA}.swap_modes")}
+            assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+        assert modes == {"off"}
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute("DROP EVENT TRIGGER note_swap_mode")

@@ -52,6 +52,12 @@ PRUNE_LOCK_TIMEOUT = "50ms"
 #: so prune only queues when the slot is never free for a moment.
 PRUNE_NOWAIT_TRIES = 25
 PRUNE_NOWAIT_PAUSE = 0.002
+#: Sent first under prune's lock: the commit that releases the lock does not wait for the
+#: WAL flush, so claims, enqueues and completions queued behind the lock are not held for
+#: it too. A prune lost in a crash did not happen (the slot is pruned again), and any
+#: later durable commit flushes it first. A commit that removes files (the TRUNCATE of the
+#: fall-back) is flushed by the server regardless.
+_RELEASE_QUIETLY = "SET LOCAL synchronous_commit = off"
 #: How far back completion buckets are kept (the read window is one hour).
 COMPLETIONS_KEPT = timedelta(hours=2)
 
@@ -304,7 +310,14 @@ class RingOps(CarryOps, LongTransactionOps):
             await self._lock_briefly(
                 conn,
                 locked,
-                "; ".join([check, *([also] if also else []), *self._swap_steps(slot, swapped)]),
+                "; ".join(
+                    [
+                        _RELEASE_QUIETLY,
+                        check,
+                        *([also] if also else []),
+                        *self._swap_steps(slot, swapped),
+                    ]
+                ),
             )
         except pg_errors.InsufficientPrivilege as exc:
             self._refuse_swap()

@@ -18,7 +18,13 @@ claims, event-loop lag, collections, maintenance duties). Only for profiling: th
 hooks wrap the engine's ``claim``, its ring duties and the subscription's ``wait`` in this
 process.
 
-    .venv/bin/python -m benchmarks.pickup_latency --rate 200 --seconds 20
+With ``--waits`` a third process samples ``pg_stat_activity`` about every millisecond, and
+the claims slower than 5 ms are broken down by what the claiming backend was doing
+(``CPU`` for running or runnable, else its wait event): WAL waits there mean the claim
+waited for a flush, ``Lock:relation`` a ring maintenance lock, no sample at all the
+worker's own event loop.
+
+    .venv/bin/python -m benchmarks.pickup_latency --rate 200 --seconds 20 [--waits]
 """
 
 from __future__ import annotations
@@ -31,12 +37,57 @@ import statistics
 import time
 from typing import Any
 
+import psycopg
+
 import awa
 from awa.adapters._pg import notifier as pg_notifier
 from awa.adapters.postgres_queue_storage import engine as qs_core
 from benchmarks._common import by_second, drop_database, fresh_database, parser
 from benchmarks._common import percentile as _pct
 from benchmarks.drain import QUEUE, BenchNoop, enqueue_backlog
+
+#: The claim statements, as the sampler sees them (their leading comment).
+_CLAIM_TEXT = ("-- The common claim", "-- The general claim")
+_SLOW_CLAIM = 0.005
+
+
+def _sample_waits(url: str, seconds: float, out: Any) -> None:
+    """Active backends of the scratch database, about every millisecond for ``seconds``:
+    (time, wait event or CPU, whether the statement is a claim)."""
+    samples: list[tuple[float, str, bool]] = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        end = time.time() + seconds
+        while time.time() < end:
+            rows = conn.execute(
+                "SELECT extract(epoch FROM clock_timestamp())::float8, "
+                "coalesce(wait_event_type || ':' || wait_event, 'CPU'), left(query, 24) "
+                "FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND state = 'active'"
+            ).fetchall()
+            samples += [(t, event, query.startswith(_CLAIM_TEXT)) for t, event, query in rows]
+            time.sleep(0.001)
+    out.send(samples)
+
+
+def _claim_waits(
+    claims: list[tuple[float, float, list[int]]], samples: list[tuple[float, str, bool]]
+) -> None:
+    slow = [(t0, t1) for t0, t1, _ in claims if t1 - t0 > _SLOW_CLAIM]
+    seen: dict[str, int] = {}
+    unsampled = 0
+    for t0, t1 in slow:
+        events = [event for t, event, claim in samples if claim and t0 <= t <= t1]
+        unsampled += not events
+        for event in events:
+            seen[event] = seen.get(event, 0) + 1
+    print(
+        f"claims over {_SLOW_CLAIM * 1000:.0f} ms: {len(slow)}; claiming backend samples "
+        f"{dict(sorted(seen.items(), key=lambda kv: -kv[1]))}; never seen active: {unsampled}"
+    )
+    everyone: dict[str, int] = {}
+    for _, event, _ in samples:
+        everyone[event] = everyone.get(event, 0) + 1
+    print(f"all active backends: {dict(sorted(everyone.items(), key=lambda kv: -kv[1])[:8])}")
 
 
 def _produce(url: str, rate: float, seconds: float, inflight: int, out: Any) -> None:
@@ -72,7 +123,9 @@ def _produce(url: str, rate: float, seconds: float, inflight: int, out: Any) -> 
     out.send(asyncio.run(main()))
 
 
-async def run(url: str, rate: float, seconds: float, inflight: int, slowest: int) -> None:
+async def run(
+    url: str, rate: float, seconds: float, inflight: int, slowest: int, waits: bool = False
+) -> None:
     # As the harness's setup phase: migrate, then one short worker start (a first
     # deployment activates the default storage engine), in its own client.
     await enqueue_backlog(url, 0)
@@ -149,11 +202,21 @@ async def run(url: str, rate: float, seconds: float, inflight: int, slowest: int
     ctx = multiprocessing.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_produce, args=(url, rate, seconds, inflight, send))
+    sampled, sample_send = ctx.Pipe(duplex=False)
+    sampler = ctx.Process(target=_sample_waits, args=(url, seconds + 2, sample_send))
+    if waits:
+        sampler.start()
     proc.start()
     while not recv.poll():
         await asyncio.sleep(0.05)
     recs: list[tuple[int, float, float]] = recv.recv()
     proc.join()
+    samples: list[tuple[float, str, bool]] = []
+    if waits:
+        while not sampled.poll():
+            await asyncio.sleep(0.05)
+        samples = sampled.recv()
+        sampler.join()
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and not all(s in starts for s, _, _ in recs):
         await asyncio.sleep(0.05)
@@ -208,6 +271,8 @@ async def run(url: str, rate: float, seconds: float, inflight: int, slowest: int
         f"empty {sum(1 for c in claims if not c[2])}, mean batch "
         f"{statistics.mean(len(c[2]) for c in claims):.2f}"
     )
+    if waits:
+        _claim_waits(claims, samples)
     lags = [v * 1000 for _, v in lag]
     print(f"loop lag: p50 {_pct(lags, 0.5):.2f} p99 {_pct(lags, 0.99):.2f} max {max(lags):.2f} ms")
     gc.callbacks.remove(on_gc)
@@ -280,11 +345,12 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--inflight", type=int, default=8)
     p.add_argument("--slowest", type=int, default=15)
+    p.add_argument("--waits", action="store_true", help="sample what the claiming backend waits on")
     a = p.parse_args()
     name = a.db or "awa_bench_pickup"
     url = fresh_database(a.admin_url, name)
     try:
-        asyncio.run(run(url, a.rate, a.seconds, a.inflight, a.slowest))
+        asyncio.run(run(url, a.rate, a.seconds, a.inflight, a.slowest, a.waits))
     finally:
         drop_database(a.admin_url, name)
 

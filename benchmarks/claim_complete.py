@@ -20,7 +20,7 @@ from typing import Any
 
 import awa
 from awa.adapters.postgres_queue_storage import _base
-from awa.adapters.routing_engine import TransitionRoutingEngine
+from awa.entrypoints.routing import open_postgres_routing
 from benchmarks._common import drop_database, fresh_database, maybe_profile, parser
 from benchmarks.enqueue_bulk import activate
 
@@ -60,7 +60,7 @@ async def run(url: str, jobs: int, batch: int, statements: bool, profile: str) -
         )
     await client.close()
     timings = _time_statements() if statements else {}
-    engine = await TransitionRoutingEngine.open(url, max_connections=4)
+    engine = await open_postgres_routing(url, max_connections=4)
     await engine.bind_transition_role("auto")
     claim_s = complete_s = claim_cpu = complete_cpu = 0.0
     claimed = calls = 0

@@ -33,9 +33,7 @@ from awa.entrypoints.client_overrides import OverridesMixin
 from awa.entrypoints.health import HealthListener, addr_from_env
 from awa.entrypoints.job import Job
 from awa.entrypoints.results import HealthCheck, QueueHealth
-from awa.ports.cron import CronStore
-from awa.ports.descriptors import DescriptorStore
-from awa.runtime import AttemptContext, HandlerRegistry, Runtime, parse_start_args
+from awa.runtime import AttemptContext, HandlerRegistry, Runtime, RuntimeConfig, parse_start_args
 from awa.runtime.cron import CronService
 from awa.runtime.descriptors import DescriptorService
 
@@ -308,31 +306,23 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         """The health listener's bound ``(host, port)``, or ``None`` without one."""
         return None if self._health is None else self._health.address
 
-    async def _start_runtime(self, wiring: bootstrap.Wiring, config: Any) -> None:
+    async def _start_runtime(self, wiring: bootstrap.Wiring, config: RuntimeConfig) -> None:
         queue_descriptors = declared("queue", self._queue_descriptors)
         kind_descriptors = declared("job_kind", self._kind_descriptors)
         ports = await bootstrap.open_runtime_ports(
             wiring, transition_role=config.storage_transition_role
         )
-        cron: CronService | None = None
-        if isinstance(wiring.engine, CronStore):
-            cron = CronService(
-                wiring.engine, parse_cron, SystemClock(), list(self._schedules.values())
-            )
-        descriptors: DescriptorService | None = None
-        if isinstance(wiring.engine, DescriptorStore):
-            descriptors = DescriptorService(
-                wiring.engine,
-                SystemClock(),
-                queue_descriptors,
-                kind_descriptors,
-                sync_interval=config.snapshot_interval,
-            )
+        cron = CronService(wiring.engine, parse_cron, SystemClock(), list(self._schedules.values()))
+        descriptors = DescriptorService(
+            wiring.engine,
+            SystemClock(),
+            queue_descriptors,
+            kind_descriptors,
+            sync_interval=config.snapshot_interval,
+        )
         try:
-            if cron is not None:
-                await cron.sync()
-            if descriptors is not None:
-                await descriptors.sync()
+            await cron.sync()
+            await descriptors.sync()
         except BaseException:
             await ports.close()
             raise

@@ -219,41 +219,23 @@ class ClientCore:
         a job with a unique key goes to the stripe of its key, the others round-robin."""
         stripes = validate_stripe_count(queue_storage_queue_stripe_count)
         engine = await self._engine()
-        copy = getattr(engine, "enqueue_many_copy", None)
-        if callable(copy):
-            with tracing.producer_span(queue, len(jobs)):
-                specs = build_specs(
-                    jobs,
-                    opts=opts,
-                    kind=kind,
-                    queue=queue,
-                    priority=priority,
-                    max_attempts=max_attempts,
-                    tags=tags,
-                    metadata=metadata,
-                    run_at=run_at,
-                    unique_opts=unique_opts,
-                    ordering_key=ordering_key,
-                )
-                if not specs:
-                    return 0
-                inserted_count: int = await copy(specs, stripes=stripes, validated=True)
-                return inserted_count
-        inserted = await self.insert_many_copy(
-            jobs,
-            kind=kind,
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            tags=tags,
-            metadata=metadata,
-            run_at=run_at,
-            unique_opts=unique_opts,
-            ordering_key=ordering_key,
-            opts=opts,
-            queue_storage_queue_stripe_count=stripes,
-        )
-        return len(inserted)
+        with tracing.producer_span(queue, len(jobs)):
+            specs = build_specs(
+                jobs,
+                opts=opts,
+                kind=kind,
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                tags=tags,
+                metadata=metadata,
+                run_at=run_at,
+                unique_opts=unique_opts,
+                ordering_key=ordering_key,
+            )
+            if not specs:
+                return 0
+            return await engine.enqueue_many_copy(specs, stripes=stripes, validated=True)
 
     async def transaction(self) -> Transaction:
         """Begin a transaction (``async with await client.transaction() as tx``)."""
@@ -291,9 +273,7 @@ class ClientCore:
             await (await self._engine()).reset()
         if schema == "awa" and await bootstrap.activate_queue_storage_if_fresh(self._url, schema):
             # This client's engine routes by the transition state it last read.
-            refresh = getattr(await self._engine(), "status", None)
-            if callable(refresh):
-                await refresh(max_age=0.0)
+            await (await self._engine()).status(max_age=0.0)
 
     async def prepare_queue_storage_schema(
         self, *, schema: str = "awa", queue_slot_count: int = 16, lease_slot_count: int = 8

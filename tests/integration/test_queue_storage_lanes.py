@@ -20,12 +20,12 @@ from awa.adapters._pg import transition
 from awa.adapters.clock import ManualClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.adapters.postgres_queue_storage._base import SPARE_LANES, PgUnitOfWork
-from awa.adapters.postgres_queue_storage.core import RouteChanged
-from awa.adapters.routing_engine import TransitionRoutingEngine
 from awa.domain.errors import DatabaseError
 from awa.domain.job import JobSpec
 from awa.domain.routing import shard_for_key
 from awa.domain.states import JobState
+from awa.entrypoints.routing import open_postgres_routing
+from awa.ports.producers import RouteChanged
 from awa.ports.storage import UnitOfWork
 from tests.support.engines import CONTRACT_BACKOFF
 
@@ -287,7 +287,7 @@ async def test_the_router_inserts_through_the_remembered_route(
 ) -> None:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         assert await transition.auto_finalize_if_fresh(conn)
-    router = await TransitionRoutingEngine.open(database_url)
+    router = await open_postgres_routing(database_url)
     try:
         first = await router.enqueue_many([JobSpec(kind="a", queue=QUEUE)])
         rest = await router.enqueue_many([JobSpec(kind="b", queue=QUEUE) for _ in range(3)])

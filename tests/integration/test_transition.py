@@ -14,12 +14,12 @@ from click.testing import CliRunner, Result
 from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
 
-from awa.adapters.routing_engine import TransitionRoutingEngine
 from awa.domain.errors import UniqueConflict
 from awa.domain.job import JobSpec
 from awa.domain.states import JobState
 from awa.domain.transition import TransitionState
 from awa.entrypoints.cli import cli
+from awa.entrypoints.routing import open_postgres_routing
 from awa.ports.maintenance import RingMaintenance
 from awa.ports.storage import Ack, JobFilter
 
@@ -373,7 +373,7 @@ def test_insert_job_compat_routes_by_state_and_keeps_unique_keys_global(conn: Co
 async def test_routing_engine_enqueues_claims_and_finishes_on_both_engines(
     migrated_database_url: str,
 ) -> None:
-    engine = await TransitionRoutingEngine.open(migrated_database_url, refresh_interval=0.0)
+    engine = await open_postgres_routing(migrated_database_url, refresh_interval=0.0)
     try:
         (old,) = await engine.enqueue_many([JobSpec(kind="k", args={"n": 1})])
         (keyed,) = await engine.enqueue_many([JobSpec(kind="k", unique_key=b"same")])
@@ -444,7 +444,7 @@ def test_finalize_waits_for_a_producer_that_routed_to_canonical(
 async def test_moved_jobs_keep_their_claim_order_in_queue_storage(
     migrated_database_url: str,
 ) -> None:
-    engine = await TransitionRoutingEngine.open(migrated_database_url, refresh_interval=0.0)
+    engine = await open_postgres_routing(migrated_database_url, refresh_interval=0.0)
     try:
         with psycopg.connect(migrated_database_url, autocommit=True, row_factory=dict_row) as c:
             old = insert_sql(c, p_run_at="2020-01-01T00:00:00Z")
@@ -464,7 +464,7 @@ async def test_moved_jobs_keep_their_claim_order_in_queue_storage(
 
 @pytest.mark.anyio
 async def test_ring_maintenance_follows_the_state(migrated_database_url: str) -> None:
-    engine = await TransitionRoutingEngine.open(migrated_database_url, refresh_interval=0.0)
+    engine = await open_postgres_routing(migrated_database_url, refresh_interval=0.0)
     try:
         assert isinstance(engine, RingMaintenance)
         assert await engine.rotate() == "skipped_idle"
@@ -481,7 +481,7 @@ async def test_ring_maintenance_follows_the_state(migrated_database_url: str) ->
 async def test_drain_only_runtime_claims_canonical_and_fresh_runtime_goes_active(
     migrated_database_url: str,
 ) -> None:
-    engine = await TransitionRoutingEngine.open(migrated_database_url, refresh_interval=0.0)
+    engine = await open_postgres_routing(migrated_database_url, refresh_interval=0.0)
     try:
         drained = await engine.bind_transition_role("canonical_drain")
         assert drained.state is TransitionState.CANONICAL, "a drain-only runtime never switches"
@@ -504,7 +504,7 @@ async def test_drain_only_runtime_claims_canonical_and_fresh_runtime_goes_active
 
 @pytest.mark.anyio
 async def test_first_runtime_on_a_fresh_install_goes_active(migrated_database_url: str) -> None:
-    engine = await TransitionRoutingEngine.open(migrated_database_url)
+    engine = await open_postgres_routing(migrated_database_url)
     try:
         status = await engine.bind_transition_role("auto")
         assert status.state is TransitionState.ACTIVE

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
+from psycopg import pq
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
 
-from awa.adapters._pg.errors import map_error
-from awa.adapters._pg.pool import connect
-from awa.domain.transition import Gate, TransitionRefused, TransitionStatus
+from awa.adapters._pg.errors import map_error, translated_errors
+from awa.adapters._pg.pool import DictConnection, connect
+from awa.domain.transition import DEFAULT_SCHEMA, Gate, TransitionRefused, TransitionStatus
 
 AnyConnection = psycopg.AsyncConnection[Any]
 
@@ -171,3 +173,42 @@ async def finalize_when_drained(
             await asyncio.sleep(max(0.0, min(poll_interval, deadline - time.monotonic())))
     finally:
         await conn.close()
+
+
+class PgTransitionState:
+    """:class:`~awa.ports.transition.TransitionStore` of a Postgres database, over a pool
+    (the producer route is read on the producer's own connection)."""
+
+    def __init__(self, pool: AsyncConnectionPool[DictConnection]) -> None:
+        self._pool = pool
+
+    async def read_status(self) -> TransitionStatus:
+        async with translated_errors(), self._pool.connection() as conn:
+            return await read_status(conn)
+
+    async def producer_schema(self, conn: AnyConnection) -> str | None:
+        async with translated_errors():
+            if conn.info.transaction_status == pq.TransactionStatus.IDLE and not conn.autocommit:
+                # A caller's connection before its first statement: open its transaction now
+                # so the producer lock is held until the caller commits.
+                await conn.execute("SELECT 1")
+            return await producer_schema(conn)
+
+    async def canonical_job_ids(self, job_ids: Sequence[int]) -> set[int]:
+        async with translated_errors(), self._pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT id FROM awa.canonical_jobs WHERE id = ANY(%s)", (list(job_ids),)
+            )
+            return {int(row["id"]) for row in await cur.fetchall()}
+
+    async def queue_storage_installed(self, schema: str) -> bool:
+        async with translated_errors(), self._pool.connection() as conn:
+            return await queue_storage_installed(conn, schema)
+
+    async def activate_if_fresh(self, schema: str = DEFAULT_SCHEMA) -> bool:
+        async with translated_errors(), self._pool.connection() as conn:
+            return await auto_finalize_if_fresh(conn, schema)
+
+    async def move_canonical_backlog(self, *, limit: int) -> int:
+        async with translated_errors(), self._pool.connection() as conn:
+            return await move_canonical_backlog(conn, limit=limit)

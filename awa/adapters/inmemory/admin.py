@@ -334,7 +334,7 @@ class AdminOps(EngineBase):
     # ---------------------------------------------------------------- lifecycle
     async def reset(self) -> None:
         async with self._write() as write:
-            write.state = EngineState()
+            write.state.clear()
 
     async def close(self) -> None:
         self._closed = True

@@ -7,16 +7,15 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-import anyio
 import attrs
 
 from awa.adapters.inmemory.notifier import (
     InMemoryLeaderLock,
     InMemorySubscription,
     LeaderElection,
-    NotificationHub,
 )
 from awa.adapters.inmemory.state import EngineState
+from awa.adapters.inmemory.store import CANONICAL_SIDE, SharedStore, StoreState
 from awa.domain.batch_ops import BatchOperation
 from awa.domain.callbacks import CallbackExpressions
 from awa.domain.errors import DatabaseError
@@ -37,10 +36,12 @@ def ack(applied: bool) -> Ack:
 
 @attrs.define
 class Write:
-    """One atomic write: a private copy of the state plus the notifications it earns."""
+    """One atomic write: a private copy of the state (``state``: this engine's view of
+    ``store``) plus the notifications it earns."""
 
     state: EngineState
     now: datetime
+    store: StoreState
     notify: set[str] = attrs.field(factory=set)
 
 
@@ -55,16 +56,27 @@ def matches(job: JobRecord, filter: JobFilter) -> bool:
 
 
 class EngineBase:
-    """State, clock, lock and notification hub, plus the helpers every operation uses."""
+    """State, clock, lock and notification hub, plus the helpers every operation uses.
 
-    def __init__(self, clock: Clock, backoff: Backoff | None = None) -> None:
+    ``store`` and ``side``: the engine keeps its jobs on ``side`` of a store it shares
+    with other engines (see :mod:`awa.adapters.inmemory.store`); by default it has a store
+    of its own."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        backoff: Backoff | None = None,
+        *,
+        store: SharedStore | None = None,
+        side: str = CANONICAL_SIDE,
+    ) -> None:
         self._clock = clock
         self._backoff = backoff if backoff is not None else Backoff()
-        self._state = EngineState()
-        self._lock = anyio.Lock()
-        self._hub = NotificationHub()
-        self._election = LeaderElection()
-        self._next_id = 1
+        self._store = store if store is not None else SharedStore()
+        self._side = side
+        self._lock = self._store.lock
+        self._hub = self._store.hub
+        self._election = self._store.election
         self._closed = False
         # Batch operations and their item states (job id -> item state), by operation id.
         self._batch_ops: dict[str, BatchOperation] = {}
@@ -90,16 +102,25 @@ class EngineBase:
         """The committed state. It is never mutated in place, so it is safe to scan."""
         if self._closed:
             raise DatabaseError("the in-memory engine is closed")
-        return self._state
+        return self._store.committed(self._side)
 
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[Write]:
         """Serialize a write, apply it to a copy and commit the copy only on success."""
         async with self._lock:
-            write = Write(state=self._read().copy(), now=self._clock.now())
+            self._read()
+            copy = self._store.state.copy()
+            write = Write(state=copy.view(self._side), now=self._clock.now(), store=copy)
             yield write
-            self._state = write.state
+            self._store.state = copy
         self._hub.publish(write.notify)
+
+    def _routed_view(self, write: Write) -> EngineState:
+        """Where the store routes an insert it makes itself (a cron fire, as
+        ``awa.insert_job_compat`` does on Postgres): the side producers write to under the
+        store's transition, else this engine's own."""
+        side = self._store.producer_side()
+        return write.state if side is None or side == self._side else write.store.view(side)
 
     # ---------------------------------------------------------------- attempt helpers
     @staticmethod

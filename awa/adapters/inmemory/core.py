@@ -9,6 +9,7 @@ from typing import Any
 
 from awa.adapters.inmemory.base import RUNNING_ONLY, EngineBase, Write, ack
 from awa.adapters.inmemory.state import EngineState, new_record
+from awa.adapters.inmemory.transactions import InMemoryTransaction, InMemoryUnitOfWork
 from awa.domain.channels import queue_channel
 from awa.domain.errors import DatabaseError, UniqueConflict
 from awa.domain.job import Claim, JobRecord, JobSpec, RunLease, error_entry
@@ -16,15 +17,6 @@ from awa.domain.policies import PriorityAging
 from awa.domain.states import JobState
 from awa.domain.validation import validate_spec
 from awa.ports.storage import Ack, Rescued, UnitOfWork
-
-
-class InMemoryUnitOfWork:
-    """Enqueues buffered until commit. Ids are assigned at enqueue, as a sequence would."""
-
-    def __init__(self, owner: object) -> None:
-        self.owner = owner
-        self.pending: list[JobRecord] = []
-        self.open = True
 
 
 class CoreOps(EngineBase):
@@ -42,6 +34,14 @@ class CoreOps(EngineBase):
             uow.pending.clear()
             raise
         uow.open = False
+        await self._commit(uow)
+
+    def unit_of_work_for(self, conn: InMemoryTransaction) -> InMemoryUnitOfWork:
+        """:class:`~awa.ports.transactions.TransactionJoiner`: this engine's unit of work
+        in a transaction of its store, applied when that transaction commits."""
+        return conn.unit_of_work(self, self._commit)
+
+    async def _commit(self, uow: InMemoryUnitOfWork) -> None:
         async with self._write() as write:
             # Re-checks unique keys against whatever committed since the enqueue call.
             for job in uow.pending:
@@ -57,10 +57,12 @@ class CoreOps(EngineBase):
         return uow
 
     async def enqueue_many(
-        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None
+        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None, validated: bool = False
     ) -> list[JobRecord]:
-        for spec in specs:
-            validate_spec(spec)
+        """``validated``: the caller already ran ``validate_spec`` on every spec."""
+        if not validated:
+            for spec in specs:
+                validate_spec(spec)
         if uow is None:
             async with self._write() as write:
                 records = self._insert_all(write.state, specs, write)
@@ -80,13 +82,13 @@ class CoreOps(EngineBase):
     ) -> list[JobRecord]:
         """Insert into ``state`` (a private copy); raising leaves the id sequence as it was."""
         now = self._clock.now() if write is None else write.now
-        first = self._next_id
+        first = self._store.next_id
         records = [new_record(first + offset, spec, now) for offset, spec in enumerate(specs)]
         for record in records:
             state.insert(record)
             if write is not None and record.state == JobState.Available:
                 write.notify.add(queue_channel(record.queue))
-        self._next_id = first + len(records)
+        self._store.next_id = first + len(records)
         return records
 
     async def enqueue_many_skip_duplicates(self, specs: Sequence[JobSpec]) -> list[JobRecord]:

@@ -72,6 +72,13 @@ class EngineState:
             queues=dict(self.queues),
         )
 
+    def clear(self) -> None:
+        """Forget every job, DLQ entry, unique claim and queue setting (in place)."""
+        self.jobs.clear()
+        self.dlq.clear()
+        self.unique.clear()
+        self.queues.clear()
+
     # ---------------------------------------------------------------- queue settings
     def meta(self, queue: str) -> QueueMeta:
         return self.queues.get(queue, QueueMeta())

@@ -47,6 +47,7 @@ from awa.domain.job import Claim, JobRecord, JobSpec, RunLease, error_entry
 from awa.domain.routing import shard_for_key
 from awa.domain.states import JobState, bitstring_to_mask, mask_to_bitstring
 from awa.domain.validation import validate_spec
+from awa.ports.producers import RouteChanged
 from awa.ports.storage import Ack, Rescued, UnitOfWork
 
 RUNNING_ONLY = frozenset({JobState.Running})
@@ -108,16 +109,6 @@ def _claimed_job(row: dict[str, Any]) -> JobRecord:
 
 # Receipts remembered for completion by key; beyond this the oldest half is forgotten.
 _RECEIPT_CACHE_LIMIT = 200_000
-
-
-class RouteChanged(Exception):
-    """Producers no longer write new jobs to this engine's schema (the storage transition
-    moved on): nothing was inserted; read the route again. ``supported`` is False when the
-    database has no route check (a schema before migration 0320)."""
-
-    def __init__(self, message: str, *, supported: bool = True) -> None:
-        super().__init__(message)
-        self.supported = supported
 
 
 # COPY text format: a backslash starts an escape, \N is NULL and bytea is written \\x<hex>.

@@ -13,7 +13,7 @@ from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
 from awa.adapters._pg.overrides import PgOverrideOps
 from awa.adapters._pg.pool import DictConnection, connect, open_pool
 from awa.adapters.clock import SystemClock
-from awa.adapters.postgres_queue_storage._base import settled
+from awa.adapters.postgres_queue_storage._base import PgUnitOfWork, settled
 from awa.adapters.postgres_queue_storage.batch import BatchOps
 from awa.adapters.postgres_queue_storage.core import CoreOps
 from awa.adapters.postgres_queue_storage.ring import RingOps
@@ -96,15 +96,20 @@ class QueueStorageEngine(CoreOps, BatchOps, RingOps, PgCronOps, PgOverrideOps, P
         """A new candidate for the cluster's maintenance leadership."""
         return PostgresLeaderLock(self._url)
 
+    def unit_of_work_for(self, conn: DictConnection) -> PgUnitOfWork:
+        """:class:`~awa.ports.transactions.TransactionJoiner`: a unit of work on a
+        caller's connection that is already inside a transaction."""
+        return PgUnitOfWork(self, conn)
+
     async def close(self) -> None:
         if not self._closed:
-            await self._retire()
+            await self.retire()
             await self._pool.close()
 
-    async def _retire(self) -> None:
+    async def retire(self) -> None:
         """Let the work in flight finish (inserts waiting for their batch, wake-ups),
         refuse new work and close the kept connections. The pool is left to its owner:
-        :meth:`close`, or the routing engine that shares it."""
+        :meth:`close`, or the composition that shares it between engines."""
         await settled(self._batch_task)
         await self._drain_wakes()
         self._closed = True

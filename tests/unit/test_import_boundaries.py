@@ -2,7 +2,9 @@
 
 ``awa.domain``, ``awa.ports`` and ``awa.runtime`` must not import an adapter, an
 entrypoint or a database driver; ``awa.domain`` may import only the standard library,
-``attrs`` and itself.
+``attrs`` and itself. The routing engine (``awa.adapters.routing``) composes engines it
+knows only through ports: it may import the standard library, ``attrs``, the domain, the
+ports and itself, so neither a driver nor a concrete engine package.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ AWA_ROOT = Path(__file__).resolve().parents[2] / "awa"
 CORE_LAYERS = ("domain", "ports", "runtime")
 FORBIDDEN = ("awa.adapters", "awa.entrypoints", "psycopg", "psycopg_pool")
 DOMAIN_ALLOWED_THIRD_PARTY = ("attrs", "awa.domain")
+ROUTING_PACKAGE = "awa.adapters.routing"
+ROUTING_ALLOWED = ("attrs", "awa.domain", "awa.ports", ROUTING_PACKAGE)
 
 
 def _within(module: str, prefix: str) -> bool:
@@ -69,13 +73,35 @@ def violations(source: str, module: str) -> list[str]:
     return sorted(set(problems))
 
 
+def routing_violations(source: str, module: str) -> list[str]:
+    """Imports of a routing-engine module outside the stdlib, attrs, domain and ports."""
+    init = module.endswith(".__init__")
+    package = module.removesuffix(".__init__") if init else module.rsplit(".", 1)[0]
+    return sorted(
+        {
+            f"{module}:{line} imports {name} (routing: domain and ports only)"
+            for line, name in imported_modules(source, package)
+            if not (_is_stdlib(name) or any(_within(name, ok) for ok in ROUTING_ALLOWED))
+        }
+    )
+
+
+def _modules_under(root: Path) -> list[tuple[str, Path]]:
+    return [
+        (".".join(("awa", *path.relative_to(AWA_ROOT).with_suffix("").parts)), path)
+        for path in sorted(root.rglob("*.py"))
+    ]
+
+
 def core_modules() -> list[tuple[str, Path]]:
     modules: list[tuple[str, Path]] = []
     for layer in CORE_LAYERS:
-        for path in sorted((AWA_ROOT / layer).rglob("*.py")):
-            dotted = ".".join(("awa", *path.relative_to(AWA_ROOT).with_suffix("").parts))
-            modules.append((dotted, path))
+        modules.extend(_modules_under(AWA_ROOT / layer))
     return modules
+
+
+def routing_modules() -> list[tuple[str, Path]]:
+    return _modules_under(AWA_ROOT / "adapters" / "routing")
 
 
 def test_core_layers_exist() -> None:
@@ -88,6 +114,17 @@ def test_core_layers_exist() -> None:
 @pytest.mark.parametrize(("module", "path"), core_modules(), ids=lambda v: str(v))
 def test_core_module_respects_the_import_rule(module: str, path: Path) -> None:
     assert violations(path.read_text(encoding="utf-8"), module) == []
+
+
+def test_routing_engine_modules_exist() -> None:
+    names = [name for name, _ in routing_modules()]
+    assert "awa.adapters.routing.engine" in names
+    assert "awa.adapters.routing.__init__" in names
+
+
+@pytest.mark.parametrize(("module", "path"), routing_modules(), ids=lambda v: str(v))
+def test_routing_engine_imports_no_driver_and_no_engine(module: str, path: Path) -> None:
+    assert routing_violations(path.read_text(encoding="utf-8"), module) == []
 
 
 # ---------------------------------------------------------------- the checker itself
@@ -146,3 +183,41 @@ def test_runtime_may_use_anyio_ports_and_domain() -> None:
 
 def test_names_that_merely_share_a_prefix_are_not_flagged() -> None:
     assert violations("import psycopgx\n", "awa.ports.fine") == []
+
+
+def test_routing_checker_catches_drivers_and_engine_packages() -> None:
+    source = (
+        "import psycopg\n"
+        "from psycopg_pool import AsyncConnectionPool\n"
+        "from awa.adapters.postgres_queue_storage import QueueStorageEngine\n"
+        "from awa.adapters.postgres_canonical.base import CanonicalUnitOfWork\n"
+        "from awa.adapters._pg import transition\n"
+        "from awa.adapters.inmemory import InMemoryEngine\n"
+        "from awa.entrypoints import bootstrap\n"
+    )
+    found = routing_violations(source, "awa.adapters.routing.bad")
+    for line, name in enumerate(
+        [
+            "psycopg",
+            "psycopg_pool",
+            "awa.adapters.postgres_queue_storage",
+            "awa.adapters.postgres_canonical.base",
+            "awa.adapters._pg",
+            "awa.adapters.inmemory",
+            "awa.entrypoints",
+        ],
+        start=1,
+    ):
+        assert (
+            f"awa.adapters.routing.bad:{line} imports {name} (routing: domain and ports only)"
+            in found
+        )
+
+
+def test_routing_may_use_domain_ports_and_its_own_modules() -> None:
+    source = (
+        "import asyncio\nimport attrs\nfrom awa.domain.job import JobSpec\n"
+        "from awa.ports.routing import HomeEngine\nfrom .base import RoutingBase\n"
+    )
+    assert routing_violations(source, "awa.adapters.routing.fine") == []
+    assert routing_violations("from . import base\n", "awa.adapters.routing.__init__") == []

@@ -14,6 +14,11 @@ URL; adding one is a single :func:`register` call, e.g.::
             await engine.close()
 
     register("postgres_canonical", _canonical, needs_database=True)
+
+The routing engine (what every client runs) is registered once per transition state it
+tells apart (canonical, mixed_transition, active): over the Postgres engines
+(``routing_canonical``, ``routing_mixed``, ``routing_queue_storage``) and over two
+in-memory engines sharing one store (``routing_inmemory_<state>``, no database).
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 The routing engine sends each call to the engine that owns it. It knows the engines only
 through these protocols: the *home* engine (canonical storage, where the shared control
 rows, schedules, overrides and descriptors are reached) and the *target* engine of each
-queue-storage schema. Optional extras of a target (:class:`~awa.ports.producers.
-CopyEnqueue`, :class:`~awa.ports.producers.RouteCheckedEnqueue`,
+queue-storage schema. Optional extras of a target
+(:class:`~awa.ports.producers.CopyEnqueue`,
+:class:`~awa.ports.producers.RouteCheckedEnqueue`,
 :class:`~awa.ports.maintenance.RingMaintenance`, :class:`~awa.ports.storage.WorkerWarmUp`)
 are found with ``isinstance`` once per engine.
 """

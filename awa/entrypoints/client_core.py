@@ -18,11 +18,15 @@ from awa.entrypoints.bootstrap import ClientEngine, Wiring
 from awa.entrypoints.job import Job
 from awa.entrypoints.results import QueueStat, RetryFailedResult
 from awa.entrypoints.transaction import Transaction
+from awa.ports.admin import SchemaAdmin
 from awa.ports.runtime_registry import RuntimeRegistry
 from awa.ports.storage import JobFilter, StorageEngine
 from awa.runtime import tracing
 
 CLOSED = "attempted to acquire a connection on a closed pool"
+NO_TRANSITION_FUNCTIONS = (
+    "the database has no storage transition functions (schema older than 200): run migrate()"
+)
 
 
 def not_found(job_id: int) -> AwaError:
@@ -105,6 +109,11 @@ class ClientCore:
     async def runtime_registry(self) -> RuntimeRegistry:
         """Where worker runtimes publish their snapshots (read by operator surfaces)."""
         return bootstrap.runtime_registry(await self._wiring())
+
+    async def schema_admin(self) -> SchemaAdmin:
+        """The database schema's own state (migration version, storage transition,
+        runtimes) through this client's pool, for operator surfaces."""
+        return bootstrap.schema_admin(await self._wiring())
 
     async def admin_engine(self) -> StorageEngine:
         """The storage engine behind this client, for operator surfaces built on it (the
@@ -324,8 +333,9 @@ class ClientCore:
 
     async def storage_status(self) -> str:
         """The storage transition status as pretty-printed JSON."""
-        async with await self.transaction() as tx:
-            row = await tx.fetch_one("SELECT * FROM awa.storage_status()")
+        row = await (await self.schema_admin()).storage_status()
+        if row is None:
+            raise DatabaseError(NO_TRANSITION_FUNCTIONS)
         return payloads.dumps(row, indent=2)
 
     # ------------------------------------------------------------------ jobs

@@ -9,6 +9,7 @@ from typing import Any
 from awa.adapters._pg.pool import PoolOptions
 from awa.adapters.clock import SystemClock
 from awa.domain.errors import AwaError, DatabaseError, ValidationError
+from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
 from awa.domain.states import TERMINAL_STATES, JobState
 from awa.domain.stripes import validate_stripe_count
 from awa.domain.validation import validate_slot_counts
@@ -132,9 +133,9 @@ class ClientCore:
         args: Any,
         *,
         kind: str | None = None,
-        queue: str = "default",
-        priority: int = 2,
-        max_attempts: int = 25,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         tags: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
         run_at: Any | None = None,
@@ -171,9 +172,9 @@ class ClientCore:
         jobs: list[Any],
         *,
         kind: str | None = None,
-        queue: str = "default",
-        priority: int = 2,
-        max_attempts: int = 25,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         tags: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
         run_at: Any | None = None,
@@ -210,9 +211,9 @@ class ClientCore:
         jobs: list[Any],
         *,
         kind: str | None = None,
-        queue: str = "default",
-        priority: int = 2,
-        max_attempts: int = 25,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         tags: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
         run_at: Any | None = None,

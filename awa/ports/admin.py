@@ -52,8 +52,11 @@ class SchemaAdmin(Protocol):
         ...
 
     async def storage_status(self) -> dict[str, Any] | None:
-        """The transition status row (engines, state, epoch, details, timestamps), or
-        ``None`` without the transition functions."""
+        """The transition status row (engines, state, epoch, details, timestamps) and
+        what the next steps wait for (:func:`awa.domain.transition.status_report`: the
+        canonical backlog, the prepared schema, live runtimes by capability and every
+        blocker of entering the mixed transition and of finalizing), or ``None`` without
+        the transition functions."""
         ...
 
     async def transition_backlog(self) -> dict[str, Any] | None:

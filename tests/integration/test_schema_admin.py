@@ -135,6 +135,15 @@ async def test_client_storage_status_is_the_admin_status_row(migrated_database_u
     assert report["state"] == row["state"]
     assert report["transition_epoch"] == row["transition_epoch"]
     assert set(report) == set(row)
+    # The blockers of each next step, as awa-pg's ``storage_status()`` reports them.
+    assert report["can_enter_mixed_transition"] is False
+    assert "the prepared engine is not queue_storage" in report["enter_mixed_transition_blockers"]
+    assert report["can_finalize"] is False
+    assert report["finalize_blockers"] == [
+        "finalize needs state mixed_transition, the cluster is canonical"
+    ]
+    assert report["canonical_live_backlog"] == 0
+    assert report["live_runtime_capability_counts"] == {}
 
 
 def test_cli_refuses_other_ring_sizes_in_the_default_schema(migrated_database_url: str) -> None:

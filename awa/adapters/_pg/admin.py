@@ -23,7 +23,12 @@ from awa.adapters._pg.conninfo import normalize
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection, connect
 from awa.adapters._pg.sql import load_queries
-from awa.domain.transition import TransitionStatus
+from awa.domain.transition import (
+    RuntimeView,
+    StorageCapability,
+    TransitionStatus,
+    status_report,
+)
 from awa.ports.admin import RuntimeCounts
 
 ConnectionSource = Callable[[], AbstractAsyncContextManager[DictConnection]]
@@ -110,7 +115,25 @@ class PgSchemaAdmin:
         async with translated_errors(), self._connection() as conn:
             if not await self._function(conn, STATUS_FUNCTION):
                 return None
-            return await _first(conn, "storage_status")
+            row = await _first(conn, "storage_status")
+            if row is None:
+                return None
+            status = TransitionStatus.from_row(row)
+            backlog = 0
+            if await self._function(conn, BACKLOG_FUNCTION):
+                backlog = await pg_transition.canonical_live_backlog(conn)
+            runtimes: list[RuntimeView] = []
+            if await self._relation(conn, RUNTIMES_TABLE):
+                known = {c.value: c for c in StorageCapability}
+                runtimes = [
+                    RuntimeView(known[r["storage_capability"]], bool(r["live"]))
+                    for r in await _rows(conn, "runtime_capabilities")
+                    if r["storage_capability"] in known
+                ]
+            installed = await pg_transition.queue_storage_installed(conn, status.schema)
+        return status_report(
+            status, canonical_backlog=backlog, schema_installed=installed, runtimes=runtimes
+        )
 
     async def transition_backlog(self) -> dict[str, Any] | None:
         async with translated_errors(), self._connection() as conn:

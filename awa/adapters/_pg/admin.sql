@@ -40,6 +40,11 @@ FROM (
     FROM awa.runtime_instances
 ) AS r
 
+-- name: runtime_capabilities
+SELECT storage_capability,
+       awa.runtime_is_live(last_seen_at, snapshot_interval_ms, shutting_down) AS live
+FROM awa.runtime_instances
+
 -- name: served_queues
 SELECT DISTINCT split_part(q ->> 'name', '#', 1) AS queue
 FROM awa.runtime_instances AS r, jsonb_array_elements(r.queues) AS q

@@ -12,16 +12,12 @@ and the transition state only through ports; this module hands it concrete ones:
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
-import psycopg
-from psycopg_pool import AsyncConnectionPool
 
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.migrations import require_schema
-from awa.adapters._pg.pool import DictConnection, PoolOptions, open_pool
-from awa.adapters._pg.routing import PgRoutedInsert, PgTransactions
+from awa.adapters._pg.pool import DictPool, PoolOptions, open_pool
+from awa.adapters._pg.routing import AnyConnection, PgRoutedInsert, PgTransactions
 from awa.adapters._pg.transition import PgTransitionState
 from awa.adapters.clock import SystemClock
 from awa.adapters.inmemory import (
@@ -41,8 +37,7 @@ from awa.ports.clock import Clock
 #: The first schema version with the transition functions.
 TRANSITION_SCHEMA_VERSION = 200
 
-PgConnection = psycopg.AsyncConnection[Any]
-PostgresRouting = TransitionRoutingEngine[PgConnection]
+PostgresRouting = TransitionRoutingEngine[AnyConnection]
 InMemoryRoutingEngine = TransitionRoutingEngine[InMemoryTransaction]
 
 
@@ -70,7 +65,7 @@ async def open_postgres_routing(
 
 async def open_routing_pool(
     url: str, *, max_connections: int = 10, options: PoolOptions | None = None
-) -> AsyncConnectionPool[DictConnection]:
+) -> DictPool:
     """A pool on ``url`` whose schema has the transition functions (checked once)."""
     pool = await open_pool(url, max_connections=max_connections, options=options)
     try:
@@ -83,7 +78,7 @@ async def open_routing_pool(
 
 
 def postgres_routing(
-    pool: AsyncConnectionPool[DictConnection],
+    pool: DictPool,
     url: str,
     *,
     clock: Clock | None = None,

@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from awa.adapters._pg.errors import map_error, translated_errors
-from awa.adapters._pg.pool import DictConnection, connect
+from awa.adapters._pg.pool import DictConnection
 from awa.domain.transition import DEFAULT_SCHEMA, Gate, TransitionRefused, TransitionStatus
 
 AnyConnection = psycopg.AsyncConnection[Any]
@@ -155,24 +155,21 @@ async def install_schema(
 
 
 async def finalize_when_drained(
-    url: str, *, timeout: float, poll_interval: float = 0.5
+    conn: AnyConnection, *, timeout: float, poll_interval: float = 0.5
 ) -> TransitionStatus:
-    """Call ``finalize`` until the canonical backlog gate passes or ``timeout`` seconds
-    elapse; any other refusal (or the backlog one at the deadline) is raised."""
+    """Call ``finalize`` on ``conn`` until the canonical backlog gate passes or
+    ``timeout`` seconds elapse; any other refusal (or the backlog one at the deadline) is
+    raised."""
     deadline = time.monotonic() + timeout
-    conn = await connect(url)
-    try:
-        while True:
-            try:
-                return await finalize(conn)
-            except TransitionRefused as refused:
-                if refused.gate is not Gate.CANONICAL_BACKLOG_DRAINED:
-                    raise
-                if time.monotonic() >= deadline:
-                    raise
-            await asyncio.sleep(max(0.0, min(poll_interval, deadline - time.monotonic())))
-    finally:
-        await conn.close()
+    while True:
+        try:
+            return await finalize(conn)
+        except TransitionRefused as refused:
+            if refused.gate is not Gate.CANONICAL_BACKLOG_DRAINED:
+                raise
+            if time.monotonic() >= deadline:
+                raise
+        await asyncio.sleep(max(0.0, min(poll_interval, deadline - time.monotonic())))
 
 
 class PgTransitionState:

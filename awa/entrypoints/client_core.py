@@ -20,7 +20,7 @@ from awa.entrypoints.results import QueueStat, RetryFailedResult
 from awa.entrypoints.transaction import Transaction
 from awa.ports.runtime_registry import RuntimeRegistry
 from awa.ports.storage import JobFilter, StorageEngine
-from awa.runtime import tracing
+from awa.runtime import metrics, tracing
 
 CLOSED = "attempted to acquire a connection on a closed pool"
 
@@ -155,6 +155,7 @@ class ClientCore:
             (record,) = await (await self._engine()).enqueue_many(
                 [spec], stripes=stripes, validated=True
             )
+            metrics.count_inserted((spec,))
             return Job(record)
 
     async def insert_many_copy(
@@ -194,6 +195,7 @@ class ClientCore:
             records = await (await self._engine()).enqueue_many_skip_duplicates(
                 specs, stripes=stripes, validated=True
             )
+            metrics.count_inserted_of(specs, records)
             return [Job(r) for r in records]
 
     async def enqueue_many_copy(
@@ -238,6 +240,7 @@ class ClientCore:
                 if not specs:
                     return 0
                 inserted_count: int = await copy(specs, stripes=stripes, validated=True)
+                metrics.count_inserted_copy(specs, inserted_count)
                 return inserted_count
         inserted = await self.insert_many_copy(
             jobs,

@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 
@@ -19,7 +20,7 @@ from awa.domain.stripes import validate_stripe_count
 from awa.entrypoints.args import build_spec, build_specs
 from awa.entrypoints.job import Job
 from awa.ports.storage import UnitOfWork
-from awa.runtime import tracing
+from awa.runtime import metrics, tracing
 
 R = TypeVar("R")
 
@@ -93,6 +94,8 @@ class Transaction:
         self._release = release
         self._finished = False
         self._uow: UnitOfWork | None = None
+        #: jobs inserted here, counted in ``awa.job.inserted`` once the commit succeeds
+        self._inserted: list[JobSpec] = []
 
     @classmethod
     async def begin(
@@ -189,6 +192,7 @@ class Transaction:
             (record,) = await self._engine.enqueue_many(
                 [spec], uow=self._unit_of_work(), stripes=stripes, validated=True
             )
+            self._inserted.append(spec)
             return Job(record)
 
     async def insert_many(
@@ -225,6 +229,7 @@ class Transaction:
             records = await self._engine.enqueue_many(
                 specs, uow=self._unit_of_work(), stripes=stripes, validated=True
             )
+            self._inserted.extend(specs)
             return [Job(r) for r in records]
 
     async def _finish(self, statement: str) -> None:
@@ -239,7 +244,11 @@ class Transaction:
 
     async def commit(self) -> None:
         """Commit; the transaction cannot be used afterwards."""
+        # COMMIT of a transaction a failed statement aborted rolls it back without error.
+        aborted = self._conn.info.transaction_status is TransactionStatus.INERROR
         await self._finish("COMMIT")
+        if not aborted:
+            metrics.count_inserted(self._inserted)
 
     async def rollback(self) -> None:
         """Roll back; the transaction cannot be used afterwards."""

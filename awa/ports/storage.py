@@ -79,11 +79,16 @@ class DlqFilter:
 
 @attrs.frozen
 class Rescued:
-    """An attempt closed by a rescue sweep and where the job went."""
+    """An attempt closed by a rescue sweep and where the job went: ``dlq_reason`` is
+    the DLQ reason when the failed job moved into the DLQ (its queue has the DLQ
+    enabled), else ``None``. ``queue`` and ``kind`` are the job's."""
 
     lease: RunLease
     new_state: JobState
     reason: str
+    dlq_reason: str | None = None
+    queue: str | None = None
+    kind: str | None = None
 
 
 class StorageEngine(Protocol):

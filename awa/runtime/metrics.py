@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
+
+from awa.domain.job import JobRecord, JobSpec
 
 try:
     from opentelemetry import metrics as otel_metrics
@@ -37,8 +40,35 @@ ATTR_SHARD = "awa.enqueue.shard"
 ATTR_TERMINAL = "awa.job.terminal"
 ATTR_REASON = "awa.rescue.reason"
 ATTR_STATE = "awa.job.state"
+ATTR_DLQ_REASON = "awa.dlq.reason"
+#: ``awa.storage.transition_ready``: the transition step (``enter_mixed_transition``,
+#: ``finalize``).
+ATTR_STORAGE_ACTION = "awa.storage.action"
+#: ``awa.storage.live_runtime_capability``: what the counted runtimes can execute.
+ATTR_STORAGE_CAPABILITY = "awa.storage.capability"
+ATTR_STORAGE_STATE = "awa.storage.state"
+ATTR_STORAGE_CURRENT = "awa.storage.current_engine"
+ATTR_STORAGE_ACTIVE = "awa.storage.active_engine"
+ATTR_STORAGE_PREPARED = "awa.storage.prepared_engine"
+#: Descriptor fields on the info gauges: ``awa.queue.<field>`` / ``awa.job_kind.<field>``.
+DESCRIPTOR_FIELDS = ("display_name", "description", "owner", "docs_url", "tags")
 #: Every attribute awa puts on a metric (Prometheus turns the dots into underscores).
-ATTRIBUTES = (ATTR_QUEUE, ATTR_KIND, ATTR_SHARD, ATTR_TERMINAL, ATTR_REASON, ATTR_STATE)
+ATTRIBUTES = (
+    ATTR_QUEUE,
+    ATTR_KIND,
+    ATTR_SHARD,
+    ATTR_TERMINAL,
+    ATTR_REASON,
+    ATTR_STATE,
+    ATTR_DLQ_REASON,
+    ATTR_STORAGE_ACTION,
+    ATTR_STORAGE_CAPABILITY,
+    ATTR_STORAGE_STATE,
+    ATTR_STORAGE_CURRENT,
+    ATTR_STORAGE_ACTIVE,
+    ATTR_STORAGE_PREPARED,
+    *(f"awa.{catalog}.{field}" for catalog in ("queue", "job_kind") for field in DESCRIPTOR_FIELDS),
+)
 
 COUNTER = "counter"
 HISTOGRAM = "histogram"
@@ -58,11 +88,14 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "awa.job.duration": (HISTOGRAM, "s", "Job execution duration"),
     "awa.job.wait_duration": (HISTOGRAM, "s", "Time from a job becoming due to its claim"),
     "awa.job.in_flight": (UPDOWN, "{job}", "Current number of in-flight jobs"),
+    "awa.job.dlq_moved": (COUNTER, "{job}", "Number of jobs moved into the DLQ"),
+    "awa.job.dlq_retried": (COUNTER, "{job}", "Number of jobs retried out of the DLQ"),
+    "awa.job.dlq_purged": (COUNTER, "{job}", "Number of DLQ entries deleted"),
     "awa.job.dlq_depth": (GAUGE, "{job}", "Current DLQ depth per queue"),
     "awa.dispatch.claim_batches": (COUNTER, "{batch}", "Number of claim queries executed"),
     "awa.dispatch.claim_batch_size": (HISTOGRAM, "{job}", "Jobs returned per claim"),
     "awa.dispatch.claim_duration": (HISTOGRAM, "s", "Claim query duration"),
-    "awa.dispatch.empty_claims": (COUNTER, "{wake}", "Claims that found no job"),
+    "awa.dispatch.empty_claim": (COUNTER, "{wake}", "Claims that found no job"),
     "awa.dispatch.unused_permits": (
         COUNTER,
         "{permit}",
@@ -81,8 +114,38 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "awa.maintenance.promote_batch_size": (HISTOGRAM, "{job}", "Jobs promoted per batch"),
     "awa.maintenance.promote_duration": (HISTOGRAM, "s", "Promotion batch duration"),
     "awa.maintenance.rescues": (COUNTER, "{job}", "Number of jobs rescued by maintenance"),
-    "awa.queue.depth": (GAUGE, "{job}", "Jobs per queue and state (folded counters)"),
+    "awa.queue.depth": (GAUGE, "{job}", "Jobs per queue and state (cheap, may over-count)"),
     "awa.queue.lag": (GAUGE, "s", "Age of the oldest available job per queue"),
+    "awa.queue.info": (
+        GAUGE,
+        "{queue}",
+        "Declared queue descriptors (always 1; a label-join target)",
+    ),
+    "awa.job_kind.info": (
+        GAUGE,
+        "{kind}",
+        "Declared job-kind descriptors (always 1; a label-join target)",
+    ),
+    "awa.storage.state": (
+        GAUGE,
+        "{state}",
+        "Storage transition state and engines (always 1; the attributes carry them)",
+    ),
+    "awa.storage.transition_ready": (
+        GAUGE,
+        "{state}",
+        "Whether a storage transition step would pass its gates now (1) or not (0)",
+    ),
+    "awa.storage.canonical_live_backlog": (
+        GAUGE,
+        "{job}",
+        "Canonical jobs not yet terminal while a transition is prepared or mixed",
+    ),
+    "awa.storage.live_runtime_capability": (
+        GAUGE,
+        "{runtime}",
+        "Live runtimes by the storage they can execute",
+    ),
 }
 
 _COUNTER_OUTCOMES = {
@@ -199,17 +262,47 @@ class Instruments:
                 duration, {ATTR_QUEUE: queue, ATTR_KIND: kind}
             )
 
+    def inserted(self, jobs: Iterable[tuple[str, str]]) -> None:
+        """Jobs were inserted: one ``(queue, kind)`` pair per job."""
+        self.add_many("awa.job.inserted", Counter(jobs))
+
+    def add_many(self, name: str, per_pair: Mapping[tuple[str, str], int]) -> None:
+        """Add to counter ``name`` per ``(queue, kind)`` pair."""
+        counts = self._counts[name]
+        with self._lock:
+            for (queue, kind), amount in per_pair.items():
+                key: Key = ((ATTR_QUEUE, queue), (ATTR_KIND, kind))
+                counts[key] = counts.get(key, 0) + amount
+
+    def dlq(
+        self,
+        name: str,
+        amount: int,
+        *,
+        queue: str | None = None,
+        kind: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """``amount`` jobs moved into (``awa.job.dlq_moved``, with its ``reason``), out of
+        (``awa.job.dlq_retried``) or were deleted from (``awa.job.dlq_purged``) the DLQ;
+        ``queue`` / ``kind`` when the operation names them."""
+        if amount <= 0:
+            return
+        pairs = ((ATTR_QUEUE, queue), (ATTR_KIND, kind), (ATTR_DLQ_REASON, reason))
+        self.count(name, tuple((k, v) for k, v in pairs if v is not None), amount)
+
     def claimed(
         self,
         queue: str,
-        kinds: Iterable[str],
+        jobs: Iterable[tuple[str, int | None]],
         asked: int,
         seconds: float,
         due: Sequence[datetime],
         now: datetime,
     ) -> None:
-        """One claim for up to ``asked`` jobs took ``seconds`` and returned jobs of
-        ``kinds`` that had been due since ``due``."""
+        """One claim for up to ``asked`` jobs took ``seconds`` and returned ``jobs``
+        (each its kind and, on queue storage, its lane's enqueue shard) that had been due
+        since ``due``."""
         key: Key = ((ATTR_QUEUE, queue),)
         attributes = {ATTR_QUEUE: queue}
         self.count("awa.dispatch.claim_batches", key)
@@ -217,12 +310,16 @@ class Instruments:
         got = 0
         claimed = self._counts["awa.job.claimed"]
         with self._lock:
-            for kind in kinds:
+            for kind, shard in jobs:
                 got += 1
-                kind_key = ((ATTR_QUEUE, queue), (ATTR_KIND, kind))
+                kind_key: Key = (
+                    ((ATTR_QUEUE, queue), (ATTR_KIND, kind))
+                    if shard is None
+                    else ((ATTR_QUEUE, queue), (ATTR_KIND, kind), (ATTR_SHARD, shard))
+                )
                 claimed[kind_key] = claimed.get(kind_key, 0) + 1
         if got == 0:
-            self.count("awa.dispatch.empty_claims", key)
+            self.count("awa.dispatch.empty_claim", key)
             return
         self.histograms["awa.dispatch.claim_batch_size"].record(got, attributes)
         if asked > got:
@@ -306,3 +403,52 @@ def instruments() -> Instruments | None:
             if _instruments is None:
                 _instruments = Instruments(otel_metrics.get_meter(METER_NAME))
     return _instruments
+
+
+def count_inserted(specs: Iterable[JobSpec]) -> None:
+    """``awa.job.inserted``: the jobs of ``specs`` were inserted (queue as given, so a
+    striped queue counts under its logical name, as its claims do)."""
+    found = instruments()
+    if found is not None:
+        found.inserted((spec.queue, spec.kind) for spec in specs)
+
+
+def count_inserted_of(specs: Sequence[JobSpec], records: Sequence[JobRecord]) -> None:
+    """``awa.job.inserted`` for a batch that skipped the specs whose unique key was held:
+    ``records`` are the jobs it did insert. Only specs with a unique key can be skipped,
+    so they are matched to the records by key."""
+    if instruments() is None:
+        return
+    if len(records) == len(specs):
+        count_inserted(specs)
+        return
+    held = Counter(r.unique_key for r in records if r.unique_key is not None)
+    inserted = []
+    for spec in specs:
+        if spec.unique_key is None:
+            inserted.append(spec)
+        elif held[spec.unique_key] > 0:
+            held[spec.unique_key] -= 1
+            inserted.append(spec)
+    count_inserted(inserted)
+
+
+def count_inserted_copy(specs: Sequence[JobSpec], inserted: int) -> None:
+    """``awa.job.inserted`` for a COPY batch that reports only how many jobs it inserted.
+    When it skipped some (held unique keys), the specs without a unique key were all
+    inserted and the rest of the count goes to the unique specs' queue and kind, each
+    attribute kept only when those specs share it."""
+    found = instruments()
+    if found is None:
+        return
+    if inserted >= len(specs):
+        count_inserted(specs)
+        return
+    free = [spec for spec in specs if spec.unique_key is None]
+    count_inserted(free)
+    keyed = [spec for spec in specs if spec.unique_key is not None]
+    queues = {spec.queue for spec in keyed}
+    kinds = {spec.kind for spec in keyed}
+    pairs = ((ATTR_QUEUE, queues), (ATTR_KIND, kinds))
+    key: Key = tuple((name, next(iter(values))) for name, values in pairs if len(values) == 1)
+    found.count("awa.job.inserted", key, inserted - len(free))

@@ -11,7 +11,7 @@ two agree.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -378,3 +378,49 @@ def _active(
         updated_at=now,
         finalized_at=now,
     )
+
+
+@attrs.frozen
+class TransitionObservation:
+    """What operators watch of the transition (the ``awa.storage.*`` gauges): the status,
+    the canonical backlog while it matters (``prepared`` / ``mixed_transition``, else
+    ``None``), whether the target schema is installed, and live runtimes by capability."""
+
+    status: TransitionStatus
+    canonical_backlog: int | None
+    schema_installed: bool
+    live_runtimes: Mapping[StorageCapability, int] = attrs.field(factory=dict)
+
+
+def backlog_matters(state: TransitionState) -> bool:
+    """The canonical backlog gates a step only while a transition is under way."""
+    return state in (TransitionState.PREPARED, TransitionState.MIXED_TRANSITION)
+
+
+def step_readiness(observation: TransitionObservation) -> dict[str, bool]:
+    """Whether ``enter_mixed_transition`` and ``finalize`` would pass their gates now
+    (the same gates the steps check)."""
+    runtimes = [
+        RuntimeView(capability, live=True)
+        for capability, count in observation.live_runtimes.items()
+        for _ in range(count)
+    ]
+    steps: dict[str, Callable[[], None]] = {
+        "enter_mixed_transition": lambda: check_enter_mixed(
+            observation.status,
+            schema_installed=observation.schema_installed,
+            runtimes=runtimes,
+        ),
+        "finalize": lambda: check_finalize(
+            observation.status, canonical_backlog=observation.canonical_backlog or 0
+        ),
+    }
+    ready = {}
+    for step, check in steps.items():
+        try:
+            check()
+        except TransitionRefused:
+            ready[step] = False
+        else:
+            ready[step] = True
+    return ready

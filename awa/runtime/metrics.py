@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from awa.domain.descriptors import Catalog, Descriptor
 from awa.domain.job import JobRecord, JobSpec
 
 try:
@@ -341,6 +342,22 @@ class Instruments:
         self.histograms["awa.maintenance.promote_batch_size"].record(count, {})
         self.histograms["awa.maintenance.promote_duration"].record(seconds, {})
 
+    def gauge_names(self) -> list[str]:
+        """The gauges (and up-down counters) read from sources, by name."""
+        return list(self._gauge_sources)
+
+    def add_gauge_sources(
+        self, sources: Mapping[str, Callable[[], Iterable[tuple[float, Key]]]]
+    ) -> Callable[[], None]:
+        """:meth:`add_gauge_source` for several gauges; the function removes them all."""
+        removers = [self.add_gauge_source(name, source) for name, source in sources.items()]
+
+        def remove() -> None:
+            for remover in removers:
+                remover()
+
+        return remove
+
     def add_gauge_source(
         self, name: str, source: Callable[[], Iterable[tuple[float, Key]]]
     ) -> Callable[[], None]:
@@ -452,3 +469,16 @@ def count_inserted_copy(specs: Sequence[JobSpec], inserted: int) -> None:
     pairs = ((ATTR_QUEUE, queues), (ATTR_KIND, kinds))
     key: Key = tuple((name, next(iter(values))) for name, values in pairs if len(values) == 1)
     found.count("awa.job.inserted", key, inserted - len(free))
+
+
+def descriptor_info(catalog: Catalog, name: str, descriptor: Descriptor) -> Key:
+    """The attributes of one ``awa.queue.info`` / ``awa.job_kind.info`` point: the queue
+    (or kind) and the descriptor fields that are set (tags joined by commas)."""
+    key: list[tuple[str, Any]] = [(ATTR_QUEUE if catalog == "queue" else ATTR_KIND, name)]
+    for field in DESCRIPTOR_FIELDS:
+        value = getattr(descriptor, field)
+        if field == "tags":
+            value = ",".join(value) if value else None
+        if value is not None:
+            key.append((f"awa.{catalog}.{field}", value))
+    return tuple(key)

@@ -20,7 +20,14 @@ from psycopg.types.json import Jsonb
 
 from awa.adapters._pg.errors import map_error
 from awa.adapters._pg.pool import connect
-from awa.domain.transition import Gate, TransitionRefused, TransitionStatus
+from awa.domain.transition import (
+    Gate,
+    StorageCapability,
+    TransitionObservation,
+    TransitionRefused,
+    TransitionStatus,
+    backlog_matters,
+)
 
 AnyConnection = psycopg.AsyncConnection[Any]
 
@@ -121,6 +128,35 @@ async def canonical_live_backlog(conn: AnyConnection) -> int:
     """``awa.canonical_live_backlog()``: canonical jobs not yet terminal."""
     rows = await _rows(conn, "SELECT awa.canonical_live_backlog() AS n")
     return int(rows[0]["n"]) if rows else 0
+
+
+_LIVE_RUNTIMES = """
+SELECT storage_capability, count(*) AS n FROM awa.runtime_instances
+WHERE awa.runtime_is_live(last_seen_at, snapshot_interval_ms, shutting_down)
+GROUP BY storage_capability
+"""
+
+
+async def observe(conn: AnyConnection) -> TransitionObservation:
+    """The status, the canonical backlog while a transition is under way, whether the
+    target schema is installed and the live runtimes by capability (a few index reads;
+    the backlog is a count of canonical jobs not yet terminal, read only when it gates
+    a step)."""
+    status = await read_status(conn)
+    backlog = await canonical_live_backlog(conn) if backlog_matters(status.state) else None
+    live: dict[StorageCapability, int] = {}
+    for row in await _rows(conn, _LIVE_RUNTIMES):
+        try:
+            capability = StorageCapability(row["storage_capability"])
+        except ValueError:
+            continue  # a capability a newer release reports
+        live[capability] = int(row["n"])
+    return TransitionObservation(
+        status=status,
+        canonical_backlog=backlog,
+        schema_installed=await queue_storage_installed(conn, status.schema),
+        live_runtimes=live,
+    )
 
 
 async def queue_storage_installed(conn: AnyConnection, schema: str) -> bool:

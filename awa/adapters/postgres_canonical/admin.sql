@@ -32,6 +32,15 @@ WHERE finalized_at >= %(since)s::timestamptz
   AND state IN ('completed', 'failed', 'cancelled')
 GROUP BY 1, 2
 
+-- name: queue_depths
+-- The metrics' depth: live rows only, read along canonical_jobs_queue_state_idx, and the
+-- oldest due available job; finished rows are never read.
+SELECT queue, state::text AS state, count(*) AS n,
+    min(run_at) FILTER (WHERE state = 'available' AND awa.run_at_in_range(run_at)) AS oldest
+FROM awa.canonical_jobs
+WHERE state IN ('available', 'scheduled', 'retryable', 'running', 'waiting_external')
+GROUP BY queue, state
+
 -- name: queue_counts
 -- Exact counts by GROUP BY: the canonical engine keeps no folded counters.
 WITH per_state AS (

@@ -23,7 +23,7 @@ from awa.adapters.postgres_queue_storage._base import (
     Writes,
     minute_of,
 )
-from awa.domain.admin_views import KindCounts, StateBucket
+from awa.domain.admin_views import KindCounts, QueueDepth, StateBucket, queue_depths_from
 from awa.domain.callbacks import retry_changes
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts
 from awa.domain.states import TERMINAL_STATES, JobState
@@ -172,6 +172,13 @@ class AdminOps(QueueStorageBase):
                 )
             )
         return result
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        """Available jobs from the lane-head cursors, the other states from the folded
+        counters (statement ``queue_depths``); no job row is counted."""
+        async with translated_errors(), self._tx() as conn:
+            rows = await self._exec(conn, "queue_depths")
+        return queue_depths_from(rows)
 
     async def kind_counts(self) -> list[KindCounts]:
         hour_ago = self._clock.now() - timedelta(hours=1)

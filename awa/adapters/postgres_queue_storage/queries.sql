@@ -1223,6 +1223,35 @@ CROSS JOIN LATERAL (
 WHERE h.queue IN (SELECT queue FROM waiting)
 GROUP BY h.queue
 
+-- name: queue_depths
+-- The metrics' cheap depth (queue_depths): available jobs per queue as the sum of its
+-- lanes' head-cursor differences (lanes.next_seq - claim_heads.claim_seq: a row retired
+-- above a cursor counts until a claim passes it), with the run_at of the first row at
+-- each lane's cursor (one index probe per lane) as the oldest; the other live states from
+-- the folded counters. No job row is counted and no claim or tombstone is probed.
+WITH heads AS (
+    SELECT h.queue, h.priority, h.shard, h.claim_seq, l.next_seq
+    FROM {s}.claim_heads h
+    JOIN {s}.lanes l USING (queue, priority, shard)
+)
+SELECT h.queue, 'available' AS state,
+    sum(greatest(h.next_seq - h.claim_seq, 0))::bigint AS n, min(w.run_at) AS oldest
+FROM heads h
+LEFT JOIN LATERAL (
+    SELECT r.run_at FROM {s}.ready_entries r
+    WHERE h.next_seq > h.claim_seq
+      AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+      AND r.lane_seq >= h.claim_seq
+    ORDER BY r.lane_seq
+    LIMIT 1
+) w ON true
+GROUP BY h.queue
+UNION ALL
+SELECT queue, state::text, sum(n)::bigint, NULL
+FROM {s}.queue_counts
+WHERE state IN ('scheduled', 'retryable', 'running', 'waiting_external')
+GROUP BY queue, state
+
 -- name: kind_counts
 -- Operator read (cached by its callers): a scan of the resolved job snapshots.
 SELECT kind,

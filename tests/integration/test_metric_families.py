@@ -9,7 +9,6 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 

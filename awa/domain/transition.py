@@ -11,7 +11,7 @@ two agree.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -485,22 +485,10 @@ def step_readiness(observation: TransitionObservation) -> dict[str, bool]:
         for capability, count in observation.live_runtimes.items()
         for _ in range(count)
     ]
-    steps: dict[str, Callable[[], None]] = {
-        "enter_mixed_transition": lambda: check_enter_mixed(
-            observation.status,
-            schema_installed=observation.schema_installed,
-            runtimes=runtimes,
-        ),
-        "finalize": lambda: check_finalize(
-            observation.status, canonical_backlog=observation.canonical_backlog or 0
-        ),
-    }
-    ready = {}
-    for step, check in steps.items():
-        try:
-            check()
-        except TransitionRefused:
-            ready[step] = False
-        else:
-            ready[step] = True
-    return ready
+    enter = enter_mixed_refusals(
+        observation.status, schema_installed=observation.schema_installed, runtimes=runtimes
+    )
+    final = finalize_refusals(
+        observation.status, canonical_backlog=observation.canonical_backlog or 0
+    )
+    return {"enter_mixed_transition": not enter, "finalize": not final}

@@ -477,18 +477,16 @@ def backlog_matters(state: TransitionState) -> bool:
     return state in (TransitionState.PREPARED, TransitionState.MIXED_TRANSITION)
 
 
-def step_readiness(observation: TransitionObservation) -> dict[str, bool]:
-    """Whether ``enter_mixed_transition`` and ``finalize`` would pass their gates now
-    (the same gates the steps check)."""
-    runtimes = [
-        RuntimeView(capability, live=True)
-        for capability, count in observation.live_runtimes.items()
-        for _ in range(count)
-    ]
-    enter = enter_mixed_refusals(
-        observation.status, schema_installed=observation.schema_installed, runtimes=runtimes
+def observation_report(observation: TransitionObservation) -> dict[str, Any]:
+    """:func:`status_report` of an observation (a canonical backlog not read counts as 0:
+    no step it gates is next then)."""
+    return status_report(
+        observation.status,
+        canonical_backlog=observation.canonical_backlog or 0,
+        schema_installed=observation.schema_installed,
+        runtimes=[
+            RuntimeView(capability, live=True)
+            for capability, count in observation.live_runtimes.items()
+            for _ in range(count)
+        ],
     )
-    final = finalize_refusals(
-        observation.status, canonical_backlog=observation.canonical_backlog or 0
-    )
-    return {"enter_mixed_transition": not enter, "finalize": not final}

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from awa.domain.admin_views import DEPTH_STATES
-from awa.domain.transition import StorageCapability, TransitionObservation, step_readiness
+from awa.domain.transition import StorageCapability, TransitionObservation, observation_report
 from awa.ports.storage import StorageEngine, TransitionObserver
 from awa.runtime.metrics import (
     ATTR_QUEUE,
@@ -53,11 +53,15 @@ def storage_points(observation: TransitionObservation) -> dict[str, Points]:
     if status.prepared_engine is not None:
         state = (*state, (ATTR_STORAGE_PREPARED, status.prepared_engine))
     backlog = observation.canonical_backlog
+    report = observation_report(observation)
+    ready = {
+        "enter_mixed_transition": report["can_enter_mixed_transition"],
+        "finalize": report["can_finalize"],
+    }
     return {
         "awa.storage.state": [(1.0, state)],
         "awa.storage.transition_ready": [
-            (1.0 if ready else 0.0, ((ATTR_STORAGE_ACTION, step),))
-            for step, ready in step_readiness(observation).items()
+            (1.0 if can else 0.0, ((ATTR_STORAGE_ACTION, step),)) for step, can in ready.items()
         ],
         "awa.storage.canonical_live_backlog": [] if backlog is None else [(float(backlog), ())],
         "awa.storage.live_runtime_capability": [

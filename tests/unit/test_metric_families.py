@@ -20,7 +20,6 @@ from awa.domain.transition import (
     TransitionObservation,
     TransitionState,
     TransitionStatus,
-    step_readiness,
 )
 from awa.ports.descriptors import DeclaredDescriptor
 from awa.ports.storage import TransitionObserver
@@ -28,7 +27,7 @@ from awa.runtime import AttemptContext, HandlerRegistry, metrics
 from awa.runtime.descriptors import DescriptorService
 from awa.runtime.inflight import InFlight
 from awa.runtime.maintenance import MaintenanceLeader
-from awa.runtime.queue_gauges import QueueGauges
+from awa.runtime.queue_gauges import QueueGauges, storage_points
 from tests.support.otel import recording
 from tests.unit.test_runtime_support import enqueue, fast_config, make_engine, running
 
@@ -157,18 +156,25 @@ def _mixed(backlog: int) -> TransitionObservation:
     )
 
 
-def test_step_readiness_follows_the_transition_gates() -> None:
-    assert step_readiness(_mixed(3)) == {"enter_mixed_transition": False, "finalize": False}
-    assert step_readiness(_mixed(0)) == {"enter_mixed_transition": False, "finalize": True}
+def _ready(observation: TransitionObservation) -> dict[str, float]:
+    points = storage_points(observation)["awa.storage.transition_ready"]
+    return {dict(key)["awa.storage.action"]: value for value, key in points}
+
+
+def test_transition_readiness_follows_the_transition_gates() -> None:
+    assert _ready(_mixed(3)) == {"enter_mixed_transition": 0, "finalize": 0}
+    assert _ready(_mixed(0)) == {"enter_mixed_transition": 0, "finalize": 1}
     prepared = TransitionObservation(
         status=TransitionStatus(prepared_engine="queue_storage", state=TransitionState.PREPARED),
         canonical_backlog=5,
         schema_installed=True,
         live_runtimes={StorageCapability.QUEUE_STORAGE: 1},
     )
-    assert step_readiness(prepared) == {"enter_mixed_transition": True, "finalize": False}
+    assert _ready(prepared) == {"enter_mixed_transition": 1, "finalize": 0}
     blocked = attrs.evolve(prepared, live_runtimes={StorageCapability.CANONICAL: 1})
-    assert step_readiness(blocked)["enter_mixed_transition"] is False
+    assert _ready(blocked)["enter_mixed_transition"] == 0
+    unbuilt = attrs.evolve(prepared, schema_installed=False)
+    assert _ready(unbuilt)["enter_mixed_transition"] == 0
 
 
 async def test_the_leader_reports_the_storage_gauges() -> None:

@@ -170,15 +170,22 @@ _SECONDS_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 
 _COUNT_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096]
 
 
-class _Sampler:
-    """Systematic sampling: ``take()`` is true for every ``stride``-th call, the stride
-    re-derived each second so that about ``HISTOGRAM_BUDGET`` calls a second pass."""
+#: Samples taken between two looks at the clock (the stride is re-derived at each look).
+_SAMPLES_PER_CHECK = HISTOGRAM_BUDGET // 4
 
-    __slots__ = ("_calls", "_stride", "_window_calls", "_window_start")
+
+class _Sampler:
+    """Systematic sampling: ``take()`` is true for every ``stride``-th call. The stride is
+    re-derived from the call rate every ``_SAMPLES_PER_CHECK`` samples taken, so about
+    ``HISTOGRAM_BUDGET`` calls a second pass, and a burst after a quiet spell (the start
+    of a drain) passes at most ``_SAMPLES_PER_CHECK`` calls before the stride catches up."""
+
+    __slots__ = ("_calls", "_stride", "_taken", "_window_calls", "_window_start")
 
     def __init__(self) -> None:
         self._calls = 0
         self._stride = 1
+        self._taken = 0
         self._window_calls = 0
         self._window_start = time.monotonic()
 
@@ -186,12 +193,13 @@ class _Sampler:
         self._calls += 1
         if self._calls % self._stride:
             return False
-        now = time.monotonic()
-        elapsed = now - self._window_start
-        if elapsed >= 1.0:
+        self._taken += 1
+        if self._taken >= _SAMPLES_PER_CHECK:
+            now = time.monotonic()
+            elapsed = max(now - self._window_start, 1e-6)
             rate = (self._calls - self._window_calls) / elapsed
             self._stride = max(1, int(rate // HISTOGRAM_BUDGET))
-            self._window_calls, self._window_start = self._calls, now
+            self._window_calls, self._window_start, self._taken = self._calls, now, 0
         return True
 
 

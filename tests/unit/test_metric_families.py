@@ -228,3 +228,39 @@ def _current() -> metrics.Instruments:
     found = metrics.instruments()
     assert found is not None
     return found
+
+
+class _FakeMonotonic:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_histogram_sampling_keeps_a_burst_within_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _FakeMonotonic()
+    monkeypatch.setattr(metrics.time, "monotonic", clock)
+    sampler = metrics._Sampler()
+    clock.now += 60.0  # a quiet minute, then a burst of 20,000 calls/s for 2 s
+    taken = 0
+    for _ in range(40_000):
+        clock.now += 1 / 20_000
+        taken += sampler.take()
+    # About HISTOGRAM_BUDGET a second, plus at most two checks' worth at the start (the
+    # first check still sees the quiet minute).
+    assert taken <= 2 * metrics.HISTOGRAM_BUDGET + 3 * metrics._SAMPLES_PER_CHECK
+    assert taken >= metrics.HISTOGRAM_BUDGET
+
+
+def test_histogram_sampling_takes_every_call_at_a_low_rate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = _FakeMonotonic()
+    monkeypatch.setattr(metrics.time, "monotonic", clock)
+    sampler = metrics._Sampler()
+    taken = 0
+    for _ in range(500):
+        clock.now += 0.01  # 100 calls a second, under the budget
+        taken += sampler.take()
+    assert taken == 500

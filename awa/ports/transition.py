@@ -13,7 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
-from awa.domain.transition import DEFAULT_SCHEMA, TransitionRole, TransitionStatus
+from awa.domain.transition import (
+    DEFAULT_SCHEMA,
+    TransitionObservation,
+    TransitionRole,
+    TransitionStatus,
+)
 
 C_contra = TypeVar("C_contra", contravariant=True)
 
@@ -39,6 +44,12 @@ class TransitionStateReader(Protocol[C_contra]):
 
     async def queue_storage_installed(self, schema: str) -> bool:
         """Whether ``schema`` holds the queue-storage tables."""
+        ...
+
+    async def observe_transition(self) -> TransitionObservation:
+        """What operators watch (:class:`~awa.ports.storage.TransitionObserver`): the
+        status, the canonical backlog while it gates a step, whether the target schema is
+        installed and the live runtimes by capability."""
         ...
 
 

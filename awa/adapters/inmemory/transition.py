@@ -20,6 +20,7 @@ from awa.domain.transition import (
     DEFAULT_SCHEMA,
     QUEUE_STORAGE_ENGINE,
     RuntimeView,
+    TransitionObservation,
     TransitionStatus,
 )
 from awa.ports.clock import Clock
@@ -64,6 +65,20 @@ class InMemoryTransition:
 
     async def queue_storage_installed(self, schema: str) -> bool:
         return True
+
+    async def observe_transition(self) -> TransitionObservation:
+        # No runtime registry here: an in-memory store has no runtimes to count.
+        status = self._status
+        return TransitionObservation(
+            status=status,
+            canonical_backlog=self._canonical_backlog()
+            if machine.backlog_matters(status.state)
+            else None,
+            schema_installed=True,
+        )
+
+    def _canonical_backlog(self) -> int:
+        return sum(1 for job in self._jobs(CANONICAL_SIDE) if not job.state.is_terminal)
 
     # ---------------------------------------------------------------- upkeep
     async def activate_if_fresh(self, schema: str = DEFAULT_SCHEMA) -> bool:
@@ -120,9 +135,10 @@ class InMemoryTransition:
 
     def finalize(self) -> TransitionStatus:
         """``awa storage finalize``: refused while canonical jobs are not finished."""
-        backlog = sum(1 for job in self._jobs(CANONICAL_SIDE) if not job.state.is_terminal)
         return self._set(
-            machine.finalize(self._status, canonical_backlog=backlog, now=self._clock.now())
+            machine.finalize(
+                self._status, canonical_backlog=self._canonical_backlog(), now=self._clock.now()
+            )
         )
 
     def abort(self) -> TransitionStatus:

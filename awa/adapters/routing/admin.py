@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from awa.adapters.routing.base import C, RoutingBase, T
-from awa.domain.admin_views import KindCounts, StateBucket
+from awa.domain.admin_views import KindCounts, QueueDepth, StateBucket
 from awa.domain.batch_ops import (
     BatchFilter,
     BatchOperation,
@@ -66,6 +66,21 @@ class AdminOps(RoutingBase[C]):
                     completed_last_hour=prior.completed_last_hour + item.completed_last_hour,
                     oldest_available_at=min(oldest) if oldest else None,
                 )
+        return [merged[q] for q in sorted(merged)]
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        # A job lives in one engine at a time: the depths add up.
+        merged: dict[str, QueueDepth] = {}
+        for engine in self._read_order(await self.status(max_age=0.0)):
+            for item in await engine.queue_depths():
+                prior = merged.get(item.queue)
+                if prior is not None:
+                    counts = {
+                        s: prior.count(s) + item.count(s) for s in {*prior.counts, *item.counts}
+                    }
+                    oldest = [t for t in (prior.oldest_available_at, item.oldest_available_at) if t]
+                    item = QueueDepth(item.queue, counts, min(oldest) if oldest else None)
+                merged[item.queue] = item
         return [merged[q] for q in sorted(merged)]
 
     async def kind_counts(self) -> list[KindCounts]:

@@ -16,6 +16,7 @@ from awa.domain.errors import DatabaseError
 from awa.domain.stripes import StripeRotor
 from awa.domain.transition import (
     DEFAULT_SCHEMA,
+    TransitionObservation,
     TransitionRole,
     TransitionState,
     TransitionStatus,
@@ -191,6 +192,10 @@ class RoutingBase(Generic[C]):
             self._status, self._status_read_at = status, now
             return status
         return self._status
+
+    async def observe_transition(self) -> TransitionObservation:
+        """:class:`~awa.ports.storage.TransitionObserver`."""
+        return await self._transition.observe_transition()
 
     async def _hot_status(self) -> TransitionStatus:
         """The status for the claim and completion paths: the cached one, re-read in the

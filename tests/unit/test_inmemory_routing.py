@@ -200,3 +200,19 @@ async def test_the_dlq_follows_the_producers_engine(routing: InMemoryRouting) ->
     assert retried is not None and retried.state is JobState.Available
     assert side_of(routing, job.id) == QUEUE_STORAGE
     assert await engine.dlq_depth() == 0
+
+
+async def test_observing_the_transition_counts_the_canonical_backlog_only_while_it_gates(
+    routing: InMemoryRouting,
+) -> None:
+    engine = routing.engine
+    await engine.enqueue_many([JobSpec(kind="k"), JobSpec(kind="k")])
+    observed = await engine.observe_transition()
+    assert observed.status.state is TransitionState.CANONICAL
+    assert observed.canonical_backlog is None and observed.schema_installed
+    mixed(routing)
+    (claim,) = await engine.claim("default", limit=1)
+    await engine.complete([claim.lease])
+    observed = await engine.observe_transition()
+    assert observed.status.state is TransitionState.MIXED_TRANSITION
+    assert observed.canonical_backlog == 1

@@ -1,8 +1,9 @@
--- The producers' route is read on every insert (awa.storage_producer_schema,
--- awa.queue_storage_route_check, awa.insert_job_compat). As a SQL function with a FROM
--- clause, awa.active_queue_storage_schema() cannot be inlined, so every call parsed and
--- planned its body again; as PL/pgSQL its statement is planned once per session and
--- reused. Same signature, same result.
+-- The queue-storage schema of a cluster in mixed transition or active on queue storage;
+-- NULL before (canonical, prepared).
+-- The producers' route reads it on every insert (awa.storage_producer_schema,
+-- awa.queue_storage_route_check, awa.insert_job_compat). PL/pgSQL, not SQL: a SQL function
+-- with a FROM clause cannot be inlined, so every call parsed and planned its body again;
+-- as PL/pgSQL its statement is planned once per session and reused.
 CREATE OR REPLACE FUNCTION awa.active_queue_storage_schema() RETURNS text
 LANGUAGE plpgsql STABLE AS $$
 DECLARE

@@ -1,4 +1,6 @@
--- The SQL producer contract, now routed by the transition state (same signature).
+-- The SQL producer contract (SQL_SURFACE.md): insert one job in the caller's transaction,
+-- with the database clock, into the storage the transition state routes producers to.
+-- requires: awa.jobs
 CREATE OR REPLACE FUNCTION awa.insert_job_compat(
     p_kind text,
     p_queue text DEFAULT 'default',

@@ -1,3 +1,5 @@
+-- First step of awa.install_queue_storage: the engine's tables as it first built them
+-- (the later steps change them); nothing when p_schema is installed, unless p_reset.
 CREATE OR REPLACE FUNCTION awa.install_queue_storage_tables(
     p_schema text DEFAULT 'awa',
     p_queue_slot_count int DEFAULT 16,

@@ -1,3 +1,5 @@
+-- DELETE through awa.jobs: a canonical row is deleted, a queue-storage job gets a deletion
+-- marker (awa.queue_storage_edit); nothing happens for a job that no plane holds.
 CREATE OR REPLACE FUNCTION awa.jobs_view_delete() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE

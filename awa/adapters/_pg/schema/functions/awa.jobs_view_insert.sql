@@ -1,3 +1,5 @@
+-- INSERT through awa.jobs: always a canonical row (SQL_SURFACE.md); producers use
+-- awa.insert_job_compat to reach queue storage.
 CREATE OR REPLACE FUNCTION awa.jobs_view_insert() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE

@@ -1,3 +1,10 @@
+-- Append one job body (a canonical row value) to queue storage in schema p_schema, as the
+-- engine's own enqueue does: available -> a ready row in the current slot of a lane,
+-- scheduled / retryable -> the deferred backlog, terminal -> a done fact. A job without
+-- an ordering key takes the first free lane of its (queue, priority) that no other open
+-- transaction holds (negative shards, at most 8); one with a key keeps its shard's lane.
+-- The caller owns the unique claim. Lock order follows ADR 0006: lanes, claim heads,
+-- then counters.
 CREATE OR REPLACE FUNCTION awa.queue_storage_append(p_schema text, p_job awa.canonical_jobs)
 RETURNS void
 LANGUAGE plpgsql AS $$

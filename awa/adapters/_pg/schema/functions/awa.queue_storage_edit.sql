@@ -1,4 +1,15 @@
--- As in 0310, but the retire of an unclaimed head takes awa.queue_storage_retire_lanes.
+-- Operator repair of a queue-storage job through awa.jobs (the view's UPDATE and DELETE
+-- triggers). Returns false, writing nothing, when the job changed since the statement
+-- read it (a claim or a finalizer won the race), like the canonical view trigger.
+--
+-- A live attempt that stays live (e.g. a new deadline_at) is edited in its lease row,
+-- written through the lease ring (awa.queue_storage_save_lease). Every other change
+-- retires the head fact (a tombstone for an unclaimed ready row, under its lane's claim
+-- head marked by awa.queue_storage_retire_lanes; a 'moved' closure for a live attempt;
+-- the deferred row) and appends the new snapshot where its state lives; a delete of
+-- terminal history appends a deletion marker. Closing an attempt leaves its lease row to
+-- the slot's TRUNCATE.
+-- requires: awa.jobs
 CREATE OR REPLACE FUNCTION awa.queue_storage_edit(
     p_schema text, p_old awa.jobs, p_new awa.jobs, p_delete boolean
 ) RETURNS boolean

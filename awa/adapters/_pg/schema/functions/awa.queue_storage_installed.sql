@@ -1,3 +1,4 @@
+-- Whether queue storage is installed in p_schema (its core tables exist).
 CREATE OR REPLACE FUNCTION awa.queue_storage_installed(p_schema text) RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT to_regclass(quote_ident(p_schema) || '.ring_state') IS NOT NULL

@@ -1,3 +1,5 @@
+-- Serialise the lease writers of these attempts (a partitioned table has no unique key on
+-- (job_id, run_lease) alone) and return the current lease slot, read after the locks.
 CREATE OR REPLACE FUNCTION awa.queue_storage_lock_leases(p_schema text, p_job_ids bigint[]) RETURNS int
 LANGUAGE plpgsql AS $lock$
 DECLARE

@@ -1,3 +1,5 @@
+-- Step of awa.install_queue_storage: cheap claims (lanes' claim order key and disorder
+-- mark), exact recent-completion counters, and mutable deadlines of live attempts.
 CREATE OR REPLACE FUNCTION awa.queue_storage_upgrade(p_schema text) RETURNS void
 LANGUAGE plpgsql AS $upgrade$
 DECLARE

@@ -1,3 +1,5 @@
+-- Step of awa.install_queue_storage: claims (slot, ready_fact) answers the "is this ready
+-- row claimed?" probe with one index descent and replaces the ready_fact index.
 CREATE OR REPLACE FUNCTION awa.queue_storage_upgrade_claim_probe(p_schema text) RETURNS void
 LANGUAGE plpgsql AS $upgrade$
 DECLARE

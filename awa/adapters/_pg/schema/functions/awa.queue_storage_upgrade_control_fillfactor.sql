@@ -1,3 +1,6 @@
+-- Step of awa.install_queue_storage: the control rows (lane heads, claim cursors,
+-- counters, ring state) are updated on every enqueue, claim and completion; a fill factor
+-- of 10 on their tiny tables makes every access prune the page's dead versions.
 CREATE OR REPLACE FUNCTION awa.queue_storage_upgrade_control_fillfactor(p_schema text) RETURNS void
 LANGUAGE plpgsql AS $upgrade$
 DECLARE

@@ -1,3 +1,7 @@
+-- Step of awa.install_queue_storage: claims keep only their key and the claim probe. The
+-- rescue sweeps scan the claims in order, and lookups by job go through ready_entries
+-- (job_id) and the probe, so the attempted_at, deadline_at and (job_id, run_lease)
+-- indexes only cost WAL.
 CREATE OR REPLACE FUNCTION awa.queue_storage_upgrade_lean_claims(p_schema text) RETURNS void
 LANGUAGE plpgsql AS $upgrade$
 DECLARE

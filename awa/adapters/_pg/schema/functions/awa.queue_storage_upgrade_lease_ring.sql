@@ -1,3 +1,6 @@
+-- Step of awa.install_queue_storage: leases become a ring of lease_slot_count LIST
+-- partitions on lease_slot, reclaimed by TRUNCATE like the queue ring; rows that exist
+-- move into the current lease slot.
 CREATE OR REPLACE FUNCTION awa.queue_storage_upgrade_lease_ring(p_schema text) RETURNS void
 LANGUAGE plpgsql AS $upgrade$
 DECLARE

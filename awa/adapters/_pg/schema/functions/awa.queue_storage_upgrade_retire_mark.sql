@@ -1,3 +1,6 @@
+-- Step of awa.install_queue_storage: claim_heads.retired_xid, the last transaction that
+-- retired an unclaimed row of the lane (awa.queue_storage_retire_lanes); a claimer whose
+-- snapshot cannot see it leaves the lane alone and claims again.
 CREATE OR REPLACE FUNCTION awa.queue_storage_upgrade_retire_mark(p_schema text) RETURNS void
 LANGUAGE plpgsql AS $upgrade$
 BEGIN

@@ -1,3 +1,6 @@
+-- Step of awa.install_queue_storage: the tables producers write refuse a run_at Python
+-- cannot read back (awa.run_at_in_range). NOT VALID: no scan, and rows already stored
+-- stay readable by the reads that skip them.
 CREATE OR REPLACE FUNCTION awa.queue_storage_upgrade_run_at_bounds(p_schema text) RETURNS void
 LANGUAGE plpgsql AS $upgrade$
 DECLARE

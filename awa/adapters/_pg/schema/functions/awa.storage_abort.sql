@@ -1,3 +1,4 @@
+-- `awa storage abort`: back from prepared or mixed_transition to canonical (ADR 0007).
 CREATE OR REPLACE FUNCTION awa.storage_abort() RETURNS SETOF awa.storage_status_row
 LANGUAGE plpgsql AS $$
 DECLARE

@@ -1,3 +1,5 @@
+-- `awa storage enter-mixed-transition`: producers move to queue storage once every live
+-- runtime can serve it (ADR 0007).
 CREATE OR REPLACE FUNCTION awa.storage_enter_mixed_transition() RETURNS SETOF awa.storage_status_row
 LANGUAGE plpgsql AS $$
 DECLARE

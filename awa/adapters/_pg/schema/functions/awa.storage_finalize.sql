@@ -1,3 +1,5 @@
+-- `awa storage finalize`: queue storage becomes the only engine once canonical storage
+-- holds no live backlog (ADR 0007).
 CREATE OR REPLACE FUNCTION awa.storage_finalize() RETURNS SETOF awa.storage_status_row
 LANGUAGE plpgsql AS $$
 DECLARE

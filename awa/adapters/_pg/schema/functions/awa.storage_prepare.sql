@@ -1,3 +1,4 @@
+-- `awa storage prepare`: name the queue-storage schema the cluster will move to (ADR 0007).
 CREATE OR REPLACE FUNCTION awa.storage_prepare(p_engine text, p_details jsonb DEFAULT '{}')
 RETURNS SETOF awa.storage_status_row
 LANGUAGE plpgsql AS $$

@@ -1,3 +1,5 @@
+-- A queue's wake-up channel: 'awa:' || queue, cut to Postgres's 63-byte identifier limit
+-- at a character boundary, as LISTEN cuts it and as awa.domain.channels does.
 CREATE OR REPLACE FUNCTION awa.wake_channel(p_queue text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN octet_length('awa:' || p_queue) <= 63 THEN 'awa:' || p_queue

@@ -148,15 +148,9 @@ async def apply_schema_objects(conn: DictConnection) -> list[str]:
     Must run inside a transaction, under the migration lock: a failure leaves the catalog
     and ``awa.schema_objects`` as they were.
     """
-    cur = await conn.execute("SELECT name, kind, sha256 FROM awa.schema_objects")
-    recorded = {row["name"]: (row["kind"], row["sha256"]) for row in await cur.fetchall()}
-    present = await _present(conn)
+    recorded = await _recorded(conn)
     objects = schema_objects()
-    pending = {
-        obj.name
-        for obj in objects
-        if recorded.get(obj.name) != (obj.kind, obj.sha256) or (obj.kind, obj.name) not in present
-    }
+    pending = {obj.name for obj in await _pending(conn, recorded)}
     names = {obj.name for obj in objects}
     removed = sorted(name for name in recorded if name not in names)
     if not pending and not removed:
@@ -186,6 +180,31 @@ async def apply_schema_objects(conn: DictConnection) -> list[str]:
             (obj.name, obj.kind, obj.sha256),
         )
     return run.applied
+
+
+async def pending_schema_objects(conn: DictConnection) -> list[SchemaObject]:
+    """The schema files the next ``migrate`` applies, in order (every one on a database
+    that never recorded any)."""
+    cur = await conn.execute("SELECT to_regclass('awa.schema_objects') IS NOT NULL AS present")
+    row = await cur.fetchone()
+    recorded = await _recorded(conn) if row is not None and row["present"] else {}
+    return await _pending(conn, recorded)
+
+
+async def _recorded(conn: DictConnection) -> dict[str, tuple[str, str]]:
+    cur = await conn.execute("SELECT name, kind, sha256 FROM awa.schema_objects")
+    return {row["name"]: (row["kind"], row["sha256"]) for row in await cur.fetchall()}
+
+
+async def _pending(
+    conn: DictConnection, recorded: dict[str, tuple[str, str]]
+) -> list[SchemaObject]:
+    present = await _present(conn)
+    return [
+        obj
+        for obj in schema_objects()
+        if recorded.get(obj.name) != (obj.kind, obj.sha256) or (obj.kind, obj.name) not in present
+    ]
 
 
 async def _present(conn: DictConnection) -> set[tuple[str, str]]:

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from awa.adapters._pg import migrations as pg_migrations
+from awa.adapters._pg import schema_objects as pg_schema_objects
 from awa.adapters._pg.pool import DictConnection, connect
 
 T = TypeVar("T")
@@ -24,6 +25,11 @@ async def with_connection(url: str, action: Callable[[DictConnection], Awaitable
 async def schema_version(conn: DictConnection) -> int:
     """The newest migration recorded in the database (0 when never migrated)."""
     return await pg_migrations.applied_version(conn)
+
+
+async def pending_schema_files(conn: DictConnection) -> list[tuple[str, str]]:
+    """The schema files the next ``migrate`` applies, as ``(path, sql)``."""
+    return [(obj.path, obj.sql) for obj in await pg_schema_objects.pending_schema_objects(conn)]
 
 
 async def relation_exists(conn: DictConnection, name: str) -> bool:

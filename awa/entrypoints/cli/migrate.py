@@ -1,4 +1,8 @@
-"""``awa migrate``: apply schema migrations, or print their SQL for review."""
+"""``awa migrate``: apply schema migrations, or print their SQL for review.
+
+The SQL ``migrate`` runs is the migration stream, then the schema files (one per function
+or view) whose content the database has not applied; ``--sql`` and ``--pending`` print
+both, ``--from`` / ``--to`` / ``--version`` select migrations only."""
 
 from __future__ import annotations
 
@@ -21,6 +25,13 @@ def _database_version(*, writes: bool) -> int:
 def _print_sql(selected: list[tuple[int, str, str]]) -> None:
     for version, description, sql in selected:
         click.echo(f"-- Migration V{version}: {description}")
+        click.echo(sql.rstrip("\n"))
+        click.echo("")
+
+
+def _print_schema_files(files: list[tuple[str, str]]) -> None:
+    for path, sql in files:
+        click.echo(f"-- Schema file {path}")
         click.echo(sql.rstrip("\n"))
         click.echo("")
 
@@ -54,6 +65,8 @@ def migrate(
     latest = bootstrap.current_migration_version()
     if pending:
         _print_sql(bootstrap.migrations_range(_database_version(writes=False), latest))
+        url = state().database_url(mutating=False)
+        _print_schema_files(run(_db.with_connection(url, _db.pending_schema_files)))
         return
     if print_sql:
         if version is not None:
@@ -67,6 +80,8 @@ def migrate(
             high = latest if to_version is None else to_version
             selected = bootstrap.migrations_range(low, high)
         _print_sql(selected)
+        if not ranged and version is None:
+            _print_schema_files(bootstrap.schema_files())
         return
     before = _database_version(writes=True)
     run(bootstrap.migrate(state().database_url()))

@@ -269,3 +269,60 @@ async def test_a_drop_that_outside_objects_depend_on_is_refused_naming_the_file(
     assert "schema/views/awa.probe_view.sql" in str(refused.value)
     assert "probe_outside" in str(refused.value)
     assert _probe(database_url) == [("1", "integer", 1)]  # all or nothing
+
+
+_ENGINE_RELATIONS = """
+SELECT c.relname, c.relkind::text,
+       CASE WHEN c.relkind = 'v' THEN pg_get_viewdef(c.oid)
+            ELSE awa.queue_storage_relation_shape(c.oid) END
+FROM pg_class c
+WHERE c.relnamespace = %s::regnamespace AND c.relkind IN ('r', 'p', 'v', 'S')
+  AND c.relname IN (SELECT relname FROM pg_class WHERE relnamespace = 'qs_shape'::regnamespace)
+"""
+
+
+def test_a_new_schema_gets_the_engine_catalog_the_stream_built_in_awa(
+    migrated_database_url: str,
+) -> None:
+    """Schema awa was installed by migration 0100 and upgraded by each later migration, a
+    new schema by the install function alone: every table, partition, stand-in, sequence
+    and view of the engine comes out the same."""
+    with psycopg.connect(migrated_database_url, autocommit=True) as conn:
+        conn.execute("SELECT awa.install_queue_storage('qs_shape', 16, 8, false)")
+
+        def engine_catalog(schema: str) -> dict[str, tuple[str, str]]:
+            rows = conn.execute(_ENGINE_RELATIONS.encode(), (schema,)).fetchall()
+            return {
+                str(name): (str(kind), str(text or "").replace(f"{schema}.", "awa."))
+                for name, kind, text in rows
+            }
+
+        built = engine_catalog("qs_shape")
+        assert len(built) > 100  # 16 x 5 partitions, their stand-ins, the rings, the views
+        assert engine_catalog("awa") == built
+
+
+_CATALOG_ROWS = """
+SELECT 'class', c.oid, c.xmin::text FROM pg_class c WHERE c.relnamespace = 'awa'::regnamespace
+UNION ALL
+SELECT 'rule', r.oid, r.xmin::text FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class
+WHERE c.relnamespace = 'awa'::regnamespace
+UNION ALL
+SELECT 'index', i.indexrelid, i.xmin::text FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+WHERE c.relnamespace = 'awa'::regnamespace
+UNION ALL
+SELECT 'constraint', k.oid, k.xmin::text FROM pg_constraint k
+WHERE k.connamespace = 'awa'::regnamespace
+"""
+
+
+def test_installing_an_installed_schema_again_changes_no_catalog_row(
+    migrated_database_url: str,
+) -> None:
+    """Every engine open runs the install: it must leave the schema exactly as it is (it
+    once put an older job_facts back and rebuilt an index on every claims partition)."""
+    before = sorted(_catalog(migrated_database_url, _CATALOG_ROWS))
+    with psycopg.connect(migrated_database_url, autocommit=True) as conn:
+        conn.execute("SELECT awa.install_queue_storage()")
+        conn.execute("SELECT awa.queue_storage_refresh()")
+    assert sorted(_catalog(migrated_database_url, _CATALOG_ROWS)) == before

@@ -9,8 +9,7 @@ from __future__ import annotations
 import click
 
 from awa.entrypoints import bootstrap
-from awa.entrypoints.cli import _db
-from awa.entrypoints.cli._common import mutating, run, state
+from awa.entrypoints.cli._common import mutating, run, state, with_schema_admin
 
 SELECTION_NEEDS_SQL = "--from, --to and --version select SQL to print; add --sql"
 PENDING_EXCLUSIVE = "--pending cannot be combined with --from, --to or --version"
@@ -19,7 +18,7 @@ VERSION_EXCLUSIVE = "--version cannot be combined with --from or --to"
 
 def _database_version(*, writes: bool) -> int:
     url = state().database_url(mutating=writes)
-    return run(_db.with_connection(url, _db.schema_version))
+    return with_schema_admin(url, lambda admin: admin.schema_version())
 
 
 def _print_sql(selected: list[tuple[int, str, str]]) -> None:
@@ -40,7 +39,9 @@ def _print_schema_files(files: list[tuple[str, str]]) -> None:
 @mutating
 @click.option("--sql", "print_sql", is_flag=True, help="Print the SQL instead of applying it.")
 @click.option(
-    "--pending", is_flag=True, help="Print only the migrations the database has not applied."
+    "--pending",
+    is_flag=True,
+    help="Print only the migrations and schema files the database has not applied.",
 )
 @click.option(
     "--from", "from_version", type=click.IntRange(min=0), help="Start after this version."
@@ -66,7 +67,7 @@ def migrate(
     if pending:
         _print_sql(bootstrap.migrations_range(_database_version(writes=False), latest))
         url = state().database_url(mutating=False)
-        _print_schema_files(run(_db.with_connection(url, _db.pending_schema_files)))
+        _print_schema_files(with_schema_admin(url, lambda admin: admin.pending_schema_files()))
         return
     if print_sql:
         if version is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
 from pathlib import Path
 
 import psycopg
@@ -30,6 +31,7 @@ from awa.adapters._pg.migrations import (
 from awa.adapters._pg.schema_objects import schema_objects
 from awa.adapters.postgres_canonical import CanonicalEngine
 from awa.domain.errors import SchemaNotMigrated
+from tests.support.schema_history import LAST_VERSION_BEFORE_SCHEMA_FILES
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -177,6 +179,18 @@ def test_migrations_are_ordered_and_ranges_are_half_open() -> None:
     assert migrations_range(0, versions[-1]) == all_migrations
     canonical = [v for v in versions if v < QUEUE_STORAGE_FIRST_VERSION]
     assert canonical == list(range(1, len(canonical) + 1))
+
+
+def test_migrations_after_the_schema_files_define_no_function_or_view() -> None:
+    """Functions and views have their one definition in a schema file (ADR 0012); a
+    migration newer than those released before the files changes tables and data only."""
+    defining = [
+        version
+        for version, _, sql in migrations()
+        if version > LAST_VERSION_BEFORE_SCHEMA_FILES
+        and re.search(r"\bCREATE\s+(OR\s+REPLACE\s+)?(FUNCTION|PROCEDURE|VIEW)\b", sql, re.I)
+    ]
+    assert defining == []
 
 
 async def test_no_schema_drift_from_the_committed_snapshot(database_url: str) -> None:

@@ -810,7 +810,9 @@ class CoreOps(QueueStorageBase):
             job = _claimed_job(row)
             if job.unique_key is None:
                 receipts[(job.id, job.run_lease)] = (row["slot"], row["claim_id"], queue)
-            claims.append(Claim(job=job, lease=job.lease, deadline_at=deadline_at))
+            claims.append(
+                Claim(job=job, lease=job.lease, deadline_at=deadline_at, shard=row["shard"])
+            )
         return claims
 
     async def complete(self, leases: Sequence[RunLease]) -> list[Ack]:
@@ -1317,15 +1319,15 @@ class CoreOps(QueueStorageBase):
         )
         for row in rows:
             lease = RunLease(row["job_id"], row["run_lease"])
-            states: list[JobState] = []
+            decided: list[tuple[JobRecord, str | None]] = []
 
             def decide(
-                job: JobRecord, w: Writes, states: list[JobState] = states
+                job: JobRecord, w: Writes, decided: list[tuple[JobRecord, str | None]] = decided
             ) -> tuple[JobRecord, str | None]:
                 new, dlq = self._retry_or_fail(
                     job, w, error=reason, delay=None, dlq_reason=dlq_reason, **clear
                 )
-                states.append(new.state)
+                decided.append((new, dlq))
                 return new, dlq
 
             expected = (
@@ -1334,7 +1336,17 @@ class CoreOps(QueueStorageBase):
                 else RUNNING_ONLY
             )
             if await self._guarded(lease, decide, expected) is Ack.APPLIED:
-                rescued.append(Rescued(lease=lease, new_state=states[-1], reason=reason))
+                new, dlq = decided[-1]
+                rescued.append(
+                    Rescued(
+                        lease=lease,
+                        new_state=new.state,
+                        reason=reason,
+                        dlq_reason=dlq,
+                        queue=new.queue,
+                        kind=new.kind,
+                    )
+                )
         return rescued
 
     async def rescue_stale_heartbeats(self, *, staleness: timedelta) -> list[Rescued]:

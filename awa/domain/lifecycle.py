@@ -23,12 +23,14 @@ import attrs
 
 from awa.domain.job import JobRecord
 from awa.domain.policies import Backoff
-from awa.domain.states import LIVE_STATES, JobState
+from awa.domain.states import LIVE_STATES, TERMINAL_STATES, JobState
 
 #: The only state in which a handler still holds the attempt: a parked
 #: (``waiting_external``) attempt has no handler left to snooze it or to register a
 #: callback, so those outcomes apply to ``running`` attempts alone.
 HANDLER_STATES = frozenset({JobState.Running})
+#: What an operator may cancel: any job not finalized yet.
+NON_TERMINAL_STATES = frozenset(JobState) - TERMINAL_STATES
 
 #: Metadata key holding the payload of the last resume (read by ``wait_for_callback``).
 CALLBACK_RESULT_KEY = "_awa_callback_result"
@@ -328,7 +330,8 @@ def release(facts: AttemptFacts, *, error: str, now: datetime) -> Transition:
 
 def cancel(now: datetime, *, applies_to: frozenset[JobState] = LIVE_STATES) -> Transition:
     """``cancelled`` now, no error entry. The default is the handler's cancel of its own
-    attempt; an operator cancel passes the non-terminal states it may cancel."""
+    attempt; an operator cancel passes the states it may cancel (at most
+    :data:`NON_TERMINAL_STATES`)."""
     return Transition(JobState.Cancelled, applies_to=applies_to, finalized_at=now)
 
 

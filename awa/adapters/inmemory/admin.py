@@ -8,13 +8,13 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from awa.adapters.inmemory.base import LIVE_STATES, EngineBase, Write, matches
+from awa.adapters.inmemory.base import EngineBase, Write, matches
 from awa.adapters.inmemory.state import EngineState
+from awa.domain import lifecycle
 from awa.domain.admin_views import KindCounts, StateBucket
-from awa.domain.callbacks import retry_changes
 from awa.domain.channels import queue_channel
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts
-from awa.domain.states import TERMINAL_STATES, JobState
+from awa.domain.states import LIVE_STATES, TERMINAL_STATES, JobState
 from awa.ports.storage import DlqFilter, JobFilter
 
 DRAINABLE_STATES = frozenset(
@@ -175,8 +175,7 @@ class AdminOps(EngineBase):
         elif job.state in (JobState.Scheduled, JobState.Retryable):
             job = write.state.transition(job, JobState.Available, run_at=write.now)
         elif job.state == JobState.WaitingExternal:
-            changes = retry_changes(write.now)
-            job = write.state.transition(job, changes.pop("state"), **changes)
+            job = self._apply(write, job, lifecycle.callback_retry(write.now))
         else:
             return job
         write.notify.add(queue_channel(job.queue))

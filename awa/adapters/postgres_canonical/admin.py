@@ -11,13 +11,11 @@ from psycopg import errors as pg_errors
 from awa.adapters._pg.errors import is_unique_claim_violation
 from awa.adapters._pg.rows import job_from_row, state_buckets
 from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase
+from awa.domain import lifecycle
 from awa.domain.admin_views import KindCounts, StateBucket
-from awa.domain.callbacks import retry_changes
 from awa.domain.job import JobRecord, QueueCounts
-from awa.domain.states import TERMINAL_STATES, JobState
+from awa.domain.states import LIVE_STATES, TERMINAL_STATES, JobState
 from awa.ports.storage import JobFilter
-
-LIVE_STATES = frozenset({JobState.Running, JobState.WaitingExternal})
 
 
 def _filter_params(filter: JobFilter) -> dict[str, Any]:
@@ -133,10 +131,11 @@ class AdminOps(EngineBase):
         job = job_from_row(row)
         if job.state in TERMINAL_STATES:
             return job
-        updated = await self._one(conn, "cancel_job", {"id": job.id, "now": now})
+        cancel = lifecycle.cancel(now, applies_to=lifecycle.NON_TERMINAL_STATES)
+        await self._apply(conn, [(job.lease, cancel)], now=now)
         if job.state in LIVE_STATES:
             await self._notify_cancel(conn, job.id, job.run_lease)
-        return job_from_row(updated) if updated is not None else job
+        return cancel.apply(job)
 
     async def cancel_job(self, job_id: int) -> JobRecord | None:
         """Cancel a non-terminal job (a live attempt is told via ``awa:cancel``)."""
@@ -163,24 +162,25 @@ class AdminOps(EngineBase):
         self, conn: AnyConnection, row: Mapping[str, Any], now: datetime
     ) -> JobRecord:
         job = job_from_row(row)
-        params: dict[str, Any] = {"id": job.id, "now": now}
-        if job.state in TERMINAL_STATES:
-            name = "operator_retry_terminal"
-        elif job.state in (JobState.Scheduled, JobState.Retryable):
-            name = "operator_retry_deferred"
-        elif job.state == JobState.WaitingExternal:
-            name = "operator_retry_waiting"
-            changes = retry_changes(now)
-            params.update(
-                state=changes["state"].sql_name,
-                run_at=changes["run_at"],
-                attempt=changes["attempt"],
-            )
-        else:
+        if job.state not in TERMINAL_STATES | {
+            JobState.Scheduled,
+            JobState.Retryable,
+            JobState.WaitingExternal,
+        }:
             return job
         try:
             async with self._atomic(conn):
-                updated = await self._one(conn, name, params)
+                if job.state == JobState.WaitingExternal:
+                    # A waiting attempt is retried as retry_external would.
+                    retried = lifecycle.callback_retry(now)
+                    await self._apply(conn, [(job.lease, retried)], now=now)
+                    return retried.apply(job)
+                name = (
+                    "operator_retry_terminal"
+                    if job.state in TERMINAL_STATES
+                    else "operator_retry_deferred"
+                )
+                updated = await self._one(conn, name, {"id": job.id, "now": now})
         except pg_errors.UniqueViolation as exc:
             if not is_unique_claim_violation(exc):
                 raise

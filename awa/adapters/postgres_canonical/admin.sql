@@ -109,13 +109,6 @@ RETURNING j.id, j.run_lease, d.old_state
 -- name: lock_job
 SELECT * FROM awa.canonical_jobs WHERE id = %(id)s FOR UPDATE
 
--- name: cancel_job
-UPDATE awa.canonical_jobs SET
-    state = 'cancelled',
-    finalized_at = %(now)s::timestamptz
-WHERE id = %(id)s
-RETURNING *
-
 -- name: notify_cancel
 SELECT pg_notify(
     'awa:cancel',
@@ -138,17 +131,6 @@ RETURNING *
 UPDATE awa.canonical_jobs SET
     state = 'available',
     run_at = %(now)s::timestamptz
-WHERE id = %(id)s
-RETURNING *
-
--- name: operator_retry_waiting
--- The values come from awa.domain.callbacks.retry_changes: the callback ends.
-UPDATE awa.canonical_jobs SET
-    state = %(state)s::awa.job_state,
-    run_at = %(run_at)s::timestamptz,
-    attempt = %(attempt)s,
-    callback_id = NULL,
-    callback_timeout_at = NULL
 WHERE id = %(id)s
 RETURNING *
 

@@ -17,16 +17,16 @@ from awa.adapters._pg.rows import dlq_from_row, state_buckets
 from awa.adapters.postgres_queue_storage._base import (
     CANCEL_CHANNEL,
     DEFERRED,
-    LIVE_STATES,
     QueueStorageBase,
     Resolved,
     Writes,
     minute_of,
 )
+from awa.domain import lifecycle
 from awa.domain.admin_views import KindCounts, StateBucket
-from awa.domain.callbacks import retry_changes
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts
-from awa.domain.states import TERMINAL_STATES, JobState
+from awa.domain.policies import RetentionFloor
+from awa.domain.states import LIVE_STATES, TERMINAL_STATES, JobState
 from awa.ports.storage import DlqFilter, JobFilter
 
 DRAINABLE_STATES = frozenset(
@@ -255,9 +255,10 @@ class AdminOps(QueueStorageBase):
 
     def _cancelled(self, now: datetime) -> AdminDecide:
         def decide(job: JobRecord) -> tuple[JobRecord | None, bool]:
-            if job.state.is_terminal:
+            cancel = lifecycle.cancel(now, applies_to=lifecycle.NON_TERMINAL_STATES)
+            if not cancel.applies(job.state):
                 return None, True
-            return attrs.evolve(job, state=JobState.Cancelled, finalized_at=now), False
+            return cancel.apply(job), False
 
         return decide
 
@@ -308,7 +309,7 @@ class AdminOps(QueueStorageBase):
             if job.state in DEFERRED:
                 return attrs.evolve(job, state=JobState.Available, run_at=now), False
             if job.state == JobState.WaitingExternal:
-                return attrs.evolve(job, **retry_changes(now)), False
+                return lifecycle.callback_retry(now).apply(job), False
             return None, True
 
         return decide
@@ -367,6 +368,7 @@ class AdminOps(QueueStorageBase):
         self, *, completed: timedelta, failed: timedelta, batch_size: int = 1000
     ) -> int:
         now = self._clock.now()
+        floor = RetentionFloor(completed=completed, failed=failed)
 
         def decide(job: JobRecord) -> tuple[JobRecord | None, bool]:
             return None, not job.state.is_terminal
@@ -375,10 +377,16 @@ class AdminOps(QueueStorageBase):
             writes = Writes(now)
             cur = await conn.execute(
                 f"SELECT * FROM {self._qschema}.jobs_resolved WHERE "
-                "(state IN ('completed', 'cancelled') AND finalized_at <= %s) OR "
+                "(state = 'completed' AND finalized_at <= %s) OR "
+                "(state = 'cancelled' AND finalized_at <= %s) OR "
                 "(state = 'failed' AND finalized_at <= %s) "
                 "ORDER BY finalized_at, id LIMIT %s".encode(),
-                (now - completed, now - failed, max(batch_size, 0)),
+                (
+                    floor.cutoff(JobState.Completed, now),
+                    floor.cutoff(JobState.Cancelled, now),
+                    floor.cutoff(JobState.Failed, now),
+                    max(batch_size, 0),
+                ),
             )
             rows = [Resolved.from_row(row) for row in await fetch_decodable(cur)]
             for r in rows:

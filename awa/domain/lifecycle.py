@@ -23,7 +23,13 @@ import attrs
 
 from awa.domain.job import JobRecord
 from awa.domain.policies import Backoff
-from awa.domain.states import LIVE_STATES, TERMINAL_STATES, JobState
+from awa.domain.states import (
+    DEFERRED_STATES,
+    LIVE_STATES,
+    PENDING_STATES,
+    TERMINAL_STATES,
+    JobState,
+)
 
 #: The only state in which a handler still holds the attempt: a parked
 #: (``waiting_external``) attempt has no handler left to snooze it or to register a
@@ -31,6 +37,9 @@ from awa.domain.states import LIVE_STATES, TERMINAL_STATES, JobState
 HANDLER_STATES = frozenset({JobState.Running})
 #: What an operator may cancel: any job not finalized yet.
 NON_TERMINAL_STATES = frozenset(JobState) - TERMINAL_STATES
+#: What a queue drain cancels: every job still waiting to run or to be resumed (a running
+#: attempt finishes; its outcome decides).
+DRAINABLE_STATES = PENDING_STATES
 
 #: Metadata key holding the payload of the last resume (read by ``wait_for_callback``).
 CALLBACK_RESULT_KEY = "_awa_callback_result"
@@ -177,6 +186,8 @@ class Transition:
     metadata: Mapping[str, Any] | None = None
     clear_progress: bool = False
     clear_callback: bool = False
+    #: The job is no longer finalized (an operator retry of a terminal job).
+    clear_finalized: bool = False
 
     def applies(self, state: JobState) -> bool:
         """Whether an attempt in ``state`` takes this transition (else it is stale)."""
@@ -194,6 +205,8 @@ class Transition:
             out["attempt"] = self.attempt.after(job.attempt)
         if self.finalized_at is not None:
             out["finalized_at"] = self.finalized_at
+        if self.clear_finalized:
+            out["finalized_at"] = None
         if self.error is not None:
             out["errors"] = (*job.errors, self.error.as_dict())
         if self.heartbeat_at is not None:
@@ -330,8 +343,7 @@ def release(facts: AttemptFacts, *, error: str, now: datetime) -> Transition:
 
 def cancel(now: datetime, *, applies_to: frozenset[JobState] = LIVE_STATES) -> Transition:
     """``cancelled`` now, no error entry. The default is the handler's cancel of its own
-    attempt; an operator cancel passes the states it may cancel (at most
-    :data:`NON_TERMINAL_STATES`)."""
+    attempt; :func:`operator_cancel` and :func:`drain` widen the states it applies to."""
     return Transition(JobState.Cancelled, applies_to=applies_to, finalized_at=now)
 
 
@@ -396,3 +408,37 @@ def rescue(kind: Rescue, facts: AttemptFacts, *, now: datetime, backoff: Backoff
         applies_to=kind.applies_to,
         clear_callback=kind is Rescue.CALLBACK_TIMEOUT,
     )
+
+
+# ------------------------------------------------------------------ operator actions
+
+
+def operator_cancel(now: datetime) -> Transition:
+    """An operator cancels one job: any job not finalized yet (a live attempt's worker is
+    told by the engine)."""
+    return cancel(now, applies_to=NON_TERMINAL_STATES)
+
+
+def drain(now: datetime) -> Transition:
+    """A queue drain cancels each of its pending jobs."""
+    return cancel(now, applies_to=DRAINABLE_STATES)
+
+
+def operator_retry(state: JobState, now: datetime) -> Transition | None:
+    """An operator retries a job in ``state``: a finalized job starts over (``available``
+    now, a fresh attempt budget, no longer finalized, its errors kept); a deferred job
+    becomes ``available`` now; a waiting attempt is retried as ``retry_external``. A
+    running attempt or an available job is left as it is (``None``)."""
+    if state in TERMINAL_STATES:
+        return Transition(
+            JobState.Available,
+            applies_to=TERMINAL_STATES,
+            run_at=now,
+            attempt=AttemptChange.RESET,
+            clear_finalized=True,
+        )
+    if state in DEFERRED_STATES:
+        return Transition(JobState.Available, applies_to=DEFERRED_STATES, run_at=now)
+    if state == JobState.WaitingExternal:
+        return callback_retry(now)
+    return None

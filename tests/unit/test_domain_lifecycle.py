@@ -26,15 +26,24 @@ from awa.domain.lifecycle import (
     callback_retry,
     cancel,
     complete,
+    drain,
     error_entry,
     fail,
+    operator_cancel,
+    operator_retry,
     release,
     rescue,
     retry,
     snooze,
 )
 from awa.domain.policies import Backoff
-from awa.domain.states import LIVE_STATES, PENDING_STATES, JobState, is_legal_transition
+from awa.domain.states import (
+    LIVE_STATES,
+    PENDING_STATES,
+    TERMINAL_STATES,
+    JobState,
+    is_legal_transition,
+)
 
 NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)
 EXACT = Backoff(jitter=lambda: 0.0)
@@ -202,8 +211,47 @@ def test_cancel() -> None:
     cancelled = t.apply(_job())
     assert cancelled.state == S.Cancelled and cancelled.finalized_at == NOW
     assert cancelled.errors == _job().errors
-    operator = cancel(NOW, applies_to=PENDING_STATES | LIVE_STATES)
-    assert operator.applies(S.Scheduled)
+
+
+def test_operator_cancel_and_drain() -> None:
+    assert operator_cancel(NOW).applies_to == frozenset(JobState) - TERMINAL_STATES
+    assert drain(NOW).applies_to == PENDING_STATES
+    assert not drain(NOW).applies(S.Running)
+    for t in (operator_cancel(NOW), drain(NOW)):
+        cancelled = t.apply(_job(S.Scheduled))
+        assert cancelled.state == S.Cancelled and cancelled.finalized_at == NOW
+
+
+# ------------------------------------------------------------------ operator retry
+
+
+@pytest.mark.parametrize("state", sorted(TERMINAL_STATES))
+def test_operator_retry_of_a_finalized_job_starts_over(state: JobState) -> None:
+    t = operator_retry(state, NOW)
+    assert t is not None and t.applies_to == TERMINAL_STATES
+    finished = attrs.evolve(_job(state), finalized_at=NOW - timedelta(hours=1))
+    retried = t.apply(finished)
+    assert retried.state == S.Available and retried.run_at == NOW
+    assert retried.attempt == 0 and retried.finalized_at is None
+    assert retried.errors == finished.errors
+
+
+@pytest.mark.parametrize("state", [S.Scheduled, S.Retryable])
+def test_operator_retry_of_a_deferred_job_runs_it_now(state: JobState) -> None:
+    t = operator_retry(state, NOW)
+    assert t is not None
+    retried = t.apply(_job(state))
+    assert retried.state == S.Available and retried.run_at == NOW
+    assert retried.attempt == 3
+
+
+def test_operator_retry_of_a_waiting_job_is_retry_external() -> None:
+    assert operator_retry(S.WaitingExternal, NOW) == callback_retry(NOW)
+
+
+@pytest.mark.parametrize("state", [S.Running, S.Available])
+def test_operator_retry_leaves_running_and_available_jobs(state: JobState) -> None:
+    assert operator_retry(state, NOW) is None
 
 
 # ------------------------------------------------------------------ callbacks
@@ -312,6 +360,13 @@ def _all_transitions() -> list[tuple[str, Transition]]:
         ("snooze", snooze(delay=timedelta(1), now=NOW)),
         ("release", release(MID, error="e", now=NOW)),
         ("cancel", cancel(NOW)),
+        ("operator cancel", operator_cancel(NOW)),
+        ("drain", drain(NOW)),
+        *[
+            (f"operator retry {state}", t)
+            for state in JobState
+            if (t := operator_retry(state, NOW)) is not None
+        ],
         ("callback complete", callback_complete(NOW)),
         ("callback fail", callback_fail(MID, error="e", now=NOW)),
         ("callback retry", callback_retry(NOW)),
@@ -336,4 +391,5 @@ def test_every_decided_state_change_is_in_the_table(name: str, transition: Trans
 def test_terminal_transitions_set_finalized_at(name: str, transition: Transition) -> None:
     assert transition.state is not None
     assert (transition.finalized_at is not None) is transition.state.is_terminal, name
+    assert transition.clear_finalized is (transition.applies_to == TERMINAL_STATES), name
     assert (transition.dlq_reason is None) or transition.state == S.Failed

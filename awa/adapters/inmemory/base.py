@@ -143,11 +143,12 @@ class EngineBase:
         self._apply(write, job, transition)
         return job
 
-    def _cancel(self, write: Write, job: JobRecord) -> JobRecord:
-        """Cancel a non-terminal job; a live attempt's worker is told on ``awa:cancel``."""
-        cancelled = self._apply(
-            write, job, lifecycle.cancel(write.now, applies_to=lifecycle.NON_TERMINAL_STATES)
-        )
+    def _cancel(self, write: Write, job: JobRecord, transition: Transition) -> JobRecord:
+        """Apply an operator's cancel (or a drain's) to a job it applies to; a live
+        attempt's worker is told on ``awa:cancel``."""
+        if not transition.applies(job.state):
+            return job
+        cancelled = self._apply(write, job, transition)
         if job.state in LIVE_STATES:
             write.notify.add(CANCEL_CHANNEL)
         return cancelled

@@ -18,10 +18,11 @@ from awa.adapters._pg.decode import fetch_decodable
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.migrations import canonical_schema_version, require_schema
 from awa.adapters._pg.pool import DictConnection, open_pool
+from awa.adapters._pg.rows import dlq_from_row, job_from_row
 from awa.adapters._pg.sql import load_queries
 from awa.adapters.clock import SystemClock
 from awa.domain.errors import DatabaseError, UniqueConflict
-from awa.domain.job import RunLease
+from awa.domain.job import JobRecord, RunLease
 from awa.domain.lifecycle import AttemptFacts, Transition
 from awa.domain.policies import Backoff
 from awa.ports.clock import Clock
@@ -77,6 +78,7 @@ def transition_params(items: Sequence[tuple[RunLease, Transition]]) -> dict[str,
         "clear_progress": [t.clear_progress for _, t in items],
         "clear_callback": [t.clear_callback for _, t in items],
         "callback_timeout_ats": [t.callback_timeout_at for _, t in items],
+        "clear_finalized": [t.clear_finalized for _, t in items],
     }
 
 
@@ -264,6 +266,20 @@ class EngineBase:
             }
             held = {row["job_id"]: row for row in await self._all(conn, "move_to_dlq", params)}
         return applied, held
+
+    async def _apply_locked(
+        self, conn: AnyConnection, row: Mapping[str, Any], transition: Transition, now: datetime
+    ) -> JobRecord:
+        """Apply ``transition`` to the attempt row locked in this transaction; the answer is
+        the job as the transition leaves it (its DLQ entry's snapshot when it moved)."""
+        job = job_from_row(row)
+        applied, held = await self._apply(conn, [(job.lease, transition)], now=now)
+        # The row was locked earlier in the same transaction, so it cannot have changed.
+        if not applied:
+            raise DatabaseError("a locked job row changed inside its transaction")
+        if job.id in held:
+            return dlq_from_row(held[job.id]).job
+        return transition.apply(job)
 
     async def close(self) -> None:
         """Close the pool if this engine opened it."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -10,11 +10,10 @@ from psycopg import errors as pg_errors
 from psycopg.types.json import Jsonb
 
 from awa.adapters._pg.errors import is_unique_claim_violation, translated_errors
-from awa.adapters._pg.rows import dlq_from_row, job_from_row, mask_param
+from awa.adapters._pg.rows import job_from_row, mask_param
 from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase, attempt_facts
 from awa.domain import lifecycle
 from awa.domain.callbacks import CallbackExpressions, callback_not_found, check_action
-from awa.domain.errors import DatabaseError
 from awa.domain.job import Claim, JobRecord, JobSpec, RunLease
 from awa.domain.lifecycle import AttemptFacts, Transition
 from awa.domain.policies import PriorityAging
@@ -314,20 +313,6 @@ class WorkerOps(EngineBase):
             else:
                 transition = lifecycle.callback_resume(payload, now)
             return await self._apply_locked(conn, row, transition, now)
-
-    async def _apply_locked(
-        self, conn: AnyConnection, row: Mapping[str, Any], transition: Transition, now: datetime
-    ) -> JobRecord:
-        """Apply ``transition`` to the attempt row locked in this transaction; the answer is
-        the job as the transition leaves it (its DLQ entry's snapshot when it moved)."""
-        job = job_from_row(row)
-        applied, held = await self._apply(conn, [(job.lease, transition)], now=now)
-        # The row was locked earlier in the same transaction, so it cannot have changed.
-        if not applied:
-            raise DatabaseError("a locked job row changed inside its transaction")
-        if job.id in held:
-            return dlq_from_row(held[job.id]).job
-        return transition.apply(job)
 
     async def heartbeat_callback(self, callback_id: str, *, timeout: timedelta) -> JobRecord:
         """Push the callback timeout of the live attempt carrying ``callback_id``."""

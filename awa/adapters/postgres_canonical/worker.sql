@@ -129,7 +129,10 @@ UPDATE awa.canonical_jobs AS j SET
         WHEN 'reset' THEN 0
         ELSE j.attempt
     END,
-    finalized_at = coalesce(t.finalized_at, j.finalized_at),
+    finalized_at = CASE
+        WHEN t.clear_finalized THEN NULL
+        ELSE coalesce(t.finalized_at, j.finalized_at)
+    END,
     errors = CASE WHEN t.error IS NULL THEN j.errors ELSE array_append(j.errors, t.error) END,
     heartbeat_at = coalesce(t.heartbeat_at, j.heartbeat_at),
     metadata = CASE WHEN t.metadata IS NULL THEN j.metadata ELSE j.metadata || t.metadata END,
@@ -151,10 +154,11 @@ FROM unnest(
     %(metadata)s::jsonb[],
     %(clear_progress)s::boolean[],
     %(clear_callback)s::boolean[],
-    %(callback_timeout_ats)s::timestamptz[]
+    %(callback_timeout_ats)s::timestamptz[],
+    %(clear_finalized)s::boolean[]
 ) AS t(
     id, lease, state, run_at, attempt, finalized_at, error, heartbeat_at, metadata,
-    clear_progress, clear_callback, callback_timeout_at
+    clear_progress, clear_callback, callback_timeout_at, clear_finalized
 )
 WHERE j.id = t.id
   AND j.run_lease = t.lease

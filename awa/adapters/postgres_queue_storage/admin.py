@@ -16,7 +16,6 @@ from awa.adapters._pg.pool import DictConnection
 from awa.adapters._pg.rows import dlq_from_row, state_buckets
 from awa.adapters.postgres_queue_storage._base import (
     CANCEL_CHANNEL,
-    DEFERRED,
     QueueStorageBase,
     Resolved,
     Writes,
@@ -26,12 +25,10 @@ from awa.domain import lifecycle
 from awa.domain.admin_views import KindCounts, StateBucket
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts
 from awa.domain.policies import RetentionFloor
-from awa.domain.states import LIVE_STATES, TERMINAL_STATES, JobState
+from awa.domain.states import LIVE_STATES, JobState
 from awa.ports.storage import DlqFilter, JobFilter
 
-DRAINABLE_STATES = frozenset(
-    {JobState.Scheduled, JobState.Available, JobState.Retryable, JobState.WaitingExternal}
-)
+DRAINABLE_STATES = lifecycle.DRAINABLE_STATES
 #: A job whose head fact moved underneath an admin write is re-read this many times.
 _RETRIES = 5
 
@@ -255,7 +252,7 @@ class AdminOps(QueueStorageBase):
 
     def _cancelled(self, now: datetime) -> AdminDecide:
         def decide(job: JobRecord) -> tuple[JobRecord | None, bool]:
-            cancel = lifecycle.cancel(now, applies_to=lifecycle.NON_TERMINAL_STATES)
+            cancel = lifecycle.operator_cancel(now)
             if not cancel.applies(job.state):
                 return None, True
             return cancel.apply(job), False
@@ -301,16 +298,10 @@ class AdminOps(QueueStorageBase):
 
     def _operator_retry(self, now: datetime) -> AdminDecide:
         def decide(job: JobRecord) -> tuple[JobRecord | None, bool]:
-            if job.state in TERMINAL_STATES:
-                new = attrs.evolve(
-                    job, state=JobState.Available, run_at=now, attempt=0, finalized_at=None
-                )
-                return new, False
-            if job.state in DEFERRED:
-                return attrs.evolve(job, state=JobState.Available, run_at=now), False
-            if job.state == JobState.WaitingExternal:
-                return lifecycle.callback_retry(now).apply(job), False
-            return None, True
+            transition = lifecycle.operator_retry(job.state, now)
+            if transition is None:
+                return None, True
+            return transition.apply(job), False
 
         return decide
 

@@ -15,6 +15,12 @@ DEFAULT_PRIORITY = 2
 DEFAULT_MAX_ATTEMPTS = 25
 
 
+def initial_state(run_at: datetime | None) -> JobState:
+    """The state a new job starts in: ``scheduled`` when it names a ``run_at`` (any
+    instant; promotion makes a due one available), else ``available``."""
+    return JobState.Available if run_at is None else JobState.Scheduled
+
+
 def _tuple_of_str(value: Any) -> tuple[str, ...]:
     return tuple(value)
 

@@ -19,7 +19,6 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from awa.adapters._pg.errors import map_error
-from awa.adapters._pg.pool import connect
 from awa.domain.transition import Gate, TransitionRefused, TransitionStatus
 
 AnyConnection = psycopg.AsyncConnection[Any]
@@ -153,21 +152,18 @@ async def install_schema(
 
 
 async def finalize_when_drained(
-    url: str, *, timeout: float, poll_interval: float = 0.5
+    conn: AnyConnection, *, timeout: float, poll_interval: float = 0.5
 ) -> TransitionStatus:
-    """Call ``finalize`` until the canonical backlog gate passes or ``timeout`` seconds
-    elapse; any other refusal (or the backlog one at the deadline) is raised."""
+    """Call ``finalize`` on ``conn`` until the canonical backlog gate passes or
+    ``timeout`` seconds elapse; any other refusal (or the backlog one at the deadline) is
+    raised."""
     deadline = time.monotonic() + timeout
-    conn = await connect(url)
-    try:
-        while True:
-            try:
-                return await finalize(conn)
-            except TransitionRefused as refused:
-                if refused.gate is not Gate.CANONICAL_BACKLOG_DRAINED:
-                    raise
-                if time.monotonic() >= deadline:
-                    raise
-            await asyncio.sleep(max(0.0, min(poll_interval, deadline - time.monotonic())))
-    finally:
-        await conn.close()
+    while True:
+        try:
+            return await finalize(conn)
+        except TransitionRefused as refused:
+            if refused.gate is not Gate.CANONICAL_BACKLOG_DRAINED:
+                raise
+            if time.monotonic() >= deadline:
+                raise
+        await asyncio.sleep(max(0.0, min(poll_interval, deadline - time.monotonic())))

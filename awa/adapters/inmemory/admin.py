@@ -13,7 +13,7 @@ from awa.adapters.inmemory.state import EngineState
 from awa.domain import lifecycle
 from awa.domain.admin_views import KindCounts, StateBucket
 from awa.domain.channels import queue_channel
-from awa.domain.job import DlqEntry, JobRecord, QueueCounts
+from awa.domain.job import DlqEntry, JobRecord, QueueCounts, initial_state
 from awa.domain.states import LIVE_STATES, TERMINAL_STATES, JobState
 from awa.ports.storage import DlqFilter, JobFilter
 
@@ -257,7 +257,7 @@ class AdminOps(EngineBase):
         del write.state.dlq[entry.job.id]
         job = attrs.evolve(
             entry.job,
-            state=JobState.Available if run_at is None else JobState.Scheduled,
+            state=initial_state(run_at),
             run_at=write.now if run_at is None else run_at,
             attempt=0,
             run_lease=0,

@@ -109,11 +109,13 @@ class JobRecord:
 
 @attrs.frozen
 class Claim:
-    """A claimed attempt: the job (now ``running``) and the lease that guards it."""
+    """A claimed attempt: the job (now ``running``) and the lease that guards it;
+    ``shard`` is the enqueue shard of the lane it came from, where storage has lanes."""
 
     job: JobRecord
     lease: RunLease
     deadline_at: datetime | None
+    shard: int | None = None
 
 
 @attrs.frozen

@@ -458,3 +458,35 @@ def _active(
         updated_at=now,
         finalized_at=now,
     )
+
+
+@attrs.frozen
+class TransitionObservation:
+    """What operators watch of the transition (the ``awa.storage.*`` gauges): the status,
+    the canonical backlog while it matters (``prepared`` / ``mixed_transition``, else
+    ``None``), whether the target schema is installed, and live runtimes by capability."""
+
+    status: TransitionStatus
+    canonical_backlog: int | None
+    schema_installed: bool
+    live_runtimes: Mapping[StorageCapability, int] = attrs.field(factory=dict)
+
+
+def backlog_matters(state: TransitionState) -> bool:
+    """The canonical backlog gates a step only while a transition is under way."""
+    return state in (TransitionState.PREPARED, TransitionState.MIXED_TRANSITION)
+
+
+def observation_report(observation: TransitionObservation) -> dict[str, Any]:
+    """:func:`status_report` of an observation (a canonical backlog not read counts as 0:
+    no step it gates is next then)."""
+    return status_report(
+        observation.status,
+        canonical_backlog=observation.canonical_backlog or 0,
+        schema_installed=observation.schema_installed,
+        runtimes=[
+            RuntimeView(capability, live=True)
+            for capability, count in observation.live_runtimes.items()
+            for _ in range(count)
+        ],
+    )

@@ -22,7 +22,7 @@ from awa.entrypoints.transaction import Transaction
 from awa.ports.admin import SchemaAdmin
 from awa.ports.runtime_registry import RuntimeRegistry
 from awa.ports.storage import JobFilter, StorageEngine
-from awa.runtime import tracing
+from awa.runtime import metrics, tracing
 
 CLOSED = "attempted to acquire a connection on a closed pool"
 NO_TRANSITION_FUNCTIONS = (
@@ -165,6 +165,7 @@ class ClientCore:
             (record,) = await (await self._engine()).enqueue_many(
                 [spec], stripes=stripes, validated=True
             )
+            metrics.count_inserted((spec,))
             return Job(record)
 
     async def insert_many_copy(
@@ -204,6 +205,7 @@ class ClientCore:
             records = await (await self._engine()).enqueue_many_skip_duplicates(
                 specs, stripes=stripes, validated=True
             )
+            metrics.count_inserted_of(specs, records)
             return [Job(r) for r in records]
 
     async def enqueue_many_copy(
@@ -248,6 +250,7 @@ class ClientCore:
                 if not specs:
                     return 0
                 inserted_count: int = await copy(specs, stripes=stripes, validated=True)
+                metrics.count_inserted_copy(specs, inserted_count)
                 return inserted_count
         inserted = await self.insert_many_copy(
             jobs,

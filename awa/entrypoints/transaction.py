@@ -23,7 +23,7 @@ from awa.domain.stripes import validate_stripe_count
 from awa.entrypoints.args import build_spec, build_specs
 from awa.entrypoints.job import Job
 from awa.ports.storage import UnitOfWork
-from awa.runtime import tracing
+from awa.runtime import metrics, tracing
 
 R = TypeVar("R")
 
@@ -91,6 +91,8 @@ class Transaction:
         self._release = release
         self._finished = False
         self._uow: UnitOfWork | None = None
+        #: jobs inserted here, counted in ``awa.job.inserted`` once the commit succeeds
+        self._inserted: list[JobSpec] = []
 
     @classmethod
     async def begin(
@@ -174,6 +176,7 @@ class Transaction:
             (record,) = await self._engine.enqueue_many(
                 [spec], uow=self._unit_of_work(), stripes=stripes, validated=True
             )
+            self._inserted.append(spec)
             return Job(record)
 
     async def insert_many(
@@ -210,19 +213,22 @@ class Transaction:
             records = await self._engine.enqueue_many(
                 specs, uow=self._unit_of_work(), stripes=stripes, validated=True
             )
+            self._inserted.extend(specs)
             return [Job(r) for r in records]
 
-    async def _finish(self, *, commit: bool) -> None:
+    async def _finish(self, *, commit: bool) -> bool:
+        """End the transaction; whether a commit kept its work."""
         conn = self._check()
         self._finished = True
         try:
-            await raw_sql.finish(conn, commit=commit)
+            return await raw_sql.finish(conn, commit=commit)
         finally:
             await self._release(conn)
 
     async def commit(self) -> None:
         """Commit; the transaction cannot be used afterwards."""
-        await self._finish(commit=True)
+        if await self._finish(commit=True):
+            metrics.count_inserted(self._inserted)
 
     async def rollback(self) -> None:
         """Roll back; the transaction cannot be used afterwards."""

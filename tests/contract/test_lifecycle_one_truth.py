@@ -39,7 +39,16 @@ async def test_rescue_reason_and_exhaustion_come_from_the_domain(
 
     rescued = await engine.engine.rescue_stale_heartbeats(staleness=STALENESS)
 
-    assert rescued == [Rescued(claim.lease, JobState.Failed, "no pulse (domain rule)")]
+    assert rescued == [
+        Rescued(
+            claim.lease,
+            JobState.Failed,
+            "no pulse (domain rule)",
+            dlq_reason="max_attempts_exhausted",
+            queue=job.queue,
+            kind=job.kind,
+        )
+    ]
     assert await engine.engine.get_job(job.id) is None
     entry = await engine.engine.get_dlq(job.id)
     assert entry is not None and entry.reason == "max_attempts_exhausted"

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 
@@ -41,12 +42,16 @@ async def begin(conn: DictConnection) -> None:
         raise database_error(exc) from exc
 
 
-async def finish(conn: DictConnection, *, commit: bool) -> None:
-    """Commit (or roll back) the transaction open on ``conn``."""
+async def finish(conn: DictConnection, *, commit: bool) -> bool:
+    """Commit (or roll back) the transaction open on ``conn``; returns whether a commit
+    kept the transaction's work (a COMMIT of a transaction that a failed statement
+    aborted rolls it back without an error)."""
+    kept = commit and conn.info.transaction_status is not TransactionStatus.INERROR
     try:
         await conn.execute(_COMMIT if commit else _ROLLBACK)
     except psycopg.Error as exc:
         raise database_error(exc) from exc
+    return kept
 
 
 async def _run(

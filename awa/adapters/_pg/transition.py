@@ -19,7 +19,15 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from awa.adapters._pg.errors import map_error
-from awa.domain.transition import Gate, TransitionRefused, TransitionStatus
+from awa.adapters._pg.sql import load_queries
+from awa.domain.transition import (
+    Gate,
+    StorageCapability,
+    TransitionObservation,
+    TransitionRefused,
+    TransitionStatus,
+    backlog_matters,
+)
 
 AnyConnection = psycopg.AsyncConnection[Any]
 
@@ -120,6 +128,28 @@ async def canonical_live_backlog(conn: AnyConnection) -> int:
     """``awa.canonical_live_backlog()``: canonical jobs not yet terminal."""
     rows = await _rows(conn, "SELECT awa.canonical_live_backlog() AS n")
     return int(rows[0]["n"]) if rows else 0
+
+
+async def observe(conn: AnyConnection) -> TransitionObservation:
+    """The status, the canonical backlog while a transition is under way, whether the
+    target schema is installed and the live runtimes by capability (a few index reads;
+    the backlog is a count of canonical jobs not yet terminal, read only when it gates
+    a step)."""
+    status = await read_status(conn)
+    backlog = await canonical_live_backlog(conn) if backlog_matters(status.state) else None
+    live: dict[StorageCapability, int] = {}
+    known = {c.value: c for c in StorageCapability}
+    runtimes = load_queries("awa.adapters._pg", "admin.sql")["runtime_capabilities"]
+    for row in await _rows(conn, runtimes):
+        capability = known.get(row["storage_capability"])  # None: a newer release's
+        if capability is not None and row["live"]:
+            live[capability] = live.get(capability, 0) + 1
+    return TransitionObservation(
+        status=status,
+        canonical_backlog=backlog,
+        schema_installed=await queue_storage_installed(conn, status.schema),
+        live_runtimes=live,
+    )
 
 
 async def queue_storage_installed(conn: AnyConnection, schema: str) -> bool:

@@ -11,7 +11,13 @@ import attrs
 from awa.adapters.inmemory.base import EngineBase, Write, matches
 from awa.adapters.inmemory.state import EngineState
 from awa.domain import lifecycle
-from awa.domain.admin_views import KindCounts, StateBucket
+from awa.domain.admin_views import (
+    DEPTH_STATES,
+    KindCounts,
+    QueueDepth,
+    StateBucket,
+    queue_depths_from,
+)
 from awa.domain.channels import queue_channel
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts, initial_state
 from awa.domain.states import LIVE_STATES, TERMINAL_STATES, JobState
@@ -79,6 +85,18 @@ class AdminOps(EngineBase):
                 )
             )
         return result
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        return queue_depths_from(
+            {
+                "queue": job.queue,
+                "state": job.state.sql_name,
+                "n": 1,
+                "oldest": job.run_at if job.state == JobState.Available else None,
+            }
+            for job in self._read().jobs.values()
+            if job.state in DEPTH_STATES
+        )
 
     async def kind_counts(self) -> list[KindCounts]:
         jobs = list(self._read().jobs.values())

@@ -292,7 +292,14 @@ class CoreOps(EngineBase):
             )
             self._apply(write, job, t)
             rescued.append(
-                Rescued(lease=job.lease, new_state=t.target(job.state), reason=kind.error)
+                Rescued(
+                    lease=job.lease,
+                    new_state=t.target(job.state),
+                    reason=kind.error,
+                    dlq_reason=None if t.dlq_reason is None else t.dlq_reason.value,
+                    queue=job.queue,
+                    kind=job.kind,
+                )
             )
         return rescued
 

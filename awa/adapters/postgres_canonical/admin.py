@@ -12,7 +12,7 @@ from awa.adapters._pg.errors import is_unique_claim_violation
 from awa.adapters._pg.rows import job_from_row, state_buckets
 from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase
 from awa.domain import lifecycle
-from awa.domain.admin_views import KindCounts, StateBucket
+from awa.domain.admin_views import KindCounts, QueueDepth, StateBucket, queue_depths_from
 from awa.domain.job import JobRecord, QueueCounts, RunLease
 from awa.domain.states import LIVE_STATES, TERMINAL_STATES, JobState
 from awa.ports.storage import JobFilter
@@ -76,6 +76,13 @@ class AdminOps(EngineBase):
             )
         # Python string order (code points), not the database collation.
         return sorted(result, key=lambda counts: counts.queue)
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        """Live rows per queue and state along the ``(queue, state)`` index; finished
+        rows are never read (the canonical engine keeps no counters or cursors)."""
+        async with self._connection() as conn:
+            rows = await self._all(conn, "queue_depths", {})
+        return queue_depths_from(rows)
 
     async def kind_counts(self) -> list[KindCounts]:
         """Per-kind totals by one GROUP BY over the jobs table."""

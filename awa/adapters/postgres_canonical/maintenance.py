@@ -39,10 +39,15 @@ class MaintenanceOps(EngineBase):
                 for row in candidates
             ]
             # One statement closes every candidate, one more holds those routed to the DLQ.
-            applied, _ = await self._apply(conn, items, now=now)
+            applied, held = await self._apply(conn, items, now=now)
         return [
             Rescued(
-                lease=lease, new_state=t.target(JobState.parse(row["state"])), reason=kind.error
+                lease=lease,
+                new_state=t.target(JobState.parse(row["state"])),
+                reason=kind.error,
+                dlq_reason=held[lease.job_id]["dlq_reason"] if lease.job_id in held else None,
+                queue=row["queue"],
+                kind=row["kind"],
             )
             for (lease, t), row in zip(items, candidates, strict=True)
             if (lease.job_id, lease.lease) in applied

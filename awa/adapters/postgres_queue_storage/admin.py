@@ -22,7 +22,7 @@ from awa.adapters.postgres_queue_storage._base import (
     minute_of,
 )
 from awa.domain import lifecycle
-from awa.domain.admin_views import KindCounts, StateBucket
+from awa.domain.admin_views import KindCounts, QueueDepth, StateBucket, queue_depths_from
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts
 from awa.domain.policies import RetentionFloor
 from awa.domain.states import LIVE_STATES, JobState
@@ -31,6 +31,9 @@ from awa.ports.storage import DlqFilter, JobFilter
 DRAINABLE_STATES = lifecycle.DRAINABLE_STATES
 #: A job whose head fact moved underneath an admin write is re-read this many times.
 _RETRIES = 5
+#: list_jobs' cursor before the first page (above every bigint id) and its largest batch.
+_NO_ID_ABOVE = 2**63 - 1
+_MAX_ID_BATCH = 5000
 
 AdminDecide = Callable[[JobRecord], tuple[JobRecord | None, bool]]
 
@@ -109,11 +112,41 @@ class AdminOps(QueueStorageBase):
         return '"' + self._schema.replace('"', '""') + '"'
 
     async def list_jobs(self, filter: JobFilter, *, limit: int = 100) -> list[JobRecord]:
+        """Keyset pages of candidate ids newest first (``newest_job_ids``, index walks
+        that stop at the page size), each resolved and filtered, until the page is full
+        or no id is left; a batch that filtered too much doubles the next one."""
+        if limit <= 0:
+            return []
+        found: list[JobRecord] = []
+        before = _NO_ID_ABOVE if filter.before_id is None else filter.before_id
+        batch = limit
         async with translated_errors(), self._tx() as conn:
-            found = await self._select(
-                conn, filter, tail="ORDER BY id DESC LIMIT %s", extra=[max(limit, 0)]
-            )
-        return [r.job for r in found]
+            while len(found) < limit:
+                rows = await self._exec(
+                    conn,
+                    "newest_job_ids",
+                    before=before,
+                    kind=filter.kind,
+                    queue=filter.queue,
+                    tag=filter.tag,
+                    state=None if filter.state is None else filter.state.sql_name,
+                    limit=batch,
+                )
+                ids = [row["job_id"] for row in rows]
+                if not ids:
+                    break
+                matched = await self._select(
+                    conn,
+                    attrs.evolve(filter, before_id=None),
+                    tail="AND id = ANY(%s::bigint[]) ORDER BY id DESC",
+                    extra=[ids],
+                )
+                found.extend(r.job for r in matched)
+                if len(ids) < batch:
+                    break
+                before = ids[-1]
+                batch = min(batch * 2, _MAX_ID_BATCH)
+        return found[:limit]
 
     async def queue_counts(self) -> list[QueueCounts]:
         """Counts come from the folded counters; "completed in the last hour" from the
@@ -169,6 +202,13 @@ class AdminOps(QueueStorageBase):
                 )
             )
         return result
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        """Available jobs from the lane-head cursors, the other states from the folded
+        counters (statement ``queue_depths``); no job row is counted."""
+        async with translated_errors(), self._tx() as conn:
+            rows = await self._exec(conn, "queue_depths")
+        return queue_depths_from(rows)
 
     async def kind_counts(self) -> list[KindCounts]:
         hour_ago = self._clock.now() - timedelta(hours=1)

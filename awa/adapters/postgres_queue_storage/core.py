@@ -802,7 +802,9 @@ class CoreOps(QueueStorageBase):
             job = _claimed_job(row)
             if job.unique_key is None:
                 receipts[(job.id, job.run_lease)] = (row["slot"], row["claim_id"], queue)
-            claims.append(Claim(job=job, lease=job.lease, deadline_at=deadline_at))
+            claims.append(
+                Claim(job=job, lease=job.lease, deadline_at=deadline_at, shard=row["shard"])
+            )
         return claims
 
     async def complete(self, leases: Sequence[RunLease]) -> list[Ack]:
@@ -1231,18 +1233,28 @@ class CoreOps(QueueStorageBase):
         rescued: list[Rescued] = []
         for row in rows:
             lease = RunLease(row["job_id"], row["run_lease"])
-            states: list[JobState] = []
+            decided: list[tuple[JobRecord, str | None]] = []
 
             def decide(
-                job: JobRecord, w: Writes, states: list[JobState] = states
+                job: JobRecord, w: Writes, decided: list[tuple[JobRecord, str | None]] = decided
             ) -> tuple[JobRecord, str | None]:
                 t = lifecycle.rescue(kind, self._facts(job), now=w.now, backoff=self._backoff)
                 new, dlq = _take(t, job)
-                states.append(new.state)
+                decided.append((new, dlq))
                 return new, dlq
 
             if await self._guarded(lease, decide, kind.applies_to) is Ack.APPLIED:
-                rescued.append(Rescued(lease=lease, new_state=states[-1], reason=kind.error))
+                new, dlq = decided[-1]
+                rescued.append(
+                    Rescued(
+                        lease=lease,
+                        new_state=new.state,
+                        reason=kind.error,
+                        dlq_reason=dlq,
+                        queue=new.queue,
+                        kind=new.kind,
+                    )
+                )
         return rescued
 
     async def rescue_stale_heartbeats(self, *, staleness: timedelta) -> list[Rescued]:

@@ -36,7 +36,6 @@ SCHEMA = "bench_prune"
 STEPS: dict[type, tuple[str, ...]] = {
     ring.RingOps: (
         "_clear_spares",
-        "_build_spares",
         "_slot_row_counts",
         "_slot_is_live",
         "_head_states_in_slot",

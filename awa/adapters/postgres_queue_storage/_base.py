@@ -33,6 +33,7 @@ from awa.domain.policies import Backoff
 from awa.domain.routing import shard_for_key
 from awa.domain.states import (
     DEFAULT_UNIQUE_STATES,
+    LIVE_STATES,
     TERMINAL_STATES,
     JobState,
     mask_contains,
@@ -49,7 +50,6 @@ SPARE_LANES = 8
 #: Counter rows per (queue, state) an enqueue may spread over (``add_counts_free``).
 COUNT_BUCKETS = 16
 
-LIVE_STATES = frozenset({JobState.Running, JobState.WaitingExternal})
 DEFERRED = frozenset({JobState.Scheduled, JobState.Retryable})
 CANCEL_CHANNEL = "awa:cancel"
 #: First key of the prune gate, a transaction-level advisory lock (two-int form; the second

@@ -16,22 +16,19 @@ from awa.adapters._pg.pool import DictConnection
 from awa.adapters._pg.rows import dlq_from_row, state_buckets
 from awa.adapters.postgres_queue_storage._base import (
     CANCEL_CHANNEL,
-    DEFERRED,
-    LIVE_STATES,
     QueueStorageBase,
     Resolved,
     Writes,
     minute_of,
 )
+from awa.domain import lifecycle
 from awa.domain.admin_views import KindCounts, QueueDepth, StateBucket, queue_depths_from
-from awa.domain.callbacks import retry_changes
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts
-from awa.domain.states import TERMINAL_STATES, JobState
+from awa.domain.policies import RetentionFloor
+from awa.domain.states import LIVE_STATES, JobState
 from awa.ports.storage import DlqFilter, JobFilter
 
-DRAINABLE_STATES = frozenset(
-    {JobState.Scheduled, JobState.Available, JobState.Retryable, JobState.WaitingExternal}
-)
+DRAINABLE_STATES = lifecycle.DRAINABLE_STATES
 #: A job whose head fact moved underneath an admin write is re-read this many times.
 _RETRIES = 5
 #: list_jobs' cursor before the first page (above every bigint id) and its largest batch.
@@ -295,9 +292,10 @@ class AdminOps(QueueStorageBase):
 
     def _cancelled(self, now: datetime) -> AdminDecide:
         def decide(job: JobRecord) -> tuple[JobRecord | None, bool]:
-            if job.state.is_terminal:
+            cancel = lifecycle.operator_cancel(now)
+            if not cancel.applies(job.state):
                 return None, True
-            return attrs.evolve(job, state=JobState.Cancelled, finalized_at=now), False
+            return cancel.apply(job), False
 
         return decide
 
@@ -340,16 +338,10 @@ class AdminOps(QueueStorageBase):
 
     def _operator_retry(self, now: datetime) -> AdminDecide:
         def decide(job: JobRecord) -> tuple[JobRecord | None, bool]:
-            if job.state in TERMINAL_STATES:
-                new = attrs.evolve(
-                    job, state=JobState.Available, run_at=now, attempt=0, finalized_at=None
-                )
-                return new, False
-            if job.state in DEFERRED:
-                return attrs.evolve(job, state=JobState.Available, run_at=now), False
-            if job.state == JobState.WaitingExternal:
-                return attrs.evolve(job, **retry_changes(now)), False
-            return None, True
+            transition = lifecycle.operator_retry(job.state, now)
+            if transition is None:
+                return None, True
+            return transition.apply(job), False
 
         return decide
 
@@ -407,6 +399,7 @@ class AdminOps(QueueStorageBase):
         self, *, completed: timedelta, failed: timedelta, batch_size: int = 1000
     ) -> int:
         now = self._clock.now()
+        floor = RetentionFloor(completed=completed, failed=failed)
 
         def decide(job: JobRecord) -> tuple[JobRecord | None, bool]:
             return None, not job.state.is_terminal
@@ -415,10 +408,16 @@ class AdminOps(QueueStorageBase):
             writes = Writes(now)
             cur = await conn.execute(
                 f"SELECT * FROM {self._qschema}.jobs_resolved WHERE "
-                "(state IN ('completed', 'cancelled') AND finalized_at <= %s) OR "
+                "(state = 'completed' AND finalized_at <= %s) OR "
+                "(state = 'cancelled' AND finalized_at <= %s) OR "
                 "(state = 'failed' AND finalized_at <= %s) "
                 "ORDER BY finalized_at, id LIMIT %s".encode(),
-                (now - completed, now - failed, max(batch_size, 0)),
+                (
+                    floor.cutoff(JobState.Completed, now),
+                    floor.cutoff(JobState.Cancelled, now),
+                    floor.cutoff(JobState.Failed, now),
+                    max(batch_size, 0),
+                ),
             )
             rows = [Resolved.from_row(row) for row in await fetch_decodable(cur)]
             for r in rows:

@@ -24,33 +24,25 @@ from psycopg.types.json import Jsonb
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters.postgres_queue_storage._base import (
-    LIVE_STATES,
     PgUnitOfWork,
     QueueStorageBase,
     Resolved,
     Writes,
     minute_of,
 )
-from awa.domain.callbacks import (
-    CALLBACK_FAILED_REASON,
-    CLEARED,
-    CallbackExpressions,
-    callback_not_found,
-    check_action,
-    failure_entry,
-    resume_changes,
-    retry_changes,
-)
+from awa.domain import lifecycle
+from awa.domain.callbacks import CallbackExpressions, callback_not_found, check_action
 from awa.domain.channels import queue_channel
 from awa.domain.errors import DatabaseError, UniqueConflict
-from awa.domain.job import Claim, JobRecord, JobSpec, RunLease, error_entry
+from awa.domain.job import Claim, JobRecord, JobSpec, RunLease
+from awa.domain.lifecycle import AttemptFacts, Rescue, Transition
 from awa.domain.routing import shard_for_key
-from awa.domain.states import JobState, bitstring_to_mask, mask_to_bitstring
+from awa.domain.states import LIVE_STATES, JobState, bitstring_to_mask, mask_to_bitstring
 from awa.domain.validation import validate_spec
 from awa.ports.producers import RouteChanged
 from awa.ports.storage import Ack, Rescued, UnitOfWork
 
-RUNNING_ONLY = frozenset({JobState.Running})
+RUNNING_ONLY = lifecycle.HANDLER_STATES
 
 Decide = Callable[[Resolved, Writes], JobRecord]
 
@@ -907,9 +899,7 @@ class CoreOps(QueueStorageBase):
                 snap = snapshots.get(lease.job_id)
                 if snap is not None:
                     before = snap.job
-                    after = attrs.evolve(
-                        before, state=JobState.Completed, finalized_at=writes.now, progress=None
-                    )
+                    after = lifecycle.complete(writes.now).apply(before)
                     if row["has_lease"]:
                         done.append((after, snap.ordering_key))
                     unique_changes.append((before, after))
@@ -988,43 +978,8 @@ class CoreOps(QueueStorageBase):
         )
         return bool(rows)
 
-    def _fail_or_dlq(
-        self,
-        job: JobRecord,
-        writes: Writes,
-        errors: tuple[dict[str, Any], ...],
-        reason: str,
-        **changes: Any,
-    ) -> tuple[JobRecord, str | None]:
-        failed = attrs.evolve(
-            job, state=JobState.Failed, errors=errors, finalized_at=writes.now, **changes
-        )
-        return failed, (reason if job.queue in self._dlq_queues else None)
-
-    def _retry_or_fail(
-        self,
-        job: JobRecord,
-        writes: Writes,
-        *,
-        error: str,
-        delay: timedelta | None,
-        dlq_reason: str = "max_attempts_exhausted",
-        **changes: Any,
-    ) -> tuple[JobRecord, str | None]:
-        errors = (*job.errors, error_entry(error, attempt=job.attempt, at=writes.now))
-        if job.attempt >= job.max_attempts:
-            return self._fail_or_dlq(job, writes, errors, dlq_reason, **changes)
-        wait = delay if delay is not None else self._backoff.delay(job.attempt)
-        return (
-            attrs.evolve(
-                job,
-                state=JobState.Retryable,
-                errors=errors,
-                run_at=writes.now + wait,
-                **changes,
-            ),
-            None,
-        )
+    def _facts(self, job: JobRecord) -> AttemptFacts:
+        return AttemptFacts.of(job, dlq_enabled=job.queue in self._dlq_queues)
 
     _dlq_queues: frozenset[str] = frozenset()
 
@@ -1036,55 +991,35 @@ class CoreOps(QueueStorageBase):
     async def retry(self, lease: RunLease, *, error: str, delay: timedelta | None = None) -> Ack:
         await self._refresh_dlq()
         return await self._guarded(
-            lease, lambda job, w: self._retry_or_fail(job, w, error=error, delay=delay)
+            lease,
+            lambda job, w: _take(
+                lifecycle.retry(
+                    self._facts(job), error=error, now=w.now, backoff=self._backoff, delay=delay
+                ),
+                job,
+            ),
         )
 
     async def snooze(self, lease: RunLease, *, delay: timedelta) -> Ack:
         return await self._guarded(
-            lease,
-            lambda job, w: (
-                attrs.evolve(
-                    job, state=JobState.Scheduled, run_at=w.now + delay, attempt=job.attempt - 1
-                ),
-                None,
-            ),
-            # A parked attempt has no handler left to snooze it.
-            RUNNING_ONLY,
+            lease, lambda job, w: _take(lifecycle.snooze(delay=delay, now=w.now), job)
         )
 
     async def cancel_attempt(self, lease: RunLease, *, reason: str) -> Ack:
-        return await self._guarded(
-            lease,
-            lambda job, w: (
-                attrs.evolve(job, state=JobState.Cancelled, finalized_at=w.now),
-                None,
-            ),
-        )
+        return await self._guarded(lease, lambda job, w: _take(lifecycle.cancel(w.now), job))
 
     async def fail(self, lease: RunLease, *, error: str) -> Ack:
         await self._refresh_dlq()
-
-        def decide(job: JobRecord, w: Writes) -> tuple[JobRecord, str | None]:
-            entry = error_entry(error, attempt=job.attempt, at=w.now, terminal=True)
-            return self._fail_or_dlq(job, w, (*job.errors, entry), "terminal_error")
-
-        return await self._guarded(lease, decide)
+        return await self._guarded(
+            lease,
+            lambda job, w: _take(lifecycle.fail(self._facts(job), error=error, now=w.now), job),
+        )
 
     async def release(self, lease: RunLease, *, error: str) -> Ack:
-        def decide(job: JobRecord, w: Writes) -> tuple[JobRecord, str | None]:
-            entry = error_entry(error, attempt=job.attempt, at=w.now)
-            return (
-                attrs.evolve(
-                    job,
-                    state=JobState.Retryable,
-                    run_at=w.now,
-                    attempt=job.attempt - 1,
-                    errors=(*job.errors, entry),
-                ),
-                None,
-            )
-
-        return await self._guarded(lease, decide)
+        return await self._guarded(
+            lease,
+            lambda job, w: _take(lifecycle.release(self._facts(job), error=error, now=w.now), job),
+        )
 
     async def heartbeat(self, leases: Sequence[RunLease]) -> list[Ack]:
         if not leases:
@@ -1213,30 +1148,20 @@ class CoreOps(QueueStorageBase):
         await self._refresh_dlq()
         lease = await self._by_callback(callback_id)
         result: list[JobRecord] = []
-        cleared: dict[str, Any] = dict(CLEARED)
 
         def decide(job: JobRecord, w: Writes) -> tuple[JobRecord, str | None]:
-            outcome: tuple[JobRecord, str | None]
+            transition: Transition
             if action == "complete":
-                outcome = (
-                    attrs.evolve(
-                        job,
-                        state=JobState.Completed,
-                        finalized_at=w.now,
-                        progress=None,
-                        **cleared,
-                    ),
-                    None,
-                )
+                transition = lifecycle.callback_complete(w.now)
             elif action == "fail":
-                entry = failure_entry(error, attempt=job.attempt, at=w.now, expression=expression)
-                outcome = self._fail_or_dlq(
-                    job, w, (*job.errors, entry), CALLBACK_FAILED_REASON, **cleared
+                transition = lifecycle.callback_fail(
+                    self._facts(job), error=error, now=w.now, expression=expression
                 )
             elif action == "retry":
-                outcome = (attrs.evolve(job, **retry_changes(w.now)), None)
+                transition = lifecycle.callback_retry(w.now)
             else:
-                outcome = (attrs.evolve(job, **resume_changes(job, payload, w.now)), None)
+                transition = lifecycle.callback_resume(payload, w.now)
+            outcome = _take(transition, job)
             result.append(outcome[0])
             return outcome
 
@@ -1252,8 +1177,9 @@ class CoreOps(QueueStorageBase):
         result: list[JobRecord] = []
 
         def decide(job: JobRecord, w: Writes) -> tuple[JobRecord, str | None]:
-            result.append(attrs.evolve(job, callback_timeout_at=w.now + timeout))
-            return result[-1], None
+            outcome = _take(lifecycle.callback_heartbeat(timeout=timeout, now=w.now), job)
+            result.append(outcome[0])
+            return outcome
 
         if await self._guarded(lease, decide) is Ack.STALE:
             raise callback_not_found(callback_id)
@@ -1291,23 +1217,11 @@ class CoreOps(QueueStorageBase):
             await self._flush(conn, writes)
         return len(rows)
 
-    async def _rescue(
-        self,
-        query: str,
-        reason: str,
-        *,
-        dlq_reason: str = "max_attempts_exhausted",
-        **params: Any,
-    ) -> list[Rescued]:
+    async def _rescue(self, query: str, kind: Rescue, **params: Any) -> list[Rescued]:
         await self._refresh_dlq()
         async with translated_errors(), self._tx() as conn:
             rows = await self._exec(conn, query, **params)
         rescued: list[Rescued] = []
-        clear: dict[str, Any] = (
-            {"callback_id": None, "callback_timeout_at": None}
-            if query == "expired_callbacks"
-            else {}
-        )
         for row in rows:
             lease = RunLease(row["job_id"], row["run_lease"])
             decided: list[tuple[JobRecord, str | None]] = []
@@ -1315,24 +1229,18 @@ class CoreOps(QueueStorageBase):
             def decide(
                 job: JobRecord, w: Writes, decided: list[tuple[JobRecord, str | None]] = decided
             ) -> tuple[JobRecord, str | None]:
-                new, dlq = self._retry_or_fail(
-                    job, w, error=reason, delay=None, dlq_reason=dlq_reason, **clear
-                )
+                t = lifecycle.rescue(kind, self._facts(job), now=w.now, backoff=self._backoff)
+                new, dlq = _take(t, job)
                 decided.append((new, dlq))
                 return new, dlq
 
-            expected = (
-                frozenset({JobState.WaitingExternal})
-                if query == "expired_callbacks"
-                else RUNNING_ONLY
-            )
-            if await self._guarded(lease, decide, expected) is Ack.APPLIED:
+            if await self._guarded(lease, decide, kind.applies_to) is Ack.APPLIED:
                 new, dlq = decided[-1]
                 rescued.append(
                     Rescued(
                         lease=lease,
                         new_state=new.state,
-                        reason=reason,
+                        reason=kind.error,
                         dlq_reason=dlq,
                         queue=new.queue,
                         kind=new.kind,
@@ -1342,19 +1250,27 @@ class CoreOps(QueueStorageBase):
 
     async def rescue_stale_heartbeats(self, *, staleness: timedelta) -> list[Rescued]:
         return await self._rescue(
-            "stale_heartbeats", "heartbeat stale", cutoff=self._clock.now() - staleness
+            "stale_heartbeats", Rescue.HEARTBEAT_STALE, cutoff=self._clock.now() - staleness
         )
 
     async def rescue_expired_deadlines(self) -> list[Rescued]:
-        return await self._rescue("expired_deadlines", "deadline exceeded", now=self._clock.now())
+        return await self._rescue(
+            "expired_deadlines", Rescue.DEADLINE_EXCEEDED, now=self._clock.now()
+        )
 
     async def rescue_expired_callbacks(self) -> list[Rescued]:
         return await self._rescue(
-            "expired_callbacks",
-            "callback timed out",
-            dlq_reason="callback_timeout",
-            now=self._clock.now(),
+            "expired_callbacks", Rescue.CALLBACK_TIMEOUT, now=self._clock.now()
         )
+
+
+def _take(transition: Transition, job: JobRecord) -> tuple[JobRecord, str | None]:
+    """The snapshot a lifecycle transition leaves ``job`` in and the DLQ reason it routes
+    to; an attempt in a state the transition does not apply to is stale."""
+    if not transition.applies(job.state):
+        raise _Stale()
+    reason = transition.dlq_reason
+    return transition.apply(job), None if reason is None else reason.value
 
 
 class _Stale(Exception):

@@ -63,11 +63,13 @@ class _Blocked(Exception):
 class RingOps(CarryOps, LongTransactionOps):
     """Rotate the queue ring and truncate its oldest sealed slot."""
 
-    #: Set once the database refuses the partition swap to this role (it needs CREATE on
-    #: the schema and ownership of the ring tables); prune then truncates instead, as
-    #: before, and holds its lock longer.
+    #: Set once the database refuses the partition swap to this role (it needs ownership
+    #: of the ring tables); prune then truncates instead, as before, and holds its lock
+    #: longer.
     _swap_denied = False
     _unclean: set[str] | None = None
+    #: Set once a prune found a slot without its stand-ins (said once per process).
+    _spares_missing_said = False
 
     def _child(self, table: str, slot: int) -> str:
         return f'{self._qschema_name}."{table}_{slot}"'
@@ -133,8 +135,6 @@ class RingOps(CarryOps, LongTransactionOps):
             async with translated_errors():
                 await self._clear_spares(RING_TABLES)
                 target = await self._prune_target()
-                if target is not None:
-                    await self._prepare_spares(target)
             async with translated_errors(), self._tx() as conn:
                 outcome = await self._prune(conn, failed_retention)
         except _Blocked:
@@ -167,20 +167,29 @@ class RingOps(CarryOps, LongTransactionOps):
     def _spare(self, table: str, slot: int) -> str:
         return f'{self._qschema_name}."{table}_{slot}_spare"'
 
-    async def _prepare_spares(self, slot: int, tables: tuple[str, ...] = RING_TABLES) -> None:
-        """Empty stand-ins for the slot's partitions, indexes and storage options
-        included, ready ahead of the swap in their own transaction: building an index (even
-        an empty one) syncs its file, which is why a TRUNCATE of the ring's tables took
-        50-150 ms under its lock. A stand-in is the partition an earlier swap took out
-        (emptied by :meth:`_clear_spares`), so the ring's relations are created once and
-        then only change places: no catalog rows for new tables, columns and types every
-        second, and every backend's catalog caches stay warm."""
-        if self._swap_denied:
-            return
-        try:
-            await self._build_spares(slot, tables)
-        except pg_errors.InsufficientPrivilege:
-            self._refuse_swap()
+    async def _spares_exist(self, conn: DictConnection, slot: int, tables: tuple[str, ...]) -> bool:
+        """Whether the slot's stand-ins for ``tables`` exist. The install builds one for
+        every partition (``awa.queue_storage_install_spares``); a schema last installed
+        by an older release has none until ``awa migrate`` runs, and prune truncates its
+        slots in place meanwhile."""
+        cur = await conn.execute(
+            b"SELECT bool_and(to_regclass(format('%%s.%%I', %(s)s::text, "
+            b"t || '_' || %(k)s || '_spare')) IS NOT NULL) AS ready "
+            b"FROM unnest(%(tables)s::text[]) AS t",
+            {"tables": list(tables), "s": self._qschema_name, "k": slot},
+        )
+        row = await cur.fetchone()
+        if row is not None and row["ready"]:
+            return True
+        if not self._spares_missing_said:
+            log.warning(
+                "queue storage in %s: slot %d has no prebuilt stand-ins to swap in; prune "
+                "truncates under its lock instead until `awa migrate` builds them",
+                self._schema,
+                slot,
+            )
+            self._spares_missing_said = True
+        return False
 
     async def _clear_spares(self, tables: tuple[str, ...]) -> None:
         """Empty the stand-ins of ``tables`` that still hold the rows of a slot swapped
@@ -225,38 +234,27 @@ class RingOps(CarryOps, LongTransactionOps):
     def _refuse_swap(self) -> None:
         if not self._swap_denied:
             log.warning(
-                "queue storage in %s: this role may not create or attach partitions; "
-                "prune truncates under its lock instead (grant CREATE on the schema and "
-                "ownership of its tables to avoid the longer lock)",
+                "queue storage in %s: this role may not detach and attach partitions; "
+                "prune truncates under its lock instead (the owner of the ring tables "
+                "swaps partitions and holds the lock for less time)",
                 self._schema,
             )
         self._swap_denied = True
 
-    async def _build_spares(self, slot: int, tables: tuple[str, ...]) -> None:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                b"SELECT t, (SELECT c.reloptions FROM pg_class c "
-                b"  WHERE c.oid = to_regclass(format('%%s.%%I', %(s)s::text, t || '_' || %(k)s)))"
-                b"  AS options "
-                b"FROM unnest(%(tables)s::text[]) AS t "
-                b"WHERE to_regclass(format('%%s.%%I', %(s)s::text, t || '_' || %(k)s || '_spare'))"
-                b" IS NULL",
-                {"tables": list(tables), "s": self._qschema_name, "k": slot},
-            )
-            for row in await cur.fetchall():
-                table, options = row["t"], row["options"]
-                with_options = f" WITH ({', '.join(options)})" if options else ""
-                await conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {self._spare(table, slot)} "
-                    f"(LIKE {self._qschema_name}.{table} INCLUDING ALL){with_options}".encode()
-                )
-
-    def _swap_steps(self, slot: int, tables: tuple[str, ...]) -> list[str]:
+    def _swap_steps(self, slot: int, tables: tuple[str, ...], *, swap: bool) -> list[str]:
         """Swap the slot's partitions with their empty stand-ins: the partition goes out
         under the stand-in's name and is emptied later (:meth:`_clear_spares`). Only
-        catalog work: nothing is built, synced or dropped under the lock."""
+        catalog work: nothing is built, synced or dropped under the lock. A TRUNCATE
+        instead when ``swap`` is false.
+
+        The stand-ins are built by the install, never here: building an index (even an
+        empty one) syncs its file, which is why a TRUNCATE of the ring's tables took 50-150
+        ms under its lock. A stand-in is the partition an earlier swap took out, so the
+        ring's relations are created once and then only change places: no catalog rows for
+        new tables, columns and types every second, and every backend's catalog caches
+        stay warm."""
         s = self._qschema_name
-        if self._swap_denied:
+        if not swap:
             return [f"TRUNCATE {', '.join(self._child(t, slot) for t in tables)}"] if tables else []
         steps = []
         for table in tables:
@@ -286,32 +284,48 @@ class RingOps(CarryOps, LongTransactionOps):
         partitions replaced by their empty stand-ins; ``also`` is a statement run under
         the lock after the check."""
         swapped = tables if swap is None else swap
-        parents = [] if self._swap_denied else [f"{self._qschema_name}.{t}" for t in swapped]
-        locked = ", ".join(parents + [self._child(t, slot) for t in tables])
-        if parents:
-            # a stand-in that could not be emptied yet is never swapped in
-            spares = " OR ".join(f"EXISTS (SELECT 1 FROM {self._spare(t, slot)})" for t in swapped)
-            unless = f"({unless}) OR {spares}"
-        check = (
-            f"DO $prune$ BEGIN IF {unless} THEN RAISE EXCEPTION 'slot {slot} is in use' "
-            "USING ERRCODE = '55000'; END IF; END $prune$"
+
+        def plan(swapping: bool) -> tuple[str, str]:
+            parents = [f"{self._qschema_name}.{t}" for t in swapped] if swapping else []
+            locked = ", ".join(parents + [self._child(t, slot) for t in tables])
+            refused = unless
+            if parents:
+                # a stand-in that could not be emptied yet is never swapped in
+                spares = " OR ".join(
+                    f"EXISTS (SELECT 1 FROM {self._spare(t, slot)})" for t in swapped
+                )
+                refused = f"({unless}) OR {spares}"
+            check = (
+                f"DO $prune$ BEGIN IF {refused} THEN RAISE EXCEPTION 'slot {slot} is in use' "
+                "USING ERRCODE = '55000'; END IF; END $prune$"
+            )
+            steps = [
+                check,
+                *([also] if also else []),
+                *self._swap_steps(slot, swapped, swap=swapping),
+            ]
+            return locked, "; ".join(steps)
+
+        swapping = (
+            bool(swapped)
+            and not self._swap_denied
+            and await self._spares_exist(conn, slot, swapped)
         )
         # Looked at again on the next turn whatever happens: after a swap the stand-ins
         # hold the rows taken out, and a swap refused for a stand-in that is not empty
         # (another leader's, swapped out just before it lost the lead) needs one emptied.
         self._unclean_spares().update(swapped)
         try:
-            await self._lock_briefly(
-                conn,
-                locked,
-                "; ".join([check, *([also] if also else []), *self._swap_steps(slot, swapped)]),
-            )
-        except pg_errors.InsufficientPrivilege as exc:
+            await self._lock_briefly(conn, *plan(swapping))
+        except pg_errors.InsufficientPrivilege:
+            if not swapping:
+                raise
+            # The refused swap's savepoint is rolled back: this turn truncates instead.
             self._refuse_swap()
-            raise _Blocked() from exc
+            await self._lock_briefly(conn, *plan(False))
         except pg_errors.UndefinedTable as exc:
-            # a stand-in is missing (the target moved on since they were built): the next
-            # turn builds them for its own target
+            # a stand-in was dropped since it was looked for (an install rebuilt it): the
+            # next turn finds the new one
             raise _Blocked() from exc
 
     async def _prune(self, conn: DictConnection, failed_retention: timedelta) -> str:
@@ -639,20 +653,8 @@ class RingOps(CarryOps, LongTransactionOps):
         lock held by a running transaction) or ``skipped_locked``.
         """
         try:
-            async with translated_errors(), self._conn() as conn:
-                cur = await conn.execute(
-                    f"SELECT current_lease_slot, lease_slot_count "
-                    f"FROM {self._qschema_name}.ring_state".encode()
-                )
-                state = await cur.fetchone()
-                assert state is not None
-                count = int(state["lease_slot_count"])
-                dirty = await self._dirty_lease_slots(conn, count)
-                target = (int(state["current_lease_slot"]) + 1) % count
             async with translated_errors():
                 await self._clear_spares(("leases",))
-                if target in dirty:
-                    await self._prepare_spares(target, ("leases",))
             async with translated_errors(), self._tx() as conn:
                 return await self._prune_leases(conn)
         except _Blocked:

@@ -19,13 +19,13 @@ from typing import Any
 
 import anyio
 import attrs
-import psycopg._queries as _psycopg_queries
 from psycopg_pool import AsyncConnectionPool
 
 from awa.adapters._pg.decode import fetch_decodable
 from awa.adapters._pg.pool import DictConnection, connect
 from awa.adapters._pg.rows import job_from_row
 from awa.adapters._pg.sql import load_queries
+from awa.adapters.postgres_queue_storage.statements import run
 from awa.domain.channels import queue_channel
 from awa.domain.errors import DatabaseError, UniqueConflict
 from awa.domain.job import JobRecord, JobSpec
@@ -64,13 +64,6 @@ PRUNE_GATE = 0x61776170
 KEPT_CONNECTIONS = 2
 
 log = logging.getLogger("awa.adapters.postgres_queue_storage")
-
-# psycopg converts the placeholders of a statement longer than 4 KiB on every execute (it
-# caches only shorter ones); the one-statement enqueue is longer, and converting it again
-# cost about a quarter of an insert's client CPU. Its statements are a fixed set, so
-# caching them all is bounded.
-if getattr(_psycopg_queries, "MAX_CACHED_STATEMENT_LENGTH", 1 << 14) < 1 << 14:
-    _psycopg_queries.MAX_CACHED_STATEMENT_LENGTH = 1 << 14
 
 #: Statements that delete the only stored copy of a job and return it for Python to write
 #: elsewhere: a row of theirs that cannot be decoded must fail the transaction (which rolls
@@ -388,7 +381,7 @@ class QueueStorageBase:
                     yield conn
 
     async def _exec(self, conn: DictConnection, name: str, **params: Any) -> list[dict[str, Any]]:
-        cur = await conn.execute(self._q[name].encode(), params)
+        cur = await run(conn, self._q[name].encode(), params)
         if name in _NO_ROWS:
             return []
         # In pipeline mode the result is not there yet (pgresult is None): fetching waits.
@@ -411,7 +404,7 @@ class QueueStorageBase:
         unchanged."""
         async with conn.pipeline():
             await conn.execute(self._q["generic_plan_here"].encode(), prepare=True)
-            cur = await conn.execute(self._q[name].encode(), params, prepare=True)
+            cur = await run(conn, self._q[name].encode(), params, prepare=True)
             return await fetch_decodable(cur)
 
     # ---------------------------------------------------------------- wake-ups

@@ -31,6 +31,7 @@ from awa.adapters.postgres_queue_storage._base import (
     Writes,
     minute_of,
 )
+from awa.adapters.postgres_queue_storage.statements import run
 from awa.domain.callbacks import (
     CALLBACK_FAILED_REASON,
     CLEARED,
@@ -266,7 +267,7 @@ class CoreOps(QueueStorageBase):
         caller's unit of work its plan setting back."""
         params = self._enqueue_params(specs, now, notify=notify, wake=wake)
         await conn.execute(self._q["generic_plans"].encode(), prepare=True)
-        cur = await conn.execute(self._q["enqueue_ready"].encode(), params, prepare=True)
+        cur = await run(conn, self._q["enqueue_ready"].encode(), params, prepare=True)
         if restore:
             # A caller's unit of work goes on: give it its plan setting back.
             await conn.execute(self._q["restore_plans"].encode(), prepare=True)
@@ -398,8 +399,8 @@ class CoreOps(QueueStorageBase):
                 if not records and route_check:
                     # One statement, its own transaction: one message and one round trip.
                     params = self._enqueue_params(specs, now, notify=alone, wake=wake)
-                    cur = await conn.execute(
-                        self._q["enqueue_ready_routed"].encode(), params, prepare=True
+                    cur = await run(
+                        conn, self._q["enqueue_ready_routed"].encode(), params, prepare=True
                     )
                     records = await self._records(cur, specs, now)
                 elif not records:
@@ -779,7 +780,7 @@ class CoreOps(QueueStorageBase):
                     "aging_us": 0,
                     "deadline_at": None,
                 }
-                await conn.execute(("EXPLAIN " + self._q["claim"]).encode(), params)
+                await run(conn, ("EXPLAIN " + self._q["claim"]).encode(), params)
             async with self._kept_conn("complete") as conn:
                 await self._exec_generic(
                     conn,

@@ -341,7 +341,8 @@ async def test_prune_resolves_the_slot_jobs_exactly_as_the_jobs_view(
 
     async with engine._tx() as conn:
         lean = await engine._head_states_in_slot(conn, 0)
-        cur = await conn.execute(engine._heads_sql(ring_module._HEAD_STATE_COLUMNS), {"slot": 0})
+        ids = [job.id for job in jobs] + [waiting.id]
+        cur = await conn.execute(engine._sql["head_states_in_slot"], {"slot": 0, "ids": ids})
         viewed = list(await cur.fetchall())
     assert lean == viewed
     states = {row["id"]: row["state"] for row in lean}

@@ -21,11 +21,9 @@ import anyio
 import attrs
 from psycopg_pool import AsyncConnectionPool
 
-from awa.adapters._pg.decode import fetch_decodable
 from awa.adapters._pg.pool import DictConnection, connect
 from awa.adapters._pg.rows import job_from_row
-from awa.adapters._pg.sql import load_queries
-from awa.adapters.postgres_queue_storage.statements import run
+from awa.adapters.postgres_queue_storage.statements import SPARE_LANES, Statements, run
 from awa.domain.channels import queue_channel
 from awa.domain.errors import DatabaseError, UniqueConflict
 from awa.domain.job import JobRecord, JobSpec
@@ -39,15 +37,6 @@ from awa.domain.states import (
     mask_to_bitstring,
 )
 from awa.ports.clock import Clock
-
-#: Lanes per ``(queue, priority)`` for jobs without an ordering key (shards -1, -2, ...;
-#: an ordering key's lanes are 0 and up). A producer takes one that no other open enqueue
-#: holds and opens another when all are held (ADR 0006, "Enqueue"): this bounds the lanes a
-#: claim visits; beyond it concurrent producers of one queue wait for a lane.
-SPARE_LANES = 8
-
-#: Counter rows per (queue, state) an enqueue may spread over (``add_counts_free``).
-COUNT_BUCKETS = 16
 
 LIVE_STATES = frozenset({JobState.Running, JobState.WaitingExternal})
 DEFERRED = frozenset({JobState.Scheduled, JobState.Retryable})
@@ -64,49 +53,6 @@ PRUNE_GATE = 0x61776170
 KEPT_CONNECTIONS = 2
 
 log = logging.getLogger("awa.adapters.postgres_queue_storage")
-
-#: Statements that delete the only stored copy of a job and return it for Python to write
-#: elsewhere: a row of theirs that cannot be decoded must fail the transaction (which rolls
-#: the delete back), never be skipped, or the job would be lost.
-_CARRIES_ROWS = frozenset({"due_deferred", "take_deferred"})
-
-#: Statements whose rows nobody reads: in pipeline mode they are queued without waiting
-#: for the server.
-_NO_ROWS = frozenset(
-    {
-        "insert_ready",
-        "copy_ready",
-        "copy_deferred",
-        "insert_deferred",
-        "insert_done",
-        "insert_deletion_markers",
-        "insert_dlq",
-        "unique_release",
-        "add_counts",
-        "add_counts_free",
-        "add_completions",
-        "notify",
-        "advance_cursors",
-        "prune_completions",
-    }
-)
-
-_RECORDSET = (
-    "job_id bigint, kind text, queue text, args jsonb, priority smallint, attempt smallint, "
-    "max_attempts smallint, run_at timestamptz, heartbeat_at timestamptz, "
-    "deadline_at timestamptz, attempted_at timestamptz, finalized_at timestamptz, "
-    "created_at timestamptz, errors jsonb, metadata jsonb, tags jsonb, unique_key text, "
-    "unique_states text, callback_id text, callback_timeout_at timestamptz, run_lease bigint, "
-    "progress jsonb, ordering_key text, state text, shard int, lane_seq bigint"
-)
-_BODY = (
-    "x.job_id, x.kind, x.queue, coalesce(x.args, 'null'::jsonb), x.priority, x.attempt, "
-    "x.max_attempts, x.run_at, x.heartbeat_at, x.deadline_at, x.attempted_at, "
-    "x.finalized_at, x.created_at, ARRAY(SELECT jsonb_array_elements(x.errors)), "
-    "coalesce(x.metadata, '{}'::jsonb), ARRAY(SELECT jsonb_array_elements_text(x.tags)), "
-    "decode(x.unique_key, 'hex'), x.unique_states::bit(8), x.callback_id, "
-    "x.callback_timeout_at, x.run_lease, x.progress, decode(x.ordering_key, 'hex')"
-)
 
 
 def holds_unique_key(job: JobRecord | None) -> bool:
@@ -225,11 +171,6 @@ class Writes:
                 self.notify.add((queue_channel(new.queue), ""))
 
 
-# The route check of enqueue_ready_routed: a one-time filter (an init plan evaluated before
-# the first input row is read), so the producer lock is taken before any lane lock.
-_ROUTE_FILTER = "WHERE (SELECT awa.queue_storage_route_check(%(schema)s)) IS NOT NULL"
-
-
 @attrs.define
 class _Kept:
     """The connections kept for one purpose: idle ones (most recent last), and how many
@@ -260,30 +201,7 @@ class QueueStorageBase:
         self._clock = clock
         self._backoff = backoff
         self._schema = schema
-        quoted = '"' + schema.replace('"', '""') + '"'
-        raw = load_queries("awa.adapters.postgres_queue_storage", "queries.sql")
-        reserve = raw["reserve_lanes_cte"]
-        counts = raw["counts_free_cte"]
-        self._q: dict[str, str] = {
-            name: text.replace("{enqueue_ready}", raw["enqueue_ready"])
-            .replace("{route}", _ROUTE_FILTER if name == "enqueue_ready_routed" else "")
-            .replace("{reserve}", reserve)
-            .replace("{counts}", counts)
-            .replace("{spare}", str(SPARE_LANES))
-            .replace("{buckets}", str(COUNT_BUCKETS))
-            .replace("{s}", quoted)
-            .replace("{body}", _BODY)
-            .replace("{recordset}", _RECORDSET)
-            for name, text in raw.items()
-        }
-        # Completion by receipt key: first without ON CONFLICT (no speculative insertion,
-        # one WAL record less per closure), then, only if a racing finaliser made it fail
-        # on the closure key, with it.
-        counted = self._q.pop("complete_receipts_counted")
-        self._q["complete_receipts_counted"] = counted.replace("{on_conflict}", "")
-        self._q["complete_receipts_arbitrated"] = counted.replace(
-            "{on_conflict}", "ON CONFLICT DO NOTHING"
-        )
+        self._sql = Statements(schema)
         self._rotor: dict[str, int] = {}
         self._shards: dict[str, int] = {}
         # Receipts this engine took itself, for attempts without a unique key:
@@ -381,31 +299,12 @@ class QueueStorageBase:
                     yield conn
 
     async def _exec(self, conn: DictConnection, name: str, **params: Any) -> list[dict[str, Any]]:
-        cur = await run(conn, self._q[name].encode(), params)
-        if name in _NO_ROWS:
-            return []
-        # In pipeline mode the result is not there yet (pgresult is None): fetching waits.
-        if cur.pgresult is not None and cur.description is None:
-            return []
-        if name in _CARRIES_ROWS:
-            return list(await cur.fetchall())
-        return await fetch_decodable(cur)
+        return await self._sql.exec(conn, name, **params)
 
     async def _exec_generic(
         self, conn: DictConnection, name: str, **params: Any
     ) -> list[dict[str, Any]]:
-        """Run one autocommit statement under its prepared generic plan.
-
-        For hot statements whose custom plan costs more to make than to run (they read
-        the ring through its partitioned parents, so every partition is planned again)
-        and for which the server's automatic choice never settles on the generic plan.
-        The setting and the statement travel in one pipeline, so both run in one implicit
-        transaction: the setting ends with it and the connection returns to the pool
-        unchanged."""
-        async with conn.pipeline():
-            await conn.execute(self._q["generic_plan_here"].encode(), prepare=True)
-            cur = await run(conn, self._q[name].encode(), params, prepare=True)
-            return await fetch_decodable(cur)
+        return await self._sql.exec_generic(conn, name, **params)
 
     # ---------------------------------------------------------------- wake-ups
     def _wake_after_commit(self, channels: Iterable[str]) -> None:
@@ -426,9 +325,7 @@ class QueueStorageBase:
             self._wake_pending.clear()
             try:
                 async with self._pool.connection() as conn:
-                    await conn.execute(
-                        self._q["wake_quietly"].encode(), {"channels": channels}, prepare=True
-                    )
+                    await run(conn, self._sql["wake_quietly"], {"channels": channels}, prepare=True)
             except Exception:
                 log.debug("wake-up notification failed", exc_info=True)
 
@@ -534,10 +431,8 @@ class QueueStorageBase:
     async def _load_shards(self, conn: DictConnection, queues: Iterable[str]) -> None:
         """Read the queues' ``enqueue_shards`` (an ordering key's lane depends on it)."""
         wanted = sorted(set(queues))
-        cur = await conn.execute(
-            "SELECT queue, enqueue_shards FROM awa.queue_meta WHERE queue = ANY(%s)", (wanted,)
-        )
-        found = {row["queue"]: int(row["enqueue_shards"]) for row in await cur.fetchall()}
+        rows = await self._exec(conn, "enqueue_shards", queues=wanted)
+        found = {row["queue"]: int(row["enqueue_shards"]) for row in rows}
         for queue in wanted:
             self._shards[queue] = found.get(queue, 1)
 
@@ -715,9 +610,7 @@ class QueueStorageBase:
         # may be reclaiming its slot: take the prune gate shared, then make sure the job
         # still reads as it did. A prune that committed in between dropped it or carried it
         # forward; the caller then re-reads.
-        await conn.execute(
-            b"SELECT pg_advisory_xact_lock_shared(%s, hashtext(%s))", (PRUNE_GATE, self._schema)
-        )
+        await self._exec(conn, "prune_gate_shared", gate=PRUNE_GATE, schema=self._schema)
         latest = (await self._resolve(conn, [old.job.id])).get(old.job.id)
         return latest is not None and latest.job == old.job and latest.ready_slot == old.ready_slot
 

@@ -10,7 +10,6 @@ from typing import Any
 
 import attrs
 
-from awa.adapters._pg.decode import fetch_decodable, fetchone_decodable
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters._pg.rows import dlq_from_row, state_buckets
@@ -23,6 +22,7 @@ from awa.adapters.postgres_queue_storage._base import (
     Writes,
     minute_of,
 )
+from awa.adapters.postgres_queue_storage.statements import run
 from awa.domain.admin_views import KindCounts, StateBucket
 from awa.domain.callbacks import retry_changes
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts
@@ -38,49 +38,26 @@ _RETRIES = 5
 AdminDecide = Callable[[JobRecord], tuple[JobRecord | None, bool]]
 
 
-def _job_where(filter: JobFilter) -> tuple[str, list[Any]]:
-    clauses: list[str] = []
-    params: list[Any] = []
-    if filter.kind is not None:
-        clauses.append("kind = %s")
-        params.append(filter.kind)
-    if filter.queue is not None:
-        clauses.append("queue = %s")
-        params.append(filter.queue)
-    if filter.state is not None:
-        clauses.append("state = %s::awa.job_state")
-        params.append(filter.state.sql_name)
-    if filter.tag is not None:
-        clauses.append("%s = ANY(tags)")
-        params.append(filter.tag)
-    if filter.before_id is not None:
-        clauses.append("id < %s")
-        params.append(filter.before_id)
-    return (" AND ".join(clauses) or "true"), params
+def _job_params(filter: JobFilter) -> dict[str, Any]:
+    """The parameters of ``job_filter``."""
+    return {
+        "kind": filter.kind,
+        "queue": filter.queue,
+        "state": None if filter.state is None else filter.state.sql_name,
+        "tag": filter.tag,
+        "before_id": filter.before_id,
+    }
 
 
-def _dlq_where(filter: DlqFilter) -> tuple[str, list[Any]]:
-    clauses: list[str] = []
-    params: list[Any] = []
-    if filter.kind is not None:
-        clauses.append("kind = %s")
-        params.append(filter.kind)
-    if filter.queue is not None:
-        clauses.append("queue = %s")
-        params.append(filter.queue)
-    if filter.tag is not None:
-        clauses.append("%s = ANY(tags)")
-        params.append(filter.tag)
-    if filter.before_dlq_at is not None and filter.before_id is not None:
-        clauses.append("(dlq_at, job_id) < (%s, %s)")
-        params.extend([filter.before_dlq_at, filter.before_id])
-    elif filter.before_dlq_at is not None:
-        clauses.append("dlq_at < %s")
-        params.append(filter.before_dlq_at)
-    elif filter.before_id is not None:
-        clauses.append("job_id < %s")
-        params.append(filter.before_id)
-    return (" AND ".join(clauses) or "true"), params
+def _dlq_params(filter: DlqFilter) -> dict[str, Any]:
+    """The parameters of ``dlq_filter``."""
+    return {
+        "kind": filter.kind,
+        "queue": filter.queue,
+        "tag": filter.tag,
+        "before_at": filter.before_dlq_at,
+        "before_id": filter.before_id,
+    }
 
 
 def _dlq_entry(row: dict[str, Any]) -> DlqEntry:
@@ -97,26 +74,15 @@ class AdminOps(QueueStorageBase):
             found = (await self._resolve(conn, [job_id])).get(job_id)
         return None if found is None else found.job
 
-    async def _select(
-        self, conn: DictConnection, filter: JobFilter, *, tail: str = "", extra: Sequence[Any] = ()
-    ) -> list[Resolved]:
-        where, params = _job_where(filter)
-        cur = await conn.execute(
-            f"SELECT * FROM {self._qschema}.jobs_resolved WHERE {where} {tail}".encode(),
-            [*params, *extra],
-        )
-        return [Resolved.from_row(row) for row in await fetch_decodable(cur)]
-
-    @property
-    def _qschema(self) -> str:
-        return '"' + self._schema.replace('"', '""') + '"'
+    async def _select(self, conn: DictConnection, filter: JobFilter) -> list[Resolved]:
+        """Every job ``filter`` matches, in id order."""
+        rows = await self._exec(conn, "matching_jobs", **_job_params(filter))
+        return [Resolved.from_row(row) for row in rows]
 
     async def list_jobs(self, filter: JobFilter, *, limit: int = 100) -> list[JobRecord]:
         async with translated_errors(), self._tx() as conn:
-            found = await self._select(
-                conn, filter, tail="ORDER BY id DESC LIMIT %s", extra=[max(limit, 0)]
-            )
-        return [r.job for r in found]
+            rows = await self._exec(conn, "list_jobs", **_job_params(filter), limit=max(limit, 0))
+        return [Resolved.from_row(row).job for row in rows]
 
     async def queue_counts(self) -> list[QueueCounts]:
         """Counts come from the folded counters; "completed in the last hour" from the
@@ -199,29 +165,17 @@ class AdminOps(QueueStorageBase):
     # ---------------------------------------------------------------- queue control
     async def pause_queue(self, queue: str, *, paused_by: str | None = None) -> None:
         async with translated_errors(), self._tx() as conn:
-            await conn.execute(
-                "INSERT INTO awa.queue_meta (queue, paused, paused_at, paused_by) "
-                "VALUES (%s, true, %s, %s) ON CONFLICT (queue) DO UPDATE SET "
-                "paused = true, paused_at = EXCLUDED.paused_at, paused_by = EXCLUDED.paused_by "
-                "WHERE NOT awa.queue_meta.paused",
-                (queue, self._clock.now(), paused_by),
+            await self._exec(
+                conn, "pause_queue", queue=queue, now=self._clock.now(), paused_by=paused_by
             )
 
     async def resume_queue(self, queue: str) -> None:
         async with translated_errors(), self._tx() as conn:
-            await conn.execute(
-                "UPDATE awa.queue_meta SET paused = false, paused_at = NULL, paused_by = NULL "
-                "WHERE queue = %s AND paused",
-                (queue,),
-            )
+            await self._exec(conn, "resume_queue", queue=queue)
 
     async def set_queue_dlq(self, queue: str, *, enabled: bool) -> None:
         async with translated_errors(), self._tx() as conn:
-            await conn.execute(
-                "INSERT INTO awa.queue_meta (queue, dlq_enabled) VALUES (%s, %s) "
-                "ON CONFLICT (queue) DO UPDATE SET dlq_enabled = EXCLUDED.dlq_enabled",
-                (queue, enabled),
-            )
+            await self._exec(conn, "set_queue_dlq", queue=queue, enabled=enabled)
 
     # ---------------------------------------------------------------- generic admin change
     async def _change(
@@ -264,7 +218,7 @@ class AdminOps(QueueStorageBase):
     async def drain_queue(self, queue: str) -> int:
         async with translated_errors(), self._tx() as conn:
             writes = Writes(self._clock.now())
-            found = await self._select(conn, JobFilter(queue=queue), tail="ORDER BY id")
+            found = await self._select(conn, JobFilter(queue=queue))
             # Every lane first, in key order: the cancels below then take no lane lock out
             # of the order every retiring writer uses.
             await self._mark_retiring(conn, found)
@@ -323,9 +277,7 @@ class AdminOps(QueueStorageBase):
     async def retry_failed(self, filter: JobFilter) -> list[JobRecord]:
         async with translated_errors(), self._tx() as conn:
             writes = Writes(self._clock.now())
-            failed = await self._select(
-                conn, attrs.evolve(filter, state=JobState.Failed), tail="ORDER BY id"
-            )
+            failed = await self._select(conn, attrs.evolve(filter, state=JobState.Failed))
             retried = []
             for r in failed:
                 result = await self._change(
@@ -343,7 +295,7 @@ class AdminOps(QueueStorageBase):
         async with translated_errors(), self._tx() as conn:
             writes = Writes(self._clock.now())
             if ids is None:
-                found = await self._select(conn, filter, tail="ORDER BY id")
+                found = await self._select(conn, filter)
             else:
                 found = list((await self._resolve(conn, sorted(set(ids)))).values())
             count = 0
@@ -373,14 +325,14 @@ class AdminOps(QueueStorageBase):
 
         async with translated_errors(), self._tx() as conn:
             writes = Writes(now)
-            cur = await conn.execute(
-                f"SELECT * FROM {self._qschema}.jobs_resolved WHERE "
-                "(state IN ('completed', 'cancelled') AND finalized_at <= %s) OR "
-                "(state = 'failed' AND finalized_at <= %s) "
-                "ORDER BY finalized_at, id LIMIT %s".encode(),
-                (now - completed, now - failed, max(batch_size, 0)),
+            due = await self._exec(
+                conn,
+                "retention_due",
+                completed_before=now - completed,
+                failed_before=now - failed,
+                limit=max(batch_size, 0),
             )
-            rows = [Resolved.from_row(row) for row in await fetch_decodable(cur)]
+            rows = [Resolved.from_row(row) for row in due]
             for r in rows:
                 await self._change(conn, writes, r.job.id, decide)
             await self._flush(conn, writes)
@@ -418,9 +370,7 @@ class AdminOps(QueueStorageBase):
     async def bulk_move_failed_to_dlq(self, filter: JobFilter, *, reason: str) -> int:
         async with translated_errors(), self._tx() as conn:
             writes = Writes(self._clock.now())
-            failed = await self._select(
-                conn, attrs.evolve(filter, state=JobState.Failed), tail="ORDER BY id"
-            )
+            failed = await self._select(conn, attrs.evolve(filter, state=JobState.Failed))
             moved = 0
             for r in failed:
                 if await self._to_dlq(conn, writes, r, reason) is not None:
@@ -428,48 +378,24 @@ class AdminOps(QueueStorageBase):
             await self._flush(conn, writes)
         return moved
 
-    async def _dlq_rows(
-        self, conn: DictConnection, filter: DlqFilter, tail: str = "", extra: Sequence[Any] = ()
-    ) -> list[dict[str, Any]]:
-        where, params = _dlq_where(filter)
-        cur = await conn.execute(
-            f"SELECT * FROM {self._qschema}.dlq_entries WHERE {where} {tail}".encode(),
-            [*params, *extra],
-        )
-        return await fetch_decodable(cur)
-
     async def list_dlq(self, filter: DlqFilter, *, limit: int = 100) -> list[DlqEntry]:
         async with translated_errors(), self._tx() as conn:
-            rows = await self._dlq_rows(
-                conn, filter, "ORDER BY dlq_at DESC, job_id DESC LIMIT %s", [max(limit, 0)]
-            )
+            rows = await self._exec(conn, "list_dlq", **_dlq_params(filter), limit=max(limit, 0))
         return [_dlq_entry(row) for row in rows]
 
     async def get_dlq(self, job_id: int) -> DlqEntry | None:
         async with translated_errors(), self._tx() as conn:
-            cur = await conn.execute(
-                f"SELECT * FROM {self._qschema}.dlq_entries WHERE job_id = %s".encode(), (job_id,)
-            )
-            row = await fetchone_decodable(cur)
-        return None if row is None else _dlq_entry(row)
+            rows = await self._exec(conn, "get_dlq", job_id=job_id)
+        return _dlq_entry(rows[0]) if rows else None
 
     async def dlq_depth(self, queue: str | None = None) -> int:
         async with translated_errors(), self._tx() as conn:
-            cur = await conn.execute(
-                f"SELECT count(*) AS n FROM {self._qschema}.dlq_entries "
-                "WHERE %s::text IS NULL OR queue = %s".encode(),
-                (queue, queue),
-            )
-            row = await cur.fetchone()
-        return int(row["n"]) if row else 0
+            rows = await self._exec(conn, "dlq_depth", queue=queue)
+        return int(rows[0]["n"]) if rows else 0
 
     async def dlq_depth_by_queue(self) -> list[tuple[str, int]]:
         async with translated_errors(), self._tx() as conn:
-            cur = await conn.execute(
-                f"SELECT queue, count(*) AS n FROM {self._qschema}.dlq_entries "
-                "GROUP BY queue ORDER BY queue".encode()
-            )
-            rows = await cur.fetchall()
+            rows = await self._exec(conn, "dlq_depth_by_queue")
         return [(row["queue"], int(row["n"])) for row in rows]
 
     async def _restore(
@@ -482,10 +408,7 @@ class AdminOps(QueueStorageBase):
         priority: int | None,
         queue: str | None,
     ) -> JobRecord:
-        await conn.execute(
-            f"DELETE FROM {self._qschema}.dlq_entries WHERE job_id = %s".encode(),
-            (row["job_id"],),
-        )
+        await self._exec(conn, "delete_dlq", job_id=row["job_id"])
         held = _dlq_entry(row).job
         job = attrs.evolve(
             held,
@@ -513,7 +436,7 @@ class AdminOps(QueueStorageBase):
     ) -> JobRecord | None:
         async with translated_errors(), self._tx() as conn:
             writes = Writes(self._clock.now())
-            rows = await self._dlq_rows(conn, DlqFilter(), "AND job_id = %s FOR UPDATE", [job_id])
+            rows = await self._exec(conn, "lock_dlq", job_id=job_id)
             if not rows:
                 return None
             job = await self._restore(
@@ -525,67 +448,33 @@ class AdminOps(QueueStorageBase):
     async def bulk_retry_from_dlq(self, filter: DlqFilter) -> int:
         async with translated_errors(), self._tx() as conn:
             writes = Writes(self._clock.now())
-            rows = await self._dlq_rows(conn, filter, "ORDER BY job_id FOR UPDATE")
+            rows = await self._exec(conn, "lock_matching_dlq", **_dlq_params(filter))
             for row in rows:
                 await self._restore(conn, writes, row, run_at=None, priority=None, queue=None)
             await self._flush(conn, writes)
         return len(rows)
 
     async def purge_dlq(self, filter: DlqFilter) -> int:
-        where, params = _dlq_where(filter)
         async with translated_errors(), self._tx() as conn:
-            cur = await conn.execute(
-                f"DELETE FROM {self._qschema}.dlq_entries WHERE {where}".encode(), params
-            )
+            cur = await run(conn, self._sql["purge_dlq"], _dlq_params(filter))
             return cur.rowcount
 
     async def purge_dlq_job(self, job_id: int) -> bool:
         async with translated_errors(), self._tx() as conn:
-            cur = await conn.execute(
-                f"DELETE FROM {self._qschema}.dlq_entries WHERE job_id = %s".encode(), (job_id,)
-            )
+            cur = await run(conn, self._sql["delete_dlq"], {"job_id": job_id})
             return cur.rowcount > 0
 
     async def cleanup_dlq(self, *, retention: timedelta, batch_size: int = 1000) -> int:
         cutoff = self._clock.now() - retention
         async with translated_errors(), self._tx() as conn:
-            cur = await conn.execute(
-                f"DELETE FROM {self._qschema}.dlq_entries WHERE job_id IN ("
-                f"SELECT job_id FROM {self._qschema}.dlq_entries WHERE dlq_at <= %s "
-                "ORDER BY dlq_at, job_id LIMIT %s)".encode(),
-                (cutoff, max(batch_size, 0)),
+            cur = await run(
+                conn, self._sql["cleanup_dlq"], {"before": cutoff, "limit": max(batch_size, 0)}
             )
             return cur.rowcount
 
     # ---------------------------------------------------------------- lifecycle
     async def reset(self) -> None:
-        """Delete every job, DLQ entry, unique claim and queue setting.
-
-        ``DELETE`` rather than ``TRUNCATE``: truncating the ring's many partitions costs a
-        new file per table, far more than deleting the few rows tests leave behind.
-        """
-        s = self._qschema
-        tables = [
-            "ready_entries",
-            "claims",
-            "closures",
-            "tombstones",
-            "done_entries",
-            "leases",
-            "deferred_jobs",
-            "dlq_entries",
-            "lanes",
-            "claim_heads",
-            "queue_counts",
-            "completions",
-            "queue_prune_stats",
-        ]
-        deletes = ", ".join(
-            f"d{i} AS (DELETE FROM {name})"
-            for i, name in enumerate(
-                [f"{s}.{t}" for t in tables] + ["awa.job_unique_claims", "awa.queue_meta"]
-            )
-        )
+        """Delete every job, DLQ entry, unique claim and queue setting (``reset``)."""
         async with translated_errors(), self._tx() as conn:
-            await conn.execute(f"WITH {deletes} SELECT 1".encode())
+            await run(conn, self._sql["reset"])
         self._shards.clear()

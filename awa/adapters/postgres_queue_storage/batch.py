@@ -8,6 +8,8 @@ its new lane, so claims see it exactly once and in ``(run_at, id)`` order there.
 
 from __future__ import annotations
 
+from psycopg import sql
+
 from awa.adapters._pg.batch_ops import PgBatchControl, target_params, target_statements
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters.postgres_queue_storage._base import Resolved, Writes
@@ -20,7 +22,7 @@ class BatchOps(PgBatchControl, AdminOps):
     """Targets over ``{schema}.jobs_resolved`` and per-job changes through ``_change``."""
 
     def _target_statements(self) -> tuple[bytes, bytes]:
-        return target_statements(f"{self._qschema}.jobs_resolved")
+        return target_statements(sql.Identifier(self._schema, "jobs_resolved").as_string())
 
     async def count_batch_targets(self, filter: BatchFilter) -> int:
         count, _ = self._target_statements()

@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 import psycopg
-from psycopg import AsyncCursor
+from psycopg import AsyncCursor, sql
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
@@ -266,11 +266,11 @@ class CoreOps(QueueStorageBase):
         also sends them (otherwise the caller does, after commit). ``restore`` gives a
         caller's unit of work its plan setting back."""
         params = self._enqueue_params(specs, now, notify=notify, wake=wake)
-        await conn.execute(self._q["generic_plans"].encode(), prepare=True)
-        cur = await run(conn, self._q["enqueue_ready"].encode(), params, prepare=True)
+        await run(conn, self._sql["generic_plans"], prepare=True)
+        cur = await run(conn, self._sql["enqueue_ready"], params, prepare=True)
         if restore:
             # A caller's unit of work goes on: give it its plan setting back.
-            await conn.execute(self._q["restore_plans"].encode(), prepare=True)
+            await run(conn, self._sql["restore_plans"], prepare=True)
         return cur
 
     def _enqueue_params(
@@ -399,9 +399,7 @@ class CoreOps(QueueStorageBase):
                 if not records and route_check:
                     # One statement, its own transaction: one message and one round trip.
                     params = self._enqueue_params(specs, now, notify=alone, wake=wake)
-                    cur = await run(
-                        conn, self._q["enqueue_ready_routed"].encode(), params, prepare=True
-                    )
+                    cur = await run(conn, self._sql["enqueue_ready_routed"], params, prepare=True)
                     records = await self._records(cur, specs, now)
                 elif not records:
                     async with conn.pipeline(), conn.transaction():
@@ -422,8 +420,9 @@ class CoreOps(QueueStorageBase):
         job = _job_fields(
             spec, mask_to_bitstring(spec.effective_unique_states), self._hint(spec.queue)
         )
-        cur = await conn.execute(
-            self._q["enqueue_one_routed"].encode(),
+        cur = await run(
+            conn,
+            self._sql["enqueue_one_routed"],
             {
                 "job": json.dumps(job),
                 "now": now,
@@ -549,7 +548,7 @@ class CoreOps(QueueStorageBase):
         # priority, max_attempts, tags and unique states (usually the whole batch).
         shapes: dict[tuple[Any, ...], tuple[str, str, str, str]] = {}
         dumps = json.dumps
-        copy_sql = self._q["copy_direct"].encode()
+        copy_sql = self._sql["copy_direct"]
         rows = zip(specs, lane_of, ids, facts, strict=True)
         async with conn.cursor() as cur, cur.copy(copy_sql) as copy:
             # Sent in pieces while the next ones are encoded, so the server stores rows
@@ -603,16 +602,9 @@ class CoreOps(QueueStorageBase):
         ]
         lanes = iter(await self._reserve(conn, ready) if ready else [])
         self._stage_seq += 1
-        stage = f"awa_copy_stage_{self._stage_seq}"
-        # Dropped at commit; a fresh name per call lets one transaction copy twice.
-        await conn.execute(
-            f"CREATE TEMP TABLE {stage} (job_id int8, kind text, queue text, args jsonb, "
-            "priority int2, max_attempts int2, run_at timestamptz, created_at timestamptz, "
-            "metadata jsonb, tags text[], unique_key bytea, unique_states text, "
-            "ordering_key bytea, shard int4, lane_seq int8, state text) "
-            "ON COMMIT DROP".encode()
-        )
-        copy_sql = f"COPY {stage} FROM STDIN (FORMAT BINARY)".encode()
+        stage = sql.Identifier(f"awa_copy_stage_{self._stage_seq}")
+        await run(conn, self._sql.render("create_copy_stage", stage=stage))
+        copy_sql = self._sql.render("copy_stage", stage=stage)
         async with conn.cursor() as cur, cur.copy(copy_sql) as copy:
             copy.set_types(list(_STAGE_TYPES))
             for job, spec in zip(records, specs, strict=True):
@@ -637,8 +629,8 @@ class CoreOps(QueueStorageBase):
                         job.state.sql_name,
                     )
                 )
-        await conn.execute(self._q["copy_ready"].replace("{stage}", stage).encode())
-        await conn.execute(self._q["copy_deferred"].replace("{stage}", stage).encode())
+        await run(conn, self._sql.render("copy_ready", stage=stage))
+        await run(conn, self._sql.render("copy_deferred", stage=stage))
         for job in records:
             writes.move(None, job)
         await self._flush(conn, writes, producer=True)
@@ -780,7 +772,7 @@ class CoreOps(QueueStorageBase):
                     "aging_us": 0,
                     "deadline_at": None,
                 }
-                await run(conn, ("EXPLAIN " + self._q["claim"]).encode(), params)
+                await run(conn, self._sql["explain_claim"], params)
             async with self._kept_conn("complete") as conn:
                 await self._exec_generic(
                     conn,
@@ -1038,8 +1030,8 @@ class CoreOps(QueueStorageBase):
 
     async def _refresh_dlq(self) -> None:
         async with self._tx() as conn:
-            cur = await conn.execute("SELECT queue FROM awa.queue_meta WHERE dlq_enabled")
-            self._dlq_queues = frozenset(row["queue"] for row in await cur.fetchall())
+            rows = await self._exec(conn, "dlq_queues")
+            self._dlq_queues = frozenset(row["queue"] for row in rows)
 
     async def retry(self, lease: RunLease, *, error: str, delay: timedelta | None = None) -> Ack:
         await self._refresh_dlq()

@@ -12,11 +12,13 @@ from awa.adapters._pg.migrations import migrate
 from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
 from awa.adapters._pg.overrides import PgOverrideOps
 from awa.adapters._pg.pool import DictConnection, connect, open_pool
+from awa.adapters._pg.sql import load_queries
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage._base import settled
 from awa.adapters.postgres_queue_storage.batch import BatchOps
 from awa.adapters.postgres_queue_storage.core import CoreOps
 from awa.adapters.postgres_queue_storage.ring import RingOps
+from awa.adapters.postgres_queue_storage.statements import PACKAGE
 from awa.domain.policies import Backoff
 from awa.ports.clock import Clock
 
@@ -41,8 +43,13 @@ async def install_queue_storage(
     try:
         async with translated_errors():
             await conn.execute(
-                "SELECT awa.install_queue_storage(%s, %s, %s, %s)",
-                (schema, queue_slot_count, lease_slot_count, reset),
+                load_queries(PACKAGE, "admin.sql")["install"].encode(),
+                {
+                    "schema": schema,
+                    "queue_slots": queue_slot_count,
+                    "lease_slots": lease_slot_count,
+                    "reset": reset,
+                },
             )
     finally:
         await conn.close()

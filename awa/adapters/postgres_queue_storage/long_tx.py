@@ -17,10 +17,11 @@ from datetime import timedelta
 from typing import Any
 
 from psycopg import errors as pg_errors
+from psycopg import sql
 
 from awa.adapters._pg.pool import DictConnection
-from awa.adapters._pg.sql import load_queries
 from awa.adapters.postgres_queue_storage._base import QueueStorageBase
+from awa.adapters.postgres_queue_storage.statements import run, slot_table
 
 log = logging.getLogger("awa.adapters.postgres_queue_storage")
 
@@ -36,7 +37,6 @@ CONTROL_TABLES = (
 #: After a long transaction, a control table is rewritten when it is at least this much
 #: larger than when the transaction was first seen (and at least twice that size).
 COMPACT_GROWTH_BYTES = 64 << 10
-COMPACT_LOCK_TIMEOUT = "50ms"
 #: A blocking transaction is named again at most this often.
 WARN_EVERY = 60.0
 
@@ -51,20 +51,13 @@ class LongTransactionOps(QueueStorageBase):
     #: See COMPACT_GROWTH_BYTES.
     compact_growth_bytes = COMPACT_GROWTH_BYTES
     _sizes_before: dict[str, int] | None = None
-    _long_q: dict[str, str] | None = None
     _warned: dict[tuple[str, int], float] | None = None
     _recorded: dict[str, tuple[str, int | None]] | None = None
     _horizon_checked = 0.0
     _horizon_held = False
 
-    def _long_sql(self, name: str) -> str:
-        if self._long_q is None:
-            self._long_q = load_queries("awa.adapters.postgres_queue_storage", "long_tx.sql")
-        return self._long_q[name]
-
     async def _long_rows(self, conn: DictConnection, name: str, **params: Any) -> list[Any]:
-        cur = await conn.execute(self._long_sql(name).encode(), params)
-        return list(await cur.fetchall()) if cur.description is not None else []
+        return await self._sql.rows(conn, self._sql[name], params)
 
     def _should_warn(self, concern: str, pid: int) -> bool:
         warned = self._warned if self._warned is not None else {}
@@ -107,8 +100,8 @@ class LongTransactionOps(QueueStorageBase):
 
     async def _explain_blocked(self, slot: int, tables: tuple[str, ...]) -> None:
         """Prune could not lock ``slot``: name the long transactions holding it."""
-        relations = [f"{self._qschema}.{t}" for t in tables] + [
-            f'{self._qschema}."{t}_{slot}"' for t in tables
+        relations = [sql.Identifier(self._schema, t).as_string() for t in tables] + [
+            slot_table(self._schema, t, slot).as_string() for t in tables
         ]
         async with self._conn() as conn:
             holders = await self._long_rows(conn, "ring_lock_holders", relations=relations)
@@ -184,7 +177,10 @@ class LongTransactionOps(QueueStorageBase):
     async def _control_sizes(self) -> dict[str, int]:
         async with self._conn() as conn:
             rows = await self._long_rows(
-                conn, "control_sizes", schema=self._qschema, tables=list(CONTROL_TABLES)
+                conn,
+                "control_sizes",
+                schema=self._sql.quoted_schema,
+                tables=list(CONTROL_TABLES),
             )
         return {str(r["relname"]): int(r["bytes"]) for r in rows}
 
@@ -197,14 +193,17 @@ class LongTransactionOps(QueueStorageBase):
         tables; one whose lock was not granted is left for the next call."""
         rewritten = []
         async with self._conn() as conn:
-            await conn.execute(f"SET lock_timeout = '{COMPACT_LOCK_TIMEOUT}'".encode())
+            await run(conn, self._sql["compact_lock_timeout"])
             try:
                 for table in CONTROL_TABLES:
                     # plain VACUUM waits for an autovacuum of the same table otherwise
                     with contextlib.suppress(pg_errors.LockNotAvailable):
-                        await conn.execute(f"VACUUM {self._qschema}.{table}".encode())
+                        await run(conn, self._vacuum("vacuum_control_table", table))
                 sizes = await self._long_rows(
-                    conn, "control_sizes", schema=self._qschema, tables=list(CONTROL_TABLES)
+                    conn,
+                    "control_sizes",
+                    schema=self._sql.quoted_schema,
+                    tables=list(CONTROL_TABLES),
                 )
                 for row in sizes:
                     before = (self._sizes_before or {}).get(str(row["relname"]), 0)
@@ -212,8 +211,8 @@ class LongTransactionOps(QueueStorageBase):
                     if size < 2 * before or size - before < self.compact_growth_bytes:
                         continue
                     try:
-                        await conn.execute(
-                            f'VACUUM (FULL) {self._qschema}."{row["relname"]}"'.encode()
+                        await run(
+                            conn, self._vacuum("vacuum_full_control_table", str(row["relname"]))
                         )
                         rewritten.append(str(row["relname"]))
                     except pg_errors.LockNotAvailable:
@@ -224,9 +223,8 @@ class LongTransactionOps(QueueStorageBase):
                         )
                         self._horizon_held = True
             finally:
-                await conn.execute(b"RESET lock_timeout")
+                await run(conn, self._sql["reset_lock_timeout"])
         return rewritten
 
-    @property
-    def _qschema(self) -> str:
-        return '"' + self._schema.replace('"', '""') + '"'
+    def _vacuum(self, statement: str, table: str) -> bytes:
+        return self._sql.render(statement, table=sql.Identifier(self._schema, table))

@@ -50,8 +50,8 @@ from awa.adapters._pg.pool import DictConnection, PoolOptions, open_pool
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_canonical import CanonicalEngine
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
-from awa.adapters.postgres_queue_storage._base import PgUnitOfWork
-from awa.adapters.postgres_queue_storage.core import RouteChanged
+from awa.adapters.postgres_queue_storage.connections import PgUnitOfWork
+from awa.adapters.postgres_queue_storage.enqueue import RouteChanged
 from awa.domain.admin_views import KindCounts, StateBucket
 from awa.domain.batch_ops import (
     BatchFilter,

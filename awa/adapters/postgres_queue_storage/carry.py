@@ -14,11 +14,14 @@ from typing import Any
 from psycopg import sql
 
 from awa.adapters._pg.pool import DictConnection
-from awa.adapters.postgres_queue_storage._base import QueueStorageBase
+from awa.adapters.postgres_queue_storage.statements import Statements
 
 
-class CarryOps(QueueStorageBase):
-    """The carry-forward steps of queue-ring and lease-ring prune."""
+class Carry:
+    """The carry-forward steps of queue-ring and lease-ring prune, in prune's transaction."""
+
+    def __init__(self, statements: Statements) -> None:
+        self._sql = statements
 
     async def _carry_rows(
         self, conn: DictConnection, name: str, *, slot_k: int | None = None, **params: Any
@@ -26,18 +29,18 @@ class CarryOps(QueueStorageBase):
         statement = self._sql[name] if slot_k is None else self._sql.for_slot(name, slot_k)
         return await self._sql.rows(conn, statement, params)
 
-    async def _carry_live_rows(
+    async def live_rows(
         self, conn: DictConnection, source: int, current: int
     ) -> tuple[frozenset[int], list[tuple[int, int]]]:
         """Copy the live ready rows and open claims of ``source`` into ``current``;
         returns the carried jobs and ``(job_id, claim_id)`` of the carried open attempts
-        (their lease rows are re-pointed under the lock, :meth:`_repoint`)."""
+        (their lease rows are re-pointed under the lock, :meth:`repoint`)."""
         jobs = await self._carry_rows(conn, "carry_ready", slot_k=source, to=current)
         rows = await self._carry_rows(conn, "carry_claims", slot_k=source, to=current)
         carried = frozenset(int(r["job_id"]) for r in jobs)
         return carried, [(int(r["job_id"]), int(r["claim_id"])) for r in rows]
 
-    def _repoint(
+    def repoint(
         self, carried: Sequence[tuple[int, int]], source: int, current: int
     ) -> sql.SQL | None:
         """The lease re-point of the carried attempts as one literal statement, to run in
@@ -52,7 +55,7 @@ class CarryOps(QueueStorageBase):
         }
         return sql.SQL(_literal(self._sql.text("repoint_leases"), params))
 
-    async def _carry_live_leases(self, conn: DictConnection, source: int, current: int) -> bool:
+    async def live_leases(self, conn: DictConnection, source: int, current: int) -> bool:
         """Move the lease rows of open attempts out of lease slot ``source`` into
         ``current``, under their advisory locks taken without waiting. False (nothing
         moved) when a lease writer holds one of those locks: that prune is ``blocked``."""
@@ -60,7 +63,9 @@ class CarryOps(QueueStorageBase):
         if not live:
             return True
         ids = sorted({int(r["job_id"]) for r in live})
-        (locked,) = await self._carry_rows(conn, "try_lock_leases", schema=self._schema, ids=ids)
+        (locked,) = await self._carry_rows(
+            conn, "try_lock_leases", schema=self._sql.schema, ids=ids
+        )
         if not locked["ok"]:
             return False
         # Read again under the locks: a writer that held one may have moved its row on.

@@ -265,3 +265,8 @@ class Statements:
         """Run a rendered statement (:meth:`for_slot`, :meth:`render`); all its rows."""
         cur = await run(conn, statement, params)
         return list(await cur.fetchall()) if cur.description is not None else []
+
+    async def one(self, conn: DictConnection, statement: bytes, params: Any = None) -> Any:
+        """Run a rendered statement; its first row, or ``None``."""
+        rows = await self.rows(conn, statement, params)
+        return rows[0] if rows else None

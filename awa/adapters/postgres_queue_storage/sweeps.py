@@ -1,0 +1,126 @@
+"""Maintenance sweeps over jobs: promotion of due deferred jobs and the rescues
+(stale heartbeat, expired deadline, expired callback), each rescue a guarded change of
+the attempt it finds (:meth:`~.outcomes.Outcomes.guarded`)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import attrs
+
+from awa.adapters._pg.errors import translated_errors
+from awa.adapters.postgres_queue_storage.connections import Connections
+from awa.adapters.postgres_queue_storage.facts import FactWriter
+from awa.adapters.postgres_queue_storage.outcomes import RUNNING_ONLY, Outcomes
+from awa.adapters.postgres_queue_storage.snapshots import Resolved, Writes
+from awa.adapters.postgres_queue_storage.statements import Statements
+from awa.domain.job import JobRecord, RunLease
+from awa.domain.states import JobState
+from awa.ports.clock import Clock
+from awa.ports.storage import Ack, Rescued
+
+
+class Sweeps:
+    """``promote_due`` and the ``rescue_*`` sweeps."""
+
+    def __init__(
+        self,
+        *,
+        connections: Connections,
+        statements: Statements,
+        facts: FactWriter,
+        outcomes: Outcomes,
+        clock: Clock,
+    ) -> None:
+        self._connections = connections
+        self._sql = statements
+        self._facts = facts
+        self._outcomes = outcomes
+        self._clock = clock
+
+    async def promote_due(self, *, limit: int = 4096) -> int:
+        if limit <= 0:
+            return 0
+        async with translated_errors(), self._connections.tx() as conn:
+            writes = Writes(self._clock.now())
+            rows = await self._sql.exec(conn, "due_deferred", now=writes.now, limit=limit)
+            if not rows:
+                return 0
+            rows.sort(key=lambda r: (r["run_at"], r["job_id"]))
+            items = []
+            changes = []
+            for row in rows:
+                before = Resolved.from_row(
+                    {
+                        **row,
+                        "id": row["job_id"],
+                        "ready_slot": None,
+                        "ready_fact": None,
+                        "claim_id": None,
+                        "open_claim": False,
+                    }
+                )
+                after = attrs.evolve(before.job, state=JobState.Available)
+                items.append((after, before.ordering_key))
+                changes.append((before.job, after))
+                writes.move(before.job, after)
+            await self._facts.unique(conn, changes)
+            await self._facts.place(conn, items)
+            await self._facts.flush(conn, writes)
+        return len(rows)
+
+    async def _rescue(
+        self,
+        query: str,
+        reason: str,
+        *,
+        dlq_reason: str = "max_attempts_exhausted",
+        **params: Any,
+    ) -> list[Rescued]:
+        await self._outcomes.refresh_dlq()
+        async with translated_errors(), self._connections.tx() as conn:
+            rows = await self._sql.exec(conn, query, **params)
+        rescued: list[Rescued] = []
+        clear: dict[str, Any] = (
+            {"callback_id": None, "callback_timeout_at": None}
+            if query == "expired_callbacks"
+            else {}
+        )
+        for row in rows:
+            lease = RunLease(row["job_id"], row["run_lease"])
+            states: list[JobState] = []
+
+            def decide(
+                job: JobRecord, w: Writes, states: list[JobState] = states
+            ) -> tuple[JobRecord, str | None]:
+                new, dlq = self._outcomes.retry_or_fail(
+                    job, w, error=reason, delay=None, dlq_reason=dlq_reason, **clear
+                )
+                states.append(new.state)
+                return new, dlq
+
+            expected = (
+                frozenset({JobState.WaitingExternal})
+                if query == "expired_callbacks"
+                else RUNNING_ONLY
+            )
+            if await self._outcomes.guarded(lease, decide, expected) is Ack.APPLIED:
+                rescued.append(Rescued(lease=lease, new_state=states[-1], reason=reason))
+        return rescued
+
+    async def rescue_stale_heartbeats(self, *, staleness: timedelta) -> list[Rescued]:
+        return await self._rescue(
+            "stale_heartbeats", "heartbeat stale", cutoff=self._clock.now() - staleness
+        )
+
+    async def rescue_expired_deadlines(self) -> list[Rescued]:
+        return await self._rescue("expired_deadlines", "deadline exceeded", now=self._clock.now())
+
+    async def rescue_expired_callbacks(self) -> list[Rescued]:
+        return await self._rescue(
+            "expired_callbacks",
+            "callback timed out",
+            dlq_reason="callback_timeout",
+            now=self._clock.now(),
+        )

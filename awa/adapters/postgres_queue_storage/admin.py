@@ -5,13 +5,11 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime, timedelta
-from typing import Any
 
 from awa.adapters._pg.errors import translated_errors
-from awa.adapters._pg.pool import DictConnection
 from awa.adapters._pg.rows import state_buckets
 from awa.adapters.postgres_queue_storage.connections import Connections
-from awa.adapters.postgres_queue_storage.facts import FactWriter
+from awa.adapters.postgres_queue_storage.facts import FactWriter, job_params
 from awa.adapters.postgres_queue_storage.snapshots import Resolved, minute_of
 from awa.adapters.postgres_queue_storage.statements import Statements
 from awa.domain.admin_views import KindCounts, StateBucket
@@ -19,25 +17,6 @@ from awa.domain.job import JobRecord, QueueCounts
 from awa.domain.states import JobState
 from awa.ports.clock import Clock
 from awa.ports.storage import JobFilter
-
-
-def job_params(filter: JobFilter) -> dict[str, Any]:
-    """The parameters of ``job_filter``."""
-    return {
-        "kind": filter.kind,
-        "queue": filter.queue,
-        "state": None if filter.state is None else filter.state.sql_name,
-        "tag": filter.tag,
-        "before_id": filter.before_id,
-    }
-
-
-async def matching(
-    statements: Statements, conn: DictConnection, filter: JobFilter
-) -> list[Resolved]:
-    """Every job ``filter`` matches, in id order (the order admin writes change them in)."""
-    rows = await statements.exec(conn, "matching_jobs", **job_params(filter))
-    return [Resolved.from_row(row) for row in rows]
 
 
 class AdminReads:

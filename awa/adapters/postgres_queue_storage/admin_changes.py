@@ -16,7 +16,6 @@ import attrs
 
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
-from awa.adapters.postgres_queue_storage.admin import matching
 from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.lanes import LaneAllocator
@@ -102,7 +101,7 @@ class AdminChanges:
     async def drain_queue(self, queue: str) -> int:
         async with translated_errors(), self._connections.tx() as conn:
             writes = Writes(self._clock.now())
-            found = await matching(self._sql, conn, JobFilter(queue=queue))
+            found = await self._facts.matching(conn, JobFilter(queue=queue))
             # Every lane first, in key order: the cancels below then take no lane lock out
             # of the order every retiring writer uses.
             await self._facts.mark_retiring(conn, found)
@@ -163,7 +162,7 @@ class AdminChanges:
     async def retry_failed(self, filter: JobFilter) -> list[JobRecord]:
         async with translated_errors(), self._connections.tx() as conn:
             writes = Writes(self._clock.now())
-            failed = await matching(self._sql, conn, attrs.evolve(filter, state=JobState.Failed))
+            failed = await self._facts.matching(conn, attrs.evolve(filter, state=JobState.Failed))
             retried = []
             for r in failed:
                 result = await self.change(conn, writes, r.job.id, self._operator_retry(writes.now))
@@ -179,7 +178,7 @@ class AdminChanges:
         async with translated_errors(), self._connections.tx() as conn:
             writes = Writes(self._clock.now())
             if ids is None:
-                found = await matching(self._sql, conn, filter)
+                found = await self._facts.matching(conn, filter)
             else:
                 found = list((await self._facts.resolve(conn, sorted(set(ids)))).values())
             count = 0

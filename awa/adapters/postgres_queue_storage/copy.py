@@ -13,10 +13,9 @@ from psycopg.types.json import Jsonb
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters.postgres_queue_storage.connections import Connections
-from awa.adapters.postgres_queue_storage.enqueue import new_record
 from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.lanes import Lane, LaneAllocator
-from awa.adapters.postgres_queue_storage.snapshots import Writes
+from awa.adapters.postgres_queue_storage.snapshots import Writes, new_record
 from awa.adapters.postgres_queue_storage.statements import Statements, run
 from awa.domain.channels import queue_channel
 from awa.domain.job import JobSpec

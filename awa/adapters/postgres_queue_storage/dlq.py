@@ -11,7 +11,6 @@ import attrs
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters._pg.rows import dlq_from_row
-from awa.adapters.postgres_queue_storage.admin import matching
 from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.snapshots import Resolved, Writes
@@ -77,7 +76,7 @@ class DeadLetters:
     async def bulk_move_failed_to_dlq(self, filter: JobFilter, *, reason: str) -> int:
         async with translated_errors(), self._connections.tx() as conn:
             writes = Writes(self._clock.now())
-            failed = await matching(self._sql, conn, attrs.evolve(filter, state=JobState.Failed))
+            failed = await self._facts.matching(conn, attrs.evolve(filter, state=JobState.Failed))
             moved = 0
             for r in failed:
                 if await self._to_dlq(conn, writes, r, reason) is not None:

@@ -68,13 +68,13 @@ from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.group_commit import GroupCommit
 from awa.adapters.postgres_queue_storage.lanes import LaneAllocator
-from awa.adapters.postgres_queue_storage.snapshots import Writes
+from awa.adapters.postgres_queue_storage.snapshots import Writes, new_record
 from awa.adapters.postgres_queue_storage.statements import Statements, run
 from awa.adapters.postgres_queue_storage.wakes import WakeCoalescer
 from awa.domain.channels import queue_channel
 from awa.domain.errors import UniqueConflict
 from awa.domain.job import JobRecord, JobSpec
-from awa.domain.states import JobState, mask_to_bitstring
+from awa.domain.states import mask_to_bitstring
 from awa.domain.validation import validate_spec
 from awa.ports.clock import Clock
 from awa.ports.storage import UnitOfWork
@@ -108,26 +108,6 @@ def _job_fields(spec: JobSpec, unique_states: str, hint: int | None) -> dict[str
 def _one_plain_job(spec: JobSpec) -> bool:
     """An available job without ordering or unique key: enqueue_one_routed can take it."""
     return spec.run_at is None and spec.ordering_key is None and spec.unique_key is None
-
-
-def new_record(job_id: int, spec: JobSpec, now: datetime) -> JobRecord:
-    """The snapshot of a job just enqueued with id ``job_id``."""
-    return JobRecord(
-        id=job_id,
-        kind=spec.kind,
-        queue=spec.queue,
-        args=spec.args,
-        state=JobState.Available if spec.run_at is None else JobState.Scheduled,
-        priority=spec.priority,
-        attempt=0,
-        max_attempts=spec.max_attempts,
-        run_at=now if spec.run_at is None else spec.run_at,
-        created_at=now,
-        metadata=dict(spec.metadata),
-        tags=tuple(spec.tags),
-        unique_key=spec.unique_key,
-        unique_states=spec.effective_unique_states,
-    )
 
 
 class Enqueue:

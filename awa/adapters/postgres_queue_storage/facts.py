@@ -13,6 +13,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters.postgres_queue_storage.lanes import LaneAllocator
@@ -30,6 +31,18 @@ from awa.adapters.postgres_queue_storage.statements import Statements
 from awa.domain.errors import UniqueConflict
 from awa.domain.job import JobRecord
 from awa.domain.states import TERMINAL_STATES, JobState
+from awa.ports.storage import JobFilter
+
+
+def job_params(filter: JobFilter) -> dict[str, Any]:
+    """The parameters of ``job_filter``."""
+    return {
+        "kind": filter.kind,
+        "queue": filter.queue,
+        "state": None if filter.state is None else filter.state.sql_name,
+        "tag": filter.tag,
+        "before_id": filter.before_id,
+    }
 
 
 class FactWriter:
@@ -41,6 +54,7 @@ class FactWriter:
         self._schema = statements.schema
 
     async def resolve(self, conn: DictConnection, ids: Iterable[int]) -> dict[int, Resolved]:
+        """The current snapshots of ``ids`` (missing ids are absent), by id."""
         rows = await self._sql.exec(conn, "snapshots", ids=list(ids))
         return {row["id"]: Resolved.from_row(row) for row in rows}
 
@@ -274,3 +288,9 @@ class FactWriter:
         await self.place(conn, [(new, old.ordering_key)])
         writes.move(old.job, new)
         return True
+
+    async def matching(self, conn: DictConnection, filter: JobFilter) -> list[Resolved]:
+        """Every job ``filter`` matches, in id order (the order admin writes change them
+        in)."""
+        rows = await self._sql.exec(conn, "matching_jobs", **job_params(filter))
+        return [Resolved.from_row(row) for row in rows]

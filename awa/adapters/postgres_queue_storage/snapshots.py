@@ -17,7 +17,7 @@ import attrs
 
 from awa.adapters._pg.rows import job_from_row
 from awa.domain.channels import queue_channel
-from awa.domain.job import JobRecord
+from awa.domain.job import JobRecord, JobSpec
 from awa.domain.states import DEFAULT_UNIQUE_STATES, JobState, mask_contains, mask_to_bitstring
 
 LIVE_STATES = frozenset({JobState.Running, JobState.WaitingExternal})
@@ -134,3 +134,23 @@ class Writes:
                 self.completed(new.queue, new.finalized_at, 1)
             if new.state == JobState.Available:
                 self.notify.add((queue_channel(new.queue), ""))
+
+
+def new_record(job_id: int, spec: JobSpec, now: datetime) -> JobRecord:
+    """The snapshot of a job just enqueued with id ``job_id``."""
+    return JobRecord(
+        id=job_id,
+        kind=spec.kind,
+        queue=spec.queue,
+        args=spec.args,
+        state=JobState.Available if spec.run_at is None else JobState.Scheduled,
+        priority=spec.priority,
+        attempt=0,
+        max_attempts=spec.max_attempts,
+        run_at=now if spec.run_at is None else spec.run_at,
+        created_at=now,
+        metadata=dict(spec.metadata),
+        tags=tuple(spec.tags),
+        unique_key=spec.unique_key,
+        unique_states=spec.effective_unique_states,
+    )

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.rows import state_buckets
 from awa.adapters.postgres_queue_storage.connections import Connections
-from awa.adapters.postgres_queue_storage.facts import FactWriter, job_params
+from awa.adapters.postgres_queue_storage.facts import FactWriter, job_filter
 from awa.adapters.postgres_queue_storage.snapshots import Resolved, minute_of
 from awa.adapters.postgres_queue_storage.statements import Statements
 from awa.domain.admin_views import KindCounts, StateBucket
@@ -41,10 +41,10 @@ class AdminReads:
         return None if found is None else found.job
 
     async def list_jobs(self, filter: JobFilter, *, limit: int = 100) -> list[JobRecord]:
+        clauses, params = job_filter(filter)
+        params["limit"] = max(limit, 0)
         async with translated_errors(), self._connections.tx() as conn:
-            rows = await self._sql.exec(
-                conn, "list_jobs", **job_params(filter), limit=max(limit, 0)
-            )
+            rows = await self._sql.exec_filtered(conn, "list_jobs", clauses, params)
         return [Resolved.from_row(row).job for row in rows]
 
     async def queue_counts(self) -> list[QueueCounts]:

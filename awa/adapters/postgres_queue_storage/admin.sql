@@ -1,20 +1,32 @@
 -- Operator reads and writes of the queue-storage engine: job lists, queue control, the
 -- DLQ and reset. Placeholders are listed in statements.py.
 
--- name: job_filter
--- The one compiled form of awa.ports.storage.JobFilter over jobs_resolved.
-(%(kind)s::text IS NULL OR kind = %(kind)s::text)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(state)s::awa.job_state IS NULL OR state = %(state)s::awa.job_state)
-  AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY(tags))
-  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
+-- name: no_filter
+-- The filter clauses below are joined with AND into a statement's WHERE (one statement
+-- per combination of clauses, so each is planned for the filter it has); no clause: this.
+true
+
+-- name: job_kind_is
+kind = %(kind)s
+
+-- name: job_queue_is
+queue = %(queue)s
+
+-- name: job_state_is
+state = %(state)s::awa.job_state
+
+-- name: job_tagged
+%(tag)s = ANY(tags)
+
+-- name: job_before
+id < %(before_id)s
 
 -- name: list_jobs
-SELECT * FROM {s}.jobs_resolved WHERE {job_filter} ORDER BY id DESC LIMIT %(limit)s
+SELECT * FROM {s}.jobs_resolved WHERE {where} ORDER BY id DESC LIMIT %(limit)s
 
 -- name: matching_jobs
 -- Every matching job, in id order (the order admin writes change them in).
-SELECT * FROM {s}.jobs_resolved WHERE {job_filter} ORDER BY id
+SELECT * FROM {s}.jobs_resolved WHERE {where} ORDER BY id
 
 -- name: retention_due
 -- Terminal jobs past their retention, oldest first.
@@ -39,30 +51,21 @@ WHERE queue = %(queue)s AND paused
 INSERT INTO awa.queue_meta (queue, dlq_enabled) VALUES (%(queue)s, %(enabled)s)
 ON CONFLICT (queue) DO UPDATE SET dlq_enabled = EXCLUDED.dlq_enabled
 
--- name: dlq_filter
--- The one compiled form of awa.ports.storage.DlqFilter over dlq_entries.
-(%(kind)s::text IS NULL OR kind = %(kind)s::text)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY(tags))
-  AND (
-      CASE
-          WHEN %(before_at)s::timestamptz IS NOT NULL AND %(before_id)s::bigint IS NOT NULL
-              THEN (dlq_at, job_id) < (%(before_at)s::timestamptz, %(before_id)s::bigint)
-          WHEN %(before_at)s::timestamptz IS NOT NULL
-              THEN dlq_at < %(before_at)s::timestamptz
-          WHEN %(before_id)s::bigint IS NOT NULL
-              THEN job_id < %(before_id)s::bigint
-          ELSE true
-      END
-  )
+-- name: dlq_before
+(dlq_at, job_id) < (%(before_at)s, %(before_id)s)
+
+-- name: dlq_before_at
+dlq_at < %(before_at)s
+
+-- name: dlq_before_id
+job_id < %(before_id)s
 
 -- name: list_dlq
-SELECT * FROM {s}.dlq_entries WHERE {dlq_filter}
-ORDER BY dlq_at DESC, job_id DESC LIMIT %(limit)s
+SELECT * FROM {s}.dlq_entries WHERE {where} ORDER BY dlq_at DESC, job_id DESC LIMIT %(limit)s
 
 -- name: lock_matching_dlq
 -- Every matching DLQ entry, locked, in job id order (bulk retry).
-SELECT * FROM {s}.dlq_entries WHERE {dlq_filter} ORDER BY job_id FOR UPDATE
+SELECT * FROM {s}.dlq_entries WHERE {where} ORDER BY job_id FOR UPDATE
 
 -- name: lock_dlq
 SELECT * FROM {s}.dlq_entries WHERE job_id = %(job_id)s FOR UPDATE
@@ -80,7 +83,7 @@ SELECT queue, count(*) AS n FROM {s}.dlq_entries GROUP BY queue ORDER BY queue
 DELETE FROM {s}.dlq_entries WHERE job_id = %(job_id)s
 
 -- name: purge_dlq
-DELETE FROM {s}.dlq_entries WHERE {dlq_filter}
+DELETE FROM {s}.dlq_entries WHERE {where}
 
 -- name: cleanup_dlq
 -- The oldest DLQ entries past their retention, at most %(limit)s.

@@ -21,15 +21,29 @@ from awa.ports.clock import Clock
 from awa.ports.storage import DlqFilter, JobFilter
 
 
-def _dlq_params(filter: DlqFilter) -> dict[str, Any]:
-    """The parameters of ``dlq_filter``."""
-    return {
-        "kind": filter.kind,
-        "queue": filter.queue,
-        "tag": filter.tag,
-        "before_at": filter.before_dlq_at,
-        "before_id": filter.before_id,
-    }
+def _dlq_filter(filter: DlqFilter) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The WHERE clauses (fragment names of admin.sql) and parameters of ``filter``."""
+    clauses: list[str] = []
+    params: dict[str, Any] = {}
+    for key, value, clause in (
+        ("kind", filter.kind, "job_kind_is"),
+        ("queue", filter.queue, "job_queue_is"),
+        ("tag", filter.tag, "job_tagged"),
+    ):
+        if value is not None:
+            clauses.append(clause)
+            params[key] = value
+    if filter.before_dlq_at is not None:
+        params["before_at"] = filter.before_dlq_at
+    if filter.before_id is not None:
+        params["before_id"] = filter.before_id
+    if filter.before_dlq_at is not None and filter.before_id is not None:
+        clauses.append("dlq_before")
+    elif filter.before_dlq_at is not None:
+        clauses.append("dlq_before_at")
+    elif filter.before_id is not None:
+        clauses.append("dlq_before_id")
+    return tuple(clauses), params
 
 
 def _dlq_entry(row: dict[str, Any]) -> DlqEntry:
@@ -86,9 +100,9 @@ class DeadLetters:
 
     async def list_dlq(self, filter: DlqFilter, *, limit: int = 100) -> list[DlqEntry]:
         async with translated_errors(), self._connections.tx() as conn:
-            rows = await self._sql.exec(
-                conn, "list_dlq", **_dlq_params(filter), limit=max(limit, 0)
-            )
+            clauses, params = _dlq_filter(filter)
+            params["limit"] = max(limit, 0)
+            rows = await self._sql.exec_filtered(conn, "list_dlq", clauses, params)
         return [_dlq_entry(row) for row in rows]
 
     async def get_dlq(self, job_id: int) -> DlqEntry | None:
@@ -156,7 +170,7 @@ class DeadLetters:
     async def bulk_retry_from_dlq(self, filter: DlqFilter) -> int:
         async with translated_errors(), self._connections.tx() as conn:
             writes = Writes(self._clock.now())
-            rows = await self._sql.exec(conn, "lock_matching_dlq", **_dlq_params(filter))
+            rows = await self._sql.exec_filtered(conn, "lock_matching_dlq", *_dlq_filter(filter))
             for row in rows:
                 await self._restore(conn, writes, row, run_at=None, priority=None, queue=None)
             await self._facts.flush(conn, writes)
@@ -164,7 +178,8 @@ class DeadLetters:
 
     async def purge_dlq(self, filter: DlqFilter) -> int:
         async with translated_errors(), self._connections.tx() as conn:
-            cur = await run(conn, self._sql["purge_dlq"], _dlq_params(filter))
+            clauses, params = _dlq_filter(filter)
+            cur = await run(conn, self._sql.filtered("purge_dlq", clauses), params)
             return cur.rowcount
 
     async def purge_dlq_job(self, job_id: int) -> bool:

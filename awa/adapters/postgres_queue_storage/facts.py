@@ -33,16 +33,27 @@ from awa.domain.job import JobRecord
 from awa.domain.states import TERMINAL_STATES, JobState
 from awa.ports.storage import JobFilter
 
+#: Each field of a JobFilter: its parameter and the fragment of admin.sql that tests it.
+_JOB_CLAUSES = (
+    ("kind", "job_kind_is"),
+    ("queue", "job_queue_is"),
+    ("state", "job_state_is"),
+    ("tag", "job_tagged"),
+    ("before_id", "job_before"),
+)
 
-def job_params(filter: JobFilter) -> dict[str, Any]:
-    """The parameters of ``job_filter``."""
-    return {
+
+def job_filter(filter: JobFilter) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The WHERE clauses (fragment names) and parameters of ``filter``."""
+    values = {
         "kind": filter.kind,
         "queue": filter.queue,
         "state": None if filter.state is None else filter.state.sql_name,
         "tag": filter.tag,
         "before_id": filter.before_id,
     }
+    clauses = tuple(clause for key, clause in _JOB_CLAUSES if values[key] is not None)
+    return clauses, {key: value for key, value in values.items() if value is not None}
 
 
 class FactWriter:
@@ -292,5 +303,6 @@ class FactWriter:
     async def matching(self, conn: DictConnection, filter: JobFilter) -> list[Resolved]:
         """Every job ``filter`` matches, in id order (the order admin writes change them
         in)."""
-        rows = await self._sql.exec(conn, "matching_jobs", **job_params(filter))
+        clauses, params = job_filter(filter)
+        rows = await self._sql.exec_filtered(conn, "matching_jobs", clauses, params)
         return [Resolved.from_row(row) for row in rows]

@@ -159,6 +159,7 @@ class Statements:
             if _PLACEHOLDER.search(text) is None
         }
         self._per_slot: dict[tuple[str, int], bytes] = {}
+        self._filtered: dict[tuple[str, tuple[str, ...]], bytes] = {}
 
     def _expand(self, name: str, filled: Mapping[str, str], within: tuple[str, ...]) -> str:
         if name in within:
@@ -208,6 +209,16 @@ class Statements:
         """The statement ``name`` with its per-call placeholders filled from ``values``."""
         return self._fill(self._text[name], values)
 
+    def filtered(self, name: str, clauses: tuple[str, ...]) -> bytes:
+        """The statement ``name`` with its ``{where}`` made of the fragments ``clauses``
+        joined with AND (``no_filter`` when there is none), cached per combination."""
+        key = (name, clauses)
+        found = self._filtered.get(key)
+        if found is None:
+            parts = [sql.SQL(self._text[clause]) for clause in clauses or ("no_filter",)]
+            found = self._filtered[key] = self.render(name, where=sql.SQL(" AND ").join(parts))
+        return found
+
     def fragment(self, name: str, **values: sql.Composable) -> sql.SQL:
         """:meth:`render` as a fragment to compose into another statement."""
         return sql.SQL(self.render(name, **values).decode())
@@ -242,6 +253,13 @@ class Statements:
         if name in _CARRIES_ROWS:
             return list(await cur.fetchall())
         return await fetch_decodable(cur)
+
+    async def exec_filtered(
+        self, conn: DictConnection, name: str, clauses: tuple[str, ...], params: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """Run :meth:`filtered`; its rows, decoded."""
+        cur = await run(conn, self.filtered(name, clauses), params)
+        return await fetch_decodable(cur) if cur.description is not None else []
 
     async def exec_generic(
         self, conn: DictConnection, name: str, **params: Any

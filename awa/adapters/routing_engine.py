@@ -52,7 +52,7 @@ from awa.adapters.postgres_canonical import CanonicalEngine
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.adapters.postgres_queue_storage.connections import PgUnitOfWork
 from awa.adapters.postgres_queue_storage.enqueue import RouteChanged
-from awa.domain.admin_views import KindCounts, StateBucket
+from awa.domain.admin_views import KindCounts, QueueDepth, StateBucket
 from awa.domain.batch_ops import (
     BatchFilter,
     BatchOperation,
@@ -68,6 +68,7 @@ from awa.domain.policies import Backoff
 from awa.domain.states import JobState
 from awa.domain.stripes import StripeRotor, stripe_queues, stripe_specs
 from awa.domain.transition import (
+    TransitionObservation,
     TransitionRole,
     TransitionState,
     TransitionStatus,
@@ -253,6 +254,11 @@ class TransitionRoutingEngine(PgCronOps, PgOverrideOps, PgDescriptorOps):
             self._status, self._status_read_at = status, now
             return status
         return self._status
+
+    async def observe_transition(self) -> TransitionObservation:
+        """:class:`~awa.ports.storage.TransitionObserver`."""
+        async with translated_errors(), self._pool.connection() as conn:
+            return await pg_transition.observe(conn)
 
     async def _hot_status(self) -> TransitionStatus:
         """The status for the claim and completion paths: the cached one, re-read in the
@@ -860,6 +866,21 @@ class TransitionRoutingEngine(PgCronOps, PgOverrideOps, PgDescriptorOps):
                     completed_last_hour=prior.completed_last_hour + item.completed_last_hour,
                     oldest_available_at=min(oldest) if oldest else None,
                 )
+        return [merged[q] for q in sorted(merged)]
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        # A job lives in one engine at a time: the depths add up.
+        merged: dict[str, QueueDepth] = {}
+        for engine in self._read_order(await self.status(max_age=0.0)):
+            for item in await engine.queue_depths():
+                prior = merged.get(item.queue)
+                if prior is not None:
+                    counts = {
+                        s: prior.count(s) + item.count(s) for s in {*prior.counts, *item.counts}
+                    }
+                    oldest = [t for t in (prior.oldest_available_at, item.oldest_available_at) if t]
+                    item = QueueDepth(item.queue, counts, min(oldest) if oldest else None)
+                merged[item.queue] = item
         return [merged[q] for q in sorted(merged)]
 
     async def kind_counts(self) -> list[KindCounts]:

@@ -15,6 +15,12 @@ DEFAULT_PRIORITY = 2
 DEFAULT_MAX_ATTEMPTS = 25
 
 
+def initial_state(run_at: datetime | None) -> JobState:
+    """The state a new job starts in: ``scheduled`` when it names a ``run_at`` (any
+    instant; promotion makes a due one available), else ``available``."""
+    return JobState.Available if run_at is None else JobState.Scheduled
+
+
 def attempts_exhausted(attempt: int, max_attempts: int) -> bool:
     """Whether a retryable failure of attempt ``attempt`` fails the job instead: the
     attempts are spent (the rule every engine applies to a retry)."""
@@ -109,11 +115,13 @@ class JobRecord:
 
 @attrs.frozen
 class Claim:
-    """A claimed attempt: the job (now ``running``) and the lease that guards it."""
+    """A claimed attempt: the job (now ``running``) and the lease that guards it;
+    ``shard`` is the enqueue shard of the lane it came from, where storage has lanes."""
 
     job: JobRecord
     lease: RunLease
     deadline_at: datetime | None
+    shard: int | None = None
 
 
 @attrs.frozen

@@ -15,6 +15,7 @@ from psycopg.rows import DictRow
 from psycopg_pool import AsyncConnectionPool
 
 from awa.adapters._pg import access as pg_access
+from awa.adapters._pg import admin as pg_admin
 from awa.adapters._pg import conninfo
 from awa.adapters._pg import migrations as pg_migrations
 from awa.adapters._pg import transition as pg_transition
@@ -31,6 +32,7 @@ from awa.adapters.postgres_queue_storage import (
 from awa.domain.errors import DatabaseError
 from awa.domain.job import JobRecord, JobSpec
 from awa.domain.policies import Backoff
+from awa.ports.admin import SchemaAdmin
 from awa.ports.leader import LeaderLock
 from awa.ports.notifier import Notifier
 from awa.ports.runtime_registry import RuntimeRegistry
@@ -286,13 +288,24 @@ def heartbeat_engine_factory(wiring: Wiring) -> EngineFactory | None:
 
 
 async def ping(wiring: Wiring) -> bool:
-    """Whether a pooled connection answers ``SELECT 1``."""
+    """Whether a pooled connection answers a round trip."""
     try:
         async with wiring.pool.connection() as conn:
-            await conn.execute("SELECT 1")
+            await pg_admin.ping(conn)
     except Exception:
         return False
     return True
+
+
+async def connect_schema_admin(url: str, *, connect_timeout: int | None = None) -> SchemaAdmin:
+    """The schema admin port on one dedicated connection to ``url`` (the CLI's, one per
+    command); ``close()`` closes the connection."""
+    return await pg_admin.connect_schema_admin(url, connect_timeout=connect_timeout)
+
+
+def schema_admin(wiring: Wiring) -> SchemaAdmin:
+    """The schema admin port on the wiring's pool (a connection per call)."""
+    return pg_admin.pool_schema_admin(wiring.pool)
 
 
 async def schema_version(wiring: Wiring) -> int:

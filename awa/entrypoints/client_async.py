@@ -15,7 +15,7 @@ from awa.adapters.cron_calendar import parse_cron
 from awa.domain.cron import CronSchedule
 from awa.domain.descriptors import Descriptor
 from awa.domain.errors import AwaError
-from awa.domain.job import JobRecord
+from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, JobRecord
 from awa.domain.schema import schema_compatible
 from awa.domain.validation import validate_number
 from awa.entrypoints import bootstrap, telemetry
@@ -90,7 +90,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
 
     # ------------------------------------------------------------------ handlers
     def task(
-        self, args_type: type[T], *, kind: str | None = None, queue: str = "default"
+        self, args_type: type[T], *, kind: str | None = None, queue: str = DEFAULT_QUEUE
     ) -> Callable[[F], F]:
         """Register the decorated function (``async def`` or plain ``def``) as the
         handler for ``args_type``'s kind; it receives a ``Job`` whose ``args`` is an
@@ -108,7 +108,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         return decorator
 
     def worker(
-        self, args_type: type[T], *, kind: str | None = None, queue: str = "default"
+        self, args_type: type[T], *, kind: str | None = None, queue: str = DEFAULT_QUEUE
     ) -> Callable[[F], F]:
         """Deprecated alias of :meth:`task`."""
         warnings.warn(
@@ -126,9 +126,9 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         args: T,
         *,
         timezone: str = "UTC",
-        queue: str = "default",
-        priority: int = 2,
-        max_attempts: int = 25,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         tags: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
         missed_fire_policy: str = "coalesce",

@@ -215,6 +215,14 @@ class MaintenanceLeader:
                         (metrics.ATTR_STATE, item.new_state.name.lower()),
                     ),
                 )
+                if item.dlq_reason is not None:
+                    instruments.dlq(
+                        "awa.job.dlq_moved",
+                        1,
+                        queue=item.queue,
+                        kind=item.kind,
+                        reason=item.dlq_reason,
+                    )
 
     async def _promote(self) -> None:
         started = time.monotonic()

@@ -124,6 +124,21 @@ def test_storage_status_json_reports_state_backlog_and_runtimes(
     assert report["active_queue_storage_schema"] is None
     assert report["runtimes"]["live_queue_storage_capable"] == 1
     assert report["schema_version"] >= 200
+    # What each next step waits for, as awa-pg's report lists it: every blocker, not
+    # only the first.
+    assert report["live_runtime_capability_counts"] == {"queue_storage": 1}
+    assert report["prepared_queue_storage_schema"] is None
+    assert report["prepared_schema_ready"] is False
+    assert report["can_enter_mixed_transition"] is False
+    assert report["enter_mixed_transition_blockers"] == [
+        "enter-mixed-transition needs state prepared, the cluster is canonical",
+        "the prepared engine is not queue_storage",
+    ]
+    assert report["can_finalize"] is False
+    assert report["finalize_blockers"] == [
+        "finalize needs state mixed_transition, the cluster is canonical",
+        "1 canonical job(s) are not finished yet",
+    ]
 
     to_mixed(conn)
     report = json.loads(invoke(migrated_database_url, "--json", "storage", "status").stdout)
@@ -133,6 +148,8 @@ def test_storage_status_json_reports_state_backlog_and_runtimes(
     assert report["active_queue_storage_schema"] == "awa"
     assert report["details"] == {"schema": "awa"}
     assert report["transition_epoch"] == 2
+    assert report["can_enter_mixed_transition"] is False
+    assert report["finalize_blockers"] == ["1 canonical job(s) are not finished yet"]
 
 
 # ---------------------------------------------------------------------- gates

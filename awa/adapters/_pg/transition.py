@@ -19,8 +19,15 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from awa.adapters._pg.errors import map_error
-from awa.adapters._pg.pool import connect
-from awa.domain.transition import Gate, TransitionRefused, TransitionStatus
+from awa.adapters._pg.sql import load_queries
+from awa.domain.transition import (
+    Gate,
+    StorageCapability,
+    TransitionObservation,
+    TransitionRefused,
+    TransitionStatus,
+    backlog_matters,
+)
 
 AnyConnection = psycopg.AsyncConnection[Any]
 
@@ -123,6 +130,28 @@ async def canonical_live_backlog(conn: AnyConnection) -> int:
     return int(rows[0]["n"]) if rows else 0
 
 
+async def observe(conn: AnyConnection) -> TransitionObservation:
+    """The status, the canonical backlog while a transition is under way, whether the
+    target schema is installed and the live runtimes by capability (a few index reads;
+    the backlog is a count of canonical jobs not yet terminal, read only when it gates
+    a step)."""
+    status = await read_status(conn)
+    backlog = await canonical_live_backlog(conn) if backlog_matters(status.state) else None
+    live: dict[StorageCapability, int] = {}
+    known = {c.value: c for c in StorageCapability}
+    runtimes = load_queries("awa.adapters._pg", "admin.sql")["runtime_capabilities"]
+    for row in await _rows(conn, runtimes):
+        capability = known.get(row["storage_capability"])  # None: a newer release's
+        if capability is not None and row["live"]:
+            live[capability] = live.get(capability, 0) + 1
+    return TransitionObservation(
+        status=status,
+        canonical_backlog=backlog,
+        schema_installed=await queue_storage_installed(conn, status.schema),
+        live_runtimes=live,
+    )
+
+
 async def queue_storage_installed(conn: AnyConnection, schema: str) -> bool:
     """Whether ``schema`` holds the queue-storage tables."""
     rows = await _rows(conn, "SELECT awa.queue_storage_installed(%s) AS ok", (schema,))
@@ -153,21 +182,18 @@ async def install_schema(
 
 
 async def finalize_when_drained(
-    url: str, *, timeout: float, poll_interval: float = 0.5
+    conn: AnyConnection, *, timeout: float, poll_interval: float = 0.5
 ) -> TransitionStatus:
-    """Call ``finalize`` until the canonical backlog gate passes or ``timeout`` seconds
-    elapse; any other refusal (or the backlog one at the deadline) is raised."""
+    """Call ``finalize`` on ``conn`` until the canonical backlog gate passes or
+    ``timeout`` seconds elapse; any other refusal (or the backlog one at the deadline) is
+    raised."""
     deadline = time.monotonic() + timeout
-    conn = await connect(url)
-    try:
-        while True:
-            try:
-                return await finalize(conn)
-            except TransitionRefused as refused:
-                if refused.gate is not Gate.CANONICAL_BACKLOG_DRAINED:
-                    raise
-                if time.monotonic() >= deadline:
-                    raise
-            await asyncio.sleep(max(0.0, min(poll_interval, deadline - time.monotonic())))
-    finally:
-        await conn.close()
+    while True:
+        try:
+            return await finalize(conn)
+        except TransitionRefused as refused:
+            if refused.gate is not Gate.CANONICAL_BACKLOG_DRAINED:
+                raise
+            if time.monotonic() >= deadline:
+                raise
+        await asyncio.sleep(max(0.0, min(poll_interval, deadline - time.monotonic())))

@@ -10,10 +10,16 @@ import attrs
 
 from awa.adapters.inmemory.base import LIVE_STATES, EngineBase, Write, matches
 from awa.adapters.inmemory.state import EngineState
-from awa.domain.admin_views import KindCounts, StateBucket
+from awa.domain.admin_views import (
+    DEPTH_STATES,
+    KindCounts,
+    QueueDepth,
+    StateBucket,
+    queue_depths_from,
+)
 from awa.domain.callbacks import retry_changes
 from awa.domain.channels import queue_channel
-from awa.domain.job import DlqEntry, JobRecord, QueueCounts
+from awa.domain.job import DlqEntry, JobRecord, QueueCounts, initial_state
 from awa.domain.states import TERMINAL_STATES, JobState
 from awa.ports.storage import DlqFilter, JobFilter
 
@@ -83,6 +89,18 @@ class AdminOps(EngineBase):
                 )
             )
         return result
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        return queue_depths_from(
+            {
+                "queue": job.queue,
+                "state": job.state.sql_name,
+                "n": 1,
+                "oldest": job.run_at if job.state == JobState.Available else None,
+            }
+            for job in self._read().jobs.values()
+            if job.state in DEPTH_STATES
+        )
 
     async def kind_counts(self) -> list[KindCounts]:
         jobs = list(self._read().jobs.values())
@@ -267,7 +285,7 @@ class AdminOps(EngineBase):
         del write.state.dlq[entry.job.id]
         job = attrs.evolve(
             entry.job,
-            state=JobState.Available if run_at is None else JobState.Scheduled,
+            state=initial_state(run_at),
             run_at=write.now if run_at is None else run_at,
             attempt=0,
             run_lease=0,

@@ -309,7 +309,17 @@ class CoreOps(EngineBase):
             new_state = self._retry_or_fail(
                 write, job, error=reason, delay=None, dlq_reason=dlq_reason, **changes
             )
-            rescued.append(Rescued(lease=job.lease, new_state=new_state, reason=reason))
+            held = write.state.dlq.get(job.id)
+            rescued.append(
+                Rescued(
+                    lease=job.lease,
+                    new_state=new_state,
+                    reason=reason,
+                    dlq_reason=None if held is None else held.reason,
+                    queue=job.queue,
+                    kind=job.kind,
+                )
+            )
         return rescued
 
     async def cleanup_retention(

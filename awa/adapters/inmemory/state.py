@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from awa.domain.errors import UniqueConflict
-from awa.domain.job import DlqEntry, JobRecord, JobSpec
+from awa.domain.job import DlqEntry, JobRecord, JobSpec, initial_state
 from awa.domain.states import DEFAULT_UNIQUE_STATES, JobState, check_transition, mask_contains
 
 
@@ -42,7 +42,7 @@ def new_record(job_id: int, spec: JobSpec, now: datetime) -> JobRecord:
         kind=spec.kind,
         queue=spec.queue,
         args=spec.args,
-        state=JobState.Available if spec.run_at is None else JobState.Scheduled,
+        state=initial_state(spec.run_at),
         priority=spec.priority,
         attempt=0,
         max_attempts=spec.max_attempts,

@@ -11,7 +11,7 @@ from psycopg import errors as pg_errors
 from awa.adapters._pg.errors import is_unique_claim_violation
 from awa.adapters._pg.rows import job_from_row, state_buckets
 from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase
-from awa.domain.admin_views import KindCounts, StateBucket
+from awa.domain.admin_views import KindCounts, QueueDepth, StateBucket, queue_depths_from
 from awa.domain.callbacks import retry_changes
 from awa.domain.job import JobRecord, QueueCounts
 from awa.domain.states import TERMINAL_STATES, JobState
@@ -78,6 +78,13 @@ class AdminOps(EngineBase):
             )
         # Python string order (code points), not the database collation.
         return sorted(result, key=lambda counts: counts.queue)
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        """Live rows per queue and state along the ``(queue, state)`` index; finished
+        rows are never read (the canonical engine keeps no counters or cursors)."""
+        async with self._connection() as conn:
+            rows = await self._all(conn, "queue_depths", {})
+        return queue_depths_from(rows)
 
     async def kind_counts(self) -> list[KindCounts]:
         """Per-kind totals by one GROUP BY over the jobs table."""

@@ -4,13 +4,16 @@
 SELECT * FROM awa.canonical_jobs WHERE id = %(id)s
 
 -- name: list_jobs
+-- Keyset page, newest first: the cursor is always an index condition (no cursor: below
+-- every bigint), so the primary key is walked backwards from it and the walk stops at
+-- the page size, whatever the plan does with the optional filters.
 SELECT *
 FROM awa.canonical_jobs
-WHERE (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+WHERE id < coalesce(%(before_id)s::bigint, 9223372036854775807)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(state)s::awa.job_state IS NULL OR state = %(state)s::awa.job_state)
   AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY(tags))
-  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
 ORDER BY id DESC
 LIMIT %(limit)s
 
@@ -31,6 +34,15 @@ FROM awa.canonical_jobs
 WHERE finalized_at >= %(since)s::timestamptz
   AND state IN ('completed', 'failed', 'cancelled')
 GROUP BY 1, 2
+
+-- name: queue_depths
+-- The metrics' depth: live rows only, read along canonical_jobs_queue_state_idx, and the
+-- oldest due available job; finished rows are never read.
+SELECT queue, state::text AS state, count(*) AS n,
+    min(run_at) FILTER (WHERE state = 'available' AND awa.run_at_in_range(run_at)) AS oldest
+FROM awa.canonical_jobs
+WHERE state IN ('available', 'scheduled', 'retryable', 'running', 'waiting_external')
+GROUP BY queue, state
 
 -- name: queue_counts
 -- Exact counts by GROUP BY: the canonical engine keeps no folded counters.

@@ -242,11 +242,12 @@ class EngineBase:
         now: datetime,
         dlq_reason: str = "max_attempts_exhausted",
         clear_callback: bool = False,
-    ) -> JobState:
-        """Close a locked attempt as a retryable failure, or fail it when attempts are spent."""
+    ) -> tuple[JobState, str | None]:
+        """Close a locked attempt as a retryable failure, or fail it when attempts are
+        spent; returns the new state and, when the job moved into the DLQ, its reason."""
         entry = error_entry(error, attempt=row["attempt"], at=now)
         if row["attempt"] >= row["max_attempts"]:
-            await self._fail_or_dlq(
+            held = await self._fail_or_dlq(
                 conn,
                 row,
                 entry=entry,
@@ -254,7 +255,7 @@ class EngineBase:
                 dlq_reason=dlq_reason,
                 clear_callback=clear_callback,
             )
-            return JobState.Failed
+            return JobState.Failed, (None if held is None else dlq_reason)
         wait = delay if delay is not None else self._backoff.delay(row["attempt"])
         await self._one(
             conn,
@@ -266,7 +267,7 @@ class EngineBase:
                 "clear_callback": clear_callback,
             },
         )
-        return JobState.Retryable
+        return JobState.Retryable, None
 
     async def close(self) -> None:
         """Close the pool if this engine opened it."""

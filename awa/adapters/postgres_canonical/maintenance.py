@@ -37,7 +37,7 @@ class MaintenanceOps(EngineBase):
             # Candidates are locked (skipping rows a finalizer holds) and ordered by id.
             candidates: list[DictRow] = await self._all(conn, name, {"now": now, **params})
             for row in candidates:
-                new_state = await self._retry_or_fail(
+                new_state, dlq = await self._retry_or_fail(
                     conn,
                     row,
                     error=reason,
@@ -47,7 +47,16 @@ class MaintenanceOps(EngineBase):
                     clear_callback=clear_callback,
                 )
                 lease = RunLease(row["id"], row["run_lease"])
-                rescued.append(Rescued(lease=lease, new_state=new_state, reason=reason))
+                rescued.append(
+                    Rescued(
+                        lease=lease,
+                        new_state=new_state,
+                        reason=reason,
+                        dlq_reason=dlq,
+                        queue=row["queue"],
+                        kind=row["kind"],
+                    )
+                )
         return rescued
 
     async def rescue_stale_heartbeats(self, *, staleness: timedelta) -> list[Rescued]:

@@ -6,17 +6,23 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime, timedelta
 
+import attrs
+
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.rows import state_buckets
 from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter, job_filter
 from awa.adapters.postgres_queue_storage.snapshots import Resolved, minute_of
 from awa.adapters.postgres_queue_storage.statements import Statements
-from awa.domain.admin_views import KindCounts, StateBucket
+from awa.domain.admin_views import KindCounts, QueueDepth, StateBucket, queue_depths_from
 from awa.domain.job import JobRecord, QueueCounts
 from awa.domain.states import JobState
 from awa.ports.clock import Clock
 from awa.ports.storage import JobFilter
+
+#: list_jobs' cursor before the first page (above every bigint id) and its largest batch.
+_NO_ID_ABOVE = 2**63 - 1
+_MAX_ID_BATCH = 5000
 
 
 class AdminReads:
@@ -41,11 +47,39 @@ class AdminReads:
         return None if found is None else found.job
 
     async def list_jobs(self, filter: JobFilter, *, limit: int = 100) -> list[JobRecord]:
-        clauses, params = job_filter(filter)
-        params["limit"] = max(limit, 0)
+        """Keyset pages of candidate ids newest first (``newest_job_ids``, index walks
+        that stop at the page size), each resolved and filtered, until the page is full
+        or no id is left; a batch that filtered too much doubles the next one."""
+        if limit <= 0:
+            return []
+        found: list[JobRecord] = []
+        before = _NO_ID_ABOVE if filter.before_id is None else filter.before_id
+        batch = limit
+        clauses, params = job_filter(attrs.evolve(filter, before_id=None))
         async with translated_errors(), self._connections.tx() as conn:
-            rows = await self._sql.exec_filtered(conn, "list_jobs", clauses, params)
-        return [Resolved.from_row(row).job for row in rows]
+            while len(found) < limit:
+                rows = await self._sql.exec(
+                    conn,
+                    "newest_job_ids",
+                    before=before,
+                    kind=filter.kind,
+                    queue=filter.queue,
+                    tag=filter.tag,
+                    state=None if filter.state is None else filter.state.sql_name,
+                    limit=batch,
+                )
+                ids = [row["job_id"] for row in rows]
+                if not ids:
+                    break
+                matched = await self._sql.exec_filtered(
+                    conn, "jobs_among", clauses, {**params, "ids": ids}
+                )
+                found.extend(Resolved.from_row(row).job for row in matched)
+                if len(ids) < batch:
+                    break
+                before = ids[-1]
+                batch = min(batch * 2, _MAX_ID_BATCH)
+        return found[:limit]
 
     async def queue_counts(self) -> list[QueueCounts]:
         """Counts come from the folded counters; "completed in the last hour" from the
@@ -101,6 +135,13 @@ class AdminReads:
                 )
             )
         return result
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        """Available jobs from the lane-head cursors, the other states from the folded
+        counters (statement ``queue_depths``); no job row is counted."""
+        async with translated_errors(), self._connections.tx() as conn:
+            rows = await self._sql.exec(conn, "queue_depths")
+        return queue_depths_from(rows)
 
     async def kind_counts(self) -> list[KindCounts]:
         hour_ago = self._clock.now() - timedelta(hours=1)

@@ -21,8 +21,9 @@ state = %(state)s::awa.job_state
 -- name: job_before
 id < %(before_id)s
 
--- name: list_jobs
-SELECT * FROM {s}.jobs_resolved WHERE {where} ORDER BY id DESC LIMIT %(limit)s
+-- name: jobs_among
+-- Those of %(ids)s that match, newest first (list_jobs resolves its candidates).
+SELECT * FROM {s}.jobs_resolved WHERE {where} AND id = ANY(%(ids)s::bigint[]) ORDER BY id DESC
 
 -- name: matching_jobs
 -- Every matching job, in id order (the order admin writes change them in).

@@ -236,5 +236,7 @@ class Claims:
             job = _claimed_job(row)
             if job.unique_key is None:
                 receipts[(job.id, job.run_lease)] = (row["slot"], row["claim_id"], queue)
-            claims.append(Claim(job=job, lease=job.lease, deadline_at=deadline_at))
+            claims.append(
+                Claim(job=job, lease=job.lease, deadline_at=deadline_at, shard=row["shard"])
+            )
         return claims

@@ -29,7 +29,7 @@ from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage.parts import build_parts
 from awa.adapters.postgres_queue_storage.ring import DEFAULT_FAILED_RETENTION
 from awa.adapters.postgres_queue_storage.statements import PACKAGE
-from awa.domain.admin_views import KindCounts, StateBucket
+from awa.domain.admin_views import KindCounts, QueueDepth, StateBucket
 from awa.domain.batch_ops import BatchFilter, BatchSpec, ItemResult
 from awa.domain.callbacks import CallbackExpressions
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
@@ -272,6 +272,9 @@ class QueueStorageEngine(PgCronOps, PgOverrideOps, PgDescriptorOps, PgBatchContr
 
     async def queue_counts(self) -> list[QueueCounts]:
         return await self._parts.admin.queue_counts()
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        return await self._parts.admin.queue_depths()
 
     async def kind_counts(self) -> list[KindCounts]:
         return await self._parts.admin.kind_counts()

@@ -1264,6 +1264,88 @@ CROSS JOIN LATERAL (
 WHERE h.queue IN (SELECT queue FROM waiting)
 GROUP BY h.queue
 
+-- name: newest_job_ids
+-- A keyset page of candidate job ids for list_jobs, newest first: each fact table is
+-- walked backwards along its job_id index from below the cursor and stops after `limit`
+-- distinct ids, so a page never reads or sorts the whole history. Every filter keeps the
+-- ids of which some fact matches it (a job's head fact is one of its facts), so it drops
+-- only ids that cannot match; on a ready row the state is judged as job_facts does, by
+-- index probes of its claim, closure and tombstone. The caller resolves the ids and
+-- applies the full filter. The top `limit` of the union is exact: an id among them is
+-- within the first `limit` distinct ids of the table that holds it.
+SELECT job_id FROM (
+    (SELECT DISTINCT r.job_id FROM {s}.ready_entries r
+     WHERE r.job_id < %(before)s
+       AND (%(kind)s::text IS NULL OR r.kind = %(kind)s::text)
+       AND (%(queue)s::text IS NULL OR r.queue = %(queue)s::text)
+       AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY(r.tags))
+       AND (%(state)s::text IS NULL
+            OR (%(state)s::text = 'available'
+                AND NOT EXISTS (SELECT 1 FROM {s}.claims c
+                                WHERE c.slot = r.slot AND c.ready_fact = r.fact_id)
+                AND NOT EXISTS (SELECT 1 FROM {s}.tombstones t
+                                WHERE t.slot = r.slot AND t.ready_fact = r.fact_id))
+            OR (%(state)s::text IN ('running', 'waiting_external')
+                AND EXISTS (SELECT 1 FROM {s}.claims c
+                            WHERE c.slot = r.slot AND c.ready_fact = r.fact_id
+                              AND NOT EXISTS (SELECT 1 FROM {s}.closures x
+                                              WHERE x.slot = c.slot
+                                                AND x.claim_id = c.claim_id)))
+            OR (%(state)s::text = 'completed'
+                AND EXISTS (SELECT 1 FROM {s}.claims c
+                            JOIN {s}.closures x ON x.slot = c.slot AND x.claim_id = c.claim_id
+                            WHERE c.slot = r.slot AND c.ready_fact = r.fact_id
+                              AND x.outcome = 'completed')))
+     ORDER BY r.job_id DESC LIMIT %(limit)s)
+    UNION
+    (SELECT DISTINCT d.job_id FROM {s}.deferred_jobs d
+     WHERE d.job_id < %(before)s
+       AND (%(kind)s::text IS NULL OR d.kind = %(kind)s::text)
+       AND (%(queue)s::text IS NULL OR d.queue = %(queue)s::text)
+       AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY(d.tags))
+       AND (%(state)s::text IS NULL OR d.state = %(state)s::text::awa.job_state)
+     ORDER BY d.job_id DESC LIMIT %(limit)s)
+    UNION
+    (SELECT DISTINCT w.job_id FROM {s}.done_entries w
+     WHERE w.job_id < %(before)s
+       AND (%(kind)s::text IS NULL OR w.kind = %(kind)s::text)
+       AND (%(queue)s::text IS NULL OR w.queue = %(queue)s::text)
+       AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY(w.tags))
+       AND (%(state)s::text IS NULL OR w.state = %(state)s::text::awa.job_state)
+     ORDER BY w.job_id DESC LIMIT %(limit)s)
+) candidates
+ORDER BY job_id DESC
+LIMIT %(limit)s
+
+-- name: queue_depths
+-- The metrics' cheap depth (queue_depths): available jobs per queue as the sum of its
+-- lanes' head-cursor differences (lanes.next_seq - claim_heads.claim_seq: a row retired
+-- above a cursor counts until a claim passes it), with the run_at of the first row at
+-- each lane's cursor (one index probe per lane) as the oldest; the other live states from
+-- the folded counters. No job row is counted and no claim or tombstone is probed.
+WITH heads AS (
+    SELECT h.queue, h.priority, h.shard, h.claim_seq, l.next_seq
+    FROM {s}.claim_heads h
+    JOIN {s}.lanes l USING (queue, priority, shard)
+)
+SELECT h.queue, 'available' AS state,
+    sum(greatest(h.next_seq - h.claim_seq, 0))::bigint AS n, min(w.run_at) AS oldest
+FROM heads h
+LEFT JOIN LATERAL (
+    SELECT r.run_at FROM {s}.ready_entries r
+    WHERE h.next_seq > h.claim_seq
+      AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+      AND r.lane_seq >= h.claim_seq
+    ORDER BY r.lane_seq
+    LIMIT 1
+) w ON true
+GROUP BY h.queue
+UNION ALL
+SELECT queue, state::text, sum(n)::bigint, NULL
+FROM {s}.queue_counts
+WHERE state IN ('scheduled', 'retryable', 'running', 'waiting_external')
+GROUP BY queue, state
+
 -- name: kind_counts
 -- Operator read (cached by its callers): a scan of the resolved job snapshots.
 SELECT kind,

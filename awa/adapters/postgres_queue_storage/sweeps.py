@@ -89,15 +89,15 @@ class Sweeps:
         )
         for row in rows:
             lease = RunLease(row["job_id"], row["run_lease"])
-            states: list[JobState] = []
+            decided: list[tuple[JobRecord, str | None]] = []
 
             def decide(
-                job: JobRecord, w: Writes, states: list[JobState] = states
+                job: JobRecord, w: Writes, decided: list[tuple[JobRecord, str | None]] = decided
             ) -> tuple[JobRecord, str | None]:
                 new, dlq = self._outcomes.retry_or_fail(
                     job, w, error=reason, delay=None, dlq_reason=dlq_reason, **clear
                 )
-                states.append(new.state)
+                decided.append((new, dlq))
                 return new, dlq
 
             expected = (
@@ -106,7 +106,17 @@ class Sweeps:
                 else RUNNING_ONLY
             )
             if await self._outcomes.guarded(lease, decide, expected) is Ack.APPLIED:
-                rescued.append(Rescued(lease=lease, new_state=states[-1], reason=reason))
+                new, dlq = decided[-1]
+                rescued.append(
+                    Rescued(
+                        lease=lease,
+                        new_state=new.state,
+                        reason=reason,
+                        dlq_reason=dlq,
+                        queue=new.queue,
+                        kind=new.kind,
+                    )
+                )
         return rescued
 
     async def rescue_stale_heartbeats(self, *, staleness: timedelta) -> list[Rescued]:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import click
 
 from awa.entrypoints import bootstrap
-from awa.entrypoints.cli import _db
-from awa.entrypoints.cli._common import mutating, run, state
+from awa.entrypoints.cli._common import mutating, run, state, with_schema_admin
 
 SELECTION_NEEDS_SQL = "--from, --to and --version select SQL to print; add --sql"
 PENDING_EXCLUSIVE = "--pending cannot be combined with --from, --to or --version"
@@ -15,7 +14,7 @@ VERSION_EXCLUSIVE = "--version cannot be combined with --from or --to"
 
 def _database_version(*, writes: bool) -> int:
     url = state().database_url(mutating=writes)
-    return run(_db.with_connection(url, _db.schema_version))
+    return with_schema_admin(url, lambda admin: admin.schema_version())
 
 
 def _print_sql(selected: list[tuple[int, str, str]]) -> None:

@@ -41,8 +41,9 @@ ALLOWED: dict[str, set[str]] = {
     "admin_changes": {"connections", "statements", "facts", "lanes"},
     "dlq": {"connections", "statements", "facts"},
     "batch": {"connections", "statements", "facts", "admin_changes"},
-    "engine": {"parts", "ring", "statements"},
-    "__init__": {"engine"},
+    "install": {"statements"},
+    "engine": {"install", "parts", "ring"},
+    "__init__": {"engine", "install"},
 }
 _LOWEST = {"statements", "connections", "receipts", "snapshots"}
 

@@ -18,17 +18,14 @@ from psycopg_pool import AsyncConnectionPool
 from awa.adapters._pg.batch_ops import PgBatchControl
 from awa.adapters._pg.cron import PgCronOps
 from awa.adapters._pg.descriptors import PgDescriptorOps
-from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.leader import PostgresLeaderLock
-from awa.adapters._pg.migrations import migrate
 from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
 from awa.adapters._pg.overrides import PgOverrideOps
-from awa.adapters._pg.pool import DictConnection, connect, open_pool
-from awa.adapters._pg.sql import load_queries
+from awa.adapters._pg.pool import DictConnection, open_pool
 from awa.adapters.clock import SystemClock
+from awa.adapters.postgres_queue_storage.install import DEFAULT_SCHEMA, install_queue_storage
 from awa.adapters.postgres_queue_storage.parts import build_parts
 from awa.adapters.postgres_queue_storage.ring import DEFAULT_FAILED_RETENTION
-from awa.adapters.postgres_queue_storage.statements import PACKAGE
 from awa.domain.admin_views import KindCounts, QueueDepth, StateBucket
 from awa.domain.batch_ops import BatchFilter, BatchSpec, ItemResult
 from awa.domain.callbacks import CallbackExpressions
@@ -36,38 +33,6 @@ from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, Run
 from awa.domain.policies import Backoff
 from awa.ports.clock import Clock
 from awa.ports.storage import Ack, DlqFilter, JobFilter, Rescued, UnitOfWork
-
-DEFAULT_SCHEMA = "awa"
-
-
-async def install_queue_storage(
-    url: str,
-    schema: str = DEFAULT_SCHEMA,
-    *,
-    queue_slot_count: int = 16,
-    lease_slot_count: int = 8,
-    reset: bool = False,
-) -> None:
-    """Install (or, with ``reset``, rebuild) the engine's tables in ``schema``.
-
-    Migrates the database first; schema ``awa`` is installed by the migration itself and
-    refuses ``reset``.
-    """
-    await migrate(url)
-    conn = await connect(url)
-    try:
-        async with translated_errors():
-            await conn.execute(
-                load_queries(PACKAGE, "admin.sql")["install"].encode(),
-                {
-                    "schema": schema,
-                    "queue_slots": queue_slot_count,
-                    "lease_slots": lease_slot_count,
-                    "reset": reset,
-                },
-            )
-    finally:
-        await conn.close()
 
 
 class QueueStorageEngine(PgCronOps, PgOverrideOps, PgDescriptorOps, PgBatchControl):

@@ -35,7 +35,7 @@ from benchmarks._common import drop_database, fresh_database, maybe_profile, par
 
 SCHEMA = "bench_prune"
 STEPS: dict[type, tuple[str, ...]] = {
-    swap.PartitionSwap: ("clear", "build", "lock_and_swap"),
+    swap.PartitionSwap: ("clear", "lock_and_swap"),
     ring.QueueRing: ("_slot_row_counts", "_slot_is_live", "head_states_in_slot"),
     facts.FactWriter: ("flush",),
 }

@@ -21,12 +21,6 @@ def initial_state(run_at: datetime | None) -> JobState:
     return JobState.Available if run_at is None else JobState.Scheduled
 
 
-def attempts_exhausted(attempt: int, max_attempts: int) -> bool:
-    """Whether a retryable failure of attempt ``attempt`` fails the job instead: the
-    attempts are spent (the rule every engine applies to a retry)."""
-    return attempt >= max_attempts
-
-
 def _tuple_of_str(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
@@ -169,13 +163,3 @@ class QueueCounts:
         if self.oldest_available_at is None:
             return None
         return max(timedelta(0), now - self.oldest_available_at)
-
-
-def error_entry(
-    message: str, *, attempt: int, at: datetime, terminal: bool = False
-) -> dict[str, Any]:
-    """One element of ``job.errors``: ``{error, attempt, at[, terminal]}``."""
-    entry: dict[str, Any] = {"error": message, "attempt": attempt, "at": at.isoformat()}
-    if terminal:
-        entry["terminal"] = True
-    return entry

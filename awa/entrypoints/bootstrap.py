@@ -18,6 +18,7 @@ from awa.adapters._pg import access as pg_access
 from awa.adapters._pg import admin as pg_admin
 from awa.adapters._pg import conninfo
 from awa.adapters._pg import migrations as pg_migrations
+from awa.adapters._pg import schema_objects as pg_schema_objects
 from awa.adapters._pg import transition as pg_transition
 from awa.adapters._pg.access import WriteAccess
 from awa.adapters._pg.conninfo import scrub_exception
@@ -187,6 +188,12 @@ def migrations_range(from_version: int, to_version: int) -> list[tuple[int, str,
         (int(v), str(d), str(s))
         for v, d, s in pg_migrations.migrations_range(from_version, to_version)
     ]
+
+
+def schema_files() -> list[tuple[str, str]]:
+    """Every schema file (a function or view of schema awa) as ``(path, sql)``, in the
+    order ``migrate`` applies them after the migration stream."""
+    return [(obj.path, obj.sql) for obj in pg_schema_objects.schema_objects()]
 
 
 def current_migration_version() -> int:

@@ -41,6 +41,12 @@ class SchemaAdmin(Protocol):
         """The newest migration recorded in the database; ``0`` when never migrated."""
         ...
 
+    async def pending_schema_files(self) -> list[tuple[str, str]]:
+        """The schema files (one per function or view) the next ``migrate`` applies after
+        the migration stream, as ``(path, sql)`` in the order it applies them: those whose
+        content the database has not applied, or whose object is missing."""
+        ...
+
     async def transition_state(self) -> dict[str, Any] | None:
         """Every column of the storage-transition singleton row (``singleton`` left
         out), or ``None`` before the migration that creates it."""

@@ -18,6 +18,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from awa.adapters._pg import migrations as pg_migrations
+from awa.adapters._pg import schema_objects as pg_schema_objects
 from awa.adapters._pg import transition as pg_transition
 from awa.adapters._pg.conninfo import normalize
 from awa.adapters._pg.errors import translated_errors
@@ -97,6 +98,11 @@ class PgSchemaAdmin:
     async def schema_version(self) -> int:
         async with translated_errors(), self._connection() as conn:
             return await pg_migrations.applied_version(conn)
+
+    async def pending_schema_files(self) -> list[tuple[str, str]]:
+        async with translated_errors(), self._connection() as conn:
+            pending = await pg_schema_objects.pending_schema_objects(conn)
+        return [(obj.path, obj.sql) for obj in pending]
 
     async def transition_state(self) -> dict[str, Any] | None:
         async with translated_errors(), self._connection() as conn:

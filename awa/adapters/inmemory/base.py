@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import datetime
 
 import anyio
 import attrs
@@ -17,17 +16,18 @@ from awa.adapters.inmemory.notifier import (
     NotificationHub,
 )
 from awa.adapters.inmemory.state import EngineState
+from awa.domain import lifecycle
 from awa.domain.batch_ops import BatchOperation
 from awa.domain.callbacks import CallbackExpressions
 from awa.domain.errors import DatabaseError
-from awa.domain.job import JobRecord, RunLease, attempts_exhausted, error_entry
+from awa.domain.job import JobRecord, RunLease
+from awa.domain.lifecycle import AttemptFacts, Transition
 from awa.domain.policies import Backoff
-from awa.domain.states import JobState
+from awa.domain.states import LIVE_STATES, JobState
 from awa.ports.clock import Clock
 from awa.ports.storage import Ack, JobFilter
 
-LIVE_STATES = frozenset({JobState.Running, JobState.WaitingExternal})
-RUNNING_ONLY = frozenset({JobState.Running})
+RUNNING_ONLY = lifecycle.HANDLER_STATES
 CANCEL_CHANNEL = "awa:cancel"
 
 
@@ -113,45 +113,42 @@ class EngineBase:
         return job
 
     @staticmethod
-    def _fail_or_dlq(
-        write: Write,
-        job: JobRecord,
-        *,
-        errors: tuple[dict[str, Any], ...],
-        dlq_reason: str,
-        **changes: Any,
-    ) -> JobState:
-        """Finalize as ``failed``; queues with DLQ enabled hold the failed job instead."""
-        failed = write.state.transition(
-            job, JobState.Failed, errors=errors, finalized_at=write.now, **changes
-        )
-        if write.state.dlq_enabled(job.queue):
-            write.state.move_to_dlq(failed, reason=dlq_reason, now=write.now)
-        return JobState.Failed
+    def _facts(write: Write, job: JobRecord) -> AttemptFacts:
+        return AttemptFacts.of(job, dlq_enabled=write.state.dlq_enabled(job.queue))
 
-    def _retry_or_fail(
-        self,
-        write: Write,
-        job: JobRecord,
-        *,
-        error: str,
-        delay: timedelta | None,
-        dlq_reason: str = "max_attempts_exhausted",
-        **changes: Any,
-    ) -> JobState:
-        """Close an attempt as a retryable failure, or fail it when attempts are spent."""
-        errors = (*job.errors, error_entry(error, attempt=job.attempt, at=write.now))
-        if attempts_exhausted(job.attempt, job.max_attempts):
-            return self._fail_or_dlq(write, job, errors=errors, dlq_reason=dlq_reason, **changes)
-        wait = delay if delay is not None else self._backoff.delay(job.attempt)
-        write.state.transition(
-            job, JobState.Retryable, errors=errors, run_at=write.now + wait, **changes
-        )
-        return JobState.Retryable
+    @staticmethod
+    def _apply(write: Write, job: JobRecord, transition: Transition) -> JobRecord:
+        """Apply a lifecycle transition; a failure routed to the DLQ moves there."""
+        target = transition.target(job.state)
+        changes = transition.changes(job)
+        if target == job.state:
+            updated = write.state.update(job, **changes)
+        else:
+            updated = write.state.transition(job, target, **changes)
+        if transition.dlq_reason is not None:
+            write.state.move_to_dlq(updated, reason=transition.dlq_reason.value, now=write.now)
+        return updated
 
-    def _cancel(self, write: Write, job: JobRecord) -> JobRecord:
-        """Cancel a non-terminal job; a live attempt's worker is told on ``awa:cancel``."""
-        cancelled = write.state.transition(job, JobState.Cancelled, finalized_at=write.now)
+    def _close(
+        self, write: Write, lease: RunLease, decide: Callable[[JobRecord], Transition]
+    ) -> JobRecord | None:
+        """Apply the transition ``decide`` makes for the attempt ``lease`` names; ``None``
+        (nothing changed) when the lease is stale or the transition does not apply."""
+        job = self._live(write, lease)
+        if job is None:
+            return None
+        transition = decide(job)
+        if not transition.applies(job.state):
+            return None
+        self._apply(write, job, transition)
+        return job
+
+    def _cancel(self, write: Write, job: JobRecord, transition: Transition) -> JobRecord:
+        """Apply an operator's cancel (or a drain's) to a job it applies to; a live
+        attempt's worker is told on ``awa:cancel``."""
+        if not transition.applies(job.state):
+            return job
+        cancelled = self._apply(write, job, transition)
         if job.state in LIVE_STATES:
             write.notify.add(CANCEL_CHANNEL)
         return cancelled

@@ -9,10 +9,12 @@ from typing import Any
 
 from awa.adapters.inmemory.base import RUNNING_ONLY, EngineBase, Write, ack
 from awa.adapters.inmemory.state import EngineState, new_record
+from awa.domain import lifecycle
 from awa.domain.channels import queue_channel
 from awa.domain.errors import DatabaseError, UniqueConflict
-from awa.domain.job import Claim, JobRecord, JobSpec, RunLease, error_entry
-from awa.domain.policies import PriorityAging
+from awa.domain.job import Claim, JobRecord, JobSpec, RunLease
+from awa.domain.lifecycle import Rescue
+from awa.domain.policies import PriorityAging, RetentionFloor
 from awa.domain.states import JobState
 from awa.domain.validation import validate_spec
 from awa.ports.storage import Ack, Rescued, UnitOfWork
@@ -147,61 +149,55 @@ class CoreOps(EngineBase):
     async def complete(self, leases: Sequence[RunLease]) -> list[Ack]:
         acks = []
         async with self._write() as write:
+            done = lifecycle.complete(write.now)
             for lease in leases:
-                job = self._live(write, lease)
-                if job is not None:
-                    write.state.transition(
-                        job, JobState.Completed, finalized_at=write.now, progress=None
-                    )
+                job = self._close(write, lease, lambda _job: done)
                 acks.append(ack(job is not None))
         return acks
 
     async def retry(self, lease: RunLease, *, error: str, delay: timedelta | None = None) -> Ack:
         async with self._write() as write:
-            job = self._live(write, lease)
-            if job is not None:
-                self._retry_or_fail(write, job, error=error, delay=delay)
+            job = self._close(
+                write,
+                lease,
+                lambda job: lifecycle.retry(
+                    self._facts(write, job),
+                    error=error,
+                    now=write.now,
+                    backoff=self._backoff,
+                    delay=delay,
+                ),
+            )
         return ack(job is not None)
 
     async def snooze(self, lease: RunLease, *, delay: timedelta) -> Ack:
         async with self._write() as write:
-            # A parked attempt has no handler left to snooze it; only resume revives it.
-            job = self._live(write, lease, RUNNING_ONLY)
-            if job is not None:
-                write.state.transition(
-                    job, JobState.Scheduled, run_at=write.now + delay, attempt=job.attempt - 1
-                )
+            snoozed = lifecycle.snooze(delay=delay, now=write.now)
+            job = self._close(write, lease, lambda _job: snoozed)
         return ack(job is not None)
 
     async def cancel_attempt(self, lease: RunLease, *, reason: str) -> Ack:
         async with self._write() as write:
-            job = self._live(write, lease)
-            if job is not None:
-                write.state.transition(job, JobState.Cancelled, finalized_at=write.now)
+            cancelled = lifecycle.cancel(write.now)
+            job = self._close(write, lease, lambda _job: cancelled)
         return ack(job is not None)
 
     async def fail(self, lease: RunLease, *, error: str) -> Ack:
         async with self._write() as write:
-            job = self._live(write, lease)
-            if job is not None:
-                entry = error_entry(error, attempt=job.attempt, at=write.now, terminal=True)
-                self._fail_or_dlq(
-                    write, job, errors=(*job.errors, entry), dlq_reason="terminal_error"
-                )
+            job = self._close(
+                write,
+                lease,
+                lambda job: lifecycle.fail(self._facts(write, job), error=error, now=write.now),
+            )
         return ack(job is not None)
 
     async def release(self, lease: RunLease, *, error: str) -> Ack:
         async with self._write() as write:
-            job = self._live(write, lease)
-            if job is not None:
-                entry = error_entry(error, attempt=job.attempt, at=write.now)
-                write.state.transition(
-                    job,
-                    JobState.Retryable,
-                    run_at=write.now,
-                    attempt=job.attempt - 1,
-                    errors=(*job.errors, entry),
-                )
+            job = self._close(
+                write,
+                lease,
+                lambda job: lifecycle.release(self._facts(write, job), error=error, now=write.now),
+            )
         return ack(job is not None)
 
     async def heartbeat(self, leases: Sequence[RunLease]) -> list[Ack]:
@@ -261,7 +257,7 @@ class CoreOps(EngineBase):
                 and job.heartbeat_at is not None
                 and job.heartbeat_at < cutoff
             ]
-            rescued = self._rescue(write, stale, "heartbeat stale")
+            rescued = self._rescue(write, stale, Rescue.HEARTBEAT_STALE)
         return rescued
 
     async def rescue_expired_deadlines(self) -> list[Rescued]:
@@ -273,7 +269,7 @@ class CoreOps(EngineBase):
                 and job.deadline_at is not None
                 and job.deadline_at <= write.now
             ]
-            rescued = self._rescue(write, expired, "deadline exceeded")
+            rescued = self._rescue(write, expired, Rescue.DEADLINE_EXCEEDED)
         return rescued
 
     async def rescue_expired_callbacks(self) -> list[Rescued]:
@@ -285,37 +281,22 @@ class CoreOps(EngineBase):
                 and job.callback_timeout_at is not None
                 and job.callback_timeout_at <= write.now
             ]
-            rescued = self._rescue(
-                write,
-                expired,
-                "callback timed out",
-                dlq_reason="callback_timeout",
-                callback_id=None,
-                callback_timeout_at=None,
-            )
+            rescued = self._rescue(write, expired, Rescue.CALLBACK_TIMEOUT)
         return rescued
 
-    def _rescue(
-        self,
-        write: Write,
-        jobs: list[JobRecord],
-        reason: str,
-        *,
-        dlq_reason: str = "max_attempts_exhausted",
-        **changes: Any,
-    ) -> list[Rescued]:
+    def _rescue(self, write: Write, jobs: list[JobRecord], kind: Rescue) -> list[Rescued]:
         rescued = []
         for job in self._sorted(jobs):
-            new_state = self._retry_or_fail(
-                write, job, error=reason, delay=None, dlq_reason=dlq_reason, **changes
+            t = lifecycle.rescue(
+                kind, self._facts(write, job), now=write.now, backoff=self._backoff
             )
-            held = write.state.dlq.get(job.id)
+            self._apply(write, job, t)
             rescued.append(
                 Rescued(
                     lease=job.lease,
-                    new_state=new_state,
-                    reason=reason,
-                    dlq_reason=None if held is None else held.reason,
+                    new_state=t.target(job.state),
+                    reason=kind.error,
+                    dlq_reason=None if t.dlq_reason is None else t.dlq_reason.value,
                     queue=job.queue,
                     kind=job.kind,
                 )
@@ -325,19 +306,14 @@ class CoreOps(EngineBase):
     async def cleanup_retention(
         self, *, completed: timedelta, failed: timedelta, batch_size: int = 1000
     ) -> int:
+        floor = RetentionFloor(completed=completed, failed=failed)
         async with self._write() as write:
-            cutoffs = {
-                JobState.Completed: write.now - completed,
-                JobState.Cancelled: write.now - completed,
-                JobState.Failed: write.now - failed,
-            }
             expired = sorted(
                 (
                     job
                     for job in write.state.jobs.values()
-                    if job.state in cutoffs
-                    and job.finalized_at is not None
-                    and job.finalized_at <= cutoffs[job.state]
+                    if job.finalized_at is not None
+                    and floor.is_expired(job.state, job.finalized_at, write.now)
                 ),
                 key=lambda job: (job.finalized_at, job.id),
             )[: max(batch_size, 0)]

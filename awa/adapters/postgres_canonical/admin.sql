@@ -103,30 +103,15 @@ ON CONFLICT (queue) DO UPDATE SET
     dlq_enabled = EXCLUDED.dlq_enabled,
     updated_at = EXCLUDED.updated_at
 
--- name: drain_queue
-WITH drained AS (
-    SELECT id, state AS old_state
-    FROM awa.canonical_jobs
-    WHERE queue = %(queue)s
-      AND state IN ('scheduled', 'available', 'retryable', 'waiting_external')
-    FOR UPDATE
-)
-UPDATE awa.canonical_jobs AS j SET
-    state = 'cancelled',
-    finalized_at = %(now)s::timestamptz
-FROM drained AS d
-WHERE j.id = d.id
-RETURNING j.id, j.run_lease, d.old_state
+-- name: drain_candidates
+SELECT id, run_lease, state
+FROM awa.canonical_jobs
+WHERE queue = %(queue)s AND state = ANY(%(states)s::text[]::awa.job_state[])
+ORDER BY id
+FOR UPDATE
 
 -- name: lock_job
 SELECT * FROM awa.canonical_jobs WHERE id = %(id)s FOR UPDATE
-
--- name: cancel_job
-UPDATE awa.canonical_jobs SET
-    state = 'cancelled',
-    finalized_at = %(now)s::timestamptz
-WHERE id = %(id)s
-RETURNING *
 
 -- name: notify_cancel
 SELECT pg_notify(
@@ -136,33 +121,6 @@ SELECT pg_notify(
 
 -- name: unique_holder
 SELECT job_id FROM awa.job_unique_claims WHERE unique_key = %(key)s
-
--- name: operator_retry_terminal
-UPDATE awa.canonical_jobs SET
-    state = 'available',
-    run_at = %(now)s::timestamptz,
-    attempt = 0,
-    finalized_at = NULL
-WHERE id = %(id)s
-RETURNING *
-
--- name: operator_retry_deferred
-UPDATE awa.canonical_jobs SET
-    state = 'available',
-    run_at = %(now)s::timestamptz
-WHERE id = %(id)s
-RETURNING *
-
--- name: operator_retry_waiting
--- The values come from awa.domain.callbacks.retry_changes: the callback ends.
-UPDATE awa.canonical_jobs SET
-    state = %(state)s::awa.job_state,
-    run_at = %(run_at)s::timestamptz,
-    attempt = %(attempt)s,
-    callback_id = NULL,
-    callback_timeout_at = NULL
-WHERE id = %(id)s
-RETURNING *
 
 -- name: failed_ids
 SELECT id

@@ -32,7 +32,8 @@ SELECT * FROM {s}.jobs_resolved WHERE {where} ORDER BY id
 -- name: retention_due
 -- Terminal jobs past their retention, oldest first.
 SELECT * FROM {s}.jobs_resolved
-WHERE (state IN ('completed', 'cancelled') AND finalized_at <= %(completed_before)s)
+WHERE (state = 'completed' AND finalized_at <= %(completed_before)s)
+   OR (state = 'cancelled' AND finalized_at <= %(cancelled_before)s)
    OR (state = 'failed' AND finalized_at <= %(failed_before)s)
 ORDER BY finalized_at, id
 LIMIT %(limit)s

@@ -21,21 +21,18 @@ from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.lanes import LaneAllocator
 from awa.adapters.postgres_queue_storage.snapshots import (
     CANCEL_CHANNEL,
-    DEFERRED,
-    LIVE_STATES,
     Resolved,
     Writes,
 )
 from awa.adapters.postgres_queue_storage.statements import Statements, run
-from awa.domain.callbacks import retry_changes
+from awa.domain import lifecycle
 from awa.domain.job import JobRecord
-from awa.domain.states import TERMINAL_STATES, JobState
+from awa.domain.policies import RetentionFloor
+from awa.domain.states import LIVE_STATES, JobState
 from awa.ports.clock import Clock
 from awa.ports.storage import JobFilter
 
-DRAINABLE_STATES = frozenset(
-    {JobState.Scheduled, JobState.Available, JobState.Retryable, JobState.WaitingExternal}
-)
+DRAINABLE_STATES = lifecycle.DRAINABLE_STATES
 #: A job whose head fact moved underneath an admin write is re-read this many times.
 _RETRIES = 5
 
@@ -92,9 +89,10 @@ class AdminChanges:
 
     def _cancelled(self, now: datetime) -> AdminDecide:
         def decide(job: JobRecord) -> tuple[JobRecord | None, bool]:
-            if job.state.is_terminal:
+            cancel = lifecycle.operator_cancel(now)
+            if not cancel.applies(job.state):
                 return None, True
-            return attrs.evolve(job, state=JobState.Cancelled, finalized_at=now), False
+            return cancel.apply(job), False
 
         return decide
 
@@ -139,16 +137,10 @@ class AdminChanges:
 
     def _operator_retry(self, now: datetime) -> AdminDecide:
         def decide(job: JobRecord) -> tuple[JobRecord | None, bool]:
-            if job.state in TERMINAL_STATES:
-                new = attrs.evolve(
-                    job, state=JobState.Available, run_at=now, attempt=0, finalized_at=None
-                )
-                return new, False
-            if job.state in DEFERRED:
-                return attrs.evolve(job, state=JobState.Available, run_at=now), False
-            if job.state == JobState.WaitingExternal:
-                return attrs.evolve(job, **retry_changes(now)), False
-            return None, True
+            transition = lifecycle.operator_retry(job.state, now)
+            if transition is None:
+                return None, True
+            return transition.apply(job), False
 
         return decide
 
@@ -202,6 +194,7 @@ class AdminChanges:
         self, *, completed: timedelta, failed: timedelta, batch_size: int = 1000
     ) -> int:
         now = self._clock.now()
+        floor = RetentionFloor(completed=completed, failed=failed)
 
         def decide(job: JobRecord) -> tuple[JobRecord | None, bool]:
             return None, not job.state.is_terminal
@@ -211,8 +204,9 @@ class AdminChanges:
             due = await self._sql.exec(
                 conn,
                 "retention_due",
-                completed_before=now - completed,
-                failed_before=now - failed,
+                completed_before=floor.cutoff(JobState.Completed, now),
+                cancelled_before=floor.cutoff(JobState.Cancelled, now),
+                failed_before=floor.cutoff(JobState.Failed, now),
                 limit=max(batch_size, 0),
             )
             rows = [Resolved.from_row(row) for row in due]

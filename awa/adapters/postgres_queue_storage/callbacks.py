@@ -15,21 +15,14 @@ import attrs
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter
-from awa.adapters.postgres_queue_storage.outcomes import RUNNING_ONLY, Outcomes, Stale
-from awa.adapters.postgres_queue_storage.snapshots import LIVE_STATES, Writes
+from awa.adapters.postgres_queue_storage.outcomes import RUNNING_ONLY, Outcomes, Stale, take
+from awa.adapters.postgres_queue_storage.snapshots import Writes
 from awa.adapters.postgres_queue_storage.statements import Statements
-from awa.domain.callbacks import (
-    CALLBACK_FAILED_REASON,
-    CLEARED,
-    CallbackExpressions,
-    callback_not_found,
-    check_action,
-    failure_entry,
-    resume_changes,
-    retry_changes,
-)
+from awa.domain import lifecycle
+from awa.domain.callbacks import CallbackExpressions, callback_not_found, check_action
 from awa.domain.job import JobRecord, RunLease
-from awa.domain.states import JobState
+from awa.domain.lifecycle import Transition
+from awa.domain.states import LIVE_STATES, JobState
 from awa.ports.storage import Ack
 
 
@@ -138,30 +131,20 @@ class Callbacks:
         await self._outcomes.refresh_dlq()
         lease = await self._by_callback(callback_id)
         result: list[JobRecord] = []
-        cleared: dict[str, Any] = dict(CLEARED)
 
         def decide(job: JobRecord, w: Writes) -> tuple[JobRecord, str | None]:
-            outcome: tuple[JobRecord, str | None]
+            transition: Transition
             if action == "complete":
-                outcome = (
-                    attrs.evolve(
-                        job,
-                        state=JobState.Completed,
-                        finalized_at=w.now,
-                        progress=None,
-                        **cleared,
-                    ),
-                    None,
-                )
+                transition = lifecycle.callback_complete(w.now)
             elif action == "fail":
-                entry = failure_entry(error, attempt=job.attempt, at=w.now, expression=expression)
-                outcome = self._outcomes.fail_or_dlq(
-                    job, w, (*job.errors, entry), CALLBACK_FAILED_REASON, **cleared
+                transition = lifecycle.callback_fail(
+                    self._outcomes.attempt_facts(job), error=error, now=w.now, expression=expression
                 )
             elif action == "retry":
-                outcome = (attrs.evolve(job, **retry_changes(w.now)), None)
+                transition = lifecycle.callback_retry(w.now)
             else:
-                outcome = (attrs.evolve(job, **resume_changes(job, payload, w.now)), None)
+                transition = lifecycle.callback_resume(payload, w.now)
+            outcome = take(transition, job)
             result.append(outcome[0])
             return outcome
 
@@ -177,8 +160,9 @@ class Callbacks:
         result: list[JobRecord] = []
 
         def decide(job: JobRecord, w: Writes) -> tuple[JobRecord, str | None]:
-            result.append(attrs.evolve(job, callback_timeout_at=w.now + timeout))
-            return result[-1], None
+            outcome = take(lifecycle.callback_heartbeat(timeout=timeout, now=w.now), job)
+            result.append(outcome[0])
+            return outcome
 
         if await self._outcomes.guarded(lease, decide) is Ack.STALE:
             raise callback_not_found(callback_id)

@@ -19,7 +19,6 @@ from awa.adapters._pg.pool import DictConnection
 from awa.adapters.postgres_queue_storage.lanes import LaneAllocator
 from awa.adapters.postgres_queue_storage.snapshots import (
     DEFERRED,
-    LIVE_STATES,
     PRUNE_GATE,
     Resolved,
     Writes,
@@ -30,7 +29,7 @@ from awa.adapters.postgres_queue_storage.snapshots import (
 from awa.adapters.postgres_queue_storage.statements import Statements
 from awa.domain.errors import UniqueConflict
 from awa.domain.job import JobRecord
-from awa.domain.states import TERMINAL_STATES, JobState
+from awa.domain.states import LIVE_STATES, TERMINAL_STATES, JobState
 from awa.ports.storage import JobFilter
 
 #: Each field of a JobFilter: its parameter and the fragment of admin.sql that tests it.

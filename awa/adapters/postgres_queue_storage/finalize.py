@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import attrs
 import psycopg
 
 from awa.adapters._pg.errors import translated_errors
@@ -20,6 +19,7 @@ from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.receipts import ReceiptCache
 from awa.adapters.postgres_queue_storage.snapshots import Resolved, Writes, minute_of
 from awa.adapters.postgres_queue_storage.statements import Statements
+from awa.domain import lifecycle
 from awa.domain.job import JobRecord, RunLease
 from awa.domain.states import JobState
 from awa.ports.clock import Clock
@@ -139,9 +139,7 @@ class Completion:
                 snap = snapshots.get(lease.job_id)
                 if snap is not None:
                     before = snap.job
-                    after = attrs.evolve(
-                        before, state=JobState.Completed, finalized_at=writes.now, progress=None
-                    )
+                    after = lifecycle.complete(writes.now).apply(before)
                     if row["has_lease"]:
                         done.append((after, snap.ordering_key))
                     unique_changes.append((before, after))

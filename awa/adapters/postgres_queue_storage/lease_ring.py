@@ -84,16 +84,8 @@ class LeaseRing:
         lock held by a running transaction) or ``skipped_locked``.
         """
         try:
-            async with translated_errors(), self._connections.conn() as conn:
-                state = await self._sql.one(conn, self._sql["read_ring_state"])
-                assert state is not None
-                count = int(state["lease_slot_count"])
-                dirty = await self._dirty_lease_slots(conn, count)
-                target = (int(state["current_lease_slot"]) + 1) % count
             async with translated_errors():
                 await self._swap.clear(("leases",))
-                if target in dirty:
-                    await self._swap.prepare(target, ("leases",))
             async with translated_errors(), self._connections.tx() as conn:
                 return await self._prune_leases(conn)
         except Blocked:

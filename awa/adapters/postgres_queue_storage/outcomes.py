@@ -22,15 +22,17 @@ from awa.adapters._pg.pool import DictConnection
 from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.receipts import ReceiptCache
-from awa.adapters.postgres_queue_storage.snapshots import LIVE_STATES, Resolved, Writes
+from awa.adapters.postgres_queue_storage.snapshots import Resolved, Writes
 from awa.adapters.postgres_queue_storage.statements import Statements
-from awa.domain.job import JobRecord, RunLease, error_entry
+from awa.domain import lifecycle
+from awa.domain.job import JobRecord, RunLease
+from awa.domain.lifecycle import AttemptFacts, Transition
 from awa.domain.policies import Backoff
-from awa.domain.states import JobState
+from awa.domain.states import LIVE_STATES, JobState
 from awa.ports.clock import Clock
 from awa.ports.storage import Ack
 
-RUNNING_ONLY = frozenset({JobState.Running})
+RUNNING_ONLY = lifecycle.HANDLER_STATES
 
 #: ``decide(job, writes) -> (next snapshot or None to delete, DLQ reason or None)``.
 Decide = Callable[[JobRecord, Writes], tuple[JobRecord | None, str | None]]
@@ -38,6 +40,15 @@ Decide = Callable[[JobRecord, Writes], tuple[JobRecord | None, str | None]]
 
 class Stale(Exception):
     """The attempt changed underneath: roll the transaction back and report stale."""
+
+
+def take(transition: Transition, job: JobRecord) -> tuple[JobRecord, str | None]:
+    """The snapshot a lifecycle transition leaves ``job`` in and the DLQ reason it routes
+    to; an attempt in a state the transition does not apply to is stale."""
+    if not transition.applies(job.state):
+        raise Stale()
+    reason = transition.dlq_reason
+    return transition.apply(job), None if reason is None else reason.value
 
 
 class Outcomes:
@@ -131,43 +142,10 @@ class Outcomes:
         )
         return bool(rows)
 
-    def fail_or_dlq(
-        self,
-        job: JobRecord,
-        writes: Writes,
-        errors: tuple[dict[str, Any], ...],
-        reason: str,
-        **changes: Any,
-    ) -> tuple[JobRecord, str | None]:
-        failed = attrs.evolve(
-            job, state=JobState.Failed, errors=errors, finalized_at=writes.now, **changes
-        )
-        return failed, (reason if job.queue in self._dlq_queues else None)
-
-    def retry_or_fail(
-        self,
-        job: JobRecord,
-        writes: Writes,
-        *,
-        error: str,
-        delay: timedelta | None,
-        dlq_reason: str = "max_attempts_exhausted",
-        **changes: Any,
-    ) -> tuple[JobRecord, str | None]:
-        errors = (*job.errors, error_entry(error, attempt=job.attempt, at=writes.now))
-        if job.attempt >= job.max_attempts:
-            return self.fail_or_dlq(job, writes, errors, dlq_reason, **changes)
-        wait = delay if delay is not None else self._backoff.delay(job.attempt)
-        return (
-            attrs.evolve(
-                job,
-                state=JobState.Retryable,
-                errors=errors,
-                run_at=writes.now + wait,
-                **changes,
-            ),
-            None,
-        )
+    def attempt_facts(self, job: JobRecord) -> AttemptFacts:
+        """What the lifecycle needs to know of ``job``'s attempt (its queue's DLQ setting
+        as last read by :meth:`refresh_dlq`)."""
+        return AttemptFacts.of(job, dlq_enabled=job.queue in self._dlq_queues)
 
     async def refresh_dlq(self) -> None:
         async with self._connections.tx() as conn:
@@ -177,55 +155,43 @@ class Outcomes:
     async def retry(self, lease: RunLease, *, error: str, delay: timedelta | None = None) -> Ack:
         await self.refresh_dlq()
         return await self.guarded(
-            lease, lambda job, w: self.retry_or_fail(job, w, error=error, delay=delay)
+            lease,
+            lambda job, w: take(
+                lifecycle.retry(
+                    self.attempt_facts(job),
+                    error=error,
+                    now=w.now,
+                    backoff=self._backoff,
+                    delay=delay,
+                ),
+                job,
+            ),
         )
 
     async def snooze(self, lease: RunLease, *, delay: timedelta) -> Ack:
         return await self.guarded(
-            lease,
-            lambda job, w: (
-                attrs.evolve(
-                    job, state=JobState.Scheduled, run_at=w.now + delay, attempt=job.attempt - 1
-                ),
-                None,
-            ),
-            # A parked attempt has no handler left to snooze it.
-            RUNNING_ONLY,
+            lease, lambda job, w: take(lifecycle.snooze(delay=delay, now=w.now), job)
         )
 
     async def cancel_attempt(self, lease: RunLease, *, reason: str) -> Ack:
-        return await self.guarded(
-            lease,
-            lambda job, w: (
-                attrs.evolve(job, state=JobState.Cancelled, finalized_at=w.now),
-                None,
-            ),
-        )
+        return await self.guarded(lease, lambda job, w: take(lifecycle.cancel(w.now), job))
 
     async def fail(self, lease: RunLease, *, error: str) -> Ack:
         await self.refresh_dlq()
-
-        def decide(job: JobRecord, w: Writes) -> tuple[JobRecord, str | None]:
-            entry = error_entry(error, attempt=job.attempt, at=w.now, terminal=True)
-            return self.fail_or_dlq(job, w, (*job.errors, entry), "terminal_error")
-
-        return await self.guarded(lease, decide)
+        return await self.guarded(
+            lease,
+            lambda job, w: take(
+                lifecycle.fail(self.attempt_facts(job), error=error, now=w.now), job
+            ),
+        )
 
     async def release(self, lease: RunLease, *, error: str) -> Ack:
-        def decide(job: JobRecord, w: Writes) -> tuple[JobRecord, str | None]:
-            entry = error_entry(error, attempt=job.attempt, at=w.now)
-            return (
-                attrs.evolve(
-                    job,
-                    state=JobState.Retryable,
-                    run_at=w.now,
-                    attempt=job.attempt - 1,
-                    errors=(*job.errors, entry),
-                ),
-                None,
-            )
-
-        return await self.guarded(lease, decide)
+        return await self.guarded(
+            lease,
+            lambda job, w: take(
+                lifecycle.release(self.attempt_facts(job), error=error, now=w.now), job
+            ),
+        )
 
     async def heartbeat(self, leases: Sequence[RunLease]) -> list[Ack]:
         if not leases:

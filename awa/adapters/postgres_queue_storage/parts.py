@@ -154,6 +154,7 @@ def build_parts(
             facts=facts,
             outcomes=outcomes,
             clock=clock,
+            backoff=backoff,
         ),
         queue_ring=QueueRing(
             connections=connections,

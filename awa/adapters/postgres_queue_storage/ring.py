@@ -101,8 +101,6 @@ class QueueRing:
             async with translated_errors():
                 await self._swap.clear(RING_TABLES)
                 target = await self._prune_target()
-                if target is not None:
-                    await self._swap.prepare(target)
             async with translated_errors(), self._connections.tx() as conn:
                 outcome = await self._prune(conn, failed_retention)
         except Blocked:

@@ -170,20 +170,11 @@ WHERE c.relnamespace = to_regnamespace(%(s)s) AND c.relkind = 'r'
 -- name: empty_spares
 LOCK TABLE {spares} IN ACCESS EXCLUSIVE MODE NOWAIT; TRUNCATE {spares}
 
--- name: missing_spares
--- The tables of %(tables)s whose slot %(k)s has no stand-in yet, with the storage options
--- of the slot's partition.
-SELECT t, (SELECT c.reloptions FROM pg_class c
-           WHERE c.oid = to_regclass(format('%%s.%%I', %(s)s::text, t || '_' || %(k)s)))
-    AS options
+-- name: spares_exist
+-- Whether slot %(k)s has a stand-in for every table of %(tables)s.
+SELECT bool_and(to_regclass(format('%%s.%%I', %(s)s::text, t || '_' || %(k)s || '_spare'))
+    IS NOT NULL) AS ready
 FROM unnest(%(tables)s::text[]) AS t
-WHERE to_regclass(format('%%s.%%I', %(s)s::text, t || '_' || %(k)s || '_spare')) IS NULL
-
--- name: create_spare
-CREATE TABLE IF NOT EXISTS {spare} (LIKE {parent} INCLUDING ALL)
-
--- name: create_spare_with_options
-CREATE TABLE IF NOT EXISTS {spare} (LIKE {parent} INCLUDING ALL) WITH ({options})
 
 -- name: dirty_lease_slots
 -- Lease slots written since their last TRUNCATE.

@@ -20,7 +20,6 @@ from awa.domain.channels import queue_channel
 from awa.domain.job import JobRecord, JobSpec
 from awa.domain.states import DEFAULT_UNIQUE_STATES, JobState, mask_contains, mask_to_bitstring
 
-LIVE_STATES = frozenset({JobState.Running, JobState.WaitingExternal})
 DEFERRED = frozenset({JobState.Scheduled, JobState.Retryable})
 CANCEL_CHANNEL = "awa:cancel"
 #: First key of the prune gate, a transaction-level advisory lock (two-int form; the second

@@ -1,10 +1,11 @@
 """Reclaiming a ring slot by swapping its partitions for empty stand-ins.
 
 Prune (of the queue ring and of the lease ring) locks the slot's partitions, checks under
-the lock that nothing live arrived, and swaps each partition with an empty stand-in built
-ahead of time, all in one round trip (:meth:`PartitionSwap.lock_and_swap`); the partition
+the lock that nothing live arrived, and swaps each partition with the empty stand-in the
+install built, all in one round trip (:meth:`PartitionSwap.lock_and_swap`); the partition
 taken out becomes the next stand-in and is emptied later (:meth:`PartitionSwap.clear`).
-A role that may not swap partitions truncates them under the lock instead.
+A role that may not swap partitions, or a slot without stand-ins, is truncated under the
+lock instead.
 """
 
 from __future__ import annotations
@@ -40,11 +41,13 @@ class PartitionSwap:
     def __init__(self, connections: Connections, statements: Statements) -> None:
         self._connections = connections
         self._sql = statements
-        #: Set once the database refuses the partition swap to this role (it needs CREATE
-        #: on the schema and ownership of the ring tables); prune then truncates instead,
-        #: as before, and holds its lock longer.
+        #: Set once the database refuses the partition swap to this role (it needs
+        #: ownership of the ring tables); prune then truncates instead, as before, and
+        #: holds its lock longer.
         self.denied = False
         self._unclean: set[str] | None = None
+        # Set once a prune found a slot without its stand-ins (said once per process).
+        self._spares_missing_said = False
 
     def child(self, table: str, slot: int) -> sql.Identifier:
         """The partition of ``table`` for ``slot``."""
@@ -56,20 +59,27 @@ class PartitionSwap:
     def _spare(self, table: str, slot: int) -> sql.Identifier:
         return slot_table(self._sql.schema, table, slot, "_spare")
 
-    async def prepare(self, slot: int, tables: tuple[str, ...] = RING_TABLES) -> None:
-        """Empty stand-ins for the slot's partitions, indexes and storage options
-        included, ready ahead of the swap in their own transaction: building an index (even
-        an empty one) syncs its file, which is why a TRUNCATE of the ring's tables took
-        50-150 ms under its lock. A stand-in is the partition an earlier swap took out
-        (emptied by :meth:`clear`), so the ring's relations are created once and
-        then only change places: no catalog rows for new tables, columns and types every
-        second, and every backend's catalog caches stay warm."""
-        if self.denied:
-            return
-        try:
-            await self.build(slot, tables)
-        except pg_errors.InsufficientPrivilege:
-            self.refuse()
+    async def _spares_exist(self, conn: DictConnection, slot: int, tables: tuple[str, ...]) -> bool:
+        """Whether the slot's stand-ins for ``tables`` exist. The install builds one for
+        every partition (``awa.queue_storage_install_spares``); a schema last installed
+        by an older release has none until ``awa migrate`` runs, and prune truncates its
+        slots in place meanwhile."""
+        row = await self._sql.one(
+            conn,
+            self._sql["spares_exist"],
+            {"tables": list(tables), "s": self._sql.quoted_schema, "k": slot},
+        )
+        if row is not None and row["ready"]:
+            return True
+        if not self._spares_missing_said:
+            log.warning(
+                "queue storage in %s: slot %d has no prebuilt stand-ins to swap in; prune "
+                "truncates under its lock instead until `awa migrate` builds them",
+                self._sql.schema,
+                slot,
+            )
+            self._spares_missing_said = True
+        return False
 
     async def clear(self, tables: tuple[str, ...]) -> None:
         """Empty the stand-ins of ``tables`` that still hold the rows of a slot swapped
@@ -108,37 +118,28 @@ class PartitionSwap:
     def refuse(self) -> None:
         if not self.denied:
             log.warning(
-                "queue storage in %s: this role may not create or attach partitions; "
-                "prune truncates under its lock instead (grant CREATE on the schema and "
-                "ownership of its tables to avoid the longer lock)",
+                "queue storage in %s: this role may not detach and attach partitions; "
+                "prune truncates under its lock instead (the owner of the ring tables "
+                "swaps partitions and holds the lock for less time)",
                 self._sql.schema,
             )
         self.denied = True
 
-    async def build(self, slot: int, tables: tuple[str, ...]) -> None:
-        async with self._connections.conn() as conn:
-            missing = await self._sql.rows(
-                conn,
-                self._sql["missing_spares"],
-                {"tables": list(tables), "s": self._sql.quoted_schema, "k": slot},
-            )
-            for row in missing:
-                table, options = row["t"], row["options"]
-                names = {"spare": self._spare(table, slot), "parent": self._parent(table)}
-                if options:
-                    # Storage options as the catalog holds them (name=value).
-                    listed = sql.SQL(", ").join(sql.SQL(option) for option in options)
-                    statement = self._sql.render(
-                        "create_spare_with_options", options=listed, **names
-                    )
-                else:
-                    statement = self._sql.render("create_spare", **names)
-                await run(conn, statement)
+    def _swap_steps(
+        self, slot: int, tables: tuple[str, ...], *, swap: bool
+    ) -> list[sql.Composable]:
+        """Swap the slot's partitions with their empty stand-ins (``swap_partition``): the
+        partition goes out under the stand-in's name and is emptied later
+        (:meth:`clear`). Only catalog work: nothing is built, synced or dropped under the
+        lock. A TRUNCATE instead when ``swap`` is false.
 
-    def _swap_steps(self, slot: int, tables: tuple[str, ...]) -> list[sql.Composable]:
-        """Swap the slot's partitions with their empty stand-ins (``swap_partition``), or
-        truncate them where this role may not swap."""
-        if self.denied:
+        The stand-ins are built by the install, never here: building an index (even an
+        empty one) syncs its file, which is why a TRUNCATE of the ring's tables took 50-150
+        ms under its lock. A stand-in is the partition an earlier swap took out, so the
+        ring's relations are created once and then only change places: no catalog rows for
+        new tables, columns and types every second, and every backend's catalog caches
+        stay warm."""
+        if not swap:
             if not tables:
                 return []
             children = sql.SQL(", ").join(self.child(t, slot) for t in tables)
@@ -174,34 +175,44 @@ class PartitionSwap:
         are the partitions replaced by their empty stand-ins; ``also`` is a statement run
         under the lock after the check."""
         swapped = tables if swap is None else swap
-        parents = [] if self.denied else [self._parent(t) for t in swapped]
-        locked = sql.SQL(", ").join(parents + [self.child(t, slot) for t in tables])
-        conditions = list(unless)
-        if parents:
-            conditions += [
-                self._sql.fragment("spare_in_use", spare=self._spare(t, slot)) for t in swapped
+
+        def plan(swapping: bool) -> tuple[sql.Composable, sql.Composable]:
+            parents = [self._parent(t) for t in swapped] if swapping else []
+            locked = sql.SQL(", ").join(parents + [self.child(t, slot) for t in tables])
+            conditions = list(unless)
+            if parents:
+                # a stand-in that could not be emptied yet is never swapped in
+                conditions += [
+                    self._sql.fragment("spare_in_use", spare=self._spare(t, slot)) for t in swapped
+                ]
+            check = self._sql.fragment(
+                "slot_check", unless=sql.SQL(" OR ").join(conditions), k=sql.Literal(slot)
+            )
+            steps = [
+                check,
+                *([also] if also else []),
+                *self._swap_steps(slot, swapped, swap=swapping),
             ]
-        check = self._sql.fragment(
-            "slot_check", unless=sql.SQL(" OR ").join(conditions), k=sql.Literal(slot)
+            return locked, sql.SQL("; ").join(steps)
+
+        swapping = (
+            bool(swapped) and not self.denied and await self._spares_exist(conn, slot, swapped)
         )
         # Looked at again on the next turn whatever happens: after a swap the stand-ins
         # hold the rows taken out, and a swap refused for a stand-in that is not empty
         # (another leader's, swapped out just before it lost the lead) needs one emptied.
         self.unclean().update(swapped)
         try:
-            await self._lock_briefly(
-                conn,
-                locked,
-                sql.SQL("; ").join(
-                    [check, *([also] if also else []), *self._swap_steps(slot, swapped)]
-                ),
-            )
-        except pg_errors.InsufficientPrivilege as exc:
+            await self._lock_briefly(conn, *plan(swapping))
+        except pg_errors.InsufficientPrivilege:
+            if not swapping:
+                raise
+            # The refused swap's savepoint is rolled back: this turn truncates instead.
             self.refuse()
-            raise Blocked() from exc
+            await self._lock_briefly(conn, *plan(False))
         except pg_errors.UndefinedTable as exc:
-            # a stand-in is missing (the target moved on since they were built): the next
-            # turn builds them for its own target
+            # a stand-in was dropped since it was looked for (an install rebuilt it): the
+            # next turn finds the new one
             raise Blocked() from exc
 
     async def _lock_briefly(

@@ -12,10 +12,13 @@ import attrs
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter
-from awa.adapters.postgres_queue_storage.outcomes import RUNNING_ONLY, Outcomes
+from awa.adapters.postgres_queue_storage.outcomes import Outcomes, take
 from awa.adapters.postgres_queue_storage.snapshots import Resolved, Writes
 from awa.adapters.postgres_queue_storage.statements import Statements
+from awa.domain import lifecycle
 from awa.domain.job import JobRecord, RunLease
+from awa.domain.lifecycle import Rescue
+from awa.domain.policies import Backoff
 from awa.domain.states import JobState
 from awa.ports.clock import Clock
 from awa.ports.storage import Ack, Rescued
@@ -32,12 +35,14 @@ class Sweeps:
         facts: FactWriter,
         outcomes: Outcomes,
         clock: Clock,
+        backoff: Backoff,
     ) -> None:
         self._connections = connections
         self._sql = statements
         self._facts = facts
         self._outcomes = outcomes
         self._clock = clock
+        self._backoff = backoff
 
     async def promote_due(self, *, limit: int = 4096) -> int:
         if limit <= 0:
@@ -70,23 +75,11 @@ class Sweeps:
             await self._facts.flush(conn, writes)
         return len(rows)
 
-    async def _rescue(
-        self,
-        query: str,
-        reason: str,
-        *,
-        dlq_reason: str = "max_attempts_exhausted",
-        **params: Any,
-    ) -> list[Rescued]:
+    async def _rescue(self, query: str, kind: Rescue, **params: Any) -> list[Rescued]:
         await self._outcomes.refresh_dlq()
         async with translated_errors(), self._connections.tx() as conn:
             rows = await self._sql.exec(conn, query, **params)
         rescued: list[Rescued] = []
-        clear: dict[str, Any] = (
-            {"callback_id": None, "callback_timeout_at": None}
-            if query == "expired_callbacks"
-            else {}
-        )
         for row in rows:
             lease = RunLease(row["job_id"], row["run_lease"])
             decided: list[tuple[JobRecord, str | None]] = []
@@ -94,24 +87,20 @@ class Sweeps:
             def decide(
                 job: JobRecord, w: Writes, decided: list[tuple[JobRecord, str | None]] = decided
             ) -> tuple[JobRecord, str | None]:
-                new, dlq = self._outcomes.retry_or_fail(
-                    job, w, error=reason, delay=None, dlq_reason=dlq_reason, **clear
+                t = lifecycle.rescue(
+                    kind, self._outcomes.attempt_facts(job), now=w.now, backoff=self._backoff
                 )
+                new, dlq = take(t, job)
                 decided.append((new, dlq))
                 return new, dlq
 
-            expected = (
-                frozenset({JobState.WaitingExternal})
-                if query == "expired_callbacks"
-                else RUNNING_ONLY
-            )
-            if await self._outcomes.guarded(lease, decide, expected) is Ack.APPLIED:
+            if await self._outcomes.guarded(lease, decide, kind.applies_to) is Ack.APPLIED:
                 new, dlq = decided[-1]
                 rescued.append(
                     Rescued(
                         lease=lease,
                         new_state=new.state,
-                        reason=reason,
+                        reason=kind.error,
                         dlq_reason=dlq,
                         queue=new.queue,
                         kind=new.kind,
@@ -121,16 +110,15 @@ class Sweeps:
 
     async def rescue_stale_heartbeats(self, *, staleness: timedelta) -> list[Rescued]:
         return await self._rescue(
-            "stale_heartbeats", "heartbeat stale", cutoff=self._clock.now() - staleness
+            "stale_heartbeats", Rescue.HEARTBEAT_STALE, cutoff=self._clock.now() - staleness
         )
 
     async def rescue_expired_deadlines(self) -> list[Rescued]:
-        return await self._rescue("expired_deadlines", "deadline exceeded", now=self._clock.now())
+        return await self._rescue(
+            "expired_deadlines", Rescue.DEADLINE_EXCEEDED, now=self._clock.now()
+        )
 
     async def rescue_expired_callbacks(self) -> list[Rescued]:
         return await self._rescue(
-            "expired_callbacks",
-            "callback timed out",
-            dlq_reason="callback_timeout",
-            now=self._clock.now(),
+            "expired_callbacks", Rescue.CALLBACK_TIMEOUT, now=self._clock.now()
         )

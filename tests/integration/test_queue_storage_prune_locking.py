@@ -14,8 +14,8 @@ import pytest
 from awa.adapters._pg.pool import open_pool
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
-from awa.adapters.postgres_queue_storage import ring as ring_module
-from awa.adapters.postgres_queue_storage._base import PRUNE_GATE
+from awa.adapters.postgres_queue_storage import swap as swap_module
+from awa.adapters.postgres_queue_storage.snapshots import PRUNE_GATE
 from awa.domain.job import JobRecord, JobSpec
 from awa.domain.policies import Backoff
 from awa.domain.states import JobState
@@ -51,7 +51,7 @@ def _slot_rows(database_url: str, slot: int) -> int:
         row = conn.execute(
             "SELECT "
             + " + ".join(
-                f"(SELECT count(*) FROM {SCHEMA}.{t}_{slot})" for t in ring_module.RING_TABLES
+                f"(SELECT count(*) FROM {SCHEMA}.{t}_{slot})" for t in swap_module.RING_TABLES
             )
         ).fetchone()
     assert row is not None
@@ -77,11 +77,11 @@ async def test_prune_waits_for_an_operator_change_under_way(
 async def test_change_read_before_a_prune_is_re_read(engine: QueueStorageEngine) -> None:
     """A job read before prune dropped it is not written back: the change finds it gone."""
     job = await _completed_job_in_next_slot(engine)
-    async with engine._tx() as conn:
-        old = (await engine._resolve(conn, [job.id]))[job.id]
+    async with engine._parts.connections.tx() as conn:
+        old = (await engine._parts.facts.resolve(conn, [job.id]))[job.id]
     assert await engine.prune_oldest() == "pruned"
-    async with engine._tx() as conn:
-        assert not await engine._supersede(conn, old, engine._clock.now())
+    async with engine._parts.connections.tx() as conn:
+        assert not await engine._parts.facts.supersede(conn, old, engine._clock.now())
     assert await engine.retry_job(job.id) is None
     assert await engine.get_job(job.id) is None
 
@@ -94,12 +94,12 @@ async def test_change_of_a_carried_failed_job_still_applies(engine: QueueStorage
     for _ in range(2):
         await engine.enqueue_many([JobSpec(kind="filler", queue="other")])
         assert await engine.rotate_queue_ring() == "rotated"
-    async with engine._tx() as conn:
-        old = (await engine._resolve(conn, [job.id]))[job.id]
+    async with engine._parts.connections.tx() as conn:
+        old = (await engine._parts.facts.resolve(conn, [job.id]))[job.id]
     assert await engine.prune_oldest() == "pruned"
     # Carried forward unchanged: the change read before the prune may go ahead.
-    async with engine._tx() as conn:
-        assert await engine._supersede(conn, old, engine._clock.now())
+    async with engine._parts.connections.tx() as conn:
+        assert await engine._parts.facts.supersede(conn, old, engine._clock.now())
     retried = await engine.retry_job(job.id)
     assert retried is not None and retried.state == JobState.Available
 
@@ -123,7 +123,7 @@ async def test_rows_arriving_while_prune_reads_block_it(
     """Prune reads the slot's jobs before it locks the slot; a row committed into the slot
     in between makes it give up (and truncate nothing) rather than act on a stale read."""
     job = await _completed_job_in_next_slot(engine)
-    read = engine._head_states_in_slot
+    read = engine._parts.queue_ring.head_states_in_slot
 
     async def read_then_write(conn: object, slot: int, **kwargs: object) -> object:
         heads = await read(conn, slot, **kwargs)  # type: ignore[arg-type]
@@ -131,7 +131,7 @@ async def test_rows_arriving_while_prune_reads_block_it(
             writer.execute(ARRIVALS[table], {"slot": slot, "job": job.id + 10_000})
         return heads
 
-    monkeypatch.setattr(engine, "_head_states_in_slot", read_then_write)
+    monkeypatch.setattr(engine._parts.queue_ring, "head_states_in_slot", read_then_write)
     before = _slot_rows(database_url, 0)
     assert await engine.prune_oldest() == "blocked"
     assert _slot_rows(database_url, 0) == before + 1
@@ -147,8 +147,8 @@ async def test_prune_lock_request_does_not_hold_up_readers(
     """While a transaction keeps the slot in use, prune retries with NOWAIT instead of
     queueing, so a reader arriving meanwhile (a claim reads every slot) gets its lock at
     once; prune finishes once the slot is free."""
-    monkeypatch.setattr(ring_module, "PRUNE_NOWAIT_TRIES", 1000)
-    monkeypatch.setattr(ring_module, "PRUNE_NOWAIT_PAUSE", 0.01)
+    monkeypatch.setattr(swap_module, "PRUNE_NOWAIT_TRIES", 1000)
+    monkeypatch.setattr(swap_module, "PRUNE_NOWAIT_PAUSE", 0.01)
     job = await _completed_job_in_next_slot(engine)
     async with await psycopg.AsyncConnection.connect(database_url) as holder:
         await holder.execute(f"SELECT count(*) FROM {SCHEMA}.done_entries_0")  # opens a tx
@@ -177,7 +177,7 @@ def _partition_shape(database_url: str, slot: int) -> dict[str, tuple[int, str, 
     to the parent's indexes."""
     shape = {}
     with psycopg.connect(database_url) as conn:
-        for table in ring_module.RING_TABLES:
+        for table in swap_module.RING_TABLES:
             row = conn.execute(
                 "SELECT c.oid::bigint, pg_get_expr(c.relpartbound, c.oid), "
                 "  (SELECT count(*) FROM pg_index i JOIN pg_inherits h ON h.inhrelid = i.indexrelid"
@@ -223,7 +223,7 @@ async def test_prune_swaps_the_slot_partitions_with_their_empty_stand_ins(
     assert await engine.prune_oldest() == "pruned"
     after = _partition_shape(database_url, 0)
     swapped = {"ready_entries", "claims", "closures"}  # a completed job's facts
-    for table in ring_module.RING_TABLES:
+    for table in swap_module.RING_TABLES:
         old_oid, old_bound, old_indexes = before[table]
         new_oid, new_bound, new_indexes = after[table]
         assert (new_oid != old_oid) == (table in swapped), table
@@ -272,7 +272,7 @@ async def test_laps_of_the_ring_create_no_relations(
     again = {name: oid for name, (oid, _, _) in _relations(database_url).items()}
     assert set(again.values()) == set(first.values())
     # one stand-in per partition of the queue ring (4 slots) and of the lease ring (8)
-    assert sum(name.endswith("_spare") for name in again) == len(ring_module.RING_TABLES) * 4 + 8
+    assert sum(name.endswith("_spare") for name in again) == len(swap_module.RING_TABLES) * 4 + 8
 
 
 async def test_the_install_builds_every_stand_in_and_prune_creates_none(
@@ -291,7 +291,7 @@ async def test_the_install_builds_every_stand_in_and_prune_creates_none(
             "  AND c.relkind = 'r'",
             (SCHEMA, SCHEMA),
         ).fetchall()
-    assert len(rows) == len(spares) == len(ring_module.RING_TABLES) * 4 + 8
+    assert len(rows) == len(spares) == len(swap_module.RING_TABLES) * 4 + 8
     assert all(same for _, same in rows), [name for name, same in rows if not same]
     await _completed_job_in_next_slot(engine)
     assert await engine.prune_oldest() == "pruned"
@@ -340,7 +340,7 @@ async def test_without_its_stand_ins_a_slot_is_truncated(
     assert _partition_shape(database_url, 0) == before  # truncated in place
     assert _slot_rows(database_url, 0) == 0
     assert await engine.get_job(job.id) is None
-    assert not engine._swap_denied
+    assert not engine._parts.swap.denied
 
 
 async def test_where_partitions_may_not_be_swapped_prune_truncates(
@@ -366,7 +366,7 @@ async def test_where_partitions_may_not_be_swapped_prune_truncates(
     try:
         before = _partition_shape(database_url, 0)
         assert await limited.prune_oldest() == "pruned"
-        assert limited._swap_denied
+        assert limited._parts.swap.denied
         assert _partition_shape(database_url, 0) == before  # truncated in place
         assert _slot_rows(database_url, 0) == 0
         assert await engine.get_job(job.id) is None
@@ -403,9 +403,12 @@ async def test_prune_resolves_the_slot_jobs_exactly_as_the_jobs_view(
     assert await engine.retry_job(jobs[5].id) is not None
     assert await engine.move_failed_to_dlq(jobs[6].id, reason="dead") is not None
 
-    async with engine._tx() as conn:
-        lean = await engine._head_states_in_slot(conn, 0)
-        cur = await conn.execute(engine._heads_sql(ring_module._HEAD_STATE_COLUMNS), {"slot": 0})
+    async with engine._parts.connections.tx() as conn:
+        lean = await engine._parts.queue_ring.head_states_in_slot(conn, 0)
+        ids = [job.id for job in jobs] + [waiting.id]
+        cur = await conn.execute(
+            engine._parts.statements["head_states_in_slot"], {"slot": 0, "ids": ids}
+        )
         viewed = list(await cur.fetchall())
     assert lean == viewed
     states = {row["id"]: row["state"] for row in lean}
@@ -421,7 +424,7 @@ async def test_a_stand_in_left_with_rows_is_emptied_and_prune_goes_on(
     swapped it out and lost the lead before emptying it) is never swapped in; the refused
     swap makes the next turn empty it, and prune goes on."""
     job = await _completed_job_in_next_slot(engine)
-    await engine._clear_spares(ring_module.RING_TABLES)  # nothing to empty: all clean
+    await engine._parts.swap.clear(swap_module.RING_TABLES)  # nothing to empty: all clean
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(f"INSERT INTO {SCHEMA}.closures_0_spare SELECT * FROM {SCHEMA}.closures_0")
     assert await engine.prune_oldest() == "blocked"

@@ -99,6 +99,12 @@ class Connections:
                 uow.open = False
 
     @staticmethod
+    def joined(owner: object, conn: DictConnection) -> UnitOfWork:
+        """A unit of work for ``owner`` on ``conn``, a caller's connection already inside
+        a transaction (the caller commits or rolls back)."""
+        return PgUnitOfWork(owner, conn)
+
+    @staticmethod
     def owned(uow: UnitOfWork, owner: object) -> DictConnection:
         """The connection of ``uow``, which must be an open unit of work of ``owner``."""
         if not isinstance(uow, PgUnitOfWork) or uow.owner is not owner:

@@ -23,7 +23,6 @@ from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
 from awa.adapters._pg.overrides import PgOverrideOps
 from awa.adapters._pg.pool import DictConnection, open_pool
 from awa.adapters.clock import SystemClock
-from awa.adapters.postgres_queue_storage.connections import PgUnitOfWork
 from awa.adapters.postgres_queue_storage.install import DEFAULT_SCHEMA, install_queue_storage
 from awa.adapters.postgres_queue_storage.parts import build_parts
 from awa.adapters.postgres_queue_storage.ring import DEFAULT_FAILED_RETENTION
@@ -86,10 +85,10 @@ class QueueStorageEngine(PgCronOps, PgOverrideOps, PgDescriptorOps, PgBatchContr
         """A new candidate for the cluster's maintenance leadership."""
         return PostgresLeaderLock(self._url)
 
-    def unit_of_work_for(self, conn: DictConnection) -> PgUnitOfWork:
+    def unit_of_work_for(self, conn: DictConnection) -> UnitOfWork:
         """:class:`~awa.ports.transactions.TransactionJoiner`: a unit of work on a
         caller's connection that is already inside a transaction."""
-        return PgUnitOfWork(self, conn)
+        return self._parts.connections.joined(self, conn)
 
     async def close(self) -> None:
         if not self._parts.connections.closed:

@@ -97,6 +97,9 @@ class Outcomes:
                 applied = await self._save_lease(conn, found, new)
                 if applied:
                     writes.move(found.job, new)
+                    # A live state can still leave or enter the key's mask (parking on a
+                    # callback leaves the default one; resuming enters it again).
+                    await self._facts.unique(conn, [(found.job, new)])
             else:
                 applied = await self._facts.transition(
                     conn, writes, found, new, dlq_reason=dlq_reason

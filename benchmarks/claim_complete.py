@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import awa
-from awa.adapters.postgres_queue_storage import _base
-from awa.adapters.routing_engine import TransitionRoutingEngine
+from awa.adapters.postgres_queue_storage import statements as qs_statements
+from awa.entrypoints.routing import open_postgres_routing
 from benchmarks._common import drop_database, fresh_database, maybe_profile, parser
 from benchmarks.enqueue_bulk import activate
 
@@ -36,10 +36,10 @@ class BenchNoop:
 def _time_statements() -> dict[str, list[float]]:
     """Wrap the engine's statement runner to time each named statement."""
     timings: dict[str, list[float]] = collections.defaultdict(list)
-    original = _base.QueueStorageBase._exec
+    original = qs_statements.Statements.exec
 
     async def timed(
-        self: _base.QueueStorageBase, conn: Any, name: str, **params: Any
+        self: qs_statements.Statements, conn: Any, name: str, **params: Any
     ) -> list[dict[str, Any]]:
         started = time.perf_counter()
         try:
@@ -47,7 +47,7 @@ def _time_statements() -> dict[str, list[float]]:
         finally:
             timings[name].append(time.perf_counter() - started)
 
-    _base.QueueStorageBase._exec = timed  # type: ignore[method-assign]
+    qs_statements.Statements.exec = timed  # type: ignore[method-assign]
     return timings
 
 
@@ -60,7 +60,7 @@ async def run(url: str, jobs: int, batch: int, statements: bool, profile: str) -
         )
     await client.close()
     timings = _time_statements() if statements else {}
-    engine = await TransitionRoutingEngine.open(url, max_connections=4)
+    engine = await open_postgres_routing(url, max_connections=4)
     await engine.bind_transition_role("auto")
     claim_s = complete_s = claim_cpu = complete_cpu = 0.0
     claimed = calls = 0

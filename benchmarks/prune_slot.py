@@ -24,9 +24,10 @@ import awa
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage import (
     QueueStorageEngine,
-    _base,
+    facts,
     install_queue_storage,
     ring,
+    swap,
 )
 from awa.domain.job import JobSpec
 from awa.domain.policies import Backoff
@@ -34,15 +35,9 @@ from benchmarks._common import drop_database, fresh_database, maybe_profile, par
 
 SCHEMA = "bench_prune"
 STEPS: dict[type, tuple[str, ...]] = {
-    ring.RingOps: (
-        "_clear_spares",
-        "_build_spares",
-        "_slot_row_counts",
-        "_slot_is_live",
-        "_head_states_in_slot",
-        "_lock_and_swap",
-    ),
-    _base.QueueStorageBase: ("_flush",),
+    swap.PartitionSwap: ("clear", "lock_and_swap"),
+    ring.QueueRing: ("_slot_row_counts", "_slot_is_live", "head_states_in_slot"),
+    facts.FactWriter: ("flush",),
 }
 
 

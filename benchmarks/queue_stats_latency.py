@@ -18,7 +18,7 @@ import anyio
 
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine, install_queue_storage
-from awa.adapters.postgres_queue_storage._base import PgUnitOfWork
+from awa.adapters.postgres_queue_storage.connections import PgUnitOfWork
 from awa.domain.job import JobSpec
 from awa.domain.states import JobState
 

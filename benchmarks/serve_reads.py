@@ -2,10 +2,11 @@
 
 Enqueues ``--jobs`` no-op jobs (30,000 by default) into a scratch database, starts
 ``awa serve`` as its own process (``--cache-ttl`` as given, 5 s by default), then starts
-one worker in this process and, from a thread, requests every read endpoint in turn with
-``--pollers`` concurrent pollers until the queue is empty. Prints p50 / p95 / p99 / max per
-endpoint (target: p95 under 100 ms) and the drain rate. ``--cache-ttl 0`` shows the
-uncached cost of each read.
+one worker in this process and, from a thread, requests every read endpoint (the REST
+API's and the pages', with a second job page by cursor, a DLQ entry and a batch operation
+that exist) in turn with ``--pollers`` concurrent pollers until the queue is empty. Prints
+p50 / p95 / p99 / max per endpoint (target: p95 under 100 ms), the reads over target and
+the drain rate. ``--cache-ttl 0`` shows the uncached cost of each read.
 
     .venv/bin/python -m benchmarks.serve_reads
     .venv/bin/python -m benchmarks.serve_reads --cache-ttl 0 --jobs 30000
@@ -29,25 +30,84 @@ import awa
 from benchmarks._common import drop_database, fresh_database, parser, percentile
 from benchmarks.drain import QUEUE, BenchNoop, _pending, enqueue_backlog
 
-ENDPOINTS = [
-    "/api/capabilities",
-    "/api/stats",
-    "/api/stats/timeseries?minutes=60",
-    "/api/stats/kinds",
-    "/api/stats/queues",
-    "/api/queues",
-    f"/api/queues/{QUEUE}",
-    "/api/queues/runtime",
-    "/api/kinds",
-    "/api/jobs?limit=50",
-    "/api/jobs?state=completed&limit=50",
-    f"/api/jobs?queue={QUEUE}&limit=50",
-    "/api/jobs/1",
-    "/api/dlq?limit=50",
-    "/api/dlq/depth",
-    "/api/runtime",
-    "/api/storage",
-]
+#: Queue of the one job this benchmark moves into the DLQ (so DLQ reads find a row).
+DLQ_QUEUE = "bench_dead"
+
+
+def endpoints(jobs: int, dlq_id: int, op_id: str) -> list[str]:
+    """Every read the REST API and the pages serve, with ids that exist: the second page
+    of jobs (``before_id`` in the middle of the backlog), the moved DLQ entry and a batch
+    operation."""
+    middle = max(2, jobs // 2)
+    api = [
+        "/api/capabilities",
+        "/api/stats",
+        "/api/stats/timeseries?minutes=60",
+        "/api/stats/kinds",
+        "/api/stats/queues",
+        "/api/queues",
+        f"/api/queues/{QUEUE}",
+        "/api/queues/runtime",
+        "/api/kinds",
+        "/api/jobs?limit=50",
+        f"/api/jobs?limit=50&before_id={middle}",
+        "/api/jobs?state=completed&limit=50",
+        "/api/jobs?state=available&limit=50",
+        f"/api/jobs?queue={QUEUE}&limit=50",
+        "/api/jobs/1",
+        f"/api/jobs/{dlq_id}",
+        "/api/dlq?limit=50",
+        "/api/dlq/depth",
+        f"/api/dlq/{dlq_id}",
+        "/api/cron",
+        "/api/batch-ops",
+        f"/api/batch-ops/{op_id}",
+        "/api/runtime",
+        "/api/storage",
+    ]
+    pages = [
+        "/",
+        "/jobs",
+        f"/jobs?before_id={middle}",
+        "/jobs?state=completed",
+        "/jobs/1",
+        "/queues",
+        f"/queues/{QUEUE}",
+        "/kinds",
+        "/cron",
+        "/dlq",
+        f"/dlq/{dlq_id}",
+        "/batch-ops",
+        "/runtime",
+    ]
+    return api + pages
+
+
+async def dead_letter_and_batch_op(url: str, admin_port: int) -> tuple[int, str]:
+    """One job in the DLQ (failed through the engine, then moved) and one batch
+    operation that matches nothing, so their reads return rows."""
+    async with awa.AsyncClient(url, max_connections=4) as client:
+        job = await client.insert(BenchNoop(seq=-1, t=0.0), queue=DLQ_QUEUE, max_attempts=1)
+        engine = await client.admin_engine()
+        (claim,) = await engine.claim(DLQ_QUEUE, limit=1)
+        await engine.fail(claim.lease, error="benchmark: dead on arrival")
+        if await client.move_failed_to_dlq(job.id, "manual") is None:
+            raise RuntimeError("the benchmark's failed job did not move into the DLQ")
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{admin_port}") as http:
+        op = await http.post(
+            "/api/batch-ops",
+            json={
+                "op_kind": "set_priority",
+                "spec": {"priority": 1},
+                "filter": {"queue": "bench_nowhere"},
+            },
+        )
+        op.raise_for_status()
+    return job.id, str(op.json()["id"])
+
+
+#: The p95 each read should stay under during the drain.
+TARGET_P95_MS = 100.0
 
 
 def _free_port() -> int:
@@ -73,11 +133,17 @@ def start_server(url: str, port: int, cache_ttl: float) -> subprocess.Popen[byte
     )
 
 
-def poll(base: str, stop: threading.Event, samples: dict[str, list[float]], offset: int) -> None:
+def poll(
+    base: str,
+    paths: list[str],
+    stop: threading.Event,
+    samples: dict[str, list[float]],
+    offset: int,
+) -> None:
     with httpx.Client(base_url=base, timeout=30) as http:
         index = offset
         while not stop.is_set():
-            path = ENDPOINTS[index % len(ENDPOINTS)]
+            path = paths[index % len(paths)]
             index += 1
             started = time.perf_counter()
             response = http.get(path)
@@ -121,11 +187,13 @@ def main() -> None:
         asyncio.run(enqueue_backlog(url, args.jobs))
         port = _free_port()
         server = start_server(url, port, args.cache_ttl)
+        dlq_id, op_id = asyncio.run(dead_letter_and_batch_op(url, port))
+        paths = endpoints(args.jobs, dlq_id, op_id)
         samples: dict[str, list[float]] = defaultdict(list)
         stop = threading.Event()
         with ThreadPoolExecutor(args.pollers) as pool:
             futures = [
-                pool.submit(poll, f"http://127.0.0.1:{port}", stop, samples, i * 4)
+                pool.submit(poll, f"http://127.0.0.1:{port}", paths, stop, samples, i * 7)
                 for i in range(args.pollers)
             ]
             try:
@@ -142,17 +210,21 @@ def main() -> None:
     load = os.getloadavg()
     print(f"drained {args.jobs} jobs in {elapsed:.1f} s ({args.jobs / elapsed:,.0f} jobs/s)")
     print(f"cache TTL {args.cache_ttl} s, {args.pollers} pollers, load average {load[0]:.1f}")
-    print(f"{'endpoint':42} {'n':>5} {'p50':>7} {'p95':>7} {'p99':>7} {'max':>7}  ms")
-    worst = 0.0
-    for path in ENDPOINTS:
+    width = max(len(path) for path in paths)
+    print(f"{'endpoint':{width}} {'n':>5} {'p50':>7} {'p95':>7} {'p99':>7} {'max':>7}  ms")
+    worst, over = 0.0, []
+    for path in paths:
         values = samples[path]
         p95 = percentile(values, 0.95)
         worst = max(worst, p95)
+        if p95 >= TARGET_P95_MS:
+            over.append(path)
         print(
-            f"{path:42} {len(values):>5} {percentile(values, 0.5):>7.1f} {p95:>7.1f} "
+            f"{path:{width}} {len(values):>5} {percentile(values, 0.5):>7.1f} {p95:>7.1f} "
             f"{percentile(values, 0.99):>7.1f} {max(values, default=float('nan')):>7.1f}"
         )
-    print(f"worst p95: {worst:.1f} ms (target < 100 ms)")
+    print(f"worst p95: {worst:.1f} ms (target < {TARGET_P95_MS:.0f} ms)")
+    print(f"over target: {', '.join(over) if over else 'none'}")
 
 
 if __name__ == "__main__":

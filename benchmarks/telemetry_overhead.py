@@ -55,7 +55,7 @@ def _run(observer: AttemptObserver, instruments: Instruments | None, jobs: int) 
         if instruments is not None:
             instruments.claimed(
                 "bench",
-                [c.record.kind for c in contexts],
+                [(c.record.kind, None) for c in contexts],
                 BATCH,
                 0.001,
                 [c.record.run_at for c in contexts],

@@ -22,9 +22,9 @@ from awa.domain.job import (
     QueueCounts,
     Receipt,
     RunLease,
-    error_entry,
 )
 from awa.domain.kinds import derive_kind
+from awa.domain.lifecycle import DlqReason, Rescue, Transition, error_entry
 from awa.domain.policies import Backoff, PriorityAging, RetentionFloor
 from awa.domain.routing import PartitionedQueue, ordering_hash, shard_for_key
 from awa.domain.states import JobState, check_transition, is_legal_transition
@@ -37,6 +37,7 @@ __all__ = [
     "Claim",
     "DatabaseError",
     "DlqEntry",
+    "DlqReason",
     "IllegalTransition",
     "JobRecord",
     "JobSpec",
@@ -46,12 +47,14 @@ __all__ = [
     "PriorityAging",
     "QueueCounts",
     "Receipt",
+    "Rescue",
     "RetentionFloor",
     "RunLease",
     "SchemaNotMigrated",
     "SerializationError",
     "StorageTransitionRefused",
     "TerminalError",
+    "Transition",
     "UniqueConflict",
     "UnknownJobKind",
     "ValidationError",

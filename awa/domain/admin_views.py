@@ -1,8 +1,11 @@
-"""Value types of the operator read models: per-kind totals and finalization buckets."""
+"""Value types of the operator read models: per-kind totals, finalization buckets and the
+cheap queue depth the metrics report."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from datetime import datetime
+from typing import Any
 
 import attrs
 
@@ -26,3 +29,52 @@ class StateBucket:
     bucket: datetime
     state: JobState
     count: int
+
+
+#: The states ``queue_depths()`` reports: the jobs still to run or running.
+DEPTH_STATES = (
+    JobState.Available,
+    JobState.Scheduled,
+    JobState.Retryable,
+    JobState.Running,
+    JobState.WaitingExternal,
+)
+
+
+@attrs.frozen
+class QueueDepth:
+    """A cheap reading of one queue's backlog, for metrics: jobs per state of
+    :data:`DEPTH_STATES` and when the oldest available job became due. Engines may
+    over-count (see ``StorageEngine.queue_depths``); admin pages use exact counts."""
+
+    queue: str
+    counts: Mapping[JobState, int]
+    oldest_available_at: datetime | None
+
+    def count(self, state: JobState) -> int:
+        return self.counts.get(state, 0)
+
+
+def queue_depths_from(rows: Iterable[Mapping[str, Any]]) -> list[QueueDepth]:
+    """Depths from ``{queue, state, n, oldest}`` rows (state by its SQL name; ``oldest``
+    set on available rows), every depth state present, ordered by queue name; several
+    rows of one queue and state add up."""
+    counts: dict[str, dict[JobState, int]] = {}
+    oldest: dict[str, datetime] = {}
+    for row in rows:
+        queue = row["queue"]
+        per_state = counts.setdefault(queue, dict.fromkeys(DEPTH_STATES, 0))
+        state = JobState.parse(row["state"])
+        if state in per_state:
+            per_state[state] += int(row["n"] or 0)
+        seen = row.get("oldest")
+        if seen is not None and (queue not in oldest or seen < oldest[queue]):
+            oldest[queue] = seen
+    return [
+        QueueDepth(
+            queue=queue,
+            counts=counts[queue],
+            oldest_available_at=oldest.get(queue) if counts[queue][JobState.Available] else None,
+        )
+        for queue in sorted(counts)
+    ]

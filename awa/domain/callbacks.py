@@ -1,8 +1,9 @@
-"""External callbacks: the resolution actions and what each does to the waiting job.
+"""External callbacks: the resolution actions, timeouts and CEL resolution expressions.
 
-Engines look the attempt up by callback id under their own locking and apply these
-changes; every action ends the callback (its id stops resolving), so a second resolve, a
-late heartbeat or a token from an attempt that was rescued or retried meanwhile raises
+What each action does to the waiting job is decided in :mod:`awa.domain.lifecycle`.
+Engines look the attempt up by callback id under their own locking and apply that
+transition; every action ends the callback (its id stops resolving), so a second resolve,
+a late heartbeat or a token from an attempt that was rescued or retried meanwhile raises
 :class:`CallbackNotFound`.
 """
 
@@ -10,37 +11,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 import attrs
 
 from awa.domain.errors import CallbackNotFound, ValidationError
-from awa.domain.job import JobRecord, error_entry
-from awa.domain.states import JobState
 
 #: What ``resolve_callback`` of the storage port accepts.
 CALLBACK_ACTIONS = frozenset({"complete", "fail", "retry", "resume"})
-#: Metadata key holding the payload of the last resume (read by ``wait_for_callback``).
-CALLBACK_RESULT_KEY = "_awa_callback_result"
-#: Error recorded when ``fail_external`` gives no message.
-DEFAULT_FAIL_ERROR = "callback failed"
-#: DLQ reason of a job failed through its callback.
-CALLBACK_FAILED_REASON = "callback_failed"
-
-#: The callback columns of a job whose callback has ended.
-CLEARED: dict[str, Any] = {"callback_id": None, "callback_timeout_at": None}
-
-
-def failure_entry(
-    error: str | None, *, attempt: int, at: datetime, expression: str | None = None
-) -> dict[str, Any]:
-    """The terminal error entry of a callback failure (naming the ``on_fail`` expression
-    that matched, if one did)."""
-    entry = error_entry(error or DEFAULT_FAIL_ERROR, attempt=attempt, at=at, terminal=True)
-    if expression is not None:
-        entry["expression"] = expression
-    return entry
 
 
 def check_action(action: str) -> None:
@@ -50,23 +28,6 @@ def check_action(action: str) -> None:
 
 def callback_not_found(callback_id: str) -> CallbackNotFound:
     return CallbackNotFound(f"callback not found: {callback_id}")
-
-
-def retry_changes(now: datetime) -> dict[str, Any]:
-    """``retry_external`` (and an operator retry of a waiting job): the job is available
-    again now with a fresh attempt budget, no error recorded, the callback ended."""
-    return {"state": JobState.Available, "run_at": now, "attempt": 0, **CLEARED}
-
-
-def resume_changes(job: JobRecord, payload: Any, now: datetime) -> dict[str, Any]:
-    """``resume_external``: the handler's ``wait_for_callback`` returns ``payload``; the
-    attempt runs on (a later wait registers a new callback)."""
-    return {
-        "state": JobState.Running,
-        "heartbeat_at": now,
-        "metadata": {**job.metadata, CALLBACK_RESULT_KEY: payload},
-        **CLEARED,
-    }
 
 
 def validate_timeout(value: Any, operation: str) -> float:

@@ -33,6 +33,14 @@ MAX_TAGS = 20
 STALE_AFTER_INTERVALS = 3
 STALE_FLOOR = timedelta(seconds=30)
 
+#: What each read-time flag means, as operators are told next to its badge.
+STATUS_MEANINGS = {
+    "stale": "no live runtime has refreshed this descriptor lately: no running worker "
+    "declares it any more",
+    "drift": "live runtimes declare different versions of this descriptor (a rollout in "
+    "progress, or two deployments disagreeing)",
+}
+
 Catalog = Literal["queue", "job_kind"]
 _TABLE = {"queue": "queue_descriptors", "job_kind": "job_kind_descriptors"}
 

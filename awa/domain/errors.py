@@ -21,6 +21,16 @@ class SchemaNotMigrated(AwaError):
     """The database schema is missing, older, or newer than this package understands."""
 
 
+class MigrationChanged(SchemaNotMigrated):
+    """A migration the database applied differs from this package's file of that version
+    (``file``): the released file was edited, or the version once held another migration."""
+
+    def __init__(self, message: str, *, version: int, file: str) -> None:
+        super().__init__(message)
+        self.version = version
+        self.file = file
+
+
 class UnknownJobKind(AwaError):
     """A claimed job has a kind with no registered handler."""
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 
+from awa.domain.lifecycle import HANDLER_CANCEL_REASON
 from awa.domain.validation import validate_delay
 
 
@@ -46,7 +47,7 @@ class Snooze:
 class Cancel:
     """Cancel the job; it will not be retried."""
 
-    reason: str = "cancelled by handler"
+    reason: str = HANDLER_CANCEL_REASON
 
 
 @attrs.frozen

@@ -15,10 +15,10 @@ DEFAULT_PRIORITY = 2
 DEFAULT_MAX_ATTEMPTS = 25
 
 
-def attempts_exhausted(attempt: int, max_attempts: int) -> bool:
-    """Whether a retryable failure of attempt ``attempt`` fails the job instead: the
-    attempts are spent (the rule every engine applies to a retry)."""
-    return attempt >= max_attempts
+def initial_state(run_at: datetime | None) -> JobState:
+    """The state a new job starts in: ``scheduled`` when it names a ``run_at`` (any
+    instant; promotion makes a due one available), else ``available``."""
+    return JobState.Available if run_at is None else JobState.Scheduled
 
 
 def _tuple_of_str(value: Any) -> tuple[str, ...]:
@@ -109,11 +109,13 @@ class JobRecord:
 
 @attrs.frozen
 class Claim:
-    """A claimed attempt: the job (now ``running``) and the lease that guards it."""
+    """A claimed attempt: the job (now ``running``) and the lease that guards it;
+    ``shard`` is the enqueue shard of the lane it came from, where storage has lanes."""
 
     job: JobRecord
     lease: RunLease
     deadline_at: datetime | None
+    shard: int | None = None
 
 
 @attrs.frozen
@@ -161,13 +163,3 @@ class QueueCounts:
         if self.oldest_available_at is None:
             return None
         return max(timedelta(0), now - self.oldest_available_at)
-
-
-def error_entry(
-    message: str, *, attempt: int, at: datetime, terminal: bool = False
-) -> dict[str, Any]:
-    """One element of ``job.errors``: ``{error, attempt, at[, terminal]}``."""
-    entry: dict[str, Any] = {"error": message, "attempt": attempt, "at": at.isoformat()}
-    if terminal:
-        entry["terminal"] = True
-    return entry

@@ -6,6 +6,8 @@ from datetime import timedelta
 
 import attrs
 
+from awa.domain.lifecycle import HANDLER_CANCEL_REASON, HANDLER_RETRY_ERROR
+
 
 @attrs.frozen
 class Complete:
@@ -17,7 +19,7 @@ class RetryAfterOutcome:
     """Retry after ``delay`` (spends an attempt; fails when attempts are exhausted)."""
 
     delay: timedelta
-    error: str = "retry requested by handler"
+    error: str = HANDLER_RETRY_ERROR
 
 
 @attrs.frozen
@@ -36,7 +38,7 @@ class SnoozeOutcome:
 
 @attrs.frozen
 class CancelOutcome:
-    reason: str = "cancelled by handler"
+    reason: str = HANDLER_CANCEL_REASON
 
 
 @attrs.frozen

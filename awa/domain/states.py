@@ -54,7 +54,7 @@ class JobState(enum.IntEnum):
     @property
     def is_live_attempt(self) -> bool:
         """A claimed attempt exists (it holds a run lease)."""
-        return self in (JobState.Running, JobState.WaitingExternal)
+        return self in LIVE_STATES
 
 
 _SQL_NAMES: dict[JobState, str] = {
@@ -69,6 +69,8 @@ _SQL_NAMES: dict[JobState, str] = {
 }
 
 TERMINAL_STATES = frozenset({JobState.Completed, JobState.Failed, JobState.Cancelled})
+#: The states of a job whose claimed attempt is still open (it holds a run lease).
+LIVE_STATES = frozenset({JobState.Running, JobState.WaitingExternal})
 DEFERRED_STATES = frozenset({JobState.Scheduled, JobState.Retryable})
 PENDING_STATES = frozenset(
     {JobState.Scheduled, JobState.Available, JobState.Retryable, JobState.WaitingExternal}

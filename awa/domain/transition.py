@@ -200,50 +200,130 @@ def check_prepare(status: TransitionStatus, engine: str, details: Any) -> None:
         )
 
 
-def check_enter_mixed(
+def enter_mixed_refusals(
     status: TransitionStatus, *, schema_installed: bool, runtimes: Iterable[RuntimeView]
-) -> None:
-    """Gates of ``enter-mixed-transition``: prepared for queue storage, its schema built,
-    no live canonical-only runtime, at least one live runtime able to run queue storage."""
+) -> list[TransitionRefused]:
+    """Every gate of ``enter-mixed-transition`` that fails now, in the order they are
+    checked: prepared for queue storage, its schema built, no live canonical-only runtime,
+    at least one live runtime able to run queue storage."""
+    refused: list[TransitionRefused] = []
     if status.state is not TransitionState.PREPARED:
-        raise TransitionRefused(
-            Gate.STATE_IS_PREPARED,
-            f"enter-mixed-transition needs state prepared, the cluster is {status.state.value}",
+        refused.append(
+            TransitionRefused(
+                Gate.STATE_IS_PREPARED,
+                f"enter-mixed-transition needs state prepared, the cluster is {status.state.value}",
+            )
         )
     if status.prepared_engine != QUEUE_STORAGE_ENGINE:
-        raise TransitionRefused(
-            Gate.ENGINE_IS_QUEUE_STORAGE, "the prepared engine is not queue_storage"
+        refused.append(
+            TransitionRefused(
+                Gate.ENGINE_IS_QUEUE_STORAGE, "the prepared engine is not queue_storage"
+            )
         )
     if not schema_installed:
-        raise TransitionRefused(
-            Gate.QUEUE_STORAGE_SCHEMA_INSTALLED,
-            f"schema {status.schema} has no queue-storage tables",
+        refused.append(
+            TransitionRefused(
+                Gate.QUEUE_STORAGE_SCHEMA_INSTALLED,
+                f"schema {status.schema} has no queue-storage tables",
+            )
         )
     live = [r for r in runtimes if r.live]
     canonical_only = sum(1 for r in live if r.capability is StorageCapability.CANONICAL)
     if canonical_only:
-        raise TransitionRefused(
-            Gate.NO_LIVE_CANONICAL_ONLY_RUNTIME,
-            f"{canonical_only} live runtime(s) can only run canonical storage",
+        refused.append(
+            TransitionRefused(
+                Gate.NO_LIVE_CANONICAL_ONLY_RUNTIME,
+                f"{canonical_only} live runtime(s) can only run canonical storage",
+            )
         )
     if not any(r.capability is StorageCapability.QUEUE_STORAGE for r in live):
-        raise TransitionRefused(
-            Gate.LIVE_QUEUE_STORAGE_RUNTIME, "no live runtime can execute queue storage"
+        refused.append(
+            TransitionRefused(
+                Gate.LIVE_QUEUE_STORAGE_RUNTIME, "no live runtime can execute queue storage"
+            )
         )
+    return refused
+
+
+def check_enter_mixed(
+    status: TransitionStatus, *, schema_installed: bool, runtimes: Iterable[RuntimeView]
+) -> None:
+    """Raise the first of :func:`enter_mixed_refusals`, if any."""
+    refused = enter_mixed_refusals(status, schema_installed=schema_installed, runtimes=runtimes)
+    if refused:
+        raise refused[0]
+
+
+def finalize_refusals(
+    status: TransitionStatus, *, canonical_backlog: int
+) -> list[TransitionRefused]:
+    """Every gate of ``finalize`` that fails now: in mixed transition, with the canonical
+    backlog drained."""
+    refused: list[TransitionRefused] = []
+    if status.state is not TransitionState.MIXED_TRANSITION:
+        refused.append(
+            TransitionRefused(
+                Gate.STATE_IS_MIXED_TRANSITION,
+                f"finalize needs state mixed_transition, the cluster is {status.state.value}",
+            )
+        )
+    if canonical_backlog > 0:
+        refused.append(
+            TransitionRefused(
+                Gate.CANONICAL_BACKLOG_DRAINED,
+                f"{canonical_backlog} canonical job(s) are not finished yet",
+            )
+        )
+    return refused
 
 
 def check_finalize(status: TransitionStatus, *, canonical_backlog: int) -> None:
-    """Gates of ``finalize``: in mixed transition, with the canonical backlog drained."""
-    if status.state is not TransitionState.MIXED_TRANSITION:
-        raise TransitionRefused(
-            Gate.STATE_IS_MIXED_TRANSITION,
-            f"finalize needs state mixed_transition, the cluster is {status.state.value}",
-        )
-    if canonical_backlog > 0:
-        raise TransitionRefused(
-            Gate.CANONICAL_BACKLOG_DRAINED,
-            f"{canonical_backlog} canonical job(s) are not finished yet",
-        )
+    """Raise the first of :func:`finalize_refusals`, if any."""
+    refused = finalize_refusals(status, canonical_backlog=canonical_backlog)
+    if refused:
+        raise refused[0]
+
+
+def status_report(
+    status: TransitionStatus,
+    *,
+    canonical_backlog: int,
+    schema_installed: bool,
+    runtimes: Iterable[RuntimeView],
+) -> dict[str, Any]:
+    """The operator's view of the transition (``storage_status()``, ``awa storage
+    status``): the status row plus what each next step is waiting for.
+
+    ``schema_installed`` is whether the queue-storage schema this transition targets
+    (:attr:`TransitionStatus.schema`) holds the engine's tables.
+    """
+    seen = list(runtimes)
+    counts: dict[str, int] = {}
+    for runtime in seen:
+        if runtime.live:
+            counts[runtime.capability.value] = counts.get(runtime.capability.value, 0) + 1
+    prepared = status.prepared_engine == QUEUE_STORAGE_ENGINE
+    enter = enter_mixed_refusals(status, schema_installed=schema_installed, runtimes=seen)
+    final = finalize_refusals(status, canonical_backlog=canonical_backlog)
+    return {
+        "current_engine": status.current_engine,
+        "active_engine": status.active_engine,
+        "prepared_engine": status.prepared_engine,
+        "state": status.state.value,
+        "transition_epoch": status.transition_epoch,
+        "details": dict(status.details),
+        "entered_at": status.entered_at,
+        "updated_at": status.updated_at,
+        "finalized_at": status.finalized_at,
+        "canonical_live_backlog": canonical_backlog,
+        "prepared_queue_storage_schema": status.schema if prepared else None,
+        "prepared_schema_ready": prepared and schema_installed,
+        "live_runtime_capability_counts": dict(sorted(counts.items())),
+        "can_enter_mixed_transition": not enter,
+        "enter_mixed_transition_blockers": [r.detail for r in enter],
+        "can_finalize": not final,
+        "finalize_blockers": [r.detail for r in final],
+    }
 
 
 def check_abort(status: TransitionStatus, *, queue_storage_rows: bool) -> None:
@@ -377,4 +457,36 @@ def _active(
         entered_at=now,
         updated_at=now,
         finalized_at=now,
+    )
+
+
+@attrs.frozen
+class TransitionObservation:
+    """What operators watch of the transition (the ``awa.storage.*`` gauges): the status,
+    the canonical backlog while it matters (``prepared`` / ``mixed_transition``, else
+    ``None``), whether the target schema is installed, and live runtimes by capability."""
+
+    status: TransitionStatus
+    canonical_backlog: int | None
+    schema_installed: bool
+    live_runtimes: Mapping[StorageCapability, int] = attrs.field(factory=dict)
+
+
+def backlog_matters(state: TransitionState) -> bool:
+    """The canonical backlog gates a step only while a transition is under way."""
+    return state in (TransitionState.PREPARED, TransitionState.MIXED_TRANSITION)
+
+
+def observation_report(observation: TransitionObservation) -> dict[str, Any]:
+    """:func:`status_report` of an observation (a canonical backlog not read counts as 0:
+    no step it gates is next then)."""
+    return status_report(
+        observation.status,
+        canonical_backlog=observation.canonical_backlog or 0,
+        schema_installed=observation.schema_installed,
+        runtimes=[
+            RuntimeView(capability, live=True)
+            for capability, count in observation.live_runtimes.items()
+            for _ in range(count)
+        ],
     )

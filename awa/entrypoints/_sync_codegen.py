@@ -26,10 +26,19 @@ from typing import Any
 TARGET = Path(__file__).with_name("_client_sync_generated.py")
 
 # Worker methods stay on AsyncClient; close and transaction are written by hand in
-# client_sync.py (their sync form is not a plain blocking call); admin_engine and
-# runtime_registry hand out async ports bound to the client's own event loop.
+# client_sync.py (their sync form is not a plain blocking call); admin_engine,
+# runtime_registry and schema_admin hand out async ports bound to the client's own event
+# loop.
 NOT_BLOCKING = frozenset(
-    {"start", "shutdown", "close", "transaction", "admin_engine", "runtime_registry"}
+    {
+        "start",
+        "shutdown",
+        "close",
+        "transaction",
+        "admin_engine",
+        "runtime_registry",
+        "schema_admin",
+    }
 )
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

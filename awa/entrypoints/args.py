@@ -18,7 +18,7 @@ import attrs
 import blake3
 
 from awa.domain.errors import ValidationError
-from awa.domain.job import JobSpec
+from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, JobSpec
 from awa.domain.kinds import derive_kind
 from awa.domain.unique import UniqueOpts, derive_unique_key
 from awa.domain.validation import (
@@ -199,9 +199,9 @@ def build_spec(
     args: Any,
     *,
     kind: str | None = None,
-    queue: str = "default",
-    priority: int = 2,
-    max_attempts: int = 25,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = DEFAULT_PRIORITY,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     tags: Sequence[str] | None = None,
     metadata: Mapping[str, Any] | None = None,
     run_at: Any = None,

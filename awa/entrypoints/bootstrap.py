@@ -1,13 +1,14 @@
 """Composition root: picks the concrete storage engine and Postgres plumbing for a client.
 
 Everything the public client needs from the outside world is opened here, so switching
-the engine (canonical today, queue storage later) is a change to this module only.
+the engine is a change to this module (and :mod:`awa.entrypoints.routing`, which builds
+the routing engine) only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import attrs
 import psycopg
@@ -15,8 +16,10 @@ from psycopg.rows import DictRow
 from psycopg_pool import AsyncConnectionPool
 
 from awa.adapters._pg import access as pg_access
+from awa.adapters._pg import admin as pg_admin
 from awa.adapters._pg import conninfo
 from awa.adapters._pg import migrations as pg_migrations
+from awa.adapters._pg import schema_objects as pg_schema_objects
 from awa.adapters._pg import transition as pg_transition
 from awa.adapters._pg.access import WriteAccess
 from awa.adapters._pg.conninfo import scrub_exception
@@ -31,66 +34,71 @@ from awa.adapters.postgres_queue_storage import (
 from awa.domain.errors import DatabaseError
 from awa.domain.job import JobRecord, JobSpec
 from awa.domain.policies import Backoff
-from awa.ports.leader import LeaderLock
+from awa.entrypoints.routing import open_postgres_routing, open_routing_pool, postgres_routing
+from awa.ports.admin import SchemaAdmin
+from awa.ports.cron import CronStore
+from awa.ports.descriptors import DescriptorStore
+from awa.ports.leader import LeaderCandidates, LeaderLock
 from awa.ports.notifier import Notifier
+from awa.ports.overrides import QueueOverrideStore
+from awa.ports.producers import StripedProducer
 from awa.ports.runtime_registry import RuntimeRegistry
 from awa.ports.storage import StorageEngine, UnitOfWork
+from awa.ports.transactions import TransactionJoiner
+from awa.ports.transition import TransitionFollower
 from awa.runtime.heartbeat import EngineFactory
 
 Connection = psycopg.AsyncConnection[DictRow]
 
 ELIGIBILITY_TIMEOUT = 10.0
 
+NO_DATABASE = "this client has no database (the in-memory client): use a Postgres client"
 
-class ClientEngine(StorageEngine, Protocol):
-    """A storage engine that can also join a caller's open database transaction, and
-    spreads producers' jobs over queue stripes (``stripes``) where queue storage takes
-    them. ``validated=True`` tells it the specs already passed ``validate_spec`` (the
-    client builds them that way), so they are not checked again."""
 
-    def unit_of_work_for(self, conn: Connection) -> UnitOfWork: ...
-
-    async def enqueue_many(
-        self,
-        specs: Sequence[JobSpec],
-        *,
-        uow: UnitOfWork | None = None,
-        stripes: int = 1,
-        validated: bool = False,
-    ) -> list[JobRecord]: ...
-
-    async def enqueue_many_skip_duplicates(
-        self, specs: Sequence[JobSpec], *, stripes: int = 1, validated: bool = False
-    ) -> list[JobRecord]: ...
-
-    async def enqueue_many_copy(
-        self, specs: Sequence[JobSpec], *, stripes: int = 1, validated: bool = False
-    ) -> int: ...
-
-    @property
-    def pool(self) -> AsyncConnectionPool[Connection]: ...
+class ClientEngine(
+    StripedProducer,
+    StorageEngine,
+    TransactionJoiner[Connection],
+    TransitionFollower,
+    CronStore,
+    QueueOverrideStore,
+    DescriptorStore,
+    Notifier,
+    LeaderCandidates,
+    Protocol,
+):
+    """Everything a client asks of its storage engine: the storage port, the producer
+    calls with queue stripes and pre-validated specs (``validated=True``: the client built
+    them with ``validate_spec``), units of work on a caller's open transaction, the
+    transition state it follows, the cron / override / descriptor stores, notifications
+    and leader-lock candidates."""
 
 
 @attrs.define
 class Wiring:
-    """The engine, whose connection pool also serves client transactions and raw SQL."""
+    """The engine, and the connection pool it runs on that also serves client
+    transactions and raw SQL (``None`` for the in-memory client)."""
 
     url: str
     engine: ClientEngine
+    pool: AsyncConnectionPool[Connection] | None = None
 
-    @property
-    def pool(self) -> AsyncConnectionPool[Connection]:
-        return self.engine.pool
+    def database(self) -> AsyncConnectionPool[Connection]:
+        """The pool, or ``DatabaseError`` when this client has no database."""
+        if self.pool is None:
+            raise DatabaseError(NO_DATABASE)
+        return self.pool
 
     async def acquire(self) -> Connection:
+        pool = self.database()
         try:
-            conn: Connection = await self.pool.getconn()
+            conn: Connection = await pool.getconn()
         except Exception as exc:
             raise map_error(exc) from exc
         return conn
 
     async def release(self, conn: Connection) -> None:
-        await self.pool.putconn(conn)
+        await self.database().putconn(conn)
 
     async def enqueue(
         self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None
@@ -108,7 +116,7 @@ async def probe_write_access(url: str) -> WriteAccess:
 
 def runtime_registry(wiring: Wiring) -> RuntimeRegistry:
     """Read access to the runtimes' published snapshots, through the wiring's pool."""
-    return PostgresRuntimeRegistry(wiring.pool)
+    return PostgresRuntimeRegistry(wiring.database())
 
 
 def normalize_url(url: str) -> str:
@@ -133,16 +141,9 @@ async def open_wiring(
 ) -> Wiring:
     """Open the storage engine selected for this deployment: the transition-routing engine,
     which follows ``awa.storage_transition_state`` (canonical, mixed or queue storage)."""
-    from awa.adapters.routing_engine import TransitionRoutingEngine
-
-    engine: Any = await TransitionRoutingEngine.open(
-        url,
-        clock=SystemClock(),
-        backoff=Backoff(),
-        max_connections=max_connections,
-        pool_options=pool_options,
-    )
-    return Wiring(url=url, engine=engine)
+    pool = await open_routing_pool(url, max_connections=max_connections, options=pool_options)
+    engine = postgres_routing(pool, url, clock=SystemClock(), backoff=Backoff(), owns_pool=True)
+    return Wiring(url=url, engine=engine, pool=pool)
 
 
 async def migrate(url: str) -> None:
@@ -187,6 +188,12 @@ def migrations_range(from_version: int, to_version: int) -> list[tuple[int, str,
     ]
 
 
+def schema_files() -> list[tuple[str, str]]:
+    """Every schema file (a function or view of schema awa) as ``(path, sql)``, in the
+    order ``migrate`` applies them after the migration stream."""
+    return [(obj.path, obj.sql) for obj in pg_schema_objects.schema_objects()]
+
+
 def current_migration_version() -> int:
     """The schema version this package migrates to."""
     return int(pg_migrations.current_migration_version())
@@ -212,92 +219,66 @@ async def open_runtime_ports(wiring: Wiring, *, transition_role: str = "auto") -
     both provided by the engine on dedicated connections, plus the runtime registry
     (``awa.runtime_instances``) reporting ``transition_role`` and the engine's storage
     capability. Closing the ports removes the runtime's registry row."""
-    engine: Any = wiring.engine
-    bind_role = getattr(engine, "bind_transition_role", None)
-    if callable(bind_role):
-        # Fixes what the runtime claims and reports, and lets a fresh install go active.
-        await bind_role(transition_role)
-    notifier: Notifier | None = engine if callable(getattr(engine, "subscribe", None)) else None
-    make_lock = getattr(engine, "leader_lock", None)
-    leader_lock: LeaderLock | None = make_lock() if callable(make_lock) else None
-    registry_factory = getattr(engine, "runtime_registry", None)
-    registry: RuntimeRegistry | None
-    if callable(registry_factory):
-        registry = registry_factory()
-    else:
-        registry = PostgresRuntimeRegistry(
-            wiring.pool,
-            storage_capability=storage_capability(engine, transition_role),
-            transition_role=transition_role,
-        )
-    ports = RuntimePorts(notifier=notifier, leader_lock=leader_lock, registry=registry)
-    if leader_lock is not None:
-        ports.closers.append(leader_lock.release)
-    registry_close = getattr(registry, "close", None)
-    if callable(registry_close):
-        ports.closers.append(registry_close)
+    engine = wiring.engine
+    # Fixes what the runtime claims and reports, and lets a fresh install go active.
+    await engine.bind_transition_role(transition_role)
+    leader_lock: LeaderLock = engine.leader_lock()
+    registry = PostgresRuntimeRegistry(
+        wiring.database(),
+        storage_capability=engine.storage_capability,
+        transition_role=transition_role,
+    )
+    ports = RuntimePorts(notifier=engine, leader_lock=leader_lock, registry=registry)
+    ports.closers.append(leader_lock.release)
+    ports.closers.append(registry.close)
     return ports
 
 
 def read_runtime_registry(wiring: Wiring) -> RuntimeRegistry:
     """A registry for reading ``awa.runtime_instances`` (admin reads; writes nothing)."""
-    return PostgresRuntimeRegistry(wiring.pool)
+    return PostgresRuntimeRegistry(wiring.database())
 
 
-def storage_capability(engine: object, transition_role: str) -> str:
-    """What a runtime on ``engine`` started with ``transition_role`` can serve, as
-    reported in ``awa.runtime_instances.storage_capability``."""
-    declared = getattr(engine, "storage_capability", None)
-    if isinstance(declared, str):
-        return declared
-    from awa.adapters.postgres_canonical import CanonicalEngine
-
-    if isinstance(engine, CanonicalEngine):
-        return "canonical_drain_only" if transition_role == "canonical_drain" else "canonical"
-    return "queue_storage"
-
-
-def heartbeat_engine_factory(wiring: Wiring) -> EngineFactory | None:
+def heartbeat_engine_factory(wiring: Wiring) -> EngineFactory:
     """Opens a second, two-connection engine for the heartbeat thread, so heartbeats keep
-    flowing while a handler blocks the main event loop. ``None`` for engines that cannot
-    be duplicated this way (their heartbeats then run on the main loop)."""
-    from awa.adapters.postgres_canonical import CanonicalEngine
-    from awa.adapters.routing_engine import TransitionRoutingEngine
-
+    flowing while a handler blocks the main event loop. Heartbeats find each attempt's
+    engine by job id, so a fresh routing engine will do."""
     url = wiring.url
-    if isinstance(wiring.engine, TransitionRoutingEngine):
 
-        async def open_routing() -> StorageEngine:
-            # Heartbeats find each attempt's engine by job id, so a fresh engine will do.
-            return await TransitionRoutingEngine.open(
-                url, clock=SystemClock(), backoff=Backoff(), max_connections=2
-            )
-
-        return open_routing
-    if not isinstance(wiring.engine, CanonicalEngine):
-        return None
-
-    async def open_engine() -> StorageEngine:
-        return await CanonicalEngine.open(
+    async def open_routing() -> StorageEngine:
+        return await open_postgres_routing(
             url, clock=SystemClock(), backoff=Backoff(), max_connections=2
         )
 
-    return open_engine
+    return open_routing
 
 
 async def ping(wiring: Wiring) -> bool:
-    """Whether a pooled connection answers ``SELECT 1``."""
+    """Whether a pooled connection answers a round trip."""
+    if wiring.pool is None:
+        return False
     try:
         async with wiring.pool.connection() as conn:
-            await conn.execute("SELECT 1")
+            await pg_admin.ping(conn)
     except Exception:
         return False
     return True
 
 
+async def connect_schema_admin(url: str, *, connect_timeout: int | None = None) -> SchemaAdmin:
+    """The schema admin port on one dedicated connection to ``url`` (the CLI's, one per
+    command); ``close()`` closes the connection."""
+    return await pg_admin.connect_schema_admin(url, connect_timeout=connect_timeout)
+
+
+def schema_admin(wiring: Wiring) -> SchemaAdmin:
+    """The schema admin port on the wiring's pool (a connection per call)."""
+    return pg_admin.pool_schema_admin(wiring.database())
+
+
 async def schema_version(wiring: Wiring) -> int:
     """The newest migration recorded in the client's database (0 when never migrated)."""
-    async with wiring.pool.connection() as conn:
+    async with wiring.database().connection() as conn:
         return await pg_migrations.applied_version(conn)
 
 

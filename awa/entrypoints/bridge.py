@@ -9,13 +9,12 @@ so the job commits or rolls back with the caller's transaction.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-import attrs
-
+from awa.adapters._pg import insert_compat
+from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, initial_state
 from awa.domain.validation import validate_json, validate_run_at, validate_tags
 from awa.entrypoints import payloads
 from awa.entrypoints.args import (
@@ -26,67 +25,7 @@ from awa.entrypoints.args import (
 )
 from awa.runtime import tracing
 
-RETURNED_COLUMNS = (
-    "id, kind, queue, args, state::text AS state, priority, attempt, max_attempts, "
-    "run_at, created_at, metadata, tags"
-)
-
-# One statement per placeholder style; the parameter order is the same for all of them.
-_CALL = (
-    "SELECT {cols} FROM awa.insert_job_compat("
-    "CAST({p[0]} AS text), CAST({p[1]} AS text), CAST({p[2]} AS jsonb), "
-    "CAST({p[3]} AS awa.job_state), CAST({p[4]} AS smallint), CAST({p[5]} AS smallint), "
-    "CAST({p[6]} AS timestamptz), CAST({p[7]} AS jsonb), CAST({p[8]} AS text[]), "
-    "NULL, NULL, CAST({p[9]} AS bytea))"
-)
-_PARAM_NAMES = (
-    "kind",
-    "queue",
-    "args",
-    "state",
-    "priority",
-    "max_attempts",
-    "run_at",
-    "metadata",
-    "tags",
-    "ordering_key",
-)
-SQL_DOLLAR = _CALL.format(cols=RETURNED_COLUMNS, p=[f"${i + 1}" for i in range(10)])
-SQL_PYFORMAT = _CALL.format(cols=RETURNED_COLUMNS, p=["%s"] * 10)
-SQL_NAMED = _CALL.format(cols=RETURNED_COLUMNS, p=[f":{n}" for n in _PARAM_NAMES])
-
 NUL_MESSAGE = "Job args must not contain null bytes (\\u0000): Postgres JSONB does not support them"
-
-
-@attrs.frozen
-class _Values:
-    kind: str
-    queue: str
-    args_json: str
-    state: str
-    priority: int
-    max_attempts: int
-    run_at: datetime | None
-    metadata_json: str
-    tags: list[str]
-    ordering_key: bytes | None
-
-    def positional(self) -> list[Any]:
-        return [
-            self.kind,
-            self.queue,
-            self.args_json,
-            self.state,
-            self.priority,
-            self.max_attempts,
-            self.run_at,
-            self.metadata_json,
-            self.tags,
-            self.ordering_key,
-        ]
-
-    def named(self) -> dict[str, Any]:
-        return dict(zip(_PARAM_NAMES, self.positional(), strict=True))
 
 
 def _contains_nul(value: Any) -> bool:
@@ -110,7 +49,9 @@ def _prepare(
     metadata: Mapping[str, Any] | None,
     run_at: str | datetime | None,
     ordering_key: bytes | str | None,
-) -> _Values:
+) -> dict[str, Any]:
+    """The statement's parameters for this job, validated; what the SQL function cannot
+    check is refused here."""
     if isinstance(args, Mapping) and kind is None:
         embedded = args.get("kind")
         if not isinstance(embedded, str):
@@ -140,57 +81,18 @@ def _prepare(
         validate_run_at(when)
     if ordering_key is not None and not isinstance(ordering_key, str | bytes):
         raise TypeError(f"ordering_key must be bytes or str, got {type(ordering_key).__name__}")
-    return _Values(
-        kind=resolved_kind,
-        queue=queue,
-        args_json=payloads.dumps(payload),
-        state="available" if run_at is None else "scheduled",
-        priority=priority,
-        max_attempts=max_attempts,
-        run_at=when,
-        metadata_json=payloads.dumps(meta),
-        tags=tag_list,
-        ordering_key=ordering_key_bytes(ordering_key),
-    )
-
-
-def _driver(conn: Any) -> str:
-    """``asyncpg``, ``psycopg``, ``sqlalchemy`` or ``django`` plus ``_async`` / ``_sync``."""
-    cls = type(conn)
-    module = cls.__module__ or ""
-    is_async = "Async" in cls.__name__
-    if module.startswith("asyncpg"):
-        return "asyncpg_async"
-    if module.startswith("psycopg"):
-        return "psycopg_async" if is_async else "psycopg_sync"
-    if module.startswith("sqlalchemy"):
-        return "sqlalchemy_async" if is_async else "sqlalchemy_sync"
-    if module.startswith("django") or getattr(conn, "vendor", None) == "postgresql":
-        return "django_sync"
-    raise TypeError(
-        f"Unsupported connection type: {cls.__qualname__} (module={module}). "
-        "Supported drivers: asyncpg, psycopg3, SQLAlchemy, and Django."
-    )
-
-
-def _cursor_row(description: Any, row: Any) -> dict[str, Any]:
-    if isinstance(row, Mapping):
-        return dict(row)
-    names = [getattr(col, "name", None) or col[0] for col in description]
-    return dict(zip(names, row, strict=True))
-
-
-def _decode_json(row: dict[str, Any]) -> dict[str, Any]:
-    for key in ("args", "metadata"):
-        if isinstance(row.get(key), str):
-            row[key] = json.loads(row[key])
-    return row
-
-
-def _sqlalchemy_statement() -> Any:
-    from sqlalchemy import text
-
-    return text(SQL_NAMED)
+    return {
+        "kind": resolved_kind,
+        "queue": queue,
+        "args": payloads.dumps(payload),
+        "state": initial_state(when).sql_name,
+        "priority": priority,
+        "max_attempts": max_attempts,
+        "run_at": when,
+        "metadata": payloads.dumps(meta),
+        "tags": tag_list,
+        "ordering_key": ordering_key_bytes(ordering_key),
+    }
 
 
 async def insert_job(
@@ -198,9 +100,9 @@ async def insert_job(
     args: Any,
     *,
     kind: str | None = None,
-    queue: str = "default",
-    priority: int = 2,
-    max_attempts: int = 25,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = DEFAULT_PRIORITY,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     tags: list[str] | None = None,
     metadata: dict[str, Any] | None = None,
     run_at: str | datetime | None = None,
@@ -222,21 +124,9 @@ async def insert_job(
         run_at=run_at,
         ordering_key=ordering_key,
     )
-    driver = _driver(conn)
-    if driver == "asyncpg_async":
-        record = await conn.fetchrow(SQL_DOLLAR, *values.positional())
-        return _decode_json(dict(record))
-    if driver == "psycopg_async":
-        cursor = conn.cursor()
-        try:
-            await cursor.execute(SQL_PYFORMAT, values.positional())
-            row = await cursor.fetchone()
-            return _decode_json(_cursor_row(cursor.description, row))
-        finally:
-            await cursor.close()
-    if driver == "sqlalchemy_async":
-        result = await conn.execute(_sqlalchemy_statement(), values.named())
-        return _decode_json(dict(result.mappings().one()))
+    driver = insert_compat.driver_of(conn)
+    if driver in insert_compat.ASYNC_DRIVERS:
+        return await insert_compat.insert_async(conn, driver, values)
     raise TypeError(
         "insert_job() requires an async connection; use insert_job_sync() for sync "
         f"psycopg, SQLAlchemy or Django connections. Got: {type(conn).__qualname__}"
@@ -248,9 +138,9 @@ def insert_job_sync(
     args: Any,
     *,
     kind: str | None = None,
-    queue: str = "default",
-    priority: int = 2,
-    max_attempts: int = 25,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = DEFAULT_PRIORITY,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     tags: list[str] | None = None,
     metadata: dict[str, Any] | None = None,
     run_at: str | datetime | None = None,
@@ -269,15 +159,9 @@ def insert_job_sync(
         run_at=run_at,
         ordering_key=ordering_key,
     )
-    driver = _driver(conn)
-    if driver in ("psycopg_sync", "django_sync"):
-        with conn.cursor() as cursor:
-            cursor.execute(SQL_PYFORMAT, values.positional())
-            row = cursor.fetchone()
-            return _decode_json(_cursor_row(cursor.description, row))
-    if driver == "sqlalchemy_sync":
-        result = conn.execute(_sqlalchemy_statement(), values.named())
-        return _decode_json(dict(result.mappings().one()))
+    driver = insert_compat.driver_of(conn)
+    if driver in insert_compat.SYNC_DRIVERS:
+        return insert_compat.insert_sync(conn, driver, values)
     raise TypeError(
         "insert_job_sync() requires a sync connection; use insert_job() for asyncpg, "
         f"psycopg async or SQLAlchemy async connections. Got: {type(conn).__qualname__}"

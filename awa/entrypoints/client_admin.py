@@ -22,10 +22,25 @@ from awa.entrypoints.client_core import ClientCore, not_found
 from awa.entrypoints.job import Job, rfc3339
 from awa.entrypoints.results import DlqEntry, ResolveResult
 from awa.ports.storage import DlqFilter, JobFilter
+from awa.runtime import metrics
 
 
 def _dlq_entry(entry: DlqRecord) -> DlqEntry:
     return DlqEntry(Job(entry.job), entry.reason, entry.dlq_at, entry.original_run_lease)
+
+
+def _count_dlq(
+    name: str,
+    amount: int,
+    *,
+    queue: str | None,
+    kind: str | None,
+    reason: str | None = None,
+) -> None:
+    """Count a DLQ operation (labelled with the queue / kind it names, when it does)."""
+    instruments = metrics.instruments()
+    if instruments is not None:
+        instruments.dlq(name, amount, queue=queue, kind=kind, reason=reason)
 
 
 def _callback_id(callback_id: str) -> str:
@@ -221,7 +236,10 @@ class AdminMixin(ClientCore):
         record = await (await self._engine()).retry_from_dlq(
             job_id, run_at=parse_run_at(run_at), priority=priority, queue=queue
         )
-        return None if record is None else Job(record)
+        if record is None:
+            return None
+        _count_dlq("awa.job.dlq_retried", 1, queue=record.queue, kind=record.kind)
+        return Job(record)
 
     async def bulk_retry_from_dlq(
         self,
@@ -234,12 +252,18 @@ class AdminMixin(ClientCore):
         """Re-enqueue every matching DLQ entry; an empty filter needs ``allow_all``."""
         dlq_filter = DlqFilter(kind=kind, queue=queue, tag=tag)
         _guard("bulk_retry_from_dlq", "kind, queue, or tag", dlq_filter.is_empty, allow_all)
-        return await (await self._engine()).bulk_retry_from_dlq(dlq_filter)
+        count = await (await self._engine()).bulk_retry_from_dlq(dlq_filter)
+        _count_dlq("awa.job.dlq_retried", count, queue=queue, kind=kind)
+        return count
 
     async def move_failed_to_dlq(self, job_id: int, reason: str) -> DlqEntry | None:
         """Move one failed job into the DLQ; ``None`` if it is not a failed job."""
         entry = await (await self._engine()).move_failed_to_dlq(job_id, reason=reason)
-        return None if entry is None else _dlq_entry(entry)
+        if entry is None:
+            return None
+        job = entry.job
+        _count_dlq("awa.job.dlq_moved", 1, queue=job.queue, kind=job.kind, reason=entry.reason)
+        return _dlq_entry(entry)
 
     async def bulk_move_failed_to_dlq(
         self,
@@ -252,13 +276,27 @@ class AdminMixin(ClientCore):
         """Move every matching failed job into the DLQ; an empty filter needs ``allow_all``."""
         empty = kind is None and queue is None
         _guard("bulk_move_failed_to_dlq", "kind or queue", empty, allow_all)
-        return await (await self._engine()).bulk_move_failed_to_dlq(
+        count = await (await self._engine()).bulk_move_failed_to_dlq(
             JobFilter(kind=kind, queue=queue), reason=reason
         )
+        _count_dlq("awa.job.dlq_moved", count, queue=queue, kind=kind, reason=reason)
+        return count
 
     async def purge_dlq_job(self, job_id: int) -> bool:
         """Delete one DLQ entry; returns whether it existed."""
-        return await (await self._engine()).purge_dlq_job(job_id)
+        engine = await self._engine()
+        # The entry's queue and kind label the counter; read only when metrics record.
+        entry = await engine.get_dlq(job_id) if metrics.instruments() is not None else None
+        removed = await engine.purge_dlq_job(job_id)
+        if removed:
+            job = entry.job if entry is not None else None
+            _count_dlq(
+                "awa.job.dlq_purged",
+                1,
+                queue=None if job is None else job.queue,
+                kind=None if job is None else job.kind,
+            )
+        return removed
 
     async def purge_dlq(
         self,
@@ -275,7 +313,9 @@ class AdminMixin(ClientCore):
             kind=kind, queue=queue, tag=tag, before_id=before_id, before_dlq_at=before_dlq_at
         )
         _guard("purge_dlq", "kind, queue, or tag", dlq_filter.is_empty, allow_all)
-        return await (await self._engine()).purge_dlq(dlq_filter)
+        count = await (await self._engine()).purge_dlq(dlq_filter)
+        _count_dlq("awa.job.dlq_purged", count, queue=queue, kind=kind)
+        return count
 
     # ------------------------------------------------------------------ callbacks
     async def _resolve(

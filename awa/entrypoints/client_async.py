@@ -15,7 +15,7 @@ from awa.adapters.cron_calendar import parse_cron
 from awa.domain.cron import CronSchedule
 from awa.domain.descriptors import Descriptor
 from awa.domain.errors import AwaError
-from awa.domain.job import JobRecord
+from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, JobRecord
 from awa.domain.schema import schema_compatible
 from awa.domain.validation import validate_number
 from awa.entrypoints import bootstrap, telemetry
@@ -33,9 +33,7 @@ from awa.entrypoints.client_overrides import OverridesMixin
 from awa.entrypoints.health import HealthListener, addr_from_env
 from awa.entrypoints.job import Job
 from awa.entrypoints.results import HealthCheck, QueueHealth
-from awa.ports.cron import CronStore
-from awa.ports.descriptors import DescriptorStore
-from awa.runtime import AttemptContext, HandlerRegistry, Runtime, parse_start_args
+from awa.runtime import AttemptContext, HandlerRegistry, Runtime, RuntimeConfig, parse_start_args
 from awa.runtime.cron import CronService
 from awa.runtime.descriptors import DescriptorService
 
@@ -90,7 +88,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
 
     # ------------------------------------------------------------------ handlers
     def task(
-        self, args_type: type[T], *, kind: str | None = None, queue: str = "default"
+        self, args_type: type[T], *, kind: str | None = None, queue: str = DEFAULT_QUEUE
     ) -> Callable[[F], F]:
         """Register the decorated function (``async def`` or plain ``def``) as the
         handler for ``args_type``'s kind; it receives a ``Job`` whose ``args`` is an
@@ -108,7 +106,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         return decorator
 
     def worker(
-        self, args_type: type[T], *, kind: str | None = None, queue: str = "default"
+        self, args_type: type[T], *, kind: str | None = None, queue: str = DEFAULT_QUEUE
     ) -> Callable[[F], F]:
         """Deprecated alias of :meth:`task`."""
         warnings.warn(
@@ -126,9 +124,9 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         args: T,
         *,
         timezone: str = "UTC",
-        queue: str = "default",
-        priority: int = 2,
-        max_attempts: int = 25,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         tags: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
         missed_fire_policy: str = "coalesce",
@@ -308,31 +306,23 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         """The health listener's bound ``(host, port)``, or ``None`` without one."""
         return None if self._health is None else self._health.address
 
-    async def _start_runtime(self, wiring: bootstrap.Wiring, config: Any) -> None:
+    async def _start_runtime(self, wiring: bootstrap.Wiring, config: RuntimeConfig) -> None:
         queue_descriptors = declared("queue", self._queue_descriptors)
         kind_descriptors = declared("job_kind", self._kind_descriptors)
         ports = await bootstrap.open_runtime_ports(
             wiring, transition_role=config.storage_transition_role
         )
-        cron: CronService | None = None
-        if isinstance(wiring.engine, CronStore):
-            cron = CronService(
-                wiring.engine, parse_cron, SystemClock(), list(self._schedules.values())
-            )
-        descriptors: DescriptorService | None = None
-        if isinstance(wiring.engine, DescriptorStore):
-            descriptors = DescriptorService(
-                wiring.engine,
-                SystemClock(),
-                queue_descriptors,
-                kind_descriptors,
-                sync_interval=config.snapshot_interval,
-            )
+        cron = CronService(wiring.engine, parse_cron, SystemClock(), list(self._schedules.values()))
+        descriptors = DescriptorService(
+            wiring.engine,
+            SystemClock(),
+            queue_descriptors,
+            kind_descriptors,
+            sync_interval=config.snapshot_interval,
+        )
         try:
-            if cron is not None:
-                await cron.sync()
-            if descriptors is not None:
-                await descriptors.sync()
+            await cron.sync()
+            await descriptors.sync()
         except BaseException:
             await ports.close()
             raise

@@ -9,6 +9,7 @@ from typing import Any
 from awa.adapters._pg.pool import PoolOptions
 from awa.adapters.clock import SystemClock
 from awa.domain.errors import AwaError, DatabaseError, ValidationError
+from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
 from awa.domain.states import TERMINAL_STATES, JobState
 from awa.domain.stripes import validate_stripe_count
 from awa.domain.validation import validate_slot_counts
@@ -18,11 +19,15 @@ from awa.entrypoints.bootstrap import ClientEngine, Wiring
 from awa.entrypoints.job import Job
 from awa.entrypoints.results import QueueStat, RetryFailedResult
 from awa.entrypoints.transaction import Transaction
+from awa.ports.admin import SchemaAdmin
 from awa.ports.runtime_registry import RuntimeRegistry
 from awa.ports.storage import JobFilter, StorageEngine
-from awa.runtime import tracing
+from awa.runtime import metrics, tracing
 
 CLOSED = "attempted to acquire a connection on a closed pool"
+NO_TRANSITION_FUNCTIONS = (
+    "the database has no storage transition functions (schema older than 200): run migrate()"
+)
 
 
 def not_found(job_id: int) -> AwaError:
@@ -106,6 +111,11 @@ class ClientCore:
         """Where worker runtimes publish their snapshots (read by operator surfaces)."""
         return bootstrap.runtime_registry(await self._wiring())
 
+    async def schema_admin(self) -> SchemaAdmin:
+        """The database schema's own state (migration version, storage transition,
+        runtimes) through this client's pool, for operator surfaces."""
+        return bootstrap.schema_admin(await self._wiring())
+
     async def admin_engine(self) -> StorageEngine:
         """The storage engine behind this client, for operator surfaces built on it (the
         admin web) that need reads the Python API does not name."""
@@ -123,9 +133,9 @@ class ClientCore:
         args: Any,
         *,
         kind: str | None = None,
-        queue: str = "default",
-        priority: int = 2,
-        max_attempts: int = 25,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         tags: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
         run_at: Any | None = None,
@@ -155,6 +165,7 @@ class ClientCore:
             (record,) = await (await self._engine()).enqueue_many(
                 [spec], stripes=stripes, validated=True
             )
+            metrics.count_inserted((spec,))
             return Job(record)
 
     async def insert_many_copy(
@@ -162,9 +173,9 @@ class ClientCore:
         jobs: list[Any],
         *,
         kind: str | None = None,
-        queue: str = "default",
-        priority: int = 2,
-        max_attempts: int = 25,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         tags: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
         run_at: Any | None = None,
@@ -194,6 +205,7 @@ class ClientCore:
             records = await (await self._engine()).enqueue_many_skip_duplicates(
                 specs, stripes=stripes, validated=True
             )
+            metrics.count_inserted_of(specs, records)
             return [Job(r) for r in records]
 
     async def enqueue_many_copy(
@@ -201,9 +213,9 @@ class ClientCore:
         jobs: list[Any],
         *,
         kind: str | None = None,
-        queue: str = "default",
-        priority: int = 2,
-        max_attempts: int = 25,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         tags: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
         run_at: Any | None = None,
@@ -219,41 +231,25 @@ class ClientCore:
         a job with a unique key goes to the stripe of its key, the others round-robin."""
         stripes = validate_stripe_count(queue_storage_queue_stripe_count)
         engine = await self._engine()
-        copy = getattr(engine, "enqueue_many_copy", None)
-        if callable(copy):
-            with tracing.producer_span(queue, len(jobs)):
-                specs = build_specs(
-                    jobs,
-                    opts=opts,
-                    kind=kind,
-                    queue=queue,
-                    priority=priority,
-                    max_attempts=max_attempts,
-                    tags=tags,
-                    metadata=metadata,
-                    run_at=run_at,
-                    unique_opts=unique_opts,
-                    ordering_key=ordering_key,
-                )
-                if not specs:
-                    return 0
-                inserted_count: int = await copy(specs, stripes=stripes, validated=True)
-                return inserted_count
-        inserted = await self.insert_many_copy(
-            jobs,
-            kind=kind,
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            tags=tags,
-            metadata=metadata,
-            run_at=run_at,
-            unique_opts=unique_opts,
-            ordering_key=ordering_key,
-            opts=opts,
-            queue_storage_queue_stripe_count=stripes,
-        )
-        return len(inserted)
+        with tracing.producer_span(queue, len(jobs)):
+            specs = build_specs(
+                jobs,
+                opts=opts,
+                kind=kind,
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                tags=tags,
+                metadata=metadata,
+                run_at=run_at,
+                unique_opts=unique_opts,
+                ordering_key=ordering_key,
+            )
+            if not specs:
+                return 0
+            inserted_count = await engine.enqueue_many_copy(specs, stripes=stripes, validated=True)
+            metrics.count_inserted_copy(specs, inserted_count)
+            return inserted_count
 
     async def transaction(self) -> Transaction:
         """Begin a transaction (``async with await client.transaction() as tx``)."""
@@ -291,9 +287,7 @@ class ClientCore:
             await (await self._engine()).reset()
         if schema == "awa" and await bootstrap.activate_queue_storage_if_fresh(self._url, schema):
             # This client's engine routes by the transition state it last read.
-            refresh = getattr(await self._engine(), "status", None)
-            if callable(refresh):
-                await refresh(max_age=0.0)
+            await (await self._engine()).status(max_age=0.0)
 
     async def prepare_queue_storage_schema(
         self, *, schema: str = "awa", queue_slot_count: int = 16, lease_slot_count: int = 8
@@ -324,8 +318,9 @@ class ClientCore:
 
     async def storage_status(self) -> str:
         """The storage transition status as pretty-printed JSON."""
-        async with await self.transaction() as tx:
-            row = await tx.fetch_one("SELECT * FROM awa.storage_status()")
+        row = await (await self.schema_admin()).storage_status()
+        if row is None:
+            raise DatabaseError(NO_TRANSITION_FUNCTIONS)
         return payloads.dumps(row, indent=2)
 
     # ------------------------------------------------------------------ jobs

@@ -102,9 +102,7 @@ class CronMixin(ClientCore):
     """Administration of stored schedules (``awa.cron_jobs``)."""
 
     async def _cron_store(self) -> CronStore:
-        engine = await self._engine()
-        assert isinstance(engine, CronStore)
-        return engine
+        return await self._engine()
 
     async def list_cron_jobs(self) -> list[dict[str, Any]]:
         """Every stored schedule as a dict of its ``awa.cron_jobs`` columns, by name."""

@@ -20,7 +20,7 @@ from awa.domain.errors import AwaError, DatabaseError
 from awa.entrypoints import bootstrap
 from awa.entrypoints.args import blake3_digest, to_json_value
 from awa.entrypoints.client_core import ClientCore
-from awa.ports.descriptors import DeclaredDescriptor, DescriptorStore
+from awa.ports.descriptors import DeclaredDescriptor
 
 
 def _text(field: str, value: Any) -> str | None:
@@ -104,9 +104,7 @@ class DescriptorsMixin(ClientCore):
 
     async def _catalog(self, catalog: Catalog, key: str) -> list[dict[str, Any]]:
         wiring = await self._wiring()
-        engine = wiring.engine
-        assert isinstance(engine, DescriptorStore)
-        stored = await engine.list_descriptors(catalog)
+        stored = await wiring.engine.list_descriptors(catalog)
         now = datetime.now(UTC)
         runtimes = await bootstrap.read_runtime_registry(wiring).list_runtimes()
         live = [

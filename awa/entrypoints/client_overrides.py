@@ -15,9 +15,7 @@ class OverridesMixin(ClientCore):
     (10 s, ``AWA_OVERRIDE_REFRESH_MS``), without a restart."""
 
     async def _override_store(self) -> QueueOverrideStore:
-        engine = await self._engine()
-        assert isinstance(engine, QueueOverrideStore)
-        return engine
+        return await self._engine()
 
     async def set_queue_overrides(
         self,

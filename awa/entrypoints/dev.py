@@ -30,9 +30,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import attrs
-import psycopg
-from psycopg import sql
 
+from awa.adapters._pg import databases as pg_databases
 from awa.domain.errors import TerminalError
 from awa.domain.handler_results import RetryAfter, Snooze
 from awa.entrypoints.bootstrap import migrate
@@ -442,17 +441,11 @@ def embedded_postgres(data_dir: Path | None, out: TextIO) -> Iterator[str]:
     try:
         dbname = f"awa_dev_{os.getpid()}_{uuid.uuid4().hex[:6]}"
         admin_url = str(server.get_uri())
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
+        pg_databases.create_database_sync(admin_url, dbname)
         try:
             yield str(server.get_uri(dbname))
         finally:
-            with psycopg.connect(admin_url, autocommit=True) as conn:
-                conn.execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                        sql.Identifier(dbname)
-                    )
-                )
+            pg_databases.drop_database_sync(admin_url, dbname)
     finally:
         server.cleanup()
         if scratch is not None:

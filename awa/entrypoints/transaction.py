@@ -9,21 +9,25 @@ from decimal import Decimal
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-import psycopg
-from psycopg.rows import DictRow, dict_row
-from psycopg.types.json import Jsonb
-
+from awa.adapters._pg import raw_sql
+from awa.adapters._pg.pool import DictConnection
 from awa.domain.errors import AwaError, DatabaseError
-from awa.domain.job import JobRecord, JobSpec
+from awa.domain.job import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PRIORITY,
+    DEFAULT_QUEUE,
+    JobRecord,
+    JobSpec,
+)
 from awa.domain.stripes import validate_stripe_count
 from awa.entrypoints.args import build_spec, build_specs
 from awa.entrypoints.job import Job
 from awa.ports.storage import UnitOfWork
-from awa.runtime import tracing
+from awa.runtime import metrics, tracing
 
 R = TypeVar("R")
 
-Connection = psycopg.AsyncConnection[DictRow]
+Connection = DictConnection
 
 FINISHED = "Transaction already committed or rolled back"
 NO_ROWS = "no rows returned by a query that expected to return at least one row"
@@ -42,12 +46,6 @@ class TransactionalEngine(Protocol):
         stripes: int = 1,
         validated: bool = False,
     ) -> list[JobRecord]: ...
-
-
-def _param(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return Jsonb(dict(value))
-    return value
 
 
 def _value(value: Any) -> Any:
@@ -72,7 +70,7 @@ def _row(row: Mapping[str, Any]) -> dict[str, Any]:
 def _map(exc: BaseException) -> AwaError:
     if isinstance(exc, AwaError):
         return exc
-    return DatabaseError(f"error returned from database: {exc}")
+    return raw_sql.database_error(exc)
 
 
 class Transaction:
@@ -93,6 +91,8 @@ class Transaction:
         self._release = release
         self._finished = False
         self._uow: UnitOfWork | None = None
+        #: jobs inserted here, counted in ``awa.job.inserted`` once the commit succeeds
+        self._inserted: list[JobSpec] = []
 
     @classmethod
     async def begin(
@@ -103,7 +103,7 @@ class Transaction:
     ) -> Transaction:
         """Start a transaction on ``conn`` (an autocommit connection borrowed from a pool)."""
         try:
-            await conn.execute("BEGIN")
+            await raw_sql.begin(conn)
         except BaseException as exc:
             await release(conn)
             raise _map(exc) from exc
@@ -114,38 +114,25 @@ class Transaction:
             raise AwaError(FINISHED)
         return self._conn
 
-    async def _run(self, query: str, args: tuple[Any, ...]) -> psycopg.AsyncRawCursor[DictRow]:
-        conn = self._check()
-        cursor = psycopg.AsyncRawCursor(conn, row_factory=dict_row)
-        try:
-            await cursor.execute(query, [_param(a) for a in args] if args else None)
-        except psycopg.Error as exc:
-            raise _map(exc) from exc
-        return cursor
-
     async def execute(self, query: str, *args: Any) -> int:
         """Run a statement; returns the number of rows affected."""
-        cursor = await self._run(query, args)
-        return max(cursor.rowcount, 0)
+        return await raw_sql.execute(self._check(), query, args)
 
     async def fetch_one(self, query: str, *args: Any) -> dict[str, Any]:
         """The first row as a dict; raises ``DatabaseError`` when there is none."""
-        cursor = await self._run(query, args)
-        row = await cursor.fetchone()
+        row = await raw_sql.fetch_first(self._check(), query, args)
         if row is None:
             raise DatabaseError(NO_ROWS)
         return _row(row)
 
     async def fetch_optional(self, query: str, *args: Any) -> dict[str, Any] | None:
         """The first row as a dict, or ``None``."""
-        cursor = await self._run(query, args)
-        row = await cursor.fetchone()
+        row = await raw_sql.fetch_first(self._check(), query, args)
         return None if row is None else _row(row)
 
     async def fetch_all(self, query: str, *args: Any) -> list[dict[str, Any]]:
         """Every row as a dict."""
-        cursor = await self._run(query, args)
-        return [_row(r) for r in await cursor.fetchall()]
+        return [_row(r) for r in await raw_sql.fetch_all(self._check(), query, args)]
 
     def _unit_of_work(self) -> UnitOfWork:
         conn = self._check()
@@ -158,9 +145,9 @@ class Transaction:
         args: Any,
         *,
         kind: str | None = None,
-        queue: str = "default",
-        priority: int = 2,
-        max_attempts: int = 25,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         tags: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
         run_at: Any = None,
@@ -189,6 +176,7 @@ class Transaction:
             (record,) = await self._engine.enqueue_many(
                 [spec], uow=self._unit_of_work(), stripes=stripes, validated=True
             )
+            self._inserted.append(spec)
             return Job(record)
 
     async def insert_many(
@@ -196,9 +184,9 @@ class Transaction:
         jobs: list[Any],
         *,
         kind: str | None = None,
-        queue: str = "default",
-        priority: int = 2,
-        max_attempts: int = 25,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         tags: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
         run_at: Any = None,
@@ -225,25 +213,26 @@ class Transaction:
             records = await self._engine.enqueue_many(
                 specs, uow=self._unit_of_work(), stripes=stripes, validated=True
             )
+            self._inserted.extend(specs)
             return [Job(r) for r in records]
 
-    async def _finish(self, statement: str) -> None:
+    async def _finish(self, *, commit: bool) -> bool:
+        """End the transaction; whether a commit kept its work."""
         conn = self._check()
         self._finished = True
         try:
-            await conn.execute(statement)
-        except psycopg.Error as exc:
-            raise _map(exc) from exc
+            return await raw_sql.finish(conn, commit=commit)
         finally:
             await self._release(conn)
 
     async def commit(self) -> None:
         """Commit; the transaction cannot be used afterwards."""
-        await self._finish("COMMIT")
+        if await self._finish(commit=True):
+            metrics.count_inserted(self._inserted)
 
     async def rollback(self) -> None:
         """Roll back; the transaction cannot be used afterwards."""
-        await self._finish("ROLLBACK")
+        await self._finish(commit=False)
 
     @property
     def finished(self) -> bool:

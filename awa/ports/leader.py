@@ -17,3 +17,11 @@ class LeaderLock(Protocol):
     async def release(self) -> None:
         """Give up leadership; safe to call when not held."""
         ...
+
+
+class LeaderCandidates(Protocol):
+    """Something that hands out candidates for the cluster's maintenance leadership."""
+
+    def leader_lock(self) -> LeaderLock:
+        """A new, independent candidate (each call is a different would-be leader)."""
+        ...

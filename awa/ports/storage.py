@@ -26,7 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from awa.domain.admin_views import KindCounts, StateBucket
+from awa.domain.admin_views import KindCounts, QueueDepth, StateBucket
 from awa.domain.batch_ops import (
     BatchFilter,
     BatchOperation,
@@ -37,6 +37,7 @@ from awa.domain.batch_ops import (
 from awa.domain.callbacks import CallbackExpressions
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
 from awa.domain.states import JobState
+from awa.domain.transition import TransitionObservation
 
 
 class Ack(enum.Enum):
@@ -79,11 +80,16 @@ class DlqFilter:
 
 @attrs.frozen
 class Rescued:
-    """An attempt closed by a rescue sweep and where the job went."""
+    """An attempt closed by a rescue sweep and where the job went: ``dlq_reason`` is
+    the DLQ reason when the failed job moved into the DLQ (its queue has the DLQ
+    enabled), else ``None``. ``queue`` and ``kind`` are the job's."""
 
     lease: RunLease
     new_state: JobState
     reason: str
+    dlq_reason: str | None = None
+    queue: str | None = None
+    kind: str | None = None
 
 
 class StorageEngine(Protocol):
@@ -263,6 +269,17 @@ class StorageEngine(Protocol):
     async def queue_counts(self) -> list[QueueCounts]:
         """Exact per-state counts for every queue that has jobs or queue metadata,
         ordered by queue name."""
+        ...
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        """Per queue, a cheap reading for metrics: jobs per state of ``DEPTH_STATES`` and
+        the run_at of the oldest available job, ordered by queue name. Never counts
+        finished jobs; each engine reads the cheapest figures it keeps. Queue storage
+        counts available jobs as the lanes' head-cursor differences, so a job retired
+        (cancelled, deleted, moved) above a cursor is counted until the cursor passes it:
+        available is at least the exact count and equal to it when no such job is
+        left; the other states come from the folded counters. Canonical storage counts
+        its live rows. Queues with no live job may be absent."""
         ...
 
     async def kind_counts(self) -> list[KindCounts]:
@@ -477,3 +494,13 @@ class WorkerWarmUp(Protocol):
     statements there, so the first jobs do not pay for a cold backend. Best effort."""
 
     async def warm_up(self, queues: Sequence[str]) -> None: ...
+
+
+@runtime_checkable
+class TransitionObserver(Protocol):
+    """An engine that follows the storage transition (the routing engine) and can say
+    where it stands: status, canonical backlog while a transition is under way, whether
+    the target schema is installed and the live runtimes by capability. A few small
+    reads; the maintenance leader reports it as the ``awa.storage.*`` gauges."""
+
+    async def observe_transition(self) -> TransitionObservation: ...

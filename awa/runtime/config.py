@@ -95,7 +95,6 @@ class RuntimeConfig:
     descriptor_retention: timedelta = timedelta(days=30)
     cleanup_batch_size: int = 1000
     promote_batch_size: int = 4096
-    terminal_count_rollup_interval: float = 1.0
     completion_batch_size: int = 512
     completion_flush_interval: float = 0.001
     snapshot_interval: float = 10.0
@@ -103,13 +102,9 @@ class RuntimeConfig:
     version: str = __version__
     storage_transition_role: str = "auto"
     queue_storage_schema: str | None = None
-    queue_storage_queue_slot_count: int = 16
-    queue_storage_lease_slot_count: int = 8
-    queue_storage_claim_slot_count: int = 8
     queue_storage_queue_stripe_count: int = 1
     queue_storage_queue_rotate_interval: float = 1.0
     queue_storage_lease_rotate_interval: float = 0.25
-    queue_storage_claim_rotate_interval: float | None = None
 
     @property
     def weighted(self) -> bool:
@@ -445,18 +440,13 @@ def parse_start_args(
     ):
         if value is not None:
             _warn_no_effect(keyword)
+            # Accepted for compatibility, so still checked: a malformed value is an error.
+            _number(keyword, value, strict=True)
     heartbeat_interval = _ms("heartbeat_interval_ms", heartbeat_interval_ms, 30_000)
     staleness_ms = (
         90_000.0
         if heartbeat_staleness_ms is None
         else _number("heartbeat_staleness_ms", heartbeat_staleness_ms, strict=True)
-    )
-    claim_rotate = (
-        None
-        if queue_storage_claim_rotate_interval_ms is None
-        else _ms(
-            "queue_storage_claim_rotate_interval_ms", queue_storage_claim_rotate_interval_ms, 0
-        )
     )
     return RuntimeConfig(
         queues=parsed,
@@ -493,9 +483,6 @@ def parse_start_args(
         cleanup_batch_size=(
             1000 if cleanup_batch_size is None else _int("cleanup_batch_size", cleanup_batch_size)
         ),
-        terminal_count_rollup_interval=_ms(
-            "terminal_count_rollup_interval_ms", terminal_count_rollup_interval_ms, 1000
-        ),
         completion_batch_size=(
             512
             if completion_batch_size is None
@@ -511,15 +498,6 @@ def parse_start_args(
         version=version,
         storage_transition_role=role,
         queue_storage_schema=queue_storage_schema,
-        queue_storage_queue_slot_count=_int(
-            "queue_storage_queue_slot_count", queue_storage_queue_slot_count
-        ),
-        queue_storage_lease_slot_count=_int(
-            "queue_storage_lease_slot_count", queue_storage_lease_slot_count
-        ),
-        queue_storage_claim_slot_count=_int(
-            "queue_storage_claim_slot_count", queue_storage_claim_slot_count
-        ),
         queue_storage_queue_stripe_count=validate_stripe_count(queue_storage_queue_stripe_count),
         queue_storage_queue_rotate_interval=_ms(
             "queue_storage_queue_rotate_interval_ms", queue_storage_queue_rotate_interval_ms, 1000
@@ -527,5 +505,4 @@ def parse_start_args(
         queue_storage_lease_rotate_interval=_ms(
             "queue_storage_lease_rotate_interval_ms", queue_storage_lease_rotate_interval_ms, 250
         ),
-        queue_storage_claim_rotate_interval=claim_rotate,
     )

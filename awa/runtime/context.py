@@ -11,10 +11,11 @@ from typing import Any
 import anyio
 import anyio.from_thread
 
-from awa.domain.callbacks import CALLBACK_RESULT_KEY, CallbackExpressions
+from awa.domain.callbacks import CallbackExpressions
 from awa.domain.errors import AwaError
 from awa.domain.handler_results import CallbackToken
 from awa.domain.job import Claim, JobRecord, RunLease
+from awa.domain.lifecycle import CALLBACK_RESULT_KEY
 from awa.domain.states import JobState
 from awa.domain.validation import MAX_DELAY_SECONDS, validate_json, validate_number
 from awa.ports.storage import Ack, StorageEngine

@@ -6,7 +6,7 @@ within ``descriptor_retention``."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 import anyio
@@ -14,6 +14,7 @@ import anyio
 from awa.domain.descriptors import retention_cutoff
 from awa.ports.clock import Clock
 from awa.ports.descriptors import DeclaredDescriptor, DescriptorStore
+from awa.runtime.metrics import Key, descriptor_info
 
 log = logging.getLogger("awa.runtime.descriptors")
 
@@ -45,6 +46,13 @@ class DescriptorService:
 
     def kind_hashes(self) -> dict[str, str]:
         return {d.name: d.descriptor_hash for d in self.kinds}
+
+    def info_gauges(self) -> dict[str, Callable[[], list[tuple[float, Key]]]]:
+        """``awa.queue.info`` and ``awa.job_kind.info``: one point of value 1 per declared
+        descriptor, reported by every runtime that declares it."""
+        queues = [(1.0, descriptor_info("queue", d.name, d.descriptor)) for d in self.queues]
+        kinds = [(1.0, descriptor_info("job_kind", d.name, d.descriptor)) for d in self.kinds]
+        return {"awa.queue.info": lambda: queues, "awa.job_kind.info": lambda: kinds}
 
     async def sync(self) -> None:
         """Upsert the declared descriptors and mark them seen now."""

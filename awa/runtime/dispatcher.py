@@ -351,13 +351,12 @@ class QueueDispatcher:
 
     def _record_claim(self, claims: list[Claim], asked: int, seconds: float) -> None:
         assert self._instruments is not None
-        jobs = [c.job for c in claims]
         self._instruments.claimed(
             self.queue,
-            [j.kind for j in jobs],
+            [(c.job.kind, c.shard) for c in claims],
             asked,
             seconds,
-            [j.run_at for j in jobs],
+            [c.job.run_at for c in claims],
             datetime.now(UTC),
         )
 

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
+from awa.domain.lifecycle import Rescue
 from awa.ports.clock import Clock
 from awa.ports.descriptors import DescriptorStore
 from awa.ports.leader import LeaderLock
@@ -215,6 +216,14 @@ class MaintenanceLeader:
                         (metrics.ATTR_STATE, item.new_state.name.lower()),
                     ),
                 )
+                if item.dlq_reason is not None:
+                    instruments.dlq(
+                        "awa.job.dlq_moved",
+                        1,
+                        queue=item.queue,
+                        kind=item.kind,
+                        reason=item.dlq_reason,
+                    )
 
     async def _promote(self) -> None:
         started = time.monotonic()
@@ -226,14 +235,18 @@ class MaintenanceLeader:
     async def _rescue_heartbeats(self) -> None:
         self._flag_local(
             await self._engine.rescue_stale_heartbeats(staleness=self._config.heartbeat_staleness),
-            "heartbeat",
+            Rescue.HEARTBEAT_STALE.value,
         )
 
     async def _rescue_deadlines(self) -> None:
-        self._flag_local(await self._engine.rescue_expired_deadlines(), "deadline")
+        self._flag_local(
+            await self._engine.rescue_expired_deadlines(), Rescue.DEADLINE_EXCEEDED.value
+        )
 
     async def _rescue_callbacks(self) -> None:
-        self._flag_local(await self._engine.rescue_expired_callbacks(), "callback_timeout")
+        self._flag_local(
+            await self._engine.rescue_expired_callbacks(), Rescue.CALLBACK_TIMEOUT.value
+        )
 
     async def _descriptors(self) -> None:
         assert self._clock is not None and isinstance(self._engine, DescriptorStore)

@@ -20,9 +20,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
+
+from awa.domain.descriptors import Catalog, Descriptor
+from awa.domain.job import JobRecord, JobSpec
 
 try:
     from opentelemetry import metrics as otel_metrics
@@ -37,8 +41,35 @@ ATTR_SHARD = "awa.enqueue.shard"
 ATTR_TERMINAL = "awa.job.terminal"
 ATTR_REASON = "awa.rescue.reason"
 ATTR_STATE = "awa.job.state"
+ATTR_DLQ_REASON = "awa.dlq.reason"
+#: ``awa.storage.transition_ready``: the transition step (``enter_mixed_transition``,
+#: ``finalize``).
+ATTR_STORAGE_ACTION = "awa.storage.action"
+#: ``awa.storage.live_runtime_capability``: what the counted runtimes can execute.
+ATTR_STORAGE_CAPABILITY = "awa.storage.capability"
+ATTR_STORAGE_STATE = "awa.storage.state"
+ATTR_STORAGE_CURRENT = "awa.storage.current_engine"
+ATTR_STORAGE_ACTIVE = "awa.storage.active_engine"
+ATTR_STORAGE_PREPARED = "awa.storage.prepared_engine"
+#: Descriptor fields on the info gauges: ``awa.queue.<field>`` / ``awa.job_kind.<field>``.
+DESCRIPTOR_FIELDS = ("display_name", "description", "owner", "docs_url", "tags")
 #: Every attribute awa puts on a metric (Prometheus turns the dots into underscores).
-ATTRIBUTES = (ATTR_QUEUE, ATTR_KIND, ATTR_SHARD, ATTR_TERMINAL, ATTR_REASON, ATTR_STATE)
+ATTRIBUTES = (
+    ATTR_QUEUE,
+    ATTR_KIND,
+    ATTR_SHARD,
+    ATTR_TERMINAL,
+    ATTR_REASON,
+    ATTR_STATE,
+    ATTR_DLQ_REASON,
+    ATTR_STORAGE_ACTION,
+    ATTR_STORAGE_CAPABILITY,
+    ATTR_STORAGE_STATE,
+    ATTR_STORAGE_CURRENT,
+    ATTR_STORAGE_ACTIVE,
+    ATTR_STORAGE_PREPARED,
+    *(f"awa.{catalog}.{field}" for catalog in ("queue", "job_kind") for field in DESCRIPTOR_FIELDS),
+)
 
 COUNTER = "counter"
 HISTOGRAM = "histogram"
@@ -58,11 +89,14 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "awa.job.duration": (HISTOGRAM, "s", "Job execution duration"),
     "awa.job.wait_duration": (HISTOGRAM, "s", "Time from a job becoming due to its claim"),
     "awa.job.in_flight": (UPDOWN, "{job}", "Current number of in-flight jobs"),
+    "awa.job.dlq_moved": (COUNTER, "{job}", "Number of jobs moved into the DLQ"),
+    "awa.job.dlq_retried": (COUNTER, "{job}", "Number of jobs retried out of the DLQ"),
+    "awa.job.dlq_purged": (COUNTER, "{job}", "Number of DLQ entries deleted"),
     "awa.job.dlq_depth": (GAUGE, "{job}", "Current DLQ depth per queue"),
     "awa.dispatch.claim_batches": (COUNTER, "{batch}", "Number of claim queries executed"),
     "awa.dispatch.claim_batch_size": (HISTOGRAM, "{job}", "Jobs returned per claim"),
     "awa.dispatch.claim_duration": (HISTOGRAM, "s", "Claim query duration"),
-    "awa.dispatch.empty_claims": (COUNTER, "{wake}", "Claims that found no job"),
+    "awa.dispatch.empty_claim": (COUNTER, "{wake}", "Claims that found no job"),
     "awa.dispatch.unused_permits": (
         COUNTER,
         "{permit}",
@@ -81,8 +115,38 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "awa.maintenance.promote_batch_size": (HISTOGRAM, "{job}", "Jobs promoted per batch"),
     "awa.maintenance.promote_duration": (HISTOGRAM, "s", "Promotion batch duration"),
     "awa.maintenance.rescues": (COUNTER, "{job}", "Number of jobs rescued by maintenance"),
-    "awa.queue.depth": (GAUGE, "{job}", "Jobs per queue and state (folded counters)"),
+    "awa.queue.depth": (GAUGE, "{job}", "Jobs per queue and state (cheap, may over-count)"),
     "awa.queue.lag": (GAUGE, "s", "Age of the oldest available job per queue"),
+    "awa.queue.info": (
+        GAUGE,
+        "{queue}",
+        "Declared queue descriptors (always 1; a label-join target)",
+    ),
+    "awa.job_kind.info": (
+        GAUGE,
+        "{kind}",
+        "Declared job-kind descriptors (always 1; a label-join target)",
+    ),
+    "awa.storage.state": (
+        GAUGE,
+        "{state}",
+        "Storage transition state and engines (always 1; the attributes carry them)",
+    ),
+    "awa.storage.transition_ready": (
+        GAUGE,
+        "{state}",
+        "Whether a storage transition step would pass its gates now (1) or not (0)",
+    ),
+    "awa.storage.canonical_live_backlog": (
+        GAUGE,
+        "{job}",
+        "Canonical jobs not yet terminal while a transition is prepared or mixed",
+    ),
+    "awa.storage.live_runtime_capability": (
+        GAUGE,
+        "{runtime}",
+        "Live runtimes by the storage they can execute",
+    ),
 }
 
 _COUNTER_OUTCOMES = {
@@ -106,15 +170,22 @@ _SECONDS_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 
 _COUNT_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096]
 
 
-class _Sampler:
-    """Systematic sampling: ``take()`` is true for every ``stride``-th call, the stride
-    re-derived each second so that about ``HISTOGRAM_BUDGET`` calls a second pass."""
+#: Samples taken between two looks at the clock (the stride is re-derived at each look).
+_SAMPLES_PER_CHECK = HISTOGRAM_BUDGET // 4
 
-    __slots__ = ("_calls", "_stride", "_window_calls", "_window_start")
+
+class _Sampler:
+    """Systematic sampling: ``take()`` is true for every ``stride``-th call. The stride is
+    re-derived from the call rate every ``_SAMPLES_PER_CHECK`` samples taken, so about
+    ``HISTOGRAM_BUDGET`` calls a second pass, and a burst after a quiet spell (the start
+    of a drain) passes at most ``_SAMPLES_PER_CHECK`` calls before the stride catches up."""
+
+    __slots__ = ("_calls", "_stride", "_taken", "_window_calls", "_window_start")
 
     def __init__(self) -> None:
         self._calls = 0
         self._stride = 1
+        self._taken = 0
         self._window_calls = 0
         self._window_start = time.monotonic()
 
@@ -122,12 +193,13 @@ class _Sampler:
         self._calls += 1
         if self._calls % self._stride:
             return False
-        now = time.monotonic()
-        elapsed = now - self._window_start
-        if elapsed >= 1.0:
+        self._taken += 1
+        if self._taken >= _SAMPLES_PER_CHECK:
+            now = time.monotonic()
+            elapsed = max(now - self._window_start, 1e-6)
             rate = (self._calls - self._window_calls) / elapsed
             self._stride = max(1, int(rate // HISTOGRAM_BUDGET))
-            self._window_calls, self._window_start = self._calls, now
+            self._window_calls, self._window_start, self._taken = self._calls, now, 0
         return True
 
 
@@ -199,17 +271,47 @@ class Instruments:
                 duration, {ATTR_QUEUE: queue, ATTR_KIND: kind}
             )
 
+    def inserted(self, jobs: Iterable[tuple[str, str]]) -> None:
+        """Jobs were inserted: one ``(queue, kind)`` pair per job."""
+        self.add_many("awa.job.inserted", Counter(jobs))
+
+    def add_many(self, name: str, per_pair: Mapping[tuple[str, str], int]) -> None:
+        """Add to counter ``name`` per ``(queue, kind)`` pair."""
+        counts = self._counts[name]
+        with self._lock:
+            for (queue, kind), amount in per_pair.items():
+                key: Key = ((ATTR_QUEUE, queue), (ATTR_KIND, kind))
+                counts[key] = counts.get(key, 0) + amount
+
+    def dlq(
+        self,
+        name: str,
+        amount: int,
+        *,
+        queue: str | None = None,
+        kind: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """``amount`` jobs moved into (``awa.job.dlq_moved``, with its ``reason``), out of
+        (``awa.job.dlq_retried``) or were deleted from (``awa.job.dlq_purged``) the DLQ;
+        ``queue`` / ``kind`` when the operation names them."""
+        if amount <= 0:
+            return
+        pairs = ((ATTR_QUEUE, queue), (ATTR_KIND, kind), (ATTR_DLQ_REASON, reason))
+        self.count(name, tuple((k, v) for k, v in pairs if v is not None), amount)
+
     def claimed(
         self,
         queue: str,
-        kinds: Iterable[str],
+        jobs: Iterable[tuple[str, int | None]],
         asked: int,
         seconds: float,
         due: Sequence[datetime],
         now: datetime,
     ) -> None:
-        """One claim for up to ``asked`` jobs took ``seconds`` and returned jobs of
-        ``kinds`` that had been due since ``due``."""
+        """One claim for up to ``asked`` jobs took ``seconds`` and returned ``jobs``
+        (each its kind and, on queue storage, its lane's enqueue shard) that had been due
+        since ``due``."""
         key: Key = ((ATTR_QUEUE, queue),)
         attributes = {ATTR_QUEUE: queue}
         self.count("awa.dispatch.claim_batches", key)
@@ -217,12 +319,16 @@ class Instruments:
         got = 0
         claimed = self._counts["awa.job.claimed"]
         with self._lock:
-            for kind in kinds:
+            for kind, shard in jobs:
                 got += 1
-                kind_key = ((ATTR_QUEUE, queue), (ATTR_KIND, kind))
+                kind_key: Key = (
+                    ((ATTR_QUEUE, queue), (ATTR_KIND, kind))
+                    if shard is None
+                    else ((ATTR_QUEUE, queue), (ATTR_KIND, kind), (ATTR_SHARD, shard))
+                )
                 claimed[kind_key] = claimed.get(kind_key, 0) + 1
         if got == 0:
-            self.count("awa.dispatch.empty_claims", key)
+            self.count("awa.dispatch.empty_claim", key)
             return
         self.histograms["awa.dispatch.claim_batch_size"].record(got, attributes)
         if asked > got:
@@ -243,6 +349,22 @@ class Instruments:
         self.count("awa.maintenance.promote_batches", ())
         self.histograms["awa.maintenance.promote_batch_size"].record(count, {})
         self.histograms["awa.maintenance.promote_duration"].record(seconds, {})
+
+    def gauge_names(self) -> list[str]:
+        """The gauges (and up-down counters) read from sources, by name."""
+        return list(self._gauge_sources)
+
+    def add_gauge_sources(
+        self, sources: Mapping[str, Callable[[], Iterable[tuple[float, Key]]]]
+    ) -> Callable[[], None]:
+        """:meth:`add_gauge_source` for several gauges; the function removes them all."""
+        removers = [self.add_gauge_source(name, source) for name, source in sources.items()]
+
+        def remove() -> None:
+            for remover in removers:
+                remover()
+
+        return remove
 
     def add_gauge_source(
         self, name: str, source: Callable[[], Iterable[tuple[float, Key]]]
@@ -306,3 +428,65 @@ def instruments() -> Instruments | None:
             if _instruments is None:
                 _instruments = Instruments(otel_metrics.get_meter(METER_NAME))
     return _instruments
+
+
+def count_inserted(specs: Iterable[JobSpec]) -> None:
+    """``awa.job.inserted``: the jobs of ``specs`` were inserted (queue as given, so a
+    striped queue counts under its logical name, as its claims do)."""
+    found = instruments()
+    if found is not None:
+        found.inserted((spec.queue, spec.kind) for spec in specs)
+
+
+def count_inserted_of(specs: Sequence[JobSpec], records: Sequence[JobRecord]) -> None:
+    """``awa.job.inserted`` for a batch that skipped the specs whose unique key was held:
+    ``records`` are the jobs it did insert. Only specs with a unique key can be skipped,
+    so they are matched to the records by key."""
+    if instruments() is None:
+        return
+    if len(records) == len(specs):
+        count_inserted(specs)
+        return
+    held = Counter(r.unique_key for r in records if r.unique_key is not None)
+    inserted = []
+    for spec in specs:
+        if spec.unique_key is None:
+            inserted.append(spec)
+        elif held[spec.unique_key] > 0:
+            held[spec.unique_key] -= 1
+            inserted.append(spec)
+    count_inserted(inserted)
+
+
+def count_inserted_copy(specs: Sequence[JobSpec], inserted: int) -> None:
+    """``awa.job.inserted`` for a COPY batch that reports only how many jobs it inserted.
+    When it skipped some (held unique keys), the specs without a unique key were all
+    inserted and the rest of the count goes to the unique specs' queue and kind, each
+    attribute kept only when those specs share it."""
+    found = instruments()
+    if found is None:
+        return
+    if inserted >= len(specs):
+        count_inserted(specs)
+        return
+    free = [spec for spec in specs if spec.unique_key is None]
+    count_inserted(free)
+    keyed = [spec for spec in specs if spec.unique_key is not None]
+    queues = {spec.queue for spec in keyed}
+    kinds = {spec.kind for spec in keyed}
+    pairs = ((ATTR_QUEUE, queues), (ATTR_KIND, kinds))
+    key: Key = tuple((name, next(iter(values))) for name, values in pairs if len(values) == 1)
+    found.count("awa.job.inserted", key, inserted - len(free))
+
+
+def descriptor_info(catalog: Catalog, name: str, descriptor: Descriptor) -> Key:
+    """The attributes of one ``awa.queue.info`` / ``awa.job_kind.info`` point: the queue
+    (or kind) and the descriptor fields that are set (tags joined by commas)."""
+    key: list[tuple[str, Any]] = [(ATTR_QUEUE if catalog == "queue" else ATTR_KIND, name)]
+    for field in DESCRIPTOR_FIELDS:
+        value = getattr(descriptor, field)
+        if field == "tags":
+            value = ",".join(value) if value else None
+        if value is not None:
+            key.append((f"awa.{catalog}.{field}", value))
+    return tuple(key)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from awa.domain.job import JobRecord, attempts_exhausted
+from awa.domain.job import JobRecord
+from awa.domain.lifecycle import attempts_exhausted
 from awa.domain.outcomes import (
     CancelOutcome,
     Complete,

@@ -9,6 +9,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 import anyio
@@ -255,11 +256,14 @@ class Runtime:
         for warning in config_warnings(self.config, max_connections=self.max_connections):
             log.warning("configuration: %s", warning)
         instruments = metrics.instruments()
-        unregister = (
-            instruments.add_gauge_source("awa.job.in_flight", self._in_flight_by_queue)
-            if instruments is not None
-            else None
-        )
+        unregister = None
+        if instruments is not None:
+            gauges: dict[str, Callable[[], Iterable[tuple[float, metrics.Key]]]] = {
+                "awa.job.in_flight": self._in_flight_by_queue
+            }
+            if self.descriptors is not None:
+                gauges.update(self.descriptors.info_gauges())
+            unregister = instruments.add_gauge_sources(gauges)
         try:
             async with anyio.create_task_group() as services:
                 services.start_soon(self.batcher.run)

@@ -13,11 +13,11 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
-import psycopg
-from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from awa.adapters._pg import conninfo
+from awa.adapters._pg import databases as pg_databases
+from awa.domain.errors import DatabaseError
 from awa.entrypoints import bootstrap
 
 LOCAL_SERVER = "postgresql://postgres@localhost:5432/postgres"
@@ -42,13 +42,11 @@ async def create_database(server: str | None = None, *, migrate: bool = True) ->
     base = server or server_url()
     name = f"{PREFIX}{uuid.uuid4().hex[:16]}"
     try:
-        async with await psycopg.AsyncConnection.connect(base, autocommit=True) as conn:
-            await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    except psycopg.Error as exc:
+        await pg_databases.create_database(base, name)
+    except DatabaseError as exc:
         raise RuntimeError(
-            f"cannot create a test database on {conninfo.display(base)}: "
-            f"{conninfo.scrub(str(exc).strip(), base)} (set AWA_TEST_DATABASE_URL to a "
-            "server where this role may CREATE DATABASE)"
+            f"cannot create a test database on {conninfo.display(base)}: {exc} (set "
+            "AWA_TEST_DATABASE_URL to a server where this role may CREATE DATABASE)"
         ) from None
     _CREATED.add(name)
     url = make_conninfo(base, dbname=name)
@@ -64,10 +62,7 @@ async def drop_database(url: str) -> None:
     if name not in _CREATED:
         raise ValueError(f"refusing to drop {name!r}: not a database the test helpers created")
     admin = make_conninfo(url, dbname="postgres")
-    async with await psycopg.AsyncConnection.connect(admin, autocommit=True) as conn:
-        await conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
+    await pg_databases.drop_database(admin, name)
     _CREATED.discard(name)
 
 

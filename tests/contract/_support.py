@@ -7,6 +7,7 @@ from typing import Any
 
 from awa.domain.job import Claim, JobRecord, JobSpec, QueueCounts
 from awa.domain.states import JobState
+from awa.ports.storage import Rescued
 from tests.support.engines import EngineHandle
 
 QUEUE = "contract"
@@ -66,3 +67,11 @@ async def failed_job(handle: EngineHandle, **fields: Any) -> JobRecord:
 
 def state_of(job: JobRecord | None) -> JobState | None:
     return None if job is None else job.state
+
+
+def rescued_as(
+    claim: Claim, state: JobState, reason: str, dlq_reason: str | None = None
+) -> Rescued:
+    """What a rescue sweep reports for ``claim``'s attempt."""
+    job = claim.job
+    return Rescued(claim.lease, state, reason, dlq_reason, queue=job.queue, kind=job.kind)

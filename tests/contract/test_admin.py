@@ -47,6 +47,36 @@ async def test_counts_are_exact_per_state_including_zeros(engine: EngineHandle) 
     assert [c.queue for c in await engine.engine.queue_counts()] == sorted([QUEUE, "other"])
 
 
+async def test_queue_depths_count_live_jobs_only(engine: EngineHandle) -> None:
+    first = await enqueue(engine)
+    engine.clock.advance(5)
+    for _ in range(3):
+        await enqueue(engine)
+    await enqueue(engine, run_at=engine.clock.now() + SECOND)
+    done = await claim_one(engine)
+    assert done.job.id == first.id
+    await engine.engine.complete([done.lease])
+    await claim_one(engine)
+    await enqueue(engine, queue="other")
+    depths = {d.queue: d for d in await engine.engine.queue_depths()}
+    assert sorted(depths) == sorted([QUEUE, "other"])
+    mine = depths[QUEUE]
+    assert mine.counts == {
+        JobState.Available: 2,
+        JobState.Scheduled: 1,
+        JobState.Retryable: 0,
+        JobState.Running: 1,
+        JobState.WaitingExternal: 0,
+    }
+    assert mine.oldest_available_at == first.run_at + 5 * SECOND
+    assert depths["other"].count(JobState.Available) == 1
+    await engine.engine.claim(QUEUE, limit=10)
+    drained = {d.queue: d for d in await engine.engine.queue_depths()}.get(QUEUE)
+    assert drained is None or (
+        drained.count(JobState.Available) == 0 and drained.oldest_available_at is None
+    )
+
+
 async def test_completed_last_hour_and_lag(engine: EngineHandle) -> None:
     await enqueue(engine)
     claim = await claim_one(engine)

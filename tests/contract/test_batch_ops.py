@@ -13,7 +13,6 @@ import pytest
 
 from awa.adapters._pg import transition
 from awa.adapters.clock import ManualClock
-from awa.adapters.routing_engine import TransitionRoutingEngine
 from awa.domain.batch_ops import (
     DEFAULT_RETENTION,
     ORIGINAL_PRIORITY_KEY,
@@ -26,6 +25,7 @@ from awa.domain.batch_ops import (
     ItemResult,
 )
 from awa.domain.states import JobState
+from awa.entrypoints.routing import open_postgres_routing
 from awa.runtime.batch_runner import BatchRunner
 from tests.conftest import migrate_template
 from tests.contract._support import QUEUE, SECOND, claim_ids, claim_one, enqueue, fetch
@@ -52,7 +52,7 @@ async def _routing(name: str, url: str) -> AsyncIterator[EngineHandle]:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
             assert await transition.auto_finalize_if_fresh(conn)
     clock = ManualClock()
-    router = await TransitionRoutingEngine.open(url, clock=clock, backoff=CONTRACT_BACKOFF)
+    router = await open_postgres_routing(url, clock=clock, backoff=CONTRACT_BACKOFF)
     try:
         yield EngineHandle(name, router, clock, router, router.leader_lock)
     finally:

@@ -10,8 +10,16 @@ from awa.domain.callbacks import CallbackExpressions
 from awa.domain.errors import CallbackNotFound, ValidationError
 from awa.domain.job import Claim
 from awa.domain.states import JobState
-from awa.ports.storage import Ack, Rescued
-from tests.contract._support import QUEUE, SECOND, claim_one, enable_dlq, enqueue, fetch
+from awa.ports.storage import Ack
+from tests.contract._support import (
+    QUEUE,
+    SECOND,
+    claim_one,
+    enable_dlq,
+    enqueue,
+    fetch,
+    rescued_as,
+)
 from tests.support.engines import EngineHandle
 
 pytestmark = pytest.mark.anyio
@@ -153,7 +161,7 @@ async def test_callback_timeout_is_rescued_as_a_retry(engine: EngineHandle) -> N
     claim = await _waiting(engine, "cb-timeout")
     engine.clock.advance(TIMEOUT)
     rescued = await engine.engine.rescue_expired_callbacks()
-    assert rescued == [Rescued(claim.lease, JobState.Retryable, "callback timed out")]
+    assert rescued == [rescued_as(claim, JobState.Retryable, "callback timed out")]
     job = await fetch(engine, claim.job.id)
     assert job.state == JobState.Retryable and job.callback_id is None
     assert job.errors[-1]["error"] == "callback timed out"
@@ -181,9 +189,9 @@ async def test_exhausted_callback_timeout_fails_or_dlqs(engine: EngineHandle) ->
     await engine.engine.wait_for_callback(held.lease)
     engine.clock.advance(TIMEOUT + SECOND)
     rescued = await engine.engine.rescue_expired_callbacks()
-    assert [(r.lease, r.new_state) for r in rescued] == [
-        (plain.lease, JobState.Failed),
-        (held.lease, JobState.Failed),
+    assert rescued == [
+        rescued_as(plain, JobState.Failed, "callback timed out"),
+        rescued_as(held, JobState.Failed, "callback timed out", "callback_timeout"),
     ]
     assert (await fetch(engine, plain.job.id)).state == JobState.Failed
     entry = await engine.engine.get_dlq(held.job.id)

@@ -19,9 +19,9 @@ import pytest
 
 from awa.adapters._pg.migrations import migrate
 from awa.adapters.clock import ManualClock
-from awa.adapters.routing_engine import TransitionRoutingEngine
 from awa.domain.cron import CronSchedule, MissedFirePolicy
 from awa.domain.states import JobState
+from awa.entrypoints.routing import open_postgres_routing
 from awa.ports.cron import CronStore
 from awa.ports.storage import JobFilter, StorageEngine
 from tests.conftest import migrate_template
@@ -60,7 +60,7 @@ def _route_to_queue_storage(url: str) -> None:
 @asynccontextmanager
 async def _routing(clock: ManualClock, url: str) -> AsyncIterator[Any]:
     await migrate(url)
-    engine = await TransitionRoutingEngine.open(
+    engine = await open_postgres_routing(
         url, clock=clock, backoff=CONTRACT_BACKOFF, refresh_interval=0.0
     )
     try:

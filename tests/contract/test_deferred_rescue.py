@@ -7,8 +7,16 @@ from datetime import timedelta
 import pytest
 
 from awa.domain.states import JobState
-from awa.ports.storage import Ack, Rescued
-from tests.contract._support import QUEUE, SECOND, claim_one, enable_dlq, enqueue, fetch
+from awa.ports.storage import Ack
+from tests.contract._support import (
+    QUEUE,
+    SECOND,
+    claim_one,
+    enable_dlq,
+    enqueue,
+    fetch,
+    rescued_as,
+)
 from tests.support.engines import EngineHandle
 
 pytestmark = pytest.mark.anyio
@@ -72,7 +80,7 @@ async def test_stale_heartbeat_is_rescued_as_a_retry(engine: EngineHandle) -> No
     engine.clock.advance(1)
     now = engine.clock.now()
     rescued = await engine.engine.rescue_stale_heartbeats(staleness=STALENESS)
-    assert rescued == [Rescued(claim.lease, JobState.Retryable, "heartbeat stale")]
+    assert rescued == [rescued_as(claim, JobState.Retryable, "heartbeat stale")]
     after = await fetch(engine, job.id)
     assert after.state == JobState.Retryable and after.run_at == now + 2 * SECOND
     assert [entry["error"] for entry in after.errors] == ["heartbeat stale"]
@@ -84,7 +92,7 @@ async def test_exhausted_stale_heartbeat_fails(engine: EngineHandle) -> None:
     claim = await claim_one(engine)
     engine.clock.advance(STALENESS + SECOND)
     rescued = await engine.engine.rescue_stale_heartbeats(staleness=STALENESS)
-    assert rescued == [Rescued(claim.lease, JobState.Failed, "heartbeat stale")]
+    assert rescued == [rescued_as(claim, JobState.Failed, "heartbeat stale")]
     failed = await fetch(engine, job.id)
     assert failed.state == JobState.Failed and failed.finalized_at == engine.clock.now()
 
@@ -96,6 +104,7 @@ async def test_exhausted_rescue_goes_to_dlq_when_enabled(engine: EngineHandle) -
     engine.clock.advance(STALENESS + SECOND)
     (rescued,) = await engine.engine.rescue_stale_heartbeats(staleness=STALENESS)
     assert rescued.new_state == JobState.Failed
+    assert rescued.dlq_reason == "max_attempts_exhausted"
     assert await engine.engine.get_job(job.id) is None
     entry = await engine.engine.get_dlq(job.id)
     assert entry is not None and entry.reason == "max_attempts_exhausted"
@@ -117,7 +126,7 @@ async def test_expired_deadline_is_rescued(engine: EngineHandle) -> None:
     assert await engine.engine.rescue_expired_deadlines() == []
     engine.clock.advance(1)
     rescued = await engine.engine.rescue_expired_deadlines()
-    assert rescued == [Rescued(claim.lease, JobState.Retryable, "deadline exceeded")]
+    assert rescued == [rescued_as(claim, JobState.Retryable, "deadline exceeded")]
     after = await fetch(engine, job.id)
     assert after.errors[-1]["error"] == "deadline exceeded"
     assert await engine.engine.complete([claim.lease]) == [Ack.STALE]
@@ -136,5 +145,5 @@ async def test_exhausted_deadline_rescue_fails(engine: EngineHandle) -> None:
     claim = await claim_one(engine, deadline=SECOND)
     engine.clock.advance(2)
     rescued = await engine.engine.rescue_expired_deadlines()
-    assert rescued == [Rescued(claim.lease, JobState.Failed, "deadline exceeded")]
+    assert rescued == [rescued_as(claim, JobState.Failed, "deadline exceeded")]
     assert (await fetch(engine, job.id)).state == JobState.Failed

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from awa.domain.job import error_entry
+from awa.domain.lifecycle import error_entry
 from awa.domain.states import JobState
 from awa.ports.storage import Ack
 from tests.contract._support import QUEUE, SECOND, claim_one, enqueue, fetch

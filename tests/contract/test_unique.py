@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from awa.domain.errors import UniqueConflict
 from awa.domain.states import JobState, states_to_mask
+from awa.ports.storage import Ack
 from tests.contract._support import QUEUE, claim_one, enqueue, fetch
 from tests.contract._support import spec as make_spec
 from tests.support.engines import EngineHandle
@@ -119,3 +122,24 @@ async def test_cancel_by_unique_key(engine: EngineHandle) -> None:
     # The completed holder is terminal: nothing to cancel.
     assert await engine.engine.cancel_by_unique_key(KEY) is None
     assert (await fetch(engine, replacement.id)).state == JobState.Completed
+
+
+async def test_parking_on_a_callback_follows_the_mask(engine: EngineHandle) -> None:
+    """``waiting_external`` is outside the default mask: a parked job gives its key up,
+    completes without a conflict, and a key taken meanwhile refuses its resumption."""
+    first = await enqueue(engine, unique_key=KEY)
+    claim = await claim_one(engine)
+    timeout = timedelta(seconds=60)
+    await engine.engine.register_callback(claim.lease, callback_id="cb-u", timeout=timeout)
+    await engine.engine.wait_for_callback(claim.lease)
+    assert await engine.engine.complete([claim.lease]) == [Ack.APPLIED]
+    assert (await fetch(engine, first.id)).state == JobState.Completed
+
+    await engine.engine.enqueue_many([make_spec(unique_key=OTHER)])
+    other = await claim_one(engine)
+    await engine.engine.register_callback(other.lease, callback_id="cb-o", timeout=timeout)
+    await engine.engine.wait_for_callback(other.lease)
+    taken = await enqueue(engine, unique_key=OTHER)
+    with pytest.raises(UniqueConflict):
+        await engine.engine.resolve_callback("cb-o", action="resume", payload={})
+    assert (await fetch(engine, taken.id)).state == JobState.Available

@@ -99,6 +99,10 @@ def test_migrate_sql_prints_without_a_database() -> None:
     for version, description, _ in bootstrap.migrations():
         assert f"-- Migration V{version}: {description}" in result.stdout
     assert "CREATE TABLE awa.schema_version" in result.stdout
+    # then the schema files, which migrate applies after the stream
+    last = result.stdout.index(f"-- Migration V{bootstrap.current_migration_version()}:")
+    for path, sql in bootstrap.schema_files():
+        assert result.stdout.index(f"-- Schema file {path}\n{sql.rstrip()}") > last
 
 
 def test_migrate_sql_selects_ranges_and_single_versions() -> None:
@@ -125,6 +129,7 @@ def test_migrate_applies_then_pending_prints_nothing(database_url: str) -> None:
     before = invoke("--database-url", database_url, "migrate", "--pending")
     assert before.exit_code == 0, before.stderr
     assert "-- Migration V1:" in before.stdout
+    assert "-- Schema file schema/views/awa.jobs.sql" in before.stdout
     assert schema_version(database_url) == 0
 
     applied = invoke("--database-url", database_url, "migrate")

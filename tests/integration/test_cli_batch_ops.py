@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 import awa
-from awa.adapters.routing_engine import TransitionRoutingEngine
 from awa.entrypoints.cli import cli
+from awa.entrypoints.routing import open_postgres_routing
 from awa.runtime.batch_runner import BatchRunner
 
 pytestmark = pytest.mark.postgres
@@ -32,7 +32,7 @@ def awa_cli(url: str, *args: str) -> Result:
 
 def _run_operations(url: str) -> None:
     async def go() -> None:
-        engine = await TransitionRoutingEngine.open(url)
+        engine = await open_postgres_routing(url)
         try:
             runner = BatchRunner(engine, runner_id="cli-test")
             while await runner.step():

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from psycopg import sql
 
 import awa
 from awa import AsyncClient, Job, JobState
@@ -52,6 +53,25 @@ def test_sql_insert_into_a_long_queue(migrated_database_url: str) -> None:
             "SELECT id, queue FROM awa.insert_job_compat('tick', %s)", (LONG,)
         ).fetchone()
     assert row is not None and row[1] == LONG
+
+
+def test_an_edit_through_the_jobs_view_wakes_a_long_queue(migrated_database_url: str) -> None:
+    """A queue-storage job made ready by an edit through awa.jobs wakes its queue on the
+    queue's cut channel name (awa.queue_storage_edit)."""
+    with psycopg.connect(migrated_database_url, autocommit=True) as conn:
+        conn.execute("SELECT awa.storage_auto_finalize_if_fresh()")
+        row = conn.execute(
+            "SELECT id FROM awa.insert_job_compat('tick', %s, p_run_at => now() + interval '1h')",
+            (LONG,),
+        ).fetchone()
+        assert row is not None
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(queue_channel(LONG))))
+        conn.execute("UPDATE awa.jobs SET state = 'available' WHERE id = %s", (row[0],))
+        state = conn.execute(
+            "SELECT state::text, awa.job_plane(id) FROM awa.jobs WHERE id = %s", (row[0],)
+        ).fetchone()
+        assert state == ("available", "awa")
+        assert [n.channel for n in conn.notifies(timeout=5, stop_after=1)] == [queue_channel(LONG)]
 
 
 @pytest.fixture

@@ -2,8 +2,10 @@
 
 The drift test compares a catalog dump of a freshly migrated database (tables, columns,
 types, defaults, constraints, indexes, views, functions with argument lists, triggers,
-enum labels, sequences, plus a checksum of every migration file) with the committed
-``schema_snapshot.txt``. After adding a migration on purpose, regenerate it with::
+enum labels, sequences, plus a checksum of every migration file and of every schema file)
+with the committed ``schema_snapshot.txt``. Prune's stand-ins (``<table>_<slot>_spare``)
+are left out: each has its partition's shape, which ``test_schema_objects`` checks. After
+changing the schema on purpose, regenerate it with::
 
     AWA_UPDATE_SCHEMA_SNAPSHOT=1 .venv/bin/pytest tests/integration/test_migrations.py -k drift
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
 from pathlib import Path
 
 import psycopg
@@ -25,8 +28,10 @@ from awa.adapters._pg.migrations import (
     migrations,
     migrations_range,
 )
+from awa.adapters._pg.schema_objects import schema_objects
 from awa.adapters.postgres_canonical import CanonicalEngine
 from awa.domain.errors import SchemaNotMigrated
+from tests.support.schema_history import LAST_VERSION_BEFORE_SCHEMA_FILES
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -50,19 +55,20 @@ _CATALOG_QUERIES: list[tuple[str, str]] = [
            JOIN pg_namespace n ON n.oid = c.relnamespace
            LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
            WHERE n.nspname = 'awa' AND c.relkind IN ('r', 'v', 'p', 'm', 'f')
-             AND a.attnum > 0 AND NOT a.attisdropped
+             AND a.attnum > 0 AND NOT a.attisdropped AND c.relname !~ '_spare$'
            ORDER BY c.relname, a.attnum""",
     ),
     (
         "constraint",
         """SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid)
            FROM pg_constraint WHERE connamespace = 'awa'::regnamespace
+             AND conrelid::regclass::text !~ '_spare$'
            ORDER BY 1, 2""",
     ),
     (
         "index",
         """SELECT tablename, indexname, indexdef FROM pg_indexes
-           WHERE schemaname = 'awa' ORDER BY 1, 2""",
+           WHERE schemaname = 'awa' AND tablename !~ '_spare$' ORDER BY 1, 2""",
     ),
     # A view's deparsed definition differs between Postgres major versions, so only its
     # name is recorded here; its columns are in "column" and its text in the file checksums.
@@ -95,11 +101,12 @@ _CATALOG_QUERIES: list[tuple[str, str]] = [
 
 
 def render_catalog(url: str) -> str:
-    """A stable text dump of the ``awa`` schema's catalog plus migration checksums."""
+    """A stable text dump of the ``awa`` schema's catalog plus file checksums."""
     lines = [
         f"migration|{version}|{description}|{hashlib.sha256(sql.encode()).hexdigest()}"
         for version, description, sql in migrations()
     ]
+    lines += [f"schema_file|{obj.path}|{obj.sha256}" for obj in schema_objects()]
     with psycopg.connect(url, autocommit=True) as conn:
         for label, query in _CATALOG_QUERIES:
             for row in conn.execute(query.encode()).fetchall():
@@ -172,6 +179,18 @@ def test_migrations_are_ordered_and_ranges_are_half_open() -> None:
     assert migrations_range(0, versions[-1]) == all_migrations
     canonical = [v for v in versions if v < QUEUE_STORAGE_FIRST_VERSION]
     assert canonical == list(range(1, len(canonical) + 1))
+
+
+def test_migrations_after_the_schema_files_define_no_function_or_view() -> None:
+    """Functions and views have their one definition in a schema file (ADR 0012); a
+    migration newer than those released before the files changes tables and data only."""
+    defining = [
+        version
+        for version, _, sql in migrations()
+        if version > LAST_VERSION_BEFORE_SCHEMA_FILES
+        and re.search(r"\bCREATE\s+(OR\s+REPLACE\s+)?(FUNCTION|PROCEDURE|VIEW)\b", sql, re.I)
+    ]
+    assert defining == []
 
 
 async def test_no_schema_drift_from_the_committed_snapshot(database_url: str) -> None:

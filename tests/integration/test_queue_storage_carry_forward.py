@@ -215,7 +215,8 @@ async def test_prune_carries_what_it_read_or_nothing(
     for _ in range(SLOTS - 1):
         await engine.enqueue_many([JobSpec(kind="filler", queue="filler")])
         assert await engine.rotate_queue_ring() == "rotated"
-    original = engine._carry_live_rows
+    carry = engine._parts.carry
+    original = carry.live_rows
     # opened first: opening installs, which waits for the prune transaction's locks
     other = await QueueStorageEngine.open(
         database_url, clock=SystemClock(), backoff=Backoff(), schema=SCHEMA
@@ -229,12 +230,12 @@ async def test_prune_carries_what_it_read_or_nothing(
         assert await other.complete([claim.lease]) == [Ack.APPLIED]
         return carried
 
-    engine._carry_live_rows = complete_meanwhile  # type: ignore[method-assign]
+    carry.live_rows = complete_meanwhile  # type: ignore[method-assign]
     try:
         with anyio.fail_after(20):
             assert await engine.prune_oldest() == "blocked"
     finally:
-        del engine._carry_live_rows
+        del carry.live_rows
         await other.close()
     counters, recount = _recount(database_url)
     assert counters == recount

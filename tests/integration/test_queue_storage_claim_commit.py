@@ -54,7 +54,7 @@ def _modes(database_url: str) -> list[str]:
 
 async def _session_modes(engine: QueueStorageEngine) -> set[str]:
     modes = set()
-    for conn in engine._kept["claim"].idle:
+    for conn in engine._parts.connections.kept["claim"].idle:
         cur = await conn.execute("SHOW synchronous_commit")
         row = await cur.fetchone()
         assert row is not None
@@ -92,6 +92,6 @@ async def test_the_sorted_claim_commits_without_waiting_for_the_flush(
         await behind.close()
     claims = await engine.claim(QUEUE, limit=2)
     assert len(claims) == 2
-    assert QUEUE in engine._sorting
+    assert QUEUE in engine._parts.claims._sorting
     assert _modes(database_url) == ["off"] * 2
     assert await _session_modes(engine) == {"on"}

@@ -11,7 +11,7 @@ import pytest
 
 from awa.adapters.clock import ManualClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
-from awa.adapters.postgres_queue_storage.core import _COPY_PIECE
+from awa.adapters.postgres_queue_storage.copy import _COPY_PIECE
 from awa.domain.errors import UniqueConflict
 from awa.domain.job import JobSpec
 from awa.domain.states import JobState

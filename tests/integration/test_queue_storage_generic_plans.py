@@ -46,7 +46,7 @@ async def test_completion_uses_its_generic_plan_and_leaves_the_session_as_it_was
         [claim] = await engine.claim(QUEUE, limit=1)
         assert await engine.complete([claim.lease]) == [Ack.APPLIED]
     assert await completion_plans(engine) == {"generic_plans": 12, "custom_plans": 0}
-    [conn] = engine._kept["complete"].idle
+    [conn] = engine._parts.connections.kept["complete"].idle
     cur = await conn.execute("SELECT current_setting('plan_cache_mode') AS mode")
     [setting] = await cur.fetchall()
     assert setting["mode"] == "auto"

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
-from awa.adapters.postgres_queue_storage._base import KEPT_CONNECTIONS
+from awa.adapters.postgres_queue_storage.connections import KEPT_CONNECTIONS
 from awa.domain.errors import DatabaseError
 from awa.domain.job import JobSpec
 from awa.ports.storage import Ack
@@ -30,7 +30,7 @@ async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
 
 
 def _kept_pids(engine: QueueStorageEngine, purpose: str) -> list[int]:
-    return [conn.info.backend_pid for conn in engine._kept[purpose].idle]
+    return [conn.info.backend_pid for conn in engine._parts.connections.kept[purpose].idle]
 
 
 def _live(database_url: str, pids: list[int]) -> set[int]:
@@ -48,7 +48,10 @@ async def test_calls_in_sequence_share_one_kept_backend_each(
     for _ in range(8):
         [claim] = await engine.claim(QUEUE, limit=1)
         assert await engine.complete([claim.lease]) == [Ack.APPLIED]
-    assert engine._kept["claim"].open == 1 and engine._kept["complete"].open == 1
+    assert (
+        engine._parts.connections.kept["claim"].open == 1
+        and engine._parts.connections.kept["complete"].open == 1
+    )
     [claimer] = _kept_pids(engine, "claim")
     [completer] = _kept_pids(engine, "complete")
     assert claimer != completer
@@ -67,8 +70,11 @@ async def test_claims_at_once_beyond_the_kept_ones_take_pooled_connections(
         ids.append(claim.job.id)
     assert len(set(ids)) == count
     assert await engine.claim(QUEUE, limit=1) == []
-    assert engine._kept["claim"].open <= KEPT_CONNECTIONS
-    assert len(engine._kept["claim"].idle) == engine._kept["claim"].open
+    assert engine._parts.connections.kept["claim"].open <= KEPT_CONNECTIONS
+    assert (
+        len(engine._parts.connections.kept["claim"].idle)
+        == engine._parts.connections.kept["claim"].open
+    )
 
 
 async def test_a_broken_kept_connection_is_replaced(
@@ -81,7 +87,7 @@ async def test_a_broken_kept_connection_is_replaced(
         admin.execute("SELECT pg_terminate_backend(%s)", [pid])
     with pytest.raises(DatabaseError):
         await engine.claim(QUEUE, limit=1)
-    assert engine._kept["claim"].open == 0
+    assert engine._parts.connections.kept["claim"].open == 0
     [claim] = await engine.claim(QUEUE, limit=1)
     assert await engine.complete([claim.lease]) == [Ack.APPLIED]
     assert _kept_pids(engine, "claim") != [pid]
@@ -107,10 +113,16 @@ async def test_warm_up_opens_and_prepares_the_kept_connections(
     engine: QueueStorageEngine,
 ) -> None:
     await engine.warm_up([QUEUE])
-    assert engine._kept["claim"].open == 1 and engine._kept["complete"].open == 1
+    assert (
+        engine._parts.connections.kept["claim"].open == 1
+        and engine._parts.connections.kept["complete"].open == 1
+    )
     assert await completion_plans(engine) == {"generic_plans": 1, "custom_plans": 0}
     # Nothing was claimed or written: the queue is as it was.
     await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
     [claim] = await engine.claim(QUEUE, limit=1)
     assert await engine.complete([claim.lease]) == [Ack.APPLIED]
-    assert engine._kept["claim"].open == 1 and engine._kept["complete"].open == 1
+    assert (
+        engine._parts.connections.kept["claim"].open == 1
+        and engine._parts.connections.kept["complete"].open == 1
+    )

@@ -19,13 +19,14 @@ from psycopg.rows import dict_row
 from awa.adapters._pg import transition
 from awa.adapters.clock import ManualClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
-from awa.adapters.postgres_queue_storage._base import SPARE_LANES, PgUnitOfWork
-from awa.adapters.postgres_queue_storage.core import RouteChanged
-from awa.adapters.routing_engine import TransitionRoutingEngine
+from awa.adapters.postgres_queue_storage.connections import PgUnitOfWork
+from awa.adapters.postgres_queue_storage.statements import SPARE_LANES
 from awa.domain.errors import DatabaseError
 from awa.domain.job import JobSpec
 from awa.domain.routing import shard_for_key
 from awa.domain.states import JobState
+from awa.entrypoints.routing import open_postgres_routing
+from awa.ports.producers import RouteChanged
 from awa.ports.storage import UnitOfWork
 from tests.support.engines import CONTRACT_BACKOFF
 
@@ -287,7 +288,7 @@ async def test_the_router_inserts_through_the_remembered_route(
 ) -> None:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         assert await transition.auto_finalize_if_fresh(conn)
-    router = await TransitionRoutingEngine.open(database_url)
+    router = await open_postgres_routing(database_url)
     try:
         first = await router.enqueue_many([JobSpec(kind="a", queue=QUEUE)])
         rest = await router.enqueue_many([JobSpec(kind="b", queue=QUEUE) for _ in range(3)])
@@ -311,8 +312,8 @@ async def test_wake_ups_after_commit_reach_listeners_and_leave_the_session_alone
         try:
             async with engine._pool.connection() as conn:
                 before = await (await conn.execute("SHOW synchronous_commit")).fetchone()
-            engine._wake_after_commit({"awa:wake_a", "awa:wake_b"})
-            await engine._drain_wakes()
+            engine._parts.wakes.after_commit({"awa:wake_a", "awa:wake_b"})
+            await engine._parts.wakes.drain()
             heard: set[str] = set()
             async with asyncio.timeout(10):
                 async for note in listener.notifies():
@@ -458,7 +459,7 @@ async def test_an_insert_batch_that_fails_fails_every_insert_in_it(
             ),
             return_exceptions=True,
         )
-        assert elsewhere._batch == []
+        assert elsewhere._parts.group.pending == []
     finally:
         await elsewhere.close()
     assert all(isinstance(result, RouteChanged) for result in results), results
@@ -475,7 +476,7 @@ async def test_an_insert_cancelled_before_its_batch_went_out_is_not_written(
         for kind in ("direct", "batched", "given-up")
     ]
     await asyncio.sleep(0)  # the first is in flight, the other two wait for the batch
-    assert [spec.kind for spec, _ in engine._batch] == ["batched", "given-up"]
+    assert [spec.kind for spec, _ in engine._parts.group.pending] == ["batched", "given-up"]
     tasks[2].cancel()
     (direct,), (batched,) = await asyncio.gather(*tasks[:2])
     with pytest.raises(asyncio.CancelledError):

@@ -3,6 +3,7 @@ behind its lock request, and stays exact when jobs of the slot change while it w
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -10,10 +11,13 @@ import anyio
 import psycopg
 import pytest
 
+from awa.adapters._pg.pool import open_pool
+from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
-from awa.adapters.postgres_queue_storage import ring as ring_module
-from awa.adapters.postgres_queue_storage._base import PRUNE_GATE
+from awa.adapters.postgres_queue_storage import swap as swap_module
+from awa.adapters.postgres_queue_storage.snapshots import PRUNE_GATE
 from awa.domain.job import JobRecord, JobSpec
+from awa.domain.policies import Backoff
 from awa.domain.states import JobState
 from awa.ports.storage import Ack
 from tests.support.queue_storage import installed_engine
@@ -47,7 +51,7 @@ def _slot_rows(database_url: str, slot: int) -> int:
         row = conn.execute(
             "SELECT "
             + " + ".join(
-                f"(SELECT count(*) FROM {SCHEMA}.{t}_{slot})" for t in ring_module.RING_TABLES
+                f"(SELECT count(*) FROM {SCHEMA}.{t}_{slot})" for t in swap_module.RING_TABLES
             )
         ).fetchone()
     assert row is not None
@@ -73,11 +77,11 @@ async def test_prune_waits_for_an_operator_change_under_way(
 async def test_change_read_before_a_prune_is_re_read(engine: QueueStorageEngine) -> None:
     """A job read before prune dropped it is not written back: the change finds it gone."""
     job = await _completed_job_in_next_slot(engine)
-    async with engine._tx() as conn:
-        old = (await engine._resolve(conn, [job.id]))[job.id]
+    async with engine._parts.connections.tx() as conn:
+        old = (await engine._parts.facts.resolve(conn, [job.id]))[job.id]
     assert await engine.prune_oldest() == "pruned"
-    async with engine._tx() as conn:
-        assert not await engine._supersede(conn, old, engine._clock.now())
+    async with engine._parts.connections.tx() as conn:
+        assert not await engine._parts.facts.supersede(conn, old, engine._clock.now())
     assert await engine.retry_job(job.id) is None
     assert await engine.get_job(job.id) is None
 
@@ -90,12 +94,12 @@ async def test_change_of_a_carried_failed_job_still_applies(engine: QueueStorage
     for _ in range(2):
         await engine.enqueue_many([JobSpec(kind="filler", queue="other")])
         assert await engine.rotate_queue_ring() == "rotated"
-    async with engine._tx() as conn:
-        old = (await engine._resolve(conn, [job.id]))[job.id]
+    async with engine._parts.connections.tx() as conn:
+        old = (await engine._parts.facts.resolve(conn, [job.id]))[job.id]
     assert await engine.prune_oldest() == "pruned"
     # Carried forward unchanged: the change read before the prune may go ahead.
-    async with engine._tx() as conn:
-        assert await engine._supersede(conn, old, engine._clock.now())
+    async with engine._parts.connections.tx() as conn:
+        assert await engine._parts.facts.supersede(conn, old, engine._clock.now())
     retried = await engine.retry_job(job.id)
     assert retried is not None and retried.state == JobState.Available
 
@@ -119,7 +123,7 @@ async def test_rows_arriving_while_prune_reads_block_it(
     """Prune reads the slot's jobs before it locks the slot; a row committed into the slot
     in between makes it give up (and truncate nothing) rather than act on a stale read."""
     job = await _completed_job_in_next_slot(engine)
-    read = engine._head_states_in_slot
+    read = engine._parts.queue_ring.head_states_in_slot
 
     async def read_then_write(conn: object, slot: int, **kwargs: object) -> object:
         heads = await read(conn, slot, **kwargs)  # type: ignore[arg-type]
@@ -127,7 +131,7 @@ async def test_rows_arriving_while_prune_reads_block_it(
             writer.execute(ARRIVALS[table], {"slot": slot, "job": job.id + 10_000})
         return heads
 
-    monkeypatch.setattr(engine, "_head_states_in_slot", read_then_write)
+    monkeypatch.setattr(engine._parts.queue_ring, "head_states_in_slot", read_then_write)
     before = _slot_rows(database_url, 0)
     assert await engine.prune_oldest() == "blocked"
     assert _slot_rows(database_url, 0) == before + 1
@@ -143,8 +147,8 @@ async def test_prune_lock_request_does_not_hold_up_readers(
     """While a transaction keeps the slot in use, prune retries with NOWAIT instead of
     queueing, so a reader arriving meanwhile (a claim reads every slot) gets its lock at
     once; prune finishes once the slot is free."""
-    monkeypatch.setattr(ring_module, "PRUNE_NOWAIT_TRIES", 1000)
-    monkeypatch.setattr(ring_module, "PRUNE_NOWAIT_PAUSE", 0.01)
+    monkeypatch.setattr(swap_module, "PRUNE_NOWAIT_TRIES", 1000)
+    monkeypatch.setattr(swap_module, "PRUNE_NOWAIT_PAUSE", 0.01)
     job = await _completed_job_in_next_slot(engine)
     async with await psycopg.AsyncConnection.connect(database_url) as holder:
         await holder.execute(f"SELECT count(*) FROM {SCHEMA}.done_entries_0")  # opens a tx
@@ -173,7 +177,7 @@ def _partition_shape(database_url: str, slot: int) -> dict[str, tuple[int, str, 
     to the parent's indexes."""
     shape = {}
     with psycopg.connect(database_url) as conn:
-        for table in ring_module.RING_TABLES:
+        for table in swap_module.RING_TABLES:
             row = conn.execute(
                 "SELECT c.oid::bigint, pg_get_expr(c.relpartbound, c.oid), "
                 "  (SELECT count(*) FROM pg_index i JOIN pg_inherits h ON h.inhrelid = i.indexrelid"
@@ -219,7 +223,7 @@ async def test_prune_swaps_the_slot_partitions_with_their_empty_stand_ins(
     assert await engine.prune_oldest() == "pruned"
     after = _partition_shape(database_url, 0)
     swapped = {"ready_entries", "claims", "closures"}  # a completed job's facts
-    for table in ring_module.RING_TABLES:
+    for table in swap_module.RING_TABLES:
         old_oid, old_bound, old_indexes = before[table]
         new_oid, new_bound, new_indexes = after[table]
         assert (new_oid != old_oid) == (table in swapped), table
@@ -267,50 +271,110 @@ async def test_laps_of_the_ring_create_no_relations(
     await lap()
     again = {name: oid for name, (oid, _, _) in _relations(database_url).items()}
     assert set(again.values()) == set(first.values())
-    assert sum(name.endswith("_spare") for name in again) == len(ring_module.RING_TABLES) * 4
+    # one stand-in per partition of the queue ring (4 slots) and of the lease ring (8)
+    assert sum(name.endswith("_spare") for name in again) == len(swap_module.RING_TABLES) * 4 + 8
 
 
-async def test_upgrading_the_ring_drops_prebuilt_spares(
+async def test_the_install_builds_every_stand_in_and_prune_creates_none(
     engine: QueueStorageEngine, database_url: str
 ) -> None:
-    """Stand-ins built before a change of the ring tables would carry the old shape: the
-    upgrade drops them and prune builds fresh ones."""
+    """Every partition of both rings has its empty stand-in, with the partition's shape,
+    as soon as the schema is installed; prune only swaps them, and an install run again
+    leaves them as they are."""
+    spares = _relations(database_url, "%%\\_spare")
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            "SELECT c.relname, awa.queue_storage_relation_shape(c.oid) "
+            "  = awa.queue_storage_relation_shape(to_regclass(format('%%s.%%I', %s::text, "
+            "      c.relname || '_spare'))) "
+            "FROM pg_class c WHERE c.relnamespace = %s::regnamespace AND c.relispartition "
+            "  AND c.relkind = 'r'",
+            (SCHEMA, SCHEMA),
+        ).fetchall()
+    assert len(rows) == len(spares) == len(swap_module.RING_TABLES) * 4 + 8
+    assert all(same for _, same in rows), [name for name, same in rows if not same]
     await _completed_job_in_next_slot(engine)
-    await engine._prepare_spares(0)
+    assert await engine.prune_oldest() == "pruned"
+    after = _relations(database_url, "%%\\_spare")
+    assert set(after) == set(spares)  # swapped, none created
     with psycopg.connect(database_url, autocommit=True) as conn:
-
-        def spares() -> int:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_class WHERE relnamespace = %s::regnamespace "
-                "AND relname LIKE '%%\\_spare'",
-                (SCHEMA,),
-            ).fetchone()
-            assert row is not None
-            return int(row[0])
-
-        assert spares() == len(ring_module.RING_TABLES)
-        conn.execute("SELECT awa.queue_storage_upgrade_lean_claims(%s)", (SCHEMA,))
-        assert spares() == 0
-    assert await engine.prune_oldest() == "pruned"
+        conn.execute("SELECT awa.install_queue_storage(%s, 4, 8, false)", (SCHEMA,))
+    assert {name: oid for name, (oid, _, _) in _relations(database_url, "%%\\_spare").items()} == {
+        name: oid for name, (oid, _, _) in after.items()
+    }
 
 
-async def test_where_partitions_may_not_be_swapped_prune_truncates(
-    engine: QueueStorageEngine, database_url: str, monkeypatch: pytest.MonkeyPatch
+async def test_the_install_rebuilds_a_stand_in_of_another_shape(
+    engine: QueueStorageEngine, database_url: str
 ) -> None:
-    """A role that may not create or attach partitions (no CREATE on the schema) still
-    prunes: by TRUNCATE under the lock, as before the swap existed."""
-    job = await _completed_job_in_next_slot(engine)
-
-    async def refused(slot: int, tables: tuple[str, ...]) -> None:
-        raise psycopg.errors.InsufficientPrivilege("permission denied for schema")
-
-    monkeypatch.setattr(engine, "_build_spares", refused)
-    before = _partition_shape(database_url, 0)
+    """A stand-in that no longer has its partition's shape (one built before a change of
+    the ring tables) is built again by the install; the others stay, and prune swaps the
+    new one in."""
+    before = _relations(database_url, "%%\\_spare")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f"CREATE INDEX stale_idx ON {SCHEMA}.claims_0_spare (attempted_at)")
+        conn.execute("SELECT awa.install_queue_storage(%s, 4, 8, false)", (SCHEMA,))
+    after = _relations(database_url, "%%\\_spare")
+    assert "stale_idx" not in _relations(database_url, "stale%%")
+    assert after["claims_0_spare"][0] != before["claims_0_spare"][0]
+    assert {n: v[0] for n, v in after.items() if n != "claims_0_spare"} == {
+        n: v[0] for n, v in before.items() if n != "claims_0_spare"
+    }
+    await _completed_job_in_next_slot(engine)
     assert await engine.prune_oldest() == "pruned"
-    assert engine._swap_denied
+    assert _relations(database_url, "claims\\_0")["claims_0"][0] == after["claims_0_spare"][0]
+
+
+async def test_without_its_stand_ins_a_slot_is_truncated(
+    engine: QueueStorageEngine, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A schema last installed by a release that built no stand-ins ahead still prunes:
+    by TRUNCATE under the lock, with a warning that `awa migrate` builds them."""
+    job = await _completed_job_in_next_slot(engine)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE {SCHEMA}.ready_entries_0_spare")
+    before = _partition_shape(database_url, 0)
+    with caplog.at_level("WARNING", logger="awa.adapters.postgres_queue_storage"):
+        assert await engine.prune_oldest() == "pruned"
+    assert "awa migrate" in caplog.text
     assert _partition_shape(database_url, 0) == before  # truncated in place
     assert _slot_rows(database_url, 0) == 0
     assert await engine.get_job(job.id) is None
+    assert not engine._parts.swap.denied
+
+
+async def test_where_partitions_may_not_be_swapped_prune_truncates(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    """A role that may write the ring but not detach or attach its partitions (it does not
+    own them) still prunes: by TRUNCATE under the lock, as before the swap existed."""
+    job = await _completed_job_in_next_slot(engine)
+    role = f"awa_prune_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"GRANT USAGE ON SCHEMA awa, {SCHEMA} TO {role}")
+        conn.execute(
+            f"GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE "
+            f"ON ALL TABLES IN SCHEMA awa, {SCHEMA} TO {role}"
+        )
+        conn.execute(
+            f"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA awa, {SCHEMA} TO {role}"
+        )
+    url = psycopg.conninfo.make_conninfo(database_url, user=role)
+    pool = await open_pool(url, max_connections=2)
+    limited = QueueStorageEngine(pool, url, clock=SystemClock(), backoff=Backoff(), schema=SCHEMA)
+    try:
+        before = _partition_shape(database_url, 0)
+        assert await limited.prune_oldest() == "pruned"
+        assert limited._parts.swap.denied
+        assert _partition_shape(database_url, 0) == before  # truncated in place
+        assert _slot_rows(database_url, 0) == 0
+        assert await engine.get_job(job.id) is None
+    finally:
+        await limited.close()
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
 
 
 async def test_prune_resolves_the_slot_jobs_exactly_as_the_jobs_view(
@@ -339,9 +403,12 @@ async def test_prune_resolves_the_slot_jobs_exactly_as_the_jobs_view(
     assert await engine.retry_job(jobs[5].id) is not None
     assert await engine.move_failed_to_dlq(jobs[6].id, reason="dead") is not None
 
-    async with engine._tx() as conn:
-        lean = await engine._head_states_in_slot(conn, 0)
-        cur = await conn.execute(engine._heads_sql(ring_module._HEAD_STATE_COLUMNS), {"slot": 0})
+    async with engine._parts.connections.tx() as conn:
+        lean = await engine._parts.queue_ring.head_states_in_slot(conn, 0)
+        ids = [job.id for job in jobs] + [waiting.id]
+        cur = await conn.execute(
+            engine._parts.statements["head_states_in_slot"], {"slot": 0, "ids": ids}
+        )
         viewed = list(await cur.fetchall())
     assert lean == viewed
     states = {row["id"]: row["state"] for row in lean}
@@ -357,8 +424,7 @@ async def test_a_stand_in_left_with_rows_is_emptied_and_prune_goes_on(
     swapped it out and lost the lead before emptying it) is never swapped in; the refused
     swap makes the next turn empty it, and prune goes on."""
     job = await _completed_job_in_next_slot(engine)
-    await engine._prepare_spares(0)
-    await engine._clear_spares(ring_module.RING_TABLES)  # nothing to empty: all clean
+    await engine._parts.swap.clear(swap_module.RING_TABLES)  # nothing to empty: all clean
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(f"INSERT INTO {SCHEMA}.closures_0_spare SELECT * FROM {SCHEMA}.closures_0")
     assert await engine.prune_oldest() == "blocked"

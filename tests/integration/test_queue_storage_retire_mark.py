@@ -42,7 +42,7 @@ async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
 
 
 def _paused(engine: QueueStorageEngine, statement: str) -> str:
-    text = engine._q[statement]
+    text = engine._parts.statements.text(statement)
     assert text.count(HEAD_FILTER) == 1
     head, rest = HEAD_FILTER.split("\n", 1)
     pause = f"{head} AND (SELECT count(*) FROM pg_sleep({PAUSE})) = 1\n{rest}"
@@ -179,7 +179,7 @@ async def test_claim_takes_the_rest_of_the_batch_at_once_after_leaving_a_lane(
     first, second = await engine.enqueue_many(
         [JobSpec(kind="k", queue=QUEUE, priority=2) for _ in range(2)]
     )
-    engine._q["claim"] = _paused(engine, "claim")
+    engine._parts.statements._bytes["claim"] = _paused(engine, "claim").encode()
     claim = asyncio.create_task(engine.claim(QUEUE, limit=2))
     await asyncio.sleep(PAUSE / 3)
     assert not claim.done()

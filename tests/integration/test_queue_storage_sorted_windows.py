@@ -63,7 +63,7 @@ async def test_a_short_sorted_window_is_claimed_whole_in_claim_order(
     claims = await engine.claim(QUEUE, limit=64)
     # The late producer's jobs sort first (older run_at), though appended after.
     assert [c.job.id for c in claims] == behind + first
-    assert QUEUE not in engine._sorting
+    assert QUEUE not in engine._parts.claims._sorting
     assert await engine.claim(QUEUE, limit=64) == []
     # The cursor moved past the window: later jobs come next, nothing is seen twice.
     later = await _enqueue(engine, 2)
@@ -77,7 +77,7 @@ async def test_a_sorted_window_with_a_row_not_yet_due_keeps_it(
     due = await _enqueue(engine, 2)
     claims = await engine.claim(QUEUE, limit=64)
     assert [c.job.id for c in claims] == due
-    assert QUEUE not in engine._sorting
+    assert QUEUE not in engine._parts.claims._sorting
     assert await engine.claim(QUEUE, limit=64) == []
     # Once due (a claimer whose clock is past their run_at), the skipped rows are there.
     assert [c.job.id for c in await shifted[20.0].claim(QUEUE, limit=64)] == ahead
@@ -90,11 +90,11 @@ async def test_a_sorted_window_longer_than_the_batch_takes_the_best_rows(
     behind = await _enqueue(shifted[-5.0], 4)
     taken = [c.job.id for c in await engine.claim(QUEUE, limit=3)]
     assert taken == behind[:3]
-    assert QUEUE in engine._sorting
+    assert QUEUE in engine._parts.claims._sorting
     taken += [c.job.id for c in await engine.claim(QUEUE, limit=3)]
     assert taken == behind + first[:2]
     taken += [c.job.id for c in await engine.claim(QUEUE, limit=3)]
     assert taken == behind + first
     assert await engine.claim(QUEUE, limit=3) == []
     # The window is used up: the common claim serves the queue again.
-    assert QUEUE not in engine._sorting
+    assert QUEUE not in engine._parts.claims._sorting

@@ -14,12 +14,12 @@ from click.testing import CliRunner, Result
 from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
 
-from awa.adapters.routing_engine import TransitionRoutingEngine
 from awa.domain.errors import UniqueConflict
 from awa.domain.job import JobSpec
 from awa.domain.states import JobState
 from awa.domain.transition import TransitionState
 from awa.entrypoints.cli import cli
+from awa.entrypoints.routing import open_postgres_routing
 from awa.ports.maintenance import RingMaintenance
 from awa.ports.storage import Ack, JobFilter
 
@@ -124,6 +124,21 @@ def test_storage_status_json_reports_state_backlog_and_runtimes(
     assert report["active_queue_storage_schema"] is None
     assert report["runtimes"]["live_queue_storage_capable"] == 1
     assert report["schema_version"] >= 200
+    # What each next step waits for, as awa-pg's report lists it: every blocker, not
+    # only the first.
+    assert report["live_runtime_capability_counts"] == {"queue_storage": 1}
+    assert report["prepared_queue_storage_schema"] is None
+    assert report["prepared_schema_ready"] is False
+    assert report["can_enter_mixed_transition"] is False
+    assert report["enter_mixed_transition_blockers"] == [
+        "enter-mixed-transition needs state prepared, the cluster is canonical",
+        "the prepared engine is not queue_storage",
+    ]
+    assert report["can_finalize"] is False
+    assert report["finalize_blockers"] == [
+        "finalize needs state mixed_transition, the cluster is canonical",
+        "1 canonical job(s) are not finished yet",
+    ]
 
     to_mixed(conn)
     report = json.loads(invoke(migrated_database_url, "--json", "storage", "status").stdout)
@@ -133,6 +148,8 @@ def test_storage_status_json_reports_state_backlog_and_runtimes(
     assert report["active_queue_storage_schema"] == "awa"
     assert report["details"] == {"schema": "awa"}
     assert report["transition_epoch"] == 2
+    assert report["can_enter_mixed_transition"] is False
+    assert report["finalize_blockers"] == ["1 canonical job(s) are not finished yet"]
 
 
 # ---------------------------------------------------------------------- gates
@@ -373,7 +390,7 @@ def test_insert_job_compat_routes_by_state_and_keeps_unique_keys_global(conn: Co
 async def test_routing_engine_enqueues_claims_and_finishes_on_both_engines(
     migrated_database_url: str,
 ) -> None:
-    engine = await TransitionRoutingEngine.open(migrated_database_url, refresh_interval=0.0)
+    engine = await open_postgres_routing(migrated_database_url, refresh_interval=0.0)
     try:
         (old,) = await engine.enqueue_many([JobSpec(kind="k", args={"n": 1})])
         (keyed,) = await engine.enqueue_many([JobSpec(kind="k", unique_key=b"same")])
@@ -444,7 +461,7 @@ def test_finalize_waits_for_a_producer_that_routed_to_canonical(
 async def test_moved_jobs_keep_their_claim_order_in_queue_storage(
     migrated_database_url: str,
 ) -> None:
-    engine = await TransitionRoutingEngine.open(migrated_database_url, refresh_interval=0.0)
+    engine = await open_postgres_routing(migrated_database_url, refresh_interval=0.0)
     try:
         with psycopg.connect(migrated_database_url, autocommit=True, row_factory=dict_row) as c:
             old = insert_sql(c, p_run_at="2020-01-01T00:00:00Z")
@@ -464,7 +481,7 @@ async def test_moved_jobs_keep_their_claim_order_in_queue_storage(
 
 @pytest.mark.anyio
 async def test_ring_maintenance_follows_the_state(migrated_database_url: str) -> None:
-    engine = await TransitionRoutingEngine.open(migrated_database_url, refresh_interval=0.0)
+    engine = await open_postgres_routing(migrated_database_url, refresh_interval=0.0)
     try:
         assert isinstance(engine, RingMaintenance)
         assert await engine.rotate() == "skipped_idle"
@@ -481,7 +498,7 @@ async def test_ring_maintenance_follows_the_state(migrated_database_url: str) ->
 async def test_drain_only_runtime_claims_canonical_and_fresh_runtime_goes_active(
     migrated_database_url: str,
 ) -> None:
-    engine = await TransitionRoutingEngine.open(migrated_database_url, refresh_interval=0.0)
+    engine = await open_postgres_routing(migrated_database_url, refresh_interval=0.0)
     try:
         drained = await engine.bind_transition_role("canonical_drain")
         assert drained.state is TransitionState.CANONICAL, "a drain-only runtime never switches"
@@ -504,7 +521,7 @@ async def test_drain_only_runtime_claims_canonical_and_fresh_runtime_goes_active
 
 @pytest.mark.anyio
 async def test_first_runtime_on_a_fresh_install_goes_active(migrated_database_url: str) -> None:
-    engine = await TransitionRoutingEngine.open(migrated_database_url)
+    engine = await open_postgres_routing(migrated_database_url)
     try:
         status = await engine.bind_transition_role("auto")
         assert status.state is TransitionState.ACTIVE

@@ -52,7 +52,9 @@ QUEUES = ("alpha", "beta")
 KINDS = ("send", "bill")
 UNIQUE_KEYS = (b"u-1", b"u-2")
 
-REAL_ENGINES = sorted(name for name, entry in ENGINES.items() if entry.needs_database)
+#: Every engine but the model itself: the Postgres engines, and the routing engine over
+#: Postgres and over two in-memory engines (which needs no database).
+REAL_ENGINES = sorted(name for name in ENGINES if name != "inmemory")
 
 delays = st.sampled_from([0.5, 1.0, 5.0, 30.0, 61.0, 200.0])
 
@@ -526,10 +528,26 @@ async def _two_slot_ring(
         await engine.close()
 
 
-@pytest.fixture(params=[*REAL_ENGINES, SMALL_RING])
-def engine_pair(request: pytest.FixtureRequest, migrated_database_url: str) -> Iterator[Pair]:
+def _pair_params() -> list[object]:
+    return [
+        pytest.param(
+            name,
+            marks=[pytest.mark.postgres]
+            if name == SMALL_RING or ENGINES[name].needs_database
+            else [],
+        )
+        for name in [*REAL_ENGINES, SMALL_RING]
+    ]
+
+
+@pytest.fixture(params=_pair_params())
+def engine_pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
     clock = ManualClock()
     factory = _two_slot_ring if request.param == SMALL_RING else ENGINES[request.param].factory
+    needs_database = request.param == SMALL_RING or ENGINES[request.param].needs_database
+    migrated_database_url: str | None = (
+        request.getfixturevalue("migrated_database_url") if needs_database else None
+    )
     with asyncio.Runner() as runner:
         stack = AsyncExitStack()
         model = runner.run(
@@ -556,10 +574,11 @@ def _steps(current: settings) -> int:
 
 def _share(pair: Pair) -> int:
     name = pair.real.name
-    return 4 if name == SMALL_RING or name.startswith("routing_") else 1
+    if name == SMALL_RING:
+        return 4
+    return 4 if name.startswith("routing_") and ENGINES[name].needs_database else 1
 
 
-@pytest.mark.postgres
 def test_model_and_real_engine_agree(engine_pair: Pair) -> None:
     machine = type("BoundModelVsReal", (ModelVsReal,), {"pair": engine_pair})
     current = settings()
@@ -572,8 +591,9 @@ def test_model_and_real_engine_agree(engine_pair: Pair) -> None:
             # full-length examples against a real database is the deep run here
             max_examples=min(current.max_examples, 1000)
             # every turn_ring on the two-slot ring carries and swaps, and the routing
-            # engines pass each call to an engine the other runs already cover: a quarter
-            # of the examples keeps the default run fast (the deep run takes them all)
+            # engines on Postgres pass each call to an engine the other runs already
+            # cover: a quarter of the examples keeps the default run fast (the deep run
+            # takes them all); routing over in-memory engines is cheap and takes them all
             // (1 if os.environ.get("HYPOTHESIS_PROFILE") == "deep" else _share(engine_pair)),
             deadline=None,
         ),

@@ -30,10 +30,10 @@ from hypothesis.stateful import (
 )
 
 from awa.adapters._pg import transition as pg_transition
-from awa.adapters.routing_engine import TransitionRoutingEngine
 from awa.domain import transition as tr
 from awa.domain.job import JobSpec, RunLease
 from awa.domain.states import JobState
+from awa.entrypoints.routing import PostgresRouting, open_postgres_routing
 from awa.ports.storage import Ack
 
 T = TypeVar("T")
@@ -175,7 +175,7 @@ TestTransitionModel = TransitionModel.TestCase
 class Harness:
     """An event loop, the routing engine under test and an admin connection."""
 
-    def __init__(self, runner: asyncio.Runner, engine: TransitionRoutingEngine, url: str) -> None:
+    def __init__(self, runner: asyncio.Runner, engine: PostgresRouting, url: str) -> None:
         self.runner = runner
         self.engine = engine
         self.url = url
@@ -442,9 +442,7 @@ class TransitionVsReal(RuleBasedStateMachine):
 @pytest.fixture
 def harness(migrated_database_url: str) -> Iterator[Harness]:
     with asyncio.Runner() as runner:
-        engine = runner.run(
-            TransitionRoutingEngine.open(migrated_database_url, refresh_interval=0.0)
-        )
+        engine = runner.run(open_postgres_routing(migrated_database_url, refresh_interval=0.0))
         h = Harness(runner, engine, migrated_database_url)
         try:
             yield h

@@ -14,6 +14,11 @@ URL; adding one is a single :func:`register` call, e.g.::
             await engine.close()
 
     register("postgres_canonical", _canonical, needs_database=True)
+
+The routing engine (what every client runs) is registered once per transition state it
+tells apart (canonical, mixed_transition, active): over the Postgres engines
+(``routing_canonical``, ``routing_mixed``, ``routing_queue_storage``) and over two
+in-memory engines sharing one store (``routing_inmemory_<state>``, no database).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from awa.adapters.clock import ManualClock
 from awa.adapters.inmemory import InMemoryEngine
 from awa.adapters.postgres_canonical import CanonicalEngine
 from awa.domain.policies import Backoff
+from awa.domain.transition import RuntimeView, StorageCapability, TransitionState
 from awa.ports.leader import LeaderLock
 from awa.ports.notifier import Notifier
 from awa.ports.storage import StorageEngine
@@ -138,46 +144,105 @@ register("postgres_queue_storage", _queue_storage, needs_database=True)
 
 @asynccontextmanager
 async def _routing(
-    clock: ManualClock, backoff: Backoff, database_url: str | None, *, queue_storage: bool
+    clock: ManualClock, backoff: Backoff, database_url: str | None, *, state: TransitionState
 ) -> AsyncIterator[EngineHandle]:
-    """The engine every client runs: it routes by the storage-transition state."""
-    from awa.adapters.routing_engine import TransitionRoutingEngine
+    """The engine every client runs, over the Postgres engines, with the database in
+    transition state ``state`` (canonical, mixed_transition or active)."""
     from awa.entrypoints import bootstrap
+    from awa.entrypoints.routing import open_postgres_routing
 
     assert database_url is not None
     await migrate(database_url)
-    if queue_storage:
+    if state is TransitionState.ACTIVE:
         await bootstrap.install_queue_storage(
             database_url, "awa", queue_slot_count=16, lease_slot_count=8, reset=False
         )
         # The contract suite reuses one database per engine (reset between tests), so
         # only the first call finds it fresh.
         await bootstrap.activate_queue_storage_if_fresh(database_url, "awa")
-    engine = await TransitionRoutingEngine.open(database_url, clock=clock, backoff=backoff)
-    name = "routing_queue_storage" if queue_storage else "routing_canonical"
+    elif state is TransitionState.MIXED_TRANSITION:
+        await _enter_mixed_transition(database_url)
+    engine = await open_postgres_routing(database_url, clock=clock, backoff=backoff)
     try:
-        expected = "queue_storage" if queue_storage else "canonical"
-        assert (await engine.status(max_age=0.0)).active_engine == expected
-        yield EngineHandle(name, engine, clock, engine, engine.leader_lock)
+        assert (await engine.status(max_age=0.0)).state is state
+        yield EngineHandle(ROUTING_NAMES[state], engine, clock, engine, engine.leader_lock)
     finally:
         await engine.close()
 
 
-@asynccontextmanager
-async def _routing_canonical(
-    clock: ManualClock, backoff: Backoff, database_url: str | None
-) -> AsyncIterator[EngineHandle]:
-    async with _routing(clock, backoff, database_url, queue_storage=False) as handle:
-        yield handle
+async def _enter_mixed_transition(database_url: str) -> None:
+    """Take a database from canonical to ``mixed_transition`` (once; the contract suite
+    reuses it), with the live queue-storage runtime the gate asks for registered."""
+    from awa.adapters._pg import transition as pg_transition
+    from awa.adapters._pg.pool import connect
+
+    conn = await connect(database_url)
+    try:
+        status = await pg_transition.read_status(conn)
+        if status.state is TransitionState.MIXED_TRANSITION:
+            return
+        await pg_transition.prepare(conn, "queue_storage")
+        await conn.execute(
+            "INSERT INTO awa.runtime_instances (id, version, storage_capability) "
+            "VALUES (gen_random_uuid(), 'contract', 'queue_storage')"
+        )
+        await pg_transition.enter_mixed_transition(conn)
+    finally:
+        await conn.close()
 
 
-@asynccontextmanager
-async def _routing_queue_storage(
-    clock: ManualClock, backoff: Backoff, database_url: str | None
-) -> AsyncIterator[EngineHandle]:
-    async with _routing(clock, backoff, database_url, queue_storage=True) as handle:
-        yield handle
+ROUTING_NAMES = {
+    TransitionState.CANONICAL: "routing_canonical",
+    TransitionState.MIXED_TRANSITION: "routing_mixed",
+    TransitionState.ACTIVE: "routing_queue_storage",
+}
 
 
-register("routing_canonical", _routing_canonical, needs_database=True)
-register("routing_queue_storage", _routing_queue_storage, needs_database=True)
+def _routing_in(state: TransitionState) -> EngineFactory:
+    @asynccontextmanager
+    async def factory(
+        clock: ManualClock, backoff: Backoff, database_url: str | None
+    ) -> AsyncIterator[EngineHandle]:
+        async with _routing(clock, backoff, database_url, state=state) as handle:
+            yield handle
+
+    return factory
+
+
+for _state, _name in ROUTING_NAMES.items():
+    register(_name, _routing_in(_state), needs_database=True)
+
+
+#: A live runtime that can execute queue storage (what enter-mixed-transition asks for).
+_QUEUE_STORAGE_RUNTIME = RuntimeView(StorageCapability.QUEUE_STORAGE, live=True)
+
+
+def _inmemory_routing_in(state: TransitionState) -> EngineFactory:
+    """routing(inmemory, inmemory) with its in-memory store in transition state ``state``."""
+
+    @asynccontextmanager
+    async def factory(
+        clock: ManualClock, backoff: Backoff, database_url: str | None
+    ) -> AsyncIterator[EngineHandle]:
+        from awa.entrypoints.routing import inmemory_routing
+
+        routing = inmemory_routing(clock, backoff)
+        if state is TransitionState.ACTIVE:
+            assert await routing.transition.activate_if_fresh()
+        elif state is TransitionState.MIXED_TRANSITION:
+            routing.transition.prepare()
+            routing.transition.enter_mixed_transition([_QUEUE_STORAGE_RUNTIME])
+        engine = routing.engine
+        try:
+            assert (await engine.status()).state is state
+            yield EngineHandle(
+                f"routing_inmemory_{state.value}", engine, clock, engine, engine.leader_lock
+            )
+        finally:
+            await engine.close()
+
+    return factory
+
+
+for _state in ROUTING_NAMES:
+    register(f"routing_inmemory_{_state.value}", _inmemory_routing_in(_state))

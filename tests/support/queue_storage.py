@@ -30,7 +30,7 @@ async def installed_engine(
 async def completion_plans(engine: QueueStorageEngine) -> dict[str, int]:
     """How often completion by receipt ran under a generic and under a custom plan on the
     connection the engine keeps for it (which must be idle)."""
-    [conn] = engine._kept["complete"].idle
+    [conn] = engine._parts.connections.kept["complete"].idle
     cur = await conn.execute(
         "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE %s",
         ["%Completion of attempts whose receipt%"],

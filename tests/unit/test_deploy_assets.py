@@ -22,12 +22,21 @@ _SERIES = re.compile(r"\bawa_[a-z0-9_]+")
 _LABELS = {name.replace(".", "_") for name in metrics.ATTRIBUTES}
 
 
+_GROUPING = re.compile(
+    r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)"
+    r"|,\s*(awa_[a-z0-9_]+)\s*\)"  # label_values(series, label)
+)
+_MATCHER = re.compile(r"\b(awa_[a-z0-9_]+)\s*(?:=~|!~|!=|=)")
+
+
 def _names(expr: str) -> set[str]:
-    """The awa series an expression reads; label names must be ones awa sets."""
-    tokens = set(_SERIES.findall(expr))
-    labels = {t for t in tokens if t in _LABELS}
-    assert all(t in _LABELS for t in re.findall(r"\b(awa_[a-z0-9_]+)\s*(?:=~|!=|=)", expr))
-    return tokens - labels
+    """The awa series an expression reads; the label names it matches or groups by must
+    be ones awa sets (a label may share its name with a series: awa_storage_state)."""
+    labels = set(_MATCHER.findall(expr))
+    for groups in _GROUPING.findall(expr):
+        labels |= {name for group in groups for name in _SERIES.findall(group)}
+    assert labels <= _LABELS, sorted(labels - _LABELS)
+    return set(_SERIES.findall(_MATCHER.sub(" ", _GROUPING.sub(" ", expr))))
 
 
 # Records every instrument once and prints the Prometheus text the health listener serves.
@@ -104,6 +113,20 @@ def test_the_dashboard_names_only_emitted_metrics(emitted_series: set[str]) -> N
     assert used <= emitted_series, sorted(used - emitted_series)
     # The headline metrics are on it.
     assert {"awa_job_completed_total", "awa_queue_lag_seconds", "awa_queue_depth"} <= used
+    # ... and so are the insert, DLQ, shard, descriptor and storage families.
+    assert {
+        "awa_job_inserted_total",
+        "awa_job_dlq_moved_total",
+        "awa_job_dlq_retried_total",
+        "awa_job_dlq_purged_total",
+        "awa_job_claimed_total",
+        "awa_dispatch_empty_claim_total",
+        "awa_queue_info",
+        "awa_storage_state",
+        "awa_storage_transition_ready",
+        "awa_storage_canonical_live_backlog",
+        "awa_storage_live_runtime_capability",
+    } <= used
 
 
 def test_the_alert_rules_name_only_emitted_metrics(emitted_series: set[str]) -> None:

@@ -1,13 +1,22 @@
-"""The hexagon's import rule, checked on the source: the core never reaches outwards.
+"""The hexagon's import rule, checked on the source: the core never reaches outwards,
+and the entrypoints reach the database only through adapters.
 
 ``awa.domain``, ``awa.ports`` and ``awa.runtime`` must not import an adapter, an
 entrypoint or a database driver; ``awa.domain`` may import only the standard library,
-``attrs`` and itself.
+``attrs`` and itself. The routing engine (``awa.adapters.routing``) composes engines it
+knows only through ports: it may import the standard library, ``attrs``, the domain, the
+ports and itself, so neither a driver nor a concrete engine package.
+
+The entrypoints (``awa.entrypoints`` and the public top-level modules) hold no SQL: no
+string constant in them reads as a statement, and only the modules listed in
+:data:`DRIVER_ALLOWED` (with the reason) import a database driver. Their reads and writes
+go through ports (``awa.ports``) and the adapters that implement them.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -17,6 +26,35 @@ AWA_ROOT = Path(__file__).resolve().parents[2] / "awa"
 CORE_LAYERS = ("domain", "ports", "runtime")
 FORBIDDEN = ("awa.adapters", "awa.entrypoints", "psycopg", "psycopg_pool")
 DOMAIN_ALLOWED_THIRD_PARTY = ("attrs", "awa.domain")
+ROUTING_PACKAGE = "awa.adapters.routing"
+ROUTING_ALLOWED = ("attrs", "awa.domain", "awa.ports", ROUTING_PACKAGE)
+
+
+#: Database drivers and toolkits whose SQL lives in the adapters layer.
+DRIVERS = ("psycopg", "psycopg_pool", "asyncpg", "sqlalchemy", "django")
+#: Entrypoint modules that may import a driver, and why.
+DRIVER_ALLOWED = {
+    "awa.entrypoints.bootstrap": (
+        "composition root: it types the pool and connections it hands to the client and "
+        "checks, synchronously, that the database answers before a client is built"
+    ),
+}
+#: Top-level modules that are entrypoints too (the public API surface).
+TOP_LEVEL_ENTRYPOINTS = ("__init__", "__main__", "_awa", "bridge")
+
+#: A string constant that reads as SQL. Keywords are matched in upper case, as every
+#: statement of this package writes them, so prose that merely uses the words passes.
+SQL_LITERAL = re.compile(
+    r"\bSELECT\b[\s\S]*\bFROM\b"
+    r"|\bSELECT\s+(?:\d|\*|\w+\s*\()"
+    r"|\bINSERT\s+INTO\b|\bUPDATE\s+\S+\s+SET\b|\bDELETE\s+FROM\b|\bTRUNCATE\b"
+    r"|\b(?:CREATE|DROP|ALTER)\s+(?:TABLE|DATABASE|SCHEMA|INDEX|FUNCTION|VIEW|TYPE|TRIGGER)\b"
+    r"|\bpg_notify\s*\("
+    r"|^\s*(?:BEGIN|COMMIT|ROLLBACK|LISTEN|NOTIFY|SET|VACUUM|ANALYZE)\b"
+)
+#: String constants in entrypoints that look like SQL but are not statements, and why.
+#: (Empty: add ``(module, fragment): reason`` only for a genuine false positive.)
+SQL_LITERAL_ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def _within(module: str, prefix: str) -> bool:
@@ -69,6 +107,59 @@ def violations(source: str, module: str) -> list[str]:
     return sorted(set(problems))
 
 
+def _docstring_nodes(tree: ast.AST) -> set[int]:
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+    return found
+
+
+def sql_literals(source: str) -> list[tuple[int, str]]:
+    """String and bytes constants in ``source`` (docstrings aside, f-string parts
+    included) that read as SQL, with their line numbers."""
+    tree = ast.parse(source)
+    docstrings = _docstring_nodes(tree)
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or id(node) in docstrings:
+            continue
+        value = node.value
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        if isinstance(text, str) and SQL_LITERAL.search(text):
+            found.append((node.lineno, text))
+    return found
+
+
+def entrypoint_violations(source: str, module: str) -> list[str]:
+    """Driver imports outside :data:`DRIVER_ALLOWED` and SQL literals in the entrypoint
+    ``module``."""
+    parts = module.split(".")
+    package = ".".join(parts[:-1])
+    problems: list[str] = []
+    if module not in DRIVER_ALLOWED:
+        for line, name in imported_modules(source, package):
+            if any(_within(name, driver) for driver in DRIVERS):
+                problems.append(f"{module}:{line} imports {name}")
+    for line, text in sql_literals(source):
+        allowed = any(mod == module and fragment in text for (mod, fragment) in SQL_LITERAL_ALLOWED)
+        if not allowed:
+            problems.append(f"{module}:{line} holds SQL {text.strip()[:60]!r}")
+    return sorted(set(problems))
+
+
+def _dotted(path: Path) -> str:
+    return ".".join(("awa", *path.relative_to(AWA_ROOT).with_suffix("").parts))
+
+
+def entrypoint_modules() -> list[tuple[str, Path]]:
+    paths = sorted((AWA_ROOT / "entrypoints").rglob("*.py"))
+    paths += [AWA_ROOT / f"{name}.py" for name in TOP_LEVEL_ENTRYPOINTS]
+    return [(_dotted(path), path) for path in paths]
+
+
 def core_modules() -> list[tuple[str, Path]]:
     modules: list[tuple[str, Path]] = []
     for layer in CORE_LAYERS:
@@ -76,6 +167,24 @@ def core_modules() -> list[tuple[str, Path]]:
             dotted = ".".join(("awa", *path.relative_to(AWA_ROOT).with_suffix("").parts))
             modules.append((dotted, path))
     return modules
+
+
+def routing_violations(source: str, module: str) -> list[str]:
+    """Imports of a routing-engine module outside the stdlib, attrs, domain and ports."""
+    init = module.endswith(".__init__")
+    package = module.removesuffix(".__init__") if init else module.rsplit(".", 1)[0]
+    return sorted(
+        {
+            f"{module}:{line} imports {name} (routing: domain and ports only)"
+            for line, name in imported_modules(source, package)
+            if not (_is_stdlib(name) or any(_within(name, ok) for ok in ROUTING_ALLOWED))
+        }
+    )
+
+
+def routing_modules() -> list[tuple[str, Path]]:
+    paths = sorted((AWA_ROOT / "adapters" / "routing").rglob("*.py"))
+    return [(_dotted(path), path) for path in paths]
 
 
 def test_core_layers_exist() -> None:
@@ -88,6 +197,29 @@ def test_core_layers_exist() -> None:
 @pytest.mark.parametrize(("module", "path"), core_modules(), ids=lambda v: str(v))
 def test_core_module_respects_the_import_rule(module: str, path: Path) -> None:
     assert violations(path.read_text(encoding="utf-8"), module) == []
+
+
+def test_routing_engine_modules_exist() -> None:
+    names = [name for name, _ in routing_modules()]
+    assert "awa.adapters.routing.engine" in names
+    assert "awa.adapters.routing.__init__" in names
+
+
+@pytest.mark.parametrize(("module", "path"), routing_modules(), ids=lambda v: str(v))
+def test_routing_engine_imports_no_driver_and_no_engine(module: str, path: Path) -> None:
+    assert routing_violations(path.read_text(encoding="utf-8"), module) == []
+
+
+def test_entrypoints_exist_and_the_allowances_name_real_modules() -> None:
+    names = {name for name, _ in entrypoint_modules()}
+    assert {"awa.entrypoints.bootstrap", "awa.entrypoints.cli.storage", "awa.bridge"} <= names
+    assert set(DRIVER_ALLOWED) <= names
+    assert {module for module, _ in SQL_LITERAL_ALLOWED} <= names
+
+
+@pytest.mark.parametrize(("module", "path"), entrypoint_modules(), ids=lambda v: str(v))
+def test_entrypoint_holds_no_sql_and_imports_no_driver(module: str, path: Path) -> None:
+    assert entrypoint_violations(path.read_text(encoding="utf-8"), module) == []
 
 
 # ---------------------------------------------------------------- the checker itself
@@ -146,3 +278,108 @@ def test_runtime_may_use_anyio_ports_and_domain() -> None:
 
 def test_names_that_merely_share_a_prefix_are_not_flagged() -> None:
     assert violations("import psycopgx\n", "awa.ports.fine") == []
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "SELECT 1",
+        "SELECT * FROM awa.storage_status()",
+        "SELECT to_regclass(%s) IS NOT NULL AS present",
+        "\nSELECT count(*) FILTER (WHERE live) AS live\nFROM awa.runtime_instances\n",
+        "INSERT INTO awa.jobs (kind) VALUES ($1)",
+        "UPDATE awa.queue_meta SET paused = true",
+        "DELETE FROM awa.runtime_instances WHERE id = %s",
+        "CREATE DATABASE {}",
+        "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+        "TRUNCATE awa.queue_ring_slot_0",
+        "BEGIN",
+        "COMMIT",
+        "ROLLBACK",
+        "LISTEN awa_queue",
+        "SELECT pg_notify('awa:q', '')",
+    ],
+)
+def test_checker_catches_sql_literals(statement: str) -> None:
+    source = f"QUERY = {statement!r}\n"
+    assert entrypoint_violations(source, "awa.entrypoints.bad") == [
+        f"awa.entrypoints.bad:1 holds SQL {statement.strip()[:60]!r}"
+    ]
+
+
+def test_checker_sees_sql_in_bytes_calls_and_f_strings() -> None:
+    source = (
+        "async def go(conn, name):\n"
+        "    await conn.execute(b'SELECT 1')\n"
+        "    await conn.execute(f'DROP TABLE {name}')\n"
+    )
+    found = entrypoint_violations(source, "awa.entrypoints.bad")
+    assert len(found) == 2
+    assert found[0].startswith("awa.entrypoints.bad:2 holds SQL")
+    assert found[1].startswith("awa.entrypoints.bad:3 holds SQL")
+
+
+def test_checker_lets_prose_and_docstrings_through() -> None:
+    source = (
+        '"""Runs SELECT * FROM awa.jobs for you."""\n'
+        "HELP = 'Select the queues to serve; update the schema with awa migrate.'\n"
+        "NOTE = 'the database is not migrated (awa.storage_transition_state is missing)'\n"
+        "def f() -> None:\n"
+        '    """BEGIN a transaction and SELECT 1 FROM it."""\n'
+    )
+    assert entrypoint_violations(source, "awa.entrypoints.fine") == []
+
+
+def test_checker_catches_drivers_outside_the_allowed_modules() -> None:
+    source = (
+        "import psycopg\n"
+        "from psycopg.conninfo import make_conninfo\n"
+        "import asyncpg\n"
+        "from sqlalchemy import text\n"
+    )
+    found = entrypoint_violations(source, "awa.entrypoints.cli.bad")
+    assert "awa.entrypoints.cli.bad:1 imports psycopg" in found
+    assert "awa.entrypoints.cli.bad:2 imports psycopg.conninfo" in found
+    assert "awa.entrypoints.cli.bad:3 imports asyncpg" in found
+    assert "awa.entrypoints.cli.bad:4 imports sqlalchemy" in found
+    assert entrypoint_violations("import psycopg\n", "awa.entrypoints.bootstrap") == []
+    # The adapters that hold the SQL are what entrypoints import instead.
+    assert entrypoint_violations("from awa.adapters._pg import admin\n", "awa.bridge") == []
+
+
+def test_routing_checker_catches_drivers_and_engine_packages() -> None:
+    source = (
+        "import psycopg\n"
+        "from psycopg_pool import AsyncConnectionPool\n"
+        "from awa.adapters.postgres_queue_storage import QueueStorageEngine\n"
+        "from awa.adapters.postgres_canonical.base import CanonicalUnitOfWork\n"
+        "from awa.adapters._pg import transition\n"
+        "from awa.adapters.inmemory import InMemoryEngine\n"
+        "from awa.entrypoints import bootstrap\n"
+    )
+    found = routing_violations(source, "awa.adapters.routing.bad")
+    for line, name in enumerate(
+        [
+            "psycopg",
+            "psycopg_pool",
+            "awa.adapters.postgres_queue_storage",
+            "awa.adapters.postgres_canonical.base",
+            "awa.adapters._pg",
+            "awa.adapters.inmemory",
+            "awa.entrypoints",
+        ],
+        start=1,
+    ):
+        assert (
+            f"awa.adapters.routing.bad:{line} imports {name} (routing: domain and ports only)"
+            in found
+        )
+
+
+def test_routing_may_use_domain_ports_and_its_own_modules() -> None:
+    source = (
+        "import asyncio\nimport attrs\nfrom awa.domain.job import JobSpec\n"
+        "from awa.ports.routing import HomeEngine\nfrom .base import RoutingBase\n"
+    )
+    assert routing_violations(source, "awa.adapters.routing.fine") == []
+    assert routing_violations("from . import base\n", "awa.adapters.routing.__init__") == []

@@ -15,6 +15,7 @@ from awa.adapters.inmemory.runtime_registry import InMemoryRuntimeRegistry
 from awa.domain.job import JobRecord, JobSpec
 from awa.domain.policies import NO_JITTER
 from awa.runtime import HandlerRegistry, Runtime, RuntimeConfig, parse_start_args
+from awa.runtime.descriptors import DescriptorService
 from awa.runtime.heartbeat import EngineFactory
 
 FAST: dict[str, Any] = {
@@ -48,6 +49,7 @@ async def running(
     leader: bool = True,
     registry: InMemoryRuntimeRegistry | None = None,
     heartbeat_engine_factory: EngineFactory | None = None,
+    descriptors: DescriptorService | None = None,
 ) -> AsyncIterator[Runtime]:
     runtime = Runtime(
         engine,
@@ -58,6 +60,7 @@ async def running(
         config or fast_config(handlers),
         runtime_registry=registry,
         heartbeat_engine_factory=heartbeat_engine_factory,
+        descriptors=descriptors,
     )
     await runtime.start()
     try:

@@ -4,12 +4,15 @@ Migration files live in ``awa/adapters/_pg/migrations/`` and are named
 ``NNNN_description.sql``. Versions 1..99 belong to the canonical engine and the public SQL
 surface; versions 100 and up belong to the queue-storage engine. Files are discovered by
 pattern, so adding a migration means adding a file. Applied versions are recorded in
-``awa.schema_version``.
+``awa.schema_version`` with the SHA-256 of their file; a released file that changed is
+refused. After the stream, the schema's functions and views are applied from their own
+files (:mod:`awa.adapters._pg.schema_objects`, ADR 0012).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import re
 from importlib import resources
@@ -18,7 +21,8 @@ import psycopg
 
 from awa.adapters._pg.errors import map_error
 from awa.adapters._pg.pool import DictConnection, connect
-from awa.domain.errors import SchemaNotMigrated
+from awa.adapters._pg.schema_objects import apply_schema_objects
+from awa.domain.errors import MigrationChanged, SchemaNotMigrated
 
 log = logging.getLogger(__name__)
 
@@ -30,13 +34,39 @@ MIGRATION_LOCK_KEY = 0x4157415F4D494752
 #: Migrations below this version belong to the canonical engine and the SQL surface.
 QUEUE_STORAGE_FIRST_VERSION = 100
 
+#: The first migration recorded with its checksum as it is applied (it adds the column);
+#: rows of earlier ones get theirs once the stream has run.
+CHECKSUM_VERSION = 480
+
+#: Checksums of released migration files whose text changed after some database applied
+#: them, accepted besides the file's current checksum. Only edits whose effect the schema
+#: files now supersede are listed: 350 (the lean-claims step first kept prune's prebuilt
+#: stand-ins, then dropped only the queue ring's; awa.queue_storage_install_spares now
+#: rebuilds any stand-in whose shape is stale) and 397 (its install function first left
+#: out the retire-mark step; awa.install_queue_storage now defines the install).
+HISTORICAL_CHECKSUMS: dict[int, frozenset[str]] = {
+    350: frozenset(
+        {
+            "05cf508006db3a5ef9c17579fd90f2727cd59aa270ce0f832d761db0e1486382",
+            "6eef46652df79dadde5960c036428492445559cf64c8551ba4c2d9b13ff00c71",
+        }
+    ),
+    397: frozenset({"f9a8e70207a4fb62cf71452c1e136c299754e7918205aba0a0b7c11cb47fcc09"}),
+}
+
 Migration = tuple[int, str, str]
 
 
+def checksum(sql: str) -> str:
+    """The SHA-256 recorded for a migration file's text."""
+    return hashlib.sha256(sql.encode()).hexdigest()
+
+
 @functools.cache
-def _load() -> tuple[Migration, ...]:
+def _files() -> dict[int, str]:
+    """Migration file name by version."""
     directory = resources.files("awa.adapters._pg").joinpath("migrations")
-    found: dict[int, Migration] = {}
+    found: dict[int, str] = {}
     for entry in directory.iterdir():
         match = _FILE_PATTERN.match(entry.name)
         if match is None:
@@ -44,9 +74,21 @@ def _load() -> tuple[Migration, ...]:
         version = int(match.group(1))
         if version in found:
             raise RuntimeError(f"two migration files share version {version}")
+        found[version] = entry.name
+    return found
+
+
+@functools.cache
+def _load() -> tuple[Migration, ...]:
+    directory = resources.files("awa.adapters._pg").joinpath("migrations")
+    loaded = []
+    for version, name in sorted(_files().items()):
+        match = _FILE_PATTERN.match(name)
+        assert match is not None
         description = match.group(2).replace("_", " ")
-        found[version] = (version, description, entry.read_text(encoding="utf-8"))
-    return tuple(found[v] for v in sorted(found))
+        sql = directory.joinpath(name).read_text(encoding="utf-8")
+        loaded.append((version, description, sql))
+    return tuple(loaded)
 
 
 def migrations() -> list[Migration]:
@@ -158,19 +200,100 @@ async def refuse_gaps(conn: DictConnection, db_version: int) -> None:
         )
 
 
+async def refuse_changed(conn: DictConnection, db_version: int) -> list[int]:
+    """Raise :class:`MigrationChanged` if a migration the database applied differs from
+    this package's file of the same version; return the applied versions that have no
+    checksum recorded yet.
+
+    A recorded checksum must be the file's (or one of :data:`HISTORICAL_CHECKSUMS`). Rows
+    written before checksums were recorded are compared by description, which catches a
+    version number that once belonged to another migration.
+    """
+    if db_version == 0:
+        return []
+    column = ", checksum" if db_version >= CHECKSUM_VERSION else ", NULL::text AS checksum"
+    cur = await conn.execute(
+        f"SELECT version, description{column} FROM awa.schema_version ORDER BY version".encode()
+    )
+    by_version = {version: (description, sql) for version, description, sql in _load()}
+    unrecorded = []
+    for row in await cur.fetchall():
+        version = int(row["version"])
+        known = by_version.get(version)
+        if known is None:
+            continue  # newer than this package: refused by refuse_newer, or running on it
+        description, sql = known
+        name = _files()[version]
+        if row["description"] != description:
+            raise MigrationChanged(
+                f"the database recorded migration {version} as {row['description']!r}, but "
+                f"{name} is {description!r}: it was migrated by a different build of the "
+                "migration stream and must be rebuilt",
+                version=version,
+                file=name,
+            )
+        recorded = row["checksum"]
+        if recorded is None:
+            unrecorded.append(version)
+        elif recorded != checksum(sql) and recorded not in HISTORICAL_CHECKSUMS.get(
+            version, frozenset()
+        ):
+            raise MigrationChanged(
+                f"migration file {name} changed after this database applied it (recorded "
+                f"sha256 {recorded}, file {checksum(sql)}): a released migration is never "
+                "edited; restore the file and put the change in a new migration, or in the "
+                "schema file of the function or view it changes",
+                version=version,
+                file=name,
+            )
+    return unrecorded
+
+
 async def _migrate_locked(conn: DictConnection) -> None:
     await conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
     try:
         version = await applied_version(conn)
         refuse_newer(version)
         await refuse_gaps(conn, version)
-        for number, description, sql in migrations_range(version, current_migration_version()):
+        unrecorded = await refuse_changed(conn, version)
+        pending = migrations_range(version, current_migration_version())
+        for number, description, sql in pending:
             async with conn.transaction():
                 await conn.execute(sql.encode())
-                await conn.execute(
-                    "INSERT INTO awa.schema_version (version, description, applied_at) "
-                    "VALUES (%s, %s, clock_timestamp())",
-                    (number, description),
-                )
+                await _record_applied(conn, number, description, sql)
+        unrecorded += [number for number, _, _ in pending if number < CHECKSUM_VERSION]
+        async with conn.transaction():
+            await _record_checksums(conn, unrecorded)
+            if await apply_schema_objects(conn):
+                # Installed queue-storage schemas follow the install function's steps.
+                await conn.execute("SELECT awa.queue_storage_refresh()")
     finally:
         await conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+
+
+async def _record_applied(conn: DictConnection, number: int, description: str, sql: str) -> None:
+    if number < CHECKSUM_VERSION:
+        await conn.execute(
+            "INSERT INTO awa.schema_version (version, description, applied_at) "
+            "VALUES (%s, %s, clock_timestamp())",
+            (number, description),
+        )
+        return
+    await conn.execute(
+        "INSERT INTO awa.schema_version (version, description, applied_at, checksum) "
+        "VALUES (%s, %s, clock_timestamp(), %s)",
+        (number, description, checksum(sql)),
+    )
+
+
+async def _record_checksums(conn: DictConnection, versions: list[int]) -> None:
+    """Record the current files' checksums for applied versions that have none: those
+    applied before the column existed (by this run or by an older package)."""
+    if not versions:
+        return
+    by_version = {version: sql for version, _, sql in _load()}
+    async with conn.cursor() as cur:
+        await cur.executemany(
+            "UPDATE awa.schema_version SET checksum = %s WHERE version = %s AND checksum IS NULL",
+            [(checksum(by_version[version]), version) for version in versions],
+        )

@@ -13,6 +13,7 @@ from awa.adapters._pg.conninfo import normalize
 from awa.adapters._pg.errors import map_error
 
 DictConnection = psycopg.AsyncConnection[DictRow]
+DictPool = AsyncConnectionPool[DictConnection]
 
 # Every session reads timestamps back in UTC so snapshots compare equal to clock values.
 _CONNECT_KWARGS: dict[str, Any] = {

@@ -10,17 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
+from psycopg import pq
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
 
-from awa.adapters._pg.errors import map_error
-from awa.adapters._pg.pool import connect
-from awa.domain.transition import Gate, TransitionRefused, TransitionStatus
+from awa.adapters._pg.errors import map_error, translated_errors
+from awa.adapters._pg.pool import DictConnection
+from awa.adapters._pg.sql import load_queries
+from awa.domain.transition import (
+    DEFAULT_SCHEMA,
+    Gate,
+    StorageCapability,
+    TransitionObservation,
+    TransitionRefused,
+    TransitionStatus,
+    backlog_matters,
+)
 
 AnyConnection = psycopg.AsyncConnection[Any]
 
@@ -123,6 +134,28 @@ async def canonical_live_backlog(conn: AnyConnection) -> int:
     return int(rows[0]["n"]) if rows else 0
 
 
+async def observe(conn: AnyConnection) -> TransitionObservation:
+    """The status, the canonical backlog while a transition is under way, whether the
+    target schema is installed and the live runtimes by capability (a few index reads;
+    the backlog is a count of canonical jobs not yet terminal, read only when it gates
+    a step)."""
+    status = await read_status(conn)
+    backlog = await canonical_live_backlog(conn) if backlog_matters(status.state) else None
+    live: dict[StorageCapability, int] = {}
+    known = {c.value: c for c in StorageCapability}
+    runtimes = load_queries("awa.adapters._pg", "admin.sql")["runtime_capabilities"]
+    for row in await _rows(conn, runtimes):
+        capability = known.get(row["storage_capability"])  # None: a newer release's
+        if capability is not None and row["live"]:
+            live[capability] = live.get(capability, 0) + 1
+    return TransitionObservation(
+        status=status,
+        canonical_backlog=backlog,
+        schema_installed=await queue_storage_installed(conn, status.schema),
+        live_runtimes=live,
+    )
+
+
 async def queue_storage_installed(conn: AnyConnection, schema: str) -> bool:
     """Whether ``schema`` holds the queue-storage tables."""
     rows = await _rows(conn, "SELECT awa.queue_storage_installed(%s) AS ok", (schema,))
@@ -153,21 +186,61 @@ async def install_schema(
 
 
 async def finalize_when_drained(
-    url: str, *, timeout: float, poll_interval: float = 0.5
+    conn: AnyConnection, *, timeout: float, poll_interval: float = 0.5
 ) -> TransitionStatus:
-    """Call ``finalize`` until the canonical backlog gate passes or ``timeout`` seconds
-    elapse; any other refusal (or the backlog one at the deadline) is raised."""
+    """Call ``finalize`` on ``conn`` until the canonical backlog gate passes or
+    ``timeout`` seconds elapse; any other refusal (or the backlog one at the deadline) is
+    raised."""
     deadline = time.monotonic() + timeout
-    conn = await connect(url)
-    try:
-        while True:
-            try:
-                return await finalize(conn)
-            except TransitionRefused as refused:
-                if refused.gate is not Gate.CANONICAL_BACKLOG_DRAINED:
-                    raise
-                if time.monotonic() >= deadline:
-                    raise
-            await asyncio.sleep(max(0.0, min(poll_interval, deadline - time.monotonic())))
-    finally:
-        await conn.close()
+    while True:
+        try:
+            return await finalize(conn)
+        except TransitionRefused as refused:
+            if refused.gate is not Gate.CANONICAL_BACKLOG_DRAINED:
+                raise
+            if time.monotonic() >= deadline:
+                raise
+        await asyncio.sleep(max(0.0, min(poll_interval, deadline - time.monotonic())))
+
+
+class PgTransitionState:
+    """:class:`~awa.ports.transition.TransitionStore` of a Postgres database, over a pool
+    (the producer route is read on the producer's own connection)."""
+
+    def __init__(self, pool: AsyncConnectionPool[DictConnection]) -> None:
+        self._pool = pool
+
+    async def read_status(self) -> TransitionStatus:
+        async with translated_errors(), self._pool.connection() as conn:
+            return await read_status(conn)
+
+    async def producer_schema(self, conn: AnyConnection) -> str | None:
+        async with translated_errors():
+            if conn.info.transaction_status == pq.TransactionStatus.IDLE and not conn.autocommit:
+                # A caller's connection before its first statement: open its transaction now
+                # so the producer lock is held until the caller commits.
+                await conn.execute("SELECT 1")
+            return await producer_schema(conn)
+
+    async def canonical_job_ids(self, job_ids: Sequence[int]) -> set[int]:
+        async with translated_errors(), self._pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT id FROM awa.canonical_jobs WHERE id = ANY(%s)", (list(job_ids),)
+            )
+            return {int(row["id"]) for row in await cur.fetchall()}
+
+    async def queue_storage_installed(self, schema: str) -> bool:
+        async with translated_errors(), self._pool.connection() as conn:
+            return await queue_storage_installed(conn, schema)
+
+    async def observe_transition(self) -> TransitionObservation:
+        async with translated_errors(), self._pool.connection() as conn:
+            return await observe(conn)
+
+    async def activate_if_fresh(self, schema: str = DEFAULT_SCHEMA) -> bool:
+        async with translated_errors(), self._pool.connection() as conn:
+            return await auto_finalize_if_fresh(conn, schema)
+
+    async def move_canonical_backlog(self, *, limit: int) -> int:
+        async with translated_errors(), self._pool.connection() as conn:
+            return await move_canonical_backlog(conn, limit=limit)

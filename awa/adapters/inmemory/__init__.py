@@ -1,6 +1,5 @@
 """The in-memory engine: the reference model of the storage port, importing only the core."""
 
-from awa.adapters.inmemory.core import InMemoryUnitOfWork
 from awa.adapters.inmemory.engine import InMemoryEngine
 from awa.adapters.inmemory.notifier import (
     InMemoryLeaderLock,
@@ -8,12 +7,23 @@ from awa.adapters.inmemory.notifier import (
     LeaderElection,
     NotificationHub,
 )
+from awa.adapters.inmemory.store import SharedStore
+from awa.adapters.inmemory.transactions import (
+    InMemoryTransaction,
+    InMemoryTransactions,
+    InMemoryUnitOfWork,
+)
+from awa.adapters.inmemory.transition import InMemoryTransition
 
 __all__ = [
     "InMemoryEngine",
     "InMemoryLeaderLock",
     "InMemorySubscription",
+    "InMemoryTransaction",
+    "InMemoryTransactions",
+    "InMemoryTransition",
     "InMemoryUnitOfWork",
     "LeaderElection",
     "NotificationHub",
+    "SharedStore",
 ]

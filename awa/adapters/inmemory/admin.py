@@ -8,18 +8,20 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from awa.adapters.inmemory.base import LIVE_STATES, EngineBase, Write, matches
+from awa.adapters.inmemory.base import EngineBase, Write, matches
 from awa.adapters.inmemory.state import EngineState
-from awa.domain.admin_views import KindCounts, StateBucket
-from awa.domain.callbacks import retry_changes
-from awa.domain.channels import queue_channel
-from awa.domain.job import DlqEntry, JobRecord, QueueCounts
-from awa.domain.states import TERMINAL_STATES, JobState
-from awa.ports.storage import DlqFilter, JobFilter
-
-DRAINABLE_STATES = frozenset(
-    {JobState.Scheduled, JobState.Available, JobState.Retryable, JobState.WaitingExternal}
+from awa.domain import lifecycle
+from awa.domain.admin_views import (
+    DEPTH_STATES,
+    KindCounts,
+    QueueDepth,
+    StateBucket,
+    queue_depths_from,
 )
+from awa.domain.channels import queue_channel
+from awa.domain.job import DlqEntry, JobRecord, QueueCounts, initial_state
+from awa.domain.states import LIVE_STATES, TERMINAL_STATES, JobState
+from awa.ports.storage import DlqFilter, JobFilter
 
 
 def _dlq_matches(entry: DlqEntry, filter: DlqFilter) -> bool:
@@ -84,6 +86,18 @@ class AdminOps(EngineBase):
             )
         return result
 
+    async def queue_depths(self) -> list[QueueDepth]:
+        return queue_depths_from(
+            {
+                "queue": job.queue,
+                "state": job.state.sql_name,
+                "n": 1,
+                "oldest": job.run_at if job.state == JobState.Available else None,
+            }
+            for job in self._read().jobs.values()
+            if job.state in DEPTH_STATES
+        )
+
     async def kind_counts(self) -> list[KindCounts]:
         jobs = list(self._read().jobs.values())
         recent = self._clock.now() - timedelta(hours=1)
@@ -144,18 +158,19 @@ class AdminOps(EngineBase):
             pending = [
                 job
                 for job in write.state.jobs.values()
-                if job.queue == queue and job.state in DRAINABLE_STATES
+                if job.queue == queue and job.state in lifecycle.DRAINABLE_STATES
             ]
+            drain = lifecycle.drain(write.now)
             for job in self._sorted(pending):
-                self._cancel(write, job)
+                self._cancel(write, job, drain)
         return len(pending)
 
     # ---------------------------------------------------------------- job control
     async def cancel_job(self, job_id: int) -> JobRecord | None:
         async with self._write() as write:
             job = write.state.jobs.get(job_id)
-            if job is not None and not job.state.is_terminal:
-                job = self._cancel(write, job)
+            if job is not None:
+                job = self._cancel(write, job, lifecycle.operator_cancel(write.now))
         return job
 
     async def cancel_by_unique_key(self, unique_key: bytes) -> JobRecord | None:
@@ -164,21 +179,14 @@ class AdminOps(EngineBase):
             job = None if holder is None else write.state.jobs.get(holder)
             if job is None or job.state.is_terminal:
                 return None
-            cancelled = self._cancel(write, job)
+            cancelled = self._cancel(write, job, lifecycle.operator_cancel(write.now))
         return cancelled
 
     def _operator_retry(self, write: Write, job: JobRecord) -> JobRecord:
-        if job.state in TERMINAL_STATES:
-            job = write.state.transition(
-                job, JobState.Available, run_at=write.now, attempt=0, finalized_at=None
-            )
-        elif job.state in (JobState.Scheduled, JobState.Retryable):
-            job = write.state.transition(job, JobState.Available, run_at=write.now)
-        elif job.state == JobState.WaitingExternal:
-            changes = retry_changes(write.now)
-            job = write.state.transition(job, changes.pop("state"), **changes)
-        else:
+        transition = lifecycle.operator_retry(job.state, write.now)
+        if transition is None:
             return job
+        job = self._apply(write, job, transition)
         write.notify.add(queue_channel(job.queue))
         return job
 
@@ -267,7 +275,7 @@ class AdminOps(EngineBase):
         del write.state.dlq[entry.job.id]
         job = attrs.evolve(
             entry.job,
-            state=JobState.Available if run_at is None else JobState.Scheduled,
+            state=initial_state(run_at),
             run_at=write.now if run_at is None else run_at,
             attempt=0,
             run_lease=0,
@@ -334,7 +342,7 @@ class AdminOps(EngineBase):
     # ---------------------------------------------------------------- lifecycle
     async def reset(self) -> None:
         async with self._write() as write:
-            write.state = EngineState()
+            write.state.clear()
 
     async def close(self) -> None:
         self._closed = True

@@ -2,32 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import datetime
 
-import anyio
 import attrs
 
 from awa.adapters.inmemory.notifier import (
     InMemoryLeaderLock,
     InMemorySubscription,
     LeaderElection,
-    NotificationHub,
 )
 from awa.adapters.inmemory.state import EngineState
+from awa.adapters.inmemory.store import CANONICAL_SIDE, SharedStore, StoreState
+from awa.domain import lifecycle
 from awa.domain.batch_ops import BatchOperation
 from awa.domain.callbacks import CallbackExpressions
 from awa.domain.errors import DatabaseError
-from awa.domain.job import JobRecord, RunLease, attempts_exhausted, error_entry
+from awa.domain.job import JobRecord, RunLease
+from awa.domain.lifecycle import AttemptFacts, Transition
 from awa.domain.policies import Backoff
-from awa.domain.states import JobState
+from awa.domain.states import LIVE_STATES, JobState
 from awa.ports.clock import Clock
 from awa.ports.storage import Ack, JobFilter
 
-LIVE_STATES = frozenset({JobState.Running, JobState.WaitingExternal})
-RUNNING_ONLY = frozenset({JobState.Running})
+RUNNING_ONLY = lifecycle.HANDLER_STATES
 CANCEL_CHANNEL = "awa:cancel"
 
 
@@ -37,10 +36,12 @@ def ack(applied: bool) -> Ack:
 
 @attrs.define
 class Write:
-    """One atomic write: a private copy of the state plus the notifications it earns."""
+    """One atomic write: a private copy of the state (``state``: this engine's view of
+    ``store``) plus the notifications it earns."""
 
     state: EngineState
     now: datetime
+    store: StoreState
     notify: set[str] = attrs.field(factory=set)
 
 
@@ -55,16 +56,27 @@ def matches(job: JobRecord, filter: JobFilter) -> bool:
 
 
 class EngineBase:
-    """State, clock, lock and notification hub, plus the helpers every operation uses."""
+    """State, clock, lock and notification hub, plus the helpers every operation uses.
 
-    def __init__(self, clock: Clock, backoff: Backoff | None = None) -> None:
+    ``store`` and ``side``: the engine keeps its jobs on ``side`` of a store it shares
+    with other engines (see :mod:`awa.adapters.inmemory.store`); by default it has a store
+    of its own."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        backoff: Backoff | None = None,
+        *,
+        store: SharedStore | None = None,
+        side: str = CANONICAL_SIDE,
+    ) -> None:
         self._clock = clock
         self._backoff = backoff if backoff is not None else Backoff()
-        self._state = EngineState()
-        self._lock = anyio.Lock()
-        self._hub = NotificationHub()
-        self._election = LeaderElection()
-        self._next_id = 1
+        self._store = store if store is not None else SharedStore()
+        self._side = side
+        self._lock = self._store.lock
+        self._hub = self._store.hub
+        self._election = self._store.election
         self._closed = False
         # Batch operations and their item states (job id -> item state), by operation id.
         self._batch_ops: dict[str, BatchOperation] = {}
@@ -90,16 +102,25 @@ class EngineBase:
         """The committed state. It is never mutated in place, so it is safe to scan."""
         if self._closed:
             raise DatabaseError("the in-memory engine is closed")
-        return self._state
+        return self._store.committed(self._side)
 
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[Write]:
         """Serialize a write, apply it to a copy and commit the copy only on success."""
         async with self._lock:
-            write = Write(state=self._read().copy(), now=self._clock.now())
+            self._read()
+            copy = self._store.state.copy()
+            write = Write(state=copy.view(self._side), now=self._clock.now(), store=copy)
             yield write
-            self._state = write.state
+            self._store.state = copy
         self._hub.publish(write.notify)
+
+    def _routed_view(self, write: Write) -> EngineState:
+        """Where the store routes an insert it makes itself (a cron fire, as
+        ``awa.insert_job_compat`` does on Postgres): the side producers write to under the
+        store's transition, else this engine's own."""
+        side = self._store.producer_side()
+        return write.state if side is None or side == self._side else write.store.view(side)
 
     # ---------------------------------------------------------------- attempt helpers
     @staticmethod
@@ -113,45 +134,42 @@ class EngineBase:
         return job
 
     @staticmethod
-    def _fail_or_dlq(
-        write: Write,
-        job: JobRecord,
-        *,
-        errors: tuple[dict[str, Any], ...],
-        dlq_reason: str,
-        **changes: Any,
-    ) -> JobState:
-        """Finalize as ``failed``; queues with DLQ enabled hold the failed job instead."""
-        failed = write.state.transition(
-            job, JobState.Failed, errors=errors, finalized_at=write.now, **changes
-        )
-        if write.state.dlq_enabled(job.queue):
-            write.state.move_to_dlq(failed, reason=dlq_reason, now=write.now)
-        return JobState.Failed
+    def _facts(write: Write, job: JobRecord) -> AttemptFacts:
+        return AttemptFacts.of(job, dlq_enabled=write.state.dlq_enabled(job.queue))
 
-    def _retry_or_fail(
-        self,
-        write: Write,
-        job: JobRecord,
-        *,
-        error: str,
-        delay: timedelta | None,
-        dlq_reason: str = "max_attempts_exhausted",
-        **changes: Any,
-    ) -> JobState:
-        """Close an attempt as a retryable failure, or fail it when attempts are spent."""
-        errors = (*job.errors, error_entry(error, attempt=job.attempt, at=write.now))
-        if attempts_exhausted(job.attempt, job.max_attempts):
-            return self._fail_or_dlq(write, job, errors=errors, dlq_reason=dlq_reason, **changes)
-        wait = delay if delay is not None else self._backoff.delay(job.attempt)
-        write.state.transition(
-            job, JobState.Retryable, errors=errors, run_at=write.now + wait, **changes
-        )
-        return JobState.Retryable
+    @staticmethod
+    def _apply(write: Write, job: JobRecord, transition: Transition) -> JobRecord:
+        """Apply a lifecycle transition; a failure routed to the DLQ moves there."""
+        target = transition.target(job.state)
+        changes = transition.changes(job)
+        if target == job.state:
+            updated = write.state.update(job, **changes)
+        else:
+            updated = write.state.transition(job, target, **changes)
+        if transition.dlq_reason is not None:
+            write.state.move_to_dlq(updated, reason=transition.dlq_reason.value, now=write.now)
+        return updated
 
-    def _cancel(self, write: Write, job: JobRecord) -> JobRecord:
-        """Cancel a non-terminal job; a live attempt's worker is told on ``awa:cancel``."""
-        cancelled = write.state.transition(job, JobState.Cancelled, finalized_at=write.now)
+    def _close(
+        self, write: Write, lease: RunLease, decide: Callable[[JobRecord], Transition]
+    ) -> JobRecord | None:
+        """Apply the transition ``decide`` makes for the attempt ``lease`` names; ``None``
+        (nothing changed) when the lease is stale or the transition does not apply."""
+        job = self._live(write, lease)
+        if job is None:
+            return None
+        transition = decide(job)
+        if not transition.applies(job.state):
+            return None
+        self._apply(write, job, transition)
+        return job
+
+    def _cancel(self, write: Write, job: JobRecord, transition: Transition) -> JobRecord:
+        """Apply an operator's cancel (or a drain's) to a job it applies to; a live
+        attempt's worker is told on ``awa:cancel``."""
+        if not transition.applies(job.state):
+            return job
+        cancelled = self._apply(write, job, transition)
         if job.state in LIVE_STATES:
             write.notify.add(CANCEL_CHANNEL)
         return cancelled

@@ -5,20 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from awa.adapters.inmemory.base import LIVE_STATES, RUNNING_ONLY, EngineBase, Write, ack
-from awa.domain.callbacks import (
-    CALLBACK_FAILED_REASON,
-    CLEARED,
-    CallbackExpressions,
-    callback_not_found,
-    check_action,
-    failure_entry,
-    resume_changes,
-    retry_changes,
-)
+from awa.adapters.inmemory.base import RUNNING_ONLY, EngineBase, Write, ack
+from awa.domain import lifecycle
+from awa.domain.callbacks import CallbackExpressions, callback_not_found, check_action
 from awa.domain.channels import queue_channel
 from awa.domain.job import JobRecord, RunLease
-from awa.domain.states import JobState
+from awa.domain.states import LIVE_STATES, JobState
 from awa.ports.storage import Ack
 
 
@@ -77,39 +69,26 @@ class CallbackOps(EngineBase):
         check_action(action)
         async with self._write() as write:
             job = self._by_callback(write, callback_id)
-            state, now = write.state, write.now
-            cleared: dict[str, Any] = dict(CLEARED)
+            now = write.now
             if action == "complete":
-                state.transition(
-                    job, JobState.Completed, finalized_at=now, progress=None, **cleared
-                )
+                transition = lifecycle.callback_complete(now)
             elif action == "fail":
-                entry = failure_entry(error, attempt=job.attempt, at=now, expression=expression)
-                self._fail_or_dlq(
-                    write,
-                    job,
-                    errors=(*job.errors, entry),
-                    dlq_reason=CALLBACK_FAILED_REASON,
-                    **cleared,
+                facts = self._facts(write, job)
+                transition = lifecycle.callback_fail(
+                    facts, error=error, now=now, expression=expression
                 )
             elif action == "retry":
-                changes = retry_changes(now)
-                state.transition(job, changes.pop("state"), **changes)
+                transition = lifecycle.callback_retry(now)
                 write.notify.add(queue_channel(job.queue))
             else:
-                changes = resume_changes(job, payload, now)
-                target = changes.pop("state")
-                if job.state == target:
-                    state.update(job, **changes)
-                else:
-                    state.transition(job, target, **changes)
-            after = state.jobs.get(job.id)
-            # A fail routed to the DLQ leaves no job row: report the failed snapshot.
-            result = after if after is not None else state.dlq[job.id].job
-        return result
+                transition = lifecycle.callback_resume(payload, now)
+            updated = self._apply(write, job, transition)
+        # A fail routed to the DLQ leaves no job row: the failed snapshot is the answer.
+        return updated
 
     async def heartbeat_callback(self, callback_id: str, *, timeout: timedelta) -> JobRecord:
         async with self._write() as write:
             job = self._by_callback(write, callback_id)
-            updated = write.state.update(job, callback_timeout_at=write.now + timeout)
+            beat = lifecycle.callback_heartbeat(timeout=timeout, now=write.now)
+            updated = self._apply(write, job, beat)
         return updated

@@ -9,22 +9,16 @@ from typing import Any
 
 from awa.adapters.inmemory.base import RUNNING_ONLY, EngineBase, Write, ack
 from awa.adapters.inmemory.state import EngineState, new_record
+from awa.adapters.inmemory.transactions import InMemoryTransaction, InMemoryUnitOfWork
+from awa.domain import lifecycle
 from awa.domain.channels import queue_channel
 from awa.domain.errors import DatabaseError, UniqueConflict
-from awa.domain.job import Claim, JobRecord, JobSpec, RunLease, error_entry
-from awa.domain.policies import PriorityAging
+from awa.domain.job import Claim, JobRecord, JobSpec, RunLease
+from awa.domain.lifecycle import Rescue
+from awa.domain.policies import PriorityAging, RetentionFloor
 from awa.domain.states import JobState
 from awa.domain.validation import validate_spec
 from awa.ports.storage import Ack, Rescued, UnitOfWork
-
-
-class InMemoryUnitOfWork:
-    """Enqueues buffered until commit. Ids are assigned at enqueue, as a sequence would."""
-
-    def __init__(self, owner: object) -> None:
-        self.owner = owner
-        self.pending: list[JobRecord] = []
-        self.open = True
 
 
 class CoreOps(EngineBase):
@@ -42,6 +36,14 @@ class CoreOps(EngineBase):
             uow.pending.clear()
             raise
         uow.open = False
+        await self._commit(uow)
+
+    def unit_of_work_for(self, conn: InMemoryTransaction) -> InMemoryUnitOfWork:
+        """:class:`~awa.ports.transactions.TransactionJoiner`: this engine's unit of work
+        in a transaction of its store, applied when that transaction commits."""
+        return conn.unit_of_work(self, self._commit)
+
+    async def _commit(self, uow: InMemoryUnitOfWork) -> None:
         async with self._write() as write:
             # Re-checks unique keys against whatever committed since the enqueue call.
             for job in uow.pending:
@@ -57,10 +59,12 @@ class CoreOps(EngineBase):
         return uow
 
     async def enqueue_many(
-        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None
+        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None, validated: bool = False
     ) -> list[JobRecord]:
-        for spec in specs:
-            validate_spec(spec)
+        """``validated``: the caller already ran ``validate_spec`` on every spec."""
+        if not validated:
+            for spec in specs:
+                validate_spec(spec)
         if uow is None:
             async with self._write() as write:
                 records = self._insert_all(write.state, specs, write)
@@ -80,13 +84,13 @@ class CoreOps(EngineBase):
     ) -> list[JobRecord]:
         """Insert into ``state`` (a private copy); raising leaves the id sequence as it was."""
         now = self._clock.now() if write is None else write.now
-        first = self._next_id
+        first = self._store.next_id
         records = [new_record(first + offset, spec, now) for offset, spec in enumerate(specs)]
         for record in records:
             state.insert(record)
             if write is not None and record.state == JobState.Available:
                 write.notify.add(queue_channel(record.queue))
-        self._next_id = first + len(records)
+        self._store.next_id = first + len(records)
         return records
 
     async def enqueue_many_skip_duplicates(self, specs: Sequence[JobSpec]) -> list[JobRecord]:
@@ -147,61 +151,55 @@ class CoreOps(EngineBase):
     async def complete(self, leases: Sequence[RunLease]) -> list[Ack]:
         acks = []
         async with self._write() as write:
+            done = lifecycle.complete(write.now)
             for lease in leases:
-                job = self._live(write, lease)
-                if job is not None:
-                    write.state.transition(
-                        job, JobState.Completed, finalized_at=write.now, progress=None
-                    )
+                job = self._close(write, lease, lambda _job: done)
                 acks.append(ack(job is not None))
         return acks
 
     async def retry(self, lease: RunLease, *, error: str, delay: timedelta | None = None) -> Ack:
         async with self._write() as write:
-            job = self._live(write, lease)
-            if job is not None:
-                self._retry_or_fail(write, job, error=error, delay=delay)
+            job = self._close(
+                write,
+                lease,
+                lambda job: lifecycle.retry(
+                    self._facts(write, job),
+                    error=error,
+                    now=write.now,
+                    backoff=self._backoff,
+                    delay=delay,
+                ),
+            )
         return ack(job is not None)
 
     async def snooze(self, lease: RunLease, *, delay: timedelta) -> Ack:
         async with self._write() as write:
-            # A parked attempt has no handler left to snooze it; only resume revives it.
-            job = self._live(write, lease, RUNNING_ONLY)
-            if job is not None:
-                write.state.transition(
-                    job, JobState.Scheduled, run_at=write.now + delay, attempt=job.attempt - 1
-                )
+            snoozed = lifecycle.snooze(delay=delay, now=write.now)
+            job = self._close(write, lease, lambda _job: snoozed)
         return ack(job is not None)
 
     async def cancel_attempt(self, lease: RunLease, *, reason: str) -> Ack:
         async with self._write() as write:
-            job = self._live(write, lease)
-            if job is not None:
-                write.state.transition(job, JobState.Cancelled, finalized_at=write.now)
+            cancelled = lifecycle.cancel(write.now)
+            job = self._close(write, lease, lambda _job: cancelled)
         return ack(job is not None)
 
     async def fail(self, lease: RunLease, *, error: str) -> Ack:
         async with self._write() as write:
-            job = self._live(write, lease)
-            if job is not None:
-                entry = error_entry(error, attempt=job.attempt, at=write.now, terminal=True)
-                self._fail_or_dlq(
-                    write, job, errors=(*job.errors, entry), dlq_reason="terminal_error"
-                )
+            job = self._close(
+                write,
+                lease,
+                lambda job: lifecycle.fail(self._facts(write, job), error=error, now=write.now),
+            )
         return ack(job is not None)
 
     async def release(self, lease: RunLease, *, error: str) -> Ack:
         async with self._write() as write:
-            job = self._live(write, lease)
-            if job is not None:
-                entry = error_entry(error, attempt=job.attempt, at=write.now)
-                write.state.transition(
-                    job,
-                    JobState.Retryable,
-                    run_at=write.now,
-                    attempt=job.attempt - 1,
-                    errors=(*job.errors, entry),
-                )
+            job = self._close(
+                write,
+                lease,
+                lambda job: lifecycle.release(self._facts(write, job), error=error, now=write.now),
+            )
         return ack(job is not None)
 
     async def heartbeat(self, leases: Sequence[RunLease]) -> list[Ack]:
@@ -261,7 +259,7 @@ class CoreOps(EngineBase):
                 and job.heartbeat_at is not None
                 and job.heartbeat_at < cutoff
             ]
-            rescued = self._rescue(write, stale, "heartbeat stale")
+            rescued = self._rescue(write, stale, Rescue.HEARTBEAT_STALE)
         return rescued
 
     async def rescue_expired_deadlines(self) -> list[Rescued]:
@@ -273,7 +271,7 @@ class CoreOps(EngineBase):
                 and job.deadline_at is not None
                 and job.deadline_at <= write.now
             ]
-            rescued = self._rescue(write, expired, "deadline exceeded")
+            rescued = self._rescue(write, expired, Rescue.DEADLINE_EXCEEDED)
         return rescued
 
     async def rescue_expired_callbacks(self) -> list[Rescued]:
@@ -285,49 +283,39 @@ class CoreOps(EngineBase):
                 and job.callback_timeout_at is not None
                 and job.callback_timeout_at <= write.now
             ]
-            rescued = self._rescue(
-                write,
-                expired,
-                "callback timed out",
-                dlq_reason="callback_timeout",
-                callback_id=None,
-                callback_timeout_at=None,
-            )
+            rescued = self._rescue(write, expired, Rescue.CALLBACK_TIMEOUT)
         return rescued
 
-    def _rescue(
-        self,
-        write: Write,
-        jobs: list[JobRecord],
-        reason: str,
-        *,
-        dlq_reason: str = "max_attempts_exhausted",
-        **changes: Any,
-    ) -> list[Rescued]:
+    def _rescue(self, write: Write, jobs: list[JobRecord], kind: Rescue) -> list[Rescued]:
         rescued = []
         for job in self._sorted(jobs):
-            new_state = self._retry_or_fail(
-                write, job, error=reason, delay=None, dlq_reason=dlq_reason, **changes
+            t = lifecycle.rescue(
+                kind, self._facts(write, job), now=write.now, backoff=self._backoff
             )
-            rescued.append(Rescued(lease=job.lease, new_state=new_state, reason=reason))
+            self._apply(write, job, t)
+            rescued.append(
+                Rescued(
+                    lease=job.lease,
+                    new_state=t.target(job.state),
+                    reason=kind.error,
+                    dlq_reason=None if t.dlq_reason is None else t.dlq_reason.value,
+                    queue=job.queue,
+                    kind=job.kind,
+                )
+            )
         return rescued
 
     async def cleanup_retention(
         self, *, completed: timedelta, failed: timedelta, batch_size: int = 1000
     ) -> int:
+        floor = RetentionFloor(completed=completed, failed=failed)
         async with self._write() as write:
-            cutoffs = {
-                JobState.Completed: write.now - completed,
-                JobState.Cancelled: write.now - completed,
-                JobState.Failed: write.now - failed,
-            }
             expired = sorted(
                 (
                     job
                     for job in write.state.jobs.values()
-                    if job.state in cutoffs
-                    and job.finalized_at is not None
-                    and job.finalized_at <= cutoffs[job.state]
+                    if job.finalized_at is not None
+                    and floor.is_expired(job.state, job.finalized_at, write.now)
                 ),
                 key=lambda job: (job.finalized_at, job.id),
             )[: max(batch_size, 0)]

@@ -77,7 +77,7 @@ class CronOps(CoreOps):
             if job is None or job.paused or job.last_enqueued_at != previous:
                 return None
             spec = validate_spec(fire_spec(job.schedule, fire_stamp(name, fire_at)))
-            (record,) = self._insert_all(write.state, [spec], write)
+            (record,) = self._insert_all(self._routed_view(write), [spec], write)
             self._cron[name] = attrs.evolve(job, last_enqueued_at=fire_at, updated_at=write.now)
             return record
 
@@ -87,5 +87,5 @@ class CronOps(CoreOps):
             if job is None:
                 return None
             spec = validate_spec(fire_spec(job.schedule, trigger_stamp(name)))
-            (record,) = self._insert_all(write.state, [spec], write)
+            (record,) = self._insert_all(self._routed_view(write), [spec], write)
             return record

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from awa.domain.errors import UniqueConflict
-from awa.domain.job import DlqEntry, JobRecord, JobSpec
+from awa.domain.job import DlqEntry, JobRecord, JobSpec, initial_state
 from awa.domain.states import DEFAULT_UNIQUE_STATES, JobState, check_transition, mask_contains
 
 
@@ -42,7 +42,7 @@ def new_record(job_id: int, spec: JobSpec, now: datetime) -> JobRecord:
         kind=spec.kind,
         queue=spec.queue,
         args=spec.args,
-        state=JobState.Available if spec.run_at is None else JobState.Scheduled,
+        state=initial_state(spec.run_at),
         priority=spec.priority,
         attempt=0,
         max_attempts=spec.max_attempts,
@@ -71,6 +71,13 @@ class EngineState:
             unique=dict(self.unique),
             queues=dict(self.queues),
         )
+
+    def clear(self) -> None:
+        """Forget every job, DLQ entry, unique claim and queue setting (in place)."""
+        self.jobs.clear()
+        self.dlq.clear()
+        self.unique.clear()
+        self.queues.clear()
 
     # ---------------------------------------------------------------- queue settings
     def meta(self, queue: str) -> QueueMeta:

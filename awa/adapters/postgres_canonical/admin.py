@@ -11,13 +11,11 @@ from psycopg import errors as pg_errors
 from awa.adapters._pg.errors import is_unique_claim_violation
 from awa.adapters._pg.rows import job_from_row, state_buckets
 from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase
-from awa.domain.admin_views import KindCounts, StateBucket
-from awa.domain.callbacks import retry_changes
-from awa.domain.job import JobRecord, QueueCounts
-from awa.domain.states import TERMINAL_STATES, JobState
+from awa.domain import lifecycle
+from awa.domain.admin_views import KindCounts, QueueDepth, StateBucket, queue_depths_from
+from awa.domain.job import JobRecord, QueueCounts, RunLease
+from awa.domain.states import LIVE_STATES, TERMINAL_STATES, JobState
 from awa.ports.storage import JobFilter
-
-LIVE_STATES = frozenset({JobState.Running, JobState.WaitingExternal})
 
 
 def _filter_params(filter: JobFilter) -> dict[str, Any]:
@@ -79,6 +77,13 @@ class AdminOps(EngineBase):
         # Python string order (code points), not the database collation.
         return sorted(result, key=lambda counts: counts.queue)
 
+    async def queue_depths(self) -> list[QueueDepth]:
+        """Live rows per queue and state along the ``(queue, state)`` index; finished
+        rows are never read (the canonical engine keeps no counters or cursors)."""
+        async with self._connection() as conn:
+            rows = await self._all(conn, "queue_depths", {})
+        return queue_depths_from(rows)
+
     async def kind_counts(self) -> list[KindCounts]:
         """Per-kind totals by one GROUP BY over the jobs table."""
         hour_ago = self._clock.now() - timedelta(hours=1)
@@ -116,12 +121,17 @@ class AdminOps(EngineBase):
 
     async def drain_queue(self, queue: str) -> int:
         """Cancel every pending job of ``queue``; waiting attempts' workers are told."""
+        now = self._clock.now()
+        drain = lifecycle.drain(now)
+        states = sorted(state.sql_name for state in drain.applies_to)
         async with self._transaction() as conn:
-            rows = await self._all(conn, "drain_queue", {"queue": queue, "now": self._clock.now()})
+            rows = await self._all(conn, "drain_candidates", {"queue": queue, "states": states})
+            leases = [RunLease(row["id"], row["run_lease"]) for row in rows]
+            applied, _ = await self._apply(conn, [(lease, drain) for lease in leases], now=now)
             for row in rows:
-                if JobState.parse(row["old_state"]) in LIVE_STATES:
+                if JobState.parse(row["state"]) in LIVE_STATES:
                     await self._notify_cancel(conn, row["id"], row["run_lease"])
-        return len(rows)
+        return len(applied)
 
     # ---------------------------------------------------------------- job control
     async def _notify_cancel(self, conn: AnyConnection, job_id: int, run_lease: int) -> None:
@@ -131,12 +141,13 @@ class AdminOps(EngineBase):
         self, conn: AnyConnection, row: Mapping[str, Any], now: datetime
     ) -> JobRecord:
         job = job_from_row(row)
-        if job.state in TERMINAL_STATES:
+        cancel = lifecycle.operator_cancel(now)
+        if not cancel.applies(job.state):
             return job
-        updated = await self._one(conn, "cancel_job", {"id": job.id, "now": now})
+        cancelled = await self._apply_locked(conn, row, cancel, now)
         if job.state in LIVE_STATES:
             await self._notify_cancel(conn, job.id, job.run_lease)
-        return job_from_row(updated) if updated is not None else job
+        return cancelled
 
     async def cancel_job(self, job_id: int) -> JobRecord | None:
         """Cancel a non-terminal job (a live attempt is told via ``awa:cancel``)."""
@@ -163,29 +174,16 @@ class AdminOps(EngineBase):
         self, conn: AnyConnection, row: Mapping[str, Any], now: datetime
     ) -> JobRecord:
         job = job_from_row(row)
-        params: dict[str, Any] = {"id": job.id, "now": now}
-        if job.state in TERMINAL_STATES:
-            name = "operator_retry_terminal"
-        elif job.state in (JobState.Scheduled, JobState.Retryable):
-            name = "operator_retry_deferred"
-        elif job.state == JobState.WaitingExternal:
-            name = "operator_retry_waiting"
-            changes = retry_changes(now)
-            params.update(
-                state=changes["state"].sql_name,
-                run_at=changes["run_at"],
-                attempt=changes["attempt"],
-            )
-        else:
+        retried = lifecycle.operator_retry(job.state, now)
+        if retried is None:
             return job
         try:
             async with self._atomic(conn):
-                updated = await self._one(conn, name, params)
+                return await self._apply_locked(conn, row, retried, now)
         except pg_errors.UniqueViolation as exc:
             if not is_unique_claim_violation(exc):
                 raise
             raise await self._conflict(conn, [job.unique_key]) from exc
-        return job_from_row(updated) if updated is not None else job
 
     async def retry_job(self, job_id: int) -> JobRecord | None:
         """Operator retry of one job (see the port for which states change)."""

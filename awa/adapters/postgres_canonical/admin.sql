@@ -4,13 +4,16 @@
 SELECT * FROM awa.canonical_jobs WHERE id = %(id)s
 
 -- name: list_jobs
+-- Keyset page, newest first: the cursor is always an index condition (no cursor: below
+-- every bigint), so the primary key is walked backwards from it and the walk stops at
+-- the page size, whatever the plan does with the optional filters.
 SELECT *
 FROM awa.canonical_jobs
-WHERE (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+WHERE id < coalesce(%(before_id)s::bigint, 9223372036854775807)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(state)s::awa.job_state IS NULL OR state = %(state)s::awa.job_state)
   AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY(tags))
-  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
 ORDER BY id DESC
 LIMIT %(limit)s
 
@@ -31,6 +34,15 @@ FROM awa.canonical_jobs
 WHERE finalized_at >= %(since)s::timestamptz
   AND state IN ('completed', 'failed', 'cancelled')
 GROUP BY 1, 2
+
+-- name: queue_depths
+-- The metrics' depth: live rows only, read along canonical_jobs_queue_state_idx, and the
+-- oldest due available job; finished rows are never read.
+SELECT queue, state::text AS state, count(*) AS n,
+    min(run_at) FILTER (WHERE state = 'available' AND awa.run_at_in_range(run_at)) AS oldest
+FROM awa.canonical_jobs
+WHERE state IN ('available', 'scheduled', 'retryable', 'running', 'waiting_external')
+GROUP BY queue, state
 
 -- name: queue_counts
 -- Exact counts by GROUP BY: the canonical engine keeps no folded counters.
@@ -91,30 +103,15 @@ ON CONFLICT (queue) DO UPDATE SET
     dlq_enabled = EXCLUDED.dlq_enabled,
     updated_at = EXCLUDED.updated_at
 
--- name: drain_queue
-WITH drained AS (
-    SELECT id, state AS old_state
-    FROM awa.canonical_jobs
-    WHERE queue = %(queue)s
-      AND state IN ('scheduled', 'available', 'retryable', 'waiting_external')
-    FOR UPDATE
-)
-UPDATE awa.canonical_jobs AS j SET
-    state = 'cancelled',
-    finalized_at = %(now)s::timestamptz
-FROM drained AS d
-WHERE j.id = d.id
-RETURNING j.id, j.run_lease, d.old_state
+-- name: drain_candidates
+SELECT id, run_lease, state
+FROM awa.canonical_jobs
+WHERE queue = %(queue)s AND state = ANY(%(states)s::text[]::awa.job_state[])
+ORDER BY id
+FOR UPDATE
 
 -- name: lock_job
 SELECT * FROM awa.canonical_jobs WHERE id = %(id)s FOR UPDATE
-
--- name: cancel_job
-UPDATE awa.canonical_jobs SET
-    state = 'cancelled',
-    finalized_at = %(now)s::timestamptz
-WHERE id = %(id)s
-RETURNING *
 
 -- name: notify_cancel
 SELECT pg_notify(
@@ -124,33 +121,6 @@ SELECT pg_notify(
 
 -- name: unique_holder
 SELECT job_id FROM awa.job_unique_claims WHERE unique_key = %(key)s
-
--- name: operator_retry_terminal
-UPDATE awa.canonical_jobs SET
-    state = 'available',
-    run_at = %(now)s::timestamptz,
-    attempt = 0,
-    finalized_at = NULL
-WHERE id = %(id)s
-RETURNING *
-
--- name: operator_retry_deferred
-UPDATE awa.canonical_jobs SET
-    state = 'available',
-    run_at = %(now)s::timestamptz
-WHERE id = %(id)s
-RETURNING *
-
--- name: operator_retry_waiting
--- The values come from awa.domain.callbacks.retry_changes: the callback ends.
-UPDATE awa.canonical_jobs SET
-    state = %(state)s::awa.job_state,
-    run_at = %(run_at)s::timestamptz,
-    attempt = %(attempt)s,
-    callback_id = NULL,
-    callback_timeout_at = NULL
-WHERE id = %(id)s
-RETURNING *
 
 -- name: failed_ids
 SELECT id

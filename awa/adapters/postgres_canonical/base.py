@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Self
 
 import psycopg
@@ -18,12 +18,13 @@ from awa.adapters._pg.decode import fetch_decodable
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.migrations import canonical_schema_version, require_schema
 from awa.adapters._pg.pool import DictConnection, open_pool
+from awa.adapters._pg.rows import dlq_from_row, job_from_row
 from awa.adapters._pg.sql import load_queries
 from awa.adapters.clock import SystemClock
 from awa.domain.errors import DatabaseError, UniqueConflict
-from awa.domain.job import error_entry
+from awa.domain.job import JobRecord, RunLease
+from awa.domain.lifecycle import AttemptFacts, Transition
 from awa.domain.policies import Backoff
-from awa.domain.states import JobState
 from awa.ports.clock import Clock
 from awa.ports.storage import UnitOfWork
 
@@ -47,6 +48,38 @@ def _queries() -> dict[str, bytes]:
 def query(name: str) -> bytes:
     """The named statement from this adapter's ``.sql`` files (loaded once)."""
     return _queries()[name]
+
+
+def attempt_facts(row: Mapping[str, Any]) -> AttemptFacts:
+    """What the lifecycle reads about a locked attempt row (``dlq_enabled`` joined in)."""
+    return AttemptFacts(row["attempt"], row["max_attempts"], bool(row["dlq_enabled"]))
+
+
+def transition_params(items: Sequence[tuple[RunLease, Transition]]) -> dict[str, Any]:
+    """The ``apply_transitions`` parameters: one element per attempt of every column.
+
+    One statement guards every row by the same states, so the batch's transitions must
+    apply to the same states (a sweep's do: they are of one kind).
+    """
+    applies_to = items[0][1].applies_to
+    if any(t.applies_to != applies_to for _, t in items):
+        raise ValueError("one apply_transitions batch must guard every row by the same states")
+    return {
+        "applies_to": sorted(state.sql_name for state in applies_to),
+        "ids": [lease.job_id for lease, _ in items],
+        "leases": [lease.lease for lease, _ in items],
+        "states": [None if t.state is None else t.state.sql_name for _, t in items],
+        "run_ats": [t.run_at for _, t in items],
+        "attempts": [t.attempt.value for _, t in items],
+        "finalized_ats": [t.finalized_at for _, t in items],
+        "errors": [None if t.error is None else Jsonb(t.error.as_dict()) for _, t in items],
+        "heartbeat_ats": [t.heartbeat_at for _, t in items],
+        "metadata": [None if t.metadata is None else Jsonb(dict(t.metadata)) for _, t in items],
+        "clear_progress": [t.clear_progress for _, t in items],
+        "clear_callback": [t.clear_callback for _, t in items],
+        "callback_timeout_ats": [t.callback_timeout_at for _, t in items],
+        "clear_finalized": [t.clear_finalized for _, t in items],
+    }
 
 
 class CanonicalUnitOfWork:
@@ -205,68 +238,48 @@ class EngineBase:
         return UniqueConflict("a live job already holds this unique key")
 
     # ---------------------------------------------------------------- attempt outcomes
-    async def _fail_or_dlq(
+    async def _apply(
         self,
         conn: AnyConnection,
-        row: Mapping[str, Any],
+        items: Sequence[tuple[RunLease, Transition]],
         *,
-        entry: dict[str, Any],
         now: datetime,
-        dlq_reason: str,
-        clear_callback: bool = False,
-    ) -> DictRow | None:
-        """Finalize a locked attempt as ``failed``; DLQ-enabled queues hold it instead.
+    ) -> tuple[set[tuple[int, int]], dict[int, DictRow]]:
+        """Apply lifecycle transitions in one statement, then hold the failures they
+        route to the DLQ in one more. Returns the ``(id, run_lease)`` pairs that applied
+        and the DLQ rows by job id."""
+        if not items:
+            return set(), {}
+        rows = await self._all(conn, "apply_transitions", transition_params(items))
+        applied = {(row["id"], row["run_lease"]) for row in rows}
+        routed = [
+            (lease.job_id, t.dlq_reason.value)
+            for lease, t in items
+            if t.dlq_reason is not None and (lease.job_id, lease.lease) in applied
+        ]
+        held: dict[int, DictRow] = {}
+        if routed:
+            params = {
+                "ids": [job_id for job_id, _ in routed],
+                "reasons": [reason for _, reason in routed],
+                "now": now,
+            }
+            held = {row["job_id"]: row for row in await self._all(conn, "move_to_dlq", params)}
+        return applied, held
 
-        Returns the DLQ row when the job moved there, else ``None``.
-        """
-        params = {
-            "id": row["id"],
-            "error": Jsonb(entry),
-            "now": now,
-            "clear_callback": clear_callback,
-        }
-        await self._one(conn, "close_as_failed", params)
-        if not row["dlq_enabled"]:
-            return None
-        return await self._one(
-            conn, "move_to_dlq", {"id": row["id"], "reason": dlq_reason, "now": now}
-        )
-
-    async def _retry_or_fail(
-        self,
-        conn: AnyConnection,
-        row: Mapping[str, Any],
-        *,
-        error: str,
-        delay: timedelta | None,
-        now: datetime,
-        dlq_reason: str = "max_attempts_exhausted",
-        clear_callback: bool = False,
-    ) -> JobState:
-        """Close a locked attempt as a retryable failure, or fail it when attempts are spent."""
-        entry = error_entry(error, attempt=row["attempt"], at=now)
-        if row["attempt"] >= row["max_attempts"]:
-            await self._fail_or_dlq(
-                conn,
-                row,
-                entry=entry,
-                now=now,
-                dlq_reason=dlq_reason,
-                clear_callback=clear_callback,
-            )
-            return JobState.Failed
-        wait = delay if delay is not None else self._backoff.delay(row["attempt"])
-        await self._one(
-            conn,
-            "close_as_retryable",
-            {
-                "id": row["id"],
-                "run_at": now + wait,
-                "error": Jsonb(entry),
-                "clear_callback": clear_callback,
-            },
-        )
-        return JobState.Retryable
+    async def _apply_locked(
+        self, conn: AnyConnection, row: Mapping[str, Any], transition: Transition, now: datetime
+    ) -> JobRecord:
+        """Apply ``transition`` to the attempt row locked in this transaction; the answer is
+        the job as the transition leaves it (its DLQ entry's snapshot when it moved)."""
+        job = job_from_row(row)
+        applied, held = await self._apply(conn, [(job.lease, transition)], now=now)
+        # The row was locked earlier in the same transaction, so it cannot have changed.
+        if not applied:
+            raise DatabaseError("a locked job row changed inside its transaction")
+        if job.id in held:
+            return dlq_from_row(held[job.id]).job
+        return transition.apply(job)
 
     async def close(self) -> None:
         """Close the pool if this engine opened it."""

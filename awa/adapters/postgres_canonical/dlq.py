@@ -30,7 +30,7 @@ class DlqOps(EngineBase):
 
     async def move_failed_to_dlq(self, job_id: int, *, reason: str) -> DlqEntry | None:
         """Hold a failed job in the DLQ; ``None`` if it is not a failed job."""
-        params = {"id": job_id, "reason": reason, "now": self._clock.now()}
+        params = {"ids": [job_id], "reasons": [reason], "now": self._clock.now()}
         async with self._connection() as conn:
             row = await self._one(conn, "move_to_dlq", params)
         return None if row is None else dlq_from_row(row)
@@ -38,15 +38,15 @@ class DlqOps(EngineBase):
     async def bulk_move_failed_to_dlq(self, filter: JobFilter, *, reason: str) -> int:
         """Move every failed job matching ``filter`` into the DLQ; returns how many."""
         now = self._clock.now()
-        moved = 0
         params = {"kind": filter.kind, "queue": filter.queue, "tag": filter.tag}
         async with self._transaction() as conn:
-            for row in await self._all(conn, "failed_ids_for_dlq", params):
-                entry = await self._one(
-                    conn, "move_to_dlq", {"id": row["id"], "reason": reason, "now": now}
-                )
-                moved += entry is not None
-        return moved
+            ids = [row["id"] for row in await self._all(conn, "failed_ids_for_dlq", params)]
+            if not ids:
+                return 0
+            moved = await self._all(
+                conn, "move_to_dlq", {"ids": ids, "reasons": [reason] * len(ids), "now": now}
+            )
+        return len(moved)
 
     async def list_dlq(self, filter: DlqFilter, *, limit: int = 100) -> list[DlqEntry]:
         """Newest first by ``(dlq_at, job id)``, after the optional cursor."""

@@ -47,10 +47,12 @@ ORDER BY j.id
 FOR UPDATE OF j SKIP LOCKED
 
 -- name: cleanup_retention
+-- The cutoffs come from awa.domain.policies.RetentionFloor, one per terminal state.
 WITH expired AS (
     SELECT id
     FROM awa.canonical_jobs
-    WHERE (state IN ('completed', 'cancelled') AND finalized_at <= %(completed_cutoff)s::timestamptz)
+    WHERE (state = 'completed' AND finalized_at <= %(completed_cutoff)s::timestamptz)
+       OR (state = 'cancelled' AND finalized_at <= %(cancelled_cutoff)s::timestamptz)
        OR (state = 'failed' AND finalized_at <= %(failed_cutoff)s::timestamptz)
     ORDER BY finalized_at, id
     LIMIT %(limit)s

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -10,19 +10,12 @@ from psycopg import errors as pg_errors
 from psycopg.types.json import Jsonb
 
 from awa.adapters._pg.errors import is_unique_claim_violation, translated_errors
-from awa.adapters._pg.rows import dlq_from_row, job_from_row, mask_param
-from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase
-from awa.domain.callbacks import (
-    CALLBACK_FAILED_REASON,
-    CallbackExpressions,
-    callback_not_found,
-    check_action,
-    failure_entry,
-    resume_changes,
-    retry_changes,
-)
-from awa.domain.errors import DatabaseError
+from awa.adapters._pg.rows import job_from_row, mask_param
+from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase, attempt_facts
+from awa.domain import lifecycle
+from awa.domain.callbacks import CallbackExpressions, callback_not_found, check_action
 from awa.domain.job import Claim, JobRecord, JobSpec, RunLease
+from awa.domain.lifecycle import AttemptFacts, Transition
 from awa.domain.policies import PriorityAging
 from awa.domain.validation import validate_spec
 from awa.ports.storage import Ack, UnitOfWork
@@ -49,13 +42,6 @@ def _enqueue_params(specs: Sequence[JobSpec], now: datetime) -> dict[str, Any]:
         "unique_states": [mask_param(s.effective_unique_states) for s in specs],
         "ordering_keys": [s.ordering_key for s in specs],
     }
-
-
-def _locked_row(row: Mapping[str, Any] | None) -> JobRecord:
-    # The row was locked earlier in the same transaction, so it cannot have vanished.
-    if row is None:
-        raise DatabaseError("a locked job row disappeared inside its transaction")
-    return job_from_row(row)
 
 
 def _batch_acks(leases: Sequence[RunLease], applied: set[tuple[int, int]]) -> list[Ack]:
@@ -172,7 +158,14 @@ class WorkerOps(EngineBase):
 
     async def complete(self, leases: Sequence[RunLease]) -> list[Ack]:
         """Complete a batch of attempts in one statement."""
-        return await self._batch("complete", leases)
+        leases = list(leases)
+        if not leases:
+            return []
+        now = self._clock.now()
+        done = lifecycle.complete(now)
+        async with self._connection() as conn:
+            applied, _ = await self._apply(conn, [(lease, done) for lease in leases], now=now)
+        return _batch_acks(leases, applied)
 
     async def heartbeat(self, leases: Sequence[RunLease]) -> list[Ack]:
         """Refresh heartbeats of running attempts in one statement."""
@@ -180,14 +173,23 @@ class WorkerOps(EngineBase):
 
     async def _guarded(self, name: str, lease: RunLease, **params: Any) -> Ack:
         now = self._clock.now()
-        values = {"id": lease.job_id, "lease": lease.lease, "now": now, "at": now.isoformat()}
+        values = {"id": lease.job_id, "lease": lease.lease, "now": now}
         values.update(params)
         async with self._connection() as conn:
             row = await self._one(conn, name, values)
         return _ack(row is not None)
 
-    async def retry(self, lease: RunLease, *, error: str, delay: timedelta | None = None) -> Ack:
-        """Retry (or fail when exhausted); the row is locked so backoff can read ``attempt``."""
+    async def _close(self, lease: RunLease, transition: Transition) -> Ack:
+        """Apply a transition that needs no fact about the attempt, in one statement."""
+        async with self._connection() as conn:
+            applied, _ = await self._apply(conn, [(lease, transition)], now=self._clock.now())
+        return _ack(bool(applied))
+
+    async def _decide(
+        self, lease: RunLease, decide: Callable[[AttemptFacts, datetime], Transition]
+    ) -> Ack:
+        """Lock the attempt, let ``decide`` make its transition from the row's facts and
+        apply it (and the DLQ move it routes to)."""
         now = self._clock.now()
         async with self._transaction() as conn:
             row = await self._one(
@@ -195,34 +197,39 @@ class WorkerOps(EngineBase):
             )
             if row is None:
                 return Ack.STALE
-            await self._retry_or_fail(conn, row, error=error, delay=delay, now=now)
-        return Ack.APPLIED
+            applied, _ = await self._apply(
+                conn, [(lease, decide(attempt_facts(row), now))], now=now
+            )
+        return _ack(bool(applied))
+
+    async def retry(self, lease: RunLease, *, error: str, delay: timedelta | None = None) -> Ack:
+        """Retry (or fail when exhausted); the row is locked so backoff can read ``attempt``."""
+        return await self._decide(
+            lease,
+            lambda facts, now: lifecycle.retry(
+                facts, error=error, now=now, backoff=self._backoff, delay=delay
+            ),
+        )
 
     async def snooze(self, lease: RunLease, *, delay: timedelta) -> Ack:
         """Back to ``scheduled`` without spending the attempt."""
-        return await self._guarded("snooze", lease, run_at=self._clock.now() + delay)
+        return await self._close(lease, lifecycle.snooze(delay=delay, now=self._clock.now()))
 
     async def cancel_attempt(self, lease: RunLease, *, reason: str) -> Ack:
         """The handler cancelled: ``cancelled`` now, no error entry."""
-        return await self._guarded("cancel_attempt", lease)
+        return await self._close(lease, lifecycle.cancel(self._clock.now()))
 
     async def fail(self, lease: RunLease, *, error: str) -> Ack:
         """Terminal failure, then into the DLQ when the queue has it enabled."""
-        now = self._clock.now()
-        params = {"id": lease.job_id, "lease": lease.lease, "now": now, "at": now.isoformat()}
-        async with self._transaction() as conn:
-            row = await self._one(conn, "fail", {**params, "error": error})
-            if row is None:
-                return Ack.STALE
-            if row["dlq_enabled"]:
-                await self._one(
-                    conn, "move_to_dlq", {"id": row["id"], "reason": "terminal_error", "now": now}
-                )
-        return Ack.APPLIED
+        return await self._decide(
+            lease, lambda facts, now: lifecycle.fail(facts, error=error, now=now)
+        )
 
     async def release(self, lease: RunLease, *, error: str) -> Ack:
         """Give the attempt back: retryable now, attempt not spent, error recorded."""
-        return await self._guarded("release", lease, error=error)
+        return await self._decide(
+            lease, lambda facts, now: lifecycle.release(facts, error=error, now=now)
+        )
 
     async def update_progress(
         self,
@@ -295,47 +302,17 @@ class WorkerOps(EngineBase):
             row = await self._one(conn, "lock_by_callback", {"callback_id": callback_id})
             if row is None:
                 raise callback_not_found(callback_id)
-            params: dict[str, Any] = {"id": row["id"], "now": now}
             if action == "complete":
-                updated = await self._one(conn, "callback_complete", params)
+                transition = lifecycle.callback_complete(now)
             elif action == "fail":
-                entry = failure_entry(error, attempt=row["attempt"], at=now, expression=expression)
-                held = await self._fail_or_dlq(
-                    conn,
-                    row,
-                    entry=entry,
-                    now=now,
-                    dlq_reason=CALLBACK_FAILED_REASON,
-                    clear_callback=True,
+                transition = lifecycle.callback_fail(
+                    attempt_facts(row), error=error, now=now, expression=expression
                 )
-                if held is not None:
-                    return dlq_from_row(held).job
-                updated = await self._one(conn, "get_job", {"id": row["id"]})
             elif action == "retry":
-                changes = retry_changes(now)
-                updated = await self._one(
-                    conn,
-                    "callback_retry",
-                    {
-                        "id": row["id"],
-                        "state": changes["state"].sql_name,
-                        "run_at": changes["run_at"],
-                        "attempt": changes["attempt"],
-                    },
-                )
+                transition = lifecycle.callback_retry(now)
             else:
-                changes = resume_changes(job_from_row(row), payload, now)
-                updated = await self._one(
-                    conn,
-                    "callback_resume",
-                    {
-                        "id": row["id"],
-                        "state": changes["state"].sql_name,
-                        "heartbeat_at": changes["heartbeat_at"],
-                        "metadata": Jsonb(changes["metadata"]),
-                    },
-                )
-        return _locked_row(updated)
+                transition = lifecycle.callback_resume(payload, now)
+            return await self._apply_locked(conn, row, transition, now)
 
     async def heartbeat_callback(self, callback_id: str, *, timeout: timedelta) -> JobRecord:
         """Push the callback timeout of the live attempt carrying ``callback_id``."""
@@ -344,7 +321,5 @@ class WorkerOps(EngineBase):
             row = await self._one(conn, "lock_by_callback", {"callback_id": callback_id})
             if row is None:
                 raise callback_not_found(callback_id)
-            updated = await self._one(
-                conn, "callback_heartbeat", {"id": row["id"], "timeout_at": now + timeout}
-            )
-        return _locked_row(updated)
+            beat = lifecycle.callback_heartbeat(timeout=timeout, now=now)
+            return await self._apply_locked(conn, row, beat, now)

@@ -116,15 +116,53 @@ FROM candidates AS c
 WHERE j.id = c.id AND j.state = 'available'
 RETURNING j.*
 
--- name: complete
+-- name: apply_transitions
+-- Apply transitions decided by awa.domain.lifecycle, one per (id, run lease), in one
+-- statement. Each is guarded by the attempt's run lease and by the states the batch's
+-- transitions apply to; a NULL leaves the column as it is. The attempt change is the
+-- label of awa.domain.lifecycle.AttemptChange.
 UPDATE awa.canonical_jobs AS j SET
-    state = 'completed',
-    finalized_at = %(now)s::timestamptz,
-    progress = NULL
-FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS l(id, lease)
-WHERE j.id = l.id
-  AND j.run_lease = l.lease
-  AND j.state IN ('running', 'waiting_external')
+    state = coalesce(t.state, j.state),
+    run_at = coalesce(t.run_at, j.run_at),
+    attempt = CASE t.attempt
+        WHEN 'give_back' THEN j.attempt - 1
+        WHEN 'reset' THEN 0
+        ELSE j.attempt
+    END,
+    finalized_at = CASE
+        WHEN t.clear_finalized THEN NULL
+        ELSE coalesce(t.finalized_at, j.finalized_at)
+    END,
+    errors = CASE WHEN t.error IS NULL THEN j.errors ELSE array_append(j.errors, t.error) END,
+    heartbeat_at = coalesce(t.heartbeat_at, j.heartbeat_at),
+    metadata = CASE WHEN t.metadata IS NULL THEN j.metadata ELSE j.metadata || t.metadata END,
+    progress = CASE WHEN t.clear_progress THEN NULL ELSE j.progress END,
+    callback_id = CASE WHEN t.clear_callback THEN NULL ELSE j.callback_id END,
+    callback_timeout_at = CASE
+        WHEN t.clear_callback THEN NULL
+        ELSE coalesce(t.callback_timeout_at, j.callback_timeout_at)
+    END
+FROM unnest(
+    %(ids)s::bigint[],
+    %(leases)s::bigint[],
+    %(states)s::text[]::awa.job_state[],
+    %(run_ats)s::timestamptz[],
+    %(attempts)s::text[],
+    %(finalized_ats)s::timestamptz[],
+    %(errors)s::jsonb[],
+    %(heartbeat_ats)s::timestamptz[],
+    %(metadata)s::jsonb[],
+    %(clear_progress)s::boolean[],
+    %(clear_callback)s::boolean[],
+    %(callback_timeout_ats)s::timestamptz[],
+    %(clear_finalized)s::boolean[]
+) AS t(
+    id, lease, state, run_at, attempt, finalized_at, error, heartbeat_at, metadata,
+    clear_progress, clear_callback, callback_timeout_at, clear_finalized
+)
+WHERE j.id = t.id
+  AND j.run_lease = t.lease
+  AND j.state = ANY(%(applies_to)s::text[]::awa.job_state[])
 RETURNING j.id, j.run_lease
 
 -- name: heartbeat
@@ -141,73 +179,6 @@ WHERE j.id = %(id)s
   AND j.run_lease = %(lease)s
   AND j.state IN ('running', 'waiting_external')
 FOR UPDATE OF j
-
--- name: close_as_retryable
-UPDATE awa.canonical_jobs SET
-    state = 'retryable',
-    run_at = %(run_at)s::timestamptz,
-    errors = array_append(errors, %(error)s::jsonb),
-    callback_id = CASE WHEN %(clear_callback)s THEN NULL ELSE callback_id END,
-    callback_timeout_at = CASE WHEN %(clear_callback)s THEN NULL ELSE callback_timeout_at END
-WHERE id = %(id)s
-RETURNING *
-
--- name: close_as_failed
-UPDATE awa.canonical_jobs SET
-    state = 'failed',
-    finalized_at = %(now)s::timestamptz,
-    errors = array_append(errors, %(error)s::jsonb),
-    callback_id = CASE WHEN %(clear_callback)s THEN NULL ELSE callback_id END,
-    callback_timeout_at = CASE WHEN %(clear_callback)s THEN NULL ELSE callback_timeout_at END
-WHERE id = %(id)s
-RETURNING *
-
--- name: fail
-UPDATE awa.canonical_jobs AS j SET
-    state = 'failed',
-    finalized_at = %(now)s::timestamptz,
-    errors = array_append(
-        j.errors,
-        jsonb_build_object(
-            'error', %(error)s::text, 'attempt', j.attempt, 'at', %(at)s::text, 'terminal', true
-        )
-    )
-WHERE j.id = %(id)s
-  AND j.run_lease = %(lease)s
-  AND j.state IN ('running', 'waiting_external')
-RETURNING
-    j.*,
-    coalesce((SELECT m.dlq_enabled FROM awa.queue_meta AS m WHERE m.queue = j.queue), false)
-        AS dlq_enabled
-
--- name: snooze
--- A parked attempt has no handler left to snooze it; only resume revives it.
-UPDATE awa.canonical_jobs SET
-    state = 'scheduled',
-    run_at = %(run_at)s::timestamptz,
-    attempt = attempt - 1
-WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
-RETURNING id
-
--- name: cancel_attempt
-UPDATE awa.canonical_jobs SET
-    state = 'cancelled',
-    finalized_at = %(now)s::timestamptz
-WHERE id = %(id)s AND run_lease = %(lease)s AND state IN ('running', 'waiting_external')
-RETURNING id
-
--- name: release
--- The error names the attempt that was running, before it is given back.
-UPDATE awa.canonical_jobs SET
-    state = 'retryable',
-    run_at = %(now)s::timestamptz,
-    attempt = attempt - 1,
-    errors = array_append(
-        errors,
-        jsonb_build_object('error', %(error)s::text, 'attempt', attempt, 'at', %(at)s::text)
-    )
-WHERE id = %(id)s AND run_lease = %(lease)s AND state IN ('running', 'waiting_external')
-RETURNING id
 
 -- name: update_progress
 UPDATE awa.canonical_jobs SET
@@ -253,49 +224,17 @@ WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
 ORDER BY id
 LIMIT 1
 
--- name: callback_complete
-UPDATE awa.canonical_jobs SET
-    state = 'completed',
-    finalized_at = %(now)s::timestamptz,
-    progress = NULL,
-    callback_id = NULL,
-    callback_timeout_at = NULL
-WHERE id = %(id)s
-RETURNING *
-
--- name: callback_retry
--- The values come from awa.domain.callbacks.retry_changes (a fresh start, no error).
-UPDATE awa.canonical_jobs SET
-    state = %(state)s::awa.job_state,
-    run_at = %(run_at)s::timestamptz,
-    attempt = %(attempt)s,
-    callback_id = NULL,
-    callback_timeout_at = NULL
-WHERE id = %(id)s
-RETURNING *
-
--- name: callback_resume
--- The values come from awa.domain.callbacks.resume_changes; the callback ends.
-UPDATE awa.canonical_jobs SET
-    state = %(state)s::awa.job_state,
-    heartbeat_at = %(heartbeat_at)s::timestamptz,
-    metadata = %(metadata)s::jsonb,
-    callback_id = NULL,
-    callback_timeout_at = NULL
-WHERE id = %(id)s
-RETURNING *
-
--- name: callback_heartbeat
-UPDATE awa.canonical_jobs SET callback_timeout_at = %(timeout_at)s::timestamptz
-WHERE id = %(id)s
-RETURNING *
-
 -- name: move_to_dlq
--- Hold a failed job in the DLQ: it stops being a job (its delete releases the unique key).
-WITH moved AS (
-    DELETE FROM awa.canonical_jobs
-    WHERE id = %(id)s AND state = 'failed'
-    RETURNING *
+-- Hold failed jobs in the DLQ, each with its reason: they stop being jobs (the delete
+-- releases their unique keys).
+WITH wanted AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS w(id, reason)
+),
+moved AS (
+    DELETE FROM awa.canonical_jobs AS j
+    USING wanted AS w
+    WHERE j.id = w.id AND j.state = 'failed'
+    RETURNING j.*, w.reason AS wanted_reason
 )
 INSERT INTO awa.dlq_entries (
     job_id, kind, queue, args, state, priority, attempt, max_attempts, run_at, heartbeat_at,
@@ -307,6 +246,7 @@ SELECT
     id, kind, queue, args, state, priority, attempt, max_attempts, run_at, heartbeat_at,
     deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags, unique_key,
     unique_states, callback_id, callback_timeout_at, run_lease, progress, ordering_key,
-    %(reason)s, %(now)s::timestamptz, run_lease
+    wanted_reason, %(now)s::timestamptz, run_lease
 FROM moved
+ORDER BY id
 RETURNING *

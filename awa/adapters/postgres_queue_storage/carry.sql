@@ -5,7 +5,7 @@
 -- name: carry_ready
 -- The live ready rows of slot k into slot %(to)s: not tombstoned, and either never claimed
 -- or claimed by an attempt that is still open (its claim has no closure). A ready row has
--- at most one claim. {ready_k}, {claims_k}, {closures_k} and {tombstones_k} are the
+-- at most one claim. {ready_entries_k}, {claims_k}, {closures_k} and {tombstones_k} are the
 -- slot's own partitions, joined as wholes: probing through the partitioned parents
 -- planned every partition per row (a slot of 12,000 rows took 50 s under load).
 INSERT INTO {s}.ready_entries (
@@ -19,7 +19,7 @@ SELECT %(to)s::int, r.fact_id, r.shard, r.lane_seq, r.job_id, r.kind, r.queue, r
     r.attempted_at, r.finalized_at, r.created_at, r.errors, r.metadata, r.tags, r.unique_key,
     r.unique_states, r.callback_id, r.callback_timeout_at, r.run_lease, r.progress,
     r.ordering_key
-FROM {ready_k} r
+FROM {ready_entries_k} r
 LEFT JOIN {tombstones_k} t ON t.ready_fact = r.fact_id
 LEFT JOIN {claims_k} c ON c.ready_fact = r.fact_id
 LEFT JOIN {closures_k} x ON x.claim_id = c.claim_id

@@ -1,54 +1,41 @@
-"""The queue-storage engine: the default :class:`~awa.ports.StorageEngine` (ADR 0006)."""
+"""The queue-storage engine: the default :class:`~awa.ports.StorageEngine` (ADR 0006).
+
+:class:`QueueStorageEngine` is a façade: it builds the engine's parts (:mod:`.parts`) and
+delegates every port method to the part that owns it. The control-table stores shared with
+the canonical engine (cron schedules, queue overrides, descriptors, batch-operation
+control) come from ``awa.adapters._pg`` and need only the pool and the clock.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime, timedelta
+from typing import Any
+
 from psycopg_pool import AsyncConnectionPool
 
+from awa.adapters._pg.batch_ops import PgBatchControl
 from awa.adapters._pg.cron import PgCronOps
 from awa.adapters._pg.descriptors import PgDescriptorOps
-from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.leader import PostgresLeaderLock
-from awa.adapters._pg.migrations import migrate
 from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
 from awa.adapters._pg.overrides import PgOverrideOps
-from awa.adapters._pg.pool import DictConnection, connect, open_pool
+from awa.adapters._pg.pool import DictConnection, open_pool
 from awa.adapters.clock import SystemClock
-from awa.adapters.postgres_queue_storage._base import settled
-from awa.adapters.postgres_queue_storage.batch import BatchOps
-from awa.adapters.postgres_queue_storage.core import CoreOps
-from awa.adapters.postgres_queue_storage.ring import RingOps
+from awa.adapters.postgres_queue_storage.install import DEFAULT_SCHEMA, install_queue_storage
+from awa.adapters.postgres_queue_storage.parts import build_parts
+from awa.adapters.postgres_queue_storage.ring import DEFAULT_FAILED_RETENTION
+from awa.domain.admin_views import KindCounts, QueueDepth, StateBucket
+from awa.domain.batch_ops import BatchFilter, BatchSpec, ItemResult
+from awa.domain.callbacks import CallbackExpressions
+from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
 from awa.domain.policies import Backoff
 from awa.ports.clock import Clock
-
-DEFAULT_SCHEMA = "awa"
-
-
-async def install_queue_storage(
-    url: str,
-    schema: str = DEFAULT_SCHEMA,
-    *,
-    queue_slot_count: int = 16,
-    lease_slot_count: int = 8,
-    reset: bool = False,
-) -> None:
-    """Install (or, with ``reset``, rebuild) the engine's tables in ``schema``.
-
-    Migrates the database first; schema ``awa`` is installed by the migration itself and
-    refuses ``reset``.
-    """
-    await migrate(url)
-    conn = await connect(url)
-    try:
-        async with translated_errors():
-            await conn.execute(
-                "SELECT awa.install_queue_storage(%s, %s, %s, %s)",
-                (schema, queue_slot_count, lease_slot_count, reset),
-            )
-    finally:
-        await conn.close()
+from awa.ports.storage import Ack, DlqFilter, JobFilter, Rescued, UnitOfWork
 
 
-class QueueStorageEngine(CoreOps, BatchOps, RingOps, PgCronOps, PgOverrideOps, PgDescriptorOps):
+class QueueStorageEngine(PgCronOps, PgOverrideOps, PgDescriptorOps, PgBatchControl):
     """Append-first Postgres storage: ready rows, receipts and closures in a ring of list
     partitions reclaimed by ``TRUNCATE`` (:meth:`rotate_queue_ring`, :meth:`prune_oldest`).
 
@@ -64,8 +51,10 @@ class QueueStorageEngine(CoreOps, BatchOps, RingOps, PgCronOps, PgOverrideOps, P
         backoff: Backoff,
         schema: str,
     ) -> None:
-        super().__init__(pool, clock=clock, backoff=backoff, schema=schema)
+        self._pool = pool
+        self._clock = clock
         self._url = url
+        self._parts = build_parts(self, pool, clock=clock, backoff=backoff, schema=schema)
 
     @classmethod
     async def open(
@@ -96,16 +85,306 @@ class QueueStorageEngine(CoreOps, BatchOps, RingOps, PgCronOps, PgOverrideOps, P
         """A new candidate for the cluster's maintenance leadership."""
         return PostgresLeaderLock(self._url)
 
+    def unit_of_work_for(self, conn: DictConnection) -> UnitOfWork:
+        """:class:`~awa.ports.transactions.TransactionJoiner`: a unit of work on a
+        caller's connection that is already inside a transaction."""
+        return self._parts.connections.joined(self, conn)
+
     async def close(self) -> None:
-        if not self._closed:
-            await self._retire()
+        if not self._parts.connections.closed:
+            await self.retire()
             await self._pool.close()
 
-    async def _retire(self) -> None:
+    async def retire(self) -> None:
         """Let the work in flight finish (inserts waiting for their batch, wake-ups),
         refuse new work and close the kept connections. The pool is left to its owner:
-        :meth:`close`, or the routing engine that shares it."""
-        await settled(self._batch_task)
-        await self._drain_wakes()
-        self._closed = True
-        await self._close_kept()
+        :meth:`close`, or the composition that shares it between engines."""
+        await self._parts.group.settle()
+        await self._parts.wakes.drain()
+        await self._parts.connections.close_kept()
+
+    def transaction(self) -> AbstractAsyncContextManager[UnitOfWork]:
+        return self._parts.enqueue.transaction()
+
+    # ---------------------------------------------------------------- producers
+    async def enqueue_many_routed(
+        self, specs: Sequence[JobSpec], *, validated: bool = False
+    ) -> list[JobRecord]:
+        return await self._parts.enqueue.enqueue_many_routed(specs, validated=validated)
+
+    async def enqueue_many(
+        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None, validated: bool = False
+    ) -> list[JobRecord]:
+        return await self._parts.enqueue.enqueue_many(specs, uow=uow, validated=validated)
+
+    async def enqueue_many_copy(
+        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None, validated: bool = False
+    ) -> int:
+        return await self._parts.copy.enqueue_many_copy(specs, uow=uow, validated=validated)
+
+    async def enqueue_many_skip_duplicates(self, specs: Sequence[JobSpec]) -> list[JobRecord]:
+        return await self._parts.enqueue.enqueue_many_skip_duplicates(specs)
+
+    # ---------------------------------------------------------------- workers
+    async def claim(
+        self,
+        queue: str,
+        *,
+        limit: int,
+        deadline: timedelta | None = None,
+        aging_interval: timedelta | None = None,
+    ) -> list[Claim]:
+        return await self._parts.claims.claim(
+            queue, limit=limit, deadline=deadline, aging_interval=aging_interval
+        )
+
+    async def warm_up(self, queues: Sequence[str]) -> None:
+        await self._parts.claims.warm_up(queues)
+
+    async def complete(self, leases: Sequence[RunLease]) -> list[Ack]:
+        return await self._parts.completion.complete(leases)
+
+    async def retry(self, lease: RunLease, *, error: str, delay: timedelta | None = None) -> Ack:
+        return await self._parts.outcomes.retry(lease, error=error, delay=delay)
+
+    async def snooze(self, lease: RunLease, *, delay: timedelta) -> Ack:
+        return await self._parts.outcomes.snooze(lease, delay=delay)
+
+    async def cancel_attempt(self, lease: RunLease, *, reason: str) -> Ack:
+        return await self._parts.outcomes.cancel_attempt(lease, reason=reason)
+
+    async def fail(self, lease: RunLease, *, error: str) -> Ack:
+        return await self._parts.outcomes.fail(lease, error=error)
+
+    async def release(self, lease: RunLease, *, error: str) -> Ack:
+        return await self._parts.outcomes.release(lease, error=error)
+
+    async def heartbeat(self, leases: Sequence[RunLease]) -> list[Ack]:
+        return await self._parts.outcomes.heartbeat(leases)
+
+    async def update_progress(
+        self,
+        lease: RunLease,
+        *,
+        progress: dict[str, Any] | None,
+        metadata_updates: dict[str, Any] | None = None,
+    ) -> Ack:
+        return await self._parts.outcomes.update_progress(
+            lease, progress=progress, metadata_updates=metadata_updates
+        )
+
+    # ---------------------------------------------------------------- callbacks
+    async def register_callback(
+        self,
+        lease: RunLease,
+        *,
+        callback_id: str,
+        timeout: timedelta,
+        expressions: CallbackExpressions | None = None,
+    ) -> Ack:
+        return await self._parts.callbacks.register_callback(
+            lease, callback_id=callback_id, timeout=timeout, expressions=expressions
+        )
+
+    async def callback_expressions(self, callback_id: str) -> CallbackExpressions | None:
+        return await self._parts.callbacks.callback_expressions(callback_id)
+
+    async def wait_for_callback(self, lease: RunLease) -> Ack:
+        return await self._parts.callbacks.wait_for_callback(lease)
+
+    async def resolve_callback(
+        self,
+        callback_id: str,
+        *,
+        action: str,
+        payload: Any = None,
+        error: str | None = None,
+        expression: str | None = None,
+    ) -> JobRecord:
+        return await self._parts.callbacks.resolve_callback(
+            callback_id, action=action, payload=payload, error=error, expression=expression
+        )
+
+    async def heartbeat_callback(self, callback_id: str, *, timeout: timedelta) -> JobRecord:
+        return await self._parts.callbacks.heartbeat_callback(callback_id, timeout=timeout)
+
+    # ---------------------------------------------------------------- maintenance sweeps
+    async def promote_due(self, *, limit: int = 4096) -> int:
+        return await self._parts.sweeps.promote_due(limit=limit)
+
+    async def rescue_stale_heartbeats(self, *, staleness: timedelta) -> list[Rescued]:
+        return await self._parts.sweeps.rescue_stale_heartbeats(staleness=staleness)
+
+    async def rescue_expired_deadlines(self) -> list[Rescued]:
+        return await self._parts.sweeps.rescue_expired_deadlines()
+
+    async def rescue_expired_callbacks(self) -> list[Rescued]:
+        return await self._parts.sweeps.rescue_expired_callbacks()
+
+    # ---------------------------------------------------------------- batch operations
+    async def count_batch_targets(self, filter: BatchFilter) -> int:
+        return await self._parts.batch.count_batch_targets(filter)
+
+    async def list_batch_targets(
+        self, filter: BatchFilter, *, after_id: int = 0, limit: int = 100
+    ) -> list[JobRecord]:
+        return await self._parts.batch.list_batch_targets(filter, after_id=after_id, limit=limit)
+
+    async def apply_batch_change(self, job_id: int, spec: BatchSpec) -> ItemResult:
+        return await self._parts.batch.apply_batch_change(job_id, spec)
+
+    # ---------------------------------------------------------------- admin reads and queue control
+    async def get_job(self, job_id: int) -> JobRecord | None:
+        return await self._parts.admin.get_job(job_id)
+
+    async def list_jobs(self, filter: JobFilter, *, limit: int = 100) -> list[JobRecord]:
+        return await self._parts.admin.list_jobs(filter, limit=limit)
+
+    async def queue_counts(self) -> list[QueueCounts]:
+        return await self._parts.admin.queue_counts()
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        return await self._parts.admin.queue_depths()
+
+    async def kind_counts(self) -> list[KindCounts]:
+        return await self._parts.admin.kind_counts()
+
+    async def finalized_timeseries(self, *, window: timedelta) -> list[StateBucket]:
+        return await self._parts.admin.finalized_timeseries(window=window)
+
+    async def pause_queue(self, queue: str, *, paused_by: str | None = None) -> None:
+        await self._parts.admin.pause_queue(queue, paused_by=paused_by)
+
+    async def resume_queue(self, queue: str) -> None:
+        await self._parts.admin.resume_queue(queue)
+
+    async def set_queue_dlq(self, queue: str, *, enabled: bool) -> None:
+        await self._parts.admin.set_queue_dlq(queue, enabled=enabled)
+
+    # ---------------------------------------------------------------- admin changes
+    async def drain_queue(self, queue: str) -> int:
+        return await self._parts.changes.drain_queue(queue)
+
+    async def cancel_job(self, job_id: int) -> JobRecord | None:
+        return await self._parts.changes.cancel_job(job_id)
+
+    async def cancel_by_unique_key(self, unique_key: bytes) -> JobRecord | None:
+        return await self._parts.changes.cancel_by_unique_key(unique_key)
+
+    async def retry_job(self, job_id: int) -> JobRecord | None:
+        return await self._parts.changes.retry_job(job_id)
+
+    async def retry_failed(self, filter: JobFilter) -> list[JobRecord]:
+        return await self._parts.changes.retry_failed(filter)
+
+    async def discard_failed(self, kind: str) -> int:
+        return await self._parts.changes.discard_failed(kind)
+
+    async def delete_jobs(self, job_ids: Sequence[int]) -> int:
+        return await self._parts.changes.delete_jobs(job_ids)
+
+    async def cleanup_retention(
+        self, *, completed: timedelta, failed: timedelta, batch_size: int = 1000
+    ) -> int:
+        return await self._parts.changes.cleanup_retention(
+            completed=completed, failed=failed, batch_size=batch_size
+        )
+
+    # ---------------------------------------------------------------- DLQ
+    async def move_failed_to_dlq(self, job_id: int, *, reason: str) -> DlqEntry | None:
+        return await self._parts.dlq.move_failed_to_dlq(job_id, reason=reason)
+
+    async def bulk_move_failed_to_dlq(self, filter: JobFilter, *, reason: str) -> int:
+        return await self._parts.dlq.bulk_move_failed_to_dlq(filter, reason=reason)
+
+    async def list_dlq(self, filter: DlqFilter, *, limit: int = 100) -> list[DlqEntry]:
+        return await self._parts.dlq.list_dlq(filter, limit=limit)
+
+    async def get_dlq(self, job_id: int) -> DlqEntry | None:
+        return await self._parts.dlq.get_dlq(job_id)
+
+    async def dlq_depth(self, queue: str | None = None) -> int:
+        return await self._parts.dlq.dlq_depth(queue)
+
+    async def dlq_depth_by_queue(self) -> list[tuple[str, int]]:
+        return await self._parts.dlq.dlq_depth_by_queue()
+
+    async def retry_from_dlq(
+        self,
+        job_id: int,
+        *,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+    ) -> JobRecord | None:
+        return await self._parts.dlq.retry_from_dlq(
+            job_id, run_at=run_at, priority=priority, queue=queue
+        )
+
+    async def bulk_retry_from_dlq(self, filter: DlqFilter) -> int:
+        return await self._parts.dlq.bulk_retry_from_dlq(filter)
+
+    async def purge_dlq(self, filter: DlqFilter) -> int:
+        return await self._parts.dlq.purge_dlq(filter)
+
+    async def purge_dlq_job(self, job_id: int) -> bool:
+        return await self._parts.dlq.purge_dlq_job(job_id)
+
+    async def cleanup_dlq(self, *, retention: timedelta, batch_size: int = 1000) -> int:
+        return await self._parts.dlq.cleanup_dlq(retention=retention, batch_size=batch_size)
+
+    # ---------------------------------------------------------------- admin changes
+    async def reset(self) -> None:
+        await self._parts.changes.reset()
+
+    # ---------------------------------------------------------------- ring maintenance
+    async def rotate_queue_ring(self) -> str:
+        return await self._parts.queue_ring.rotate_queue_ring()
+
+    async def prune_oldest(self, *, failed_retention: timedelta = DEFAULT_FAILED_RETENTION) -> str:
+        return await self._parts.queue_ring.prune_oldest(failed_retention=failed_retention)
+
+    async def rotate_leases(self) -> str:
+        return await self._parts.lease_ring.rotate_leases()
+
+    async def prune_leases(self) -> str:
+        return await self._parts.lease_ring.prune_leases()
+
+    async def pruned_counts(self) -> dict[str, dict[str, int]]:
+        return await self._parts.queue_ring.pruned_counts()
+
+    async def compact_control_tables(self) -> list[str]:
+        return await self._parts.long_transactions.compact_control_tables()
+
+    async def rotate(self) -> str:
+        """:class:`~awa.ports.maintenance.RingMaintenance`: :meth:`rotate_queue_ring`."""
+        return await self._parts.queue_ring.rotate_queue_ring()
+
+    async def prune(self, *, failed_retention: timedelta = DEFAULT_FAILED_RETENTION) -> str:
+        """:class:`~awa.ports.maintenance.RingMaintenance`: :meth:`prune_oldest`."""
+        return await self._parts.queue_ring.prune_oldest(failed_retention=failed_retention)
+
+    # The long-transaction thresholds of the maintenance leader (tests shorten them).
+    @property
+    def long_transaction_after(self) -> timedelta:
+        return self._parts.long_transactions.long_transaction_after
+
+    @long_transaction_after.setter
+    def long_transaction_after(self, value: timedelta) -> None:
+        self._parts.long_transactions.long_transaction_after = value
+
+    @property
+    def horizon_check_every(self) -> float:
+        return self._parts.long_transactions.horizon_check_every
+
+    @horizon_check_every.setter
+    def horizon_check_every(self, value: float) -> None:
+        self._parts.long_transactions.horizon_check_every = value
+
+    @property
+    def compact_growth_bytes(self) -> int:
+        return self._parts.long_transactions.compact_growth_bytes
+
+    @compact_growth_bytes.setter
+    def compact_growth_bytes(self, value: int) -> None:
+        self._parts.long_transactions.compact_growth_bytes = value

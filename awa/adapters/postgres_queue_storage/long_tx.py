@@ -17,10 +17,12 @@ from datetime import timedelta
 from typing import Any
 
 from psycopg import errors as pg_errors
+from psycopg import sql
 
 from awa.adapters._pg.pool import DictConnection
-from awa.adapters._pg.sql import load_queries
-from awa.adapters.postgres_queue_storage._base import QueueStorageBase
+from awa.adapters.postgres_queue_storage.connections import Connections
+from awa.adapters.postgres_queue_storage.statements import Statements, run, slot_table
+from awa.ports.clock import Clock
 
 log = logging.getLogger("awa.adapters.postgres_queue_storage")
 
@@ -36,46 +38,42 @@ CONTROL_TABLES = (
 #: After a long transaction, a control table is rewritten when it is at least this much
 #: larger than when the transaction was first seen (and at least twice that size).
 COMPACT_GROWTH_BYTES = 64 << 10
-COMPACT_LOCK_TIMEOUT = "50ms"
 #: A blocking transaction is named again at most this often.
 WARN_EVERY = 60.0
 
 
-class LongTransactionOps(QueueStorageBase):
+class LongTransactions:
     """Diagnosis and recovery around long transactions, for the maintenance leader."""
 
-    #: A lock holder or horizon holder is reported once its transaction is this old.
-    long_transaction_after = timedelta(seconds=5)
-    #: How often prune also looks at the xmin horizon.
-    horizon_check_every = 10.0
-    #: See COMPACT_GROWTH_BYTES.
-    compact_growth_bytes = COMPACT_GROWTH_BYTES
-    _sizes_before: dict[str, int] | None = None
-    _long_q: dict[str, str] | None = None
-    _warned: dict[tuple[str, int], float] | None = None
-    _recorded: dict[str, tuple[str, int | None]] | None = None
-    _horizon_checked = 0.0
-    _horizon_held = False
-
-    def _long_sql(self, name: str) -> str:
-        if self._long_q is None:
-            self._long_q = load_queries("awa.adapters.postgres_queue_storage", "long_tx.sql")
-        return self._long_q[name]
+    def __init__(self, connections: Connections, statements: Statements, clock: Clock) -> None:
+        self._connections = connections
+        self._sql = statements
+        self._schema = statements.schema
+        self._clock = clock
+        #: A lock holder or horizon holder is reported once its transaction is this old.
+        self.long_transaction_after = timedelta(seconds=5)
+        #: How often prune also looks at the xmin horizon.
+        self.horizon_check_every = 10.0
+        #: See COMPACT_GROWTH_BYTES.
+        self.compact_growth_bytes = COMPACT_GROWTH_BYTES
+        self._sizes_before: dict[str, int] | None = None
+        self._warned: dict[tuple[str, int], float] = {}
+        self._recorded: dict[str, tuple[str, int | None]] = {}
+        self._horizon_checked = 0.0
+        self._horizon_held = False
 
     async def _long_rows(self, conn: DictConnection, name: str, **params: Any) -> list[Any]:
-        cur = await conn.execute(self._long_sql(name).encode(), params)
-        return list(await cur.fetchall()) if cur.description is not None else []
+        return await self._sql.rows(conn, self._sql[name], params)
 
     def _should_warn(self, concern: str, pid: int) -> bool:
-        warned = self._warned if self._warned is not None else {}
-        self._warned = warned
+        warned = self._warned
         now = time.monotonic()
         if now - warned.get((concern, pid), -WARN_EVERY) < WARN_EVERY:
             return False
         warned[(concern, pid)] = now
         return True
 
-    async def _record(
+    async def record(
         self,
         concern: str,
         outcome: str,
@@ -84,12 +82,11 @@ class LongTransactionOps(QueueStorageBase):
     ) -> None:
         """Store the outcome for ``awa storage status`` when it changed (this process
         remembers what it wrote, so a steady state costs nothing)."""
-        recorded = self._recorded if self._recorded is not None else {}
-        self._recorded = recorded
+        recorded = self._recorded
         pid = None if holder is None else int(holder["pid"])
         if recorded.get(concern) == (outcome, pid):
             return
-        async with self._conn() as conn:
+        async with self._connections.conn() as conn:
             try:
                 await self._long_rows(
                     conn,
@@ -105,12 +102,12 @@ class LongTransactionOps(QueueStorageBase):
                 return  # a database migrated before 0395: nothing to show it in
         recorded[concern] = (outcome, pid)
 
-    async def _explain_blocked(self, slot: int, tables: tuple[str, ...]) -> None:
+    async def explain_blocked(self, slot: int, tables: tuple[str, ...]) -> None:
         """Prune could not lock ``slot``: name the long transactions holding it."""
-        relations = [f"{self._qschema}.{t}" for t in tables] + [
-            f'{self._qschema}."{t}_{slot}"' for t in tables
+        relations = [sql.Identifier(self._schema, t).as_string() for t in tables] + [
+            slot_table(self._schema, t, slot).as_string() for t in tables
         ]
-        async with self._conn() as conn:
+        async with self._connections.conn() as conn:
             holders = await self._long_rows(conn, "ring_lock_holders", relations=relations)
         now = self._clock.now()
         long = [
@@ -119,7 +116,7 @@ class LongTransactionOps(QueueStorageBase):
             if h["xact_start"] is not None and now - h["xact_start"] >= self.long_transaction_after
         ]
         if not long:
-            await self._record("queue", "blocked")
+            await self.record("queue", "blocked")
             return
         oldest = long[0]
         detail = (
@@ -136,16 +133,16 @@ class LongTransactionOps(QueueStorageBase):
                 detail,
                 oldest["pid"],
             )
-        await self._record("queue", "blocked_by_transaction", oldest, detail)
+        await self.record("queue", "blocked_by_transaction", oldest, detail)
 
-    async def _watch_horizon(self) -> None:
+    async def watch_horizon(self) -> None:
         """Every ``horizon_check_every`` seconds: warn while an old transaction holds the
         xmin horizon; once it is gone, compact the control tables it let grow."""
         now = time.monotonic()
         if now - self._horizon_checked < self.horizon_check_every:
             return
         self._horizon_checked = now
-        async with self._conn() as conn:
+        async with self._connections.conn() as conn:
             (holder, *_) = await self._long_rows(
                 conn,
                 "horizon_holder",
@@ -169,22 +166,25 @@ class LongTransactionOps(QueueStorageBase):
             if not self._horizon_held:
                 self._sizes_before = await self._control_sizes()
             self._horizon_held = True
-            await self._record("horizon", "held", holder, detail)
+            await self.record("horizon", "held", holder, detail)
             return
         if self._horizon_held:
             # set again by the compaction when a table's lock was not granted
             self._horizon_held = False
             compacted = await self.compact_control_tables()
-            await self._record(
+            await self.record(
                 "horizon",
                 "released",
                 detail="compacted: " + (", ".join(compacted) if compacted else "nothing"),
             )
 
     async def _control_sizes(self) -> dict[str, int]:
-        async with self._conn() as conn:
+        async with self._connections.conn() as conn:
             rows = await self._long_rows(
-                conn, "control_sizes", schema=self._qschema, tables=list(CONTROL_TABLES)
+                conn,
+                "control_sizes",
+                schema=self._sql.quoted_schema,
+                tables=list(CONTROL_TABLES),
             )
         return {str(r["relname"]): int(r["bytes"]) for r in rows}
 
@@ -196,15 +196,18 @@ class LongTransactionOps(QueueStorageBase):
         ``lock_timeout``, so a claim waits at most that long). Returns the rewritten
         tables; one whose lock was not granted is left for the next call."""
         rewritten = []
-        async with self._conn() as conn:
-            await conn.execute(f"SET lock_timeout = '{COMPACT_LOCK_TIMEOUT}'".encode())
+        async with self._connections.conn() as conn:
+            await run(conn, self._sql["compact_lock_timeout"])
             try:
                 for table in CONTROL_TABLES:
                     # plain VACUUM waits for an autovacuum of the same table otherwise
                     with contextlib.suppress(pg_errors.LockNotAvailable):
-                        await conn.execute(f"VACUUM {self._qschema}.{table}".encode())
+                        await run(conn, self._vacuum("vacuum_control_table", table))
                 sizes = await self._long_rows(
-                    conn, "control_sizes", schema=self._qschema, tables=list(CONTROL_TABLES)
+                    conn,
+                    "control_sizes",
+                    schema=self._sql.quoted_schema,
+                    tables=list(CONTROL_TABLES),
                 )
                 for row in sizes:
                     before = (self._sizes_before or {}).get(str(row["relname"]), 0)
@@ -212,8 +215,8 @@ class LongTransactionOps(QueueStorageBase):
                     if size < 2 * before or size - before < self.compact_growth_bytes:
                         continue
                     try:
-                        await conn.execute(
-                            f'VACUUM (FULL) {self._qschema}."{row["relname"]}"'.encode()
+                        await run(
+                            conn, self._vacuum("vacuum_full_control_table", str(row["relname"]))
                         )
                         rewritten.append(str(row["relname"]))
                     except pg_errors.LockNotAvailable:
@@ -224,9 +227,8 @@ class LongTransactionOps(QueueStorageBase):
                         )
                         self._horizon_held = True
             finally:
-                await conn.execute(b"RESET lock_timeout")
+                await run(conn, self._sql["reset_lock_timeout"])
         return rewritten
 
-    @property
-    def _qschema(self) -> str:
-        return '"' + self._schema.replace('"', '""') + '"'
+    def _vacuum(self, statement: str, table: str) -> bytes:
+        return self._sql.render(statement, table=sql.Identifier(self._schema, table))

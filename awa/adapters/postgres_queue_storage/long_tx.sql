@@ -44,3 +44,16 @@ ON CONFLICT (schema_name, concern) DO UPDATE SET outcome = EXCLUDED.outcome,
     since = EXCLUDED.since, blocker_pid = EXCLUDED.blocker_pid,
     blocker_xact_start = EXCLUDED.blocker_xact_start, detail = EXCLUDED.detail
 WHERE (m.outcome, m.blocker_pid) IS DISTINCT FROM (EXCLUDED.outcome, EXCLUDED.blocker_pid)
+
+-- name: compact_lock_timeout
+-- Every lock the compaction asks for waits at most this long (a claim waits behind it).
+SET lock_timeout = '50ms'
+
+-- name: reset_lock_timeout
+RESET lock_timeout
+
+-- name: vacuum_control_table
+VACUUM {table}
+
+-- name: vacuum_full_control_table
+VACUUM (FULL) {table}

@@ -1,16 +1,17 @@
--- Statements of the queue-storage engine. ``{s}`` is replaced by the quoted schema name
--- once per engine; every time value is a parameter taken from the engine's clock.
+-- Statements of the queue-storage engine: the hot path (enqueue, claim, completion) and
+-- the snapshot writes every operation shares. Placeholders are listed in statements.py;
+-- every time value is a parameter taken from the engine's clock.
 
 -- name: reserve_lanes_cte
 -- The lane reservation shared by reserve_lanes and enqueue_ready, as CTEs after a CTE
 -- ``want(q, p, sh, hint, n, first_run, first_id, last_run, last_id, sorted)``: one row per
 -- lane a batch needs. ``sh`` names a lane: an ordering key's shard (0 and up), whose row
 -- lock the batch waits for. ``sh IS NULL`` is for jobs without an ordering key: they live
--- in the negative lanes of ``(q, p)``, at most {spare} of them, and the batch takes the
+-- in the negative lanes of ``(q, p)``, at most {spare_lanes} of them, and the batch takes the
 -- first one that no other open transaction holds (``SKIP LOCKED``, the ``hint`` lane
 -- first), so producers of one queue do not wait for each other's commit. When every such
 -- lane is held, a new one is made (the ``hint`` lane, else one chosen by backend pid);
--- only when all {spare} exist and are held does the batch wait for one. Named lanes are
+-- only when all {spare_lanes} exist and are held does the batch wait for one. Named lanes are
 -- locked first (sorted), free lanes after them without waiting, so a statement never
 -- waits while it holds a lane it took out of order. Every lane row lock is held to
 -- commit, so lane position k+1 never becomes visible before k. Output: ``lanes_out(q, p,
@@ -57,7 +58,7 @@ named AS (
     -- after the named lanes (a one-time filter on them runs first)
     WHERE w.sh IS NULL AND (SELECT count(*) FROM held) >= 0
 ), fresh AS (
-    SELECT w.q, w.p, coalesce(c.shard, -1 - (pg_backend_pid() %% {spare})) AS shard,
+    SELECT w.q, w.p, coalesce(c.shard, -1 - (pg_backend_pid() %% {spare_lanes})) AS shard,
         w.n, w.first_run, w.first_id, w.last_run, w.last_id, w.sorted
     FROM free w
     LEFT JOIN LATERAL (
@@ -68,7 +69,7 @@ named AS (
         SELECT c.shard FROM (
             SELECT w.hint AS shard
             UNION ALL
-            SELECT -1 - ((g + pg_backend_pid()) %% {spare}) FROM generate_series(0, {spare} - 1) g
+            SELECT -1 - ((g + pg_backend_pid()) %% {spare_lanes}) FROM generate_series(0, {spare_lanes} - 1) g
         ) c
         WHERE NOT EXISTS (
               SELECT 1 FROM {s}.lanes l
@@ -149,7 +150,7 @@ WITH want AS (
         %(counts)s::bigint[], %(first_runs)s::timestamptz[], %(first_ids)s::bigint[],
         %(last_runs)s::timestamptz[], %(last_ids)s::bigint[], %(sorted)s::boolean[]
     ) AS i(q, p, sh, hint, n, first_run, first_id, last_run, last_id, sorted)
-), {reserve}
+), {reserve_lanes_cte}
 SELECT q AS queue, p AS priority, asked, shard, next_seq FROM lanes_out
 
 -- name: lock_lanes
@@ -206,7 +207,7 @@ WITH x AS (
         ord bigint, kind text, queue text, args jsonb, priority smallint,
         max_attempts smallint, run_at timestamptz, metadata jsonb, tags jsonb,
         ordering_key text, unique_states text, hint int)
-    {route}
+    {?route}
 ), ids AS (
     SELECT id, row_number() OVER (ORDER BY id) AS ord
     FROM (SELECT nextval('awa.jobs_id_seq') AS id FROM x) s
@@ -223,7 +224,7 @@ WITH x AS (
         %(now)s::timestamptz AS last_run, max(id) AS last_id, true AS sorted
     FROM j WHERE run_at IS NULL
     GROUP BY queue, priority, sh
-), {reserve}, ready AS (
+), {reserve_lanes_cte}, ready AS (
     INSERT INTO {s}.ready_entries (
         slot, fact_id, shard, lane_seq, job_id, kind, queue, args, priority, attempt,
         max_attempts, run_at, created_at, errors, metadata, tags, unique_states, run_lease,
@@ -261,7 +262,7 @@ WITH x AS (
     FROM j
     WHERE (SELECT count(*) FROM ready) + (SELECT count(*) FROM later) >= 0
     GROUP BY 1, 2
-), {counts}
+), {counts_free_cte}
 SELECT id,
     (SELECT count(*) FROM cnt_added) + (SELECT count(*) FROM cnt_made) AS counted,
     (SELECT count(pg_notify(c, '')) FROM unnest(%(channels)s::text[]) c) AS woken
@@ -274,7 +275,12 @@ ORDER BY id
 -- takes the producer lock and raises when producers write elsewhere now) is a one-time
 -- filter on the input rows, so it runs before any id is drawn or any lane is locked, and
 -- its lock is held until the statement commits.
-{enqueue_ready}
+{enqueue_ready route=route_check}
+
+-- name: route_check
+-- The route check of enqueue_ready_routed: a one-time filter (an init plan evaluated before
+-- the first input row is read), so the producer lock is taken before any lane lock.
+WHERE (SELECT awa.queue_storage_route_check(%(schema)s)) IS NOT NULL
 
 -- name: enqueue_one_routed
 -- The common insert() (one available job, no ordering key, no unique key, a producer that
@@ -296,8 +302,8 @@ WITH x AS (
     SELECT c.queue, c.state, c.bucket
     FROM x, LATERAL (
         SELECT c.queue, c.state, c.bucket FROM {s}.queue_counts c
-        WHERE c.queue = x.queue AND c.state = 'available' AND c.bucket < {buckets}
-        ORDER BY c.bucket = pg_backend_pid() %% {buckets} DESC, c.bucket
+        WHERE c.queue = x.queue AND c.state = 'available' AND c.bucket < {count_buckets}
+        ORDER BY c.bucket = pg_backend_pid() %% {count_buckets} DESC, c.bucket
         LIMIT 1
         FOR UPDATE OF c SKIP LOCKED
     ) c
@@ -369,7 +375,7 @@ WITH ids AS MATERIALIZED (
         %(queues)s::text[], %(priorities)s::smallint[], %(shards)s::int[], %(hints)s::int[],
         %(counts)s::bigint[], %(firsts)s::int[], %(lasts)s::int[]
     ) AS i(q, p, sh, hint, n, fo, lo)
-), {reserve}
+), {reserve_lanes_cte}
 SELECT (SELECT a FROM ids) AS ids,
     (SELECT current_slot FROM {s}.ring_state) AS slot,
     ARRAY(SELECT nextval('{s}.fact_seq') FROM generate_series(1, %(n)s)) AS facts,
@@ -382,6 +388,13 @@ COPY {s}.ready_entries (
     ordering_key
 ) FROM STDIN
 
+-- name: enqueue_shards
+-- The queues' enqueue_shards (an ordering key's lane depends on it).
+SELECT queue, enqueue_shards FROM awa.queue_meta WHERE queue = ANY(%(queues)s::text[])
+
+-- name: dlq_queues
+SELECT queue FROM awa.queue_meta WHERE dlq_enabled
+
 -- name: next_job_ids
 SELECT nextval('awa.jobs_id_seq') AS id FROM generate_series(1, %(n)s) ORDER BY 1
 
@@ -393,8 +406,19 @@ INSERT INTO {s}.ready_entries (
     run_lease, progress, ordering_key
 )
 SELECT (SELECT current_slot FROM {s}.ring_state), nextval('{s}.fact_seq'), x.shard,
-    x.lane_seq, {body}
-FROM jsonb_to_recordset(%(rows)s::jsonb) AS x({recordset})
+    x.lane_seq, {snapshot_values}
+FROM jsonb_to_recordset(%(rows)s::jsonb) AS x({snapshot_recordset})
+
+-- name: create_copy_stage
+-- The staging table of one COPY with unique keys or run_at (dropped at commit; a fresh
+-- name per call lets one transaction copy twice).
+CREATE TEMP TABLE {stage} (job_id int8, kind text, queue text, args jsonb, priority int2,
+    max_attempts int2, run_at timestamptz, created_at timestamptz, metadata jsonb,
+    tags text[], unique_key bytea, unique_states text, ordering_key bytea, shard int4,
+    lane_seq int8, state text) ON COMMIT DROP
+
+-- name: copy_stage
+COPY {stage} FROM STDIN (FORMAT BINARY)
 
 -- name: copy_ready
 -- Staged COPY rows (lane positions already reserved) become ready rows in one statement.
@@ -430,8 +454,8 @@ INSERT INTO {s}.deferred_jobs (
     tags, unique_key, unique_states, callback_id, callback_timeout_at, run_lease, progress,
     ordering_key
 )
-SELECT nextval('{s}.fact_seq'), x.state::awa.job_state, {body}
-FROM jsonb_to_recordset(%(rows)s::jsonb) AS x({recordset})
+SELECT nextval('{s}.fact_seq'), x.state::awa.job_state, {snapshot_values}
+FROM jsonb_to_recordset(%(rows)s::jsonb) AS x({snapshot_recordset})
 
 -- name: insert_done
 INSERT INTO {s}.done_entries (
@@ -441,8 +465,8 @@ INSERT INTO {s}.done_entries (
     ordering_key
 )
 SELECT (SELECT current_slot FROM {s}.ring_state), nextval('{s}.fact_seq'),
-    x.state::awa.job_state, {body}
-FROM jsonb_to_recordset(%(rows)s::jsonb) AS x({recordset})
+    x.state::awa.job_state, {snapshot_values}
+FROM jsonb_to_recordset(%(rows)s::jsonb) AS x({snapshot_recordset})
 
 -- name: insert_deletion_markers
 INSERT INTO {s}.done_entries (slot, fact_id, state, job_id)
@@ -463,7 +487,12 @@ SELECT x.job_id, x.kind, x.queue, coalesce(x.args, 'null'::jsonb), x.state::awa.
     ARRAY(SELECT jsonb_array_elements_text(x.tags)), decode(x.unique_key, 'hex'),
     x.unique_states::bit(8), x.callback_id::uuid, x.callback_timeout_at, x.run_lease,
     x.progress, decode(x.ordering_key, 'hex'), x.dlq_reason, x.dlq_at, x.run_lease
-FROM jsonb_to_recordset(%(rows)s::jsonb) AS x({recordset}, dlq_reason text, dlq_at timestamptz)
+FROM jsonb_to_recordset(%(rows)s::jsonb) AS x({snapshot_recordset}, dlq_reason text, dlq_at timestamptz)
+
+-- name: prune_gate_shared
+-- The prune gate (its first key is PRUNE_GATE, its second the schema's hash), shared: a
+-- change to a terminal job holds it while prune decides that job's slot.
+SELECT pg_advisory_xact_lock_shared(%(gate)s, hashtext(%(schema)s))
 
 -- name: tombstone
 INSERT INTO {s}.tombstones (slot, ready_fact, fact_id)
@@ -514,7 +543,7 @@ ON CONFLICT (queue, state, bucket) DO UPDATE SET n = c.n + EXCLUDED.n
 -- Counters of an enqueue, as CTEs after a CTE ``cnt_in(q, st, d)``: each (queue, state) is
 -- added to a bucket row no other open transaction holds (SKIP LOCKED, the backend's own
 -- bucket first), so producers of one queue do not queue behind each other's counter row
--- until commit. When all are held a new bucket is made (at most {buckets}; one that another
+-- until commit. When all are held a new bucket is made (at most {count_buckets}; one that another
 -- open transaction is making is passed over by its advisory lock); only when all exist and
 -- are held does the enqueue wait for one. Counters stay the last locks of the transaction.
 cnt_free AS (
@@ -522,8 +551,8 @@ cnt_free AS (
     FROM cnt_in i
     LEFT JOIN LATERAL (
         SELECT c.bucket FROM {s}.queue_counts c
-        WHERE c.queue = i.q AND c.state = i.st AND c.bucket < {buckets}
-        ORDER BY c.bucket = pg_backend_pid() %% {buckets} DESC, c.bucket
+        WHERE c.queue = i.q AND c.state = i.st AND c.bucket < {count_buckets}
+        ORDER BY c.bucket = pg_backend_pid() %% {count_buckets} DESC, c.bucket
         LIMIT 1
         FOR UPDATE OF c SKIP LOCKED
     ) f ON true
@@ -534,12 +563,12 @@ cnt_free AS (
     RETURNING 1
 ), cnt_made AS (
     INSERT INTO {s}.queue_counts AS c (queue, state, bucket, n)
-    SELECT f.q, f.st, coalesce(b.bucket, pg_backend_pid() %% {buckets}), f.d
+    SELECT f.q, f.st, coalesce(b.bucket, pg_backend_pid() %% {count_buckets}), f.d
     FROM cnt_free f
     LEFT JOIN LATERAL (
         SELECT b.bucket FROM (
-            SELECT (pg_backend_pid() + g) %% {buckets} AS bucket
-            FROM generate_series(0, {buckets} - 1) g
+            SELECT (pg_backend_pid() + g) %% {count_buckets} AS bucket
+            FROM generate_series(0, {count_buckets} - 1) g
         ) b
         WHERE NOT EXISTS (
               SELECT 1 FROM {s}.queue_counts x
@@ -559,7 +588,7 @@ cnt_free AS (
 WITH cnt_in AS (
     SELECT q, st::awa.job_state AS st, d
     FROM unnest(%(queues)s::text[], %(states)s::text[], %(deltas)s::bigint[]) AS i(q, st, d)
-), {counts}
+), {counts_free_cte}
 SELECT (SELECT count(*) FROM cnt_added) + (SELECT count(*) FROM cnt_made)
 
 -- name: wake_quietly
@@ -700,7 +729,7 @@ WITH heads AS (
     SELECT (SELECT mixed FROM refused) AS mixed,
         -- A lane was left alone (see heads): the engine claims again at once.
         EXISTS (SELECT 1 FROM heads WHERE contested) AS contested,
-        {quiet} AS quiet
+        {quiet_commit} AS quiet
 ), claimed AS (
     -- The claimed snapshots, exactly as the job_facts view resolves an open receipt
     -- without a lease, so the claimer needs no second read (the walk carried the bodies).
@@ -720,6 +749,10 @@ WITH heads AS (
 SELECT r.*, m.mixed, m.contested
 FROM mixed m LEFT JOIN claimed r ON true
 ORDER BY r.effective, r.run_at, r.job_id
+
+-- name: explain_claim
+-- Plans the claim on a new backend without claiming anything (warm_up).
+EXPLAIN {claim}
 
 -- name: claim_sorted
 -- The general claim; `claim` is this statement for windows in lane order or taken whole,
@@ -837,7 +870,7 @@ WITH heads AS (
         AS mixed,
         -- A lane was left alone (see heads): the engine claims again at once.
         EXISTS (SELECT 1 FROM heads WHERE contested) AS contested,
-        {quiet} AS quiet
+        {quiet_commit} AS quiet
 ), claimed AS (
     -- The claimed snapshots, exactly as the job_facts view resolves an open receipt
     -- without a lease, so the claimer needs no second read (the walk carried the bodies).
@@ -975,7 +1008,7 @@ WITH i AS (
       AND NOT EXISTS (SELECT 1 FROM {s}.closures x
                       WHERE x.slot = i.slot AND x.claim_id = i.claim_id)
     ORDER BY i.slot, i.claim_id
-    {on_conflict}
+    {?on_conflict}
     RETURNING claim_id, queue
 ), per_queue AS (
     SELECT queue, count(*) AS n FROM closed GROUP BY queue
@@ -996,6 +1029,14 @@ WITH i AS (
 SELECT claim_id, NULL::bigint AS leased FROM closed
 UNION ALL
 SELECT NULL, job_id FROM leased
+
+-- name: complete_receipts_arbitrated
+-- complete_receipts_counted again after a racing finaliser's closure failed it: the
+-- closure key decides.
+{complete_receipts_counted on_conflict=on_conflict_do_nothing}
+
+-- name: on_conflict_do_nothing
+ON CONFLICT DO NOTHING
 
 -- name: close_claims
 -- The closure key (slot, claim_id) is the arbiter: of two racing finalisers exactly one
@@ -1268,6 +1309,88 @@ CROSS JOIN LATERAL (
 WHERE h.queue IN (SELECT queue FROM waiting)
 GROUP BY h.queue
 
+-- name: newest_job_ids
+-- A keyset page of candidate job ids for list_jobs, newest first: each fact table is
+-- walked backwards along its job_id index from below the cursor and stops after `limit`
+-- distinct ids, so a page never reads or sorts the whole history. Every filter keeps the
+-- ids of which some fact matches it (a job's head fact is one of its facts), so it drops
+-- only ids that cannot match; on a ready row the state is judged as job_facts does, by
+-- index probes of its claim, closure and tombstone. The caller resolves the ids and
+-- applies the full filter. The top `limit` of the union is exact: an id among them is
+-- within the first `limit` distinct ids of the table that holds it.
+SELECT job_id FROM (
+    (SELECT DISTINCT r.job_id FROM {s}.ready_entries r
+     WHERE r.job_id < %(before)s
+       AND (%(kind)s::text IS NULL OR r.kind = %(kind)s::text)
+       AND (%(queue)s::text IS NULL OR r.queue = %(queue)s::text)
+       AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY(r.tags))
+       AND (%(state)s::text IS NULL
+            OR (%(state)s::text = 'available'
+                AND NOT EXISTS (SELECT 1 FROM {s}.claims c
+                                WHERE c.slot = r.slot AND c.ready_fact = r.fact_id)
+                AND NOT EXISTS (SELECT 1 FROM {s}.tombstones t
+                                WHERE t.slot = r.slot AND t.ready_fact = r.fact_id))
+            OR (%(state)s::text IN ('running', 'waiting_external')
+                AND EXISTS (SELECT 1 FROM {s}.claims c
+                            WHERE c.slot = r.slot AND c.ready_fact = r.fact_id
+                              AND NOT EXISTS (SELECT 1 FROM {s}.closures x
+                                              WHERE x.slot = c.slot
+                                                AND x.claim_id = c.claim_id)))
+            OR (%(state)s::text = 'completed'
+                AND EXISTS (SELECT 1 FROM {s}.claims c
+                            JOIN {s}.closures x ON x.slot = c.slot AND x.claim_id = c.claim_id
+                            WHERE c.slot = r.slot AND c.ready_fact = r.fact_id
+                              AND x.outcome = 'completed')))
+     ORDER BY r.job_id DESC LIMIT %(limit)s)
+    UNION
+    (SELECT DISTINCT d.job_id FROM {s}.deferred_jobs d
+     WHERE d.job_id < %(before)s
+       AND (%(kind)s::text IS NULL OR d.kind = %(kind)s::text)
+       AND (%(queue)s::text IS NULL OR d.queue = %(queue)s::text)
+       AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY(d.tags))
+       AND (%(state)s::text IS NULL OR d.state = %(state)s::text::awa.job_state)
+     ORDER BY d.job_id DESC LIMIT %(limit)s)
+    UNION
+    (SELECT DISTINCT w.job_id FROM {s}.done_entries w
+     WHERE w.job_id < %(before)s
+       AND (%(kind)s::text IS NULL OR w.kind = %(kind)s::text)
+       AND (%(queue)s::text IS NULL OR w.queue = %(queue)s::text)
+       AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY(w.tags))
+       AND (%(state)s::text IS NULL OR w.state = %(state)s::text::awa.job_state)
+     ORDER BY w.job_id DESC LIMIT %(limit)s)
+) candidates
+ORDER BY job_id DESC
+LIMIT %(limit)s
+
+-- name: queue_depths
+-- The metrics' cheap depth (queue_depths): available jobs per queue as the sum of its
+-- lanes' head-cursor differences (lanes.next_seq - claim_heads.claim_seq: a row retired
+-- above a cursor counts until a claim passes it), with the run_at of the first row at
+-- each lane's cursor (one index probe per lane) as the oldest; the other live states from
+-- the folded counters. No job row is counted and no claim or tombstone is probed.
+WITH heads AS (
+    SELECT h.queue, h.priority, h.shard, h.claim_seq, l.next_seq
+    FROM {s}.claim_heads h
+    JOIN {s}.lanes l USING (queue, priority, shard)
+)
+SELECT h.queue, 'available' AS state,
+    sum(greatest(h.next_seq - h.claim_seq, 0))::bigint AS n, min(w.run_at) AS oldest
+FROM heads h
+LEFT JOIN LATERAL (
+    SELECT r.run_at FROM {s}.ready_entries r
+    WHERE h.next_seq > h.claim_seq
+      AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+      AND r.lane_seq >= h.claim_seq
+    ORDER BY r.lane_seq
+    LIMIT 1
+) w ON true
+GROUP BY h.queue
+UNION ALL
+SELECT queue, state::text, sum(n)::bigint, NULL
+FROM {s}.queue_counts
+WHERE state IN ('scheduled', 'retryable', 'running', 'waiting_external')
+GROUP BY queue, state
+
 -- name: kind_counts
 -- Operator read (cached by its callers): a scan of the resolved job snapshots.
 SELECT kind,
@@ -1286,3 +1409,12 @@ FROM {s}.jobs_resolved
 WHERE finalized_at >= %(since)s::timestamptz
   AND state IN ('completed', 'failed', 'cancelled')
 GROUP BY 1, 2
+
+-- name: snapshot_recordset
+-- The columns of a whole snapshot in the jsonb_to_recordset input the inserts read (the
+-- objects that row_json builds).
+job_id bigint, kind text, queue text, args jsonb, priority smallint, attempt smallint, max_attempts smallint, run_at timestamptz, heartbeat_at timestamptz, deadline_at timestamptz, attempted_at timestamptz, finalized_at timestamptz, created_at timestamptz, errors jsonb, metadata jsonb, tags jsonb, unique_key text, unique_states text, callback_id text, callback_timeout_at timestamptz, run_lease bigint, progress jsonb, ordering_key text, state text, shard int, lane_seq bigint
+
+-- name: snapshot_values
+-- A snapshot's columns from snapshot_recordset, from job_id on, as the fact tables store them.
+x.job_id, x.kind, x.queue, coalesce(x.args, 'null'::jsonb), x.priority, x.attempt, x.max_attempts, x.run_at, x.heartbeat_at, x.deadline_at, x.attempted_at, x.finalized_at, x.created_at, ARRAY(SELECT jsonb_array_elements(x.errors)), coalesce(x.metadata, '{}'::jsonb), ARRAY(SELECT jsonb_array_elements_text(x.tags)), decode(x.unique_key, 'hex'), x.unique_states::bit(8), x.callback_id, x.callback_timeout_at, x.run_lease, x.progress, decode(x.ordering_key, 'hex')

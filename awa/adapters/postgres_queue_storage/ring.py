@@ -1,91 +1,69 @@
-"""Ring maintenance of the queue-storage engine: rotation and prune by TRUNCATE.
+"""The queue ring: rotation, and prune of its oldest sealed slot.
 
 Both are meant for the maintenance leader. Each call does at most one step and reports
-what happened, so the leader can back off on ``blocked`` / ``skipped_busy``.
+what happened, so the leader can back off on ``blocked`` / ``skipped_busy``. What is still
+live in the slot is carried forward first (:mod:`.carry`); the slot's partitions are then
+swapped for empty stand-ins under one short lock (:mod:`.swap`).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-import anyio
-import psycopg
-from psycopg import errors as pg_errors
+from psycopg import sql
 
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
-from awa.adapters.postgres_queue_storage._base import (
-    PRUNE_GATE,
-    Resolved,
-    Writes,
-    row_json,
-)
-from awa.adapters.postgres_queue_storage.carry import CarryOps
-from awa.adapters.postgres_queue_storage.long_tx import LongTransactionOps
-from awa.domain.states import (
-    DEFAULT_UNIQUE_STATES,
-    JobState,
-    bitstring_to_mask,
-    mask_contains,
-)
+from awa.adapters.postgres_queue_storage.carry import Carry
+from awa.adapters.postgres_queue_storage.connections import Connections
+from awa.adapters.postgres_queue_storage.facts import FactWriter
+from awa.adapters.postgres_queue_storage.long_tx import LongTransactions
+from awa.adapters.postgres_queue_storage.snapshots import PRUNE_GATE, Resolved, Writes, row_json
+from awa.adapters.postgres_queue_storage.statements import Statements
+from awa.adapters.postgres_queue_storage.swap import RING_TABLES, Blocked, PartitionSwap
+from awa.domain.states import DEFAULT_UNIQUE_STATES, JobState, bitstring_to_mask, mask_contains
+from awa.ports.clock import Clock
 
-log = logging.getLogger("awa.adapters.postgres_queue_storage")
-
-RING_TABLES = ("ready_entries", "claims", "closures", "tombstones", "done_entries")
-_HEAD_STATE_COLUMNS = (
-    "j.id, j.queue, j.state::text AS state, j.finalized_at, j.unique_key, "
-    "j.unique_states::text AS unique_states"
-)
 DEFAULT_FAILED_RETENTION = timedelta(hours=72)
 #: The states of heads prune drops with their slot (live heads are carried forward).
 _DROPPED_STATES = frozenset(
     s.sql_name for s in (JobState.Completed, JobState.Cancelled, JobState.Failed)
 )
-PRUNE_LOCK_TIMEOUT = "50ms"
 #: Prune asks for its ACCESS EXCLUSIVE lock with NOWAIT this many times, pausing
-#: PRUNE_NOWAIT_PAUSE seconds in between, before it queues for it (at most
-#: PRUNE_LOCK_TIMEOUT). A lock request that waits makes every later claim wait behind it,
-#: so prune only queues when the slot is never free for a moment.
-PRUNE_NOWAIT_TRIES = 25
-PRUNE_NOWAIT_PAUSE = 0.002
-#: Sent first under prune's lock: the commit that releases the lock does not wait for the
-#: WAL flush, so claims, enqueues and completions queued behind the lock are not held for
-#: it too. A prune lost in a crash did not happen (the slot is pruned again), and any
-#: later durable commit flushes it first. A commit that removes files (the TRUNCATE of the
-#: fall-back) is flushed by the server regardless.
-_RELEASE_QUIETLY = "SET LOCAL synchronous_commit = off"
+#: PRUNE_NOWAIT_PAUSE seconds in between, before it queues for it (at most the
+#: ``prune_lock_timeout`` of ring.sql). A lock request that waits makes every later claim
+#: wait behind it, so prune only queues when the slot is never free for a moment.
 #: How far back completion buckets are kept (the read window is one hour).
 COMPLETIONS_KEPT = timedelta(hours=2)
 
 
-class _Blocked(Exception):
-    """Prune found live work in its slot after taking the lock."""
+class QueueRing:
+    """Rotate the queue ring and reclaim its oldest sealed slot."""
 
-
-class RingOps(CarryOps, LongTransactionOps):
-    """Rotate the queue ring and truncate its oldest sealed slot."""
-
-    #: Set once the database refuses the partition swap to this role (it needs CREATE on
-    #: the schema and ownership of the ring tables); prune then truncates instead, as
-    #: before, and holds its lock longer.
-    _swap_denied = False
-    _unclean: set[str] | None = None
-
-    def _child(self, table: str, slot: int) -> str:
-        return f'{self._qschema_name}."{table}_{slot}"'
-
-    @property
-    def _qschema_name(self) -> str:
-        return '"' + self._schema.replace('"', '""') + '"'
+    def __init__(
+        self,
+        *,
+        connections: Connections,
+        statements: Statements,
+        facts: FactWriter,
+        swap: PartitionSwap,
+        carry: Carry,
+        long_transactions: LongTransactions,
+        clock: Clock,
+    ) -> None:
+        self._connections = connections
+        self._sql = statements
+        self._facts = facts
+        self._swap = swap
+        self._carry = carry
+        self._long = long_transactions
+        self._clock = clock
 
     async def _slot_has_rows(self, conn: DictConnection, slot: int) -> bool:
-        probes = " OR ".join(f"EXISTS (SELECT 1 FROM {self._child(t, slot)})" for t in RING_TABLES)
-        cur = await conn.execute(f"SELECT {probes} AS busy".encode())
-        row = await cur.fetchone()
+        row = await self._sql.one(conn, self._sql.for_slot("slot_has_rows", slot))
         return bool(row and row["busy"])
 
     async def rotate_queue_ring(self) -> str:
@@ -94,12 +72,8 @@ class RingOps(CarryOps, LongTransactionOps):
         Returns ``rotated``, ``skipped_idle`` (nothing to seal), ``skipped_busy`` (the next
         slot still holds rows) or ``skipped_locked`` (another rotate / prune is running).
         """
-        async with translated_errors(), self._tx() as conn:
-            cur = await conn.execute(
-                f"SELECT current_slot, slot_count FROM {self._qschema_name}.ring_state "
-                "FOR UPDATE SKIP LOCKED".encode()
-            )
-            state = await cur.fetchone()
+        async with translated_errors(), self._connections.tx() as conn:
+            state = await self._sql.one(conn, self._sql["lock_ring_state"])
             if state is None:
                 return "skipped_locked"
             current, count = int(state["current_slot"]), int(state["slot_count"])
@@ -109,22 +83,10 @@ class RingOps(CarryOps, LongTransactionOps):
             if await self._slot_has_rows(conn, incoming):
                 return "skipped_busy"
             now = self._clock.now()
-            await conn.execute(
-                f"UPDATE {self._qschema_name}.ring_state SET current_slot = %s, "
-                "generation = generation + 1, rotated_at = %s".encode(),
-                (incoming, now),
-            )
+            await self._sql.rows(conn, self._sql["advance_ring"], {"slot": incoming, "now": now})
             # Completion buckets older than the one-hour window are never read again.
-            await self._exec(conn, "prune_completions", before=now - COMPLETIONS_KEPT)
+            await self._sql.exec(conn, "prune_completions", before=now - COMPLETIONS_KEPT)
         return "rotated"
-
-    async def rotate(self) -> str:
-        """:class:`~awa.ports.maintenance.RingMaintenance`: :meth:`rotate_queue_ring`."""
-        return await self.rotate_queue_ring()
-
-    async def prune(self, *, failed_retention: timedelta = DEFAULT_FAILED_RETENTION) -> str:
-        """:class:`~awa.ports.maintenance.RingMaintenance`: :meth:`prune_oldest`."""
-        return await self.prune_oldest(failed_retention=failed_retention)
 
     async def prune_oldest(self, *, failed_retention: timedelta = DEFAULT_FAILED_RETENTION) -> str:
         """Truncate the oldest sealed slot (the one the next rotation enters) once nothing
@@ -137,31 +99,26 @@ class RingOps(CarryOps, LongTransactionOps):
         target = None
         try:
             async with translated_errors():
-                await self._clear_spares(RING_TABLES)
+                await self._swap.clear(RING_TABLES)
                 target = await self._prune_target()
-                if target is not None:
-                    await self._prepare_spares(target)
-            async with translated_errors(), self._tx() as conn:
+            async with translated_errors(), self._connections.tx() as conn:
                 outcome = await self._prune(conn, failed_retention)
-        except _Blocked:
+        except Blocked:
             outcome = "blocked"
         async with translated_errors():
             # Say why reclamation waits (a long transaction holding the slot or the
             # xmin horizon), and compact the control tables once it has ended.
             if outcome == "blocked" and target is not None:
-                await self._explain_blocked(target, RING_TABLES)
+                await self._long.explain_blocked(target, RING_TABLES)
             elif outcome == "pruned":
-                await self._record("queue", "pruned")
-            await self._watch_horizon()
+                await self._long.record("queue", "pruned")
+            await self._long.watch_horizon()
         return outcome
 
     async def _prune_target(self) -> int | None:
         """The slot the next rotation enters, if it holds rows."""
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                f"SELECT current_slot, slot_count FROM {self._qschema_name}.ring_state".encode()
-            )
-            state = await cur.fetchone()
+        async with self._connections.conn() as conn:
+            state = await self._sql.one(conn, self._sql["read_ring_state"])
             if state is None:
                 return None
             current, count = int(state["current_slot"]), int(state["slot_count"])
@@ -170,169 +127,8 @@ class RingOps(CarryOps, LongTransactionOps):
                 return None
             return target
 
-    def _spare(self, table: str, slot: int) -> str:
-        return f'{self._qschema_name}."{table}_{slot}_spare"'
-
-    async def _prepare_spares(self, slot: int, tables: tuple[str, ...] = RING_TABLES) -> None:
-        """Empty stand-ins for the slot's partitions, indexes and storage options
-        included, ready ahead of the swap in their own transaction: building an index (even
-        an empty one) syncs its file, which is why a TRUNCATE of the ring's tables took
-        50-150 ms under its lock. A stand-in is the partition an earlier swap took out
-        (emptied by :meth:`_clear_spares`), so the ring's relations are created once and
-        then only change places: no catalog rows for new tables, columns and types every
-        second, and every backend's catalog caches stay warm."""
-        if self._swap_denied:
-            return
-        try:
-            await self._build_spares(slot, tables)
-        except pg_errors.InsufficientPrivilege:
-            self._refuse_swap()
-
-    async def _clear_spares(self, tables: tuple[str, ...]) -> None:
-        """Empty the stand-ins of ``tables`` that still hold the rows of a slot swapped
-        out earlier, in one transaction, without waiting for their locks: a backend
-        revalidating a plan made before the swap may hold one for a moment, and the next
-        turn tries again (the swap refuses a stand-in that is not empty)."""
-        unclean = self._unclean_spares()
-        if self._swap_denied or not unclean.intersection(tables):
-            return
-        emptied = True
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                b"SELECT format('%%s.%%I', %(s)s::text, c.relname) AS spare "
-                b"FROM pg_class c "
-                b"WHERE c.relnamespace = to_regnamespace(%(s)s) AND c.relkind = 'r' "
-                b"  AND c.relname ~ ('^(' || array_to_string(%(tables)s::text[], '|') "
-                b"      || ')_[0-9]+_spare$') "
-                b"  AND pg_relation_size(c.oid) > 0",
-                {"tables": list(tables), "s": self._qschema_name},
-            )
-            spares = ", ".join(row["spare"] for row in await cur.fetchall())
-            if spares:
-                try:
-                    async with conn.transaction():
-                        await conn.execute(
-                            f"LOCK TABLE {spares} IN ACCESS EXCLUSIVE MODE NOWAIT; "
-                            f"TRUNCATE {spares}".encode()
-                        )
-                except pg_errors.LockNotAvailable:
-                    emptied = False
-        if emptied:
-            unclean.difference_update(tables)
-
-    def _unclean_spares(self) -> set[str]:
-        """Ring tables whose stand-ins may hold rows: all of them until this process has
-        emptied them once (an earlier leader may have left some), then the ones it tried
-        to swap since."""
-        if self._unclean is None:
-            self._unclean = {*RING_TABLES, "leases"}
-        return self._unclean
-
-    def _refuse_swap(self) -> None:
-        if not self._swap_denied:
-            log.warning(
-                "queue storage in %s: this role may not create or attach partitions; "
-                "prune truncates under its lock instead (grant CREATE on the schema and "
-                "ownership of its tables to avoid the longer lock)",
-                self._schema,
-            )
-        self._swap_denied = True
-
-    async def _build_spares(self, slot: int, tables: tuple[str, ...]) -> None:
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                b"SELECT t, (SELECT c.reloptions FROM pg_class c "
-                b"  WHERE c.oid = to_regclass(format('%%s.%%I', %(s)s::text, t || '_' || %(k)s)))"
-                b"  AS options "
-                b"FROM unnest(%(tables)s::text[]) AS t "
-                b"WHERE to_regclass(format('%%s.%%I', %(s)s::text, t || '_' || %(k)s || '_spare'))"
-                b" IS NULL",
-                {"tables": list(tables), "s": self._qschema_name, "k": slot},
-            )
-            for row in await cur.fetchall():
-                table, options = row["t"], row["options"]
-                with_options = f" WITH ({', '.join(options)})" if options else ""
-                await conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {self._spare(table, slot)} "
-                    f"(LIKE {self._qschema_name}.{table} INCLUDING ALL){with_options}".encode()
-                )
-
-    def _swap_steps(self, slot: int, tables: tuple[str, ...]) -> list[str]:
-        """Swap the slot's partitions with their empty stand-ins: the partition goes out
-        under the stand-in's name and is emptied later (:meth:`_clear_spares`). Only
-        catalog work: nothing is built, synced or dropped under the lock."""
-        s = self._qschema_name
-        if self._swap_denied:
-            return [f"TRUNCATE {', '.join(self._child(t, slot) for t in tables)}"] if tables else []
-        steps = []
-        for table in tables:
-            child = self._child(table, slot)
-            steps += [
-                f"ALTER TABLE {s}.{table} DETACH PARTITION {child}",
-                f'ALTER TABLE {child} RENAME TO "{table}_{slot}_out"',
-                f'ALTER TABLE {self._spare(table, slot)} RENAME TO "{table}_{slot}"',
-                f'ALTER TABLE {s}."{table}_{slot}_out" RENAME TO "{table}_{slot}_spare"',
-                f"ALTER TABLE {s}.{table} ATTACH PARTITION {child} FOR VALUES IN ({slot})",
-            ]
-        return steps
-
-    async def _lock_and_swap(
-        self,
-        conn: DictConnection,
-        slot: int,
-        tables: tuple[str, ...],
-        unless: str,
-        *,
-        swap: tuple[str, ...] | None = None,
-        also: str | None = None,
-    ) -> None:
-        """Lock the slot's partitions of ``tables`` (and the ring tables whose partition is
-        swapped), check, and swap, in one round trip. ``unless`` is a condition that must be
-        false under the lock (else _Blocked); ``swap`` (default: all of ``tables``) are the
-        partitions replaced by their empty stand-ins; ``also`` is a statement run under
-        the lock after the check."""
-        swapped = tables if swap is None else swap
-        parents = [] if self._swap_denied else [f"{self._qschema_name}.{t}" for t in swapped]
-        locked = ", ".join(parents + [self._child(t, slot) for t in tables])
-        if parents:
-            # a stand-in that could not be emptied yet is never swapped in
-            spares = " OR ".join(f"EXISTS (SELECT 1 FROM {self._spare(t, slot)})" for t in swapped)
-            unless = f"({unless}) OR {spares}"
-        check = (
-            f"DO $prune$ BEGIN IF {unless} THEN RAISE EXCEPTION 'slot {slot} is in use' "
-            "USING ERRCODE = '55000'; END IF; END $prune$"
-        )
-        # Looked at again on the next turn whatever happens: after a swap the stand-ins
-        # hold the rows taken out, and a swap refused for a stand-in that is not empty
-        # (another leader's, swapped out just before it lost the lead) needs one emptied.
-        self._unclean_spares().update(swapped)
-        try:
-            await self._lock_briefly(
-                conn,
-                locked,
-                "; ".join(
-                    [
-                        _RELEASE_QUIETLY,
-                        check,
-                        *([also] if also else []),
-                        *self._swap_steps(slot, swapped),
-                    ]
-                ),
-            )
-        except pg_errors.InsufficientPrivilege as exc:
-            self._refuse_swap()
-            raise _Blocked() from exc
-        except pg_errors.UndefinedTable as exc:
-            # a stand-in is missing (the target moved on since they were built): the next
-            # turn builds them for its own target
-            raise _Blocked() from exc
-
     async def _prune(self, conn: DictConnection, failed_retention: timedelta) -> str:
-        s = self._qschema_name
-        cur = await conn.execute(
-            f"SELECT current_slot, slot_count FROM {s}.ring_state FOR UPDATE SKIP LOCKED".encode()
-        )
-        state = await cur.fetchone()
+        state = await self._sql.one(conn, self._sql["lock_ring_state"])
         if state is None:
             return "skipped_locked"
         current, count = int(state["current_slot"]), int(state["slot_count"])
@@ -348,23 +144,21 @@ class RingOps(CarryOps, LongTransactionOps):
         #   read and carried forward or dropped;
         # - the slot's row counts, taken first, prove under the lock that nothing was
         #   written to it since (its tables are append-only), so what was read still holds.
-        cur = await conn.execute(
-            b"SELECT pg_try_advisory_xact_lock(%s, hashtext(%s)) AS ok",
-            (PRUNE_GATE, self._schema),
+        gate = await self._sql.one(
+            conn, self._sql["try_prune_gate"], {"gate": PRUNE_GATE, "schema": self._sql.schema}
         )
-        gate = await cur.fetchone()
         if not (gate and gate["ok"]):
-            raise _Blocked()
+            raise Blocked()
         seen = await self._slot_row_counts(conn, target)
         # What is still live in the slot (unclaimed rows, open attempts) is copied into
         # the current slot first; the copies commit with the swap or not at all.
-        carried_jobs, carried_claims = await self._carry_live_rows(conn, target, current)
+        carried_jobs, carried_claims = await self._carry.live_rows(conn, target, current)
         writes = Writes(self._clock.now())
         floor = writes.now - failed_retention
         # Only what dropping a job needs is read for every head (no args, no metadata):
         # building whole job records for a slot of thousands of jobs took tens of ms of
         # the worker's event loop. Failed jobs that are kept are read whole.
-        heads = await self._head_states_in_slot(conn, target, live=carried_jobs)
+        heads = await self.head_states_in_slot(conn, target, live=carried_jobs)
         kept = [
             h["id"]
             for h in heads
@@ -377,7 +171,7 @@ class RingOps(CarryOps, LongTransactionOps):
                 row_json(head.job, head.ordering_key)
                 for head in await self._heads_in_slot(conn, target, kept)
             ]
-            await self._exec(conn, "insert_done", rows=json.dumps(carry))
+            await self._sql.exec(conn, "insert_done", rows=json.dumps(carry))
         carried = set(kept)
         # Only terminal history is dropped: a live head was carried forward above.
         dropped = [h for h in heads if h["id"] not in carried and h["state"] in _DROPPED_STATES]
@@ -399,119 +193,55 @@ class RingOps(CarryOps, LongTransactionOps):
                     release.append((h["unique_key"], h["id"]))
             entry = stats.setdefault(queue, [0, 0, 0])
             entry[(JobState.Completed, JobState.Cancelled, JobState.Failed).index(job_state)] += 1
-        await self._release_keys(conn, release)
+        await self._facts.release_keys(conn, release)
         for queue, (done, cancelled, failed) in sorted(stats.items()):
-            await conn.execute(
-                f"INSERT INTO {s}.queue_prune_stats AS p (queue, pruned_completed, "
-                "pruned_cancelled, pruned_failed) VALUES (%s, %s, %s, %s) ON CONFLICT (queue) "
-                "DO UPDATE SET pruned_completed = p.pruned_completed + EXCLUDED.pruned_completed,"
-                " pruned_cancelled = p.pruned_cancelled + EXCLUDED.pruned_cancelled,"
-                " pruned_failed = p.pruned_failed + EXCLUDED.pruned_failed".encode(),
-                (queue, done, cancelled, failed),
+            await self._sql.rows(
+                conn,
+                self._sql["add_prune_stats"],
+                {"queue": queue, "completed": done, "cancelled": cancelled, "failed": failed},
             )
         # The counters go before the lock (prune's buckets are not the hot path's), so
         # the lock is held for two round trips: lock + check + swap, then COMMIT.
-        await self._flush(conn, writes)
+        await self._facts.flush(conn, writes)
         # Under the lock every transaction that wrote to the slot has ended: equal counts
         # mean no row arrived after the live check and the read above (the slot's tables
         # are append-only).
-        changed = " OR ".join(
-            f"{self._count_sql(t, target)} <> {n}" for t, n in zip(RING_TABLES, seen, strict=True)
-        )
+        changed: list[sql.Composable] = [
+            self._sql.fragment("count_changed", child=self._swap.child(t, target), n=sql.Literal(n))
+            for t, n in zip(RING_TABLES, seen, strict=True)
+        ]
         # Partitions that were empty stay (usually tombstones and done_entries): less
         # catalog work under the lock, and fewer cached plans invalidated everywhere.
-        await self._lock_and_swap(
+        await self._swap.lock_and_swap(
             conn,
             target,
             RING_TABLES,
             unless=changed,
             swap=tuple(t for t, n in zip(RING_TABLES, seen, strict=True) if n),
-            also=self._repoint_sql(carried_claims, target, current),
+            also=self._carry.repoint(carried_claims, target, current),
         )
         return "pruned"
 
-    def _count_sql(self, table: str, slot: int) -> str:
-        return f"(SELECT count(*) FROM {self._child(table, slot)})"
-
     async def _slot_row_counts(self, conn: DictConnection, slot: int) -> tuple[int, ...]:
-        counts = ", ".join(f"{self._count_sql(t, slot)} AS {t}" for t in RING_TABLES)
-        cur = await conn.execute(f"SELECT {counts}".encode())
-        row = await cur.fetchone()
+        row = await self._sql.one(conn, self._sql.for_slot("slot_row_counts", slot))
         assert row is not None
         return tuple(int(row[t]) for t in RING_TABLES)
 
-    async def _lock_briefly(self, conn: DictConnection, tables: str, then: str) -> None:
-        """Take ACCESS EXCLUSIVE on ``tables`` and run ``then`` in the same round trip,
-        without making claims queue behind the request: NOWAIT tries first (each in a
-        savepoint), then one bounded wait. A lock request that waits makes every later
-        reader of the table wait behind it, and claims read every slot. Raises _Blocked on
-        a timeout, on a deadlock report (a server whose deadlock_timeout is below the lock
-        timeout reports the wait that way) and when ``then`` finds rows that arrived in the
-        slot since it was read (SQLSTATE 55000)."""
-        lock = f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE"
-        try:
-            for _ in range(PRUNE_NOWAIT_TRIES):
-                try:
-                    async with conn.transaction():
-                        await conn.execute(f"{lock} NOWAIT; {then}".encode())
-                    return
-                except pg_errors.LockNotAvailable:
-                    await anyio.sleep(PRUNE_NOWAIT_PAUSE)
-            await conn.execute(f"SET LOCAL lock_timeout = '{PRUNE_LOCK_TIMEOUT}'".encode())
-            async with conn.transaction():
-                await conn.execute(f"{lock}; {then}".encode())
-        except (
-            pg_errors.LockNotAvailable,
-            pg_errors.DeadlockDetected,
-            pg_errors.ObjectNotInPrerequisiteState,
-        ) as exc:
-            raise _Blocked() from exc
-
     async def _slot_is_live(self, conn: DictConnection, slot: int) -> bool:
-        """Does ``slot`` hold a ready row nobody claimed or tombstoned, or a claim with no
-        closure? OFFSET 0 keeps each NOT EXISTS a probe of the other table's key per row:
-        with the ring's statistics stale (its tables are never analysed) the planner
-        chose a nested loop over a materialised copy of the slot's closures, quadratic in
-        the slot's size (about 1 s for 5,000 jobs)."""
-        s = self._qschema_name
-        cur = await conn.execute(
-            f"SELECT EXISTS (SELECT 1 FROM {s}.ready_entries r WHERE r.slot = %(slot)s "
-            f"  AND NOT EXISTS (SELECT 1 FROM {s}.claims c "
-            "                   WHERE c.slot = r.slot AND c.ready_fact = r.fact_id OFFSET 0) "
-            f"  AND NOT EXISTS (SELECT 1 FROM {s}.tombstones t "
-            "                   WHERE t.slot = r.slot AND t.ready_fact = r.fact_id OFFSET 0)) "
-            f"OR EXISTS (SELECT 1 FROM {s}.claims c WHERE c.slot = %(slot)s "
-            f"  AND NOT EXISTS (SELECT 1 FROM {s}.closures x "
-            "  WHERE x.slot = c.slot AND x.claim_id = c.claim_id OFFSET 0)) AS live".encode(),
-            {"slot": slot},
-        )
-        row = await cur.fetchone()
+        """Does ``slot`` hold live work (``slot_is_live``)?"""
+        row = await self._sql.one(conn, self._sql["slot_is_live"], {"slot": slot})
         return bool(row and row["live"])
 
-    def _heads_sql(self, columns: str, only: str = "") -> bytes:
-        """Jobs whose current snapshot is a fact stored in ``%(slot)s``."""
-        s = self._qschema_name
-        return (
-            f"SELECT {columns} FROM {s}.jobs_resolved j WHERE j.id IN ("
-            f"  SELECT job_id FROM {s}.ready_entries WHERE slot = %(slot)s "
-            f"  UNION SELECT job_id FROM {s}.done_entries WHERE slot = %(slot)s) "
-            "AND (j.ready_slot = %(slot)s OR j.fact_id IN ("
-            f"  SELECT fact_id FROM {s}.done_entries WHERE slot = %(slot)s)) {only}"
-            "ORDER BY j.id"
-        ).encode()
-
     async def _heads_in_slot(
-        self, conn: DictConnection, slot: int, ids: Sequence[int] | None = None
+        self, conn: DictConnection, slot: int, ids: Sequence[int]
     ) -> list[Resolved]:
-        """Jobs whose current snapshot is a fact stored in ``slot`` (only ``ids``, if
-        given), whole."""
-        only = "" if ids is None else "AND j.id = ANY(%(ids)s::bigint[]) "
-        cur = await conn.execute(
-            self._heads_sql("j.*", only), {"slot": slot, "ids": None if ids is None else list(ids)}
+        """Those of ``ids`` whose current snapshot is a fact stored in ``slot``, whole."""
+        rows = await self._sql.rows(
+            conn, self._sql["heads_in_slot"], {"slot": slot, "ids": list(ids)}
         )
-        return [Resolved.from_row(row) for row in await cur.fetchall()]
+        return [Resolved.from_row(row) for row in rows]
 
-    async def _head_states_in_slot(
+    async def head_states_in_slot(
         self, conn: DictConnection, slot: int, live: frozenset[int] = frozenset()
     ) -> list[dict[str, Any]]:
         """The same jobs, only what prune needs to drop one: id, queue, state (its SQL
@@ -522,184 +252,30 @@ class RingOps(CarryOps, LongTransactionOps):
         plan stale). Instead the slot's facts are resolved from its own partitions, as
         ``job_facts`` does; only jobs with a fact outside the slot (an operator's retry
         or deletion marker, a deferred retry) are resolved through the view."""
-        facts = await conn.execute(self._slot_heads_sql(slot))
+        facts = await self._sql.rows(conn, self._sql.for_slot("slot_heads", slot))
         # ``live``: jobs just carried forward, whose copies would send them through the
         # view below; their head is live, so prune keeps them whatever it resolves to.
-        heads = [
-            row
-            for row in await facts.fetchall()
-            if row["state"] is not None and row["id"] not in live
-        ]
+        heads = [row for row in facts if row["state"] is not None and row["id"] not in live]
         if not heads:
             return []
-        s = self._qschema_name
-        cur = await conn.execute(
-            f"SELECT job_id FROM {s}.ready_entries WHERE slot <> %(slot)s "
-            "  AND job_id = ANY(%(ids)s::bigint[]) "
-            f"UNION SELECT job_id FROM {s}.done_entries WHERE slot <> %(slot)s "
-            "  AND job_id = ANY(%(ids)s::bigint[]) "
-            f"UNION SELECT job_id FROM {s}.deferred_jobs "
-            "  WHERE job_id = ANY(%(ids)s::bigint[])".encode(),
-            {"slot": slot, "ids": [h["id"] for h in heads]},
+        found = await self._sql.rows(
+            conn, self._sql["facts_elsewhere"], {"slot": slot, "ids": [h["id"] for h in heads]}
         )
-        elsewhere = [row["job_id"] for row in await cur.fetchall()]
+        elsewhere = [row["job_id"] for row in found]
         if not elsewhere:
             return heads
         moved = set(elsewhere)
-        cur = await conn.execute(
-            self._heads_sql(_HEAD_STATE_COLUMNS, "AND j.id = ANY(%(ids)s::bigint[]) "),
-            {"slot": slot, "ids": elsewhere},
+        again = await self._sql.rows(
+            conn, self._sql["head_states_in_slot"], {"slot": slot, "ids": elsewhere}
         )
-        resolved = [h for h in heads if h["id"] not in moved] + list(await cur.fetchall())
+        resolved = [h for h in heads if h["id"] not in moved] + again
         return sorted(resolved, key=lambda h: int(h["id"]))
-
-    def _slot_heads_sql(self, slot: int) -> bytes:
-        """The latest fact of every job with a fact in ``slot``, among the slot's own
-        facts, resolved exactly as the ``job_facts`` view does (a claim, its closure and
-        a tombstone live in the slot of the ready row they refer to). ``state`` is NULL
-        where the view resolves none (tombstoned, or closed other than completed)."""
-        ready, tombstones, claims, closures, done = (
-            self._child(t, slot)
-            for t in ("ready_entries", "tombstones", "claims", "closures", "done_entries")
-        )
-        return (
-            "SELECT DISTINCT ON (id) id, queue, state, finalized_at, unique_key, unique_states "
-            "FROM ("
-            "  SELECT r.job_id AS id, r.queue, r.unique_key, r.unique_states::text, "
-            "    CASE WHEN t.ready_fact IS NOT NULL THEN NULL "
-            "         WHEN c.claim_id IS NULL THEN 'available' "
-            "         WHEN x.claim_id IS NULL THEN 'running' "
-            "         WHEN x.outcome = 'completed' THEN 'completed' END AS state, "
-            "    CASE WHEN x.outcome = 'completed' THEN x.finalized_at "
-            "         ELSE r.finalized_at END AS finalized_at, "
-            "    greatest(r.fact_id, c.claim_id, x.fact_id, t.fact_id) AS fact_id "
-            f"  FROM {ready} r "
-            f"  LEFT JOIN {tombstones} t ON t.ready_fact = r.fact_id "
-            f"  LEFT JOIN {claims} c ON c.ready_fact = r.fact_id "
-            f"  LEFT JOIN {closures} x ON x.claim_id = c.claim_id "
-            "  UNION ALL "
-            "  SELECT w.job_id, w.queue, w.unique_key, w.unique_states::text, w.state::text, "
-            "    w.finalized_at, w.fact_id "
-            f"  FROM {done} w"
-            ") f ORDER BY id, fact_id DESC"
-        ).encode()
-
-    # ---------------------------------------------------------------- lease ring
-    async def _dirty_lease_slots(self, conn: DictConnection, count: int) -> set[int]:
-        """Lease slots written since their last TRUNCATE. Rows moved out of a slot or
-        updated in place leave dead versions behind: a slot is reclaimed, and entered
-        again, only once it is physically empty, so those die with the TRUNCATE."""
-        cur = await conn.execute(
-            b"SELECT i FROM generate_series(0, %(n)s - 1) AS g(i) "
-            b"WHERE pg_relation_size(format('%%s.leases_%%s', %(s)s::text, i)::regclass) > 0",
-            {"n": count, "s": self._qschema_name},
-        )
-        return {int(row["i"]) for row in await cur.fetchall()}
-
-    def _lease_live_sql(self, slot: int) -> str:
-        """Does ``slot`` hold the lease of an attempt whose claim is still open? Rows of
-        closed attempts (or of claims whose queue slot was already reclaimed) are dead."""
-        s = self._qschema_name
-        return (
-            f"EXISTS (SELECT 1 FROM {self._child('leases', slot)} l "
-            f"  JOIN {s}.claims c ON c.slot = l.claim_slot AND c.claim_id = l.claim_id "
-            f"  WHERE NOT EXISTS (SELECT 1 FROM {s}.closures x "
-            "    WHERE x.slot = c.slot AND x.claim_id = c.claim_id))"
-        )
-
-    async def _lease_slot_is_live(self, conn: DictConnection, slot: int) -> bool:
-        cur = await conn.execute(f"SELECT {self._lease_live_sql(slot)} AS live".encode())
-        row = await cur.fetchone()
-        return bool(row and row["live"])
-
-    async def rotate_leases(self) -> str:
-        """:class:`~awa.ports.maintenance.RingMaintenance`: seal the current lease slot and
-        send lease writes to the next one.
-
-        Returns ``rotated``, ``skipped_idle`` (every lease slot is empty),
-        ``skipped_busy`` (the next slot still holds rows) or ``skipped_locked``. The ring
-        keeps turning while any slot holds rows, even with no new writes, so prune reaches
-        every slot and an idle ring ends up empty.
-        """
-        s = self._qschema_name
-        async with translated_errors(), self._tx() as conn:
-            cur = await conn.execute(
-                f"SELECT current_lease_slot, lease_slot_count FROM {s}.ring_state "
-                "FOR UPDATE SKIP LOCKED".encode()
-            )
-            state = await cur.fetchone()
-            if state is None:
-                return "skipped_locked"
-            current, count = int(state["current_lease_slot"]), int(state["lease_slot_count"])
-            incoming = (current + 1) % count
-            dirty = await self._dirty_lease_slots(conn, count)
-            if incoming == current or not dirty:
-                return "skipped_idle"
-            if incoming in dirty:
-                return "skipped_busy"
-            await conn.execute(
-                f"UPDATE {s}.ring_state SET current_lease_slot = %s, "
-                "lease_generation = lease_generation + 1, lease_rotated_at = %s".encode(),
-                (incoming, self._clock.now()),
-            )
-        return "rotated"
-
-    async def prune_leases(self) -> str:
-        """:class:`~awa.ports.maintenance.RingMaintenance`: truncate the oldest lease slot
-        (the one the next lease rotation enters) once it holds no live lease.
-
-        Returns ``pruned``, ``idle`` (that slot is empty), ``blocked`` (a live lease, or a
-        lock held by a running transaction) or ``skipped_locked``.
-        """
-        try:
-            async with translated_errors(), self._conn() as conn:
-                cur = await conn.execute(
-                    f"SELECT current_lease_slot, lease_slot_count "
-                    f"FROM {self._qschema_name}.ring_state".encode()
-                )
-                state = await cur.fetchone()
-                assert state is not None
-                count = int(state["lease_slot_count"])
-                dirty = await self._dirty_lease_slots(conn, count)
-                target = (int(state["current_lease_slot"]) + 1) % count
-            async with translated_errors():
-                await self._clear_spares(("leases",))
-                if target in dirty:
-                    await self._prepare_spares(target, ("leases",))
-            async with translated_errors(), self._tx() as conn:
-                return await self._prune_leases(conn)
-        except _Blocked:
-            return "blocked"
-
-    async def _prune_leases(self, conn: DictConnection) -> str:
-        cur = await conn.execute(
-            f"SELECT current_lease_slot, lease_slot_count FROM {self._qschema_name}.ring_state "
-            "FOR UPDATE SKIP LOCKED".encode()
-        )
-        state = await cur.fetchone()
-        if state is None:
-            return "skipped_locked"
-        current, count = int(state["current_lease_slot"]), int(state["lease_slot_count"])
-        target = (current + 1) % count
-        if target == current or target not in await self._dirty_lease_slots(conn, count):
-            return "idle"
-        # The leases of open attempts move into the current lease slot first (under their
-        # advisory locks, taken without waiting), so a callback wait never pins the ring.
-        if not await self._carry_live_leases(conn, target, current):
-            return "blocked"
-        # Re-checked under the lock: a heartbeat that wrote a row in from a stale slot
-        # number has committed; no lease writer can reach the slot until the swap commits.
-        await self._lock_and_swap(conn, target, ("leases",), unless=self._lease_live_sql(target))
-        return "pruned"
 
     async def pruned_counts(self) -> dict[str, dict[str, int]]:
         """Per queue: terminal jobs dropped by prune (``completed``, ``cancelled``,
         ``failed``; the last is ``pruned_failed_count``)."""
-        async with translated_errors(), self._tx() as conn:
-            cur = await conn.execute(
-                f"SELECT * FROM {self._qschema_name}.queue_prune_stats ORDER BY queue".encode()
-            )
-            rows = await cur.fetchall()
+        async with translated_errors(), self._connections.tx() as conn:
+            rows = await self._sql.rows(conn, self._sql["prune_stats"])
         return {
             row["queue"]: {
                 "completed": int(row["pruned_completed"]),
@@ -708,6 +284,3 @@ class RingOps(CarryOps, LongTransactionOps):
             }
             for row in rows
         }
-
-
-__all__ = ["RingOps", "psycopg"]

@@ -21,10 +21,11 @@ from typing import Any, TypeVar
 import click
 
 from awa.adapters._pg import conninfo
-from awa.entrypoints import payloads
+from awa.entrypoints import bootstrap, payloads
 from awa.entrypoints.cli import _target
 from awa.entrypoints.cli._contexts import ContextConfig
 from awa.entrypoints.client import AsyncClient
+from awa.ports.admin import SchemaAdmin
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -182,6 +183,20 @@ def with_client(action: Callable[[AsyncClient], Awaitable[T]]) -> T:
     async def go() -> T:
         async with AsyncClient(url, max_connections=2) as client:
             return await action(client)
+
+    return run(go())
+
+
+def with_schema_admin(url: str, action: Callable[[SchemaAdmin], Awaitable[T]]) -> T:
+    """Run ``action`` with the schema admin port on one connection to ``url``, then
+    close it."""
+
+    async def go() -> T:
+        admin = await bootstrap.connect_schema_admin(url)
+        try:
+            return await action(admin)
+        finally:
+            await admin.close()
 
     return run(go())
 

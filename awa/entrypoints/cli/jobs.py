@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
 from awa.domain.states import JobState
 from awa.entrypoints.cli._common import (
     emit_json,
@@ -57,7 +58,9 @@ def _run_at(ctx: click.Context, param: click.Parameter, value: str | None) -> da
 @job.command()
 @mutating
 @click.argument("kind")
-@click.option("--queue", "-q", default="default", show_default=True, help="Queue to enqueue in.")
+@click.option(
+    "--queue", "-q", default=DEFAULT_QUEUE, show_default=True, help="Queue to enqueue in."
+)
 @click.option(
     "--args",
     "args_",
@@ -72,8 +75,13 @@ def _run_at(ctx: click.Context, param: click.Parameter, value: str | None) -> da
     metavar="ISO|+DURATION",
     help="Schedule it: an ISO-8601 time or an offset such as +30s or +5m (default: now).",
 )
-@click.option("--priority", type=click.IntRange(1, 4), default=2, show_default=True)
-@click.option("--max-attempts", type=click.IntRange(1, 1000), default=25, show_default=True)
+@click.option("--priority", type=click.IntRange(1, 4), default=DEFAULT_PRIORITY, show_default=True)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(1, 1000),
+    default=DEFAULT_MAX_ATTEMPTS,
+    show_default=True,
+)
 @click.option("--tag", "tags", multiple=True, help="Tag the job; repeatable.")
 @click.option("--metadata", callback=_json_object, metavar="JSON", help="Metadata object.")
 @json_option

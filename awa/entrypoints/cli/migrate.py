@@ -1,12 +1,15 @@
-"""``awa migrate``: apply schema migrations, or print their SQL for review."""
+"""``awa migrate``: apply schema migrations, or print their SQL for review.
+
+The SQL ``migrate`` runs is the migration stream, then the schema files (one per function
+or view) whose content the database has not applied; ``--sql`` and ``--pending`` print
+both, ``--from`` / ``--to`` / ``--version`` select migrations only."""
 
 from __future__ import annotations
 
 import click
 
 from awa.entrypoints import bootstrap
-from awa.entrypoints.cli import _db
-from awa.entrypoints.cli._common import mutating, run, state
+from awa.entrypoints.cli._common import mutating, run, state, with_schema_admin
 
 SELECTION_NEEDS_SQL = "--from, --to and --version select SQL to print; add --sql"
 PENDING_EXCLUSIVE = "--pending cannot be combined with --from, --to or --version"
@@ -15,7 +18,7 @@ VERSION_EXCLUSIVE = "--version cannot be combined with --from or --to"
 
 def _database_version(*, writes: bool) -> int:
     url = state().database_url(mutating=writes)
-    return run(_db.with_connection(url, _db.schema_version))
+    return with_schema_admin(url, lambda admin: admin.schema_version())
 
 
 def _print_sql(selected: list[tuple[int, str, str]]) -> None:
@@ -25,11 +28,20 @@ def _print_sql(selected: list[tuple[int, str, str]]) -> None:
         click.echo("")
 
 
+def _print_schema_files(files: list[tuple[str, str]]) -> None:
+    for path, sql in files:
+        click.echo(f"-- Schema file {path}")
+        click.echo(sql.rstrip("\n"))
+        click.echo("")
+
+
 @click.command()
 @mutating
 @click.option("--sql", "print_sql", is_flag=True, help="Print the SQL instead of applying it.")
 @click.option(
-    "--pending", is_flag=True, help="Print only the migrations the database has not applied."
+    "--pending",
+    is_flag=True,
+    help="Print only the migrations and schema files the database has not applied.",
 )
 @click.option(
     "--from", "from_version", type=click.IntRange(min=0), help="Start after this version."
@@ -54,6 +66,8 @@ def migrate(
     latest = bootstrap.current_migration_version()
     if pending:
         _print_sql(bootstrap.migrations_range(_database_version(writes=False), latest))
+        url = state().database_url(mutating=False)
+        _print_schema_files(with_schema_admin(url, lambda admin: admin.pending_schema_files()))
         return
     if print_sql:
         if version is not None:
@@ -67,6 +81,8 @@ def migrate(
             high = latest if to_version is None else to_version
             selected = bootstrap.migrations_range(low, high)
         _print_sql(selected)
+        if not ranged and version is None:
+            _print_schema_files(bootstrap.schema_files())
         return
     before = _database_version(writes=True)
     run(bootstrap.migrate(state().database_url()))

@@ -6,7 +6,6 @@ from typing import Any
 
 import click
 
-from awa.entrypoints.cli import _db
 from awa.entrypoints.cli._common import (
     emit_json,
     json_option,
@@ -75,10 +74,8 @@ def drain(name: str) -> None:
     click.echo(f"Drained {count} job(s) from queue {name}")
 
 
-async def _served_queues(client: AsyncClient) -> set[str]:
-    async with await client.transaction() as tx:
-        rows = await tx.fetch_all(_db.SERVED_QUEUES)
-    return {str(r["queue"]) for r in rows}
+async def _served_queues(client: AsyncClient) -> frozenset[str]:
+    return await (await client.schema_admin()).served_queues()
 
 
 def _waiting(row: dict[str, Any]) -> int:

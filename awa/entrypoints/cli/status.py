@@ -5,14 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from psycopg.conninfo import make_conninfo
 
 from awa._version import __version__
-from awa.adapters._pg.pool import DictConnection, connect
 from awa.domain.schema import schema_compatible
 from awa.entrypoints import bootstrap
-from awa.entrypoints.cli import _db
 from awa.entrypoints.cli._common import emit_json, first_line, json_option, run, state, wants_json
+from awa.ports.admin import SchemaAdmin
 
 
 def package_version() -> str:
@@ -23,22 +21,23 @@ def package_version() -> str:
 async def inspect_target(url: str, timeout: int) -> dict[str, Any]:
     report: dict[str, Any] = {"reachable": False}
     try:
-        conn = await connect(make_conninfo(url, connect_timeout=str(timeout)))
+        admin = await bootstrap.connect_schema_admin(url, connect_timeout=timeout)
     except Exception as exc:
         report["error"] = first_line(exc)
         return report
     try:
         report["reachable"] = True
-        report.update(await _describe(conn))
+        report.update(await _describe(admin))
     finally:
-        await conn.close()
+        await admin.close()
     return report
 
 
-async def _describe(conn: DictConnection) -> dict[str, Any]:
-    transition = await _db.transition_state(conn)
+async def _describe(admin: SchemaAdmin) -> dict[str, Any]:
+    transition = await admin.transition_state()
+    counts = await admin.runtime_counts()
     return {
-        "schema_version": await _db.schema_version(conn),
+        "schema_version": await admin.schema_version(),
         "storage": None
         if transition is None
         else {
@@ -46,7 +45,7 @@ async def _describe(conn: DictConnection) -> dict[str, Any]:
             "active_engine": transition.get("active_engine"),
             "prepared_engine": transition.get("prepared_engine"),
         },
-        "runtimes": await _db.runtime_counts(conn),
+        "runtimes": None if counts is None else counts.as_dict(),
     }
 
 

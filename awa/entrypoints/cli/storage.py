@@ -15,22 +15,21 @@ from typing import Any
 
 import click
 
-from awa.adapters._pg import transition as pg_transition
-from awa.adapters._pg.pool import DictConnection
-from awa.domain.errors import AwaError
+from awa.domain.errors import AwaError, ValidationError
 from awa.domain.transition import TransitionStatus
+from awa.domain.validation import DEFAULT_SLOT_COUNTS, validate_slot_counts
 from awa.entrypoints import payloads
-from awa.entrypoints.cli import _db
 from awa.entrypoints.cli._common import (
     cell,
     emit_json,
     fail,
     json_option,
     mutating,
-    run,
     state,
     wants_json,
+    with_schema_admin,
 )
+from awa.ports.admin import SchemaAdmin
 
 NOT_MIGRATED = (
     "the database is not migrated (awa.storage_transition_state is missing): run `awa migrate`"
@@ -38,8 +37,6 @@ NOT_MIGRATED = (
 NO_TRANSITION_FUNCTIONS = (
     "the database has no storage transition functions (schema older than 200): run `awa migrate`"
 )
-DEFAULT_QUEUE_SLOTS = 16
-DEFAULT_LEASE_SLOTS = 8
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -50,37 +47,23 @@ def storage() -> None:
     """Inspect and drive the storage engine transition."""
 
 
-async def _status(conn: DictConnection) -> dict[str, Any] | None:
-    row = await _db.transition_state(conn)
+async def _status(admin: SchemaAdmin) -> dict[str, Any] | None:
+    row = await admin.transition_state()
     if row is None:
         return None
-    report: dict[str, Any] = {k: v for k, v in row.items() if k != "singleton"}
-    if await _db.function_exists(conn, "awa.storage_status()"):
-        extra = await _db.fetch_optional(conn, "SELECT * FROM awa.storage_status()")
+    report: dict[str, Any] = dict(row)
+    for extra in (await admin.storage_status(), await admin.transition_backlog()):
         if extra:
             report.update(extra)
-    if await _db.function_exists(conn, "awa.canonical_live_backlog()"):
-        extra = await _db.fetch_optional(
-            conn,
-            "SELECT awa.active_queue_storage_schema() AS active_queue_storage_schema, "
-            "awa.canonical_live_backlog() AS canonical_live_backlog",
-        )
-        if extra:
-            report.update(extra)
-    report["schema_version"] = await _db.schema_version(conn)
-    if await _db.relation_exists(conn, "awa.ring_maintenance"):
+    report["schema_version"] = await admin.schema_version()
+    ring = await admin.ring_maintenance()
+    if ring is not None:
         # What the maintenance leader last found per queue-storage schema: prune
         # outcomes, and the long transaction it is waiting for, if any (ADR 0006).
-        cur = await conn.execute(
-            "SELECT schema_name, concern, outcome, since, blocker_pid, blocker_xact_start, "
-            "detail FROM awa.ring_maintenance ORDER BY schema_name, concern"
-        )
-        report["ring_maintenance"] = [
-            {k: v for k, v in row.items() if v is not None} for row in await cur.fetchall()
-        ]
-    counts = await _db.runtime_counts(conn)
+        report["ring_maintenance"] = [{k: v for k, v in r.items() if v is not None} for r in ring]
+    counts = await admin.runtime_counts()
     if counts is not None:
-        report["runtimes"] = counts
+        report["runtimes"] = counts.as_dict()
     return report
 
 
@@ -114,7 +97,7 @@ def _status_dict(status: TransitionStatus) -> dict[str, Any]:
 
 
 def _step(
-    action: Callable[[DictConnection], Awaitable[TransitionStatus]],
+    action: Callable[[SchemaAdmin], Awaitable[TransitionStatus]],
     json_flag: bool,
     *,
     note: str | None = None,
@@ -124,13 +107,13 @@ def _step(
     (with ``note``, a dry run: the note on stderr, and ``"check": true`` in JSON)."""
     url = state().database_url(mutating=writes)
 
-    async def go(conn: DictConnection) -> TransitionStatus:
-        if not await _db.function_exists(conn, "awa.storage_status()"):
+    async def go(admin: SchemaAdmin) -> TransitionStatus:
+        if not await admin.has_transition_functions():
             raise fail(NO_TRANSITION_FUNCTIONS)
-        return await action(conn)
+        return await action(admin)
 
     try:
-        status = run(_db.with_connection(url, go))
+        status = with_schema_admin(url, go)
     except AwaError as exc:
         raise fail(str(exc)) from exc
     report = _status_dict(status)
@@ -167,7 +150,7 @@ def _details(ctx: click.Context, param: click.Parameter, value: str | None) -> d
 def status(json_flag: bool) -> None:
     """Print the storage transition state (engine, state, epoch, backlog, runtime counts)."""
     url = state().database_url()
-    report = run(_db.with_connection(url, _status))
+    report = with_schema_admin(url, _status)
     if report is None:
         raise fail(NOT_MIGRATED)
     _print_report(report, json_flag)
@@ -185,14 +168,24 @@ def status(json_flag: bool) -> None:
 @json_option
 def prepare(engine: str, details: dict[str, Any], json_flag: bool) -> None:
     """Prepare the transition to ENGINE (from canonical or prepared)."""
-    _step(lambda conn: pg_transition.prepare(conn, engine, details), json_flag)
+    _step(lambda admin: admin.prepare(engine, details), json_flag)
 
 
 @storage.command("prepare-queue-storage-schema")
 @mutating
 @click.option("--schema", required=True, help="The schema to build queue storage in.")
-@click.option("--queue-slot-count", type=click.IntRange(2, 256), default=DEFAULT_QUEUE_SLOTS)
-@click.option("--lease-slot-count", type=click.IntRange(1, 256), default=DEFAULT_LEASE_SLOTS)
+@click.option(
+    "--queue-slot-count",
+    type=click.IntRange(2, 256),
+    default=DEFAULT_SLOT_COUNTS["queue_slot_count"],
+    show_default=True,
+)
+@click.option(
+    "--lease-slot-count",
+    type=click.IntRange(1, 256),
+    default=DEFAULT_SLOT_COUNTS["lease_slot_count"],
+    show_default=True,
+)
 @click.option("--reset", is_flag=True, help="Drop and rebuild the schema (never for awa).")
 def prepare_queue_storage_schema(
     schema: str, queue_slot_count: int, lease_slot_count: int, reset: bool
@@ -202,28 +195,25 @@ def prepare_queue_storage_schema(
         raise click.BadParameter(f"{schema!r} is not a plain SQL identifier", param_hint="--schema")
     if schema == "awa" and reset:
         raise fail("refusing to reset queue storage in schema awa")
-    if schema == "awa" and (queue_slot_count, lease_slot_count) != (
-        DEFAULT_QUEUE_SLOTS,
-        DEFAULT_LEASE_SLOTS,
-    ):
-        raise fail(
-            f"schema awa is installed by the migrations with {DEFAULT_QUEUE_SLOTS} queue slots "
-            f"and {DEFAULT_LEASE_SLOTS} lease slots"
+    try:
+        validate_slot_counts(
+            schema,
+            {"queue_slot_count": queue_slot_count, "lease_slot_count": lease_slot_count},
         )
+    except ValidationError as exc:
+        raise fail(str(exc)) from exc
     url = state().database_url()
 
-    async def go(conn: DictConnection) -> bool:
-        await pg_transition.install_schema(
-            conn,
+    async def go(admin: SchemaAdmin) -> bool:
+        return await admin.install_queue_storage_schema(
             schema,
             queue_slot_count=queue_slot_count,
             lease_slot_count=lease_slot_count,
             reset=reset,
         )
-        return await pg_transition.queue_storage_installed(conn, schema)
 
     try:
-        installed = run(_db.with_connection(url, go))
+        installed = with_schema_admin(url, go)
     except AwaError as exc:
         raise fail(str(exc)) from exc
     if not installed:
@@ -236,13 +226,7 @@ def prepare_queue_storage_schema(
 @json_option
 def enter_mixed_transition(json_flag: bool) -> None:
     """Route new jobs to queue storage while canonical drains (from prepared)."""
-    _step(pg_transition.enter_mixed_transition, json_flag)
-
-
-async def _check_finalize(conn: DictConnection) -> TransitionStatus:
-    # Run the real step, gates included, and roll it back.
-    async with conn.transaction(force_rollback=True):
-        return await pg_transition.finalize(conn)
+    _step(lambda admin: admin.enter_mixed_transition(), json_flag)
 
 
 @storage.command()
@@ -262,18 +246,18 @@ def finalize(check: bool, wait: float | None, json_flag: bool) -> None:
         raise click.UsageError("--check and --wait cannot be combined")
     if check:
         _step(
-            _check_finalize,
+            lambda admin: admin.check_finalize(),
             json_flag,
             note="finalize would pass now (nothing was changed)",
             writes=False,
         )
         return
     if wait is None:
-        _step(pg_transition.finalize, json_flag)
+        _step(lambda admin: admin.finalize(), json_flag)
         return
     url = state().database_url()
     try:
-        status = run(pg_transition.finalize_when_drained(url, timeout=wait))
+        status = with_schema_admin(url, lambda admin: admin.finalize_when_drained(wait))
     except AwaError as exc:
         raise fail(str(exc)) from exc
     _print_report(_status_dict(status), json_flag)
@@ -284,4 +268,4 @@ def finalize(check: bool, wait: float | None, json_flag: bool) -> None:
 @json_option
 def abort(json_flag: bool) -> None:
     """Go back to canonical (from prepared, or from mixed while queue storage is empty)."""
-    _step(pg_transition.abort, json_flag)
+    _step(lambda admin: admin.abort(), json_flag)

@@ -11,6 +11,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from awa.domain.descriptors import STATUS_MEANINGS
 from awa.entrypoints.web.auth import csrf_token
 from awa.entrypoints.web.state import web_state
 
@@ -61,6 +62,7 @@ def environment() -> Environment:
     )
     env.filters["ago"] = _ago
     env.filters["pretty"] = _pretty
+    env.globals["descriptor_meanings"] = STATUS_MEANINGS
     return env
 
 

@@ -131,6 +131,10 @@ def test_capabilities_identity_and_storage(make_client: AppFactory) -> None:
     assert caps["poll_interval_ms"] == 10000 and caps["read_only"] is False
     storage = client.get("/api/storage", params={"history": "true"}).json()
     assert storage["state"] == "canonical" and storage["history"] == []
+    assert storage["can_finalize"] is False
+    assert storage["finalize_blockers"] == [
+        "finalize needs state mixed_transition, the cluster is canonical"
+    ]
     assert client.get("/api/runtime").json()["total"] == 0
     assert client.get("/api/openapi.json").json()["openapi"].startswith("3.")
 

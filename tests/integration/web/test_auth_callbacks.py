@@ -228,7 +228,8 @@ def test_serve_reads_every_option_from_its_environment_variable(
         assert config.read_only and config.cache_ttl == 9.0 and config.pool_max == 7
         assert config.callback_secret == SECRET and config.instance_color == "#0af"
         assert [p.name for p in config.peers] == ["eu", "us"]
-        pool = client.portal.call(web.client.admin_engine).pool  # type: ignore[union-attr]
+        pool = client.portal.call(web.client._wiring).pool  # type: ignore[union-attr]
+        assert pool is not None
         assert (pool.min_size, pool.max_size, pool.max_idle, pool.max_lifetime) == (
             1,
             7,

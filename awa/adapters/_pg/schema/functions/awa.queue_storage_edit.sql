@@ -1,17 +1,20 @@
--- Queue storage (ADR 0006, "Lock order"): an awa.jobs edit of an unclaimed job takes the
--- lane of its new ready row before it marks the old row's claim head.
+-- Operator repair of a queue-storage job through awa.jobs (the view's UPDATE and DELETE
+-- triggers). Returns false, writing nothing, when the job changed since the statement
+-- read it (a claim or a finalizer won the race), like the canonical view trigger.
 --
--- awa.queue_storage_edit retired the head first (awa.queue_storage_retire_lanes locks and
--- updates the claim head) and reserved the new lane position after, the reverse of every
--- appender's order (lanes, then claim_heads). Two concurrent `UPDATE awa.jobs SET
--- priority = ...` of the same job deadlocked: the first held the new lane and inserted its
--- claim head, which waited for the second's update of that head; the second, whose
--- statement still saw the job's old row but re-read its moved head, had marked the new
--- lane's head and waited for the lane. An enqueue that makes sure a lane's head exists
--- while holding the lane met the same cycle. Now the edit locks the new lane first (made
--- if missing, left unchanged until the append) and inserts a claim head only when the
--- lane has none.
-
+-- A live attempt that stays live (e.g. a new deadline_at) is edited in its lease row,
+-- written through the lease ring (awa.queue_storage_save_lease). Every other change
+-- retires the head fact (a tombstone for an unclaimed ready row, under its lane's claim
+-- head marked by awa.queue_storage_retire_lanes; a 'moved' closure for a live attempt;
+-- the deferred row) and appends the new snapshot where its state lives; a delete of
+-- terminal history appends a deletion marker. Closing an attempt leaves its lease row to
+-- the slot's TRUNCATE.
+--
+-- Lock order (ADR 0006): a new ready snapshot's lane is locked before the old row's claim
+-- head is marked, as every appender takes lanes before claim heads; the other way round,
+-- two edits of one job, or an edit and an enqueue of that lane, deadlocked. A claim head is
+-- inserted only for a lane that has none.
+-- requires: awa.jobs
 CREATE OR REPLACE FUNCTION awa.queue_storage_edit(
     p_schema text, p_old awa.jobs, p_new awa.jobs, p_delete boolean
 ) RETURNS boolean
@@ -234,7 +237,7 @@ BEGIN
                 ($1).run_lease, ($1).progress, ($1).ordering_key
             FROM %1$s.ring_state r$q$, s, seq)
             USING v_job, v_shard, v_seq - 1;
-        PERFORM pg_notify('awa:' || v_job.queue, '');
+        PERFORM pg_notify(awa.wake_channel(v_job.queue), '');
     ELSIF v_job.state IN ('scheduled', 'retryable') THEN
         EXECUTE format($q$
             INSERT INTO %1$s.deferred_jobs (fact_id, state, job_id, kind, queue, args,

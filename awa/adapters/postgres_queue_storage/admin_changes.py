@@ -1,0 +1,230 @@
+"""Operator changes of jobs: cancel, drain, retry, delete, retention, reset.
+
+Every change is one admin transaction that applies a decision to one job at a time
+(:meth:`AdminChanges.change`): read its snapshot, decide, and let
+:meth:`~.facts.FactWriter.transition` retire the head fact and append the next one,
+re-reading when the head moved underneath.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+
+import attrs
+
+from awa.adapters._pg.errors import translated_errors
+from awa.adapters._pg.pool import DictConnection
+from awa.adapters.postgres_queue_storage.connections import Connections
+from awa.adapters.postgres_queue_storage.facts import FactWriter
+from awa.adapters.postgres_queue_storage.lanes import LaneAllocator
+from awa.adapters.postgres_queue_storage.snapshots import (
+    CANCEL_CHANNEL,
+    Resolved,
+    Writes,
+)
+from awa.adapters.postgres_queue_storage.statements import Statements, run
+from awa.domain import lifecycle
+from awa.domain.job import JobRecord
+from awa.domain.policies import RetentionFloor
+from awa.domain.states import LIVE_STATES, JobState
+from awa.ports.clock import Clock
+from awa.ports.storage import JobFilter
+
+DRAINABLE_STATES = lifecycle.DRAINABLE_STATES
+#: A job whose head fact moved underneath an admin write is re-read this many times.
+_RETRIES = 5
+
+#: ``decide(job) -> (next snapshot or None to delete, keep it unchanged)``.
+AdminDecide = Callable[[JobRecord], tuple[JobRecord | None, bool]]
+
+
+class AdminChanges:
+    """Admin writes; each is one transaction."""
+
+    def __init__(
+        self,
+        *,
+        connections: Connections,
+        statements: Statements,
+        facts: FactWriter,
+        lanes: LaneAllocator,
+        clock: Clock,
+    ) -> None:
+        self._connections = connections
+        self._sql = statements
+        self._facts = facts
+        self._lanes = lanes
+        self._clock = clock
+
+    async def change(
+        self,
+        conn: DictConnection,
+        writes: Writes,
+        job_id: int,
+        decide: AdminDecide,
+    ) -> JobRecord | None:
+        """Apply ``decide(job) -> (new | None, keep)`` to one job, re-reading if its head
+        fact moved underneath. Returns the resulting snapshot (or the unchanged one)."""
+        for _ in range(_RETRIES):
+            found = (await self._facts.resolve(conn, [job_id])).get(job_id)
+            if found is None:
+                return None
+            new, keep = decide(found.job)
+            if keep:
+                return found.job
+            async with conn.transaction():
+                ok = await self._facts.transition(conn, writes, found, new)
+            if ok:
+                if found.job.state in LIVE_STATES and new is not None:
+                    writes.notify.add(
+                        (
+                            CANCEL_CHANNEL,
+                            json.dumps({"job_id": job_id, "run_lease": found.job.run_lease}),
+                        )
+                    )
+                return new
+        return None
+
+    def _cancelled(self, now: datetime) -> AdminDecide:
+        def decide(job: JobRecord) -> tuple[JobRecord | None, bool]:
+            cancel = lifecycle.operator_cancel(now)
+            if not cancel.applies(job.state):
+                return None, True
+            return cancel.apply(job), False
+
+        return decide
+
+    async def drain_queue(self, queue: str) -> int:
+        async with translated_errors(), self._connections.tx() as conn:
+            writes = Writes(self._clock.now())
+            found = await self._facts.matching(conn, JobFilter(queue=queue))
+            # Every lane first, in key order: the cancels below then take no lane lock out
+            # of the order every retiring writer uses.
+            await self._facts.mark_retiring(conn, found)
+            count = 0
+            for r in found:
+                if r.job.state not in DRAINABLE_STATES:
+                    continue
+                result = await self.change(conn, writes, r.job.id, self._cancelled(writes.now))
+                if result is not None and result.state == JobState.Cancelled:
+                    count += 1
+            await self._facts.flush(conn, writes)
+        return count
+
+    async def cancel_job(self, job_id: int) -> JobRecord | None:
+        async with translated_errors(), self._connections.tx() as conn:
+            writes = Writes(self._clock.now())
+            result = await self.change(conn, writes, job_id, self._cancelled(writes.now))
+            await self._facts.flush(conn, writes)
+        return result
+
+    async def cancel_by_unique_key(self, unique_key: bytes) -> JobRecord | None:
+        async with translated_errors(), self._connections.tx() as conn:
+            holder = await self._sql.exec(conn, "unique_holder", key=unique_key)
+            if not holder:
+                return None
+            found = (await self._facts.resolve(conn, [holder[0]["job_id"]])).get(
+                holder[0]["job_id"]
+            )
+            if found is None or found.job.state.is_terminal:
+                return None
+            writes = Writes(self._clock.now())
+            result = await self.change(conn, writes, found.job.id, self._cancelled(writes.now))
+            await self._facts.flush(conn, writes)
+        return result
+
+    def _operator_retry(self, now: datetime) -> AdminDecide:
+        def decide(job: JobRecord) -> tuple[JobRecord | None, bool]:
+            transition = lifecycle.operator_retry(job.state, now)
+            if transition is None:
+                return None, True
+            return transition.apply(job), False
+
+        return decide
+
+    async def retry_job(self, job_id: int) -> JobRecord | None:
+        async with translated_errors(), self._connections.tx() as conn:
+            writes = Writes(self._clock.now())
+            result = await self.change(conn, writes, job_id, self._operator_retry(writes.now))
+            await self._facts.flush(conn, writes)
+        return result
+
+    async def retry_failed(self, filter: JobFilter) -> list[JobRecord]:
+        async with translated_errors(), self._connections.tx() as conn:
+            writes = Writes(self._clock.now())
+            failed = await self._facts.matching(conn, attrs.evolve(filter, state=JobState.Failed))
+            retried = []
+            for r in failed:
+                result = await self.change(conn, writes, r.job.id, self._operator_retry(writes.now))
+                if result is not None:
+                    retried.append(result)
+            await self._facts.flush(conn, writes)
+        return retried
+
+    async def _delete_where(self, filter: JobFilter, ids: Sequence[int] | None) -> int:
+        def decide(job: JobRecord) -> tuple[JobRecord | None, bool]:
+            return None, job.state in LIVE_STATES
+
+        async with translated_errors(), self._connections.tx() as conn:
+            writes = Writes(self._clock.now())
+            if ids is None:
+                found = await self._facts.matching(conn, filter)
+            else:
+                found = list((await self._facts.resolve(conn, sorted(set(ids)))).values())
+            count = 0
+            for r in found:
+                if r.job.state in LIVE_STATES:
+                    continue
+                before = writes.counts.copy()
+                await self.change(conn, writes, r.job.id, decide)
+                if writes.counts != before:
+                    count += 1
+            await self._facts.flush(conn, writes)
+        return count
+
+    async def discard_failed(self, kind: str) -> int:
+        return await self._delete_where(JobFilter(kind=kind, state=JobState.Failed), None)
+
+    async def delete_jobs(self, job_ids: Sequence[int]) -> int:
+        return await self._delete_where(JobFilter(), list(job_ids))
+
+    async def cleanup_retention(
+        self, *, completed: timedelta, failed: timedelta, batch_size: int = 1000
+    ) -> int:
+        now = self._clock.now()
+        floor = RetentionFloor(completed=completed, failed=failed)
+
+        def decide(job: JobRecord) -> tuple[JobRecord | None, bool]:
+            return None, not job.state.is_terminal
+
+        async with translated_errors(), self._connections.tx() as conn:
+            writes = Writes(now)
+            due = await self._sql.exec(
+                conn,
+                "retention_due",
+                completed_before=floor.cutoff(JobState.Completed, now),
+                cancelled_before=floor.cutoff(JobState.Cancelled, now),
+                failed_before=floor.cutoff(JobState.Failed, now),
+                limit=max(batch_size, 0),
+            )
+            rows = [Resolved.from_row(row) for row in due]
+            for r in rows:
+                await self.change(conn, writes, r.job.id, decide)
+            await self._facts.flush(conn, writes)
+            # CEL expressions of callbacks that ended without a resolve (ADR 0004, "CEL").
+            await self._sql.exec(
+                conn,
+                "cleanup_callback_expressions",
+                schema=self._sql.schema,
+                before=now - timedelta(days=1),
+                limit=max(batch_size, 0),
+            )
+        return len(rows)
+
+    async def reset(self) -> None:
+        """Delete every job, DLQ entry, unique claim and queue setting (``reset``)."""
+        async with translated_errors(), self._connections.tx() as conn:
+            await run(conn, self._sql["reset"])
+        self._lanes.forget_shards()

@@ -1,0 +1,242 @@
+"""Claims: a worker takes ready rows by appending receipts.
+
+The common claim is one statement on a kept connection (``claim``: it claims, moves the
+lane cursors and counts); a queue whose last claim met a lane window that must be sorted
+takes the transactional path (``claim_sorted``) until its windows are in order again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import attrs
+
+from awa.adapters._pg.errors import translated_errors
+from awa.adapters.postgres_queue_storage.connections import Connections
+from awa.adapters.postgres_queue_storage.facts import FactWriter
+from awa.adapters.postgres_queue_storage.receipts import ReceiptCache
+from awa.adapters.postgres_queue_storage.snapshots import Writes, minute_of
+from awa.adapters.postgres_queue_storage.statements import Statements, run
+from awa.domain.job import Claim, JobRecord
+from awa.domain.states import JobState, bitstring_to_mask
+from awa.ports.clock import Clock
+
+
+def _claimed_job(row: dict[str, Any]) -> JobRecord:
+    """The running snapshot a claim statement returns, built directly: the column types
+    are fixed by the statement, so the generic row converter's checks are not needed."""
+    key = row["unique_key"]
+    states = row["unique_states"]
+    return JobRecord(
+        id=row["id"],
+        kind=row["kind"],
+        queue=row["queue"],
+        args=row["args"],
+        state=JobState.Running,
+        priority=row["priority"],
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        run_at=row["run_at"],
+        created_at=row["created_at"],
+        heartbeat_at=row["heartbeat_at"],
+        deadline_at=row["deadline_at"],
+        attempted_at=row["attempted_at"],
+        finalized_at=row["finalized_at"],
+        errors=tuple(row["errors"] or ()),
+        metadata=row["metadata"] if row["metadata"] is not None else {},
+        tags=tuple(row["tags"] or ()),
+        unique_key=None if key is None else bytes(key),
+        unique_states=None if states is None else bitstring_to_mask(states),
+        callback_id=row["callback_id"],
+        callback_timeout_at=row["callback_timeout_at"],
+        run_lease=row["run_lease"],
+        progress=row["progress"],
+    )
+
+
+#: How many claim statements one claim() runs when another transaction took one of its
+#: rows first (_Contested) or a retiring writer's mark made it leave a lane alone; after
+#: that it returns what it has.
+_CONTESTED_TRIES = 3
+
+
+class _Contested(Exception):
+    """claim_sorted took a row another transaction claimed or tombstoned first; the
+    transaction is rolled back."""
+
+
+class Claims:
+    """``claim`` and the warm-up of the kept connections."""
+
+    def __init__(
+        self,
+        *,
+        connections: Connections,
+        statements: Statements,
+        facts: FactWriter,
+        receipts: ReceiptCache,
+        clock: Clock,
+    ) -> None:
+        self._connections = connections
+        self._sql = statements
+        self._facts = facts
+        self._receipts = receipts
+        self._clock = clock
+        # Queues whose last claim met a lane window that must be sorted (claim_sorted).
+        self._sorting: set[str] = set()
+
+    async def claim(
+        self,
+        queue: str,
+        *,
+        limit: int,
+        deadline: timedelta | None = None,
+        aging_interval: timedelta | None = None,
+    ) -> list[Claim]:
+        if limit <= 0:
+            return []
+        now = self._clock.now()
+        # Integer microseconds, so the database ages exactly like PriorityAging.
+        aging_us = 0 if aging_interval is None else aging_interval // timedelta(microseconds=1)
+        deadline_at = None if deadline is None else now + deadline
+        params = {
+            "queue": queue,
+            "limit": limit,
+            "now": now,
+            "aging_us": aging_us,
+            "deadline_at": deadline_at,
+        }
+        claims: list[Claim] = []
+        # A claim statement leaves alone a lane that a cancel (or any writer retiring an
+        # unclaimed row) marked after the statement's snapshot was taken, and says so
+        # (`contested`); the rest of the batch is claimed again at once, under a newer
+        # snapshot (ADR 0006, "Retiring unclaimed rows").
+        for _ in range(_CONTESTED_TRIES):
+            params["limit"] = limit - len(claims)
+            if queue not in self._sorting:
+                # The common case: one statement claims, moves the cursors and counts.
+                async with translated_errors(), self._connections.kept_conn("claim") as conn:
+                    rows = await self._sql.exec(conn, "claim", **params)
+                if not (rows and rows[0]["mixed"]):
+                    got = self.remember(queue, rows, deadline_at)
+                    claims.extend(got)
+                    if not (rows and rows[0]["contested"]) or len(claims) >= limit:
+                        return claims
+                    continue
+                self._sorting.add(queue)
+            try:
+                got, contested = await self._claim_sorted(queue, params, now, deadline_at)
+            except _Contested:
+                continue
+            claims.extend(got)
+            if not contested or len(claims) >= limit:
+                return claims
+        return claims
+
+    async def _claim_sorted(
+        self,
+        queue: str,
+        params: dict[str, Any],
+        now: datetime,
+        deadline_at: datetime | None,
+    ) -> tuple[list[Claim], bool]:
+        """claim_sorted in a transaction with the cursor moves, unique keys and counters;
+        raises _Contested (nothing written) when a row it took from a sorted window was
+        claimed or tombstoned by a transaction that committed while it took its locks.
+        Returns the claims and whether a lane was left alone because a retiring writer
+        marked it after the statement's snapshot."""
+        async with translated_errors(), self._connections.tx(pipeline=True) as conn:
+            rows = await self._sql.exec(conn, "claim_sorted", **params)
+            if rows and rows[0]["mixed"]:
+                self._sorting.add(queue)
+            else:
+                self._sorting.discard(queue)
+            contested = bool(rows and rows[0]["contested"])
+            taken = [row for row in rows if row["id"] is not None]
+            if not taken:
+                return [], contested
+            # The claim moved the cursors of ordered lanes itself; sorted windows are
+            # moved over their claimed prefix here.
+            sorted_lanes = [r for r in taken if r["disordered"]]
+            if sorted_lanes and await self._sql.exec(
+                conn,
+                "contested_claims",
+                slots=[r["slot"] for r in sorted_lanes],
+                facts=[r["ready_fact"] for r in sorted_lanes],
+                claims=[r["claim_id"] for r in sorted_lanes],
+            ):
+                raise _Contested()
+            if sorted_lanes:
+                await self._sql.exec(
+                    conn,
+                    "advance_cursors",
+                    queues=[queue] * len(sorted_lanes),
+                    priorities=[r["priority"] for r in sorted_lanes],
+                    shards=[r["shard"] for r in sorted_lanes],
+                )
+            claims = self.remember(queue, taken, deadline_at)
+            changes = [
+                (attrs.evolve(c.job, state=JobState.Available), c.job)
+                for c in claims
+                if c.job.unique_key is not None
+            ]
+            writes = Writes(now)
+            # Every claimed job moved from available to running in this queue.
+            writes.counts[(queue, JobState.Available.sql_name)] -= len(taken)
+            writes.counts[(queue, JobState.Running.sql_name)] += len(taken)
+            if changes:
+                await self._facts.unique(conn, changes)
+            await self._facts.flush(conn, writes)
+        return claims, contested
+
+    async def warm_up(self, queues: Sequence[str]) -> None:
+        """:class:`~awa.ports.storage.WorkerWarmUp`: open the connections kept for the
+        claim and for completion by receipt, and plan both statements on them (the claim
+        is only explained, the completion runs on nothing). A new backend otherwise loads
+        the catalog of every ring partition on its first call, tens of ms on the first
+        jobs' path."""
+        if not queues:
+            return
+        now = self._clock.now()
+        async with translated_errors():
+            async with self._connections.kept_conn("claim") as conn:
+                params = {
+                    "queue": queues[0],
+                    "limit": 1,
+                    "now": now,
+                    "aging_us": 0,
+                    "deadline_at": None,
+                }
+                await run(conn, self._sql["explain_claim"], params)
+            async with self._connections.kept_conn("complete") as conn:
+                await self._sql.exec_generic(
+                    conn,
+                    "complete_receipts_counted",
+                    now=now,
+                    minute=minute_of(now),
+                    ids=[],
+                    leases=[],
+                    slots=[],
+                    claims=[],
+                    queues=[],
+                )
+
+    def remember(
+        self, queue: str, rows: Sequence[dict[str, Any]], deadline_at: datetime | None
+    ) -> list[Claim]:
+        """Claims from claim rows; receipts of jobs without a unique key are remembered
+        so their completion is closed by key (complete_receipts_counted)."""
+        receipts = self._receipts.make_room(len(rows))
+        claims = []
+        for row in rows:
+            if row["id"] is None:
+                continue
+            job = _claimed_job(row)
+            if job.unique_key is None:
+                receipts[(job.id, job.run_lease)] = (row["slot"], row["claim_id"], queue)
+            claims.append(
+                Claim(job=job, lease=job.lease, deadline_at=deadline_at, shard=row["shard"])
+            )
+        return claims

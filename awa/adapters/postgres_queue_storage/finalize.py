@@ -1,0 +1,153 @@
+"""Completion: a successful attempt appends a closure.
+
+An attempt this engine claimed, without a unique key, is closed by its receipt key in one
+statement on a kept connection (``complete_receipts_counted``, then
+``complete_receipts_arbitrated`` if a racing finaliser's closure failed it). Every other
+completion is looked up by job id (``complete_short``, or the snapshots, ``close_claims``
+and a done row for attempts with a lease or a unique key).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import psycopg
+
+from awa.adapters._pg.errors import translated_errors
+from awa.adapters.postgres_queue_storage.connections import Connections
+from awa.adapters.postgres_queue_storage.facts import FactWriter
+from awa.adapters.postgres_queue_storage.receipts import ReceiptCache
+from awa.adapters.postgres_queue_storage.snapshots import Resolved, Writes, minute_of
+from awa.adapters.postgres_queue_storage.statements import Statements
+from awa.domain import lifecycle
+from awa.domain.job import JobRecord, RunLease
+from awa.domain.states import JobState
+from awa.ports.clock import Clock
+from awa.ports.storage import Ack
+
+
+class Completion:
+    """``complete``."""
+
+    def __init__(
+        self,
+        *,
+        connections: Connections,
+        statements: Statements,
+        facts: FactWriter,
+        receipts: ReceiptCache,
+        clock: Clock,
+    ) -> None:
+        self._connections = connections
+        self._sql = statements
+        self._facts = facts
+        self._receipts = receipts
+        self._clock = clock
+
+    async def complete(self, leases: Sequence[RunLease]) -> list[Ack]:
+        if not leases:
+            return []
+        known = self._receipts.take(leases)
+        if not known:
+            return await self._complete_by_lookup(leases)
+        now = self._clock.now()
+        keys = list(known)
+        params = {
+            "now": now,
+            "minute": minute_of(now),
+            "ids": [k[0] for k in keys],
+            "leases": [k[1] for k in keys],
+            "slots": [known[k][0] for k in keys],
+            "claims": [known[k][1] for k in keys],
+            "queues": [known[k][2] for k in keys],
+        }
+        # One statement on its own: closures, counters and completion buckets. A closure
+        # committed by a racing finaliser meanwhile fails it on the closure key (nothing
+        # was written); the arbitrated form then lets the key decide.
+        async with translated_errors(), self._connections.kept_conn("complete") as conn:
+            try:
+                rows = await self._sql.exec_generic(conn, "complete_receipts_counted", **params)
+            except psycopg.errors.UniqueViolation:
+                rows = await self._sql.exec_generic(conn, "complete_receipts_arbitrated", **params)
+        closed = {r["claim_id"] for r in rows if r["claim_id"] is not None}
+        acks: dict[tuple[int, int], Ack] = {}
+        for key, (_, claim_id, _queue) in known.items():
+            if claim_id in closed:
+                acks[key] = Ack.APPLIED
+        # A receipt that closed nothing is looked up by job id: its attempt may have a
+        # lease, or prune may have carried it into another slot (ADR 0006,
+        # "Carry-forward of live rows"); a finalised one is STALE there too.
+        rest = [lease for lease in leases if (lease.job_id, lease.lease) not in acks]
+        by_lookup = iter(await self._complete_by_lookup(rest)) if rest else iter(())
+        out: list[Ack] = []
+        answered: set[tuple[int, int]] = set()
+        for lease in leases:
+            key = (lease.job_id, lease.lease)
+            if key in acks:
+                # A lease listed twice is applied once; the repeat is stale.
+                out.append(acks[key] if key not in answered else Ack.STALE)
+                answered.add(key)
+            else:
+                out.append(next(by_lookup))
+        return out
+
+    async def _complete_by_lookup(self, leases: Sequence[RunLease]) -> list[Ack]:
+        async with translated_errors(), self._connections.tx(pipeline=True) as conn:
+            writes = Writes(self._clock.now())
+            # Short attempts (no lease, no unique key) are found and closed in one
+            # statement; otherwise the snapshots are read before anything is closed.
+            open_rows = await self._sql.exec(
+                conn,
+                "complete_short",
+                now=writes.now,
+                ids=[lease.job_id for lease in leases],
+                leases=[lease.lease for lease in leases],
+            )
+            by_lease = {(r["job_id"], r["run_lease"]): r for r in open_rows}
+            snapshots: dict[int, Resolved] = {}
+            if open_rows and open_rows[0]["short"]:
+                won = {r["claim_id"] for r in open_rows if r["closed"]}
+            else:
+                wide = [
+                    r["job_id"] for r in open_rows if r["has_lease"] or r["unique_key"] is not None
+                ]
+                snapshots = await self._facts.resolve(conn, wide) if wide else {}
+                order = sorted(by_lease.values(), key=lambda r: (r["slot"], r["claim_id"]))
+                closed = await self._sql.exec(
+                    conn,
+                    "close_claims",
+                    now=writes.now,
+                    slots=[r["slot"] for r in order],
+                    claims=[r["claim_id"] for r in order],
+                    queues=[r["queue"] for r in order],
+                    outcomes=["moved" if r["has_lease"] else "completed" for r in order],
+                )
+                won = {r["claim_id"] for r in closed}
+            acks: list[Ack] = []
+            seen: set[tuple[int, int]] = set()
+            done: list[tuple[JobRecord, bytes | None]] = []
+            unique_changes = []
+            for lease in leases:
+                key = (lease.job_id, lease.lease)
+                row = by_lease.get(key)
+                applied = row is not None and row["claim_id"] in won and key not in seen
+                seen.add(key)
+                acks.append(Ack.APPLIED if applied else Ack.STALE)
+                if not applied or row is None:
+                    continue
+                before_state = JobState.WaitingExternal if row["waiting"] else JobState.Running
+                snap = snapshots.get(lease.job_id)
+                if snap is not None:
+                    before = snap.job
+                    after = lifecycle.complete(writes.now).apply(before)
+                    if row["has_lease"]:
+                        done.append((after, snap.ordering_key))
+                    unique_changes.append((before, after))
+                writes.counts[(row["queue"], before_state.sql_name)] -= 1
+                writes.counts[(row["queue"], JobState.Completed.sql_name)] += 1
+                writes.completed(row["queue"], writes.now, 1)
+            if done:
+                await self._facts.place(conn, done)
+            await self._facts.unique(conn, unique_changes)
+            await self._facts.flush(conn, writes)
+        return acks

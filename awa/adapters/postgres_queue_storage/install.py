@@ -1,0 +1,41 @@
+"""Installing the queue-storage engine's tables in a schema."""
+
+from __future__ import annotations
+
+from awa.adapters._pg.errors import translated_errors
+from awa.adapters._pg.migrations import migrate
+from awa.adapters._pg.pool import connect
+from awa.adapters._pg.sql import load_queries
+from awa.adapters.postgres_queue_storage.statements import PACKAGE
+
+DEFAULT_SCHEMA = "awa"
+
+
+async def install_queue_storage(
+    url: str,
+    schema: str = DEFAULT_SCHEMA,
+    *,
+    queue_slot_count: int = 16,
+    lease_slot_count: int = 8,
+    reset: bool = False,
+) -> None:
+    """Install (or, with ``reset``, rebuild) the engine's tables in ``schema``.
+
+    Migrates the database first; schema ``awa`` is installed by the migration itself and
+    refuses ``reset``.
+    """
+    await migrate(url)
+    conn = await connect(url)
+    try:
+        async with translated_errors():
+            await conn.execute(
+                load_queries(PACKAGE, "admin.sql")["install"].encode(),
+                {
+                    "schema": schema,
+                    "queue_slots": queue_slot_count,
+                    "lease_slots": lease_slot_count,
+                    "reset": reset,
+                },
+            )
+    finally:
+        await conn.close()

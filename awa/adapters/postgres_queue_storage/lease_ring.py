@@ -1,0 +1,109 @@
+"""The lease ring: rotation and prune of the slots that hold live attempts' mutable
+state. An attempt's lease row is written in the current lease slot; prune moves the
+leases of open attempts forward (:meth:`~.carry.Carry.live_leases`) and swaps the slot's
+partition for an empty stand-in (:mod:`.swap`)."""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+from awa.adapters._pg.errors import translated_errors
+from awa.adapters._pg.pool import DictConnection
+from awa.adapters.postgres_queue_storage.carry import Carry
+from awa.adapters.postgres_queue_storage.connections import Connections
+from awa.adapters.postgres_queue_storage.statements import Statements
+from awa.adapters.postgres_queue_storage.swap import Blocked, PartitionSwap
+from awa.ports.clock import Clock
+
+
+class LeaseRing:
+    """Rotate the lease ring and reclaim its oldest slot."""
+
+    def __init__(
+        self,
+        *,
+        connections: Connections,
+        statements: Statements,
+        swap: PartitionSwap,
+        carry: Carry,
+        clock: Clock,
+    ) -> None:
+        self._connections = connections
+        self._sql = statements
+        self._swap = swap
+        self._carry = carry
+        self._clock = clock
+
+    async def _dirty_lease_slots(self, conn: DictConnection, count: int) -> set[int]:
+        """Lease slots written since their last TRUNCATE. Rows moved out of a slot or
+        updated in place leave dead versions behind: a slot is reclaimed, and entered
+        again, only once it is physically empty, so those die with the TRUNCATE."""
+        rows = await self._sql.rows(
+            conn, self._sql["dirty_lease_slots"], {"n": count, "s": self._sql.quoted_schema}
+        )
+        return {int(row["i"]) for row in rows}
+
+    def _lease_live(self, slot: int) -> sql.Composable:
+        """Does ``slot`` hold the lease of an attempt whose claim is still open?"""
+        return sql.SQL(self._sql.for_slot("lease_slot_live", slot).decode())
+
+    async def _lease_slot_is_live(self, conn: DictConnection, slot: int) -> bool:
+        row = await self._sql.one(conn, self._sql.for_slot("lease_slot_is_live", slot))
+        return bool(row and row["live"])
+
+    async def rotate_leases(self) -> str:
+        """:class:`~awa.ports.maintenance.RingMaintenance`: seal the current lease slot and
+        send lease writes to the next one.
+
+        Returns ``rotated``, ``skipped_idle`` (every lease slot is empty),
+        ``skipped_busy`` (the next slot still holds rows) or ``skipped_locked``. The ring
+        keeps turning while any slot holds rows, even with no new writes, so prune reaches
+        every slot and an idle ring ends up empty.
+        """
+        async with translated_errors(), self._connections.tx() as conn:
+            state = await self._sql.one(conn, self._sql["lock_lease_ring_state"])
+            if state is None:
+                return "skipped_locked"
+            current, count = int(state["current_lease_slot"]), int(state["lease_slot_count"])
+            incoming = (current + 1) % count
+            dirty = await self._dirty_lease_slots(conn, count)
+            if incoming == current or not dirty:
+                return "skipped_idle"
+            if incoming in dirty:
+                return "skipped_busy"
+            await self._sql.rows(
+                conn, self._sql["advance_lease_ring"], {"slot": incoming, "now": self._clock.now()}
+            )
+        return "rotated"
+
+    async def prune_leases(self) -> str:
+        """:class:`~awa.ports.maintenance.RingMaintenance`: truncate the oldest lease slot
+        (the one the next lease rotation enters) once it holds no live lease.
+
+        Returns ``pruned``, ``idle`` (that slot is empty), ``blocked`` (a live lease, or a
+        lock held by a running transaction) or ``skipped_locked``.
+        """
+        try:
+            async with translated_errors():
+                await self._swap.clear(("leases",))
+            async with translated_errors(), self._connections.tx() as conn:
+                return await self._prune_leases(conn)
+        except Blocked:
+            return "blocked"
+
+    async def _prune_leases(self, conn: DictConnection) -> str:
+        state = await self._sql.one(conn, self._sql["lock_lease_ring_state"])
+        if state is None:
+            return "skipped_locked"
+        current, count = int(state["current_lease_slot"]), int(state["lease_slot_count"])
+        target = (current + 1) % count
+        if target == current or target not in await self._dirty_lease_slots(conn, count):
+            return "idle"
+        # The leases of open attempts move into the current lease slot first (under their
+        # advisory locks, taken without waiting), so a callback wait never pins the ring.
+        if not await self._carry.live_leases(conn, target, current):
+            return "blocked"
+        # Re-checked under the lock: a heartbeat that wrote a row in from a stale slot
+        # number has committed; no lease writer can reach the slot until the swap commits.
+        await self._swap.lock_and_swap(conn, target, ("leases",), unless=[self._lease_live(target)])
+        return "pruned"

@@ -1,0 +1,201 @@
+-- Ring maintenance of the queue-storage engine: rotation, prune by partition swap (or
+-- TRUNCATE), and the lease ring. Placeholders are listed in statements.py.
+
+-- name: read_ring_state
+SELECT current_slot, slot_count, current_lease_slot, lease_slot_count FROM {s}.ring_state
+
+-- name: lock_ring_state
+SELECT current_slot, slot_count FROM {s}.ring_state FOR UPDATE SKIP LOCKED
+
+-- name: advance_ring
+UPDATE {s}.ring_state SET current_slot = %(slot)s, generation = generation + 1,
+    rotated_at = %(now)s
+
+-- name: lock_lease_ring_state
+SELECT current_lease_slot, lease_slot_count FROM {s}.ring_state FOR UPDATE SKIP LOCKED
+
+-- name: advance_lease_ring
+UPDATE {s}.ring_state SET current_lease_slot = %(slot)s,
+    lease_generation = lease_generation + 1, lease_rotated_at = %(now)s
+
+-- name: slot_has_rows
+-- Does queue slot k hold any row?
+SELECT EXISTS (SELECT 1 FROM {ready_entries_k}) OR EXISTS (SELECT 1 FROM {claims_k})
+    OR EXISTS (SELECT 1 FROM {closures_k}) OR EXISTS (SELECT 1 FROM {tombstones_k})
+    OR EXISTS (SELECT 1 FROM {done_entries_k}) AS busy
+
+-- name: slot_row_counts
+-- The rows of each of queue slot k's partitions (columns named after the tables).
+SELECT (SELECT count(*) FROM {ready_entries_k}) AS ready_entries,
+    (SELECT count(*) FROM {claims_k}) AS claims,
+    (SELECT count(*) FROM {closures_k}) AS closures,
+    (SELECT count(*) FROM {tombstones_k}) AS tombstones,
+    (SELECT count(*) FROM {done_entries_k}) AS done_entries
+
+-- name: slot_is_live
+-- Does slot %(slot)s hold a ready row nobody claimed or tombstoned, or a claim with no
+-- closure? OFFSET 0 keeps each NOT EXISTS a probe of the other table's key per row: with
+-- the ring's statistics stale (its tables are never analysed) the planner chose a nested
+-- loop over a materialised copy of the slot's closures, quadratic in the slot's size
+-- (about 1 s for 5,000 jobs).
+SELECT EXISTS (SELECT 1 FROM {s}.ready_entries r WHERE r.slot = %(slot)s
+    AND NOT EXISTS (SELECT 1 FROM {s}.claims c
+                    WHERE c.slot = r.slot AND c.ready_fact = r.fact_id OFFSET 0)
+    AND NOT EXISTS (SELECT 1 FROM {s}.tombstones t
+                    WHERE t.slot = r.slot AND t.ready_fact = r.fact_id OFFSET 0))
+OR EXISTS (SELECT 1 FROM {s}.claims c WHERE c.slot = %(slot)s
+    AND NOT EXISTS (SELECT 1 FROM {s}.closures x
+                    WHERE x.slot = c.slot AND x.claim_id = c.claim_id OFFSET 0)) AS live
+
+-- name: try_prune_gate
+-- The prune gate, exclusive and without waiting (see prune_gate_shared).
+SELECT pg_try_advisory_xact_lock(%(gate)s, hashtext(%(schema)s)) AS ok
+
+-- name: heads_in_slot_where
+-- Jobs whose current snapshot is a fact stored in slot %(slot)s.
+j.id IN (
+    SELECT job_id FROM {s}.ready_entries WHERE slot = %(slot)s
+    UNION SELECT job_id FROM {s}.done_entries WHERE slot = %(slot)s)
+AND (j.ready_slot = %(slot)s OR j.fact_id IN (
+    SELECT fact_id FROM {s}.done_entries WHERE slot = %(slot)s))
+
+-- name: heads_in_slot
+-- Those of %(ids)s whose current snapshot is a fact in slot %(slot)s, whole.
+SELECT j.* FROM {s}.jobs_resolved j WHERE {heads_in_slot_where}
+AND j.id = ANY(%(ids)s::bigint[])
+ORDER BY j.id
+
+-- name: head_states_in_slot
+-- The same, only what prune needs to drop one: id, queue, state (its SQL name),
+-- finalized_at and the unique key with its state mask (bit(8) text).
+SELECT j.id, j.queue, j.state::text AS state, j.finalized_at, j.unique_key,
+    j.unique_states::text AS unique_states
+FROM {s}.jobs_resolved j WHERE {heads_in_slot_where}
+AND j.id = ANY(%(ids)s::bigint[])
+ORDER BY j.id
+
+-- name: facts_elsewhere
+-- Those of %(ids)s with a fact outside slot %(slot)s (an operator's retry or deletion
+-- marker, a deferred retry).
+SELECT job_id FROM {s}.ready_entries WHERE slot <> %(slot)s
+    AND job_id = ANY(%(ids)s::bigint[])
+UNION SELECT job_id FROM {s}.done_entries WHERE slot <> %(slot)s
+    AND job_id = ANY(%(ids)s::bigint[])
+UNION SELECT job_id FROM {s}.deferred_jobs
+    WHERE job_id = ANY(%(ids)s::bigint[])
+
+-- name: slot_heads
+-- The latest fact of every job with a fact in slot k, among the slot's own facts,
+-- resolved exactly as the job_facts view does (a claim, its closure and a tombstone live in
+-- the slot of the ready row they refer to). ``state`` is NULL where the view resolves none
+-- (tombstoned, or closed other than completed).
+SELECT DISTINCT ON (id) id, queue, state, finalized_at, unique_key, unique_states
+FROM (
+    SELECT r.job_id AS id, r.queue, r.unique_key, r.unique_states::text,
+        CASE WHEN t.ready_fact IS NOT NULL THEN NULL
+             WHEN c.claim_id IS NULL THEN 'available'
+             WHEN x.claim_id IS NULL THEN 'running'
+             WHEN x.outcome = 'completed' THEN 'completed' END AS state,
+        CASE WHEN x.outcome = 'completed' THEN x.finalized_at
+             ELSE r.finalized_at END AS finalized_at,
+        greatest(r.fact_id, c.claim_id, x.fact_id, t.fact_id) AS fact_id
+    FROM {ready_entries_k} r
+    LEFT JOIN {tombstones_k} t ON t.ready_fact = r.fact_id
+    LEFT JOIN {claims_k} c ON c.ready_fact = r.fact_id
+    LEFT JOIN {closures_k} x ON x.claim_id = c.claim_id
+    UNION ALL
+    SELECT w.job_id, w.queue, w.unique_key, w.unique_states::text, w.state::text,
+        w.finalized_at, w.fact_id
+    FROM {done_entries_k} w
+) f ORDER BY id, fact_id DESC
+
+-- name: add_prune_stats
+INSERT INTO {s}.queue_prune_stats AS p (queue, pruned_completed, pruned_cancelled,
+    pruned_failed)
+VALUES (%(queue)s, %(completed)s, %(cancelled)s, %(failed)s)
+ON CONFLICT (queue) DO UPDATE SET
+    pruned_completed = p.pruned_completed + EXCLUDED.pruned_completed,
+    pruned_cancelled = p.pruned_cancelled + EXCLUDED.pruned_cancelled,
+    pruned_failed = p.pruned_failed + EXCLUDED.pruned_failed
+
+-- name: prune_stats
+SELECT * FROM {s}.queue_prune_stats ORDER BY queue
+
+-- name: count_changed
+-- Under prune's lock: a partition of the slot no longer holds the rows counted before.
+-- (Fragments composed into one statement name no placeholder in their comments.)
+(SELECT count(*) FROM {child}) <> {n}
+
+-- name: spare_in_use
+-- A stand-in that could not be emptied yet is never swapped in.
+EXISTS (SELECT 1 FROM {spare})
+
+-- name: slot_check
+-- Under prune's lock: fail (SQLSTATE 55000) when the condition holds.
+DO $prune$ BEGIN IF {unless} THEN RAISE EXCEPTION 'slot {k} is in use'
+USING ERRCODE = '55000'; END IF; END $prune$
+
+-- name: swap_partition
+-- Swap a slot's partition with its empty stand-in: the partition goes out under the
+-- stand-in's name and is emptied later (unclean_spares). Only catalog work: nothing is
+-- built, synced or dropped under the lock.
+ALTER TABLE {parent} DETACH PARTITION {child};
+ALTER TABLE {child} RENAME TO {out_name};
+ALTER TABLE {spare} RENAME TO {child_name};
+ALTER TABLE {out} RENAME TO {spare_name};
+ALTER TABLE {parent} ATTACH PARTITION {child} FOR VALUES IN ({k})
+
+-- name: truncate_partitions
+-- Prune where this role may not swap partitions: empty them under the lock instead.
+TRUNCATE {tables}
+
+-- name: release_quietly
+-- First under prune's lock: the commit that releases the lock does not wait for the WAL
+-- flush, so the claims, enqueues and completions queued behind the lock are not held for
+-- it too. A prune lost in a crash did not happen (the slot is pruned again), and any
+-- later durable commit flushes it first. A commit that removes files (the TRUNCATE of
+-- the fall-back) is flushed by the server regardless.
+SET LOCAL synchronous_commit = off
+
+-- name: lock_nowait_then
+LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE NOWAIT; {then}
+
+-- name: lock_then
+LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE; {then}
+
+-- name: prune_lock_timeout
+-- The longest prune queues for its lock once its NOWAIT tries failed.
+SET LOCAL lock_timeout = '50ms'
+
+-- name: unclean_spares
+-- The stand-ins of %(tables)s that hold rows (of a slot swapped out earlier).
+SELECT format('%%s.%%I', %(s)s::text, c.relname) AS spare
+FROM pg_class c
+WHERE c.relnamespace = to_regnamespace(%(s)s) AND c.relkind = 'r'
+  AND c.relname ~ ('^(' || array_to_string(%(tables)s::text[], '|') || ')_[0-9]+_spare$')
+  AND pg_relation_size(c.oid) > 0
+
+-- name: empty_spares
+LOCK TABLE {spares} IN ACCESS EXCLUSIVE MODE NOWAIT; TRUNCATE {spares}
+
+-- name: spares_exist
+-- Whether slot %(k)s has a stand-in for every table of %(tables)s.
+SELECT bool_and(to_regclass(format('%%s.%%I', %(s)s::text, t || '_' || %(k)s || '_spare'))
+    IS NOT NULL) AS ready
+FROM unnest(%(tables)s::text[]) AS t
+
+-- name: dirty_lease_slots
+-- Lease slots written since their last TRUNCATE.
+SELECT i FROM generate_series(0, %(n)s - 1) AS g(i)
+WHERE pg_relation_size(format('%%s.leases_%%s', %(s)s::text, i)::regclass) > 0
+
+-- name: lease_slot_live
+-- Does lease slot k hold the lease of an attempt whose claim is still open? Rows of closed
+-- attempts (or of claims whose queue slot was already reclaimed) are dead.
+EXISTS (SELECT 1 FROM {leases_k} l
+    JOIN {s}.claims c ON c.slot = l.claim_slot AND c.claim_id = l.claim_id
+    WHERE NOT EXISTS (SELECT 1 FROM {s}.closures x
+                      WHERE x.slot = c.slot AND x.claim_id = c.claim_id))
+
+-- name: lease_slot_is_live
+SELECT {lease_slot_live} AS live

@@ -1,0 +1,291 @@
+"""The engine's statements: named in ``.sql`` files, rendered once per schema, and run on
+the engine's own cursors.
+
+Every statement of the engine is a ``-- name: <name>`` entry of one of :data:`FILES`
+(names are unique across them). A statement's text may hold placeholders, and these are
+the only ones there are:
+
+==========================  ==========================================================
+``{s}``                     the engine's schema, quoted as an identifier
+``{spare_lanes}``,          the constants :data:`SPARE_LANES` and :data:`COUNT_BUCKETS`
+``{count_buckets}``
+``{name}``                  the rendered text of the entry ``name`` (a shared fragment)
+``{name slot=other}``       the same, with its ``{?slot}`` filled by the entry ``other``
+``{?slot}``                 empty, unless the including placeholder fills it
+``{k}``, ``{<table>_k}``,   per call (:meth:`Statements.for_slot`): a ring slot's number,
+``{<table>_spare}``         its partition of ``<table>`` and that partition's stand-in
+any other ``{word}``        per call (:meth:`Statements.render`): an identifier, literal
+                            or fragment composed with ``psycopg.sql``
+==========================  ==========================================================
+
+``'{}'`` and other braces that are not a placeholder's shape are left alone. Rendering
+happens once, when the engine is built; a statement with per-call placeholders is
+finished per call (and cached per ring slot).
+
+psycopg converts the placeholders of a statement on every execute unless the statement is
+short (it caches only statements up to 4 KiB). The engine's hot statements (the
+one-statement enqueue, the claim) are longer, and converting them again cost about a
+quarter of an insert's client CPU. Their set is fixed, so the cursors the engine runs them
+on (:func:`run`) cache the conversion of any length, bounded by the number of statements.
+No library setting is touched.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+from psycopg import AsyncCursor, sql
+from psycopg._queries import PostgresQuery, _query2pg_nocache
+from psycopg.rows import DictRow
+
+from awa.adapters._pg.decode import fetch_decodable
+from awa.adapters._pg.pool import DictConnection
+from awa.adapters._pg.sql import load_queries
+
+PACKAGE = "awa.adapters.postgres_queue_storage"
+FILES = ("queries.sql", "ring.sql", "carry.sql", "long_tx.sql", "admin.sql")
+
+#: Lanes per ``(queue, priority)`` for jobs without an ordering key (shards -1, -2, ...;
+#: an ordering key's lanes are 0 and up). A producer takes one that no other open enqueue
+#: holds and opens another when all are held (ADR 0006, "Enqueue"): this bounds the lanes a
+#: claim visits; beyond it concurrent producers of one queue wait for a lane.
+SPARE_LANES = 8
+
+#: Counter rows per (queue, state) an enqueue may spread over (``add_counts_free``).
+COUNT_BUCKETS = 16
+
+#: The ring's partitioned tables; the queue ring's are all but ``leases``.
+SLOT_TABLES = ("ready_entries", "claims", "closures", "tombstones", "done_entries", "leases")
+
+#: Statements that delete the only stored copy of a job and return it for Python to write
+#: elsewhere: a row of theirs that cannot be decoded must fail the transaction (which rolls
+#: the delete back), never be skipped, or the job would be lost.
+_CARRIES_ROWS = frozenset({"due_deferred", "take_deferred"})
+
+#: Statements whose rows nobody reads: in pipeline mode they are queued without waiting
+#: for the server.
+_NO_ROWS = frozenset(
+    {
+        "insert_ready",
+        "insert_deferred",
+        "insert_done",
+        "insert_deletion_markers",
+        "insert_dlq",
+        "unique_release",
+        "add_counts",
+        "add_counts_free",
+        "add_completions",
+        "notify",
+        "advance_cursors",
+        "prune_completions",
+        "lock_lanes",
+    }
+)
+
+_PLACEHOLDER = re.compile(r"\{(\?)?([a-z_][a-z0-9_]*)((?: [a-z_][a-z0-9_]*=[a-z_][a-z0-9_]*)*)\}")
+#: Conversions kept: more than the engine's statements (and the claim's EXPLAIN).
+_CONVERSIONS_KEPT = 256
+
+_convert = functools.lru_cache(maxsize=_CONVERSIONS_KEPT)(_query2pg_nocache)
+
+
+class _StatementQuery(PostgresQuery):
+    """Placeholder conversion cached for every statement, whatever its length."""
+
+    __slots__ = ()
+
+    def convert(self, query: Any, vars: Any) -> None:
+        if vars is None or type(query) is not bytes:
+            super().convert(query, vars)
+            return
+        self.query, self._want_formats, self._order, self._parts = _convert(
+            query, self._tx.encoding
+        )
+        self.dump(vars)
+
+
+class _StatementCursor(AsyncCursor[DictRow]):
+    __slots__ = ()
+    _query_cls = _StatementQuery
+
+
+async def run(
+    conn: DictConnection,
+    statement: bytes,
+    params: Any = None,
+    *,
+    prepare: bool | None = None,
+) -> AsyncCursor[DictRow]:
+    """``conn.execute(statement, params, prepare=prepare)`` on one of the engine's cursors."""
+    if conn.closed:
+        raise psycopg.OperationalError("the connection is closed")
+    cur = _StatementCursor(conn, row_factory=conn.row_factory)
+    return await cur.execute(statement, params, prepare=prepare)
+
+
+def slot_table(schema: str, table: str, slot: int, suffix: str = "") -> sql.Identifier:
+    """The partition of ``table`` for ring slot ``slot`` (``suffix`` ``_spare``: its
+    stand-in; ``_out``: its name while a swap moves it out)."""
+    return sql.Identifier(schema, f"{table}_{slot}{suffix}")
+
+
+class Statements:
+    """The engine's named statements for one schema (see the module docstring)."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        raw: dict[str, str] = {}
+        for filename in FILES:
+            for name, text in load_queries(PACKAGE, filename).items():
+                if name in raw:
+                    raise ValueError(f"statement {name!r} is named twice")
+                raw[name] = text
+        self._raw = raw
+        self._values = {
+            "s": sql.Identifier(schema).as_string(),
+            "spare_lanes": str(SPARE_LANES),
+            "count_buckets": str(COUNT_BUCKETS),
+        }
+        #: The schema quoted as an identifier (``{s}``).
+        self.quoted_schema = self._values["s"]
+        self._text = {name: self._expand(name, {}, ()) for name in raw}
+        # Statements without per-call placeholders, ready to run.
+        self._bytes = {
+            name: text.encode()
+            for name, text in self._text.items()
+            if _PLACEHOLDER.search(text) is None
+        }
+        self._per_slot: dict[tuple[str, int], bytes] = {}
+        self._filtered: dict[tuple[str, tuple[str, ...]], bytes] = {}
+
+    def _expand(self, name: str, filled: Mapping[str, str], within: tuple[str, ...]) -> str:
+        if name in within:
+            raise ValueError(f"statement {name!r} includes itself")
+
+        def one(match: re.Match[str]) -> str:
+            optional, word, bindings = match.group(1), match.group(2), match.group(3)
+            if optional:
+                return filled.get(word, "")
+            if word in self._values:
+                return self._values[word]
+            if word in self._raw:
+                inner = {
+                    slot: self._expand(other, {}, (*within, name))
+                    for slot, other in (b.split("=") for b in bindings.split())
+                }
+                return self._expand(word, inner, (*within, name))
+            return match.group(0)  # filled per call
+
+        return _PLACEHOLDER.sub(one, self._raw[name])
+
+    def text(self, name: str) -> str:
+        """The rendered text of ``name`` (per-call placeholders still in it)."""
+        return self._text[name]
+
+    def __getitem__(self, name: str) -> bytes:
+        """The statement ``name``, ready to run (one without per-call placeholders)."""
+        found = self._bytes.get(name)
+        if found is None:
+            raise KeyError(f"no statement {name!r} without per-call placeholders")
+        return found
+
+    def for_slot(self, name: str, slot: int) -> bytes:
+        """The statement ``name`` for ring slot ``slot``: its ``{k}``, ``{<table>_k}`` and
+        ``{<table>_spare}`` filled in."""
+        key = (name, slot)
+        found = self._per_slot.get(key)
+        if found is None:
+            values: dict[str, sql.Composable] = {"k": sql.Literal(slot)}
+            for table in SLOT_TABLES:
+                values[f"{table}_k"] = slot_table(self.schema, table, slot)
+                values[f"{table}_spare"] = slot_table(self.schema, table, slot, "_spare")
+            found = self._per_slot[key] = self._fill(self._text[name], values)
+        return found
+
+    def render(self, name: str, **values: sql.Composable) -> bytes:
+        """The statement ``name`` with its per-call placeholders filled from ``values``."""
+        return self._fill(self._text[name], values)
+
+    def filtered(self, name: str, clauses: tuple[str, ...]) -> bytes:
+        """The statement ``name`` with its ``{where}`` made of the fragments ``clauses``
+        joined with AND (``no_filter`` when there is none), cached per combination."""
+        key = (name, clauses)
+        found = self._filtered.get(key)
+        if found is None:
+            parts = [sql.SQL(self._text[clause]) for clause in clauses or ("no_filter",)]
+            found = self._filtered[key] = self.render(name, where=sql.SQL(" AND ").join(parts))
+        return found
+
+    def fragment(self, name: str, **values: sql.Composable) -> sql.SQL:
+        """:meth:`render` as a fragment to compose into another statement."""
+        return sql.SQL(self.render(name, **values).decode())
+
+    @staticmethod
+    def _fill(text: str, values: Mapping[str, sql.Composable]) -> bytes:
+        rendered = {word: value.as_string() for word, value in values.items()}
+        missing: set[str] = set()
+
+        def one(match: re.Match[str]) -> str:
+            word = match.group(2)
+            if word not in rendered:
+                missing.add(word)
+                return match.group(0)
+            return rendered[word]
+
+        filled = _PLACEHOLDER.sub(one, text)
+        if missing:
+            raise KeyError(f"statement needs values for {sorted(missing)}")
+        return filled.encode()
+
+    # ---------------------------------------------------------------- running
+    async def exec(self, conn: DictConnection, name: str, **params: Any) -> list[dict[str, Any]]:
+        """Run ``name``; its rows, decoded (none for statements whose rows nobody reads, or
+        while a pipeline has not synced)."""
+        cur = await run(conn, self._bytes[name], params)
+        if name in _NO_ROWS:
+            return []
+        # In pipeline mode the result is not there yet (pgresult is None): fetching waits.
+        if cur.pgresult is not None and cur.description is None:
+            return []
+        if name in _CARRIES_ROWS:
+            return list(await cur.fetchall())
+        return await fetch_decodable(cur)
+
+    async def exec_filtered(
+        self, conn: DictConnection, name: str, clauses: tuple[str, ...], params: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """Run :meth:`filtered`; its rows, decoded."""
+        cur = await run(conn, self.filtered(name, clauses), params)
+        return await fetch_decodable(cur) if cur.description is not None else []
+
+    async def exec_generic(
+        self, conn: DictConnection, name: str, **params: Any
+    ) -> list[dict[str, Any]]:
+        """Run one autocommit statement under its prepared generic plan.
+
+        For hot statements whose custom plan costs more to make than to run (they read
+        the ring through its partitioned parents, so every partition is planned again)
+        and for which the server's automatic choice never settles on the generic plan.
+        The setting and the statement travel in one pipeline, so both run in one implicit
+        transaction: the setting ends with it and the connection returns to the pool
+        unchanged."""
+        async with conn.pipeline():
+            await run(conn, self._bytes["generic_plan_here"], prepare=True)
+            cur = await run(conn, self._bytes[name], params, prepare=True)
+            return await fetch_decodable(cur)
+
+    async def rows(
+        self, conn: DictConnection, statement: bytes, params: Any = None
+    ) -> list[dict[str, Any]]:
+        """Run a rendered statement (:meth:`for_slot`, :meth:`render`); all its rows."""
+        cur = await run(conn, statement, params)
+        return list(await cur.fetchall()) if cur.description is not None else []
+
+    async def one(self, conn: DictConnection, statement: bytes, params: Any = None) -> Any:
+        """Run a rendered statement; its first row, or ``None``."""
+        rows = await self.rows(conn, statement, params)
+        return rows[0] if rows else None

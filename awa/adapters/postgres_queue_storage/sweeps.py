@@ -1,0 +1,124 @@
+"""Maintenance sweeps over jobs: promotion of due deferred jobs and the rescues
+(stale heartbeat, expired deadline, expired callback), each rescue a guarded change of
+the attempt it finds (:meth:`~.outcomes.Outcomes.guarded`)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import attrs
+
+from awa.adapters._pg.errors import translated_errors
+from awa.adapters.postgres_queue_storage.connections import Connections
+from awa.adapters.postgres_queue_storage.facts import FactWriter
+from awa.adapters.postgres_queue_storage.outcomes import Outcomes, take
+from awa.adapters.postgres_queue_storage.snapshots import Resolved, Writes
+from awa.adapters.postgres_queue_storage.statements import Statements
+from awa.domain import lifecycle
+from awa.domain.job import JobRecord, RunLease
+from awa.domain.lifecycle import Rescue
+from awa.domain.policies import Backoff
+from awa.domain.states import JobState
+from awa.ports.clock import Clock
+from awa.ports.storage import Ack, Rescued
+
+
+class Sweeps:
+    """``promote_due`` and the ``rescue_*`` sweeps."""
+
+    def __init__(
+        self,
+        *,
+        connections: Connections,
+        statements: Statements,
+        facts: FactWriter,
+        outcomes: Outcomes,
+        clock: Clock,
+        backoff: Backoff,
+    ) -> None:
+        self._connections = connections
+        self._sql = statements
+        self._facts = facts
+        self._outcomes = outcomes
+        self._clock = clock
+        self._backoff = backoff
+
+    async def promote_due(self, *, limit: int = 4096) -> int:
+        if limit <= 0:
+            return 0
+        async with translated_errors(), self._connections.tx() as conn:
+            writes = Writes(self._clock.now())
+            rows = await self._sql.exec(conn, "due_deferred", now=writes.now, limit=limit)
+            if not rows:
+                return 0
+            rows.sort(key=lambda r: (r["run_at"], r["job_id"]))
+            items = []
+            changes = []
+            for row in rows:
+                before = Resolved.from_row(
+                    {
+                        **row,
+                        "id": row["job_id"],
+                        "ready_slot": None,
+                        "ready_fact": None,
+                        "claim_id": None,
+                        "open_claim": False,
+                    }
+                )
+                after = attrs.evolve(before.job, state=JobState.Available)
+                items.append((after, before.ordering_key))
+                changes.append((before.job, after))
+                writes.move(before.job, after)
+            await self._facts.unique(conn, changes)
+            await self._facts.place(conn, items)
+            await self._facts.flush(conn, writes)
+        return len(rows)
+
+    async def _rescue(self, query: str, kind: Rescue, **params: Any) -> list[Rescued]:
+        await self._outcomes.refresh_dlq()
+        async with translated_errors(), self._connections.tx() as conn:
+            rows = await self._sql.exec(conn, query, **params)
+        rescued: list[Rescued] = []
+        for row in rows:
+            lease = RunLease(row["job_id"], row["run_lease"])
+            decided: list[tuple[JobRecord, str | None]] = []
+
+            def decide(
+                job: JobRecord, w: Writes, decided: list[tuple[JobRecord, str | None]] = decided
+            ) -> tuple[JobRecord, str | None]:
+                t = lifecycle.rescue(
+                    kind, self._outcomes.attempt_facts(job), now=w.now, backoff=self._backoff
+                )
+                new, dlq = take(t, job)
+                decided.append((new, dlq))
+                return new, dlq
+
+            if await self._outcomes.guarded(lease, decide, kind.applies_to) is Ack.APPLIED:
+                new, dlq = decided[-1]
+                rescued.append(
+                    Rescued(
+                        lease=lease,
+                        new_state=new.state,
+                        reason=kind.error,
+                        dlq_reason=dlq,
+                        queue=new.queue,
+                        kind=new.kind,
+                    )
+                )
+        return rescued
+
+    async def rescue_stale_heartbeats(self, *, staleness: timedelta) -> list[Rescued]:
+        return await self._rescue(
+            "stale_heartbeats", Rescue.HEARTBEAT_STALE, cutoff=self._clock.now() - staleness
+        )
+
+    async def rescue_expired_deadlines(self) -> list[Rescued]:
+        return await self._rescue(
+            "expired_deadlines", Rescue.DEADLINE_EXCEEDED, now=self._clock.now()
+        )
+
+    async def rescue_expired_callbacks(self) -> list[Rescued]:
+        return await self._rescue(
+            "expired_callbacks", Rescue.CALLBACK_TIMEOUT, now=self._clock.now()
+        )

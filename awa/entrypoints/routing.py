@@ -1,0 +1,162 @@
+"""Composition of the routing engine (ADR 0001, ADR 0007).
+
+The routing engine (:mod:`awa.adapters.routing`) knows its engines, their shared store
+and the transition state only through ports; this module hands it concrete ones:
+
+* :func:`open_postgres_routing` / :func:`postgres_routing`: the canonical engine and the
+  queue-storage engine of each schema on one connection pool, with the Postgres
+  transactions, transition state and one-statement insert (what every client runs);
+* :func:`inmemory_routing`: two in-memory engines on one in-memory store and an
+  in-memory transition state, the same routing without a database.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from awa.adapters._pg.errors import translated_errors
+from awa.adapters._pg.migrations import require_schema
+from awa.adapters._pg.pool import DictPool, PoolOptions, open_pool
+from awa.adapters._pg.routing import AnyConnection, PgRoutedInsert, PgTransactions
+from awa.adapters._pg.transition import PgTransitionState
+from awa.adapters.clock import SystemClock
+from awa.adapters.inmemory import (
+    InMemoryEngine,
+    InMemoryTransaction,
+    InMemoryTransactions,
+    InMemoryTransition,
+    SharedStore,
+)
+from awa.adapters.inmemory.store import CANONICAL_SIDE, queue_storage_side
+from awa.adapters.postgres_canonical import CanonicalEngine
+from awa.adapters.postgres_queue_storage import QueueStorageEngine
+from awa.adapters.routing import DEFAULT_REFRESH_INTERVAL, TransitionRoutingEngine
+from awa.domain.policies import Backoff
+from awa.ports.clock import Clock
+
+#: The first schema version with the transition functions.
+TRANSITION_SCHEMA_VERSION = 200
+
+PostgresRouting = TransitionRoutingEngine[AnyConnection]
+InMemoryRoutingEngine = TransitionRoutingEngine[InMemoryTransaction]
+
+
+async def open_postgres_routing(
+    url: str,
+    *,
+    clock: Clock | None = None,
+    backoff: Backoff | None = None,
+    max_connections: int = 10,
+    refresh_interval: float = DEFAULT_REFRESH_INTERVAL,
+    pool_options: PoolOptions | None = None,
+) -> PostgresRouting:
+    """Open a pool on ``url``, check the schema has the transition functions and build
+    the routing engine on it (closing the engine closes the pool)."""
+    pool = await open_routing_pool(url, max_connections=max_connections, options=pool_options)
+    return postgres_routing(
+        pool,
+        url,
+        clock=clock,
+        backoff=backoff,
+        refresh_interval=refresh_interval,
+        owns_pool=True,
+    )
+
+
+async def open_routing_pool(
+    url: str, *, max_connections: int = 10, options: PoolOptions | None = None
+) -> DictPool:
+    """A pool on ``url`` whose schema has the transition functions (checked once)."""
+    pool = await open_pool(url, max_connections=max_connections, options=options)
+    try:
+        async with translated_errors(), pool.connection() as conn:
+            await require_schema(conn, minimum=TRANSITION_SCHEMA_VERSION)
+    except BaseException:
+        await pool.close()
+        raise
+    return pool
+
+
+def postgres_routing(
+    pool: DictPool,
+    url: str,
+    *,
+    clock: Clock | None = None,
+    backoff: Backoff | None = None,
+    refresh_interval: float = DEFAULT_REFRESH_INTERVAL,
+    owns_pool: bool = False,
+) -> PostgresRouting:
+    """The routing engine over the Postgres engines on ``pool`` (the database at
+    ``url``). With the system clock, single inserts take ``awa.insert_job_compat`` in one
+    round trip (it times them by the database clock, so a manual clock does not)."""
+    clock = clock if clock is not None else SystemClock()
+    backoff = backoff if backoff is not None else Backoff()
+    engines: dict[str, QueueStorageEngine] = {}
+
+    def queue_storage(schema: str) -> QueueStorageEngine:
+        engine = engines.get(schema)
+        if engine is None:
+            engine = engines[schema] = QueueStorageEngine(
+                pool, url, clock=clock, backoff=backoff, schema=schema
+            )
+        return engine
+
+    async def close() -> None:
+        for engine in engines.values():
+            # Let their work in flight finish without closing the shared pool twice.
+            await engine.retire()
+        if owns_pool:
+            await pool.close()
+
+    return TransitionRoutingEngine(
+        canonical=CanonicalEngine(pool, clock=clock, backoff=backoff),
+        queue_storage=queue_storage,
+        transactions=PgTransactions(pool),
+        transition=PgTransitionState(pool),
+        routed_insert=PgRoutedInsert(pool) if isinstance(clock, SystemClock) else None,
+        refresh_interval=refresh_interval,
+        on_close=close,
+    )
+
+
+@attrs.frozen
+class InMemoryRouting:
+    """routing(inmemory, inmemory): the engine, the transition state it follows (whose
+    steps a test takes) and the store under both."""
+
+    engine: InMemoryRoutingEngine
+    transition: InMemoryTransition
+    store: SharedStore
+
+
+def inmemory_routing(
+    clock: Clock, backoff: Backoff | None = None, *, refresh_interval: float = 0.0
+) -> InMemoryRouting:
+    """The routing engine over a canonical and a queue-storage in-memory engine sharing
+    one store, starting in state ``canonical``."""
+    store = SharedStore()
+    canonical = InMemoryEngine(clock, backoff, store=store, side=CANONICAL_SIDE)
+    engines: dict[str, InMemoryEngine] = {}
+
+    def queue_storage(schema: str) -> InMemoryEngine:
+        engine = engines.get(schema)
+        if engine is None:
+            engine = engines[schema] = InMemoryEngine(
+                clock, backoff, store=store, side=queue_storage_side(schema)
+            )
+        return engine
+
+    async def close() -> None:
+        for engine in (canonical, *engines.values()):
+            await engine.close()
+
+    transition = InMemoryTransition(store, clock)
+    engine = TransitionRoutingEngine(
+        canonical=canonical,
+        queue_storage=queue_storage,
+        transactions=InMemoryTransactions(),
+        transition=transition,
+        refresh_interval=refresh_interval,
+        on_close=close,
+    )
+    return InMemoryRouting(engine, transition, store)

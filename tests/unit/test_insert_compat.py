@@ -1,0 +1,79 @@
+"""The bridge's one ``awa.insert_job_compat`` statement, in each driver's placeholder style,
+and the bridge's parameters and defaults matching it."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from datetime import UTC, datetime
+
+import pytest
+
+from awa.adapters._pg import insert_compat
+from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, JobSpec
+from awa.entrypoints import bridge
+
+ORDER = (
+    "kind",
+    "queue",
+    "args",
+    "state",
+    "priority",
+    "max_attempts",
+    "run_at",
+    "metadata",
+    "tags",
+    "ordering_key",
+)
+
+
+def test_parameters_follow_the_sql_functions_argument_order() -> None:
+    assert insert_compat.parameters() == ORDER
+
+
+def test_each_style_has_one_placeholder_per_parameter_in_order() -> None:
+    dollar = insert_compat.statement("dollar")
+    assert re.findall(r"\$(\d+)", dollar) == [str(i + 1) for i in range(len(ORDER))]
+    named = insert_compat.statement("named")
+    assert re.findall(r"(?<!:):(\w+)", named) == list(ORDER)
+    pyformat = insert_compat.statement("pyformat")
+    assert pyformat.count("%s") == len(ORDER)
+    for text in (dollar, named, pyformat):
+        assert "%(" not in text
+        assert "awa.insert_job_compat(" in text
+
+
+def test_the_bridge_prepares_exactly_the_statements_parameters() -> None:
+    values = bridge._prepare(
+        {"x": 1},
+        kind="k",
+        queue="q",
+        priority=1,
+        max_attempts=3,
+        tags=["t"],
+        metadata=None,
+        run_at=datetime(2030, 1, 1, tzinfo=UTC),
+        ordering_key="o",
+    )
+    assert tuple(values) == ORDER
+    assert values["state"] == "scheduled"
+    assert values["ordering_key"] == b"o"
+
+
+def test_a_parameter_set_that_does_not_match_is_refused_before_the_driver() -> None:
+    with pytest.raises(ValueError, match=r"missing \['tags'\], unexpected \['tag'\]"):
+        insert_compat._positional({**{n: None for n in ORDER if n != "tags"}, "tag": []})
+
+
+@pytest.mark.parametrize("fn", [bridge.insert_job, bridge.insert_job_sync])
+def test_bridge_defaults_are_the_domains(fn: object) -> None:
+    params = inspect.signature(fn).parameters  # type: ignore[arg-type]
+    spec = JobSpec(kind="k")
+    assert params["queue"].default == DEFAULT_QUEUE == spec.queue
+    assert params["priority"].default == DEFAULT_PRIORITY == spec.priority
+    assert params["max_attempts"].default == DEFAULT_MAX_ATTEMPTS == spec.max_attempts
+
+
+def test_unknown_connection_types_are_refused() -> None:
+    with pytest.raises(TypeError, match="Unsupported connection type: object"):
+        insert_compat.driver_of(object())

@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from awa.domain.errors import ValidationError
-from awa.domain.states import DEFAULT_UNIQUE_STATES
+from awa.domain.states import DEFAULT_UNIQUE_STATES, mask_contains
 from awa.domain.validation import validate_period_bucket, validate_unique_states
+
+if TYPE_CHECKING:
+    from awa.domain.job import JobRecord
 
 UNIQUE_KEY_LENGTH = 16
 
@@ -77,3 +80,12 @@ def derive_unique_key(
     """
     material = unique_key_material(kind, queue=queue, args=args, period_bucket=period_bucket)
     return digest(material)[:UNIQUE_KEY_LENGTH]
+
+
+def holds_unique_key(job: JobRecord | None) -> bool:
+    """A job owns its unique key exactly while its state is inside its state mask
+    (``DEFAULT_UNIQUE_STATES`` when the job names none)."""
+    if job is None or job.unique_key is None:
+        return False
+    mask = DEFAULT_UNIQUE_STATES if job.unique_states is None else job.unique_states
+    return mask_contains(mask, job.state)

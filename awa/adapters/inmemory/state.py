@@ -14,7 +14,8 @@ import attrs
 
 from awa.domain.errors import UniqueConflict
 from awa.domain.job import DlqEntry, JobRecord, JobSpec, initial_state
-from awa.domain.states import DEFAULT_UNIQUE_STATES, JobState, check_transition, mask_contains
+from awa.domain.states import JobState, check_transition
+from awa.domain.unique import holds_unique_key
 
 
 @attrs.frozen
@@ -25,14 +26,6 @@ class QueueMeta:
     paused_at: datetime | None = None
     paused_by: str | None = None
     dlq_enabled: bool = False
-
-
-def holds_unique_key(job: JobRecord) -> bool:
-    """A job owns its unique key exactly while its state is inside its state mask."""
-    if job.unique_key is None:
-        return False
-    mask = DEFAULT_UNIQUE_STATES if job.unique_states is None else job.unique_states
-    return mask_contains(mask, job.state)
 
 
 def new_record(job_id: int, spec: JobSpec, now: datetime) -> JobRecord:

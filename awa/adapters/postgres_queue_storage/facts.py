@@ -22,7 +22,6 @@ from awa.adapters.postgres_queue_storage.snapshots import (
     PRUNE_GATE,
     Resolved,
     Writes,
-    holds_unique_key,
     iso,
     row_json,
 )
@@ -30,6 +29,7 @@ from awa.adapters.postgres_queue_storage.statements import Statements
 from awa.domain.errors import UniqueConflict
 from awa.domain.job import JobRecord
 from awa.domain.states import LIVE_STATES, TERMINAL_STATES, JobState
+from awa.domain.unique import holds_unique_key
 from awa.ports.storage import JobFilter
 
 #: Each field of a JobFilter: its parameter and the fragment of admin.sql that tests it.

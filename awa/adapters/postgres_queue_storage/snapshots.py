@@ -18,7 +18,7 @@ import attrs
 from awa.adapters._pg.rows import job_from_row
 from awa.domain.channels import queue_channel
 from awa.domain.job import JobRecord, JobSpec
-from awa.domain.states import DEFAULT_UNIQUE_STATES, JobState, mask_contains, mask_to_bitstring
+from awa.domain.states import JobState, mask_to_bitstring
 
 DEFERRED = frozenset({JobState.Scheduled, JobState.Retryable})
 CANCEL_CHANNEL = "awa:cancel"
@@ -26,14 +26,6 @@ CANCEL_CHANNEL = "awa:cancel"
 #: key is the schema's hash). Prune holds it exclusively while it decides what happens to
 #: the jobs of the slot it reclaims; a change to a terminal job takes it shared.
 PRUNE_GATE = 0x61776170
-
-
-def holds_unique_key(job: JobRecord | None) -> bool:
-    """A job owns its unique key exactly while its state is inside its mask."""
-    if job is None or job.unique_key is None:
-        return False
-    mask = DEFAULT_UNIQUE_STATES if job.unique_states is None else job.unique_states
-    return mask_contains(mask, job.state)
 
 
 def minute_of(value: datetime) -> datetime:

@@ -221,3 +221,28 @@ async def test_registered_expressions_are_read_back_while_the_callback_lives(
     assert plain.job.id != claim.job.id
     with pytest.raises(CallbackNotFound):
         await engine.engine.callback_expressions("cb-missing")
+
+async def test_a_registration_replaces_the_expressions_a_callback_id_had(
+    engine: EngineHandle,
+) -> None:
+    """The expressions read back are those of the live attempt's last registration: a
+    callback id an ended attempt used before carries the new attempt's expressions, and
+    registering again replaces them (with none as well), also after a change of id."""
+    first = CallbackExpressions(filter="payload.ok")
+    second = CallbackExpressions(on_fail="payload.error != ''")
+    await enqueue(engine)
+    ended = await claim_one(engine)
+    register = engine.engine.register_callback
+    await register(ended.lease, callback_id="cb-reused", timeout=TIMEOUT, expressions=first)
+    await engine.engine.cancel_job(ended.job.id)
+    await enqueue(engine)
+    claim = await claim_one(engine)
+    await register(claim.lease, callback_id="cb-reused", timeout=TIMEOUT, expressions=second)
+    assert await engine.engine.callback_expressions("cb-reused") == second
+    await register(claim.lease, callback_id="cb-reused", timeout=TIMEOUT)
+    assert await engine.engine.callback_expressions("cb-reused") is None
+    await register(claim.lease, callback_id="cb-reused", timeout=TIMEOUT, expressions=first)
+    await register(claim.lease, callback_id="cb-other", timeout=TIMEOUT)
+    await register(claim.lease, callback_id="cb-reused", timeout=TIMEOUT)
+    assert await engine.engine.callback_expressions("cb-reused") is None
+

@@ -50,16 +50,31 @@ class Callbacks:
         timeout: timedelta,
         expressions: CallbackExpressions | None = None,
     ) -> Ack:
-        ack = await self._outcomes.guarded(
-            lease,
-            lambda job, w: (
+        replaced: list[str] = []
+
+        def decide(job: JobRecord, w: Writes) -> tuple[JobRecord, str | None]:
+            if job.callback_id is not None:
+                replaced.append(job.callback_id)
+            return (
                 attrs.evolve(job, callback_id=callback_id, callback_timeout_at=w.now + timeout),
                 None,
-            ),
-            RUNNING_ONLY,
-        )
-        if ack is Ack.APPLIED and expressions is not None and not expressions.is_empty:
-            async with translated_errors(), self._connections.tx() as conn:
+            )
+
+        ack = await self._outcomes.guarded(lease, decide, RUNNING_ONLY)
+        saved = None if expressions is None or expressions.is_empty else expressions
+        if ack is not Ack.APPLIED or (saved is None and not replaced):
+            return ack
+        # The registration replaces the attempt's earlier callback and its expressions.
+        async with translated_errors(), self._connections.tx() as conn:
+            if replaced:
+                await self._sql.exec(
+                    conn,
+                    "drop_attempt_callback_expressions",
+                    callback_id=replaced[-1],
+                    job_id=lease.job_id,
+                    run_lease=lease.lease,
+                )
+            if saved is not None:
                 await self._sql.exec(
                     conn,
                     "save_callback_expressions",
@@ -67,10 +82,10 @@ class Callbacks:
                     schema=self._sql.schema,
                     job_id=lease.job_id,
                     run_lease=lease.lease,
-                    filter=expressions.filter,
-                    on_complete=expressions.on_complete,
-                    on_fail=expressions.on_fail,
-                    transform=expressions.transform,
+                    filter=saved.filter,
+                    on_complete=saved.on_complete,
+                    on_fail=saved.on_fail,
+                    transform=saved.transform,
                 )
         return ack
 

@@ -485,7 +485,7 @@ SELECT x.job_id, x.kind, x.queue, coalesce(x.args, 'null'::jsonb), x.state::awa.
     x.attempted_at, x.finalized_at, x.created_at,
     ARRAY(SELECT jsonb_array_elements(x.errors)), x.metadata,
     ARRAY(SELECT jsonb_array_elements_text(x.tags)), decode(x.unique_key, 'hex'),
-    x.unique_states::bit(8), x.callback_id::uuid, x.callback_timeout_at, x.run_lease,
+    x.unique_states::bit(8), x.callback_id, x.callback_timeout_at, x.run_lease,
     x.progress, decode(x.ordering_key, 'hex'), x.dlq_reason, x.dlq_at, x.run_lease
 FROM jsonb_to_recordset(%(rows)s::jsonb) AS x({snapshot_recordset}, dlq_reason text, dlq_at timestamptz)
 
@@ -1157,13 +1157,17 @@ WHERE l.callback_id = %(callback_id)s
     SELECT 1 FROM {s}.closures x WHERE x.slot = l.claim_slot AND x.claim_id = l.claim_id)
 
 -- name: save_callback_expressions
+-- The row belongs to the attempt registering now: an id used before (by an attempt that
+-- ended without a resolve, whose row cleanup has not reached yet) is taken over whole.
 INSERT INTO awa.callback_expressions
     (callback_id, queue_schema, job_id, run_lease, filter, on_complete, on_fail, transform)
 VALUES (%(callback_id)s, %(schema)s, %(job_id)s, %(run_lease)s, %(filter)s, %(on_complete)s,
         %(on_fail)s, %(transform)s)
 ON CONFLICT (callback_id) DO UPDATE SET
-    filter = EXCLUDED.filter, on_complete = EXCLUDED.on_complete,
-    on_fail = EXCLUDED.on_fail, transform = EXCLUDED.transform
+    queue_schema = EXCLUDED.queue_schema, job_id = EXCLUDED.job_id,
+    run_lease = EXCLUDED.run_lease, filter = EXCLUDED.filter,
+    on_complete = EXCLUDED.on_complete, on_fail = EXCLUDED.on_fail,
+    transform = EXCLUDED.transform, created_at = EXCLUDED.created_at
 
 -- name: load_callback_expressions
 SELECT filter, on_complete, on_fail, transform FROM awa.callback_expressions
@@ -1171,6 +1175,11 @@ WHERE callback_id = %(callback_id)s AND job_id = %(job_id)s AND run_lease = %(ru
 
 -- name: drop_callback_expressions
 DELETE FROM awa.callback_expressions WHERE callback_id = %(callback_id)s
+
+-- name: drop_attempt_callback_expressions
+-- The expressions an attempt registered under a callback id it has since replaced.
+DELETE FROM awa.callback_expressions
+WHERE callback_id = %(callback_id)s AND job_id = %(job_id)s AND run_lease = %(run_lease)s
 
 -- name: cleanup_callback_expressions
 -- Rows of callbacks that ended without a resolve (rescue, cancel, operator retry).

@@ -10,6 +10,10 @@ Engines only *apply* a transition, under their run-lease guard: they find the at
 ``transition.apply(job)`` (or the same values as SQL parameters) and, when
 ``transition.dlq_reason`` is set, move the failed job into the DLQ. The reason strings,
 the error-entry shape and every retry-or-fail rule therefore exist only here.
+
+A callback belongs to the attempt that registered it: every transition that closes an
+attempt (to a finished state, or back to waiting for a later attempt) ends its callback,
+so a token of an earlier attempt never resolves a later one.
 """
 
 from __future__ import annotations
@@ -239,7 +243,6 @@ def _failed(
     *,
     now: datetime,
     applies_to: frozenset[JobState] = LIVE_STATES,
-    clear_callback: bool = False,
 ) -> Transition:
     return Transition(
         JobState.Failed,
@@ -247,7 +250,7 @@ def _failed(
         finalized_at=now,
         error=entry,
         dlq_reason=_route(facts, reason),
-        clear_callback=clear_callback,
+        clear_callback=True,
     )
 
 
@@ -260,25 +263,17 @@ def _retry_or_fail(
     delay: timedelta | None,
     exhausted_reason: DlqReason,
     applies_to: frozenset[JobState],
-    clear_callback: bool,
 ) -> Transition:
     entry = ErrorEntry(error, facts.attempt, now)
     if attempts_exhausted(facts.attempt, facts.max_attempts):
-        return _failed(
-            facts,
-            entry,
-            exhausted_reason,
-            now=now,
-            applies_to=applies_to,
-            clear_callback=clear_callback,
-        )
+        return _failed(facts, entry, exhausted_reason, now=now, applies_to=applies_to)
     wait = delay if delay is not None else backoff.delay(facts.attempt)
     return Transition(
         JobState.Retryable,
         applies_to=applies_to,
         run_at=now + wait,
         error=entry,
-        clear_callback=clear_callback,
+        clear_callback=True,
     )
 
 
@@ -287,7 +282,9 @@ def _retry_or_fail(
 
 def complete(now: datetime) -> Transition:
     """The attempt succeeded: ``completed``, progress cleared."""
-    return Transition(JobState.Completed, finalized_at=now, clear_progress=True)
+    return Transition(
+        JobState.Completed, finalized_at=now, clear_progress=True, clear_callback=True
+    )
 
 
 def retry(
@@ -309,7 +306,6 @@ def retry(
         delay=delay,
         exhausted_reason=DlqReason.MAX_ATTEMPTS_EXHAUSTED,
         applies_to=LIVE_STATES,
-        clear_callback=False,
     )
 
 
@@ -327,6 +323,7 @@ def snooze(*, delay: timedelta, now: datetime) -> Transition:
         applies_to=HANDLER_STATES,
         run_at=now + delay,
         attempt=AttemptChange.GIVE_BACK,
+        clear_callback=True,
     )
 
 
@@ -338,21 +335,24 @@ def release(facts: AttemptFacts, *, error: str, now: datetime) -> Transition:
         run_at=now,
         attempt=AttemptChange.GIVE_BACK,
         error=ErrorEntry(error, facts.attempt, now),
+        clear_callback=True,
     )
 
 
 def cancel(now: datetime, *, applies_to: frozenset[JobState] = LIVE_STATES) -> Transition:
     """``cancelled`` now, no error entry. The default is the handler's cancel of its own
     attempt; :func:`operator_cancel` and :func:`drain` widen the states it applies to."""
-    return Transition(JobState.Cancelled, applies_to=applies_to, finalized_at=now)
+    return Transition(
+        JobState.Cancelled, applies_to=applies_to, finalized_at=now, clear_callback=True
+    )
 
 
 # ------------------------------------------------------------------ external callbacks
 
 
 def callback_complete(now: datetime) -> Transition:
-    """``complete_external``: as :func:`complete`, and the callback ends."""
-    return attrs.evolve(complete(now), clear_callback=True)
+    """``complete_external``: as :func:`complete` (which ends the callback)."""
+    return complete(now)
 
 
 def callback_fail(
@@ -363,7 +363,7 @@ def callback_fail(
     entry = ErrorEntry(
         error or DEFAULT_CALLBACK_ERROR, facts.attempt, now, terminal=True, expression=expression
     )
-    return _failed(facts, entry, DlqReason.CALLBACK_FAILED, now=now, clear_callback=True)
+    return _failed(facts, entry, DlqReason.CALLBACK_FAILED, now=now)
 
 
 def callback_retry(now: datetime) -> Transition:
@@ -397,7 +397,7 @@ def callback_heartbeat(*, timeout: timedelta, now: datetime) -> Transition:
 def rescue(kind: Rescue, facts: AttemptFacts, *, now: datetime, backoff: Backoff) -> Transition:
     """A lost attempt closed by a maintenance sweep: a retryable failure recording
     ``kind.error`` (backoff delay); with no attempt left, ``failed`` with
-    ``kind.dlq_reason``. A callback timeout also ends the callback."""
+    ``kind.dlq_reason``. Either way the attempt's callback ends."""
     return _retry_or_fail(
         facts,
         error=kind.error,
@@ -406,7 +406,6 @@ def rescue(kind: Rescue, facts: AttemptFacts, *, now: datetime, backoff: Backoff
         delay=None,
         exhausted_reason=kind.dlq_reason,
         applies_to=kind.applies_to,
-        clear_callback=kind is Rescue.CALLBACK_TIMEOUT,
     )
 
 

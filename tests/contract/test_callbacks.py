@@ -222,6 +222,7 @@ async def test_registered_expressions_are_read_back_while_the_callback_lives(
     with pytest.raises(CallbackNotFound):
         await engine.engine.callback_expressions("cb-missing")
 
+
 async def test_a_registration_replaces_the_expressions_a_callback_id_had(
     engine: EngineHandle,
 ) -> None:
@@ -246,3 +247,83 @@ async def test_a_registration_replaces_the_expressions_a_callback_id_had(
     await register(claim.lease, callback_id="cb-reused", timeout=TIMEOUT)
     assert await engine.engine.callback_expressions("cb-reused") is None
 
+
+async def _release(engine: EngineHandle, claim: Claim) -> None:
+    await engine.engine.wait_for_callback(claim.lease)
+    await engine.engine.release(claim.lease, error="shutdown")
+
+
+async def _retry(engine: EngineHandle, claim: Claim) -> None:
+    await engine.engine.wait_for_callback(claim.lease)
+    await engine.engine.retry(claim.lease, error="again", delay=timedelta(0))
+
+
+async def _snooze(engine: EngineHandle, claim: Claim) -> None:
+    await engine.engine.snooze(claim.lease, delay=timedelta(0))
+
+
+async def _heartbeat_rescue(engine: EngineHandle, claim: Claim) -> None:
+    engine.clock.advance(timedelta(minutes=5))
+    assert len(await engine.engine.rescue_stale_heartbeats(staleness=timedelta(minutes=1))) == 1
+    engine.clock.advance(timedelta(minutes=5))
+
+
+async def _fail_then_operator_retry(engine: EngineHandle, claim: Claim) -> None:
+    await engine.engine.wait_for_callback(claim.lease)
+    await engine.engine.fail(claim.lease, error="fatal")
+    await engine.engine.retry_job(claim.job.id)
+
+
+async def _complete_then_operator_retry(engine: EngineHandle, claim: Claim) -> None:
+    await engine.engine.complete([claim.lease])
+    await engine.engine.retry_job(claim.job.id)
+
+
+async def _cancel_then_operator_retry(engine: EngineHandle, claim: Claim) -> None:
+    await engine.engine.cancel_attempt(claim.lease, reason="no")
+    await engine.engine.retry_job(claim.job.id)
+
+
+async def _dlq_then_retry_from_dlq(engine: EngineHandle, claim: Claim) -> None:
+    await engine.engine.wait_for_callback(claim.lease)
+    await engine.engine.fail(claim.lease, error="fatal")
+    assert await engine.engine.retry_from_dlq(claim.job.id) is not None
+
+
+ATTEMPT_ENDINGS = {
+    "release": _release,
+    "retry": _retry,
+    "snooze": _snooze,
+    "heartbeat_rescue": _heartbeat_rescue,
+    "fail_then_operator_retry": _fail_then_operator_retry,
+    "complete_then_operator_retry": _complete_then_operator_retry,
+    "cancel_then_operator_retry": _cancel_then_operator_retry,
+    "dlq_then_retry_from_dlq": _dlq_then_retry_from_dlq,
+}
+
+
+@pytest.mark.parametrize("ending", sorted(ATTEMPT_ENDINGS))
+async def test_the_token_of_an_ended_attempt_does_not_resolve_the_next_one(
+    engine: EngineHandle, ending: str
+) -> None:
+    """A callback belongs to the attempt that registered it: once that attempt ends, its
+    token neither resolves, heartbeats nor reads the job's next attempt."""
+    await enable_dlq(engine, "held")
+    await enqueue(engine, queue="held" if ending.startswith("dlq") else QUEUE)
+    claim = await claim_one(engine, "held" if ending.startswith("dlq") else QUEUE)
+    exprs = CallbackExpressions(on_complete="payload.ok")
+    await engine.engine.register_callback(
+        claim.lease, callback_id="cb-ended", timeout=TIMEOUT, expressions=exprs
+    )
+    await ATTEMPT_ENDINGS[ending](engine, claim)
+    await engine.engine.promote_due()
+    after = await claim_one(engine, claim.job.queue)
+    assert after.job.id == claim.job.id
+    assert after.job.callback_id is None and after.job.callback_timeout_at is None
+    with pytest.raises(CallbackNotFound):
+        await engine.engine.callback_expressions("cb-ended")
+    with pytest.raises(CallbackNotFound):
+        await engine.engine.heartbeat_callback("cb-ended", timeout=TIMEOUT)
+    with pytest.raises(CallbackNotFound):
+        await engine.engine.resolve_callback("cb-ended", action="complete")
+    assert (await fetch(engine, claim.job.id)).state == JobState.Running

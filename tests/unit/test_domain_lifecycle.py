@@ -136,7 +136,7 @@ def test_complete() -> None:
     assert done.finalized_at == NOW
     assert done.progress is None
     assert done.errors == _job().errors
-    assert done.callback_id == "cb-1"
+    assert done.callback_id is None and done.callback_timeout_at is None
     assert t.dlq_reason is None
 
 
@@ -324,8 +324,7 @@ def test_rescue_retries_with_backoff(kind: Rescue, error: str, state: JobState) 
     assert t.state == S.Retryable and t.run_at == NOW + timedelta(seconds=8)
     assert t.error == ErrorEntry(error, 3, NOW)
     rescued = t.apply(_job(state))
-    cleared = kind is Rescue.CALLBACK_TIMEOUT
-    assert (rescued.callback_id is None) is cleared
+    assert rescued.callback_id is None and rescued.callback_timeout_at is None
 
 
 @pytest.mark.parametrize(
@@ -393,3 +392,12 @@ def test_terminal_transitions_set_finalized_at(name: str, transition: Transition
     assert (transition.finalized_at is not None) is transition.state.is_terminal, name
     assert transition.clear_finalized is (transition.applies_to == TERMINAL_STATES), name
     assert (transition.dlq_reason is None) or transition.state == S.Failed
+
+
+@pytest.mark.parametrize(("name", "transition"), _all_transitions())
+def test_closing_an_attempt_ends_its_callback(name: str, transition: Transition) -> None:
+    """A callback belongs to the attempt that registered it: a transition that takes a
+    live attempt out of the live states ends the callback with it."""
+    assert transition.state is not None
+    if transition.applies_to & LIVE_STATES and transition.state not in LIVE_STATES:
+        assert transition.clear_callback, name

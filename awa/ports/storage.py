@@ -278,8 +278,12 @@ class StorageEngine(Protocol):
         counts available jobs as the lanes' head-cursor differences, so a job retired
         (cancelled, deleted, moved) above a cursor is counted until the cursor passes it:
         available is at least the exact count and equal to it when no such job is
-        left; the other states come from the folded counters. Canonical storage counts
-        its live rows. Queues with no live job may be absent."""
+        left; the other states come from the folded counters. Its oldest run_at is read
+        at each lane's cursor (one probe per lane), so a lane whose later rows became due
+        earlier (a promoted retry behind a fresh insert) reports its first row's, later
+        than the exact oldest; with the count exact it is the run_at of one of the
+        queue's available jobs. Canonical storage counts its live rows. Queues with no
+        live job may be absent."""
         ...
 
     async def kind_counts(self) -> list[KindCounts]:

@@ -11,6 +11,13 @@ where ``turn_ring`` rotates and prunes both rings between any two steps: live at
 waiting callbacks and unclaimed rows are carried forward on nearly every turn, and the
 model forgets exactly the terminal history prune dropped.
 
+The machine drives every method of the storage port (``test_mvr_covers_the_port.py``
+holds it to that). Its rules come in families, one mixin module each, over the shared
+base of ``_mvr_base.py``: the worker, maintenance, callback and ring rules here, the admin
+reads in ``_mvr_reads.py``, units of work and the operator and bulk operations in
+``_mvr_ops.py``. Some examples start from failed jobs, a DLQ entry or a parked callback
+(``@initialize`` rules), which the 30 steps of the default profile rarely reach.
+
 Example counts come from the Hypothesis profile (``HYPOTHESIS_PROFILE=deep`` for a long
 run); the step count per example is bounded here.
 """
@@ -20,159 +27,52 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
-import attrs
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    invariant,
-    precondition,
-    rule,
-    run_state_machine_as_test,
-)
+from hypothesis.stateful import invariant, precondition, rule, run_state_machine_as_test
 
 from awa.adapters.clock import ManualClock
-from awa.domain.errors import AwaError
-from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
+from awa.domain.callbacks import CallbackExpressions
+from awa.domain.job import DlqEntry, JobRecord, QueueCounts, RunLease
 from awa.domain.policies import Backoff
 from awa.domain.states import JobState
 from awa.ports.maintenance import RingMaintenance
-from awa.ports.storage import Ack, DlqFilter, JobFilter, Rescued, StorageEngine
+from awa.ports.storage import Ack, DlqFilter, JobFilter, StorageEngine
+from tests.property._mvr_base import (
+    EXPRESSIONS,
+    KINDS,
+    QUEUES,
+    UNIQUE_KEYS,
+    MachineBase,
+    Outcome,
+    Pair,
+    _await,
+    delays,
+    job_specs,
+)
+from tests.property._mvr_ops import OperatorRules
+from tests.property._mvr_reads import ReadRules
 from tests.support.engines import CONTRACT_BACKOFF, ENGINES, EngineHandle
-
-T = TypeVar("T")
-
-QUEUES = ("alpha", "beta")
-KINDS = ("send", "bill")
-UNIQUE_KEYS = (b"u-1", b"u-2")
 
 #: Every engine but the model itself: the Postgres engines, and the routing engine over
 #: Postgres and over two in-memory engines (which needs no database).
 REAL_ENGINES = sorted(name for name in ENGINES if name != "inmemory")
 
-delays = st.sampled_from([0.5, 1.0, 5.0, 30.0, 61.0, 200.0])
 
-
-@attrs.frozen
-class Outcome:
-    """What one engine answered: a normalized value, or the type of error it raised."""
-
-    value: Any = None
-    error: str | None = None
-
-
-class Pair:
-    """The model and the real engine, driven through one event loop and one clock."""
-
-    def __init__(self, runner: asyncio.Runner, model: EngineHandle, real: EngineHandle) -> None:
-        self.runner = runner
-        self.model = model
-        self.real = real
-        self.clock = model.clock
-        self.real_to_model: dict[int, int] = {}
-
-    def run(self, op: Callable[[StorageEngine], Awaitable[T]]) -> tuple[Outcome, Outcome]:
-        return self._call(self.model.engine, op), self._call(self.real.engine, op)
-
-    def _call(self, engine: StorageEngine, op: Callable[[StorageEngine], Awaitable[T]]) -> Outcome:
-        try:
-            return Outcome(value=self.runner.run(_await(op(engine))))
-        except AwaError as exc:
-            return Outcome(error=type(exc).__name__)
-
-
-async def _await(awaitable: Awaitable[T]) -> T:
-    return await awaitable
-
-
-def _normalize_job(job: JobRecord, id_map: Callable[[int], int]) -> dict[str, Any]:
-    data = attrs.asdict(job, recurse=False)
-    data["id"] = id_map(job.id)
-    data["errors"] = list(job.errors)
-    data["tags"] = list(job.tags)
-    return data
-
-
-class ModelVsReal(RuleBasedStateMachine):
-    pair: Pair  # set on the subclass built per test
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.p = self.pair
-        self.p.runner.run(self.p.model.engine.reset())
-        self.p.runner.run(self.p.real.engine.reset())
-        self.p.real_to_model.clear()
-        self.model_ids: list[int] = []
-        # (model lease, real lease) of every attempt ever claimed, live or stale
-        self.leases: list[tuple[RunLease, RunLease]] = []
-        # callback ids ever registered (resolving a settled one must fail alike)
-        self.callbacks: list[str] = []
-
-    # ------------------------------------------------------------------ helpers
-    def _mid(self, real_id: int) -> int:
-        return self.p.real_to_model.get(real_id, -real_id)
-
-    def _real_id(self, model_id: int) -> int:
-        for real, model in self.p.real_to_model.items():
-            if model == model_id:
-                return real
-        raise AssertionError(f"unknown model id {model_id}")
-
-    def _norm(self, value: Any, real: bool) -> Any:
-        ident: Callable[[int], int] = self._mid if real else (lambda i: i)
-        if isinstance(value, JobRecord):
-            return _normalize_job(value, ident)
-        if isinstance(value, Claim):
-            return (
-                _normalize_job(value.job, ident),
-                (ident(value.lease.job_id), value.lease.lease),
-                value.deadline_at,
-            )
-        if isinstance(value, DlqEntry):
-            return (
-                _normalize_job(value.job, ident),
-                value.reason,
-                value.dlq_at,
-                value.original_run_lease,
-            )
-        if isinstance(value, Rescued):
-            return ((ident(value.lease.job_id), value.lease.lease), value.new_state, value.reason)
-        if isinstance(value, QueueCounts):
-            return attrs.asdict(value, recurse=False)
-        if isinstance(value, list | tuple):
-            return [self._norm(item, real) for item in value]
-        return value
-
-    def _same(
-        self, op: Callable[[StorageEngine], Awaitable[Any]], *, label: str
-    ) -> tuple[Outcome, Outcome]:
-        model, real = self.p.run(op)
-        model_view = Outcome(self._norm(model.value, False), model.error)
-        real_view = Outcome(self._norm(real.value, True), real.error)
-        assert model_view == real_view, f"{label}: model={model_view!r} real={real_view!r}"
-        return model, real
-
-    def _lease_pair(self, data: st.DataObject) -> tuple[RunLease, RunLease]:
-        return data.draw(st.sampled_from(self.leases), label="lease")
-
-    def _real_lease(self, model_lease: RunLease, real_lease: RunLease) -> RunLease:
-        return real_lease
-
-    def _guarded(
-        self,
-        data: st.DataObject,
-        label: str,
-        call: Callable[[StorageEngine, RunLease], Awaitable[Any]],
-    ) -> None:
-        model_lease, real_lease = self._lease_pair(data)
-        leases = iter((model_lease, real_lease))
-        self._same(lambda engine: call(engine, next(leases)), label=label)
+class ModelVsReal(
+    # Each family of rules is a mixin of its own module (see tests/property/_mvr_base.py).
+    ReadRules,
+    OperatorRules,
+    MachineBase,
+):
+    """The worker, maintenance, callback and ring rules, plus the state invariants; the
+    admin reads and the operator and bulk operations come from the mixins."""
 
     # ------------------------------------------------------------------ producers
     @rule(
@@ -195,25 +95,19 @@ class ModelVsReal(RuleBasedStateMachine):
         count: int,
     ) -> None:
         run_at = None if run_in is None else self.p.clock.now() + timedelta(seconds=run_in)
-        specs = [
-            JobSpec(
-                kind=kind,
-                queue=queue,
-                args={"n": index},
-                priority=priority,
-                max_attempts=max_attempts,
-                run_at=run_at,
-                unique_key=unique if index == 0 else None,
-                tags=("t",) if index % 2 else (),
-            )
-            for index in range(count)
-        ]
+        specs = job_specs(
+            kind=kind,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            run_at=run_at,
+            unique=unique,
+            count=count,
+        )
         model, real = self.p.run(lambda engine: engine.enqueue_many(specs))
         assert model.error == real.error, f"enqueue: model={model.error} real={real.error}"
         if model.error is None:
-            for model_job, real_job in zip(model.value, real.value, strict=True):
-                self.p.real_to_model[real_job.id] = model_job.id
-                self.model_ids.append(model_job.id)
+            self._map_jobs(model.value, real.value)
             assert self._norm(model.value, False) == self._norm(real.value, True)
 
     # ------------------------------------------------------------------ workers
@@ -337,17 +231,25 @@ class ModelVsReal(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ callbacks
     @precondition(lambda self: bool(self.leases))
-    @rule(data=st.data(), timeout=st.sampled_from([30.0, 3600.0]))
-    def wait_for_callback(self, data: st.DataObject, timeout: float) -> None:
+    @rule(
+        data=st.data(),
+        timeout=st.sampled_from([30.0, 3600.0]),
+        expressions=st.sampled_from(EXPRESSIONS),
+    )
+    def wait_for_callback(
+        self, data: st.DataObject, timeout: float, expressions: CallbackExpressions | None
+    ) -> None:
         """Park an attempt on a callback (a long-lived waiting attempt the ring must
-        carry along)."""
+        carry along), with or without resolution expressions."""
         model_lease, real_lease = self._lease_pair(data)
         callback = f"cb-{model_lease.job_id}-{model_lease.lease}"
         leases = iter((model_lease, real_lease))
 
         async def park(engine: StorageEngine, lease: RunLease) -> tuple[Ack, Ack | None]:
             window = timedelta(seconds=timeout)
-            registered = await engine.register_callback(lease, callback_id=callback, timeout=window)
+            registered = await engine.register_callback(
+                lease, callback_id=callback, timeout=window, expressions=expressions
+            )
             if registered != Ack.APPLIED:
                 return registered, None
             return registered, await engine.wait_for_callback(lease)
@@ -440,16 +342,6 @@ class ModelVsReal(RuleBasedStateMachine):
     def retry_from_dlq(self, data: st.DataObject) -> None:
         self._by_id(data, "retry_from_dlq", lambda engine, job_id: engine.retry_from_dlq(job_id))
 
-    def _by_id(
-        self,
-        data: st.DataObject,
-        label: str,
-        call: Callable[[StorageEngine, int], Awaitable[Any]],
-    ) -> None:
-        model_id = data.draw(st.sampled_from(self.model_ids), label="job")
-        ids = iter((model_id, self._real_id(model_id)))
-        self._same(lambda engine: call(engine, next(ids)), label=label)
-
     @rule(queue=st.sampled_from(QUEUES), paused=st.booleans())
     def pause(self, queue: str, paused: bool) -> None:
         if paused:
@@ -467,42 +359,54 @@ class ModelVsReal(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ observations
     @invariant()
-    def same_jobs(self) -> None:
-        model, real = self.p.run(lambda engine: engine.list_jobs(JobFilter(), limit=100_000))
-        assert model.error is None and real.error is None
-        model_jobs = sorted(self._norm(model.value, False), key=lambda job: job["id"])
-        real_jobs = sorted(self._norm(real.value, True), key=lambda job: job["id"])
-        assert model_jobs == real_jobs
+    def engines_agree(self) -> None:
+        """After every step both engines hold the same jobs, queue counts and DLQ; each
+        engine's counters equal a recount of the jobs it lists; every state is known. One
+        reading of each engine serves every check."""
+        model, real = self.p.run(_reading)
+        assert model.error is None and real.error is None, (model.error, real.error)
+        model_jobs, model_counts, model_dlq = model.value
+        real_jobs, real_counts, real_dlq = real.value
+        assert all(isinstance(job.state, JobState) for job in model_jobs)
+        assert sorted(self._norm(model_jobs, False), key=_by_id) == sorted(
+            self._norm(real_jobs, True), key=_by_id
+        )
+        self._assert_same(Outcome(model_counts), Outcome(real_counts), label="queue_counts")
+        self._assert_same(Outcome(model_dlq), Outcome(real_dlq), label="list_dlq")
+        _counters_equal_a_recount("model", model_counts, model_jobs)
+        _counters_equal_a_recount("real", real_counts, real_jobs)
 
-    @invariant()
-    def same_counts_and_dlq(self) -> None:
-        self._same(lambda engine: engine.queue_counts(), label="queue_counts")
-        self._same(lambda engine: engine.list_dlq(DlqFilter(), limit=1000), label="list_dlq")
 
-    @invariant()
-    def counters_equal_a_recount(self) -> None:
-        """Each engine's counters (``queue_counts()``, folded from counter rows on queue
-        storage) never go negative and equal a recount of the jobs it lists."""
-        for label, engine in (("model", self.p.model.engine), ("real", self.p.real.engine)):
-            counted = self.p.runner.run(_await(engine.queue_counts()))
-            jobs = self.p.runner.run(_await(engine.list_jobs(JobFilter(), limit=100_000)))
-            recount = Counter((job.queue, job.state) for job in jobs)
-            queues = {c.queue for c in counted} | {queue for queue, _ in recount}
-            by_queue = {c.queue: c.counts for c in counted}
-            for queue in queues:
-                counts = by_queue.get(queue, {})
-                for state in JobState:
-                    n = counts.get(state, 0)
-                    assert n >= 0, f"{label}: {queue} {state.sql_name} counter is {n}"
-                    assert n == recount[(queue, state)], (
-                        f"{label}: {queue} {state.sql_name} counter {n}, "
-                        f"recount {recount[(queue, state)]}"
-                    )
+Reading = tuple[list[JobRecord], list[QueueCounts], list[DlqEntry]]
 
-    @invariant()
-    def every_state_is_known(self) -> None:
-        model, _ = self.p.run(lambda engine: engine.list_jobs(JobFilter(), limit=100_000))
-        assert all(isinstance(job.state, JobState) for job in model.value)
+
+async def _reading(engine: StorageEngine) -> Reading:
+    """Everything an engine holds: its jobs, queue counts and DLQ entries."""
+    jobs = await engine.list_jobs(JobFilter(), limit=100_000)
+    counts = await engine.queue_counts()
+    return jobs, counts, await engine.list_dlq(DlqFilter(), limit=1000)
+
+
+def _by_id(job: dict[str, Any]) -> int:
+    return int(job["id"])
+
+
+def _counters_equal_a_recount(
+    label: str, counted: list[QueueCounts], jobs: list[JobRecord]
+) -> None:
+    """An engine's counters (``queue_counts()``, folded from counter rows on queue storage)
+    never go negative and equal a recount of the jobs it lists."""
+    recount = Counter((job.queue, job.state) for job in jobs)
+    queues = {c.queue for c in counted} | {queue for queue, _ in recount}
+    by_queue = {c.queue: c.counts for c in counted}
+    for queue in queues:
+        counts = by_queue.get(queue, {})
+        for state in JobState:
+            n = counts.get(state, 0)
+            assert n >= 0, f"{label}: {queue} {state.sql_name} counter is {n}"
+            assert n == recount[(queue, state)], (
+                f"{label}: {queue} {state.sql_name} counter {n}, recount {recount[(queue, state)]}"
+            )
 
 
 SMALL_RING = "queue_storage_two_slot_ring"

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping
+import uuid
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -185,6 +186,29 @@ class ItemResult:
 # ------------------------------------------------------------------ parsing
 
 
+def parse_operation_id(value: Any) -> str:
+    """The one spelling of an operation id (a UUID, lower case with hyphens) that every
+    engine stores and answers with; ``ValidationError`` for anything that is not a UUID."""
+    try:
+        return str(uuid.UUID(value))
+    except (ValueError, TypeError, AttributeError):
+        raise ValidationError("operation_id", f"invalid batch operation id: {value!r}") from None
+
+
+def operation_not_found(op_id: str) -> ValidationError:
+    """The error of a call naming an operation that does not exist (any more)."""
+    return ValidationError("operation_id", f"batch operation not found: {op_id}")
+
+
+def runner_instance(runner: str) -> str | None:
+    """What an operation records as its runner: the runtime's id when it is a UUID (in the
+    one spelling of :func:`parse_operation_id`), else nothing."""
+    try:
+        return str(uuid.UUID(runner))
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
 def _iso(value: datetime | None) -> str | None:
     if value is None:
         return None
@@ -329,6 +353,19 @@ def batch_change(job: JobRecord, spec: BatchSpec) -> JobRecord | None:
     if queue != job.queue:
         metadata.setdefault(ORIGINAL_QUEUE_KEY, job.queue)
     return attrs.evolve(job, priority=priority, queue=queue, metadata=metadata)
+
+
+def first_results(results: Sequence[ItemResult]) -> list[ItemResult]:
+    """The results an engine records, in input order: the first one given for each item
+    (a chunk recorded twice, or an item named twice, counts once). Of those that find their
+    item still pending, the last error given is the operation's ``last_error``."""
+    seen: set[int] = set()
+    first: list[ItemResult] = []
+    for result in results:
+        if result.job_id not in seen:
+            seen.add(result.job_id)
+            first.append(result)
+    return first
 
 
 # ------------------------------------------------------------------ the state machine

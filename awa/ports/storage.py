@@ -381,6 +381,10 @@ class StorageEngine(Protocol):
     # ------------------------------------------------------------------ batch operations
     # Targets and per-job changes are engine-specific; the control rows
     # (``awa.batch_operations`` / ``awa.batch_operation_items`` on Postgres) are shared.
+    # An operation id is a UUID in any spelling (answered in the one of
+    # ``batch_ops.parse_operation_id``; anything else raises ``ValidationError``). A runner
+    # step (add / start / record / finish) naming an operation that does not exist raises
+    # ``ValidationError`` (``batch_ops.operation_not_found``).
     async def count_batch_targets(self, filter: BatchFilter) -> int:
         """How many queued (available / scheduled) jobs match ``filter``."""
         ...
@@ -426,7 +430,8 @@ class StorageEngine(Protocol):
 
     async def next_batch_operation(self, *, runner: str) -> BatchOperation | None:
         """The oldest unfinished operation for the runner; a ``pending`` one becomes
-        ``scanning`` with ``started_at = now`` and ``runner_instance = runner``."""
+        ``scanning`` with ``started_at = now`` and ``runner_instance`` =
+        ``batch_ops.runner_instance(runner)`` (the runner's UUID, or ``None``)."""
         ...
 
     async def add_batch_items(self, op_id: str, job_ids: Sequence[int]) -> BatchOperation:
@@ -445,8 +450,10 @@ class StorageEngine(Protocol):
     async def record_batch_items(
         self, op_id: str, results: Sequence[ItemResult], *, cursor: dict[str, Any]
     ) -> BatchOperation:
-        """Mark items done and add them to the processed / skipped / errored counts (the
-        last error is kept); returns the operation as it now is (a cancel may be waiting)."""
+        """Mark items done and add them to the processed / skipped / errored counts;
+        returns the operation as it now is (a cancel may be waiting). Only the first result
+        given for an item counts (``batch_ops.first_results``), and only for an item still
+        pending; of those, the last error given becomes ``last_error``."""
         ...
 
     async def finish_batch_operation(

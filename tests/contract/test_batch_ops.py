@@ -4,7 +4,8 @@ records and the runner."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
@@ -24,6 +25,7 @@ from awa.domain.batch_ops import (
     ItemOutcome,
     ItemResult,
 )
+from awa.domain.errors import ValidationError
 from awa.domain.states import JobState
 from awa.entrypoints.routing import open_postgres_routing
 from awa.runtime.batch_runner import BatchRunner
@@ -252,6 +254,97 @@ async def test_control_records_follow_the_operation(engine: EngineHandle) -> Non
     assert await e.purge_batch_operations(before=engine.clock.now()) == 1
     assert await e.get_batch_operation(op.id) is None
     assert [o.id for o in await e.list_batch_operations()] == [second.id]
+
+
+async def test_an_unknown_or_malformed_operation_id_is_answered_alike(
+    engine: EngineHandle,
+) -> None:
+    e = engine.engine
+    job = await enqueue(engine)
+    unknown = "00000000-0000-4000-8000-00000000dead"
+    assert await e.get_batch_operation(unknown) is None
+    assert await e.cancel_batch_operation(unknown) is None
+    assert await e.pending_batch_items(unknown, limit=10) == []
+    steps: dict[str, Callable[[str], Awaitable[object]]] = {
+        "add": lambda op_id: e.add_batch_items(op_id, [job.id]),
+        "add nothing": lambda op_id: e.add_batch_items(op_id, []),
+        "start": lambda op_id: e.start_batch_running(op_id, cursor={}),
+        "record": lambda op_id: e.record_batch_items(
+            op_id, [ItemResult(job.id, ItemOutcome.PROCESSED)], cursor={}
+        ),
+        "finish": lambda op_id: e.finish_batch_operation(
+            op_id, state=BatchOpState.COMPLETED, retention=DEFAULT_RETENTION
+        ),
+    }
+    for name, step in steps.items():
+        with pytest.raises(ValidationError, match="batch operation not found") as found:
+            await step(unknown)
+        assert found.value.field == "operation_id", name
+    reads: dict[str, Callable[[str], Awaitable[object]]] = {
+        "get": lambda op_id: e.get_batch_operation(op_id),
+        "cancel": lambda op_id: e.cancel_batch_operation(op_id),
+        "pending": lambda op_id: e.pending_batch_items(op_id, limit=10),
+    }
+    for call in {**steps, **reads}.values():
+        with pytest.raises(ValidationError, match="invalid batch operation id"):
+            await call("not-an-id")
+        with pytest.raises(ValidationError, match="invalid batch operation id"):
+            await call("")
+    assert await e.list_batch_operations() == []
+
+
+async def test_an_operation_id_is_found_in_any_spelling(engine: EngineHandle) -> None:
+    e = engine.engine
+    op = await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
+    assert str(uuid.UUID(op.id)) == op.id
+    assert await e.get_batch_operation(op.id.upper()) == op
+    await e.next_batch_operation(runner="runner")
+    added = await e.add_batch_items(op.id.upper(), [5])
+    assert added.id == op.id
+    assert await e.pending_batch_items(op.id.upper(), limit=10) == [5]
+
+
+@pytest.mark.parametrize(
+    ("runner", "recorded"),
+    [
+        ("00000000-0000-4000-8000-0000000000AB", "00000000-0000-4000-8000-0000000000ab"),
+        ("", None),
+        ("leader-1", None),
+    ],
+)
+async def test_the_runner_instance_is_a_uuid_or_nothing(
+    engine: EngineHandle, runner: str, recorded: str | None
+) -> None:
+    e = engine.engine
+    await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
+    began = await e.next_batch_operation(runner=runner)
+    assert began is not None and began.runner_instance == recorded
+    assert await e.get_batch_operation(began.id) == began
+
+
+async def test_recorded_results_count_once_per_item_and_keep_the_last_error_given(
+    engine: EngineHandle,
+) -> None:
+    e = engine.engine
+    op = await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
+    await e.next_batch_operation(runner="runner")
+    await e.add_batch_items(op.id, [1, 2, 3])
+    await e.start_batch_running(op.id, cursor={})
+    results = [
+        ItemResult(3, ItemOutcome.ERRORED, "third"),
+        ItemResult(1, ItemOutcome.ERRORED, "first"),
+        # named again: the first result given for the item is the one that counts
+        ItemResult(3, ItemOutcome.PROCESSED),
+        ItemResult(1, ItemOutcome.ERRORED, "first again"),
+    ]
+    recorded = await e.record_batch_items(op.id, results, cursor={})
+    assert (recorded.processed, recorded.skipped, recorded.errored) == (0, 0, 2)
+    assert recorded.last_error == "first"
+    assert await e.pending_batch_items(op.id, limit=10) == [2]
+    later = [ItemResult(2, ItemOutcome.PROCESSED), ItemResult(3, ItemOutcome.ERRORED, "late")]
+    again = await e.record_batch_items(op.id, later, cursor={})
+    # item 3 was recorded already: its late error counts for nothing
+    assert (again.processed, again.errored, again.last_error) == (1, 2, "first")
 
 
 async def _run(handle: EngineHandle, runner: BatchRunner) -> None:

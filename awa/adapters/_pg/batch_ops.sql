@@ -63,8 +63,11 @@ WHERE id = %(id)s
 RETURNING *
 
 -- name: add_items
+-- Nothing for an operation that does not exist (the caller then reads no row).
 INSERT INTO awa.batch_operation_items (operation_id, job_id)
-SELECT %(id)s, unnest(%(job_ids)s::bigint[])
+SELECT o.id, job_id
+FROM awa.batch_operations AS o, unnest(%(job_ids)s::bigint[]) AS job_id
+WHERE o.id = %(id)s
 ON CONFLICT DO NOTHING
 
 -- name: start_running
@@ -83,24 +86,25 @@ ORDER BY job_id
 LIMIT %(limit)s
 
 -- name: record_items
--- Only items still pending count, so a chunk recorded twice counts once.
+-- One result per item (awa.domain.batch_ops.first_results); only items still pending count,
+-- so a chunk recorded twice counts once. The last error is the last one given.
 WITH input AS (
     SELECT * FROM unnest(%(job_ids)s::bigint[], %(outcomes)s::text[], %(errors)s::text[])
-        AS t(job_id, outcome, error)
+        WITH ORDINALITY AS t(job_id, outcome, error, ord)
 ),
 marked AS (
     UPDATE awa.batch_operation_items AS i
     SET state = input.outcome, error = input.error, processed_at = %(now)s
     FROM input
     WHERE i.operation_id = %(id)s AND i.job_id = input.job_id AND i.state = 'pending'
-    RETURNING i.state, i.error, i.job_id
+    RETURNING i.state, i.error, input.ord
 )
 UPDATE awa.batch_operations AS o
 SET processed = o.processed + (SELECT count(*) FROM marked WHERE state = 'processed'),
     skipped = o.skipped + (SELECT count(*) FROM marked WHERE state = 'skipped'),
     errored = o.errored + (SELECT count(*) FROM marked WHERE state = 'errored'),
     last_error = coalesce(
-        (SELECT error FROM marked WHERE error IS NOT NULL ORDER BY job_id DESC LIMIT 1),
+        (SELECT error FROM marked WHERE error IS NOT NULL ORDER BY ord DESC LIMIT 1),
         o.last_error
     ),
     cursor = %(cursor)s,

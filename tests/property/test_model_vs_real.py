@@ -44,6 +44,7 @@ from awa.domain.policies import Backoff
 from awa.domain.states import JobState
 from awa.ports.maintenance import RingMaintenance
 from awa.ports.storage import Ack, DlqFilter, JobFilter, Rescued, StorageEngine
+from tests.property._mvr_batch import BatchBook, BatchRules, forget_batch_operations
 from tests.support.engines import CONTRACT_BACKOFF, ENGINES, EngineHandle
 
 T = TypeVar("T")
@@ -99,7 +100,7 @@ def _normalize_job(job: JobRecord, id_map: Callable[[int], int]) -> dict[str, An
     return data
 
 
-class ModelVsReal(RuleBasedStateMachine):
+class ModelVsReal(BatchRules, RuleBasedStateMachine):
     pair: Pair  # set on the subclass built per test
 
     def __init__(self) -> None:
@@ -113,6 +114,9 @@ class ModelVsReal(RuleBasedStateMachine):
         self.leases: list[tuple[RunLease, RunLease]] = []
         # callback ids ever registered (resolving a settled one must fail alike)
         self.callbacks: list[str] = []
+        # batch operations submitted (neither engine's reset forgets them)
+        self.batch = BatchBook()
+        forget_batch_operations(self.p)
 
     # ------------------------------------------------------------------ helpers
     def _mid(self, real_id: int) -> int:

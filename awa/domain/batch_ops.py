@@ -7,7 +7,7 @@ from __future__ import annotations
 import enum
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -43,7 +43,8 @@ class BatchOpKind(enum.StrEnum):
 
 class BatchOpState(enum.StrEnum):
     """``pending -> scanning -> running -> completed``; a cancel request goes through
-    ``cancelling`` to ``cancelled``; an unexpected error ends in ``failed``."""
+    ``cancelling`` to ``cancelled``; an unexpected error ends in ``failed``. The final
+    states are absorbing (:func:`may_move`)."""
 
     PENDING = "pending"
     SCANNING = "scanning"
@@ -369,6 +370,38 @@ def first_results(results: Sequence[ItemResult]) -> list[ItemResult]:
 
 
 # ------------------------------------------------------------------ the state machine
+
+
+#: The moves an unfinished operation's state may make besides staying where it is: claimed
+#: by a runner, asked to cancel, its scan ended, finished (any final state: the runner
+#: fails an operation wherever it is). A final state has none.
+_MOVES: Mapping[BatchOpState, frozenset[BatchOpState]] = {
+    BatchOpState.PENDING: frozenset({BatchOpState.SCANNING, BatchOpState.CANCELLING})
+    | FINAL_STATES,
+    BatchOpState.SCANNING: frozenset({BatchOpState.RUNNING, BatchOpState.CANCELLING})
+    | FINAL_STATES,
+    BatchOpState.RUNNING: frozenset({BatchOpState.CANCELLING}) | FINAL_STATES,
+    BatchOpState.CANCELLING: FINAL_STATES,
+}
+
+
+def may_move(current: BatchOpState, target: BatchOpState) -> bool:
+    """Whether a step may take an operation in ``current`` to ``target`` (and write it).
+
+    An unfinished operation may stay where it is (items added or recorded, a scan ended
+    twice) or make one of the moves of its state. A final state is absorbing: nothing
+    leaves it and no step writes to it, so a late step of a leader that has lost the lead
+    (another finished the operation meanwhile) changes nothing."""
+    if current.is_final:
+        return False
+    return target == current or target in _MOVES[current]
+
+
+def step_states(step: Callable[[BatchOpState], BatchOpState]) -> frozenset[BatchOpState]:
+    """The states in which a step taking an operation from ``s`` to ``step(s)`` may write
+    it (:func:`may_move`): the guard an engine puts on the operation's state, in the same
+    statement as the write."""
+    return frozenset(s for s in BatchOpState if may_move(s, step(s)))
 
 
 def cancel_requested(state: BatchOpState) -> BatchOpState | None:

@@ -475,6 +475,40 @@ class BatchRules:
         )
         _settle(self, ref)
 
+    @precondition(lambda self: bool(self.batch.live()))
+    @rule(data=st.data(), call=st.sampled_from(["add", "start"]))
+    def batch_late_scan(self: BatchMachine, data: st.DataObject, call: str) -> None:
+        """A scan step of a leader that lost the lock meanwhile, on any operation (pending,
+        mid-run, finished): a page of jobs added to its items, or its scan ended. A finished
+        operation (and, for the end of a scan, one no runner has claimed) stays as it is;
+        one is picked as often as any other when there is one."""
+        live = self.batch.live()
+        finished = [ref for ref in live if ref.state.is_final]
+        refs = st.sampled_from(live)
+        ref = data.draw(refs | st.sampled_from(finished) if finished else refs, label="operation")
+        picked: list[int] = []
+        if self.model_ids:
+            picked = data.draw(st.lists(st.sampled_from(self.model_ids), max_size=3), label="jobs")
+        if call == "add":
+            model, _ = _same(
+                self,
+                lambda engine, real: engine.add_batch_items(
+                    ref.pick(real), [self._real_id(i) for i in picked] if real else picked
+                ),
+                label="late add",
+            )
+            if model.error is None and not model.value.state.is_final:
+                ref.items.update(picked)
+        else:
+            _same(
+                self,
+                lambda engine, real: engine.start_batch_running(
+                    ref.pick(real), cursor={"after_job_id": 0, "max_job_id": ref.scan_after[real]}
+                ),
+                label="late start",
+            )
+        _settle(self, ref)
+
     @precondition(lambda self: bool(self.batch.ops))
     @rule(data=st.data())
     def batch_cancel(self: BatchMachine, data: st.DataObject) -> None:
@@ -502,7 +536,8 @@ class BatchRules:
         retention: timedelta,
     ) -> None:
         """Finish any operation in any final state: an unfinished one as the runner does
-        when it fails (or when it stops), a finished one a second time."""
+        when it fails (or when it stops), a finished one a second time (which changes
+        nothing: its first finish stands)."""
         ref = _draw_ref(data, self.batch.live())
         _finish(self, ref, state, last_error=error, retention=retention, label="finish")
         _settle(self, ref)

@@ -25,6 +25,7 @@ from awa.domain.batch_ops import (
     BatchOpState,
     BatchSpec,
     ItemResult,
+    after_scan,
     cancel_requested,
     first_results,
     operation_not_found,
@@ -33,6 +34,7 @@ from awa.domain.batch_ops import (
     parse_operation_id,
     parse_spec,
     runner_instance,
+    step_states,
 )
 from awa.ports.clock import Clock
 
@@ -67,6 +69,16 @@ def target_params(filter: BatchFilter) -> dict[str, Any]:
         "created_gte": filter.created_at_gte,
         "created_lt": filter.created_at_lt,
     }
+
+
+def _states(states: frozenset[BatchOpState]) -> list[str]:
+    return sorted(str(s) for s in states)
+
+
+#: The states an add or a record may write an operation in (it keeps its state).
+_STAYING = _states(step_states(lambda state: state))
+#: The states a scan may end in (``batch_ops.after_scan``).
+_SCANNED = _states(step_states(after_scan))
 
 
 def _uuid(op_id: str) -> uuid.UUID:
@@ -114,6 +126,16 @@ class PgBatchControl:
         if op is None:
             raise operation_not_found(str(params["id"]))
         return op
+
+    async def _op_as_it_is(self, op_uuid: uuid.UUID) -> BatchOperation:
+        """The operation a guarded step did not write (finished, or not there)."""
+        return await self._op_required("get_op", {"id": op_uuid})
+
+    async def _op_guarded(self, name: str, params: dict[str, Any]) -> BatchOperation:
+        """A step whose statement writes the operation only in the states its guard names;
+        otherwise the operation as it is."""
+        op = await self._op_statement(name, params)
+        return await self._op_as_it_is(params["id"]) if op is None else op
 
     async def create_batch_operation(
         self, *, spec: BatchSpec, filter: BatchFilter, submitted_by: str | None = None
@@ -195,18 +217,17 @@ class PgBatchControl:
     async def add_batch_items(self, op_id: str, job_ids: Sequence[int]) -> BatchOperation:
         op_uuid = _uuid(op_id)
         async with translated_errors(), self._pool.connection() as conn:
-            await conn.execute(_q("add_items"), {"id": op_uuid, "job_ids": list(job_ids)})
-            cur = await conn.execute(_q("get_op"), {"id": op_uuid})
-            row = await cur.fetchone()
-        if row is None:
-            raise operation_not_found(str(op_uuid))
-        return op_from_row(row)
+            await conn.execute(
+                _q("add_items"), {"id": op_uuid, "job_ids": list(job_ids), "states": _STAYING}
+            )
+        return await self._op_as_it_is(op_uuid)
 
     async def start_batch_running(self, op_id: str, *, cursor: dict[str, Any]) -> BatchOperation:
-        return await self._op_required(
+        return await self._op_guarded(
             "start_running",
             {
                 "id": _uuid(op_id),
+                "states": _SCANNED,
                 "cancelling": str(BatchOpState.CANCELLING),
                 "running": str(BatchOpState.RUNNING),
                 "cursor": Jsonb(cursor),
@@ -226,10 +247,11 @@ class PgBatchControl:
         self, op_id: str, results: Sequence[ItemResult], *, cursor: dict[str, Any]
     ) -> BatchOperation:
         first = first_results(results)
-        return await self._op_required(
+        return await self._op_guarded(
             "record_items",
             {
                 "id": _uuid(op_id),
+                "states": _STAYING,
                 "job_ids": [r.job_id for r in first],
                 "outcomes": [str(r.outcome) for r in first],
                 "errors": [r.error for r in first],
@@ -246,14 +268,23 @@ class PgBatchControl:
         last_error: str | None = None,
         retention: timedelta,
     ) -> BatchOperation:
+        op_uuid = _uuid(op_id)
         now = self._clock.now()
-        return await self._op_required(
-            "finish_op",
-            {
-                "id": _uuid(op_id),
-                "state": str(state),
-                "last_error": last_error,
-                "now": now,
-                "retention_until": now + retention,
-            },
-        )
+        async with translated_errors(), self._pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                _q("finish_op"),
+                {
+                    "id": op_uuid,
+                    "states": _states(step_states(lambda _: state)),
+                    "state": str(state),
+                    "last_error": last_error,
+                    "now": now,
+                    "retention_until": now + retention,
+                },
+            )
+            if await cur.fetchone() is not None:
+                cur = await conn.execute(_q("sweep_items"), {"id": op_uuid, "now": now})
+                row = await cur.fetchone()
+                assert row is not None
+                return op_from_row(row)
+        return await self._op_as_it_is(op_uuid)

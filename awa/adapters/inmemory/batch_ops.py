@@ -24,6 +24,7 @@ from awa.domain.batch_ops import (
     batch_change,
     cancel_requested,
     first_results,
+    may_move,
     operation_not_found,
     parse_operation_id,
     runner_instance,
@@ -154,6 +155,8 @@ class BatchOps(EngineBase):
 
     async def add_batch_items(self, op_id: str, job_ids: Sequence[int]) -> BatchOperation:
         op = self._op(op_id)
+        if not may_move(op.state, op.state):
+            return op
         items = self._batch_items.setdefault(op.id, {})
         for job_id in job_ids:
             items.setdefault(job_id, _PENDING)
@@ -161,8 +164,11 @@ class BatchOps(EngineBase):
 
     async def start_batch_running(self, op_id: str, *, cursor: dict[str, Any]) -> BatchOperation:
         op = self._op(op_id)
+        target = after_scan(op.state)
+        if not may_move(op.state, target):
+            return op
         total = len(self._batch_items.get(op.id, {}))
-        return self._put(op, state=after_scan(op.state), total_matched=total, cursor=cursor)
+        return self._put(op, state=target, total_matched=total, cursor=cursor)
 
     async def pending_batch_items(self, op_id: str, *, limit: int) -> list[int]:
         self._read()
@@ -173,6 +179,8 @@ class BatchOps(EngineBase):
         self, op_id: str, results: Sequence[ItemResult], *, cursor: dict[str, Any]
     ) -> BatchOperation:
         op = self._op(op_id)
+        if not may_move(op.state, op.state):
+            return op
         items = self._batch_items.setdefault(op.id, {})
         counts = {ItemOutcome.PROCESSED: 0, ItemOutcome.SKIPPED: 0, ItemOutcome.ERRORED: 0}
         last_error = op.last_error
@@ -201,6 +209,8 @@ class BatchOps(EngineBase):
         retention: timedelta,
     ) -> BatchOperation:
         op = self._op(op_id)
+        if not may_move(op.state, state):
+            return op
         items = self._batch_items.setdefault(op.id, {})
         left = [job_id for job_id, s in items.items() if s == _PENDING]
         for job_id in left:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -42,7 +43,8 @@ class BatchOpKind(enum.StrEnum):
 
 class BatchOpState(enum.StrEnum):
     """``pending -> scanning -> running -> completed``; a cancel request goes through
-    ``cancelling`` to ``cancelled``; an unexpected error ends in ``failed``."""
+    ``cancelling`` to ``cancelled``; an unexpected error ends in ``failed``. The final
+    states are absorbing (:func:`may_move`)."""
 
     PENDING = "pending"
     SCANNING = "scanning"
@@ -183,6 +185,29 @@ class ItemResult:
 
 
 # ------------------------------------------------------------------ parsing
+
+
+def parse_operation_id(value: Any) -> str:
+    """The one spelling of an operation id (a UUID, lower case with hyphens) that every
+    engine stores and answers with; ``ValidationError`` for anything that is not a UUID."""
+    try:
+        return str(uuid.UUID(value))
+    except (ValueError, TypeError, AttributeError):
+        raise ValidationError("operation_id", f"invalid batch operation id: {value!r}") from None
+
+
+def operation_not_found(op_id: str) -> ValidationError:
+    """The error of a call naming an operation that does not exist (any more)."""
+    return ValidationError("operation_id", f"batch operation not found: {op_id}")
+
+
+def runner_instance(runner: str) -> str | None:
+    """What an operation records as its runner: the runtime's id when it is a UUID (in the
+    one spelling of :func:`parse_operation_id`), else nothing."""
+    try:
+        return str(uuid.UUID(runner))
+    except (ValueError, TypeError, AttributeError):
+        return None
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -331,7 +356,52 @@ def batch_change(job: JobRecord, spec: BatchSpec) -> JobRecord | None:
     return attrs.evolve(job, priority=priority, queue=queue, metadata=metadata)
 
 
+def first_results(results: Sequence[ItemResult]) -> list[ItemResult]:
+    """The results an engine records, in input order: the first one given for each item
+    (a chunk recorded twice, or an item named twice, counts once). Of those that find their
+    item still pending, the last error given is the operation's ``last_error``."""
+    seen: set[int] = set()
+    first: list[ItemResult] = []
+    for result in results:
+        if result.job_id not in seen:
+            seen.add(result.job_id)
+            first.append(result)
+    return first
+
+
 # ------------------------------------------------------------------ the state machine
+
+
+#: The moves an unfinished operation's state may make besides staying where it is: claimed
+#: by a runner, asked to cancel, its scan ended, finished (any final state: the runner
+#: fails an operation wherever it is). A final state has none.
+_MOVES: Mapping[BatchOpState, frozenset[BatchOpState]] = {
+    BatchOpState.PENDING: frozenset({BatchOpState.SCANNING, BatchOpState.CANCELLING})
+    | FINAL_STATES,
+    BatchOpState.SCANNING: frozenset({BatchOpState.RUNNING, BatchOpState.CANCELLING})
+    | FINAL_STATES,
+    BatchOpState.RUNNING: frozenset({BatchOpState.CANCELLING}) | FINAL_STATES,
+    BatchOpState.CANCELLING: FINAL_STATES,
+}
+
+
+def may_move(current: BatchOpState, target: BatchOpState) -> bool:
+    """Whether a step may take an operation in ``current`` to ``target`` (and write it).
+
+    An unfinished operation may stay where it is (items added or recorded, a scan ended
+    twice) or make one of the moves of its state. A final state is absorbing: nothing
+    leaves it and no step writes to it, so a late step of a leader that has lost the lead
+    (another finished the operation meanwhile) changes nothing."""
+    if current.is_final:
+        return False
+    return target == current or target in _MOVES[current]
+
+
+def step_states(step: Callable[[BatchOpState], BatchOpState]) -> frozenset[BatchOpState]:
+    """The states in which a step taking an operation from ``s`` to ``step(s)`` may write
+    it (:func:`may_move`): the guard an engine puts on the operation's state, in the same
+    statement as the write."""
+    return frozenset(s for s in BatchOpState if may_move(s, step(s)))
 
 
 def cancel_requested(state: BatchOpState) -> BatchOpState | None:

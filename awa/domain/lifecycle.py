@@ -423,6 +423,11 @@ def drain(now: datetime) -> Transition:
     return cancel(now, applies_to=DRAINABLE_STATES)
 
 
+def operator_retry_applies(state: JobState) -> bool:
+    """Whether an operator's retry changes a job in ``state`` (see :func:`operator_retry`)."""
+    return state in TERMINAL_STATES or state in DEFERRED_STATES or state == JobState.WaitingExternal
+
+
 def operator_retry(state: JobState, now: datetime) -> Transition | None:
     """An operator retries a job in ``state``: a finalized job starts over (``available``
     now, a fresh attempt budget, no longer finalized, its errors kept); a deferred job

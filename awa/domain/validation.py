@@ -285,7 +285,16 @@ def json_dumps(field: str, value: Any) -> str:
 
 #: The queue-storage schema the migrations own; its ring sizes are fixed.
 DEFAULT_QUEUE_STORAGE_SCHEMA = "awa"
-DEFAULT_SLOT_COUNTS = {"queue_slot_count": 16, "lease_slot_count": 8, "claim_slot_count": 8}
+#: The default ring sizes: queue slots, lease slots and claim slots (the migrations build
+#: the default schema ``awa`` with these).
+QUEUE_SLOT_COUNT = 16
+LEASE_SLOT_COUNT = 8
+CLAIM_SLOT_COUNT = 8
+DEFAULT_SLOT_COUNTS = {
+    "queue_slot_count": QUEUE_SLOT_COUNT,
+    "lease_slot_count": LEASE_SLOT_COUNT,
+    "claim_slot_count": CLAIM_SLOT_COUNT,
+}
 
 
 def validate_slot_counts(schema: str | None, counts: dict[str, int], *, prefix: str = "") -> None:

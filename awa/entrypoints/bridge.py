@@ -23,7 +23,7 @@ from awa.entrypoints.args import (
     parse_run_at,
     serialize_args,
 )
-from awa.runtime import tracing
+from awa.runtime import metrics, tracing
 
 NUL_MESSAGE = "Job args must not contain null bytes (\\u0000): Postgres JSONB does not support them"
 
@@ -95,6 +95,18 @@ def _prepare(
     }
 
 
+def _counted(conn: Any, driver: str, row: dict[str, Any]) -> dict[str, Any]:
+    """Count the job in ``awa.job.inserted`` when the caller's transaction commits, as
+    the client counts its own transactions. Where the driver cannot report the commit
+    (psycopg or asyncpg inside an open transaction) the job is not counted; the queue
+    depth gauges still see it."""
+    instruments = metrics.instruments()
+    if instruments is not None:
+        pair = (str(row["queue"]), str(row["kind"]))
+        insert_compat.when_committed(conn, driver, lambda: instruments.inserted([pair]))
+    return row
+
+
 async def insert_job(
     conn: Any,
     args: Any,
@@ -126,7 +138,7 @@ async def insert_job(
     )
     driver = insert_compat.driver_of(conn)
     if driver in insert_compat.ASYNC_DRIVERS:
-        return await insert_compat.insert_async(conn, driver, values)
+        return _counted(conn, driver, await insert_compat.insert_async(conn, driver, values))
     raise TypeError(
         "insert_job() requires an async connection; use insert_job_sync() for sync "
         f"psycopg, SQLAlchemy or Django connections. Got: {type(conn).__qualname__}"
@@ -161,7 +173,7 @@ def insert_job_sync(
     )
     driver = insert_compat.driver_of(conn)
     if driver in insert_compat.SYNC_DRIVERS:
-        return insert_compat.insert_sync(conn, driver, values)
+        return _counted(conn, driver, insert_compat.insert_sync(conn, driver, values))
     raise TypeError(
         "insert_job_sync() requires a sync connection; use insert_job() for asyncpg, "
         f"psycopg async or SQLAlchemy async connections. Got: {type(conn).__qualname__}"

@@ -15,7 +15,7 @@ from awa.domain.callbacks import (
 from awa.domain.errors import ValidationError
 from awa.domain.job import DlqEntry as DlqRecord
 from awa.domain.job import JobRecord
-from awa.domain.states import TERMINAL_STATES
+from awa.domain.states import TERMINAL_STATES, JobState
 from awa.entrypoints import cel, payloads
 from awa.entrypoints.args import parse_run_at
 from awa.entrypoints.client_core import ClientCore, not_found
@@ -326,13 +326,26 @@ class AdminMixin(ClientCore):
         error: str | None = None,
         expression: str | None = None,
     ) -> Job[Any]:
-        record = await (await self._engine()).resolve_callback(
+        engine = await self._engine()
+        record = await engine.resolve_callback(
             _callback_id(callback_id),
             action=action,
             payload=payload,
             error=error,
             expression=expression,
         )
+        if action == "fail" and record.state is JobState.Failed:
+            # The engine moved the job into the DLQ if its queue has it enabled; the
+            # entry names the reason. Read only when metrics record.
+            entry = await engine.get_dlq(record.id) if metrics.instruments() is not None else None
+            if entry is not None and entry.original_run_lease == record.run_lease:
+                _count_dlq(
+                    "awa.job.dlq_moved",
+                    1,
+                    queue=record.queue,
+                    kind=record.kind,
+                    reason=entry.reason,
+                )
         return Job(record)
 
     async def complete_external(

@@ -17,7 +17,13 @@ from awa.domain.descriptors import Descriptor
 from awa.domain.errors import AwaError
 from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, JobRecord
 from awa.domain.schema import schema_compatible
-from awa.domain.validation import validate_number
+from awa.domain.stripes import DEFAULT_QUEUE_STRIPES
+from awa.domain.validation import (
+    CLAIM_SLOT_COUNT,
+    LEASE_SLOT_COUNT,
+    QUEUE_SLOT_COUNT,
+    validate_number,
+)
 from awa.entrypoints import bootstrap, telemetry
 from awa.entrypoints.args import kind_for_type, rebuild_args
 from awa.entrypoints.client_admin import AdminMixin
@@ -227,10 +233,10 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         callback_rescue_interval_ms: int | None = None,
         terminal_count_rollup_interval_ms: int | None = None,
         queue_storage_schema: str | None = None,
-        queue_storage_queue_slot_count: int = 16,
-        queue_storage_lease_slot_count: int = 8,
-        queue_storage_claim_slot_count: int = 8,
-        queue_storage_queue_stripe_count: int = 1,
+        queue_storage_queue_slot_count: int = QUEUE_SLOT_COUNT,
+        queue_storage_lease_slot_count: int = LEASE_SLOT_COUNT,
+        queue_storage_claim_slot_count: int = CLAIM_SLOT_COUNT,
+        queue_storage_queue_stripe_count: int = DEFAULT_QUEUE_STRIPES,
         queue_storage_queue_rotate_interval_ms: int = 1000,
         queue_storage_lease_rotate_interval_ms: int = 250,
         queue_storage_claim_rotate_interval_ms: int | None = None,
@@ -352,8 +358,8 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         self,
         *,
         schema: str = "awa",
-        queue_slot_count: int = 16,
-        lease_slot_count: int = 8,
+        queue_slot_count: int = QUEUE_SLOT_COUNT,
+        lease_slot_count: int = LEASE_SLOT_COUNT,
         reset: bool = False,
     ) -> None:
         """As :meth:`ClientCore.install_queue_storage`, refused while this client's worker

@@ -5,7 +5,6 @@ executes it (``awa.runtime.batch_runner``)."""
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
 from typing import Any, cast
 
@@ -15,7 +14,9 @@ from awa.domain.batch_ops import (
     BatchOpState,
     BatchSpec,
     check_applicable,
+    operation_not_found,
     parse_filter,
+    parse_operation_id,
     parse_spec,
     require_scope,
 )
@@ -60,15 +61,6 @@ def operation_dict(op: BatchRecord) -> BatchOperation:
         retention_until=_utc(op.retention_until),
         updated_at=cast(str, _utc(op.updated_at)),
     )
-
-
-def _operation_id(operation_id: str) -> str:
-    try:
-        return str(uuid.UUID(operation_id))
-    except (ValueError, TypeError, AttributeError):
-        raise ValidationError(
-            "operation_id", f"invalid batch operation id: {operation_id!r}"
-        ) from None
 
 
 def _parse(
@@ -187,16 +179,16 @@ class BatchOpsMixin(ClientCore):
 
     async def get_batch_operation(self, operation_id: str) -> BatchOperation:
         """One operation by id; ``ValidationError`` if there is none."""
-        op_id = _operation_id(operation_id)
+        op_id = parse_operation_id(operation_id)
         op = await (await self._engine()).get_batch_operation(op_id)
         if op is None:
-            raise ValidationError("operation_id", f"batch operation not found: {op_id}")
+            raise operation_not_found(op_id)
         return operation_dict(op)
 
     async def cancel_batch_operation(self, operation_id: str) -> BatchOperation:
         """Ask an unfinished operation to stop; the runner ends it ``cancelled`` at its next
         chunk boundary (jobs already changed stay changed)."""
-        op_id = _operation_id(operation_id)
+        op_id = parse_operation_id(operation_id)
         op = await (await self._engine()).cancel_batch_operation(op_id)
         if op is None:
             raise ValidationError(

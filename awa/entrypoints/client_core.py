@@ -11,8 +11,12 @@ from awa.adapters.clock import SystemClock
 from awa.domain.errors import AwaError, DatabaseError, ValidationError
 from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
 from awa.domain.states import TERMINAL_STATES, JobState
-from awa.domain.stripes import validate_stripe_count
-from awa.domain.validation import validate_slot_counts
+from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, validate_stripe_count
+from awa.domain.validation import (
+    LEASE_SLOT_COUNT,
+    QUEUE_SLOT_COUNT,
+    validate_slot_counts,
+)
 from awa.entrypoints import bootstrap, payloads
 from awa.entrypoints.args import build_spec, build_specs, to_json_value, unique_key_for
 from awa.entrypoints.bootstrap import ClientEngine, Wiring
@@ -141,7 +145,7 @@ class ClientCore:
         run_at: Any | None = None,
         unique_opts: dict[str, Any] | None = None,
         ordering_key: bytes | str | None = None,
-        queue_storage_queue_stripe_count: int = 1,
+        queue_storage_queue_stripe_count: int = DEFAULT_QUEUE_STRIPES,
     ) -> Job[Any]:
         """Insert one job. ``run_at`` (any value) makes it ``scheduled``; ``unique_opts``
         raises ``UniqueConflict`` when a live job already holds the same key.
@@ -182,7 +186,7 @@ class ClientCore:
         unique_opts: dict[str, Any] | None = None,
         ordering_key: bytes | str | None = None,
         opts: list[dict[str, Any] | None] | None = None,
-        queue_storage_queue_stripe_count: int = 1,
+        queue_storage_queue_stripe_count: int = DEFAULT_QUEUE_STRIPES,
     ) -> list[Job[Any]]:
         """Bulk insert; jobs whose unique key is already held are skipped silently."""
         stripes = validate_stripe_count(queue_storage_queue_stripe_count)
@@ -222,7 +226,7 @@ class ClientCore:
         unique_opts: dict[str, Any] | None = None,
         ordering_key: bytes | str | None = None,
         opts: list[dict[str, Any] | None] | None = None,
-        queue_storage_queue_stripe_count: int = 1,
+        queue_storage_queue_stripe_count: int = DEFAULT_QUEUE_STRIPES,
     ) -> int:
         """Bulk insert on the fast path; returns how many jobs were inserted.
 
@@ -268,8 +272,8 @@ class ClientCore:
         self,
         *,
         schema: str = "awa",
-        queue_slot_count: int = 16,
-        lease_slot_count: int = 8,
+        queue_slot_count: int = QUEUE_SLOT_COUNT,
+        lease_slot_count: int = LEASE_SLOT_COUNT,
         reset: bool = False,
     ) -> None:
         """Install the queue-storage engine into ``schema`` (migrating first).
@@ -290,7 +294,11 @@ class ClientCore:
             await (await self._engine()).status(max_age=0.0)
 
     async def prepare_queue_storage_schema(
-        self, *, schema: str = "awa", queue_slot_count: int = 16, lease_slot_count: int = 8
+        self,
+        *,
+        schema: str = "awa",
+        queue_slot_count: int = QUEUE_SLOT_COUNT,
+        lease_slot_count: int = LEASE_SLOT_COUNT,
     ) -> None:
         """Build the queue-storage tables in ``schema`` ahead of a storage transition
         (idempotent)."""

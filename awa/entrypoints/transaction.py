@@ -19,7 +19,7 @@ from awa.domain.job import (
     JobRecord,
     JobSpec,
 )
-from awa.domain.stripes import validate_stripe_count
+from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, validate_stripe_count
 from awa.entrypoints.args import build_spec, build_specs
 from awa.entrypoints.job import Job
 from awa.ports.storage import UnitOfWork
@@ -43,7 +43,7 @@ class TransactionalEngine(Protocol):
         specs: Sequence[JobSpec],
         *,
         uow: UnitOfWork | None = None,
-        stripes: int = 1,
+        stripes: int = DEFAULT_QUEUE_STRIPES,
         validated: bool = False,
     ) -> list[JobRecord]: ...
 
@@ -153,7 +153,7 @@ class Transaction:
         run_at: Any = None,
         unique_opts: dict[str, Any] | None = None,
         ordering_key: bytes | str | None = None,
-        queue_storage_queue_stripe_count: int = 1,
+        queue_storage_queue_stripe_count: int = DEFAULT_QUEUE_STRIPES,
     ) -> Job[Any]:
         """Insert a job inside this transaction (it exists only if the transaction commits).
 
@@ -191,7 +191,7 @@ class Transaction:
         metadata: dict[str, Any] | None = None,
         run_at: Any = None,
         ordering_key: bytes | str | None = None,
-        queue_storage_queue_stripe_count: int = 1,
+        queue_storage_queue_stripe_count: int = DEFAULT_QUEUE_STRIPES,
     ) -> list[Job[Any]]:
         """Insert several jobs inside this transaction, in order (spread over the
         queue's stripes on queue storage when ``queue_storage_queue_stripe_count > 1``)."""

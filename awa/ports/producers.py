@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from awa.domain.job import JobRecord, JobSpec
+from awa.domain.stripes import DEFAULT_QUEUE_STRIPES
 from awa.ports.storage import UnitOfWork
 
 
@@ -73,20 +74,28 @@ class StripedProducer(Protocol):
         specs: Sequence[JobSpec],
         *,
         uow: UnitOfWork | None = None,
-        stripes: int = 1,
+        stripes: int = DEFAULT_QUEUE_STRIPES,
         validated: bool = False,
     ) -> list[JobRecord]:
         """:meth:`~awa.ports.storage.StorageEngine.enqueue_many` with stripes."""
         ...
 
     async def enqueue_many_skip_duplicates(
-        self, specs: Sequence[JobSpec], *, stripes: int = 1, validated: bool = False
+        self,
+        specs: Sequence[JobSpec],
+        *,
+        stripes: int = DEFAULT_QUEUE_STRIPES,
+        validated: bool = False,
     ) -> list[JobRecord]:
         """Enqueue ``specs``, skipping those whose unique key is already held."""
         ...
 
     async def enqueue_many_copy(
-        self, specs: Sequence[JobSpec], *, stripes: int = 1, validated: bool = False
+        self,
+        specs: Sequence[JobSpec],
+        *,
+        stripes: int = DEFAULT_QUEUE_STRIPES,
+        validated: bool = False,
     ) -> int:
         """Bulk insert on the fast path; jobs whose unique key is held are skipped.
         Returns how many were inserted. ``ValidationError`` where the route has no fast

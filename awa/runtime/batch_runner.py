@@ -6,7 +6,10 @@ applies the change one job at a time (each its own transaction, so a change neve
 behind a whole chunk) and records the outcomes chunk by chunk. Cancellation is looked at
 between chunks. A leader that dies mid-operation leaves it ``scanning`` or ``running``;
 the next leader picks it up where the items say (a change applied twice is a no-op: the
-job is already where the operation puts it, so it counts as skipped).
+job is already where the operation puts it, so it counts as skipped). Two leaders may
+overlap briefly (one losing the lock while it still works a step): a finished operation
+is final (``batch_ops.may_move``), so the late leader's steps change nothing of it, and
+it stops as soon as a step answers with the operation finished.
 """
 
 from __future__ import annotations
@@ -74,6 +77,10 @@ class BatchRunner:
             if op.state == BatchOpState.SCANNING:
                 op = await self._scan(op)
             while True:
+                if op.state.is_final:
+                    # Another leader finished it meanwhile; its finish stands.
+                    log.info("batch operation %s already %s", op.id, op.state)
+                    return True
                 ids = (
                     await self._engine.pending_batch_items(op.id, limit=self._chunk)
                     if op.state == BatchOpState.RUNNING
@@ -110,6 +117,8 @@ class BatchRunner:
             if page:
                 after = page[-1].id
                 op = await self._engine.add_batch_items(op.id, [job.id for job in page])
+            if op.state.is_final:
+                return op
             if len(page) < SCAN_PAGE or op.state == BatchOpState.CANCELLING:
                 break
         log.info("batch operation %s scanned (%s)", op.id, after_scan(op.state))
@@ -149,6 +158,9 @@ class BatchRunner:
         done = await self._engine.finish_batch_operation(
             op.id, state=state, retention=self._retention
         )
+        if done.state != state:
+            log.info("batch operation %s already %s", done.id, done.state)
+            return
         log.info(
             "batch operation %s %s %s: %s processed, %s skipped, %s errored of %s",
             done.id,

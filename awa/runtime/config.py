@@ -16,8 +16,13 @@ import attrs
 
 from awa._version import __version__
 from awa.domain.errors import ValidationError
-from awa.domain.stripes import validate_stripe_count
-from awa.domain.validation import DEFAULT_SLOT_COUNTS
+from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, validate_stripe_count
+from awa.domain.validation import (
+    CLAIM_SLOT_COUNT,
+    DEFAULT_SLOT_COUNTS,
+    LEASE_SLOT_COUNT,
+    QUEUE_SLOT_COUNT,
+)
 
 DEFAULT_INFERRED_WORKERS = 10
 DEFAULT_DICT_MAX_WORKERS = DEFAULT_INFERRED_WORKERS
@@ -102,7 +107,7 @@ class RuntimeConfig:
     version: str = __version__
     storage_transition_role: str = "auto"
     queue_storage_schema: str | None = None
-    queue_storage_queue_stripe_count: int = 1
+    queue_storage_queue_stripe_count: int = DEFAULT_QUEUE_STRIPES
     queue_storage_queue_rotate_interval: float = 1.0
     queue_storage_lease_rotate_interval: float = 0.25
 
@@ -382,10 +387,10 @@ def parse_start_args(
     callback_rescue_interval_ms: int | None = None,
     terminal_count_rollup_interval_ms: int | None = None,
     queue_storage_schema: str | None = None,
-    queue_storage_queue_slot_count: int = 16,
-    queue_storage_lease_slot_count: int = 8,
-    queue_storage_claim_slot_count: int = 8,
-    queue_storage_queue_stripe_count: int = 1,
+    queue_storage_queue_slot_count: int = QUEUE_SLOT_COUNT,
+    queue_storage_lease_slot_count: int = LEASE_SLOT_COUNT,
+    queue_storage_claim_slot_count: int = CLAIM_SLOT_COUNT,
+    queue_storage_queue_stripe_count: int = DEFAULT_QUEUE_STRIPES,
     queue_storage_queue_rotate_interval_ms: int = 1000,
     queue_storage_lease_rotate_interval_ms: int = 250,
     queue_storage_claim_rotate_interval_ms: int | None = None,

@@ -14,7 +14,7 @@ from anyio.abc import TaskStatus
 from awa.domain.channels import queue_channel
 from awa.domain.job import Claim
 from awa.domain.overrides import DispatchSettings, QueueOverrides, apply_overrides
-from awa.domain.stripes import stripe_queues
+from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, stripe_queues
 from awa.ports.notifier import Notifier
 from awa.ports.overrides import QueueOverrideStore
 from awa.ports.storage import StorageEngine, StripedClaimer
@@ -84,7 +84,7 @@ class QueueDispatcher:
         *,
         poll_interval: float,
         spawn: Spawn,
-        stripes: int = 1,
+        stripes: int = DEFAULT_QUEUE_STRIPES,
         override_refresh: float | None = None,
     ) -> None:
         self.config = config

@@ -224,6 +224,8 @@ class Executor:
                     type(outcome).__name__,
                     context.lease.lease,
                 )
+            elif not isinstance(outcome, _Release):
+                await self._observer.recorded(self._engine, context, outcome)
             return
 
     async def _apply(self, context: AttemptContext, outcome: Outcome | _Release) -> Ack:

@@ -27,6 +27,7 @@ from typing import Any
 
 from awa.domain.descriptors import Catalog, Descriptor
 from awa.domain.job import JobRecord, JobSpec
+from awa.runtime.outcome_log import TERMINAL_FAILURES
 
 try:
     from opentelemetry import metrics as otel_metrics
@@ -263,7 +264,7 @@ class Instruments:
         name = _COUNTER_OUTCOMES.get(outcome)
         if name is not None:
             key: Key = ((ATTR_QUEUE, queue), (ATTR_KIND, kind))
-            if outcome in ("failed", "exhausted", "unknown_kind"):
+            if outcome in TERMINAL_FAILURES:
                 key = (*key, (ATTR_TERMINAL, True))
             self.count(name, key)
         if self._duration_sampler.take():

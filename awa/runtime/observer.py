@@ -8,10 +8,11 @@ import logging
 from collections.abc import Iterator
 
 from awa.domain.outcomes import FailOutcome, Outcome
+from awa.ports.storage import StorageEngine
 from awa.runtime import metrics, tracing
 from awa.runtime.context import AttemptContext
 from awa.runtime.handlers import HandlerRegistry
-from awa.runtime.outcome_log import RELEASED, log_outcome, outcome_name
+from awa.runtime.outcome_log import RELEASED, TERMINAL_FAILURES, log_outcome, outcome_name
 
 log = logging.getLogger("awa.runtime.observer")
 
@@ -57,19 +58,45 @@ class AttemptObserver:
             # Reporting must never keep an outcome from being recorded.
             log.warning("reporting job %s's outcome failed", context.lease.job_id, exc_info=True)
 
+    async def recorded(
+        self, engine: StorageEngine, context: AttemptContext, outcome: Outcome
+    ) -> None:
+        """The engine applied ``outcome``. A job that ended failed may have gone into the
+        DLQ instead: the engine decides that from the queue's DLQ setting, so when
+        metrics record, read the entry and count ``awa.job.dlq_moved`` with its reason.
+        One read per terminal failure, none when metrics are off."""
+        instruments = self._instruments
+        if instruments is None or self._name(context, outcome) not in TERMINAL_FAILURES:
+            return
+        try:
+            entry = await engine.get_dlq(context.lease.job_id)
+        except Exception:
+            log.debug(
+                "job %s: DLQ read for the metrics failed", context.lease.job_id, exc_info=True
+            )
+            return
+        if entry is not None and entry.original_run_lease == context.lease.lease:
+            instruments.dlq(
+                "awa.job.dlq_moved",
+                1,
+                queue=context.queue,
+                kind=context.record.kind,
+                reason=entry.reason,
+            )
+
+    def _name(self, context: AttemptContext, outcome: Outcome | None) -> str:
+        record = context.record
+        return outcome_name(
+            record,
+            outcome,
+            unknown_kind=isinstance(outcome, FailOutcome) and record.kind not in self._handlers,
+        )
+
     def _report(
         self, context: AttemptContext, outcome: Outcome | None, duration: float, *, released: bool
     ) -> None:
         record = context.record
-        name = (
-            RELEASED
-            if released
-            else outcome_name(
-                record,
-                outcome,
-                unknown_kind=isinstance(outcome, FailOutcome) and record.kind not in self._handlers,
-            )
-        )
+        name = RELEASED if released else self._name(context, outcome)
         log_outcome(record, context.queue, outcome, name, duration, context.failure)
         instruments = self._instruments
         if instruments is not None:

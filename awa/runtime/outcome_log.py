@@ -61,6 +61,10 @@ UNKNOWN_KIND = "unknown_kind"
 RELEASED = "released"
 LOST = "lost"
 
+#: The outcomes that end a job as failed: terminally, on its last attempt, or for want of
+#: a handler. Where the queue has the DLQ enabled, the engine moves such a job into it.
+TERMINAL_FAILURES = frozenset({FAILED, EXHAUSTED, UNKNOWN_KIND})
+
 
 def outcome_name(record: JobRecord, outcome: Outcome | None, *, unknown_kind: bool) -> str:
     """The ``outcome`` field for an attempt that ended with ``outcome`` (``None``: the

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from awa.adapters.clock import SystemClock
 from awa.adapters.inmemory import InMemoryEngine
 from awa.domain.job import JobRecord, JobSpec
+from awa.domain.stripes import DEFAULT_QUEUE_STRIPES
 from awa.entrypoints.bootstrap import Wiring
 from awa.entrypoints.client_async import AsyncClient
 from awa.entrypoints.client_core import ClientCore
@@ -25,20 +26,28 @@ class _ClientMemoryEngine(InMemoryEngine):
         specs: Sequence[JobSpec],
         *,
         uow: UnitOfWork | None = None,
-        stripes: int = 1,
+        stripes: int = DEFAULT_QUEUE_STRIPES,
         validated: bool = False,
     ) -> list[JobRecord]:
         _one_stripe(stripes)
         return await super().enqueue_many(specs, uow=uow)
 
     async def enqueue_many_skip_duplicates(
-        self, specs: Sequence[JobSpec], *, stripes: int = 1, validated: bool = False
+        self,
+        specs: Sequence[JobSpec],
+        *,
+        stripes: int = DEFAULT_QUEUE_STRIPES,
+        validated: bool = False,
     ) -> list[JobRecord]:
         _one_stripe(stripes)
         return await super().enqueue_many_skip_duplicates(specs)
 
     async def enqueue_many_copy(
-        self, specs: Sequence[JobSpec], *, stripes: int = 1, validated: bool = False
+        self,
+        specs: Sequence[JobSpec],
+        *,
+        stripes: int = DEFAULT_QUEUE_STRIPES,
+        validated: bool = False,
     ) -> int:
         _one_stripe(stripes)
         return len(await super().enqueue_many(specs))

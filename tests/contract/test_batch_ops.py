@@ -4,9 +4,11 @@ records and the runner."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -15,17 +17,21 @@ from awa.adapters._pg import transition
 from awa.adapters.clock import ManualClock
 from awa.domain.batch_ops import (
     DEFAULT_RETENTION,
+    FINAL_STATES,
     ORIGINAL_PRIORITY_KEY,
     ORIGINAL_QUEUE_KEY,
     BatchFilter,
+    BatchOperation,
     BatchOpKind,
     BatchOpState,
     BatchSpec,
     ItemOutcome,
     ItemResult,
 )
+from awa.domain.errors import ValidationError
 from awa.domain.states import JobState
 from awa.entrypoints.routing import open_postgres_routing
+from awa.ports.storage import StorageEngine
 from awa.runtime.batch_runner import BatchRunner
 from tests.conftest import migrate_template
 from tests.contract._support import QUEUE, SECOND, claim_ids, claim_one, enqueue, fetch
@@ -254,6 +260,97 @@ async def test_control_records_follow_the_operation(engine: EngineHandle) -> Non
     assert [o.id for o in await e.list_batch_operations()] == [second.id]
 
 
+async def test_an_unknown_or_malformed_operation_id_is_answered_alike(
+    engine: EngineHandle,
+) -> None:
+    e = engine.engine
+    job = await enqueue(engine)
+    unknown = "00000000-0000-4000-8000-00000000dead"
+    assert await e.get_batch_operation(unknown) is None
+    assert await e.cancel_batch_operation(unknown) is None
+    assert await e.pending_batch_items(unknown, limit=10) == []
+    steps: dict[str, Callable[[str], Awaitable[object]]] = {
+        "add": lambda op_id: e.add_batch_items(op_id, [job.id]),
+        "add nothing": lambda op_id: e.add_batch_items(op_id, []),
+        "start": lambda op_id: e.start_batch_running(op_id, cursor={}),
+        "record": lambda op_id: e.record_batch_items(
+            op_id, [ItemResult(job.id, ItemOutcome.PROCESSED)], cursor={}
+        ),
+        "finish": lambda op_id: e.finish_batch_operation(
+            op_id, state=BatchOpState.COMPLETED, retention=DEFAULT_RETENTION
+        ),
+    }
+    for name, step in steps.items():
+        with pytest.raises(ValidationError, match="batch operation not found") as found:
+            await step(unknown)
+        assert found.value.field == "operation_id", name
+    reads: dict[str, Callable[[str], Awaitable[object]]] = {
+        "get": lambda op_id: e.get_batch_operation(op_id),
+        "cancel": lambda op_id: e.cancel_batch_operation(op_id),
+        "pending": lambda op_id: e.pending_batch_items(op_id, limit=10),
+    }
+    for call in {**steps, **reads}.values():
+        with pytest.raises(ValidationError, match="invalid batch operation id"):
+            await call("not-an-id")
+        with pytest.raises(ValidationError, match="invalid batch operation id"):
+            await call("")
+    assert await e.list_batch_operations() == []
+
+
+async def test_an_operation_id_is_found_in_any_spelling(engine: EngineHandle) -> None:
+    e = engine.engine
+    op = await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
+    assert str(uuid.UUID(op.id)) == op.id
+    assert await e.get_batch_operation(op.id.upper()) == op
+    await e.next_batch_operation(runner="runner")
+    added = await e.add_batch_items(op.id.upper(), [5])
+    assert added.id == op.id
+    assert await e.pending_batch_items(op.id.upper(), limit=10) == [5]
+
+
+@pytest.mark.parametrize(
+    ("runner", "recorded"),
+    [
+        ("00000000-0000-4000-8000-0000000000AB", "00000000-0000-4000-8000-0000000000ab"),
+        ("", None),
+        ("leader-1", None),
+    ],
+)
+async def test_the_runner_instance_is_a_uuid_or_nothing(
+    engine: EngineHandle, runner: str, recorded: str | None
+) -> None:
+    e = engine.engine
+    await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
+    began = await e.next_batch_operation(runner=runner)
+    assert began is not None and began.runner_instance == recorded
+    assert await e.get_batch_operation(began.id) == began
+
+
+async def test_recorded_results_count_once_per_item_and_keep_the_last_error_given(
+    engine: EngineHandle,
+) -> None:
+    e = engine.engine
+    op = await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
+    await e.next_batch_operation(runner="runner")
+    await e.add_batch_items(op.id, [1, 2, 3])
+    await e.start_batch_running(op.id, cursor={})
+    results = [
+        ItemResult(3, ItemOutcome.ERRORED, "third"),
+        ItemResult(1, ItemOutcome.ERRORED, "first"),
+        # named again: the first result given for the item is the one that counts
+        ItemResult(3, ItemOutcome.PROCESSED),
+        ItemResult(1, ItemOutcome.ERRORED, "first again"),
+    ]
+    recorded = await e.record_batch_items(op.id, results, cursor={})
+    assert (recorded.processed, recorded.skipped, recorded.errored) == (0, 0, 2)
+    assert recorded.last_error == "first"
+    assert await e.pending_batch_items(op.id, limit=10) == [2]
+    later = [ItemResult(2, ItemOutcome.PROCESSED), ItemResult(3, ItemOutcome.ERRORED, "late")]
+    again = await e.record_batch_items(op.id, later, cursor={})
+    # item 3 was recorded already: its late error counts for nothing
+    assert (again.processed, again.errored, again.last_error) == (1, 2, "first")
+
+
 async def _run(handle: EngineHandle, runner: BatchRunner) -> None:
     for _ in range(200):
         if not await runner.step():
@@ -308,3 +405,146 @@ async def test_a_cancelled_pending_operation_never_runs(engine: EngineHandle) ->
     assert done is not None and done.state == BatchOpState.CANCELLED
     assert done.total_matched is None and done.processed == 0
     assert (await fetch(engine, job.id)).priority == 2
+
+
+# ---------------------------------------------------------------- final states are final
+# Two maintenance leaders may overlap briefly (one losing the lock while it still finishes
+# a step): a late step on an operation the other has finished changes nothing of it.
+
+
+async def _finished(handle: EngineHandle, state: BatchOpState) -> BatchOperation:
+    """An operation run over items 1..3 (one processed), finished in ``state``."""
+    e = handle.engine
+    op = await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
+    began = await e.next_batch_operation(runner="runner")
+    assert began is not None and began.id == op.id
+    await e.add_batch_items(op.id, [1, 2, 3])
+    await e.start_batch_running(op.id, cursor={"after_job_id": 0, "max_job_id": 3})
+    await e.record_batch_items(
+        op.id, [ItemResult(1, ItemOutcome.PROCESSED)], cursor={"after_job_id": 1, "max_job_id": 3}
+    )
+    handle.clock.advance(1)
+    error = "RuntimeError: first" if state == BatchOpState.FAILED else None
+    done = await e.finish_batch_operation(
+        op.id, state=state, last_error=error, retention=DEFAULT_RETENTION
+    )
+    assert (done.state, done.processed, done.skipped, done.last_error) == (state, 1, 2, error)
+    handle.clock.advance(1)
+    return done
+
+
+async def test_a_finished_operation_is_not_finished_again(engine: EngineHandle) -> None:
+    e = engine.engine
+    for state in sorted(FINAL_STATES):
+        done = await _finished(engine, state)
+        for again in sorted(FINAL_STATES):
+            late = await e.finish_batch_operation(
+                done.id, state=again, last_error="RuntimeError: late", retention=timedelta(0)
+            )
+            assert late == done, (state, again)
+        assert await e.get_batch_operation(done.id) == done
+        assert await e.pending_batch_items(done.id, limit=10) == []
+
+
+async def test_a_late_start_leaves_a_finished_operation_as_it_is(engine: EngineHandle) -> None:
+    e = engine.engine
+    for state in sorted(FINAL_STATES):
+        done = await _finished(engine, state)
+        late = await e.start_batch_running(done.id, cursor={"after_job_id": 0, "max_job_id": 9})
+        assert late == done, state
+        assert await e.get_batch_operation(done.id) == done
+        assert await e.next_batch_operation(runner="runner") is None
+
+
+async def test_a_late_scan_page_adds_nothing_to_a_finished_operation(
+    engine: EngineHandle,
+) -> None:
+    e = engine.engine
+    for state in sorted(FINAL_STATES):
+        done = await _finished(engine, state)
+        assert await e.add_batch_items(done.id, [4, 5]) == done, state
+        assert await e.pending_batch_items(done.id, limit=10) == []
+        late = await e.record_batch_items(
+            done.id, [ItemResult(4, ItemOutcome.PROCESSED)], cursor={"after_job_id": 4}
+        )
+        assert late == done, state
+        assert await e.get_batch_operation(done.id) == done
+
+
+async def test_a_late_start_leaves_a_pending_operation_pending(engine: EngineHandle) -> None:
+    """Only a scan ends in ``running``: an operation no runner has claimed stays pending."""
+    e = engine.engine
+    op = await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
+    engine.clock.advance(1)
+    assert await e.start_batch_running(op.id, cursor={}) == op
+    began = await e.next_batch_operation(runner="runner")
+    assert began is not None and began.state == BatchOpState.SCANNING
+
+
+class _Meanwhile:
+    """The engine as a leader sees it while another leader finishes its operation: the
+    first ``step`` call made finishes the operation ``state`` (kept as ``finished``) a
+    second before it is answered."""
+
+    def __init__(self, handle: EngineHandle, step: str, state: BatchOpState) -> None:
+        self._engine = handle.engine
+        self._clock = handle.clock
+        self._step = step
+        self._state = state
+        self._op_id: str | None = None
+        self.finished: BatchOperation | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    async def next_batch_operation(self, *, runner: str) -> BatchOperation | None:
+        op = await self._engine.next_batch_operation(runner=runner)
+        if op is not None and self._op_id is None:
+            self._op_id = op.id
+        return op
+
+    async def _other_leader(self, name: str) -> None:
+        if name == self._step and self._op_id is not None and self.finished is None:
+            self.finished = await self._engine.finish_batch_operation(
+                self._op_id, state=self._state, retention=DEFAULT_RETENTION
+            )
+            self._clock.advance(1)
+
+    async def list_batch_targets(self, *args: Any, **kwargs: Any) -> list[Any]:
+        await self._other_leader("scan")
+        return await self._engine.list_batch_targets(*args, **kwargs)
+
+    async def apply_batch_change(self, job_id: int, spec: BatchSpec) -> ItemResult:
+        await self._other_leader("apply")
+        return await self._engine.apply_batch_change(job_id, spec)
+
+
+@pytest.mark.parametrize(
+    ("step", "state", "changed"),
+    [
+        ("scan", BatchOpState.CANCELLED, 0),
+        ("scan", BatchOpState.FAILED, 0),
+        # the chunk in hand is still applied; nothing after it
+        ("apply", BatchOpState.CANCELLED, 2),
+        ("apply", BatchOpState.COMPLETED, 2),
+    ],
+)
+async def test_a_leader_stops_on_an_operation_another_leader_finished(
+    engine: EngineHandle, step: str, state: BatchOpState, changed: int
+) -> None:
+    e = engine.engine
+    for _ in range(6):
+        await enqueue(engine)
+    op = await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
+    meanwhile = _Meanwhile(engine, step, state)
+    runner = BatchRunner(
+        cast(StorageEngine, meanwhile), runner_id="runner", chunk_size=2, parallelism=1
+    )
+    assert await runner.step()
+    assert not await runner.step()
+    done = await e.get_batch_operation(op.id)
+    assert done is not None and done == meanwhile.finished
+    assert (done.state, done.processed, done.last_error) == (state, 0, None)
+    assert await e.pending_batch_items(op.id, limit=10) == []
+    priorities = sorted(j.priority for j in await e.list_batch_targets(BatchFilter(), limit=10))
+    assert priorities == [2] * (6 - changed) + [4] * changed

@@ -10,6 +10,7 @@ import pytest
 
 from awa import migrate
 from awa.bridge import insert_job, insert_job_sync
+from tests.support.otel import Recorder, recording
 
 pytestmark = pytest.mark.postgres
 
@@ -34,6 +35,10 @@ def migrated(database_url: str) -> str:
     return database_url
 
 
+def _inserted(recorder: Recorder) -> float:
+    return recorder.total("awa.job.inserted")
+
+
 def _check_row(row: dict[str, Any], *, kind: str = "send_email") -> None:
     assert set(row) == {
         "id",
@@ -54,6 +59,14 @@ def _check_row(row: dict[str, Any], *, kind: str = "send_email") -> None:
 
 
 def test_psycopg_sync_commit_and_rollback(migrated: str) -> None:
+    with recording() as recorder, psycopg.connect(migrated, autocommit=True) as conn:
+        # With no transaction open the insert is committed at once, and counted.
+        insert_job_sync(conn, SendEmail("auto"), queue="counted")
+        assert recorder.total("awa.job.inserted", {"awa.job.queue": "counted"}) == 1
+        # Inside the caller's transaction psycopg reports no commit: not counted.
+        with conn.transaction():
+            insert_job_sync(conn, SendEmail("in-tx"), queue="counted")
+        assert _inserted(recorder) == 1
     with psycopg.connect(migrated) as conn:
         row = insert_job_sync(conn, SendEmail("a@b"), tags=["t"], metadata={"m": 1})
         _check_row(row)
@@ -97,6 +110,9 @@ async def test_asyncpg_transaction(migrated: str) -> None:
         await tx.rollback()
         async with conn.transaction():
             kept = await insert_job(conn, SendEmail("z"))
+        with recording() as recorder:
+            await insert_job(conn, SendEmail("autocommit"))
+            assert _inserted(recorder) == 1
     finally:
         await conn.close()
     assert _count(migrated, row["id"]) == 0
@@ -106,16 +122,30 @@ async def test_asyncpg_transaction(migrated: str) -> None:
 @pytest.mark.anyio
 async def test_sqlalchemy_async(migrated: str) -> None:
     pytest.importorskip("sqlalchemy")
-    from sqlalchemy.ext.asyncio import create_async_engine
+    from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
     engine = create_async_engine(migrated.replace("postgresql://", "postgresql+psycopg://", 1))
     try:
-        async with engine.connect() as conn:
-            row = await insert_job(conn, SendEmail("s"))
-            _check_row(row)
-            await conn.rollback()
-        async with engine.begin() as conn:
-            kept = await insert_job(conn, SendEmail("t"))
+        with recording() as recorder:
+            async with engine.connect() as conn:
+                row = await insert_job(conn, SendEmail("s"))
+                _check_row(row)
+                await conn.rollback()
+                assert _inserted(recorder) == 0
+                # The rolled-back insert's listener is spent: this commit counts one.
+                await insert_job(conn, SendEmail("s2"))
+                await conn.commit()
+                assert _inserted(recorder) == 1
+            async with engine.begin() as conn:
+                kept = await insert_job(conn, SendEmail("t"))
+                assert _inserted(recorder) == 1
+            assert _inserted(recorder) == 2
+            async with AsyncSession(engine) as session:
+                await insert_job(session, SendEmail("orm"))
+                await session.rollback()
+                await insert_job(session, SendEmail("orm2"))
+                await session.commit()
+            assert _inserted(recorder) == 3
     finally:
         await engine.dispose()
     assert _count(migrated, row["id"]) == 0
@@ -125,15 +155,25 @@ async def test_sqlalchemy_async(migrated: str) -> None:
 def test_sqlalchemy_sync(migrated: str) -> None:
     pytest.importorskip("sqlalchemy")
     from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
 
     engine = create_engine(migrated.replace("postgresql://", "postgresql+psycopg://", 1))
     try:
-        with engine.connect() as conn:
-            row = insert_job_sync(conn, SendEmail("s"))
-            _check_row(row)
-            conn.rollback()
-        with engine.begin() as conn:
-            kept = insert_job_sync(conn, SendEmail("t"))
+        with recording() as recorder:
+            with engine.connect() as conn:
+                row = insert_job_sync(conn, SendEmail("s"))
+                _check_row(row)
+                conn.rollback()
+            with engine.begin() as conn:
+                kept = insert_job_sync(conn, SendEmail("t"))
+                assert _inserted(recorder) == 0
+            assert _inserted(recorder) == 1
+            with Session(engine) as session:
+                insert_job_sync(session, SendEmail("orm"))
+                session.rollback()
+                insert_job_sync(session, SendEmail("orm2"))
+                session.commit()
+            assert _inserted(recorder) == 2
     finally:
         engine.dispose()
     assert _count(migrated, row["id"]) == 0
@@ -169,12 +209,15 @@ def test_django_connection(migrated: str) -> None:
     }
     connection = connections[alias]
     try:
-        with pytest.raises(RuntimeError), transaction.atomic(using=alias):
-            row = insert_job_sync(connection, SendEmail("dj"))
-            _check_row(row)
-            raise RuntimeError("roll back")
-        with transaction.atomic(using=alias):
-            kept = insert_job_sync(connection, SendEmail("dj2"))
+        with recording() as recorder:
+            with pytest.raises(RuntimeError), transaction.atomic(using=alias):
+                row = insert_job_sync(connection, SendEmail("dj"))
+                _check_row(row)
+                raise RuntimeError("roll back")
+            with transaction.atomic(using=alias):
+                kept = insert_job_sync(connection, SendEmail("dj2"))
+                assert _inserted(recorder) == 0
+            assert _inserted(recorder) == 1
     finally:
         connection.close()
         del connections.databases[alias]

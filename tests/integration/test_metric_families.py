@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import pytest
 
@@ -164,3 +166,30 @@ def _instruments() -> metrics.Instruments:
     found = metrics.instruments()
     assert found is not None
     return found
+
+
+async def test_a_failed_callback_that_moves_its_job_into_the_dlq_counts_as_dlq_moved(
+    client: AsyncClient,
+) -> None:
+    engine = await client.admin_engine()
+    await engine.set_queue_dlq("cb", enabled=True)
+    for n in range(3):
+        await client.insert(Report(n), queue="cb" if n < 2 else "plain")
+    with recording() as recorder:
+        for queue, action in (("cb", "fail"), ("cb", "complete"), ("plain", "fail")):
+            (claim,) = await engine.claim(queue, limit=1)
+            callback_id = str(uuid.uuid4())
+            await engine.register_callback(
+                claim.lease, callback_id=callback_id, timeout=timedelta(hours=1)
+            )
+            await engine.wait_for_callback(claim.lease)
+            if action == "fail":
+                await client.fail_external(callback_id, "the payment was declined")
+            else:
+                await client.complete_external(callback_id)
+        moved = recorder.points("awa.job.dlq_moved")
+    assert await client.dlq_depth(queue="cb") == 1
+    assert await client.dlq_depth(queue="plain") == 0
+    assert moved == {
+        frozenset({(QUEUE, "cb"), (KIND, "report"), ("awa.dlq.reason", "callback_failed")}): 1,
+    }

@@ -56,6 +56,7 @@ from tests.property._mvr_base import (
     delays,
     job_specs,
 )
+from tests.property._mvr_batch import BatchBook, BatchRules, forget_batch_operations
 from tests.property._mvr_ops import OperatorRules
 from tests.property._mvr_reads import ReadRules
 from tests.support.engines import CONTRACT_BACKOFF, ENGINES, EngineHandle
@@ -69,10 +70,18 @@ class ModelVsReal(
     # Each family of rules is a mixin of its own module (see tests/property/_mvr_base.py).
     ReadRules,
     OperatorRules,
+    BatchRules,
     MachineBase,
 ):
     """The worker, maintenance, callback and ring rules, plus the state invariants; the
-    admin reads and the operator and bulk operations come from the mixins."""
+    admin reads, the operator and bulk operations and the batch operations come from
+    the mixins."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # batch operations submitted (neither engine's reset forgets them)
+        self.batch = BatchBook()
+        forget_batch_operations(self.p)
 
     # ------------------------------------------------------------------ producers
     @rule(

@@ -13,8 +13,10 @@ import pytest
 from awa.adapters.clock import ManualClock
 from awa.adapters.inmemory import InMemoryEngine
 from awa.domain.descriptors import Descriptor
+from awa.domain.errors import TerminalError
 from awa.domain.job import JobSpec
 from awa.domain.policies import NO_JITTER
+from awa.domain.states import JobState
 from awa.domain.transition import (
     StorageCapability,
     TransitionObservation,
@@ -29,7 +31,14 @@ from awa.runtime.inflight import InFlight
 from awa.runtime.maintenance import MaintenanceLeader
 from awa.runtime.queue_gauges import QueueGauges, storage_points
 from tests.support.otel import recording
-from tests.unit.test_runtime_support import enqueue, fast_config, make_engine, running
+from tests.unit.test_runtime_support import (
+    enqueue,
+    fast_config,
+    job,
+    make_engine,
+    running,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -61,6 +70,53 @@ async def test_a_rescue_into_the_dlq_counts_as_dlq_moved() -> None:
         frozenset(
             {(QUEUE, "held"), (KIND, "lost"), ("awa.dlq.reason", "max_attempts_exhausted")}
         ): 1
+    }
+
+
+async def test_a_worker_failure_into_the_dlq_counts_as_dlq_moved_with_its_reason() -> None:
+    """The engine, not the worker, decides that a job's last failure goes into the DLQ;
+    the counter must still see it, with the reason, and only for queues with the DLQ."""
+    engine = make_engine()
+    await engine.set_queue_dlq("held", enabled=True)
+
+    def terminal(ctx: AttemptContext) -> None:
+        raise TerminalError("bad input")
+
+    def flaky(ctx: AttemptContext) -> None:
+        raise RuntimeError("still broken")
+
+    handlers = HandlerRegistry()
+    handlers.register("terminal", terminal, queue="held")
+    handlers.register("flaky", flaky, queue="held")
+    handlers.register("plain_terminal", terminal, queue="plain")
+    jobs = [
+        *await enqueue(engine, "terminal", queue="held"),
+        *await enqueue(engine, "flaky", queue="held", max_attempts=1),
+        *await enqueue(engine, "plain_terminal", queue="plain"),
+        *await enqueue(engine, "mistyped", queue="held"),
+        # A retried attempt that is not the last moves nothing.
+        *await enqueue(engine, "flaky", queue="held", max_attempts=5),
+    ]
+    config = fast_config(handlers, queues=[("held", 2), ("plain", 1)])
+    with recording() as recorder:
+        async with running(engine, handlers, config):
+
+            async def settled() -> bool:
+                dlq = await engine.dlq_depth("held")
+                plain = await job(engine, jobs[2].id)
+                retried = await job(engine, jobs[4].id)
+                return dlq == 3 and plain.state is JobState.Failed and retried.attempt >= 1
+
+            await wait_until(settled, timeout=10)
+        moved = recorder.points("awa.job.dlq_moved")
+
+    def key(kind: str, reason: str) -> frozenset[tuple[str, str]]:
+        return frozenset({(QUEUE, "held"), (KIND, kind), ("awa.dlq.reason", reason)})
+
+    assert moved == {
+        key("terminal", "terminal_error"): 1,
+        key("flaky", "max_attempts_exhausted"): 1,
+        key("mistyped", "terminal_error"): 1,
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -9,6 +10,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.util._once import Once
 
 from awa.adapters.clock import ManualClock
 from awa.entrypoints.args import build_spec
@@ -21,16 +23,29 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 _EXPORTER = InMemorySpanExporter()
 
 
-@pytest.fixture
-def spans() -> InMemorySpanExporter:
-    # The global tracer provider can be set once per process.
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-        trace.set_tracer_provider(provider)
+def _reset_tracer_provider() -> None:
+    """Forget the global tracer provider. The API sets it once per process and offers no
+    reset; without this, every later test in the process would trace its inserts (and
+    find ``awa:traceparent`` in metadata it compares exactly)."""
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    trace._TRACER_PROVIDER = None
+    tracing._recording = False
     tracing._checked_at = -1.0  # look the provider up again now
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+    _reset_tracer_provider()
+    trace.set_tracer_provider(provider)
     _EXPORTER.clear()
-    return _EXPORTER
+    try:
+        yield _EXPORTER
+    finally:
+        provider.shutdown()
+        _reset_tracer_provider()
+        assert not tracing.recording()
 
 
 def _named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:

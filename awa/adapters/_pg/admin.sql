@@ -34,9 +34,9 @@ SELECT count(*) FILTER (WHERE live) AS live,
        count(*) FILTER (WHERE live AND storage_capability <> 'queue_storage')
            AS live_canonical_only
 FROM (
+    -- A runtime announcing its shutdown still counts here (it is still running).
     SELECT healthy, storage_capability,
-           last_seen_at > now() - make_interval(
-               secs => greatest(snapshot_interval_ms * 3, 30000) / 1000.0) AS live
+           awa.runtime_is_live(last_seen_at, snapshot_interval_ms, false) AS live
     FROM awa.runtime_instances
 ) AS r
 

@@ -25,10 +25,16 @@ from awa.domain.batch_ops import (
     BatchOpState,
     BatchSpec,
     ItemResult,
+    after_scan,
     cancel_requested,
+    first_results,
+    operation_not_found,
     parse_filter,
     parse_op_kind,
+    parse_operation_id,
     parse_spec,
+    runner_instance,
+    step_states,
 )
 from awa.ports.clock import Clock
 
@@ -63,6 +69,20 @@ def target_params(filter: BatchFilter) -> dict[str, Any]:
         "created_gte": filter.created_at_gte,
         "created_lt": filter.created_at_lt,
     }
+
+
+def _states(states: frozenset[BatchOpState]) -> list[str]:
+    return sorted(str(s) for s in states)
+
+
+#: The states an add or a record may write an operation in (it keeps its state).
+_STAYING = _states(step_states(lambda state: state))
+#: The states a scan may end in (``batch_ops.after_scan``).
+_SCANNED = _states(step_states(after_scan))
+
+
+def _uuid(op_id: str) -> uuid.UUID:
+    return uuid.UUID(parse_operation_id(op_id))
 
 
 def op_from_row(row: Mapping[str, Any]) -> BatchOperation:
@@ -104,8 +124,18 @@ class PgBatchControl:
     async def _op_required(self, name: str, params: dict[str, Any]) -> BatchOperation:
         op = await self._op_statement(name, params)
         if op is None:
-            raise LookupError(f"batch operation not found: {params.get('id')}")
+            raise operation_not_found(str(params["id"]))
         return op
+
+    async def _op_as_it_is(self, op_uuid: uuid.UUID) -> BatchOperation:
+        """The operation a guarded step did not write (finished, or not there)."""
+        return await self._op_required("get_op", {"id": op_uuid})
+
+    async def _op_guarded(self, name: str, params: dict[str, Any]) -> BatchOperation:
+        """A step whose statement writes the operation only in the states its guard names;
+        otherwise the operation as it is."""
+        op = await self._op_statement(name, params)
+        return await self._op_as_it_is(params["id"]) if op is None else op
 
     async def create_batch_operation(
         self, *, spec: BatchSpec, filter: BatchFilter, submitted_by: str | None = None
@@ -124,7 +154,7 @@ class PgBatchControl:
         )
 
     async def get_batch_operation(self, op_id: str) -> BatchOperation | None:
-        return await self._op_statement("get_op", {"id": uuid.UUID(op_id)})
+        return await self._op_statement("get_op", {"id": _uuid(op_id)})
 
     async def list_batch_operations(
         self, *, state: BatchOpState | None = None, limit: int = 100
@@ -141,7 +171,7 @@ class PgBatchControl:
         return await self._op_statement(
             "cancel_op",
             {
-                "id": uuid.UUID(op_id),
+                "id": _uuid(op_id),
                 "target": str(cancel_requested(BatchOpState.PENDING)),
                 "from_states": sorted(str(s) for s in CANCELLABLE_STATES),
                 "now": self._clock.now(),
@@ -170,16 +200,13 @@ class PgBatchControl:
                 return None
             if row["state"] != str(BatchOpState.PENDING):
                 return op_from_row(row)
-            try:
-                runner_id: uuid.UUID | None = uuid.UUID(runner)
-            except ValueError:
-                runner_id = None
+            runner_id = runner_instance(runner)
             cur = await conn.execute(
                 _q("begin_scan"),
                 {
                     "id": row["id"],
                     "state": str(BatchOpState.SCANNING),
-                    "runner": runner_id,
+                    "runner": None if runner_id is None else uuid.UUID(runner_id),
                     "now": self._clock.now(),
                 },
             )
@@ -188,19 +215,19 @@ class PgBatchControl:
         return op_from_row(began)
 
     async def add_batch_items(self, op_id: str, job_ids: Sequence[int]) -> BatchOperation:
+        op_uuid = _uuid(op_id)
         async with translated_errors(), self._pool.connection() as conn:
-            await conn.execute(_q("add_items"), {"id": uuid.UUID(op_id), "job_ids": list(job_ids)})
-            cur = await conn.execute(_q("get_op"), {"id": uuid.UUID(op_id)})
-            row = await cur.fetchone()
-        if row is None:
-            raise LookupError(f"batch operation not found: {op_id}")
-        return op_from_row(row)
+            await conn.execute(
+                _q("add_items"), {"id": op_uuid, "job_ids": list(job_ids), "states": _STAYING}
+            )
+        return await self._op_as_it_is(op_uuid)
 
     async def start_batch_running(self, op_id: str, *, cursor: dict[str, Any]) -> BatchOperation:
-        return await self._op_required(
+        return await self._op_guarded(
             "start_running",
             {
-                "id": uuid.UUID(op_id),
+                "id": _uuid(op_id),
+                "states": _SCANNED,
                 "cancelling": str(BatchOpState.CANCELLING),
                 "running": str(BatchOpState.RUNNING),
                 "cursor": Jsonb(cursor),
@@ -211,7 +238,7 @@ class PgBatchControl:
     async def pending_batch_items(self, op_id: str, *, limit: int) -> list[int]:
         async with translated_errors(), self._pool.connection() as conn:
             cur = await conn.execute(
-                _q("pending_items"), {"id": uuid.UUID(op_id), "limit": max(limit, 0)}
+                _q("pending_items"), {"id": _uuid(op_id), "limit": max(limit, 0)}
             )
             rows = await cur.fetchall()
         return [int(row["job_id"]) for row in rows]
@@ -219,13 +246,15 @@ class PgBatchControl:
     async def record_batch_items(
         self, op_id: str, results: Sequence[ItemResult], *, cursor: dict[str, Any]
     ) -> BatchOperation:
-        return await self._op_required(
+        first = first_results(results)
+        return await self._op_guarded(
             "record_items",
             {
-                "id": uuid.UUID(op_id),
-                "job_ids": [r.job_id for r in results],
-                "outcomes": [str(r.outcome) for r in results],
-                "errors": [r.error for r in results],
+                "id": _uuid(op_id),
+                "states": _STAYING,
+                "job_ids": [r.job_id for r in first],
+                "outcomes": [str(r.outcome) for r in first],
+                "errors": [r.error for r in first],
                 "cursor": Jsonb(cursor),
                 "now": self._clock.now(),
             },
@@ -239,14 +268,23 @@ class PgBatchControl:
         last_error: str | None = None,
         retention: timedelta,
     ) -> BatchOperation:
+        op_uuid = _uuid(op_id)
         now = self._clock.now()
-        return await self._op_required(
-            "finish_op",
-            {
-                "id": uuid.UUID(op_id),
-                "state": str(state),
-                "last_error": last_error,
-                "now": now,
-                "retention_until": now + retention,
-            },
-        )
+        async with translated_errors(), self._pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                _q("finish_op"),
+                {
+                    "id": op_uuid,
+                    "states": _states(step_states(lambda _: state)),
+                    "state": str(state),
+                    "last_error": last_error,
+                    "now": now,
+                    "retention_until": now + retention,
+                },
+            )
+            if await cur.fetchone() is not None:
+                cur = await conn.execute(_q("sweep_items"), {"id": op_uuid, "now": now})
+                row = await cur.fetchone()
+                assert row is not None
+                return op_from_row(row)
+        return await self._op_as_it_is(op_uuid)

@@ -63,8 +63,18 @@ WHERE id = %(id)s
 RETURNING *
 
 -- name: add_items
+-- Only into an operation the step may still write (%(states)s, batch_ops.step_states),
+-- whose row it holds shared until it commits: a finish either goes first and the items are
+-- refused, or waits for them and sweeps them too. Nothing for an operation that does not
+-- exist or is finished (the caller then reads it as it is).
+WITH op AS (
+    SELECT id FROM awa.batch_operations
+    WHERE id = %(id)s AND state = ANY(%(states)s::text[])
+    FOR SHARE
+)
 INSERT INTO awa.batch_operation_items (operation_id, job_id)
-SELECT %(id)s, unnest(%(job_ids)s::bigint[])
+SELECT op.id, job_id
+FROM op, unnest(%(job_ids)s::bigint[]) AS job_id
 ON CONFLICT DO NOTHING
 
 -- name: start_running
@@ -73,7 +83,7 @@ SET state = CASE WHEN state = %(cancelling)s THEN state ELSE %(running)s END,
     total_matched = (SELECT count(*) FROM awa.batch_operation_items WHERE operation_id = %(id)s),
     cursor = %(cursor)s,
     updated_at = %(now)s
-WHERE id = %(id)s
+WHERE id = %(id)s AND state = ANY(%(states)s::text[])
 RETURNING *
 
 -- name: pending_items
@@ -83,32 +93,57 @@ ORDER BY job_id
 LIMIT %(limit)s
 
 -- name: record_items
--- Only items still pending count, so a chunk recorded twice counts once.
-WITH input AS (
+-- One result per item (awa.domain.batch_ops.first_results); only items still pending count,
+-- so a chunk recorded twice counts once. The last error is the last one given. Only for an
+-- operation the step may still write (%(states)s), whose row is locked before any item
+-- (the order every step takes: a finish and a record wait for each other, never deadlock).
+WITH op AS (
+    SELECT id FROM awa.batch_operations
+    WHERE id = %(id)s AND state = ANY(%(states)s::text[])
+    FOR NO KEY UPDATE
+),
+input AS (
     SELECT * FROM unnest(%(job_ids)s::bigint[], %(outcomes)s::text[], %(errors)s::text[])
-        AS t(job_id, outcome, error)
+        WITH ORDINALITY AS t(job_id, outcome, error, ord)
 ),
 marked AS (
     UPDATE awa.batch_operation_items AS i
     SET state = input.outcome, error = input.error, processed_at = %(now)s
-    FROM input
-    WHERE i.operation_id = %(id)s AND i.job_id = input.job_id AND i.state = 'pending'
-    RETURNING i.state, i.error, i.job_id
+    FROM input, op
+    WHERE i.operation_id = op.id AND i.job_id = input.job_id AND i.state = 'pending'
+    RETURNING i.state, i.error, input.ord
 )
 UPDATE awa.batch_operations AS o
 SET processed = o.processed + (SELECT count(*) FROM marked WHERE state = 'processed'),
     skipped = o.skipped + (SELECT count(*) FROM marked WHERE state = 'skipped'),
     errored = o.errored + (SELECT count(*) FROM marked WHERE state = 'errored'),
     last_error = coalesce(
-        (SELECT error FROM marked WHERE error IS NOT NULL ORDER BY job_id DESC LIMIT 1),
+        (SELECT error FROM marked WHERE error IS NOT NULL ORDER BY ord DESC LIMIT 1),
         o.last_error
     ),
     cursor = %(cursor)s,
     updated_at = %(now)s
-WHERE o.id = %(id)s
+FROM op
+WHERE o.id = op.id
 RETURNING o.*
 
 -- name: finish_op
+-- The first of a finish's two statements (one transaction): the final state, only from a
+-- state that may move to it (%(states)s), so a finished operation keeps its first finish.
+-- The row stays locked until the sweep has run.
+UPDATE awa.batch_operations
+SET state = %(state)s,
+    last_error = coalesce(%(last_error)s, last_error),
+    finalized_at = %(now)s,
+    retention_until = %(retention_until)s,
+    updated_at = %(now)s
+WHERE id = %(id)s AND state = ANY(%(states)s::text[])
+RETURNING id
+
+-- name: sweep_items
+-- The second: items still pending (a cancelled operation) are marked and counted skipped.
+-- A statement of its own, so it sees the items of an add that committed while the first
+-- waited for the row.
 WITH left_over AS (
     UPDATE awa.batch_operation_items
     SET state = 'skipped', processed_at = %(now)s
@@ -116,11 +151,6 @@ WITH left_over AS (
     RETURNING job_id
 )
 UPDATE awa.batch_operations
-SET state = %(state)s,
-    skipped = skipped + (SELECT count(*) FROM left_over),
-    last_error = coalesce(%(last_error)s, last_error),
-    finalized_at = %(now)s,
-    retention_until = %(retention_until)s,
-    updated_at = %(now)s
+SET skipped = skipped + (SELECT count(*) FROM left_over)
 WHERE id = %(id)s
 RETURNING *

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from awa.adapters._pg.sql import load_queries
@@ -137,3 +137,54 @@ def insert_sync(conn: Any, driver: str, params: Mapping[str, Any]) -> dict[str, 
         result = conn.execute(_sqlalchemy_statement(), dict(params))
         return _decode_json(dict(result.mappings().one()))
     raise ValueError(f"{driver} is not a sync driver")
+
+
+def when_committed(conn: Any, driver: str, action: Callable[[], None]) -> bool:
+    """Run ``action`` once the caller's transaction holding the insert commits, and never
+    if it rolls back. Returns ``False`` where the driver cannot tell: psycopg and asyncpg
+    inside a transaction the caller has open give no commit hook (with no transaction
+    open, the insert is already committed and ``action`` runs now)."""
+    if driver in ("psycopg_sync", "psycopg_async"):
+        from psycopg.pq import TransactionStatus
+
+        if conn.info.transaction_status == TransactionStatus.IDLE:
+            action()
+            return True
+        return False
+    if driver == "asyncpg_async":
+        if not conn.is_in_transaction():
+            action()
+            return True
+        return False
+    if driver == "django_sync":
+        from django.db import transaction
+
+        transaction.on_commit(action, using=conn.alias)
+        return True
+    if driver in ("sqlalchemy_sync", "sqlalchemy_async"):
+        _sqlalchemy_when_committed(conn, action)
+        return True
+    raise ValueError(f"unknown driver {driver}")
+
+
+def _sqlalchemy_when_committed(conn: Any, action: Callable[[], None]) -> None:
+    """SQLAlchemy: one-shot listeners on the connection's (or session's) next commit and
+    rollback; whichever comes first settles it, and the other then does nothing."""
+    from sqlalchemy import event
+
+    target = getattr(conn, "sync_connection", None) or getattr(conn, "sync_session", None) or conn
+    session = hasattr(target, "get_bind")
+    settled = False
+
+    def committed(*_: Any) -> None:
+        nonlocal settled
+        if not settled:
+            settled = True
+            action()
+
+    def rolled_back(*_: Any) -> None:
+        nonlocal settled
+        settled = True
+
+    event.listen(target, "after_commit" if session else "commit", committed, once=True)
+    event.listen(target, "after_rollback" if session else "rollback", rolled_back, once=True)

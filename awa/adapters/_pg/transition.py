@@ -32,6 +32,7 @@ from awa.domain.transition import (
     TransitionStatus,
     backlog_matters,
 )
+from awa.domain.validation import LEASE_SLOT_COUNT, QUEUE_SLOT_COUNT
 
 AnyConnection = psycopg.AsyncConnection[Any]
 
@@ -173,8 +174,8 @@ async def install_schema(
     conn: AnyConnection,
     schema: str,
     *,
-    queue_slot_count: int = 16,
-    lease_slot_count: int = 8,
+    queue_slot_count: int = QUEUE_SLOT_COUNT,
+    lease_slot_count: int = LEASE_SLOT_COUNT,
     reset: bool = False,
 ) -> None:
     """Build (or with ``reset`` rebuild) the queue-storage tables in ``schema``."""

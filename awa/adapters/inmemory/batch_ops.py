@@ -23,6 +23,11 @@ from awa.domain.batch_ops import (
     after_scan,
     batch_change,
     cancel_requested,
+    first_results,
+    may_move,
+    operation_not_found,
+    parse_operation_id,
+    runner_instance,
 )
 from awa.domain.channels import queue_channel
 from awa.domain.job import JobRecord
@@ -64,8 +69,13 @@ class BatchOps(EngineBase):
 
     # ---------------------------------------------------------------- control records
     def _op(self, op_id: str) -> BatchOperation:
+        """The operation a runner step names (raises if there is none)."""
         self._read()
-        return self._batch_ops[op_id]
+        op_id = parse_operation_id(op_id)
+        op = self._batch_ops.get(op_id)
+        if op is None:
+            raise operation_not_found(op_id)
+        return op
 
     def _put(self, op: BatchOperation, **changes: Any) -> BatchOperation:
         updated = attrs.evolve(op, updated_at=self._clock.now(), **changes)
@@ -93,7 +103,7 @@ class BatchOps(EngineBase):
 
     async def get_batch_operation(self, op_id: str) -> BatchOperation | None:
         self._read()
-        return self._batch_ops.get(op_id)
+        return self._batch_ops.get(parse_operation_id(op_id))
 
     async def list_batch_operations(
         self, *, state: BatchOpState | None = None, limit: int = 100
@@ -105,7 +115,7 @@ class BatchOps(EngineBase):
 
     async def cancel_batch_operation(self, op_id: str) -> BatchOperation | None:
         self._read()
-        op = self._batch_ops.get(op_id)
+        op = self._batch_ops.get(parse_operation_id(op_id))
         target = None if op is None else cancel_requested(op.state)
         if op is None or target is None:
             return None
@@ -139,35 +149,42 @@ class BatchOps(EngineBase):
                 op,
                 state=BatchOpState.SCANNING,
                 started_at=self._clock.now(),
-                runner_instance=runner,
+                runner_instance=runner_instance(runner),
             )
         return op
 
     async def add_batch_items(self, op_id: str, job_ids: Sequence[int]) -> BatchOperation:
         op = self._op(op_id)
-        items = self._batch_items.setdefault(op_id, {})
+        if not may_move(op.state, op.state):
+            return op
+        items = self._batch_items.setdefault(op.id, {})
         for job_id in job_ids:
             items.setdefault(job_id, _PENDING)
         return op
 
     async def start_batch_running(self, op_id: str, *, cursor: dict[str, Any]) -> BatchOperation:
         op = self._op(op_id)
-        total = len(self._batch_items.get(op_id, {}))
-        return self._put(op, state=after_scan(op.state), total_matched=total, cursor=cursor)
+        target = after_scan(op.state)
+        if not may_move(op.state, target):
+            return op
+        total = len(self._batch_items.get(op.id, {}))
+        return self._put(op, state=target, total_matched=total, cursor=cursor)
 
     async def pending_batch_items(self, op_id: str, *, limit: int) -> list[int]:
         self._read()
-        items = self._batch_items.get(op_id, {})
+        items = self._batch_items.get(parse_operation_id(op_id), {})
         return sorted(job_id for job_id, s in items.items() if s == _PENDING)[: max(limit, 0)]
 
     async def record_batch_items(
         self, op_id: str, results: Sequence[ItemResult], *, cursor: dict[str, Any]
     ) -> BatchOperation:
         op = self._op(op_id)
-        items = self._batch_items.setdefault(op_id, {})
+        if not may_move(op.state, op.state):
+            return op
+        items = self._batch_items.setdefault(op.id, {})
         counts = {ItemOutcome.PROCESSED: 0, ItemOutcome.SKIPPED: 0, ItemOutcome.ERRORED: 0}
         last_error = op.last_error
-        for result in results:
+        for result in first_results(results):
             if items.get(result.job_id) != _PENDING:
                 continue
             items[result.job_id] = str(result.outcome)
@@ -192,7 +209,9 @@ class BatchOps(EngineBase):
         retention: timedelta,
     ) -> BatchOperation:
         op = self._op(op_id)
-        items = self._batch_items.setdefault(op_id, {})
+        if not may_move(op.state, state):
+            return op
+        items = self._batch_items.setdefault(op.id, {})
         left = [job_id for job_id, s in items.items() if s == _PENDING]
         for job_id in left:
             items[job_id] = str(ItemOutcome.SKIPPED)

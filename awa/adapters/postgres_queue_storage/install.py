@@ -7,6 +7,7 @@ from awa.adapters._pg.migrations import migrate
 from awa.adapters._pg.pool import connect
 from awa.adapters._pg.sql import load_queries
 from awa.adapters.postgres_queue_storage.statements import PACKAGE
+from awa.domain.validation import LEASE_SLOT_COUNT, QUEUE_SLOT_COUNT
 
 DEFAULT_SCHEMA = "awa"
 
@@ -15,8 +16,8 @@ async def install_queue_storage(
     url: str,
     schema: str = DEFAULT_SCHEMA,
     *,
-    queue_slot_count: int = 16,
-    lease_slot_count: int = 8,
+    queue_slot_count: int = QUEUE_SLOT_COUNT,
+    lease_slot_count: int = LEASE_SLOT_COUNT,
     reset: bool = False,
 ) -> None:
     """Install (or, with ``reset``, rebuild) the engine's tables in ``schema``.

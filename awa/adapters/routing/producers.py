@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from awa.adapters.routing.base import C, Route, RoutingBase
 from awa.domain.errors import UniqueConflict, ValidationError
 from awa.domain.job import JobRecord, JobSpec
-from awa.domain.stripes import stripe_specs
+from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, stripe_specs
 from awa.domain.validation import validate_spec
 from awa.ports.producers import RouteChanged
 from awa.ports.storage import UnitOfWork
@@ -45,7 +45,7 @@ class ProducerOps(RoutingBase[C]):
         specs: Sequence[JobSpec],
         *,
         uow: UnitOfWork | None = None,
-        stripes: int = 1,
+        stripes: int = DEFAULT_QUEUE_STRIPES,
         validated: bool = False,
     ) -> list[JobRecord]:
         """Enqueue ``specs``; with ``stripes > 1`` and queue storage as the route, each
@@ -106,7 +106,11 @@ class ProducerOps(RoutingBase[C]):
             return None
 
     async def enqueue_many_skip_duplicates(
-        self, specs: Sequence[JobSpec], *, stripes: int = 1, validated: bool = False
+        self,
+        specs: Sequence[JobSpec],
+        *,
+        stripes: int = DEFAULT_QUEUE_STRIPES,
+        validated: bool = False,
     ) -> list[JobRecord]:
         """Enqueue ``specs``, skipping those whose unique key is already held.
         ``validated`` as for :meth:`enqueue_many`."""
@@ -135,7 +139,11 @@ class ProducerOps(RoutingBase[C]):
             return inserted
 
     async def enqueue_many_copy(
-        self, specs: Sequence[JobSpec], *, stripes: int = 1, validated: bool = False
+        self,
+        specs: Sequence[JobSpec],
+        *,
+        stripes: int = DEFAULT_QUEUE_STRIPES,
+        validated: bool = False,
     ) -> int:
         """Bulk insert on queue storage's fast path; returns how many jobs were inserted.
         Jobs whose unique key is already held are skipped. While producers still write to

@@ -11,13 +11,11 @@ from typing import Any
 
 from awa.domain.batch_ops import BatchOpKind
 from awa.domain.errors import ValidationError
-from awa.domain.states import TERMINAL_STATES, JobState
+from awa.domain.lifecycle import operator_retry_applies
+from awa.domain.states import TERMINAL_STATES
 from awa.entrypoints.web.errors import ApiError, bad_request, not_found
 from awa.entrypoints.web.reads import job_json
 from awa.entrypoints.web.state import WebState
-
-#: A job in one of these states is already on its way; "retry" leaves it alone.
-NOT_RETRYABLE = frozenset({JobState.Available, JobState.Running, JobState.WaitingExternal})
 
 
 async def retry_job(web: WebState, job_id: int) -> dict[str, Any] | None:
@@ -27,8 +25,8 @@ async def retry_job(web: WebState, job_id: int) -> dict[str, Any] | None:
     before = await engine.get_job(job_id)
     if before is None:
         raise not_found(f"job not found: {job_id}")
-    if before.state in NOT_RETRYABLE:
-        return None
+    if not operator_retry_applies(before.state):
+        return None  # available or running: already on its way
     record = await engine.retry_job(job_id)
     await web.mutated()
     return None if record is None else job_json(record)

@@ -8,11 +8,11 @@ is at most one cache TTL old; a mutation through this server drops the cache.
 from __future__ import annotations
 
 import json
-import uuid
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from awa.domain.batch_ops import parse_operation_id
 from awa.domain.errors import ValidationError
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts
 from awa.domain.runtimes import is_live
@@ -309,9 +309,9 @@ class AdminReads:
     async def batch_operation(self, operation_id: str) -> dict[str, Any]:
         """One operation; 400 for an id that is not a UUID, 404 for an unknown one."""
         try:
-            uuid.UUID(operation_id)
-        except ValueError:
-            raise bad_request(f"invalid batch operation id: {operation_id!r}") from None
+            operation_id = parse_operation_id(operation_id)
+        except ValidationError as exc:
+            raise bad_request(str(exc)) from None
         try:
             return dict(await self.client.get_batch_operation(operation_id))
         except ValidationError:

@@ -8,7 +8,7 @@ import psycopg
 import pytest
 from starlette.testclient import TestClient
 
-from tests.integration.web.conftest import AppFactory, Seeded
+from tests.integration.web.conftest import AppFactory, Seeded, set_state
 
 pytestmark = pytest.mark.postgres
 
@@ -59,6 +59,12 @@ def test_retry_cancel_and_bulk(api: TestClient, seeded: Seeded) -> None:
     # Already runnable: nothing to do, answered with null.
     assert api.post(f"/api/jobs/{failed}/retry").json() is None
     assert api.post("/api/jobs/987654/retry").status_code == 404
+    # A running attempt is left alone; a job waiting for a callback is retried as
+    # `awa job retry` does (the callback ends, the job is available now).
+    assert api.post(f"/api/jobs/{seeded.ids['running'][0]}/retry").json() is None
+    waiting = seeded.ids["scheduled"][0]
+    set_state(seeded.url, "waiting_external", [waiting])
+    assert api.post(f"/api/jobs/{waiting}/retry").json()["state"] == "available"
     cancelled = api.post(f"/api/jobs/{seeded.ids['available'][0]}/cancel").json()
     assert cancelled["state"] == "cancelled"
     assert api.post(f"/api/jobs/{seeded.ids['completed'][0]}/cancel").json() is None

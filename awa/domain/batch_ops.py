@@ -385,6 +385,15 @@ _MOVES: Mapping[BatchOpState, frozenset[BatchOpState]] = {
 }
 
 
+def finishing_state(state: BatchOpState) -> BatchOpState:
+    """The state a finish writes: one of :data:`FINAL_STATES`, else ``ValidationError``."""
+    if not state.is_final:
+        raise ValidationError(
+            "state", f"a batch operation finishes completed, cancelled or failed, not {state}"
+        )
+    return state
+
+
 def may_move(current: BatchOpState, target: BatchOpState) -> bool:
     """Whether a step may take an operation in ``current`` to ``target`` (and write it).
 

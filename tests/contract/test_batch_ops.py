@@ -446,6 +446,15 @@ async def test_a_finished_operation_is_not_finished_again(engine: EngineHandle) 
         assert await e.pending_batch_items(done.id, limit=10) == []
 
 
+async def test_finishing_into_a_state_that_is_not_final_is_refused(engine: EngineHandle) -> None:
+    e = engine.engine
+    op = await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
+    for state in sorted(set(BatchOpState) - FINAL_STATES):
+        with pytest.raises(ValidationError, match="finishes completed, cancelled or failed"):
+            await e.finish_batch_operation(op.id, state=state, retention=timedelta(0))
+    assert await e.get_batch_operation(op.id) == op
+
+
 async def test_a_late_start_leaves_a_finished_operation_as_it_is(engine: EngineHandle) -> None:
     e = engine.engine
     for state in sorted(FINAL_STATES):

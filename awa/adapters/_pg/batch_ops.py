@@ -27,6 +27,7 @@ from awa.domain.batch_ops import (
     ItemResult,
     after_scan,
     cancel_requested,
+    finishing_state,
     first_results,
     operation_not_found,
     parse_filter,
@@ -268,6 +269,7 @@ class PgBatchControl:
         last_error: str | None = None,
         retention: timedelta,
     ) -> BatchOperation:
+        state = finishing_state(state)
         op_uuid = _uuid(op_id)
         now = self._clock.now()
         async with translated_errors(), self._pool.connection() as conn, conn.transaction():

@@ -23,6 +23,7 @@ from awa.domain.batch_ops import (
     after_scan,
     batch_change,
     cancel_requested,
+    finishing_state,
     first_results,
     may_move,
     operation_not_found,
@@ -208,6 +209,7 @@ class BatchOps(EngineBase):
         last_error: str | None = None,
         retention: timedelta,
     ) -> BatchOperation:
+        state = finishing_state(state)
         op = self._op(op_id)
         if not may_move(op.state, state):
             return op

@@ -9,6 +9,7 @@ so the job commits or rolls back with the caller's transaction.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -24,6 +25,8 @@ from awa.entrypoints.args import (
     serialize_args,
 )
 from awa.runtime import metrics, tracing
+
+log = logging.getLogger("awa.bridge")
 
 NUL_MESSAGE = "Job args must not contain null bytes (\\u0000): Postgres JSONB does not support them"
 
@@ -103,7 +106,11 @@ def _counted(conn: Any, driver: str, row: dict[str, Any]) -> dict[str, Any]:
     instruments = metrics.instruments()
     if instruments is not None:
         pair = (str(row["queue"]), str(row["kind"]))
-        insert_compat.when_committed(conn, driver, lambda: instruments.inserted([pair]))
+        try:
+            insert_compat.when_committed(conn, driver, lambda: instruments.inserted([pair]))
+        except Exception:
+            # Counting must never turn a stored insert into an error for the caller.
+            log.debug("awa.job.inserted: could not follow the commit", exc_info=True)
     return row
 
 

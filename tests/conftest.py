@@ -8,6 +8,7 @@ for how it is found or started); ``pg_provider`` says which branch provided it.
 ``anyio_backend``: async tests run on asyncio (use ``@pytest.mark.anyio``).
 
 Hypothesis profiles: ``default``, ``ci`` and ``deep``, chosen with ``HYPOTHESIS_PROFILE``.
+Under ``deep`` no test has a time limit: one model-vs-real run alone takes 4-15 minutes.
 """
 
 from __future__ import annotations
@@ -39,6 +40,13 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The per-test limit of pyproject.toml is sized for the default profile.
+    if os.environ.get("HYPOTHESIS_PROFILE") == "deep":
+        for item in items:
+            item.add_marker(pytest.mark.timeout(0))
 
 
 @pytest.fixture(autouse=True)

@@ -304,6 +304,48 @@ async def test_the_install_builds_every_stand_in_and_prune_creates_none(
     }
 
 
+def _autovacuum_off(database_url: str) -> dict[str, bool]:
+    """Per plain table of the schema: whether autovacuum is switched off for it."""
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            "SELECT c.relname, coalesce('autovacuum_enabled=false' = ANY(c.reloptions), false) "
+            "FROM pg_class c WHERE c.relnamespace = %s::regnamespace AND c.relkind = 'r'",
+            (SCHEMA,),
+        ).fetchall()
+    return {str(name): bool(off) for name, off in rows}
+
+
+async def test_autovacuum_leaves_the_ring_partitions_and_their_stand_ins_alone(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    """The ring's partitions and stand-ins are never vacuumed or analyzed by autovacuum
+    (an ANALYZE of one made every connection plan its ring statements again), before and
+    after a swap and after the install runs again; the control tables, whose rows are
+    updated in place, keep it."""
+    ring = {
+        f"{table}_{slot}{suffix}"
+        for table in swap_module.RING_TABLES
+        for slot in range(4)
+        for suffix in ("", "_spare")
+    } | {f"leases_{slot}{suffix}" for slot in range(8) for suffix in ("", "_spare")}
+
+    def check() -> None:
+        off = _autovacuum_off(database_url)
+        assert ring <= set(off)
+        assert [name for name in sorted(ring) if not off[name]] == []
+        assert [name for name in sorted(set(off) - ring) if off[name]] == []
+        assert {"lanes", "claim_heads", "queue_counts"} <= set(off) - ring
+
+    check()
+    await _completed_job_in_next_slot(engine)
+    assert await engine.prune_oldest() == "pruned"
+    check()
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f"ALTER TABLE {SCHEMA}.claims_1 RESET (autovacuum_enabled)")
+        conn.execute("SELECT awa.install_queue_storage(%s, 4, 8, false)", (SCHEMA,))
+    check()
+
+
 async def test_the_install_rebuilds_a_stand_in_of_another_shape(
     engine: QueueStorageEngine, database_url: str
 ) -> None:

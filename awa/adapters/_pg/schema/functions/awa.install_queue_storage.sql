@@ -30,6 +30,7 @@ BEGIN
     PERFORM awa.queue_storage_upgrade_lean_claims(p_schema);
     PERFORM awa.queue_storage_upgrade_retire_mark(p_schema);
     PERFORM awa.queue_storage_upgrade_run_at_bounds(p_schema);
+    PERFORM awa.queue_storage_upgrade_ring_autovacuum(p_schema);
     PERFORM awa.queue_storage_install_views(p_schema);
     PERFORM awa.queue_storage_install_spares(p_schema);
 END

@@ -10,8 +10,6 @@ CREATE OR REPLACE FUNCTION awa.queue_storage_install_spares(p_schema text) RETUR
 LANGUAGE plpgsql AS $spares$
 DECLARE
     s         text := quote_ident(p_schema);
-    v_slots   int;
-    v_leases  int;
     v_table   text;
     v_child   regclass;
     v_spare   regclass;
@@ -24,30 +22,24 @@ BEGIN
         RAISE EXCEPTION 'queue storage is not installed in schema %', p_schema;
     END IF;
     PERFORM pg_advisory_xact_lock(hashtextextended('awa.queue_storage.install:' || p_schema, 0));
-    EXECUTE format('SELECT slot_count, lease_slot_count FROM %s.ring_state', s)
-        INTO v_slots, v_leases;
-    FOREACH v_table IN ARRAY ARRAY['ready_entries', 'claims', 'closures', 'tombstones',
-                                   'done_entries', 'leases']
-    LOOP
-        FOR i IN 0 .. CASE WHEN v_table = 'leases' THEN v_leases ELSE v_slots END - 1 LOOP
-            v_child := to_regclass(format('%s.%I', s, v_table || '_' || i));
-            v_name := v_table || '_' || i || '_spare';
-            v_spare := to_regclass(format('%s.%I', s, v_name));
-            CONTINUE WHEN v_spare IS NOT NULL AND awa.queue_storage_relation_shape(v_spare)
-                = awa.queue_storage_relation_shape(v_child);
-            -- The ring table first, as prune locks it before it renames a stand-in: a swap
-            -- under way ends before this one changes, and none starts meanwhile.
-            EXECUTE format('LOCK TABLE %s.%I IN ACCESS SHARE MODE', s, v_table);
-            IF v_spare IS NOT NULL THEN
-                EXECUTE format('DROP TABLE %s', v_spare);
-            END IF;
-            SELECT c.reloptions INTO v_options FROM pg_class c WHERE c.oid = v_child;
-            EXECUTE format('CREATE TABLE %s.%I (LIKE %s.%I INCLUDING ALL)%s',
-                s, v_name, s, v_table,
-                CASE WHEN v_options IS NULL THEN ''
-                     ELSE format(' WITH (%s)', array_to_string(v_options, ', ')) END);
-            v_built := v_built + 1;
-        END LOOP;
+    FOR v_table, i IN SELECT * FROM awa.queue_storage_ring_partitions(p_schema) LOOP
+        v_child := to_regclass(format('%s.%I', s, v_table || '_' || i));
+        v_name := v_table || '_' || i || '_spare';
+        v_spare := to_regclass(format('%s.%I', s, v_name));
+        CONTINUE WHEN v_spare IS NOT NULL AND awa.queue_storage_relation_shape(v_spare)
+            = awa.queue_storage_relation_shape(v_child);
+        -- The ring table first, as prune locks it before it renames a stand-in: a swap
+        -- under way ends before this one changes, and none starts meanwhile.
+        EXECUTE format('LOCK TABLE %s.%I IN ACCESS SHARE MODE', s, v_table);
+        IF v_spare IS NOT NULL THEN
+            EXECUTE format('DROP TABLE %s', v_spare);
+        END IF;
+        SELECT c.reloptions INTO v_options FROM pg_class c WHERE c.oid = v_child;
+        EXECUTE format('CREATE TABLE %s.%I (LIKE %s.%I INCLUDING ALL)%s',
+            s, v_name, s, v_table,
+            CASE WHEN v_options IS NULL THEN ''
+                 ELSE format(' WITH (%s)', array_to_string(v_options, ', ')) END);
+        v_built := v_built + 1;
     END LOOP;
     RETURN v_built;
 END

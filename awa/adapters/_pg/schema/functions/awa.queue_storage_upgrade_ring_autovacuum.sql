@@ -12,8 +12,6 @@ CREATE OR REPLACE FUNCTION awa.queue_storage_upgrade_ring_autovacuum(p_schema te
 LANGUAGE plpgsql AS $upgrade$
 DECLARE
     s        text := quote_ident(p_schema);
-    v_slots  int;
-    v_leases int;
     v_table  text;
     v_rel    regclass;
     v_suffix text;
@@ -23,22 +21,16 @@ BEGIN
         RAISE EXCEPTION 'queue storage is not installed in schema %', p_schema;
     END IF;
     PERFORM pg_advisory_xact_lock(hashtextextended('awa.queue_storage.install:' || p_schema, 0));
-    EXECUTE format('SELECT slot_count, lease_slot_count FROM %s.ring_state', s)
-        INTO v_slots, v_leases;
-    FOREACH v_table IN ARRAY ARRAY['ready_entries', 'claims', 'closures', 'tombstones',
-                                   'done_entries', 'leases']
-    LOOP
-        FOR i IN 0 .. CASE WHEN v_table = 'leases' THEN v_leases ELSE v_slots END - 1 LOOP
-            FOREACH v_suffix IN ARRAY ARRAY['', '_spare'] LOOP
-                v_rel := to_regclass(format('%s.%I', s, v_table || '_' || i || v_suffix));
-                -- Only where it is not set yet: a repeated install changes no catalog row.
-                IF v_rel IS NOT NULL AND NOT EXISTS (
-                    SELECT 1 FROM pg_class
-                    WHERE oid = v_rel AND 'autovacuum_enabled=false' = ANY(reloptions)
-                ) THEN
-                    EXECUTE format('ALTER TABLE %s SET (autovacuum_enabled = false)', v_rel);
-                END IF;
-            END LOOP;
+    FOR v_table, i IN SELECT * FROM awa.queue_storage_ring_partitions(p_schema) LOOP
+        FOREACH v_suffix IN ARRAY ARRAY['', '_spare'] LOOP
+            v_rel := to_regclass(format('%s.%I', s, v_table || '_' || i || v_suffix));
+            -- Only where it is not set yet: a repeated install changes no catalog row.
+            IF v_rel IS NOT NULL AND NOT EXISTS (
+                SELECT 1 FROM pg_class
+                WHERE oid = v_rel AND 'autovacuum_enabled=false' = ANY(reloptions)
+            ) THEN
+                EXECUTE format('ALTER TABLE %s SET (autovacuum_enabled = false)', v_rel);
+            END IF;
         END LOOP;
     END LOOP;
 END

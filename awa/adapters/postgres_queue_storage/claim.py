@@ -86,6 +86,9 @@ class Claims:
         self._clock = clock
         # Queues whose last claim met a lane window that must be sorted (claim_sorted).
         self._sorting: set[str] = set()
+        # The ring slot where each queue's last claimed rows were: its next claim tries
+        # claim_in_slot there first.
+        self._slots: dict[str, int] = {}
 
     async def claim(
         self,
@@ -117,8 +120,7 @@ class Claims:
             params["limit"] = limit - len(claims)
             if queue not in self._sorting:
                 # The common case: one statement claims, moves the cursors and counts.
-                async with translated_errors(), self._connections.kept_conn("claim") as conn:
-                    rows = await self._sql.exec(conn, "claim", **params)
+                rows = await self._claim_common(queue, params)
                 if not (rows and rows[0]["mixed"]):
                     got = self.remember(queue, rows, deadline_at)
                     claims.extend(got)
@@ -134,6 +136,40 @@ class Claims:
             if not contested or len(claims) >= limit:
                 return claims
         return claims
+
+    async def _claim_common(self, queue: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """The one-statement claim: in the slot where the queue's last claimed rows were
+        (claim_in_slot), then in the ring's current slot when that slot's windows reach
+        elsewhere, and over the whole ring (claim) when neither holds them. Only the last
+        reads the ring's partitioned parents, so only it waits for a prune's swap or
+        plans again after one."""
+        # Taken out until a claim succeeds: a statement that fails (a slot the ring no
+        # longer has, after a reinstall with fewer slots) is not tried again.
+        slot = self._slots.pop(queue, None)
+        async with translated_errors(), self._connections.kept_conn("claim") as conn:
+            tried: set[int] = set()
+            while slot is not None and slot not in tried:
+                tried.add(slot)
+                statement = self._sql.for_slot("claim_in_slot", slot)
+                rows = await self._sql.run_generic(conn, statement, params)
+                if not (rows and rows[0]["elsewhere"]):
+                    if not self._note_slot(queue, rows):
+                        self._slots[queue] = slot
+                    return rows
+                slot = rows[0]["current_slot"]
+            rows = await self._sql.exec(conn, "claim", **params)
+        if not self._note_slot(queue, rows) and slot is not None:
+            # nothing taken: the current slot is where new rows go
+            self._slots[queue] = slot
+        return rows
+
+    def _note_slot(self, queue: str, rows: Sequence[dict[str, Any]]) -> bool:
+        """Remember the slot of the last row a claim took (rows come best first, so the
+        last is the one appended latest); whether it took any."""
+        taken = [row["slot"] for row in rows if row["id"] is not None]
+        if taken:
+            self._slots[queue] = taken[-1]
+        return bool(taken)
 
     async def _claim_sorted(
         self,

@@ -629,8 +629,13 @@ FROM unnest(%(channels)s::text[], %(payloads)s::text[]) AS i(channel, payload)
 -- has one priority, its window is in (run_at, job id) order and aging only favours older
 -- rows), and a sorted window was taken whole, so every row below the last one taken is
 -- claimed or tombstoned.
+{claim_body ready_entries=ring_ready_entries claims=ring_claims tombstones=ring_tombstones}
+
+-- name: claim_body
+-- The claim statement; its ring tables and its in-slot checks are filled in by claim and
+-- claim_in_slot.
 WITH heads AS (
-    SELECT h.queue, h.priority, h.shard, h.claim_seq,
+    SELECT h.queue, h.priority, h.shard, h.claim_seq, l.next_seq,
         (l.disorder_seq >= h.claim_seq) AS disordered,
         -- Read from the head's newest version once it is locked: a writer that retired a
         -- row of this lane committed after this statement's snapshot was taken, so the
@@ -659,17 +664,17 @@ WITH heads AS (
                 r.kind, r.queue, r.args, r.attempt, r.max_attempts, r.finalized_at,
                 r.created_at, r.errors, r.metadata, r.tags, r.unique_key,
                 r.unique_states, r.callback_id, r.callback_timeout_at, r.progress,
-                r.lane_seq
-            FROM {s}.ready_entries r
+                r.lane_seq{?walk_position}
+            FROM {?ready_entries} r
             WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
               AND r.lane_seq >= h.claim_seq AND (h.disordered OR r.run_at <= %(now)s)
             ORDER BY r.lane_seq
             OFFSET 0) o
         WHERE NOT EXISTS (
-              SELECT 1 FROM {s}.claims c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
+              SELECT 1 FROM {?claims} c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
               OFFSET 0)
           AND NOT EXISTS (
-              SELECT 1 FROM {s}.tombstones t
+              SELECT 1 FROM {?tombstones} t
               WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)
         ORDER BY o.lane_seq
         LIMIT CASE WHEN h.disordered THEN %(limit)s + 1 ELSE %(limit)s END
@@ -695,12 +700,12 @@ WITH heads AS (
         OR EXISTS (SELECT 1 FROM picked u
                    WHERE u.unique_key IS NOT NULL AND u.unique_states IS NOT NULL
                      AND get_bit(u.unique_states, 1) <> get_bit(u.unique_states, 2))
-        AS mixed
+        AS mixed{?refused_elsewhere}
 ), candidates AS (
     SELECT r.* FROM ranked r
-    WHERE r.rank <= %(limit)s AND NOT (SELECT mixed FROM refused)
+    WHERE r.rank <= %(limit)s AND NOT (SELECT mixed {?or_elsewhere} FROM refused)
 ), inserted AS (
-    INSERT INTO {s}.claims (slot, claim_id, ready_fact, job_id, run_lease, queue, attempted_at,
+    INSERT INTO {?claims} (slot, claim_id, ready_fact, job_id, run_lease, queue, attempted_at,
         deadline_at)
     SELECT slot, nextval('{s}.fact_seq'), fact_id, job_id, run_lease + 1, %(queue)s, %(now)s,
         %(deadline_at)s
@@ -729,7 +734,7 @@ WITH heads AS (
     SELECT (SELECT mixed FROM refused) AS mixed,
         -- A lane was left alone (see heads): the engine claims again at once.
         EXISTS (SELECT 1 FROM heads WHERE contested) AS contested,
-        {quiet_commit} AS quiet
+        {quiet_commit} AS quiet{?slot_outputs}
 ), claimed AS (
     -- The claimed snapshots, exactly as the job_facts view resolves an open receipt
     -- without a lease, so the claimer needs no second read (the walk carried the bodies).
@@ -746,9 +751,78 @@ WITH heads AS (
 )
 -- One row even when nothing was claimed (id NULL), so `mixed` and `contested` always
 -- come back.
-SELECT r.*, m.mixed, m.contested
+SELECT r.*, m.mixed, m.contested{?slot_columns}
 FROM mixed m LEFT JOIN claimed r ON true
 ORDER BY r.effective, r.run_at, r.job_id
+
+-- name: claim_in_slot
+-- The claim as one ring slot's statement: it reads and writes that slot's partitions by
+-- name, never the ring's partitioned parents, so prune's swap of another slot neither
+-- makes it wait (prune locks the parents ONLY, and the partitions of its own slot) nor
+-- makes it plan again (a swap invalidates the plans that read the parents or the swapped
+-- partitions, not those reading a sibling). The engine runs it on the slot where the
+-- queue's last claims found their rows, which is the current slot when workers keep up
+-- and the backlog's slot when they drain one.
+-- It claims only when the slot holds, for every lane it locked, each position from the
+-- lane's cursor up to its last row taken: `elsewhere` reports a lane whose window
+-- reaches into another slot (a producer that wrote to the previous slot just after a
+-- rotation, carried-forward rows, a backlog older than the slot). It then claims and
+-- moves nothing, and the engine runs the claim over the whole ring, so FIFO per lane and
+-- order across lanes are those of `claim`. `current_slot` is the ring's current slot, to
+-- try next.
+{claim_body ready_entries=slot_ready_entries claims=slot_claims tombstones=slot_tombstones walk_position=slot_walk_position refused_elsewhere=slot_refused_elsewhere or_elsewhere=slot_or_elsewhere slot_outputs=slot_outputs slot_columns=slot_columns}
+
+-- name: ring_ready_entries
+{s}.ready_entries
+
+-- name: ring_claims
+{s}.claims
+
+-- name: ring_tombstones
+{s}.tombstones
+
+-- name: slot_ready_entries
+{ready_entries_k}
+
+-- name: slot_claims
+{claims_k}
+
+-- name: slot_tombstones
+{tombstones_k}
+
+-- name: slot_walk_position
+, row_number() OVER (ORDER BY r.lane_seq) AS rn
+
+-- name: slot_refused_elsewhere
+-- Per lane: when the walk filled the lane's share of the batch, every position below its
+-- last row is in this slot when that row's position equals the cursor plus the rows
+-- walked before it (positions are unique and increase along the walk); otherwise the
+-- walk saw all the lane's rows here, and the slot must hold every position from the
+-- cursor to the lane's end (next_seq is committed with the rows below it).
+, EXISTS (
+    SELECT 1 FROM heads h
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n, max(p.rn) AS last_rn, max(p.lane_seq) AS last_seq
+        FROM picked p WHERE p.priority = h.priority AND p.shard = h.shard) g
+    WHERE NOT h.contested AND CASE
+        WHEN g.n >= CASE WHEN h.disordered THEN %(limit)s + 1 ELSE %(limit)s END
+            THEN g.last_seq <> h.claim_seq + g.last_rn - 1
+        ELSE (SELECT count(*) FROM {ready_entries_k} r
+              WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+                AND r.lane_seq >= h.claim_seq AND r.lane_seq < h.next_seq)
+            <> h.next_seq - h.claim_seq
+        END) AS elsewhere
+
+-- name: slot_or_elsewhere
+ OR elsewhere
+
+-- name: slot_outputs
+,
+        (SELECT elsewhere FROM refused) AS elsewhere,
+        (SELECT current_slot FROM {s}.ring_state) AS current_slot
+
+-- name: slot_columns
+, m.elsewhere, m.current_slot
 
 -- name: explain_claim
 -- Plans the claim on a new backend without claiming anything (warm_up).

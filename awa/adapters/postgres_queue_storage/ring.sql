@@ -158,10 +158,13 @@ TRUNCATE {tables}
 SET LOCAL synchronous_commit = off
 
 -- name: lock_nowait_then
-LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE NOWAIT; {then}
+-- Every table is locked ONLY: a partitioned parent without its partitions. The swap needs
+-- the parent and the slot's own partitions; the other slots' partitions stay free for the
+-- statements that read them by name (claim_in_slot).
+LOCK TABLE ONLY {tables} IN ACCESS EXCLUSIVE MODE NOWAIT; {then}
 
 -- name: lock_then
-LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE; {then}
+LOCK TABLE ONLY {tables} IN ACCESS EXCLUSIVE MODE; {then}
 
 -- name: prune_lock_timeout
 -- The longest prune queues for its lock once its NOWAIT tries failed.

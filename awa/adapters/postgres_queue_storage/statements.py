@@ -273,9 +273,15 @@ class Statements:
         The setting and the statement travel in one pipeline, so both run in one implicit
         transaction: the setting ends with it and the connection returns to the pool
         unchanged."""
+        return await self.run_generic(conn, self._bytes[name], params)
+
+    async def run_generic(
+        self, conn: DictConnection, statement: bytes, params: Mapping[str, Any]
+    ) -> list[dict[str, Any]]:
+        """:meth:`exec_generic` for a rendered statement (:meth:`for_slot`)."""
         async with conn.pipeline():
             await run(conn, self._bytes["generic_plan_here"], prepare=True)
-            cur = await run(conn, self._bytes[name], params, prepare=True)
+            cur = await run(conn, statement, params, prepare=True)
             return await fetch_decodable(cur)
 
     async def rows(

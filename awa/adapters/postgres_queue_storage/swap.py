@@ -159,6 +159,17 @@ class PartitionSwap:
             for table in tables
         ]
 
+    def locked(
+        self, slot: int, tables: tuple[str, ...], swapped: tuple[str, ...]
+    ) -> sql.Composable:
+        """What a prune of ``slot`` locks (``lock_nowait_then``): the parents of the
+        ``swapped`` tables and the slot's partitions of ``tables``, each ONLY. The other
+        slots' partitions are not locked, so statements that read a slot by name
+        (``claim_in_slot``) go on during the swap."""
+        names = [self._parent(t) for t in swapped] + [self.child(t, slot) for t in tables]
+        # the statement says ONLY before the first name; each other name gets its own
+        return sql.SQL(", ONLY ").join(names)
+
     async def lock_and_swap(
         self,
         conn: DictConnection,
@@ -177,10 +188,9 @@ class PartitionSwap:
         swapped = tables if swap is None else swap
 
         def plan(swapping: bool) -> tuple[sql.Composable, sql.Composable]:
-            parents = [self._parent(t) for t in swapped] if swapping else []
-            locked = sql.SQL(", ").join(parents + [self.child(t, slot) for t in tables])
+            locked = self.locked(slot, tables, swapped if swapping else ())
             conditions = list(unless)
-            if parents:
+            if swapping and swapped:
                 # a stand-in that could not be emptied yet is never swapped in
                 conditions += [
                     self._sql.fragment("spare_in_use", spare=self._spare(t, slot)) for t in swapped

@@ -1,0 +1,167 @@
+"""The claim in one ring slot: it goes on while a prune swaps another slot, and it never
+takes a lane's rows out of order when the lane's window reaches into another slot.
+
+The engine claims in the slot where the queue's last claimed rows were
+(``claim_in_slot``), which reads that slot's partitions by name; only when a lane's
+unclaimed rows are not all there does it claim over the whole ring (ADR 0006, "Claim in
+one slot").
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+from psycopg import sql
+
+from awa.adapters.postgres_queue_storage import QueueStorageEngine
+from awa.adapters.postgres_queue_storage.swap import RING_TABLES
+from awa.domain.errors import SchemaNotMigrated
+from awa.domain.job import JobSpec
+from tests.support.queue_storage import installed_engine
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+SCHEMA = "qs_in_slot"
+QUEUE = "in_slot"
+
+
+@pytest.fixture
+async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
+    async with installed_engine(database_url, SCHEMA) as opened:
+        yield opened
+
+
+def _current_slot(database_url: str) -> int:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(f"SELECT current_slot FROM {SCHEMA}.ring_state").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def _claimed_ids(engine: QueueStorageEngine, limit: int) -> list[int]:
+    with anyio.fail_after(10):
+        return [claim.job.id for claim in await engine.claim(QUEUE, limit=limit)]
+
+
+class _PruneLock:
+    """Holds the locks a prune of ``slot`` takes for its swap (the engine's own lock
+    statement), in an open transaction, until the block ends."""
+
+    def __init__(self, engine: QueueStorageEngine, database_url: str, slot: int) -> None:
+        self._engine = engine
+        self._url = database_url
+        self._slot = slot
+        self._conn: psycopg.AsyncConnection[tuple[Any, ...]] | None = None
+
+    async def __aenter__(self) -> None:
+        parts = self._engine._parts
+        locked = parts.swap.locked(self._slot, RING_TABLES, ("ready_entries", "claims", "closures"))
+        statement = parts.statements.render(
+            "lock_nowait_then", tables=locked, then=sql.SQL("SELECT 1")
+        )
+        self._conn = await psycopg.AsyncConnection.connect(self._url)
+        await self._conn.execute(statement)
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._conn is not None
+        await self._conn.rollback()
+        await self._conn.close()
+
+
+async def test_a_claim_in_its_slot_goes_on_while_a_prune_holds_the_ring(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    for _ in range(2):
+        # The first claim finds the queue's rows in the current slot; the second claims
+        # there, and its backend reads that slot's partition bounds (once per partition).
+        [job] = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
+        assert await _claimed_ids(engine, 1) == [job.id]
+    jobs = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(3)])
+    other = (_current_slot(database_url) + 1) % 4
+    async with _PruneLock(engine, database_url, other):
+        assert await _claimed_ids(engine, 3) == [job.id for job in jobs]
+
+
+async def test_the_claim_over_the_whole_ring_waits_for_the_prune(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    """What the claim in one slot avoids: with no slot to try (a new engine), the claim
+    reads the ring's parents and waits for the swap's lock."""
+    await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
+    other = (_current_slot(database_url) + 1) % 4
+    async with _PruneLock(engine, database_url, other):
+        with pytest.raises(TimeoutError):
+            with anyio.fail_after(1.5):
+                await engine.claim(QUEUE, limit=1)
+
+
+async def test_a_lane_across_two_slots_is_claimed_in_order(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    [first] = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
+    assert await _claimed_ids(engine, 1) == [first.id]
+    older = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(2)])
+    assert await engine.rotate_queue_ring() == "rotated"
+    newer = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(2)])
+    # One batch that needs rows of both slots: the ring-wide claim, in lane order.
+    assert await _claimed_ids(engine, 3) == [job.id for job in [*older, newer[0]]]
+    # The rest is in the current slot alone.
+    assert await _claimed_ids(engine, 3) == [newer[1].id]
+
+
+async def test_a_batch_that_fits_in_the_slot_takes_only_the_lane_prefix_there(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    [first] = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
+    assert await _claimed_ids(engine, 1) == [first.id]
+    older = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(2)])
+    assert await engine.rotate_queue_ring() == "rotated"
+    newer = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(2)])
+    assert await _claimed_ids(engine, 2) == [job.id for job in older]
+    assert await _claimed_ids(engine, 2) == [job.id for job in newer]
+
+
+async def test_rows_written_to_an_older_slot_after_newer_ones_are_not_skipped(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    """A producer that read the current slot just before a rotation appends its rows to
+    the older slot after rows of the same lane already went to the newer one: the claim
+    in the newer slot sees the gap in the lane's positions and leaves the batch to the
+    ring-wide claim."""
+    [first] = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
+    assert await _claimed_ids(engine, 1) == [first.id]
+    start = _current_slot(database_url)
+    assert await engine.rotate_queue_ring() == "rotated"
+    [newer] = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
+    assert await _claimed_ids(engine, 1) == [newer.id]  # the engine now claims in start + 1
+    a, b = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(2)])
+    with psycopg.connect(database_url) as conn:
+        # Move the first of the two back to the older slot, as that producer would have
+        # written it (same fact, same lane position).
+        conn.execute(
+            f"UPDATE {SCHEMA}.ready_entries SET slot = %s WHERE job_id = %s", (start, a.id)
+        )
+        slots = conn.execute(
+            f"SELECT job_id, slot FROM {SCHEMA}.ready_entries WHERE job_id = ANY(%s) "
+            "ORDER BY job_id",
+            ([a.id, b.id],),
+        ).fetchall()
+    assert slots == [(a.id, start), (b.id, (start + 1) % 4)]
+    assert await _claimed_ids(engine, 1) == [a.id]
+    assert await _claimed_ids(engine, 1) == [b.id]
+
+
+async def test_a_slot_the_ring_does_not_have_fails_one_claim_only(
+    engine: QueueStorageEngine,
+) -> None:
+    """A remembered slot that is gone (the schema was installed again with fewer slots)
+    fails the claim that tries it; the next claim reads the whole ring."""
+    [job] = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
+    engine._parts.claims._slots[QUEUE] = 9
+    with pytest.raises(SchemaNotMigrated, match="ready_entries_9"):
+        await engine.claim(QUEUE, limit=1)
+    assert await _claimed_ids(engine, 1) == [job.id]

@@ -41,11 +41,10 @@ class JobState(enum.IntEnum):
             return value
         if isinstance(value, int):
             return cls(value)
-        key = value.strip()
-        for state, label in _SQL_NAMES.items():
-            if key == label or key == state.name:
-                return state
-        raise ValueError(f"unknown job state: {value!r}")
+        state = _BY_LABEL.get(value) or _BY_LABEL.get(value.strip())
+        if state is None:
+            raise ValueError(f"unknown job state: {value!r}")
+        return state
 
     @property
     def is_terminal(self) -> bool:
@@ -66,6 +65,11 @@ _SQL_NAMES: dict[JobState, str] = {
     JobState.Failed: "failed",
     JobState.Cancelled: "cancelled",
     JobState.WaitingExternal: "waiting_external",
+}
+#: Every spelling ``JobState.parse`` accepts: the SQL label and the member name.
+_BY_LABEL: dict[str, JobState] = {
+    **{label: state for state, label in _SQL_NAMES.items()},
+    **{state.name: state for state in JobState},
 }
 
 TERMINAL_STATES = frozenset({JobState.Completed, JobState.Failed, JobState.Cancelled})

@@ -1070,7 +1070,7 @@ WITH i AS (
     SELECT i.job_id FROM i
     WHERE EXISTS (SELECT 1 FROM {s}.leases l
                   WHERE l.job_id = i.job_id AND l.run_lease = i.run_lease
-                    AND l.claim_id = i.claim_id)
+                    AND l.claim_id = i.claim_id OFFSET 0)
 ), closed AS (
     INSERT INTO {s}.closures (slot, claim_id, fact_id, queue, outcome, finalized_at)
     SELECT i.slot, i.claim_id, nextval('{s}.fact_seq'), i.queue, 'completed', %(now)s
@@ -1078,9 +1078,9 @@ WITH i AS (
     WHERE i.job_id NOT IN (SELECT job_id FROM leased)
       AND EXISTS (SELECT 1 FROM {s}.claims c
                   WHERE c.slot = i.slot AND c.claim_id = i.claim_id
-                    AND c.job_id = i.job_id AND c.run_lease = i.run_lease)
+                    AND c.job_id = i.job_id AND c.run_lease = i.run_lease OFFSET 0)
       AND NOT EXISTS (SELECT 1 FROM {s}.closures x
-                      WHERE x.slot = i.slot AND x.claim_id = i.claim_id)
+                      WHERE x.slot = i.slot AND x.claim_id = i.claim_id OFFSET 0)
     ORDER BY i.slot, i.claim_id
     {?on_conflict}
     RETURNING claim_id, queue

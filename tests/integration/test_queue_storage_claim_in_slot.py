@@ -21,6 +21,8 @@ from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.adapters.postgres_queue_storage.swap import RING_TABLES
 from awa.domain.errors import SchemaNotMigrated
 from awa.domain.job import JobSpec
+from awa.domain.states import JobState
+from awa.ports.storage import Ack
 from tests.support.queue_storage import installed_engine
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
@@ -165,3 +167,58 @@ async def test_a_slot_the_ring_does_not_have_fails_one_claim_only(
     with pytest.raises(SchemaNotMigrated, match="ready_entries_9"):
         await engine.claim(QUEUE, limit=1)
     assert await _claimed_ids(engine, 1) == [job.id]
+
+
+async def test_completion_in_its_slot_goes_on_while_a_prune_holds_the_ring(
+    engine: QueueStorageEngine, database_url: str
+) -> None:
+    """Receipts of one slot are closed by that slot's own statement (``complete_in_slot``),
+    which neither waits for a prune's swap of another slot nor plans again after it."""
+    for _ in range(2):
+        # Each round warms the completion's backend on this slot's partitions.
+        await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
+        [claim] = await engine.claim(QUEUE, limit=1)
+        assert await engine.complete([claim.lease]) == [Ack.APPLIED]
+    await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(3)])
+    claims = await engine.claim(QUEUE, limit=3)
+    other = (_current_slot(database_url) + 1) % 4
+    async with _PruneLock(engine, database_url, other):
+        with anyio.fail_after(10):
+            assert await engine.complete([c.lease for c in claims]) == [Ack.APPLIED] * 3
+    counts = {c.queue: c for c in await engine.queue_counts()}
+    assert counts[QUEUE].count(JobState.Completed) == 5
+    assert counts[QUEUE].count(JobState.Running) == 0
+
+
+async def test_receipts_of_two_slots_complete_together(engine: QueueStorageEngine) -> None:
+    """Receipts that name different slots (claimed either side of a rotation) are closed by
+    the ring-wide statement, each once; a repeat is stale."""
+    await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
+    [first] = await engine.claim(QUEUE, limit=1)
+    assert await engine.rotate() == "rotated"
+    await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
+    [second] = await engine.claim(QUEUE, limit=1)
+    assert first.job.id != second.job.id
+    acks = await engine.complete([first.lease, second.lease, first.lease])
+    assert acks == [Ack.APPLIED, Ack.APPLIED, Ack.STALE]
+    for claim in (first, second):
+        job = await engine.get_job(claim.job.id)
+        assert job is not None and job.state == JobState.Completed
+
+
+async def test_a_receipt_naming_a_slot_the_ring_lacks_is_completed_by_lookup(
+    engine: QueueStorageEngine,
+) -> None:
+    """A receipt whose slot has no partition (kept from before the ring was installed again
+    with fewer slots) fails the in-slot statement; the ring-wide one and the lookup by job
+    id close the attempt instead, once."""
+    await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
+    [claim] = await engine.claim(QUEUE, limit=1)
+    entries = engine._parts.receipts.entries
+    key = (claim.job.id, claim.lease.lease)
+    _slot, claim_id, queue = entries[key]
+    entries[key] = (9, claim_id, queue)
+    assert await engine.complete([claim.lease]) == [Ack.APPLIED]
+    assert await engine.complete([claim.lease]) == [Ack.STALE]
+    job = await engine.get_job(claim.job.id)
+    assert job is not None and job.state == JobState.Completed

@@ -19,7 +19,7 @@ from awa.domain.job import JobSpec
 from awa.domain.policies import Backoff
 from awa.domain.states import JobState
 from awa.ports.storage import Ack
-from tests.support.queue_storage import completion_plans
+from tests.support.queue_storage import RECEIPT_COMPLETION, completion_plans
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -99,13 +99,16 @@ async def test_completion_probes_each_receipt_instead_of_scanning_the_ring(
     cur = await conn.execute(
         "SELECT name, cardinality(parameter_types) AS n FROM pg_prepared_statements "
         "WHERE statement LIKE %s",
-        ["%Completion of attempts whose receipt%"],
+        [f"%{RECEIPT_COMPLETION}%"],
     )
-    [prepared] = await cur.fetchall()
-    args = ", ".join(["NULL"] * int(prepared["n"]))
-    async with conn.transaction():
-        await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        cur = await conn.execute(f'EXPLAIN (FORMAT JSON) EXECUTE "{prepared["name"]}"({args})')
-        [row] = await cur.fetchall()
-    scanned = _scanned(row["QUERY PLAN"][0]["Plan"])
-    assert not {r for r in scanned if r.startswith(("claims", "closures", "leases"))}, scanned
+    prepared = await cur.fetchall()
+    # One statement per slot the receipts named (each slot's own partitions).
+    assert len(prepared) == 4
+    for statement in prepared:
+        args = ", ".join(["NULL"] * int(statement["n"]))
+        async with conn.transaction():
+            await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            cur = await conn.execute(f'EXPLAIN (FORMAT JSON) EXECUTE "{statement["name"]}"({args})')
+            [row] = await cur.fetchall()
+        scanned = _scanned(row["QUERY PLAN"][0]["Plan"])
+        assert not {r for r in scanned if r.startswith(("claims", "closures", "leases"))}, scanned

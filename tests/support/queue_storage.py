@@ -27,13 +27,20 @@ async def installed_engine(
         await engine.close()
 
 
+#: The comment every form of completion by receipt starts its statement with.
+RECEIPT_COMPLETION = "The receipt completion; its claims and closures tables"
+
+
 async def completion_plans(engine: QueueStorageEngine) -> dict[str, int]:
-    """How often completion by receipt ran under a generic and under a custom plan on the
-    connection the engine keeps for it (which must be idle)."""
+    """How often completion by receipt (the ring-wide and the in-slot forms together) ran
+    under a generic and under a custom plan on the connection the engine keeps for it
+    (which must be idle)."""
     [conn] = engine._parts.connections.kept["complete"].idle
     cur = await conn.execute(
-        "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE %s",
-        ["%Completion of attempts whose receipt%"],
+        "SELECT coalesce(sum(generic_plans), 0) AS generic_plans, "
+        "coalesce(sum(custom_plans), 0) AS custom_plans "
+        "FROM pg_prepared_statements WHERE statement LIKE %s",
+        [f"%{RECEIPT_COMPLETION}%"],
     )
     [plans] = await cur.fetchall()
     return {

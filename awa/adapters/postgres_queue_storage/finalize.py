@@ -1,8 +1,9 @@
 """Completion: a successful attempt appends a closure.
 
 An attempt this engine claimed, without a unique key, is closed by its receipt key in one
-statement on a kept connection (``complete_receipts_counted``, then
-``complete_receipts_arbitrated`` if a racing finaliser's closure failed it). Every other
+statement on a kept connection (``complete_in_slot_counted`` on the partitions of the one
+slot its receipts name, else ``complete_receipts_counted`` over the ring; each has an
+``_arbitrated`` form for when a racing finaliser's closure failed it). Every other
 completion is looked up by job id (``complete_short``, or the snapshots, ``close_claims``
 and a done row for attempts with a lease or a unique key).
 """
@@ -10,10 +11,12 @@ and a done row for attempts with a lease or a unique key).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import psycopg
 
 from awa.adapters._pg.errors import translated_errors
+from awa.adapters._pg.pool import DictConnection
 from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.receipts import ReceiptCache
@@ -63,12 +66,14 @@ class Completion:
         }
         # One statement on its own: closures, counters and completion buckets. A closure
         # committed by a racing finaliser meanwhile fails it on the closure key (nothing
-        # was written); the arbitrated form then lets the key decide.
+        # was written); the arbitrated form then lets the key decide. Receipts of one slot
+        # (the common case) are closed by that slot's own statement.
+        slots = {known[k][0] for k in keys}
         async with translated_errors(), self._connections.kept_conn("complete") as conn:
-            try:
-                rows = await self._sql.exec_generic(conn, "complete_receipts_counted", **params)
-            except psycopg.errors.UniqueViolation:
-                rows = await self._sql.exec_generic(conn, "complete_receipts_arbitrated", **params)
+            if len(slots) == 1:
+                rows = await self._in_slot(conn, slots.pop(), params)
+            else:
+                rows = await self._ring_wide(conn, params)
         closed = {r["claim_id"] for r in rows if r["claim_id"] is not None}
         acks: dict[tuple[int, int], Ack] = {}
         for key, (_, claim_id, _queue) in known.items():
@@ -90,6 +95,27 @@ class Completion:
             else:
                 out.append(next(by_lookup))
         return out
+
+    async def _ring_wide(
+        self, conn: DictConnection, params: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        try:
+            return await self._sql.exec_generic(conn, "complete_receipts_counted", **params)
+        except psycopg.errors.UniqueViolation:
+            return await self._sql.exec_generic(conn, "complete_receipts_arbitrated", **params)
+
+    async def _in_slot(
+        self, conn: DictConnection, slot: int, params: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        try:
+            statement = self._sql.for_slot("complete_in_slot_counted", slot)
+            return await self._sql.run_generic(conn, statement, params)
+        except psycopg.errors.UniqueViolation:
+            statement = self._sql.for_slot("complete_in_slot_arbitrated", slot)
+            return await self._sql.run_generic(conn, statement, params)
+        except psycopg.errors.UndefinedTable:
+            # A receipt from before the ring was installed again with fewer slots.
+            return await self._ring_wide(conn, params)
 
     async def _complete_by_lookup(self, leases: Sequence[RunLease]) -> list[Ack]:
         async with translated_errors(), self._connections.tx(pipeline=True) as conn:

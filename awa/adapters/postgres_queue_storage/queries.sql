@@ -1063,6 +1063,35 @@ FROM open o
 -- committed are filtered out by NOT EXISTS. A closure racing in from another finaliser
 -- then fails the statement with a unique violation (nothing written), and the engine
 -- runs it again with ON CONFLICT DO NOTHING, where the key arbitrates as before.
+{complete_receipts_body claims=ring_claims closures=ring_closures}
+
+-- name: complete_receipts_arbitrated
+-- complete_receipts_counted again after a racing finaliser's closure failed it: the
+-- closure key decides.
+{complete_receipts_body claims=ring_claims closures=ring_closures on_conflict=on_conflict_do_nothing}
+
+-- name: complete_in_slot_counted
+-- complete_receipts_counted for receipts that all name one ring slot: it reads that
+-- slot's claims and writes its closures by name, never through the partitioned parents,
+-- so it neither plans nor locks the other slots' partitions, and prune's swap of another
+-- slot does not make it plan again (as claim_in_slot). A receipt whose claim was swapped
+-- out or carried forward closes nothing here and is looked up by job id, as with the
+-- ring-wide form.
+{complete_receipts_body claims=slot_claims closures=slot_closures}
+
+-- name: complete_in_slot_arbitrated
+-- complete_in_slot_counted after a racing finaliser's closure failed it.
+{complete_receipts_body claims=slot_claims closures=slot_closures on_conflict=on_conflict_do_nothing}
+
+-- name: ring_closures
+{s}.closures
+
+-- name: slot_closures
+{closures_k}
+
+-- name: complete_receipts_body
+-- The receipt completion; its claims and closures tables are filled in by the ring-wide
+-- and the in-slot forms.
 WITH i AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(slots)s::int[],
         %(claims)s::bigint[], %(queues)s::text[]) AS i(job_id, run_lease, slot, claim_id, queue)
@@ -1072,14 +1101,14 @@ WITH i AS (
                   WHERE l.job_id = i.job_id AND l.run_lease = i.run_lease
                     AND l.claim_id = i.claim_id OFFSET 0)
 ), closed AS (
-    INSERT INTO {s}.closures (slot, claim_id, fact_id, queue, outcome, finalized_at)
+    INSERT INTO {?closures} (slot, claim_id, fact_id, queue, outcome, finalized_at)
     SELECT i.slot, i.claim_id, nextval('{s}.fact_seq'), i.queue, 'completed', %(now)s
     FROM i
     WHERE i.job_id NOT IN (SELECT job_id FROM leased)
-      AND EXISTS (SELECT 1 FROM {s}.claims c
+      AND EXISTS (SELECT 1 FROM {?claims} c
                   WHERE c.slot = i.slot AND c.claim_id = i.claim_id
                     AND c.job_id = i.job_id AND c.run_lease = i.run_lease OFFSET 0)
-      AND NOT EXISTS (SELECT 1 FROM {s}.closures x
+      AND NOT EXISTS (SELECT 1 FROM {?closures} x
                       WHERE x.slot = i.slot AND x.claim_id = i.claim_id OFFSET 0)
     ORDER BY i.slot, i.claim_id
     {?on_conflict}
@@ -1103,11 +1132,6 @@ WITH i AS (
 SELECT claim_id, NULL::bigint AS leased FROM closed
 UNION ALL
 SELECT NULL, job_id FROM leased
-
--- name: complete_receipts_arbitrated
--- complete_receipts_counted again after a racing finaliser's closure failed it: the
--- closure key decides.
-{complete_receipts_counted on_conflict=on_conflict_do_nothing}
 
 -- name: on_conflict_do_nothing
 ON CONFLICT DO NOTHING

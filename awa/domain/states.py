@@ -41,7 +41,9 @@ class JobState(enum.IntEnum):
             return value
         if isinstance(value, int):
             return cls(value)
-        state = _BY_LABEL.get(value) or _BY_LABEL.get(value.strip())
+        state = _BY_LABEL.get(value)
+        if state is None:
+            state = _BY_LABEL.get(value.strip())
         if state is None:
             raise ValueError(f"unknown job state: {value!r}")
         return state

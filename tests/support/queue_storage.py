@@ -27,7 +27,7 @@ async def installed_engine(
         await engine.close()
 
 
-#: The comment every form of completion by receipt starts its statement with.
+#: A comment line in the text of every form of completion by receipt.
 RECEIPT_COMPLETION = "The receipt completion; its claims and closures tables"
 
 

@@ -28,6 +28,11 @@ from awa.domain.states import JobState
 from awa.ports.clock import Clock
 from awa.ports.storage import Ack
 
+#: Completion by receipt, over the ring and in one slot: the statement, then the form that
+#: lets the closure key decide after a racing finaliser's closure failed it.
+_RING_WIDE = ("complete_receipts_counted", "complete_receipts_arbitrated")
+_IN_SLOT = ("complete_in_slot_counted", "complete_in_slot_arbitrated")
+
 
 class Completion:
     """``complete``."""
@@ -55,12 +60,13 @@ class Completion:
             return await self._complete_by_lookup(leases)
         now = self._clock.now()
         keys = list(known)
+        slots = [known[k][0] for k in keys]
         params = {
             "now": now,
             "minute": minute_of(now),
             "ids": [k[0] for k in keys],
             "leases": [k[1] for k in keys],
-            "slots": [known[k][0] for k in keys],
+            "slots": slots,
             "claims": [known[k][1] for k in keys],
             "queues": [known[k][2] for k in keys],
         }
@@ -68,12 +74,15 @@ class Completion:
         # committed by a racing finaliser meanwhile fails it on the closure key (nothing
         # was written); the arbitrated form then lets the key decide. Receipts of one slot
         # (the common case) are closed by that slot's own statement.
-        slots = {known[k][0] for k in keys}
+        one_slot = slots[0] if len(set(slots)) == 1 else None
         async with translated_errors(), self._connections.kept_conn("complete") as conn:
-            if len(slots) == 1:
-                rows = await self._in_slot(conn, slots.pop(), params)
-            else:
-                rows = await self._ring_wide(conn, params)
+            try:
+                rows = await self._close_receipts(conn, one_slot, params)
+            except psycopg.errors.UndefinedTable:
+                if one_slot is None:
+                    raise
+                # A receipt from before the ring was installed again with fewer slots.
+                rows = await self._close_receipts(conn, None, params)
         closed = {r["claim_id"] for r in rows if r["claim_id"] is not None}
         acks: dict[tuple[int, int], Ack] = {}
         for key, (_, claim_id, _queue) in known.items():
@@ -96,26 +105,21 @@ class Completion:
                 out.append(next(by_lookup))
         return out
 
-    async def _ring_wide(
-        self, conn: DictConnection, params: dict[str, Any]
+    async def _close_receipts(
+        self, conn: DictConnection, slot: int | None, params: dict[str, Any]
     ) -> list[dict[str, Any]]:
-        try:
-            return await self._sql.exec_generic(conn, "complete_receipts_counted", **params)
-        except psycopg.errors.UniqueViolation:
-            return await self._sql.exec_generic(conn, "complete_receipts_arbitrated", **params)
+        """Close receipts on ``slot``'s own partitions, or over the ring when ``slot`` is
+        ``None``; the arbitrated form runs when a racing finaliser's closure failed the
+        first (nothing was written)."""
+        counted, arbitrated = _RING_WIDE if slot is None else _IN_SLOT
 
-    async def _in_slot(
-        self, conn: DictConnection, slot: int, params: dict[str, Any]
-    ) -> list[dict[str, Any]]:
+        def statement(name: str) -> bytes:
+            return self._sql[name] if slot is None else self._sql.for_slot(name, slot)
+
         try:
-            statement = self._sql.for_slot("complete_in_slot_counted", slot)
-            return await self._sql.run_generic(conn, statement, params)
+            return await self._sql.run_generic(conn, statement(counted), params)
         except psycopg.errors.UniqueViolation:
-            statement = self._sql.for_slot("complete_in_slot_arbitrated", slot)
-            return await self._sql.run_generic(conn, statement, params)
-        except psycopg.errors.UndefinedTable:
-            # A receipt from before the ring was installed again with fewer slots.
-            return await self._ring_wide(conn, params)
+            return await self._sql.run_generic(conn, statement(arbitrated), params)
 
     async def _complete_by_lookup(self, leases: Sequence[RunLease]) -> list[Ack]:
         async with translated_errors(), self._connections.tx(pipeline=True) as conn:

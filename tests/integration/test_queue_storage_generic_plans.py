@@ -1,6 +1,8 @@
-"""Completion by receipt runs under its prepared generic plan, and leaves the session as
-it was: when more completions run at once than the engine keeps connections for, they run
-on pooled ones, which a caller's own transaction may take next.
+"""Completion by receipt runs under its prepared generic plan. The connection the engine
+keeps for it plans generically for its whole session, so the statement goes alone (one
+round trip). When more completions run at once than the engine keeps connections for,
+they run on pooled ones, which a caller's own transaction may take next: those are left
+as they were.
 
 Left to the server, the statement was planned afresh on every call (the planner never
 preferred the generic plan), and planning every ring partition cost more than running it.
@@ -9,12 +11,14 @@ preferred the generic plan), and planning every ring partition cost more than ru
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from typing import Any
 
 import pytest
 
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine, install_queue_storage
+from awa.adapters.postgres_queue_storage.connections import KEPT_CONNECTIONS
 from awa.domain.job import JobSpec
 from awa.domain.policies import Backoff
 from awa.domain.states import JobState
@@ -39,7 +43,7 @@ async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
         await opened.close()
 
 
-async def test_completion_uses_its_generic_plan_and_leaves_the_session_as_it_was(
+async def test_completion_uses_its_generic_plan_on_the_kept_connection(
     engine: QueueStorageEngine,
 ) -> None:
     await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE, args={"n": i}) for i in range(12)])
@@ -50,10 +54,38 @@ async def test_completion_uses_its_generic_plan_and_leaves_the_session_as_it_was
     [conn] = engine._parts.connections.kept["complete"].idle
     cur = await conn.execute("SELECT current_setting('plan_cache_mode') AS mode")
     [setting] = await cur.fetchall()
-    assert setting["mode"] == "auto"
+    assert setting["mode"] == "force_generic_plan"
     counts = {c.queue: c for c in await engine.queue_counts()}
     assert counts[QUEUE].count(JobState.Completed) == 12
     assert counts[QUEUE].count(JobState.Running) == 0
+
+
+async def test_completion_on_a_pooled_connection_leaves_its_session_as_it_was(
+    engine: QueueStorageEngine,
+) -> None:
+    connections = engine._parts.connections
+    await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(6)])
+    claims = await engine.claim(QUEUE, limit=6)
+    assert len(claims) == 6
+    async with AsyncExitStack() as busy:
+        # Every kept connection is in use: the completions take the pooled one.
+        for _ in range(KEPT_CONNECTIONS):
+            await busy.enter_async_context(connections.kept_conn("complete"))
+        for claim in claims:
+            assert await engine.complete([claim.lease]) == [Ack.APPLIED]
+    async with engine._pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT coalesce(sum(generic_plans), 0) AS g, coalesce(sum(custom_plans), 0) AS c "
+            "FROM pg_prepared_statements WHERE statement LIKE %s",
+            [f"%{RECEIPT_COMPLETION}%"],
+        )
+        [plans] = await cur.fetchall()
+        cur = await conn.execute("SELECT current_setting('plan_cache_mode') AS mode")
+        [setting] = await cur.fetchall()
+    assert (plans["g"], plans["c"]) == (6, 0)
+    assert setting["mode"] == "auto"
+    counts = {c.queue: c for c in await engine.queue_counts()}
+    assert counts[QUEUE].count(JobState.Completed) == 6
 
 
 async def test_queue_counts_use_their_generic_plan(engine: QueueStorageEngine) -> None:

@@ -14,6 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection, connect
+from awa.adapters.postgres_queue_storage.statements import plan_generically
 from awa.domain.errors import DatabaseError
 from awa.ports.storage import UnitOfWork
 
@@ -117,8 +118,10 @@ class Connections:
     async def kept_conn(self, purpose: str) -> AsyncIterator[DictConnection]:
         """An autocommit connection kept for one hot statement (``purpose``): its most
         recently used one, a new one (up to ``KEPT_CONNECTIONS`` per purpose), or else a
-        pooled one. A kept connection whose statement failed or was cancelled is closed,
-        not reused."""
+        pooled one. A kept connection plans prepared statements generically for its whole
+        session (:func:`plan_generically`); a statement on it that must be planned for
+        its parameters says so itself. A kept connection whose statement failed or was
+        cancelled is closed, not reused."""
         self.check_open()
         kept = self.kept.get(purpose)
         if kept is None:
@@ -138,6 +141,13 @@ class Connections:
                 conn = await connect(conninfo)
             except BaseException:
                 kept.open -= 1
+                raise
+            try:
+                # Its hot statement runs under its generic plan with no setting sent
+                # along (Statements.run_generic): one message per call.
+                await plan_generically(conn)
+            except BaseException:
+                await self._drop_kept(kept, conn)
                 raise
         try:
             yield conn

@@ -60,6 +60,28 @@ async def test_completion_uses_its_generic_plan_on_the_kept_connection(
     assert counts[QUEUE].count(JobState.Running) == 0
 
 
+async def test_the_claim_in_its_slot_runs_alone_under_its_generic_plan(
+    engine: QueueStorageEngine,
+) -> None:
+    """The claim's kept connection plans generically for its session, so the claim is one
+    statement and one round trip, and it is never planned for its parameters."""
+    await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(8)])
+    for _ in range(8):
+        assert len(await engine.claim(QUEUE, limit=1)) == 1
+    [conn] = engine._parts.connections.kept["claim"].idle
+    cur = await conn.execute(
+        "SELECT coalesce(sum(generic_plans), 0) AS g, coalesce(sum(custom_plans), 0) AS c "
+        "FROM pg_prepared_statements WHERE statement LIKE %s",
+        ["%The claim as one ring slot's statement%"],
+    )
+    [plans] = await cur.fetchall()
+    cur = await conn.execute("SELECT current_setting('plan_cache_mode') AS mode")
+    [setting] = await cur.fetchall()
+    assert setting["mode"] == "force_generic_plan"
+    # The first claim met an empty slot memory and ran ring-wide; the rest ran in the slot.
+    assert plans["g"] >= 7 and plans["c"] == 0, plans
+
+
 async def test_completion_on_a_pooled_connection_leaves_its_session_as_it_was(
     engine: QueueStorageEngine,
 ) -> None:

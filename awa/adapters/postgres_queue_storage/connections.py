@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import anyio
@@ -14,7 +14,6 @@ from psycopg_pool import AsyncConnectionPool
 
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection, connect
-from awa.adapters.postgres_queue_storage.statements import plan_generically
 from awa.domain.errors import DatabaseError
 from awa.ports.storage import UnitOfWork
 
@@ -57,8 +56,16 @@ class Connections:
     """Pooled connections, kept connections and caller transactions; refuses all of them
     once the engine is closed."""
 
-    def __init__(self, pool: AsyncConnectionPool[DictConnection]) -> None:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[DictConnection],
+        *,
+        prepare_kept: Callable[[DictConnection], Awaitable[None]] | None = None,
+    ) -> None:
         self.pool = pool
+        #: Run once on each kept connection when it opens (the engine's: its session
+        #: plans generically, Statements.plan_generically).
+        self._prepare_kept = prepare_kept
         self.closed = False
         # Connections kept for the hot statements, by purpose (claim, completion).
         self.kept: dict[str, Kept] = {}
@@ -118,10 +125,11 @@ class Connections:
     async def kept_conn(self, purpose: str) -> AsyncIterator[DictConnection]:
         """An autocommit connection kept for one hot statement (``purpose``): its most
         recently used one, a new one (up to ``KEPT_CONNECTIONS`` per purpose), or else a
-        pooled one. A kept connection plans prepared statements generically for its whole
-        session (:func:`plan_generically`); a statement on it that must be planned for
-        its parameters says so itself. A kept connection whose statement failed or was
-        cancelled is closed, not reused."""
+        pooled one. The engine's kept connections plan prepared statements generically for
+        their whole session (``prepare_kept``), so they serve only statements that want
+        that (the ring-wide claim on the claim's is one: the server settles on its
+        generic plan by itself). A kept connection whose statement failed or was cancelled is
+        closed, not reused."""
         self.check_open()
         kept = self.kept.get(purpose)
         if kept is None:
@@ -142,13 +150,12 @@ class Connections:
             except BaseException:
                 kept.open -= 1
                 raise
-            try:
-                # Its hot statement runs under its generic plan with no setting sent
-                # along (Statements.run_generic): one message per call.
-                await plan_generically(conn)
-            except BaseException:
-                await self._drop_kept(kept, conn)
-                raise
+            if self._prepare_kept is not None:
+                try:
+                    await self._prepare_kept(conn)
+                except BaseException:
+                    await self._drop_kept(kept, conn)
+                    raise
         try:
             yield conn
         except BaseException:

@@ -81,7 +81,9 @@ def build_parts(
     """The parts of an engine on ``pool`` for ``schema``; ``owner`` is the engine callers
     see (the owner of its units of work)."""
     statements = Statements(schema)
-    connections = Connections(pool)
+    # A kept connection's hot statement runs under its generic plan with no setting sent
+    # along (Statements.run_generic): one message per call.
+    connections = Connections(pool, prepare_kept=statements.plan_generically)
     receipts = ReceiptCache()
     lanes = LaneAllocator(statements)
     facts = FactWriter(statements, lanes)

@@ -172,6 +172,11 @@ ON CONFLICT (queue, priority, shard) DO UPDATE SET next_seq = l.next_seq WHERE f
 SELECT set_config('awa.plan_cache_mode_was', current_setting('plan_cache_mode'), true),
     set_config('plan_cache_mode', 'force_generic_plan', true)
 
+-- name: plan_generically
+-- Once, on a connection the engine keeps for one hot statement (never a pooled one): its
+-- session plans every prepared statement generically, so the statement is sent alone.
+SET plan_cache_mode = force_generic_plan
+
 -- name: generic_plan_here
 -- Sent with one statement in a pipeline (one implicit transaction): the statement runs
 -- under its prepared generic plan, and the setting ends with that transaction.

@@ -129,22 +129,9 @@ async def run(
 
 
 #: Connections whose session plans every prepared statement generically: the engine's
-#: kept connections (:func:`plan_generically`), where :meth:`Statements.run_generic`
-#: sends the statement alone.
+#: kept connections (:meth:`Statements.plan_generically`), where
+#: :meth:`Statements.run_generic` sends the statement alone.
 _GENERIC_SESSIONS: weakref.WeakSet[DictConnection] = weakref.WeakSet()
-
-
-async def plan_generically(conn: DictConnection) -> None:
-    """Make ``conn``'s session plan prepared statements generically, for good. Only for
-    a connection the engine keeps to itself for its hot statements (never a pooled one,
-    which other statements and callers' transactions share)."""
-    await run(conn, b"SET plan_cache_mode = force_generic_plan")
-    _GENERIC_SESSIONS.add(conn)
-
-
-def plans_generically(conn: DictConnection) -> bool:
-    """Whether ``conn``'s session plans prepared statements generically."""
-    return conn in _GENERIC_SESSIONS
 
 
 def slot_table(schema: str, table: str, slot: int, suffix: str = "") -> sql.Identifier:
@@ -296,12 +283,19 @@ class Statements:
         session."""
         return await self.run_generic(conn, self._bytes[name], params)
 
+    async def plan_generically(self, conn: DictConnection) -> None:
+        """Make ``conn``'s session plan prepared statements generically, for good. Only
+        for a connection the engine keeps to itself for its hot statements (never a pooled
+        one, which other statements and callers' transactions share)."""
+        await run(conn, self._bytes["plan_generically"])
+        _GENERIC_SESSIONS.add(conn)
+
     async def run_generic(
         self, conn: DictConnection, statement: bytes, params: Mapping[str, Any]
     ) -> list[dict[str, Any]]:
         """:meth:`exec_generic` for a rendered statement (:meth:`for_slot`).
 
-        On a kept connection (:func:`plan_generically`) the statement goes alone: one
+        On a kept connection (:meth:`plan_generically`) the statement goes alone: one
         message, one round trip. Elsewhere the setting and the statement are sent
         together and the rows are read once the pipeline has synced, which is also one
         round trip; reading them inside it would ask the server for them first and sync

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from awa.adapters._pg.pool import DictConnection
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine, install_queue_storage
 from awa.adapters.postgres_queue_storage.connections import KEPT_CONNECTIONS
@@ -24,7 +23,7 @@ from awa.domain.job import JobSpec
 from awa.domain.policies import Backoff
 from awa.domain.states import JobState
 from awa.ports.storage import Ack
-from tests.support.queue_storage import RECEIPT_COMPLETION, completion_plans
+from tests.support.queue_storage import RECEIPT_COMPLETION, completion_plans, prepared_plans
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -53,25 +52,10 @@ async def test_completion_uses_its_generic_plan_on_the_kept_connection(
         assert await engine.complete([claim.lease]) == [Ack.APPLIED]
     assert await completion_plans(engine) == {"generic_plans": 12, "custom_plans": 0}
     [conn] = engine._parts.connections.kept["complete"].idle
-    cur = await conn.execute("SELECT current_setting('plan_cache_mode') AS mode")
-    [setting] = await cur.fetchall()
-    assert setting["mode"] == "force_generic_plan"
+    assert (await prepared_plans(conn, RECEIPT_COMPLETION))[2] == "force_generic_plan"
     counts = {c.queue: c for c in await engine.queue_counts()}
     assert counts[QUEUE].count(JobState.Completed) == 12
     assert counts[QUEUE].count(JobState.Running) == 0
-
-
-async def _plans_and_mode(conn: DictConnection, marker: str) -> tuple[int, int, str]:
-    """Generic and custom plans of the statements holding ``marker`` prepared on
-    ``conn``, and its session's plan_cache_mode."""
-    cur = await conn.execute(
-        "SELECT coalesce(sum(generic_plans), 0) AS g, coalesce(sum(custom_plans), 0) AS c, "
-        "current_setting('plan_cache_mode') AS mode "
-        "FROM pg_prepared_statements WHERE statement LIKE %s",
-        [f"%{marker}%"],
-    )
-    [row] = await cur.fetchall()
-    return int(row["g"]), int(row["c"]), str(row["mode"])
 
 
 async def test_the_claim_in_its_slot_runs_alone_under_its_generic_plan(
@@ -83,7 +67,7 @@ async def test_the_claim_in_its_slot_runs_alone_under_its_generic_plan(
     for _ in range(8):
         assert len(await engine.claim(QUEUE, limit=1)) == 1
     [conn] = engine._parts.connections.kept["claim"].idle
-    generic, custom, mode = await _plans_and_mode(conn, "The claim as one ring slot's statement")
+    generic, custom, mode = await prepared_plans(conn, "The claim as one ring slot's statement")
     assert mode == "force_generic_plan"
     # The first claim met an empty slot memory and ran ring-wide; the rest ran in the slot.
     assert generic >= 7 and custom == 0, (generic, custom)
@@ -103,7 +87,7 @@ async def test_completion_on_a_pooled_connection_leaves_its_session_as_it_was(
         for claim in claims:
             assert await engine.complete([claim.lease]) == [Ack.APPLIED]
     async with engine._pool.connection() as conn:
-        plans = await _plans_and_mode(conn, RECEIPT_COMPLETION)
+        plans = await prepared_plans(conn, RECEIPT_COMPLETION)
     assert plans == (6, 0, "auto")
     counts = {c.queue: c for c in await engine.queue_counts()}
     assert counts[QUEUE].count(JobState.Completed) == 6

@@ -16,15 +16,16 @@ class PostgresSubscription:
         self._conn = conn
 
     async def wait(self, timeout: float) -> set[str]:
-        """Channels that fired within ``timeout`` seconds (empty set on timeout)."""
+        """Channels that fired within ``timeout`` seconds (empty set on timeout).
+
+        Returns as soon as the first notifications are read, with every channel that came
+        in the same read: a wake-up is on the path of a job's pickup, so it does not wait
+        another turn of the event loop to look for more (the next call returns those at
+        once)."""
         fired: set[str] = set()
         try:
             async for notify in self._conn.notifies(timeout=max(timeout, 0.0), stop_after=1):
                 fired.add(notify.channel)
-            if fired:
-                # Collect whatever else already arrived without waiting any longer.
-                async for notify in self._conn.notifies(timeout=0.0):
-                    fired.add(notify.channel)
         except psycopg.Error as exc:
             raise map_error(exc) from exc
         return fired

@@ -17,6 +17,7 @@ import asyncio
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -75,10 +76,34 @@ def pg_server(request: pytest.FixtureRequest) -> Iterator[PgServer]:
         yield server
 
 
+_WORKER_PROVIDERS_KEY = pytest.StashKey[set[str]]()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # Under pytest-xdist each worker process provisions its own server: it reports which
+    # branch it used to the controlling process, which prints the summary line.
+    output: dict[str, Any] | None = getattr(session.config, "workeroutput", None)
+    server = session.config.stash.get(_PG_SERVER_KEY, None)
+    if output is not None and server is not None:
+        output["awa_pg_provider"] = server.provider
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    provider = getattr(node, "workeroutput", {}).get("awa_pg_provider")
+    if provider:
+        node.config.stash.setdefault(_WORKER_PROVIDERS_KEY, set()).add(provider)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    server = terminalreporter.config.stash.get(_PG_SERVER_KEY, None)
+    stash = terminalreporter.config.stash
+    server = stash.get(_PG_SERVER_KEY, None)
+    reported: set[str] = stash.get(_WORKER_PROVIDERS_KEY, set())
+    providers = set(reported)
     if server is not None:
-        terminalreporter.write_line(f"postgres for tests: {server.provider}")
+        providers.add(server.provider)
+    if providers:
+        terminalreporter.write_line(f"postgres for tests: {', '.join(sorted(providers))}")
 
 
 @pytest.fixture(scope="session")

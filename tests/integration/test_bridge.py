@@ -28,11 +28,11 @@ def _count(url: str, job_id: int) -> int:
 
 
 @pytest.fixture
-def migrated(database_url: str) -> str:
+def migrated(migrated_database_url: str) -> str:
     import asyncio
 
-    asyncio.run(migrate(database_url))
-    return database_url
+    asyncio.run(migrate(migrated_database_url))
+    return migrated_database_url
 
 
 def _inserted(recorder: Recorder) -> float:

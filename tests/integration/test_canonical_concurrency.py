@@ -30,12 +30,13 @@ async def _drain(engine: CanonicalEngine) -> list[Claim]:
     return claimed
 
 
-async def test_eight_claimers_take_every_job_exactly_once(database_url: str) -> None:
-    await migrate(database_url)
-    producer = await CanonicalEngine.open(database_url)
+async def test_eight_claimers_take_every_job_exactly_once(migrated_database_url: str) -> None:
+    await migrate(migrated_database_url)
+    producer = await CanonicalEngine.open(migrated_database_url)
     # One single-connection engine per claimer: eight separate database sessions.
     claimers = [
-        await CanonicalEngine.open(database_url, max_connections=1) for _ in range(CLAIMERS)
+        await CanonicalEngine.open(migrated_database_url, max_connections=1)
+        for _ in range(CLAIMERS)
     ]
     try:
         jobs = await producer.enqueue_many(
@@ -55,11 +56,11 @@ async def test_eight_claimers_take_every_job_exactly_once(database_url: str) -> 
 
 
 async def test_completion_with_a_stale_lease_after_rescue_changes_nothing(
-    database_url: str,
+    migrated_database_url: str,
 ) -> None:
-    await migrate(database_url)
+    await migrate(migrated_database_url)
     clock = ManualClock()
-    engine = await CanonicalEngine.open(database_url, clock=clock, backoff=NO_JITTER)
+    engine = await CanonicalEngine.open(migrated_database_url, clock=clock, backoff=NO_JITTER)
     try:
         (job,) = await engine.enqueue_many([JobSpec(kind="flaky")])
         (first,) = await engine.claim("default", limit=1)

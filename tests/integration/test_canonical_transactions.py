@@ -17,12 +17,12 @@ KEY = b"k" * 16
 
 
 async def test_callers_connection_commits_and_rolls_back_with_its_transaction(
-    database_url: str,
+    migrated_database_url: str,
 ) -> None:
-    await migrate(database_url)
-    engine = await CanonicalEngine.open(database_url)
+    await migrate(migrated_database_url)
+    engine = await CanonicalEngine.open(migrated_database_url)
     try:
-        async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        async with await psycopg.AsyncConnection.connect(migrated_database_url) as conn:
             uow = engine.unit_of_work_for(conn)
             (rolled_back,) = await engine.enqueue_many([JobSpec(kind="a")], uow=uow)
             await conn.rollback()
@@ -44,10 +44,12 @@ async def test_callers_connection_commits_and_rolls_back_with_its_transaction(
         await engine.close()
 
 
-async def test_unique_conflict_inside_a_unit_of_work_keeps_it_usable(database_url: str) -> None:
-    await migrate(database_url)
+async def test_unique_conflict_inside_a_unit_of_work_keeps_it_usable(
+    migrated_database_url: str,
+) -> None:
+    await migrate(migrated_database_url)
     # A single connection proves the holder lookup does not need a second one.
-    engine = await CanonicalEngine.open(database_url, max_connections=1)
+    engine = await CanonicalEngine.open(migrated_database_url, max_connections=1)
     try:
         (holder,) = await engine.enqueue_many([JobSpec(kind="once", unique_key=KEY)])
         with pytest.raises(UniqueConflict) as clash:

@@ -20,10 +20,10 @@ pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
-def url(database_url: str) -> Iterator[str]:
-    result = CliRunner().invoke(cli, ["--database-url", database_url, "migrate"])
+def url(migrated_database_url: str) -> Iterator[str]:
+    result = CliRunner().invoke(cli, ["--database-url", migrated_database_url, "migrate"])
     assert result.exit_code == 0, result.stderr
-    yield database_url
+    yield migrated_database_url
 
 
 def awa_cli(url: str, *args: str) -> Result:

@@ -28,9 +28,9 @@ class ResizeImage(pydantic.BaseModel):
 
 
 @pytest.fixture
-async def client(database_url: str) -> AsyncIterator[AsyncClient]:
-    await awa.migrate(database_url)
-    async with AsyncClient(database_url) as c:
+async def client(migrated_database_url: str) -> AsyncIterator[AsyncClient]:
+    await awa.migrate(migrated_database_url)
+    async with AsyncClient(migrated_database_url) as c:
         yield c
 
 
@@ -238,9 +238,9 @@ async def test_unknown_callbacks(client: AsyncClient) -> None:
         await client.resolve_callback(zero, default_action="explode")
 
 
-async def test_install_queue_storage_reset_and_close(database_url: str) -> None:
-    await awa.migrate(database_url)
-    client = AsyncClient(database_url)
+async def test_install_queue_storage_reset_and_close(migrated_database_url: str) -> None:
+    await awa.migrate(migrated_database_url)
+    client = AsyncClient(migrated_database_url)
     await client.insert(SendEmail("x"))
     await client.install_queue_storage(reset=True)
     assert await client.list_jobs() == []

@@ -24,9 +24,9 @@ class Park:
 
 
 @pytest.fixture
-async def client(database_url: str) -> AsyncIterator[AsyncClient]:
-    await awa.migrate(database_url)
-    async with AsyncClient(database_url) as c:
+async def client(migrated_database_url: str) -> AsyncIterator[AsyncClient]:
+    await awa.migrate(migrated_database_url)
+    async with AsyncClient(migrated_database_url) as c:
         yield c
 
 

@@ -18,9 +18,9 @@ class Report:
     name: str
 
 
-def test_sync_client_round_trip(database_url: str) -> None:
-    asyncio.run(awa.migrate(database_url))
-    with Client(database_url) as client:
+def test_sync_client_round_trip(migrated_database_url: str) -> None:
+    asyncio.run(awa.migrate(migrated_database_url))
+    with Client(migrated_database_url) as client:
         client.migrate()
         job = client.insert(Report("q3"), tags=["finance"])
         assert job.state == JobState.Available and job.args == {"name": "q3"}

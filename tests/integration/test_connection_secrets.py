@@ -44,8 +44,8 @@ def _clean(text: str) -> None:
     assert "pass'" not in text
 
 
-def _reachable(database_url: str) -> dict[str, str]:
-    params = conninfo_to_dict(database_url)
+def _reachable(migrated_database_url: str) -> dict[str, str]:
+    params = conninfo_to_dict(migrated_database_url)
     return shapes(
         str(params.get("host", "127.0.0.1")), str(params.get("port", "5432")), str(params["dbname"])
     )
@@ -75,8 +75,10 @@ def test_scrub_removes_the_password_from_free_text(text: str) -> None:
 
 
 @pytest.mark.parametrize("shape", sorted(shapes("h", "1", "d")))
-def test_cli_on_a_reachable_database_echoes_no_password(shape: str, database_url: str) -> None:
-    url = _reachable(database_url)[shape]
+def test_cli_on_a_reachable_database_echoes_no_password(
+    shape: str, migrated_database_url: str
+) -> None:
+    url = _reachable(migrated_database_url)[shape]
     result = CliRunner().invoke(cli, ["--database-url", url, "migrate"])
     assert result.exit_code == 0, result.output
     assert "awa: database " in result.stderr

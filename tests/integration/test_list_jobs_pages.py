@@ -31,9 +31,11 @@ class Beta:
 
 
 @pytest.fixture(params=["canonical", "queue_storage"])
-async def client(request: pytest.FixtureRequest, database_url: str) -> AsyncIterator[AsyncClient]:
-    await awa.migrate(database_url)
-    async with AsyncClient(database_url) as c:
+async def client(
+    request: pytest.FixtureRequest, migrated_database_url: str
+) -> AsyncIterator[AsyncClient]:
+    await awa.migrate(migrated_database_url)
+    async with AsyncClient(migrated_database_url) as c:
         if request.param == "queue_storage":
             await c.install_queue_storage()
         yield c

@@ -75,9 +75,9 @@ def test_an_edit_through_the_jobs_view_wakes_a_long_queue(migrated_database_url:
 
 
 @pytest.fixture
-async def client(database_url: str) -> AsyncIterator[AsyncClient]:
-    await awa.migrate(database_url)
-    async with AsyncClient(database_url) as c:
+async def client(migrated_database_url: str) -> AsyncIterator[AsyncClient]:
+    await awa.migrate(migrated_database_url)
+    async with AsyncClient(migrated_database_url) as c:
         yield c
 
 

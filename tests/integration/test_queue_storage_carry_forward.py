@@ -30,8 +30,8 @@ SLOTS = 4
 
 
 @pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
-    async with installed_engine(database_url, SCHEMA, queue_slot_count=SLOTS) as opened:
+async def engine(migrated_database_url: str) -> AsyncIterator[QueueStorageEngine]:
+    async with installed_engine(migrated_database_url, SCHEMA, queue_slot_count=SLOTS) as opened:
         yield opened
 
 
@@ -48,10 +48,10 @@ async def _turn(engine: QueueStorageEngine, turns: int = 1) -> Counter[str]:
     return outcomes
 
 
-def _slot_rows(database_url: str) -> dict[str, dict[int, int]]:
+def _slot_rows(migrated_database_url: str) -> dict[str, dict[int, int]]:
     """Rows per ring table and slot."""
     out: dict[str, dict[int, int]] = {}
-    with psycopg.connect(database_url) as conn:
+    with psycopg.connect(migrated_database_url) as conn:
         for table in ("ready_entries", "claims"):
             rows = conn.execute(
                 f"SELECT slot, count(*) FROM {SCHEMA}.{table} GROUP BY slot"
@@ -60,9 +60,11 @@ def _slot_rows(database_url: str) -> dict[str, dict[int, int]]:
     return out
 
 
-def _recount(database_url: str) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+def _recount(
+    migrated_database_url: str,
+) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
     """Counters against a recount of the resolved jobs, per (queue, state)."""
-    with psycopg.connect(database_url) as conn:
+    with psycopg.connect(migrated_database_url) as conn:
         counters = conn.execute(
             f"SELECT queue, state::text, sum(n) FROM {SCHEMA}.queue_counts "
             "GROUP BY 1, 2 HAVING sum(n) <> 0"
@@ -90,7 +92,7 @@ async def _all_jobs(engine: QueueStorageEngine, ids: list[int]) -> dict[int, Job
 
 
 async def test_prune_reclaims_a_slot_holding_every_kind_of_live_work(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """A running attempt without heartbeats, one heartbeating with progress, one waiting
     for a callback, unclaimed rows of a worked, an unworked and a paused queue, and a
@@ -128,24 +130,24 @@ async def test_prune_reclaims_a_slot_holding_every_kind_of_live_work(
     assert await engine.fail(bc.lease, error="boom") == Ack.APPLIED
     ids = [silent.id, beating.id, waiting.id, boom.id, *(j.id for j in backlog)]
     before = await _all_jobs(engine, ids)
-    counts_before = _recount(database_url)
+    counts_before = _recount(migrated_database_url)
 
     outcomes = await _turn(engine, turns=3)
 
     assert outcomes["prune:pruned"] >= 2 * SLOTS and outcomes["skipped_busy"] == 0, outcomes
     assert await _all_jobs(engine, ids) == before
     # Completed filler history did not pile up: only about one turn of it is kept.
-    with psycopg.connect(database_url) as conn:
+    with psycopg.connect(migrated_database_url) as conn:
         row = conn.execute(
             f"SELECT count(*) FROM {SCHEMA}.jobs_resolved WHERE queue = 'filler'"
         ).fetchone()
     assert row is not None and row[0] <= SLOTS
-    assert _recount(database_url)[0] == _recount(database_url)[1]
+    assert _recount(migrated_database_url)[0] == _recount(migrated_database_url)[1]
     assert {k: v for k, v in counts_before[0].items() if k[0] != "filler"} == {
-        k: v for k, v in _recount(database_url)[0].items() if k[0] != "filler"
+        k: v for k, v in _recount(migrated_database_url)[0].items() if k[0] != "filler"
     }
     # The live rows sit only in slots the ring has not reclaimed since.
-    rows = _slot_rows(database_url)
+    rows = _slot_rows(migrated_database_url)
     assert sum(rows["claims"].values()) >= 3
 
     # Everything can still finish as it would have.
@@ -189,7 +191,7 @@ async def test_fifo_within_a_lane_survives_many_carries(engine: QueueStorageEngi
 
 
 async def test_completion_by_a_receipt_from_before_the_carry_lands_once(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """The worker remembers the receipt (slot, claim_id) of its claim; after the claim
     was carried into another slot the completion still lands, once."""
@@ -201,12 +203,12 @@ async def test_completion_by_a_receipt_from_before_the_carry_lands_once(
     assert await engine.complete([claim.lease]) == [Ack.STALE]
     done = await engine.get_job(job.id)
     assert done is not None and done.state == JobState.Completed
-    counters, recount = _recount(database_url)
+    counters, recount = _recount(migrated_database_url)
     assert counters == recount
 
 
 async def test_prune_carries_what_it_read_or_nothing(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """A completion that commits between prune's read and its lock changes the slot's
     row counts: prune is blocked and its copies roll back (nothing is there twice)."""
@@ -219,7 +221,7 @@ async def test_prune_carries_what_it_read_or_nothing(
     original = carry.live_rows
     # opened first: opening installs, which waits for the prune transaction's locks
     other = await QueueStorageEngine.open(
-        database_url, clock=SystemClock(), backoff=Backoff(), schema=SCHEMA
+        migrated_database_url, clock=SystemClock(), backoff=Backoff(), schema=SCHEMA
     )
 
     async def complete_meanwhile(
@@ -237,7 +239,7 @@ async def test_prune_carries_what_it_read_or_nothing(
     finally:
         del carry.live_rows
         await other.close()
-    counters, recount = _recount(database_url)
+    counters, recount = _recount(migrated_database_url)
     assert counters == recount
     done = await engine.get_job(job.id)
     assert done is not None and done.state == JobState.Completed
@@ -245,10 +247,10 @@ async def test_prune_carries_what_it_read_or_nothing(
     assert await engine.prune_oldest() == "pruned"
     assert await engine.get_job(job.id) is None
     assert (await engine.pruned_counts())["r"]["completed"] == 1
-    assert _recount(database_url)[0] == _recount(database_url)[1]
+    assert _recount(migrated_database_url)[0] == _recount(migrated_database_url)[1]
 
 
-async def _race(engine: QueueStorageEngine, database_url: str, seconds: float) -> None:
+async def _race(engine: QueueStorageEngine, migrated_database_url: str, seconds: float) -> None:
     """Long attempts heartbeat, report progress, wait for callbacks, are resolved,
     completed or rescued, all while a leader rotates and prunes as fast as it can. Every
     write to an open attempt lands; each attempt ends exactly once."""
@@ -313,7 +315,7 @@ async def _race(engine: QueueStorageEngine, database_url: str, seconds: float) -
     async def leader() -> None:
         # The leader is another process in production: its own engine and pool.
         ring = await QueueStorageEngine.open(
-            database_url, clock=SystemClock(), backoff=Backoff(), schema=SCHEMA
+            migrated_database_url, clock=SystemClock(), backoff=Backoff(), schema=SCHEMA
         )
         try:
             while not done.is_set():
@@ -352,19 +354,19 @@ async def _race(engine: QueueStorageEngine, database_url: str, seconds: float) -
         final = await engine.get_job(claim.job.id)
         assert final is not None and final.state == JobState.Retryable
         assert final.run_lease == claim.job.run_lease
-    counters, recount = _recount(database_url)
+    counters, recount = _recount(migrated_database_url)
     assert counters == recount
 
 
 async def test_lease_writes_completions_callbacks_and_rescues_race_prune(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
-    await _race(engine, database_url, 3.0)
+    await _race(engine, migrated_database_url, 3.0)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 async def test_lease_writes_completions_callbacks_and_rescues_race_prune_for_60s(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
-    await _race(engine, database_url, 60.0)
+    await _race(engine, migrated_database_url, 60.0)

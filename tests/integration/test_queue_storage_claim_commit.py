@@ -29,10 +29,10 @@ class _Behind(SystemClock):
 
 
 @pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
-    async with installed_engine(database_url, SCHEMA) as opened:
+async def engine(migrated_database_url: str) -> AsyncIterator[QueueStorageEngine]:
+    async with installed_engine(migrated_database_url, SCHEMA) as opened:
         # Every claim row records the commit mode of the transaction that wrote it.
-        with psycopg.connect(database_url, autocommit=True) as conn:
+        with psycopg.connect(migrated_database_url, autocommit=True) as conn:
             conn.execute(
                 f"CREATE TABLE {SCHEMA}.commit_modes (mode text);"
                 f"CREATE FUNCTION {SCHEMA}.note_commit_mode() RETURNS trigger "
@@ -45,8 +45,8 @@ async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
         yield opened
 
 
-def _modes(database_url: str) -> list[str]:
-    with psycopg.connect(database_url, autocommit=True) as conn:
+def _modes(migrated_database_url: str) -> list[str]:
+    with psycopg.connect(migrated_database_url, autocommit=True) as conn:
         rows = conn.execute(f"SELECT mode FROM {SCHEMA}.commit_modes").fetchall()
         conn.execute(f"TRUNCATE {SCHEMA}.commit_modes")
     return [row[0] for row in rows]
@@ -68,20 +68,20 @@ async def _session_modes(engine: QueueStorageEngine) -> set[str]:
 
 
 async def test_the_common_claim_commits_without_waiting_for_the_flush(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(3)])
     claims = await engine.claim(QUEUE, limit=3)
     assert len(claims) == 3
-    assert _modes(database_url) == ["off"] * 3
+    assert _modes(migrated_database_url) == ["off"] * 3
     assert await _session_modes(engine) == {"on"}
 
 
 async def test_the_sorted_claim_commits_without_waiting_for_the_flush(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     behind = await QueueStorageEngine.open(
-        database_url, clock=_Behind(), backoff=Backoff(), schema=SCHEMA
+        migrated_database_url, clock=_Behind(), backoff=Backoff(), schema=SCHEMA
     )
     try:
         # Two batches in one lane, the second behind the first's order key, more than
@@ -93,5 +93,5 @@ async def test_the_sorted_claim_commits_without_waiting_for_the_flush(
     claims = await engine.claim(QUEUE, limit=2)
     assert len(claims) == 2
     assert QUEUE in engine._parts.claims._sorting
-    assert _modes(database_url) == ["off"] * 2
+    assert _modes(migrated_database_url) == ["off"] * 2
     assert await _session_modes(engine) == {"on"}

@@ -32,13 +32,13 @@ QUEUE = "in_slot"
 
 
 @pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
-    async with installed_engine(database_url, SCHEMA) as opened:
+async def engine(migrated_database_url: str) -> AsyncIterator[QueueStorageEngine]:
+    async with installed_engine(migrated_database_url, SCHEMA) as opened:
         yield opened
 
 
-def _current_slot(database_url: str) -> int:
-    with psycopg.connect(database_url) as conn:
+def _current_slot(migrated_database_url: str) -> int:
+    with psycopg.connect(migrated_database_url) as conn:
         row = conn.execute(f"SELECT current_slot FROM {SCHEMA}.ring_state").fetchone()
     assert row is not None
     return int(row[0])
@@ -53,9 +53,9 @@ class _PruneLock:
     """Holds the locks a prune of ``slot`` takes for its swap (the engine's own lock
     statement), in an open transaction, until the block ends."""
 
-    def __init__(self, engine: QueueStorageEngine, database_url: str, slot: int) -> None:
+    def __init__(self, engine: QueueStorageEngine, migrated_database_url: str, slot: int) -> None:
         self._engine = engine
-        self._url = database_url
+        self._url = migrated_database_url
         self._slot = slot
         self._conn: psycopg.AsyncConnection[tuple[Any, ...]] | None = None
 
@@ -75,7 +75,7 @@ class _PruneLock:
 
 
 async def test_a_claim_in_its_slot_goes_on_while_a_prune_holds_the_ring(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     for _ in range(2):
         # The first claim finds the queue's rows in the current slot; the second claims
@@ -83,26 +83,26 @@ async def test_a_claim_in_its_slot_goes_on_while_a_prune_holds_the_ring(
         [job] = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
         assert await _claimed_ids(engine, 1) == [job.id]
     jobs = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(3)])
-    other = (_current_slot(database_url) + 1) % 4
-    async with _PruneLock(engine, database_url, other):
+    other = (_current_slot(migrated_database_url) + 1) % 4
+    async with _PruneLock(engine, migrated_database_url, other):
         assert await _claimed_ids(engine, 3) == [job.id for job in jobs]
 
 
 async def test_the_claim_over_the_whole_ring_waits_for_the_prune(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """What the claim in one slot avoids: with no slot to try (a new engine), the claim
     reads the ring's parents and waits for the swap's lock."""
     await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
-    other = (_current_slot(database_url) + 1) % 4
-    async with _PruneLock(engine, database_url, other):
+    other = (_current_slot(migrated_database_url) + 1) % 4
+    async with _PruneLock(engine, migrated_database_url, other):
         with pytest.raises(TimeoutError):
             with anyio.fail_after(1.5):
                 await engine.claim(QUEUE, limit=1)
 
 
 async def test_a_lane_across_two_slots_is_claimed_in_order(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     [first] = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
     assert await _claimed_ids(engine, 1) == [first.id]
@@ -116,7 +116,7 @@ async def test_a_lane_across_two_slots_is_claimed_in_order(
 
 
 async def test_a_batch_that_fits_in_the_slot_takes_only_the_lane_prefix_there(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     [first] = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
     assert await _claimed_ids(engine, 1) == [first.id]
@@ -128,7 +128,7 @@ async def test_a_batch_that_fits_in_the_slot_takes_only_the_lane_prefix_there(
 
 
 async def test_rows_written_to_an_older_slot_after_newer_ones_are_not_skipped(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """A producer that read the current slot just before a rotation appends its rows to
     the older slot after rows of the same lane already went to the newer one: the claim
@@ -136,12 +136,12 @@ async def test_rows_written_to_an_older_slot_after_newer_ones_are_not_skipped(
     ring-wide claim."""
     [first] = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
     assert await _claimed_ids(engine, 1) == [first.id]
-    start = _current_slot(database_url)
+    start = _current_slot(migrated_database_url)
     assert await engine.rotate_queue_ring() == "rotated"
     [newer] = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
     assert await _claimed_ids(engine, 1) == [newer.id]  # the engine now claims in start + 1
     a, b = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(2)])
-    with psycopg.connect(database_url) as conn:
+    with psycopg.connect(migrated_database_url) as conn:
         # Move the first of the two back to the older slot, as that producer would have
         # written it (same fact, same lane position).
         conn.execute(
@@ -170,7 +170,7 @@ async def test_a_slot_the_ring_does_not_have_fails_one_claim_only(
 
 
 async def test_completion_in_its_slot_goes_on_while_a_prune_holds_the_ring(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """Receipts of one slot are closed by that slot's own statement (``complete_in_slot``),
     which neither waits for a prune's swap of another slot nor plans again after it."""
@@ -181,8 +181,8 @@ async def test_completion_in_its_slot_goes_on_while_a_prune_holds_the_ring(
         assert await engine.complete([claim.lease]) == [Ack.APPLIED]
     await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(3)])
     claims = await engine.claim(QUEUE, limit=3)
-    other = (_current_slot(database_url) + 1) % 4
-    async with _PruneLock(engine, database_url, other):
+    other = (_current_slot(migrated_database_url) + 1) % 4
+    async with _PruneLock(engine, migrated_database_url, other):
         with anyio.fail_after(10):
             assert await engine.complete([c.lease for c in claims]) == [Ack.APPLIED] * 3
     counts = {c.queue: c for c in await engine.queue_counts()}

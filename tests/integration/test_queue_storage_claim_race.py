@@ -33,8 +33,8 @@ class _Behind(SystemClock):
 
 
 @pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
-    async with installed_engine(database_url, SCHEMA) as opened:
+async def engine(migrated_database_url: str) -> AsyncIterator[QueueStorageEngine]:
+    async with installed_engine(migrated_database_url, SCHEMA) as opened:
         yield opened
 
 
@@ -42,7 +42,7 @@ async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
     "limits", [(3, 3, 3, 3), (3, 64, 3, 64)], ids=["sorted", "sorted-and-whole"]
 )
 async def test_claimers_of_sorted_windows_never_take_a_job_twice(
-    engine: QueueStorageEngine, database_url: str, limits: tuple[int, ...]
+    engine: QueueStorageEngine, migrated_database_url: str, limits: tuple[int, ...]
 ) -> None:
     """A sorted window does not move its cursor past the rows taken, so a claimer whose
     snapshot predates another claimer's commit (taken just before it got the lane's
@@ -51,7 +51,9 @@ async def test_claimers_of_sorted_windows_never_take_a_job_twice(
     so a claim that takes a short sorted window whole (the larger batches) leaves a lane
     alone whose sorted claim committed after its snapshot."""
     opened = [
-        await QueueStorageEngine.open(database_url, clock=clock, backoff=Backoff(), schema=SCHEMA)
+        await QueueStorageEngine.open(
+            migrated_database_url, clock=clock, backoff=Backoff(), schema=SCHEMA
+        )
         for clock in (_Behind(), SystemClock(), SystemClock(), SystemClock())
     ]
     behind, *claimers = opened
@@ -86,7 +88,7 @@ async def test_claimers_of_sorted_windows_never_take_a_job_twice(
     finally:
         for other in opened:
             await other.close()
-    with psycopg.connect(database_url) as conn:
+    with psycopg.connect(migrated_database_url) as conn:
         twice = conn.execute(
             f"SELECT count(*) FROM (SELECT 1 FROM {SCHEMA}.claims "
             "GROUP BY slot, ready_fact HAVING count(*) > 1) d"

@@ -27,8 +27,12 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-async def engine(database_url: str, clock: ManualClock) -> AsyncIterator[QueueStorageEngine]:
-    opened = await QueueStorageEngine.open(database_url, clock=clock, backoff=CONTRACT_BACKOFF)
+async def engine(
+    migrated_database_url: str, clock: ManualClock
+) -> AsyncIterator[QueueStorageEngine]:
+    opened = await QueueStorageEngine.open(
+        migrated_database_url, clock=clock, backoff=CONTRACT_BACKOFF
+    )
     try:
         yield opened
     finally:
@@ -105,7 +109,7 @@ async def test_copy_enqueue_joins_a_caller_transaction(engine: QueueStorageEngin
 
 
 async def test_copy_enqueue_round_trips_awkward_values(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     awkward = 'tab\there, line\nbreak, back\\slash, "quote", {brace}, comma, é, \\N, \\x00'
     specs = [
@@ -126,7 +130,7 @@ async def test_copy_enqueue_round_trips_awkward_values(
     assert claimed["plain"].args == [1, 2] and claimed["plain"].priority == 1
     found = await engine.get_job(odd.id)
     assert found is not None and found.args == specs[0].args
-    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+    async with await psycopg.AsyncConnection.connect(migrated_database_url) as conn:
         cur = await conn.execute(
             "SELECT ordering_key, shard FROM awa.ready_entries WHERE job_id = %s", (odd.id,)
         )

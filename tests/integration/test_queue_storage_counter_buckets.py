@@ -22,8 +22,8 @@ QUEUE = "buckets"
 
 
 @pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
-    async with installed_engine(database_url, SCHEMA) as opened:
+async def engine(migrated_database_url: str) -> AsyncIterator[QueueStorageEngine]:
+    async with installed_engine(migrated_database_url, SCHEMA) as opened:
         yield opened
 
 
@@ -58,10 +58,10 @@ async def _hold(
 
 
 async def test_claim_and_completion_do_not_wait_for_producers_counter_rows(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(3)])
-    async with await psycopg.AsyncConnection.connect(database_url) as other:
+    async with await psycopg.AsyncConnection.connect(migrated_database_url) as other:
         # every counter bucket an enqueue may take (enqueues write no completion rows)
         await _hold(other, range(16), range(0))
         with anyio.fail_after(10):
@@ -72,11 +72,11 @@ async def test_claim_and_completion_do_not_wait_for_producers_counter_rows(
 
 
 async def test_completion_does_not_wait_for_other_writers_counter_rows(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(2)])
     claims = await engine.claim(QUEUE, limit=2)
-    async with await psycopg.AsyncConnection.connect(database_url) as other:
+    async with await psycopg.AsyncConnection.connect(migrated_database_url) as other:
         # producers, the claim statement and every other writer (admin, rescue, prune)
         await _hold(other, range(24), range(8))
         await other.execute(

@@ -24,8 +24,10 @@ SETTLE = 0.5
 
 
 @pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
-    opened = await QueueStorageEngine.open(database_url, clock=SystemClock(), backoff=Backoff())
+async def engine(migrated_database_url: str) -> AsyncIterator[QueueStorageEngine]:
+    opened = await QueueStorageEngine.open(
+        migrated_database_url, clock=SystemClock(), backoff=Backoff()
+    )
     try:
         yield opened
     finally:
@@ -56,7 +58,7 @@ CANCEL = "UPDATE awa.jobs SET state = 'cancelled', finalized_at = now() WHERE id
 
 
 async def test_edits_meeting_in_a_lane_do_not_deadlock(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     moved, first, second = (
         job.id
@@ -65,13 +67,13 @@ async def test_edits_meeting_in_a_lane_do_not_deadlock(
         )
     )
     # `moved` now lives in the priority-1 lane the other edits move their jobs to.
-    assert await _edit(database_url, REPRIORITISE, moved) == 1
-    async with await psycopg.AsyncConnection.connect(database_url) as held:
+    assert await _edit(migrated_database_url, REPRIORITISE, moved) == 1
+    async with await psycopg.AsyncConnection.connect(migrated_database_url) as held:
         # An open transaction that retired a row of that lane (it marked the lane's head)...
         await held.execute(CANCEL, (moved,))
         # ...while another edit moves a job into the lane: it must not wait for the mark
         # while it holds the lane (it used to insert the lane's head over it and wait).
-        other = asyncio.create_task(_edit(database_url, REPRIORITISE, first))
+        other = asyncio.create_task(_edit(migrated_database_url, REPRIORITISE, first))
         await _wait_briefly(other)
         # The open transaction goes on and edits another job into the lane.
         await held.execute(REPRIORITISE, (second,))
@@ -85,14 +87,14 @@ async def test_edits_meeting_in_a_lane_do_not_deadlock(
 
 
 async def test_an_enqueue_into_a_lane_an_edit_marked_does_not_wait_for_it(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     key = b"k1"
     [keyed] = await engine.enqueue_many(
         [JobSpec(kind="k", queue=QUEUE, priority=1, ordering_key=key)]
     )
     [loose] = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE, priority=2)])
-    async with await psycopg.AsyncConnection.connect(database_url) as held:
+    async with await psycopg.AsyncConnection.connect(migrated_database_url) as held:
         # An open edit retired the keyed job's row: its lane's head carries the mark.
         await held.execute(CANCEL, (keyed.id,))
         # An enqueue into that lane holds the lane and must not wait for the mark.
@@ -113,7 +115,7 @@ async def test_an_enqueue_into_a_lane_an_edit_marked_does_not_wait_for_it(
 
 
 async def test_a_batch_move_and_an_edit_into_one_lane_do_not_deadlock(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     key = b"k2"
     old = [
@@ -124,7 +126,7 @@ async def test_a_batch_move_and_an_edit_into_one_lane_do_not_deadlock(
     ]
     # The target lane exists (a job of priority 1 with the same key).
     await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE, priority=1, ordering_key=key)])
-    async with await psycopg.AsyncConnection.connect(database_url) as held:
+    async with await psycopg.AsyncConnection.connect(migrated_database_url) as held:
         # Someone holds the target lane (an enqueue in its transaction, say)...
         await held.execute(
             "SELECT 1 FROM awa.lanes WHERE queue = %s AND priority = 1 AND shard = 0 FOR UPDATE",
@@ -133,7 +135,7 @@ async def test_a_batch_move_and_an_edit_into_one_lane_do_not_deadlock(
         # ...an edit queues for it first, then a batch move of the other job: the move
         # must not mark the old lane's head before it has the new lane, or the edit, once
         # it has the lane, waits for that head while the move waits for the lane.
-        edit = asyncio.create_task(_edit(database_url, REPRIORITISE, old[0]))
+        edit = asyncio.create_task(_edit(migrated_database_url, REPRIORITISE, old[0]))
         await _wait_briefly(edit)
         move = asyncio.create_task(
             engine.apply_batch_change(old[1], BatchSpec(BatchOpKind.SET_PRIORITY, priority=1))

@@ -32,10 +32,16 @@ QUEUE = "plans"
 
 
 @pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
-    await install_queue_storage(database_url, SCHEMA, queue_slot_count=4, lease_slot_count=4)
+async def engine(migrated_database_url: str) -> AsyncIterator[QueueStorageEngine]:
+    await install_queue_storage(
+        migrated_database_url, SCHEMA, queue_slot_count=4, lease_slot_count=4
+    )
     opened = await QueueStorageEngine.open(
-        database_url, clock=SystemClock(), backoff=Backoff(), schema=SCHEMA, max_connections=1
+        migrated_database_url,
+        clock=SystemClock(),
+        backoff=Backoff(),
+        schema=SCHEMA,
+        max_connections=1,
     )
     try:
         yield opened

@@ -24,8 +24,8 @@ QUEUE = "kept"
 
 
 @pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
-    async with installed_engine(database_url, SCHEMA) as opened:
+async def engine(migrated_database_url: str) -> AsyncIterator[QueueStorageEngine]:
+    async with installed_engine(migrated_database_url, SCHEMA) as opened:
         yield opened
 
 
@@ -33,8 +33,8 @@ def _kept_pids(engine: QueueStorageEngine, purpose: str) -> list[int]:
     return [conn.info.backend_pid for conn in engine._parts.connections.kept[purpose].idle]
 
 
-def _live(database_url: str, pids: list[int]) -> set[int]:
-    with psycopg.connect(database_url, autocommit=True) as conn:
+def _live(migrated_database_url: str, pids: list[int]) -> set[int]:
+    with psycopg.connect(migrated_database_url, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s)", [pids]
         ).fetchall()
@@ -78,12 +78,12 @@ async def test_claims_at_once_beyond_the_kept_ones_take_pooled_connections(
 
 
 async def test_a_broken_kept_connection_is_replaced(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(2)])
     assert await engine.claim("elsewhere", limit=1) == []
     [pid] = _kept_pids(engine, "claim")
-    with psycopg.connect(database_url, autocommit=True) as admin:
+    with psycopg.connect(migrated_database_url, autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", [pid])
     with pytest.raises(DatabaseError):
         await engine.claim(QUEUE, limit=1)
@@ -94,19 +94,19 @@ async def test_a_broken_kept_connection_is_replaced(
 
 
 async def test_closing_the_engine_closes_the_kept_connections(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
     [claim] = await engine.claim(QUEUE, limit=1)
     assert await engine.complete([claim.lease]) == [Ack.APPLIED]
     pids = _kept_pids(engine, "claim") + _kept_pids(engine, "complete")
-    assert len(_live(database_url, pids)) == 2
+    assert len(_live(migrated_database_url, pids)) == 2
     await engine.close()
     for _ in range(50):
-        if not _live(database_url, pids):
+        if not _live(migrated_database_url, pids):
             break
         await asyncio.sleep(0.02)
-    assert _live(database_url, pids) == set()
+    assert _live(migrated_database_url, pids) == set()
 
 
 async def test_warm_up_opens_and_prepares_the_kept_connections(

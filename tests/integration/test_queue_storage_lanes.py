@@ -41,9 +41,14 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-async def engine(database_url: str, clock: ManualClock) -> AsyncIterator[QueueStorageEngine]:
+async def engine(
+    migrated_database_url: str, clock: ManualClock
+) -> AsyncIterator[QueueStorageEngine]:
     opened = await QueueStorageEngine.open(
-        database_url, clock=clock, backoff=CONTRACT_BACKOFF, max_connections=SPARE_LANES + 6
+        migrated_database_url,
+        clock=clock,
+        backoff=CONTRACT_BACKOFF,
+        max_connections=SPARE_LANES + 6,
     )
     try:
         yield opened
@@ -74,7 +79,7 @@ async def _lanes_of(url: str) -> dict[int, tuple[int, int]]:
 
 
 async def test_open_enqueues_into_one_queue_do_not_wait_for_each_other(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     async with engine.transaction() as first, engine.transaction() as second:
         (a,) = await engine.enqueue_many([JobSpec(kind="a", queue=QUEUE)], uow=first)
@@ -85,7 +90,7 @@ async def test_open_enqueues_into_one_queue_do_not_wait_for_each_other(
         (c,) = await engine.enqueue_many(
             [JobSpec(kind="c", queue=QUEUE, unique_key=b"c")], uow=second
         )
-    lanes = await _lanes_of(database_url)
+    lanes = await _lanes_of(migrated_database_url)
     assert lanes[a.id][0] != lanes[b.id][0]
     assert lanes[b.id][0] == lanes[c.id][0]
     claimed = await engine.claim(QUEUE, limit=10)
@@ -93,7 +98,7 @@ async def test_open_enqueues_into_one_queue_do_not_wait_for_each_other(
 
 
 async def test_an_ordering_key_keeps_its_lane_and_waits_for_it(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     key = b"customer-7"
     async with engine.transaction() as first:
@@ -111,16 +116,16 @@ async def test_an_ordering_key_keeps_its_lane_and_waits_for_it(
             await _no_waiting(third)
             await engine.enqueue_many([JobSpec(kind="free", queue=QUEUE)], uow=third)
     (b,) = await engine.enqueue_many([JobSpec(kind="b", queue=QUEUE, ordering_key=key)])
-    lanes = await _lanes_of(database_url)
+    lanes = await _lanes_of(migrated_database_url)
     assert lanes[a.id][0] == lanes[b.id][0] == shard_for_key(key, 1)
     assert lanes[b.id][1] == lanes[a.id][1] + 1
 
 
 async def test_keyed_jobs_use_their_shard_while_unkeyed_ones_spread(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     await _sql(
-        database_url,
+        migrated_database_url,
         "INSERT INTO awa.queue_meta (queue, enqueue_shards) VALUES (%s, 4)",
         QUEUE,
     )
@@ -134,7 +139,7 @@ async def test_keyed_jobs_use_their_shard_while_unkeyed_ones_spread(
     keyed = await engine.enqueue_many(
         [JobSpec(kind="keyed", queue=QUEUE, ordering_key=key) for key in keys]
     )
-    lanes = await _lanes_of(database_url)
+    lanes = await _lanes_of(migrated_database_url)
     for job, key in zip(keyed, keys, strict=True):
         assert lanes[job.id][0] == shard_for_key(key, 4)
     # Jobs without a key never share an ordering key's lane.
@@ -142,7 +147,9 @@ async def test_keyed_jobs_use_their_shard_while_unkeyed_ones_spread(
     assert len(free_lanes) == 3 and all(shard < 0 for shard in free_lanes)
 
 
-async def test_spare_lanes_are_bounded(engine: QueueStorageEngine, database_url: str) -> None:
+async def test_spare_lanes_are_bounded(
+    engine: QueueStorageEngine, migrated_database_url: str
+) -> None:
     ids: list[int] = []
     async with AsyncExitStack() as stack:
         # Every lane for jobs without an ordering key, each held by an open transaction.
@@ -156,19 +163,21 @@ async def test_spare_lanes_are_bounded(engine: QueueStorageEngine, database_url:
             async with engine.transaction() as extra:
                 await _no_waiting(extra, "200ms")
                 await engine.enqueue_many([JobSpec(kind="extra", queue=QUEUE)], uow=extra)
-    lanes = await _lanes_of(database_url)
+    lanes = await _lanes_of(migrated_database_url)
     assert {shard for shard, _ in lanes.values()} == set(range(-SPARE_LANES, 0))
     assert {seq for _, seq in lanes.values()} == {0}
     claimed = await engine.claim(QUEUE, limit=100)
     assert [claim.job.id for claim in claimed] == ids
     # A later producer reuses the lanes instead of opening more.
     await engine.enqueue_many([JobSpec(kind="later", queue=QUEUE) for _ in range(3)])
-    rows = await _sql(database_url, "SELECT count(*) AS n FROM awa.lanes WHERE queue = %s", QUEUE)
+    rows = await _sql(
+        migrated_database_url, "SELECT count(*) AS n FROM awa.lanes WHERE queue = %s", QUEUE
+    )
     assert rows[0]["n"] == SPARE_LANES
 
 
 async def test_concurrent_producers_and_claimers_lose_nothing_and_keep_each_lane_fifo(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     producers, per_producer = 6, 25
     inserted: list[int] = []
@@ -206,7 +215,7 @@ async def test_concurrent_producers_and_claimers_lose_nothing_and_keep_each_lane
 
     # Every lane holds contiguous positions, in the order of its jobs' ids.
     by_lane: dict[int, list[tuple[int, int]]] = {}
-    for job_id, (shard, seq) in (await _lanes_of(database_url)).items():
+    for job_id, (shard, seq) in (await _lanes_of(migrated_database_url)).items():
         by_lane.setdefault(shard, []).append((seq, job_id))
     for rows in by_lane.values():
         rows.sort()
@@ -215,7 +224,7 @@ async def test_concurrent_producers_and_claimers_lose_nothing_and_keep_each_lane
 
 
 async def test_one_claimer_takes_jobs_of_every_lane_in_fifo_order(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     order: list[int] = []
     async with AsyncExitStack() as stack:
@@ -226,7 +235,7 @@ async def test_one_claimer_takes_jobs_of_every_lane_in_fifo_order(
                     [JobSpec(kind="x", queue=QUEUE, args={"r": round_})], uow=uow
                 )
                 order.append(job.id)
-    assert len({shard for shard, _ in (await _lanes_of(database_url)).values()}) == 3
+    assert len({shard for shard, _ in (await _lanes_of(migrated_database_url)).values()}) == 3
     seen: list[int] = []
     while got := await engine.claim(QUEUE, limit=5):
         seen.extend(c.job.id for c in got)
@@ -234,12 +243,14 @@ async def test_one_claimer_takes_jobs_of_every_lane_in_fifo_order(
 
 
 async def test_sql_producers_of_one_queue_do_not_wait_for_each_other(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(
+        migrated_database_url, autocommit=True
+    ) as conn:
         assert await transition.auto_finalize_if_fresh(conn)
-    first = await psycopg.AsyncConnection.connect(database_url)
-    second = await psycopg.AsyncConnection.connect(database_url)
+    first = await psycopg.AsyncConnection.connect(migrated_database_url)
+    second = await psycopg.AsyncConnection.connect(migrated_database_url)
     try:
         await first.execute("SELECT awa.insert_job_compat('a', %s)", (QUEUE,))
         await second.execute("SET LOCAL lock_timeout = '3s'")
@@ -254,7 +265,7 @@ async def test_sql_producers_of_one_queue_do_not_wait_for_each_other(
         await first.close()
         await second.close()
     rows = await _sql(
-        database_url,
+        migrated_database_url,
         "SELECT kind, shard FROM awa.ready_entries WHERE queue = %s ORDER BY job_id",
         QUEUE,
     )
@@ -264,10 +275,10 @@ async def test_sql_producers_of_one_queue_do_not_wait_for_each_other(
 
 
 async def test_a_remembered_route_that_changed_inserts_nothing(
-    engine: QueueStorageEngine, database_url: str, clock: ManualClock
+    engine: QueueStorageEngine, migrated_database_url: str, clock: ManualClock
 ) -> None:
     elsewhere = await QueueStorageEngine.open(
-        database_url, clock=clock, backoff=CONTRACT_BACKOFF, schema="elsewhere"
+        migrated_database_url, clock=clock, backoff=CONTRACT_BACKOFF, schema="elsewhere"
     )
     try:
         # Producers write to canonical storage: nothing may land in "elsewhere".
@@ -276,19 +287,23 @@ async def test_a_remembered_route_that_changed_inserts_nothing(
     finally:
         await elsewhere.close()
     assert raised.value.supported
-    assert await _sql(database_url, "SELECT 1 FROM elsewhere.ready_entries") == []
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+    assert await _sql(migrated_database_url, "SELECT 1 FROM elsewhere.ready_entries") == []
+    async with await psycopg.AsyncConnection.connect(
+        migrated_database_url, autocommit=True
+    ) as conn:
         assert await transition.auto_finalize_if_fresh(conn)
     (job,) = await engine.enqueue_many_routed([JobSpec(kind="kept", queue=QUEUE)])
     assert [c.job.id for c in await engine.claim(QUEUE, limit=10)] == [job.id]
 
 
 async def test_the_router_inserts_through_the_remembered_route(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(
+        migrated_database_url, autocommit=True
+    ) as conn:
         assert await transition.auto_finalize_if_fresh(conn)
-    router = await open_postgres_routing(database_url)
+    router = await open_postgres_routing(migrated_database_url)
     try:
         first = await router.enqueue_many([JobSpec(kind="a", queue=QUEUE)])
         rest = await router.enqueue_many([JobSpec(kind="b", queue=QUEUE) for _ in range(3)])
@@ -299,14 +314,16 @@ async def test_the_router_inserts_through_the_remembered_route(
 
 
 async def test_wake_ups_after_commit_reach_listeners_and_leave_the_session_alone(
-    database_url: str, clock: ManualClock
+    migrated_database_url: str, clock: ManualClock
 ) -> None:
     """Concurrent enqueues leave their wake-ups to one statement sent after commit, whose
     non-durable commit setting is its own: the pooled connection keeps its settings."""
     engine = await QueueStorageEngine.open(
-        database_url, clock=clock, backoff=CONTRACT_BACKOFF, max_connections=1
+        migrated_database_url, clock=clock, backoff=CONTRACT_BACKOFF, max_connections=1
     )
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as listener:
+    async with await psycopg.AsyncConnection.connect(
+        migrated_database_url, autocommit=True
+    ) as listener:
         await listener.execute('LISTEN "awa:wake_a"')
         await listener.execute('LISTEN "awa:wake_b"')
         try:
@@ -329,17 +346,19 @@ async def test_wake_ups_after_commit_reach_listeners_and_leave_the_session_alone
 
 
 async def test_the_one_statement_inserts_settle_on_the_generic_plan(
-    engine: QueueStorageEngine, database_url: str, clock: ManualClock
+    engine: QueueStorageEngine, migrated_database_url: str, clock: ManualClock
 ) -> None:
     """The remembered-route inserts are autocommit statements with no plan setting of their
     own: the server must pick the prepared generic plan by itself (planning the batch
     statement costs several times running it), which it does only while no estimate
     depends on a parameter's value. Single plain jobs take enqueue_one_routed (after the
     first, which finds no counter bucket or lane yet), batches enqueue_ready_routed."""
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(
+        migrated_database_url, autocommit=True
+    ) as conn:
         assert await transition.auto_finalize_if_fresh(conn)
     single = await QueueStorageEngine.open(
-        database_url, clock=clock, backoff=CONTRACT_BACKOFF, max_connections=1
+        migrated_database_url, clock=clock, backoff=CONTRACT_BACKOFF, max_connections=1
     )
     try:
         for n in range(10):
@@ -363,12 +382,14 @@ async def test_the_one_statement_inserts_settle_on_the_generic_plan(
 
 
 async def test_routed_single_inserts_racing_claimers_lose_nothing_and_keep_lanes_fifo(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """insert()'s path: single plain jobs take the one-job statement (a free counter
     bucket and a free existing lane, else the full statement), batches the full one, all
     behind the remembered route, while claimers drain the queue."""
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(
+        migrated_database_url, autocommit=True
+    ) as conn:
         assert await transition.auto_finalize_if_fresh(conn)
     producers, per_producer = 8, 30
     inserted: list[int] = []
@@ -401,7 +422,7 @@ async def test_routed_single_inserts_racing_claimers_lose_nothing_and_keep_lanes
     assert sorted(claimed) == sorted(inserted)
     lanes: dict[tuple[int, int], list[int]] = {}
     for row in await _sql(
-        database_url,
+        migrated_database_url,
         "SELECT priority, shard, lane_seq FROM awa.ready_entries WHERE queue = %s",
         QUEUE,
     ):
@@ -414,12 +435,14 @@ async def test_routed_single_inserts_racing_claimers_lose_nothing_and_keep_lanes
 
 
 async def test_concurrent_single_inserts_commit_together(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """Group commit for concurrent producers: single inserts that arrive while another
     enqueue is in flight are written by one statement in one transaction (one WAL flush
     for all of them); each caller gets back its own job."""
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(
+        migrated_database_url, autocommit=True
+    ) as conn:
         assert await transition.auto_finalize_if_fresh(conn)
     await engine.enqueue_many_routed([JobSpec(kind="warm", queue=QUEUE)])
     records = await asyncio.gather(
@@ -429,7 +452,7 @@ async def test_concurrent_single_inserts_commit_together(
         )
     )
     rows = await _sql(
-        database_url,
+        migrated_database_url,
         "SELECT job_id, kind, xmin::text AS tx FROM awa.ready_entries "
         "WHERE queue = %s AND kind <> 'warm'",
         QUEUE,
@@ -444,12 +467,12 @@ async def test_concurrent_single_inserts_commit_together(
 
 
 async def test_an_insert_batch_that_fails_fails_every_insert_in_it(
-    engine: QueueStorageEngine, database_url: str, clock: ManualClock
+    engine: QueueStorageEngine, migrated_database_url: str, clock: ManualClock
 ) -> None:
     """The inserts written together share their fate: when the route changed, every
     caller gets RouteChanged and none of their jobs is written."""
     elsewhere = await QueueStorageEngine.open(
-        database_url, clock=clock, backoff=CONTRACT_BACKOFF, schema="elsewhere"
+        migrated_database_url, clock=clock, backoff=CONTRACT_BACKOFF, schema="elsewhere"
     )
     try:
         results = await asyncio.gather(
@@ -463,13 +486,15 @@ async def test_an_insert_batch_that_fails_fails_every_insert_in_it(
     finally:
         await elsewhere.close()
     assert all(isinstance(result, RouteChanged) for result in results), results
-    assert await _sql(database_url, "SELECT 1 FROM elsewhere.ready_entries") == []
+    assert await _sql(migrated_database_url, "SELECT 1 FROM elsewhere.ready_entries") == []
 
 
 async def test_an_insert_cancelled_before_its_batch_went_out_is_not_written(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(
+        migrated_database_url, autocommit=True
+    ) as conn:
         assert await transition.auto_finalize_if_fresh(conn)
     tasks = [
         asyncio.create_task(engine.enqueue_many_routed([JobSpec(kind=kind, queue=QUEUE)]))
@@ -482,6 +507,6 @@ async def test_an_insert_cancelled_before_its_batch_went_out_is_not_written(
     with pytest.raises(asyncio.CancelledError):
         await tasks[2]
     rows = await _sql(
-        database_url, "SELECT job_id, kind FROM awa.ready_entries WHERE queue = %s", QUEUE
+        migrated_database_url, "SELECT job_id, kind FROM awa.ready_entries WHERE queue = %s", QUEUE
     )
     assert {r["kind"]: r["job_id"] for r in rows} == {"direct": direct.id, "batched": batched.id}

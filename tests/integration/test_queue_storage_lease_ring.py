@@ -30,14 +30,14 @@ SLOTS = 4
 
 
 @pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
-    async with installed_engine(database_url, SCHEMA, lease_slot_count=SLOTS) as opened:
+async def engine(migrated_database_url: str) -> AsyncIterator[QueueStorageEngine]:
+    async with installed_engine(migrated_database_url, SCHEMA, lease_slot_count=SLOTS) as opened:
         yield opened
 
 
-def _lease_rows(database_url: str) -> dict[int, list[tuple[int, int]]]:
+def _lease_rows(migrated_database_url: str) -> dict[int, list[tuple[int, int]]]:
     """Lease rows per lease slot: (job_id, run_lease)."""
-    with psycopg.connect(database_url) as conn:
+    with psycopg.connect(migrated_database_url) as conn:
         rows = conn.execute(
             f"SELECT lease_slot, job_id, run_lease FROM {SCHEMA}.leases ORDER BY 1, 2"
         ).fetchall()
@@ -47,15 +47,15 @@ def _lease_rows(database_url: str) -> dict[int, list[tuple[int, int]]]:
     return slots
 
 
-def _current_lease_slot(database_url: str) -> int:
-    with psycopg.connect(database_url) as conn:
+def _current_lease_slot(migrated_database_url: str) -> int:
+    with psycopg.connect(migrated_database_url) as conn:
         row = conn.execute(f"SELECT current_lease_slot FROM {SCHEMA}.ring_state").fetchone()
     assert row is not None
     return int(row[0])
 
 
-def _slot_bytes(database_url: str, slot: int) -> int:
-    with psycopg.connect(database_url) as conn:
+def _slot_bytes(migrated_database_url: str, slot: int) -> int:
+    with psycopg.connect(migrated_database_url) as conn:
         row = conn.execute(
             "SELECT pg_relation_size(%s::regclass)", (f"{SCHEMA}.leases_{slot}",)
         ).fetchone()
@@ -78,41 +78,41 @@ async def test_engine_is_ring_maintenance_for_both_rings(engine: QueueStorageEng
 
 
 async def test_heartbeats_migrate_forward_and_the_old_slot_is_truncated(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     leases = await _start(engine, 3)
     keys = sorted((lease.job_id, lease.lease) for lease in leases)
     assert await engine.heartbeat(leases) == [Ack.APPLIED] * 3
-    assert _lease_rows(database_url) == {0: keys}
+    assert _lease_rows(migrated_database_url) == {0: keys}
     # A heartbeat in the current slot updates in place: still one row per attempt.
     assert await engine.heartbeat(leases) == [Ack.APPLIED] * 3
-    assert _lease_rows(database_url) == {0: keys}
+    assert _lease_rows(migrated_database_url) == {0: keys}
 
     assert await engine.rotate_leases() == "rotated"
-    assert _current_lease_slot(database_url) == 1
+    assert _current_lease_slot(migrated_database_url) == 1
     # Slot 0 is sealed but not yet the oldest: it is kept until the ring wraps to it.
     assert await engine.prune_leases() == "idle"
     # The next write of each attempt moves its row into the current slot.
     await engine.update_progress(leases[0], progress={"step": 1})
     assert await engine.heartbeat(leases[1:]) == [Ack.APPLIED] * 2
-    assert _lease_rows(database_url) == {1: keys}
+    assert _lease_rows(migrated_database_url) == {1: keys}
 
     # Go around the ring: each rotation enters an empty slot, each heartbeat moves on.
     for expected in (2, 3):
         assert await engine.rotate_leases() == "rotated"
-        assert _current_lease_slot(database_url) == expected
+        assert _current_lease_slot(migrated_database_url) == expected
         assert await engine.heartbeat(leases) == [Ack.APPLIED] * 3
-        assert _lease_rows(database_url) == {expected: keys}
+        assert _lease_rows(migrated_database_url) == {expected: keys}
     # Slot 0 is the next to enter: its rows moved out long ago, only their dead versions
     # are left, and TRUNCATE takes them.
-    assert _slot_bytes(database_url, 0) > 0
+    assert _slot_bytes(migrated_database_url, 0) > 0
     assert await engine.prune_leases() == "pruned"
-    assert _slot_bytes(database_url, 0) == 0
+    assert _slot_bytes(migrated_database_url, 0) == 0
     assert await engine.rotate_leases() == "rotated"
-    assert _current_lease_slot(database_url) == 0
+    assert _current_lease_slot(migrated_database_url) == 0
     assert await engine.prune_leases() == "pruned"  # slot 1, same story
-    assert _slot_bytes(database_url, 1) == 0
-    assert _lease_rows(database_url) == {3: keys}
+    assert _slot_bytes(migrated_database_url, 1) == 0
+    assert _lease_rows(migrated_database_url) == {3: keys}
     job = await engine.get_job(leases[0].job_id)
     assert job is not None and job.state == JobState.Running
     assert job.progress == {"step": 1}
@@ -120,7 +120,7 @@ async def test_heartbeats_migrate_forward_and_the_old_slot_is_truncated(
 
 
 async def test_an_idle_ring_turns_until_every_slot_is_truncated(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     leases = await _start(engine, 2)
     assert await engine.heartbeat(leases) == [Ack.APPLIED] * 2
@@ -132,8 +132,8 @@ async def test_an_idle_ring_turns_until_every_slot_is_truncated(
         outcomes.append(await engine.rotate_leases())
     # No lease writes any more, yet the ring went round once and truncated slot 0.
     assert outcomes.count("pruned") == 1
-    assert all(_slot_bytes(database_url, slot) == 0 for slot in range(SLOTS))
-    assert _lease_rows(database_url) == {}
+    assert all(_slot_bytes(migrated_database_url, slot) == 0 for slot in range(SLOTS))
+    assert _lease_rows(migrated_database_url) == {}
     # Once everything is empty the ring stands still.
     assert outcomes[-2:] == ["idle", "skipped_idle"]
     for lease in leases:
@@ -142,14 +142,14 @@ async def test_an_idle_ring_turns_until_every_slot_is_truncated(
 
 
 async def test_prune_carries_a_live_lease_forward_and_truncates_dead_ones(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     live, done = await _start(engine, 2)
     assert await engine.heartbeat([live, done]) == [Ack.APPLIED] * 2
     assert await engine.update_progress(live, progress={"step": 3}) == Ack.APPLIED
     # Closing an attempt leaves its lease row to the slot's TRUNCATE.
     assert await engine.complete([done]) == [Ack.APPLIED]
-    assert len(_lease_rows(database_url)[0]) == 2
+    assert len(_lease_rows(migrated_database_url)[0]) == 2
     for _ in range(SLOTS - 1):
         assert await engine.rotate_leases() == "rotated"
         # keep the current slot non-empty so the ring keeps turning
@@ -160,9 +160,9 @@ async def test_prune_carries_a_live_lease_forward_and_truncates_dead_ones(
     assert before is not None and before.progress == {"step": 3}
     # Slot 0 is the oldest and still holds the open attempt's lease: it is moved into the
     # current slot, the closed attempt's row goes with the slot.
-    current = _current_lease_slot(database_url)
+    current = _current_lease_slot(migrated_database_url)
     assert await engine.prune_leases() == "pruned"
-    rows = _lease_rows(database_url)
+    rows = _lease_rows(migrated_database_url)
     assert 0 not in rows and (live.job_id, live.lease) in rows[current]
     assert await engine.rotate_leases() == "rotated"
     after = await engine.get_job(live.job_id)
@@ -179,7 +179,7 @@ async def test_prune_carries_a_live_lease_forward_and_truncates_dead_ones(
 
 
 async def test_lease_prune_never_waits_for_a_writer_of_a_live_lease(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """A lease writer holding an attempt's lock (mid-write) makes that prune ``blocked``
     at once; the next one carries the lease."""
@@ -190,7 +190,7 @@ async def test_lease_prune_never_waits_for_a_writer_of_a_live_lease(
         await engine.enqueue_many([JobSpec(kind="filler", queue="filler")])
         (filler,) = await engine.claim("filler", limit=1)
         assert await engine.heartbeat([filler.lease]) == [Ack.APPLIED]
-    writer = await psycopg.AsyncConnection.connect(database_url)
+    writer = await psycopg.AsyncConnection.connect(migrated_database_url)
     async with writer, writer.transaction():
         await writer.execute(
             "SELECT awa.queue_storage_lock_leases(%s, %s)", (SCHEMA, [live.job_id])
@@ -198,12 +198,12 @@ async def test_lease_prune_never_waits_for_a_writer_of_a_live_lease(
         with anyio.fail_after(5):
             assert await engine.prune_leases() == "blocked"
     assert await engine.prune_leases() == "pruned"
-    assert 0 not in _lease_rows(database_url)
+    assert 0 not in _lease_rows(migrated_database_url)
     assert await engine.heartbeat([live]) == [Ack.APPLIED]
 
 
 async def test_stale_lease_writes_change_nothing(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     (lease,) = await _start(engine, 1)
     assert await engine.heartbeat([lease]) == [Ack.APPLIED]
@@ -212,7 +212,7 @@ async def test_stale_lease_writes_change_nothing(
     assert await engine.heartbeat([wrong]) == [Ack.STALE]
     assert await engine.update_progress(wrong, progress={"x": 1}) == Ack.STALE
     # The stale writes did not move the row.
-    assert _lease_rows(database_url) == {0: [(lease.job_id, lease.lease)]}
+    assert _lease_rows(migrated_database_url) == {0: [(lease.job_id, lease.lease)]}
     assert await engine.complete([lease]) == [Ack.APPLIED]
     # After the close, the attempt's writes are stale and nothing is materialised again.
     assert await engine.heartbeat([lease]) == [Ack.STALE]
@@ -221,13 +221,13 @@ async def test_stale_lease_writes_change_nothing(
         await engine.register_callback(lease, callback_id="cb", timeout=timedelta(seconds=5))
         == Ack.STALE
     )
-    assert _lease_rows(database_url) == {0: [(lease.job_id, lease.lease)]}
+    assert _lease_rows(migrated_database_url) == {0: [(lease.job_id, lease.lease)]}
     job = await engine.get_job(lease.job_id)
     assert job is not None and job.state == JobState.Completed and job.progress is None
 
 
 async def test_waiting_attempt_moves_on_callback_writes_and_times_out(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     (lease,) = await _start(engine, 1)
     assert (
@@ -238,10 +238,10 @@ async def test_waiting_attempt_moves_on_callback_writes_and_times_out(
     assert await engine.rotate_leases() == "rotated"
     # A heartbeat of a waiting attempt is refused and leaves the row where it is.
     assert await engine.heartbeat([lease]) == [Ack.STALE]
-    assert list(_lease_rows(database_url)) == [0]
+    assert list(_lease_rows(migrated_database_url)) == [0]
     job = await engine.heartbeat_callback("cb-1", timeout=timedelta(0))
     assert job.state == JobState.WaitingExternal
-    assert list(_lease_rows(database_url)) == [1]
+    assert list(_lease_rows(migrated_database_url)) == [1]
     rescued = await engine.rescue_expired_callbacks()
     assert [r.lease for r in rescued] == [lease]
     # The closed attempt's row no longer counts, for rescue nor for callbacks.
@@ -381,8 +381,8 @@ async def test_heartbeats_and_completions_race_lease_rotation_and_prune_for_30s(
     await _race(engine, 30.0)
 
 
-def _lease_partition(database_url: str, slot: int) -> tuple[int, list[str] | None, str]:
-    with psycopg.connect(database_url) as conn:
+def _lease_partition(migrated_database_url: str, slot: int) -> tuple[int, list[str] | None, str]:
+    with psycopg.connect(migrated_database_url) as conn:
         row = conn.execute(
             "SELECT c.oid::bigint, c.reloptions, pg_get_expr(c.relpartbound, c.oid) "
             "FROM pg_class c WHERE c.oid = format('%%s.%%I', %s::text, %s::text)::regclass",
@@ -393,7 +393,7 @@ def _lease_partition(database_url: str, slot: int) -> tuple[int, list[str] | Non
 
 
 async def test_lease_prune_swaps_in_an_empty_partition_built_beforehand(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """Like the queue ring, the lease ring's oldest slot is replaced by an empty partition
     built ahead of time (same name, bound and storage options), not truncated under the
@@ -401,13 +401,13 @@ async def test_lease_prune_swaps_in_an_empty_partition_built_beforehand(
     leases = await _start(engine, 2)
     assert await engine.heartbeat(leases) == [Ack.APPLIED] * 2
     assert await engine.complete(leases) == [Ack.APPLIED] * 2
-    before = _lease_partition(database_url, 0)
+    before = _lease_partition(migrated_database_url, 0)
     outcomes = []
     for _ in range(2 * SLOTS):
         outcomes.append(await engine.prune_leases())
         outcomes.append(await engine.rotate_leases())
     assert outcomes.count("pruned") == 1
-    after = _lease_partition(database_url, 0)
+    after = _lease_partition(migrated_database_url, 0)
     assert after[0] != before[0]
     assert (
         after[1:]
@@ -417,14 +417,14 @@ async def test_lease_prune_swaps_in_an_empty_partition_built_beforehand(
             "FOR VALUES IN (0)",
         )
     )
-    assert _slot_bytes(database_url, 0) == 0
+    assert _slot_bytes(migrated_database_url, 0) == 0
     # the partition takes lease writes again when the ring comes round to it
     more = await _start(engine, 1)
     for _ in range(SLOTS):
         assert await engine.heartbeat(more) == [Ack.APPLIED]
-        if _current_lease_slot(database_url) == 0:
+        if _current_lease_slot(migrated_database_url) == 0:
             break
         await engine.rotate_leases()
-    assert _current_lease_slot(database_url) == 0
+    assert _current_lease_slot(migrated_database_url) == 0
     assert await engine.heartbeat(more) == [Ack.APPLIED]
-    assert _lease_rows(database_url).get(0) == [(more[0].job_id, more[0].lease)]
+    assert _lease_rows(migrated_database_url).get(0) == [(more[0].job_id, more[0].lease)]

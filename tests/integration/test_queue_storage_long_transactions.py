@@ -27,8 +27,8 @@ SLOTS = 4
 
 
 @pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
-    async with installed_engine(database_url, SCHEMA, queue_slot_count=SLOTS) as opened:
+async def engine(migrated_database_url: str) -> AsyncIterator[QueueStorageEngine]:
+    async with installed_engine(migrated_database_url, SCHEMA, queue_slot_count=SLOTS) as opened:
         opened.long_transaction_after = timedelta(0)
         opened.horizon_check_every = 0.0
         yield opened
@@ -46,8 +46,8 @@ async def _step(engine: QueueStorageEngine, jobs: int = 1) -> str:
     return outcome
 
 
-def _outcomes(database_url: str) -> dict[str, tuple[str, int | None]]:
-    with psycopg.connect(database_url) as conn:
+def _outcomes(migrated_database_url: str) -> dict[str, tuple[str, int | None]]:
+    with psycopg.connect(migrated_database_url) as conn:
         rows = conn.execute(
             "SELECT concern, outcome, blocker_pid FROM awa.ring_maintenance WHERE schema_name = %s",
             (SCHEMA,),
@@ -56,11 +56,11 @@ def _outcomes(database_url: str) -> dict[str, tuple[str, int | None]]:
 
 
 async def test_a_repeatable_read_reader_of_the_ring_is_named_and_reclaim_resumes(
-    engine: QueueStorageEngine, database_url: str, caplog: pytest.LogCaptureFixture
+    engine: QueueStorageEngine, migrated_database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     for _ in range(SLOTS + 1):
         await _step(engine)
-    reader = await psycopg.AsyncConnection.connect(database_url)
+    reader = await psycopg.AsyncConnection.connect(migrated_database_url)
     async with reader:
         await reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         await reader.execute(f"SELECT count(*) FROM {SCHEMA}.jobs_resolved")
@@ -73,11 +73,11 @@ async def test_a_repeatable_read_reader_of_the_ring_is_named_and_reclaim_resumes
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert any(f"locked by pid {pid}" in m and "transaction started" in m for m in warnings)
         assert len([m for m in warnings if f"pid {pid}" in m and "prune" in m]) == 1
-        assert _outcomes(database_url)["queue"] == ("blocked_by_transaction", pid)
+        assert _outcomes(migrated_database_url)["queue"] == ("blocked_by_transaction", pid)
         status = await anyio.to_thread.run_sync(
             lambda: CliRunner().invoke(
                 cli,
-                ["--database-url", database_url, "storage", "status", "--json"],
+                ["--database-url", migrated_database_url, "storage", "status", "--json"],
                 env={"DATABASE_URL": None},
             )
         )
@@ -92,11 +92,11 @@ async def test_a_repeatable_read_reader_of_the_ring_is_named_and_reclaim_resumes
         await reader.execute("COMMIT")
     # The next prune reclaims.
     assert await _step(engine) == "pruned"
-    assert _outcomes(database_url)["queue"] == ("pruned", None)
+    assert _outcomes(migrated_database_url)["queue"] == ("pruned", None)
 
 
-def _control_bytes(database_url: str, table: str) -> int:
-    with psycopg.connect(database_url) as conn:
+def _control_bytes(migrated_database_url: str, table: str) -> int:
+    with psycopg.connect(migrated_database_url) as conn:
         row = conn.execute(
             "SELECT pg_total_relation_size(%s::regclass)", (f"{SCHEMA}.{table}",)
         ).fetchone()
@@ -105,12 +105,12 @@ def _control_bytes(database_url: str, table: str) -> int:
 
 
 async def test_an_open_xid_is_named_and_the_control_tables_shrink_after_it(
-    engine: QueueStorageEngine, database_url: str, caplog: pytest.LogCaptureFixture
+    engine: QueueStorageEngine, migrated_database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     await _step(engine)
-    baseline = _control_bytes(database_url, "queue_counts")
+    baseline = _control_bytes(migrated_database_url, "queue_counts")
     engine.compact_growth_bytes = 1  # only "twice the size" decides here
-    holder = await psycopg.AsyncConnection.connect(database_url)
+    holder = await psycopg.AsyncConnection.connect(migrated_database_url)
     async with holder:
         await holder.execute("BEGIN")
         await holder.execute("SELECT txid_current()")
@@ -119,12 +119,12 @@ async def test_an_open_xid_is_named_and_the_control_tables_shrink_after_it(
         # Reclaim itself goes on; only dead control-row versions pile up.
         outcomes = [await _step(engine, jobs=20) for _ in range(60)]
         assert "pruned" in outcomes
-        grown = _control_bytes(database_url, "queue_counts")
+        grown = _control_bytes(migrated_database_url, "queue_counts")
         assert grown >= 2 * baseline
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert any(f"pid {pid}" in m and "xmin horizon" in m for m in warnings)
-        assert _outcomes(database_url)["horizon"] == ("held", pid)
+        assert _outcomes(migrated_database_url)["horizon"] == ("held", pid)
         await holder.execute("COMMIT")
     await _step(engine)
-    assert _outcomes(database_url)["horizon"] == ("released", None)
-    assert _control_bytes(database_url, "queue_counts") < grown
+    assert _outcomes(migrated_database_url)["horizon"] == ("released", None)
+    assert _control_bytes(migrated_database_url, "queue_counts") < grown

@@ -29,8 +29,8 @@ QUEUE = "prune"
 
 
 @pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
-    async with installed_engine(database_url, SCHEMA) as opened:
+async def engine(migrated_database_url: str) -> AsyncIterator[QueueStorageEngine]:
+    async with installed_engine(migrated_database_url, SCHEMA) as opened:
         yield opened
 
 
@@ -46,8 +46,8 @@ async def _completed_job_in_next_slot(engine: QueueStorageEngine) -> JobRecord:
     return job
 
 
-def _slot_rows(database_url: str, slot: int) -> int:
-    with psycopg.connect(database_url) as conn:
+def _slot_rows(migrated_database_url: str, slot: int) -> int:
+    with psycopg.connect(migrated_database_url) as conn:
         row = conn.execute(
             "SELECT "
             + " + ".join(
@@ -59,11 +59,11 @@ def _slot_rows(database_url: str, slot: int) -> int:
 
 
 async def test_prune_waits_for_an_operator_change_under_way(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """A change of a terminal job holds the prune gate shared; prune steps back."""
     job = await _completed_job_in_next_slot(engine)
-    async with await psycopg.AsyncConnection.connect(database_url) as other:
+    async with await psycopg.AsyncConnection.connect(migrated_database_url) as other:
         await other.execute(
             "SELECT pg_advisory_xact_lock_shared(%s, hashtext(%s))", (PRUNE_GATE, SCHEMA)
         )
@@ -118,7 +118,10 @@ ARRIVALS = {
 
 @pytest.mark.parametrize("table", sorted(ARRIVALS))
 async def test_rows_arriving_while_prune_reads_block_it(
-    engine: QueueStorageEngine, database_url: str, monkeypatch: pytest.MonkeyPatch, table: str
+    engine: QueueStorageEngine,
+    migrated_database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    table: str,
 ) -> None:
     """Prune reads the slot's jobs before it locks the slot; a row committed into the slot
     in between makes it give up (and truncate nothing) rather than act on a stale read."""
@@ -127,22 +130,22 @@ async def test_rows_arriving_while_prune_reads_block_it(
 
     async def read_then_write(conn: object, slot: int, **kwargs: object) -> object:
         heads = await read(conn, slot, **kwargs)  # type: ignore[arg-type]
-        with psycopg.connect(database_url, autocommit=True) as writer:
+        with psycopg.connect(migrated_database_url, autocommit=True) as writer:
             writer.execute(ARRIVALS[table], {"slot": slot, "job": job.id + 10_000})
         return heads
 
     monkeypatch.setattr(engine._parts.queue_ring, "head_states_in_slot", read_then_write)
-    before = _slot_rows(database_url, 0)
+    before = _slot_rows(migrated_database_url, 0)
     assert await engine.prune_oldest() == "blocked"
-    assert _slot_rows(database_url, 0) == before + 1
+    assert _slot_rows(migrated_database_url, 0) == before + 1
     assert await engine.get_job(job.id) is not None
     monkeypatch.undo()
     assert await engine.prune_oldest() == "pruned"
-    assert _slot_rows(database_url, 0) == 0
+    assert _slot_rows(migrated_database_url, 0) == 0
 
 
 async def test_prune_lock_request_does_not_hold_up_readers(
-    engine: QueueStorageEngine, database_url: str, monkeypatch: pytest.MonkeyPatch
+    engine: QueueStorageEngine, migrated_database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """While a transaction keeps the slot in use, prune retries with NOWAIT instead of
     queueing, so a reader arriving meanwhile (a claim reads every slot) gets its lock at
@@ -150,7 +153,7 @@ async def test_prune_lock_request_does_not_hold_up_readers(
     monkeypatch.setattr(swap_module, "PRUNE_NOWAIT_TRIES", 1000)
     monkeypatch.setattr(swap_module, "PRUNE_NOWAIT_PAUSE", 0.01)
     job = await _completed_job_in_next_slot(engine)
-    async with await psycopg.AsyncConnection.connect(database_url) as holder:
+    async with await psycopg.AsyncConnection.connect(migrated_database_url) as holder:
         await holder.execute(f"SELECT count(*) FROM {SCHEMA}.done_entries_0")  # opens a tx
         result: list[str] = []
 
@@ -161,7 +164,7 @@ async def test_prune_lock_request_does_not_hold_up_readers(
             tg.start_soon(prune)
             await anyio.sleep(0.3)
             async with await psycopg.AsyncConnection.connect(
-                database_url, autocommit=True
+                migrated_database_url, autocommit=True
             ) as reader:
                 await reader.execute("SET lock_timeout = '200ms'")
                 cur = await reader.execute(f"SELECT count(*) FROM {SCHEMA}.done_entries")
@@ -172,11 +175,11 @@ async def test_prune_lock_request_does_not_hold_up_readers(
     assert await engine.get_job(job.id) is None
 
 
-def _partition_shape(database_url: str, slot: int) -> dict[str, tuple[int, str, int]]:
+def _partition_shape(migrated_database_url: str, slot: int) -> dict[str, tuple[int, str, int]]:
     """Per ring table: the partition's oid, its bound and its number of indexes attached
     to the parent's indexes."""
     shape = {}
-    with psycopg.connect(database_url) as conn:
+    with psycopg.connect(migrated_database_url) as conn:
         for table in swap_module.RING_TABLES:
             row = conn.execute(
                 "SELECT c.oid::bigint, pg_get_expr(c.relpartbound, c.oid), "
@@ -192,10 +195,10 @@ def _partition_shape(database_url: str, slot: int) -> dict[str, tuple[int, str, 
     return shape
 
 
-def _relations(database_url: str, names: str = "%") -> dict[str, tuple[int, int, bool]]:
+def _relations(migrated_database_url: str, names: str = "%") -> dict[str, tuple[int, int, bool]]:
     """Relations of the schema named like ``names`` (tables, indexes, sequences, views):
     oid, rows (of a plain table, else 0), and whether it is a partition."""
-    with psycopg.connect(database_url) as conn:
+    with psycopg.connect(migrated_database_url) as conn:
         rows = conn.execute(
             "SELECT c.relname, c.oid::bigint, c.relispartition, c.relkind = 'r' FROM pg_class c "
             "WHERE c.relnamespace = %s::regnamespace AND c.relname LIKE %s",
@@ -212,16 +215,16 @@ def _relations(database_url: str, names: str = "%") -> dict[str, tuple[int, int,
 
 
 async def test_prune_swaps_the_slot_partitions_with_their_empty_stand_ins(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """The slot's partitions that hold rows change places with empty stand-ins: same
     names, same bound, every index of the ring table attached. The partition taken out
     becomes the stand-in and is emptied on the next turn. Partitions that were already
     empty are left as they are."""
     await _completed_job_in_next_slot(engine)
-    before = _partition_shape(database_url, 0)
+    before = _partition_shape(migrated_database_url, 0)
     assert await engine.prune_oldest() == "pruned"
-    after = _partition_shape(database_url, 0)
+    after = _partition_shape(migrated_database_url, 0)
     swapped = {"ready_entries", "claims", "closures"}  # a completed job's facts
     for table in swap_module.RING_TABLES:
         old_oid, old_bound, old_indexes = before[table]
@@ -233,14 +236,14 @@ async def test_prune_swaps_the_slot_partitions_with_their_empty_stand_ins(
             == ("FOR VALUES IN (0)", new_indexes)
         )
         assert old_indexes > 0
-    assert _slot_rows(database_url, 0) == 0
-    spares = _relations(database_url, "%%\\_0\\_spare")
+    assert _slot_rows(migrated_database_url, 0) == 0
+    spares = _relations(migrated_database_url, "%%\\_0\\_spare")
     for table in swapped:
         oid, rows, partition = spares[f"{table}_0_spare"]
         assert (oid, partition) == (before[table][0], False)
         assert rows > 0  # the pruned rows, until the next turn
     assert await engine.prune_oldest() == "idle"
-    assert all(rows == 0 for _, rows, _ in _relations(database_url, "%%\\_spare").values())
+    assert all(rows == 0 for _, rows, _ in _relations(migrated_database_url, "%%\\_spare").values())
     # The swapped-in slot takes rows again once the ring comes round to it.
     await engine.enqueue_many([JobSpec(kind="filler", queue="other")])
     assert await engine.rotate_queue_ring() == "rotated"
@@ -251,7 +254,7 @@ async def test_prune_swaps_the_slot_partitions_with_their_empty_stand_ins(
 
 
 async def test_laps_of_the_ring_create_no_relations(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """Once every slot has been pruned, further laps only move the same relations
     around: no table, index or type is created or dropped every second."""
@@ -266,23 +269,23 @@ async def test_laps_of_the_ring_create_no_relations(
 
     await lap()
     await lap()
-    first = {name: oid for name, (oid, _, _) in _relations(database_url).items()}
+    first = {name: oid for name, (oid, _, _) in _relations(migrated_database_url).items()}
     await lap()
     await lap()
-    again = {name: oid for name, (oid, _, _) in _relations(database_url).items()}
+    again = {name: oid for name, (oid, _, _) in _relations(migrated_database_url).items()}
     assert set(again.values()) == set(first.values())
     # one stand-in per partition of the queue ring (4 slots) and of the lease ring (8)
     assert sum(name.endswith("_spare") for name in again) == len(swap_module.RING_TABLES) * 4 + 8
 
 
 async def test_the_install_builds_every_stand_in_and_prune_creates_none(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """Every partition of both rings has its empty stand-in, with the partition's shape,
     as soon as the schema is installed; prune only swaps them, and an install run again
     leaves them as they are."""
-    spares = _relations(database_url, "%%\\_spare")
-    with psycopg.connect(database_url) as conn:
+    spares = _relations(migrated_database_url, "%%\\_spare")
+    with psycopg.connect(migrated_database_url) as conn:
         rows = conn.execute(
             "SELECT c.relname, awa.queue_storage_relation_shape(c.oid) "
             "  = awa.queue_storage_relation_shape(to_regclass(format('%%s.%%I', %s::text, "
@@ -295,18 +298,18 @@ async def test_the_install_builds_every_stand_in_and_prune_creates_none(
     assert all(same for _, same in rows), [name for name, same in rows if not same]
     await _completed_job_in_next_slot(engine)
     assert await engine.prune_oldest() == "pruned"
-    after = _relations(database_url, "%%\\_spare")
+    after = _relations(migrated_database_url, "%%\\_spare")
     assert set(after) == set(spares)  # swapped, none created
-    with psycopg.connect(database_url, autocommit=True) as conn:
+    with psycopg.connect(migrated_database_url, autocommit=True) as conn:
         conn.execute("SELECT awa.install_queue_storage(%s, 4, 8, false)", (SCHEMA,))
-    assert {name: oid for name, (oid, _, _) in _relations(database_url, "%%\\_spare").items()} == {
-        name: oid for name, (oid, _, _) in after.items()
-    }
+    assert {
+        name: oid for name, (oid, _, _) in _relations(migrated_database_url, "%%\\_spare").items()
+    } == {name: oid for name, (oid, _, _) in after.items()}
 
 
-def _autovacuum_off(database_url: str) -> dict[str, bool]:
+def _autovacuum_off(migrated_database_url: str) -> dict[str, bool]:
     """Per plain table of the schema: whether autovacuum is switched off for it."""
-    with psycopg.connect(database_url) as conn:
+    with psycopg.connect(migrated_database_url) as conn:
         rows = conn.execute(
             "SELECT c.relname, coalesce('autovacuum_enabled=false' = ANY(c.reloptions), false) "
             "FROM pg_class c WHERE c.relnamespace = %s::regnamespace AND c.relkind = 'r'",
@@ -316,7 +319,7 @@ def _autovacuum_off(database_url: str) -> dict[str, bool]:
 
 
 async def test_autovacuum_leaves_the_ring_partitions_and_their_stand_ins_alone(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """The ring's partitions and stand-ins are never vacuumed or analyzed by autovacuum
     (an ANALYZE of one made every connection plan its ring statements again), before and
@@ -330,7 +333,7 @@ async def test_autovacuum_leaves_the_ring_partitions_and_their_stand_ins_alone(
     } | {f"leases_{slot}{suffix}" for slot in range(8) for suffix in ("", "_spare")}
 
     def check() -> None:
-        off = _autovacuum_off(database_url)
+        off = _autovacuum_off(migrated_database_url)
         assert ring <= set(off)
         assert [name for name in sorted(ring) if not off[name]] == []
         assert [name for name in sorted(set(off) - ring) if off[name]] == []
@@ -340,59 +343,61 @@ async def test_autovacuum_leaves_the_ring_partitions_and_their_stand_ins_alone(
     await _completed_job_in_next_slot(engine)
     assert await engine.prune_oldest() == "pruned"
     check()
-    with psycopg.connect(database_url, autocommit=True) as conn:
+    with psycopg.connect(migrated_database_url, autocommit=True) as conn:
         conn.execute(f"ALTER TABLE {SCHEMA}.claims_1 RESET (autovacuum_enabled)")
         conn.execute("SELECT awa.install_queue_storage(%s, 4, 8, false)", (SCHEMA,))
     check()
 
 
 async def test_the_install_rebuilds_a_stand_in_of_another_shape(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """A stand-in that no longer has its partition's shape (one built before a change of
     the ring tables) is built again by the install; the others stay, and prune swaps the
     new one in."""
-    before = _relations(database_url, "%%\\_spare")
-    with psycopg.connect(database_url, autocommit=True) as conn:
+    before = _relations(migrated_database_url, "%%\\_spare")
+    with psycopg.connect(migrated_database_url, autocommit=True) as conn:
         conn.execute(f"CREATE INDEX stale_idx ON {SCHEMA}.claims_0_spare (attempted_at)")
         conn.execute("SELECT awa.install_queue_storage(%s, 4, 8, false)", (SCHEMA,))
-    after = _relations(database_url, "%%\\_spare")
-    assert "stale_idx" not in _relations(database_url, "stale%%")
+    after = _relations(migrated_database_url, "%%\\_spare")
+    assert "stale_idx" not in _relations(migrated_database_url, "stale%%")
     assert after["claims_0_spare"][0] != before["claims_0_spare"][0]
     assert {n: v[0] for n, v in after.items() if n != "claims_0_spare"} == {
         n: v[0] for n, v in before.items() if n != "claims_0_spare"
     }
     await _completed_job_in_next_slot(engine)
     assert await engine.prune_oldest() == "pruned"
-    assert _relations(database_url, "claims\\_0")["claims_0"][0] == after["claims_0_spare"][0]
+    assert (
+        _relations(migrated_database_url, "claims\\_0")["claims_0"][0] == after["claims_0_spare"][0]
+    )
 
 
 async def test_without_its_stand_ins_a_slot_is_truncated(
-    engine: QueueStorageEngine, database_url: str, caplog: pytest.LogCaptureFixture
+    engine: QueueStorageEngine, migrated_database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A schema last installed by a release that built no stand-ins ahead still prunes:
     by TRUNCATE under the lock, with a warning that `awa migrate` builds them."""
     job = await _completed_job_in_next_slot(engine)
-    with psycopg.connect(database_url, autocommit=True) as conn:
+    with psycopg.connect(migrated_database_url, autocommit=True) as conn:
         conn.execute(f"DROP TABLE {SCHEMA}.ready_entries_0_spare")
-    before = _partition_shape(database_url, 0)
+    before = _partition_shape(migrated_database_url, 0)
     with caplog.at_level("WARNING", logger="awa.adapters.postgres_queue_storage"):
         assert await engine.prune_oldest() == "pruned"
     assert "awa migrate" in caplog.text
-    assert _partition_shape(database_url, 0) == before  # truncated in place
-    assert _slot_rows(database_url, 0) == 0
+    assert _partition_shape(migrated_database_url, 0) == before  # truncated in place
+    assert _slot_rows(migrated_database_url, 0) == 0
     assert await engine.get_job(job.id) is None
     assert not engine._parts.swap.denied
 
 
 async def test_where_partitions_may_not_be_swapped_prune_truncates(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """A role that may write the ring but not detach or attach its partitions (it does not
     own them) still prunes: by TRUNCATE under the lock, as before the swap existed."""
     job = await _completed_job_in_next_slot(engine)
     role = f"awa_prune_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(database_url, autocommit=True) as conn:
+    with psycopg.connect(migrated_database_url, autocommit=True) as conn:
         conn.execute(f"CREATE ROLE {role} LOGIN")
         conn.execute(f"GRANT USAGE ON SCHEMA awa, {SCHEMA} TO {role}")
         conn.execute(
@@ -402,19 +407,19 @@ async def test_where_partitions_may_not_be_swapped_prune_truncates(
         conn.execute(
             f"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA awa, {SCHEMA} TO {role}"
         )
-    url = psycopg.conninfo.make_conninfo(database_url, user=role)
+    url = psycopg.conninfo.make_conninfo(migrated_database_url, user=role)
     pool = await open_pool(url, max_connections=2)
     limited = QueueStorageEngine(pool, url, clock=SystemClock(), backoff=Backoff(), schema=SCHEMA)
     try:
-        before = _partition_shape(database_url, 0)
+        before = _partition_shape(migrated_database_url, 0)
         assert await limited.prune_oldest() == "pruned"
         assert limited._parts.swap.denied
-        assert _partition_shape(database_url, 0) == before  # truncated in place
-        assert _slot_rows(database_url, 0) == 0
+        assert _partition_shape(migrated_database_url, 0) == before  # truncated in place
+        assert _slot_rows(migrated_database_url, 0) == 0
         assert await engine.get_job(job.id) is None
     finally:
         await limited.close()
-        with psycopg.connect(database_url, autocommit=True) as conn:
+        with psycopg.connect(migrated_database_url, autocommit=True) as conn:
             conn.execute(f"DROP OWNED BY {role}")
             conn.execute(f"DROP ROLE {role}")
 
@@ -460,28 +465,28 @@ async def test_prune_resolves_the_slot_jobs_exactly_as_the_jobs_view(
 
 
 async def test_a_stand_in_left_with_rows_is_emptied_and_prune_goes_on(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """A stand-in that still holds rows this leader does not know of (another leader
     swapped it out and lost the lead before emptying it) is never swapped in; the refused
     swap makes the next turn empty it, and prune goes on."""
     job = await _completed_job_in_next_slot(engine)
     await engine._parts.swap.clear(swap_module.RING_TABLES)  # nothing to empty: all clean
-    with psycopg.connect(database_url, autocommit=True) as conn:
+    with psycopg.connect(migrated_database_url, autocommit=True) as conn:
         conn.execute(f"INSERT INTO {SCHEMA}.closures_0_spare SELECT * FROM {SCHEMA}.closures_0")
     assert await engine.prune_oldest() == "blocked"
     assert await engine.get_job(job.id) is not None
     assert await engine.prune_oldest() == "pruned"
     assert await engine.get_job(job.id) is None
-    assert _slot_rows(database_url, 0) == 0
+    assert _slot_rows(migrated_database_url, 0) == 0
 
 
 async def test_the_swap_releases_its_lock_without_waiting_for_the_flush(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """Claims and enqueues queue behind the swap's lock until its commit; that commit does
     not wait for the WAL flush (a prune lost in a crash is simply done again)."""
-    with psycopg.connect(database_url, autocommit=True) as conn:
+    with psycopg.connect(migrated_database_url, autocommit=True) as conn:
         conn.execute(
             f"CREATE TABLE {SCHEMA}.swap_modes (mode text);"
             f"CREATE FUNCTION {SCHEMA}.note_swap_mode() RETURNS event_trigger "
@@ -494,10 +499,10 @@ async def test_the_swap_releases_its_lock_without_waiting_for_the_flush(
     try:
         await _completed_job_in_next_slot(engine)
         assert await engine.prune_oldest() == "pruned"
-        with psycopg.connect(database_url, autocommit=True) as conn:
+        with psycopg.connect(migrated_database_url, autocommit=True) as conn:
             modes = {row[0] for row in conn.execute(f"SELECT mode FROM {SCHEMA}.swap_modes")}
             assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
         assert modes == {"off"}
     finally:
-        with psycopg.connect(database_url, autocommit=True) as conn:
+        with psycopg.connect(migrated_database_url, autocommit=True) as conn:
             conn.execute("DROP EVENT TRIGGER note_swap_mode")

@@ -29,8 +29,10 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-async def qs(database_url: str, clock: ManualClock) -> AsyncIterator[QueueStorageEngine]:
-    engine = await QueueStorageEngine.open(database_url, clock=clock, backoff=CONTRACT_BACKOFF)
+async def qs(migrated_database_url: str, clock: ManualClock) -> AsyncIterator[QueueStorageEngine]:
+    engine = await QueueStorageEngine.open(
+        migrated_database_url, clock=clock, backoff=CONTRACT_BACKOFF
+    )
     try:
         yield engine
     finally:

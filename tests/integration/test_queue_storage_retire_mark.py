@@ -33,8 +33,10 @@ HEAD_FILTER = "WHERE h.queue = %(queue)s\n      -- A lane with nothing"
 
 
 @pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
-    opened = await QueueStorageEngine.open(database_url, clock=SystemClock(), backoff=Backoff())
+async def engine(migrated_database_url: str) -> AsyncIterator[QueueStorageEngine]:
+    opened = await QueueStorageEngine.open(
+        migrated_database_url, clock=SystemClock(), backoff=Backoff()
+    )
     try:
         yield opened
     finally:
@@ -106,16 +108,16 @@ RETIRERS: dict[str, Callable[[QueueStorageEngine, str, int], Awaitable[Any]]] = 
 @pytest.mark.parametrize("statement", ["claim", "claim_in_slot"])
 @pytest.mark.parametrize("retirer", sorted(RETIRERS))
 async def test_a_claim_older_than_a_retire_leaves_the_retired_row(
-    engine: QueueStorageEngine, database_url: str, retirer: str, statement: str
+    engine: QueueStorageEngine, migrated_database_url: str, retirer: str, statement: str
 ) -> None:
     first, second = await engine.enqueue_many(
         [JobSpec(kind="k", queue=QUEUE, priority=2) for _ in range(2)]
     )
     rows = await _slow_claim(
         engine,
-        database_url,
+        migrated_database_url,
         statement,
-        lambda: RETIRERS[retirer](engine, database_url, first.id),
+        lambda: RETIRERS[retirer](engine, migrated_database_url, first.id),
     )
     taken = [row["id"] for row in rows if row["id"] is not None]
     assert first.id not in taken
@@ -138,27 +140,27 @@ async def test_a_claim_older_than_a_retire_leaves_the_retired_row(
 
 
 async def test_a_sorted_claim_older_than_a_cancel_leaves_the_cancelled_row(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     first, _ = await engine.enqueue_many(
         [JobSpec(kind="k", queue=QUEUE, priority=2) for _ in range(2)]
     )
     rows = await _slow_claim(
-        engine, database_url, "claim_sorted", lambda: engine.cancel_job(first.id)
+        engine, migrated_database_url, "claim_sorted", lambda: engine.cancel_job(first.id)
     )
     assert [row["id"] for row in rows if row["id"] is not None] == []
     assert rows[0]["contested"] is True
 
 
 async def test_a_claim_that_sees_the_retire_takes_the_lane_as_usual(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """The mark only turns away claims whose snapshot cannot see it."""
     first, second = await engine.enqueue_many(
         [JobSpec(kind="k", queue=QUEUE, priority=2) for _ in range(2)]
     )
     await engine.cancel_job(first.id)
-    with psycopg.connect(database_url) as conn:
+    with psycopg.connect(migrated_database_url) as conn:
         marked = conn.execute(
             "SELECT count(*) FROM awa.claim_heads WHERE queue = %s AND retired_xid IS NOT NULL",
             (QUEUE,),
@@ -167,11 +169,13 @@ async def test_a_claim_that_sees_the_retire_takes_the_lane_as_usual(
     assert [c.job.id for c in await engine.claim(QUEUE, limit=2)] == [second.id]
 
 
-async def test_a_drain_marks_each_lane_once(engine: QueueStorageEngine, database_url: str) -> None:
+async def test_a_drain_marks_each_lane_once(
+    engine: QueueStorageEngine, migrated_database_url: str
+) -> None:
     """A drain retires many rows of one lane in one transaction: one new version of the
     lane's head, not one per row (they could not be pruned before the drain commits)."""
     await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(50)])
-    with psycopg.connect(database_url, autocommit=True) as conn, conn.transaction():
+    with psycopg.connect(migrated_database_url, autocommit=True) as conn, conn.transaction():
         marked = conn.execute(
             "SELECT awa.queue_storage_retire_lanes('awa', ARRAY[queue], ARRAY[priority], "
             "ARRAY[shard]) FROM awa.claim_heads WHERE queue = %s",

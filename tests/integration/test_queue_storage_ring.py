@@ -26,14 +26,14 @@ HOT_TABLES = ("ready_entries", "claims", "closures")
 
 
 @pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
-    async with installed_engine(database_url, "qs_ring") as opened:
+async def engine(migrated_database_url: str) -> AsyncIterator[QueueStorageEngine]:
+    async with installed_engine(migrated_database_url, "qs_ring") as opened:
         yield opened
 
 
-def _table_churn(database_url: str) -> tuple[int, int]:
+def _table_churn(migrated_database_url: str) -> tuple[int, int]:
     """Updates and deletes recorded on the ring's hot children."""
-    with psycopg.connect(database_url) as conn:
+    with psycopg.connect(migrated_database_url) as conn:
         row = conn.execute(
             "SELECT coalesce(sum(n_tup_upd), 0), coalesce(sum(n_tup_del), 0) "
             "FROM pg_stat_user_tables WHERE schemaname = 'qs_ring' "
@@ -45,7 +45,7 @@ def _table_churn(database_url: str) -> tuple[int, int]:
 
 
 async def test_drain_never_updates_or_deletes_ring_rows(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     await engine.enqueue_many([JobSpec(kind="noop", queue=QUEUE) for _ in range(300)])
     done = 0
@@ -54,14 +54,14 @@ async def test_drain_never_updates_or_deletes_ring_rows(
         done += len(acks)
     assert done == 300
     await engine.close()  # backends exit and flush their table statistics
-    updated, deleted = _table_churn(database_url)
+    updated, deleted = _table_churn(migrated_database_url)
     assert (updated, deleted) == (0, 0)
-    counts = await _counts(database_url)
+    counts = await _counts(migrated_database_url)
     assert counts == {"completed": 300}
 
 
-async def _counts(database_url: str) -> dict[str, int]:
-    with psycopg.connect(database_url) as conn:
+async def _counts(migrated_database_url: str) -> dict[str, int]:
+    with psycopg.connect(migrated_database_url) as conn:
         rows = conn.execute(
             "SELECT state::text, sum(n) FROM qs_ring.queue_counts GROUP BY 1 HAVING sum(n) <> 0"
         ).fetchall()
@@ -173,13 +173,13 @@ async def test_completed_history_stays_readable_until_the_ring_wraps(
 
 
 async def test_late_completion_after_rescue_and_prune_changes_nothing(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """A worker completes by the receipt it remembers from its claim. If the attempt was
     finalised elsewhere and its slot truncated meanwhile, the late completion is stale and
     writes nothing (the receipt is gone, so no closure lands in the reused slot)."""
     other = await QueueStorageEngine.open(
-        database_url, clock=SystemClock(), backoff=Backoff(), schema="qs_ring"
+        migrated_database_url, clock=SystemClock(), backoff=Backoff(), schema="qs_ring"
     )
     try:
         (job,) = await engine.enqueue_many([JobSpec(kind="slow", queue=QUEUE)])
@@ -196,9 +196,9 @@ async def test_late_completion_after_rescue_and_prune_changes_nothing(
             outcomes[await other.prune_oldest()] += 1
         assert outcomes["pruned"] >= 1, outcomes
         assert await other.get_job(job.id) is None
-        before = await _counts(database_url)
+        before = await _counts(migrated_database_url)
         assert await engine.complete([claim.lease]) == [Ack.STALE]
-        assert await _counts(database_url) == before
+        assert await _counts(migrated_database_url) == before
         assert await other.get_job(job.id) is None
     finally:
         await other.close()

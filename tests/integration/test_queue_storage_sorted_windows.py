@@ -30,18 +30,18 @@ class _Shifted(SystemClock):
 
 
 @pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
-    async with installed_engine(database_url, SCHEMA) as opened:
+async def engine(migrated_database_url: str) -> AsyncIterator[QueueStorageEngine]:
+    async with installed_engine(migrated_database_url, SCHEMA) as opened:
         yield opened
 
 
 @pytest.fixture
-async def shifted(database_url: str) -> AsyncIterator[dict[float, QueueStorageEngine]]:
+async def shifted(migrated_database_url: str) -> AsyncIterator[dict[float, QueueStorageEngine]]:
     """Engines on the same schema whose clocks run the given seconds off."""
     opened: dict[float, QueueStorageEngine] = {}
     for seconds in (-5.0, 10.0, 20.0):
         opened[seconds] = await QueueStorageEngine.open(
-            database_url, clock=_Shifted(seconds), backoff=Backoff(), schema=SCHEMA
+            migrated_database_url, clock=_Shifted(seconds), backoff=Backoff(), schema=SCHEMA
         )
     try:
         yield opened

@@ -24,8 +24,10 @@ QUEUE = "wal"
 
 
 @pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[QueueStorageEngine]:
-    opened = await QueueStorageEngine.open(database_url, clock=SystemClock(), backoff=Backoff())
+async def engine(migrated_database_url: str) -> AsyncIterator[QueueStorageEngine]:
+    opened = await QueueStorageEngine.open(
+        migrated_database_url, clock=SystemClock(), backoff=Backoff()
+    )
     try:
         yield opened
     finally:
@@ -56,7 +58,7 @@ def _claims_indexes(url: str, schema: str) -> set[str]:
 
 
 async def test_claims_keep_only_their_key_and_the_ready_probe(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     expected = {
         "claims: (slot, claim_id)",
@@ -64,18 +66,18 @@ async def test_claims_keep_only_their_key_and_the_ready_probe(
         "claims_0: (slot, claim_id)",
         "claims_0: (slot, ready_fact)",
     }
-    assert _claims_indexes(database_url, "awa") == expected
+    assert _claims_indexes(migrated_database_url, "awa") == expected
     # Another schema, and a reinstall with reset, end up the same.
-    await install_queue_storage(database_url, "awa_lean", queue_slot_count=4)
-    assert _claims_indexes(database_url, "awa_lean") == expected
-    await install_queue_storage(database_url, "awa_lean", queue_slot_count=4, reset=True)
-    assert _claims_indexes(database_url, "awa_lean") == expected
+    await install_queue_storage(migrated_database_url, "awa_lean", queue_slot_count=4)
+    assert _claims_indexes(migrated_database_url, "awa_lean") == expected
+    await install_queue_storage(migrated_database_url, "awa_lean", queue_slot_count=4, reset=True)
+    assert _claims_indexes(migrated_database_url, "awa_lean") == expected
 
 
 async def test_completion_by_receipt_writes_no_speculative_insertion(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
-    with psycopg.connect(database_url, autocommit=True) as conn:
+    with psycopg.connect(migrated_database_url, autocommit=True) as conn:
         try:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
         except psycopg.Error:
@@ -106,7 +108,7 @@ async def test_completion_by_receipt_writes_no_speculative_insertion(
 
 
 async def test_a_receipt_completion_racing_another_closure_is_stale(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """The closure key arbitrates even without ON CONFLICT on the first try: a finaliser
     that commits the closure while the completion waits on its key makes it stale."""
@@ -114,7 +116,7 @@ async def test_a_receipt_completion_racing_another_closure_is_stale(
     claims = await engine.claim(QUEUE, limit=2)
     assert len(claims) == 2
     racing, other = claims
-    with psycopg.connect(database_url) as conn:
+    with psycopg.connect(migrated_database_url) as conn:
         conn.execute(
             "INSERT INTO awa.closures (slot, claim_id, fact_id, queue, outcome, finalized_at) "
             "SELECT slot, claim_id, nextval('awa.fact_seq'), queue, 'moved', now() "
@@ -131,14 +133,16 @@ async def test_a_receipt_completion_racing_another_closure_is_stale(
 
 
 async def test_attempts_are_found_by_job_id_without_their_receipt(
-    engine: QueueStorageEngine, database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """An engine that did not take the claim (no remembered receipt) heartbeats and
     completes it through the job's ready row; a later attempt of the same job is told
     apart from the earlier one by its run lease."""
     await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
     (first,) = await engine.claim(QUEUE, limit=1)
-    other = await QueueStorageEngine.open(database_url, clock=SystemClock(), backoff=Backoff())
+    other = await QueueStorageEngine.open(
+        migrated_database_url, clock=SystemClock(), backoff=Backoff()
+    )
     try:
         assert await other.heartbeat([first.lease]) == [Ack.APPLIED]
         assert await other.retry(first.lease, error="again", delay=timedelta(0)) == Ack.APPLIED

@@ -239,11 +239,11 @@ ENGINE_NAMES = ["queue_storage", "canonical"]
 
 @pytest.mark.parametrize("name", ENGINE_NAMES)
 async def test_cancels_and_edits_racing_claims_never_run_a_retired_job(
-    name: str, database_url: str
+    name: str, migrated_database_url: str
 ) -> None:
     # The backlog outlasts the phase: claimers that drain it early end the race early.
     (cancel, cancel_found), (edit, edit_found) = await _phases(
-        name, database_url, backlog=6000, seconds=3.0, claimers=4, retirers=4
+        name, migrated_database_url, backlog=6000, seconds=3.0, claimers=4, retirers=4
     )
     # The race must have been run for the checks to mean anything.
     assert cancel.cancels > 40 and len(cancel.cancelled) > 10 and edit.edits > 20
@@ -253,9 +253,9 @@ async def test_cancels_and_edits_racing_claims_never_run_a_retired_job(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ENGINE_NAMES)
-async def test_cancels_and_edits_racing_claims_long(name: str, database_url: str) -> None:
+async def test_cancels_and_edits_racing_claims_long(name: str, migrated_database_url: str) -> None:
     (cancel, cancel_found), (edit, edit_found) = await _phases(
-        name, database_url, backlog=20000, seconds=30.0, claimers=6, retirers=8
+        name, migrated_database_url, backlog=20000, seconds=30.0, claimers=6, retirers=8
     )
     assert cancel.cancels > 400 and edit.edits > 200
     assert cancel_found == dict.fromkeys(cancel_found, 0), _report(name, cancel, cancel_found)

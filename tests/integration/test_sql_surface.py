@@ -22,9 +22,9 @@ pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
-def url(database_url: str) -> str:
-    asyncio.run(migrate(database_url))
-    return database_url
+def url(migrated_database_url: str) -> str:
+    asyncio.run(migrate(migrated_database_url))
+    return migrated_database_url
 
 
 @pytest.fixture

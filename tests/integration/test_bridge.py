@@ -8,7 +8,6 @@ from typing import Any
 import psycopg
 import pytest
 
-from awa import migrate
 from awa.bridge import insert_job, insert_job_sync
 from tests.support.otel import Recorder, recording
 
@@ -29,9 +28,6 @@ def _count(url: str, job_id: int) -> int:
 
 @pytest.fixture
 def migrated(migrated_database_url: str) -> str:
-    import asyncio
-
-    asyncio.run(migrate(migrated_database_url))
     return migrated_database_url
 
 

@@ -8,7 +8,6 @@ from datetime import timedelta
 
 import pytest
 
-from awa.adapters._pg.migrations import migrate
 from awa.adapters.clock import ManualClock
 from awa.adapters.postgres_canonical import CanonicalEngine
 from awa.domain.job import Claim, JobSpec
@@ -31,7 +30,6 @@ async def _drain(engine: CanonicalEngine) -> list[Claim]:
 
 
 async def test_eight_claimers_take_every_job_exactly_once(migrated_database_url: str) -> None:
-    await migrate(migrated_database_url)
     producer = await CanonicalEngine.open(migrated_database_url)
     # One single-connection engine per claimer: eight separate database sessions.
     claimers = [
@@ -58,7 +56,6 @@ async def test_eight_claimers_take_every_job_exactly_once(migrated_database_url:
 async def test_completion_with_a_stale_lease_after_rescue_changes_nothing(
     migrated_database_url: str,
 ) -> None:
-    await migrate(migrated_database_url)
     clock = ManualClock()
     engine = await CanonicalEngine.open(migrated_database_url, clock=clock, backoff=NO_JITTER)
     try:

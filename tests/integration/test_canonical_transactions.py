@@ -5,7 +5,6 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from awa.adapters._pg.migrations import migrate
 from awa.adapters.postgres_canonical import CanonicalEngine
 from awa.domain.errors import UniqueConflict
 from awa.domain.job import JobSpec
@@ -19,7 +18,6 @@ KEY = b"k" * 16
 async def test_callers_connection_commits_and_rolls_back_with_its_transaction(
     migrated_database_url: str,
 ) -> None:
-    await migrate(migrated_database_url)
     engine = await CanonicalEngine.open(migrated_database_url)
     try:
         async with await psycopg.AsyncConnection.connect(migrated_database_url) as conn:
@@ -47,7 +45,6 @@ async def test_callers_connection_commits_and_rolls_back_with_its_transaction(
 async def test_unique_conflict_inside_a_unit_of_work_keeps_it_usable(
     migrated_database_url: str,
 ) -> None:
-    await migrate(migrated_database_url)
     # A single connection proves the holder lookup does not need a second one.
     engine = await CanonicalEngine.open(migrated_database_url, max_connections=1)
     try:

@@ -29,7 +29,6 @@ class ResizeImage(pydantic.BaseModel):
 
 @pytest.fixture
 async def client(migrated_database_url: str) -> AsyncIterator[AsyncClient]:
-    await awa.migrate(migrated_database_url)
     async with AsyncClient(migrated_database_url) as c:
         yield c
 
@@ -239,7 +238,6 @@ async def test_unknown_callbacks(client: AsyncClient) -> None:
 
 
 async def test_install_queue_storage_reset_and_close(migrated_database_url: str) -> None:
-    await awa.migrate(migrated_database_url)
     client = AsyncClient(migrated_database_url)
     await client.insert(SendEmail("x"))
     await client.install_queue_storage(reset=True)

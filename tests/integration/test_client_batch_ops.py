@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-import awa
 from awa import AsyncClient, BatchOperationFilter, Job, JobState, ValidationError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
@@ -27,7 +26,6 @@ class Item:
 
 @pytest.fixture
 async def client(migrated_database_url: str) -> AsyncIterator[AsyncClient]:
-    await awa.migrate(migrated_database_url)
     async with AsyncClient(migrated_database_url) as c:
         yield c
 

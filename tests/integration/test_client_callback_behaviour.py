@@ -25,7 +25,6 @@ class Park:
 
 @pytest.fixture
 async def client(migrated_database_url: str) -> AsyncIterator[AsyncClient]:
-    await awa.migrate(migrated_database_url)
     async with AsyncClient(migrated_database_url) as c:
         yield c
 

@@ -19,7 +19,6 @@ class Report:
 
 
 def test_sync_client_round_trip(migrated_database_url: str) -> None:
-    asyncio.run(awa.migrate(migrated_database_url))
     with Client(migrated_database_url) as client:
         client.migrate()
         job = client.insert(Report("q3"), tags=["finance"])

@@ -30,7 +30,6 @@ class Blocking:
 
 @pytest.fixture
 async def client(migrated_database_url: str) -> AsyncIterator[AsyncClient]:
-    await awa.migrate(migrated_database_url)
     async with AsyncClient(migrated_database_url) as c:
         yield c
 

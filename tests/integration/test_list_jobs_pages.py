@@ -11,7 +11,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-import awa
 from awa import AsyncClient
 from awa.domain.job import JobRecord
 from awa.domain.states import JobState
@@ -34,7 +33,6 @@ class Beta:
 async def client(
     request: pytest.FixtureRequest, migrated_database_url: str
 ) -> AsyncIterator[AsyncClient]:
-    await awa.migrate(migrated_database_url)
     async with AsyncClient(migrated_database_url) as c:
         if request.param == "queue_storage":
             await c.install_queue_storage()

@@ -14,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
-import awa
 from awa import AsyncClient, Job, JobState
 from awa.domain.channels import queue_channel
 
@@ -76,7 +75,6 @@ def test_an_edit_through_the_jobs_view_wakes_a_long_queue(migrated_database_url:
 
 @pytest.fixture
 async def client(migrated_database_url: str) -> AsyncIterator[AsyncClient]:
-    await awa.migrate(migrated_database_url)
     async with AsyncClient(migrated_database_url) as c:
         yield c
 

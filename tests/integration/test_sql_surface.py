@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -12,7 +11,6 @@ from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
 
 from awa.adapters._pg.errors import map_error
-from awa.adapters._pg.migrations import migrate
 from awa.adapters.postgres_canonical import CanonicalEngine
 from awa.domain.errors import UniqueConflict, ValidationError
 from awa.domain.job import JobSpec
@@ -23,7 +21,6 @@ pytestmark = pytest.mark.postgres
 
 @pytest.fixture
 def url(migrated_database_url: str) -> str:
-    asyncio.run(migrate(migrated_database_url))
     return migrated_database_url
 
 

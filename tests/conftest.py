@@ -95,6 +95,28 @@ def pytest_testnodedown(node: Any, error: object) -> None:
         node.config.stash.setdefault(_WORKER_PROVIDERS_KEY, set()).add(provider)
 
 
+def _utf8_safe(text: str) -> str:
+    """``text`` with each lone surrogate written as its escape (``\\ud800``)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    # A pytest-xdist worker sends each report to the controlling process as UTF-8. Some
+    # tests log text holding a lone surrogate on purpose (bad input a handler raised); in
+    # a failure's report it would stop the whole run with an encoding error instead of
+    # showing the failure. Escape it in the worker processes.
+    outcome: Any = yield
+    if not hasattr(item.config, "workerinput"):
+        return
+    report: pytest.TestReport = outcome.get_result()
+    report.sections = [(title, _utf8_safe(text)) for title, text in report.sections]
+    if report.longrepr is not None:
+        text = str(report.longrepr)
+        if _utf8_safe(text) != text:
+            report.longrepr = _utf8_safe(text)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     stash = terminalreporter.config.stash
     server = stash.get(_PG_SERVER_KEY, None)

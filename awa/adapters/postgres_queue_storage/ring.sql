@@ -5,7 +5,12 @@
 SELECT current_slot, slot_count, current_lease_slot, lease_slot_count FROM {s}.ring_state
 
 -- name: lock_ring_state
-SELECT current_slot, slot_count FROM {s}.ring_state FOR UPDATE SKIP LOCKED
+-- First in a rotation's or a prune's transaction: the ring-state row, and a commit that
+-- does not wait for the WAL flush (quiet_commit), so the claims and completions sharing
+-- the cores are not held behind it. A rotation lost in a crash did not happen (nothing
+-- durable written after it was flushed either), and the next tick rotates again.
+SELECT current_slot, slot_count, {quiet_commit} AS quiet
+FROM {s}.ring_state FOR UPDATE SKIP LOCKED
 
 -- name: advance_ring
 UPDATE {s}.ring_state SET current_slot = %(slot)s, generation = generation + 1,

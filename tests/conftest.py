@@ -113,8 +113,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report.sections = [(title, _utf8_safe(text)) for title, text in report.sections]
     if report.longrepr is not None:
         text = str(report.longrepr)
-        if _utf8_safe(text) != text:
-            report.longrepr = _utf8_safe(text)
+        safe = _utf8_safe(text)
+        if safe != text:
+            report.longrepr = safe
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

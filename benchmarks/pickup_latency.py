@@ -47,7 +47,7 @@ from benchmarks._common import percentile as _pct
 from benchmarks.drain import QUEUE, BenchNoop, enqueue_backlog
 
 #: The claim statements, as the sampler sees them (their leading comment).
-_CLAIM_TEXT = ("-- The common claim", "-- The general claim")
+_CLAIM_TEXT = ("-- The claim as one ring", "-- The common claim", "-- The general claim")
 _SLOW_CLAIM = 0.005
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -155,3 +156,46 @@ async def test_completion_probes_each_receipt_instead_of_scanning_the_ring(
             [row] = await cur.fetchall()
         scanned = _scanned(row["QUERY PLAN"][0]["Plan"])
         assert not {r for r in scanned if r.startswith(("claims", "closures", "leases"))}, scanned
+
+
+async def _slot_claim_plans(engine: QueueStorageEngine, slot: int) -> list[tuple[int, int]]:
+    """(generic, custom) plans of each claim statement for ``slot`` prepared on the kept
+    claim connection (which must be idle)."""
+    [conn] = engine._parts.connections.kept["claim"].idle
+    cur = await conn.execute(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+        "WHERE statement LIKE %s AND statement LIKE %s ORDER BY name",
+        ["%The claim as one ring slot's statement%", f'%"ready_entries_{slot}"%'],
+    )
+    return [(int(r["generic_plans"]), int(r["custom_plans"])) for r in await cur.fetchall()]
+
+
+async def test_the_claim_of_the_slot_the_ring_enters_next_is_planned_ahead(
+    engine: QueueStorageEngine,
+) -> None:
+    """Once a claim sees the ring in a new slot, the engine plans the claim of the slot it
+    enters next on the kept claim connection, off the claim's path. The first claim after
+    the next rotation then runs that very prepared statement (same parameter types), so
+    no job waits for its planning."""
+    # as a worker claims: with a deadline and priority aging
+    options: dict[str, Any] = {
+        "limit": 1,
+        "deadline": timedelta(minutes=5),
+        "aging_interval": timedelta(seconds=60),
+    }
+    await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(2)])
+    for _ in range(2):
+        assert len(await engine.claim(QUEUE, **options)) == 1
+    await engine._parts.claims.drain()
+    async with engine._pool.connection() as conn:
+        cur = await conn.execute(f"SELECT current_slot, slot_count FROM {SCHEMA}.ring_state")
+        [state] = await cur.fetchall()
+    ahead = (state["current_slot"] + 1) % state["slot_count"]
+    # planned once, claiming nothing
+    assert await _slot_claim_plans(engine, ahead) == [(1, 0)]
+    assert await engine.rotate() == "rotated"
+    (job,) = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
+    [claim] = await engine.claim(QUEUE, **options)
+    assert claim.job.id == job.id
+    # the same statement and plan ran the claim in that slot
+    assert await _slot_claim_plans(engine, ahead) == [(2, 0)]

@@ -126,3 +126,45 @@ async def test_warm_up_opens_and_prepares_the_kept_connections(
         engine._parts.connections.kept["claim"].open == 1
         and engine._parts.connections.kept["complete"].open == 1
     )
+
+
+async def test_a_claim_waits_for_its_connection_lent_to_a_warm_up(
+    engine: QueueStorageEngine,
+) -> None:
+    """While the kept claim connection plans ahead (a warm-up), a claim waits for it
+    rather than open a new backend, whose first claim would load the catalog of every
+    ring partition."""
+    connections = engine._parts.connections
+    await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(2)])
+    assert len(await engine.claim(QUEUE, limit=1)) == 1
+    await engine._parts.claims.drain()
+    [pid] = _kept_pids(engine, "claim")
+    lent = asyncio.Event()
+    release = asyncio.Event()
+
+    async def warm(conn: object) -> None:
+        lent.set()
+        await release.wait()
+
+    warming = asyncio.create_task(connections.warm_kept("claim", warm))
+    await lent.wait()
+    claiming = asyncio.create_task(engine.claim(QUEUE, limit=1))
+    await asyncio.sleep(0.2)
+    assert not claiming.done()
+    assert connections.kept["claim"].open == 1
+    release.set()
+    assert len(await claiming) == 1
+    await warming
+    await engine._parts.claims.drain()
+    assert _kept_pids(engine, "claim") == [pid]
+    assert connections.kept["claim"].open == 1
+
+
+async def test_a_warm_up_never_opens_a_connection(engine: QueueStorageEngine) -> None:
+    ran: list[object] = []
+
+    async def warm(conn: object) -> None:
+        ran.append(conn)
+
+    await engine._parts.connections.warm_kept("claim", warm)
+    assert ran == [] and "claim" not in engine._parts.connections.kept

@@ -13,7 +13,7 @@ import pytest
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.domain.errors import UniqueConflict
-from awa.domain.job import JobSpec
+from awa.domain.job import JobRecord, JobSpec
 from awa.domain.policies import Backoff
 from awa.domain.states import JobState
 from awa.ports.storage import Ack
@@ -158,18 +158,49 @@ async def test_prune_carries_young_failed_jobs_forward(engine: QueueStorageEngin
     assert retried is not None and retried.state == JobState.Available
 
 
-async def test_completed_history_stays_readable_until_the_ring_wraps(
+async def test_completed_history_stays_readable_until_its_slot_is_two_ahead(
     engine: QueueStorageEngine,
 ) -> None:
+    """Prune reclaims the oldest sealed slot once it is the next but one the ring enters
+    (4 slots here): completed history stays readable for slot_count - 2 rotations."""
     (job,) = await engine.enqueue_many([JobSpec(kind="done", queue=QUEUE)])
     (claim,) = await engine.claim(QUEUE, limit=1)
     assert await engine.complete([claim.lease]) == [Ack.APPLIED]
-    for _ in range(2):
-        assert await engine.rotate_queue_ring() == "rotated"
-        assert await engine.prune_oldest() == "idle"
-        await engine.enqueue_many([JobSpec(kind="filler", queue="other")])
+    assert await engine.rotate_queue_ring() == "rotated"
+    assert await engine.prune_oldest() == "idle"
+    await engine.enqueue_many([JobSpec(kind="filler", queue="other")])
     kept = await engine.get_job(job.id)
     assert kept is not None and kept.state == JobState.Completed
+    assert await engine.rotate_queue_ring() == "rotated"
+    assert await engine.prune_oldest() == "pruned"
+    assert await engine.get_job(job.id) is None
+
+
+async def test_prune_takes_the_next_slot_before_the_one_after(engine: QueueStorageEngine) -> None:
+    """When the slot the ring enters next still holds rows (its prune was blocked or
+    skipped), prune reclaims it first: rotation needs it empty."""
+
+    async def completed(kind: str) -> JobRecord:
+        (job,) = await engine.enqueue_many([JobSpec(kind=kind, queue=QUEUE)])
+        (claim,) = await engine.claim(QUEUE, limit=1)
+        assert await engine.complete([claim.lease]) == [Ack.APPLIED]
+        return job
+
+    first = await completed("first")
+    assert await engine.rotate_queue_ring() == "rotated"
+    second = await completed("second")
+    assert await engine.rotate_queue_ring() == "rotated"
+    await completed("third")
+    assert await engine.rotate_queue_ring() == "rotated"
+    await completed("fourth")
+    # current 3: slot 0 is next (holding `first`), slot 1 the one after (`second`)
+    assert await engine.rotate_queue_ring() == "skipped_busy"
+    assert await engine.prune_oldest() == "pruned"
+    assert await engine.get_job(first.id) is None
+    assert await engine.get_job(second.id) is not None
+    assert await engine.rotate_queue_ring() == "rotated"
+    assert await engine.prune_oldest() == "pruned"
+    assert await engine.get_job(second.id) is None
 
 
 async def test_late_completion_after_rescue_and_prune_changes_nothing(

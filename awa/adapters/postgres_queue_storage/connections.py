@@ -44,6 +44,9 @@ class Kept:
 
     idle: list[DictConnection] = attrs.field(factory=list)
     open: int = 0
+    #: Set while an idle one is lent out for a warm-up (:meth:`Connections.warm_kept`);
+    #: a caller that finds none idle waits for it instead of opening a cold one.
+    lent: asyncio.Event | None = None
 
 
 async def settled(task: asyncio.Task[None] | None) -> None:
@@ -134,6 +137,10 @@ class Connections:
         kept = self.kept.get(purpose)
         if kept is None:
             kept = self.kept[purpose] = Kept()
+        while not kept.idle and kept.lent is not None:
+            # A warm-up holds the warm connection for a few ms; a new backend would
+            # first load the catalog of every ring partition (tens of ms).
+            await kept.lent.wait()
         if not kept.idle and kept.open >= KEPT_CONNECTIONS:
             async with self.pool.connection() as pooled:
                 yield pooled
@@ -165,6 +172,32 @@ class Connections:
             await self._drop_kept(kept, conn)
         else:
             kept.idle.append(conn)
+
+    async def warm_kept(
+        self, purpose: str, warm: Callable[[DictConnection], Awaitable[object]]
+    ) -> None:
+        """Run ``warm`` on the idle connection kept for ``purpose`` that the next caller
+        would get, if there is one (never a new one, never while another warm-up runs).
+        Callers of :meth:`kept_conn` meanwhile wait for it rather than open another. A
+        connection whose warm-up failed is closed, as in :meth:`kept_conn`."""
+        kept = self.kept.get(purpose)
+        if self.closed or kept is None or not kept.idle or kept.lent is not None:
+            return
+        conn = kept.idle.pop()
+        kept.lent = asyncio.Event()
+        try:
+            await warm(conn)
+        except BaseException:
+            await self._drop_kept(kept, conn)
+            raise
+        else:
+            if self.closed or conn.closed:
+                await self._drop_kept(kept, conn)
+            else:
+                kept.idle.append(conn)
+        finally:
+            kept.lent.set()
+            kept.lent = None
 
     async def _drop_kept(self, kept: Kept, conn: DictConnection) -> None:
         kept.open -= 1

@@ -101,6 +101,7 @@ class QueueStorageEngine(PgCronOps, PgOverrideOps, PgDescriptorOps, PgBatchContr
         :meth:`close`, or the composition that shares it between engines."""
         await self._parts.group.settle()
         await self._parts.wakes.drain()
+        await self._parts.claims.drain()
         await self._parts.connections.close_kept()
 
     def transaction(self) -> AbstractAsyncContextManager[UnitOfWork]:

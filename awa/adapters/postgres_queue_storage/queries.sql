@@ -774,7 +774,8 @@ ORDER BY r.effective, r.run_at, r.job_id
 -- rotation, carried-forward rows, a backlog older than the slot). It then claims and
 -- moves nothing, and the engine runs the claim over the whole ring, so FIFO per lane and
 -- order across lanes are those of `claim`. `current_slot` is the ring's current slot, to
--- try next.
+-- try next; `next_slot` the one the ring rotates into next, whose statement the engine
+-- plans ahead (warm_claim).
 {claim_body ready_entries=slot_ready_entries claims=slot_claims tombstones=slot_tombstones walk_position=slot_walk_position refused_elsewhere=slot_refused_elsewhere or_elsewhere=slot_or_elsewhere slot_outputs=slot_outputs slot_columns=slot_columns}
 
 -- name: ring_ready_entries
@@ -824,10 +825,11 @@ ORDER BY r.effective, r.run_at, r.job_id
 -- name: slot_outputs
 ,
         (SELECT elsewhere FROM refused) AS elsewhere,
-        (SELECT current_slot FROM {s}.ring_state) AS current_slot
+        (SELECT current_slot FROM {s}.ring_state) AS current_slot,
+        (SELECT (current_slot + 1) %% slot_count FROM {s}.ring_state) AS next_slot
 
 -- name: slot_columns
-, m.elsewhere, m.current_slot
+, m.elsewhere, m.current_slot, m.next_slot
 
 -- name: explain_claim
 -- Plans the claim on a new backend without claiming anything (warm_up).

@@ -88,10 +88,10 @@ class QueueRing:
         return "rotated"
 
     async def prune_oldest(self, *, failed_retention: timedelta = DEFAULT_FAILED_RETENTION) -> str:
-        """Truncate the oldest sealed slot (the one the next rotation enters) once nothing
-        live refers to it.
+        """Truncate the oldest sealed slot that holds rows (the one the next rotation
+        enters, else the one after it) once nothing live refers to it.
 
-        Returns ``pruned``, ``idle`` (that slot holds no rows), ``blocked`` (live work
+        Returns ``pruned``, ``idle`` (neither slot holds rows), ``blocked`` (live work
         or a lock held by a running transaction) or ``skipped_locked``. Failed jobs younger
         than ``failed_retention`` are carried forward into the current slot first.
         """
@@ -115,27 +115,45 @@ class QueueRing:
         return outcome
 
     async def _prune_target(self) -> int | None:
-        """The slot the next rotation enters, if it holds rows."""
+        """The slot prune reclaims next (:meth:`_oldest_with_rows`), if any."""
         async with self._connections.conn() as conn:
             state = await self._sql.one(conn, self._sql["read_ring_state"])
             if state is None:
                 return None
-            current, count = int(state["current_slot"]), int(state["slot_count"])
-            target = (current + 1) % count
-            if target == current or not await self._slot_has_rows(conn, target):
+            return await self._oldest_with_rows(
+                conn, int(state["current_slot"]), int(state["slot_count"])
+            )
+
+    async def _oldest_with_rows(self, conn: DictConnection, current: int, count: int) -> int | None:
+        """The oldest sealed slot that holds rows, looking at most two slots past the
+        current one.
+
+        The slot the next rotation enters comes first: it is the oldest in ring order.
+        Once it is empty, the one after it is reclaimed, a whole rotation before the ring
+        enters it. A partition swap makes every backend plan again the statements that
+        read the swapped slot by name; reclaiming a slot a turn early lets each worker plan
+        its claim for that slot before any job waits on it (``Claims``' warm-up, at the
+        rotation before). Completed history stays readable for one slot less (about
+        ``slot_count - 2`` rotations)."""
+        for ahead in (1, 2):
+            target = (current + ahead) % count
+            if target == current:
                 return None
-            return target
+            if await self._slot_has_rows(conn, target):
+                return target
+        return None
 
     async def _prune(self, conn: DictConnection, failed_retention: timedelta) -> str:
         state = await self._sql.one(conn, self._sql["lock_ring_state"])
         if state is None:
             return "skipped_locked"
         current, count = int(state["current_slot"]), int(state["slot_count"])
-        # Only the slot the next rotation enters is reclaimed: it is the oldest in ring
-        # order, and waiting until the ring wraps to it keeps completed history readable for
-        # about slot_count x rotate interval instead of dropping each slot once sealed.
-        target = (current + 1) % count
-        if target == current or not await self._slot_has_rows(conn, target):
+        # Only the oldest slots are reclaimed (the one the next rotation enters, else the
+        # one after it): waiting until the ring comes round to them keeps completed history
+        # readable for about slot_count x rotate interval instead of dropping each slot
+        # once sealed.
+        target = await self._oldest_with_rows(conn, current, count)
+        if target is None:
             return "idle"
         # Everything that takes time happens before the slot is locked, so claims and
         # completions (which read every slot) never queue behind a long prune:

@@ -42,6 +42,7 @@ import psycopg
 import awa
 from awa.adapters._pg import notifier as pg_notifier
 from awa.adapters.postgres_queue_storage import engine as qs_core
+from awa.adapters.postgres_queue_storage import statements as qs_statements
 from benchmarks._common import by_second, drop_database, fresh_database, parser
 from benchmarks._common import percentile as _pct
 from benchmarks.drain import QUEUE, BenchNoop, enqueue_backlog
@@ -135,13 +136,27 @@ async def run(
     starts: dict[int, float] = {}
 
     original_claim = qs_core.QueueStorageEngine.claim
+    original_run_generic = qs_statements.Statements.run_generic
+    # Claim statements each claim call ran: more than one when it crossed a rotation
+    # (its slot said `elsewhere`, and the current slot or the whole ring was tried next).
+    statements_of: list[int] = []
+
+    async def counted_run_generic(self: Any, conn: Any, statement: bytes, params: Any) -> Any:
+        if statement.startswith(_CLAIM_TEXT[0].encode()) and params.get("queue"):
+            statements_of[-1] += 1
+        return await original_run_generic(self, conn, statement, params)
+
     original_wait = pg_notifier.PostgresSubscription.wait
 
     async def timed_claim(self: Any, queue: str, **kw: Any) -> Any:
+        statements_of.append(0)
         t0 = time.time()
         out = await original_claim(self, queue, **kw)
         claims.append((t0, time.time(), [c.job.args["seq"] for c in out]))
+        crossed.append(statements_of[-1] > 1)
         return out
+
+    crossed: list[bool] = []
 
     async def timed_wait(self: Any, timeout: float) -> set[str]:
         fired = await original_wait(self, timeout)
@@ -169,6 +184,7 @@ async def run(
     for name in originals:
         setattr(qs_core.QueueStorageEngine, name, timed_duty(name))
     qs_core.QueueStorageEngine.claim = timed_claim  # type: ignore[method-assign]
+    qs_statements.Statements.run_generic = counted_run_generic  # type: ignore[method-assign]
     pg_notifier.PostgresSubscription.wait = timed_wait  # type: ignore[method-assign]
     worker = awa.AsyncClient(url, max_connections=20)
 
@@ -228,6 +244,7 @@ async def run(
     await worker.shutdown(timeout_ms=5000)
     await worker.close()
     qs_core.QueueStorageEngine.claim = original_claim  # type: ignore[method-assign]
+    qs_statements.Statements.run_generic = original_run_generic  # type: ignore[method-assign]
     pg_notifier.PostgresSubscription.wait = original_wait  # type: ignore[method-assign]
     for name, original in originals.items():
         setattr(qs_core.QueueStorageEngine, name, original)
@@ -271,6 +288,12 @@ async def run(
         f"empty {sum(1 for c in claims if not c[2])}, mean batch "
         f"{statistics.mean(len(c[2]) for c in claims):.2f}"
     )
+    across = sorted((t1 - t0) * 1000 for (t0, t1, _), x in zip(claims, crossed, strict=True) if x)
+    if across:
+        print(
+            f"claims across a rotation (more than one claim statement): {len(across)}, "
+            f"p50 {_pct(across, 0.5):.2f} max {across[-1]:.2f} ms"
+        )
     if waits:
         _claim_waits(claims, samples)
     lags = [v * 1000 for _, v in lag]

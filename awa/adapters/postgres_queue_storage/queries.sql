@@ -775,7 +775,7 @@ ORDER BY r.effective, r.run_at, r.job_id
 -- moves nothing, and the engine runs the claim over the whole ring, so FIFO per lane and
 -- order across lanes are those of `claim`. `current_slot` is the ring's current slot, to
 -- try next; `next_slot` the one the ring rotates into next, whose statement the engine
--- plans ahead (warm_claim).
+-- plans ahead once the current slot changed (Claims._warm_next).
 {claim_body ready_entries=slot_ready_entries claims=slot_claims tombstones=slot_tombstones walk_position=slot_walk_position refused_elsewhere=slot_refused_elsewhere or_elsewhere=slot_or_elsewhere slot_outputs=slot_outputs slot_columns=slot_columns}
 
 -- name: ring_ready_entries

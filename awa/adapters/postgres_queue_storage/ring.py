@@ -150,8 +150,8 @@ class QueueRing:
         current, count = int(state["current_slot"]), int(state["slot_count"])
         # Only the oldest slots are reclaimed (the one the next rotation enters, else the
         # one after it): waiting until the ring comes round to them keeps completed history
-        # readable for about slot_count x rotate interval instead of dropping each slot
-        # once sealed.
+        # readable for about (slot_count - 2) x rotate interval instead of dropping each
+        # slot once sealed.
         target = await self._oldest_with_rows(conn, current, count)
         if target is None:
             return "idle"

@@ -54,6 +54,7 @@ def _modes(migrated_database_url: str) -> list[str]:
 
 async def _session_modes(engine: QueueStorageEngine) -> set[str]:
     modes = set()
+    await engine._parts.claims.drain()  # the next slot's warm-up, if one is running
     for conn in engine._parts.connections.kept["claim"].idle:
         cur = await conn.execute("SHOW synchronous_commit")
         row = await cur.fetchone()

@@ -163,8 +163,16 @@ class Connections:
                 except BaseException:
                     await self._drop_kept(kept, conn)
                     raise
-        try:
+        async with self._in_use(kept, conn):
             yield conn
+
+    @asynccontextmanager
+    async def _in_use(self, kept: Kept, conn: DictConnection) -> AsyncIterator[None]:
+        """Give ``conn`` back to ``kept``'s idle ones once the block ends, unless it
+        failed, was cancelled or the connection (or the engine) closed meanwhile: then it
+        is closed, not reused."""
+        try:
+            yield
         except BaseException:
             await self._drop_kept(kept, conn)
             raise
@@ -186,15 +194,8 @@ class Connections:
         conn = kept.idle.pop()
         kept.lent = asyncio.Event()
         try:
-            await warm(conn)
-        except BaseException:
-            await self._drop_kept(kept, conn)
-            raise
-        else:
-            if self.closed or conn.closed:
-                await self._drop_kept(kept, conn)
-            else:
-                kept.idle.append(conn)
+            async with self._in_use(kept, conn):
+                await warm(conn)
         finally:
             kept.lent.set()
             kept.lent = None

@@ -74,6 +74,10 @@ class _PruneLock:
         await self._conn.close()
 
 
+#: Attempts of _goes_on_while_pruned.
+_ATTEMPTS = 3
+
+
 async def _goes_on_while_pruned(
     engine: QueueStorageEngine,
     migrated_database_url: str,
@@ -102,10 +106,6 @@ async def _goes_on_while_pruned(
     pytest.fail(f"waited for the prune of another slot in {_ATTEMPTS} attempts")
 
 
-#: Attempts of _goes_on_while_pruned.
-_ATTEMPTS = 3
-
-
 async def test_a_claim_in_its_slot_goes_on_while_a_prune_holds_the_ring(
     engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
@@ -119,8 +119,8 @@ async def test_a_claim_in_its_slot_goes_on_while_a_prune_holds_the_ring(
             # The first claim finds the queue's rows in the current slot; the second
             # claims there, and its backend reads that slot's partition bounds (once per
             # partition).
-            for job in await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)]):
-                assert await _claimed_ids(engine, 1) == [job.id]
+            [job] = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
+            assert await _claimed_ids(engine, 1) == [job.id]
         jobs = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(3)])
 
     async def act() -> None:

@@ -113,8 +113,9 @@ async def test_a_claim_in_its_slot_goes_on_while_a_prune_holds_the_ring(
 
     async def warm() -> None:
         nonlocal jobs
-        # What an attempt that waited left unclaimed (its claim was cancelled).
-        await engine.claim(QUEUE, limit=len(jobs) or 1)
+        if jobs:
+            # What the attempt that waited left unclaimed (its claim was cancelled).
+            await engine.claim(QUEUE, limit=len(jobs))
         for _ in range(2):
             # The first claim finds the queue's rows in the current slot; the second
             # claims there, and its backend reads that slot's partition bounds (once per

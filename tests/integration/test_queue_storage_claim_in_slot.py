@@ -95,6 +95,9 @@ async def _goes_on_while_pruned(
     through the ring's parents waits in every attempt. Returns the attempts made."""
     for attempt in range(1, _ATTEMPTS + 1):
         await warm()
+        # The claim plans the next slot's claim in the background (Claims._warm_next):
+        # that slot is the one locked below, and the lock is taken NOWAIT.
+        await engine._parts.claims.drain()
         other = (_current_slot(migrated_database_url) + 1) % 4
         async with _PruneLock(engine, migrated_database_url, other):
             try:

@@ -77,6 +77,30 @@ async def test_engine_is_ring_maintenance_for_both_rings(engine: QueueStorageEng
     assert await engine.prune_leases() == "idle"
 
 
+async def test_an_idle_lease_ring_is_checked_without_the_ring_state_lock(
+    engine: QueueStorageEngine, migrated_database_url: str
+) -> None:
+    """Both lease duties run four times a second. While no lease row exists anywhere
+    they only read: they neither wait for nor skip over a ring-state row lock held
+    elsewhere, and they take none (a row lock would take a transaction id, whose commit
+    waits for a WAL flush)."""
+    with psycopg.connect(migrated_database_url) as holder:
+        holder.execute(f"SELECT 1 FROM {SCHEMA}.ring_state FOR UPDATE")
+        assert await engine.prune_leases() == "idle"
+        assert await engine.rotate_leases() == "skipped_idle"
+        holder.rollback()
+    # Once a lease is written, the duties take the lock again, and say when it is held.
+    leases = await _start(engine, 1)
+    assert await engine.heartbeat(leases) == [Ack.APPLIED]
+    with psycopg.connect(migrated_database_url) as holder:
+        holder.execute(f"SELECT 1 FROM {SCHEMA}.ring_state FOR UPDATE")
+        assert await engine.rotate_leases() == "skipped_locked"
+        assert await engine.prune_leases() == "skipped_locked"
+        holder.rollback()
+    assert await engine.rotate_leases() == "rotated"
+    assert await engine.complete(leases) == [Ack.APPLIED]
+
+
 async def test_heartbeats_migrate_forward_and_the_old_slot_is_truncated(
     engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:

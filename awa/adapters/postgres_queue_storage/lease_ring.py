@@ -34,14 +34,26 @@ class LeaseRing:
         self._carry = carry
         self._clock = clock
 
-    async def _dirty_lease_slots(self, conn: DictConnection, count: int) -> set[int]:
+    async def _dirty_lease_slots(self, conn: DictConnection) -> set[int]:
         """Lease slots written since their last TRUNCATE. Rows moved out of a slot or
         updated in place leave dead versions behind: a slot is reclaimed, and entered
         again, only once it is physically empty, so those die with the TRUNCATE."""
         rows = await self._sql.rows(
-            conn, self._sql["dirty_lease_slots"], {"n": count, "s": self._sql.quoted_schema}
+            conn, self._sql["dirty_lease_slots"], {"s": self._sql.quoted_schema}
         )
         return {int(row["i"]) for row in rows}
+
+    async def _written(self) -> bool:
+        """Whether any lease slot was written since its last TRUNCATE, read without a
+        lock (``lease_ring_written``). When none was, neither duty has anything to do,
+        and it ends without the locking transaction: that transaction's row lock takes a
+        transaction id, so each of its commits waited for a WAL flush (an idle worker
+        flushed the WAL about eight times a second for these two duties alone)."""
+        async with self._connections.conn() as conn:
+            row = await self._sql.one(
+                conn, self._sql["lease_ring_written"], {"s": self._sql.quoted_schema}
+            )
+        return bool(row and row["written"])
 
     def _lease_live(self, slot: int) -> sql.Composable:
         """Does ``slot`` hold the lease of an attempt whose claim is still open?"""
@@ -60,13 +72,16 @@ class LeaseRing:
         keeps turning while any slot holds rows, even with no new writes, so prune reaches
         every slot and an idle ring ends up empty.
         """
+        async with translated_errors():
+            if not await self._written():
+                return "skipped_idle"
         async with translated_errors(), self._connections.tx() as conn:
             state = await self._sql.one(conn, self._sql["lock_lease_ring_state"])
             if state is None:
                 return "skipped_locked"
             current, count = int(state["current_lease_slot"]), int(state["lease_slot_count"])
             incoming = (current + 1) % count
-            dirty = await self._dirty_lease_slots(conn, count)
+            dirty = await self._dirty_lease_slots(conn)
             if incoming == current or not dirty:
                 return "skipped_idle"
             if incoming in dirty:
@@ -86,6 +101,8 @@ class LeaseRing:
         try:
             async with translated_errors():
                 await self._swap.clear(("leases",))
+                if not await self._written():
+                    return "idle"
             async with translated_errors(), self._connections.tx() as conn:
                 return await self._prune_leases(conn)
         except Blocked:
@@ -97,7 +114,7 @@ class LeaseRing:
             return "skipped_locked"
         current, count = int(state["current_lease_slot"]), int(state["lease_slot_count"])
         target = (current + 1) % count
-        if target == current or target not in await self._dirty_lease_slots(conn, count):
+        if target == current or target not in await self._dirty_lease_slots(conn):
             return "idle"
         # The leases of open attempts move into the current lease slot first (under their
         # advisory locks, taken without waiting), so a callback wait never pins the ring.

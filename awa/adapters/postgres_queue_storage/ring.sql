@@ -194,8 +194,15 @@ FROM unnest(%(tables)s::text[]) AS t
 
 -- name: dirty_lease_slots
 -- Lease slots written since their last TRUNCATE.
-SELECT i FROM generate_series(0, %(n)s - 1) AS g(i)
+SELECT i FROM {s}.ring_state r, generate_series(0, r.lease_slot_count - 1) AS g(i)
 WHERE pg_relation_size(format('%%s.leases_%%s', %(s)s::text, i)::regclass) > 0
+
+-- name: lease_ring_written
+-- Without a lock: is any lease slot written since its last TRUNCATE? The lease ring's
+-- duties run four times a second; while no attempt has a lease row (every handler is
+-- short), this read is all they do: no row lock on ring_state, so no transaction id, no
+-- WAL and no commit to flush. A lease written just after it is seen at the next tick.
+SELECT EXISTS ({dirty_lease_slots}) AS written
 
 -- name: lease_slot_live
 -- Does lease slot k hold the lease of an attempt whose claim is still open? Rows of closed

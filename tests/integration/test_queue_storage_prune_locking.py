@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
 import anyio
 import psycopg
@@ -467,6 +468,31 @@ async def test_prune_resolves_the_slot_jobs_exactly_as_the_jobs_view(
     assert states[jobs[0].id] == states[jobs[3].id] == "completed"
     assert states[jobs[4].id] == "failed"
     assert jobs[1].id not in states and jobs[2].id not in states and jobs[5].id not in states
+
+
+async def test_the_stand_ins_a_prune_swapped_out_are_emptied_by_name(
+    engine: QueueStorageEngine, migrated_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The catalog is searched for stand-ins that hold rows on a process's first turn
+    (an earlier leader may have left some); after that, a turn empties the stand-ins this
+    process swapped out by name, one query less at every prune."""
+    statements = engine._parts.swap._sql
+    searched: list[list[str]] = []
+    original = statements.rows
+
+    async def rows(conn: Any, statement: bytes, params: Any = None) -> list[dict[str, Any]]:
+        if statement == statements["unclean_spares"]:
+            searched.append(list(params["tables"]))
+        return await original(conn, statement, params)
+
+    monkeypatch.setattr(statements, "rows", rows)
+    await _completed_job_in_next_slot(engine)
+    assert await engine.prune_oldest() == "pruned"
+    assert searched == [list(swap_module.RING_TABLES)]
+    assert any(n > 0 for _, n, _ in _relations(migrated_database_url, "%%\\_0\\_spare").values())
+    await engine.prune_oldest()
+    assert searched == [list(swap_module.RING_TABLES)]
+    assert all(n == 0 for _, n, _ in _relations(migrated_database_url, "%%\\_0\\_spare").values())
 
 
 async def test_a_stand_in_left_with_rows_is_emptied_and_prune_goes_on(

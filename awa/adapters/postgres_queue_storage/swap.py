@@ -46,6 +46,9 @@ class PartitionSwap:
         #: holds its lock longer.
         self.denied = False
         self._unclean: set[str] | None = None
+        #: Stand-ins this process swapped out, (table, slot): they hold the rows of the
+        #: slot swapped out and are emptied by name, without looking them up.
+        self._swapped: set[tuple[str, int]] = set()
         # Set once a prune found a slot without its stand-ins (said once per process).
         self._spares_missing_said = False
 
@@ -85,27 +88,40 @@ class PartitionSwap:
         """Empty the stand-ins of ``tables`` that still hold the rows of a slot swapped
         out earlier, in one transaction, without waiting for their locks: a backend
         revalidating a plan made before the swap may hold one for a moment, and the next
-        turn tries again (the swap refuses a stand-in that is not empty)."""
+        turn tries again (the swap refuses a stand-in that is not empty).
+
+        The stand-ins this process swapped out are emptied by name. The catalog is
+        searched (``unclean_spares``) only for the tables whose stand-ins are not known:
+        all of them the first time (an earlier leader may have left some), then those of
+        a swap that was refused or failed."""
         unclean = self.unclean()
-        if self.denied or not unclean.intersection(tables):
+        search = unclean.intersection(tables)
+        known = {(t, k) for t, k in self._swapped if t in tables}
+        if self.denied or not (search or known):
             return
         emptied = True
         async with self._connections.conn() as conn:
-            rows = await self._sql.rows(
-                conn,
-                self._sql["unclean_spares"],
-                {"tables": list(tables), "s": self._sql.quoted_schema},
-            )
-            if rows:
-                # Names the catalog wrote (format's %I quotes them).
-                spares = sql.SQL(", ").join(sql.SQL(row["spare"]) for row in rows)
+            if search:
+                rows = await self._sql.rows(
+                    conn,
+                    self._sql["unclean_spares"],
+                    {"tables": list(tables), "s": self._sql.quoted_schema},
+                )
+                # Names the catalog wrote (format's %I quotes them); they include the
+                # known ones, which hold rows.
+                names: list[sql.Composable] = [sql.SQL(row["spare"]) for row in rows]
+            else:
+                names = [self._spare(t, k) for t, k in sorted(known)]
+            if names:
                 try:
                     async with conn.transaction():
+                        spares = sql.SQL(", ").join(names)
                         await run(conn, self._sql.render("empty_spares", spares=spares))
                 except pg_errors.LockNotAvailable:
                     emptied = False
         if emptied:
-            unclean.difference_update(tables)
+            unclean.difference_update(search)
+            self._swapped.difference_update(known)
 
     def unclean(self) -> set[str]:
         """Ring tables whose stand-ins may hold rows: all of them until this process has
@@ -209,10 +225,6 @@ class PartitionSwap:
         swapping = (
             bool(swapped) and not self.denied and await self._spares_exist(conn, slot, swapped)
         )
-        # Looked at again on the next turn whatever happens: after a swap the stand-ins
-        # hold the rows taken out, and a swap refused for a stand-in that is not empty
-        # (another leader's, swapped out just before it lost the lead) needs one emptied.
-        self.unclean().update(swapped)
         try:
             await self._lock_briefly(conn, *plan(swapping))
         except pg_errors.InsufficientPrivilege:
@@ -220,11 +232,22 @@ class PartitionSwap:
                 raise
             # The refused swap's savepoint is rolled back: this turn truncates instead.
             self.refuse()
+            swapping = False
             await self._lock_briefly(conn, *plan(False))
         except pg_errors.UndefinedTable as exc:
             # a stand-in was dropped since it was looked for (an install rebuilt it): the
             # next turn finds the new one
+            self.unclean().update(swapped)
             raise Blocked() from exc
+        except BaseException:
+            # A swap refused for a stand-in that is not empty (another leader's, swapped
+            # out just before it lost the lead) needs one emptied: looked up next turn.
+            self.unclean().update(swapped)
+            raise
+        if swapping:
+            # After the swap the stand-ins hold the rows taken out. Should the
+            # transaction not commit, they are empty, and emptying them again is harmless.
+            self._swapped.update((t, slot) for t in swapped)
 
     async def _lock_briefly(
         self, conn: DictConnection, tables: sql.Composable, then: sql.Composable

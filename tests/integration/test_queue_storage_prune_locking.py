@@ -495,6 +495,24 @@ async def test_the_stand_ins_a_prune_swapped_out_are_emptied_by_name(
     assert all(n == 0 for _, n, _ in _relations(migrated_database_url, "%%\\_0\\_spare").values())
 
 
+async def test_a_stand_in_known_by_name_and_dropped_since_is_looked_up_again(
+    engine: QueueStorageEngine, migrated_database_url: str
+) -> None:
+    """A stand-in this process swapped out can be dropped before it is emptied (an
+    install that rebuilds the ring): prune goes on, and the next turn finds the others in
+    the catalog and empties them."""
+    await _completed_job_in_next_slot(engine)
+    assert await engine.prune_oldest() == "pruned"
+    with psycopg.connect(migrated_database_url, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE {SCHEMA}.closures_0_spare")
+    await engine.prune_oldest()
+    await engine.prune_oldest()
+    left = _relations(migrated_database_url, "%%\\_0\\_spare")
+    assert "closures_0_spare" not in left
+    assert {"ready_entries_0_spare", "claims_0_spare"} <= set(left)
+    assert all(n == 0 for _, n, _ in left.values())
+
+
 async def test_a_stand_in_left_with_rows_is_emptied_and_prune_goes_on(
     engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:

@@ -119,14 +119,21 @@ class PartitionSwap:
                         await run(conn, self._sql.render("empty_spares", spares=spares))
                 except pg_errors.LockNotAvailable:
                     emptied = False
+                except pg_errors.UndefinedTable:
+                    # A stand-in known by name is gone (an install rebuilt the ring since):
+                    # the next turn looks them up in the catalog instead.
+                    emptied = False
+                    unclean.update(t for t, _ in known)
+                    self._swapped.difference_update(known)
         if emptied:
             unclean.difference_update(search)
             self._swapped.difference_update(known)
 
     def unclean(self) -> set[str]:
-        """Ring tables whose stand-ins may hold rows: all of them until this process has
-        emptied them once (an earlier leader may have left some), then the ones it tried
-        to swap since."""
+        """Ring tables whose stand-ins are looked up in the catalog (``unclean_spares``)
+        before they are emptied: all of them until this process has done so once (an
+        earlier leader may have left rows), then those of a swap that was refused or
+        failed. The stand-ins this process swapped out are known by name."""
         if self._unclean is None:
             self._unclean = {*RING_TABLES, "leases"}
         return self._unclean

@@ -171,6 +171,33 @@ async def _slot_claim_plans(engine: QueueStorageEngine, slot: int) -> list[tuple
     return [(int(r["generic_plans"]), int(r["custom_plans"])) for r in await cur.fetchall()]
 
 
+async def test_the_claim_of_the_slot_a_first_claim_found_rows_in_is_planned_off_its_path(
+    engine: QueueStorageEngine,
+) -> None:
+    """A worker's first claim of a queue reads the whole ring: it does not know the slot
+    yet. The claim of the slot it found rows in is then planned in the background, so the
+    next claim (the first job after a warm-up job, say) runs a statement already planned."""
+    options: dict[str, Any] = {
+        "limit": 1,
+        "deadline": timedelta(minutes=5),
+        "aging_interval": timedelta(seconds=60),
+    }
+    await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
+    async with engine._pool.connection() as conn:
+        cur = await conn.execute(f"SELECT current_slot FROM {SCHEMA}.ring_state")
+        [state] = await cur.fetchall()
+    slot = state["current_slot"]
+    assert len(await engine.claim(QUEUE, **options)) == 1
+    await engine._parts.claims.drain()
+    # planned once, claiming nothing
+    assert await _slot_claim_plans(engine, slot) == [(1, 0)]
+    (job,) = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
+    [claim] = await engine.claim(QUEUE, **options)
+    assert claim.job.id == job.id
+    # the claim ran that very statement and plan
+    assert await _slot_claim_plans(engine, slot) == [(2, 0)]
+
+
 async def test_the_claim_of_the_slot_the_ring_enters_next_is_planned_ahead(
     engine: QueueStorageEngine,
 ) -> None:

@@ -98,6 +98,9 @@ class Claims:
         # next slot's claim started when it changed (_warm_next).
         self._ring_current: int | None = None
         self._warm_pending: int | None = None
+        # Slots whose claim_in_slot this process has run (or planned) on the kept claim
+        # connection.
+        self._planned: set[int] = set()
         self._warming: asyncio.Task[None] | None = None
 
     async def claim(
@@ -175,6 +178,7 @@ class Claims:
                 tried.add(slot)
                 statement = self._sql.for_slot("claim_in_slot", slot)
                 rows = await self._sql.run_generic(conn, statement, params)
+                self._planned.add(slot)
                 if rows:
                     self._warm_next(rows[0]["current_slot"], rows[0]["next_slot"])
                 if not (rows and rows[0]["elsewhere"]):
@@ -186,6 +190,12 @@ class Claims:
         if not self._note_slot(queue, rows) and slot is not None:
             # nothing taken: the current slot is where new rows go
             self._slots[queue] = slot
+        found = self._slots.get(queue)
+        if found is not None and found not in self._planned and self._warm_pending is None:
+            # The queue's next claim runs claim_in_slot there: planned now, off its path
+            # (a worker's first claim of a queue reads the whole ring, and the jobs right
+            # after it waited 3-7 ms for that slot's first plan).
+            self._warm_pending = found
         return rows
 
     def _warm_next(self, current: int, following: int) -> None:
@@ -218,6 +228,7 @@ class Claims:
 
         async def warm(conn: DictConnection) -> None:
             await self._sql.run_generic(conn, statement, params)
+            self._planned.add(slot)
 
         try:
             async with translated_errors():

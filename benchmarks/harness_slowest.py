@@ -3,7 +3,8 @@
 The shared harness keeps every job's timestamps of a latency phase in its scratch folder
 (``/tmp/bench-<run id>/<system>-<rate>-worker.json`` and ``-producer.json``). This reads
 them and prints, per system: pickup p50 / p99, the p99 after the first two seconds of
-load, and the slowest 1 % by second of load. Episodes (a start-up burst, a prune) show up
+load, the slowest 1 % by second of load, and the upper percentiles (p90 to p99.5), which
+show where two systems' distributions part. Episodes (a start-up burst, a prune) show up
 as a few seconds holding most of the slowest jobs; a spread-out tail does not.
 
     .venv/bin/python -m benchmarks.harness_slowest /tmp/bench-20261129-172406 --rate 200
@@ -16,6 +17,9 @@ import json
 from pathlib import Path
 
 from benchmarks._common import by_second, percentile
+
+#: The upper percentiles printed for each system.
+LADDER = (0.90, 0.97, 0.98, 0.99, 0.995)
 
 
 def summarize(folder: Path, system: str, rate: int) -> str | None:
@@ -35,11 +39,13 @@ def summarize(folder: Path, system: str, rate: int) -> str | None:
     pickups = [ms for _, ms in rows]
     steady = [ms for seq, ms in rows if seq >= 2 * rate]
     worst = sorted(rows, key=lambda r: -r[1])[: max(1, len(rows) // 100)]
+    ladder = ", ".join(f"p{q * 100:g} {percentile(pickups, q):.2f}" for q in LADDER)
     return (
         f"{system}: {len(rows)} jobs, pickup p50 {percentile(pickups, 0.5):.2f} ms, "
         f"p99 {percentile(pickups, 0.99):.2f} ms, "
         f"p99 after the first 2 s {percentile(steady, 0.99):.2f} ms; "
-        f"slowest {len(worst)} by second of load: {by_second((s for s, _ in worst), rate)}"
+        f"slowest {len(worst)} by second of load: {by_second((s for s, _ in worst), rate)}; "
+        f"upper percentiles (ms): {ladder}"
     )
 
 

@@ -51,8 +51,8 @@ class AttemptContext:
         self.cancel_scope: anyio.CancelScope | None = None
         # Set once the handler's permit went back to its queue (see Runtime).
         self.permit_returned = False
-        # A plain flag: set from any thread (the cancel listener, shutdown), read by the
-        # handler; assigning a bool is atomic.
+        # A plain flag: set from any thread (a heartbeat answering a cancel, shutdown),
+        # read by the handler; assigning a bool is atomic.
         self._cancelled = False
         self._lock = threading.Lock()
         previous = claim.job.progress or {}

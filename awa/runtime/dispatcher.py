@@ -15,7 +15,6 @@ from awa.domain.channels import queue_channel
 from awa.domain.job import Claim
 from awa.domain.overrides import DispatchSettings, QueueOverrides, apply_overrides
 from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, stripe_queues
-from awa.ports.notifier import Notifier
 from awa.ports.overrides import QueueOverrideStore
 from awa.ports.storage import StorageEngine, StripedClaimer
 from awa.runtime import metrics
@@ -30,8 +29,6 @@ Spawn = Callable[[str, Claim], None]
 """Start executing a claim whose permit is already held."""
 
 RELEASE_ON_STOP_ERROR = "worker shutting down"
-_RESUBSCRIBE_MIN = 0.5
-_RESUBSCRIBE_MAX = 30.0
 # While jobs are waiting, permits come back one handler at a time. A claim costs about the
 # same for one job as for a batch, so a loop holding only a few permits lets more come back
 # for this long before it claims (once per claim; never while the queue is idle).
@@ -62,12 +59,12 @@ class QueueDispatcher:
 
     Each loop reserves permits first (bounded by free permits, ``claim_batch_size`` and
     rate tokens), claims at most that many, and gives back what it did not use. Loops
-    sleep up to ``poll_interval`` and are woken early by ``awa:<queue>`` notifications
-    and by permits coming back.
+    sleep up to ``poll_interval`` and are woken early by :meth:`wake` (the runtime calls
+    it when one of :attr:`channels` is notified) and by permits coming back.
 
     With ``stripes > 1`` on an engine that stores stripes (:class:`StripedClaimer`) each
     claim takes one stripe ``queue#k``, ``k`` rotating over the stripes; a loop sleeps only
-    after a whole rotation came up short, and it listens on every stripe's channel.
+    after a whole rotation came up short, and every stripe's channel wakes it.
     Permits and the rate limit stay those of the logical queue.
 
     Every ``override_refresh`` seconds the dispatcher reads its queue's live overrides
@@ -79,7 +76,6 @@ class QueueDispatcher:
         self,
         config: QueueConfig,
         engine: StorageEngine,
-        notifier: Notifier | None,
         permits: PermitPool,
         *,
         poll_interval: float,
@@ -90,7 +86,6 @@ class QueueDispatcher:
         self.config = config
         self.queue = config.name
         self._engine = engine
-        self._notifier = notifier
         self._permits = permits
         self._poll_interval = poll_interval
         self._spawn = spawn
@@ -126,12 +121,13 @@ class QueueDispatcher:
             if self._stripes > 1 and isinstance(engine, StripedClaimer)
             else None
         )
-        self._channels = [queue_channel(q) for q in dict.fromkeys([config.name, *physical])]
+        #: What announces new jobs for this queue: ``awa:<queue>`` and its stripes'
+        #: channels. The runtime listens on them and calls :meth:`wake`.
+        self.channels = [queue_channel(q) for q in dict.fromkeys([config.name, *physical])]
         self._next_stripe = 0
         self._short_claims = 0
         self._stopping = False
         self._live_loops = 0
-        self.listening = False
         self.claim_calls = 0
         self.last_claim_ok: bool = True
         self.last_loop_at: float | None = None
@@ -166,54 +162,11 @@ class QueueDispatcher:
         self.wake()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        async with anyio.create_task_group() as tg:
-            if self._notifier is not None:
-                await tg.start(self._listen)
-            async with anyio.create_task_group() as loops:
-                for waker in self._wakers:
-                    # Started means counted: a runtime is alive once start() returns.
-                    await loops.start(self._claim_loop, waker)
-                task_status.started()
-            tg.cancel_scope.cancel()
-
-    async def _listen(self, *, task_status: TaskStatus[None]) -> None:
-        """Keep a subscription to ``awa:<queue>``, re-subscribing after failures; while
-        it is down the claim loops still poll."""
-        assert self._notifier is not None
-        started = False
-        delay = _RESUBSCRIBE_MIN
-        while True:
-            try:
-                subscription = await self._notifier.subscribe(self._channels)
-            except Exception:
-                log.warning("queue %s: LISTEN failed; polling only", self.queue, exc_info=True)
-                if not started:
-                    task_status.started()
-                    started = True
-                await anyio.sleep(delay)
-                delay = min(delay * 2, _RESUBSCRIBE_MAX)
-                continue
-            self.listening = True
-            delay = _RESUBSCRIBE_MIN
-            if not started:
-                task_status.started()
-                started = True
-            try:
-                while True:
-                    if await subscription.wait(30.0):
-                        self.wake()
-            except Exception:
-                log.warning("queue %s: notifications lost; polling only", self.queue, exc_info=True)
-            finally:
-                self.listening = False
-                with anyio.CancelScope(shield=True):
-                    try:
-                        await subscription.close()
-                    except Exception:
-                        log.debug("closing the queue subscription failed", exc_info=True)
-            # Anything enqueued while the subscription was down was not announced.
-            self.wake()
-            await anyio.sleep(delay)
+        async with anyio.create_task_group() as loops:
+            for waker in self._wakers:
+                # Started means counted: a runtime is alive once start() returns.
+                await loops.start(self._claim_loop, waker)
+            task_status.started()
 
     async def _claim_loop(
         self, waker: Waker, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED

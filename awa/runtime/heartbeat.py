@@ -1,4 +1,4 @@
-"""Heartbeats for in-flight attempts, progress flushing and the cancel listener."""
+"""Heartbeats for in-flight attempts, progress flushing, and answering cancels."""
 
 from __future__ import annotations
 
@@ -10,14 +10,17 @@ from collections.abc import Awaitable, Callable
 import anyio
 import anyio.to_thread
 
-from awa.ports.notifier import Notifier
 from awa.ports.storage import Ack, StorageEngine
 from awa.runtime import metrics
 from awa.runtime.inflight import InFlight
+from awa.runtime.wake import Waker
 
 log = logging.getLogger("awa.runtime.heartbeat")
 
 CANCEL_CHANNEL = "awa:cancel"
+
+# How long answer_cancels waits before it waits again (it only bounds the wait).
+_CANCEL_WAIT = 30.0
 
 EngineFactory = Callable[[], Awaitable[StorageEngine]]
 
@@ -50,6 +53,7 @@ class HeartbeatService:
         self.last_success: float | None = None
         self.last_error: float | None = None
         self.ticks = 0
+        self._cancels = Waker()
 
     @property
     def alive(self) -> bool:
@@ -128,31 +132,14 @@ class HeartbeatService:
         finally:
             await engine.close()
 
-    async def listen_for_cancels(self, notifier: Notifier) -> None:
-        """On ``awa:cancel``, heartbeat at once so cancelled attempts see their flag.
+    def cancel_announced(self) -> None:
+        """``awa:cancel`` fired: heartbeat at once (:meth:`answer_cancels`), so cancelled
+        attempts see their flag without waiting for the next tick."""
+        self._cancels.wake()
 
-        Re-subscribes after failures; meanwhile the periodic heartbeat still finds them.
-        """
-        delay = 0.5
+    async def answer_cancels(self) -> None:
+        """Beat each time :meth:`cancel_announced` was called, until cancelled. Cancels
+        announced during a beat are answered by one more."""
         while True:
-            try:
-                subscription = await notifier.subscribe([CANCEL_CHANNEL])
-            except Exception:
-                log.warning("cannot listen on %s", CANCEL_CHANNEL, exc_info=True)
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 30.0)
-                continue
-            delay = 0.5
-            try:
-                while True:
-                    if await subscription.wait(30.0):
-                        await self.beat()
-            except Exception:
-                log.warning("lost the %s subscription", CANCEL_CHANNEL, exc_info=True)
-            finally:
-                with anyio.CancelScope(shield=True):
-                    try:
-                        await subscription.close()
-                    except Exception:
-                        log.debug("closing the cancel subscription failed", exc_info=True)
-            await anyio.sleep(delay)
+            if await self._cancels.wait(_CANCEL_WAIT):
+                await self.beat()

@@ -1,5 +1,6 @@
 """The worker runtime: dispatchers, executors, completion batching, heartbeats,
-the cancel listener, the maintenance leader and runtime snapshots, wired together."""
+one listener for wake-ups and cancels, the maintenance leader and runtime snapshots,
+wired together."""
 
 from __future__ import annotations
 
@@ -33,8 +34,9 @@ from awa.runtime.descriptors import DescriptorService
 from awa.runtime.dispatcher import QueueDispatcher
 from awa.runtime.executor import Executor
 from awa.runtime.handlers import HandlerRegistry
-from awa.runtime.heartbeat import EngineFactory, HeartbeatService
+from awa.runtime.heartbeat import CANCEL_CHANNEL, EngineFactory, HeartbeatService
 from awa.runtime.inflight import InFlight
+from awa.runtime.listener import ChannelListener
 from awa.runtime.maintenance import MaintenanceLeader
 from awa.runtime.permits import PermitPool
 from awa.runtime.wake import Waker
@@ -126,7 +128,6 @@ class Runtime:
             QueueDispatcher(
                 q,
                 engine,
-                notifier,
                 self.permits,
                 poll_interval=config.poll_interval,
                 spawn=self._spawn,
@@ -145,6 +146,12 @@ class Runtime:
             interval=config.heartbeat_interval,
             engine_factory=heartbeat_engine_factory,
         )
+        #: One subscription for every queue's wake-ups and the cancels.
+        self.listener = ChannelListener(notifier) if notifier is not None else None
+        if self.listener is not None:
+            for dispatcher in self.dispatchers:
+                self.listener.route(dispatcher.channels, dispatcher.wake)
+            self.listener.route([CANCEL_CHANNEL], self.heartbeat.cancel_announced)
         self.maintenance = (
             MaintenanceLeader(
                 engine,
@@ -268,8 +275,11 @@ class Runtime:
             async with anyio.create_task_group() as services:
                 services.start_soon(self.batcher.run)
                 services.start_soon(self.heartbeat.run)
-                if self.notifier is not None:
-                    services.start_soon(self.heartbeat.listen_for_cancels, self.notifier)
+                if self.listener is not None:
+                    services.start_soon(self.heartbeat.answer_cancels)
+                    # Listening before the first claim: a job enqueued once start()
+                    # returned is announced to this runtime.
+                    await services.start(self.listener.run)
                 if self.maintenance is not None:
                     services.start_soon(self.maintenance.run)
                 if self.runtime_registry is not None:

@@ -96,6 +96,63 @@ async def test_fresh_job_is_picked_up_quickly(client: AsyncClient) -> None:
         await client.shutdown()
 
 
+@dataclasses.dataclass
+class Other:
+    n: int
+
+
+async def test_one_listening_connection_serves_every_queue_and_cancels(
+    client: AsyncClient, migrated_database_url: str
+) -> None:
+    import psycopg
+
+    picked: list[str] = []
+    started = asyncio.Event()
+
+    @client.task(Ping, queue="first")
+    async def first(job: Job[Ping]) -> None:
+        picked.append("first")
+
+    @client.task(Other, queue="second")
+    async def second(job: Job[Other]) -> None:
+        picked.append("second")
+
+    @client.task(Blocking, queue="third")
+    async def third(job: Job[Blocking]) -> None:
+        started.set()
+        while not job.is_cancelled():
+            await asyncio.sleep(0.01)
+        picked.append("cancelled")
+
+    # Claim loops poll every 30 s and heartbeat every 60 s: what happens sooner was
+    # announced.
+    await client.start(
+        [("first", 2), ("second", 2), ("third", 2)],
+        poll_interval_ms=30_000,
+        heartbeat_interval_ms=60_000,
+        heartbeat_staleness_ms=180_000,
+    )
+    try:
+        async with await psycopg.AsyncConnection.connect(migrated_database_url) as conn:
+            cur = await conn.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+            )
+            assert await cur.fetchone() == (1,)
+        await asyncio.sleep(0.2)
+        await client.insert(Ping(1), queue="first")
+        await client.insert(Other(2), queue="second")
+        blocking = await client.insert(Blocking(3), queue="third")
+        await asyncio.wait_for(started.wait(), timeout=5)
+        await client.cancel(blocking.id)
+        deadline = time.monotonic() + 5
+        while len(picked) < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert sorted(picked) == ["cancelled", "first", "second"]
+    finally:
+        await client.shutdown()
+
+
 async def test_handler_outcomes(client: AsyncClient) -> None:
     @dataclasses.dataclass
     class Outcome:

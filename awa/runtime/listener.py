@@ -1,0 +1,124 @@
+"""One subscription per runtime: every queue's wake-ups and the cancels.
+
+A worker listens on ``awa:<queue>`` (and its stripes' channels) for each queue it serves
+and on ``awa:cancel``. Each subscription of the Postgres notifier is a connection of its
+own, and on Postgres 15 every NOTIFY in a database wakes every listening backend of that
+database, whatever it listens on. So the runtime takes one subscription for all of its
+channels and routes what fires: one connection and one woken backend per worker per
+notification, however many queues it serves.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+import anyio
+from anyio.abc import TaskStatus
+
+from awa.ports.notifier import Notifier
+
+log = logging.getLogger("awa.runtime.listener")
+
+RESUBSCRIBE_MIN = 0.5
+RESUBSCRIBE_MAX = 30.0
+#: How long one wait for notifications lasts before it is renewed (it only bounds the
+#: wait; nothing happens on a timeout).
+WAIT_SECONDS = 30.0
+
+Route = Callable[[], None]
+
+
+class ChannelListener:
+    """Keeps one subscription to every routed channel, re-subscribing with a capped
+    backoff after a failure, and calls the routes of each channel that fires.
+
+    Routes must not block: they set a flag or wake a loop. After a subscription is lost,
+    every route is called once the next one is in place, since what was announced
+    meanwhile was not heard. While no subscription holds, the routed loops poll.
+    """
+
+    def __init__(self, notifier: Notifier) -> None:
+        self._notifier = notifier
+        self._routes: dict[str, list[Route]] = {}
+        #: Whether a subscription is in place now.
+        self.listening = False
+        #: Subscriptions taken, the first included.
+        self.subscriptions = 0
+
+    def route(self, channels: Iterable[str], call: Route) -> None:
+        """Call ``call`` whenever one of ``channels`` fires (add before :meth:`run`)."""
+        for channel in channels:
+            calls = self._routes.setdefault(channel, [])
+            if call not in calls:
+                calls.append(call)
+
+    @property
+    def channels(self) -> list[str]:
+        return list(self._routes)
+
+    def _fire(self, channels: Iterable[str]) -> None:
+        called: list[Route] = []
+        for channel in channels:
+            for call in self._routes.get(channel, ()):
+                if call not in called:
+                    called.append(call)
+                    call()
+
+    def _fire_all(self) -> None:
+        self._fire(self._routes)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Listen until cancelled. Reports started after the first attempt to subscribe,
+        whether it succeeded or not (the routed loops poll meanwhile)."""
+        started = False
+        delay = RESUBSCRIBE_MIN
+        while True:
+            if not self._routes:
+                if not started:
+                    task_status.started()
+                    started = True
+                await anyio.sleep_forever()
+            try:
+                subscription = await self._notifier.subscribe(self.channels)
+            except Exception:
+                log.warning(
+                    "LISTEN on %s failed; polling only, trying again in %.1f s",
+                    ", ".join(self.channels),
+                    delay,
+                    exc_info=True,
+                )
+                if not started:
+                    task_status.started()
+                    started = True
+                await anyio.sleep(delay)
+                delay = min(delay * 2, RESUBSCRIBE_MAX)
+                continue
+            self.listening = True
+            self.subscriptions += 1
+            delay = RESUBSCRIBE_MIN
+            if self.subscriptions > 1:
+                # Anything announced while the subscription was down was not heard.
+                self._fire_all()
+            if not started:
+                task_status.started()
+                started = True
+            try:
+                while True:
+                    fired = await subscription.wait(WAIT_SECONDS)
+                    if fired:
+                        self._fire(fired)
+            except Exception:
+                log.warning(
+                    "notifications lost (%s); polling only until LISTEN is back",
+                    ", ".join(self.channels),
+                    exc_info=True,
+                )
+            finally:
+                self.listening = False
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await subscription.close()
+                    except Exception:
+                        log.debug("closing the subscription failed", exc_info=True)
+            await anyio.sleep(delay)

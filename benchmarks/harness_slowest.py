@@ -7,6 +7,12 @@ load, the slowest 1 % by second of load, and the upper percentiles (p90 to p99.5
 show where two systems' distributions part. Episodes (a start-up burst, a prune) show up
 as a few seconds holding most of the slowest jobs; a spread-out tail does not.
 
+Given several runs, it also pools them: per system the p99 of each run, their median,
+and the percentiles over every job of every run; and, for each pair of systems, in how
+many runs holding both the first one's p99 was at most the second's. On a host whose
+runs differ a lot from one to the next, one run's p99 says little; pooled, the
+comparison holds still.
+
     .venv/bin/python -m benchmarks.harness_slowest /tmp/bench-20261129-172406 --rate 200
 """
 
@@ -22,18 +28,23 @@ from benchmarks._common import by_second, percentile
 LADDER = (0.90, 0.97, 0.98, 0.99, 0.995)
 
 
-def summarize(folder: Path, system: str, rate: int) -> str | None:
+def job_pickups(folder: Path, system: str, rate: int) -> list[tuple[int, float]]:
+    """(job sequence number, pickup ms) of one system's latency phase at ``rate``."""
     worker = folder / f"{system}-{rate}-worker.json"
     producer = folder / f"{system}-{rate}-producer.json"
     if not (worker.exists() and producer.exists()):
-        return None
+        return []
     starts = {int(seq): float(t) for seq, t in json.loads(worker.read_text())["starts"]}
     # producer records: seq, scheduled time, call time, commit time
-    rows = [
+    return [
         (int(seq), (starts[int(seq)] - float(commit)) * 1000)
         for seq, _sched, _call, commit in json.loads(producer.read_text())["recs"]
         if int(seq) in starts
     ]
+
+
+def summarize(folder: Path, system: str, rate: int) -> str | None:
+    rows = job_pickups(folder, system, rate)
     if not rows:
         return None
     pickups = [ms for _, ms in rows]
@@ -47,6 +58,39 @@ def summarize(folder: Path, system: str, rate: int) -> str | None:
         f"slowest {len(worst)} by second of load: {by_second((s for s, _ in worst), rate)}; "
         f"upper percentiles (ms): {ladder}"
     )
+
+
+def pooled(folders: list[Path], systems: list[str], rate: int) -> list[str]:
+    """The runs pooled: per system and per pair of systems (see the module's docstring)."""
+    runs: dict[str, dict[Path, list[float]]] = {}
+    for folder in folders:
+        for system in systems:
+            rows = job_pickups(folder, system, rate)
+            if rows:
+                runs.setdefault(system, {})[folder] = [ms for _, ms in rows]
+    lines = []
+    for system, by_run in runs.items():
+        p99s = [percentile(v, 0.99) for v in by_run.values()]
+        every = [ms for v in by_run.values() for ms in v]
+        ladder = ", ".join(f"p{q * 100:g} {percentile(every, q):.2f}" for q in (0.5, *LADDER))
+        lines.append(
+            f"{system}: {len(by_run)} runs, p99 per run "
+            f"{', '.join(f'{x:.1f}' for x in p99s)} (median {percentile(p99s, 0.5):.2f}); "
+            f"all {len(every)} jobs (ms): {ladder}"
+        )
+    names = list(runs)
+    for first in names:
+        for second in names:
+            if first == second:
+                continue
+            both = [f for f in runs[first] if f in runs[second]]
+            if not both:
+                continue
+            at_most = sum(
+                percentile(runs[first][f], 0.99) <= percentile(runs[second][f], 0.99) for f in both
+            )
+            lines.append(f"{first} p99 at most {second}'s in {at_most} of {len(both)} runs")
+    return lines
 
 
 def main() -> None:
@@ -63,6 +107,10 @@ def main() -> None:
             line = summarize(folder, system, a.rate)
             if line is not None:
                 print("  " + line)
+    if len(a.folders) > 1:
+        print("pooled")
+        for line in pooled(a.folders, a.systems.split(","), a.rate):
+            print("  " + line)
 
 
 if __name__ == "__main__":

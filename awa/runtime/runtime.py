@@ -24,7 +24,7 @@ from awa.ports.leader import LeaderLock
 from awa.ports.notifier import Notifier
 from awa.ports.runtime_registry import QueueSnapshot, RuntimeRegistry, RuntimeSnapshot
 from awa.ports.storage import StorageEngine, WorkerWarmUp
-from awa.runtime import metrics
+from awa.runtime import heap, metrics
 from awa.runtime.completion import CompletionBatcher
 from awa.runtime.config import RuntimeConfig
 from awa.runtime.config_checks import config_warnings
@@ -264,6 +264,7 @@ class Runtime:
             log.warning("configuration: %s", warning)
         instruments = metrics.instruments()
         unregister = None
+        frozen = False
         if instruments is not None:
             gauges: dict[str, Callable[[], Iterable[tuple[float, metrics.Key]]]] = {
                 "awa.job.in_flight": self._in_flight_by_queue
@@ -292,6 +293,9 @@ class Runtime:
                 async with anyio.create_task_group() as work:
                     self._work = work
                     await self._warm_up()
+                    # Started up: what exists now lives as long as the process, and full
+                    # collections need not visit it again (awa.runtime.heap).
+                    frozen = heap.freeze()
                     async with anyio.create_task_group() as dispatch:
                         for dispatcher in self.dispatchers:
                             await dispatch.start(dispatcher.run)
@@ -313,6 +317,8 @@ class Runtime:
                 services.cancel_scope.cancel()
         finally:
             self._running = False
+            if frozen:
+                heap.thaw()
             if unregister is not None:
                 unregister()
             with anyio.CancelScope(shield=True):

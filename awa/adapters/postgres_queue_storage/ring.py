@@ -60,10 +60,27 @@ class QueueRing:
         self._carry = carry
         self._long = long_transactions
         self._clock = clock
+        #: ``_slots_with_rows`` statements, per tuple of slots.
+        self._holding: dict[tuple[int, ...], bytes] = {}
 
-    async def _slot_has_rows(self, conn: DictConnection, slot: int) -> bool:
-        row = await self._sql.one(conn, self._sql.for_slot("slot_has_rows", slot))
-        return bool(row and row["busy"])
+    async def _slots_with_rows(self, conn: DictConnection, slots: Sequence[int]) -> set[int]:
+        """Those of ``slots`` that hold any row, in one round trip (``slot_has_rows`` for
+        each, by name)."""
+        key = tuple(slots)
+        statement = self._holding.get(key)
+        if statement is None:
+            parts = [
+                self._sql.fragment(
+                    "slot_holds_rows",
+                    k=sql.Literal(k),
+                    query=sql.SQL(self._sql.for_slot("slot_has_rows", k).decode()),
+                )
+                for k in key
+            ]
+            joined = sql.SQL(" UNION ALL ").join(parts).as_string()
+            statement = self._holding[key] = joined.encode()
+        rows = await self._sql.rows(conn, statement)
+        return {int(row["slot"]) for row in rows if row["busy"]}
 
     async def rotate_queue_ring(self) -> str:
         """Seal the current slot and open the next one.
@@ -77,9 +94,10 @@ class QueueRing:
                 return "skipped_locked"
             current, count = int(state["current_slot"]), int(state["slot_count"])
             incoming = (current + 1) % count
-            if not await self._slot_has_rows(conn, current):
+            holding = await self._slots_with_rows(conn, [current, incoming])
+            if current not in holding:
                 return "skipped_idle"
-            if await self._slot_has_rows(conn, incoming):
+            if incoming in holding:
                 return "skipped_busy"
             now = self._clock.now()
             await self._sql.rows(conn, self._sql["advance_ring"], {"slot": incoming, "now": now})
@@ -95,34 +113,24 @@ class QueueRing:
         or a lock held by a running transaction) or ``skipped_locked``. Failed jobs younger
         than ``failed_retention`` are carried forward into the current slot first.
         """
-        target = None
+        # The slot this turn chose, set by _prune before anything can block it.
+        target: list[int] = []
         try:
             async with translated_errors():
                 await self._swap.clear(RING_TABLES)
-                target = await self._prune_target()
             async with translated_errors(), self._connections.tx() as conn:
-                outcome = await self._prune(conn, failed_retention)
+                outcome = await self._prune(conn, failed_retention, target)
         except Blocked:
             outcome = "blocked"
         async with translated_errors():
             # Say why reclamation waits (a long transaction holding the slot or the
             # xmin horizon), and compact the control tables once it has ended.
-            if outcome == "blocked" and target is not None:
-                await self._long.explain_blocked(target, RING_TABLES)
+            if outcome == "blocked" and target:
+                await self._long.explain_blocked(target[0], RING_TABLES)
             elif outcome == "pruned":
                 await self._long.record("queue", "pruned")
             await self._long.watch_horizon()
         return outcome
-
-    async def _prune_target(self) -> int | None:
-        """The slot prune reclaims next (:meth:`_oldest_with_rows`), if any."""
-        async with self._connections.conn() as conn:
-            state = await self._sql.one(conn, self._sql["read_ring_state"])
-            if state is None:
-                return None
-            return await self._oldest_with_rows(
-                conn, int(state["current_slot"]), int(state["slot_count"])
-            )
 
     async def _oldest_with_rows(self, conn: DictConnection, current: int, count: int) -> int | None:
         """The oldest sealed slot that holds rows, looking at most two slots past the
@@ -135,15 +143,15 @@ class QueueRing:
         its claim for that slot before any job waits on it (``Claims``' warm-up, at the
         rotation before). Completed history stays readable for one slot less (about
         ``slot_count - 2`` rotations)."""
-        for ahead in (1, 2):
-            target = (current + ahead) % count
-            if target == current:
-                return None
-            if await self._slot_has_rows(conn, target):
-                return target
-        return None
+        ahead = [k for k in ((current + 1) % count, (current + 2) % count) if k != current]
+        if not ahead:
+            return None
+        holding = await self._slots_with_rows(conn, list(dict.fromkeys(ahead)))
+        return next((k for k in ahead if k in holding), None)
 
-    async def _prune(self, conn: DictConnection, failed_retention: timedelta) -> str:
+    async def _prune(
+        self, conn: DictConnection, failed_retention: timedelta, chosen: list[int]
+    ) -> str:
         state = await self._sql.one(conn, self._sql["lock_ring_state"])
         if state is None:
             return "skipped_locked"
@@ -155,6 +163,7 @@ class QueueRing:
         target = await self._oldest_with_rows(conn, current, count)
         if target is None:
             return "idle"
+        chosen.append(target)
         # Everything that takes time happens before the slot is locked, so claims and
         # completions (which read every slot) never queue behind a long prune:
         # - the gate keeps operator changes of terminal jobs out while the slot's jobs are

@@ -1,9 +1,6 @@
 -- Ring maintenance of the queue-storage engine: rotation, prune by partition swap (or
 -- TRUNCATE), and the lease ring. Placeholders are listed in statements.py.
 
--- name: read_ring_state
-SELECT current_slot, slot_count, current_lease_slot, lease_slot_count FROM {s}.ring_state
-
 -- name: lock_ring_state
 -- First in a rotation's or a prune's transaction: the ring-state row, and a commit that
 -- does not wait for the WAL flush (quiet_commit), so the claims and completions sharing
@@ -28,6 +25,12 @@ UPDATE {s}.ring_state SET current_lease_slot = %(slot)s,
 SELECT EXISTS (SELECT 1 FROM {ready_entries_k}) OR EXISTS (SELECT 1 FROM {claims_k})
     OR EXISTS (SELECT 1 FROM {closures_k}) OR EXISTS (SELECT 1 FROM {tombstones_k})
     OR EXISTS (SELECT 1 FROM {done_entries_k}) AS busy
+
+-- name: slot_holds_rows
+-- One slot's part of a question about several (joined with UNION ALL): its number, and
+-- whether it holds any row (slot_has_rows, by name).
+SELECT {k} AS slot, busy FROM ({query}
+) AS s
 
 -- name: slot_row_counts
 -- The rows of each of queue slot k's partitions (columns named after the tables).

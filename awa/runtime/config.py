@@ -7,6 +7,7 @@ as the published SDK does for queue-config dicts.
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from collections.abc import Collection, Mapping, Sequence
 from datetime import timedelta
@@ -161,6 +162,29 @@ def _ms(field: str, value: Any, default_ms: float, *, strict: bool = True) -> fl
     if value is None:
         return default_ms / 1000.0
     return _number(field, value, strict=strict) / 1000.0
+
+
+#: Environment variables that set the completion batcher where ``start()`` does not (its
+#: keywords win): the most completions one flush writes, and how long a completion waits
+#: for others to join its flush.
+COMPLETION_BATCH_SIZE_ENV = "AWA_COMPLETION_BATCH_SIZE"
+COMPLETION_FLUSH_MS_ENV = "AWA_COMPLETION_FLUSH_MS"
+
+
+def _keyword_or_env(field: str, value: Any, variable: str, *, whole: bool) -> tuple[str, Any]:
+    """``(field, value)`` when the keyword was given, else ``(variable, parsed)`` from the
+    environment when it is set, else ``(field, None)``. A value the environment holds
+    that is not a number is refused with the variable's name."""
+    if value is not None:
+        return field, value
+    raw = os.environ.get(variable, "").strip()
+    if not raw:
+        return field, None
+    try:
+        return variable, int(raw) if whole else float(raw)
+    except ValueError:
+        kind = "an integer" if whole else "a number of milliseconds"
+        raise ValueError(f"{variable} must be {kind}, got {raw!r}") from None
 
 
 def _hours(field: str, value: Any, default: timedelta) -> timedelta:
@@ -453,6 +477,12 @@ def parse_start_args(
         if heartbeat_staleness_ms is None
         else _number("heartbeat_staleness_ms", heartbeat_staleness_ms, strict=True)
     )
+    batch_field, batch_size = _keyword_or_env(
+        "completion_batch_size", completion_batch_size, COMPLETION_BATCH_SIZE_ENV, whole=True
+    )
+    flush_field, flush_ms = _keyword_or_env(
+        "completion_flush_ms", completion_flush_ms, COMPLETION_FLUSH_MS_ENV, whole=False
+    )
     return RuntimeConfig(
         queues=parsed,
         global_max_workers=global_max_workers,
@@ -488,12 +518,8 @@ def parse_start_args(
         cleanup_batch_size=(
             1000 if cleanup_batch_size is None else _int("cleanup_batch_size", cleanup_batch_size)
         ),
-        completion_batch_size=(
-            512
-            if completion_batch_size is None
-            else _int("completion_batch_size", completion_batch_size)
-        ),
-        completion_flush_interval=_ms("completion_flush_ms", completion_flush_ms, 1, strict=False),
+        completion_batch_size=(512 if batch_size is None else _int(batch_field, batch_size)),
+        completion_flush_interval=_ms(flush_field, flush_ms, 1, strict=False),
         snapshot_interval=_ms("snapshot_interval_ms", snapshot_interval_ms, 10_000),
         sync_handler_threads=(
             None

@@ -218,3 +218,47 @@ def test_only_listed_queues_serves_a_subset_of_the_handler_queues() -> None:
         None, handler_queues={"email", "reports"}, only_listed_queues=True
     )
     assert sorted(q.name for q in everything.queues) == ["email", "reports"]
+
+
+def test_completion_batching_reads_the_environment_unless_start_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWA_COMPLETION_BATCH_SIZE", "64")
+    monkeypatch.setenv("AWA_COMPLETION_FLUSH_MS", "2.5")
+    config = parse_start_args(None, handler_queues=H)
+    assert config.completion_batch_size == 64
+    assert config.completion_flush_interval == 0.0025
+    # the keywords of start() win over the environment
+    config = parse_start_args(
+        None, handler_queues=H, completion_batch_size=8, completion_flush_ms=0
+    )
+    assert config.completion_batch_size == 8
+    assert config.completion_flush_interval == 0.0
+    monkeypatch.delenv("AWA_COMPLETION_BATCH_SIZE")
+    monkeypatch.setenv("AWA_COMPLETION_FLUSH_MS", "  ")
+    config = parse_start_args(None, handler_queues=H)
+    assert config.completion_batch_size == 512
+    assert config.completion_flush_interval == 0.001
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw", "error", "message"),
+    [
+        (
+            "AWA_COMPLETION_BATCH_SIZE",
+            "lots",
+            ValueError,
+            "AWA_COMPLETION_BATCH_SIZE must be an integer",
+        ),
+        ("AWA_COMPLETION_BATCH_SIZE", "0", ValueError, "AWA_COMPLETION_BATCH_SIZE must be > 0"),
+        ("AWA_COMPLETION_FLUSH_MS", "soon", ValueError, "AWA_COMPLETION_FLUSH_MS must be a number"),
+        ("AWA_COMPLETION_FLUSH_MS", "nan", ValueError, "AWA_COMPLETION_FLUSH_MS"),
+        ("AWA_COMPLETION_FLUSH_MS", "-1", ValueError, "AWA_COMPLETION_FLUSH_MS"),
+    ],
+)
+def test_completion_batching_refuses_a_bad_environment(
+    monkeypatch: pytest.MonkeyPatch, variable: str, raw: str, error: type[Exception], message: str
+) -> None:
+    monkeypatch.setenv(variable, raw)
+    with pytest.raises(error, match=message):
+        parse_start_args(None, handler_queues=H)

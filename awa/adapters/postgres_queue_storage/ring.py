@@ -143,10 +143,11 @@ class QueueRing:
         its claim for that slot before any job waits on it (``Claims``' warm-up, at the
         rotation before). Completed history stays readable for one slot less (about
         ``slot_count - 2`` rotations)."""
-        ahead = [k for k in ((current + 1) % count, (current + 2) % count) if k != current]
+        # the next two slots in ring order, neither of them the current one
+        ahead = [(current + n) % count for n in (1, 2) if n < count]
         if not ahead:
             return None
-        holding = await self._slots_with_rows(conn, list(dict.fromkeys(ahead)))
+        holding = await self._slots_with_rows(conn, ahead)
         return next((k for k in ahead if k in holding), None)
 
     async def _prune(

@@ -120,11 +120,12 @@ async def test_a_claim_in_its_slot_goes_on_while_a_prune_holds_the_ring(
             # What the attempt that waited left unclaimed (its claim was cancelled).
             await engine.claim(QUEUE, limit=len(jobs))
         for _ in range(2):
-            # The first claim finds the queue's rows in the current slot; the second
-            # claims there, and its backend reads that slot's partition bounds (once per
-            # partition).
+            # The first claim finds the queue's rows in the current slot (and the slot's
+            # claim is planned on the other kept connection); the second claims there,
+            # and its backend reads that slot's partition bounds (once per partition).
             [job] = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
             assert await _claimed_ids(engine, 1) == [job.id]
+            await engine._parts.claims.drain()
         jobs = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(3)])
 
     async def act() -> None:

@@ -1,11 +1,13 @@
 """The common claim and completion by receipt run on connections the engine keeps for
-them: one after another on the same backend, more at once on pooled ones; a kept
-connection that broke is replaced, and closing the engine closes them."""
+them: one after another on the same backend (the claim keeps a second one, where the
+next ring slot's claim is planned ahead), more at once on pooled ones; a kept connection
+that broke is replaced, and closing the engine closes them."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -45,17 +47,34 @@ async def test_calls_in_sequence_share_one_kept_backend_each(
     engine: QueueStorageEngine,
 ) -> None:
     await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE, args={"n": i}) for i in range(8)])
-    for _ in range(8):
+    [claim] = await engine.claim(QUEUE, limit=1)
+    assert await engine.complete([claim.lease]) == [Ack.APPLIED]
+    # The first claim read the whole ring; the claim of the slot it found rows in was
+    # then planned on a second kept connection, and the slot's claims go there.
+    await engine._parts.claims.drain()
+    assert engine._parts.connections.kept["claim"].open == 2
+    used: set[int] = set()
+    statements = engine._parts.claims._sql
+    run_generic = statements.run_generic
+
+    async def recorded(conn: Any, statement: bytes, params: Any) -> Any:
+        if params.get("queue") == QUEUE:
+            used.add(conn.info.backend_pid)
+        return await run_generic(conn, statement, params)
+
+    statements.run_generic = recorded  # type: ignore[method-assign]
+    for _ in range(7):
         [claim] = await engine.claim(QUEUE, limit=1)
         assert await engine.complete([claim.lease]) == [Ack.APPLIED]
-    await engine._parts.claims.drain()  # the next slot's warm-up, if one is running
-    assert (
-        engine._parts.connections.kept["claim"].open == 1
-        and engine._parts.connections.kept["complete"].open == 1
-    )
-    [claimer] = _kept_pids(engine, "claim")
+    assert len(used) == 1
+    assert engine._parts.connections.kept["complete"].open == 1
     [completer] = _kept_pids(engine, "complete")
-    assert claimer != completer
+    assert completer not in _kept_pids(engine, "claim")
+
+
+def _last_claim_pid(engine: QueueStorageEngine) -> int:
+    """The backend of the kept claim connection given back last."""
+    return int(engine._parts.connections.kept["claim"].idle[-1].info.backend_pid)
 
 
 async def test_claims_at_once_beyond_the_kept_ones_take_pooled_connections(
@@ -117,7 +136,7 @@ async def test_warm_up_opens_and_prepares_the_kept_connections(
 ) -> None:
     await engine.warm_up([QUEUE])
     assert (
-        engine._parts.connections.kept["claim"].open == 1
+        engine._parts.connections.kept["claim"].open == KEPT_CONNECTIONS
         and engine._parts.connections.kept["complete"].open == 1
     )
     assert await completion_plans(engine) == {"generic_plans": 1, "custom_plans": 0}
@@ -125,49 +144,84 @@ async def test_warm_up_opens_and_prepares_the_kept_connections(
     await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE)])
     [claim] = await engine.claim(QUEUE, limit=1)
     assert await engine.complete([claim.lease]) == [Ack.APPLIED]
+    await engine._parts.claims.drain()
     assert (
-        engine._parts.connections.kept["claim"].open == 1
+        engine._parts.connections.kept["claim"].open == KEPT_CONNECTIONS
         and engine._parts.connections.kept["complete"].open == 1
     )
 
 
-async def test_a_claim_waits_for_its_connection_lent_to_a_warm_up(
+async def test_a_claim_goes_on_while_the_other_kept_connection_plans_ahead(
     engine: QueueStorageEngine,
 ) -> None:
-    """While the kept claim connection plans ahead (a warm-up), a claim waits for it
-    rather than open a new backend, whose first claim would load the catalog of every
-    ring partition."""
+    """A warm-up (the next ring slot's claim, planned ahead) runs on the kept claim
+    connection the claims are not using: a claim meanwhile neither waits for it nor
+    opens a third backend."""
     connections = engine._parts.connections
+    await engine.warm_up([QUEUE])
     await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(2)])
     assert len(await engine.claim(QUEUE, limit=1)) == 1
     await engine._parts.claims.drain()
-    [pid] = _kept_pids(engine, "claim")
+    # Given back last: the connection where the slot's claim was just planned (after the
+    # ring-wide first claim), which the slot's claims use from now on.
+    claiming_pid = _last_claim_pid(engine)
     lent = asyncio.Event()
     release = asyncio.Event()
+    warmed: list[int] = []
 
-    async def warm(conn: object) -> None:
+    async def warm(conn: psycopg.AsyncConnection[object]) -> None:
+        warmed.append(conn.info.backend_pid)
         lent.set()
         await release.wait()
 
-    warming = asyncio.create_task(connections.warm_kept("claim", warm))
+    warming = asyncio.create_task(
+        connections.warm_kept("claim", warm, lambda c: c.info.backend_pid == claiming_pid)
+    )
     await lent.wait()
-    claiming = asyncio.create_task(engine.claim(QUEUE, limit=1))
-    await asyncio.sleep(0.2)
-    assert not claiming.done()
-    assert connections.kept["claim"].open == 1
+    assert warmed != [claiming_pid]
+    [claim] = await asyncio.wait_for(engine.claim(QUEUE, limit=1), timeout=5)
+    assert _last_claim_pid(engine) == claiming_pid
+    assert connections.kept["claim"].open == KEPT_CONNECTIONS
     release.set()
-    assert len(await claiming) == 1
-    await warming
+    assert await warming is True
+    assert await engine.complete([claim.lease]) == [Ack.APPLIED]
+
+
+async def test_a_warm_up_opens_the_second_kept_connection_rather_than_lend_the_first(
+    engine: QueueStorageEngine,
+) -> None:
+    connections = engine._parts.connections
+    assert await engine.claim(QUEUE, limit=1) == []
     await engine._parts.claims.drain()
-    assert _kept_pids(engine, "claim") == [pid]
-    assert connections.kept["claim"].open == 1
+    [first] = _kept_pids(engine, "claim")
+    warmed: list[int] = []
+
+    async def warm(conn: psycopg.AsyncConnection[object]) -> None:
+        warmed.append(conn.info.backend_pid)
+
+    assert await connections.warm_kept("claim", warm) is True
+    assert len(warmed) == 1 and warmed != [first]
+    assert sorted(_kept_pids(engine, "claim")) == sorted([first, *warmed])
+    # It avoids the connection it is told to (the current slot's claims run there).
+    assert (
+        await connections.warm_kept("claim", warm, lambda c: c.info.backend_pid in warmed) is True
+    )
+    assert warmed[-1] == first
+    # Both kept connections are open and the only idle one is refused: no third opens.
+    async with connections.kept_conn("claim") as busy:
+        refused = busy.info.backend_pid
+        assert (
+            await connections.warm_kept("claim", warm, lambda c: c.info.backend_pid != refused)
+            is False
+        )
+    assert len(warmed) == 2 and connections.kept["claim"].open == KEPT_CONNECTIONS
 
 
-async def test_a_warm_up_never_opens_a_connection(engine: QueueStorageEngine) -> None:
+async def test_a_warm_up_never_opens_the_first_connection(engine: QueueStorageEngine) -> None:
     ran: list[object] = []
 
     async def warm(conn: object) -> None:
         ran.append(conn)
 
-    await engine._parts.connections.warm_kept("claim", warm)
+    assert await engine._parts.connections.warm_kept("claim", warm) is False
     assert ran == [] and "claim" not in engine._parts.connections.kept

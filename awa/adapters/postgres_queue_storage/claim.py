@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -67,6 +68,10 @@ def _claimed_job(row: dict[str, Any]) -> JobRecord:
 _CONTESTED_TRIES = 3
 
 
+#: The ring-wide claim's key among the statements planned on a kept claim connection.
+_RING = -1
+
+
 class _Contested(Exception):
     """claim_sorted took a row another transaction claimed or tombstoned first; the
     transaction is rolled back."""
@@ -98,9 +103,12 @@ class Claims:
         # next slot's claim started when it changed (_warm_next).
         self._ring_current: int | None = None
         self._warm_pending: int | None = None
-        # Slots whose claim_in_slot this process has run (or planned) on the kept claim
-        # connection.
-        self._planned: set[int] = set()
+        # Per kept claim connection, the slots whose claim_in_slot this process has run
+        # (or planned) on it: a claim of a slot goes to the connection that has it
+        # planned, and the next slot is planned ahead on the other one (_warm_slot).
+        self._planned: weakref.WeakKeyDictionary[DictConnection, set[int]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._warming: asyncio.Task[None] | None = None
 
     async def claim(
@@ -172,40 +180,57 @@ class Claims:
         # Taken out until a claim succeeds: a statement that fails (a slot the ring no
         # longer has, after a reinstall with fewer slots) is not tried again.
         slot = self._slots.pop(queue, None)
-        async with translated_errors(), self._connections.kept_conn("claim") as conn:
-            tried: set[int] = set()
+        tried: set[int] = set()
+        async with translated_errors():
             while slot is not None and slot not in tried:
                 tried.add(slot)
                 statement = self._sql.for_slot("claim_in_slot", slot)
-                rows = await self._sql.run_generic(conn, statement, params)
-                self._planned.add(slot)
-                if rows:
-                    self._warm_next(rows[0]["current_slot"], rows[0]["next_slot"])
+                async with self._connections.kept_conn("claim", self._has(slot)) as conn:
+                    rows = await self._sql.run_generic(conn, statement, params)
+                    self._planned_on(conn).add(slot)
+                if rows and rows[0]["current_slot"] == slot:
+                    self._warm_next(slot, rows[0]["next_slot"])
                 if not (rows and rows[0]["elsewhere"]):
                     if not self._note_slot(queue, rows):
                         self._slots[queue] = slot
                     return rows
                 slot = rows[0]["current_slot"]
-            rows = await self._sql.exec(conn, "claim", **params)
+            async with self._connections.kept_conn("claim", self._has(_RING)) as conn:
+                rows = await self._sql.exec(conn, "claim", **params)
+                self._planned_on(conn).add(_RING)
         if not self._note_slot(queue, rows) and slot is not None:
             # nothing taken: the current slot is where new rows go
             self._slots[queue] = slot
         found = self._slots.get(queue)
-        if found is not None and found not in self._planned and self._warm_pending is None:
+        if found is not None and not self._planned_anywhere(found) and self._warm_pending is None:
             # The queue's next claim runs claim_in_slot there: planned now, off its path
             # (a worker's first claim of a queue reads the whole ring, and the jobs right
             # after it waited 3-7 ms for that slot's first plan).
             self._warm_pending = found
         return rows
 
+    def _planned_on(self, conn: DictConnection) -> set[int]:
+        planned = self._planned.get(conn)
+        if planned is None:
+            planned = self._planned[conn] = set()
+        return planned
+
+    def _has(self, slot: int) -> Callable[[DictConnection], bool]:
+        """Whether a kept claim connection has ``slot``'s claim planned."""
+        return lambda conn: slot in self._planned.get(conn, ())
+
+    def _planned_anywhere(self, slot: int) -> bool:
+        return any(slot in planned for planned in self._planned.values())
+
     def _warm_next(self, current: int, following: int) -> None:
-        """Once the ring has rotated, plan the claim of the slot it enters next on the
-        kept claim connection, in the background.
+        """Once claims run in the ring's new current slot, plan the claim of the slot it
+        enters next, in the background, on the other kept claim connection.
 
         Prune swaps a slot's partitions a rotation before the ring enters it
-        (``QueueRing``), which makes the kept connection plan that slot's claim again:
-        3-7 ms of the server's CPU. Planned here, right after the ring moved on, it is no
-        longer paid by the first job claimed after the next rotation."""
+        (``QueueRing``), which makes a connection plan that slot's claim again: 3-7 ms
+        of the server's CPU. Planned here, it is no longer paid by the first job claimed
+        after the next rotation. Not sooner: until the claims leave the previous slot,
+        each kept claim connection serves one of the two slots."""
         if current != self._ring_current:
             self._ring_current = current
             self._warm_pending = None if following == current else following
@@ -213,26 +238,43 @@ class Claims:
     def _start_warm_up(self, params: dict[str, Any]) -> None:
         """Start the warm-up _warm_next asked for, once the claim (whose ``params`` they
         were) has given its connection back."""
+        if self._warming is not None and not self._warming.done():
+            # One at a time: the one running takes it up when it ends.
+            return
         slot, self._warm_pending = self._warm_pending, None
-        if slot is None or (self._warming is not None and not self._warming.done()):
+        if slot is None:
             return
         # The claim's own values, so every parameter is sent with the same type (the
         # driver picks an integer's type by its size, and a prepared statement is kept
         # per parameter types): the plan made is the one the claim uses. No queue has an
         # empty name, so the statement plans, finds no lane and claims nothing.
         warm = {**params, "queue": ""}
-        self._warming = asyncio.get_running_loop().create_task(self._warm_slot(slot, warm))
+        self._warming = asyncio.get_running_loop().create_task(self._warm_slots(slot, warm))
+
+    async def _warm_slots(self, slot: int, params: dict[str, Any]) -> None:
+        """Warm ``slot``, then any slot asked for meanwhile."""
+        next_slot: int | None = slot
+        while next_slot is not None:
+            await self._warm_slot(next_slot, params)
+            next_slot, self._warm_pending = self._warm_pending, None
 
     async def _warm_slot(self, slot: int, params: dict[str, Any]) -> None:
         statement = self._sql.for_slot("claim_in_slot", slot)
 
         async def warm(conn: DictConnection) -> None:
             await self._sql.run_generic(conn, statement, params)
-            self._planned.add(slot)
+            # Planned here, where the claims of the slot go from now on.
+            for planned in self._planned.values():
+                planned.discard(slot)
+            self._planned_on(conn).add(slot)
 
+        # Not on the connection where the current slot's claims run: they go on
+        # meanwhile.
+        current = self._ring_current
+        avoid = None if current is None or current == slot else self._has(current)
         try:
             async with translated_errors():
-                await self._connections.warm_kept("claim", warm)
+                await self._connections.warm_kept("claim", warm, avoid)
         except Exception:
             # Best effort: the claim plans the slot itself when it gets there.
             log.debug("planning the claim of ring slot %d ahead failed", slot, exc_info=True)
@@ -272,6 +314,9 @@ class Claims:
             taken = [row for row in rows if row["id"] is not None]
             if not taken:
                 return [], contested
+            # The queue's next common claim starts in the slot these rows came from, not
+            # over the whole ring (whose plan every prune's swap makes stale).
+            self._note_slot(queue, taken)
             # The claim moved the cursors of ordered lanes itself; sorted windows are
             # moved over their claimed prefix here.
             sorted_lanes = [r for r in taken if r["disordered"]]
@@ -308,23 +353,22 @@ class Claims:
 
     async def warm_up(self, queues: Sequence[str]) -> None:
         """:class:`~awa.ports.storage.WorkerWarmUp`: open the connections kept for the
-        claim and for completion by receipt, and plan both statements on them (the claim
-        is only explained, the completion runs on nothing). A new backend otherwise loads
-        the catalog of every ring partition on its first call, tens of ms on the first
-        jobs' path."""
+        claim (both: one claims while the other plans the next ring slot's claim) and
+        for completion by receipt, and plan both statements on them (the claim is only
+        explained, the completion runs on nothing). A new backend otherwise loads the
+        catalog of every ring partition on its first call, tens of ms on the first jobs'
+        path."""
         if not queues:
             return
         now = self._clock.now()
+        params = {"queue": queues[0], "limit": 1, "now": now, "aging_us": 0, "deadline_at": None}
         async with translated_errors():
-            async with self._connections.kept_conn("claim") as conn:
-                params = {
-                    "queue": queues[0],
-                    "limit": 1,
-                    "now": now,
-                    "aging_us": 0,
-                    "deadline_at": None,
-                }
-                await run(conn, self._sql["explain_claim"], params)
+            async with (
+                self._connections.kept_conn("claim") as first,
+                self._connections.kept_conn("claim") as second,
+            ):
+                for conn in (first, second):
+                    await run(conn, self._sql["explain_claim"], params)
             async with self._connections.kept_conn("complete") as conn:
                 await self._sql.exec_generic(
                     conn,

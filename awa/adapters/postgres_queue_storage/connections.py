@@ -125,14 +125,17 @@ class Connections:
         return uow.conn
 
     @asynccontextmanager
-    async def kept_conn(self, purpose: str) -> AsyncIterator[DictConnection]:
-        """An autocommit connection kept for one hot statement (``purpose``): its most
-        recently used one, a new one (up to ``KEPT_CONNECTIONS`` per purpose), or else a
-        pooled one. The engine's kept connections plan prepared statements generically for
-        their whole session (``prepare_kept``), so they serve only statements that want
-        that (the ring-wide claim on the claim's is one: the server settles on its
-        generic plan by itself). A kept connection whose statement failed or was cancelled is
-        closed, not reused."""
+    async def kept_conn(
+        self, purpose: str, prefer: Callable[[DictConnection], bool] | None = None
+    ) -> AsyncIterator[DictConnection]:
+        """An autocommit connection kept for one hot statement (``purpose``): the most
+        recently used idle one that ``prefer`` accepts (the claim prefers one where its
+        slot's statement is planned), else the most recently used idle one, a new one (up
+        to ``KEPT_CONNECTIONS`` per purpose), or else a pooled one. The engine's kept
+        connections plan prepared statements generically for their whole session
+        (``prepare_kept``), so they serve only statements that want that (the ring-wide
+        claim on the claim's is one: the server settles on its generic plan by itself). A
+        kept connection whose statement failed or was cancelled is closed, not reused."""
         self.check_open()
         kept = self.kept.get(purpose)
         if kept is None:
@@ -146,25 +149,32 @@ class Connections:
                 yield pooled
             return
         if kept.idle:
-            conn = kept.idle.pop()
+            accepted = [c for c in kept.idle if prefer is not None and prefer(c)]
+            conn = accepted[-1] if accepted else kept.idle[-1]
+            kept.idle.remove(conn)
         else:
-            kept.open += 1
-            try:
-                conninfo = self.pool.conninfo
-                if not isinstance(conninfo, str):
-                    raise TypeError("the engine's pool must be opened on a connection string")
-                conn = await connect(conninfo)
-            except BaseException:
-                kept.open -= 1
-                raise
-            if self._prepare_kept is not None:
-                try:
-                    await self._prepare_kept(conn)
-                except BaseException:
-                    await self._drop_kept(kept, conn)
-                    raise
+            conn = await self._open_kept(kept)
         async with self._in_use(kept, conn):
             yield conn
+
+    async def _open_kept(self, kept: Kept) -> DictConnection:
+        """A new connection for ``kept``, prepared for its session (``prepare_kept``)."""
+        kept.open += 1
+        try:
+            conninfo = self.pool.conninfo
+            if not isinstance(conninfo, str):
+                raise TypeError("the engine's pool must be opened on a connection string")
+            conn = await connect(conninfo)
+        except BaseException:
+            kept.open -= 1
+            raise
+        if self._prepare_kept is not None:
+            try:
+                await self._prepare_kept(conn)
+            except BaseException:
+                await self._drop_kept(kept, conn)
+                raise
+        return conn
 
     @asynccontextmanager
     async def _in_use(self, kept: Kept, conn: DictConnection) -> AsyncIterator[None]:
@@ -182,23 +192,42 @@ class Connections:
             kept.idle.append(conn)
 
     async def warm_kept(
-        self, purpose: str, warm: Callable[[DictConnection], Awaitable[object]]
-    ) -> None:
-        """Run ``warm`` on the idle connection kept for ``purpose`` that the next caller
-        would get, if there is one (never a new one, never while another warm-up runs).
-        Callers of :meth:`kept_conn` meanwhile wait for it rather than open another. A
-        connection whose warm-up failed is closed, as in :meth:`kept_conn`."""
+        self,
+        purpose: str,
+        warm: Callable[[DictConnection], Awaitable[object]],
+        avoid: Callable[[DictConnection], bool] | None = None,
+    ) -> bool:
+        """Run ``warm`` on a connection kept for ``purpose`` that its callers do not need
+        meanwhile: an idle one that ``avoid`` does not refuse (the claim's warm-up avoids
+        the connection where the current slot's claim runs) while another is open for
+        the callers, else a second one opened for it. Never while another warm-up runs,
+        and never on the only connection (its callers would wait for the warm-up);
+        returns whether it ran. A connection whose warm-up failed is closed, as in
+        :meth:`kept_conn`.
+
+        On the connection the callers are not using, a statement planned ahead (the
+        claim of the slot the ring enters next) costs them nothing: borrowing theirs made
+        the next claim wait 5-10 ms for it."""
         kept = self.kept.get(purpose)
-        if self.closed or kept is None or not kept.idle or kept.lent is not None:
-            return
-        conn = kept.idle.pop()
+        if self.closed or kept is None or kept.lent is not None:
+            return False
+        free = [c for c in kept.idle if avoid is None or not avoid(c)]
+        conn: DictConnection | None = None
+        if free and kept.open >= 2:
+            conn = free[0]
+            kept.idle.remove(conn)
+        elif not 0 < kept.open < KEPT_CONNECTIONS:
+            return False
         kept.lent = asyncio.Event()
         try:
+            if conn is None:
+                conn = await self._open_kept(kept)
             async with self._in_use(kept, conn):
                 await warm(conn)
         finally:
             kept.lent.set()
             kept.lent = None
+        return True
 
     async def _drop_kept(self, kept: Kept, conn: DictConnection) -> None:
         kept.open -= 1

@@ -210,10 +210,7 @@ class Claims:
         return rows
 
     def _planned_on(self, conn: DictConnection) -> set[int]:
-        planned = self._planned.get(conn)
-        if planned is None:
-            planned = self._planned[conn] = set()
-        return planned
+        return self._planned.setdefault(conn, set())
 
     def _has(self, slot: int) -> Callable[[DictConnection], bool]:
         """Whether a kept claim connection has ``slot``'s claim planned."""

@@ -9,6 +9,11 @@ jobs, counters, lock and swap). At 1,000 jobs/s every slot holds about 1,000 job
 leader prunes one slot per second, so the prune must stay well below that, and every
 millisecond of it competes with the claims for the CPU.
 
+When the server runs on this machine (its processes' ``/proc/<pid>/schedstat`` readable),
+each step's server CPU is printed too: the CPU time of every ``postgres`` process (the
+prune's backend, and the checkpointer or WAL writer it made work) while the step ran,
+kernel time included. Nothing else may run on the server meanwhile.
+
     .venv/bin/python -m benchmarks.prune_slot --jobs 200 --slots 16
 """
 
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import statistics
 import time
 from typing import Any
@@ -41,24 +47,63 @@ STEPS: dict[type, tuple[str, ...]] = {
 }
 
 
-def _time_steps() -> dict[str, list[float]]:
+class ServerCpu:
+    """The CPU time used by the ``postgres`` processes of this machine that run when it is
+    made (so after the engine opened its connections), in ms, kernel time included. Only
+    those processes are read afterwards, so a reading costs the worker little."""
+
+    def __init__(self) -> None:
+        self.pids: list[str] = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/comm") as comm:
+                    if comm.read().strip() == "postgres":
+                        self.pids.append(pid)
+            except OSError:
+                continue
+
+    def read(self) -> float | None:
+        """The total so far; None when none of them can be read (the server runs
+        elsewhere, or as a user whose processes this one may not read)."""
+        total, seen = 0, False
+        for pid in self.pids:
+            try:
+                with open(f"/proc/{pid}/schedstat") as stat:
+                    total += int(stat.read().split()[0])
+                seen = True
+            except (OSError, ValueError, IndexError):
+                continue
+        return total / 1e6 if seen else None
+
+    def since(self, started: float | None) -> float | None:
+        now = self.read()
+        return None if started is None or now is None else now - started
+
+
+def _time_steps(
+    cpu: ServerCpu,
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     timings: dict[str, list[float]] = collections.defaultdict(list)
+    server: dict[str, list[float]] = collections.defaultdict(list)
     for cls, names in STEPS.items():
         for name in names:
             original = getattr(cls, name)
 
             def timed(original: Any, name: str) -> Any:
                 async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-                    started = time.perf_counter()
+                    started, before = time.perf_counter(), cpu.read()
                     try:
                         return await original(self, *args, **kwargs)
                     finally:
                         timings[name].append((time.perf_counter() - started) * 1000)
+                        used = cpu.since(before)
+                        if used is not None:
+                            server[name].append(used)
 
                 return wrapper
 
             setattr(cls, name, timed(original, name))
-    return timings
+    return timings, server
 
 
 async def run(url: str, jobs: int, slots: int, turns: int, profile: str) -> None:
@@ -85,14 +130,20 @@ async def run(url: str, jobs: int, slots: int, turns: int, profile: str) -> None
             await settle(jobs)
             assert await engine.rotate() == "rotated"
         await settle(jobs)
-        timings = _time_steps()
+        server_cpu = ServerCpu()
+        timings, server = _time_steps(server_cpu)
         elapsed: dict[str, list[float]] = collections.defaultdict(list)
         cpu: list[float] = []
+        whole: list[float] = []
         with maybe_profile(profile):
             for _ in range(turns):
                 started, used = time.perf_counter(), time.process_time()
+                on_server = server_cpu.read()
                 outcome = await engine.prune()
                 cpu.append((time.process_time() - used) * 1000)
+                spent = server_cpu.since(on_server)
+                if spent is not None:
+                    whole.append(spent)
                 elapsed[outcome].append((time.perf_counter() - started) * 1000)
                 assert await engine.rotate() == "rotated"
                 await settle(jobs)
@@ -104,9 +155,13 @@ async def run(url: str, jobs: int, slots: int, turns: int, profile: str) -> None
             )
         # The worker's own CPU: what a prune takes from the event loop that also claims.
         print(f"  worker CPU per prune   median {statistics.median(cpu):7.1f} ms")
+        if whole:
+            print(f"  server CPU per prune   median {statistics.median(whole):7.1f} ms")
         for name, values in timings.items():
             if values:
-                print(f"  {name:22} median {statistics.median(values):7.1f} ms")
+                step_cpu = server.get(name)
+                extra = f", server CPU {statistics.median(step_cpu):5.1f} ms" if step_cpu else ""
+                print(f"  {name:22} median {statistics.median(values):7.1f} ms{extra}")
     finally:
         await engine.close()
 

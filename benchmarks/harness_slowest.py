@@ -13,6 +13,12 @@ many runs holding both the first one's p99 was at most the second's. On a host w
 runs differ a lot from one to the next, one run's p99 says little; pooled, the
 comparison holds still.
 
+With ``--split S`` it also prints each system's p50 / p97 / p99 before and after second
+``S`` of the load (the second job onwards, as above). The harness installs a fresh ring
+for each phase, so the ring's first prune comes a fixed time into the load (about 11 s
+with the default ring of 16 one-second slots): the split shows the tail with and
+without prunes in the same run.
+
     .venv/bin/python -m benchmarks.harness_slowest /tmp/bench-20261129-172406 --rate 200
 """
 
@@ -60,6 +66,22 @@ def summarize(folder: Path, system: str, rate: int) -> str | None:
     )
 
 
+def split(folder: Path, system: str, rate: int, at: float) -> str | None:
+    """``system``'s pickups from second 2 of the load up to second ``at``, and after it."""
+    rows = job_pickups(folder, system, rate)
+    if not rows:
+        return None
+    parts = (
+        (f"seconds 2-{at:g}", [ms for seq, ms in rows if 2 * rate <= seq < at * rate]),
+        (f"after second {at:g}", [ms for seq, ms in rows if seq >= at * rate]),
+    )
+    return f"{system}: " + "; ".join(
+        f"{name}: {len(v)} jobs, p50 {percentile(v, 0.5):.2f}, p97 {percentile(v, 0.97):.2f}, "
+        f"p99 {percentile(v, 0.99):.2f} ms"
+        for name, v in parts
+    )
+
+
 def pooled(folders: list[Path], systems: list[str], rate: int) -> list[str]:
     """The runs pooled: per system and per pair of systems (see the module's docstring)."""
     runs: dict[str, dict[Path, list[float]]] = {}
@@ -100,6 +122,9 @@ def main() -> None:
     p.add_argument(
         "--systems", default="awa-py,awa-pg,pgqueuer,procrastinate", help="comma-separated"
     )
+    p.add_argument(
+        "--split", type=float, default=None, help="also print the tail before / after this second"
+    )
     a = p.parse_args()
     for folder in a.folders:
         print(folder)
@@ -107,6 +132,9 @@ def main() -> None:
             line = summarize(folder, system, a.rate)
             if line is not None:
                 print("  " + line)
+            parted = None if a.split is None else split(folder, system, a.rate, a.split)
+            if parted is not None:
+                print("    " + parted)
     if len(a.folders) > 1:
         print("pooled")
         for line in pooled(a.folders, a.systems.split(","), a.rate):

@@ -40,26 +40,45 @@ class Counters:
     command: str
 
 
+def schedstat(pid: str) -> tuple[int, int, int] | None:
+    """Process ``pid``'s time on a CPU and waiting for one (ns), and its time slices;
+    ``None`` when it is gone, or the kernel keeps no schedstat."""
+    try:
+        on_cpu, waiting, slices = (
+            int(v) for v in Path(f"/proc/{pid}/schedstat").read_text().split()
+        )
+    except (OSError, ValueError):
+        return None
+    return on_cpu, waiting, slices
+
+
+def command_of(pid: str) -> str | None:
+    """Process ``pid``'s command line (its first 600 characters); ``None`` when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")[:600]
+    except OSError:
+        return None
+
+
 def _sample() -> dict[str, Counters]:
     found: dict[str, Counters] = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            on_cpu, waiting, slices = (
-                int(v) for v in Path(f"/proc/{pid}/schedstat").read_text().split()
-            )
-            command = Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")[:600]
-        except (OSError, ValueError):
-            continue  # gone meanwhile, or a kernel without schedstat
-        found[pid] = Counters(on_cpu, waiting, slices, command)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        stat, command = schedstat(pid), command_of(pid)
+        if stat is not None and command is not None:
+            found[pid] = Counters(*stat, command)
     return found
+
+
+#: The groups of the server's processes (:func:`group_of`).
+POSTGRES_GROUPS = ("backends", "postgres (own)")
 
 
 def group_of(command: str) -> str | None:
     """The group a process counts in, or ``None`` for processes outside the run."""
     if command.startswith("postgres:"):
-        return "postgres (own)" if any(k in command for k in _POSTGRES_OWN) else "backends"
+        return (
+            POSTGRES_GROUPS[1] if any(k in command for k in _POSTGRES_OWN) else POSTGRES_GROUPS[0]
+        )
     if "runner.py" in command:
         phase = _PHASE.search(command)
         return f"runner {phase.group(1) if phase else '?'}"

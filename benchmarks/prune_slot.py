@@ -10,7 +10,7 @@ leader prunes one slot per second, so the prune must stay well below that, and e
 millisecond of it competes with the claims for the CPU.
 
 When the server runs on this machine (its processes' ``/proc/<pid>/schedstat`` readable),
-each step's server CPU is printed too: the CPU time of every ``postgres`` process (the
+each step's server CPU is printed too: the CPU time of the server's processes (the
 prune's backend, and the checkpointer or WAL writer it made work) while the step ran,
 kernel time included. Nothing else may run on the server meanwhile.
 
@@ -38,6 +38,7 @@ from awa.adapters.postgres_queue_storage import (
 from awa.domain.job import JobSpec
 from awa.domain.policies import Backoff
 from benchmarks._common import drop_database, fresh_database, maybe_profile, parser
+from benchmarks.process_cpu import POSTGRES_GROUPS, command_of, group_of, schedstat
 
 SCHEMA = "bench_prune"
 STEPS: dict[type, tuple[str, ...]] = {
@@ -48,32 +49,22 @@ STEPS: dict[type, tuple[str, ...]] = {
 
 
 class ServerCpu:
-    """The CPU time used by the ``postgres`` processes of this machine that run when it is
+    """The CPU time used by the server's processes on this machine that run when it is
     made (so after the engine opened its connections), in ms, kernel time included. Only
     those processes are read afterwards, so a reading costs the worker little."""
 
     def __init__(self) -> None:
-        self.pids: list[str] = []
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                with open(f"/proc/{pid}/comm") as comm:
-                    if comm.read().strip() == "postgres":
-                        self.pids.append(pid)
-            except OSError:
-                continue
+        self.pids = [
+            pid
+            for pid in filter(str.isdigit, os.listdir("/proc"))
+            if group_of(command_of(pid) or "") in POSTGRES_GROUPS
+        ]
 
     def read(self) -> float | None:
         """The total so far; None when none of them can be read (the server runs
         elsewhere, or as a user whose processes this one may not read)."""
-        total, seen = 0, False
-        for pid in self.pids:
-            try:
-                with open(f"/proc/{pid}/schedstat") as stat:
-                    total += int(stat.read().split()[0])
-                seen = True
-            except (OSError, ValueError, IndexError):
-                continue
-        return total / 1e6 if seen else None
+        found = [stat[0] for stat in map(schedstat, self.pids) if stat is not None]
+        return sum(found) / 1e6 if found else None
 
     def since(self, started: float | None) -> float | None:
         now = self.read()

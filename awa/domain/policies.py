@@ -78,3 +78,32 @@ class RetentionFloor:
     def cutoff(self, state: JobState, now: datetime) -> datetime:
         """Terminal rows of ``state`` finalized at or before this instant may be removed."""
         return now - self.keep_for(state)
+
+
+#: A ring slot holding this many bytes (the main forks of its partitions) is full.
+RING_SEAL_FILL_BYTES = 512 * 1024
+#: A slot that never fills is sealed after this many rotate intervals.
+RING_SEAL_MAX_INTERVALS = 8
+
+
+@attrs.frozen
+class RingSeal:
+    """When the maintenance leader seals a ring's current slot: once it is full (its
+    partitions hold ``fill_bytes``) or old (current for ``max_intervals`` intervals).
+
+    A turn of the ring costs about the same whatever the slot holds (the prune it leads
+    to, and a re-plan of the slot's statements in every backend), so a slot is not
+    sealed after one interval unless it is worth it: a busy queue fills a slot within the
+    interval and turns as often as before, a slow one turns less often and keeps its
+    completed history longer."""
+
+    interval: timedelta
+    fill_bytes: int = RING_SEAL_FILL_BYTES
+    max_intervals: int = RING_SEAL_MAX_INTERVALS
+
+    def due(self, *, age: timedelta | None, size_bytes: int) -> bool:
+        """Whether a slot current for ``age`` (``None``: never turned since the install,
+        so as old as it gets) and holding ``size_bytes`` is sealed now."""
+        if age is None or size_bytes >= self.fill_bytes:
+            return True
+        return age >= self.interval * self.max_intervals

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
+from awa.domain.policies import RingSeal
+
 
 @runtime_checkable
 class RingMaintenance(Protocol):
@@ -17,10 +19,12 @@ class RingMaintenance(Protocol):
     :meth:`prune_leases`, at ``lease_rotate_interval``) holds the mutable state of
     attempts that heartbeat, report progress or wait for a callback."""
 
-    async def rotate(self) -> str:
-        """Seal the current ring slot and open the next one.
+    async def rotate(self, *, seal: RingSeal | None = None) -> str:
+        """Seal the current ring slot and open the next one; with ``seal`` (the leader's
+        rule), only once the slot is full or old enough.
 
         Returns ``rotated``, ``skipped_idle`` (the current slot holds nothing to seal),
+        ``skipped_filling`` (``seal`` says the slot is neither full nor old yet),
         ``skipped_busy`` (the next slot still holds rows) or ``skipped_locked`` (another
         rotate or prune is running).
         """

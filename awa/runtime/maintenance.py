@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
 import anyio
 
 from awa.domain.lifecycle import Rescue
+from awa.domain.policies import RingSeal
 from awa.ports.clock import Clock
 from awa.ports.descriptors import DescriptorStore
 from awa.ports.leader import LeaderLock
@@ -66,6 +68,10 @@ class MaintenanceLeader:
         self.runs: dict[str, int] = {}
         #: how often each rotate / prune outcome word was seen (observability, tests)
         self.ring_outcomes: dict[str, int] = {}
+        #: The leader seals the queue ring's slot once it is full or old (ADR 0006).
+        self._ring_seal = RingSeal(
+            interval=timedelta(seconds=config.queue_storage_queue_rotate_interval)
+        )
         #: the same for the lease ring
         self.lease_ring_outcomes: dict[str, int] = {}
         self._stopping = False
@@ -261,7 +267,7 @@ class MaintenanceLeader:
         assert isinstance(self._engine, RingMaintenance)
         pruned = await self._engine.prune(failed_retention=self._config.failed_retention)
         self.ring_outcomes[pruned] = self.ring_outcomes.get(pruned, 0) + 1
-        rotated = await self._engine.rotate()
+        rotated = await self._engine.rotate(seal=self._ring_seal)
         self.ring_outcomes[rotated] = self.ring_outcomes.get(rotated, 0) + 1
 
     async def _lease_ring(self) -> None:

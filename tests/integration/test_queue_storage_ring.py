@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import anyio
 import psycopg
@@ -14,7 +15,7 @@ from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.domain.errors import UniqueConflict
 from awa.domain.job import JobRecord, JobSpec
-from awa.domain.policies import Backoff
+from awa.domain.policies import Backoff, RingSeal
 from awa.domain.states import JobState
 from awa.ports.storage import Ack
 from tests.support.queue_storage import installed_engine
@@ -294,3 +295,36 @@ async def test_prune_releases_the_unique_keys_and_counts_of_the_jobs_it_drops(
     with pytest.raises(UniqueConflict):
         await engine.enqueue_many([JobSpec(kind="u", queue=QUEUE, unique_key=cancelled_key)])
     assert (await engine.get_job(holder.id)) is not None
+
+
+async def test_the_leaders_seal_turns_the_ring_once_its_slot_is_full_or_old(
+    migrated_database_url: str,
+) -> None:
+    hour = timedelta(hours=1)
+    async with installed_engine(migrated_database_url, "qs_seal", queue_slot_count=8) as engine:
+        await engine.enqueue_many([JobSpec(kind="noop", queue=QUEUE)])
+        # the first turn since the install: how long the slot was current is not known
+        assert await engine.rotate(seal=RingSeal(interval=hour)) == "rotated"
+        await engine.enqueue_many([JobSpec(kind="noop", queue=QUEUE)] * 10)
+        # ten small jobs in a slot that turned just now: neither full nor old
+        assert await engine.rotate(seal=RingSeal(interval=hour)) == "skipped_filling"
+        assert await _current_slot(migrated_database_url, "qs_seal") == 1
+        # full: the slot's partitions take at least fill_bytes (one page here)
+        assert await engine.rotate(seal=RingSeal(interval=hour, fill_bytes=8192)) == "rotated"
+        await engine.enqueue_many([JobSpec(kind="noop", queue=QUEUE)])
+        # old: current for max_intervals intervals
+        await anyio.sleep(0.05)
+        old = RingSeal(interval=timedelta(milliseconds=10), max_intervals=2)
+        assert await engine.rotate(seal=old) == "rotated"
+        await engine.enqueue_many([JobSpec(kind="noop", queue=QUEUE)])
+        # an explicit rotation (no seal rule) turns at once; an empty slot never turns
+        assert await engine.rotate() == "rotated"
+        assert await engine.rotate(seal=old) == "skipped_idle"
+        assert await _current_slot(migrated_database_url, "qs_seal") == 4
+
+
+async def _current_slot(migrated_database_url: str, schema: str) -> int:
+    with psycopg.connect(migrated_database_url) as conn:
+        row = conn.execute(f"SELECT current_slot FROM {schema}.ring_state").fetchone()
+    assert row is not None
+    return int(row[0])

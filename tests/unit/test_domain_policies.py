@@ -7,7 +7,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from awa.domain import Backoff, JobState, PriorityAging, RetentionFloor
-from awa.domain.policies import MAX_BACKOFF, NO_JITTER
+from awa.domain.policies import (
+    MAX_BACKOFF,
+    NO_JITTER,
+    RING_SEAL_FILL_BYTES,
+    RING_SEAL_MAX_INTERVALS,
+    RingSeal,
+)
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -120,3 +126,28 @@ def test_retention_cutoff() -> None:
     floor = RetentionFloor(completed=timedelta(hours=1), failed=timedelta(hours=3))
     assert floor.cutoff(JobState.Completed, T0) == T0 - timedelta(hours=1)
     assert floor.cutoff(JobState.Failed, T0) == T0 - timedelta(hours=3)
+
+
+# ---------------------------------------------------------------- ring seal
+
+
+def test_ring_seal_waits_for_a_full_or_old_slot() -> None:
+    seal = RingSeal(interval=timedelta(seconds=1))
+    assert (seal.fill_bytes, seal.max_intervals) == (RING_SEAL_FILL_BYTES, RING_SEAL_MAX_INTERVALS)
+    young = timedelta(seconds=1)
+    # one interval old and nearly empty: not yet
+    assert not seal.due(age=young, size_bytes=8192)
+    assert not seal.due(age=young, size_bytes=RING_SEAL_FILL_BYTES - 1)
+    # full: at once, however young
+    assert seal.due(age=timedelta(0), size_bytes=RING_SEAL_FILL_BYTES)
+    # old: after max_intervals intervals, however empty
+    old = timedelta(seconds=RING_SEAL_MAX_INTERVALS)
+    assert not seal.due(age=old - timedelta(milliseconds=1), size_bytes=0)
+    assert seal.due(age=old, size_bytes=0)
+    # never turned since the install: as old as it gets
+    assert seal.due(age=None, size_bytes=0)
+    # the rule scales with the interval
+    slow = RingSeal(interval=timedelta(seconds=5), fill_bytes=100, max_intervals=2)
+    assert not slow.due(age=timedelta(seconds=9), size_bytes=99)
+    assert slow.due(age=timedelta(seconds=10), size_bytes=99)
+    assert slow.due(age=timedelta(seconds=1), size_bytes=100)

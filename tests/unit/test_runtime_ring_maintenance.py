@@ -9,7 +9,7 @@ import pytest
 
 from awa.adapters.clock import ManualClock
 from awa.adapters.inmemory import InMemoryEngine
-from awa.domain.policies import NO_JITTER
+from awa.domain.policies import NO_JITTER, RingSeal
 from awa.ports.maintenance import RingMaintenance
 from awa.runtime import parse_start_args
 from awa.runtime.inflight import InFlight
@@ -25,13 +25,15 @@ class RingEngine(InMemoryEngine):
     def __init__(self, prune_answers: list[str], lease_prune_answers: list[str] | None = None):
         super().__init__(clock=ManualClock(), backoff=NO_JITTER)
         self.rotations = 0
+        self.seals: list[RingSeal | None] = []
         self.prunes: list[timedelta] = []
         self._answers = prune_answers
         self.lease_rotations = 0
         self.lease_prunes = 0
         self._lease_answers = lease_prune_answers or []
 
-    async def rotate(self) -> str:
+    async def rotate(self, *, seal: RingSeal | None = None) -> str:
+        self.seals.append(seal)
         self.rotations += 1
         return "rotated"
 
@@ -76,6 +78,8 @@ async def test_leader_rotates_and_prunes_a_ring_engine() -> None:
     assert leader.ring_outcomes["pruned"] == 2
     assert leader.ring_outcomes["blocked"] == 1
     assert all(retention == timedelta(hours=5) for retention in engine.prunes)
+    # every rotation asks with the leader's seal rule, made of the configured interval
+    assert engine.seals and set(engine.seals) == {RingSeal(interval=timedelta(milliseconds=20))}
 
 
 async def test_leader_turns_the_lease_ring_on_its_own_interval() -> None:

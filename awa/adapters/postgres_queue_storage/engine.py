@@ -30,7 +30,7 @@ from awa.domain.admin_views import KindCounts, QueueDepth, StateBucket
 from awa.domain.batch_ops import BatchFilter, BatchSpec, ItemResult
 from awa.domain.callbacks import CallbackExpressions
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
-from awa.domain.policies import Backoff
+from awa.domain.policies import Backoff, RingSeal
 from awa.ports.clock import Clock
 from awa.ports.storage import Ack, DlqFilter, JobFilter, Rescued, UnitOfWork
 
@@ -339,8 +339,8 @@ class QueueStorageEngine(PgCronOps, PgOverrideOps, PgDescriptorOps, PgBatchContr
         await self._parts.changes.reset()
 
     # ---------------------------------------------------------------- ring maintenance
-    async def rotate_queue_ring(self) -> str:
-        return await self._parts.queue_ring.rotate_queue_ring()
+    async def rotate_queue_ring(self, seal: RingSeal | None = None) -> str:
+        return await self._parts.queue_ring.rotate_queue_ring(seal)
 
     async def prune_oldest(self, *, failed_retention: timedelta = DEFAULT_FAILED_RETENTION) -> str:
         return await self._parts.queue_ring.prune_oldest(failed_retention=failed_retention)
@@ -357,9 +357,9 @@ class QueueStorageEngine(PgCronOps, PgOverrideOps, PgDescriptorOps, PgBatchContr
     async def compact_control_tables(self) -> list[str]:
         return await self._parts.long_transactions.compact_control_tables()
 
-    async def rotate(self) -> str:
+    async def rotate(self, *, seal: RingSeal | None = None) -> str:
         """:class:`~awa.ports.maintenance.RingMaintenance`: :meth:`rotate_queue_ring`."""
-        return await self._parts.queue_ring.rotate_queue_ring()
+        return await self._parts.queue_ring.rotate_queue_ring(seal)
 
     async def prune(self, *, failed_retention: timedelta = DEFAULT_FAILED_RETENTION) -> str:
         """:class:`~awa.ports.maintenance.RingMaintenance`: :meth:`prune_oldest`."""

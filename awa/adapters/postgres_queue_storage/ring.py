@@ -25,6 +25,7 @@ from awa.adapters.postgres_queue_storage.long_tx import LongTransactions
 from awa.adapters.postgres_queue_storage.snapshots import PRUNE_GATE, Resolved, Writes, row_json
 from awa.adapters.postgres_queue_storage.statements import Statements
 from awa.adapters.postgres_queue_storage.swap import RING_TABLES, Blocked, PartitionSwap
+from awa.domain.policies import RingSeal
 from awa.domain.states import DEFAULT_UNIQUE_STATES, JobState, bitstring_to_mask, mask_contains
 from awa.ports.clock import Clock
 
@@ -82,11 +83,13 @@ class QueueRing:
         rows = await self._sql.rows(conn, statement)
         return {int(row["slot"]) for row in rows if row["busy"]}
 
-    async def rotate_queue_ring(self) -> str:
-        """Seal the current slot and open the next one.
+    async def rotate_queue_ring(self, seal: RingSeal | None = None) -> str:
+        """Seal the current slot and open the next one; with ``seal``, only once that
+        rule says the slot is full or old enough.
 
-        Returns ``rotated``, ``skipped_idle`` (nothing to seal), ``skipped_busy`` (the next
-        slot still holds rows) or ``skipped_locked`` (another rotate / prune is running).
+        Returns ``rotated``, ``skipped_idle`` (nothing to seal), ``skipped_filling`` (the
+        slot is neither full nor old, by ``seal``), ``skipped_busy`` (the next slot still
+        holds rows) or ``skipped_locked`` (another rotate / prune is running).
         """
         async with translated_errors(), self._connections.tx() as conn:
             state = await self._sql.one(conn, self._sql["lock_ring_state"])
@@ -97,9 +100,19 @@ class QueueRing:
             holding = await self._slots_with_rows(conn, [current, incoming])
             if current not in holding:
                 return "skipped_idle"
+            now = self._clock.now()
+            if seal is not None:
+                fill = await self._sql.one(
+                    conn,
+                    self._sql["slot_fill"],
+                    {"s": self._sql.quoted_schema, "k": current, "tables": list(RING_TABLES)},
+                )
+                turned = state["rotated_at"]
+                age = None if turned is None else now - turned
+                if not seal.due(age=age, size_bytes=int(fill["bytes"])):
+                    return "skipped_filling"
             if incoming in holding:
                 return "skipped_busy"
-            now = self._clock.now()
             await self._sql.rows(conn, self._sql["advance_ring"], {"slot": incoming, "now": now})
             # Completion buckets older than the one-hour window are never read again.
             await self._sql.exec(conn, "prune_completions", before=now - COMPLETIONS_KEPT)

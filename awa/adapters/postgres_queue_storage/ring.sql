@@ -6,7 +6,7 @@
 -- does not wait for the WAL flush (quiet_commit), so the claims and completions sharing
 -- the cores are not held behind it. A rotation lost in a crash did not happen (nothing
 -- durable written after it was flushed either), and the next tick rotates again.
-SELECT current_slot, slot_count, {quiet_commit} AS quiet
+SELECT current_slot, slot_count, rotated_at, {quiet_commit} AS quiet
 FROM {s}.ring_state FOR UPDATE SKIP LOCKED
 
 -- name: advance_ring
@@ -31,6 +31,13 @@ SELECT EXISTS (SELECT 1 FROM {ready_entries_k}) OR EXISTS (SELECT 1 FROM {claims
 -- whether it holds any row (slot_has_rows, by name).
 SELECT {k} AS slot, busy FROM ({query}
 ) AS s
+
+-- name: slot_fill
+-- The bytes queue slot %(k)s's partitions of %(tables)s take: their main forks, one stat
+-- each, no scan. Whether the ring turns (RingSeal) depends on it.
+SELECT coalesce(sum(pg_relation_size(
+    format('%%s.%%I', %(s)s::text, t || '_' || %(k)s)::regclass)), 0)::bigint AS bytes
+FROM unnest(%(tables)s::text[]) AS t
 
 -- name: slot_row_counts
 -- The rows of each of queue slot k's partitions (columns named after the tables).

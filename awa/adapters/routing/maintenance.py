@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from awa.adapters.routing.base import C, RoutingBase
+from awa.domain.policies import RingSeal
 from awa.domain.transition import (
     TransitionState,
     maintains_canonical,
@@ -87,11 +88,11 @@ class MaintenanceOps(RoutingBase[C]):
             return None
         return self._target(status.schema).ring
 
-    async def rotate(self) -> str:
+    async def rotate(self, *, seal: RingSeal | None = None) -> str:
         """:class:`~awa.ports.maintenance.RingMaintenance`: rotate the queue-storage ring
         once producers write there; before that there is nothing to seal."""
         ring = await self._ring()
-        return "skipped_idle" if ring is None else await ring.rotate()
+        return "skipped_idle" if ring is None else await ring.rotate(seal=seal)
 
     async def prune(self, *, failed_retention: timedelta) -> str:
         """:class:`~awa.ports.maintenance.RingMaintenance`: prune the oldest queue-storage

@@ -1,6 +1,6 @@
 """Bounded storage beside live work: a long job, a waiting callback and an unworked
 backlog next to a steady stream of short jobs, on a fresh database with the default ring
-(16 slots x 1 s, lease ring 8 x 250 ms), the leader's cadence, and the queue-storage
+(16 slots x 1 s, lease ring 8 x 250 ms), the leader's cadence and seal rule, and the queue-storage
 engine in schema ``awa``.
 
 Second by second it prints (and with ``--csv`` writes) the completed rows visible in
@@ -33,6 +33,7 @@ import psycopg
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.domain.job import JobSpec
+from awa.domain.policies import RingSeal
 from awa.ports.storage import Ack
 from benchmarks._common import drop_database, fresh_database, parser, percentile
 
@@ -129,13 +130,15 @@ async def run(args: Any, url: str) -> list[dict[str, Any]]:
 
         async def ring() -> None:
             # One leader loop, as the runtime's: the lease ring every 250 ms, the queue
-            # ring every second (both lock ring_state, so they never run side by side).
+            # ring every second (both lock ring_state, so they never run side by side),
+            # turned by the leader's rule (once its slot is full or old).
+            seal = RingSeal(interval=timedelta(seconds=1))
             next_queue = next_lease = time.monotonic()
             while not stop.is_set():
                 now = time.monotonic()
                 if now >= next_queue:
                     next_queue = now + 1.0
-                    for word in (await leader.prune(), await leader.rotate()):
+                    for word in (await leader.prune(), await leader.rotate(seal=seal)):
                         outcomes[word] = outcomes.get(word, 0) + 1
                 if now >= next_lease:
                     next_lease = now + 0.25

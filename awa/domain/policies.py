@@ -93,9 +93,9 @@ class RingSeal:
 
     A turn of the ring costs about the same whatever the slot holds (the prune it leads
     to, and a re-plan of the slot's statements in every backend), so a slot is not
-    sealed after one interval unless it is worth it: a busy queue fills a slot within the
-    interval and turns as often as before, a slow one turns less often and keeps its
-    completed history longer."""
+    sealed after one interval unless it is worth it: under load a slot fills within the
+    interval and the ring turns as often as before; with few jobs it turns less often
+    and keeps completed history longer."""
 
     interval: timedelta
     fill_bytes: int = RING_SEAL_FILL_BYTES

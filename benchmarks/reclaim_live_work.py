@@ -1,7 +1,7 @@
 """Bounded storage beside live work: a long job, a waiting callback and an unworked
 backlog next to a steady stream of short jobs, on a fresh database with the default ring
-(16 slots x 1 s, lease ring 8 x 250 ms), the leader's cadence and seal rule, and the queue-storage
-engine in schema ``awa``.
+(16 slots x 1 s, lease ring 8 x 250 ms), the leader's cadence and seal rule, and the
+queue-storage engine in schema ``awa``.
 
 Second by second it prints (and with ``--csv`` writes) the completed rows visible in
 ``awa.jobs`` (as completed closures; the view itself is counted at the end), the
@@ -133,11 +133,12 @@ async def run(args: Any, url: str) -> list[dict[str, Any]]:
             # ring every second (both lock ring_state, so they never run side by side),
             # turned by the leader's rule (once its slot is full or old).
             seal = RingSeal(interval=timedelta(seconds=1))
+            every = seal.interval.total_seconds()
             next_queue = next_lease = time.monotonic()
             while not stop.is_set():
                 now = time.monotonic()
                 if now >= next_queue:
-                    next_queue = now + 1.0
+                    next_queue = now + every
                     for word in (await leader.prune(), await leader.rotate(seal=seal)):
                         outcomes[word] = outcomes.get(word, 0) + 1
                 if now >= next_lease:

@@ -5,6 +5,7 @@ target echo and error lines, and the exceptions (with their chained causes) that
 from __future__ import annotations
 
 import traceback
+from urllib.parse import quote
 
 import pytest
 from click.testing import CliRunner
@@ -20,14 +21,22 @@ SECRET = "S3cr3t"
 
 
 def shapes(host: str, port: str, dbname: str) -> dict[str, str]:
-    """One string per shape users write, each with a password."""
+    """One string per shape users write, each with a password. A socket directory as
+    ``host`` (an embedded server's) goes in the URLs' query, where libpq reads it."""
+    if host.startswith("/"):
+        where = f"/{dbname}?host={quote(host, safe='')}&port={port}"
+        query = f"{where}&password={SECRET}"
+    else:
+        where = f"{host}:{port}/{dbname}"
+        query = f"{where}?password={SECRET}"
     return {
-        "url": f"postgresql://postgres:{SECRET}@{host}:{port}/{dbname}",
-        "url-query": f"postgres://postgres@{host}:{port}/{dbname}?password={SECRET}",
-        "sqlalchemy-psycopg": f"postgresql+psycopg://postgres:{SECRET}@{host}:{port}/{dbname}",
-        "sqlalchemy-asyncpg": f"postgresql+asyncpg://postgres:{SECRET}@{host}:{port}/{dbname}",
+        "url": f"postgresql://postgres:{SECRET}@{where}",
+        "url-query": f"postgres://postgres@{query}",
+        "sqlalchemy-psycopg": f"postgresql+psycopg://postgres:{SECRET}@{where}",
+        "sqlalchemy-asyncpg": f"postgresql+asyncpg://postgres:{SECRET}@{where}",
         "kv-spaced": f"host={host} port={port} dbname={dbname} user=postgres password = {SECRET}",
-        "kv-quoted": f"host={host} port={port} dbname={dbname} password='{SECRET} pass'",
+        "kv-quoted": f"host={host} port={port} dbname={dbname} user=postgres "
+        f"password='{SECRET} pass'",
     }
 
 
@@ -59,7 +68,7 @@ def test_display_uses_the_form_given_and_drops_every_secret() -> None:
         "sqlalchemy-psycopg": "postgresql://postgres@h:5432/db",
         "sqlalchemy-asyncpg": "postgresql://postgres@h:5432/db",
         "kv-spaced": "host=h port=5432 user=postgres dbname=db",
-        "kv-quoted": "host=h port=5432 dbname=db",
+        "kv-quoted": "host=h port=5432 user=postgres dbname=db",
     }
     for url in MALFORMED.values():
         _clean(conninfo.display(url))

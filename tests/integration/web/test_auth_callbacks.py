@@ -146,7 +146,8 @@ def test_callback_receiver_only_serves_callbacks(migrated_database_url: str) -> 
 
 
 def test_callback_receiver_refuses_a_read_only_database(migrated_database_url: str) -> None:
-    name = migrated_database_url.rsplit("/", 1)[-1]
+    # By libpq's reading: a socket-directory URL keeps the host in its query.
+    name = psycopg.conninfo.conninfo_to_dict(migrated_database_url)["dbname"]
     with psycopg.connect(migrated_database_url, autocommit=True) as conn:
         conn.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
     try:

@@ -11,7 +11,10 @@ running an event loop).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import logging
 import threading
+import weakref
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
@@ -23,6 +26,11 @@ if TYPE_CHECKING:
     from awa.entrypoints._client_sync_generated import Client
 
 R = TypeVar("R")
+
+log = logging.getLogger("awa.client")
+
+#: How long closing a blocking client that was never closed may take at interpreter exit.
+EXIT_CLOSE_TIMEOUT = 1.0
 
 
 class _LoopThread:
@@ -48,6 +56,49 @@ class _LoopThread:
         self._thread.join()
         self.loop.close()
 
+    def close_abandoned(self, client: AsyncClient) -> None:
+        """Close ``client`` and stop the loop for a blocking client nobody closed (it was
+        garbage collected, or the interpreter is exiting): bounded by
+        ``EXIT_CLOSE_TIMEOUT`` so a program that fails still exits promptly."""
+        if self.loop.is_closed() or not self._thread.is_alive():
+            return
+        if threading.current_thread() is self._thread:
+            # Collected on the loop thread itself: it cannot wait for itself.
+            self.loop.call_soon(self.loop.stop)
+            return
+        future = asyncio.run_coroutine_threadsafe(client.close(), self.loop)
+        try:
+            future.result(timeout=EXIT_CLOSE_TIMEOUT)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            log.debug("closing an abandoned client took over %s s", EXIT_CLOSE_TIMEOUT)
+        except Exception:
+            log.debug("closing an abandoned client failed", exc_info=True)
+        self._cancel_remaining()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(EXIT_CLOSE_TIMEOUT)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+    def _cancel_remaining(self) -> None:
+        """Cancel whatever still runs on the loop and give it one short chance to end,
+        so no task is destroyed pending."""
+
+        async def cancel_all() -> None:
+            current = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not current]
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.wait(tasks, timeout=EXIT_CLOSE_TIMEOUT / 2)
+
+        try:
+            asyncio.run_coroutine_threadsafe(cancel_all(), self.loop).result(
+                timeout=EXIT_CLOSE_TIMEOUT
+            )
+        except Exception:
+            log.debug("cancelling an abandoned client's tasks failed", exc_info=True)
+
 
 class BlockingClientBase:
     """What every blocking client has: its loop thread, the context manager, ``close`` and
@@ -56,6 +107,9 @@ class BlockingClientBase:
     def __init__(self, database_url: str, max_connections: int = 10) -> None:
         self._async = AsyncClient(database_url, max_connections)
         self._loop = _LoopThread()
+        # Closes the client if the program never does: at interpreter exit (a script
+        # that raised before close()) or when the client is garbage collected.
+        self._finalizer = weakref.finalize(self, self._loop.close_abandoned, self._async)
 
     def __enter__(self) -> Self:
         return self
@@ -68,6 +122,7 @@ class BlockingClientBase:
 
     def close(self) -> None:
         """Close every connection; later calls raise ``DatabaseError``. Idempotent."""
+        self._finalizer.detach()
         try:
             if not self._loop.loop.is_closed():
                 self._run(self._async.close())

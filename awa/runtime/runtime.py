@@ -321,8 +321,15 @@ class Runtime:
                 heap.thaw()
             if unregister is not None:
                 unregister()
-            with anyio.CancelScope(shield=True):
-                await self._publish_snapshot()
+            if self._shutting_down:
+                with anyio.CancelScope(shield=True):
+                    await self._publish_snapshot()
+            else:
+                # Cancelled without shutdown(): the event loop is closing (asyncio.run
+                # ending on an error cancels every task at once, the connection pool's
+                # too). Waiting on the database here would hold the program open; the
+                # registry row goes stale and the fleet view drops it.
+                log.debug("runtime %s cancelled without shutdown(); not publishing", self.id)
 
     async def _drain(self, work: TaskGroup) -> None:
         # Tell running handlers at once (``job.is_cancelled()``), so cooperative ones can

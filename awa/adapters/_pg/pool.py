@@ -2,18 +2,86 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
 import attrs
 import psycopg
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
+from psycopg_pool.pool_async import MaintenanceTask, StopWorker
 
 from awa.adapters._pg.conninfo import normalize
 from awa.adapters._pg.errors import map_error
 
 DictConnection = psycopg.AsyncConnection[DictRow]
+
+log = logging.getLogger("awa.pool")
+
+
+class _Pool(AsyncConnectionPool[DictConnection]):
+    """psycopg's async pool with workers that end when they are cancelled.
+
+    psycopg_pool treats a ``CancelledError`` raised inside a maintenance task (a
+    connection attempt, say) as that task failing, and its worker goes back to its queue.
+    When the event loop shuts down (``asyncio.run`` cancels every task once and waits for
+    them all), a worker cancelled in the middle of a connection attempt would then wait
+    on its queue for ever and the program would never exit. This worker ends once its
+    task has been asked to cancel, whoever swallowed the ``CancelledError``."""
+
+    @classmethod
+    async def worker(cls, q: Any) -> None:
+        current = asyncio.current_task()
+        while True:
+            task: MaintenanceTask = await q.get()
+            if isinstance(task, StopWorker):
+                return
+            try:
+                await task.run()
+            except Exception as exc:
+                log.debug("pool maintenance task %s failed: %r", task, exc)
+            if current is not None and current.cancelling():
+                raise asyncio.CancelledError
+
+
 DictPool = AsyncConnectionPool[DictConnection]
+
+
+class _CancellationNoise(logging.Filter):
+    """Demotes psycopg's warnings about a connection whose task is being cancelled to
+    DEBUG.
+
+    A query cut off by cancellation makes psycopg warn ("query cancellation interrupted",
+    "discarding closed connection", "error connecting in ..."); when the event loop shuts
+    down (``asyncio.run`` ending on an error) every task is cancelled at once and those
+    warnings would print before the program's own traceback, for connections that were
+    meant to go away. Records logged from a task that is not being cancelled keep their
+    level."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING and _cancelling():
+            record.levelno = logging.DEBUG
+            record.levelname = logging.getLevelName(logging.DEBUG)
+        return True
+
+
+def _cancelling() -> bool:
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running loop in this thread
+        return False
+    return task is not None and task.cancelling() > 0
+
+
+_NOISE_FILTER = _CancellationNoise()
+
+
+def _quiet_cancellation_noise() -> None:
+    # Loggers keep their filters in a list; adding the same object twice is a no-op.
+    for name in ("psycopg", "psycopg.pool"):
+        logging.getLogger(name).addFilter(_NOISE_FILTER)
+
 
 # Every session reads timestamps back in UTC so snapshots compare equal to clock values.
 _CONNECT_KWARGS: dict[str, Any] = {
@@ -67,7 +135,8 @@ async def open_pool(
     if options is None:
         options = PoolOptions(min_connections=min_connections, acquire_timeout=timeout)
     timeout = options.acquire_timeout
-    pool: AsyncConnectionPool[DictConnection] = AsyncConnectionPool(
+    _quiet_cancellation_noise()
+    pool: AsyncConnectionPool[DictConnection] = _Pool(
         normalize(url),
         min_size=min(options.min_connections, max_connections),
         max_size=max_connections,

@@ -14,7 +14,7 @@ from awa.entrypoints.web import actions, params
 from awa.entrypoints.web.errors import api_error_response, bad_request, not_found
 from awa.entrypoints.web.openapi import openapi_document
 from awa.entrypoints.web.reads import MAX_TIMESERIES_MINUTES, limit_of
-from awa.entrypoints.web.state import WebState, web_state
+from awa.entrypoints.web.state import WebState, replica_json, web_state
 from awa.ports.storage import DlqFilter, JobFilter
 
 
@@ -50,6 +50,7 @@ async def capabilities(request: Request, web: WebState) -> dict[str, Any]:
     return {
         "read_only": web.guard.read_only,
         "read_only_reason": web.guard.reason,
+        "replica": replica_json(web.guard.replica),
         "poll_interval_ms": config.poll_interval_ms,
         "cache_ttl_ms": int(config.cache_ttl * 1000),
         "instance_name": config.instance_name,

@@ -112,6 +112,19 @@ SCHEMAS: dict[str, Any] = {
         {
             "read_only": BOOL,
             "read_only_reason": NSTR,
+            "replica": {
+                **obj(
+                    {
+                        "streaming": BOOL,
+                        "behind_seconds": {"type": "number", "nullable": True},
+                        "pending_bytes": INT,
+                        "last_replayed_at": NSTR,
+                        "summary": STR,
+                    },
+                    ["streaming", "behind_seconds", "pending_bytes", "summary"],
+                ),
+                "nullable": True,
+            },
             "poll_interval_ms": INT,
             "instance_name": NSTR,
             "instance_color": NSTR,

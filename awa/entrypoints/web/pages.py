@@ -44,6 +44,8 @@ async def error_page(request: Request, status: int, message: str) -> Response:
 def _page(handler: Any) -> Any:
     async def endpoint(request: Request) -> Response:
         try:
+            # Pages show whether mutations are possible and how far a replica trails.
+            await web_state(request).guard.refresh()
             response: Response = await handler(request)
             return response
         except Exception as exc:

@@ -81,6 +81,7 @@ def render(request: Request, template: str, status: int = 200, **context: Any) -
         "active": active,
         "read_only": web.guard.read_only,
         "read_only_reason": web.guard.reason,
+        "replica": web.guard.replica,
         "instance_name": config.instance_name,
         "instance_color": config.instance_color,
         "peers": config.peers,

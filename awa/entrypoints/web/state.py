@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from starlette.requests import Request
@@ -16,10 +16,15 @@ from awa.entrypoints.web.config import ServerConfig
 from awa.entrypoints.web.errors import ApiError
 from awa.entrypoints.web.reads import AdminReads
 
+if TYPE_CHECKING:
+    from awa.adapters._pg.access import ReplicaLag
+
 log = logging.getLogger("awa.web")
 
 #: How long a write-access probe is trusted (a replica may be promoted, grants change).
 PROBE_MAX_AGE = 30.0
+#: On a replica the probe also measures replay lag, so it is trusted for less long.
+REPLICA_PROBE_MAX_AGE = 5.0
 
 
 class WriteGuard:
@@ -30,17 +35,28 @@ class WriteGuard:
         self.forced = forced
         self._detected_reason: str | None = None
         self._probed_at: float | None = None
+        self.replica: ReplicaLag | None = None
 
     async def refresh(self, *, max_age: float = PROBE_MAX_AGE) -> None:
-        if self.forced:
-            return
+        """Probe the database again when the last answer is older than ``max_age``.
+
+        Even with ``--read-only`` the probe runs, so the pages can say how far a replica
+        trails its primary."""
         now = time.monotonic()
+        if self.replica is not None:
+            max_age = min(max_age, REPLICA_PROBE_MAX_AGE)
         if self._probed_at is not None and now - self._probed_at < max_age:
             return
         access = await bootstrap.probe_write_access(self._url)
         if not access.writable and self._detected_reason != access.reason:
             log.warning("read-only mode: %s", access.reason)
+        elif access.writable and self._detected_reason is not None and not self.forced:
+            log.warning(
+                "the database accepts writes again (it was: %s); mutations are enabled",
+                self._detected_reason,
+            )
         self._detected_reason = access.reason
+        self.replica = access.replica
         self._probed_at = now
 
     @property
@@ -58,6 +74,21 @@ class WriteGuard:
         await self.refresh()
         if self.read_only:
             raise ApiError(503, f"read-only mode: {self.reason}; mutations are disabled")
+
+
+def replica_json(lag: ReplicaLag | None) -> dict[str, Any] | None:
+    """How far a replica trails its primary, for the API (``None`` on a primary)."""
+    if lag is None:
+        return None
+    return {
+        "streaming": lag.streaming,
+        "behind_seconds": lag.behind_seconds,
+        "pending_bytes": lag.pending_bytes,
+        "last_replayed_at": None
+        if lag.last_replayed_at is None
+        else lag.last_replayed_at.isoformat(),
+        "summary": lag.describe(),
+    }
 
 
 @attrs.define

@@ -14,17 +14,23 @@ PARTITION_DOMAIN = 0x9D4D1B2F53A70C91
 MAX_PARTITIONS = 32767
 MIN_SHARDS = 1
 MAX_SHARDS = 64
+#: What an ordering key may be: its bytes, or a str routed as UTF-8.
+OrderingKey = bytes | bytearray | memoryview | str
 
 
-def key_bytes(key: bytes | str) -> bytes:
+def key_bytes(key: OrderingKey) -> bytes:
     if isinstance(key, str):
         return key.encode("utf-8")
     if isinstance(key, bytes | bytearray | memoryview):
         return bytes(key)
-    raise TypeError(f"ordering key must be bytes or str, got {type(key).__name__}")
+    raise ValidationTypeError(
+        "ordering_key",
+        f"ordering_key must be bytes-like or str, got {type(key).__name__}",
+        value=key,
+    )
 
 
-def ordering_hash(key: bytes | str) -> int:
+def ordering_hash(key: OrderingKey) -> int:
     """64-bit FNV-style rolling hash: multiply by the prime, then add the byte."""
     h = FNV_OFFSET
     for byte in key_bytes(key):
@@ -32,23 +38,27 @@ def ordering_hash(key: bytes | str) -> int:
     return h
 
 
-def splitmix64(value: int) -> int:
-    z = (value + 0x9E3779B97F4A7C15) & _MASK64
+def mix64(value: int) -> int:
+    """The SplitMix64 output finalizer alone (no gamma step), as awa-pg applies it."""
+    z = value & _MASK64
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
     return z ^ (z >> 31)
 
 
-def shard_for_key(key: bytes | str, shards: int) -> int:
+def shard_for_key(key: OrderingKey, shards: int) -> int:
     """Enqueue shard of an ordering key inside one queue: ``hash % shards``."""
     if shards <= 1:
         return 0
     return ordering_hash(key) % shards
 
 
-def partition_for_key(key: bytes | str, partitions: int) -> int:
-    """Partition index: domain-separated from the shard hash so the two never correlate."""
-    return splitmix64(ordering_hash(key) ^ PARTITION_DOMAIN) % partitions
+def partition_for_key(key: OrderingKey, partitions: int) -> int:
+    """Partition index: domain-separated from the shard hash so the two never correlate.
+
+    Producers of awa-pg and of this package route a key to the same physical queue, so a
+    fleet mixing both keeps per-key FIFO (recorded values in ``tests/fixtures``)."""
+    return mix64(ordering_hash(key) ^ PARTITION_DOMAIN) % partitions
 
 
 def physical_queue_name(logical: str, index: int) -> str:
@@ -166,7 +176,7 @@ class PartitionedQueue:
     def __hash__(self) -> int:
         return hash((self._logical, tuple(self._queues)))
 
-    def queue_for_key(self, key: bytes | str) -> str:
+    def queue_for_key(self, key: OrderingKey) -> str:
         return self._queues[partition_for_key(key, self.partitions)]
 
     def queue_for_index(self, index: int) -> str:
@@ -176,7 +186,7 @@ class PartitionedQueue:
             raise ValidationError("index", f"index must be >= 0, got {position}")
         return self._queues[position % self.partitions]
 
-    def route_by_key(self, key: bytes | str) -> dict[str, Any]:
+    def route_by_key(self, key: OrderingKey) -> dict[str, Any]:
         return {"queue": self.queue_for_key(key), "ordering_key": key_bytes(key)}
 
     def route_by_index(self, index: int) -> dict[str, Any]:
@@ -194,12 +204,28 @@ class PartitionedQueue:
         claimers: int | None = None,
         claim_batch_size: int | None = None,
     ) -> list[dict[str, Any]]:
-        """One ``start()`` queue config dict per physical queue."""
+        """One ``start()`` queue config dict per physical queue.
+
+        Exactly one of ``max_workers_per_partition`` (hard-reserved capacity) and
+        ``min_workers_per_partition`` (weighted mode, with ``weight``) sizes each queue;
+        ``weight``, ``claimers`` and ``claim_batch_size`` must be > 0."""
         if max_workers_per_partition is not None and min_workers_per_partition is not None:
             raise ValidationError(
                 "max_workers_per_partition",
                 "max_workers_per_partition and min_workers_per_partition are mutually exclusive",
             )
+        if max_workers_per_partition is None and min_workers_per_partition is None:
+            raise ValidationError(
+                "max_workers_per_partition",
+                "queue_configs requires max_workers_per_partition or min_workers_per_partition",
+            )
+        for field, value in (
+            ("weight", weight),
+            ("claimers", claimers),
+            ("claim_batch_size", claim_batch_size),
+        ):
+            if value is not None and _index_like(field, value) <= 0:
+                raise ValidationError(field, f"{field} must be > 0, got {value}", value=value)
         most, least = max_workers_per_partition, min_workers_per_partition
         if most is not None and _index_like("max_workers_per_partition", most) <= 0:
             raise ValidationError(
@@ -216,9 +242,7 @@ class PartitionedQueue:
                 config["min_workers"] = min_workers_per_partition
                 config["weight"] = weight
             else:
-                config["max_workers"] = (
-                    10 if max_workers_per_partition is None else max_workers_per_partition
-                )
+                config["max_workers"] = max_workers_per_partition
             optional = {
                 "rate_limit": rate_limit_per_partition,
                 "priority_aging_interval_ms": priority_aging_interval_ms,

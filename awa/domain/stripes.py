@@ -28,11 +28,12 @@ def validate_stripe_count(value: Any, *, field: str = FIELD) -> int:
     """``value`` as a stripe count: an ``int`` from 1 to :data:`MAX_QUEUE_STRIPES`."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{field} must be an integer, got {type(value).__name__}")
-    if not MIN_QUEUE_STRIPES <= value <= MAX_QUEUE_STRIPES:
+    if value < MIN_QUEUE_STRIPES:
+        # awa-pg's words, which callers match on.
+        raise ValidationError(field, f"{field} must be > 0, got {value}", value=value)
+    if value > MAX_QUEUE_STRIPES:
         raise ValidationError(
-            field,
-            f"must be between {MIN_QUEUE_STRIPES} and {MAX_QUEUE_STRIPES}, got {value}",
-            value=value,
+            field, f"{field} must be at most {MAX_QUEUE_STRIPES}, got {value}", value=value
         )
     return value
 

@@ -327,8 +327,12 @@ def status_report(
 
 
 def check_abort(status: TransitionStatus, *, queue_storage_rows: bool) -> None:
-    """Gates of ``abort``: a transition is in progress and, once mixed, queue storage is
-    still empty (jobs written there would be stranded by going back)."""
+    """Gates of ``abort``: a transition is in progress (or none was started: a canonical
+    cluster is already where abort leads, so abort is a no-op there, as in awa-pg) and,
+    once mixed, queue storage is still empty (jobs written there would be stranded by
+    going back)."""
+    if status.state is TransitionState.CANONICAL:
+        return
     if status.state not in (TransitionState.PREPARED, TransitionState.MIXED_TRANSITION):
         raise TransitionRefused(
             Gate.TRANSITION_IN_PROGRESS,
@@ -404,8 +408,11 @@ def finalize(
 
 
 def abort(status: TransitionStatus, *, queue_storage_rows: bool, now: datetime) -> TransitionStatus:
-    """The status after ``abort``: back to canonical with nothing prepared."""
+    """The status after ``abort``: back to canonical with nothing prepared (a canonical
+    cluster is returned unchanged)."""
     check_abort(status, queue_storage_rows=queue_storage_rows)
+    if status.state is TransitionState.CANONICAL:
+        return status
     return attrs.evolve(
         status,
         current_engine=CANONICAL_ENGINE,

@@ -7,7 +7,7 @@ import json
 import logging
 import warnings
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from awa.adapters._pg.pool import PoolOptions
 from awa.adapters.clock import SystemClock
@@ -42,6 +42,9 @@ from awa.entrypoints.results import HealthCheck, QueueHealth
 from awa.runtime import AttemptContext, HandlerRegistry, Runtime, RuntimeConfig, parse_start_args
 from awa.runtime.cron import CronService
 from awa.runtime.descriptors import DescriptorService
+
+if TYPE_CHECKING:
+    from awa.entrypoints.client import RawClient
 
 log = logging.getLogger("awa.client")
 
@@ -177,7 +180,9 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         ``start()`` stores it in ``awa.queue_descriptors`` and refreshes it every snapshot
         tick; it refuses a queue the runtime does not serve and, with ``DatabaseError``,
         fields over the limits (display name and owner 200 characters, description 2 000,
-        docs URL 2 048, 20 tags). Declaring a queue twice keeps the last declaration."""
+        docs URL 2 048, 20 tags). Declaring a queue twice keeps the last declaration; after
+        ``start()`` it raises ``AwaError`` (the runtime read the declarations then)."""
+        self._refuse_while_running("queue_descriptor")
         self._queue_descriptors[queue] = build_descriptor(
             display_name=display_name,
             description=description,
@@ -200,6 +205,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
     ) -> None:
         """Describe a job kind (stored in ``awa.job_kind_descriptors`` by ``start()``,
         with the same limits as :meth:`queue_descriptor`)."""
+        self._refuse_while_running("job_kind_descriptor")
         self._kind_descriptors[kind] = build_descriptor(
             display_name=display_name,
             description=description,
@@ -208,6 +214,11 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
             tags=tags,
             extra=extra,
         )
+
+    def _refuse_while_running(self, method: str) -> None:
+        # start() stores the declarations once; a later one would never reach the catalog.
+        if self._runtime is not None and self._runtime.running:
+            raise AwaError(f"{method}() must be called before start()")
 
     # ------------------------------------------------------------------ runtime
     def handler_queues(self) -> list[str]:
@@ -482,6 +493,25 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
             },
         )
 
+    @property
+    def _raw(self) -> RawClient:
+        """This client seen as a :class:`~awa.RawClient`, as awa-pg's ``AsyncClient._raw``
+        (its examples and tests reach it): the same pool, handlers and runtime, plus the
+        blocking ``*_sync`` methods. Closed with this client."""
+        from awa.entrypoints.client import RawClient
+
+        if isinstance(self, RawClient):
+            return self
+        view = self.__dict__.get("_raw_view")
+        if not isinstance(view, RawClient):
+            view = RawClient.__new__(RawClient)
+            # One state, two faces: what either changes, the other sees.
+            view.__dict__ = self.__dict__
+            view._twin = None
+            view._twin_args = (self._url, self._max_connections)
+            self.__dict__["_raw_view"] = view
+        return view
+
     async def close(self) -> None:
         """Stop the worker (if started) and close every connection. Idempotent; any later
         database call raises ``DatabaseError``."""
@@ -489,7 +519,13 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
             if self._runtime is not None:
                 await self.shutdown()
         finally:
-            await self._close_storage()
+            try:
+                await self._close_storage()
+            finally:
+                view = self.__dict__.get("_raw_view")
+                if view is not None and view is not self:
+                    # The raw view's blocking twin, if a *_sync call made one.
+                    await asyncio.to_thread(view.close_sync)
 
 
 def _prometheus() -> Callable[[], tuple[bytes, str]] | None:

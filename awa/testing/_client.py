@@ -96,9 +96,8 @@ async def assert_nothing_enqueued(client: AsyncClient, *, queue: str | None = No
 class AwaTestClient:
     """A test helper around an :class:`AsyncClient` (the ``awa_client`` fixture)."""
 
-    def __init__(self, client: AsyncClient, *, owns_database: bool = False) -> None:
+    def __init__(self, client: AsyncClient) -> None:
         self._client = client
-        self._owns_database = owns_database
 
     @property
     def client(self) -> AsyncClient:
@@ -112,18 +111,10 @@ class AwaTestClient:
         """Apply schema migrations."""
         await self._client.migrate()
 
-    async def clean(self, *, force: bool = False) -> None:
-        """Delete every job, DLQ entry, unique claim and queue setting.
-
-        Only on a database the helpers created (the fixtures' throw-away database or the
-        in-memory engine), unless ``force=True`` says this database may be emptied. The
-        storage engine is left as it is."""
-        if not (self._owns_database or force):
-            raise RuntimeError(
-                "refusing to delete every job in a database the test helpers did not "
-                "create; use the awa_client fixture (a throw-away database) or pass "
-                "force=True"
-            )
+    async def clean(self) -> None:
+        """Delete every job, DLQ entry, unique claim and queue setting of the client's
+        database, whichever database that is (as awa-pg's helper does: programs call it
+        in their own fixtures). The storage engine is left as it is."""
         await (await self._client._engine()).reset()
 
     async def work_next(self, queue: str = "default", *, kind: str | None = None) -> WorkResult:

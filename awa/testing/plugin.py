@@ -51,10 +51,10 @@ async def awa_database_url(request: pytest.FixtureRequest) -> AsyncIterator[str]
 
 @pytest.fixture
 async def awa_client(awa_database_url: str) -> AsyncIterator[AwaTestClient]:
-    """An :class:`AwaTestClient` on ``awa_database_url`` (``clean()`` is allowed there)."""
+    """An :class:`AwaTestClient` on ``awa_database_url``."""
     client = AsyncClient(awa_database_url)
     try:
-        yield AwaTestClient(client, owns_database=True)
+        yield AwaTestClient(client)
     finally:
         await client.close()
 
@@ -62,4 +62,4 @@ async def awa_client(awa_database_url: str) -> AsyncIterator[AwaTestClient]:
 @pytest.fixture
 def awa_memory_client() -> Iterator[AwaTestClient]:
     """An :class:`AwaTestClient` on a fresh in-memory engine."""
-    yield AwaTestClient(memory_client(), owns_database=True)
+    yield AwaTestClient(memory_client())

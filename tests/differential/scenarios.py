@@ -276,3 +276,53 @@ async def admin_edges(awa: Any, url: str) -> Observation:
     )
     await client.close()
     return seen
+
+
+@scenario
+async def partitioned_routing(awa: Any, url: str) -> Observation:
+    queue = awa.PartitionedQueue("orders", 16)
+    seen: Observation = {
+        "by_key": [queue.route_by_key(f"customer-{i}")["queue"] for i in range(64)],
+        "by_bytes_key": [queue.route_by_key(bytes([i, 255 - i]))["queue"] for i in range(64)],
+        "object_key": await outcome(lambda: queue.queue_for_key(object())),
+        "int_key": await outcome(lambda: queue.route_by_key(7)),
+    }
+    for name, options in {
+        "no_sizing": {},
+        "zero_weight": {"max_workers_per_partition": 2, "weight": 0},
+        "zero_weight_weighted": {"min_workers_per_partition": 1, "weight": 0},
+        "zero_claimers": {"max_workers_per_partition": 2, "claimers": 0},
+        "zero_claim_batch": {"max_workers_per_partition": 2, "claim_batch_size": 0},
+    }.items():
+        seen[f"configs_{name}"] = await outcome(partial(queue.queue_configs, **options))
+    seen["configs_weighted"] = awa.PartitionedQueue("q", 2).queue_configs(
+        min_workers_per_partition=0
+    )
+    return seen
+
+
+@scenario
+async def descriptors_after_start(awa: Any, url: str) -> Observation:
+    client = awa.AsyncClient(url)
+
+    @client.task(Ping, queue="desc")
+    async def ping(job: Any) -> None:
+        return None
+
+    await client.start([("desc", 1)])
+    seen: Observation = {
+        "queue_descriptor": await outcome(lambda: client.queue_descriptor("desc", owner="x")),
+        "job_kind_descriptor": await outcome(lambda: client.job_kind_descriptor("ping", owner="x")),
+    }
+    await client.shutdown()
+    seen["after_shutdown"] = await outcome(lambda: client.queue_descriptor("desc", owner="x"))
+    seen["stripe_zero"] = await outcome(
+        lambda: client.start([("desc", 1)], queue_storage_queue_stripe_count=0)
+    )
+    await client.shutdown()
+    raw = client._raw
+    seen["raw_methods"] = [
+        callable(getattr(raw, name, None)) for name in ("get_job", "get_job_sync", "insert_sync")
+    ]
+    await client.close()
+    return seen

@@ -68,6 +68,23 @@ async def test_declared_descriptors_are_synced_with_hashes(
         await client.shutdown()
 
 
+async def test_declaring_after_start_is_refused_and_allowed_again_after_shutdown(
+    client: AsyncClient,
+) -> None:
+    """As in awa-pg: the runtime read the declarations at start(); a later one would be
+    silently lost, so it raises."""
+    await client.start([("email", 1)])
+    try:
+        with pytest.raises(AwaError, match=r"queue_descriptor\(\) must be called before start"):
+            client.queue_descriptor("email", display_name="late")
+        with pytest.raises(AwaError, match=r"job_kind_descriptor\(\) must be called before start"):
+            client.job_kind_descriptor("tick", display_name="late")
+        assert await client.list_queue_descriptors() == []
+    finally:
+        await client.shutdown()
+    client.queue_descriptor("email", display_name="next run")
+
+
 async def test_two_live_runtimes_that_disagree_show_drift_and_an_unrefreshed_one_is_stale(
     migrated_database_url: str,
 ) -> None:

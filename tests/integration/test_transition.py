@@ -295,7 +295,15 @@ def test_finalize_gates(conn: Conn, migrated_database_url: str) -> None:
 
 
 def test_abort_gates(conn: Conn, migrated_database_url: str) -> None:
-    assert refused_gate(conn, "SELECT * FROM awa.storage_abort()") == "transition_in_progress"
+    # Canonical: nothing to abort, a no-op as in awa-pg (SQL and CLI alike).
+    epoch = conn.execute("SELECT transition_epoch FROM awa.storage_status()").fetchone()
+    row = conn.execute("SELECT state, transition_epoch FROM awa.storage_abort()").fetchone()
+    assert row is not None and epoch is not None
+    assert (row["state"], row["transition_epoch"]) == ("canonical", epoch["transition_epoch"])
+    noop = invoke(migrated_database_url, "storage", "abort", "--json")
+    assert noop.exit_code == 0, noop.stderr
+    assert json.loads(noop.stdout)["state"] == "canonical"
+    assert json.loads(noop.stdout)["transition_epoch"] == epoch["transition_epoch"]
     conn.execute("SELECT * FROM awa.storage_prepare('queue_storage')")
     aborted = invoke(migrated_database_url, "storage", "abort", "--json")
     assert aborted.exit_code == 0, aborted.stderr

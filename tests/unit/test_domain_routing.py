@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from awa.domain import PartitionedQueue, ValidationError, ordering_hash, shard_for_key
@@ -11,9 +14,9 @@ from awa.domain.routing import (
     MAX_PARTITIONS,
     PARTITION_DOMAIN,
     key_bytes,
+    mix64,
     partition_for_key,
     physical_queue_name,
-    splitmix64,
 )
 
 MASK64 = 2**64 - 1
@@ -47,13 +50,58 @@ def test_str_keys_hash_as_utf8() -> None:
 
 
 def test_key_bytes_refuses_other_types() -> None:
-    with pytest.raises(TypeError, match="bytes or str"):
+    with pytest.raises(ValidationError, match="ordering_key must be bytes-like or str") as info:
         key_bytes(42)  # type: ignore[arg-type]
+    assert isinstance(info.value, TypeError)
+    assert info.value.field == "ordering_key"
 
 
-def test_splitmix64_reference_output() -> None:
-    # The first output of the reference splitmix64 generator seeded with 0.
-    assert splitmix64(0) == 0xE220A8397B1DCDAF
+@pytest.mark.parametrize("key", [object(), 42, None, ["a"]])
+def test_queue_for_key_refuses_what_is_not_a_key(key: object) -> None:
+    pq = PartitionedQueue("q", 4)
+    for call in (pq.queue_for_key, pq.route_by_key):
+        with pytest.raises(ValidationError, match="ordering_key must be bytes-like or str"):
+            call(key)  # type: ignore[arg-type]
+
+
+def test_bytes_like_keys_route_as_their_bytes() -> None:
+    pq = PartitionedQueue("q", 16)
+    assert pq.queue_for_key(bytearray(b"user-42")) == pq.queue_for_key(b"user-42")
+    assert pq.queue_for_key(memoryview(b"user-42")) == pq.queue_for_key(b"user-42")
+
+
+def test_mix64_is_the_splitmix64_finalizer_without_the_gamma_step() -> None:
+    # The reference SplitMix64 generator's first output from seed 0 is the finalizer
+    # applied to 0 + gamma; the finalizer alone keeps 0 at 0.
+    assert mix64(0x9E3779B97F4A7C15) == 0xE220A8397B1DCDAF
+    assert mix64(0) == 0
+
+
+AWA_PG_ROUTES = json.loads(
+    (Path(__file__).parents[1] / "fixtures" / "awa_pg_route_by_key.json").read_text("utf-8")
+)
+
+
+@pytest.mark.parametrize("partitions", list(AWA_PG_ROUTES["physical_index"]))
+def test_route_by_key_matches_what_awa_pg_recorded(partitions: str) -> None:
+    """Values observed from awa-pg 0.6.9 (tests/differential/record_route_by_key.py)."""
+    pq = PartitionedQueue("orders", int(partitions))
+    keys = [bytes.fromhex(k) for k in AWA_PG_ROUTES["keys_hex"]]
+    expected = AWA_PG_ROUTES["physical_index"][partitions]
+    assert len(keys) == len(expected) > 300
+    names = pq.physical_queues
+    mismatched = [
+        (k, want, names.index(pq.route_by_key(k)["queue"]))
+        for k, want in zip(keys, expected, strict=True)
+        if names[want] != pq.route_by_key(k)["queue"]
+    ]
+    assert mismatched == []
+
+
+def test_str_keys_route_like_awa_pg() -> None:
+    pq = PartitionedQueue("orders", 16)
+    got = [pq.physical_queues.index(pq.queue_for_key(k)) for k in AWA_PG_ROUTES["str_keys"]]
+    assert got == AWA_PG_ROUTES["str_physical_index_16"]
 
 
 def test_shard_is_hash_mod_shards() -> None:
@@ -67,11 +115,9 @@ def test_one_or_fewer_shards_is_always_shard_zero(shards: int) -> None:
     assert shard_for_key(b"user-42", shards) == 0
 
 
-def test_partition_is_domain_separated_splitmix() -> None:
+def test_partition_is_domain_separated_mix() -> None:
     h = ordering_hash(b"user-42")
-    assert partition_for_key(b"user-42", 16) == splitmix64(h ^ PARTITION_DOMAIN) % 16 == 12
-    assert partition_for_key(b"a", 16) == 6
-    assert partition_for_key(b"order:1", 16) == 1
+    assert partition_for_key(b"user-42", 16) == mix64(h ^ PARTITION_DOMAIN) % 16
 
 
 def test_routing_is_stable_across_calls() -> None:
@@ -109,16 +155,17 @@ def test_single_partition_is_the_logical_queue() -> None:
 
 def test_queue_for_key_and_index() -> None:
     pq = PartitionedQueue("orders", 16)
-    assert pq.queue_for_key(b"user-42") == "orders__p12"
-    assert pq.queue_for_key("user-42") == "orders__p12"
-    assert pq.queue_for_key(b"order:1") == "orders__p1"
+    assert pq.queue_for_key("user-42") == pq.queue_for_key(b"user-42")
     assert pq.queue_for_index(0) == "orders"
     assert pq.queue_for_index(17) == "orders__p1"
 
 
 def test_route_helpers() -> None:
     pq = PartitionedQueue("orders", 16)
-    assert pq.route_by_key("user-42") == {"queue": "orders__p12", "ordering_key": b"user-42"}
+    assert pq.route_by_key("user-42") == {
+        "queue": pq.queue_for_key(b"user-42"),
+        "ordering_key": b"user-42",
+    }
     assert pq.route_by_index(2) == {"queue": "orders__p2"}
 
 
@@ -217,11 +264,30 @@ def test_from_physical_queues_refuses_bad_lists(
     assert info.value.field == "physical_queues"
 
 
-def test_queue_configs_default_to_ten_max_workers() -> None:
-    assert PartitionedQueue("q", 2).queue_configs() == [
-        {"name": "q", "max_workers": 10},
-        {"name": "q__p1", "max_workers": 10},
-    ]
+def test_queue_configs_need_a_size() -> None:
+    with pytest.raises(
+        ValidationError,
+        match="queue_configs requires max_workers_per_partition or min_workers_per_partition",
+    ):
+        PartitionedQueue("q", 2).queue_configs()
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"max_workers_per_partition": 2, "weight": 0}, "weight"),
+        ({"min_workers_per_partition": 1, "weight": 0}, "weight"),
+        ({"min_workers_per_partition": 1, "weight": -2}, "weight"),
+        ({"max_workers_per_partition": 2, "claimers": 0}, "claimers"),
+        ({"max_workers_per_partition": 2, "claim_batch_size": 0}, "claim_batch_size"),
+    ],
+)
+def test_queue_configs_refuse_zero_weight_claimers_and_batch(
+    options: dict[str, int], field: str
+) -> None:
+    with pytest.raises(ValidationError, match=f"{field} must be > 0") as info:
+        PartitionedQueue("q", 2).queue_configs(**options)  # type: ignore[arg-type]
+    assert info.value.field == field
 
 
 def test_queue_configs_with_options() -> None:

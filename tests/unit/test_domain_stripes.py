@@ -34,6 +34,17 @@ def test_stripe_counts_out_of_range_raise_a_validation_error_naming_the_field(
     assert info.value.value == value
 
 
+@pytest.mark.parametrize("value", [0, -3])
+def test_too_few_stripes_say_must_be_above_zero_as_awa_pg_does(value: int) -> None:
+    with pytest.raises(ValueError, match=f"{FIELD} must be > 0"):
+        validate_stripe_count(value)
+
+
+def test_too_many_stripes_name_the_ceiling() -> None:
+    with pytest.raises(ValidationError, match=f"{FIELD} must be at most {MAX_QUEUE_STRIPES}"):
+        validate_stripe_count(MAX_QUEUE_STRIPES + 1)
+
+
 @pytest.mark.parametrize("value", [True, 2.0, "2", None])
 def test_stripe_counts_of_the_wrong_type_raise_type_error(value: object) -> None:
     with pytest.raises(TypeError, match=FIELD):

@@ -13,9 +13,13 @@ from awa.domain.transition import (
     TransitionRefused,
     TransitionState,
     TransitionStatus,
+    abort,
     check_enter_mixed,
     check_finalize,
+    enter_mixed,
     enter_mixed_refusals,
+    finalize,
+    prepare,
     status_report,
 )
 
@@ -98,3 +102,18 @@ def test_the_checks_raise_the_first_blocker() -> None:
     with pytest.raises(TransitionRefused) as refused:
         check_finalize(TransitionStatus(), canonical_backlog=5)
     assert refused.value.gate is Gate.STATE_IS_MIXED_TRANSITION
+
+
+def test_abort_on_a_canonical_cluster_is_a_no_op() -> None:
+    canonical = TransitionStatus()
+    assert canonical.state is TransitionState.CANONICAL
+    assert abort(canonical, queue_storage_rows=True, now=NOW) == canonical
+
+
+def test_abort_after_activation_is_refused() -> None:
+    prepared = prepare(TransitionStatus(), "queue_storage", {}, NOW)
+    mixed = enter_mixed(prepared, schema_installed=True, runtimes=[LIVE_QS], now=NOW)
+    active = finalize(mixed, canonical_backlog=0, now=NOW)
+    with pytest.raises(TransitionRefused) as refused:
+        abort(active, queue_storage_rows=False, now=NOW)
+    assert refused.value.gate is Gate.TRANSITION_IN_PROGRESS

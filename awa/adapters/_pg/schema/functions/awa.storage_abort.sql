@@ -1,10 +1,16 @@
--- `awa storage abort`: back from prepared or mixed_transition to canonical (ADR 0007).
+-- `awa storage abort`: back from prepared or mixed_transition to canonical (ADR 0007);
+-- a no-op on a canonical cluster.
 CREATE OR REPLACE FUNCTION awa.storage_abort() RETURNS SETOF awa.storage_status_row
 LANGUAGE plpgsql AS $$
 DECLARE
     v awa.storage_transition_state := awa.storage_lock_for_transition();
     v_schema text := coalesce(nullif(v.details ->> 'schema', ''), 'awa');
 BEGIN
+    -- Already canonical: nothing to go back from, a no-op (domain/transition.check_abort).
+    IF v.state = 'canonical' THEN
+        RETURN QUERY SELECT * FROM awa.storage_status();
+        RETURN;
+    END IF;
     IF v.state NOT IN ('prepared', 'mixed_transition') THEN
         PERFORM awa.storage_refuse('transition_in_progress',
             format('abort needs state prepared or mixed_transition, the cluster is %s',

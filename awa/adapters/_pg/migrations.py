@@ -18,10 +18,12 @@ import re
 from importlib import resources
 
 import psycopg
+from psycopg import sql as pgsql
 
 from awa.adapters._pg.errors import map_error
 from awa.adapters._pg.pool import DictConnection, connect
 from awa.adapters._pg.schema_objects import apply_schema_objects
+from awa.adapters._pg.sql import load_queries
 from awa.domain.errors import MigrationChanged, SchemaNotMigrated
 
 log = logging.getLogger(__name__)
@@ -168,9 +170,11 @@ async def require_schema(conn: DictConnection, *, minimum: int) -> int:
 async def migrate(database_url: str) -> None:
     """Apply every pending migration. Idempotent and safe to call from many processes.
 
-    A session advisory lock serialises concurrent callers; each migration runs in its own
-    transaction together with its ``awa.schema_version`` row. A database migrated by a
-    newer package is refused with :class:`SchemaNotMigrated`.
+    A session advisory lock serialises concurrent callers. The pending migrations, their
+    ``awa.schema_version`` rows and the schema files run in one transaction: a failure
+    leaves the database at the version it had. A database migrated by a newer package is
+    refused with :class:`SchemaNotMigrated`. The role needs no superuser: owning the
+    database (or the ``awa`` schema and every queue-storage schema) is enough.
     """
     conn = await connect(database_url)
     try:
@@ -257,18 +261,90 @@ async def _migrate_locked(conn: DictConnection) -> None:
         await refuse_gaps(conn, version)
         unrecorded = await refuse_changed(conn, version)
         pending = migrations_range(version, current_migration_version())
-        for number, description, sql in pending:
-            async with conn.transaction():
+        # All or nothing: a failure anywhere leaves the database at ``version``.
+        async with conn.transaction():
+            scoped = False
+            if pending:
+                await _check_queue_storage_schemas(conn, version)
+                scoped = await _scope_namespace_scans(conn)
+            for number, description, sql in pending:
                 await conn.execute(sql.encode())
                 await _record_applied(conn, number, description, sql)
-        unrecorded += [number for number, _, _ in pending if number < CHECKSUM_VERSION]
-        async with conn.transaction():
+            if scoped:
+                await conn.execute(_query("end_namespace_scope").encode())
+            unrecorded += [number for number, _, _ in pending if number < CHECKSUM_VERSION]
             await _record_checksums(conn, unrecorded)
             if await apply_schema_objects(conn):
                 # Installed queue-storage schemas follow the install function's steps.
                 await conn.execute("SELECT awa.queue_storage_refresh()")
+        if pending:
+            log.info(
+                "migrated the database from schema version %d to %d",
+                version,
+                pending[-1][0],
+            )
     finally:
         await conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+
+
+def _query(name: str) -> str:
+    return load_queries("awa.adapters._pg", "migrations.sql")[name]
+
+
+async def _check_queue_storage_schemas(conn: DictConnection, version: int) -> None:
+    """Before the stream runs: drop queue-storage schemas left behind by a dropped ``awa``
+    schema, and refuse a queue-storage schema this role may not use, which the stream's
+    upgrade steps must reach (they would skip it, see :func:`_scope_namespace_scans`).
+
+    On a database with no migration applied, a schema holding a queue-storage ring is an
+    orphan: ``DROP SCHEMA awa CASCADE`` took the types its tables were built on (and
+    their columns with them) and the sequence its job ids came from, so it can neither be
+    upgraded nor read; the stream's upgrade loops would fail on it every time.
+    """
+    cur = await conn.execute(_query("queue_storage_schemas").encode())
+    rows = await cur.fetchall()
+    schemas = [(str(row["schema"]), bool(row["usable"])) for row in rows]
+    if version == 0:
+        orphans = [str(row["schema"]) for row in rows if row["complete"] and row["schema"] != "awa"]
+        if orphans:
+            log.warning(
+                "dropping queue-storage schema(s) %s: the database has no awa schema (it "
+                "was dropped), which took the types and the job id sequence their tables "
+                "depend on, so they can be neither upgraded nor read",
+                ", ".join(orphans),
+            )
+        for name in orphans:
+            template = _query("drop_orphaned_schema")
+            await conn.execute(pgsql.SQL(template).format(schema=pgsql.Identifier(name)))
+        return
+    unusable = [name for name, usable in schemas if not usable]
+    if unusable:
+        raise SchemaNotMigrated(
+            f"the role migrating may not use queue-storage schema(s) {', '.join(unusable)}, "
+            "which every upgrade reaches: run `awa migrate` as their owner, or grant this "
+            "role USAGE on them (and make it their owner)"
+        )
+
+
+async def _scope_namespace_scans(conn: DictConnection) -> bool:
+    """Let the released migrations' loops over ``pg_namespace`` see only the schemas this
+    role may use (see ``scope_namespace_scans`` in ``migrations.sql``); whether it was
+    needed. Their files stay byte-identical, as the checksums of databases that applied
+    them require (ADR 0012)."""
+    cur = await conn.execute(_query("unusable_schema_count").encode())
+    row = await cur.fetchone()
+    if row is None or int(row["unusable"]) == 0:
+        return False
+    cur = await conn.execute(_query("may_create_temp").encode())
+    row = await cur.fetchone()
+    if row is None or not row["allowed"]:
+        raise SchemaNotMigrated(
+            "migrating as a role that may not use every schema (pg_toast, for one) needs "
+            "the TEMPORARY privilege on the database for the duration of `awa migrate`: "
+            "GRANT TEMPORARY ON DATABASE <database> TO <role>, or migrate as a superuser"
+        )
+    await conn.execute(_query("scope_namespace_scans").encode())
+    return True
 
 
 async def _record_applied(conn: DictConnection, number: int, description: str, sql: str) -> None:

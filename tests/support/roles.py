@@ -1,0 +1,56 @@
+"""Least-privilege databases: a role that owns its database but is not a superuser.
+
+Managed Postgres (RDS, Cloud SQL, AlloyDB) never hands out superuser; the application's
+role owns its database and nothing more. :func:`owned_database` makes such a role and a
+database it owns, and drops both afterwards.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from tests.support.pg import TEST_DB_PREFIX
+
+ROLE_PREFIX = "awa_test_owner_"
+
+
+@contextmanager
+def owned_database(server_url: str, *, connection_limit: int | None = None) -> Iterator[str]:
+    """A new ``NOSUPERUSER`` login role (``CONNECTION LIMIT`` when given) and a new
+    database it owns; yields a connection string that logs in as the role."""
+    suffix = uuid.uuid4().hex[:12]
+    role = f"{ROLE_PREFIX}{suffix}"
+    database = f"{TEST_DB_PREFIX}owned_{suffix}"
+    password = secrets.token_hex(12)
+    limit = -1 if connection_limit is None else connection_limit
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL(
+                "CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE "
+                "CONNECTION LIMIT {} PASSWORD {}"
+            ).format(sql.Identifier(role), sql.Literal(limit), sql.Literal(password))
+        )
+        try:
+            admin.execute(
+                sql.SQL("CREATE DATABASE {} OWNER {} TEMPLATE template0").format(
+                    sql.Identifier(database), sql.Identifier(role)
+                )
+            )
+        except BaseException:
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+            raise
+    try:
+        yield make_conninfo(server_url, dbname=database, user=role, password=password)
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
+            )
+            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))

@@ -213,8 +213,9 @@ class Client(BlockingClientBase):
         return self._run(self._async.get_job(job_id))
 
     def health_check(self) -> HealthCheck:
-        """Health of the database connection and, when started, the worker runtime. Blocking
-        form of ``AsyncClient.health_check``.
+        """Health of the database connection and, when started, the worker runtime (on a
+        database that was never migrated: unhealthy, with Postgres connected). Blocking form
+        of ``AsyncClient.health_check``.
         """
         return self._run(self._async.health_check())
 

@@ -24,7 +24,7 @@ from awa.adapters._pg import transition as pg_transition
 from awa.adapters._pg.access import WriteAccess
 from awa.adapters._pg.conninfo import scrub_exception
 from awa.adapters._pg.errors import map_error, translated_errors
-from awa.adapters._pg.pool import PoolOptions
+from awa.adapters._pg.pool import PoolOptions, open_pool
 from awa.adapters._pg.pool import connect as pg_connect
 from awa.adapters._pg.runtime_registry import PostgresRuntimeRegistry
 from awa.adapters.clock import SystemClock
@@ -34,7 +34,11 @@ from awa.adapters.postgres_queue_storage import (
 from awa.domain.errors import DatabaseError
 from awa.domain.job import JobRecord, JobSpec
 from awa.domain.policies import Backoff
-from awa.entrypoints.routing import open_postgres_routing, open_routing_pool, postgres_routing
+from awa.entrypoints.routing import (
+    TRANSITION_SCHEMA_VERSION,
+    open_postgres_routing,
+    postgres_routing,
+)
 from awa.ports.admin import SchemaAdmin
 from awa.ports.cron import CronStore
 from awa.ports.descriptors import DescriptorStore
@@ -140,10 +144,22 @@ async def open_wiring(
     url: str, *, max_connections: int, pool_options: PoolOptions | None = None
 ) -> Wiring:
     """Open the storage engine selected for this deployment: the transition-routing engine,
-    which follows ``awa.storage_transition_state`` (canonical, mixed or queue storage)."""
-    pool = await open_routing_pool(url, max_connections=max_connections, options=pool_options)
+    which follows ``awa.storage_transition_state`` (canonical, mixed or queue storage).
+
+    The schema is not checked here (see :func:`require_schema`): a client's own SQL
+    transactions and its health check work on a database that was never migrated."""
+    pool = await open_pool(url, max_connections=max_connections, options=pool_options)
     engine = postgres_routing(pool, url, clock=SystemClock(), backoff=Backoff(), owns_pool=True)
     return Wiring(url=url, engine=engine, pool=pool)
+
+
+async def require_schema(wiring: Wiring) -> None:
+    """Raise ``SchemaNotMigrated`` unless the wiring's database has the schema its engine
+    needs (``run `awa migrate```). The in-memory client has no schema to check."""
+    if wiring.pool is None:
+        return
+    async with translated_errors(), wiring.pool.connection() as conn:
+        await pg_migrations.require_schema(conn, minimum=TRANSITION_SCHEMA_VERSION)
 
 
 async def migrate(url: str) -> None:

@@ -429,7 +429,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         expected = bootstrap.current_migration_version()
         version: int | None = None
         try:
-            wiring = await self._wiring()
+            wiring = await self._pool_wiring()
             postgres = await asyncio.wait_for(bootstrap.ping(wiring), _PROBE_TIMEOUT)
             if postgres:
                 version = await asyncio.wait_for(bootstrap.schema_version(wiring), _PROBE_TIMEOUT)
@@ -458,8 +458,9 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         }
 
     async def health_check(self) -> HealthCheck:
-        """Health of the database connection and, when started, the worker runtime."""
-        wiring = await self._wiring()
+        """Health of the database connection and, when started, the worker runtime (on a
+        database that was never migrated: unhealthy, with Postgres connected)."""
+        wiring = await self._pool_wiring()
         connected = await bootstrap.ping(wiring)
         runtime = self._runtime or self._draining
         if runtime is None:

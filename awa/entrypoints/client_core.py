@@ -82,6 +82,7 @@ class ClientCore:
         self._max_connections = max_connections
         self._pool_options = pool_options
         self._wiring_obj: Wiring | None = None
+        self._schema_checked = False
         self._open_lock: asyncio.Lock | None = None
         self._closed = False
 
@@ -91,6 +92,17 @@ class ClientCore:
         return self._url
 
     async def _wiring(self) -> Wiring:
+        """The wiring, on a database migrated far enough for the engine (checked until it
+        is, so a ``migrate()`` later on is picked up)."""
+        wiring = await self._pool_wiring()
+        if not self._schema_checked:
+            await bootstrap.require_schema(wiring)
+            self._schema_checked = True
+        return wiring
+
+    async def _pool_wiring(self) -> Wiring:
+        """The wiring, whatever the schema: for what needs only the connection pool
+        (client transactions, the health check)."""
         if self._closed:
             raise DatabaseError(CLOSED)
         if self._wiring_obj is not None:
@@ -256,8 +268,9 @@ class ClientCore:
             return inserted_count
 
     async def transaction(self) -> Transaction:
-        """Begin a transaction (``async with await client.transaction() as tx``)."""
-        wiring = await self._wiring()
+        """Begin a transaction (``async with await client.transaction() as tx``). Its plain
+        SQL runs on any database, migrated or not; its job inserts need the schema."""
+        wiring = await self._pool_wiring()
         conn = await wiring.acquire()
         return await Transaction.begin(conn, wiring.engine, wiring.release)
 

@@ -128,16 +128,28 @@ def normalize_url(url: str) -> str:
     return conninfo.normalize(url)
 
 
-def check_reachable(url: str, *, timeout: float = ELIGIBILITY_TIMEOUT) -> None:
-    """Connect once, synchronously, so a bad URL fails at client construction."""
+def check_url(url: str) -> None:
+    """Parse ``url`` without connecting: a malformed connection string fails at client
+    construction with ``DatabaseError`` (an unreachable one at the first database call)."""
     try:
-        conn = psycopg.connect(conninfo.normalize(url), connect_timeout=max(1, int(timeout)))
+        conninfo.parse(url)
+    except conninfo.ConnInfoError as exc:
+        raise DatabaseError(str(exc)) from None
+
+
+async def check_reachable(url: str, *, timeout: float = ELIGIBILITY_TIMEOUT) -> None:
+    """Connect once, so a wrong URL fails at once with the driver's reason rather than
+    after a connection pool has retried for its whole timeout."""
+    try:
+        conn = await psycopg.AsyncConnection.connect(
+            conninfo.normalize(url), connect_timeout=max(1, int(timeout))
+        )
     except (psycopg.Error, OSError) as exc:
         scrub_exception(exc, url)
         raise DatabaseError(
             f"could not connect to the database: {conninfo.scrub(str(exc), url)}"
         ) from exc
-    conn.close()
+    await conn.close()
 
 
 async def open_wiring(
@@ -147,7 +159,9 @@ async def open_wiring(
     which follows ``awa.storage_transition_state`` (canonical, mixed or queue storage).
 
     The schema is not checked here (see :func:`require_schema`): a client's own SQL
-    transactions and its health check work on a database that was never migrated."""
+    transactions and its health check work on a database that was never migrated. An
+    unreachable database raises ``DatabaseError`` naming the driver's reason."""
+    await check_reachable(url)
     pool = await open_pool(url, max_connections=max_connections, options=pool_options)
     engine = postgres_routing(pool, url, clock=SystemClock(), backoff=Backoff(), owns_pool=True)
     return Wiring(url=url, engine=engine, pool=pool)

@@ -65,8 +65,9 @@ def _job_factory(args_type: type[Any]) -> Callable[[JobRecord, AttemptContext], 
 class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, BatchOpsMixin):
     """The asyncio client: enqueue, administer, and run workers.
 
-    ``AsyncClient(database_url, max_connections=10)`` checks the database is reachable
-    immediately; use ``async with`` (or ``await close()``) to release connections.
+    ``AsyncClient(database_url, max_connections=10)`` connects on first use (a wrong
+    URL raises ``DatabaseError`` there); use ``async with`` (or ``await close()``) to
+    release connections.
     """
 
     def __init__(

@@ -56,8 +56,10 @@ def _positive(field: str, value: Any) -> int:
 class ClientCore:
     """Connection handling shared by every async client method.
 
-    Construction checks the database is reachable (a bad URL raises ``DatabaseError``
-    right away); the async engine and pools open on first use in the caller's event loop.
+    Construction opens no connection, so importing a module that builds a client needs
+    no database: a malformed URL raises ``DatabaseError`` right away, an unreachable one
+    at the first call that needs the database. The engine and its pool open on first use
+    in the caller's event loop.
     """
 
     def __init__(
@@ -72,7 +74,7 @@ class ClientCore:
         _positive("max_connections", max_connections)
         # SQLAlchemy-style URLs (``postgresql+psycopg://``) are accepted as libpq URLs.
         database_url = bootstrap.normalize_url(database_url)
-        bootstrap.check_reachable(database_url)
+        bootstrap.check_url(database_url)
         self._init_state(database_url, max_connections, pool_options)
 
     def _init_state(

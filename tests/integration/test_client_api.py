@@ -248,6 +248,19 @@ async def test_install_queue_storage_reset_and_close(migrated_database_url: str)
     await client.close()
 
 
-def test_bad_url_fails_at_construction() -> None:
-    with pytest.raises(awa.DatabaseError):
-        AsyncClient("postgresql://postgres@127.0.0.1:1/nowhere")
+async def test_an_unreachable_url_fails_at_the_first_database_call() -> None:
+    # Construction opens no connection: importing an app module needs no database.
+    client = AsyncClient("postgresql://postgres@127.0.0.1:1/nowhere")
+    with pytest.raises(awa.DatabaseError, match="could not connect to the database"):
+        await client.insert(SendEmail("x"))
+    with pytest.raises(awa.DatabaseError, match="database connection failed"):
+        await client.migrate()
+    blocking = awa.Client("postgresql://postgres@127.0.0.1:1/nowhere")
+    with pytest.raises(awa.DatabaseError, match="could not connect to the database"):
+        blocking.list_jobs()
+    blocking.close()
+
+
+def test_a_malformed_url_fails_at_construction() -> None:
+    with pytest.raises(awa.DatabaseError, match="could not be parsed"):
+        AsyncClient("postgresql://postgres@127.0.0.1/db?nonsense=1")

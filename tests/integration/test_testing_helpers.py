@@ -5,9 +5,11 @@ databases that never touch the application's own database."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -300,3 +302,99 @@ async def test_create_database_refuses_clearly_on_a_bad_server() -> None:
     with pytest.raises(RuntimeError, match="cannot create a test database") as raised:
         await create_database("postgresql://postgres:Hidd3nPw@127.0.0.1:1/postgres")
     assert "Hidd3nPw" not in str(raised.value)
+
+
+async def test_memory_client_takes_the_handlers_of_an_app_with_no_reachable_database() -> None:
+    # Building the app's client opens no connection, so this needs no Postgres.
+    app = awa.AsyncClient("postgresql://postgres@127.0.0.1:1/nowhere")
+    seen: list[int] = []
+
+    @app.task(Charge)
+    def charge(job: awa.Job[Charge]) -> None:
+        seen.append(job.args.amount)
+
+    memory = awa.testing.memory_client(handlers_from=app)
+    await memory.insert(Charge(4))
+    (result,) = await awa.testing.drain(memory)
+    assert result.is_completed() and seen == [4]
+
+
+APP_MODULE = """
+import dataclasses
+import awa
+
+@dataclasses.dataclass
+class Charge:
+    amount: int
+
+SEEN: list[int] = []
+
+def create_client(url: str) -> awa.AsyncClient:
+    client = awa.AsyncClient(url)
+
+    @client.task(Charge, queue="billing")
+    def charge(job: awa.Job[Charge]) -> None:
+        SEEN.append(job.args.amount)
+
+    return client
+
+client = create_client("postgresql://postgres@127.0.0.1:1/nowhere")
+"""
+
+APP_TEST = """
+import pytest
+from awa.testing import AwaTestClient
+from fd_app import SEEN, Charge
+
+@pytest.mark.anyio
+async def test_the_apps_handler_runs(awa_memory_client: AwaTestClient) -> None:
+    await awa_memory_client.insert(Charge(7), queue="billing")
+    (result,) = await awa_memory_client.drain("billing")
+    assert result.is_completed(), result
+    assert SEEN == [7]
+"""
+
+
+def _run_pytest(directory: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(directory)},
+    )
+
+
+def test_awa_memory_client_runs_the_app_named_by_the_ini_option(tmp_path: Path) -> None:
+    (tmp_path / "fd_app.py").write_text(APP_MODULE)
+    (tmp_path / "test_app.py").write_text(APP_TEST)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nawa_app = fd_app:client\n")
+    done = _run_pytest(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
+
+
+def test_awa_memory_client_runs_the_app_of_an_overridden_fixture(tmp_path: Path) -> None:
+    (tmp_path / "fd_app.py").write_text(APP_MODULE)
+    (tmp_path / "test_app.py").write_text(APP_TEST)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "conftest.py").write_text(
+        "import pytest\nimport fd_app\n\n"
+        "@pytest.fixture\ndef awa_app():\n"
+        "    return fd_app.create_client('postgresql://localhost/unused')\n"
+    )
+    done = _run_pytest(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
+
+
+def test_a_wrong_awa_app_option_is_named(tmp_path: Path) -> None:
+    (tmp_path / "fd_app.py").write_text(APP_MODULE)
+    (tmp_path / "test_app.py").write_text(APP_TEST)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nawa_app = fd_app:SEEN\n")
+    done = _run_pytest(tmp_path)
+    assert done.returncode != 0
+    assert "awa_app: fd_app:SEEN must be an awa.AsyncClient or return one, got list" in (
+        done.stdout + done.stderr
+    )

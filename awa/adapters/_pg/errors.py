@@ -74,6 +74,9 @@ def map_error(exc: BaseException) -> AwaError:
             return ValidationError(diag.column_name or "value", "must not be null")
         if isinstance(exc, pg_errors.StringDataRightTruncation | pg_errors.NumericValueOutOfRange):
             return ValidationError(diag.column_name or "value", "is out of range")
+        if sqlstate is None and isinstance(exc, psycopg.OperationalError):
+            # No server answer to classify: the connection could not be made or was lost.
+            return DatabaseError(f"database connection failed: {exc}")
         if sqlstate in _SCHEMA_SQLSTATES:
             return SchemaNotMigrated(f"the awa schema is missing or out of date: {exc}")
         return DatabaseError(f"database error ({sqlstate}): {exc}")

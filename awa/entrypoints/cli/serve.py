@@ -12,10 +12,11 @@ from typing import Any
 
 import click
 
-from awa.callback_contract import DEFAULT_PATH_PREFIX
+from awa.callback_contract import DEFAULT_PATH_PREFIX, DEFAULT_REPLAY_WINDOW_SECS
 from awa.domain.errors import ValidationError
 from awa.entrypoints import bootstrap
 from awa.entrypoints.cli._common import CliState, CommandFailed
+from awa.entrypoints.web.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_SESSION_TTL
 
 UI_EXTRA = "this command needs the ui extra: pip install 'awa-py[ui]'"
 F = Callable[..., Any]
@@ -70,6 +71,30 @@ def _pool_options(command: F) -> F:
             help="32-byte callback signing secret as 64 hex characters; requests "
             "then need X-Awa-Signature. [env AWA_CALLBACK_HMAC_SECRET]",
         ),
+        click.option(
+            "--callback-require-request-signature",
+            is_flag=True,
+            envvar="AWA_CALLBACK_REQUIRE_REQUEST_SIGNATURE",
+            help="Refuse callbacks signed over the id alone: each needs X-Awa-Timestamp and "
+            "X-Awa-Request-Signature over the body. [env AWA_CALLBACK_REQUIRE_REQUEST_SIGNATURE]",
+        ),
+        click.option(
+            "--callback-replay-window",
+            type=click.FloatRange(min=1),
+            default=DEFAULT_REPLAY_WINDOW_SECS,
+            show_default=True,
+            envvar="AWA_CALLBACK_REPLAY_WINDOW",
+            help="Seconds a request signature's timestamp may differ from this clock. "
+            "[env AWA_CALLBACK_REPLAY_WINDOW]",
+        ),
+        click.option(
+            "--max-body-bytes",
+            type=click.IntRange(min=1),
+            default=DEFAULT_MAX_BODY_BYTES,
+            show_default=True,
+            envvar="AWA_MAX_BODY_BYTES",
+            help="Largest request body; larger ones get 413. [env AWA_MAX_BODY_BYTES]",
+        ),
     ]
     for option in reversed(options):
         command = option(command)
@@ -85,6 +110,18 @@ def _pool(kw: dict[str, Any]) -> Any:
         max_lifetime=kw["pool_max_lifetime"],
         acquire_timeout=kw["pool_acquire_timeout"],
     )
+
+
+def _callback_settings(kw: dict[str, Any]) -> dict[str, Any]:
+    if kw["callback_require_request_signature"] and not kw["callback_hmac_secret"]:
+        raise click.UsageError(
+            "--callback-require-request-signature needs --callback-hmac-secret "
+            "(AWA_CALLBACK_HMAC_SECRET)"
+        )
+    return {
+        "callback_require_request_signature": kw["callback_require_request_signature"],
+        "callback_replay_window": kw["callback_replay_window"],
+    }
 
 
 def _run(app: Any, host: str, port: int) -> None:
@@ -161,6 +198,24 @@ def _ui_available() -> None:
     envvar="AWA_UI_TOKEN",
     help="Require this token: bearer for the API, a login for the pages. [env AWA_UI_TOKEN]",
 )
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    envvar="AWA_ALLOWED_HOSTS",
+    metavar="NAME",
+    help="Also serve requests whose Host header is NAME (repeatable; env: space- or "
+    "comma-separated; '*' for any). Without --auth-token only loopback hosts are "
+    "served otherwise (DNS rebinding). [env AWA_ALLOWED_HOSTS]",
+)
+@click.option(
+    "--session-ttl",
+    type=click.FloatRange(min=60),
+    default=DEFAULT_SESSION_TTL,
+    show_default=True,
+    envvar="AWA_UI_SESSION_TTL",
+    help="Seconds a page login lasts. [env AWA_UI_SESSION_TTL]",
+)
 @click.pass_obj
 def serve(state: CliState, /, **kw: Any) -> None:
     """Run the admin web UI and REST API (default http://127.0.0.1:3000)."""
@@ -173,6 +228,7 @@ def serve(state: CliState, /, **kw: Any) -> None:
         parse_peer,
         parse_secret,
     )
+    from awa.entrypoints.web.guard import parse_allowed_hosts
 
     try:
         config = ServerConfig(
@@ -188,13 +244,25 @@ def serve(state: CliState, /, **kw: Any) -> None:
             instance_color=parse_color(kw["instance_color"]),
             peers=tuple(parse_peer(p) for p in kw["peers"]),
             auth_token=kw["auth_token"] or None,
+            allowed_hosts=parse_allowed_hosts(kw["allowed_hosts"]),
+            session_ttl=kw["session_ttl"],
+            max_body_bytes=kw["max_body_bytes"],
+            **_callback_settings(kw),
         )
-    except ValidationError as exc:
+    except (ValidationError, ValueError) as exc:
         raise click.BadParameter(str(exc)) from None
     if config.auth_token is None and not is_loopback(config.host):
         click.echo(
             f"awa: warning: serving on {config.host} without --auth-token (AWA_UI_TOKEN): "
-            "anyone who can reach this port can retry, cancel, drain and purge jobs",
+            "anyone who can reach this port can retry, cancel, drain and purge jobs; "
+            "requests are answered only for loopback Host names and --allowed-host",
+            err=True,
+        )
+    if config.auth_token is not None and config.callback_secret is None:
+        click.echo(
+            "awa: warning: --auth-token without --callback-hmac-secret: the callback routes "
+            "want the bearer token too; give external systems signed callbacks by setting "
+            "--callback-hmac-secret (AWA_CALLBACK_HMAC_SECRET)",
             err=True,
         )
     _run(create_app(config), config.host, config.port)
@@ -254,6 +322,7 @@ def callbacks_serve(state: CliState, /, **kw: Any) -> None:
             "refusing to accept unsigned callbacks: set --callback-hmac-secret "
             "(AWA_CALLBACK_HMAC_SECRET) or pass --allow-unsigned"
         )
+    settings = _callback_settings(kw)
     url = state.database_url()
     access = asyncio.run(bootstrap.probe_write_access(url))
     if not access.writable:
@@ -266,5 +335,7 @@ def callbacks_serve(state: CliState, /, **kw: Any) -> None:
         pool=_pool(kw),
         callback_secret=secret,
         callback_prefix=prefix,
+        max_body_bytes=kw["max_body_bytes"],
+        **settings,
     )
     _run(create_callback_app(config), config.host, config.port)

@@ -18,6 +18,7 @@ from starlette.staticfiles import StaticFiles
 from awa.entrypoints.web import api, callbacks, pages
 from awa.entrypoints.web.auth import AccessMiddleware
 from awa.entrypoints.web.config import ServerConfig
+from awa.entrypoints.web.guard import GuardMiddleware, HostPolicy
 from awa.entrypoints.web.state import WebState
 
 
@@ -61,6 +62,13 @@ def _static() -> StaticFiles:
     return StaticFiles(directory=str(directory))
 
 
+def host_policy(config: ServerConfig) -> HostPolicy:
+    """Loopback hosts and ``allowed_hosts`` only, unless a token guards the server and no
+    host was named."""
+    enforce = config.auth_token is None or bool(config.allowed_hosts)
+    return HostPolicy(config.allowed_hosts, enforce=enforce)
+
+
 def create_app(config: ServerConfig) -> Starlette:
     """``awa serve``: the pages, the REST API under ``/api`` and the callback routes."""
     routes: list[BaseRoute] = [
@@ -71,10 +79,15 @@ def create_app(config: ServerConfig) -> Starlette:
     ]
     middleware = [
         Middleware(
+            GuardMiddleware,
+            hosts=host_policy(config),
+            max_body_bytes=config.max_body_bytes,
+        ),
+        Middleware(
             AccessMiddleware,
             token=config.auth_token,
             callback_prefix=config.callback_prefix,
-        )
+        ),
     ]
     handlers: dict[Any, Any] = {HTTPException: _http_error}
     return Starlette(
@@ -88,8 +101,14 @@ def create_app(config: ServerConfig) -> Starlette:
 def create_callback_app(config: ServerConfig) -> Starlette:
     """``awa callbacks serve``: only the three callback routes; no UI, no CORS."""
     handlers: dict[Any, Any] = {HTTPException: _http_error}
+    guard = Middleware(
+        GuardMiddleware,
+        hosts=HostPolicy(config.allowed_hosts, enforce=bool(config.allowed_hosts)),
+        max_body_bytes=config.max_body_bytes,
+    )
     app = Starlette(
         routes=callbacks.routes(config.callback_prefix),
+        middleware=[guard],
         exception_handlers=handlers,
         lifespan=_lifespan(config, require_writable=True),
     )

@@ -15,10 +15,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from awa.callback_contract import DEFAULT_HEARTBEAT_TIMEOUT_SECS, SIGNATURE_HEADER, verify
+from awa.callback_contract import (
+    DEFAULT_HEARTBEAT_TIMEOUT_SECS,
+    REQUEST_SIGNATURE_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    verify,
+)
+from awa.callback_contract import verify_callback_request as verify_request
 from awa.entrypoints.web import params
 from awa.entrypoints.web.errors import ApiError, api_error_response, bad_request
-from awa.entrypoints.web.state import web_state
+from awa.entrypoints.web.state import WebState, web_state
 
 log = logging.getLogger("awa.web.callbacks")
 
@@ -37,6 +44,39 @@ def check_signature(secret: bytes | None, callback_id: str, signature: str | Non
         raise ApiError(401, f"invalid {SIGNATURE_HEADER}")
 
 
+async def authenticate(request: Request, web: WebState, callback_id: str, action: str) -> None:
+    """Raise 401 unless the request is signed as the configuration demands."""
+    config = web.config
+    secret = config.callback_secret
+    if secret is None:
+        return
+    stamp = request.headers.get(TIMESTAMP_HEADER)
+    signature = request.headers.get(REQUEST_SIGNATURE_HEADER)
+    if stamp is None and signature is None:
+        if config.callback_require_request_signature:
+            raise ApiError(
+                401,
+                f"missing {TIMESTAMP_HEADER} and {REQUEST_SIGNATURE_HEADER} headers "
+                "(this receiver refuses signatures over the callback id alone)",
+            )
+        check_signature(secret, callback_id, request.headers.get(SIGNATURE_HEADER))
+        return
+    if not stamp or not signature:
+        raise ApiError(401, f"{TIMESTAMP_HEADER} and {REQUEST_SIGNATURE_HEADER} go together")
+    now, window = web.clock(), config.callback_replay_window
+    body = await request.body()
+    if not verify_request(
+        secret, callback_id, action, body, stamp, signature, now=now, window=window
+    ):
+        raise ApiError(
+            401,
+            f"invalid {REQUEST_SIGNATURE_HEADER}, or {TIMESTAMP_HEADER} is not integer "
+            f"Unix seconds within {window:g} s of the server's clock",
+        )
+    if not web.seen_signatures.first_use(signature, int(stamp) + window, now):
+        raise ApiError(401, f"{REQUEST_SIGNATURE_HEADER} was already used (a replay)")
+
+
 async def receive(request: Request) -> Response:
     try:
         return await _receive(request)
@@ -50,7 +90,7 @@ async def _receive(request: Request) -> Response:
     action = request.path_params["action"]
     if action not in ACTIONS:
         raise ApiError(404, f"unknown callback action {action!r} (one of {', '.join(ACTIONS)})")
-    check_signature(web.config.callback_secret, callback_id, request.headers.get(SIGNATURE_HEADER))
+    await authenticate(request, web, callback_id, action)
     await web.guard.require_writable()
     doc = await params.body(request)
     client = web.client

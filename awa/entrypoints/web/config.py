@@ -9,8 +9,9 @@ from urllib.parse import urlsplit
 import attrs
 
 from awa.adapters._pg.pool import PoolOptions
-from awa.callback_contract import DEFAULT_PATH_PREFIX, SECRET_LENGTH
+from awa.callback_contract import DEFAULT_PATH_PREFIX, DEFAULT_REPLAY_WINDOW_SECS, SECRET_LENGTH
 from awa.domain.errors import ValidationError
+from awa.entrypoints.web.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_SESSION_TTL
 
 _COLOR = re.compile(r"^#(?:[0-9a-fA-F]{3,4}|[0-9a-fA-F]{6}|[0-9a-fA-F]{8})$")
 _PEER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,62}$")
@@ -50,6 +51,17 @@ class ServerConfig:
     instance_color: str | None = None
     peers: tuple[Peer, ...] = ()
     auth_token: str | None = None
+    #: Host names served besides loopback ones (``--allowed-host``); ``"*"`` serves all.
+    allowed_hosts: tuple[str, ...] = ()
+    #: The largest request body accepted (``--max-body-bytes``); larger ones get 413.
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    #: How long a page login lasts (``--session-ttl``, seconds).
+    session_ttl: float = DEFAULT_SESSION_TTL
+    #: Refuse callbacks signed over the id alone: each needs a request signature
+    #: (``--callback-require-request-signature``; ``awa.callback_contract``).
+    callback_require_request_signature: bool = False
+    #: How far a request signature's timestamp may be from the server's clock (seconds).
+    callback_replay_window: float = DEFAULT_REPLAY_WINDOW_SECS
 
     @property
     def poll_interval_ms(self) -> int:

@@ -38,6 +38,10 @@ def not_found(message: str) -> ApiError:
 
 def status_of(exc: BaseException) -> tuple[int, str]:
     """The HTTP status and message for an exception a handler let through."""
+    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        # A body read through a middleware's task group (a body over the limit) arrives
+        # wrapped in a group of one.
+        return status_of(exc.exceptions[0])
     if isinstance(exc, ApiError):
         return exc.status, exc.message
     if isinstance(exc, UniqueConflict):

@@ -25,11 +25,13 @@ from awa.entrypoints.web.openapi_schemas import (
 )
 
 ERRORS = {
-    "400": "invalid input",
+    "400": "invalid input, or a Host header this server does not answer",
     "401": "authentication required, or a bad callback signature",
     "403": "cross-site request, or missing CSRF token",
     "404": "not found",
     "409": "unique-key conflict, or a batch operation that has already finished",
+    "413": "request body larger than the server's limit",
+    "429": "too many wrong tokens from this client: wait Retry-After seconds",
     "503": "read-only mode (mutations are disabled), or the schema is not migrated",
 }
 

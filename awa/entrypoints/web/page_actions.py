@@ -3,8 +3,9 @@ notice (or the error) in the URL, so a reload never repeats the action."""
 
 from __future__ import annotations
 
-import hmac
+import logging
 from collections.abc import Awaitable, Callable
+from math import ceil
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -14,11 +15,19 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from awa.entrypoints.web import actions
-from awa.entrypoints.web.auth import CSRF_FIELD, SESSION_COOKIE, csrf_matches, session_value
+from awa.entrypoints.web.auth import (
+    CSRF_FIELD,
+    SESSION_COOKIE,
+    client_key,
+    csrf_matches,
+    same_secret,
+)
 from awa.entrypoints.web.errors import ApiError, bad_request, status_of
 from awa.entrypoints.web.params import clean, parse_timestamp, path_text
 from awa.entrypoints.web.render import render
 from awa.entrypoints.web.state import WebState, web_state
+
+log = logging.getLogger("awa.web.auth")
 
 Action = Callable[[Request, WebState, FormData], Awaitable[str]]
 
@@ -182,21 +191,30 @@ async def batch_cancel(request: Request, web: WebState, form: FormData) -> str:
 async def login(request: Request) -> Response:
     web = web_state(request)
     target = safe_target(request.query_params.get("next"), "/")
-    if web.config.auth_token is None:
+    if web.config.auth_token is None or web.sessions is None:
         return RedirectResponse(target, 303)
     if request.method == "GET":
         return render(request, "login.html", target=target, wrong=False)
     form = await request.form()
     target = safe_target(str(form.get("next") or ""), "/")
-    given = str(form.get("token") or "")
-    if not csrf_matches(request, str(form.get(CSRF_FIELD) or "")) or not hmac.compare_digest(
-        given, web.config.auth_token
-    ):
+    client, now = client_key(request), web.clock()
+    wait = web.throttle.wait(client, now)
+    if wait > 0:
+        refused = render(request, "login.html", status=429, target=target, wait=ceil(wait))
+        refused.headers["Retry-After"] = str(max(1, ceil(wait)))
+        return refused
+    if not csrf_matches(request, str(form.get(CSRF_FIELD) or "")):
         return render(request, "login.html", status=401, target=target, wrong=True)
+    if not same_secret(str(form.get("token") or ""), web.config.auth_token):
+        web.throttle.failed(client, now)
+        log.warning("wrong token at /login from %s", client)
+        return render(request, "login.html", status=401, target=target, wrong=True)
+    web.throttle.succeeded(client)
     response = RedirectResponse(target, 303)
     response.set_cookie(
         SESSION_COOKIE,
-        session_value(web.config.auth_token),
+        web.sessions.issue(now),
+        max_age=int(web.sessions.ttl),
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",
@@ -206,6 +224,11 @@ async def login(request: Request) -> Response:
 
 
 async def logout(request: Request) -> Response:
+    """End the session: its id is revoked here, so a copy of the cookie stops working."""
+    web = web_state(request)
+    cookie = request.cookies.get(SESSION_COOKIE, "")
+    if web.sessions is not None and cookie:
+        web.sessions.revoke(cookie, web.clock())
     response = RedirectResponse("/login", 303)
     response.delete_cookie(SESSION_COOKIE, path="/")
     return response

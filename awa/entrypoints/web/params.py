@@ -99,6 +99,8 @@ async def body(request: Request, *, required: bool = False) -> dict[str, Any]:
         value = json.loads(raw)
     except ValueError as exc:
         raise bad_request(f"body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise bad_request("body is nested too deeply") from None
     if not isinstance(value, dict):
         raise bad_request("body must be a JSON object")
     return value

@@ -6,6 +6,7 @@ import functools
 import json
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.requests import Request
@@ -13,6 +14,7 @@ from starlette.responses import HTMLResponse
 
 from awa.domain.descriptors import STATUS_MEANINGS
 from awa.entrypoints.web.auth import csrf_token
+from awa.entrypoints.web.guard import NONCE_KEY
 from awa.entrypoints.web.state import web_state
 
 NAV = [
@@ -48,6 +50,20 @@ def _ago(value: str | None) -> str:
     return f"in {text}" if future else f"{text} ago"
 
 
+def web_link(value: Any) -> str | None:
+    """``value`` when it is an absolute http(s) URL, else ``None``: a ``javascript:`` or
+    ``data:`` URL from a descriptor is shown as text, never as a link."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parts = urlsplit(value.strip())
+    except ValueError:
+        return None
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+        return None
+    return value.strip()
+
+
 def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, default=str)
 
@@ -62,6 +78,7 @@ def environment() -> Environment:
     )
     env.filters["ago"] = _ago
     env.filters["pretty"] = _pretty
+    env.filters["web_link"] = web_link
     env.globals["descriptor_meanings"] = STATUS_MEANINGS
     return env
 
@@ -87,6 +104,7 @@ def render(request: Request, template: str, status: int = 200, **context: Any) -
         "peers": config.peers,
         "poll_interval_ms": config.poll_interval_ms,
         "csrf": csrf_token(request),
+        "csp_nonce": request.scope.get(NONCE_KEY, ""),
         "auth": config.auth_token is not None,
         "notice": request.query_params.get("notice"),
         "failure": request.query_params.get("error"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -15,6 +16,7 @@ from awa.entrypoints.web.cache import ReadCache
 from awa.entrypoints.web.config import ServerConfig
 from awa.entrypoints.web.errors import ApiError
 from awa.entrypoints.web.reads import AdminReads
+from awa.entrypoints.web.sessions import LoginThrottle, SeenSignatures, SessionStore
 
 if TYPE_CHECKING:
     from awa.adapters._pg.access import ReplicaLag
@@ -98,6 +100,12 @@ class WebState:
     cache: ReadCache
     reads: AdminReads
     guard: WriteGuard
+    #: Page sessions (``None`` without ``--auth-token``).
+    sessions: SessionStore | None = None
+    throttle: LoginThrottle = attrs.field(factory=LoginThrottle)
+    seen_signatures: SeenSignatures = attrs.field(factory=SeenSignatures)
+    #: Wall-clock Unix seconds (sessions, login waits, callback timestamps); tests move it.
+    clock: Callable[[], float] = time.time
     extra: dict[str, Any] = attrs.field(factory=dict)
 
     @classmethod
@@ -110,6 +118,11 @@ class WebState:
             cache=cache,
             reads=AdminReads(client, cache),
             guard=WriteGuard(config.database_url, forced=config.read_only),
+            sessions=(
+                None
+                if config.auth_token is None
+                else SessionStore(config.auth_token, config.session_ttl)
+            ),
         )
 
     async def mutated(self) -> None:

@@ -223,7 +223,7 @@ def test_serve_reads_every_option_from_its_environment_variable(
     assert "without --auth-token" in result.stderr  # a non-loopback bind without a token
     ((app, host, port),) = started
     assert (host, port) == ("0.0.0.0", 3123)
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://localhost:3123") as client:
         web = client.app.state.awa  # type: ignore[attr-defined]
         config = web.config
         assert config.read_only and config.cache_ttl == 9.0 and config.pool_max == 7
@@ -244,7 +244,8 @@ def test_serve_reads_every_option_from_its_environment_variable(
         ["--database-url", migrated_database_url, "serve", "--auth-token", "t"],
         env={"AWA_HOST": "0.0.0.0"},
     )
-    assert quiet.exit_code == 0 and "warning" not in quiet.stderr
+    assert quiet.exit_code == 0 and "without --auth-token" not in quiet.stderr
+    assert "callback routes want the bearer token" in quiet.stderr  # no callback secret
     default = CliRunner().invoke(
         cli, ["--database-url", migrated_database_url, "serve"], env={"AWA_HOST": None}
     )

@@ -22,6 +22,7 @@ from tests.integration.web.live import live_server
 
 pytestmark = pytest.mark.postgres
 
+REBIND_HOST = "rebind.attacker.test"
 CHROMIUM = os.environ.get("AWA_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 LAUNCH_ARGS = [
     "--headless",
@@ -29,6 +30,8 @@ LAUNCH_ARGS = [
     "--disable-gpu",
     "--no-first-run",
     "--disable-background-networking",
+    # A DNS-rebinding attacker's name that resolves to this machine.
+    f"--host-resolver-rules=MAP {REBIND_HOST} 127.0.0.1",
 ]
 TOKEN = "browser-token"
 
@@ -197,3 +200,23 @@ def test_pages_refresh_themselves(page: Any, seeded: Seeded) -> None:
             conn.execute("INSERT INTO awa.queue_meta (queue, paused) VALUES ('mail', true)")
         # No reload: the content is fetched again after one poll interval (5 s).
         row.locator(".badge", has_text="paused").wait_for(timeout=15_000)
+
+
+def test_a_dns_rebinding_page_cannot_reach_the_server(page: Any, seeded: Seeded) -> None:
+    """A page of another site whose name now resolves to 127.0.0.1 is same-origin with
+    itself, so its scripts could call the API: the Host check refuses every request."""
+    pending = seeded.ids["available"][0]
+    with serve(seeded) as base:
+        port = base.rsplit(":", 1)[1]
+        response = page.goto(f"http://{REBIND_HOST}:{port}/")
+        assert response is not None and response.status == 400
+        assert "not served" in page.content()
+        status = page.evaluate(
+            """async () => (await fetch("/api/queues/mail/drain", {
+                method: "POST", headers: {"Content-Type": "application/json"}, body: "{}"
+            })).status"""
+        )
+        assert status == 400
+        page.goto(base + "/queues")  # the real origin still works
+        assert page.locator("text=mail").first.is_visible()
+    assert db_state(seeded.url, pending) == "available"

@@ -5,7 +5,8 @@ directory under the user's cache directory (a temporary directory when running a
 because the embedded server would otherwise loosen permissions on root's home), creates a
 throw-away database in it, migrates, enqueues example jobs of several kinds, runs one
 worker runtime against them, shows counts by state while they run, prints a per-kind
-summary once every job has settled, and shuts everything down (the server included).
+summary once every job has settled, and shuts everything down (the server included),
+also when stopped by SIGINT, SIGTERM or SIGHUP (see :mod:`awa.entrypoints.dev_embedded`).
 
 With a database URL it uses that database instead; the run's queues get a unique prefix
 so concurrent runs and existing queues are left alone.
@@ -14,28 +15,27 @@ so concurrent runs and existing queues are left alone.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 import uuid
-import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 import attrs
 
-from awa.adapters._pg import databases as pg_databases
 from awa.domain.errors import TerminalError
 from awa.domain.handler_results import RetryAfter, Snooze
 from awa.entrypoints.bootstrap import migrate
 from awa.entrypoints.client_async import AsyncClient
+from awa.entrypoints.dev_embedded import (
+    default_data_dir,
+    embedded_postgres,
+    stop_on_signals,
+)
 from awa.entrypoints.job import Job
 
 #: Display order of job states in the live progress line.
@@ -59,11 +59,6 @@ KIND_PATTERN = (
     + ["sync_inventory"] * 2
     + ["generate_report"] * 2
     + ["import_feed"]
-)
-
-EMBEDDED_MISSING = (
-    "no database URL and the embedded Postgres is not installed; "
-    "set DATABASE_URL or install pgserver (pip install 'awa-py[embedded]')"
 )
 
 
@@ -402,58 +397,6 @@ async def run_dev(
     return DevSummary(kinds=tuple(kinds), elapsed=elapsed, settled=settled)
 
 
-# --------------------------------------------------------------------------- embedded
-
-
-def default_data_dir() -> Path | None:
-    """Where the embedded server keeps its data between runs; ``None`` means "a fresh
-    temporary directory" (when running as root, or when the cache is not writable)."""
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        return None
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    path = Path(cache) / "awa" / "dev-postgres"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return None
-    return path
-
-
-@contextlib.contextmanager
-def embedded_postgres(data_dir: Path | None, out: TextIO) -> Iterator[str]:
-    """Start (or reuse) an embedded server, yield the URL of a fresh database in it, then
-    drop that database and stop the server."""
-    try:
-        with warnings.catch_warnings():
-            # platformdirs warns at import time when XDG_RUNTIME_DIR is unset; harmless.
-            warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
-            from pgserver.postgres_server import get_server
-    except ImportError as exc:
-        raise RuntimeError(EMBEDDED_MISSING) from exc
-
-    scratch: Path | None = None
-    if data_dir is None:
-        scratch = Path(tempfile.mkdtemp(prefix="awa-dev-"))
-        data_dir = scratch / "pgdata"
-    out.write(f"starting embedded Postgres in {data_dir}...\n")
-    out.flush()
-    server: Any = get_server(data_dir, cleanup_mode="stop")
-    try:
-        dbname = f"awa_dev_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-        admin_url = str(server.get_uri())
-        pg_databases.create_database_sync(admin_url, dbname)
-        try:
-            yield str(server.get_uri(dbname))
-        finally:
-            pg_databases.drop_database_sync(admin_url, dbname)
-    finally:
-        server.cleanup()
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
-        out.write("embedded Postgres stopped\n")
-        out.flush()
-
-
 def main(
     database_url: str | None,
     options: DevOptions,
@@ -465,11 +408,14 @@ def main(
     """Run the whole tour; returns the exit code (0 once every job settled in time)."""
     stream = out if out is not None else sys.stdout
     is_tty = stream.isatty() if tty is None else tty
-    if database_url:
-        summary = asyncio.run(run_dev(database_url, options, stream, tty=is_tty, shared=True))
-    else:
-        with embedded_postgres(data_dir or default_data_dir(), stream) as url:
-            summary = asyncio.run(run_dev(url, options, stream, tty=is_tty, shared=False))
+    # SIGINT, SIGTERM and SIGHUP unwind through the worker's shutdown and the embedded
+    # server's stop (``Interrupted``); the CLI turns that into exit status 128 + signal.
+    with stop_on_signals():
+        if database_url:
+            summary = asyncio.run(run_dev(database_url, options, stream, tty=is_tty, shared=True))
+        else:
+            with embedded_postgres(data_dir or default_data_dir(), stream) as url:
+                summary = asyncio.run(run_dev(url, options, stream, tty=is_tty, shared=False))
     stream.write(summary.render() + "\n")
     stream.flush()
     return 0 if summary.settled else 1

@@ -6,15 +6,19 @@ import io
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from awa.entrypoints.dev import KIND_PATTERN, DevSummary, KindStats, Progress
+from awa.entrypoints.dev_embedded import OWNER_FILE, SCRATCH_PREFIX, reap_leftovers, stop_server
 
 pytestmark = [pytest.mark.postgres]
 
@@ -122,3 +126,110 @@ def test_progress_rewrites_one_line_on_a_tty() -> None:
     text = out.getvalue()
     assert text.startswith("\r[  0.5s] 0/10 settled") and text.endswith("\n")
     assert text.count("\r") == 2 and text.count("\n") == 1
+
+
+@pytest.fixture
+def dev_tmpdir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A temporary directory of its own for ``awa dev``'s scratch data directories
+    (world-traversable: the embedded server runs as another user under root)."""
+    base = Path(tempfile.mkdtemp(prefix="awa-devtmp-"))
+    base.chmod(0o755)
+    monkeypatch.setattr(tempfile, "tempdir", str(base))
+    try:
+        yield base
+    finally:
+        for leftover in base.glob(f"{SCRATCH_PREFIX}*"):
+            stop_server(leftover / "pgdata")
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _start_dev(tmpdir: Path) -> tuple[subprocess.Popen[str], Path, int]:
+    """An ``awa dev`` run on a fresh embedded server, once its worker has started: the
+    process, its scratch directory and the server's pid."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "AWA_TEST_DATABASE_URL")
+    }
+    env.update(PYTHONPATH=str(ROOT), TMPDIR=str(tmpdir))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "awa", "dev", "--jobs", "4000", "--workers", "2"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert process.stdout is not None
+    seen = []
+    for line in process.stdout:
+        seen.append(line)
+        if "starting a worker" in line:
+            break
+    else:
+        process.wait(timeout=60)
+        raise AssertionError("".join(seen))
+    (scratch,) = tmpdir.glob(f"{SCRATCH_PREFIX}*")
+    pid = int((scratch / "pgdata" / "postmaster.pid").read_text().split()[0])
+    return process, scratch, pid
+
+
+def _gone(pid: int, *, within: float = 0.0) -> bool:
+    """Whether process ``pid`` has ended, waiting up to ``within`` seconds for it (a
+    stopped server's postmaster outlives its pid file by a moment)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a scratch data directory is used as root")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_dev_stops_its_server_and_removes_its_data_on_a_signal(
+    dev_tmpdir: Path, signum: signal.Signals
+) -> None:
+    process, scratch, server_pid = _start_dev(dev_tmpdir)
+    process.send_signal(signum)
+    assert process.stdout is not None
+    rest = process.stdout.read()
+    assert process.wait(timeout=60) == 128 + signum, rest
+    assert f"stopped by {signum.name}" in rest
+    assert not scratch.exists(), rest
+    assert _gone(server_pid, within=30)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a scratch data directory is used as root")
+def test_the_next_run_removes_what_a_killed_run_left(dev_tmpdir: Path) -> None:
+    process, scratch, server_pid = _start_dev(dev_tmpdir)
+    process.kill()
+    process.wait(timeout=60)
+    # Killed outright: nothing could clean up.
+    assert scratch.exists() and not _gone(server_pid)
+    out = io.StringIO()
+    reap_leftovers(None, out)
+    assert not scratch.exists()
+    assert _gone(server_pid, within=30)
+    assert f"removed {scratch} left by an earlier run (its server was still running" in (
+        out.getvalue()
+    )
+
+
+def test_reaping_keeps_directories_of_live_or_unknown_owners(dev_tmpdir: Path) -> None:
+    mine = dev_tmpdir / f"{SCRATCH_PREFIX}live"
+    mine.mkdir()
+    (mine / OWNER_FILE).write_text(str(os.getpid()))
+    unmarked = dev_tmpdir / f"{SCRATCH_PREFIX}test-data"
+    unmarked.mkdir()
+    finished = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], text=True, capture_output=True
+    )
+    dead = dev_tmpdir / f"{SCRATCH_PREFIX}dead"
+    (dead / "pgdata").mkdir(parents=True)
+    (dead / OWNER_FILE).write_text(finished.stdout.strip())
+    out = io.StringIO()
+    reap_leftovers(None, out)
+    assert mine.exists() and unmarked.exists() and not dead.exists()
+    assert out.getvalue() == f"removed {dead} left by an earlier run\n"

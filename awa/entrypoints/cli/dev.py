@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import click
@@ -10,6 +11,7 @@ from awa.entrypoints import dev as dev_tour
 from awa.entrypoints import logs
 from awa.entrypoints.cli._common import fail, mutating, state
 from awa.entrypoints.cli._logging import log_options
+from awa.entrypoints.dev_embedded import EMBEDDED_MISSING, Interrupted
 
 
 @click.command()
@@ -51,8 +53,9 @@ def dev(
     """Enqueue example jobs, work them with a live display, and print a summary.
 
     Uses --database-url / $DATABASE_URL when given; otherwise starts an embedded Postgres
-    for the duration of the run. --log-level info (or debug) adds the worker's log lines
-    on stderr.
+    for the duration of the run, stopped (and its temporary data directory removed) on
+    exit, SIGINT, SIGTERM or SIGHUP. --log-level info (or debug) adds the worker's log
+    lines on stderr.
     """
     logs.configure(log_level, log_format)
     url = state().optional_database_url()
@@ -60,8 +63,13 @@ def dev(
     try:
         code = dev_tour.main(url, options, data_dir=data_dir)
     except RuntimeError as exc:
-        if str(exc) == dev_tour.EMBEDDED_MISSING:
+        if str(exc) == EMBEDDED_MISSING:
             raise fail(str(exc)) from exc
         raise
+    except Interrupted as stopped:
+        # Everything was shut down on the way here; a closed terminal may not take this.
+        with contextlib.suppress(OSError):
+            click.echo(f"awa dev: stopped by {stopped}", err=True)
+        raise click.exceptions.Exit(128 + stopped.signum) from None
     if code != 0:
         raise click.exceptions.Exit(code)

@@ -269,10 +269,9 @@ def read_runtime_registry(wiring: Wiring) -> RuntimeRegistry:
     return PostgresRuntimeRegistry(wiring.database())
 
 
-def heartbeat_engine_factory(wiring: Wiring) -> EngineFactory:
-    """Opens a second, two-connection engine for the heartbeat thread, so heartbeats keep
-    flowing while a handler blocks the main event loop. Heartbeats find each attempt's
-    engine by job id, so a fresh routing engine will do."""
+def _thread_engine_factory(wiring: Wiring) -> EngineFactory:
+    """Opens a two-connection routing engine on the wiring's database, for a thread with
+    an event loop of its own (a pool belongs to the loop that opened it)."""
     url = wiring.url
 
     async def open_routing() -> StorageEngine:
@@ -281,6 +280,20 @@ def heartbeat_engine_factory(wiring: Wiring) -> EngineFactory:
         )
 
     return open_routing
+
+
+def heartbeat_engine_factory(wiring: Wiring) -> EngineFactory:
+    """Opens a second, two-connection engine for the heartbeat thread, so heartbeats keep
+    flowing while a handler blocks the main event loop. Heartbeats find each attempt's
+    engine by job id, so a fresh routing engine will do."""
+    return _thread_engine_factory(wiring)
+
+
+def maintenance_engine_factory(wiring: Wiring) -> EngineFactory:
+    """Opens the maintenance thread's own two-connection engine (promotion, rescue,
+    cron, prune run there, so a handler blocking the main event loop cannot stall them;
+    ADR 0014). The routing engine follows the storage transition like the client's."""
+    return _thread_engine_factory(wiring)
 
 
 async def ping(wiring: Wiring) -> bool:

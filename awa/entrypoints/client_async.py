@@ -237,6 +237,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         descriptor_retention_days: float | None = None,
         cleanup_batch_size: int | None = None,
         leader_election_interval_ms: int | None = None,
+        leader_lease_ttl_ms: int | None = None,
         heartbeat_interval_ms: int | None = None,
         promote_interval_ms: int | None = None,
         heartbeat_rescue_interval_ms: int | None = None,
@@ -266,6 +267,11 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         listed queues are served and the other handlers do not run in this process.
         Bad configuration raises ``ValueError`` / ``TypeError`` naming the field.
 
+        One worker of the fleet leads maintenance (promotion, rescue, cron, prune) under a
+        lease of ``leader_lease_ttl_ms`` (default 6000) that it renews every third of it;
+        a leader that stops renewing is replaced within about that long. Maintenance runs
+        on a thread of its own, so a blocking handler cannot starve it.
+
         ``health_addr`` (default ``$AWA_HEALTH_ADDR``) is ``HOST:PORT`` for the health
         listener (``/healthz``, ``/readyz``, ``/metrics``); it listens from before the
         runtime starts until after it has shut down. Port 0 picks a free port
@@ -283,6 +289,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
             descriptor_retention_days=descriptor_retention_days,
             cleanup_batch_size=cleanup_batch_size,
             leader_election_interval_ms=leader_election_interval_ms,
+            leader_lease_ttl_ms=leader_lease_ttl_ms,
             heartbeat_interval_ms=heartbeat_interval_ms,
             promote_interval_ms=promote_interval_ms,
             heartbeat_rescue_interval_ms=heartbeat_rescue_interval_ms,
@@ -353,6 +360,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
             config,
             runtime_registry=ports.registry,
             heartbeat_engine_factory=bootstrap.heartbeat_engine_factory(wiring),
+            maintenance_engine_factory=bootstrap.maintenance_engine_factory(wiring),
             max_connections=self._max_connections,
             cron=cron,
             descriptors=descriptors,

@@ -17,6 +17,7 @@ import attrs
 
 from awa._version import __version__
 from awa.domain.errors import ValidationError
+from awa.domain.leadership import DEFAULT_LEASE_TTL, validate_lease_ttl
 from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, validate_stripe_count
 from awa.domain.validation import (
     CLAIM_SLOT_COUNT,
@@ -94,6 +95,7 @@ class RuntimeConfig:
     deadline_rescue_interval: float = 30.0
     callback_rescue_interval: float = 30.0
     leader_election_interval: float = 10.0
+    leader_lease_ttl: float = DEFAULT_LEASE_TTL
     cleanup_interval: float = 60.0
     completed_retention: timedelta = timedelta(hours=24)
     failed_retention: timedelta = timedelta(hours=72)
@@ -403,6 +405,7 @@ def parse_start_args(
     descriptor_retention_days: float | None = None,
     cleanup_batch_size: int | None = None,
     leader_election_interval_ms: int | None = None,
+    leader_lease_ttl_ms: int | None = None,
     heartbeat_interval_ms: int | None = None,
     promote_interval_ms: int | None = None,
     heartbeat_rescue_interval_ms: int | None = None,
@@ -501,6 +504,9 @@ def parse_start_args(
         ),
         leader_election_interval=_ms(
             "leader_election_interval_ms", leader_election_interval_ms, 10_000
+        ),
+        leader_lease_ttl=validate_lease_ttl(
+            _ms("leader_lease_ttl_ms", leader_lease_ttl_ms, int(DEFAULT_LEASE_TTL * 1000))
         ),
         cleanup_interval=_ms("cleanup_interval_ms", cleanup_interval_ms, 60_000),
         completed_retention=_hours(

@@ -49,6 +49,8 @@ class AttemptContext:
         self.queue = queue
         self.callback_poll_interval = callback_poll_interval
         self.cancel_scope: anyio.CancelScope | None = None
+        #: the task running the handler (the loop watchdog names it when it blocks)
+        self.task: asyncio.Task[Any] | None = None
         # Set once the handler's permit went back to its queue (see Runtime).
         self.permit_returned = False
         # A plain flag: set from any thread (a heartbeat answering a cancel, shutdown),

@@ -11,13 +11,14 @@ its lock mid-pass, or two leaders in a failover, enqueue each slot once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 import anyio
 
 from awa.domain.cron import CATCH_UP_LIMIT, CronCalendar, CronJob, CronSchedule, due_fires
 from awa.domain.errors import ValidationError
+from awa.domain.leadership import LeaseLapsed
 from awa.ports.clock import Clock
 from awa.ports.cron import CronParser, CronStore
 
@@ -92,28 +93,45 @@ class CronService:
         self._calendars[key] = calendar
         return calendar
 
-    async def evaluate(self) -> int:
+    async def evaluate(
+        self, *, store: CronStore | None = None, before_fire: Callable[[], None] | None = None
+    ) -> int:
         """Fire every due slot of every stored schedule; returns how many jobs it enqueued.
 
-        A schedule whose fire fails is logged and skipped; the others still fire."""
+        ``store`` replaces the service's own for this pass (the maintenance thread has an
+        engine of its own); ``before_fire`` runs before each fire and may raise to stop the
+        pass (the leader's lease check). A schedule whose fire fails is logged and skipped;
+        the others still fire."""
+        store = store or self.store
         enqueued = 0
         now = self.clock.now()
-        for job in await self.store.list_cron_jobs():
+        for job in await store.list_cron_jobs():
             calendar = self._calendar(job)
             if calendar is None:
                 continue
             try:
-                enqueued += await self._fire_due(job, calendar, now)
+                enqueued += await self._fire_due(store, job, calendar, now, before_fire)
+            except LeaseLapsed:
+                raise
             except Exception:
                 log.warning("firing periodic schedule %r failed", job.name, exc_info=True)
         self.fired += enqueued
         return enqueued
 
-    async def _fire_due(self, job: CronJob, calendar: CronCalendar, now: datetime) -> int:
+    async def _fire_due(
+        self,
+        store: CronStore,
+        job: CronJob,
+        calendar: CronCalendar,
+        now: datetime,
+        before_fire: Callable[[], None] | None,
+    ) -> int:
         previous = job.last_enqueued_at
         fired = 0
         for fire_at in due_fires(calendar, job, now, limit=self.catch_up_limit):
-            record = await self.store.fire_cron_job(job.name, fire_at=fire_at, previous=previous)
+            if before_fire is not None:
+                before_fire()
+            record = await store.fire_cron_job(job.name, fire_at=fire_at, previous=previous)
             if record is None:
                 # Fired by another leader, paused or removed since it was read.
                 log.debug("periodic schedule %r slot %s already taken", job.name, fire_at)

@@ -1,17 +1,32 @@
-"""Cluster maintenance run by the single elected leader."""
+"""Cluster maintenance run by the single elected leader.
+
+Leadership is a lease (ADR 0014) that this loop renews itself between duties, so a
+process that is stopped, blocked or cut off from the database stops renewing and loses
+it one ttl after its last renewal. The holder counts the lease on its own monotonic clock
+from before each request left and checks it before every action (and between the steps
+of a duty): once it has run out, the holder steps down before acting again. With an
+engine factory the whole loop runs on a thread of its own with its own event loop and
+engine, so a handler that blocks the worker's event loop cannot starve maintenance.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import anyio
+import anyio.to_thread
 
+from awa.domain.leadership import Lease, LeaseLapsed, LeasePolicy
 from awa.domain.lifecycle import Rescue
 from awa.domain.policies import RingSeal
 from awa.ports.clock import Clock
+from awa.ports.cron import CronStore
 from awa.ports.descriptors import DescriptorStore
 from awa.ports.leader import LeaderLock
 from awa.ports.maintenance import RingMaintenance
@@ -27,6 +42,12 @@ from awa.runtime.queue_gauges import REFRESH_INTERVAL, QueueGauges
 log = logging.getLogger("awa.runtime.maintenance")
 
 _CLEANUP_ROUNDS = 10
+#: After a failed renewal, the next try comes this soon (while the lease still lasts).
+_RENEW_RETRY = 0.25
+#: How long stopping waits for the maintenance thread once its duty finished.
+_THREAD_JOIN = 10.0
+
+EngineFactory = Callable[[], Awaitable[StorageEngine]]
 
 
 class _Duty:
@@ -42,9 +63,14 @@ class _Duty:
 
 
 class MaintenanceLeader:
-    """Tries to become leader every ``leader_election_interval``; while leader, runs each
-    duty on its own interval. A failing duty is logged and retried on its next tick;
-    losing the lock stops the duties until leadership is won again."""
+    """Tries to take the maintenance lease (again as soon as the holder's would end, at
+    most every ``leader_election_interval``); while it holds it, runs each duty on its own
+    interval and renews the lease every third of its ttl. A failing duty is logged and
+    retried on its next tick; a lease that ran out or changed hands stops the duties until
+    leadership is won again.
+
+    ``engine_factory`` moves the loop onto a thread of its own with an engine of its own
+    (opened there); without one it runs on the caller's event loop with ``engine``."""
 
     def __init__(
         self,
@@ -56,15 +82,20 @@ class MaintenanceLeader:
         cron: CronService | None = None,
         clock: Clock | None = None,
         instance_id: str = "",
+        engine_factory: EngineFactory | None = None,
     ) -> None:
         self._engine = engine
+        self._engine_factory = engine_factory
         self._cron = cron
         self._clock = clock
-        self._batch_runner = BatchRunner(engine, runner_id=instance_id)
+        self._instance_id = instance_id
         self._lock = lock
         self._config = config
         self._inflight = inflight
+        self.policy = LeasePolicy(ttl=config.leader_lease_ttl)
         self.is_leader = False
+        #: the term of the lease held now (or last held)
+        self.term = 0
         self.runs: dict[str, int] = {}
         #: how often each rotate / prune outcome word was seen (observability, tests)
         self.ring_outcomes: dict[str, int] = {}
@@ -74,23 +105,40 @@ class MaintenanceLeader:
         )
         #: the same for the lease ring
         self.lease_ring_outcomes: dict[str, int] = {}
+        self._valid_until: float | None = None
+        self._next_renewal = 0.0
         self._stopping = False
         self._wake: anyio.Event | None = None
         self._stopped: anyio.Event | None = None
-        instruments = metrics.instruments()
-        self._gauges = QueueGauges(engine, instruments) if instruments is not None else None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._thread_done = threading.Event()
+        self._gauges: QueueGauges | None = None
 
     def stop(self) -> None:
-        """Finish the duty under way, then stop (and give the lock up): a shutdown does not
-        cut a maintenance statement off in the middle."""
+        """Finish the duty under way, then stop (and give the lease up): a shutdown does
+        not cut a maintenance statement off in the middle. Callable from any thread."""
         self._stopping = True
-        if self._wake is not None:
-            self._wake.set()
+        wake, loop = self._wake, self._loop
+        if wake is None:
+            return
+        if loop is None or self._thread is None:
+            wake.set()
+            return
+        with contextlib.suppress(RuntimeError):  # the thread's loop already closed
+            loop.call_soon_threadsafe(wake.set)
 
     @property
     def alive(self) -> bool:
         """Whether :meth:`run` is running (electing or leading)."""
+        if self._thread is not None:
+            return self._thread.is_alive() and not self._thread_done.is_set()
         return self._stopped is not None and not self._stopped.is_set()
+
+    @property
+    def threaded(self) -> bool:
+        """Whether maintenance runs on a thread of its own."""
+        return self._engine_factory is not None
 
     def rearm(self) -> None:
         """Undo :meth:`stop` before the leader is run again."""
@@ -98,7 +146,9 @@ class MaintenanceLeader:
 
     async def wait_stopped(self) -> None:
         """Return once :meth:`run` has ended (at once if it never started)."""
-        if self._stopped is not None:
+        if self._thread is not None:
+            await anyio.to_thread.run_sync(self._thread_done.wait, abandon_on_cancel=True)
+        elif self._stopped is not None:
             await self._stopped.wait()
 
     async def _pause(self, seconds: float) -> None:
@@ -106,100 +156,253 @@ class MaintenanceLeader:
         with anyio.move_on_after(seconds):
             await self._wake.wait()
 
-    def _duties(self) -> list[_Duty]:
+    def _duties(self, engine: StorageEngine) -> list[_Duty]:
         c = self._config
+        batch_runner = BatchRunner(engine, runner_id=self._instance_id)
         duties = [
-            _Duty("promote", c.promote_interval, self._promote),
-            _Duty("rescue_heartbeats", c.heartbeat_rescue_interval, self._rescue_heartbeats),
-            _Duty("rescue_deadlines", c.deadline_rescue_interval, self._rescue_deadlines),
-            _Duty("rescue_callbacks", c.callback_rescue_interval, self._rescue_callbacks),
-            _Duty("cleanup", c.cleanup_interval, self._cleanup),
-            _Duty("batch_operations", BATCH_OPERATION_INTERVAL, self._batch_runner.step),
+            _Duty("promote", c.promote_interval, lambda: self._promote(engine)),
+            _Duty(
+                "rescue_heartbeats",
+                c.heartbeat_rescue_interval,
+                lambda: self._rescue_heartbeats(engine),
+            ),
+            _Duty(
+                "rescue_deadlines",
+                c.deadline_rescue_interval,
+                lambda: self._rescue_deadlines(engine),
+            ),
+            _Duty(
+                "rescue_callbacks",
+                c.callback_rescue_interval,
+                lambda: self._rescue_callbacks(engine),
+            ),
+            _Duty("cleanup", c.cleanup_interval, lambda: self._cleanup(engine)),
+            _Duty("batch_operations", BATCH_OPERATION_INTERVAL, batch_runner.step),
         ]
         if self._gauges is not None:
             duties.append(_Duty("queue_gauges", REFRESH_INTERVAL, self._gauges.refresh))
-        if self._clock is not None and isinstance(self._engine, DescriptorStore):
-            duties.append(_Duty("descriptor_cleanup", c.cleanup_interval, self._descriptors))
-        if self._cron is not None:
-            duties.append(_Duty("cron", self._cron.eval_interval, self._cron_evaluate))
-        if isinstance(self._engine, RingMaintenance):
-            duties.append(_Duty("ring", c.queue_storage_queue_rotate_interval, self._ring))
+        if self._clock is not None and isinstance(engine, DescriptorStore):
             duties.append(
-                _Duty("lease_ring", c.queue_storage_lease_rotate_interval, self._lease_ring)
+                _Duty("descriptor_cleanup", c.cleanup_interval, lambda: self._descriptors(engine))
+            )
+        if self._cron is not None:
+            duties.append(
+                _Duty("cron", self._cron.eval_interval, lambda: self._cron_evaluate(engine))
+            )
+        if isinstance(engine, RingMaintenance):
+            duties.append(
+                _Duty("ring", c.queue_storage_queue_rotate_interval, lambda: self._ring(engine))
+            )
+            duties.append(
+                _Duty(
+                    "lease_ring",
+                    c.queue_storage_lease_rotate_interval,
+                    lambda: self._lease_ring(engine),
+                )
             )
         return duties
 
     async def run(self) -> None:
+        """Elect and lead until :meth:`stop` or cancellation (on this loop, or on the
+        maintenance thread when an engine factory was given)."""
+        if self._engine_factory is None:
+            await self._run_on(self._engine)
+            return
+        self._thread_done.clear()
+        self._thread = threading.Thread(
+            target=self._thread_main, name="awa-maintenance", daemon=True
+        )
+        self._thread.start()
+        try:
+            await anyio.to_thread.run_sync(self._thread_done.wait, abandon_on_cancel=True)
+        finally:
+            self.stop()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_THREAD_JOIN):
+                await anyio.to_thread.run_sync(self._thread_done.wait, abandon_on_cancel=True)
+
+    def _thread_main(self) -> None:
+        try:
+            anyio.run(self._thread_body)
+        except Exception:
+            log.exception("the maintenance thread stopped; another worker will take over")
+        finally:
+            self._loop = None
+            self._thread_done.set()
+
+    async def _thread_body(self) -> None:
+        assert self._engine_factory is not None
+        self._loop = asyncio.get_running_loop()
         self._wake = anyio.Event()
+        if self._stopping:
+            self._wake.set()
+        engine: StorageEngine | None = None
+        while engine is None and not self._stopping:
+            try:
+                engine = await self._engine_factory()
+            except Exception:
+                log.warning(
+                    "maintenance cannot reach the database; trying again in %g s",
+                    self._config.leader_election_interval,
+                    exc_info=True,
+                )
+                await self._pause(self._config.leader_election_interval)
+        if engine is None:
+            return
+        try:
+            await self._run_on(engine)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await engine.close()
+
+    async def _run_on(self, engine: StorageEngine) -> None:
+        if self._wake is None or self._engine_factory is None:
+            self._wake = anyio.Event()
         self._stopped = anyio.Event()
         if self._stopping:
             self._wake.set()
+        instruments = metrics.instruments()
+        self._gauges = QueueGauges(engine, instruments) if instruments is not None else None
         if self._gauges is not None:
             self._gauges.attach()
+        duties = self._duties(engine)
         try:
             while not self._stopping:
+                asked = time.monotonic()
+                lease: Lease | None
                 try:
-                    acquired = await self._lock.try_acquire()
+                    lease = await self._lock.try_acquire(self.policy.ttl)
                 except Exception:
                     log.warning("leader election failed", exc_info=True)
-                    acquired = False
-                if acquired:
-                    self.is_leader = True
-                    log.info("became maintenance leader")
+                    lease = None
+                if lease is not None and lease.held:
+                    self._took(asked, lease)
                     try:
-                        await self._lead()
+                        await self._lead(duties)
                     finally:
                         self.is_leader = False
+                        self._valid_until = None
                     continue
-                await self._pause(self._config.leader_election_interval)
+                wait = (
+                    self._config.leader_election_interval
+                    if lease is None
+                    else self.policy.retry_in(lease, self._config.leader_election_interval)
+                )
+                await self._pause(wait)
         finally:
             self.is_leader = False
+            self._valid_until = None
             if self._gauges is not None:
                 self._gauges.detach()
             with anyio.CancelScope(shield=True):
                 try:
                     await self._lock.release()
                 except Exception:
-                    log.debug("releasing the leader lock failed", exc_info=True)
+                    log.debug("releasing the leader lease failed", exc_info=True)
             self._stopped.set()
 
-    async def _lead(self) -> None:
-        duties = self._duties()
-        check_every = self._config.leader_election_interval
-        next_check = time.monotonic() + check_every
+    def _took(self, asked: float, lease: Lease) -> None:
+        self._valid_until = self.policy.valid_until(asked, lease)
+        self._next_renewal = asked + self.policy.renew_every
+        self.term = lease.term
+        self.is_leader = True
+        log.info(
+            "became maintenance leader (term %d, lease %g s, renewed every %g s)",
+            lease.term,
+            self.policy.ttl,
+            self.policy.renew_every,
+        )
+
+    def fence(self) -> None:
+        """Raise :class:`LeaseLapsed` unless the lease lasts long enough to act now; every
+        duty calls it before each statement that changes something."""
+        if not self.policy.may_act(time.monotonic(), self._valid_until):
+            raise LeaseLapsed
+
+    async def _keep_lease(self) -> bool:
+        """Renew the lease when due; False (after stepping down) once it ran out or
+        changed hands, so nothing more is done under it."""
+        now = time.monotonic()
+        if not self.policy.may_act(now, self._valid_until):
+            late = now - (self._valid_until or now)
+            log.warning(
+                "maintenance lease (term %d) ran out %.1f s ago before it was renewed (this "
+                "process was stopped, starved or cut off from the database): stepping down "
+                "before acting again",
+                self.term,
+                late,
+            )
+            await self._step_down()
+            return False
+        if now < self._next_renewal:
+            return True
+        try:
+            lease = await self._lock.try_acquire(self.policy.ttl)
+        except Exception:
+            log.warning(
+                "renewing the maintenance lease failed; it lasts %.1f s more",
+                max(0.0, (self._valid_until or now) - time.monotonic()),
+                exc_info=True,
+            )
+            self._next_renewal = time.monotonic() + _RENEW_RETRY
+            return self._still_valid()
+        if not lease.held or lease.term != self.term:
+            log.warning(
+                "lost maintenance leadership (term %d) to %s (term %d): stepping down",
+                self.term,
+                lease.holder,
+                lease.term,
+            )
+            await self._step_down()
+            return False
+        self._valid_until = self.policy.valid_until(now, lease)
+        self._next_renewal = now + self.policy.renew_every
+        return self._still_valid()
+
+    def _still_valid(self) -> bool:
+        if self.policy.may_act(time.monotonic(), self._valid_until):
+            return True
+        log.warning("maintenance lease (term %d) ran out: stepping down", self.term)
+        return False
+
+    async def _step_down(self) -> None:
+        self.is_leader = False
+        self._valid_until = None
+        try:
+            await self._lock.release()
+        except Exception:
+            log.debug("releasing a lost leader lease failed", exc_info=True)
+
+    async def _lead(self, duties: list[_Duty]) -> None:
         while not self._stopping:
-            now = time.monotonic()
-            if now >= next_check:
-                next_check = now + check_every
-                if not await self._still_held():
-                    log.warning("lost maintenance leadership")
-                    try:
-                        await self._lock.release()
-                    except Exception:
-                        log.debug("releasing a lost leader lock failed", exc_info=True)
-                    return
+            if not await self._keep_lease():
+                return
             for duty in duties:
                 if self._stopping:
                     return
-                if time.monotonic() >= duty.due:
-                    duty.due = time.monotonic() + duty.interval
-                    try:
-                        # A duty that answers True has more to do: it goes again after
-                        # the others had their turn instead of a whole interval later.
-                        if await duty.run() is True:
-                            duty.due = time.monotonic()
-                        self.runs[duty.name] = self.runs.get(duty.name, 0) + 1
-                    except Exception:
-                        log.warning("maintenance duty %s failed", duty.name, exc_info=True)
-            wake_at = min([next_check, *(d.due for d in duties)])
+                if time.monotonic() < duty.due:
+                    continue
+                if not await self._keep_lease():
+                    return
+                duty.due = time.monotonic() + duty.interval
+                try:
+                    # A duty that answers True has more to do: it goes again after the
+                    # others had their turn instead of a whole interval later.
+                    if await duty.run() is True:
+                        duty.due = time.monotonic()
+                    self.runs[duty.name] = self.runs.get(duty.name, 0) + 1
+                except LeaseLapsed:
+                    log.warning(
+                        "maintenance duty %s stopped: the lease (term %d) ran out while it "
+                        "ran; stepping down",
+                        duty.name,
+                        self.term,
+                    )
+                    await self._step_down()
+                    return
+                except Exception:
+                    log.warning("maintenance duty %s failed", duty.name, exc_info=True)
+            wake_at = min([self._next_renewal, *(d.due for d in duties)])
             await self._pause(max(0.0, wake_at - time.monotonic()))
-
-    async def _still_held(self) -> bool:
-        try:
-            return await self._lock.still_held()
-        except Exception:
-            log.warning("leader lock check failed", exc_info=True)
-            return False
 
     def _flag_local(self, rescued: list[Rescued], sweep: str) -> None:
         instruments = metrics.instruments()
@@ -231,66 +434,68 @@ class MaintenanceLeader:
                         reason=item.dlq_reason,
                     )
 
-    async def _promote(self) -> None:
+    async def _promote(self, engine: StorageEngine) -> None:
         started = time.monotonic()
-        promoted = await self._engine.promote_due(limit=self._config.promote_batch_size)
+        promoted = await engine.promote_due(limit=self._config.promote_batch_size)
         instruments = metrics.instruments()
         if instruments is not None and promoted:
             instruments.promoted(promoted, time.monotonic() - started)
 
-    async def _rescue_heartbeats(self) -> None:
+    async def _rescue_heartbeats(self, engine: StorageEngine) -> None:
         self._flag_local(
-            await self._engine.rescue_stale_heartbeats(staleness=self._config.heartbeat_staleness),
+            await engine.rescue_stale_heartbeats(staleness=self._config.heartbeat_staleness),
             Rescue.HEARTBEAT_STALE.value,
         )
 
-    async def _rescue_deadlines(self) -> None:
-        self._flag_local(
-            await self._engine.rescue_expired_deadlines(), Rescue.DEADLINE_EXCEEDED.value
-        )
+    async def _rescue_deadlines(self, engine: StorageEngine) -> None:
+        self._flag_local(await engine.rescue_expired_deadlines(), Rescue.DEADLINE_EXCEEDED.value)
 
-    async def _rescue_callbacks(self) -> None:
-        self._flag_local(
-            await self._engine.rescue_expired_callbacks(), Rescue.CALLBACK_TIMEOUT.value
-        )
+    async def _rescue_callbacks(self, engine: StorageEngine) -> None:
+        self._flag_local(await engine.rescue_expired_callbacks(), Rescue.CALLBACK_TIMEOUT.value)
 
-    async def _descriptors(self) -> None:
-        assert self._clock is not None and isinstance(self._engine, DescriptorStore)
-        await clean_up_descriptors(self._engine, self._clock, self._config.descriptor_retention)
+    async def _descriptors(self, engine: StorageEngine) -> None:
+        assert self._clock is not None and isinstance(engine, DescriptorStore)
+        await clean_up_descriptors(engine, self._clock, self._config.descriptor_retention)
 
-    async def _cron_evaluate(self) -> None:
+    async def _cron_evaluate(self, engine: StorageEngine) -> None:
         assert self._cron is not None
-        await self._cron.evaluate()
+        # Each fire is its own action: a lease that runs out mid-pass fires no more.
+        store = engine if self.threaded and isinstance(engine, CronStore) else None
+        await self._cron.evaluate(store=store, before_fire=self.fence)
 
-    async def _ring(self) -> None:
+    async def _ring(self, engine: StorageEngine) -> None:
         """Reclaim the slot the ring rotates into next (when it is safe), then rotate."""
-        assert isinstance(self._engine, RingMaintenance)
-        pruned = await self._engine.prune(failed_retention=self._config.failed_retention)
+        assert isinstance(engine, RingMaintenance)
+        pruned = await engine.prune(failed_retention=self._config.failed_retention)
         self.ring_outcomes[pruned] = self.ring_outcomes.get(pruned, 0) + 1
-        rotated = await self._engine.rotate(seal=self._ring_seal)
+        self.fence()
+        rotated = await engine.rotate(seal=self._ring_seal)
         self.ring_outcomes[rotated] = self.ring_outcomes.get(rotated, 0) + 1
 
-    async def _lease_ring(self) -> None:
+    async def _lease_ring(self, engine: StorageEngine) -> None:
         """The same for the lease ring: truncate the lease slot the next rotation enters
         once no open attempt's lease is left in it, then rotate."""
-        assert isinstance(self._engine, RingMaintenance)
-        pruned = await self._engine.prune_leases()
+        assert isinstance(engine, RingMaintenance)
+        pruned = await engine.prune_leases()
         self.lease_ring_outcomes[pruned] = self.lease_ring_outcomes.get(pruned, 0) + 1
-        rotated = await self._engine.rotate_leases()
+        self.fence()
+        rotated = await engine.rotate_leases()
         self.lease_ring_outcomes[rotated] = self.lease_ring_outcomes.get(rotated, 0) + 1
 
-    async def _cleanup(self) -> None:
+    async def _cleanup(self, engine: StorageEngine) -> None:
         c = self._config
         for _ in range(_CLEANUP_ROUNDS):
-            deleted = await self._engine.cleanup_retention(
+            deleted = await engine.cleanup_retention(
                 completed=c.completed_retention,
                 failed=c.failed_retention,
                 batch_size=c.cleanup_batch_size,
             )
             if deleted < c.cleanup_batch_size:
                 break
+            self.fence()
         for _ in range(_CLEANUP_ROUNDS):
-            deleted = await self._engine.cleanup_dlq(
+            self.fence()
+            deleted = await engine.cleanup_dlq(
                 retention=c.dlq_retention, batch_size=c.cleanup_batch_size
             )
             if deleted < c.cleanup_batch_size:

@@ -37,6 +37,7 @@ from awa.runtime.handlers import HandlerRegistry
 from awa.runtime.heartbeat import CANCEL_CHANNEL, EngineFactory, HeartbeatService
 from awa.runtime.inflight import InFlight
 from awa.runtime.listener import ChannelListener
+from awa.runtime.loop_watchdog import LoopWatchdog
 from awa.runtime.maintenance import MaintenanceLeader
 from awa.runtime.permits import PermitPool
 from awa.runtime.wake import Waker
@@ -102,6 +103,7 @@ class Runtime:
         *,
         runtime_registry: RuntimeRegistry | None = None,
         heartbeat_engine_factory: EngineFactory | None = None,
+        maintenance_engine_factory: EngineFactory | None = None,
         max_connections: int | None = None,
         cron: CronService | None = None,
         descriptors: DescriptorService | None = None,
@@ -161,10 +163,13 @@ class Runtime:
                 cron=cron,
                 clock=clock,
                 instance_id=self.id,
+                engine_factory=maintenance_engine_factory,
             )
             if leader_lock is not None
             else None
         )
+        #: names the handler when the event loop is blocked for more than a second
+        self.watchdog = LoopWatchdog(self.inflight)
         self._started_at: datetime | None = None
         self._task: asyncio.Task[None] | None = None
         self._work: TaskGroup | None = None
@@ -276,6 +281,7 @@ class Runtime:
             async with anyio.create_task_group() as services:
                 services.start_soon(self.batcher.run)
                 services.start_soon(self.heartbeat.run)
+                services.start_soon(self.watchdog.run)
                 if self.listener is not None:
                     services.start_soon(self.heartbeat.answer_cancels)
                     # Listening before the first claim: a job enqueued once start()
@@ -379,7 +385,9 @@ class Runtime:
         # anyio.Event() looks the event loop's backend up on every call; the backend's
         # own class is built directly.
         event_type = type(slot.ready)
+        task = asyncio.current_task()
         while current is not None:
+            current.task = task
             await execute(current)
             slot.context = None
             slot.ready = event_type()

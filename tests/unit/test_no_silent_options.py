@@ -53,6 +53,7 @@ START_EFFECTS: dict[str, Effect] = {
     "descriptor_retention_days": Effect(3, "descriptor_retention", timedelta(days=3)),
     "cleanup_batch_size": Effect(7, "cleanup_batch_size", 7),
     "leader_election_interval_ms": Effect(1500, "leader_election_interval", 1.5),
+    "leader_lease_ttl_ms": Effect(2500, "leader_lease_ttl", 2.5),
     "heartbeat_interval_ms": Effect(2500, "heartbeat_interval", 2.5),
     "promote_interval_ms": Effect(750, "promote_interval", 0.75),
     "heartbeat_rescue_interval_ms": Effect(3500, "heartbeat_rescue_interval", 3.5),

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from awa.domain.errors import AwaError
+from awa.domain.errors import AwaError, ValidationError
 from awa.runtime.config import RateLimit, parse_start_args
 
 H = {"default"}
@@ -262,3 +262,13 @@ def test_completion_batching_refuses_a_bad_environment(
     monkeypatch.setenv(variable, raw)
     with pytest.raises(error, match=message):
         parse_start_args(None, handler_queues=H)
+
+
+def test_the_leader_lease_defaults_to_six_seconds_and_refuses_a_too_short_one() -> None:
+    assert parse_start_args(None, handler_queues={"q"}).leader_lease_ttl == 6.0
+    assert (
+        parse_start_args(None, handler_queues={"q"}, leader_lease_ttl_ms=900).leader_lease_ttl
+        == 0.9
+    )
+    with pytest.raises(ValidationError, match="leader_lease_ttl_ms: must be at least 200 ms"):
+        parse_start_args(None, handler_queues={"q"}, leader_lease_ttl_ms=50)

@@ -91,7 +91,7 @@ class EngineBase:
 
     def leader_lock(self) -> InMemoryLeaderLock:
         """A new candidate for this engine's single maintenance-leader slot."""
-        return InMemoryLeaderLock(self._election)
+        return InMemoryLeaderLock(self._election, self._clock)
 
     @property
     def election(self) -> LeaderElection:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 
 import anyio
+
+from awa.domain.leadership import Lease
+from awa.ports.clock import Clock
 
 
 class InMemorySubscription:
@@ -73,30 +77,52 @@ class NotificationHub:
 
 
 class LeaderElection:
-    """The single leadership slot shared by every :class:`InMemoryLeaderLock` over it."""
+    """The single leadership lease shared by every :class:`InMemoryLeaderLock` over it."""
 
     def __init__(self) -> None:
         self.holder: InMemoryLeaderLock | None = None
+        self.expires_at: datetime | None = None
+        self.term = 0
 
     def revoke(self) -> None:
-        """Drop the current leader, as a lost database connection would."""
+        """Drop the current leader, as a lease that ran out would."""
         self.holder = None
+        self.expires_at = None
+
+    def current(self, now: datetime) -> InMemoryLeaderLock | None:
+        """The holder whose lease has not ended at ``now``."""
+        if self.holder is not None and self.expires_at is not None and now < self.expires_at:
+            return self.holder
+        return None
 
 
 class InMemoryLeaderLock:
-    """One candidate's handle on a :class:`LeaderElection`: first holder wins."""
+    """One candidate's handle on a :class:`LeaderElection`: the lease is taken when free
+    or ended, renewed by its holder, and ends ``ttl`` after the last renewal on the
+    engine's clock."""
 
-    def __init__(self, election: LeaderElection) -> None:
+    def __init__(self, election: LeaderElection, clock: Clock) -> None:
         self._election = election
+        self._clock = clock
+        self.name = f"candidate-{id(self):x}"
 
-    async def try_acquire(self) -> bool:
-        if self._election.holder is None:
-            self._election.holder = self
-        return self._election.holder is self
+    async def try_acquire(self, ttl: float) -> Lease:
+        election = self._election
+        now = self._clock.now()
+        holder = election.current(now)
+        if holder is not None and holder is not self:
+            assert election.expires_at is not None
+            remaining = (election.expires_at - now).total_seconds()
+            return Lease(held=False, expires_in=remaining, term=election.term, holder=holder.name)
+        if holder is None:
+            election.term += 1
+        election.holder = self
+        election.expires_at = now + timedelta(seconds=ttl)
+        return Lease(held=True, expires_in=ttl, term=election.term, holder=self.name)
 
     async def still_held(self) -> bool:
-        return self._election.holder is self
+        return self._election.current(self._clock.now()) is self
 
     async def release(self) -> None:
         if self._election.holder is self:
-            self._election.holder = None
+            self._election.revoke()

@@ -31,6 +31,13 @@ class Backoff:
         seconds = base + base * 0.25 * fraction
         return min(timedelta(seconds=seconds), self.cap)
 
+    def bounds(self, attempt: int) -> tuple[timedelta, timedelta]:
+        """The shortest and longest :meth:`delay` for ``attempt`` (no jitter, full
+        jitter): what a log line can promise before the engine draws the jitter."""
+        low = Backoff(jitter=lambda: 0.0, cap=self.cap).delay(attempt)
+        high = Backoff(jitter=lambda: 1.0, cap=self.cap).delay(attempt)
+        return low, high
+
 
 NO_JITTER = Backoff(jitter=lambda: 0.0)
 

@@ -26,6 +26,7 @@ from awa.domain.outcomes import (
     SnoozeOutcome,
     WaitForCallbackOutcome,
 )
+from awa.domain.policies import Backoff
 
 log = logging.getLogger("awa.job")
 
@@ -111,10 +112,12 @@ def log_outcome(
     }
     if error is not None:
         extra[FIELD_ERROR] = error
+    # The handler's own run time goes in brackets, apart from any delay the outcome
+    # names ("will be retried in ..."), so neither reads as the other.
     head = (
         f"job {record.id} {record.kind} (queue {queue}, attempt "
-        f"{record.attempt}/{record.max_attempts}) {_describe(name, outcome)} "
-        f"after {duration * 1000.0:.1f} ms"
+        f"{record.attempt}/{record.max_attempts}) {_describe(name, outcome, record)} "
+        f"[ran {duration * 1000.0:.1f} ms]"
     )
     if error is not None:
         head += f": {error}"
@@ -139,16 +142,30 @@ def _error_text(outcome: Outcome | None) -> str | None:
     return None
 
 
-def _describe(name: str, outcome: Outcome | None) -> str:
+def _describe(name: str, outcome: Outcome | None, record: JobRecord) -> str:
     match outcome:
         case RetryAfterOutcome(delay=delay) if name == RETRIED:
-            return f"asked to be retried in {delay.total_seconds():g} s"
+            return f"asked to be retried in {_seconds(delay.total_seconds())}"
+        case RetryWithBackoff() if name == RETRIED:
+            # The engine draws the jitter; the log states the range it draws from.
+            low, high = _BACKOFF.bounds(record.attempt)
+            return (
+                f"failed and will be retried in {_seconds(low.total_seconds())} to "
+                f"{_seconds(high.total_seconds())} (backoff)"
+            )
         case SnoozeOutcome(delay=delay):
-            return f"snoozed for {delay.total_seconds():g} s"
+            return f"snoozed for {_seconds(delay.total_seconds())}"
         case WaitForCallbackOutcome(callback_id=callback_id):
             return f"is waiting for callback {callback_id}"
     return _DESCRIPTIONS[name]
 
+
+def _seconds(value: float) -> str:
+    return f"{value:.3g} s"
+
+
+#: The backoff the engines apply to a retryable failure (``lifecycle.retry``'s default).
+_BACKOFF = Backoff()
 
 _DESCRIPTIONS = {
     COMPLETED: "completed",

@@ -49,6 +49,15 @@ def test_backoff_cap_is_configurable() -> None:
     assert Backoff(jitter=lambda: 0.0, cap=timedelta(seconds=5)).delay(10) == timedelta(seconds=5)
 
 
+def test_backoff_bounds_are_the_delays_without_and_with_full_jitter() -> None:
+    assert Backoff().bounds(3) == (timedelta(seconds=8), timedelta(seconds=10))
+    capped = Backoff(cap=timedelta(seconds=9))
+    assert capped.bounds(3) == (timedelta(seconds=8), timedelta(seconds=9))
+    drawn = Backoff().delay(3)
+    low, high = Backoff().bounds(3)
+    assert low <= drawn <= high
+
+
 def test_backoff_treats_negative_attempts_as_zero() -> None:
     assert NO_JITTER.delay(-4) == timedelta(seconds=1)
 

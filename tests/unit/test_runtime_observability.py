@@ -60,6 +60,10 @@ async def test_every_outcome_is_logged_at_its_level(caplog: pytest.LogCaptureFix
     seen = _outcomes(caplog)
     assert seen["completed"].levelno == logging.DEBUG
     assert seen["retried"].levelno == logging.WARNING
+    # The retry's delay (attempt 1: 2 s plus up to 25 % jitter), apart from the run time.
+    assert "failed and will be retried in 2 s to 2.5 s (backoff) [ran " in (
+        seen["retried"].getMessage()
+    )
     assert seen["snoozed"].levelno == logging.INFO
     for name in ("exhausted", "failed", "unknown_kind"):
         assert seen[name].levelno == logging.ERROR

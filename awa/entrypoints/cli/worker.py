@@ -33,15 +33,19 @@ import os
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
+import traceback
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
 
 import click
 
+from awa.adapters._pg import conninfo
 from awa.entrypoints import logs
-from awa.entrypoints.cli._common import fail, state
+from awa.entrypoints.cli._common import fail, redact_url, state
 from awa.entrypoints.cli._logging import log_options
 from awa.entrypoints.client_async import AsyncClient
 from awa.entrypoints.health import HEALTH_ADDR_ENV, parse_addr
@@ -74,7 +78,10 @@ def parse_queue(spec: str) -> tuple[str, int]:
 
 
 def import_user_module(name: str) -> ModuleType:
-    """Import ``name``, looking in the current directory first like ``python -m`` does."""
+    """Import ``name``, looking in the current directory first like ``python -m`` does.
+
+    An error raised while importing it is reported with the place in the user's code it
+    came from (``--debug`` shows the whole traceback)."""
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
@@ -83,7 +90,55 @@ def import_user_module(name: str) -> ModuleType:
     except ModuleNotFoundError as exc:
         if exc.name is not None and name.startswith(exc.name):
             raise fail(f"cannot import module {name!r}: {exc}") from exc
-        raise
+        if state().debug:
+            raise
+        raise fail(_import_failure(name, exc)) from exc
+    except Exception as exc:
+        if state().debug:
+            raise
+        raise fail(_import_failure(name, exc)) from exc
+
+
+def _import_failure(name: str, exc: BaseException) -> str:
+    """``importing MODULE failed: TYPE: message`` and, when one is found, the last frame
+    of the user's own code in the traceback (file, line, function, source line)."""
+    text = f"importing module {name!r} failed: {type(exc).__name__}: {exc}"
+    frame = _last_user_frame(exc)
+    if frame is not None:
+        text += f'\n  File "{frame.filename}", line {frame.lineno}, in {frame.name}'
+        if frame.line:
+            text += f"\n    {frame.line.strip()}"
+        text += "\n(run with --debug for the whole traceback)"
+    return text
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """The standard library's and installed packages' directories, then awa's own."""
+    paths = sysconfig.get_paths()
+    dirs = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
+    awa_dir = str(Path(__file__).resolve().parents[2])
+    return (*(os.path.join(os.path.realpath(d), "") for d in dirs), os.path.join(awa_dir, ""))
+
+
+def _last_user_frame(exc: BaseException) -> traceback.FrameSummary | None:
+    """The deepest frame of ``exc``'s traceback outside the standard library, installed
+    packages, awa and importlib: the line of the user's code that raised (or called
+    what raised)."""
+    library = _library_dirs()
+    awa_dir = library[-1] if library else ""
+    user = None
+    outside_awa = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        filename = frame.filename
+        if filename.startswith("<"):
+            continue
+        real = os.path.realpath(filename)
+        if not real.startswith(awa_dir):
+            outside_awa = frame
+        if not real.startswith(library):
+            user = frame
+    # An application installed into site-packages has no frame outside the libraries.
+    return user if user is not None else outside_awa
 
 
 async def load_client(module: ModuleType, database_url: str | None) -> AsyncClient:
@@ -96,6 +151,8 @@ async def load_client(module: ModuleType, database_url: str | None) -> AsyncClie
             made = await made
     elif hasattr(module, "client"):
         made = module.client
+        if isinstance(made, AsyncClient) and database_url is not None:
+            _check_same_database(module.__name__, made, database_url)
     else:
         raise fail(
             f"module {module.__name__!r} defines neither create_client() nor a module-level client"
@@ -105,6 +162,26 @@ async def load_client(module: ModuleType, database_url: str | None) -> AsyncClie
             f"module {module.__name__!r} must provide an awa.AsyncClient, got {type(made).__name__}"
         )
     return made
+
+
+def _check_same_database(module: str, client: AsyncClient, target: str) -> None:
+    """Refuse a module-level client built for another database than the command's
+    target: the worker would announce one database and work on the other."""
+    if _same_database(client.database_url, target):
+        return
+    raise fail(
+        f"{module}.client connects to {redact_url(client.database_url)}, but this command's "
+        f"target is {redact_url(target)} (from --database-url, --context, $DATABASE_URL or "
+        f"the config file). A module-level client keeps the URL it was built with: define "
+        f"create_client(database_url) in {module} to take the target, or make them agree"
+    )
+
+
+def _same_database(a: str, b: str) -> bool:
+    try:
+        return conninfo.parse(a) == conninfo.parse(b)
+    except conninfo.ConnInfoError:
+        return conninfo.normalize(a) == conninfo.normalize(b)
 
 
 def start_options(module: ModuleType, queues: Sequence[tuple[str, int]]) -> dict[str, Any]:

@@ -68,6 +68,17 @@ class DatabaseError(AwaError):
     """A database operation failed (or the client is closed)."""
 
 
+class JobNotFound(AwaError):
+    """No job with this id, or none in a state the call applies to: it never existed, or it
+    finished and retention removed it (on queue storage a completed job is reclaimed
+    within minutes, ``docs/storage.md``). ``job_id`` names it; code catching ``AwaError``
+    catches it too."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"job not found: {job_id}")
+        self.job_id = job_id
+
+
 class CallbackNotFound(AwaError):
     """No job is waiting on the given callback id."""
 

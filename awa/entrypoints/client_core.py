@@ -8,7 +8,7 @@ from typing import Any
 
 from awa.adapters._pg.pool import PoolOptions
 from awa.adapters.clock import SystemClock
-from awa.domain.errors import AwaError, DatabaseError, ValidationError
+from awa.domain.errors import DatabaseError, JobNotFound, ValidationError
 from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
 from awa.domain.states import TERMINAL_STATES, JobState
 from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, validate_stripe_count
@@ -34,8 +34,8 @@ NO_TRANSITION_FUNCTIONS = (
 )
 
 
-def not_found(job_id: int) -> AwaError:
-    return AwaError(f"job not found: {job_id}")
+def not_found(job_id: int) -> JobNotFound:
+    return JobNotFound(job_id)
 
 
 def parse_state(state: str | int | JobState) -> JobState:
@@ -348,7 +348,8 @@ class ClientCore:
 
     # ------------------------------------------------------------------ jobs
     async def get_job(self, job_id: int) -> Job[Any]:
-        """The job with this id; raises ``AwaError`` when it does not exist."""
+        """The job with this id; raises :class:`~awa.JobNotFound` (an ``AwaError``) when
+        there is none: it never existed, or it finished and retention removed it."""
         record = await (await self._engine()).get_job(job_id)
         if record is None:
             raise not_found(job_id)

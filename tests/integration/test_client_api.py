@@ -165,8 +165,10 @@ async def test_job_admin(client: AsyncClient) -> None:
     job = await client.insert(SendEmail("a"))
     with pytest.raises(awa.AwaError, match=f"job not found: {job.id}"):
         await client.retry(job.id)
-    with pytest.raises(awa.AwaError, match="job not found: 999999"):
+    with pytest.raises(awa.JobNotFound, match="job not found: 999999") as missing:
         await client.get_job(999999)
+    # Code written against AwaError keeps catching it.
+    assert isinstance(missing.value, awa.AwaError) and missing.value.job_id == 999999
     cancelled = await client.cancel(job.id)
     assert cancelled is not None and cancelled.state == JobState.Cancelled
     with pytest.raises(awa.AwaError):

@@ -79,6 +79,18 @@ class JobNotFound(AwaError):
         self.job_id = job_id
 
 
+class ConnectionLimitTooLow(DatabaseError):
+    """A worker would need more connections than a Postgres connection limit allows;
+    ``needed`` is the worker's budget, ``limit`` the limit and ``scope`` what it applies
+    to (a role, a database or the server)."""
+
+    def __init__(self, message: str, *, needed: int, limit: int, scope: str) -> None:
+        super().__init__(message)
+        self.needed = needed
+        self.limit = limit
+        self.scope = scope
+
+
 class CallbackNotFound(AwaError):
     """No job is waiting on the given callback id."""
 

@@ -7,6 +7,7 @@ the routing engine) only.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
@@ -18,6 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 from awa.adapters._pg import access as pg_access
 from awa.adapters._pg import admin as pg_admin
 from awa.adapters._pg import conninfo
+from awa.adapters._pg import limits as pg_limits
 from awa.adapters._pg import migrations as pg_migrations
 from awa.adapters._pg import schema_objects as pg_schema_objects
 from awa.adapters._pg import transition as pg_transition
@@ -31,7 +33,8 @@ from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage import (
     install_queue_storage as install_queue_storage_tables,
 )
-from awa.domain.errors import DatabaseError
+from awa.adapters.postgres_queue_storage.connections import MAX_KEPT_CONNECTIONS
+from awa.domain.errors import ConnectionLimitTooLow, DatabaseError
 from awa.domain.job import JobRecord, JobSpec
 from awa.domain.policies import Backoff
 from awa.entrypoints.routing import (
@@ -53,6 +56,8 @@ from awa.ports.transition import TransitionFollower
 from awa.runtime.heartbeat import EngineFactory
 
 Connection = psycopg.AsyncConnection[DictRow]
+
+log = logging.getLogger(__name__)
 
 ELIGIBILITY_TIMEOUT = 10.0
 
@@ -269,14 +274,26 @@ def read_runtime_registry(wiring: Wiring) -> RuntimeRegistry:
     return PostgresRuntimeRegistry(wiring.database())
 
 
+#: The pool of each engine a worker opens for a thread of its own (heartbeat, maintenance).
+THREAD_ENGINE_CONNECTIONS = 2
+#: Dedicated connections of a worker: one ``LISTEN`` for every queue and for cancels, and
+#: the one the maintenance leader's lease calls run on.
+LISTEN_CONNECTIONS = 1
+LEADER_CONNECTIONS = 1
+
+
 def _thread_engine_factory(wiring: Wiring) -> EngineFactory:
-    """Opens a two-connection routing engine on the wiring's database, for a thread with
-    an event loop of its own (a pool belongs to the loop that opened it)."""
+    """Opens a small routing engine (``THREAD_ENGINE_CONNECTIONS``) on the wiring's
+    database, for a thread with an event loop of its own (a pool belongs to the loop that
+    opened it)."""
     url = wiring.url
 
     async def open_routing() -> StorageEngine:
         return await open_postgres_routing(
-            url, clock=SystemClock(), backoff=Backoff(), max_connections=2
+            url,
+            clock=SystemClock(),
+            backoff=Backoff(),
+            max_connections=THREAD_ENGINE_CONNECTIONS,
         )
 
     return open_routing
@@ -294,6 +311,65 @@ def maintenance_engine_factory(wiring: Wiring) -> EngineFactory:
     cron, prune run there, so a handler blocking the main event loop cannot stall them;
     ADR 0014). The routing engine follows the storage transition like the client's."""
     return _thread_engine_factory(wiring)
+
+
+@attrs.frozen
+class ConnectionBudget:
+    """The most connections one worker process keeps open, by what opens them."""
+
+    pool: int
+    kept: int = MAX_KEPT_CONNECTIONS
+    heartbeat: int = THREAD_ENGINE_CONNECTIONS
+    maintenance: int = THREAD_ENGINE_CONNECTIONS
+    listen: int = LISTEN_CONNECTIONS
+    leader: int = LEADER_CONNECTIONS
+
+    @property
+    def total(self) -> int:
+        return self.pool + self.kept + self.heartbeat + self.maintenance + self.listen + self.leader
+
+    def describe(self) -> str:
+        return (
+            f"{self.total} connections (a pool of {self.pool}, the client's max_connections; "
+            f"{self.kept} kept for queue-storage claims and completions; {self.heartbeat} "
+            f"for the heartbeat thread; {self.maintenance} for the maintenance thread; "
+            f"{self.listen} listening for wake-ups and cancels; {self.leader} for the "
+            "maintenance leader's lease)"
+        )
+
+
+async def check_connection_limits(wiring: Wiring, max_connections: int) -> ConnectionBudget:
+    """Raise :class:`ConnectionLimitTooLow` when a Postgres connection limit (the role's,
+    the database's or the server's) is below what a worker with a pool of
+    ``max_connections`` opens; warn when it is not, but the connections other sessions
+    hold now leave too few. Returns the budget."""
+    budget = ConnectionBudget(pool=max_connections)
+    pool = wiring.database()
+    for limit in await pg_limits.connection_limits(pool):
+        if budget.total > limit.limit:
+            raise ConnectionLimitTooLow(
+                f"this worker opens up to {budget.describe()}, but "
+                f"{limit.scope} allows {limit.limit} ({limit.in_use} in use now): raise the "
+                f"limit ({limit.remedy}) to at least {budget.total} per worker process, "
+                "plus what other clients use, or give the client a smaller max_connections",
+                needed=budget.total,
+                limit=limit.limit,
+                scope=limit.scope,
+            )
+        # This process's pool already counts against the limit.
+        others = max(0, limit.in_use - pool.get_stats().get("pool_size", 0))
+        if others + budget.total > limit.limit:
+            log.warning(
+                "this worker needs up to %d connections and other sessions hold %d of the "
+                "%d that %s allows: claims will fail while the limit is reached; raise it "
+                "(%s) or give the client a smaller max_connections",
+                budget.total,
+                others,
+                limit.limit,
+                limit.scope,
+                limit.remedy,
+            )
+    return budget
 
 
 async def ping(wiring: Wiring) -> bool:

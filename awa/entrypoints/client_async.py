@@ -314,6 +314,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         listener = HealthListener(addr, self._readiness, _prometheus()) if addr else None
         check_descriptor_queues(self._queue_descriptors, {q.name for q in config.queues})
         wiring = await self._wiring()
+        await bootstrap.check_connection_limits(wiring, self._max_connections)
         if listener is not None:
             self._shut_down = False
             await listener.start()

@@ -24,6 +24,12 @@ from awa.ports.storage import UnitOfWork
 # pooled connections.
 KEPT_CONNECTIONS = 2
 
+#: The hot statements that keep connections: the common claim and completion by receipt.
+KEPT_PURPOSES = frozenset({"claim", "complete"})
+
+#: The most connections one engine keeps outside its pool.
+MAX_KEPT_CONNECTIONS = KEPT_CONNECTIONS * len(KEPT_PURPOSES)
+
 log = logging.getLogger("awa.adapters.postgres_queue_storage")
 
 
@@ -137,6 +143,9 @@ class Connections:
         claim on the claim's is one: the server settles on its generic plan by itself). A
         kept connection whose statement failed or was cancelled is closed, not reused."""
         self.check_open()
+        if purpose not in KEPT_PURPOSES:
+            # MAX_KEPT_CONNECTIONS, which workers budget their connections by, counts these.
+            raise ValueError(f"no connections are kept for {purpose!r}")
         kept = self.kept.get(purpose)
         if kept is None:
             kept = self.kept[purpose] = Kept()

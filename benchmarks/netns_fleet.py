@@ -293,6 +293,8 @@ async def _producer(url: str, rate: float, seconds: float, inflight: int, out: s
         delay = began + i / rate - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
+        if time.monotonic() - began > seconds:
+            break  # producer-limited: offer no more than ``seconds`` of load
         await gate.acquire()
         task = asyncio.create_task(one(i))
         tasks.add(task)
@@ -374,7 +376,7 @@ def latency(admin: str, hosts: int, rate: float, seconds: float, tmp: Path) -> d
             1, "produce", "--url", _db_url(db, 1), "--rate", str(rate),
             "--seconds", str(seconds), "--out", str(commits_out),
         )  # fmt: skip
-        producer.wait(timeout=seconds * 4 + READY_TIMEOUT)
+        producer.wait(timeout=seconds + READY_TIMEOUT)
         if producer.returncode != 0:
             raise RuntimeError(f"the producer failed: {_stderr(producer)}")
         asyncio.run(_wait_empty(_db_url(db, None), 15.0))
@@ -385,6 +387,7 @@ def latency(admin: str, hosts: int, rate: float, seconds: float, tmp: Path) -> d
     return {
         "rate": rate,
         "offered": len(commits),
+        "offered_per_s": round(len(commits) / seconds),
         "picked_up": len(pickups),
         "p50_ms": round(percentile(pickups, 0.50), 2),
         "p99_ms": round(percentile(pickups, 0.99), 2),

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -40,6 +41,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +53,10 @@ from benchmarks._common import percentile
 from benchmarks.drain import QUEUE, BenchNoop, enqueue_backlog
 
 NS_PREFIX = "awafleet"
+CRON_NAME = "fleet_tick"
+HOLD_QUEUE = "fleet_hold"
+#: No worker serves it: fired jobs stay available, so every fire is still there to count.
+CRON_QUEUE = "fleet_cron"
 SUBNET = "10.231"
 READY_TIMEOUT = 60.0
 DRAIN_TIMEOUT = 600.0
@@ -75,7 +82,15 @@ def remove_links() -> None:
     listed = _sh("ip", "netns", "list", check=False).stdout.split()
     for name in listed:
         if name.startswith(NS_PREFIX):
+            # A process left inside would keep the namespace (and its link) alive.
+            for pid in _sh("ip", "netns", "pids", name, check=False).stdout.split():
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
             _sh("ip", "netns", "del", name, check=False)
+    for line in _sh("ip", "-o", "link", "show", check=False).stdout.splitlines():
+        name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+        if name.startswith("afv") and name.endswith("r"):
+            _sh("ip", "link", "del", name, check=False)
 
 
 def make_links(hosts: int) -> None:
@@ -252,13 +267,39 @@ def _stderr(proc: subprocess.Popen[str]) -> str:
     return text[-3000:]
 
 
-async def _worker(url: str, slots: int, batch: int, starts_out: str) -> None:
+@dataclass
+class Hold:
+    """A job that runs until its worker dies (the failover's rescue probe)."""
+
+    n: int
+
+
+async def _worker(
+    url: str, slots: int, batch: int, starts_out: str, *, failover: bool = False
+) -> None:
     client = awa.AsyncClient(url, max_connections=8)
     starts: list[tuple[int, float]] = []
 
     @client.task(BenchNoop, queue=QUEUE)
     async def noop(job: awa.Job[BenchNoop]) -> None:
         starts.append((job.args.seq, time.time()))
+
+    queues: list[Any] = [{"name": QUEUE, "max_workers": slots, "claim_batch_size": batch}]
+    options: dict[str, Any] = {}
+    if failover:
+        # Leadership at its defaults; heartbeats tightened so a dead worker's job is
+        # rescued within seconds rather than the default 90 s.
+        client.periodic(
+            CRON_NAME, "* * * * * *", BenchNoop, BenchNoop(seq=-2, t=0.0), queue=CRON_QUEUE,
+            missed_fire_policy="catch_up",
+        )  # fmt: skip
+
+        @client.task(Hold, queue=HOLD_QUEUE)
+        async def hold(job: awa.Job[Hold]) -> None:
+            await asyncio.Event().wait()
+
+        queues.append({"name": HOLD_QUEUE, "max_workers": 2})
+        options = {"heartbeat_interval_ms": 1000, "heartbeat_staleness_ms": 4000}
 
     stop, go = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -267,7 +308,7 @@ async def _worker(url: str, slots: int, batch: int, starts_out: str) -> None:
     await client.health_check()  # connect before the clock starts
     print("READY", flush=True)
     await go.wait()
-    await client.start([{"name": QUEUE, "max_workers": slots, "claim_batch_size": batch}])
+    await client.start(queues, **options)
     await stop.wait()
     await client.shutdown(timeout_ms=5000)
     await client.close()
@@ -323,11 +364,13 @@ async def _wait_empty(url: str, timeout: float) -> bool:
         await client.close()
 
 
-def _start_workers(db: str, hosts: int, tmp: Path) -> list[tuple[subprocess.Popen[str], Path]]:
+def _start_workers(
+    db: str, hosts: int, tmp: Path, *extra: str
+) -> list[tuple[subprocess.Popen[str], Path]]:
     workers = []
     for h in range(1, hosts + 1):
         out = tmp / f"starts-{h}.json"
-        proc = _spawn(h, "worker", "--url", _db_url(db, h), "--starts-out", str(out))
+        proc = _spawn(h, "worker", "--url", _db_url(db, h), "--starts-out", str(out), *extra)
         workers.append((proc, out))
     for proc, _ in workers:
         assert proc.stdout is not None
@@ -342,7 +385,8 @@ def _start_workers(db: str, hosts: int, tmp: Path) -> list[tuple[subprocess.Pope
 
 def _stop_workers(workers: list[tuple[subprocess.Popen[str], Path]]) -> list[tuple[int, float]]:
     for proc, _ in workers:
-        proc.send_signal(signal.SIGTERM)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
     starts: list[tuple[int, float]] = []
     for proc, out in workers:
         proc.wait(timeout=READY_TIMEOUT)
@@ -376,7 +420,11 @@ def latency(admin: str, hosts: int, rate: float, seconds: float, tmp: Path) -> d
             1, "produce", "--url", _db_url(db, 1), "--rate", str(rate),
             "--seconds", str(seconds), "--out", str(commits_out),
         )  # fmt: skip
-        producer.wait(timeout=seconds + READY_TIMEOUT)
+        try:
+            producer.wait(timeout=seconds + READY_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            producer.kill()
+            raise
         if producer.returncode != 0:
             raise RuntimeError(f"the producer failed: {_stderr(producer)}")
         asyncio.run(_wait_empty(_db_url(db, None), 15.0))
@@ -391,6 +439,103 @@ def latency(admin: str, hosts: int, rate: float, seconds: float, tmp: Path) -> d
         "picked_up": len(pickups),
         "p50_ms": round(percentile(pickups, 0.50), 2),
         "p99_ms": round(percentile(pickups, 0.99), 2),
+    }
+
+
+def _query(url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def _leader_pid(url: str) -> int | None:
+    rows = _query(
+        url,
+        "SELECT holder FROM awa.leader_leases"
+        " WHERE name = 'maintenance' AND expires_at > clock_timestamp()",
+    )
+    return int(str(rows[0][0]).split("/")[-2]) if rows else None
+
+
+def _poll(what: str, check: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise RuntimeError(f"{what}: not within {timeout} s")
+
+
+def failover(admin: str, hosts: int, tmp: Path, settle: float) -> dict[str, Any]:
+    """SIGKILL the leader's host: how long until another host leads, whether every
+    one-second cron slot fired exactly once across it, and how long until the dead host's
+    running job is rescued and running on another host."""
+    db = f"fleet_failover_{hosts}"
+    fresh(admin, db)
+    url = _db_url(db, None)
+    asyncio.run(enqueue_backlog(url, 0))
+    workers = _start_workers(db, hosts, tmp, "--failover")
+    try:
+
+        async def hold_jobs() -> None:
+            async with awa.AsyncClient(url, max_connections=2) as client:
+                for n in range(hosts):
+                    await client.insert(Hold(n), queue=HOLD_QUEUE)
+
+        asyncio.run(hold_jobs())
+        leader = _poll("a first leader", lambda: _leader_pid(url), 60)
+        _poll(
+            "every hold job running",
+            lambda: _query(
+                url, "SELECT count(*) FROM awa.jobs WHERE queue = %s AND state = 'running'",
+                HOLD_QUEUE,
+            )[0][0] == hosts,
+            60,
+        )  # fmt: skip
+        time.sleep(settle)  # cron fires under the first leader
+        host = next(i for i, (p, _) in enumerate(workers, 1) if p.pid == leader)
+        victim = workers[host - 1][0]
+        victim.kill()
+        killed_at = time.monotonic()
+        victim.wait()
+        new_leader = _poll(
+            "a new leader", lambda: (p := _leader_pid(url)) is not None and p != leader and p, 60
+        )
+        took_over = time.monotonic() - killed_at
+        _poll(
+            "the dead host's job rescued",
+            lambda: _query(
+                url,
+                "SELECT count(*) FROM awa.jobs WHERE queue = %s AND state = 'running'"
+                " AND attempt > 1",
+                HOLD_QUEUE,
+            )[0][0] >= 1,
+            60,
+        )  # fmt: skip
+        rescued = time.monotonic() - killed_at
+        time.sleep(settle)  # cron fires under the new leader
+        fires = [
+            datetime.fromisoformat(str(row[0]))
+            for row in _query(
+                url,
+                "SELECT metadata->>'cron_fire_time' FROM awa.jobs"
+                " WHERE metadata->>'cron_name' = %s",
+                CRON_NAME,
+            )
+        ]
+    finally:
+        _stop_workers(workers)
+    seconds = sorted({int(f.timestamp()) for f in fires})
+    duplicates = len(fires) - len(seconds)
+    missed = sum(b - a - 1 for a, b in itertools.pairwise(seconds))
+    return {
+        "hosts": hosts,
+        "new_leader_after_s": round(took_over, 2),
+        "new_leader_host": next(i for i, (p, _) in enumerate(workers, 1) if p.pid == new_leader),
+        "rescued_after_s": round(rescued, 2),
+        "cron_fires": len(fires),
+        "cron_duplicates": duplicates,
+        "cron_missed": missed,
     }
 
 
@@ -421,6 +566,7 @@ def main() -> None:
     w.add_argument("--slots", type=int, default=64)
     w.add_argument("--batch", type=int, default=512)
     w.add_argument("--starts-out", required=True)
+    w.add_argument("--failover", action="store_true")
     pr = sub.add_parser("produce")
     pr.add_argument("--url", required=True)
     pr.add_argument("--rate", type=float, required=True)
@@ -434,7 +580,8 @@ def main() -> None:
     p.add_argument("--server", default="127.0.0.1:5432", help="the Postgres server (host:port)")
     p.add_argument("--rtt", default="0,1,5,20", help="round trips in ms")
     p.add_argument("--hosts", default="1,4", help="worker host counts")
-    p.add_argument("--workloads", default="drain,latency")
+    p.add_argument("--workloads", default="drain,latency,failover")
+    p.add_argument("--settle", type=float, default=8.0, help="failover: seconds of cron per leader")
     p.add_argument("--jobs", type=int, default=30_000)
     p.add_argument("--rates", default="200,1000")
     p.add_argument("--seconds", type=float, default=20.0)
@@ -443,7 +590,9 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("/tmp/awa-fleet"))
     args = p.parse_args()
     if args.command == "worker":
-        asyncio.run(_worker(args.url, args.slots, args.batch, args.starts_out))
+        asyncio.run(
+            _worker(args.url, args.slots, args.batch, args.starts_out, failover=args.failover)
+        )
         return
     if args.command == "relay":
         asyncio.run(_relay(args.listen.split(","), args.to, args.delay_ms))
@@ -483,6 +632,10 @@ def main() -> None:
                                 row["latency"].append(got)
                                 print(f"  {hosts} host(s) latency: {got}", flush=True)
                         results.append(row)
+                    if "failover" in workloads:
+                        got = failover(admin, most, tmp, args.settle)
+                        results.append({"rtt_ms": rtt, "failover": got})
+                        print(f"  {most} host(s) failover: {got}", flush=True)
                     if args.peers_harness is not None:
                         peers_harness(args.peers_harness, Path(sys.prefix), args.out, rtt, args)
     finally:

@@ -9,6 +9,7 @@ a dropped ``awa`` schema is dropped, by name, instead of failing every ``migrate
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 from collections.abc import Iterator
@@ -20,7 +21,9 @@ import pytest
 from awa import AsyncClient, Job
 from awa.adapters._pg import migrations as pg_migrations
 from awa.adapters._pg.migrations import current_migration_version, migrate, migrations
+from awa.adapters.postgres_queue_storage import QueueStorageEngine, install_queue_storage
 from awa.domain.errors import AwaError, DatabaseError, SchemaNotMigrated
+from awa.domain.job import JobSpec
 from tests.integration.test_migrations import SNAPSHOT, render_catalog
 from tests.support.roles import owned_database
 from tests.support.schema_history import migrate_as_before
@@ -84,6 +87,25 @@ async def test_the_whole_chain_runs_as_a_nosuperuser_owner_and_a_worker_drains(
         assert stats["default"].completed_last_hour == total
         assert stats["default"].total_queued == 0
     assert done == set(range(total))
+
+
+async def test_the_owner_rotates_and_prunes_the_ring(owner_url: str) -> None:
+    """Maintenance's DDL (prune's detach, rename, attach and truncate) as the owner."""
+    await migrate(owner_url)
+    await install_queue_storage(owner_url, schema="owned_ring", queue_slot_count=4)
+    engine = await QueueStorageEngine.open(owner_url, schema="owned_ring")
+    outcomes: collections.Counter[str] = collections.Counter()
+    try:
+        for _ in range(8):
+            await engine.enqueue_many([JobSpec(kind="noop", queue="q")] * 3)
+            claims = await engine.claim("q", limit=10)
+            acks = await engine.complete([claim.lease for claim in claims])
+            assert {ack.value for ack in acks} == {"applied"}
+            outcomes[await engine.rotate_queue_ring()] += 1
+            outcomes["prune:" + await engine.prune_oldest()] += 1
+    finally:
+        await engine.close()
+    assert outcomes["rotated"] == 8 and outcomes["prune:pruned"] > 0, outcomes
 
 
 async def test_a_failing_migration_leaves_the_version_the_database_had(

@@ -193,3 +193,25 @@ async def test_an_orphaned_queue_storage_schema_is_dropped_by_name(
     async with AsyncClient(url) as client:
         job: Job[Any] = await client.insert(Tick(1))
         assert (await client.get_job(job.id)).id == job.id
+
+
+async def test_an_owner_without_the_temporary_privilege_is_told_what_to_grant(
+    owner_url: str, pg_server_url: str
+) -> None:
+    params = psycopg.conninfo.conninfo_to_dict(owner_url)
+    database, role = str(params["dbname"]), str(params["user"])
+    with psycopg.connect(pg_server_url, autocommit=True) as admin:
+        for grantee in ("PUBLIC", role):
+            admin.execute(
+                psycopg.sql.SQL("REVOKE TEMPORARY ON DATABASE {} FROM {}").format(
+                    psycopg.sql.Identifier(database),
+                    psycopg.sql.SQL(grantee)
+                    if grantee == "PUBLIC"
+                    else psycopg.sql.Identifier(grantee),
+                )
+            )
+    with pytest.raises(SchemaNotMigrated, match="GRANT TEMPORARY ON DATABASE"):
+        await migrate(owner_url)
+    with psycopg.connect(owner_url, autocommit=True) as conn:
+        row = conn.execute("SELECT to_regnamespace('awa') IS NULL AS untouched").fetchone()
+    assert row == (True,)

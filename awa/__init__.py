@@ -21,6 +21,7 @@ from awa.domain.errors import (
 )
 from awa.domain.handler_results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa.domain.kinds import derive_kind
+from awa.domain.queue_options import QueueConfigDict
 from awa.domain.routing import PartitionedQueue
 from awa.domain.states import JobState
 from awa.entrypoints.bootstrap import (
@@ -70,6 +71,7 @@ __all__ = [
     "JobNotFound",
     "JobState",
     "PartitionedQueue",
+    "QueueConfigDict",
     "QueueHealth",
     "QueueStat",
     "RawClient",

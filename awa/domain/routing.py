@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from awa.domain.errors import ValidationError, ValidationTypeError
+from awa.domain.queue_options import QueueConfigDict
 
 _MASK64 = 0xFFFF_FFFF_FFFF_FFFF
 FNV_OFFSET = 14695981039346656037
@@ -203,7 +204,7 @@ class PartitionedQueue:
         deadline_duration_ms: int | None = None,
         claimers: int | None = None,
         claim_batch_size: int | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[QueueConfigDict]:
         """One ``start()`` queue config dict per physical queue.
 
         Exactly one of ``max_workers_per_partition`` (hard-reserved capacity) and
@@ -235,21 +236,23 @@ class PartitionedQueue:
             raise ValidationError(
                 "min_workers_per_partition", f"min_workers_per_partition must be >= 0, got {least}"
             )
-        configs: list[dict[str, Any]] = []
+        configs: list[QueueConfigDict] = []
         for queue in self._queues:
-            config: dict[str, Any] = {"name": queue}
+            config = QueueConfigDict(name=queue)
             if min_workers_per_partition is not None:
                 config["min_workers"] = min_workers_per_partition
                 config["weight"] = weight
             else:
                 config["max_workers"] = max_workers_per_partition
-            optional = {
-                "rate_limit": rate_limit_per_partition,
-                "priority_aging_interval_ms": priority_aging_interval_ms,
-                "deadline_duration_ms": deadline_duration_ms,
-                "claimers": claimers,
-                "claim_batch_size": claim_batch_size,
-            }
-            config.update({k: v for k, v in optional.items() if v is not None})
+            if rate_limit_per_partition is not None:
+                config["rate_limit"] = rate_limit_per_partition
+            if priority_aging_interval_ms is not None:
+                config["priority_aging_interval_ms"] = priority_aging_interval_ms
+            if deadline_duration_ms is not None:
+                config["deadline_duration_ms"] = deadline_duration_ms
+            if claimers is not None:
+                config["claimers"] = claimers
+            if claim_batch_size is not None:
+                config["claim_batch_size"] = claim_batch_size
             configs.append(config)
         return configs

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from awa.entrypoints.client_core import T
 from awa.entrypoints.client_sync import BlockingClientBase, RawClientBase
 from awa.entrypoints.job import Job
 from awa.entrypoints.results import (
@@ -207,7 +208,8 @@ class Client(BlockingClientBase):
         return self._run(self._async.get_dlq_job(job_id))
 
     def get_job(self, job_id: int) -> Job[Any]:
-        """The job with this id; raises ``AwaError`` when it does not exist. Blocking form of
+        """The job with this id; raises :class:`~awa.JobNotFound` (an ``AwaError``) when there
+        is none: it never existed, or it finished and retention removed it. Blocking form of
         ``AsyncClient.get_job``.
         """
         return self._run(self._async.get_job(job_id))
@@ -228,7 +230,7 @@ class Client(BlockingClientBase):
 
     def insert(
         self,
-        args: Any,
+        args: T,
         *,
         kind: str | None = None,
         queue: str = "default",
@@ -240,8 +242,9 @@ class Client(BlockingClientBase):
         unique_opts: dict[str, Any] | None = None,
         ordering_key: bytes | str | None = None,
         queue_storage_queue_stripe_count: int = 1,
-    ) -> Job[Any]:
-        """Insert one job. ``run_at`` (any value) makes it ``scheduled``; ``unique_opts``
+    ) -> Job[T]:
+        """Insert one job; the returned ``Job``'s ``args`` is ``args`` itself (a dict reads
+        back as stored). ``run_at`` (any value) makes it ``scheduled``; ``unique_opts``
         raises ``UniqueConflict`` when a live job already holds the same key.
         ``queue_storage_queue_stripe_count`` must match the fleet's: on queue storage the
         job goes to one stripe ``queue#k`` of its queue. Blocking form of
@@ -834,7 +837,7 @@ class RawClient(RawClientBase):
 
     def insert_sync(
         self,
-        args: Any,
+        args: T,
         *,
         kind: str | None = None,
         queue: str = "default",
@@ -846,7 +849,7 @@ class RawClient(RawClientBase):
         unique_opts: dict[str, Any] | None = None,
         ordering_key: bytes | str | None = None,
         queue_storage_queue_stripe_count: int = 1,
-    ) -> Job[Any]:
+    ) -> Job[T]:
         """Blocking ``insert``, on a client of its own (see ``Client.insert``)."""
         return self._blocking().insert(
             args,

@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from awa.adapters._pg.pool import PoolOptions
@@ -16,6 +16,7 @@ from awa.domain.cron import CronSchedule
 from awa.domain.descriptors import Descriptor
 from awa.domain.errors import AwaError
 from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, JobRecord
+from awa.domain.queue_options import QueueConfigDict
 from awa.domain.schema import schema_compatible
 from awa.domain.stripes import DEFAULT_QUEUE_STRIPES
 from awa.domain.validation import (
@@ -49,7 +50,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("awa.client")
 
 T = TypeVar("T")
-F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
+#: A handler for args of type ``T``: takes the ``Job[T]``, returns ``R`` (``None``, a
+#: handler result such as ``Snooze``, or a coroutine of one for ``async def``).
+Handler = Callable[[Job[T]], R]
 
 #: How long a readiness probe waits for the database.
 _PROBE_TIMEOUT = 2.0
@@ -99,15 +103,16 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
     # ------------------------------------------------------------------ handlers
     def task(
         self, args_type: type[T], *, kind: str | None = None, queue: str = DEFAULT_QUEUE
-    ) -> Callable[[F], F]:
+    ) -> Callable[[Handler[T, R]], Handler[T, R]]:
         """Register the decorated function (``async def`` or plain ``def``) as the
         handler for ``args_type``'s kind; it receives a ``Job`` whose ``args`` is an
-        ``args_type`` instance."""
+        ``args_type`` instance. A type checker refuses a handler that takes no job or a
+        ``Job`` of another args class."""
         if not isinstance(args_type, type):
             raise TypeError(f"args_type must be a class, got {type(args_type).__name__}")
         resolved = kind_for_type(args_type, kind)
 
-        def decorator(handler: F) -> F:
+        def decorator(handler: Handler[T, R]) -> Handler[T, R]:
             self._handlers.register(
                 resolved, handler, queue=queue, job_factory=_job_factory(args_type)
             )
@@ -117,7 +122,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
 
     def worker(
         self, args_type: type[T], *, kind: str | None = None, queue: str = DEFAULT_QUEUE
-    ) -> Callable[[F], F]:
+    ) -> Callable[[Handler[T, R]], Handler[T, R]]:
         """Deprecated alias of :meth:`task`."""
         warnings.warn(
             "client.worker() is deprecated, use client.task() instead",
@@ -228,7 +233,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
 
     async def start(
         self,
-        queues: list[tuple[str, int]] | list[dict[str, Any]] | None = None,
+        queues: Sequence[tuple[str, int] | QueueConfigDict] | None = None,
         *,
         poll_interval_ms: int = 200,
         global_max_workers: int | None = None,

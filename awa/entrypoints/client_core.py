@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from awa.adapters._pg.pool import PoolOptions
 from awa.adapters.clock import SystemClock
@@ -27,6 +28,8 @@ from awa.ports.admin import SchemaAdmin
 from awa.ports.runtime_registry import RuntimeRegistry
 from awa.ports.storage import JobFilter, StorageEngine
 from awa.runtime import metrics, tracing
+
+T = TypeVar("T")
 
 CLOSED = "attempted to acquire a connection on a closed pool"
 NO_TRANSITION_FUNCTIONS = (
@@ -148,7 +151,7 @@ class ClientCore:
     # ------------------------------------------------------------------ enqueue
     async def insert(
         self,
-        args: Any,
+        args: T,
         *,
         kind: str | None = None,
         queue: str = DEFAULT_QUEUE,
@@ -160,8 +163,9 @@ class ClientCore:
         unique_opts: dict[str, Any] | None = None,
         ordering_key: bytes | str | None = None,
         queue_storage_queue_stripe_count: int = DEFAULT_QUEUE_STRIPES,
-    ) -> Job[Any]:
-        """Insert one job. ``run_at`` (any value) makes it ``scheduled``; ``unique_opts``
+    ) -> Job[T]:
+        """Insert one job; the returned ``Job``'s ``args`` is ``args`` itself (a dict reads
+        back as stored). ``run_at`` (any value) makes it ``scheduled``; ``unique_opts``
         raises ``UniqueConflict`` when a live job already holds the same key.
         ``queue_storage_queue_stripe_count`` must match the fleet's: on queue storage the
         job goes to one stripe ``queue#k`` of its queue."""
@@ -184,7 +188,8 @@ class ClientCore:
                 [spec], stripes=stripes, validated=True
             )
             metrics.count_inserted((spec,))
-            return Job(record)
+            # ``job.args`` is what the caller gave (``Job[T]``); a dict reads back as stored.
+            return Job(record, None if isinstance(args, Mapping) else args)
 
     async def insert_many_copy(
         self,

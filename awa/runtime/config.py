@@ -18,6 +18,7 @@ import attrs
 from awa._version import __version__
 from awa.domain.errors import ValidationError
 from awa.domain.leadership import DEFAULT_LEASE_TTL, validate_lease_ttl
+from awa.domain.queue_options import QUEUE_CONFIG_KEYS, RETENTION_KEYS
 from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, validate_stripe_count
 from awa.domain.validation import (
     CLAIM_SLOT_COUNT,
@@ -34,21 +35,8 @@ DEFAULT_AGING_INTERVAL = timedelta(seconds=60)
 
 STORAGE_TRANSITION_ROLES = ("auto", "canonical_drain", "queue_storage_target")
 
-_QUEUE_KEYS = frozenset(
-    {
-        "name",
-        "max_workers",
-        "min_workers",
-        "weight",
-        "rate_limit",
-        "deadline_duration_ms",
-        "priority_aging_interval_ms",
-        "claimers",
-        "claim_batch_size",
-        "retention",
-    }
-)
-_RETENTION_KEYS = frozenset({"completed_hours", "failed_hours"})
+_QUEUE_KEYS = QUEUE_CONFIG_KEYS
+_RETENTION_KEYS = RETENTION_KEYS
 
 
 @attrs.frozen

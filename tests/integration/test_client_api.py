@@ -43,21 +43,25 @@ async def test_insert_arg_styles_and_job_properties(client: AsyncClient) -> None
         0,
     )
     assert job.max_attempts == 25 and job.tags == ["x"] and job.metadata == {"m": 1}
-    assert job.args == {"to": "a@b", "subject": "hi"}
+    # insert() returns a Job[SendEmail]: args is the instance given; the stored JSON is
+    # what get_job() reads back.
+    assert job.args == SendEmail("a@b") and job.record.args == {"to": "a@b", "subject": "hi"}
+    assert (await client.get_job(job.id)).args == {"to": "a@b", "subject": "hi"}
     assert job.errors == [] and job.progress is None and job.finalized_at is None
     assert datetime.fromisoformat(job.created_at).tzinfo is not None
     assert job.deadline is None and not job.is_cancelled()
     assert str(job.state) == "available" and job.state == 1
     model = await client.insert(ResizeImage(path="/a.png", width=3), queue="images")
-    assert (model.kind, model.args, model.queue) == (
+    assert (model.kind, model.record.args, model.queue) == (
         "resize_image",
         {"path": "/a.png", "width": 3},
         "images",
     )
+    assert model.args == ResizeImage(path="/a.png", width=3)
     raw = await client.insert({"n": 1}, kind="raw_kind", priority=1)
     assert (raw.kind, raw.priority) == ("raw_kind", 1)
     fetched = await client.get_job(job.id)
-    assert fetched.id == job.id and fetched.args == job.args
+    assert fetched.id == job.id and fetched.args == job.record.args
     assert repr(fetched).startswith(f"Job(id={job.id}, kind='send_email'")
 
 

@@ -1,0 +1,50 @@
+"""The queue-config dict ``start()`` accepts, as TypedDicts, so a type checker catches a
+misspelt key (``max_wokers``) or a value of the wrong type before the worker runs.
+
+The keys the runtime accepts are read from these classes (``QUEUE_CONFIG_KEYS``,
+``RETENTION_KEYS``): a key exists in one place.
+"""
+
+from __future__ import annotations
+
+from typing import NotRequired, Required, TypedDict
+
+
+class RateLimitDict(TypedDict, total=False):
+    """A token bucket: ``max_rate`` (or ``rate``) tokens per second, at most ``burst``."""
+
+    max_rate: float
+    rate: float
+    burst: int
+
+
+class RetentionDict(TypedDict, total=False):
+    """How long this queue keeps finished jobs, overriding the runtime's defaults."""
+
+    completed_hours: float | None
+    failed_hours: float | None
+
+
+class QueueConfigDict(TypedDict, total=False):
+    """One queue for ``start(queues=[...])``: ``name`` and, optionally, its capacity
+    (``max_workers``, or ``min_workers`` and ``weight`` with ``global_max_workers``), a
+    rate limit, a deadline, priority aging, claim tuning and retention overrides.
+
+    ``PartitionedQueue.queue_configs()`` returns a list of these."""
+
+    name: Required[str]
+    max_workers: NotRequired[int | None]
+    min_workers: NotRequired[int | None]
+    weight: NotRequired[int | None]
+    rate_limit: NotRequired[tuple[float, int] | RateLimitDict | None]
+    deadline_duration_ms: NotRequired[float | None]
+    priority_aging_interval_ms: NotRequired[float | None]
+    claimers: NotRequired[int | None]
+    claim_batch_size: NotRequired[int | None]
+    retention: NotRequired[RetentionDict | None]
+
+
+#: Every key a queue-config dict may hold.
+QUEUE_CONFIG_KEYS = frozenset(QueueConfigDict.__annotations__)
+#: Every key of a queue's ``retention`` dict.
+RETENTION_KEYS = frozenset(RetentionDict.__annotations__)

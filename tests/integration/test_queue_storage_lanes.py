@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -177,8 +178,11 @@ async def test_spare_lanes_are_bounded(
 
 
 async def test_concurrent_producers_and_claimers_lose_nothing_and_keep_each_lane_fifo(
-    engine: QueueStorageEngine, migrated_database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str, clock: ManualClock
 ) -> None:
+    """The producers share one stopped clock, so a batch that gets its lane after a later
+    one is stamped a microsecond after it (lane_stamp): a claimer that finds nothing
+    moves the clock on."""
     producers, per_producer = 6, 25
     inserted: list[int] = []
     claimed: list[int] = []
@@ -201,9 +205,10 @@ async def test_concurrent_producers_and_claimers_lose_nothing_and_keep_each_lane
             claimed.extend(c.job.id for c in got)
             if got:
                 await engine.complete([c.lease for c in got])
-            elif done.is_set():
+            elif done.is_set() and not await _due_later(migrated_database_url, clock):
                 return
             else:
+                clock.advance(timedelta(milliseconds=1))
                 await asyncio.sleep(0.005)
 
     claimers = [asyncio.create_task(claim()) for _ in range(2)]
@@ -381,12 +386,25 @@ async def test_the_one_statement_inserts_settle_on_the_generic_plan(
     assert len(await engine.claim(QUEUE, limit=100)) == 30
 
 
+async def _due_later(url: str, clock: ManualClock) -> bool:
+    """Whether a ready row of the queue is stamped after the clock."""
+    rows = await _sql(
+        url,
+        "SELECT count(*) AS n FROM awa.ready_entries WHERE queue = %s AND run_at > %s",
+        QUEUE,
+        clock.now(),
+    )
+    return bool(rows[0]["n"])
+
+
 async def test_routed_single_inserts_racing_claimers_lose_nothing_and_keep_lanes_fifo(
-    engine: QueueStorageEngine, migrated_database_url: str
+    engine: QueueStorageEngine, migrated_database_url: str, clock: ManualClock
 ) -> None:
     """insert()'s path: single plain jobs take the one-job statement (a free counter
     bucket and a free existing lane, else the full statement), batches the full one, all
-    behind the remembered route, while claimers drain the queue."""
+    behind the remembered route, while claimers drain the queue. The producers share one
+    stopped clock, so a job that gets its lane after a later one is stamped a microsecond
+    after it (lane_stamp): a claimer that finds nothing moves the clock on."""
     async with await psycopg.AsyncConnection.connect(
         migrated_database_url, autocommit=True
     ) as conn:
@@ -409,9 +427,10 @@ async def test_routed_single_inserts_racing_claimers_lose_nothing_and_keep_lanes
             claimed.extend(c.job.id for c in got)
             if got:
                 await engine.complete([c.lease for c in got])
-            elif done.is_set():
+            elif done.is_set() and not await _due_later(migrated_database_url, clock):
                 return
             else:
+                clock.advance(timedelta(milliseconds=1))
                 await asyncio.sleep(0.005)
 
     claimers = [asyncio.create_task(claim()) for _ in range(2)]

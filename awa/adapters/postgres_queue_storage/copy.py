@@ -15,7 +15,7 @@ from awa.adapters._pg.pool import DictConnection
 from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.lanes import Lane, LaneAllocator
-from awa.adapters.postgres_queue_storage.snapshots import Writes, new_record
+from awa.adapters.postgres_queue_storage.snapshots import Writes, new_record, restamped
 from awa.adapters.postgres_queue_storage.statements import Statements, run
 from awa.domain.channels import queue_channel
 from awa.domain.job import JobSpec
@@ -69,15 +69,16 @@ def _text_array(values: Sequence[str]) -> str:
 _COPY_PIECE = 500
 
 
-def _copy_shape(spec: JobSpec, slot: str, stamp: str) -> tuple[str, str, str, str]:
+def _copy_shape(spec: JobSpec, slot: str, stamp: str) -> tuple[str, str, str, str, str]:
     """The fixed text of a direct-COPY row of ``spec``: before the fact id (slot), between
     the job id and args (kind, queue), between args and metadata (priority, attempt,
-    max_attempts, run_at, created_at, errors) and between metadata and the ordering key
-    (tags, unique states, run lease)."""
+    max_attempts, then after the lane's run_at: created_at, errors) and between metadata
+    and the ordering key (tags, unique states, run lease)."""
     return (
         f"{slot}\t",
         f"{_copy_text(spec.kind)}\t{_copy_text(spec.queue)}\t",
-        f"{spec.priority}\t0\t{spec.max_attempts}\t{stamp}\t{stamp}\t{{}}\t",
+        f"{spec.priority}\t0\t{spec.max_attempts}\t",
+        f"\t{stamp}\t{{}}\t",
         f"{_copy_text(_text_array(spec.tags))}\t"
         f"{mask_to_bitstring(spec.effective_unique_states)}\t0\t",
     )
@@ -172,14 +173,16 @@ class CopyEnqueue:
         ids: list[int] = row["ids"]
         facts: list[int] = row["facts"]
         slot = str(row["slot"])
+        # Per lane: shard, next position, and the run_at of its rows (lane_stamp: ``now``,
+        # or just after the lane's tail when it got the lane after a later producer).
         nxt: dict[Lane, list[Any]] = {}
-        for queue, priority, asked, shard, next_seq in row["lanes"]:
+        for queue, priority, asked, shard, next_seq, run_at in row["lanes"]:
             lane = (queue, priority, asked)
-            nxt[lane] = [str(shard), next_seq - groups[lane][0]]
+            nxt[lane] = [str(shard), next_seq - groups[lane][0], _copy_text(run_at)]
         stamp = _copy_text(now.isoformat())
         # The text around args and metadata is the same for every job sharing kind, queue,
         # priority, max_attempts, tags and unique states (usually the whole batch).
-        shapes: dict[tuple[Any, ...], tuple[str, str, str, str]] = {}
+        shapes: dict[tuple[Any, ...], tuple[str, str, str, str, str]] = {}
         dumps = json.dumps
         copy_sql = self._sql["copy_direct"]
         rows = zip(specs, lane_of, ids, facts, strict=True)
@@ -209,8 +212,9 @@ class CopyEnqueue:
                     append(
                         f"{shape[0]}{fact}\t{at[0]}\t{seq}\t{job_id}\t{shape[1]}"
                         f"{dumps(spec.args).replace(BACKSLASH, ESCAPED)}\t{shape[2]}"
+                        f"{at[2]}{shape[3]}"
                         f"{dumps(meta).replace(BACKSLASH, ESCAPED) if meta else '{}'}\t"
-                        f"{shape[3]}{NULL if key is None else HEX + key.hex()}\n"
+                        f"{shape[4]}{NULL if key is None else HEX + key.hex()}\n"
                     )
                 await copy.write("".join(out).encode())
         writes = Writes(now)
@@ -233,7 +237,14 @@ class CopyEnqueue:
             for job, spec in zip(records, specs, strict=True)
             if job.state == JobState.Available
         ]
-        lanes = iter(await self._lanes.reserve(conn, ready) if ready else [])
+        placed = await self._lanes.reserve(conn, ready, stamp=writes.now) if ready else []
+        moved = {
+            job.id: at
+            for (job, _), (_, _, at) in zip(ready, placed, strict=True)
+            if at != job.run_at
+        }
+        records = [restamped(job, moved) for job in records]
+        lanes = iter(placed)
         self._stages += 1
         stage = sql.Identifier(f"awa_copy_stage_{self._stages}")
         await run(conn, self._sql.render("create_copy_stage", stage=stage))
@@ -241,7 +252,9 @@ class CopyEnqueue:
         async with conn.cursor() as cur, cur.copy(copy_sql) as copy:
             copy.set_types(list(_STAGE_TYPES))
             for job, spec in zip(records, specs, strict=True):
-                shard, seq = next(lanes) if job.state == JobState.Available else (None, None)
+                shard, seq, _ = (
+                    next(lanes) if job.state == JobState.Available else (None, None, None)
+                )
                 await copy.write_row(
                     (
                         job.id,

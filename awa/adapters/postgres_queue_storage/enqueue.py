@@ -68,7 +68,7 @@ from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.group_commit import GroupCommit
 from awa.adapters.postgres_queue_storage.lanes import LaneAllocator
-from awa.adapters.postgres_queue_storage.snapshots import Writes, new_record
+from awa.adapters.postgres_queue_storage.snapshots import Writes, new_record, restamped
 from awa.adapters.postgres_queue_storage.statements import Statements, run
 from awa.adapters.postgres_queue_storage.wakes import WakeCoalescer
 from awa.domain.channels import queue_channel
@@ -137,9 +137,12 @@ class Enqueue:
             new_record(row["id"], spec, writes.now) for row, spec in zip(rows, specs, strict=True)
         ]
         await self._facts.unique(conn, [(None, job) for job in records])
-        await self._facts.place(
-            conn, [(job, spec.ordering_key) for job, spec in zip(records, specs, strict=True)]
+        moved = await self._facts.place(
+            conn,
+            [(job, spec.ordering_key) for job, spec in zip(records, specs, strict=True)],
+            stamp=writes.now,
         )
+        records = [restamped(job, moved) for job in records]
         for job in records:
             writes.move(None, job)
         await self._facts.flush(conn, writes, producer=True)
@@ -200,8 +203,13 @@ class Enqueue:
     async def _records(
         cur: AsyncCursor[DictRow], specs: Sequence[JobSpec], now: datetime
     ) -> list[JobRecord]:
+        """The records of an enqueue whose rows are ``(id, run_at)``, run_at being the
+        available job's stamp under its lane's lock (NULL for a deferred job)."""
         rows = await cur.fetchall()
-        return [new_record(row["id"], spec, now) for row, spec in zip(rows, specs, strict=True)]
+        return [
+            new_record(row["id"], spec, now, stamp=row["run_at"])
+            for row, spec in zip(rows, specs, strict=True)
+        ]
 
     async def enqueue_many_routed(
         self, specs: Sequence[JobSpec], *, validated: bool = False
@@ -243,13 +251,15 @@ class Enqueue:
         that wrote nothing: a second round trip); otherwise BEGIN, the statement and COMMIT
         are pipelined and the ids are read once the pipeline is synced."""
         self._connections.check_open()
-        now = self._clock.now()
         wake: set[str] = set()
         # Alone, the enqueue notifies in its own transaction; next to other enqueues of
         # this engine it leaves the wake-up to the wake coalescer (one commit-long lock).
         self._group.in_flight += 1
         try:
             async with self._connections.pool.connection() as conn:
+                # Stamped once a connection is held: the wait for one does not count
+                # against the stamp's slack in its lane (lane_stamp).
+                now = self._clock.now()
                 alone = self._group.in_flight == 1 and not self._wakes.pending
                 records: list[JobRecord] = []
                 if route_check and len(specs) == 1 and _one_plain_job(specs[0]):
@@ -293,7 +303,7 @@ class Enqueue:
         if row is None:
             return []
         wake.add(channel)
-        return [new_record(row["id"], spec, now)]
+        return [new_record(row["id"], spec, now, stamp=row["run_at"])]
 
     async def enqueue_many(
         self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None, validated: bool = False

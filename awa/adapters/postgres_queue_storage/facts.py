@@ -15,6 +15,8 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+import attrs
+
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters.postgres_queue_storage.lanes import LaneAllocator
 from awa.adapters.postgres_queue_storage.snapshots import (
@@ -154,23 +156,34 @@ class FactWriter:
             )
 
     async def place(
-        self, conn: DictConnection, items: Sequence[tuple[JobRecord, bytes | None]]
-    ) -> None:
-        """Append each snapshot to the plane its state lives in."""
+        self,
+        conn: DictConnection,
+        items: Sequence[tuple[JobRecord, bytes | None]],
+        *,
+        stamp: datetime | None = None,
+    ) -> dict[int, datetime]:
+        """Append each snapshot to the plane its state lives in. ``stamp``: the snapshots
+        are new jobs, and the available ones stamped ``stamp`` may get a later run_at under
+        their lane's lock (:meth:`LaneAllocator.reserve`). Returns the run_at of each job
+        whose run_at was moved, by job id."""
         ready = [(job, key) for job, key in items if job.state == JobState.Available]
         deferred = [row_json(job, key) for job, key in items if job.state in DEFERRED]
         done = [row_json(job, key) for job, key in items if job.state in TERMINAL_STATES]
+        moved: dict[int, datetime] = {}
         if ready:
-            seqs = await self._lanes.reserve(conn, ready)
-            rows = [
-                row_json(job, key, shard=shard, lane_seq=seq)
-                for (job, key), (shard, seq) in zip(ready, seqs, strict=True)
-            ]
+            seqs = await self._lanes.reserve(conn, ready, stamp=stamp)
+            rows = []
+            for (job, key), (shard, seq, run_at) in zip(ready, seqs, strict=True):
+                if run_at != job.run_at:
+                    moved[job.id] = run_at
+                    job = attrs.evolve(job, run_at=run_at)
+                rows.append(row_json(job, key, shard=shard, lane_seq=seq))
             await self._sql.exec(conn, "insert_ready", rows=json.dumps(rows))
         if deferred:
             await self._sql.exec(conn, "insert_deferred", rows=json.dumps(deferred))
         if done:
             await self._sql.exec(conn, "insert_done", rows=json.dumps(done))
+        return moved
 
     async def mark_retiring(self, conn: DictConnection, heads: Sequence[Resolved]) -> None:
         """Lock and mark the lanes of these unclaimed ready rows for retirement

@@ -78,12 +78,15 @@ class LaneAllocator:
         self,
         conn: DictConnection,
         ready: Sequence[tuple[JobRecord, bytes | None]],
-    ) -> list[tuple[int, int]]:
+        *,
+        stamp: datetime | None = None,
+    ) -> list[tuple[int, int, datetime]]:
         """Reserve each available job's lane position (lock order: ``lanes`` rows, then
         ``claim_heads`` rows). A job with an ordering key goes to its key's shard; the jobs
         of one ``(queue, priority)`` without a key go together to whichever lane of it no
-        other open transaction holds. Returns ``(shard, lane_seq)`` per job, in input
-        order."""
+        other open transaction holds. ``stamp``: the jobs are new, and those whose run_at
+        is ``stamp`` (the producer's clock) may be stamped later under the lane's lock
+        (``lane_stamp``). Returns ``(shard, lane_seq, run_at)`` per job, in input order."""
         keyed = {job.queue for job, key in ready if key is not None}
         if keyed:
             await self.load_shards(conn, keyed)
@@ -95,6 +98,9 @@ class LaneAllocator:
         keys: dict[Lane, list[tuple[datetime, int]]] = {}
         for (job, _), lane in zip(ready, lanes, strict=True):
             keys.setdefault(lane, []).append((job.run_at, job.id))
+        fresh = {
+            lane: stamp is not None and all(at == stamp for at, _ in keys[lane]) for lane in order
+        }
         ends = await self._sql.exec(
             conn,
             "reserve_lanes",
@@ -108,14 +114,18 @@ class LaneAllocator:
             last_runs=[max(keys[lane])[0] for lane in order],
             last_ids=[max(keys[lane])[1] for lane in order],
             sorted=[keys[lane] == sorted(keys[lane]) for lane in order],
+            fresh=[fresh[lane] for lane in order],
         )
         nxt: dict[Lane, list[int]] = {}
+        stamps: dict[Lane, datetime] = {}
         for r in ends:
             lane = (r["queue"], r["priority"], r["asked"])
             nxt[lane] = [r["shard"], r["next_seq"] - wanted[lane]]
+            if fresh[lane]:
+                stamps[lane] = r["stamp"]
         placed = []
-        for lane in lanes:
+        for (job, _), lane in zip(ready, lanes, strict=True):
             shard_seq = nxt[lane]
-            placed.append((shard_seq[0], shard_seq[1]))
+            placed.append((shard_seq[0], shard_seq[1], stamps.get(lane, job.run_at)))
             shard_seq[1] += 1
         return placed

@@ -2,10 +2,56 @@
 -- the snapshot writes every operation shares. Placeholders are listed in statements.py;
 -- every time value is a parameter taken from the engine's clock.
 
+-- name: lane_stamp
+-- The run_at a batch ``w`` of new jobs (``w.fresh``: every row stamped ``w.first_run``,
+-- the producer's clock when it began) gets in lane ``l``, read under the lane's row lock.
+-- A producer stamps its jobs before it takes a lane, so another producer that stamped
+-- later may have taken the lane first: the batch would then start below the lane's tail
+-- order key and leave the lane disordered (claims sort its whole unclaimed window). Such
+-- a batch is stamped just after the tail instead (ADR 0006, "Stamped under the lane
+-- lock"), as if it had been stamped when it got the lane, unless the tail is more than
+-- {stamp_slack_ms} ms ahead of the batch's clock (a clock far off): that batch keeps its stamp
+-- and the lane is marked disordered, as for any other append below the tail.
+CASE WHEN w.fresh AND l.tail_run_at IS NOT NULL
+        AND (w.first_run, w.first_id) < (l.tail_run_at, l.tail_job_id)
+        AND l.tail_run_at < w.first_run + {stamp_slack_ms} * interval '1 millisecond'
+    THEN l.tail_run_at + interval '1 microsecond'
+    ELSE w.first_run END
+
+-- name: lane_tail
+-- The values of lane ``l``'s ``(tail_run_at, tail_job_id, disorder_seq)`` once the batch
+-- ``w`` (want's columns; one row, from the slot ``batch`` or the enclosing statement) is
+-- appended at positions ``l.next_seq ..``: the tail order key advances to the batch's
+-- largest one (for new jobs the lane_stamp), and the lane is marked disordered when the
+-- batch is not in (run_at, job id) order itself, when rows without an order key (SQL
+-- producers) are in the lane, or when the batch starts below the tail.
+(SELECT
+    CASE WHEN l.tail_run_at IS NULL OR (t.last_at, t.last_id) > (l.tail_run_at, l.tail_job_id)
+        THEN t.last_at ELSE l.tail_run_at END,
+    CASE WHEN l.tail_run_at IS NULL OR (t.last_at, t.last_id) > (l.tail_run_at, l.tail_job_id)
+        THEN t.last_id ELSE l.tail_job_id END,
+    CASE WHEN NOT t.sorted
+            -- rows appended without an order key (SQL producers) have no known order
+            OR (l.tail_run_at IS NULL AND l.next_seq > 0)
+            OR (t.first_at, t.first_id) < (l.tail_run_at, l.tail_job_id)
+        THEN l.next_seq + t.n - 1 ELSE l.disorder_seq END
+ FROM (SELECT u.*, CASE WHEN u.fresh THEN u.first_at ELSE u.last_run END AS last_at
+       FROM (SELECT w.*, {lane_stamp} AS first_at {?batch}) u) t)
+
+-- name: lane_tail_named
+FROM named w
+WHERE w.q = EXCLUDED.queue AND w.p = EXCLUDED.priority AND w.sh = EXCLUDED.shard
+
+-- name: lane_tail_fresh
+FROM fresh w
+WHERE w.q = EXCLUDED.queue AND w.p = EXCLUDED.priority AND w.shard = EXCLUDED.shard
+
 -- name: reserve_lanes_cte
--- The lane reservation shared by reserve_lanes and enqueue_ready, as CTEs after a CTE
--- ``want(q, p, sh, hint, n, first_run, first_id, last_run, last_id, sorted)``: one row per
--- lane a batch needs. ``sh`` names a lane: an ordering key's shard (0 and up), whose row
+-- The lane reservation shared by reserve_lanes, enqueue_ready and copy_begin, as CTEs
+-- after a CTE ``want(q, p, sh, hint, n, first_run, first_id, last_run, last_id, sorted,
+-- fresh)``: one row per lane a batch needs (``fresh``: new jobs, all stamped
+-- ``first_run``, which lane_stamp may move). ``sh`` names a lane: an ordering key's
+-- shard (0 and up), whose row
 -- lock the batch waits for. ``sh IS NULL`` is for jobs without an ordering key: they live
 -- in the negative lanes of ``(q, p)``, at most {spare_lanes} of them, and the batch takes the
 -- first one that no other open transaction holds (``SKIP LOCKED``, the ``hint`` lane
@@ -15,9 +61,10 @@
 -- locked first (sorted), free lanes after them without waiting, so a statement never
 -- waits while it holds a lane it took out of order. Every lane row lock is held to
 -- commit, so lane position k+1 never becomes visible before k. Output: ``lanes_out(q, p,
--- asked, shard, next_seq)``, ``asked`` being ``want.sh``. A claim head is created for
--- every new lane (no write when present); an unreferenced data-modifying CTE runs after
--- the main statement, so the lock order (lanes, then claim_heads) holds.
+-- asked, shard, next_seq, stamp)``, ``asked`` being ``want.sh`` and ``stamp`` the run_at
+-- of a fresh batch's rows (lane_stamp; meaningless for other batches). A claim head is
+-- created for every new lane (no write when present); an unreferenced data-modifying CTE
+-- runs after the main statement, so the lock order (lanes, then claim_heads) holds.
 named AS (
     SELECT * FROM want WHERE sh IS NOT NULL
 ), held AS (
@@ -28,23 +75,8 @@ named AS (
     ORDER BY q, p, sh
     ON CONFLICT (queue, priority, shard) DO UPDATE SET
         next_seq = l.next_seq + EXCLUDED.next_seq,
-        tail_run_at = CASE
-            WHEN l.tail_run_at IS NULL
-                OR (EXCLUDED.tail_run_at, EXCLUDED.tail_job_id) > (l.tail_run_at, l.tail_job_id)
-            THEN EXCLUDED.tail_run_at ELSE l.tail_run_at END,
-        tail_job_id = CASE
-            WHEN l.tail_run_at IS NULL
-                OR (EXCLUDED.tail_run_at, EXCLUDED.tail_job_id) > (l.tail_run_at, l.tail_job_id)
-            THEN EXCLUDED.tail_job_id ELSE l.tail_job_id END,
-        disorder_seq = CASE
-            WHEN EXCLUDED.disorder_seq >= 0
-                -- rows appended without an order key (SQL producers) have no known order
-                OR (l.tail_run_at IS NULL AND l.next_seq > 0)
-                OR (SELECT (t.first_run, t.first_id) < (l.tail_run_at, l.tail_job_id)
-                    FROM named t WHERE t.q = EXCLUDED.queue AND t.p = EXCLUDED.priority
-                        AND t.sh = EXCLUDED.shard)
-            THEN l.next_seq + EXCLUDED.next_seq - 1 ELSE l.disorder_seq END
-    RETURNING queue, priority, shard, next_seq
+        (tail_run_at, tail_job_id, disorder_seq) = {lane_tail batch=lane_tail_named}
+    RETURNING queue, priority, shard, next_seq, tail_run_at, tail_job_id
 ), free AS (
     SELECT w.*, f.shard AS got
     FROM want w
@@ -59,7 +91,7 @@ named AS (
     WHERE w.sh IS NULL AND (SELECT count(*) FROM held) >= 0
 ), fresh AS (
     SELECT w.q, w.p, coalesce(c.shard, -1 - (pg_backend_pid() %% {spare_lanes})) AS shard,
-        w.n, w.first_run, w.first_id, w.last_run, w.last_id, w.sorted
+        w.n, w.first_run, w.first_id, w.last_run, w.last_id, w.sorted, w.fresh
     FROM free w
     LEFT JOIN LATERAL (
         -- Candidates stream in order (no sort), so the try-lock is only taken on the
@@ -82,22 +114,12 @@ named AS (
 ), moved AS (
     UPDATE {s}.lanes l SET
         next_seq = l.next_seq + w.n,
-        tail_run_at = CASE
-            WHEN l.tail_run_at IS NULL OR (w.last_run, w.last_id) > (l.tail_run_at, l.tail_job_id)
-            THEN w.last_run ELSE l.tail_run_at END,
-        tail_job_id = CASE
-            WHEN l.tail_run_at IS NULL OR (w.last_run, w.last_id) > (l.tail_run_at, l.tail_job_id)
-            THEN w.last_id ELSE l.tail_job_id END,
-        disorder_seq = CASE
-            WHEN NOT w.sorted
-                -- rows appended without an order key (SQL producers) have no known order
-                OR (l.tail_run_at IS NULL AND l.next_seq > 0)
-                OR (w.first_run, w.first_id) < (l.tail_run_at, l.tail_job_id)
-            THEN l.next_seq + w.n - 1 ELSE l.disorder_seq END
+        (tail_run_at, tail_job_id, disorder_seq) = {lane_tail}
     FROM free w
     WHERE w.got IS NOT NULL
       AND l.queue = w.q AND l.priority = w.p AND l.shard = w.got
-    RETURNING l.queue, l.priority, l.shard, l.next_seq
+    RETURNING l.queue, l.priority, l.shard, l.next_seq,
+        CASE WHEN l.tail_job_id = w.last_id THEN l.tail_run_at ELSE w.first_run END AS stamp
 ), made AS (
     INSERT INTO {s}.lanes AS l (queue, priority, shard, next_seq, tail_run_at, tail_job_id,
         disorder_seq)
@@ -106,23 +128,8 @@ named AS (
     ORDER BY q, p, shard
     ON CONFLICT (queue, priority, shard) DO UPDATE SET
         next_seq = l.next_seq + EXCLUDED.next_seq,
-        tail_run_at = CASE
-            WHEN l.tail_run_at IS NULL
-                OR (EXCLUDED.tail_run_at, EXCLUDED.tail_job_id) > (l.tail_run_at, l.tail_job_id)
-            THEN EXCLUDED.tail_run_at ELSE l.tail_run_at END,
-        tail_job_id = CASE
-            WHEN l.tail_run_at IS NULL
-                OR (EXCLUDED.tail_run_at, EXCLUDED.tail_job_id) > (l.tail_run_at, l.tail_job_id)
-            THEN EXCLUDED.tail_job_id ELSE l.tail_job_id END,
-        disorder_seq = CASE
-            WHEN EXCLUDED.disorder_seq >= 0
-                -- rows appended without an order key (SQL producers) have no known order
-                OR (l.tail_run_at IS NULL AND l.next_seq > 0)
-                OR (SELECT (t.first_run, t.first_id) < (l.tail_run_at, l.tail_job_id)
-                    FROM fresh t WHERE t.q = EXCLUDED.queue AND t.p = EXCLUDED.priority
-                        AND t.shard = EXCLUDED.shard)
-            THEN l.next_seq + EXCLUDED.next_seq - 1 ELSE l.disorder_seq END
-    RETURNING queue, priority, shard, next_seq
+        (tail_run_at, tail_job_id, disorder_seq) = {lane_tail batch=lane_tail_fresh}
+    RETURNING queue, priority, shard, next_seq, tail_run_at, tail_job_id
 ), heads AS (
     -- A named lane that has a head already is left out: inserting over it would wait
     -- for a writer marking that head (a retire), while this statement holds the lane.
@@ -135,11 +142,17 @@ named AS (
     ORDER BY 1, 2, 3
     ON CONFLICT DO NOTHING
 ), lanes_out AS (
-    SELECT queue AS q, priority AS p, shard AS asked, shard, next_seq FROM held
+    -- A fresh batch that became its lane's tail has the tail's run_at (lane_stamp);
+    -- otherwise it kept its own stamp (and marked the lane disordered).
+    SELECT h.queue AS q, h.priority AS p, h.shard AS asked, h.shard, h.next_seq,
+        CASE WHEN h.tail_job_id = n.last_id THEN h.tail_run_at ELSE n.first_run END AS stamp
+    FROM held h JOIN named n ON n.q = h.queue AND n.p = h.priority AND n.sh = h.shard
     UNION ALL
-    SELECT queue, priority, NULL::int, shard, next_seq FROM moved
+    SELECT queue, priority, NULL::int, shard, next_seq, stamp FROM moved
     UNION ALL
-    SELECT queue, priority, NULL::int, shard, next_seq FROM made
+    SELECT m.queue, m.priority, NULL::int, m.shard, m.next_seq,
+        CASE WHEN m.tail_job_id = f.last_id THEN m.tail_run_at ELSE f.first_run END
+    FROM made m JOIN fresh f ON f.q = m.queue AND f.p = m.priority AND f.shard = m.shard
 )
 
 -- name: reserve_lanes
@@ -148,10 +161,11 @@ WITH want AS (
     SELECT * FROM unnest(
         %(queues)s::text[], %(priorities)s::smallint[], %(shards)s::int[], %(hints)s::int[],
         %(counts)s::bigint[], %(first_runs)s::timestamptz[], %(first_ids)s::bigint[],
-        %(last_runs)s::timestamptz[], %(last_ids)s::bigint[], %(sorted)s::boolean[]
-    ) AS i(q, p, sh, hint, n, first_run, first_id, last_run, last_id, sorted)
+        %(last_runs)s::timestamptz[], %(last_ids)s::bigint[], %(sorted)s::boolean[],
+        %(fresh)s::boolean[]
+    ) AS i(q, p, sh, hint, n, first_run, first_id, last_run, last_id, sorted, fresh)
 ), {reserve_lanes_cte}
-SELECT q AS queue, p AS priority, asked, shard, next_seq FROM lanes_out
+SELECT q AS queue, p AS priority, asked, shard, next_seq, stamp FROM lanes_out
 
 -- name: lock_lanes
 -- The named lanes a writer that retires unclaimed rows is about to append to, locked
@@ -226,7 +240,8 @@ WITH x AS (
 ), want AS (
     SELECT queue AS q, priority AS p, sh, min(hint) AS hint, count(*) AS n,
         %(now)s::timestamptz AS first_run, min(id) AS first_id,
-        %(now)s::timestamptz AS last_run, max(id) AS last_id, true AS sorted
+        %(now)s::timestamptz AS last_run, max(id) AS last_id, true AS sorted,
+        true AS fresh
     FROM j WHERE run_at IS NULL
     GROUP BY queue, priority, sh
 ), {reserve_lanes_cte}, ready AS (
@@ -237,7 +252,7 @@ WITH x AS (
     )
     SELECT (SELECT current_slot FROM {s}.ring_state), nextval('{s}.fact_seq'), o.shard,
         o.next_seq - o.n + j.k - 1, j.id, j.kind, j.queue, coalesce(j.args, 'null'::jsonb),
-        j.priority, 0, j.max_attempts, %(now)s, %(now)s, '{}'::jsonb[],
+        j.priority, 0, j.max_attempts, o.stamp, %(now)s, '{}'::jsonb[],
         coalesce(j.metadata, '{}'::jsonb), ARRAY(SELECT jsonb_array_elements_text(j.tags)),
         j.unique_states::bit(8), 0, j.okey
     FROM (SELECT j.*, row_number() OVER (PARTITION BY queue, priority, sh ORDER BY id) AS k
@@ -246,7 +261,7 @@ WITH x AS (
           JOIN want w ON w.q = lo.q AND w.p = lo.p AND w.sh IS NOT DISTINCT FROM lo.asked) o
         ON o.q = j.queue AND o.p = j.priority AND o.asked IS NOT DISTINCT FROM j.sh
     ORDER BY j.id
-    RETURNING 1
+    RETURNING job_id, run_at
 ), later AS (
     INSERT INTO {s}.deferred_jobs (
         fact_id, state, job_id, kind, queue, args, priority, attempt, max_attempts, run_at,
@@ -268,11 +283,11 @@ WITH x AS (
     WHERE (SELECT count(*) FROM ready) + (SELECT count(*) FROM later) >= 0
     GROUP BY 1, 2
 ), {counts_free_cte}
-SELECT id,
+SELECT ids.id, r.run_at,
     (SELECT count(*) FROM cnt_added) + (SELECT count(*) FROM cnt_made) AS counted,
     (SELECT count(pg_notify(c, '')) FROM unnest(%(channels)s::text[]) c) AS woken
-FROM ids
-ORDER BY id
+FROM ids LEFT JOIN ready r ON r.job_id = ids.id
+ORDER BY ids.id
 
 -- name: enqueue_ready_routed
 -- enqueue_ready as one statement on its own (autocommit), for a producer that remembers
@@ -327,19 +342,14 @@ WITH x AS (
 ), moved AS (
     UPDATE {s}.lanes l SET
         next_seq = l.next_seq + 1,
-        tail_run_at = CASE
-            WHEN l.tail_run_at IS NULL OR (%(now)s::timestamptz, j.id) > (l.tail_run_at, l.tail_job_id)
-            THEN %(now)s::timestamptz ELSE l.tail_run_at END,
-        tail_job_id = CASE
-            WHEN l.tail_run_at IS NULL OR (%(now)s::timestamptz, j.id) > (l.tail_run_at, l.tail_job_id)
-            THEN j.id ELSE l.tail_job_id END,
-        disorder_seq = CASE
-            WHEN (l.tail_run_at IS NULL AND l.next_seq > 0)
-                OR (%(now)s::timestamptz, j.id) < (l.tail_run_at, l.tail_job_id)
-            THEN l.next_seq ELSE l.disorder_seq END
-    FROM lane w, job j
+        (tail_run_at, tail_job_id, disorder_seq) = {lane_tail}
+    FROM (SELECT lane.*, 1 AS n, %(now)s::timestamptz AS first_run, job.id AS first_id,
+              %(now)s::timestamptz AS last_run, job.id AS last_id, true AS sorted,
+              true AS fresh
+          FROM lane, job) w
     WHERE l.queue = w.queue AND l.priority = w.priority AND l.shard = w.shard
-    RETURNING l.shard, l.next_seq, j.id
+    RETURNING l.shard, l.next_seq, w.first_id AS id,
+        CASE WHEN l.tail_job_id = w.last_id THEN l.tail_run_at ELSE w.first_run END AS stamp
 ), ready AS (
     INSERT INTO {s}.ready_entries (
         slot, fact_id, shard, lane_seq, job_id, kind, queue, args, priority, attempt,
@@ -348,10 +358,10 @@ WITH x AS (
     )
     SELECT (SELECT current_slot FROM {s}.ring_state), nextval('{s}.fact_seq'), m.shard,
         m.next_seq - 1, m.id, x.kind, x.queue, coalesce(x.args, 'null'::jsonb), x.priority, 0,
-        x.max_attempts, %(now)s, %(now)s, '{}'::jsonb[], coalesce(x.metadata, '{}'::jsonb),
+        x.max_attempts, m.stamp, %(now)s, '{}'::jsonb[], coalesce(x.metadata, '{}'::jsonb),
         ARRAY(SELECT jsonb_array_elements_text(x.tags)), x.unique_states::bit(8), 0, NULL
     FROM moved m, x
-    RETURNING job_id
+    RETURNING job_id, run_at
 ), counted AS (
     UPDATE {s}.queue_counts c SET n = c.n + 1
     FROM bucket b
@@ -359,7 +369,7 @@ WITH x AS (
       AND EXISTS (SELECT 1 FROM ready)
     RETURNING 1
 )
-SELECT r.job_id AS id,
+SELECT r.job_id AS id, r.run_at,
     (SELECT count(*) FROM counted) AS counted,
     (SELECT count(pg_notify(c, '')) FROM unnest(%(channels)s::text[]) c) AS woken
 FROM ready r
@@ -375,7 +385,7 @@ WITH ids AS MATERIALIZED (
 ), want AS (
     SELECT q, p, sh, hint, n, %(now)s::timestamptz AS first_run,
         (SELECT a[fo] FROM ids) AS first_id, %(now)s::timestamptz AS last_run,
-        (SELECT a[lo] FROM ids) AS last_id, true AS sorted
+        (SELECT a[lo] FROM ids) AS last_id, true AS sorted, true AS fresh
     FROM unnest(
         %(queues)s::text[], %(priorities)s::smallint[], %(shards)s::int[], %(hints)s::int[],
         %(counts)s::bigint[], %(firsts)s::int[], %(lasts)s::int[]
@@ -384,7 +394,8 @@ WITH ids AS MATERIALIZED (
 SELECT (SELECT a FROM ids) AS ids,
     (SELECT current_slot FROM {s}.ring_state) AS slot,
     ARRAY(SELECT nextval('{s}.fact_seq') FROM generate_series(1, %(n)s)) AS facts,
-    (SELECT jsonb_agg(jsonb_build_array(q, p, asked, shard, next_seq)) FROM lanes_out) AS lanes
+    (SELECT jsonb_agg(jsonb_build_array(q, p, asked, shard, next_seq, stamp)) FROM lanes_out)
+        AS lanes
 
 -- name: copy_direct
 COPY {s}.ready_entries (
@@ -615,8 +626,9 @@ FROM unnest(%(channels)s::text[], %(payloads)s::text[]) AS i(channel, payload)
 -- and the counters itself. A window that needs sorting (it holds a row appended out of
 -- (run_at, job id) order) is taken only whole: when all its unclaimed rows are due and
 -- fit in the batch, the order among them does not matter and the cursor moves past them
--- as for an ordered window. Concurrent producers put such windows in every busy queue
--- (each stamps its jobs before it gets a lane), and they are usually a few rows long.
+-- as for an ordered window. Such windows come from promoted, retried or edited jobs
+-- (new jobs are stamped under their lane's lock, lane_stamp), and from producers whose
+-- clocks are far apart; they are usually a few rows long.
 -- When a sorted window cannot be taken whole (or a unique key would have to move with
 -- the claim) it claims nothing and reports `mixed`; the engine then runs the general
 -- claim_sorted in a transaction, and keeps using it for the queue while that reports a

@@ -127,8 +127,11 @@ class Writes:
                 self.notify.add((queue_channel(new.queue), ""))
 
 
-def new_record(job_id: int, spec: JobSpec, now: datetime) -> JobRecord:
-    """The snapshot of a job just enqueued with id ``job_id``."""
+def new_record(
+    job_id: int, spec: JobSpec, now: datetime, *, stamp: datetime | None = None
+) -> JobRecord:
+    """The snapshot of a job just enqueued with id ``job_id`` at ``now``; ``stamp``, when
+    given, is the run_at an available job got under its lane's lock (``lane_stamp``)."""
     return JobRecord(
         id=job_id,
         kind=spec.kind,
@@ -138,10 +141,16 @@ def new_record(job_id: int, spec: JobSpec, now: datetime) -> JobRecord:
         priority=spec.priority,
         attempt=0,
         max_attempts=spec.max_attempts,
-        run_at=now if spec.run_at is None else spec.run_at,
+        run_at=(stamp or now) if spec.run_at is None else spec.run_at,
         created_at=now,
         metadata=dict(spec.metadata),
         tags=tuple(spec.tags),
         unique_key=spec.unique_key,
         unique_states=spec.effective_unique_states,
     )
+
+
+def restamped(job: JobRecord, moved: Mapping[int, datetime]) -> JobRecord:
+    """``job`` with the run_at its lane gave it, if that moved (``FactWriter.place``)."""
+    run_at = moved.get(job.id)
+    return job if run_at is None else attrs.evolve(job, run_at=run_at)

@@ -7,8 +7,9 @@ the only ones there are:
 
 ==========================  ==========================================================
 ``{s}``                     the engine's schema, quoted as an identifier
-``{spare_lanes}``,          the constants :data:`SPARE_LANES` and :data:`COUNT_BUCKETS`
-``{count_buckets}``
+``{spare_lanes}``,          the constants :data:`SPARE_LANES`, :data:`COUNT_BUCKETS`
+``{count_buckets}``,        and :data:`STAMP_SLACK_MS`
+``{stamp_slack_ms}``
 ``{name}``                  the rendered text of the entry ``name`` (a shared fragment)
 ``{name slot=other}``       the same, with its ``{?slot}`` filled by the entry ``other``
 ``{?slot}``                 empty, unless the including placeholder fills it
@@ -58,6 +59,14 @@ SPARE_LANES = 8
 
 #: Counter rows per (queue, state) an enqueue may spread over (``add_counts_free``).
 COUNT_BUCKETS = 16
+
+#: How far (ms) a lane's tail order key may be ahead of a producer's clock for that
+#: producer's new jobs to be stamped just after the tail when they get the lane
+#: (``lane_stamp``; ADR 0006, "Stamped under the lane lock"). A producer that stamped
+#: its jobs before it got the lane is behind by its own wait for the lane; a tail further
+#: ahead means a clock that is off, and its jobs keep their stamp (the lane then needs
+#: sorting) rather than being delayed by that much.
+STAMP_SLACK_MS = 1000
 
 #: The ring's partitioned tables; the queue ring's are all but ``leases``.
 SLOT_TABLES = ("ready_entries", "claims", "closures", "tombstones", "done_entries", "leases")
@@ -156,6 +165,7 @@ class Statements:
             "s": sql.Identifier(schema).as_string(),
             "spare_lanes": str(SPARE_LANES),
             "count_buckets": str(COUNT_BUCKETS),
+            "stamp_slack_ms": str(STAMP_SLACK_MS),
         }
         #: The schema quoted as an identifier (``{s}``).
         self.quoted_schema = self._values["s"]

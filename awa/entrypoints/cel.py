@@ -1,28 +1,45 @@
 """CEL (Common Expression Language) for callback resolution, through ``celpy``
-(cel-python; ADR 0004). Expressions see one variable, ``payload`` (the JSON the external
-system sent); they are checked when the callback is registered and evaluated when it is
-resolved."""
+(cel-python; ADR 0004, the ``cel`` extra). Expressions see one variable, ``payload`` (the
+JSON the external system sent); they are checked when the callback is registered and
+evaluated when it is resolved.
+
+``celpy`` (with its own dependencies: google-re2, pendulum, lark, ...) is imported only
+here, and only when an expression is checked or evaluated, so ``import awa`` and every
+callback without expressions do without it (ADR 0018)."""
 
 from __future__ import annotations
 
 import functools
 from datetime import datetime, timedelta
-from typing import Any
-
-import celpy
-from celpy import celtypes
-from celpy.adapter import json_to_cel
-from celpy.celparser import CELParseError
-from celpy.evaluation import CELEvalError
+from typing import TYPE_CHECKING, Any
 
 from awa.domain.callbacks import EXPRESSION_FIELDS, CallbackExpressions
-from awa.domain.errors import ValidationError
+from awa.domain.errors import AwaError, ValidationError
+
+if TYPE_CHECKING:
+    import celpy
 
 VARIABLE = "payload"
+
+CEL_MISSING = (
+    "CEL callback expressions (filter, on_complete, on_fail, transform) need the cel-python "
+    "package: pip install 'awa-py[cel]'"
+)
+
+
+class CelUnavailable(AwaError):
+    """An expression was given or stored, but cel-python is not installed."""
+
+    def __init__(self) -> None:
+        super().__init__(CEL_MISSING)
 
 
 @functools.cache
 def _env() -> celpy.Environment:
+    try:
+        import celpy
+    except ImportError:
+        raise CelUnavailable() from None
     return celpy.Environment()
 
 
@@ -39,8 +56,11 @@ def check(name: str, expression: str) -> None:
         raise TypeError(
             f"{name}: expected a CEL expression string, got {type(expression).__name__}"
         )
+    env = _env()
+    from celpy.celparser import CELParseError
+
     try:
-        tree = _env().compile(expression)
+        tree = env.compile(expression)
     except CELParseError as exc:
         raise ValidationError(name, f"invalid CEL expression for {name}: {exc}") from None
     names = sorted(
@@ -74,8 +94,12 @@ class EvaluationFailed(Exception):
 
 def evaluate(expression: str, payload: Any) -> Any:
     """The expression's value over ``payload``, as plain JSON-like Python."""
+    program = _program(expression)
+    from celpy.adapter import json_to_cel
+    from celpy.evaluation import CELEvalError
+
     try:
-        result = _program(expression).evaluate({VARIABLE: json_to_cel(payload)})
+        result = program.evaluate({VARIABLE: json_to_cel(payload)})
     except Exception as exc:  # celpy raises its own and Python errors (e.g. division)
         raise EvaluationFailed(str(exc)) from exc
     if isinstance(result, CELEvalError):
@@ -94,6 +118,8 @@ def matches(expression: str, payload: Any) -> bool:
 def to_python(value: Any) -> Any:
     if value is None or isinstance(value, bool):
         return value
+    from celpy import celtypes
+
     if isinstance(value, celtypes.BoolType):
         return bool(value)
     if isinstance(value, celtypes.IntType | celtypes.UintType):

@@ -91,6 +91,16 @@ class ConnectionLimitTooLow(DatabaseError):
         self.scope = scope
 
 
+class WakeupsUnavailable(DatabaseError):
+    """Notifications cannot reach this connection (a pooler in transaction mode hands
+    the session that ran ``LISTEN`` to other clients): wake-ups come from polling.
+    Subscribing again will not help; ``reason`` says what was found."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class CallbackNotFound(AwaError):
     """No job is waiting on the given callback id."""
 

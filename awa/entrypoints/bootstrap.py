@@ -8,6 +8,7 @@ the routing engine) only.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
@@ -21,11 +22,13 @@ from awa.adapters._pg import admin as pg_admin
 from awa.adapters._pg import conninfo
 from awa.adapters._pg import limits as pg_limits
 from awa.adapters._pg import migrations as pg_migrations
+from awa.adapters._pg import pool as pg_pool
 from awa.adapters._pg import schema_objects as pg_schema_objects
 from awa.adapters._pg import transition as pg_transition
 from awa.adapters._pg.access import WriteAccess
 from awa.adapters._pg.conninfo import scrub_exception
 from awa.adapters._pg.errors import map_error, translated_errors
+from awa.adapters._pg.notifier import PostgresNotifier
 from awa.adapters._pg.pool import PoolOptions, open_pool
 from awa.adapters._pg.pool import connect as pg_connect
 from awa.adapters._pg.runtime_registry import PostgresRuntimeRegistry
@@ -34,7 +37,7 @@ from awa.adapters.postgres_queue_storage import (
     install_queue_storage as install_queue_storage_tables,
 )
 from awa.adapters.postgres_queue_storage.connections import MAX_KEPT_CONNECTIONS
-from awa.domain.errors import ConnectionLimitTooLow, DatabaseError
+from awa.domain.errors import ConnectionLimitTooLow, DatabaseError, WakeupsUnavailable
 from awa.domain.job import JobRecord, JobSpec
 from awa.domain.policies import Backoff
 from awa.entrypoints.routing import (
@@ -58,6 +61,12 @@ from awa.runtime.heartbeat import EngineFactory
 Connection = psycopg.AsyncConnection[DictRow]
 
 log = logging.getLogger(__name__)
+
+#: ``pooler=`` / ``AWA_POOLER``: what the database URL points at (ADR 0015).
+POOLER_ENV = "AWA_POOLER"
+POOLER_CHOICES = pg_pool.POOLER_CHOICES
+#: ``listen_database_url=`` / ``awa worker --listen-database-url``: where wake-ups listen.
+LISTEN_URL_ENV = "AWA_LISTEN_DATABASE_URL"
 
 ELIGIBILITY_TIMEOUT = 10.0
 
@@ -249,11 +258,52 @@ class RuntimePorts:
         self.closers.clear()
 
 
-async def open_runtime_ports(wiring: Wiring, *, transition_role: str = "auto") -> RuntimePorts:
-    """The notifier (``LISTEN awa:<queue>``) and a maintenance leader-lock candidate,
-    both provided by the engine on dedicated connections, plus the runtime registry
-    (``awa.runtime_instances``) reporting ``transition_role`` and the engine's storage
-    capability. Closing the ports removes the runtime's registry row."""
+def declare_pooler(url: str, pooler: str | None) -> str:
+    """Say what ``url`` points at (``auto``, ``direct`` or ``transaction``; ``None``:
+    ``$AWA_POOLER``, else ``auto``) for every connection this process opens to it.
+    Raises ``ValueError`` naming the accepted values."""
+    if pooler is None:
+        pooler = os.environ.get(POOLER_ENV) or pg_pool.Pooler.AUTO.value
+    return pg_pool.declare_pooler(url, pooler).value
+
+
+def listen_url_from_env() -> str | None:
+    """``$AWA_LISTEN_DATABASE_URL`` when set and not empty."""
+    return os.environ.get(LISTEN_URL_ENV) or None
+
+
+async def connection_mode(url: str) -> str:
+    """``"transaction"`` when a connection to ``url`` goes through a transaction-mode
+    pooler (declared or detected), else ``"direct"``."""
+    conn = await pg_connect(url)
+    try:
+        return "transaction" if pg_pool.is_pooled(conn) else "direct"
+    finally:
+        await conn.close()
+
+
+async def probe_wakeups(url: str, listen_url: str | None = None) -> tuple[str, str | None]:
+    """How a worker on ``url`` (listening on ``listen_url``, default ``url``) would be
+    woken: ``("listen", None)`` when a test notification comes back, else
+    ``("polling", why)``."""
+    notifier = PostgresNotifier(normalize_url(listen_url or url), probe_url=url)
+    try:
+        subscription = await notifier.subscribe([])
+    except WakeupsUnavailable as exc:
+        return "polling", exc.reason
+    await subscription.close()
+    return "listen", None
+
+
+async def open_runtime_ports(
+    wiring: Wiring, *, transition_role: str = "auto", listen_url: str | None = None
+) -> RuntimePorts:
+    """The notifier (``LISTEN awa:<queue>`` on a dedicated connection to ``listen_url``,
+    default the wiring's URL; it proves a subscription with a test notification, see
+    :mod:`awa.adapters._pg.notifier`) and a maintenance leader-lock candidate from the
+    engine, plus the runtime registry (``awa.runtime_instances``) reporting
+    ``transition_role`` and the engine's storage capability. Closing the ports removes
+    the runtime's registry row."""
     engine = wiring.engine
     # Fixes what the runtime claims and reports, and lets a fresh install go active.
     await engine.bind_transition_role(transition_role)
@@ -263,7 +313,8 @@ async def open_runtime_ports(wiring: Wiring, *, transition_role: str = "auto") -
         storage_capability=engine.storage_capability,
         transition_role=transition_role,
     )
-    ports = RuntimePorts(notifier=engine, leader_lock=leader_lock, registry=registry)
+    notifier = PostgresNotifier(normalize_url(listen_url or wiring.url), probe_url=wiring.url)
+    ports = RuntimePorts(notifier=notifier, leader_lock=leader_lock, registry=registry)
     ports.closers.append(leader_lock.release)
     ports.closers.append(registry.close)
     return ports

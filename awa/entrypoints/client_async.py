@@ -72,6 +72,11 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
     ``AsyncClient(database_url, max_connections=10)`` connects on first use (a wrong
     URL raises ``DatabaseError`` there); use ``async with`` (or ``await close()``) to
     release connections.
+
+    ``pooler`` (default ``$AWA_POOLER``, else ``"auto"``) says what ``database_url``
+    points at: ``"auto"`` finds out on every new connection, ``"direct"`` is Postgres
+    itself or a session-mode pooler, ``"transaction"`` a transaction-mode pooler (PgBouncer
+    ``pool_mode = transaction``), where nothing is kept in a session (ADR 0015).
     """
 
     def __init__(
@@ -80,8 +85,9 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         max_connections: int = 10,
         *,
         pool_options: PoolOptions | None = None,
+        pooler: str | None = None,
     ) -> None:
-        super().__init__(database_url, max_connections, pool_options=pool_options)
+        super().__init__(database_url, max_connections, pool_options=pool_options, pooler=pooler)
         self._handlers = HandlerRegistry()
         self._schedules: dict[str, CronSchedule] = {}
         self._queue_descriptors: dict[str, Descriptor] = {}
@@ -263,6 +269,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         ] = "auto",
         only_listed_queues: bool = False,
         health_addr: str | None = None,
+        listen_database_url: str | None = None,
     ) -> None:
         """Start the worker runtime on the current event loop; returns once dispatching.
 
@@ -281,6 +288,13 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         listener (``/healthz``, ``/readyz``, ``/metrics``); it listens from before the
         runtime starts until after it has shut down. Port 0 picks a free port
         (:attr:`health_address` tells which).
+
+        ``listen_database_url`` (default ``$AWA_LISTEN_DATABASE_URL``, else the client's
+        URL) is where the runtime listens for wake-ups: give a direct or session-mode
+        connection when ``database_url`` goes through a transaction-mode pooler. Without
+        one that works, the runtime finds out at start (a test notification does not come
+        back), logs a WARNING and wakes by polling at ``poll_interval_ms``; ``/readyz``
+        reports ``"wakeups": "listen"`` or ``"polling"``.
         """
         if self._runtime is not None and self._runtime.running:
             raise AwaError("the worker runtime is already running")
@@ -313,6 +327,9 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
             storage_transition_role=storage_transition_role,
             only_listed_queues=only_listed_queues,
         )
+        listen_url = listen_database_url or bootstrap.listen_url_from_env()
+        if listen_url is not None:
+            listen_url = bootstrap.normalize_url(listen_url)
         if config.queue_storage_schema not in (None, "awa"):
             await self._check_queue_storage_schema(config.queue_storage_schema)
         addr = health_addr if health_addr is not None else addr_from_env()
@@ -325,7 +342,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
             await listener.start()
             self._health = listener
         try:
-            await self._start_runtime(wiring, config)
+            await self._start_runtime(wiring, config, listen_url)
         except BaseException:
             if listener is not None:
                 self._health = None
@@ -337,11 +354,13 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         """The health listener's bound ``(host, port)``, or ``None`` without one."""
         return None if self._health is None else self._health.address
 
-    async def _start_runtime(self, wiring: bootstrap.Wiring, config: RuntimeConfig) -> None:
+    async def _start_runtime(
+        self, wiring: bootstrap.Wiring, config: RuntimeConfig, listen_url: str | None = None
+    ) -> None:
         queue_descriptors = declared("queue", self._queue_descriptors)
         kind_descriptors = declared("job_kind", self._kind_descriptors)
         ports = await bootstrap.open_runtime_ports(
-            wiring, transition_role=config.storage_transition_role
+            wiring, transition_role=config.storage_transition_role, listen_url=listen_url
         )
         cron = CronService(wiring.engine, parse_cron, SystemClock(), list(self._schedules.values()))
         descriptors = DescriptorService(
@@ -468,6 +487,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
             "checks": checks,
             "failing": sorted(name for name, ok in checks.items() if not ok),
             "leader": runtime is not None and runtime.is_leader,
+            "wakeups": None if runtime is None else runtime.wakeups,
             "schema_version": version,
             "expected_schema_version": expected,
         }

@@ -71,6 +71,7 @@ class ClientCore:
         max_connections: int = 10,
         *,
         pool_options: PoolOptions | None = None,
+        pooler: str | None = None,
     ) -> None:
         if not isinstance(database_url, str) or not database_url:
             raise ValueError("database_url must be a non-empty string")
@@ -78,6 +79,7 @@ class ClientCore:
         # SQLAlchemy-style URLs (``postgresql+psycopg://``) are accepted as libpq URLs.
         database_url = bootstrap.normalize_url(database_url)
         bootstrap.check_url(database_url)
+        bootstrap.declare_pooler(database_url, pooler)
         self._init_state(database_url, max_connections, pool_options)
 
     def _init_state(

@@ -104,8 +104,10 @@ class BlockingClientBase:
     """What every blocking client has: its loop thread, the context manager, ``close`` and
     ``transaction``."""
 
-    def __init__(self, database_url: str, max_connections: int = 10) -> None:
-        self._async = AsyncClient(database_url, max_connections)
+    def __init__(
+        self, database_url: str, max_connections: int = 10, *, pooler: str | None = None
+    ) -> None:
+        self._async = AsyncClient(database_url, max_connections, pooler=pooler)
         self._loop = _LoopThread()
         # Closes the client if the program never does: at interpreter exit (a script
         # that raised before close()) or when the client is garbage collected.

@@ -6,6 +6,11 @@ own, and on Postgres 15 every NOTIFY in a database wakes every listening backend
 database, whatever it listens on. So the runtime takes one subscription for all of its
 channels and routes what fires: one connection and one woken backend per worker per
 notification, however many queues it serves.
+
+When the notifier finds that notifications cannot arrive at all (a pooler in transaction
+mode: :class:`~awa.domain.errors.WakeupsUnavailable`), the runtime says so once at
+WARNING, counts ``awa.wakeups.polling_fallbacks`` and stops trying: its loops wake by
+polling at ``poll_interval`` (:attr:`ChannelListener.wakeups` is ``"polling"``).
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from collections.abc import Callable, Iterable
 import anyio
 from anyio.abc import TaskStatus
 
+from awa.domain.errors import WakeupsUnavailable
 from awa.ports.notifier import Notifier
+from awa.runtime import metrics
 
 log = logging.getLogger("awa.runtime.listener")
 
@@ -27,6 +34,10 @@ RESUBSCRIBE_MAX = 30.0
 WAIT_SECONDS = 30.0
 
 Route = Callable[[], None]
+
+#: :attr:`ChannelListener.wakeups` values.
+LISTEN = "listen"
+POLLING = "polling"
 
 
 class ChannelListener:
@@ -45,6 +56,13 @@ class ChannelListener:
         self.listening = False
         #: Subscriptions taken, the first included.
         self.subscriptions = 0
+        #: Why notifications cannot arrive, once the notifier found out (then for good).
+        self.unavailable: str | None = None
+
+    @property
+    def wakeups(self) -> str:
+        """``"listen"`` while notifications wake the loops, else ``"polling"``."""
+        return LISTEN if self.listening else POLLING
 
     def route(self, channels: Iterable[str], call: Route) -> None:
         """Call ``call`` whenever one of ``channels`` fires (add before :meth:`run`)."""
@@ -81,6 +99,12 @@ class ChannelListener:
                 await anyio.sleep_forever()
             try:
                 subscription = await self._notifier.subscribe(self.channels)
+            except WakeupsUnavailable as exc:
+                self._fall_back(exc.reason)
+                if not started:
+                    task_status.started()
+                    started = True
+                await anyio.sleep_forever()
             except Exception:
                 log.warning(
                     "LISTEN on %s failed; polling only, trying again in %.1f s",
@@ -122,3 +146,10 @@ class ChannelListener:
                     except Exception:
                         log.debug("closing the subscription failed", exc_info=True)
             await anyio.sleep(delay)
+
+    def _fall_back(self, reason: str) -> None:
+        self.unavailable = reason
+        log.warning("wake-ups: polling only, notifications cannot arrive: %s", reason)
+        found = metrics.instruments()
+        if found is not None:
+            found.count("awa.wakeups.polling_fallbacks", ())

@@ -112,6 +112,11 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "awa.completion.flush_batch_size": (HISTOGRAM, "{job}", "Completions per flush"),
     "awa.completion.flush_duration": (HISTOGRAM, "s", "Completion flush duration"),
     "awa.heartbeat.batches": (COUNTER, "{batch}", "Number of heartbeat batches sent"),
+    "awa.wakeups.polling_fallbacks": (
+        COUNTER,
+        "{runtime}",
+        "Runtimes whose notifications cannot arrive, waking by polling instead",
+    ),
     "awa.maintenance.promote_batches": (COUNTER, "{batch}", "Number of promotion batches"),
     "awa.maintenance.promote_batch_size": (HISTOGRAM, "{job}", "Jobs promoted per batch"),
     "awa.maintenance.promote_duration": (HISTOGRAM, "s", "Promotion batch duration"),

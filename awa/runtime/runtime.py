@@ -187,6 +187,11 @@ class Runtime:
         return self._running
 
     @property
+    def wakeups(self) -> str:
+        """How idle loops are woken: ``"listen"`` (notifications) or ``"polling"``."""
+        return "listen" if self.listener is not None and self.listener.listening else "polling"
+
+    @property
     def is_leader(self) -> bool:
         return self.maintenance is not None and self.maintenance.is_leader
 

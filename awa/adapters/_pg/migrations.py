@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 _FILE_PATTERN = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
-#: Session advisory lock serialising concurrent ``migrate`` calls ("AWA_MIGR").
+#: Transaction-scoped advisory lock serialising concurrent ``migrate`` calls ("AWA_MIGR").
 MIGRATION_LOCK_KEY = 0x4157415F4D494752
 
 #: Migrations below this version belong to the canonical engine and the SQL surface.
@@ -170,7 +170,7 @@ async def require_schema(conn: DictConnection, *, minimum: int) -> int:
 async def migrate(database_url: str) -> None:
     """Apply every pending migration. Idempotent and safe to call from many processes.
 
-    A session advisory lock serialises concurrent callers. The pending migrations, their
+    A transaction-scoped advisory lock serialises concurrent callers. The pending migrations, their
     ``awa.schema_version`` rows and the schema files run in one transaction: a failure
     leaves the database at the version it had. A database migrated by a newer package is
     refused with :class:`SchemaNotMigrated`. The role needs no superuser: owning the
@@ -254,37 +254,37 @@ async def refuse_changed(conn: DictConnection, db_version: int) -> list[int]:
 
 
 async def _migrate_locked(conn: DictConnection) -> None:
-    await conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
-    try:
+    # All or nothing: a failure anywhere leaves the database at ``version``. The lock is
+    # transaction-scoped and taken first, so a pooler in transaction mode can neither
+    # strand it on a server session nor release it under us, and the applied version is
+    # read under it.
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
         version = await applied_version(conn)
         refuse_newer(version)
         await refuse_gaps(conn, version)
         unrecorded = await refuse_changed(conn, version)
         pending = migrations_range(version, current_migration_version())
-        # All or nothing: a failure anywhere leaves the database at ``version``.
-        async with conn.transaction():
-            scoped = False
-            if pending:
-                await _check_queue_storage_schemas(conn, version)
-                scoped = await _scope_namespace_scans(conn)
-            for number, description, sql in pending:
-                await conn.execute(sql.encode())
-                await _record_applied(conn, number, description, sql)
-            if scoped:
-                await conn.execute(_query("end_namespace_scope").encode())
-            unrecorded += [number for number, _, _ in pending if number < CHECKSUM_VERSION]
-            await _record_checksums(conn, unrecorded)
-            if await apply_schema_objects(conn):
-                # Installed queue-storage schemas follow the install function's steps.
-                await conn.execute("SELECT awa.queue_storage_refresh()")
+        scoped = False
         if pending:
-            log.info(
-                "migrated the database from schema version %d to %d",
-                version,
-                pending[-1][0],
-            )
-    finally:
-        await conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+            await _check_queue_storage_schemas(conn, version)
+            scoped = await _scope_namespace_scans(conn)
+        for number, description, sql in pending:
+            await conn.execute(sql.encode())
+            await _record_applied(conn, number, description, sql)
+        if scoped:
+            await conn.execute(_query("end_namespace_scope").encode())
+        unrecorded += [number for number, _, _ in pending if number < CHECKSUM_VERSION]
+        await _record_checksums(conn, unrecorded)
+        if await apply_schema_objects(conn):
+            # Installed queue-storage schemas follow the install function's steps.
+            await conn.execute("SELECT awa.queue_storage_refresh()")
+    if pending:
+        log.info(
+            "migrated the database from schema version %d to %d",
+            version,
+            pending[-1][0],
+        )
 
 
 def _query(name: str) -> str:

@@ -1,14 +1,30 @@
-"""Connection pools and dedicated connections, configured the same way everywhere."""
+"""Connection pools and dedicated connections, configured the same way everywhere.
+
+Every connection is either *direct* (Postgres itself, or a pooler in session mode: the
+session is ours until we close it) or *pooled* (a pooler in transaction mode, such as
+PgBouncer's ``pool_mode = transaction``: each transaction may run on another server
+session). A pooled connection keeps nothing in its session (ADR 0015): no named prepared
+statements (``prepare_threshold`` is ``None`` and :func:`is_pooled` tells the engines not
+to force one), no session settings, and its timestamps are read back in UTC by the
+loaders instead of the session's ``timezone``. Which one a connection is comes from
+:func:`declare_pooler`, or by default is detected when it opens (:func:`_behind_pooler`).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
+import weakref
+from datetime import UTC, datetime
 from typing import Any
 
 import attrs
 import psycopg
+from psycopg.adapt import Buffer
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
+from psycopg.types.datetime import TimestamptzBinaryLoader, TimestamptzLoader
 from psycopg_pool import AsyncConnectionPool
 from psycopg_pool.pool_async import MaintenanceTask, StopWorker
 
@@ -83,26 +99,132 @@ def _quiet_cancellation_noise() -> None:
         logging.getLogger(name).addFilter(_NOISE_FILTER)
 
 
-# Every session reads timestamps back in UTC so snapshots compare equal to clock values.
-_CONNECT_KWARGS: dict[str, Any] = {
-    "autocommit": True,
-    "row_factory": dict_row,
-    "options": "-c timezone=UTC",
-}
+class Pooler(enum.Enum):
+    """What a connection string points at, as far as session state is concerned."""
+
+    #: Find out on every new connection (:func:`_behind_pooler`).
+    AUTO = "auto"
+    #: Postgres itself or a session-mode pooler: session state is safe.
+    DIRECT = "direct"
+    #: A transaction-mode pooler: nothing may outlive a transaction.
+    TRANSACTION = "transaction"
 
 
-def connect_kwargs() -> dict[str, Any]:
-    """Keyword arguments for ``psycopg.AsyncConnection.connect`` used by every adapter."""
-    return dict(_CONNECT_KWARGS)
+#: ``AWA_POOLER`` / ``pooler=`` values, for messages.
+POOLER_CHOICES = tuple(mode.value for mode in Pooler)
+
+# Every direct session reads timestamps back in UTC so snapshots compare equal to clock
+# values; a pooled one cannot carry the setting (PgBouncer before 1.20 refuses the
+# ``options`` startup parameter), so its loaders convert instead.
+_BASE_KWARGS: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
+_DIRECT_OPTIONS = "-c timezone=UTC"
+
+_DECLARED: dict[tuple[str, ...], Pooler] = {}
+_POOLED: weakref.WeakSet[psycopg.AsyncConnection[Any]] = weakref.WeakSet()
+
+
+def _target(url: str) -> tuple[str, ...]:
+    """The server a connection string names (host, port, database, user), whatever else
+    it carries (``connect_timeout``, ``application_name``)."""
+    try:
+        params = conninfo_to_dict(normalize(url))
+    except psycopg.Error:
+        return (url,)
+    return tuple(str(params.get(k, "")) for k in ("host", "hostaddr", "port", "dbname", "user"))
+
+
+def declare_pooler(url: str, mode: Pooler | str) -> Pooler:
+    """Say what ``url`` points at for every connection opened to it from now on in this
+    process (``auto`` detects it per connection, the default). Raises ``ValueError``
+    naming the accepted values."""
+    try:
+        resolved = Pooler(mode)
+    except ValueError:
+        raise ValueError(
+            f"pooler must be one of {', '.join(POOLER_CHOICES)}, got {mode!r}"
+        ) from None
+    if resolved is Pooler.AUTO:
+        _DECLARED.pop(_target(url), None)
+    else:
+        _DECLARED[_target(url)] = resolved
+    return resolved
+
+
+def declared_pooler(url: str) -> Pooler:
+    """What :func:`declare_pooler` said about ``url`` (``AUTO`` when nothing)."""
+    return _DECLARED.get(_target(url), Pooler.AUTO)
+
+
+def is_pooled(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """Whether ``conn`` goes through a transaction-mode pooler: run nothing on it that
+    outlives a transaction (a named prepared statement, a session ``SET``)."""
+    return conn in _POOLED
+
+
+class _UtcTimestamptzLoader(TimestamptzLoader):
+    """``timestamptz`` text values as UTC datetimes, whatever the session's timezone."""
+
+    def __init__(self, oid: int, context: Any = None) -> None:
+        super().__init__(oid, context)
+        self._timezone = UTC
+
+    def load(self, data: Buffer) -> datetime:
+        return super().load(data).astimezone(UTC)
+
+
+class _UtcTimestamptzBinaryLoader(TimestamptzBinaryLoader):
+    """``timestamptz`` binary values as UTC datetimes."""
+
+    def __init__(self, oid: int, context: Any = None) -> None:
+        super().__init__(oid, context)
+        self._timezone = UTC
+
+
+def connect_kwargs(url: str | None = None) -> dict[str, Any]:
+    """Keyword arguments for ``psycopg.AsyncConnection.connect`` used by every adapter
+    (the session timezone only where ``url`` is declared direct)."""
+    kwargs = dict(_BASE_KWARGS)
+    if url is not None and declared_pooler(url) is Pooler.DIRECT:
+        kwargs["options"] = _DIRECT_OPTIONS
+    return kwargs
+
+
+async def _behind_pooler(conn: DictConnection) -> bool:
+    """Whether ``conn`` reaches its server through a pooler: a pooler answers the
+    connection with a cancel key of its own, so the backend the statement runs on is not
+    the one the connection was told about. (A session-mode pooler counts too: treating
+    it as pooled only costs the prepared statements.)"""
+    cur = await conn.execute("SELECT pg_backend_pid() AS pid")
+    row = await cur.fetchone()
+    return row is None or int(row["pid"]) != conn.info.backend_pid
+
+
+async def configure(conn: DictConnection, url: str) -> None:
+    """Make a new connection to ``url`` direct or pooled (see the module docstring)."""
+    mode = declared_pooler(url)
+    if mode is Pooler.DIRECT:
+        return
+    if mode is Pooler.AUTO and not await _behind_pooler(conn):
+        await conn.execute("SET TIME ZONE 'UTC'")
+        return
+    conn.prepare_threshold = None
+    conn.adapters.register_loader("timestamptz", _UtcTimestamptzLoader)
+    conn.adapters.register_loader("timestamptz", _UtcTimestamptzBinaryLoader)
+    _POOLED.add(conn)
 
 
 async def connect(url: str) -> DictConnection:
     """Open one dedicated autocommit connection (LISTEN, leader lock, migrations)."""
     try:
         conn: DictConnection = await psycopg.AsyncConnection.connect(
-            normalize(url), **_CONNECT_KWARGS
+            normalize(url), **connect_kwargs(url)
         )
     except (psycopg.Error, OSError) as exc:
+        raise map_error(exc) from exc
+    try:
+        await configure(conn, url)
+    except (psycopg.Error, OSError) as exc:
+        await conn.close()
         raise map_error(exc) from exc
     return conn
 
@@ -140,8 +262,9 @@ async def open_pool(
         normalize(url),
         min_size=min(options.min_connections, max_connections),
         max_size=max_connections,
-        kwargs=connect_kwargs(),
+        kwargs=connect_kwargs(url),
         connection_class=psycopg.AsyncConnection[DictRow],
+        configure=lambda conn: configure(conn, url),
         open=False,
         timeout=timeout,
         max_idle=options.max_idle,

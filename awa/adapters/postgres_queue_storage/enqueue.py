@@ -63,7 +63,7 @@ from psycopg import AsyncCursor
 from psycopg.rows import DictRow
 
 from awa.adapters._pg.errors import translated_errors
-from awa.adapters._pg.pool import DictConnection
+from awa.adapters._pg.pool import DictConnection, is_pooled
 from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.group_commit import GroupCommit
@@ -165,6 +165,9 @@ class Enqueue:
         also sends them (otherwise the caller does, after commit). ``restore`` gives a
         caller's unit of work its plan setting back."""
         params = self._enqueue_params(specs, now, notify=notify, wake=wake)
+        if is_pooled(conn):
+            # Nothing is prepared through a transaction-mode pooler: no plan to choose.
+            return await run(conn, self._sql["enqueue_ready"], params)
         await run(conn, self._sql["generic_plans"], prepare=True)
         cur = await run(conn, self._sql["enqueue_ready"], params, prepare=True)
         if restore:

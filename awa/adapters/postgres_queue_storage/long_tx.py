@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
 from psycopg import errors as pg_errors
 from psycopg import sql
 
-from awa.adapters._pg.pool import DictConnection
+from awa.adapters._pg.pool import DictConnection, is_pooled
 from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.statements import Statements, run, slot_table
 from awa.ports.clock import Clock
@@ -38,6 +39,9 @@ CONTROL_TABLES = (
 #: After a long transaction, a control table is rewritten when it is at least this much
 #: larger than when the transaction was first seen (and at least twice that size).
 COMPACT_GROWTH_BYTES = 64 << 10
+
+#: Runs one of the compaction's VACUUM statements on a control table.
+Vacuum = Callable[[str, str], Awaitable[None]]
 #: A blocking transaction is named again at most this often.
 WARN_EVERY = 60.0
 
@@ -196,39 +200,70 @@ class LongTransactions:
         ``lock_timeout``, so a claim waits at most that long). Returns the rewritten
         tables; one whose lock was not granted is left for the next call."""
         rewritten = []
-        async with self._connections.conn() as conn:
+        async with self._connections.conn() as conn, self._lock_wait(conn) as vacuum:
+            for table in CONTROL_TABLES:
+                # plain VACUUM waits for an autovacuum of the same table otherwise
+                with contextlib.suppress(pg_errors.LockNotAvailable):
+                    await vacuum("vacuum_control_table", table)
+            sizes = await self._long_rows(
+                conn,
+                "control_sizes",
+                schema=self._sql.quoted_schema,
+                tables=list(CONTROL_TABLES),
+            )
+            for row in sizes:
+                before = (self._sizes_before or {}).get(str(row["relname"]), 0)
+                size = int(row["bytes"])
+                if size < 2 * before or size - before < self.compact_growth_bytes:
+                    continue
+                try:
+                    await vacuum("vacuum_full_control_table", str(row["relname"]))
+                    rewritten.append(str(row["relname"]))
+                except pg_errors.LockNotAvailable:
+                    log.info(
+                        "queue storage in %s: %s is busy; compacting it later",
+                        self._schema,
+                        row["relname"],
+                    )
+                    self._horizon_held = True
+        return rewritten
+
+    @contextlib.asynccontextmanager
+    async def _lock_wait(self, conn: DictConnection) -> AsyncIterator[Vacuum]:
+        """How the compaction's VACUUMs ask for their locks, which a claim queues behind:
+        on a direct session under a short ``lock_timeout`` (set for the session and reset
+        after: VACUUM runs outside any transaction, so ``SET LOCAL`` cannot bound it).
+        Through a transaction-mode pooler the session is not ours to set, so each VACUUM
+        skips a table it cannot lock at once instead (``SKIP_LOCKED``; the server's
+        warning, SQLSTATE 55P03, raises ``LockNotAvailable`` as the timeout does)."""
+        if not is_pooled(conn):
+
+            async def bounded(statement: str, table: str) -> None:
+                await run(conn, self._vacuum(statement, table))
+
             await run(conn, self._sql["compact_lock_timeout"])
             try:
-                for table in CONTROL_TABLES:
-                    # plain VACUUM waits for an autovacuum of the same table otherwise
-                    with contextlib.suppress(pg_errors.LockNotAvailable):
-                        await run(conn, self._vacuum("vacuum_control_table", table))
-                sizes = await self._long_rows(
-                    conn,
-                    "control_sizes",
-                    schema=self._sql.quoted_schema,
-                    tables=list(CONTROL_TABLES),
-                )
-                for row in sizes:
-                    before = (self._sizes_before or {}).get(str(row["relname"]), 0)
-                    size = int(row["bytes"])
-                    if size < 2 * before or size - before < self.compact_growth_bytes:
-                        continue
-                    try:
-                        await run(
-                            conn, self._vacuum("vacuum_full_control_table", str(row["relname"]))
-                        )
-                        rewritten.append(str(row["relname"]))
-                    except pg_errors.LockNotAvailable:
-                        log.info(
-                            "queue storage in %s: %s is busy; compacting it later",
-                            self._schema,
-                            row["relname"],
-                        )
-                        self._horizon_held = True
+                yield bounded
             finally:
                 await run(conn, self._sql["reset_lock_timeout"])
-        return rewritten
+            return
+        skipped: list[str] = []
+
+        def on_notice(diag: pg_errors.Diagnostic) -> None:
+            if diag.sqlstate == pg_errors.LockNotAvailable.sqlstate:
+                skipped.append(diag.message_primary or "lock not available")
+
+        async def skipping(statement: str, table: str) -> None:
+            skipped.clear()
+            await run(conn, self._vacuum(f"{statement}_skip_locked", table))
+            if skipped:
+                raise pg_errors.LockNotAvailable(skipped[0])
+
+        conn.add_notice_handler(on_notice)
+        try:
+            yield skipping
+        finally:
+            conn.remove_notice_handler(on_notice)
 
     def _vacuum(self, statement: str, table: str) -> bytes:
         return self._sql.render(statement, table=sql.Identifier(self._schema, table))

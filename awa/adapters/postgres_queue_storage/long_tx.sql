@@ -57,3 +57,10 @@ VACUUM {table}
 
 -- name: vacuum_full_control_table
 VACUUM (FULL) {table}
+
+-- name: vacuum_control_table_skip_locked
+-- Through a transaction-mode pooler (no session lock_timeout): skip a busy table.
+VACUUM (SKIP_LOCKED) {table}
+
+-- name: vacuum_full_control_table_skip_locked
+VACUUM (FULL, SKIP_LOCKED) {table}

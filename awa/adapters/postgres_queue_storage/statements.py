@@ -45,7 +45,7 @@ from psycopg._queries import PostgresQuery, _query2pg_nocache
 from psycopg.rows import DictRow
 
 from awa.adapters._pg.decode import fetch_decodable
-from awa.adapters._pg.pool import DictConnection
+from awa.adapters._pg.pool import DictConnection, is_pooled
 from awa.adapters._pg.sql import load_queries
 
 PACKAGE = "awa.adapters.postgres_queue_storage"
@@ -130,9 +130,14 @@ async def run(
     *,
     prepare: bool | None = None,
 ) -> AsyncCursor[DictRow]:
-    """``conn.execute(statement, params, prepare=prepare)`` on one of the engine's cursors."""
+    """``conn.execute(statement, params, prepare=prepare)`` on one of the engine's cursors.
+
+    On a connection through a transaction-mode pooler nothing is prepared: a named
+    statement lives in one server session, and the next transaction may run on another."""
     if conn.closed:
         raise psycopg.OperationalError("the connection is closed")
+    if prepare and is_pooled(conn):
+        prepare = False
     cur = _StatementCursor(conn, row_factory=conn.row_factory)
     return await cur.execute(statement, params, prepare=prepare)
 
@@ -296,7 +301,11 @@ class Statements:
     async def plan_generically(self, conn: DictConnection) -> None:
         """Make ``conn``'s session plan prepared statements generically, for good. Only
         for a connection the engine keeps to itself for its hot statements (never a pooled
-        one, which other statements and callers' transactions share)."""
+        one, which other statements and callers' transactions share). Nothing on a
+        connection through a transaction-mode pooler: its session is not its own, and
+        nothing is prepared there anyway."""
+        if is_pooled(conn):
+            return
         await run(conn, self._bytes["plan_generically"])
         _GENERIC_SESSIONS.add(conn)
 
@@ -310,7 +319,9 @@ class Statements:
         together and the rows are read once the pipeline has synced, which is also one
         round trip; reading them inside it would ask the server for them first and sync
         after, two round trips (and about twice the client's CPU) per call."""
-        if conn in _GENERIC_SESSIONS:
+        if conn in _GENERIC_SESSIONS or is_pooled(conn):
+            # Through a transaction-mode pooler the statement is not prepared, so no
+            # plan setting would apply to it: it goes alone too.
             cur = await run(conn, statement, params, prepare=True)
             return await fetch_decodable(cur)
         async with conn.pipeline():

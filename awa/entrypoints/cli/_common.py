@@ -115,6 +115,11 @@ class CliState:
         if mutating is None:
             mutating = ctx is not None and is_mutating(ctx.command)
         self.announce()
+        try:
+            # What the URL points at ($AWA_POOLER), for every connection this command opens.
+            bootstrap.declare_pooler(target.url, None)
+        except ValueError as exc:
+            raise click.UsageError(f"{exc} (from ${bootstrap.POOLER_ENV})") from None
         if mutating and not self._checked:
             assert self._resolved is not None
             command = ctx.command_path if ctx is not None else "awa"

@@ -18,7 +18,14 @@ def package_version() -> str:
     return __version__
 
 
-async def inspect_target(url: str, timeout: int) -> dict[str, Any]:
+async def inspect_target(
+    url: str, timeout: int, *, listen_url: str | None = None, wakeups: bool = False
+) -> dict[str, Any]:
+    """What ``awa health`` reports; with ``wakeups``, also how the database URL is
+    connected (``"connection"``: ``direct`` or ``transaction`` for a transaction-mode
+    pooler) and how a worker would be woken (``"wakeups"``: ``listen`` when a test
+    notification on ``listen_url``, default ``url``, comes back, else ``polling`` with
+    ``"wakeups_reason"``)."""
     report: dict[str, Any] = {"reachable": False}
     try:
         admin = await bootstrap.connect_schema_admin(url, connect_timeout=timeout)
@@ -30,6 +37,12 @@ async def inspect_target(url: str, timeout: int) -> dict[str, Any]:
         report.update(await _describe(admin))
     finally:
         await admin.close()
+    if wakeups:
+        report["connection"] = await bootstrap.connection_mode(url)
+        mode, reason = await bootstrap.probe_wakeups(url, listen_url)
+        report["wakeups"] = mode
+        if reason is not None:
+            report["wakeups_reason"] = reason
     return report
 
 
@@ -72,6 +85,11 @@ def _rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     runtimes = report.get("runtimes")
     if runtimes is not None:
         rows.append(("runtimes", f"{runtimes['live']} live, {runtimes['unhealthy']} unhealthy"))
+    if "connection" in report:
+        rows.append(("connection", str(report["connection"])))
+    if "wakeups" in report:
+        reason = report.get("wakeups_reason")
+        rows.append(("wakeups", str(report["wakeups"]) + (f" ({reason})" if reason else "")))
     return rows
 
 
@@ -89,13 +107,22 @@ def echo_rows(rows: list[tuple[str, str]]) -> None:
 @click.option(
     "--connect-timeout", type=click.IntRange(min=1), default=5, show_default=True, help="Seconds."
 )
+@click.option(
+    "--listen-database-url",
+    "listen_url",
+    envvar=bootstrap.LISTEN_URL_ENV,
+    metavar="URL",
+    default=None,
+    help=f"Where workers listen for wake-ups (${bootstrap.LISTEN_URL_ENV}; default the database).",
+)
 @json_option
-def health(connect_timeout: int, json_flag: bool) -> None:
-    """Check the database is reachable and migrated to this package's schema version."""
+def health(connect_timeout: int, listen_url: str | None, json_flag: bool) -> None:
+    """Check the database is reachable and migrated to this package's schema version, and
+    report how workers would connect and be woken (notifications or polling)."""
     cli_state = state()
     url = cli_state.database_url()
     expected = bootstrap.current_migration_version()
-    report = run(inspect_target(url, connect_timeout))
+    report = run(inspect_target(url, connect_timeout, listen_url=listen_url or None, wakeups=True))
     report["database"] = cli_state.display_url()
     report["package_schema_version"] = expected
     problems = _problems(report, expected)

@@ -45,6 +45,7 @@ import click
 
 from awa.adapters._pg import conninfo
 from awa.entrypoints import logs
+from awa.entrypoints.bootstrap import LISTEN_URL_ENV
 from awa.entrypoints.cli._common import fail, redact_url, state
 from awa.entrypoints.cli._logging import log_options
 from awa.entrypoints.client_async import AsyncClient
@@ -225,6 +226,7 @@ async def serve(
     queues: Sequence[tuple[str, int]],
     shutdown_timeout_ms: int,
     health_addr: str | None = None,
+    listen_url: str | None = None,
 ) -> None:
     """Run one runtime until SIGINT / SIGTERM, then shut it down gracefully."""
     loop = asyncio.get_running_loop()
@@ -254,6 +256,8 @@ async def serve(
         options = start_options(module, queues)
         if health_addr is not None:
             options["health_addr"] = health_addr
+        if listen_url is not None:
+            options["listen_database_url"] = listen_url
         # The runtime logs the start line (queues, capacity, kinds).
         await client.start(**options)
         await stop.wait()
@@ -360,6 +364,18 @@ def supervise(argv: list[str], processes: int, env: dict[str, str]) -> int:
     default=None,
     help=f"Serve /healthz, /readyz and /metrics here (${HEALTH_ADDR_ENV}; port 0 = any free).",
 )
+@click.option(
+    "--listen-database-url",
+    "listen_url",
+    envvar=LISTEN_URL_ENV,
+    metavar="URL",
+    default=None,
+    help=(
+        f"Listen for wake-ups here (${LISTEN_URL_ENV}): a direct or session-mode "
+        "connection when the database URL goes through a transaction-mode pooler. "
+        "Without one that works the workers poll."
+    ),
+)
 @log_options("info")
 def worker(
     module_name: str,
@@ -367,6 +383,7 @@ def worker(
     processes: int,
     shutdown_timeout_ms: int,
     health_addr: str | None,
+    listen_url: str | None,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -398,6 +415,8 @@ def worker(
             env[HEALTH_ADDR_ENV] = health_addr
         else:
             env.pop(HEALTH_ADDR_ENV, None)
+        if listen_url:
+            env[LISTEN_URL_ENV] = listen_url
         if url is not None:
             # The resolved target, whatever selected it (children must not re-resolve a
             # context; the environment keeps the password out of the process list).
@@ -412,4 +431,4 @@ def worker(
             raise click.exceptions.Exit(code)
         return
     module = import_user_module(module_name)
-    asyncio.run(serve(module, url, queues, shutdown_timeout_ms, health_addr))
+    asyncio.run(serve(module, url, queues, shutdown_timeout_ms, health_addr, listen_url or None))

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, settings
 
 from awa.adapters._pg.migrations import migrate
 from tests.support.pg import DatabaseFactory, PgServer, Provider, provision
+from tests.support.pgbouncer import PgBouncer, pgbouncer_path
 
 settings.register_profile("default", deadline=None, max_examples=100)
 settings.register_profile(
@@ -170,3 +171,28 @@ def migrated_database_url(pg_databases: DatabaseFactory) -> Iterator[str]:
         yield url
     finally:
         pg_databases.drop(url)
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(pg_server: PgServer) -> Iterator[PgBouncer]:
+    """A real PgBouncer in transaction mode in front of the session's server (see
+    ``tests/support/pgbouncer.py``); skipped when pgbouncer is not installed
+    (``scripts/test`` installs Debian's package when it runs as root)."""
+    executable = pgbouncer_path()
+    if executable is None:
+        pytest.skip("pgbouncer is not installed (apt-get install pgbouncer, or set AWA_PGBOUNCER)")
+    bouncer = PgBouncer(executable, pg_server.url)
+    try:
+        bouncer.start()
+        yield bouncer
+    finally:
+        bouncer.close()
+
+
+@pytest.fixture
+def pgbouncer_running(pgbouncer: PgBouncer) -> Iterator[PgBouncer]:
+    """:func:`pgbouncer`, running when the test starts and again after it (a test may
+    stop or restart it)."""
+    pgbouncer.start()
+    yield pgbouncer
+    pgbouncer.start()

@@ -23,6 +23,7 @@ from click.testing import CliRunner
 
 from awa.domain.errors import ValidationError
 from awa.entrypoints import client_async, logs
+from awa.entrypoints.bootstrap import LISTEN_URL_ENV
 from awa.entrypoints.cli import cli
 from awa.entrypoints.client import AsyncClient, Client, RawClient
 from awa.entrypoints.health import HEALTH_ADDR_ENV
@@ -85,6 +86,7 @@ START_OWN = {
     "queues": "the queues served (tests/unit/test_runtime_config.py)",
     "only_listed_queues": "serve a subset of the handler queues (test below)",
     "health_addr": "the health listener's address (tests/unit/test_health_listener.py)",
+    "listen_database_url": "where wake-ups listen (tests/integration/test_pooler.py)",
 }
 
 
@@ -134,7 +136,8 @@ async def test_start_forwards_every_keyword_it_does_not_use_itself(
         raise Stop
 
     monkeypatch.setattr(client_async, "parse_start_args", spy)
-    sentinels: dict[str, Any] = {name: object() for name in _start_keywords() - {"health_addr"}}
+    own = {"health_addr", "listen_database_url"}
+    sentinels: dict[str, Any] = {name: object() for name in _start_keywords() - own}
     client = memory_client()
     with pytest.raises(Stop):
         await client.start(**sentinels)
@@ -206,6 +209,7 @@ def _run_worker(monkeypatch: pytest.MonkeyPatch, *args: str) -> WorkerRun:
         queues: list[tuple[str, int]],
         shutdown_timeout_ms: int,
         health_addr: str | None = None,
+        listen_url: str | None = None,
     ) -> None:
         run.served.append(
             {
@@ -213,6 +217,7 @@ def _run_worker(monkeypatch: pytest.MonkeyPatch, *args: str) -> WorkerRun:
                 "queues": list(queues),
                 "shutdown_timeout_ms": shutdown_timeout_ms,
                 "health_addr": health_addr,
+                "listen_url": listen_url,
             }
         )
 
@@ -227,7 +232,12 @@ def _run_worker(monkeypatch: pytest.MonkeyPatch, *args: str) -> WorkerRun:
     result = CliRunner().invoke(
         cli,
         ["worker", *args],
-        env={"DATABASE_URL": None, HEALTH_ADDR_ENV: None, logs.LEVEL_ENV: None},
+        env={
+            "DATABASE_URL": None,
+            HEALTH_ADDR_ENV: None,
+            LISTEN_URL_ENV: None,
+            logs.LEVEL_ENV: None,
+        },
     )
     assert result.exit_code == 0, result.output
     return run
@@ -246,6 +256,10 @@ WORKER_EFFECTS: dict[str, tuple[list[str], Callable[[WorkerRun], bool]]] = {
     "health_addr": (
         ["--health-addr", "127.0.0.1:0"],
         lambda r: r.served[0]["health_addr"] == "127.0.0.1:0",
+    ),
+    "listen_url": (
+        ["--listen-database-url", "postgresql://direct/db"],
+        lambda r: r.served[0]["listen_url"] == "postgresql://direct/db",
     ),
     "log_level": (["--log-level", "debug"], lambda r: r.configured[0][0] == "debug"),
     "log_format": (["--log-format", "json"], lambda r: r.configured[0][1] == "json"),

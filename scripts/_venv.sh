@@ -33,6 +33,44 @@ awa_hash() {
     fi
 }
 
+# Reads pip's output on stdin and prints one short line per step on stderr: each package
+# collected (numbered), building, installing and the end, so a first install that takes a
+# minute shows where it is. On a terminal the line is rewritten in place.
+awa_install_progress() {
+    local line n=0 text
+    local tty=0
+    [ -t 2 ] && tty=1
+    while IFS= read -r line; do
+        case "$line" in
+            Collecting\ *)
+                n=$((n + 1))
+                text="    [$n] collecting ${line#Collecting }"
+                ;;
+            *"Building wheel"* | *"Building editable"*)
+                text="    building ${line#*for }"
+                ;;
+            "Installing collected packages:"*)
+                local names="${line#Installing collected packages: }"
+                local commas="${names//[^,]/}"
+                text="    installing $((${#commas} + 1)) packages..."
+                ;;
+            "Successfully installed"*)
+                text="    done"
+                ;;
+            *) continue ;;
+        esac
+        if [ "$tty" = 1 ]; then
+            local width="${COLUMNS:-80}"
+            printf '\r\033[K%s' "${text:0:$((width - 1))}" >&2
+        else
+            echo "$text" >&2
+        fi
+    done
+    if [ "$tty" = 1 ]; then
+        printf '\n' >&2
+    fi
+}
+
 awa_ensure_venv() {
     local extras="${1:-}"
     local group="${2:-}"
@@ -56,13 +94,24 @@ awa_ensure_venv() {
     want="$(awa_hash "$AWA_ROOT/pyproject.toml")"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         echo "==> installing awa-py ($spec${group:+ and group $group}) into $AWA_VENV" >&2
-        # pip's output is kept out of the way unless the install fails.
+        echo "    (the first time takes a minute or so; pip's full log: $AWA_VENV/.awa-install.log)" >&2
+        # pip's full output goes to the log; awa_install_progress shows one line per step.
         local log="$AWA_VENV/.awa-install.log"
+        local status_file="$AWA_VENV/.awa-install.status"
+        # The pipeline always succeeds (callers may run under `set -e -o pipefail`); pip's
+        # own status goes through a file. An `if` keeps errexit out of the subshell.
         # Dependency groups need pip >= 25.1; a venv may start with an older one.
-        if ! (cd "$AWA_ROOT" && "$AWA_VENV/bin/python" -m pip install \
-            --disable-pip-version-check --upgrade 'pip>=25.1' &&
-            "$AWA_VENV/bin/python" -m pip install \
-                --disable-pip-version-check -e "$spec" ${group_args[@]+"${group_args[@]}"}) >"$log" 2>&1; then
+        (
+            if cd "$AWA_ROOT" && "$AWA_VENV/bin/python" -m pip install \
+                --disable-pip-version-check --upgrade 'pip>=25.1' &&
+                "$AWA_VENV/bin/python" -m pip install --progress-bar off \
+                    --disable-pip-version-check -e "$spec" ${group_args[@]+"${group_args[@]}"}; then
+                echo 0 >"$status_file"
+            else
+                echo 1 >"$status_file"
+            fi
+        ) 2>&1 | tee "$log" | awa_install_progress
+        if [ "$(cat "$status_file" 2>/dev/null)" != 0 ]; then
             cat "$log" >&2
             echo "error: installing $spec failed (log: $log)" >&2
             return 1

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import shutil
 import sys
 import threading
 import time
@@ -293,25 +294,63 @@ async def final_counts(client: AsyncClient, kind: str, queue: str, jobs: int) ->
     return counts
 
 
-class Progress:
-    """The live display: one line rewritten in place on a TTY, periodic lines otherwise."""
+#: Short state labels for a live line that would not fit the terminal with the full ones.
+SHORT_STATES = {
+    "scheduled": "sched",
+    "available": "avail",
+    "running": "run",
+    "retryable": "retry",
+    "waiting_external": "wait",
+    "completed": "done",
+    "failed": "fail",
+}
 
-    def __init__(self, out: TextIO, *, tty: bool, total: int) -> None:
+
+class Progress:
+    """The live display: one line rewritten in place on a TTY, never wider than the
+    terminal (it would wrap and stop rewriting in place), and periodic lines otherwise.
+
+    ``columns`` fixes the width; by default the terminal's is read at every update, so a
+    resized window is followed."""
+
+    def __init__(self, out: TextIO, *, tty: bool, total: int, columns: int | None = None) -> None:
         self.out = out
         self.tty = tty
         self.total = total
+        self.columns = columns
         self._last_line = 0.0
         self._width = 0
 
-    def update(self, by_state: Counter[str], elapsed: float, *, final: bool = False) -> None:
+    def _columns(self) -> int:
+        if self.columns is not None:
+            return self.columns
+        return shutil.get_terminal_size(fallback=(80, 24)).columns
+
+    def render(self, by_state: Counter[str], elapsed: float, *, width: int | None) -> str:
+        """The status line; with ``width``, the longest form that fits in it."""
         done = self.total - sum(by_state[s] for s in PENDING_STATES)
-        parts = [
-            f"{s} {by_state[s]}" for s in STATES if by_state[s] or s in ("completed", "failed")
-        ]
+        shown = [s for s in STATES if by_state[s] or s in ("completed", "failed")]
         rate = by_state["completed"] / elapsed if elapsed > 0 else 0.0
-        line = f"[{elapsed:5.1f}s] {done}/{self.total} settled | " + "  ".join(parts)
-        line += f" | {rate:.0f} completed/s"
+        full = (
+            f"[{elapsed:5.1f}s] {done}/{self.total} settled | "
+            + "  ".join(f"{s} {by_state[s]}" for s in shown)
+            + f" | {rate:.0f} completed/s"
+        )
+        if width is None or len(full) <= width:
+            return full
+        short = (
+            f"{elapsed:.1f}s {done}/{self.total}: "
+            + " ".join(f"{SHORT_STATES[s]} {by_state[s]}" for s in shown)
+            + f", {rate:.0f}/s"
+        )
+        if len(short) <= width:
+            return short
+        return short[: max(0, width - 1)] + "…"
+
+    def update(self, by_state: Counter[str], elapsed: float, *, final: bool = False) -> None:
         if self.tty:
+            # One column spare: a line that fills the last column wraps on some terminals.
+            line = self.render(by_state, elapsed, width=max(20, self._columns() - 1))
             padding = " " * max(0, self._width - len(line))
             self._width = len(line)
             self.out.write("\r" + line + padding + ("\n" if final else ""))
@@ -319,7 +358,7 @@ class Progress:
         elif final or elapsed - self._last_line >= 1.0:
             # Logs and pipes get a line per second instead of a carriage-return animation.
             self._last_line = elapsed
-            self.out.write(line + "\n")
+            self.out.write(self.render(by_state, elapsed, width=None) + "\n")
             self.out.flush()
 
 

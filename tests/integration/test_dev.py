@@ -120,7 +120,7 @@ def test_time_limit_reports_unfinished_jobs() -> None:
 
 def test_progress_rewrites_one_line_on_a_tty() -> None:
     out = io.StringIO()
-    progress = Progress(out, tty=True, total=10)
+    progress = Progress(out, tty=True, total=10, columns=200)
     progress.update(Counter({"running": 3, "available": 7}), 0.5)
     progress.update(Counter({"completed": 10}), 1.0, final=True)
     text = out.getvalue()
@@ -233,3 +233,29 @@ def test_reaping_keeps_directories_of_live_or_unknown_owners(dev_tmpdir: Path) -
     reap_leftovers(None, out)
     assert mine.exists() and unmarked.exists() and not dead.exists()
     assert out.getvalue() == f"removed {dead} left by an earlier run\n"
+
+
+def test_the_live_line_fits_an_80_column_terminal() -> None:
+    busy = Counter(
+        {
+            "scheduled": 12,
+            "available": 1000,
+            "running": 16,
+            "retryable": 5,
+            "waiting_external": 3,
+            "completed": 1500,
+            "failed": 170,
+        }
+    )
+    out = io.StringIO()
+    progress = Progress(out, tty=True, total=3000, columns=80)
+    progress.update(busy, 12.3)
+    progress.update(Counter({"completed": 2830, "failed": 170}), 20.0, final=True)
+    lines = out.getvalue().split("\r")[1:]
+    assert all(len(line.rstrip("\n")) <= 79 for line in lines), lines
+    assert lines[0].startswith("12.3s 1964/3000: sched 12 avail 1000 run 16 retry 5 wait 3")
+    # Wide enough, the full wording is kept.
+    wide = Progress(io.StringIO(), tty=True, total=3000, columns=200)
+    assert "waiting_external 3" in wide.render(busy, 12.3, width=199)
+    # Too narrow even for the short form: cut, never wrapped.
+    assert Progress(out, tty=True, total=3000).render(busy, 1.0, width=30).endswith("…")

@@ -40,6 +40,7 @@ from awa.adapters.postgres_queue_storage.connections import MAX_KEPT_CONNECTIONS
 from awa.domain.errors import ConnectionLimitTooLow, DatabaseError, WakeupsUnavailable
 from awa.domain.job import JobRecord, JobSpec
 from awa.domain.policies import Backoff
+from awa.domain.transition import TransitionStatus
 from awa.entrypoints.routing import (
     TRANSITION_SCHEMA_VERSION,
     open_postgres_routing,
@@ -190,9 +191,22 @@ async def require_schema(wiring: Wiring) -> None:
         await pg_migrations.require_schema(conn, minimum=TRANSITION_SCHEMA_VERSION)
 
 
-async def migrate(url: str) -> None:
-    """Apply every pending schema migration to the database at ``url``."""
+async def migrate(url: str) -> bool:
+    """Apply every pending schema migration to the database at ``url``. A database this
+    call installs from nothing starts on queue storage (ADR 0020): returns whether it did.
+
+    A database that already had a schema keeps its engine and the staged transition."""
+    conn = await pg_connect(url)
+    try:
+        async with translated_errors():
+            installed = await pg_migrations.applied_version(conn) > 0
+    finally:
+        await conn.close()
     await pg_migrations.migrate(url)
+    if installed or not await activate_queue_storage_if_fresh(url):
+        return False
+    log.info("installed the schema on an empty database: queue storage (schema awa) is active")
+    return True
 
 
 async def install_queue_storage(
@@ -215,6 +229,17 @@ async def activate_queue_storage_if_fresh(url: str, schema: str = "awa") -> bool
     try:
         async with translated_errors():
             return await pg_transition.auto_finalize_if_fresh(conn, schema)
+    finally:
+        await conn.close()
+
+
+async def activate_queue_storage(url: str, schema: str) -> TransitionStatus:
+    """Make queue storage in ``schema`` the active engine now (``install_queue_storage``'s
+    "install and activate"); :class:`TransitionRefused` when a canonical job still needs
+    a worker, a canonical-only runtime is live, or another active schema holds jobs."""
+    conn = await pg_connect(url)
+    try:
+        return await pg_transition.activate(conn, schema)
     finally:
         await conn.close()
 

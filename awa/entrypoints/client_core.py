@@ -298,22 +298,26 @@ class ClientCore:
         lease_slot_count: int = LEASE_SLOT_COUNT,
         reset: bool = False,
     ) -> None:
-        """Install the queue-storage engine into ``schema`` (migrating first).
+        """Install the queue-storage engine into ``schema`` (migrating first) and make it
+        the active engine: producers write there and workers claim there from now on.
 
         ``reset=True`` empties it: in the default schema ``awa``, which the migrations own,
         every job, DLQ entry and queue setting is deleted; another schema is rebuilt.
-        On a database where canonical storage holds nothing yet (no jobs, no DLQ entries,
-        no live runtime), installing the default schema also makes it the active engine,
-        so producers write to queue storage from the first job.
+        Activation leaves nothing behind, so it raises ``TransitionRefused`` (an
+        ``AwaError``; the tables stay installed) while a canonical job still needs a
+        worker, a runtime that runs only canonical storage is live, or another active
+        queue-storage schema holds jobs; move a live canonical cluster with the staged
+        transition (``awa storage prepare`` ...) instead. Finished canonical jobs stay
+        readable.
         """
         await self._install_queue_storage(
             schema, queue_slot_count, lease_slot_count, reset=reset and schema != "awa"
         )
         if reset and schema == "awa":
             await (await self._engine()).reset()
-        if schema == "awa" and await bootstrap.activate_queue_storage_if_fresh(self._url, schema):
-            # This client's engine routes by the transition state it last read.
-            await (await self._engine()).status(max_age=0.0)
+        await bootstrap.activate_queue_storage(self._url, schema)
+        # This client's engine routes by the transition state it last read.
+        await (await self._engine()).status(max_age=0.0)
 
     async def prepare_queue_storage_schema(
         self,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -166,8 +167,13 @@ def test_health_reports_unmigrated_then_ready(database_url: str) -> None:
     assert report["ready"] is True
     assert report["problems"] == []
     assert report["schema_version"] == bootstrap.current_migration_version()
-    assert report["storage"]["state"] == "canonical"
+    # A database installed fresh starts on queue storage (ADR 0020).
+    assert report["storage"]["state"] == "active"
+    assert report["storage"]["schema"] == "awa"
+    assert report["storage"]["engine"] == "storage engine: queue storage (schema awa)"
     assert report["runtimes"]["live"] == 0
+    text = invoke("--database-url", database_url, "health")
+    assert re.search(r"^engine +queue storage \(schema awa\)$", text.stdout, re.M)
 
 
 def test_health_unreachable_database_exits_1() -> None:
@@ -190,11 +196,11 @@ def test_context_shows_target_versions_and_engine(database_url: str) -> None:
     info = json.loads(result.stdout)
     assert info["database"] == redact_url(database_url)
     assert info["schema_version"] == bootstrap.current_migration_version()
-    assert info["active_engine"] == "canonical"
+    assert info["active_engine"] == "queue_storage"  # installed fresh (ADR 0020)
     assert info["package_version"]
     text = invoke("--database-url", database_url, "context")
     assert "active engine" in text.stdout
-    assert "canonical" in text.stdout
+    assert "queue_storage" in text.stdout
 
 
 def test_storage_status_requires_migrated_schema(database_url: str) -> None:
@@ -206,9 +212,11 @@ def test_storage_status_requires_migrated_schema(database_url: str) -> None:
     status = invoke("--database-url", database_url, "storage", "status", "--json")
     assert status.exit_code == 0, status.stderr
     report = json.loads(status.stdout)
-    assert report["state"] == "canonical"
-    assert report["active_engine"] == "canonical"
-    assert report["transition_epoch"] == 0
+    # Installed fresh: straight to queue storage (ADR 0020).
+    assert report["state"] == "active"
+    assert report["active_engine"] == "queue_storage"
+    assert report["transition_epoch"] == 1
+    assert report["details"] == {"schema": "awa", "fresh_install": True}
     text = invoke("--database-url", database_url, "storage", "status")
     assert "active_engine" in text.stdout
 

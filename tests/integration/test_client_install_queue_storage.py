@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -81,27 +82,101 @@ def _active_engine(url: str) -> str:
     return str(row[0])
 
 
-async def test_install_on_a_fresh_database_makes_queue_storage_active(
-    client: AsyncClient, database_url: str
+def _status(url: str) -> tuple[str, str, str | None]:
+    """(state, active_engine, details.schema) of the storage transition."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT state, active_engine, details ->> 'schema' FROM awa.storage_transition_state"
+        ).fetchone()
+    assert row is not None
+    return str(row[0]), str(row[1]), row[2]
+
+
+async def test_install_on_a_canonical_database_without_jobs_makes_queue_storage_active(
+    migrated_database_url: str,
 ) -> None:
-    await client.migrate()
-    assert _active_engine(database_url) == "canonical"
-    await client.install_queue_storage()
-    assert _active_engine(database_url) == "queue_storage"
-    job = await client.insert({"n": 1}, kind="fresh")
-    with psycopg.connect(database_url) as conn:
+    # The template is migrated below the client, so it is canonical, as a database of an
+    # earlier release is.
+    assert _active_engine(migrated_database_url) == "canonical"
+    async with AsyncClient(migrated_database_url) as client:
+        await client.install_queue_storage()
+        assert _active_engine(migrated_database_url) == "queue_storage"
+        job = await client.insert({"n": 1}, kind="fresh")
+        assert (await client.get_job(job.id)).kind == "fresh"
+    with psycopg.connect(migrated_database_url) as conn:
         canonical = conn.execute("SELECT count(*) FROM awa.canonical_jobs").fetchone()
     assert canonical == (0,)
-    assert (await client.get_job(job.id)).kind == "fresh"
 
 
-async def test_install_leaves_a_database_with_canonical_jobs_to_the_transition(
+async def test_install_refuses_to_leave_live_canonical_jobs_behind(
+    migrated_database_url: str,
+) -> None:
+    async with AsyncClient(migrated_database_url) as client:
+        job = await client.insert({"n": 1}, kind="old")
+        with pytest.raises(AwaError, match="canonical_backlog_drained") as info:
+            await client.install_queue_storage(schema="awa_live")
+        assert "awa storage prepare --engine queue_storage" in str(info.value)
+        assert _status(migrated_database_url)[:2] == ("canonical", "canonical")
+        assert "ready_entries" in _tables(migrated_database_url, "awa_live")  # installed
+        assert (await client.get_job(job.id)).state is awa.JobState.Available
+
+
+@pytest.mark.parametrize("migrated_first", [False, True])
+async def test_install_into_a_named_schema_installs_and_activates_it(
+    client: AsyncClient, database_url: str, migrated_first: bool
+) -> None:
+    if migrated_first:
+        await client.migrate()  # a fresh database starts on queue storage in awa
+        assert _status(database_url) == ("active", "queue_storage", "awa")
+    await client.install_queue_storage(schema="x")
+    assert _status(database_url) == ("active", "queue_storage", "x")
+    assert await client.enqueue_many_copy([{"n": 1}, {"n": 2}], kind="copied") == 2
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT count(*) FROM x.ready_entries").fetchone()
+    assert row == (2,)
+    await _drain_on(client, "x", expected=2)
+
+
+async def test_install_into_a_named_schema_keeps_finished_canonical_history(
+    migrated_database_url: str,
+) -> None:
+    async with AsyncClient(migrated_database_url) as client:
+        old = await client.insert({"n": 0}, kind="history")
+        await client.cancel(old.id)
+        await client.install_queue_storage(schema="x_hist")
+        assert _status(migrated_database_url) == ("active", "queue_storage", "x_hist")
+        assert (await client.get_job(old.id)).state is awa.JobState.Cancelled
+        assert await client.enqueue_many_copy([{"n": 1}], kind="copied") == 1
+        await _drain_on(client, "x_hist", expected=1)
+
+
+async def test_install_refuses_to_move_away_from_an_active_schema_that_holds_jobs(
     client: AsyncClient, database_url: str
 ) -> None:
     await client.migrate()
-    await client.insert({"n": 1}, kind="old")
-    await client.install_queue_storage()
-    assert _active_engine(database_url) == "canonical"
+    await client.insert({"n": 1}, kind="stays")
+    with pytest.raises(AwaError, match="no_queue_storage_rows"):
+        await client.install_queue_storage(schema="elsewhere")
+    assert _status(database_url) == ("active", "queue_storage", "awa")
+
+
+async def _drain_on(client: AsyncClient, schema: str, *, expected: int) -> None:
+    """Start a worker on ``schema`` and wait until it ran ``expected`` jobs."""
+    ran: list[int] = []
+    done = asyncio.Event()
+
+    @client.task(dict, kind="copied")
+    async def copied(job: awa.Job[Any]) -> None:
+        ran.append(job.id)
+        if len(ran) >= expected:
+            done.set()
+
+    await client.start([("default", 2)], queue_storage_schema=schema)
+    try:
+        await asyncio.wait_for(done.wait(), 60)
+    finally:
+        await client.shutdown()
+    assert len(ran) == len(set(ran)) == expected
 
 
 async def test_install_is_refused_while_the_worker_runtime_runs(client: AsyncClient) -> None:

@@ -129,6 +129,12 @@ async def auto_finalize_if_fresh(conn: AnyConnection, schema: str = "awa") -> bo
     return bool(rows and rows[0]["done"])
 
 
+async def activate(conn: AnyConnection, schema: str = DEFAULT_SCHEMA) -> TransitionStatus:
+    """``awa.storage_activate_queue_storage(schema)``: queue storage in ``schema`` becomes
+    the active engine now, or :class:`TransitionRefused` names what would be left behind."""
+    return await _status_of(conn, "SELECT * FROM awa.storage_activate_queue_storage(%s)", (schema,))
+
+
 async def canonical_live_backlog(conn: AnyConnection) -> int:
     """``awa.canonical_live_backlog()``: canonical jobs not yet terminal."""
     rows = await _rows(conn, "SELECT awa.canonical_live_backlog() AS n")

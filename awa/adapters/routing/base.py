@@ -12,6 +12,7 @@ from typing import Generic, Literal, TypeVar
 
 import attrs
 
+from awa.domain.engine_notice import engine_notice
 from awa.domain.errors import DatabaseError
 from awa.domain.stripes import StripeRotor
 from awa.domain.transition import (
@@ -180,7 +181,10 @@ class RoutingBase(Generic[C]):
                 "this database held no jobs, DLQ entries or live runtimes, so it needed "
                 "no staged transition; `awa storage status` shows the state"
             )
-        return await self.status(max_age=0.0)
+        status = await self.status(max_age=0.0)
+        notice = engine_notice(status, self._role)
+        log.log(logging.WARNING if notice.canonical else logging.INFO, "%s", notice.text)
+        return status
 
     async def status(self, *, max_age: float | None = None) -> TransitionStatus:
         """The transition status, re-read when older than ``max_age`` seconds (default:

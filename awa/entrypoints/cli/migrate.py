@@ -14,6 +14,9 @@ from awa.entrypoints.cli._common import mutating, run, state, with_schema_admin
 SELECTION_NEEDS_SQL = "--from, --to and --version select SQL to print; add --sql"
 PENDING_EXCLUSIVE = "--pending cannot be combined with --from, --to or --version"
 VERSION_EXCLUSIVE = "--version cannot be combined with --from or --to"
+FRESH_INSTALL = (
+    "Storage engine: queue storage (schema awa); a database installed fresh starts on it"
+)
 
 
 def _database_version(*, writes: bool) -> int:
@@ -85,9 +88,11 @@ def migrate(
             _print_schema_files(bootstrap.schema_files())
         return
     before = _database_version(writes=True)
-    run(bootstrap.migrate(state().database_url()))
+    activated = run(bootstrap.migrate(state().database_url()))
     if before >= latest:
         click.echo(f"Schema already at version {before}; nothing to apply")
     else:
         applied = len(bootstrap.migrations_range(before, latest))
         click.echo(f"Applied {applied} migration(s); schema now at version {latest}")
+    if activated:
+        click.echo(FRESH_INSTALL)

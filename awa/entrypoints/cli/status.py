@@ -7,7 +7,9 @@ from typing import Any
 import click
 
 from awa._version import __version__
+from awa.domain.engine_notice import engine_notice
 from awa.domain.schema import schema_compatible
+from awa.domain.transition import TransitionState, TransitionStatus
 from awa.entrypoints import bootstrap
 from awa.entrypoints.cli._common import emit_json, first_line, json_option, run, state, wants_json
 from awa.ports.admin import SchemaAdmin
@@ -51,14 +53,20 @@ async def _describe(admin: SchemaAdmin) -> dict[str, Any]:
     counts = await admin.runtime_counts()
     return {
         "schema_version": await admin.schema_version(),
-        "storage": None
-        if transition is None
-        else {
-            "state": transition.get("state"),
-            "active_engine": transition.get("active_engine"),
-            "prepared_engine": transition.get("prepared_engine"),
-        },
+        "storage": None if transition is None else _storage(transition),
         "runtimes": None if counts is None else counts.as_dict(),
+    }
+
+
+def _storage(transition: dict[str, Any]) -> dict[str, Any]:
+    status = TransitionStatus.from_row(transition)
+    notice = engine_notice(status)
+    return {
+        "state": status.state.value,
+        "active_engine": status.active_engine,
+        "prepared_engine": status.prepared_engine,
+        "schema": None if status.state is TransitionState.CANONICAL else status.schema,
+        "engine": notice.text,
     }
 
 
@@ -82,6 +90,7 @@ def _rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     storage = report.get("storage")
     if storage is not None:
         rows.append(("storage", f"{storage['active_engine']} (state {storage['state']})"))
+        rows.append(("engine", storage["engine"].removeprefix("storage engine: ")))
     runtimes = report.get("runtimes")
     if runtimes is not None:
         rows.append(("runtimes", f"{runtimes['live']} live, {runtimes['unhealthy']} unhealthy"))

@@ -74,8 +74,8 @@ class JobNotFound(AwaError):
     within minutes, ``docs/storage.md``). ``job_id`` names it; code catching ``AwaError``
     catches it too."""
 
-    def __init__(self, job_id: int) -> None:
-        super().__init__(f"job not found: {job_id}")
+    def __init__(self, job_id: int, *, hint: str | None = None) -> None:
+        super().__init__(f"job not found: {job_id}" + ("" if hint is None else f": {hint}"))
         self.job_id = job_id
 
 

@@ -423,20 +423,30 @@ def drain(now: datetime) -> Transition:
     return cancel(now, applies_to=DRAINABLE_STATES)
 
 
+#: Finalized states an operator's retry starts over: a completed job succeeded, and running
+#: it again is a new job's business (awa-pg refuses it too).
+RETRYABLE_TERMINAL_STATES = frozenset({JobState.Failed, JobState.Cancelled})
+
+
 def operator_retry_applies(state: JobState) -> bool:
     """Whether an operator's retry changes a job in ``state`` (see :func:`operator_retry`)."""
-    return state in TERMINAL_STATES or state in DEFERRED_STATES or state == JobState.WaitingExternal
+    return (
+        state in RETRYABLE_TERMINAL_STATES
+        or state in DEFERRED_STATES
+        or state == JobState.WaitingExternal
+    )
 
 
 def operator_retry(state: JobState, now: datetime) -> Transition | None:
-    """An operator retries a job in ``state``: a finalized job starts over (``available``
-    now, a fresh attempt budget, no longer finalized, its errors kept); a deferred job
-    becomes ``available`` now; a waiting attempt is retried as ``retry_external``. A
-    running attempt or an available job is left as it is (``None``)."""
-    if state in TERMINAL_STATES:
+    """An operator retries a job in ``state``: a failed or cancelled job starts over
+    (``available`` now, a fresh attempt budget, no longer finalized, its errors kept); a
+    deferred job becomes ``available`` now; a waiting attempt is retried as
+    ``retry_external``. A completed job, a running attempt or an available job is left as
+    it is (``None``)."""
+    if state in RETRYABLE_TERMINAL_STATES:
         return Transition(
             JobState.Available,
-            applies_to=TERMINAL_STATES,
+            applies_to=RETRYABLE_TERMINAL_STATES,
             run_at=now,
             attempt=AttemptChange.RESET,
             clear_finalized=True,

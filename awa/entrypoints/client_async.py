@@ -458,7 +458,12 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
                     await listener.close()
 
     async def _readiness(self) -> dict[str, Any]:
-        """The ``/readyz`` report: every check by name, ``ready`` when all pass."""
+        """The ``/readyz`` report, one flat object as the Deployment guide names it:
+        ``postgres_connected``, ``schema_version``, ``expected_schema_version``,
+        ``schema_compatible``, ``poll_loop_alive``, ``heartbeat_alive``,
+        ``maintenance_alive``, ``shutting_down`` and ``leader`` (informational), plus
+        ``ready`` (every check passes and it is not shutting down) and ``failing`` (the
+        checks that keep it from being ready)."""
         runtime = self._runtime or self._draining
         expected = bootstrap.current_migration_version()
         version: int | None = None
@@ -475,21 +480,27 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         }
         if runtime is None:
             checks.update(
-                poll_loops_alive=False,
+                poll_loop_alive=False,
                 heartbeat_alive=False,
                 maintenance_alive=False,
-                not_shutting_down=not self._shut_down,
+                shutting_down=self._shut_down,
             )
         else:
             checks.update(runtime.readiness())
+        failing = sorted(name for name, ok in checks.items() if ok is (name == "shutting_down"))
         return {
-            "ready": all(checks.values()),
-            "checks": checks,
-            "failing": sorted(name for name, ok in checks.items() if not ok),
-            "leader": runtime is not None and runtime.is_leader,
-            "wakeups": None if runtime is None else runtime.wakeups,
+            "postgres_connected": checks["postgres_connected"],
             "schema_version": version,
             "expected_schema_version": expected,
+            "schema_compatible": checks["schema_compatible"],
+            "poll_loop_alive": checks["poll_loop_alive"],
+            "heartbeat_alive": checks["heartbeat_alive"],
+            "maintenance_alive": checks["maintenance_alive"],
+            "shutting_down": checks["shutting_down"],
+            "leader": runtime is not None and runtime.is_leader,
+            "ready": not failing,
+            "failing": failing,
+            "wakeups": None if runtime is None else runtime.wakeups,
         }
 
     async def health_check(self) -> HealthCheck:

@@ -11,6 +11,7 @@ from awa.adapters._pg.pool import PoolOptions
 from awa.adapters.clock import SystemClock
 from awa.domain.errors import DatabaseError, JobNotFound, ValidationError
 from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
+from awa.domain.lifecycle import operator_retry_applies
 from awa.domain.states import TERMINAL_STATES, JobState
 from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, validate_stripe_count
 from awa.domain.validation import (
@@ -360,10 +361,16 @@ class ClientCore:
     # ------------------------------------------------------------------ jobs
     async def get_job(self, job_id: int) -> Job[Any]:
         """The job with this id; raises :class:`~awa.JobNotFound` (an ``AwaError``) when
-        there is none: it never existed, or it finished and retention removed it."""
-        record = await (await self._engine()).get_job(job_id)
+        there is none: it never existed, or it finished and retention removed it. A job
+        moved to the dead-letter queue is returned as it was when it failed (state
+        ``failed``), as awa-pg does; ``get_dlq_job`` tells why it was moved."""
+        engine = await self._engine()
+        record = await engine.get_job(job_id)
         if record is None:
-            raise not_found(job_id)
+            entry = await engine.get_dlq(job_id)
+            if entry is None:
+                raise not_found(job_id)
+            record = entry.job
         return Job(record)
 
     async def list_jobs(
@@ -383,11 +390,18 @@ class ClientCore:
         return [Job(r) for r in records]
 
     async def retry(self, job_id: int) -> Job[Any] | None:
-        """Make a failed, cancelled, completed, scheduled or retryable job available now; a
-        job waiting on a callback starts afresh (its callback ends)."""
+        """Make a failed, cancelled, scheduled or retryable job available now; a job
+        waiting on a callback starts afresh (its callback ends). Any other job (completed,
+        running, available, or none) raises ``AwaError`` "job not found", as in awa-pg."""
         engine = await self._engine()
         before = await engine.get_job(job_id)
-        if before is None or before.state in (JobState.Available, JobState.Running):
+        if before is None and await engine.get_dlq(job_id) is not None:
+            raise JobNotFound(
+                job_id,
+                hint=f"it is in the dead-letter queue; retry it with retry_from_dlq({job_id}) "
+                f"or `awa dlq retry {job_id}`",
+            )
+        if before is None or not operator_retry_applies(before.state):
             raise not_found(job_id)
         record = await engine.retry_job(job_id)
         if record is None:
@@ -425,9 +439,12 @@ class ClientCore:
         """Retry every failed job of one kind or one queue (exactly one must be given)."""
         if (kind is None) == (queue is None):
             raise ValueError("Specify exactly one of kind or queue")
-        records = await (await self._engine()).retry_failed(JobFilter(kind=kind, queue=queue))
+        engine = await self._engine()
+        records = await engine.retry_failed(JobFilter(kind=kind, queue=queue))
         jobs: list[Job[Any]] = [Job(r) for r in records]
-        return RetryFailedResult(jobs, len(jobs), None)
+        # Per queue, as awa-pg: ``None`` by kind, or where retention does not count.
+        pruned = None if queue is None else await engine.pruned_failed_count(queue)
+        return RetryFailedResult(jobs, len(jobs), pruned)
 
     async def discard_failed(self, kind: str) -> int:
         """Delete every failed job of ``kind``; returns how many."""

@@ -327,9 +327,9 @@ class StorageEngine(Protocol):
         ...
 
     async def retry_job(self, job_id: int) -> JobRecord | None:
-        """Operator retry: a failed / cancelled / completed job becomes ``available`` now
-        with a fresh attempt budget (``attempt = 0``); a scheduled or retryable one
-        becomes available now. Returns ``None`` for a missing job; a running job is
+        """Operator retry: a failed / cancelled job becomes ``available`` now with a fresh
+        attempt budget (``attempt = 0``); a scheduled or retryable one becomes available
+        now. Returns ``None`` for a missing job; a running, available or completed job is
         returned unchanged."""
         ...
 
@@ -339,6 +339,11 @@ class StorageEngine(Protocol):
 
     async def discard_failed(self, kind: str) -> int:
         """Delete every ``failed`` job of ``kind``; returns how many."""
+        ...
+
+    async def pruned_failed_count(self, queue: str) -> int | None:
+        """How many ``failed`` jobs of ``queue`` retention has dropped so far (cumulative,
+        ``0`` when none), or ``None`` when this engine does not count them."""
         ...
 
     async def delete_jobs(self, job_ids: Sequence[int]) -> int:

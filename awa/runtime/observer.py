@@ -12,7 +12,13 @@ from awa.ports.storage import StorageEngine
 from awa.runtime import metrics, tracing
 from awa.runtime.context import AttemptContext
 from awa.runtime.handlers import HandlerRegistry
-from awa.runtime.outcome_log import RELEASED, TERMINAL_FAILURES, log_outcome, outcome_name
+from awa.runtime.outcome_log import (
+    RELEASED,
+    TERMINAL_FAILURES,
+    log_dlq_moved,
+    log_outcome,
+    outcome_name,
+)
 
 log = logging.getLogger("awa.runtime.observer")
 
@@ -62,20 +68,23 @@ class AttemptObserver:
         self, engine: StorageEngine, context: AttemptContext, outcome: Outcome
     ) -> None:
         """The engine applied ``outcome``. A job that ended failed may have gone into the
-        DLQ instead: the engine decides that from the queue's DLQ setting, so when
-        metrics record, read the entry and count ``awa.job.dlq_moved`` with its reason.
-        One read per terminal failure, none when metrics are off."""
-        instruments = self._instruments
-        if instruments is None or self._name(context, outcome) not in TERMINAL_FAILURES:
+        DLQ instead: the engine decides that from the queue's DLQ setting, so read the
+        entry, log where the job went and how to retry it from there, and (when metrics
+        record) count ``awa.job.dlq_moved`` with its reason. One read per terminal
+        failure."""
+        if self._name(context, outcome) not in TERMINAL_FAILURES:
             return
+        job_id = context.lease.job_id
         try:
-            entry = await engine.get_dlq(context.lease.job_id)
+            entry = await engine.get_dlq(job_id)
         except Exception:
-            log.debug(
-                "job %s: DLQ read for the metrics failed", context.lease.job_id, exc_info=True
-            )
+            log.debug("job %s: DLQ read failed", job_id, exc_info=True)
             return
-        if entry is not None and entry.original_run_lease == context.lease.lease:
+        if entry is None or entry.original_run_lease != context.lease.lease:
+            return
+        log_dlq_moved(entry.job, context.queue, entry.reason)
+        instruments = self._instruments
+        if instruments is not None:
             instruments.dlq(
                 "awa.job.dlq_moved",
                 1,

@@ -59,6 +59,7 @@ WAITING_EXTERNAL = "waiting_external"
 FAILED = "failed"
 EXHAUSTED = "exhausted"
 UNKNOWN_KIND = "unknown_kind"
+DLQ_MOVED = "dlq_moved"
 RELEASED = "released"
 LOST = "lost"
 
@@ -130,6 +131,26 @@ def log_outcome(
     log.log(level, "%s", head, extra=extra, exc_info=exc_info)
 
 
+def log_dlq_moved(record: JobRecord, queue: str, reason: str) -> None:
+    """The job that just failed went into the dead-letter queue (WARNING): where it is and
+    the command that retries it from there (``awa job retry`` does not see it)."""
+    log.warning(
+        "job %s %s (queue %s) moved to the dead-letter queue (reason %s); retry it with "
+        "`awa dlq retry %s` once the cause is fixed",
+        record.id,
+        record.kind,
+        queue,
+        reason,
+        record.id,
+        extra={
+            FIELD_ID: record.id,
+            FIELD_KIND: record.kind,
+            FIELD_QUEUE: queue,
+            FIELD_OUTCOME: DLQ_MOVED,
+        },
+    )
+
+
 def _error_text(outcome: Outcome | None) -> str | None:
     """The first line of the recorded error: the traceback goes to ``exc_info``."""
     match outcome:
@@ -181,7 +202,8 @@ _DESCRIPTIONS = {
 _HINTS = {
     UNKNOWN_KIND: "no handler is registered for this kind in this worker: register one "
     "with @client.task, or check the kind the producer used",
-    EXHAUSTED: "retry it with `awa job retry` once the cause is fixed",
+    EXHAUSTED: "retry it with `awa job retry` once the cause is fixed (`awa dlq retry` if "
+    "its queue moves failed jobs to the dead-letter queue)",
 }
 
 _LEVELS = {

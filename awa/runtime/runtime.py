@@ -465,7 +465,7 @@ class Runtime:
     def readiness(self) -> dict[str, bool]:
         """The in-process readiness checks (the database ones are the caller's): every
         claim loop started and ticked within ``max(30 s, 10 polls)``, heartbeat and
-        maintenance running, not shutting down."""
+        maintenance running, and whether it is shutting down (ready only when not)."""
         now = time.monotonic()
         window = max(_TICK_WINDOW, 10 * self.config.poll_interval)
         loops = self._running and all(
@@ -473,11 +473,11 @@ class Runtime:
             for d in self.dispatchers
         )
         return {
-            "poll_loops_alive": loops,
+            "poll_loop_alive": loops,
             "heartbeat_alive": self._running and self.heartbeat.alive,
             "maintenance_alive": self._running
             and (self.maintenance is None or self.maintenance.alive),
-            "not_shutting_down": not self._shutting_down,
+            "shutting_down": self._shutting_down,
         }
 
     # ------------------------------------------------------------------ snapshots

@@ -186,6 +186,13 @@ async def test_retry_job_of_each_kind_of_state(engine: EngineHandle) -> None:
     claim = await claim_one(engine)
     assert await engine.engine.retry_job(claim.job.id) == claim.job
     assert claim.job.attempt == 1 and claim.lease.lease == failed.run_lease + 1
+    # A completed job succeeded: an operator's retry leaves it as it is (awa-pg refuses it).
+    await engine.engine.complete([claim.lease])
+    done = await fetch(engine, claim.job.id)
+    assert done.state == JobState.Completed
+    engine.clock.advance(5)
+    assert await engine.engine.retry_job(done.id) == done
+    assert await fetch(engine, done.id) == done
 
 
 async def test_retry_failed_and_discard_failed(engine: EngineHandle) -> None:
@@ -200,6 +207,15 @@ async def test_retry_failed_and_discard_failed(engine: EngineHandle) -> None:
     assert await engine.engine.discard_failed("alpha") == 0
     assert await engine.engine.discard_failed("beta") == 1
     assert await engine.engine.get_job(other.id) is None
+
+
+async def test_pruned_failed_count_is_known_where_retention_counts(engine: EngineHandle) -> None:
+    """Queue storage counts the failed rows its prune drops (0 before any); the other
+    engines delete without counting and say ``None``."""
+    await failed_job(engine, kind="alpha")
+    # Routing asks the engine its producers write to.
+    counted = engine.name in {"postgres_queue_storage", "routing_queue_storage", "routing_mixed"}
+    assert await engine.engine.pruned_failed_count(QUEUE) == (0 if counted else None)
 
 
 async def test_delete_jobs_spares_live_attempts(engine: EngineHandle) -> None:

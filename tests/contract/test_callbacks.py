@@ -274,11 +274,6 @@ async def _fail_then_operator_retry(engine: EngineHandle, claim: Claim) -> None:
     await engine.engine.retry_job(claim.job.id)
 
 
-async def _complete_then_operator_retry(engine: EngineHandle, claim: Claim) -> None:
-    await engine.engine.complete([claim.lease])
-    await engine.engine.retry_job(claim.job.id)
-
-
 async def _cancel_then_operator_retry(engine: EngineHandle, claim: Claim) -> None:
     await engine.engine.cancel_attempt(claim.lease, reason="no")
     await engine.engine.retry_job(claim.job.id)
@@ -296,7 +291,6 @@ ATTEMPT_ENDINGS = {
     "snooze": _snooze,
     "heartbeat_rescue": _heartbeat_rescue,
     "fail_then_operator_retry": _fail_then_operator_retry,
-    "complete_then_operator_retry": _complete_then_operator_retry,
     "cancel_then_operator_retry": _cancel_then_operator_retry,
     "dlq_then_retry_from_dlq": _dlq_then_retry_from_dlq,
 }

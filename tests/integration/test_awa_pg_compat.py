@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
+from datetime import timedelta
 
 import pytest
 
 import awa
 from awa import AsyncClient, Job
+from awa.domain.job import JobSpec
+from awa.ports.storage import Ack
+from tests.support.queue_storage import installed_engine
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -47,3 +52,86 @@ async def test_async_client_raw_is_the_same_client_as_a_raw_client(
     await client.close()
     with pytest.raises(awa.DatabaseError):
         await raw.get_job(inserted.id)
+
+
+async def test_retry_of_a_completed_job_is_refused_as_awa_pg_does(
+    migrated_database_url: str,
+) -> None:
+    async with AsyncClient(migrated_database_url) as client:
+        job = await client.insert(Ping(1), queue="done")
+        engine = await client.admin_engine()
+        (claim,) = await engine.claim("done", limit=1)
+        await engine.complete([claim.lease])
+        with pytest.raises(awa.AwaError, match=f"job not found: {job.id}"):
+            await client.retry(job.id)
+        assert str((await client.get_job(job.id)).state) == "completed"
+
+
+async def test_a_dead_lettered_job_reads_as_failed_and_points_at_dlq_retry(
+    migrated_database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = AsyncClient(migrated_database_url)
+    attempts = asyncio.Event()
+
+    @client.task(Ping, queue="dead")
+    async def boom(job: Job[Ping]) -> None:
+        attempts.set()
+        raise ValueError("boom")
+
+    engine = await client.admin_engine()
+    await engine.set_queue_dlq("dead", enabled=True)
+    job = await client.insert(Ping(1), queue="dead", max_attempts=1)
+    caplog.set_level(logging.WARNING, logger="awa.job")
+    await client.start([("dead", 1)], poll_interval_ms=50)
+    try:
+        await asyncio.wait_for(attempts.wait(), 10)
+        while await client.get_dlq_job(job.id) is None:
+            await asyncio.sleep(0.05)
+    finally:
+        await client.shutdown()
+    try:
+        # awa-pg returns the dead-lettered job as it failed.
+        found = await client.get_job(job.id)
+        assert (found.id, str(found.state), found.attempt) == (job.id, "failed", 1)
+        with pytest.raises(awa.AwaError, match=f"job not found: {job.id}") as refused:
+            await client.retry(job.id)
+        assert f"awa dlq retry {job.id}" in str(refused.value)
+        moved = [r for r in caplog.records if "dead-letter queue (reason" in r.getMessage()]
+        assert [r.levelno for r in moved] == [logging.WARNING]
+        assert f"`awa dlq retry {job.id}`" in moved[0].getMessage()
+        exhausted = [r for r in caplog.records if "failed on its last attempt" in r.getMessage()]
+        assert exhausted and "`awa dlq retry`" in exhausted[0].getMessage()
+        assert await client.retry_from_dlq(job.id) is not None
+    finally:
+        await client.close()
+
+
+async def test_pruned_failed_count_is_counted_per_queue_on_queue_storage(
+    migrated_database_url: str,
+) -> None:
+    async with installed_engine(migrated_database_url, "qs_pruned") as engine:
+        assert await engine.pruned_failed_count("gone") == 0
+        await engine.enqueue_many([JobSpec(kind="k", queue="gone", max_attempts=1)])
+        (claim,) = await engine.claim("gone", limit=1)
+        assert await engine.fail(claim.lease, error="boom") == Ack.APPLIED
+        for _ in range(20):
+            if await engine.get_job(claim.job.id) is None:
+                break
+            # The ring turns only past a slot that holds rows: give each one a job.
+            await engine.enqueue_many([JobSpec(kind="k", queue="filler")])
+            (filler,) = await engine.claim("filler", limit=1)
+            await engine.complete([filler.lease])
+            await engine.rotate_queue_ring()
+            await engine.prune_oldest(failed_retention=timedelta(0))
+        assert await engine.get_job(claim.job.id) is None
+        assert await engine.pruned_failed_count("gone") == 1
+        assert await engine.pruned_failed_count("elsewhere") == 0
+
+
+async def test_retry_failed_by_queue_reports_the_pruned_count_as_awa_pg_does(
+    migrated_database_url: str,
+) -> None:
+    async with AsyncClient(migrated_database_url) as client:
+        await client.install_queue_storage()
+        assert (await client.retry_failed(queue="q")).pruned_failed_count == 0
+        assert (await client.retry_failed(kind="k")).pruned_failed_count is None

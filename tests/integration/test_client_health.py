@@ -63,6 +63,15 @@ def test_health_check_and_listener_through_start_and_shutdown(
             assert health.healthy and health.poll_loop_alive and not health.shutting_down
             status, report = await asyncio.to_thread(_get, base + "/readyz")
             assert status == 200 and report["ready"] is True, report
+            # One flat object, named as the Deployment guide names it.
+            assert {k: report[k] for k in ("postgres_connected", "schema_compatible")} == {
+                "postgres_connected": True,
+                "schema_compatible": True,
+            }
+            assert (report["poll_loop_alive"], report["heartbeat_alive"]) == (True, True)
+            assert (report["maintenance_alive"], report["shutting_down"]) == (True, False)
+            assert report["schema_version"] == report["expected_schema_version"]
+            assert isinstance(report["leader"], bool) and "checks" not in report
             # The fleet view (`awa health`, the admin UI) sees a healthy runtime at once,
             # not after the first 10 s snapshot interval.
             rows = await asyncio.to_thread(_runtime_rows, migrated_database_url)
@@ -82,7 +91,8 @@ def test_health_check_and_listener_through_start_and_shutdown(
             draining = await client.health_check()
             assert draining.shutting_down and not draining.healthy
             status, report = await asyncio.to_thread(_get, base + "/readyz")
-            assert status == 503 and "not_shutting_down" in report["failing"]
+            assert status == 503 and report["shutting_down"] is True
+            assert "shutting_down" in report["failing"]
             assert (await asyncio.to_thread(_get, base + "/healthz"))[0] == 200
             await stopping
             assert (await client.health_check()).shutting_down

@@ -53,8 +53,8 @@ async def _history(client: AsyncClient) -> StorageEngine:
     await engine.retry(claims[2].lease, error="again", delay=timedelta(0))  # retryable
     # claims[3] stays running
     done = (await engine.claim("two", limit=2))[0]
-    await engine.complete([done.lease])
-    await client.retry(done.job.id)  # completed, then available again: a second ready fact
+    await engine.fail(done.lease, error="broken")
+    await client.retry(done.job.id)  # failed, then available again: a second ready fact
     beta = [j for j in await client.list_jobs(queue="two", state="available")]
     await engine.cancel_job(beta[-1].id)
     await client.insert(Beta(100), queue="two")

@@ -19,6 +19,18 @@ from tests.fixtures.processes import Worker, job_states, spawn_worker, wait_for
 
 pytestmark = [pytest.mark.postgres]
 
+READYZ_FIELDS = (
+    "postgres_connected",
+    "schema_version",
+    "expected_schema_version",
+    "schema_compatible",
+    "poll_loop_alive",
+    "heartbeat_alive",
+    "maintenance_alive",
+    "shutting_down",
+    "leader",
+)
+
 APP = "tests.fixtures.obs_app"
 _LISTENING = re.compile(r"health listener on http://([\d.]+):(\d+)")
 
@@ -94,7 +106,10 @@ def test_json_logs_probes_and_metrics_of_a_worker(
         _, body = wait_for(lambda: (r := _get(base, "/readyz"))[0] == 200 and r, 20, "readiness")
         report = json.loads(body)
         assert report["ready"] is True and report["failing"] == []
-        assert report["checks"]["schema_compatible"] is True
+        # The flat body the Deployment guide names.
+        assert set(READYZ_FIELDS) <= set(report), report
+        assert report["schema_compatible"] is True and report["shutting_down"] is False
+        assert report["schema_version"] == report["expected_schema_version"]
         assert isinstance(report["leader"], bool)
         assert _get(base, "/nope")[0] == 404
 
@@ -147,7 +162,8 @@ def test_json_logs_probes_and_metrics_of_a_worker(
         _, body = wait_for(
             lambda: (r := _get(base, "/readyz"))[0] == 503 and r, 10, "not ready while draining"
         )
-        assert "not_shutting_down" in json.loads(body)["failing"]
+        assert json.loads(body)["shutting_down"] is True
+        assert "shutting_down" in json.loads(body)["failing"]
         assert _get(base, "/healthz")[0] == 200
     finally:
         # A second SIGTERM would mean "exit now": after the first, only wait.

@@ -12,6 +12,7 @@ from awa.domain.lifecycle import (
     CALLBACK_RESULT_KEY,
     DEFAULT_CALLBACK_ERROR,
     HANDLER_STATES,
+    RETRYABLE_TERMINAL_STATES,
     AttemptChange,
     AttemptFacts,
     DlqReason,
@@ -31,6 +32,7 @@ from awa.domain.lifecycle import (
     fail,
     operator_cancel,
     operator_retry,
+    operator_retry_applies,
     release,
     rescue,
     retry,
@@ -225,10 +227,11 @@ def test_operator_cancel_and_drain() -> None:
 # ------------------------------------------------------------------ operator retry
 
 
-@pytest.mark.parametrize("state", sorted(TERMINAL_STATES))
-def test_operator_retry_of_a_finalized_job_starts_over(state: JobState) -> None:
+@pytest.mark.parametrize("state", [S.Failed, S.Cancelled])
+def test_operator_retry_of_a_failed_or_cancelled_job_starts_over(state: JobState) -> None:
     t = operator_retry(state, NOW)
-    assert t is not None and t.applies_to == TERMINAL_STATES
+    assert t is not None and t.applies_to == RETRYABLE_TERMINAL_STATES
+    assert operator_retry_applies(state)
     finished = attrs.evolve(_job(state), finalized_at=NOW - timedelta(hours=1))
     retried = t.apply(finished)
     assert retried.state == S.Available and retried.run_at == NOW
@@ -249,9 +252,10 @@ def test_operator_retry_of_a_waiting_job_is_retry_external() -> None:
     assert operator_retry(S.WaitingExternal, NOW) == callback_retry(NOW)
 
 
-@pytest.mark.parametrize("state", [S.Running, S.Available])
-def test_operator_retry_leaves_running_and_available_jobs(state: JobState) -> None:
+@pytest.mark.parametrize("state", [S.Running, S.Available, S.Completed])
+def test_operator_retry_leaves_running_available_and_completed_jobs(state: JobState) -> None:
     assert operator_retry(state, NOW) is None
+    assert not operator_retry_applies(state)
 
 
 # ------------------------------------------------------------------ callbacks
@@ -390,7 +394,8 @@ def test_every_decided_state_change_is_in_the_table(name: str, transition: Trans
 def test_terminal_transitions_set_finalized_at(name: str, transition: Transition) -> None:
     assert transition.state is not None
     assert (transition.finalized_at is not None) is transition.state.is_terminal, name
-    assert transition.clear_finalized is (transition.applies_to == TERMINAL_STATES), name
+    # Only a transition out of finalized states (an operator retry) un-finalizes a job.
+    assert transition.clear_finalized is (transition.applies_to <= TERMINAL_STATES), name
     assert (transition.dlq_reason is None) or transition.state == S.Failed
 
 

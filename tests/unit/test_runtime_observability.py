@@ -125,10 +125,16 @@ async def test_ready_as_soon_as_start_returns_and_not_after_stop() -> None:
     handlers.register("ok", ok)
     async with running(engine, handlers) as runtime:
         assert runtime.health().poll_loop_alive
-        assert all(runtime.readiness().values()), runtime.readiness()
+        ready = runtime.readiness()
+        assert ready == {
+            "poll_loop_alive": True,
+            "heartbeat_alive": True,
+            "maintenance_alive": True,
+            "shutting_down": False,
+        }
         runtime.request_stop()
         assert runtime.health().shutting_down
-        assert runtime.readiness()["not_shutting_down"] is False
+        assert runtime.readiness()["shutting_down"] is True
 
 
 async def test_start_line_and_staleness_warning(caplog: pytest.LogCaptureFixture) -> None:

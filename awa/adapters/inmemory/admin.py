@@ -204,6 +204,9 @@ class AdminOps(EngineBase):
             retried = [self._operator_retry(write, job) for job in self._sorted(failed)]
         return retried
 
+    async def pruned_failed_count(self, queue: str) -> int | None:
+        return None  # the model's retention deletes without counting, as canonical does
+
     async def discard_failed(self, kind: str) -> int:
         return await self._delete_where(JobFilter(kind=kind, state=JobState.Failed), None)
 

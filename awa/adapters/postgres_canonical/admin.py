@@ -205,6 +205,9 @@ class AdminOps(EngineBase):
                     retried.append(await self._operator_retry(conn, locked, now))
         return retried
 
+    async def pruned_failed_count(self, queue: str) -> int | None:
+        return None  # retention deletes rows without counting them
+
     async def discard_failed(self, kind: str) -> int:
         """Delete every failed job of ``kind``."""
         async with self._connection() as conn:

@@ -278,6 +278,10 @@ class QueueStorageEngine(PgCronOps, PgOverrideOps, PgDescriptorOps, PgBatchContr
     async def retry_failed(self, filter: JobFilter) -> list[JobRecord]:
         return await self._parts.changes.retry_failed(filter)
 
+    async def pruned_failed_count(self, queue: str) -> int | None:
+        counts = await self._parts.queue_ring.pruned_counts()
+        return counts.get(queue, {}).get("failed", 0)
+
     async def discard_failed(self, kind: str) -> int:
         return await self._parts.changes.discard_failed(kind)
 

@@ -151,6 +151,13 @@ class AdminOps(RoutingBase[C]):
             retried.extend(await engine.retry_failed(filter))
         return retried
 
+    async def pruned_failed_count(self, queue: str) -> int | None:
+        # Counted by queue storage alone: known once producers write there.
+        schema = (await self.status(max_age=0.0)).producer_schema
+        if schema is None:
+            return None
+        return await self.queue_storage(schema).pruned_failed_count(queue)
+
     async def discard_failed(self, kind: str) -> int:
         return await self._sum(lambda e: e.discard_failed(kind))
 

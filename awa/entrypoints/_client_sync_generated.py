@@ -209,7 +209,9 @@ class Client(BlockingClientBase):
 
     def get_job(self, job_id: int) -> Job[Any]:
         """The job with this id; raises :class:`~awa.JobNotFound` (an ``AwaError``) when there
-        is none: it never existed, or it finished and retention removed it. Blocking form of
+        is none: it never existed, or it finished and retention removed it. A job moved to
+        the dead-letter queue is returned as it was when it failed (state ``failed``), as
+        awa-pg does; ``get_dlq_job`` tells why it was moved. Blocking form of
         ``AsyncClient.get_job``.
         """
         return self._run(self._async.get_job(job_id))
@@ -547,9 +549,10 @@ class Client(BlockingClientBase):
         return self._run(self._async.resume_queue(queue))
 
     def retry(self, job_id: int) -> Job[Any] | None:
-        """Make a failed, cancelled, completed, scheduled or retryable job available now; a job
-        waiting on a callback starts afresh (its callback ends). Blocking form of
-        ``AsyncClient.retry``.
+        """Make a failed, cancelled, scheduled or retryable job available now; a job waiting on
+        a callback starts afresh (its callback ends). Any other job (completed, running,
+        available, or none) raises ``AwaError`` "job not found", as in awa-pg. Blocking form
+        of ``AsyncClient.retry``.
         """
         return self._run(self._async.retry(job_id))
 

@@ -1,5 +1,6 @@
 """The ``engine`` fixture: one fresh engine per test, parametrized over every registered
-engine.
+engine, one of them through a real PgBouncer in transaction mode
+(``routing_queue_storage_pooled``, skipped where pgbouncer is not installed).
 
 Postgres engines share one migrated database per engine for the whole session and start
 every test from :meth:`~awa.ports.storage.StorageEngine.reset`, which empties every job,
@@ -13,11 +14,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 
+import attrs
 import pytest
 
+from awa.adapters._pg.notifier import PostgresNotifier
 from tests.conftest import migrate_template
-from tests.support.engines import ENGINES, EngineHandle, open_engine
+from tests.support.engines import ENGINES, POOLED, EngineHandle, open_engine
 from tests.support.pg import DatabaseFactory
+from tests.support.pgbouncer import PgBouncer
 
 
 def _engine_params() -> list[object]:
@@ -48,6 +52,14 @@ async def engine(request: pytest.FixtureRequest) -> AsyncIterator[EngineHandle]:
             factory: DatabaseFactory = request.getfixturevalue("pg_databases")
             urls[name] = factory.create(factory.template("migrated", migrate_template))
         url = urls[name]
+    if name in POOLED:
+        assert url is not None
+        bouncer: PgBouncer = request.getfixturevalue("pgbouncer")
+        async with open_engine(name, bouncer.url(url)) as handle:
+            notifier = PostgresNotifier(url, probe_url=bouncer.url(url))
+            await handle.engine.reset()
+            yield attrs.evolve(handle, notifier=notifier)
+        return
     async with open_engine(name, url) as handle:
         await handle.engine.reset()
         yield handle

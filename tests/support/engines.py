@@ -212,6 +212,13 @@ def _routing_in(state: TransitionState) -> EngineFactory:
 for _state, _name in ROUTING_NAMES.items():
     register(_name, _routing_in(_state), needs_database=True)
 
+#: Engines that reach Postgres through the session's PgBouncer in transaction mode: the
+#: contract suite's ``engine`` fixture hands them the pooled URL of their database, and a
+#: notifier that listens on the database directly, as a worker's ``listen_database_url``
+#: does (ADR 0015). The routing engine over queue storage is what every client runs.
+POOLED = frozenset({"routing_queue_storage_pooled"})
+register("routing_queue_storage_pooled", _routing_in(TransitionState.ACTIVE), needs_database=True)
+
 
 #: A live runtime that can execute queue storage (what enter-mixed-transition asks for).
 _QUEUE_STORAGE_RUNTIME = RuntimeView(StorageCapability.QUEUE_STORAGE, live=True)

@@ -13,6 +13,9 @@ that notifications cannot arrive and poll. What runs through the pooler:
 - faults: the pooler refusing connections while a worker runs, and restarting (closing
   every client and server connection) while a worker drains: no job is lost, and a job
   runs twice only after its attempt was rescued.
+
+The whole contract suite also runs through the same PgBouncer, on the routing engine
+(``routing_queue_storage_pooled`` in ``tests/support/engines.py``).
 """
 
 from __future__ import annotations

@@ -111,6 +111,8 @@ def test_json_logs_probes_and_metrics_of_a_worker(
         assert report["schema_compatible"] is True and report["shutting_down"] is False
         assert report["schema_version"] == report["expected_schema_version"]
         assert isinstance(report["leader"], bool)
+        # Directly connected, a test notification comes back: wake-ups by LISTEN.
+        assert report["wakeups"] == "listen"
         assert _get(base, "/nope")[0] == 404
 
         ok_ids = asyncio.run(_insert(url, *(Ok(n) for n in range(5))))

@@ -78,20 +78,21 @@ async def test_async_and_sync_handlers_run_end_to_end(client: AsyncClient) -> No
         await client.shutdown()
 
 
-async def test_fresh_job_is_picked_up_quickly(client: AsyncClient) -> None:
+async def test_a_fresh_job_wakes_the_worker_without_waiting_for_its_poll(
+    client: AsyncClient,
+) -> None:
     picked = asyncio.Event()
 
     @client.task(Ping)
     async def ping(job: Job[Ping]) -> None:
         picked.set()
 
-    await client.start()
+    # start() returns once the LISTEN is up; the claim loop polls only every 60 s, so a
+    # pickup within the 30 s wait below was woken by the insert's notification.
+    await client.start([("default", 2)], poll_interval_ms=60_000)
     try:
-        await asyncio.sleep(0.2)
-        started = time.monotonic()
         await client.insert(Ping(1))
-        await asyncio.wait_for(picked.wait(), timeout=5)
-        assert time.monotonic() - started < 0.5
+        await asyncio.wait_for(picked.wait(), timeout=30)
     finally:
         await client.shutdown()
 
@@ -108,21 +109,27 @@ async def test_one_listening_connection_serves_every_queue_and_cancels(
 
     picked: list[str] = []
     started = asyncio.Event()
+    all_picked = asyncio.Event()
+
+    def pick(what: str) -> None:
+        picked.append(what)
+        if len(picked) == 3:
+            all_picked.set()
 
     @client.task(Ping, queue="first")
     async def first(job: Job[Ping]) -> None:
-        picked.append("first")
+        pick("first")
 
     @client.task(Other, queue="second")
     async def second(job: Job[Other]) -> None:
-        picked.append("second")
+        pick("second")
 
     @client.task(Blocking, queue="third")
     async def third(job: Job[Blocking]) -> None:
         started.set()
         while not job.is_cancelled():
-            await asyncio.sleep(0.01)
-        picked.append("cancelled")
+            await asyncio.sleep(0.01)  # the handler's own check of its cancel flag
+        pick("cancelled")
 
     # Claim loops poll every 30 s and heartbeat every 60 s: what happens sooner was
     # announced.
@@ -139,15 +146,13 @@ async def test_one_listening_connection_serves_every_queue_and_cancels(
                 "WHERE datname = current_database() AND query LIKE 'LISTEN %'"
             )
             assert await cur.fetchone() == (1,)
-        await asyncio.sleep(0.2)
+        # start() returned once the LISTEN was up, so nothing below waits for it.
         await client.insert(Ping(1), queue="first")
         await client.insert(Other(2), queue="second")
         blocking = await client.insert(Blocking(3), queue="third")
-        await asyncio.wait_for(started.wait(), timeout=5)
+        await asyncio.wait_for(started.wait(), timeout=30)
         await client.cancel(blocking.id)
-        deadline = time.monotonic() + 5
-        while len(picked) < 3 and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        await asyncio.wait_for(all_picked.wait(), timeout=30)
         assert sorted(picked) == ["cancelled", "first", "second"]
     finally:
         await client.shutdown()
@@ -275,20 +280,30 @@ async def test_start_validation_and_deprecated_worker(client: AsyncClient) -> No
 
 async def test_shutdown_lets_running_handlers_finish(client: AsyncClient) -> None:
     started = asyncio.Event()
+    release = asyncio.Event()
+    ran: list[int] = []
 
     @client.task(Ping)
     async def slow(job: Job[Ping]) -> None:
+        ran.append(job.args.n)
         started.set()
-        await asyncio.sleep(0.3)
+        await release.wait()
 
     await client.start()
     job = await client.insert(Ping(1))
-    await asyncio.wait_for(started.wait(), 5)
-    await client.shutdown(timeout_ms=5000)
+    await asyncio.wait_for(started.wait(), 30)
+    stopping = asyncio.create_task(client.shutdown(timeout_ms=60_000))
+    while not (await client.health_check()).shutting_down:
+        await asyncio.sleep(0)  # lets the shutdown task begin; no time passes
+    assert not stopping.done()  # it waits for the running handler
+    release.set()
+    await asyncio.wait_for(stopping, 30)
     assert (await client.get_job(job.id)).state == JobState.Completed
     later = await client.insert(Ping(2))
-    await asyncio.sleep(0.4)
+    health = await client.health_check()
+    assert not health.poll_loop_alive  # nothing claims any more
     assert (await client.get_job(later.id)).state == JobState.Available
+    assert ran == [1]
 
 
 async def test_shutdown_tells_running_handlers_at_once(client: AsyncClient) -> None:

@@ -270,6 +270,8 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         only_listed_queues: bool = False,
         health_addr: str | None = None,
         listen_database_url: str | None = None,
+        completion_batch_size: int | None = None,
+        completion_flush_ms: float | None = None,
     ) -> None:
         """Start the worker runtime on the current event loop; returns once dispatching.
 
@@ -295,6 +297,11 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         one that works, the runtime finds out at start (a test notification does not come
         back), logs a WARNING and wakes by polling at ``poll_interval_ms``; ``/readyz``
         reports ``"wakeups": "listen"`` or ``"polling"``.
+
+        Successful completions are written in batches: ``completion_flush_ms`` (default
+        ``$AWA_COMPLETION_FLUSH_MS``, else 1) is how long a completion waits for others to
+        join it, ``completion_batch_size`` (default ``$AWA_COMPLETION_BATCH_SIZE``, else
+        512) the most one flush writes.
         """
         if self._runtime is not None and self._runtime.running:
             raise AwaError("the worker runtime is already running")
@@ -326,6 +333,8 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
             queue_storage_claim_rotate_interval_ms=queue_storage_claim_rotate_interval_ms,
             storage_transition_role=storage_transition_role,
             only_listed_queues=only_listed_queues,
+            completion_batch_size=completion_batch_size,
+            completion_flush_ms=completion_flush_ms,
         )
         listen_url = listen_database_url or bootstrap.listen_url_from_env()
         if listen_url is not None:

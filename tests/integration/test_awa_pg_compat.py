@@ -135,3 +135,22 @@ async def test_retry_failed_by_queue_reports_the_pruned_count_as_awa_pg_does(
         await client.install_queue_storage()
         assert (await client.retry_failed(queue="q")).pruned_failed_count == 0
         assert (await client.retry_failed(kind="k")).pruned_failed_count is None
+
+
+async def test_start_takes_the_documented_completion_keywords(migrated_database_url: str) -> None:
+    async with AsyncClient(migrated_database_url) as client:
+
+        @client.task(Ping, queue="batched")
+        async def ping(job: Job[Ping]) -> None:
+            return None
+
+        with pytest.raises(ValueError, match="completion_batch_size"):
+            await client.start([("batched", 1)], completion_batch_size=0)
+        await client.start([("batched", 1)], completion_batch_size=7, completion_flush_ms=5)
+        try:
+            runtime = client._runtime
+            assert runtime is not None
+            assert runtime.config.completion_batch_size == 7
+            assert runtime.config.completion_flush_interval == pytest.approx(0.005)
+        finally:
+            await client.shutdown()

@@ -149,3 +149,67 @@ def test_the_alert_rules_name_only_emitted_metrics(emitted_series: set[str]) -> 
     assert "> 300" in lag["expr"]
     error = next(a for a in alerts if a["alert"] == "AwaErrorRateHigh")
     assert "> 0.05" in error["expr"]
+
+
+# ---------------------------------------------------------------- container images
+
+_EXTRAS = re.compile(r"""["']?(?:\.|awa-py)\[([a-z0-9_,-]+)\]["']?""")
+
+
+def _installed_extras(dockerfile: Path) -> list[set[str]]:
+    """The extras each ``pip wheel`` / ``pip install`` line of ``dockerfile`` names."""
+    found = []
+    for line in dockerfile.read_text("utf-8").splitlines():
+        if "pip wheel" in line or "pip install" in line:
+            found += [set(m.split(",")) for m in _EXTRAS.findall(line)]
+    return found
+
+
+def test_the_cli_image_installs_what_awa_serve_needs() -> None:
+    """The Deployment guide runs the admin UI from the CLI image: its wheel and install
+    lines name every extra ``awa serve`` / ``awa callbacks serve`` need."""
+    from awa.entrypoints.cli.serve import SERVE_EXTRAS
+
+    lines = _installed_extras(DEPLOY / "docker" / "Dockerfile")
+    assert len(lines) == 2, lines
+    for extras in lines:
+        assert set(SERVE_EXTRAS) | {"otel"} <= extras, extras
+    pyproject = (DEPLOY.parent / "pyproject.toml").read_text("utf-8")
+    for extra in SERVE_EXTRAS:
+        assert re.search(rf"^{extra} = \[", pyproject, re.MULTILINE), extra
+
+
+def _container_engine() -> str | None:
+    """A container engine that answers (a client without its daemon does not count)."""
+    import shutil
+
+    for engine in ("docker", "podman"):
+        if shutil.which(engine) is None:
+            continue
+        try:
+            answered = subprocess.run([engine, "info"], capture_output=True, timeout=20)
+        except subprocess.TimeoutExpired:
+            continue
+        if answered.returncode == 0:
+            return engine
+    return None
+
+
+@pytest.mark.skipif(_container_engine() is None, reason="no container engine on this machine")
+def test_the_cli_image_builds_and_runs_awa_serve_help() -> None:
+    engine = _container_engine()
+    assert engine is not None
+    root = DEPLOY.parent
+    tag = "awa-cli-test:latest"
+    built = subprocess.run(
+        [engine, "build", "-q", "-f", str(DEPLOY / "docker" / "Dockerfile"), "-t", tag, "."],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    ran = subprocess.run(
+        [engine, "run", "--rm", tag, "serve", "--help"], capture_output=True, text=True
+    )
+    assert ran.returncode == 0 and "--host" in ran.stdout, ran.stderr

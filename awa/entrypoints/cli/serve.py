@@ -18,6 +18,9 @@ from awa.entrypoints import bootstrap
 from awa.entrypoints.cli._common import CliState, CommandFailed
 from awa.entrypoints.web.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_SESSION_TTL
 
+#: The extras ``awa serve`` and ``awa callbacks serve`` need: the web stack, and CEL for
+#: callback expressions (an image that runs them installs these; deploy/docker/Dockerfile).
+SERVE_EXTRAS = ("ui", "cel")
 UI_EXTRA = "this command needs the ui extra: pip install 'awa-py[ui]'"
 F = Callable[..., Any]
 

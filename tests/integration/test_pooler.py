@@ -39,6 +39,8 @@ from starlette.testclient import TestClient
 import awa
 from awa import AsyncClient, Job, JobState
 from awa.adapters._pg import pool as pg_pool
+from awa.adapters._pg.notifier import PostgresNotifier
+from awa.domain.errors import WakeupsUnavailable
 from awa.entrypoints.cli import cli
 from awa.entrypoints.web.app import create_app
 from awa.entrypoints.web.config import ServerConfig
@@ -114,6 +116,26 @@ async def test_connections_through_the_pooler_keep_nothing_in_their_session(
         pg_pool.declare_pooler(pooled, "auto")
     with pytest.raises(ValueError, match="pooler must be one of auto, direct, transaction"):
         AsyncClient(pooled, pooler="session-ish")
+
+
+async def test_a_url_declared_transaction_keeps_nothing_and_never_listens(
+    migrated_database_url: str,
+) -> None:
+    # Declared, not detected: even a direct server is then used as through a pooler, and
+    # the notifier does not even try LISTEN (no server session is left listening).
+    async with AsyncClient(migrated_database_url, pooler="transaction") as declared:
+        try:
+            conn = await pg_pool.connect(migrated_database_url)
+            await conn.close()
+            assert pg_pool.is_pooled(conn)
+            started = time.monotonic()
+            with pytest.raises(WakeupsUnavailable, match="declared to go through"):
+                await PostgresNotifier(migrated_database_url).subscribe(["awa:default"])
+            assert time.monotonic() - started < 1.0
+            job = await declared.insert(Ping(1))
+            assert (await declared.get_job(job.id)).state == JobState.Available
+        finally:
+            pg_pool.declare_pooler(migrated_database_url, "auto")
 
 
 async def test_producers_share_four_server_connections_without_collisions(
@@ -394,7 +416,7 @@ def test_cli_commands_through_the_pooler(pooled_url: str, migrated_database_url:
 
 
 def test_serve_reads_through_the_pooler(pooled_url: str) -> None:
-    with awa.Client(pooled_url) as producer:
+    with awa.Client(pooled_url, pooler="transaction") as producer:
         job = producer.insert({"n": 1}, kind="ping", queue="mail")
     config = ServerConfig(database_url=pooled_url, cache_ttl=0.0)
     with TestClient(create_app(config), base_url="http://127.0.0.1:3000") as web:

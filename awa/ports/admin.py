@@ -81,6 +81,13 @@ class SchemaAdmin(Protocol):
         registry table."""
         ...
 
+    async def leader_lease(self) -> dict[str, Any] | None:
+        """The maintenance leader's lease (ADR 0014): ``holder`` (``host/pid/random``),
+        ``term``, ``live`` (not yet expired on the server's clock), ``expires_in``
+        seconds, ``acquired_at``, ``renewed_at``, ``expires_at``; ``None`` before anybody
+        held it or before the migration that creates it."""
+        ...
+
     async def served_queues(self) -> frozenset[str]:
         """The logical queues (a stripe ``name#N`` counts as ``name``) that at least one
         live runtime, not shutting down, serves."""

@@ -306,7 +306,7 @@ class MaintenanceLeader:
         self.term = lease.term
         self.is_leader = True
         log.info(
-            "became maintenance leader (term %d, lease %g s, renewed every %g s)",
+            "became maintenance leader (term %d, lease %.3g s, renewed every %.3g s)",
             lease.term,
             self.policy.ttl,
             self.policy.renew_every,
@@ -323,15 +323,7 @@ class MaintenanceLeader:
         changed hands, so nothing more is done under it."""
         now = time.monotonic()
         if not self.policy.may_act(now, self._valid_until):
-            late = now - (self._valid_until or now)
-            log.warning(
-                "maintenance lease (term %d) ran out %.1f s ago before it was renewed (this "
-                "process was stopped, starved or cut off from the database): stepping down "
-                "before acting again",
-                self.term,
-                late,
-            )
-            await self._step_down()
+            await self._lapsed("before it was renewed")
             return False
         if now < self._next_renewal:
             return True
@@ -344,7 +336,7 @@ class MaintenanceLeader:
                 exc_info=True,
             )
             self._next_renewal = time.monotonic() + _RENEW_RETRY
-            return self._still_valid()
+            return await self._still_valid("while renewing it failed")
         if not lease.held or lease.term != self.term:
             log.warning(
                 "lost maintenance leadership (term %d) to %s (term %d): stepping down",
@@ -356,13 +348,27 @@ class MaintenanceLeader:
             return False
         self._valid_until = self.policy.valid_until(now, lease)
         self._next_renewal = now + self.policy.renew_every
-        return self._still_valid()
+        # An answer that arrived after the lease it renewed had ended (the process was
+        # stopped while it waited) is no licence to act.
+        return await self._still_valid("while it was being renewed")
 
-    def _still_valid(self) -> bool:
+    async def _still_valid(self, when: str) -> bool:
         if self.policy.may_act(time.monotonic(), self._valid_until):
             return True
-        log.warning("maintenance lease (term %d) ran out: stepping down", self.term)
+        await self._lapsed(when)
         return False
+
+    async def _lapsed(self, when: str) -> None:
+        """The lease ran out under this holder: say so, and step down."""
+        late = time.monotonic() - (self._valid_until or time.monotonic())
+        log.warning(
+            "maintenance lease (term %d) ran out %.1f s ago %s (this process was stopped, "
+            "starved or cut off from the database): stepping down before acting again",
+            self.term,
+            late,
+            when,
+        )
+        await self._step_down()
 
     async def _step_down(self) -> None:
         self.is_leader = False
@@ -391,13 +397,7 @@ class MaintenanceLeader:
                         duty.due = time.monotonic()
                     self.runs[duty.name] = self.runs.get(duty.name, 0) + 1
                 except LeaseLapsed:
-                    log.warning(
-                        "maintenance duty %s stopped: the lease (term %d) ran out while it "
-                        "ran; stepping down",
-                        duty.name,
-                        self.term,
-                    )
-                    await self._step_down()
+                    await self._lapsed(f"while maintenance duty {duty.name} ran")
                     return
                 except Exception:
                     log.warning("maintenance duty %s failed", duty.name, exc_info=True)

@@ -51,6 +51,20 @@ async def _insert(url: str, args: Any, queue: str, delay: float = 0.0) -> int:
         return (await client.insert(args, queue=queue, run_at=run_at)).id
 
 
+async def _insert_many(url: str, args: list[Any], queue: str, delay: float) -> list[int]:
+    async with AsyncClient(url, max_connections=1) as client:
+        run_at = datetime.now(UTC) + timedelta(seconds=delay)
+        return [(await client.insert(a, queue=queue, run_at=run_at)).id for a in args]
+
+
+def _wait_states(url: str, ids: list[int], timeout: float, what: str) -> None:
+    """Wait until every job of ``ids`` completed; on timeout, say where each one is."""
+    try:
+        wait_for(lambda: _states(url, ids) == ["completed"] * len(ids), timeout, what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: states {_states(url, ids)}") from None
+
+
 def _states(url: str, ids: list[int]) -> list[str]:
     rows = query(url, "SELECT id, state::text AS state FROM awa.jobs WHERE id = ANY(%s)", ids)
     by_id = {int(r["id"]): str(r["state"]) for r in rows}
@@ -74,7 +88,8 @@ def test_a_stopped_leader_is_replaced_and_steps_down_when_it_resumes(
     migrated_database_url: str, tmp_path: Path
 ) -> None:
     url = migrated_database_url
-    leader = _spawn(url, tmp_path, "ticks:2")
+    # The leader serves a queue nobody writes to: every job below runs elsewhere.
+    leader = _spawn(url, tmp_path, "blocking:1")
     victim = follower = None
     try:
         wait_for(lambda: _leader_backend(url) == leader.pid, 30, "the first worker to lead")
@@ -88,7 +103,7 @@ def test_a_stopped_leader_is_replaced_and_steps_down_when_it_resumes(
         follower = _spawn(url, tmp_path, "ticks:2", "slow:2")
         wait_for(lambda: len(live_runtimes(url)) == 3, 30, "three runtimes")
         assert _leader_backend(url) == leader.pid
-        due = [asyncio.run(_insert(url, Tick(n), "ticks", delay=1.0)) for n in range(5)]
+        due = asyncio.run(_insert_many(url, [Tick(n) for n in range(5)], "ticks", delay=2.0))
 
         victim.kill()
         os.kill(leader.pid, signal.SIGSTOP)
@@ -99,9 +114,7 @@ def test_a_stopped_leader_is_replaced_and_steps_down_when_it_resumes(
         took_over = time.monotonic() - stopped_at
         wait_for(lambda: _states(url, due) == ["completed"] * 5, 20, "the due jobs to be promoted")
         # The killed worker's attempts were rescued and ran again on the follower.
-        wait_for(
-            lambda: _states(url, slow) == ["completed"] * 2, 30, "the victim's jobs to be rescued"
-        )
+        _wait_states(url, slow, 30, "the victim's jobs to be rescued")
         assert _attempts(url, slow) == [2, 2]
 
         os.kill(leader.pid, signal.SIGCONT)
@@ -137,10 +150,10 @@ def test_a_handler_blocking_the_leaders_loop_does_not_stop_maintenance(
         wait_for(lambda: len(live_runtimes(url)) == 2, 30, "two runtimes")
         blocker = asyncio.run(_insert(url, Block(8.0), "blocking"))
         wait_for(lambda: (leader.pid, "start", blocker, 1) in runs(tmp_path), 20, "the block")
-        due = [asyncio.run(_insert(url, Tick(n), "ticks", delay=1.0)) for n in range(3)]
+        due = asyncio.run(_insert_many(url, [Tick(n) for n in range(3)], "ticks", delay=1.0))
         # The leader's loop is blocked, yet its maintenance thread promotes the other
         # queue's due jobs and keeps the lease.
-        wait_for(lambda: _states(url, due) == ["completed"] * 3, 6, "the due jobs to run")
+        _wait_states(url, due, 6, "the due jobs to run")
         assert _leader_backend(url) == leader.pid
         wait_for(
             lambda: (

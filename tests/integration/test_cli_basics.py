@@ -6,6 +6,7 @@ console entry point, both against a fresh database per test.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
+from awa.adapters._pg.leader import PostgresLeaderLock
 from awa.entrypoints import bootstrap
 from awa.entrypoints.cli import cli
 from awa.entrypoints.cli._common import redact_url
@@ -174,6 +176,33 @@ def test_health_reports_unmigrated_then_ready(database_url: str) -> None:
     assert report["runtimes"]["live"] == 0
     text = invoke("--database-url", database_url, "health")
     assert re.search(r"^engine +queue storage \(schema awa\)$", text.stdout, re.M)
+    assert report["leader"] is None
+    assert "none yet" in text.stdout
+
+
+def test_health_names_the_maintenance_leader_and_a_lapsed_lease(
+    migrated_database_url: str,
+) -> None:
+    url = migrated_database_url
+
+    async def lead() -> PostgresLeaderLock:
+        lock = PostgresLeaderLock(url, holder="host-a/4242/abcd1234")
+        assert (await lock.try_acquire(30.0)).held
+        return lock
+
+    async def release(lock: PostgresLeaderLock) -> None:
+        await lock.release()
+
+    lock = asyncio.run(lead())
+    report = json.loads(invoke("--database-url", url, "health", "--json").stdout)
+    assert report["leader"]["holder"] == "host-a/4242/abcd1234"
+    assert report["leader"]["live"] is True
+    assert 0 < report["leader"]["expires_in_s"] <= 30
+    text = invoke("--database-url", url, "health").stdout
+    assert "host-a/4242/abcd1234 (term 1, lease" in text
+    asyncio.run(release(lock))
+    text = invoke("--database-url", url, "health").stdout
+    assert "the lease of host-a/4242/abcd1234 (term 1) expired" in text
 
 
 def test_health_unreachable_database_exits_1() -> None:

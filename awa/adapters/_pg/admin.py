@@ -22,6 +22,7 @@ from awa.adapters._pg import schema_objects as pg_schema_objects
 from awa.adapters._pg import transition as pg_transition
 from awa.adapters._pg.conninfo import normalize
 from awa.adapters._pg.errors import translated_errors
+from awa.adapters._pg.leader import read_lease
 from awa.adapters._pg.pool import DictConnection, connect
 from awa.adapters._pg.sql import load_queries
 from awa.domain.transition import (
@@ -38,6 +39,7 @@ ConnectionSource = Callable[[], AbstractAsyncContextManager[DictConnection]]
 TRANSITION_TABLE = "awa.storage_transition_state"
 STATUS_FUNCTION = "awa.storage_status()"
 BACKLOG_FUNCTION = "awa.canonical_live_backlog()"
+LEADER_LEASES_TABLE = "awa.leader_leases"
 RING_MAINTENANCE_TABLE = "awa.ring_maintenance"
 RUNTIMES_TABLE = "awa.runtime_instances"
 
@@ -161,6 +163,13 @@ class PgSchemaAdmin:
         return RuntimeCounts(
             **{f.name: int(row.get(f.name) or 0) for f in attrs.fields(RuntimeCounts)}
         )
+
+    async def leader_lease(self) -> dict[str, Any] | None:
+        async with translated_errors(), self._connection() as conn:
+            if not await self._relation(conn, LEADER_LEASES_TABLE):
+                return None
+            lease = await read_lease(conn)
+        return None if lease is None else attrs.asdict(lease)
 
     async def served_queues(self) -> frozenset[str]:
         async with translated_errors(), self._connection() as conn:

@@ -55,6 +55,20 @@ async def _describe(admin: SchemaAdmin) -> dict[str, Any]:
         "schema_version": await admin.schema_version(),
         "storage": None if transition is None else _storage(transition),
         "runtimes": None if counts is None else counts.as_dict(),
+        "leader": _leader(await admin.leader_lease()),
+    }
+
+
+def _leader(lease: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The maintenance lease as ``awa health`` reports it (``None``: nobody ever led)."""
+    if lease is None:
+        return None
+    return {
+        "holder": lease["holder"],
+        "term": lease["term"],
+        "live": lease["live"],
+        "expires_in_s": round(float(lease["expires_in"]), 1),
+        "renewed_at": lease["renewed_at"].isoformat(),
     }
 
 
@@ -99,7 +113,20 @@ def _rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     if "wakeups" in report:
         reason = report.get("wakeups_reason")
         rows.append(("wakeups", str(report["wakeups"]) + (f" ({reason})" if reason else "")))
+    if "leader" in report:
+        rows.append(("leader", _leader_row(report["leader"])))
     return rows
+
+
+def _leader_row(leader: dict[str, Any] | None) -> str:
+    if leader is None:
+        return "none yet (no worker has led maintenance)"
+    if not leader["live"]:
+        return (
+            f"none: the lease of {leader['holder']} (term {leader['term']}) expired; "
+            f"a running worker takes it over"
+        )
+    return f"{leader['holder']} (term {leader['term']}, lease {leader['expires_in_s']} s left)"
 
 
 def _yes(flag: bool) -> str:

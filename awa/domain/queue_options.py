@@ -19,7 +19,9 @@ class RateLimitDict(TypedDict, total=False):
 
 
 class RetentionDict(TypedDict, total=False):
-    """How long this queue keeps finished jobs, overriding the runtime's defaults."""
+    """awa-pg's per-queue retention overrides. ``start()`` refuses any value (retention is
+    cluster-wide: ``completed_retention_hours`` / ``failed_retention_hours``); the keys
+    stay known so the refusal names them rather than calling them unknown."""
 
     completed_hours: float | None
     failed_hours: float | None
@@ -28,7 +30,8 @@ class RetentionDict(TypedDict, total=False):
 class QueueConfigDict(TypedDict, total=False):
     """One queue for ``start(queues=[...])``: ``name`` and, optionally, its capacity
     (``max_workers``, or ``min_workers`` and ``weight`` with ``global_max_workers``), a
-    rate limit, a deadline, priority aging, claim tuning and retention overrides.
+    rate limit, a deadline, priority aging and claim tuning (``retention`` overrides are
+    refused: see :class:`RetentionDict`).
 
     ``PartitionedQueue.queue_configs()`` returns a list of these."""
 

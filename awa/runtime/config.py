@@ -65,8 +65,6 @@ class QueueConfig:
     aging_interval: timedelta | None = DEFAULT_AGING_INTERVAL
     claimers: int = 1
     claim_batch_size: int = DEFAULT_CLAIM_BATCH_SIZE
-    completed_retention: timedelta | None = None
-    failed_retention: timedelta | None = None
 
 
 @attrs.frozen
@@ -243,22 +241,7 @@ def _parse_dict(raw: Mapping[str, Any], index: int, *, weighted: bool) -> QueueC
         if batch_raw is None
         else _int(f"{where}: claim_batch_size", batch_raw)
     )
-    retention = raw.get("retention")
-    completed_retention = failed_retention = None
-    if retention is not None:
-        if not isinstance(retention, Mapping):
-            raise TypeError(f"{where}: retention must be a dict, got {type(retention).__name__}")
-        bad = sorted(set(retention) - _RETENTION_KEYS)
-        if bad:
-            raise ValueError(f"{where}: unknown retention key(s): {', '.join(bad)}")
-        if retention.get("completed_hours") is not None:
-            completed_retention = timedelta(
-                hours=_number(f"{where}: retention.completed_hours", retention["completed_hours"])
-            )
-        if retention.get("failed_hours") is not None:
-            failed_retention = timedelta(
-                hours=_number(f"{where}: retention.failed_hours", retention["failed_hours"])
-            )
+    _refuse_queue_retention(where, raw.get("retention"))
     return QueueConfig(
         name=name,
         max_workers=max_workers,
@@ -275,9 +258,28 @@ def _parse_dict(raw: Mapping[str, Any], index: int, *, weighted: bool) -> QueueC
         ),
         claimers=claimers,
         claim_batch_size=batch,
-        completed_retention=completed_retention,
-        failed_retention=failed_retention,
     )
+
+
+def _refuse_queue_retention(where: str, retention: Any) -> None:
+    """A queue's ``retention`` overrides are refused rather than accepted and ignored:
+    retention is applied by the maintenance leader, which may be a process that does not
+    serve the queue, so only the runtime-wide ``start()`` keywords can be honoured
+    (awa-pg accepts the key and ignores it). ``None`` or an empty dict asks nothing."""
+    if retention is None:
+        return
+    if not isinstance(retention, Mapping):
+        raise TypeError(f"{where}: retention must be a dict, got {type(retention).__name__}")
+    bad = sorted(set(retention) - _RETENTION_KEYS)
+    if bad:
+        raise ValueError(f"{where}: unknown retention key(s): {', '.join(bad)}")
+    asked = sorted(key for key, value in retention.items() if value is not None)
+    if asked:
+        hours = ", ".join(f"{key.removesuffix('_hours')}_retention_hours=..." for key in asked)
+        raise ValueError(
+            f"{where}: retention.{asked[0]} per queue is not supported (retention is "
+            f"cluster-wide, applied by the maintenance leader); pass start({hours}) instead"
+        )
 
 
 def parse_queues(

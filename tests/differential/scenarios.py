@@ -374,3 +374,36 @@ async def orphaned_queue_storage_schema(awa: Any, url: str) -> Observation:
     }
     await client.close()
     return seen
+
+
+@scenario
+async def queue_retention_and_retry_completed(awa: Any, url: str) -> Observation:
+    client = awa.AsyncClient(url)
+    done = asyncio.Event()
+
+    @client.task(Ping, queue="ret")
+    async def ping(job: Any) -> None:
+        done.set()
+
+    seen: Observation = {
+        "per_queue_failed_hours": await outcome(
+            lambda: client.start(
+                [{"name": "ret", "max_workers": 1, "retention": {"failed_hours": 1}}]
+            )
+        )
+    }
+    await client.shutdown()
+    job = await client.insert(Ping(1), queue="ret")
+    await client.start([("ret", 1)])
+    await asyncio.wait_for(done.wait(), 10)
+    seen["final"] = await wait_state(client, job.id, {"completed"})
+    seen["retry_completed"] = await outcome(lambda: client.retry(job.id))
+    await client.shutdown()
+    seen["retry_failed_by_queue_pruned"] = (
+        await client.retry_failed(queue="ret")
+    ).pruned_failed_count
+    seen["retry_failed_by_kind_pruned"] = (
+        await client.retry_failed(kind="ping")
+    ).pruned_failed_count
+    await client.close()
+    return seen

@@ -48,7 +48,7 @@ def test_tuple_and_dict_forms() -> None:
                 "priority_aging_interval_ms": 500,
                 "claimers": 2,
                 "claim_batch_size": 8,
-                "retention": {"completed_hours": 1, "failed_hours": 2.5},
+                "retention": {"completed_hours": None},
             },
         ],
         handler_queues={"default", "email"},
@@ -62,8 +62,6 @@ def test_tuple_and_dict_forms() -> None:
     assert email.deadline is None
     assert email.aging_interval == timedelta(milliseconds=500)
     assert (email.claimers, email.claim_batch_size) == (2, 8)
-    assert email.completed_retention == timedelta(hours=1)
-    assert email.failed_retention == timedelta(hours=2.5)
     assert config.poll_interval == pytest.approx(0.05)
     assert config.heartbeat_interval == pytest.approx(0.1)
     assert config.total_capacity == 7
@@ -130,6 +128,19 @@ def test_weighted_mode() -> None:
             {},
             ValueError,
             "unknown retention key",
+        ),
+        (
+            [{"name": "default", "retention": {"failed_hours": 1}}],
+            {},
+            ValueError,
+            r"retention.failed_hours per queue is not supported .* "
+            r"start\(failed_retention_hours=...\)",
+        ),
+        (
+            [{"name": "default", "retention": {"completed_hours": 1, "failed_hours": 2}}],
+            {},
+            ValueError,
+            r"start\(completed_retention_hours=..., failed_retention_hours=...\)",
         ),
         (
             [{"name": "default", "deadline_duration_ms": -1}],

@@ -54,7 +54,7 @@ async def right_uses(client: awa.AsyncClient) -> None:
     assert_type(job.args.width, int)
     queues: list[QueueConfigDict] = [
         {"name": "media", "max_workers": 4, "rate_limit": (10.0, 5)},
-        {"name": "bulk", "retention": {"completed_hours": 1}},
+        {"name": "bulk", "retention": None},
     ]
     await client.start(queues)
     await client.start([("media", 4), {"name": "bulk", "max_workers": 2}])

@@ -1,4 +1,6 @@
-"""``kill -9`` of a worker mid-job: another worker rescues the attempts and completes them.
+"""``kill -9`` of a worker mid-job: another worker rescues the attempts and completes them,
+with the workers connected to Postgres directly and through PgBouncer in transaction mode
+(``pooled``: the workers' every transaction crosses the pooler; the test reads directly).
 
 Run the chaos tests alone with ``scripts/test tests/chaos`` or ``pytest -m chaos``.
 """
@@ -14,6 +16,7 @@ import pytest
 from awa import AsyncClient, JobState
 from tests.fixtures.processes import live_runtimes, runs, spawn_worker, wait_for
 from tests.fixtures.worker_app import Slow
+from tests.support.pgbouncer import PgBouncer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.chaos]
 
@@ -40,12 +43,21 @@ async def _jobs(url: str, ids: list[int]) -> list[tuple[JobState, int, list[dict
     return [(j.state, j.attempt, j.errors) for j in jobs]
 
 
+@pytest.fixture(params=["direct", "pooled"])
+def worker_url(request: pytest.FixtureRequest, migrated_database_url: str) -> str:
+    """Where the workers connect: the database itself, or the same through PgBouncer."""
+    if request.param == "direct":
+        return migrated_database_url
+    bouncer: PgBouncer = request.getfixturevalue("pgbouncer_running")
+    return bouncer.url(migrated_database_url)
+
+
 def test_killed_workers_attempts_are_rescued_and_completed(
-    migrated_database_url: str, tmp_path: Path
+    migrated_database_url: str, worker_url: str, tmp_path: Path
 ) -> None:
     url = migrated_database_url
     ids = asyncio.run(_enqueue(url))
-    victim = spawn_worker(url, tmp_path, "--queue", "slow:5", "--queue", "ticks:1")
+    victim = spawn_worker(worker_url, tmp_path, "--queue", "slow:5", "--queue", "ticks:1")
     survivor = None
     try:
         started = wait_for(
@@ -62,7 +74,7 @@ def test_killed_workers_attempts_are_rescued_and_completed(
         victim.kill()
         killed_at = time.monotonic()
         survivor = spawn_worker(
-            url,
+            worker_url,
             tmp_path,
             "--queue",
             "slow:5",

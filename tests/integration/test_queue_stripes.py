@@ -255,9 +255,9 @@ async def test_notifications_of_every_stripe_wake_a_striped_worker(client: Async
         seen.append(job.queue)
 
     # Polling would take a minute; only the LISTEN wake-ups can deliver these in time.
+    # start() returns once the LISTEN is up, so the inserts follow at once.
     await client.start([("q", 4)], queue_storage_queue_stripe_count=2, poll_interval_ms=60_000)
     try:
-        await asyncio.sleep(0.3)
         await client.enqueue_many_copy(
             [Work(0), Work(1)], queue="q", queue_storage_queue_stripe_count=2
         )

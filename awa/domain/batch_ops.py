@@ -16,7 +16,7 @@ import attrs
 from awa.domain.errors import ValidationError
 from awa.domain.job import JobRecord
 from awa.domain.states import JobState
-from awa.domain.validation import MAX_NAME_LENGTH, validate_priority
+from awa.domain.validation import MAX_NAME_LENGTH, validate_priority, validate_queue
 
 #: Metadata keys recording where a moved or reprioritised job came from (the first value
 #: wins: a job changed twice still names its original).
@@ -317,6 +317,7 @@ def parse_spec(op_kind: Any, spec: Mapping[str, Any] | None) -> BatchSpec:
         raise ValidationError(
             "queue", f"destination queue must be 1..={MAX_NAME_LENGTH} characters", value=queue
         )
+    validate_queue(queue)
     return BatchSpec(kind, priority=_spec_int(spec, "priority", required=False), queue=queue)
 
 

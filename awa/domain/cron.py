@@ -27,7 +27,12 @@ import attrs
 
 from awa.domain.errors import ValidationError
 from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, JobSpec
-from awa.domain.validation import validate_max_attempts, validate_name, validate_priority
+from awa.domain.validation import (
+    validate_kind,
+    validate_max_attempts,
+    validate_priority,
+    validate_queue,
+)
 
 #: How many missed fires one ``catch_up`` evaluation enqueues at most.
 CATCH_UP_LIMIT = 1000
@@ -133,8 +138,8 @@ def validate_schedule(schedule: CronSchedule) -> CronSchedule:
         raise ValidationError("name", "must not contain NUL bytes")
     validate_priority(schedule.priority)
     validate_max_attempts(schedule.max_attempts)
-    validate_name("kind", schedule.kind)
-    validate_name("queue", schedule.queue)
+    validate_kind(schedule.kind)
+    validate_queue(schedule.queue)
     for tag in schedule.tags:
         if not isinstance(tag, str):
             raise ValidationError("tags", f"must be strings, got {type(tag).__name__}")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from awa.domain.errors import ValidationError
+from awa.domain.errors import ValidationError, ValidationTypeError
 from awa.domain.states import DEFAULT_UNIQUE_STATES, mask_contains
 from awa.domain.validation import validate_period_bucket, validate_unique_states
 
@@ -39,11 +39,22 @@ class UniqueOpts:
             raise ValidationError("unique_opts", f"unknown keys: {sorted(unknown)}")
         by_period = validate_period_bucket(opts.get("by_period"))
         return cls(
-            by_queue=bool(opts.get("by_queue", False)),
-            by_args=bool(opts.get("by_args", True)),
+            by_queue=_flag(opts, "by_queue", False),
+            by_args=_flag(opts, "by_args", True),
             by_period=by_period,
             states=validate_unique_states(opts.get("states", DEFAULT_UNIQUE_STATES)),
         )
+
+
+def _flag(opts: dict[str, Any], name: str, default: bool) -> bool:
+    """A yes/no option: ``True`` or ``False`` only (``'yes'`` or ``0`` is a mistake that
+    ``bool()`` would silently turn into a different key)."""
+    value = opts.get(name, default)
+    if not isinstance(value, bool):
+        raise ValidationTypeError(
+            f"unique_opts.{name}", f"must be true or false, got {type(value).__name__} {value!r}"
+        )
+    return value
 
 
 def canonical_json(value: Any) -> bytes:

@@ -8,8 +8,9 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from awa.domain.errors import ValidationError
+from awa.domain.errors import ValidationError, ValidationTypeError
 from awa.domain.job import JobSpec
+from awa.domain.stripes import is_stripe_name
 
 MIN_PRIORITY = 1
 MAX_PRIORITY = 4
@@ -69,6 +70,111 @@ def validate_name(field: str, value: Any) -> str:
         raise ValidationError(
             field, f"must be at most {MAX_NAME_LENGTH} characters, got {len(value)}"
         )
+    _check_text(field, value)
+    return value
+
+
+#: Characters no kind or queue name may hold (Unicode 14 categories Cc, Cf, Zl, Zp):
+#: control characters (newline, ``\x01``), format characters that reorder or hide text
+#: (bidirectional overrides and isolates, zero-width characters, the soft hyphen) and
+#: line or paragraph separators. Such a name prints as something it is not, or not at
+#: all. ``awa.job_name_problem`` (SQL) refuses the same ranges; a test compares the two
+#: over every code point.
+UNPRINTABLE_RANGES: tuple[tuple[int, int], ...] = (
+    (0x0000, 0x001F), (0x007F, 0x009F), (0x00AD, 0x00AD), (0x0600, 0x0605),
+    (0x061C, 0x061C), (0x06DD, 0x06DD), (0x070F, 0x070F), (0x0890, 0x0891),
+    (0x08E2, 0x08E2), (0x180E, 0x180E), (0x200B, 0x200F), (0x2028, 0x202E),
+    (0x2060, 0x2064), (0x2066, 0x206F), (0xFEFF, 0xFEFF), (0xFFF9, 0xFFFB),
+    (0x110BD, 0x110BD), (0x110CD, 0x110CD), (0x13430, 0x13438), (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A), (0xE0001, 0xE0001), (0xE0020, 0xE007F),
+)  # fmt: skip
+#: The printable spaces a name may hold inside but neither begin nor end with.
+SPACE_RANGES: tuple[tuple[int, int], ...] = (
+    (0x0020, 0x0020), (0x00A0, 0x00A0), (0x1680, 0x1680), (0x2000, 0x200A),
+    (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000),
+)  # fmt: skip
+#: Characters a queue name may not hold: ``/`` splits the URL paths of the admin UI and
+#: REST API (``/queues/{queue}``), and ``#`` names a stripe of a queue (``queue#N``).
+QUEUE_FORBIDDEN = "/#"
+#: Queue names a URL path cannot carry (browsers and proxies resolve them away).
+QUEUE_DOT_NAMES = (".", "..")
+
+
+def _in(ranges: tuple[tuple[int, int], ...], char: str) -> bool:
+    code = ord(char)
+    return any(low <= code <= high for low, high in ranges)
+
+
+def name_problem(field: str, value: str) -> str | None:
+    """Why ``value`` cannot be a kind (``field="kind"``) or queue name, or ``None``.
+
+    Both: no unprinted characters (:data:`UNPRINTABLE_RANGES`), not blank, no space at
+    either end. Queue names also: no ``/`` or ``#``, not ``.`` or ``..``."""
+    for char in value:
+        if _in(UNPRINTABLE_RANGES, char):
+            return (
+                f"must not contain control, format or bidirectional characters "
+                f"(found U+{ord(char):04X}): such a name does not print as itself"
+            )
+    if all(_in(SPACE_RANGES, c) for c in value):
+        return "must not be blank"
+    if _in(SPACE_RANGES, value[0]) or _in(SPACE_RANGES, value[-1]):
+        return "must not begin or end with a space"
+    if field == "queue":
+        for char in QUEUE_FORBIDDEN:
+            if char in value:
+                why = "it splits URL paths" if char == "/" else "it names a stripe (queue#N)"
+                return f"must not contain {char!r}: {why}"
+        if value in QUEUE_DOT_NAMES:
+            return f"must not be {value!r}: a URL path cannot carry it"
+    return None
+
+
+def validate_kind(value: Any) -> str:
+    """A job kind: :func:`validate_name` and :func:`name_problem`."""
+    validate_name("kind", value)
+    problem = name_problem("kind", value)
+    if problem is not None:
+        raise ValidationError("kind", problem, value=value)
+    return str(value)
+
+
+def validate_queue(value: Any, *, stripe: bool = False) -> str:
+    """A queue name a producer may use: :func:`validate_name` and :func:`name_problem`.
+
+    ``stripe``: ``value`` may be a stripe the engine derived (``queue#N``); the name
+    before the suffix must then pass."""
+    validate_name("queue", value)
+    base = value
+    if stripe and is_stripe_name(value):
+        base = value.rpartition("#")[0]
+    problem = name_problem("queue", base) if base else "must not be empty"
+    if problem is not None:
+        raise ValidationError("queue", problem, value=value)
+    return str(value)
+
+
+#: Job ids are ``bigint``.
+MAX_JOB_ID = 2**63 - 1
+
+
+def validate_job_id(value: Any) -> int:
+    """A job id: an ``int`` (not ``bool``) from 1 to :data:`MAX_JOB_ID`. Raises
+    :class:`ValidationTypeError` (also a ``TypeError``) for another type."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationTypeError(
+            "job_id", f"must be an integer, got {type(value).__name__} {value!r:.40}"
+        )
+    if not 1 <= value <= MAX_JOB_ID:
+        raise ValidationError("job_id", f"must be between 1 and {MAX_JOB_ID}, got {value}")
+    return value
+
+
+def validate_text(field: str, value: Any) -> str:
+    """A text argument Postgres can take (a filter, a queue to pause): a string without
+    NUL or lone surrogates."""
+    if not isinstance(value, str):
+        raise ValidationTypeError(field, f"must be a string, got {type(value).__name__}")
     _check_text(field, value)
     return value
 
@@ -163,20 +269,20 @@ def storable_text(text: str) -> str:
 
 
 #: ``unique_opts.by_period`` goes into the key material as a signed 64-bit integer.
-MIN_PERIOD_BUCKET = -(2**63)
 MAX_PERIOD_BUCKET = 2**63 - 1
 
 
 def validate_period_bucket(value: Any) -> int | None:
-    """``unique_opts.by_period``: ``None`` or an integer that fits in 64 signed bits."""
+    """``unique_opts.by_period``: ``None`` or an integer from 0 that fits in 64 signed
+    bits (a time bucket: a negative one is a mistake, such as a sign slip)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationError("unique_opts.by_period", "must be an integer period bucket")
-    if not MIN_PERIOD_BUCKET <= value <= MAX_PERIOD_BUCKET:
+        raise ValidationTypeError("unique_opts.by_period", "must be an integer period bucket")
+    if not 0 <= value <= MAX_PERIOD_BUCKET:
         raise ValidationError(
             "unique_opts.by_period",
-            f"must fit in a signed 64-bit integer, got {value}",
+            f"must be between 0 and {MAX_PERIOD_BUCKET}, got {value}",
             value=value,
         )
     return value
@@ -190,8 +296,8 @@ def validate_unique_states(mask: Any) -> int:
 
 def validate_spec(spec: JobSpec) -> JobSpec:
     """Check every field of a spec; raise ``ValidationError`` naming the first bad one."""
-    validate_name("kind", spec.kind)
-    validate_name("queue", spec.queue)
+    validate_kind(spec.kind)
+    validate_queue(spec.queue, stripe=True)
     validate_priority(spec.priority)
     validate_max_attempts(spec.max_attempts)
     validate_json("args", spec.args)

@@ -24,9 +24,10 @@ from awa.domain.unique import UniqueOpts, derive_unique_key
 from awa.domain.validation import (
     is_storable_text,
     validate_json,
+    validate_kind,
     validate_max_attempts,
-    validate_name,
     validate_priority,
+    validate_queue,
     validate_run_at,
     validate_tags,
     validate_unique_states,
@@ -214,8 +215,8 @@ def build_spec(
     option checks: the spec it returns is valid as it stands."""
     plain = _serialize_plain(args, kind)
     resolved_kind, payload = serialize_args(args, kind) if plain is None else plain
-    validate_name("kind", resolved_kind)
-    validate_name("queue", queue)
+    validate_kind(resolved_kind)
+    validate_queue(queue)
     validate_priority(priority)
     validate_max_attempts(max_attempts)
     tag_tuple = validate_tags(tags or ())
@@ -291,7 +292,7 @@ def build_specs(
             plain = _serialize_plain(job, kind_option)
             kind, payload = serialize_args(job, kind_option) if plain is None else plain
             if kind != template.kind:
-                validate_name("kind", kind)
+                validate_kind(kind)
             if plain is None:
                 validate_json("args", payload)
             specs.append(

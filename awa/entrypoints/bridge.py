@@ -16,7 +16,13 @@ from typing import Any
 
 from awa.adapters._pg import insert_compat
 from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, initial_state
-from awa.domain.validation import validate_json, validate_run_at, validate_tags
+from awa.domain.validation import (
+    validate_json,
+    validate_kind,
+    validate_queue,
+    validate_run_at,
+    validate_tags,
+)
 from awa.entrypoints import payloads
 from awa.entrypoints.args import (
     ARGS_TYPE_ERROR,
@@ -76,6 +82,8 @@ def _prepare(
     # The SQL function checks names and numbers; what it cannot see (text the driver
     # cannot encode, NaN, non-string keys, an instant Python cannot read back) is refused
     # here, before anything reaches the caller's transaction.
+    validate_kind(resolved_kind)
+    validate_queue(queue)
     validate_tags(tags if isinstance(tags, str | bytes) else tag_list)
     validate_json("args", payload)
     validate_json("metadata", meta)

@@ -16,6 +16,7 @@ from awa.domain.errors import ValidationError
 from awa.domain.job import DlqEntry as DlqRecord
 from awa.domain.job import JobRecord
 from awa.domain.states import TERMINAL_STATES, JobState
+from awa.domain.validation import validate_job_id
 from awa.entrypoints import cel, payloads
 from awa.entrypoints.args import parse_run_at
 from awa.entrypoints.client_core import ClientCore, not_found
@@ -143,6 +144,7 @@ class AdminMixin(ClientCore):
     # ------------------------------------------------------------------ inspection
     async def dump_job(self, job_id: int) -> str:
         """Everything known about a job (row, summary, timeline, DLQ entry) as JSON."""
+        validate_job_id(job_id)
         engine = await self._engine()
         record = await engine.get_job(job_id)
         dlq = await engine.get_dlq(job_id) if record is None else None
@@ -152,7 +154,7 @@ class AdminMixin(ClientCore):
 
     async def dump_run(self, job_id: int, attempt: int | None = None) -> str:
         """One attempt of a job (the current one by default) as JSON."""
-        record = await (await self._engine()).get_job(job_id)
+        record = await (await self._engine()).get_job(validate_job_id(job_id))
         if record is None:
             raise not_found(job_id)
         selected = record.attempt if attempt is None else attempt
@@ -213,7 +215,7 @@ class AdminMixin(ClientCore):
 
     async def get_dlq_job(self, job_id: int) -> DlqEntry | None:
         """The DLQ entry of a job, or ``None``."""
-        entry = await (await self._engine()).get_dlq(job_id)
+        entry = await (await self._engine()).get_dlq(validate_job_id(job_id))
         return None if entry is None else _dlq_entry(entry)
 
     async def dlq_depth(self, *, queue: str | None = None) -> int:
@@ -233,6 +235,7 @@ class AdminMixin(ClientCore):
         queue: str | None = None,
     ) -> Job[Any] | None:
         """Re-enqueue a DLQ'd job with a fresh attempt budget; ``None`` if not in the DLQ."""
+        validate_job_id(job_id)
         record = await (await self._engine()).retry_from_dlq(
             job_id, run_at=parse_run_at(run_at), priority=priority, queue=queue
         )
@@ -258,6 +261,7 @@ class AdminMixin(ClientCore):
 
     async def move_failed_to_dlq(self, job_id: int, reason: str) -> DlqEntry | None:
         """Move one failed job into the DLQ; ``None`` if it is not a failed job."""
+        validate_job_id(job_id)
         entry = await (await self._engine()).move_failed_to_dlq(job_id, reason=reason)
         if entry is None:
             return None
@@ -284,6 +288,7 @@ class AdminMixin(ClientCore):
 
     async def purge_dlq_job(self, job_id: int) -> bool:
         """Delete one DLQ entry; returns whether it existed."""
+        validate_job_id(job_id)
         engine = await self._engine()
         # The entry's queue and kind label the counter; read only when metrics record.
         entry = await engine.get_dlq(job_id) if metrics.instruments() is not None else None

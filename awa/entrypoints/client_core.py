@@ -17,7 +17,9 @@ from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, validate_stripe_count
 from awa.domain.validation import (
     LEASE_SLOT_COUNT,
     QUEUE_SLOT_COUNT,
+    validate_job_id,
     validate_slot_counts,
+    validate_text,
 )
 from awa.entrypoints import bootstrap, payloads
 from awa.entrypoints.args import build_spec, build_specs, to_json_value, unique_key_for
@@ -365,7 +367,7 @@ class ClientCore:
         moved to the dead-letter queue is returned as it was when it failed (state
         ``failed``), as awa-pg does; ``get_dlq_job`` tells why it was moved."""
         engine = await self._engine()
-        record = await engine.get_job(job_id)
+        record = await engine.get_job(validate_job_id(job_id))
         if record is None:
             entry = await engine.get_dlq(job_id)
             if entry is None:
@@ -383,6 +385,9 @@ class ClientCore:
     ) -> list[Job[Any]]:
         """Matching jobs, newest first."""
         _positive("limit", limit)
+        for field, text in (("kind", kind), ("queue", queue)):
+            if text is not None:
+                validate_text(field, text)
         job_filter = JobFilter(
             kind=kind, queue=queue, state=None if state is None else parse_state(state)
         )
@@ -393,6 +398,7 @@ class ClientCore:
         """Make a failed, cancelled, scheduled or retryable job available now; a job
         waiting on a callback starts afresh (its callback ends). Any other job (completed,
         running, available, or none) raises ``AwaError`` "job not found", as in awa-pg."""
+        validate_job_id(job_id)
         engine = await self._engine()
         before = await engine.get_job(job_id)
         if before is None and await engine.get_dlq(job_id) is not None:
@@ -410,6 +416,7 @@ class ClientCore:
 
     async def cancel(self, job_id: int) -> Job[Any] | None:
         """Cancel a job that has not finished; a running handler is told to stop."""
+        validate_job_id(job_id)
         engine = await self._engine()
         before = await engine.get_job(job_id)
         if before is None or before.state in TERMINAL_STATES:
@@ -453,14 +460,17 @@ class ClientCore:
     # ------------------------------------------------------------------ queues
     async def pause_queue(self, queue: str, paused_by: str | None = None) -> None:
         """Stop workers claiming from ``queue`` (inserts still work)."""
+        validate_text("queue", queue)
         await (await self._engine()).pause_queue(queue, paused_by=paused_by)
 
     async def resume_queue(self, queue: str) -> None:
         """Let workers claim from ``queue`` again."""
+        validate_text("queue", queue)
         await (await self._engine()).resume_queue(queue)
 
     async def drain_queue(self, queue: str) -> int:
         """Cancel every pending job of ``queue``; returns how many."""
+        validate_text("queue", queue)
         return await (await self._engine()).drain_queue(queue)
 
     async def queue_stats(self) -> list[QueueStat]:

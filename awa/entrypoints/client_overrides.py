@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from awa.domain.overrides import QueueOverrides, validate_overrides
-from awa.domain.validation import validate_name
+from awa.domain.validation import validate_queue
 from awa.entrypoints.client_core import ClientCore
 from awa.ports.overrides import QueueOverrideStore
 
@@ -30,7 +30,7 @@ class OverridesMixin(ClientCore):
         """Replace the queue's whole override state (an argument left ``None`` clears
         that override) and return it. A rate-limit override only retunes a queue started
         with a rate limit; a deadline override only retunes a non-zero deadline."""
-        validate_name("queue", queue)
+        validate_queue(queue)
         overrides = validate_overrides(
             QueueOverrides(
                 poll_interval_ms=poll_interval_ms,

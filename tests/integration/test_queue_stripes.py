@@ -129,15 +129,19 @@ async def test_unique_jobs_go_to_the_stripe_of_their_key_and_stay_unique(
         )
 
 
-async def test_one_stripe_and_stripe_names_are_not_renamed(client: AsyncClient) -> None:
+async def test_one_stripe_is_not_renamed_and_stripe_names_are_refused(
+    client: AsyncClient,
+) -> None:
     await client.enqueue_many_copy([Work(0), Work(1)], queue="q")
     await client.enqueue_many_copy(
         [Work(2), Work(3)], queue="q", queue_storage_queue_stripe_count=1
     )
-    await client.enqueue_many_copy(
-        [Work(4), Work(5)], queue="h#5", queue_storage_queue_stripe_count=2
-    )
-    assert await _queues(client) == {0: "q", 1: "q", 2: "q", 3: "q", 4: "h#5", 5: "h#5"}
+    # '#' names stripes: a producer that names one itself is refused, nothing written.
+    with pytest.raises(awa.ValidationError, match="'#'"):
+        await client.enqueue_many_copy(
+            [Work(4), Work(5)], queue="h#5", queue_storage_queue_stripe_count=2
+        )
+    assert await _queues(client) == {0: "q", 1: "q", 2: "q", 3: "q"}
 
 
 @pytest.mark.parametrize("bad", [0, -1, 257])

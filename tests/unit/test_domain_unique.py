@@ -68,7 +68,9 @@ def test_derive_unique_key_truncates_the_digest_to_16_bytes() -> None:
 
 def test_by_period_is_the_callers_bucket_value() -> None:
     assert UniqueOpts.from_dict({"by_period": 0}).by_period == 0
-    assert UniqueOpts.from_dict({"by_period": -5}).by_period == -5
+    with pytest.raises(ValidationError, match="between 0 and") as info:
+        UniqueOpts.from_dict({"by_period": -5})  # a negative time bucket is a mistake
+    assert info.value.field == "unique_opts.by_period"
     same = unique_key_material("k", queue=None, args=None, period_bucket=481_234)
     assert same == unique_key_material("k", queue=None, args=None, period_bucket=481_234)
     assert same != unique_key_material("k", queue=None, args=None, period_bucket=481_235)
@@ -91,6 +93,10 @@ def test_unique_opts_from_dict() -> None:
         ({"by_kind": True}, "unique_opts"),
         ({"by_period": True}, "unique_opts.by_period"),
         ({"by_period": 1.5}, "unique_opts.by_period"),
+        ({"by_period": -1}, "unique_opts.by_period"),
+        ({"by_args": "yes"}, "unique_opts.by_args"),
+        ({"by_args": 1}, "unique_opts.by_args"),
+        ({"by_queue": "no"}, "unique_opts.by_queue"),
         ({"states": 256}, "unique_opts.states"),
         ({"states": -1}, "unique_opts.states"),
         ({"states": "11111000"}, "unique_opts.states"),

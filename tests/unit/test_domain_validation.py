@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 
 from awa.domain import AwaError, JobSpec, ValidationError, validate_spec
-from awa.domain.validation import json_dumps, validate_json, validate_name, validate_tags
+from awa.domain.validation import (
+    json_dumps,
+    validate_json,
+    validate_kind,
+    validate_name,
+    validate_queue,
+    validate_tags,
+)
 
 
 def _spec(**overrides: Any) -> JobSpec:
@@ -121,3 +128,66 @@ def test_json_dumps_is_compact_and_refuses_nan() -> None:
     with pytest.raises(ValidationError) as info:
         json_dumps("metadata", {"x": float("nan")})
     assert info.value.field == "metadata"
+
+
+@pytest.mark.parametrize(
+    ("field", "name", "rule"),
+    [
+        ("queue", "a/b", "'/'"),
+        ("queue", " ", "blank"),
+        ("queue", "\u3000\u00a0", "blank"),
+        ("queue", "a\nb", "U+000A"),
+        ("queue", "pay\u202eusd", "U+202E"),
+        ("queue", "a\u2066b", "U+2066"),
+        ("queue", "a#b", "'#'"),
+        ("queue", ".", "'.'"),
+        ("queue", "..", "'..'"),
+        ("queue", "mail ", "space"),
+        ("kind", "send\x01", "U+0001"),
+        ("kind", "a\u00adb", "U+00AD"),
+        ("kind", "\t", "U+0009"),
+        ("kind", " k", "space"),
+    ],
+)
+def test_unreachable_names_are_refused_naming_the_rule(field: str, name: str, rule: str) -> None:
+    spec = JobSpec(
+        kind=name if field == "kind" else "k", args={}, queue=name if field == "queue" else "q"
+    )
+    with pytest.raises(ValidationError) as info:
+        validate_spec(spec)
+    assert info.value.field == field and rule in str(info.value)
+
+
+def test_sane_names_stay_accepted_and_engine_stripes_pass() -> None:
+    for queue in ("mail", "a b", "é", "reports.v2", "x:y", "a.b", "...", "q__p1", "Ω-1"):
+        validate_queue(queue)
+    for kind in ("a/b", "a#1", "send_email", "Mail.Send v2"):  # kinds live in no URL path
+        validate_kind(kind)
+    # The engine renames a job to a stripe of its queue and checks the spec again.
+    assert validate_spec(JobSpec(kind="k", args={}, queue="email#3")).queue == "email#3"
+    with pytest.raises(ValidationError, match="'#'"):
+        validate_queue("email#3")  # but a producer may not name a stripe itself
+    with pytest.raises(ValidationError, match="'#'"):
+        validate_spec(JobSpec(kind="k", args={}, queue="a#b#3"))
+
+
+def test_the_unprintable_ranges_are_the_unicode_categories() -> None:
+    """``UNPRINTABLE_RANGES`` (which the SQL rule mirrors) is exactly Cc, Cf, Zl and Zp of
+    Unicode 14 (Python 3.11's), and ``SPACE_RANGES`` the other spaces."""
+    import unicodedata
+
+    from awa.domain.validation import SPACE_RANGES, UNPRINTABLE_RANGES
+
+    def expand(ranges: tuple[tuple[int, int], ...]) -> set[int]:
+        return {c for low, high in ranges for c in range(low, high + 1)}
+
+    points = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    hidden = {"Cc", "Cf", "Zl", "Zp"}
+    found = {c for c in points if unicodedata.category(chr(c)) in hidden}
+    if unicodedata.unidata_version == "14.0.0":  # the version the ranges were taken from
+        assert expand(UNPRINTABLE_RANGES) == found
+    else:  # later versions only add characters (a fixed rule, the same in SQL)
+        assert expand(UNPRINTABLE_RANGES) <= found
+    assert expand(SPACE_RANGES) == {
+        c for c in points if chr(c).isspace() and unicodedata.category(chr(c)) not in hidden
+    }

@@ -80,10 +80,10 @@ def test_self_referencing_args_are_refused_not_a_recursion_error() -> None:
 
 
 def test_by_period_must_fit_in_64_bits() -> None:
-    for bucket in (2**63, -(2**63) - 1, 2**70):
+    for bucket in (2**63, -(2**63), -5, 2**70):
         field = _field(build_spec, {"a": 1}, kind="k", unique_opts={"by_period": bucket})
         assert field == "unique_opts.by_period"
-    for bucket in (2**63 - 1, -(2**63), 0):
+    for bucket in (2**63 - 1, 0):
         assert build_spec({"a": 1}, kind="k", unique_opts={"by_period": bucket}).unique_key
 
 
@@ -131,3 +131,20 @@ def test_storable_text_escapes_what_postgres_refuses() -> None:
     assert storable_text("x\ud800y") == "x\\ud800y"
     assert storable_text("plain é ✓") == "plain é ✓"
     assert storable_text("a\x00b\udfff").encode()
+
+
+def test_job_ids_and_text_arguments_are_checked_before_the_database() -> None:
+    from awa.domain.errors import ValidationTypeError
+    from awa.domain.validation import validate_job_id, validate_text
+
+    for bad in ("abc", "1", 1.5, True, None):
+        with pytest.raises(ValidationTypeError) as info:
+            validate_job_id(bad)
+        assert info.value.field == "job_id"
+    for bad_id in (0, -1, 2**63):
+        with pytest.raises(ValidationError, match="between 1 and"):
+            validate_job_id(bad_id)
+    assert validate_job_id(2**63 - 1) == 2**63 - 1
+    with pytest.raises(ValidationError, match="NUL") as nul:
+        validate_text("queue", "a\x00b")
+    assert nul.value.field == "queue"

@@ -69,11 +69,24 @@ def map_error(exc: BaseException) -> AwaError:
             return DatabaseError(f"unique violation on {diag.constraint_name}: {exc}")
         if isinstance(exc, pg_errors.CheckViolation):
             field = column_for_check(diag.constraint_name)
-            return ValidationError(field, f"refused by the database ({diag.constraint_name})")
+            # The field comes from the constraint's name; the server's message (a
+            # function's RAISE names the rule) is shown, never interpreted.
+            said = diag.message_primary or ""
+            return ValidationError(
+                field, f"refused by the database ({diag.constraint_name}): {said}".rstrip(": ")
+            )
         if isinstance(exc, pg_errors.NotNullViolation):
             return ValidationError(diag.column_name or "value", "must not be null")
         if isinstance(exc, pg_errors.StringDataRightTruncation | pg_errors.NumericValueOutOfRange):
             return ValidationError(diag.column_name or "value", "is out of range")
+        if isinstance(exc, pg_errors.InvalidTextRepresentation):
+            # A parameter the server could not read as its type ('abc' for a bigint).
+            return ValidationError(
+                diag.column_name or "value", f"is not valid input: {diag.message_primary}"
+            )
+        if sqlstate is None and isinstance(exc, psycopg.DataError):
+            # The driver could not send a parameter (text holding NUL): nothing ran.
+            return ValidationError("value", f"cannot be sent to the database: {exc}")
         if sqlstate is None and isinstance(exc, psycopg.OperationalError):
             # No server answer to classify: the connection could not be made or was lost.
             return DatabaseError(f"database connection failed: {exc}")

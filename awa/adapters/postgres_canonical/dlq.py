@@ -11,7 +11,7 @@ from awa.adapters._pg.errors import is_unique_claim_violation
 from awa.adapters._pg.rows import dlq_from_row, job_from_row
 from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase
 from awa.domain.job import DlqEntry, JobRecord
-from awa.domain.validation import validate_name, validate_priority
+from awa.domain.validation import validate_priority, validate_queue
 from awa.ports.storage import DlqFilter, JobFilter
 
 
@@ -114,7 +114,7 @@ class DlqOps(EngineBase):
         if priority is not None:
             validate_priority(priority)
         if queue is not None:
-            validate_name("queue", queue)
+            validate_queue(queue)
         now = self._clock.now()
         async with self._connection() as conn:
             return await self._restore(

@@ -22,7 +22,19 @@ DECLARE
     v_schema text := awa.storage_producer_schema();
     v_job    awa.canonical_jobs;
     v_row    awa.jobs;
+    v_problem text;
 BEGIN
+    -- Names the admin UI and REST API can reach (awa.job_name_problem), on both routes.
+    v_problem := awa.job_name_problem('kind', p_kind);
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION '%', v_problem
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'canonical_jobs_kind_check';
+    END IF;
+    v_problem := awa.job_name_problem('queue', coalesce(p_queue, 'default'));
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION '%', v_problem
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'canonical_jobs_queue_check';
+    END IF;
     IF v_state = 'available' AND p_run_at IS NOT NULL AND p_run_at > v_now THEN
         v_state := 'scheduled';
     END IF;

@@ -69,6 +69,8 @@ class Executor:
         self._on_handler_done = on_handler_done
         self._scope_type: Callable[[], anyio.CancelScope] | None = None
         self._observer = observer or AttemptObserver(handlers)
+        #: Reads behind refusal records still running (kept so they are not collected).
+        self._refusals: set[asyncio.Task[None]] = set()
 
     async def execute(self, context: AttemptContext) -> None:
         handed_over = False
@@ -104,12 +106,31 @@ class Executor:
     def _completed(self, context: AttemptContext, ack: Ack) -> None:
         """The batcher acknowledged this attempt's completion: it is over."""
         if ack is Ack.STALE:
-            log.debug(
-                "job %s: Complete ignored, run lease %s is stale",
-                context.lease.job_id,
-                context.lease.lease,
-            )
+            if _on_asyncio():
+                # Called from the batcher's flush: the current lease is read on the side.
+                task = asyncio.get_running_loop().create_task(
+                    self._log_refused(context, "Complete")
+                )
+                self._refusals.add(task)
+                task.add_done_callback(self._refusals.discard)
+            else:
+                _refusal_record(context, "Complete", "not read")
         self._on_finished(context)
+
+    async def _log_refused(self, context: AttemptContext, what: str) -> None:
+        """One INFO record for an outcome the run-lease guard refused: the attempt's lease
+        and the one the job holds now (another attempt's after a rescue, or none)."""
+        try:
+            current = await self._engine.get_job(context.lease.job_id)
+        except Exception as exc:  # the record matters more than the detail
+            now = f"unknown ({type(exc).__name__})"
+        else:
+            now = (
+                "gone"
+                if current is None
+                else f"{current.run_lease} (state {current.state}, attempt {current.attempt})"
+            )
+        _refusal_record(context, what, now)
 
     async def _run_handler(self, context: AttemptContext) -> Outcome | _Release | None:
         """The outcome to record, or ``None`` when the attempt is no longer ours."""
@@ -218,12 +239,7 @@ class Executor:
                 delay *= 2
                 continue
             if ack is Ack.STALE:
-                log.debug(
-                    "job %s: %s ignored, run lease %s is stale",
-                    context.lease.job_id,
-                    type(outcome).__name__,
-                    context.lease.lease,
-                )
+                await self._log_refused(context, type(outcome).__name__)
             elif not isinstance(outcome, _Release):
                 await self._observer.recorded(self._engine, context, outcome)
             return
@@ -322,3 +338,16 @@ def _enclosing_scope_cancelled() -> bool:
 
 class _Release:
     """Internal outcome: give the attempt back unspent (shutdown interrupted it)."""
+
+
+def _refusal_record(context: AttemptContext, what: str, now: str) -> None:
+    lease = context.lease
+    log.info(
+        "job %s: %s refused by the run-lease guard: this attempt held run lease %s, "
+        "the job's run lease is now %s",
+        lease.job_id,
+        what,
+        lease.lease,
+        now,
+        extra={"job_id": lease.job_id, "stale_run_lease": lease.lease, "outcome": what},
+    )

@@ -461,3 +461,36 @@ async def test_start_warms_the_engine_up_before_claiming_and_survives_a_failed_w
         assert engine.claims_at_warm_up == 0
         [record] = await enqueue(engine, "k", queue="a")
         await wait_until(lambda: done == [record.id])
+
+
+async def test_a_late_completion_refused_by_the_run_lease_guard_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = ManualClock()
+    engine = make_engine(clock)
+    handlers = HandlerRegistry()
+    started: list[AttemptContext] = []
+    finish = anyio.Event()
+
+    async def handler(ctx: AttemptContext) -> None:
+        started.append(ctx)
+        await finish.wait()  # ignores the cancel flag: it finishes late, after the rescue
+
+    handlers.register("k", handler)
+    config = fast_config(handlers, heartbeat_rescue_interval_ms=60_000)
+    caplog.set_level("INFO", logger="awa.runtime.executor")
+    async with running(engine, handlers, config, leader=False):
+        [record] = await enqueue(engine, "k")
+        await wait_until(lambda: started)
+        clock.advance(timedelta(minutes=10))
+        await engine.rescue_stale_heartbeats(staleness=timedelta(seconds=90))
+        current = (await job(engine, record.id)).run_lease
+        finish.set()
+        await wait_until(lambda: any("run-lease guard" in r.message for r in caplog.records))
+    refused = [r for r in caplog.records if "run-lease guard" in r.message]
+    assert len(refused) == 1 and refused[0].levelname == "INFO"
+    message = refused[0].getMessage()
+    assert f"job {record.id}: Complete refused" in message
+    assert f"held run lease {started[0].lease.lease}" in message
+    assert f"run lease is now {current} (state retryable" in message
+    assert (await job(engine, record.id)).state == JobState.Retryable

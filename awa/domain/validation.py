@@ -155,18 +155,20 @@ def validate_queue(value: Any, *, stripe: bool = False) -> str:
 
 
 #: Job ids are ``bigint``.
+MIN_JOB_ID = -(2**63)
 MAX_JOB_ID = 2**63 - 1
 
 
 def validate_job_id(value: Any) -> int:
-    """A job id: an ``int`` (not ``bool``) from 1 to :data:`MAX_JOB_ID`. Raises
-    :class:`ValidationTypeError` (also a ``TypeError``) for another type."""
+    """A job id: an ``int`` (not ``bool``) that fits a ``bigint`` (``0`` or a negative
+    one is simply no job). Raises :class:`ValidationTypeError` (also a ``TypeError``)
+    for another type."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValidationTypeError(
             "job_id", f"must be an integer, got {type(value).__name__} {value!r:.40}"
         )
-    if not 1 <= value <= MAX_JOB_ID:
-        raise ValidationError("job_id", f"must be between 1 and {MAX_JOB_ID}, got {value}")
+    if not MIN_JOB_ID <= value <= MAX_JOB_ID:
+        raise ValidationError("job_id", f"must fit in a signed 64-bit integer, got {value}")
     return value
 
 

@@ -1,5 +1,5 @@
-"""A one-second schedule watched across a killed maintenance leader: every slot is
-enqueued at most once, and firing resumes under the new leader.
+"""A one-second schedule watched across a killed or stopped maintenance leader: every
+slot is enqueued at most once, and firing resumes under the new leader.
 
 Run the chaos tests alone with ``scripts/test tests/chaos`` or ``pytest -m chaos``.
 """
@@ -7,6 +7,8 @@ Run the chaos tests alone with ``scripts/test tests/chaos`` or ``pytest -m chaos
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -35,9 +37,12 @@ def _fire_times(url: str) -> list[datetime]:
     return [datetime.fromisoformat(row["fire"]) for row in rows]
 
 
-def test_a_killed_leader_never_makes_a_slot_fire_twice(
-    migrated_database_url: str, tmp_path: Path
+@pytest.mark.parametrize("fault", ["kill", "stop"])
+def test_a_lost_leader_never_makes_a_slot_fire_twice(
+    migrated_database_url: str, tmp_path: Path, fault: str
 ) -> None:
+    """``kill``: SIGKILL. ``stop``: SIGSTOP until the new leader fired, then SIGCONT; the
+    resumed leader must step down without firing a slot the new one owns."""
     url = migrated_database_url
     args = ("--queue", "ticks:4", "--queue", "slow:1")
     first = spawn_worker(url, tmp_path, *args, start_options=OPTIONS, module=MODULE)
@@ -48,22 +53,36 @@ def test_a_killed_leader_never_makes_a_slot_fire_twice(
         second = spawn_worker(url, tmp_path, *args, start_options=OPTIONS, module=MODULE)
         wait_for(lambda: len(live_runtimes(url)) == 2, 20, "the second runtime")
         wait_for(lambda: len(_fire_times(url)) >= 3, 15, "fires under the first leader")
-        first.kill()
-        killed_at = datetime.now(UTC)
+        if fault == "kill":
+            first.kill()
+        else:
+            os.kill(first.pid, signal.SIGSTOP)
+        lost_at = datetime.now(UTC)
         wait_for(
             lambda: (b := _leader_backend(url)) not in (None, old_leader) and b,
             10,
             "a new leader",
             interval=0.02,
         )
-        after = killed_at + timedelta(seconds=1)
+        after = lost_at + timedelta(seconds=1)
         wait_for(
             lambda: sum(f > after for f in _fire_times(url)) >= 4,
             15,
             "fires under the new leader",
         )
+        if fault == "stop":
+            os.kill(first.pid, signal.SIGCONT)
+            wait_for(
+                lambda: "stepping down before acting again" in first.output(),
+                15,
+                "the resumed leader to step down",
+            )
+            resumed = len(_fire_times(url))
+            wait_for(lambda: len(_fire_times(url)) >= resumed + 3, 15, "fires after the resume")
+            assert _leader_backend(url) not in (None, old_leader)
     finally:
         if first.process.poll() is None:
+            os.kill(first.pid, signal.SIGCONT)
             first.kill()
         code = second.stop() if second is not None else 0
     assert code == 0, second.output() if second is not None else ""
@@ -77,4 +96,4 @@ def test_a_killed_leader_never_makes_a_slot_fire_twice(
     # busy host may also coalesce a slot, so shorter gaps are allowed anywhere.)
     gaps = [later - earlier for earlier, later in itertools.pairwise(ordered)]
     assert all(gap < timedelta(seconds=LEASE_MS / 1000 + 4) for gap in gaps), gaps
-    assert ordered[0] < killed_at < ordered[-1]
+    assert ordered[0] < lost_at < ordered[-1]

@@ -245,7 +245,7 @@ class Client(BlockingClientBase):
         ordering_key: bytes | str | None = None,
         queue_storage_queue_stripe_count: int = 1,
     ) -> Job[T]:
-        """Insert one job; the returned ``Job``'s ``args`` is ``args`` itself (a dict reads
+        """Insert one job. The returned ``Job``'s ``args`` is ``args`` itself (a dict reads
         back as stored). ``run_at`` (any value) makes it ``scheduled``; ``unique_opts``
         raises ``UniqueConflict`` when a live job already holds the same key.
         ``queue_storage_queue_stripe_count`` must match the fleet's: on queue storage the

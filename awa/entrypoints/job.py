@@ -69,48 +69,59 @@ class Job(Generic[T]):
     # ------------------------------------------------------------------ properties
     @property
     def record(self) -> JobRecord:
-        """The underlying storage snapshot."""
+        """The underlying storage snapshot (internal; not part of the documented API)."""
         return self._record
 
     @property
     def id(self) -> int:
+        """The job's id (``bigint``), unique in the database."""
         return self._record.id
 
     @property
     def kind(self) -> str:
+        """The job kind: the handler it runs (by default derived from the args class name)."""
         return self._record.kind
 
     @property
     def queue(self) -> str:
+        """The queue it was enqueued on."""
         return self._record.queue
 
     @property
     def state(self) -> JobState:
+        """Where it is in its lifecycle (``JobState``), as of this snapshot."""
         return self._record.state
 
     @property
     def priority(self) -> int:
+        """1 (most urgent) to 4, as enqueued; priority aging works on claim order only."""
         return self._record.priority
 
     @property
     def attempt(self) -> int:
+        """How many attempts have started (0 before the first)."""
         return self._record.attempt
 
     @property
     def max_attempts(self) -> int:
+        """Attempts allowed before a retryable failure becomes ``failed``."""
         return self._record.max_attempts
 
     @property
     def tags(self) -> list[str]:
+        """Free-form labels given at enqueue (searchable in the admin UI)."""
         return list(self._record.tags)
 
     @property
     def args(self) -> T:
-        """The job's arguments, rebuilt as the registered args type inside handlers."""
+        """The job's arguments: inside a handler, an instance of the registered args class;
+        on the job ``insert()`` returned, the instance given; read back (``get_job``,
+        ``list_jobs``), the stored JSON."""
         return self._args  # type: ignore[no-any-return]
 
     @property
     def metadata(self) -> dict[str, Any]:
+        """The job's metadata: what was given at enqueue plus handler checkpoints."""
         return dict(self._record.metadata)
 
     @property
@@ -123,27 +134,35 @@ class Job(Generic[T]):
 
     @property
     def errors(self) -> list[dict[str, Any]]:
+        """One entry per failed attempt, oldest first: ``error``, ``attempt``, ``at`` (and
+        ``terminal`` when it ended the job)."""
         return [dict(e) for e in self._record.errors]
 
     @property
     def run_at(self) -> str:
+        """When it is due (ISO 8601): now for available jobs, later when scheduled."""
         return self._record.run_at.isoformat()
 
     @property
     def deadline(self) -> str | None:
+        """When the running attempt's deadline passes (RFC 3339), or ``None``."""
         return rfc3339(self._record.deadline_at)
 
     @property
     def created_at(self) -> str:
+        """When it was enqueued (ISO 8601)."""
         return self._record.created_at.isoformat()
 
     @property
     def finalized_at(self) -> str | None:
+        """When it completed, failed or was cancelled (RFC 3339), or ``None``."""
         return rfc3339(self._record.finalized_at)
 
     @property
     def progress(self) -> dict[str, Any] | None:
-        """Inside a handler: the attempt's progress including changes not yet flushed."""
+        """The last reported progress (``percent``, ``message``, ``metadata``) or ``None``;
+        cleared when the job completes. Inside a handler: including changes not yet
+        flushed."""
         if self._controls is not None:
             return self._controls.progress
         return None if self._record.progress is None else dict(self._record.progress)

@@ -91,3 +91,7 @@ def test_the_site_builds_without_warnings(tmp_path: Path) -> None:
     reference = (tmp_path / "site" / "reference" / "index.html").read_text(encoding="utf-8")
     # The API reference is generated from docstrings, so a docstring shows up there.
     assert "Insert one job." in reference
+    # Every field of a Job is documented, and its storage internals are not.
+    for field in ("kind", "queue", "state", "attempt", "max_attempts", "errors", "args"):
+        assert f'id="awa.Job.{field}"' in reference, field
+    assert 'id="awa.Job.record"' not in reference

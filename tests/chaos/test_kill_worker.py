@@ -16,7 +16,6 @@ import pytest
 from awa import AsyncClient, JobState
 from tests.fixtures.processes import live_runtimes, runs, spawn_worker, wait_for
 from tests.fixtures.worker_app import Slow
-from tests.support.pgbouncer import PgBouncer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.chaos]
 
@@ -41,15 +40,6 @@ async def _jobs(url: str, ids: list[int]) -> list[tuple[JobState, int, list[dict
     async with AsyncClient(url) as client:
         jobs = [await client.get_job(i) for i in ids]
     return [(j.state, j.attempt, j.errors) for j in jobs]
-
-
-@pytest.fixture(params=["direct", "pooled"])
-def worker_url(request: pytest.FixtureRequest, migrated_database_url: str) -> str:
-    """Where the workers connect: the database itself, or the same through PgBouncer."""
-    if request.param == "direct":
-        return migrated_database_url
-    bouncer: PgBouncer = request.getfixturevalue("pgbouncer_running")
-    return bouncer.url(migrated_database_url)
 
 
 def test_killed_workers_attempts_are_rescued_and_completed(

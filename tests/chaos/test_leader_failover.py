@@ -1,4 +1,6 @@
-"""The maintenance leader is killed; the other runtime takes over and promotes due work.
+"""The maintenance leader is killed; the other runtime takes over and promotes due work,
+with the workers connected directly and through PgBouncer in transaction mode
+(``worker_url``, ``tests/chaos/conftest.py``).
 
 Run the chaos tests alone with ``scripts/test tests/chaos`` or ``pytest -m chaos``.
 """
@@ -54,15 +56,15 @@ async def _state(url: str, job_id: int) -> JobState:
 
 
 def test_a_killed_leader_is_replaced_and_the_new_one_promotes(
-    migrated_database_url: str, tmp_path: Path
+    migrated_database_url: str, worker_url: str, tmp_path: Path
 ) -> None:
     url = migrated_database_url
-    first = spawn_worker(url, tmp_path, *QUEUES, start_options=OPTIONS)
+    first = spawn_worker(worker_url, tmp_path, *QUEUES, start_options=OPTIONS)
     second = None
     try:
         wait_for(lambda: len(live_runtimes(url)) == 1, 20, "the first runtime")
         old_leader = wait_for(lambda: _leader_backend(url), 10, "a leader")
-        second = spawn_worker(url, tmp_path, *QUEUES, start_options=OPTIONS)
+        second = spawn_worker(worker_url, tmp_path, *QUEUES, start_options=OPTIONS)
         wait_for(lambda: len(live_runtimes(url)) == 2, 20, "the second runtime")
         # The first runtime keeps the lock: the second is a follower.
         time.sleep(ELECTION_MS / 1000 * 2)

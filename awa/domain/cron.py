@@ -11,7 +11,10 @@ Firing rules (the same on every engine):
   it was created, so a schedule created at ``HH:MM:30`` still fires the ``HH:MM:00`` slot.
 * ``coalesce``: of the fire times in ``(last, now]`` only the latest is enqueued.
 * ``catch_up``: every fire time in ``(last, now]`` is enqueued, oldest first, at most
-  :data:`CATCH_UP_LIMIT` per evaluation (the rest follow on the next ones).
+  :data:`CATCH_UP_LIMIT` per evaluation (the rest follow on the next ones). A schedule
+  that never fired catches up from its creation: the one slot at or before it (within
+  the lookback, as ``coalesce``) and every slot since, never the fires of the minute
+  before it existed.
 * A paused schedule fires nothing; its ``last_enqueued_at`` stays, so the policy decides
   what happens on resume. A manual trigger ignores the pause and leaves the schedule alone.
 """
@@ -165,7 +168,11 @@ def due_fires(
             return []
         if job.schedule.missed_fire_policy is MissedFirePolicy.COALESCE:
             return [latest]
-        return _between(calendar, floor, now, limit)
+        # catch_up: nothing it missed before it existed but its creation slot.
+        first = calendar.latest_at_or_before(min(job.created_at, now))
+        if first is None or first <= floor:
+            return _between(calendar, job.created_at, now, limit)
+        return [first, *_between(calendar, first, now, limit - 1)] if limit > 0 else []
     if job.schedule.missed_fire_policy is MissedFirePolicy.COALESCE:
         latest = calendar.latest_at_or_before(now)
         return [latest] if latest is not None and latest > after else []

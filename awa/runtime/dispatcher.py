@@ -6,14 +6,16 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import anyio
+import attrs
 from anyio.abc import TaskStatus
 
 from awa.domain.channels import queue_channel
 from awa.domain.job import Claim
 from awa.domain.overrides import DispatchSettings, QueueOverrides, apply_overrides
+from awa.domain.policies import PriorityAging
 from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, stripe_queues
 from awa.ports.overrides import QueueOverrideStore
 from awa.ports.storage import StorageEngine, StripedClaimer
@@ -52,6 +54,18 @@ def override_refresh_interval() -> float:
     except ValueError:
         log.warning("AWA_OVERRIDE_REFRESH_MS=%r is not a number of milliseconds; using 10 s", raw)
         return DEFAULT_OVERRIDE_REFRESH
+
+
+def as_claimed(claim: Claim, aging_interval: timedelta | None) -> Claim:
+    """The claim as the handler sees it: the attempt's effective priority, aging applied
+    from when the job became runnable to when it was claimed (what ordered the claim).
+    The stored priority is left as it was."""
+    job = claim.job
+    claimed_at = job.attempted_at or job.run_at
+    aged = PriorityAging(aging_interval).effective_priority(job.priority, job.run_at, claimed_at)
+    if aged == job.priority:
+        return claim
+    return attrs.evolve(claim, job=attrs.evolve(job, priority=aged))
 
 
 class QueueDispatcher:
@@ -283,7 +297,7 @@ class QueueDispatcher:
             await self._release_unstarted(claims)
             return
         for claim in claims:
-            self._spawn(self.queue, claim)
+            self._spawn(self.queue, as_claimed(claim, self.config.aging_interval))
         if len(claims) < granted:
             # Striped: the next stripe may hold work, so sleep only after a full rotation.
             self._short_claims += 1

@@ -80,11 +80,19 @@ def test_a_new_schedule_fires_the_slot_of_its_creation_minute_but_nothing_older(
     hourly = job("0 * * * *", created=at(2025, 6, 15, 10, 21, 32))
     assert fires(hourly, at(2025, 6, 15, 10, 21, 33)) == []
     catch_up = job("*/20 * * * * *", created=at(2025, 6, 15, 10, 21, 32), policy="catch_up")
+    # catch_up back-fills nothing from before it existed but its creation slot.
     assert fires(catch_up, at(2025, 6, 15, 10, 21, 41)) == [
-        "06-15 10:20:40",
-        "06-15 10:21:00",
         "06-15 10:21:20",
         "06-15 10:21:40",
+    ]
+    every_second = job("* * * * * *", created=at(2025, 6, 15, 10, 21, 32, 500), policy="catch_up")
+    assert len(fires(every_second, at(2025, 6, 15, 10, 21, 44))) == 13  # 10:21:32 .. :44
+    minute = job("* * * * *", created=at(2025, 6, 15, 10, 21, 32), policy="catch_up")
+    assert fires(minute, at(2025, 6, 15, 10, 21, 33)) == ["06-15 10:21:00"]
+    assert fires(minute, at(2025, 6, 15, 10, 23, 1)) == [
+        "06-15 10:21:00",
+        "06-15 10:22:00",
+        "06-15 10:23:00",
     ]
 
 

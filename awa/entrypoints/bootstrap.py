@@ -418,9 +418,23 @@ async def check_connection_limits(wiring: Wiring, max_connections: int) -> Conne
     """Raise :class:`ConnectionLimitTooLow` when a Postgres connection limit (the role's,
     the database's or the server's) is below what a worker with a pool of
     ``max_connections`` opens; warn when it is not, but the connections other sessions
-    hold now leave too few. Returns the budget."""
+    hold now leave too few. Returns the budget.
+
+    Through a transaction-mode pooler these connections are the pooler's clients, and
+    Postgres only sees the pooler's server connections (its ``default_pool_size``): the
+    limits are the pooler's to respect, so nothing is checked here (ADR 0015)."""
     budget = ConnectionBudget(pool=max_connections)
     pool = wiring.database()
+    async with pool.connection() as conn:
+        through_pooler = pg_pool.is_pooled(conn)
+    if through_pooler:
+        log.info(
+            "this worker opens up to %s through a transaction-mode pooler: Postgres' "
+            "connection limits apply to the pooler's server connections, size its "
+            "max_client_conn for the workers (docs/deployment.md)",
+            budget.describe(),
+        )
+        return budget
     for limit in await pg_limits.connection_limits(pool):
         if budget.total > limit.limit:
             raise ConnectionLimitTooLow(

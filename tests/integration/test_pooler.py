@@ -40,7 +40,8 @@ import awa
 from awa import AsyncClient, Job, JobState
 from awa.adapters._pg import pool as pg_pool
 from awa.adapters._pg.notifier import PostgresNotifier
-from awa.domain.errors import WakeupsUnavailable
+from awa.domain.errors import ConnectionLimitTooLow, WakeupsUnavailable
+from awa.entrypoints import bootstrap
 from awa.entrypoints.cli import cli
 from awa.entrypoints.web.app import create_app
 from awa.entrypoints.web.config import ServerConfig
@@ -136,6 +137,19 @@ async def test_a_url_declared_transaction_keeps_nothing_and_never_listens(
             assert (await declared.get_job(job.id)).state == JobState.Available
         finally:
             pg_pool.declare_pooler(migrated_database_url, "auto")
+
+
+async def test_connection_limits_are_the_poolers_to_respect(
+    pooled_url: str, migrated_database_url: str
+) -> None:
+    # A pool larger than the server's max_connections (500 here) is refused directly, and
+    # accepted through the pooler: Postgres only sees the pooler's server connections.
+    async with AsyncClient(migrated_database_url) as direct:
+        with pytest.raises(ConnectionLimitTooLow):
+            await bootstrap.check_connection_limits(await direct._wiring(), 1000)
+    async with AsyncClient(pooled_url) as pooled:
+        budget = await bootstrap.check_connection_limits(await pooled._wiring(), 1000)
+        assert budget.total > 1000
 
 
 async def test_producers_share_four_server_connections_without_collisions(

@@ -122,6 +122,39 @@ def test_migrate_sql_selects_ranges_and_single_versions() -> None:
     assert invoke("migrate", "--version", "1").exit_code == 2
 
 
+def test_migrate_extract_to_writes_each_migration_and_schema_file(tmp_path: Path) -> None:
+    """awa-cli 0.6.9's --extract-to: the SQL as files named for tools that apply a
+    directory (V<version>__<description>.sql, then the schema files in their order)."""
+    out = tmp_path / "sql"
+    result = invoke("migrate", "--extract-to", str(out))
+    assert result.exit_code == 0, result.stderr
+    migrations = bootstrap.migrations()
+    files = bootstrap.schema_files()
+    written = sorted(p.name for p in out.iterdir())
+    assert len(written) == len(migrations) + len(files)
+    for version, description, sql in migrations:
+        path = out / f"V{version}__{description.replace(' ', '_')}.sql"
+        assert path.read_text("utf-8").rstrip("\n") == sql.rstrip("\n")
+        assert f"Extracted: {path}" in result.stdout
+    repeatable = sorted(name for name in written if name.startswith("R__"))
+    assert [(out / name).read_text("utf-8").rstrip("\n") for name in repeatable] == [
+        sql.rstrip("\n") for _, sql in files
+    ]
+    first, second = migrations[:2]
+    ranged = tmp_path / "ranged"
+    selected = invoke(
+        "migrate", "--extract-to", str(ranged), "--from", str(first[0]), "--to", str(second[0])
+    )
+    assert selected.exit_code == 0, selected.stderr
+    assert [p.name.split("__")[0] for p in ranged.iterdir()] == [f"V{second[0]}"]
+    both = invoke("migrate", "--sql", "--extract-to", str(out))
+    assert both.exit_code == 2 and "give one of them" in both.stderr
+    blocked = tmp_path / "a-file"
+    blocked.write_text("", encoding="utf-8")
+    refused = invoke("migrate", "--extract-to", str(blocked / "sub"))
+    assert refused.exit_code == 1 and "cannot extract migrations" in refused.stderr
+
+
 def test_migrate_sql_does_not_apply(database_url: str) -> None:
     result = invoke("--database-url", database_url, "migrate", "--sql")
     assert result.exit_code == 0

@@ -48,6 +48,8 @@ class Effect:
 
 START_EFFECTS: dict[str, Effect] = {
     "poll_interval_ms": Effect(500, "poll_interval", 0.5),
+    "completion_batch_size": Effect(64, "completion_batch_size", 64),
+    "completion_flush_ms": Effect(5, "completion_flush_interval", 0.005),
     "global_max_workers": Effect(4, "global_max_workers", 4),
     "completed_retention_hours": Effect(5, "completed_retention", timedelta(hours=5)),
     "failed_retention_hours": Effect(6, "failed_retention", timedelta(hours=6)),

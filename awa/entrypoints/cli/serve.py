@@ -261,6 +261,12 @@ def serve(state: CliState, /, **kw: Any) -> None:
             "requests are answered only for loopback Host names and --allowed-host",
             err=True,
         )
+    if config.auth_token is None and "*" in config.allowed_hosts:
+        click.echo(
+            "awa: warning: --allowed-host '*' without --auth-token: any Host is answered, "
+            "so a DNS-rebinding web page can drive this server from a browser",
+            err=True,
+        )
     if config.auth_token is not None and config.callback_secret is None:
         click.echo(
             "awa: warning: --auth-token without --callback-hmac-secret: the callback routes "

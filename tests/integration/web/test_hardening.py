@@ -3,9 +3,11 @@ ends, slowed-down guessing, callbacks behind the token, request signatures."""
 
 from __future__ import annotations
 
+import http.client
 import importlib
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,8 +22,10 @@ from awa.callback_contract import (
     sign_callback_request,
 )
 from awa.entrypoints.cli import cli
+from awa.entrypoints.web.config import ServerConfig
 from awa.entrypoints.web.sessions import FREE_FAILURES
 from tests.integration.web.conftest import AppFactory
+from tests.integration.web.live import live_server
 from tests.integration.web.test_auth_callbacks import csrf_of, waiting_job
 
 pytestmark = pytest.mark.postgres
@@ -238,6 +242,8 @@ def test_serve_options_and_start_warnings(
         web = client.app.state.awa  # type: ignore[attr-defined]
         assert web.config.allowed_hosts == ("admin.example", "ops.example", "x.test")
         assert (web.config.session_ttl, web.config.max_body_bytes) == (120.0, 4096)
+    anything = CliRunner().invoke(cli, [*base, "--allowed-host", "*"], env={"AWA_UI_TOKEN": None})
+    assert anything.exit_code == 0 and "DNS-rebinding" in anything.stderr
     bad = CliRunner().invoke(cli, [*base, "--allowed-host", "http://x/"])
     assert bad.exit_code == 2 and "--allowed-host" in bad.stderr
     lonely = CliRunner().invoke(
@@ -250,3 +256,30 @@ def test_serve_options_and_start_warnings(
         config = client.app.state.awa.config  # type: ignore[attr-defined]
         assert (config.max_body_bytes, config.session_ttl) == (2 * 1024 * 1024, 12 * 3600.0)
         assert config.allowed_hosts == ()
+
+
+def test_a_real_server_answers_413_to_a_large_streamed_body(migrated_database_url: str) -> None:
+    """Through uvicorn, a chunked body with no Content-Length: refused at the limit (the
+    ASGI-level test in tests/unit shows reading stops there)."""
+    config = ServerConfig(database_url=migrated_database_url, max_body_bytes=64 * 1024)
+    with live_server(config) as base:
+        host, port = base.removeprefix("http://").split(":")
+
+        def body() -> Iterator[bytes]:
+            for _ in range(320):  # 20 MiB
+                yield b"x" * 65536
+
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        try:
+            conn.request(
+                "POST",
+                "/api/queues/mail/pause",
+                body=body(),
+                headers={"Content-Type": "application/json"},
+                encode_chunked=True,
+            )
+            response = conn.getresponse()
+            assert response.status == 413
+            assert "65536 bytes" in json.loads(response.read())["error"]
+        finally:
+            conn.close()

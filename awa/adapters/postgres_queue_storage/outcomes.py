@@ -83,6 +83,12 @@ class Outcomes:
         when the job goes to the DLQ, the reason."""
         self._receipts.forget(lease)
         async with translated_errors(), self._connections.tx() as conn:
+            # The attempt's lease lock first, before this transaction reads any partition
+            # of the rings: a ring prune holds the lock of the attempts it carries while it
+            # asks for ACCESS EXCLUSIVE on a partition, and a reader that waited for the
+            # lock while holding that partition closed a cycle (a deadlock reported to the
+            # reader when its deadlock_timeout ran out during prune's bounded wait).
+            await self._sql.exec(conn, "lock_leases", schema=self._sql.schema, ids=[lease.job_id])
             writes = Writes(self._clock.now())
             found = (await self._facts.resolve(conn, [lease.job_id])).get(lease.job_id)
             if (

@@ -41,8 +41,17 @@ def fresh_database(admin_url: str, name: str) -> str:
 
 
 def drop_database(admin_url: str, name: str) -> None:
+    """Drop ``name``, ending its sessions; on a loaded host a session may take longer to
+    end than the server waits for (ObjectInUse), so the drop is tried again a few times."""
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        for attempt in range(5):
+            try:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                return
+            except psycopg.errors.ObjectInUse:
+                if attempt == 4:
+                    raise
+                time.sleep(1.0)
 
 
 @contextlib.contextmanager

@@ -196,13 +196,26 @@ async def drain(url: str, jobs: int, slots: int, log: Path) -> float:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
         for proc, _ in workers:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            _stop_group(proc)
         await client.close()
     return rate
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """Wait for ``proc`` and every process of its group (a supervisor's children) to exit
+    after SIGTERM, then SIGKILL what is left: the scratch database is dropped next."""
+    deadline = time.monotonic() + 30
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=30)
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def one_run(admin_url: str, name: str, jobs: int, producers: int, slots: int, log: Path) -> float:

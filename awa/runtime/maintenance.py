@@ -17,49 +17,30 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
 
 import anyio
 import anyio.to_thread
 
 from awa.domain.leadership import Lease, LeaseLapsed, LeasePolicy
-from awa.domain.lifecycle import Rescue
-from awa.domain.policies import RingSeal
 from awa.ports.clock import Clock
 from awa.ports.cron import CronStore
-from awa.ports.descriptors import DescriptorStore
 from awa.ports.leader import LeaderLock
-from awa.ports.maintenance import RingMaintenance
-from awa.ports.storage import Rescued, StorageEngine
+from awa.ports.storage import StorageEngine
 from awa.runtime import metrics
-from awa.runtime.batch_runner import BATCH_OPERATION_INTERVAL, BatchRunner
 from awa.runtime.config import RuntimeConfig
 from awa.runtime.cron import CronService
-from awa.runtime.descriptors import clean_up_descriptors
 from awa.runtime.inflight import InFlight
-from awa.runtime.queue_gauges import REFRESH_INTERVAL, QueueGauges
+from awa.runtime.maintenance_duties import Duty, MaintenanceDuties
+from awa.runtime.queue_gauges import QueueGauges
 
 log = logging.getLogger("awa.runtime.maintenance")
 
-_CLEANUP_ROUNDS = 10
 #: After a failed renewal, the next try comes this soon (while the lease still lasts).
 _RENEW_RETRY = 0.25
 #: How long stopping waits for the maintenance thread once its duty finished.
 _THREAD_JOIN = 10.0
 
 EngineFactory = Callable[[], Awaitable[StorageEngine]]
-
-
-class _Duty:
-    __slots__ = ("due", "interval", "name", "run")
-
-    def __init__(
-        self, name: str, interval: float, run: Callable[[], Awaitable[bool | None]]
-    ) -> None:
-        self.name = name
-        self.interval = interval
-        self.run = run
-        self.due = 0.0
 
 
 class MaintenanceLeader:
@@ -99,10 +80,6 @@ class MaintenanceLeader:
         self.runs: dict[str, int] = {}
         #: how often each rotate / prune outcome word was seen (observability, tests)
         self.ring_outcomes: dict[str, int] = {}
-        #: The leader seals the queue ring's slot once it is full or old (ADR 0006).
-        self._ring_seal = RingSeal(
-            interval=timedelta(seconds=config.queue_storage_queue_rotate_interval)
-        )
         #: the same for the lease ring
         self.lease_ring_outcomes: dict[str, int] = {}
         self._valid_until: float | None = None
@@ -155,52 +132,6 @@ class MaintenanceLeader:
         assert self._wake is not None
         with anyio.move_on_after(seconds):
             await self._wake.wait()
-
-    def _duties(self, engine: StorageEngine) -> list[_Duty]:
-        c = self._config
-        batch_runner = BatchRunner(engine, runner_id=self._instance_id)
-        duties = [
-            _Duty("promote", c.promote_interval, lambda: self._promote(engine)),
-            _Duty(
-                "rescue_heartbeats",
-                c.heartbeat_rescue_interval,
-                lambda: self._rescue_heartbeats(engine),
-            ),
-            _Duty(
-                "rescue_deadlines",
-                c.deadline_rescue_interval,
-                lambda: self._rescue_deadlines(engine),
-            ),
-            _Duty(
-                "rescue_callbacks",
-                c.callback_rescue_interval,
-                lambda: self._rescue_callbacks(engine),
-            ),
-            _Duty("cleanup", c.cleanup_interval, lambda: self._cleanup(engine)),
-            _Duty("batch_operations", BATCH_OPERATION_INTERVAL, batch_runner.step),
-        ]
-        if self._gauges is not None:
-            duties.append(_Duty("queue_gauges", REFRESH_INTERVAL, self._gauges.refresh))
-        if self._clock is not None and isinstance(engine, DescriptorStore):
-            duties.append(
-                _Duty("descriptor_cleanup", c.cleanup_interval, lambda: self._descriptors(engine))
-            )
-        if self._cron is not None:
-            duties.append(
-                _Duty("cron", self._cron.eval_interval, lambda: self._cron_evaluate(engine))
-            )
-        if isinstance(engine, RingMaintenance):
-            duties.append(
-                _Duty("ring", c.queue_storage_queue_rotate_interval, lambda: self._ring(engine))
-            )
-            duties.append(
-                _Duty(
-                    "lease_ring",
-                    c.queue_storage_lease_rotate_interval,
-                    lambda: self._lease_ring(engine),
-                )
-            )
-        return duties
 
     async def run(self) -> None:
         """Elect and lead until :meth:`stop` or cancellation (on this loop, or on the
@@ -264,7 +195,19 @@ class MaintenanceLeader:
         self._gauges = QueueGauges(engine, instruments) if instruments is not None else None
         if self._gauges is not None:
             self._gauges.attach()
-        duties = self._duties(engine)
+        duties = MaintenanceDuties(
+            engine,
+            self._config,
+            self._inflight,
+            fence=self.fence,
+            cron=self._cron,
+            cron_store=engine if self.threaded and isinstance(engine, CronStore) else None,
+            clock=self._clock,
+            instance_id=self._instance_id,
+            gauges=self._gauges,
+            ring_outcomes=self.ring_outcomes,
+            lease_ring_outcomes=self.lease_ring_outcomes,
+        ).schedule()
         try:
             while not self._stopping:
                 asked = time.monotonic()
@@ -378,7 +321,7 @@ class MaintenanceLeader:
         except Exception:
             log.debug("releasing a lost leader lease failed", exc_info=True)
 
-    async def _lead(self, duties: list[_Duty]) -> None:
+    async def _lead(self, duties: list[Duty]) -> None:
         while not self._stopping:
             if not await self._keep_lease():
                 return
@@ -403,100 +346,3 @@ class MaintenanceLeader:
                     log.warning("maintenance duty %s failed", duty.name, exc_info=True)
             wake_at = min([self._next_renewal, *(d.due for d in duties)])
             await self._pause(max(0.0, wake_at - time.monotonic()))
-
-    def _flag_local(self, rescued: list[Rescued], sweep: str) -> None:
-        instruments = metrics.instruments()
-        for item in rescued:
-            # A rescued attempt may still be running here; tell its handler to stop.
-            self._inflight.cancel(item.lease)
-            log.warning(
-                "job %s rescued by the %s sweep (%s); it is now %s",
-                item.lease.job_id,
-                sweep,
-                item.reason,
-                item.new_state.name.lower(),
-                extra={"job_id": item.lease.job_id, "outcome": "rescued", "error": item.reason},
-            )
-            if instruments is not None:
-                instruments.count(
-                    "awa.maintenance.rescues",
-                    (
-                        (metrics.ATTR_REASON, sweep),
-                        (metrics.ATTR_STATE, item.new_state.name.lower()),
-                    ),
-                )
-                if item.dlq_reason is not None:
-                    instruments.dlq(
-                        "awa.job.dlq_moved",
-                        1,
-                        queue=item.queue,
-                        kind=item.kind,
-                        reason=item.dlq_reason,
-                    )
-
-    async def _promote(self, engine: StorageEngine) -> None:
-        started = time.monotonic()
-        promoted = await engine.promote_due(limit=self._config.promote_batch_size)
-        instruments = metrics.instruments()
-        if instruments is not None and promoted:
-            instruments.promoted(promoted, time.monotonic() - started)
-
-    async def _rescue_heartbeats(self, engine: StorageEngine) -> None:
-        self._flag_local(
-            await engine.rescue_stale_heartbeats(staleness=self._config.heartbeat_staleness),
-            Rescue.HEARTBEAT_STALE.value,
-        )
-
-    async def _rescue_deadlines(self, engine: StorageEngine) -> None:
-        self._flag_local(await engine.rescue_expired_deadlines(), Rescue.DEADLINE_EXCEEDED.value)
-
-    async def _rescue_callbacks(self, engine: StorageEngine) -> None:
-        self._flag_local(await engine.rescue_expired_callbacks(), Rescue.CALLBACK_TIMEOUT.value)
-
-    async def _descriptors(self, engine: StorageEngine) -> None:
-        assert self._clock is not None and isinstance(engine, DescriptorStore)
-        await clean_up_descriptors(engine, self._clock, self._config.descriptor_retention)
-
-    async def _cron_evaluate(self, engine: StorageEngine) -> None:
-        assert self._cron is not None
-        # Each fire is its own action: a lease that runs out mid-pass fires no more.
-        store = engine if self.threaded and isinstance(engine, CronStore) else None
-        await self._cron.evaluate(store=store, before_fire=self.fence)
-
-    async def _ring(self, engine: StorageEngine) -> None:
-        """Reclaim the slot the ring rotates into next (when it is safe), then rotate."""
-        assert isinstance(engine, RingMaintenance)
-        pruned = await engine.prune(failed_retention=self._config.failed_retention)
-        self.ring_outcomes[pruned] = self.ring_outcomes.get(pruned, 0) + 1
-        self.fence()
-        rotated = await engine.rotate(seal=self._ring_seal)
-        self.ring_outcomes[rotated] = self.ring_outcomes.get(rotated, 0) + 1
-
-    async def _lease_ring(self, engine: StorageEngine) -> None:
-        """The same for the lease ring: truncate the lease slot the next rotation enters
-        once no open attempt's lease is left in it, then rotate."""
-        assert isinstance(engine, RingMaintenance)
-        pruned = await engine.prune_leases()
-        self.lease_ring_outcomes[pruned] = self.lease_ring_outcomes.get(pruned, 0) + 1
-        self.fence()
-        rotated = await engine.rotate_leases()
-        self.lease_ring_outcomes[rotated] = self.lease_ring_outcomes.get(rotated, 0) + 1
-
-    async def _cleanup(self, engine: StorageEngine) -> None:
-        c = self._config
-        for _ in range(_CLEANUP_ROUNDS):
-            deleted = await engine.cleanup_retention(
-                completed=c.completed_retention,
-                failed=c.failed_retention,
-                batch_size=c.cleanup_batch_size,
-            )
-            if deleted < c.cleanup_batch_size:
-                break
-            self.fence()
-        for _ in range(_CLEANUP_ROUNDS):
-            self.fence()
-            deleted = await engine.cleanup_dlq(
-                retention=c.dlq_retention, batch_size=c.cleanup_batch_size
-            )
-            if deleted < c.cleanup_batch_size:
-                break

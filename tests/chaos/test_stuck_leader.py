@@ -29,7 +29,7 @@ from tests.fixtures.worker_app import Slow, Tick
 pytestmark = [pytest.mark.postgres, pytest.mark.chaos]
 
 MODULE = "tests.fixtures.leader_app"
-LEASE_MS = 2000
+LEASE_MS = 3000
 OPTIONS: dict[str, Any] = {
     "leader_election_interval_ms": 500,
     "leader_lease_ttl_ms": LEASE_MS,

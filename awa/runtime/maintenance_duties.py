@@ -1,0 +1,224 @@
+"""What the maintenance leader does, on one engine: each duty with its interval.
+
+:class:`MaintenanceDuties` holds no leadership state; the leader (``maintenance.py``)
+runs its schedule while it holds the lease and hands it ``fence``, which every duty calls
+between the statements that change something (ADR 0014).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+from awa.domain.lifecycle import Rescue
+from awa.domain.policies import RingSeal
+from awa.ports.clock import Clock
+from awa.ports.cron import CronStore
+from awa.ports.descriptors import DescriptorStore
+from awa.ports.maintenance import RingMaintenance
+from awa.ports.storage import Rescued, StorageEngine
+from awa.runtime import metrics
+from awa.runtime.batch_runner import BATCH_OPERATION_INTERVAL, BatchRunner
+from awa.runtime.config import RuntimeConfig
+from awa.runtime.cron import CronService
+from awa.runtime.descriptors import clean_up_descriptors
+from awa.runtime.inflight import InFlight
+from awa.runtime.queue_gauges import REFRESH_INTERVAL, QueueGauges
+
+log = logging.getLogger("awa.runtime.maintenance")
+
+_CLEANUP_ROUNDS = 10
+
+
+class Duty:
+    """One duty: its name, interval, what runs it, and when it is due next."""
+
+    __slots__ = ("due", "interval", "name", "run")
+
+    def __init__(
+        self, name: str, interval: float, run: Callable[[], Awaitable[bool | None]]
+    ) -> None:
+        self.name = name
+        self.interval = interval
+        self.run = run
+        self.due = 0.0
+
+
+class MaintenanceDuties:
+    """The duties over ``engine``; ``fence`` raises ``LeaseLapsed`` once the lease ran
+    out. Ring outcomes are counted into the dictionaries given (observability, tests)."""
+
+    def __init__(
+        self,
+        engine: StorageEngine,
+        config: RuntimeConfig,
+        inflight: InFlight,
+        *,
+        fence: Callable[[], None],
+        cron: CronService | None = None,
+        cron_store: CronStore | None = None,
+        clock: Clock | None = None,
+        instance_id: str = "",
+        gauges: QueueGauges | None = None,
+        ring_outcomes: dict[str, int] | None = None,
+        lease_ring_outcomes: dict[str, int] | None = None,
+    ) -> None:
+        self._engine = engine
+        self._config = config
+        self._inflight = inflight
+        self.fence = fence
+        self._cron = cron
+        self._cron_store = cron_store
+        self._clock = clock
+        self._instance_id = instance_id
+        self._gauges = gauges
+        self.ring_outcomes = {} if ring_outcomes is None else ring_outcomes
+        self.lease_ring_outcomes = {} if lease_ring_outcomes is None else lease_ring_outcomes
+        #: The leader seals the queue ring's slot once it is full or old (ADR 0006).
+        self._ring_seal = RingSeal(
+            interval=timedelta(seconds=config.queue_storage_queue_rotate_interval)
+        )
+
+    def schedule(self) -> list[Duty]:
+        """Every duty this engine and configuration call for."""
+        engine = self._engine
+        c = self._config
+        batch_runner = BatchRunner(engine, runner_id=self._instance_id)
+        duties = [
+            Duty("promote", c.promote_interval, self._promote),
+            Duty(
+                "rescue_heartbeats",
+                c.heartbeat_rescue_interval,
+                self._rescue_heartbeats,
+            ),
+            Duty(
+                "rescue_deadlines",
+                c.deadline_rescue_interval,
+                self._rescue_deadlines,
+            ),
+            Duty(
+                "rescue_callbacks",
+                c.callback_rescue_interval,
+                self._rescue_callbacks,
+            ),
+            Duty("cleanup", c.cleanup_interval, self._cleanup),
+            Duty("batch_operations", BATCH_OPERATION_INTERVAL, batch_runner.step),
+        ]
+        if self._gauges is not None:
+            duties.append(Duty("queue_gauges", REFRESH_INTERVAL, self._gauges.refresh))
+        if self._clock is not None and isinstance(engine, DescriptorStore):
+            duties.append(Duty("descriptor_cleanup", c.cleanup_interval, self._descriptors))
+        if self._cron is not None:
+            duties.append(Duty("cron", self._cron.eval_interval, self._cron_evaluate))
+        if isinstance(engine, RingMaintenance):
+            duties.append(Duty("ring", c.queue_storage_queue_rotate_interval, self._ring))
+            duties.append(
+                Duty(
+                    "lease_ring",
+                    c.queue_storage_lease_rotate_interval,
+                    self._lease_ring,
+                )
+            )
+        return duties
+
+    def _flag_local(self, rescued: list[Rescued], sweep: str) -> None:
+        instruments = metrics.instruments()
+        for item in rescued:
+            # A rescued attempt may still be running here; tell its handler to stop.
+            self._inflight.cancel(item.lease)
+            log.warning(
+                "job %s rescued by the %s sweep (%s); it is now %s",
+                item.lease.job_id,
+                sweep,
+                item.reason,
+                item.new_state.name.lower(),
+                extra={"job_id": item.lease.job_id, "outcome": "rescued", "error": item.reason},
+            )
+            if instruments is not None:
+                instruments.count(
+                    "awa.maintenance.rescues",
+                    (
+                        (metrics.ATTR_REASON, sweep),
+                        (metrics.ATTR_STATE, item.new_state.name.lower()),
+                    ),
+                )
+                if item.dlq_reason is not None:
+                    instruments.dlq(
+                        "awa.job.dlq_moved",
+                        1,
+                        queue=item.queue,
+                        kind=item.kind,
+                        reason=item.dlq_reason,
+                    )
+
+    async def _promote(self) -> None:
+        started = time.monotonic()
+        promoted = await self._engine.promote_due(limit=self._config.promote_batch_size)
+        instruments = metrics.instruments()
+        if instruments is not None and promoted:
+            instruments.promoted(promoted, time.monotonic() - started)
+
+    async def _rescue_heartbeats(self) -> None:
+        self._flag_local(
+            await self._engine.rescue_stale_heartbeats(staleness=self._config.heartbeat_staleness),
+            Rescue.HEARTBEAT_STALE.value,
+        )
+
+    async def _rescue_deadlines(self) -> None:
+        self._flag_local(
+            await self._engine.rescue_expired_deadlines(), Rescue.DEADLINE_EXCEEDED.value
+        )
+
+    async def _rescue_callbacks(self) -> None:
+        self._flag_local(
+            await self._engine.rescue_expired_callbacks(), Rescue.CALLBACK_TIMEOUT.value
+        )
+
+    async def _descriptors(self) -> None:
+        assert self._clock is not None and isinstance(self._engine, DescriptorStore)
+        await clean_up_descriptors(self._engine, self._clock, self._config.descriptor_retention)
+
+    async def _cron_evaluate(self) -> None:
+        assert self._cron is not None
+        # Each fire is its own action: a lease that runs out mid-pass fires no more.
+        await self._cron.evaluate(store=self._cron_store, before_fire=self.fence)
+
+    async def _ring(self) -> None:
+        """Reclaim the slot the ring rotates into next (when it is safe), then rotate."""
+        assert isinstance(self._engine, RingMaintenance)
+        pruned = await self._engine.prune(failed_retention=self._config.failed_retention)
+        self.ring_outcomes[pruned] = self.ring_outcomes.get(pruned, 0) + 1
+        self.fence()
+        rotated = await self._engine.rotate(seal=self._ring_seal)
+        self.ring_outcomes[rotated] = self.ring_outcomes.get(rotated, 0) + 1
+
+    async def _lease_ring(self) -> None:
+        """The same for the lease ring: truncate the lease slot the next rotation enters
+        once no open attempt's lease is left in it, then rotate."""
+        assert isinstance(self._engine, RingMaintenance)
+        pruned = await self._engine.prune_leases()
+        self.lease_ring_outcomes[pruned] = self.lease_ring_outcomes.get(pruned, 0) + 1
+        self.fence()
+        rotated = await self._engine.rotate_leases()
+        self.lease_ring_outcomes[rotated] = self.lease_ring_outcomes.get(rotated, 0) + 1
+
+    async def _cleanup(self) -> None:
+        c = self._config
+        for _ in range(_CLEANUP_ROUNDS):
+            deleted = await self._engine.cleanup_retention(
+                completed=c.completed_retention,
+                failed=c.failed_retention,
+                batch_size=c.cleanup_batch_size,
+            )
+            if deleted < c.cleanup_batch_size:
+                break
+            self.fence()
+        for _ in range(_CLEANUP_ROUNDS):
+            self.fence()
+            deleted = await self._engine.cleanup_dlq(
+                retention=c.dlq_retention, batch_size=c.cleanup_batch_size
+            )
+            if deleted < c.cleanup_batch_size:
+                break

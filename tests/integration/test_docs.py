@@ -1,9 +1,15 @@
-"""The user docs: the site builds without warnings and every Python example runs.
+"""The user docs: the site builds without warnings and every example runs.
 
 Each fenced ``python`` block of ``README.md`` and ``docs/**/*.md`` is a whole program. It
 runs in its own interpreter with ``DATABASE_URL`` pointing at a fresh migrated database,
 and must exit 0 within a minute. A block whose first line is ``# not run: <reason>`` is
 skipped (for fragments of a larger app, such as a Django settings file).
+
+Each fenced ``sh`` / ``bash`` / ``shell`` block runs the same way under ``bash -e -o
+pipefail``, with the package's ``awa`` first on ``PATH``. A block that cannot run in a test
+(it installs packages, needs a container engine or another host, or serves until it is
+stopped) has ``<!-- not run: <reason> -->`` on the line before its fence, visible in the
+markdown; the test skips it and counts it.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 NOT_RUN = "# not run:"
+SHELL_FENCE = re.compile(r"^```(?:sh|bash|shell)[ \t]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+SHELL_NOT_RUN = re.compile(r"<!--\s*not run:(.*?)-->\s*\Z", re.DOTALL)
 
 
 def _examples() -> Iterator[tuple[str, str]]:
@@ -35,6 +43,22 @@ def _examples() -> Iterator[tuple[str, str]]:
 
 
 EXAMPLES = list(_examples())
+
+
+def _shell_blocks() -> Iterator[tuple[str, str, str | None]]:
+    """(name, code, reason it is not run or None) of every shell block."""
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for number, match in enumerate(SHELL_FENCE.finditer(text), start=1):
+            line = text.count("\n", 0, match.start()) + 1
+            before = text[: match.start()].rstrip()
+            previous = before.rsplit("\n", 1)[-1]
+            marker = SHELL_NOT_RUN.search(previous)
+            reason = None if marker is None else marker.group(1).strip()
+            yield f"{page.relative_to(ROOT)}:{line}#sh{number}", match.group(1), reason
+
+
+SHELL_BLOCKS = list(_shell_blocks())
 
 
 def test_the_docs_have_examples() -> None:
@@ -60,6 +84,53 @@ def test_example_runs(name: str, code: str, pg_databases: DatabaseFactory, tmp_p
         env = {**os.environ, "DATABASE_URL": url, "PYTHONPATH": str(ROOT)}
         done = subprocess.run(
             [sys.executable, str(script)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, (
+            f"{name} exited {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+        )
+    finally:
+        pg_databases.drop(url)
+
+
+def test_shell_blocks_run_or_say_why_not() -> None:
+    skipped = [(name, reason) for name, _, reason in SHELL_BLOCKS if reason is not None]
+    run = [name for name, _, reason in SHELL_BLOCKS if reason is None]
+    for name, reason in skipped:
+        assert reason, f"{name}: a block marked not run must say why"
+    # Most shell blocks run; the markers are for what a test cannot do.
+    assert len(run) >= 10, run
+    assert len(run) > len(skipped), (run, skipped)
+    print(f"shell blocks: {len(run)} run, {len(skipped)} not run")
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("name", "code", "reason"), SHELL_BLOCKS, ids=[name for name, _, _ in SHELL_BLOCKS]
+)
+def test_shell_block_runs(
+    name: str, code: str, reason: str | None, pg_databases: DatabaseFactory, tmp_path: Path
+) -> None:
+    if reason is not None:
+        pytest.skip(f"{name}: not run: {reason}")
+    from tests.conftest import migrate_template
+
+    bin_dir = Path(sys.executable).parent
+    assert (bin_dir / "awa").is_file(), "the awa console script is not installed in the venv"
+    url = pg_databases.create(pg_databases.template("migrated", migrate_template))
+    try:
+        env = {
+            **os.environ,
+            "DATABASE_URL": url,
+            "PYTHONPATH": str(ROOT),
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        done = subprocess.run(
+            ["bash", "-e", "-o", "pipefail", "-c", code],
             cwd=tmp_path,
             env=env,
             capture_output=True,

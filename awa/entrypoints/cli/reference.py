@@ -149,9 +149,7 @@ def _option_rows(command: click.Command, ctx: click.Context) -> list[str]:
 
 def _argument_names(command: click.Command) -> list[str]:
     return [
-        param.human_readable_name
-        for param in command.params
-        if isinstance(param, click.Argument)
+        param.human_readable_name for param in command.params if isinstance(param, click.Argument)
     ]
 
 
@@ -184,9 +182,7 @@ def render(root: click.Command | None = None) -> str:
             out.extend(rows)
             out.append("")
         if isinstance(command, click.Group):
-            subs = [
-                f"`{sub}`" for sub, cmd in sorted(command.commands.items()) if not cmd.hidden
-            ]
+            subs = [f"`{sub}`" for sub, cmd in sorted(command.commands.items()) if not cmd.hidden]
             out.append("Subcommands: " + ", ".join(subs) + ".\n")
         for param in command.params:
             if isinstance(param, click.Option) and not param.hidden:
@@ -223,9 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options.write.write_text(page, encoding="utf-8")
         return 0
     if options.check is not None:
-        current = (
-            options.check.read_text(encoding="utf-8") if options.check.is_file() else ""
-        )
+        current = options.check.read_text(encoding="utf-8") if options.check.is_file() else ""
         if current != page:
             print(
                 f"{options.check} is out of date: run "

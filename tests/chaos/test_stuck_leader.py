@@ -3,7 +3,9 @@
 A SIGSTOPped leader loses its lease one ttl after its last renewal; another worker takes
 over, promotes due jobs and rescues a SIGKILLed worker's; the old leader, once resumed,
 steps down without acting. A leader whose event loop an ``async def`` handler blocks
-keeps leading (maintenance has a thread of its own) and names the handler.
+keeps leading (maintenance has a thread of its own) and names the handler. The workers
+connect directly and through PgBouncer in transaction mode (``worker_url``,
+``tests/chaos/conftest.py``); the tests read through the database itself.
 
 Run the chaos tests alone with ``scripts/test tests/chaos`` or ``pytest -m chaos``.
 """
@@ -85,22 +87,22 @@ def _stop_all(*workers: Worker | None) -> None:
 
 
 def test_a_stopped_leader_is_replaced_and_steps_down_when_it_resumes(
-    migrated_database_url: str, tmp_path: Path
+    migrated_database_url: str, worker_url: str, tmp_path: Path
 ) -> None:
     url = migrated_database_url
     # The leader serves a queue nobody writes to: every job below runs elsewhere.
-    leader = _spawn(url, tmp_path, "blocking:1")
+    leader = _spawn(worker_url, tmp_path, "blocking:1")
     victim = follower = None
     try:
         wait_for(lambda: _leader_backend(url) == leader.pid, 30, "the first worker to lead")
-        victim = _spawn(url, tmp_path, "slow:2")
+        victim = _spawn(worker_url, tmp_path, "slow:2")
         slow = [asyncio.run(_insert(url, Slow(120.0), "slow")) for _ in range(2)]
         wait_for(
             lambda: sum(e == "start" for _, e, _, _ in runs(tmp_path)) == 2,
             30,
             "the victim to start both slow jobs",
         )
-        follower = _spawn(url, tmp_path, "ticks:2", "slow:2")
+        follower = _spawn(worker_url, tmp_path, "ticks:2", "slow:2")
         wait_for(lambda: len(live_runtimes(url)) == 3, 30, "three runtimes")
         assert _leader_backend(url) == leader.pid
         due = asyncio.run(_insert_many(url, [Tick(n) for n in range(5)], "ticks", delay=2.0))
@@ -139,14 +141,14 @@ def test_a_stopped_leader_is_replaced_and_steps_down_when_it_resumes(
 
 
 def test_a_handler_blocking_the_leaders_loop_does_not_stop_maintenance(
-    migrated_database_url: str, tmp_path: Path
+    migrated_database_url: str, worker_url: str, tmp_path: Path
 ) -> None:
     url = migrated_database_url
-    leader = _spawn(url, tmp_path, "blocking:1")
+    leader = _spawn(worker_url, tmp_path, "blocking:1")
     other = None
     try:
         wait_for(lambda: _leader_backend(url) == leader.pid, 30, "the first worker to lead")
-        other = _spawn(url, tmp_path, "ticks:2")
+        other = _spawn(worker_url, tmp_path, "ticks:2")
         wait_for(lambda: len(live_runtimes(url)) == 2, 30, "two runtimes")
         blocker = asyncio.run(_insert(url, Block(8.0), "blocking"))
         wait_for(lambda: (leader.pid, "start", blocker, 1) in runs(tmp_path), 20, "the block")

@@ -63,6 +63,7 @@ class Gate(enum.Enum):
     CANONICAL_BACKLOG_DRAINED = "canonical_backlog_drained"
     TRANSITION_IN_PROGRESS = "transition_in_progress"
     NO_QUEUE_STORAGE_ROWS = "no_queue_storage_rows"
+    NO_LIVE_RUNTIME = "no_live_runtime"
 
 
 class TransitionRefused(AwaError):
@@ -201,11 +202,17 @@ def check_prepare(status: TransitionStatus, engine: str, details: Any) -> None:
 
 
 def enter_mixed_refusals(
-    status: TransitionStatus, *, schema_installed: bool, runtimes: Iterable[RuntimeView]
+    status: TransitionStatus,
+    *,
+    schema_installed: bool,
+    runtimes: Iterable[RuntimeView],
+    quiesced: bool = False,
 ) -> list[TransitionRefused]:
     """Every gate of ``enter-mixed-transition`` that fails now, in the order they are
     checked: prepared for queue storage, its schema built, no live canonical-only runtime,
-    at least one live runtime able to run queue storage."""
+    at least one live runtime able to run queue storage. ``quiesced`` is the flip with the
+    whole fleet stopped: instead of the two runtime gates, no runtime may be live (the
+    workers restarted afterwards start on the new routing)."""
     refused: list[TransitionRefused] = []
     if status.state is not TransitionState.PREPARED:
         refused.append(
@@ -228,6 +235,16 @@ def enter_mixed_refusals(
             )
         )
     live = [r for r in runtimes if r.live]
+    if quiesced:
+        if live:
+            refused.append(
+                TransitionRefused(
+                    Gate.NO_LIVE_RUNTIME,
+                    f"{len(live)} runtime(s) still heartbeat; a quiesced flip needs every "
+                    "worker stopped",
+                )
+            )
+        return refused
     canonical_only = sum(1 for r in live if r.capability is StorageCapability.CANONICAL)
     if canonical_only:
         refused.append(
@@ -246,10 +263,16 @@ def enter_mixed_refusals(
 
 
 def check_enter_mixed(
-    status: TransitionStatus, *, schema_installed: bool, runtimes: Iterable[RuntimeView]
+    status: TransitionStatus,
+    *,
+    schema_installed: bool,
+    runtimes: Iterable[RuntimeView],
+    quiesced: bool = False,
 ) -> None:
     """Raise the first of :func:`enter_mixed_refusals`, if any."""
-    refused = enter_mixed_refusals(status, schema_installed=schema_installed, runtimes=runtimes)
+    refused = enter_mixed_refusals(
+        status, schema_installed=schema_installed, runtimes=runtimes, quiesced=quiesced
+    )
     if refused:
         raise refused[0]
 
@@ -386,9 +409,12 @@ def enter_mixed(
     schema_installed: bool,
     runtimes: Iterable[RuntimeView],
     now: datetime,
+    quiesced: bool = False,
 ) -> TransitionStatus:
     """The status after ``enter-mixed-transition``: producers now write to queue storage."""
-    check_enter_mixed(status, schema_installed=schema_installed, runtimes=runtimes)
+    check_enter_mixed(
+        status, schema_installed=schema_installed, runtimes=runtimes, quiesced=quiesced
+    )
     return attrs.evolve(
         status,
         state=TransitionState.MIXED_TRANSITION,

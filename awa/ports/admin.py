@@ -98,8 +98,10 @@ class SchemaAdmin(Protocol):
         :class:`~awa.domain.transition.TransitionRefused` naming its gate."""
         ...
 
-    async def enter_mixed_transition(self) -> TransitionStatus:
-        """Route new jobs to queue storage while canonical storage drains."""
+    async def enter_mixed_transition(self, *, quiesced: bool = False) -> TransitionStatus:
+        """Route new jobs to queue storage while canonical storage drains. ``quiesced``:
+        the fleet is stopped; refused while any runtime heartbeats, instead of needing a
+        live queue-storage runtime."""
         ...
 
     async def finalize(self) -> TransitionStatus:

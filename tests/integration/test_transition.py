@@ -294,6 +294,32 @@ def test_finalize_gates(conn: Conn, migrated_database_url: str) -> None:
     assert refused_gate(conn, "SELECT * FROM awa.storage_finalize()") == "state_is_mixed_transition"
 
 
+def test_enter_mixed_quiesced_needs_the_fleet_stopped(
+    conn: Conn, migrated_database_url: str
+) -> None:
+    """awa-cli 0.6.9's --quiesced: with every worker stopped there is no live
+    queue-storage runtime to wait for, and any runtime still heartbeating refuses it."""
+    conn.execute("SELECT * FROM awa.storage_prepare('queue_storage')")
+    # The usual flip needs a live queue-storage runtime; the quiesced one needs none.
+    assert (
+        refused_gate(conn, "SELECT * FROM awa.storage_enter_mixed_transition()")
+        == "live_queue_storage_runtime"
+    )
+    stale = add_runtime(conn, "canonical", seen_ago=timedelta(hours=1))
+    live = add_runtime(conn, "queue_storage")
+    refused = invoke(migrated_database_url, "storage", "enter-mixed-transition", "--quiesced")
+    assert refused.exit_code == 1
+    assert "no_live_runtime" in refused.stderr and "1 runtime(s) still heartbeat" in refused.stderr
+    assert state(conn) == "prepared"
+    conn.execute("DELETE FROM awa.runtime_instances WHERE id = %s", (live,))
+    flipped = invoke(
+        migrated_database_url, "storage", "enter-mixed-transition", "--quiesced", "--json"
+    )
+    assert flipped.exit_code == 0, flipped.stderr
+    assert json.loads(flipped.stdout)["state"] == "mixed_transition"
+    assert stale  # a runtime gone quiet long ago does not count as live
+
+
 def test_abort_gates(conn: Conn, migrated_database_url: str) -> None:
     # Canonical: nothing to abort, a no-op as in awa-pg (SQL and CLI alike).
     epoch = conn.execute("SELECT transition_epoch FROM awa.storage_status()").fetchone()

@@ -117,3 +117,17 @@ def test_abort_after_activation_is_refused() -> None:
     with pytest.raises(TransitionRefused) as refused:
         abort(active, queue_storage_rows=False, now=NOW)
     assert refused.value.gate is Gate.TRANSITION_IN_PROGRESS
+
+
+def test_a_quiesced_flip_needs_no_live_runtime_at_all() -> None:
+    prepared = prepare(TransitionStatus(), "queue_storage", {}, NOW)
+    # Nothing live: the usual flip is refused, the quiesced one goes through.
+    with pytest.raises(TransitionRefused) as refused:
+        enter_mixed(prepared, schema_installed=True, runtimes=[DEAD_QS], now=NOW)
+    assert refused.value.gate is Gate.LIVE_QUEUE_STORAGE_RUNTIME
+    mixed = enter_mixed(prepared, schema_installed=True, runtimes=[DEAD_QS], now=NOW, quiesced=True)
+    assert mixed.state is TransitionState.MIXED_TRANSITION
+    for live in (LIVE_QS, LIVE_CANONICAL):
+        with pytest.raises(TransitionRefused) as refused:
+            enter_mixed(prepared, schema_installed=True, runtimes=[live], now=NOW, quiesced=True)
+        assert refused.value.gate is Gate.NO_LIVE_RUNTIME

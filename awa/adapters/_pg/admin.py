@@ -181,9 +181,9 @@ class PgSchemaAdmin:
         async with self._connection() as conn:
             return await pg_transition.prepare(conn, engine, details)
 
-    async def enter_mixed_transition(self) -> TransitionStatus:
+    async def enter_mixed_transition(self, *, quiesced: bool = False) -> TransitionStatus:
         async with self._connection() as conn:
-            return await pg_transition.enter_mixed_transition(conn)
+            return await pg_transition.enter_mixed_transition(conn, quiesced=quiesced)
 
     async def finalize(self) -> TransitionStatus:
         async with self._connection() as conn:

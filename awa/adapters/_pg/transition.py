@@ -108,9 +108,15 @@ async def prepare(
     )
 
 
-async def enter_mixed_transition(conn: AnyConnection) -> TransitionStatus:
-    """``awa.storage_enter_mixed_transition()``."""
-    return await _status_of(conn, "SELECT * FROM awa.storage_enter_mixed_transition()")
+async def enter_mixed_transition(
+    conn: AnyConnection, *, quiesced: bool = False
+) -> TransitionStatus:
+    """``awa.storage_enter_mixed_transition(p_quiesced)``."""
+    return await _status_of(
+        conn,
+        "SELECT * FROM awa.storage_enter_mixed_transition(p_quiesced => %s)",
+        (quiesced,),
+    )
 
 
 async def finalize(conn: AnyConnection) -> TransitionStatus:

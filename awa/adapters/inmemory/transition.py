@@ -125,11 +125,17 @@ class InMemoryTransition:
             )
         )
 
-    def enter_mixed_transition(self, runtimes: Iterable[RuntimeView]) -> TransitionStatus:
+    def enter_mixed_transition(
+        self, runtimes: Iterable[RuntimeView], *, quiesced: bool = False
+    ) -> TransitionStatus:
         """``awa storage enter-mixed-transition``, with the runtimes the gates look at."""
         return self._set(
             machine.enter_mixed(
-                self._status, schema_installed=True, runtimes=runtimes, now=self._clock.now()
+                self._status,
+                schema_installed=True,
+                runtimes=runtimes,
+                now=self._clock.now(),
+                quiesced=quiesced,
             )
         )
 

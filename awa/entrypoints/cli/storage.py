@@ -223,10 +223,16 @@ def prepare_queue_storage_schema(
 
 @storage.command("enter-mixed-transition")
 @mutating
+@click.option(
+    "--quiesced",
+    is_flag=True,
+    help="Flip with every worker stopped: refused while any runtime heartbeats. Keep the "
+    "workers stopped until this returns, then restart them.",
+)
 @json_option
-def enter_mixed_transition(json_flag: bool) -> None:
+def enter_mixed_transition(quiesced: bool, json_flag: bool) -> None:
     """Route new jobs to queue storage while canonical drains (from prepared)."""
-    _step(lambda admin: admin.enter_mixed_transition(), json_flag)
+    _step(lambda admin: admin.enter_mixed_transition(quiesced=quiesced), json_flag)
 
 
 @storage.command()

@@ -43,7 +43,7 @@ from benchmarks.process_cpu import POSTGRES_GROUPS, command_of, group_of, scheds
 SCHEMA = "bench_prune"
 STEPS: dict[type, tuple[str, ...]] = {
     swap.PartitionSwap: ("clear", "lock_and_swap"),
-    ring.QueueRing: ("_slot_row_counts", "_slot_is_live", "head_states_in_slot"),
+    ring.QueueRing: ("_slot_row_counts", "head_states_in_slot"),
     facts.FactWriter: ("flush",),
 }
 

@@ -112,7 +112,3 @@ class IllegalTransition(AwaError):
         super().__init__(f"illegal job state transition: {old} -> {new}")
         self.old = old
         self.new = new
-
-
-class StorageTransitionRefused(AwaError):
-    """A storage transition step was refused; the message names the gate."""

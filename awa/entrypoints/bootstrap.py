@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import attrs
@@ -38,7 +38,6 @@ from awa.adapters.postgres_queue_storage import (
 )
 from awa.adapters.postgres_queue_storage.connections import MAX_KEPT_CONNECTIONS
 from awa.domain.errors import ConnectionLimitTooLow, DatabaseError, WakeupsUnavailable
-from awa.domain.job import JobRecord, JobSpec
 from awa.domain.policies import Backoff
 from awa.domain.transition import TransitionStatus
 from awa.entrypoints.routing import (
@@ -54,7 +53,7 @@ from awa.ports.notifier import Notifier
 from awa.ports.overrides import QueueOverrideStore
 from awa.ports.producers import StripedProducer
 from awa.ports.runtime_registry import RuntimeRegistry
-from awa.ports.storage import StorageEngine, UnitOfWork
+from awa.ports.storage import StorageEngine
 from awa.ports.transactions import TransactionJoiner
 from awa.ports.transition import TransitionFollower
 from awa.runtime.heartbeat import EngineFactory
@@ -118,11 +117,6 @@ class Wiring:
 
     async def release(self, conn: Connection) -> None:
         await self.database().putconn(conn)
-
-    async def enqueue(
-        self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None
-    ) -> list[JobRecord]:
-        return await self.engine.enqueue_many(specs, uow=uow)
 
     async def close(self) -> None:
         await self.engine.close()

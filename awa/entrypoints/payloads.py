@@ -107,10 +107,6 @@ converter = _make_converter()
 """The converter every payload goes through (hooks may be added for custom types)."""
 
 
-class _Lenient(Exception):
-    pass
-
-
 def to_json_value(value: Any, *, strict: bool = True, field: str = "args", _depth: int = 0) -> Any:
     """``value`` as JSON-shaped data (dicts with string keys, lists, scalars).
 

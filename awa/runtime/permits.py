@@ -43,9 +43,6 @@ class PermitPool:
     def in_flight(self, queue: str) -> int:
         return self._held[queue]
 
-    def total_in_flight(self) -> int:
-        return sum(self._held.values())
-
     def _min(self, queue: str) -> int:
         return self._configs[queue].min_workers or 0
 

@@ -19,7 +19,6 @@ from awa.domain import (
     RunLease,
     SchemaNotMigrated,
     SerializationError,
-    StorageTransitionRefused,
     TerminalError,
     UniqueConflict,
     UnknownJobKind,
@@ -120,7 +119,6 @@ def test_outcomes_carry_their_data() -> None:
         DatabaseError("x"),
         CallbackNotFound("x"),
         IllegalTransition(old="a", new="b"),
-        StorageTransitionRefused("x"),
     ],
 )
 def test_every_error_is_an_awa_error(error: Exception) -> None:

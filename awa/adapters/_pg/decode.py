@@ -63,12 +63,6 @@ async def fetch_decodable(cur: AsyncCursor[Row]) -> list[Row]:
     return rows
 
 
-async def fetchone_decodable(cur: AsyncCursor[Row]) -> Row | None:
-    """The first decodable row of ``cur``'s current result, or ``None``."""
-    rows = await fetch_decodable(cur)
-    return rows[0] if rows else None
-
-
 def report_undecodable(database: str, job_id: int | None, exc: BaseException) -> None:
     """Log that the row of ``job_id`` was skipped because ``exc`` stopped its decoding."""
     now = time.monotonic()

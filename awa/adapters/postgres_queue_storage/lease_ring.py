@@ -59,10 +59,6 @@ class LeaseRing:
         """Does ``slot`` hold the lease of an attempt whose claim is still open?"""
         return sql.SQL(self._sql.for_slot("lease_slot_live", slot).decode())
 
-    async def _lease_slot_is_live(self, conn: DictConnection, slot: int) -> bool:
-        row = await self._sql.one(conn, self._sql.for_slot("lease_slot_is_live", slot))
-        return bool(row and row["live"])
-
     async def rotate_leases(self) -> str:
         """:class:`~awa.ports.maintenance.RingMaintenance`: seal the current lease slot and
         send lease writes to the next one.

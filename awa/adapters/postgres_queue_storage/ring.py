@@ -272,11 +272,6 @@ class QueueRing:
         assert row is not None
         return tuple(int(row[t]) for t in RING_TABLES)
 
-    async def _slot_is_live(self, conn: DictConnection, slot: int) -> bool:
-        """Does ``slot`` hold live work (``slot_is_live``)?"""
-        row = await self._sql.one(conn, self._sql["slot_is_live"], {"slot": slot})
-        return bool(row and row["live"])
-
     async def _heads_in_slot(
         self, conn: DictConnection, slot: int, ids: Sequence[int]
     ) -> list[Resolved]:

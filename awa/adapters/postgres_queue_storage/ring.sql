@@ -47,21 +47,6 @@ SELECT (SELECT count(*) FROM {ready_entries_k}) AS ready_entries,
     (SELECT count(*) FROM {tombstones_k}) AS tombstones,
     (SELECT count(*) FROM {done_entries_k}) AS done_entries
 
--- name: slot_is_live
--- Does slot %(slot)s hold a ready row nobody claimed or tombstoned, or a claim with no
--- closure? OFFSET 0 keeps each NOT EXISTS a probe of the other table's key per row: with
--- the ring's statistics stale (its tables are never analysed) the planner chose a nested
--- loop over a materialised copy of the slot's closures, quadratic in the slot's size
--- (about 1 s for 5,000 jobs).
-SELECT EXISTS (SELECT 1 FROM {s}.ready_entries r WHERE r.slot = %(slot)s
-    AND NOT EXISTS (SELECT 1 FROM {s}.claims c
-                    WHERE c.slot = r.slot AND c.ready_fact = r.fact_id OFFSET 0)
-    AND NOT EXISTS (SELECT 1 FROM {s}.tombstones t
-                    WHERE t.slot = r.slot AND t.ready_fact = r.fact_id OFFSET 0))
-OR EXISTS (SELECT 1 FROM {s}.claims c WHERE c.slot = %(slot)s
-    AND NOT EXISTS (SELECT 1 FROM {s}.closures x
-                    WHERE x.slot = c.slot AND x.claim_id = c.claim_id OFFSET 0)) AS live
-
 -- name: try_prune_gate
 -- The prune gate, exclusive and without waiting (see prune_gate_shared).
 SELECT pg_try_advisory_xact_lock(%(gate)s, hashtext(%(schema)s)) AS ok
@@ -221,6 +206,3 @@ EXISTS (SELECT 1 FROM {leases_k} l
     JOIN {s}.claims c ON c.slot = l.claim_slot AND c.claim_id = l.claim_id
     WHERE NOT EXISTS (SELECT 1 FROM {s}.closures x
                       WHERE x.slot = c.slot AND x.claim_id = c.claim_id))
-
--- name: lease_slot_is_live
-SELECT {lease_slot_live} AS live

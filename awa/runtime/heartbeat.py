@@ -17,8 +17,6 @@ from awa.runtime.wake import Waker
 
 log = logging.getLogger("awa.runtime.heartbeat")
 
-CANCEL_CHANNEL = "awa:cancel"
-
 # How long answer_cancels waits before it waits again (it only bounds the wait).
 _CANCEL_WAIT = 30.0
 

@@ -17,6 +17,7 @@ import anyio
 import attrs
 from anyio.abc import TaskGroup, TaskStatus
 
+from awa.domain.channels import CANCEL_CHANNEL
 from awa.domain.job import Claim
 from awa.domain.validation import validate_number
 from awa.ports.clock import Clock
@@ -34,7 +35,7 @@ from awa.runtime.descriptors import DescriptorService
 from awa.runtime.dispatcher import QueueDispatcher
 from awa.runtime.executor import Executor
 from awa.runtime.handlers import HandlerRegistry
-from awa.runtime.heartbeat import CANCEL_CHANNEL, EngineFactory, HeartbeatService
+from awa.runtime.heartbeat import EngineFactory, HeartbeatService
 from awa.runtime.inflight import InFlight
 from awa.runtime.listener import ChannelListener
 from awa.runtime.loop_watchdog import LoopWatchdog

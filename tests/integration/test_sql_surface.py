@@ -12,6 +12,7 @@ from psycopg.rows import dict_row
 
 from awa.adapters._pg.errors import map_error
 from awa.adapters.postgres_canonical import CanonicalEngine
+from awa.domain.channels import cancel_notification
 from awa.domain.errors import UniqueConflict, ValidationError
 from awa.domain.job import JobSpec
 from awa.domain.states import JobState
@@ -121,6 +122,14 @@ def test_insert_job_compat_inside_a_rolled_back_transaction_leaves_nothing(conn:
 
 def _channels(listener: psycopg.Connection[object], timeout: float) -> list[str]:
     return [notify.channel for notify in listener.notifies(timeout=timeout)]
+
+
+def test_sql_functions_send_the_cancel_payload_the_engines_send(conn: Conn) -> None:
+    # jobs_view_update and queue_storage_edit build it with json_build_object
+    row = conn.execute(
+        "SELECT json_build_object('job_id', 42::bigint, 'run_lease', 7::bigint)::text AS p"
+    ).fetchone()
+    assert row is not None and row["p"] == cancel_notification(42, 7)[1]
 
 
 def test_listen_receives_ready_work_only_on_commit(url: str, conn: Conn) -> None:

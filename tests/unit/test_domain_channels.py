@@ -1,11 +1,18 @@
-"""Wake-up channel names fit Postgres's 63-byte identifiers."""
+"""Wake-up channel names fit Postgres's 63-byte identifiers; the cancel notice has one form."""
 
 from __future__ import annotations
+
+import json
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from awa.domain.channels import MAX_CHANNEL_BYTES, queue_channel
+from awa.domain.channels import (
+    CANCEL_CHANNEL,
+    MAX_CHANNEL_BYTES,
+    cancel_notification,
+    queue_channel,
+)
 
 
 def test_short_names_are_kept() -> None:
@@ -31,3 +38,11 @@ def test_every_channel_is_a_prefix_of_at_most_63_bytes(queue: str) -> None:
     # nothing more could have been kept
     if channel != full:
         assert len(full[: len(channel) + 1].encode()) > MAX_CHANNEL_BYTES
+
+
+def test_cancel_notification_names_the_attempt_on_the_cancel_channel() -> None:
+    channel, payload = cancel_notification(42, 7)
+    assert channel == CANCEL_CHANNEL == "awa:cancel"
+    assert json.loads(payload) == {"job_id": 42, "run_lease": 7}
+    # json_build_object's text form, which the schema's SQL functions send
+    assert payload == '{"job_id" : 42, "run_lease" : 7}'

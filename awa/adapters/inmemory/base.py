@@ -18,6 +18,7 @@ from awa.adapters.inmemory.store import CANONICAL_SIDE, SharedStore, StoreState
 from awa.domain import lifecycle
 from awa.domain.batch_ops import BatchOperation
 from awa.domain.callbacks import CallbackExpressions
+from awa.domain.channels import cancel_notification
 from awa.domain.errors import DatabaseError
 from awa.domain.job import JobRecord, RunLease
 from awa.domain.lifecycle import AttemptFacts, Transition
@@ -27,7 +28,6 @@ from awa.ports.clock import Clock
 from awa.ports.storage import Ack, JobFilter
 
 RUNNING_ONLY = lifecycle.HANDLER_STATES
-CANCEL_CHANNEL = "awa:cancel"
 
 
 def ack(applied: bool) -> Ack:
@@ -171,7 +171,9 @@ class EngineBase:
             return job
         cancelled = self._apply(write, job, transition)
         if job.state in LIVE_STATES:
-            write.notify.add(CANCEL_CHANNEL)
+            # The in-memory hub carries channels only; the payload has no reader here.
+            channel, _payload = cancel_notification(job.id, job.run_lease)
+            write.notify.add(channel)
         return cancelled
 
     @staticmethod

@@ -13,6 +13,7 @@ from awa.adapters._pg.rows import job_from_row, state_buckets
 from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase
 from awa.domain import lifecycle
 from awa.domain.admin_views import KindCounts, QueueDepth, StateBucket, queue_depths_from
+from awa.domain.channels import cancel_notification
 from awa.domain.job import JobRecord, QueueCounts, RunLease
 from awa.domain.states import LIVE_STATES, TERMINAL_STATES, JobState
 from awa.ports.storage import JobFilter
@@ -135,7 +136,8 @@ class AdminOps(EngineBase):
 
     # ---------------------------------------------------------------- job control
     async def _notify_cancel(self, conn: AnyConnection, job_id: int, run_lease: int) -> None:
-        await self._all(conn, "notify_cancel", {"id": job_id, "lease": run_lease})
+        channel, payload = cancel_notification(job_id, run_lease)
+        await self._all(conn, "notify_cancel", {"channel": channel, "payload": payload})
 
     async def _cancel_locked(
         self, conn: AnyConnection, row: Mapping[str, Any], now: datetime

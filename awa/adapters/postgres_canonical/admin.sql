@@ -114,10 +114,8 @@ FOR UPDATE
 SELECT * FROM awa.canonical_jobs WHERE id = %(id)s FOR UPDATE
 
 -- name: notify_cancel
-SELECT pg_notify(
-    'awa:cancel',
-    json_build_object('job_id', %(id)s::bigint, 'run_lease', %(lease)s::bigint)::text
-)
+-- Channel and payload come from awa.domain.channels.cancel_notification.
+SELECT pg_notify(%(channel)s, %(payload)s)
 
 -- name: unique_holder
 SELECT job_id FROM awa.job_unique_claims WHERE unique_key = %(key)s

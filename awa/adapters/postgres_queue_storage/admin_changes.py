@@ -8,7 +8,6 @@ re-reading when the head moved underneath.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
@@ -19,13 +18,10 @@ from awa.adapters._pg.pool import DictConnection
 from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.lanes import LaneAllocator
-from awa.adapters.postgres_queue_storage.snapshots import (
-    CANCEL_CHANNEL,
-    Resolved,
-    Writes,
-)
+from awa.adapters.postgres_queue_storage.snapshots import Resolved, Writes
 from awa.adapters.postgres_queue_storage.statements import Statements, run
 from awa.domain import lifecycle
+from awa.domain.channels import cancel_notification
 from awa.domain.job import JobRecord
 from awa.domain.policies import RetentionFloor
 from awa.domain.states import LIVE_STATES, JobState
@@ -78,12 +74,7 @@ class AdminChanges:
                 ok = await self._facts.transition(conn, writes, found, new)
             if ok:
                 if found.job.state in LIVE_STATES and new is not None:
-                    writes.notify.add(
-                        (
-                            CANCEL_CHANNEL,
-                            json.dumps({"job_id": job_id, "run_lease": found.job.run_lease}),
-                        )
-                    )
+                    writes.notify.add(cancel_notification(job_id, found.job.run_lease))
                 return new
         return None
 

@@ -21,7 +21,6 @@ from awa.domain.job import JobRecord, JobSpec
 from awa.domain.states import JobState, mask_to_bitstring
 
 DEFERRED = frozenset({JobState.Scheduled, JobState.Retryable})
-CANCEL_CHANNEL = "awa:cancel"
 #: First key of the prune gate, a transaction-level advisory lock (two-int form; the second
 #: key is the schema's hash). Prune holds it exclusively while it decides what happens to
 #: the jobs of the slot it reclaims; a change to a terminal job takes it shared.

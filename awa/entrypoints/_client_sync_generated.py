@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from awa.entrypoints.client_core import T
 from awa.entrypoints.client_sync import BlockingClientBase, RawClientBase
 from awa.entrypoints.job import Job
 from awa.entrypoints.results import (
@@ -232,7 +231,7 @@ class Client(BlockingClientBase):
 
     def insert(
         self,
-        args: T,
+        args: Any,
         *,
         kind: str | None = None,
         queue: str = "default",
@@ -244,10 +243,11 @@ class Client(BlockingClientBase):
         unique_opts: dict[str, Any] | None = None,
         ordering_key: bytes | str | None = None,
         queue_storage_queue_stripe_count: int = 1,
-    ) -> Job[T]:
-        """Insert one job. The returned ``Job``'s ``args`` is ``args`` itself (a dict reads
-        back as stored). ``run_at`` (any value) makes it ``scheduled``; ``unique_opts``
-        raises ``UniqueConflict`` when a live job already holds the same key.
+    ) -> Job[dict[str, Any]]:
+        """Insert one job. The returned ``Job``'s ``args`` is the JSON object as stored (as
+        awa-pg returns it; a handler gets ``args`` as an instance of its args class).
+        ``run_at`` (any value) makes it ``scheduled``; ``unique_opts`` raises
+        ``UniqueConflict`` when a live job already holds the same key.
         ``queue_storage_queue_stripe_count`` must match the fleet's: on queue storage the
         job goes to one stripe ``queue#k`` of its queue. Blocking form of
         ``AsyncClient.insert``.
@@ -840,7 +840,7 @@ class RawClient(RawClientBase):
 
     def insert_sync(
         self,
-        args: T,
+        args: Any,
         *,
         kind: str | None = None,
         queue: str = "default",
@@ -852,7 +852,7 @@ class RawClient(RawClientBase):
         unique_opts: dict[str, Any] | None = None,
         ordering_key: bytes | str | None = None,
         queue_storage_queue_stripe_count: int = 1,
-    ) -> Job[T]:
+    ) -> Job[dict[str, Any]]:
         """Blocking ``insert``, on a client of its own (see ``Client.insert``)."""
         return self._blocking().insert(
             args,

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from awa.adapters._pg.pool import PoolOptions
 from awa.adapters.clock import SystemClock
@@ -31,8 +30,6 @@ from awa.ports.admin import SchemaAdmin
 from awa.ports.runtime_registry import RuntimeRegistry
 from awa.ports.storage import JobFilter, StorageEngine
 from awa.runtime import metrics, tracing
-
-T = TypeVar("T")
 
 CLOSED = "attempted to acquire a connection on a closed pool"
 NO_TRANSITION_FUNCTIONS = (
@@ -156,7 +153,7 @@ class ClientCore:
     # ------------------------------------------------------------------ enqueue
     async def insert(
         self,
-        args: T,
+        args: Any,
         *,
         kind: str | None = None,
         queue: str = DEFAULT_QUEUE,
@@ -168,9 +165,10 @@ class ClientCore:
         unique_opts: dict[str, Any] | None = None,
         ordering_key: bytes | str | None = None,
         queue_storage_queue_stripe_count: int = DEFAULT_QUEUE_STRIPES,
-    ) -> Job[T]:
-        """Insert one job. The returned ``Job``'s ``args`` is ``args`` itself (a dict reads
-        back as stored). ``run_at`` (any value) makes it ``scheduled``; ``unique_opts``
+    ) -> Job[dict[str, Any]]:
+        """Insert one job. The returned ``Job``'s ``args`` is the JSON object as stored
+        (as awa-pg returns it; a handler gets ``args`` as an instance of its args class).
+        ``run_at`` (any value) makes it ``scheduled``; ``unique_opts``
         raises ``UniqueConflict`` when a live job already holds the same key.
         ``queue_storage_queue_stripe_count`` must match the fleet's: on queue storage the
         job goes to one stripe ``queue#k`` of its queue."""
@@ -193,8 +191,8 @@ class ClientCore:
                 [spec], stripes=stripes, validated=True
             )
             metrics.count_inserted((spec,))
-            # ``job.args`` is what the caller gave (``Job[T]``); a dict reads back as stored.
-            return Job(record, None if isinstance(args, Mapping) else args)
+            # As awa-pg: ``job.args`` is the stored JSON object, whatever the caller gave.
+            return Job(record)
 
     async def insert_many_copy(
         self,

@@ -162,6 +162,10 @@ def test_the_site_builds_without_warnings(tmp_path: Path) -> None:
     # The API reference is generated from docstrings, so a docstring shows up there.
     assert "Insert one job." in reference
     # Every field of a Job is documented, and its storage internals are not.
-    for field in ("kind", "queue", "state", "attempt", "max_attempts", "errors", "args"):
+    for field in ("id", "kind", "queue", "state", "attempt", "max_attempts", "errors", "args"):
         assert f'id="awa.Job.{field}"' in reference, field
     assert 'id="awa.Job.record"' not in reference
+    # Operator plumbing typed by internal ports stays out of the reference.
+    assert 'id="awa.AsyncClient.insert"' in reference
+    for internal in ("admin_engine", "schema_admin", "runtime_registry"):
+        assert f'id="awa.AsyncClient.{internal}"' not in reference, internal

@@ -11,6 +11,7 @@ import anyio
 from awa.domain.job import RunLease
 from awa.ports.storage import Ack, StorageEngine
 from awa.runtime import metrics
+from awa.runtime.log_throttle import FailureLog
 from awa.runtime.wake import Waker
 
 log = logging.getLogger("awa.runtime.completion")
@@ -75,6 +76,7 @@ class CompletionBatcher:
         self._flush_interval = flush_interval
         self._retry_delay = retry_delay
         self._max_retry_delay = max_retry_delay
+        self._failures = FailureLog(log, "completion flush")
         # Filling batches, oldest first; only the last one takes new completions.
         self._batches: list[_Batch] = []
         self._wake = Waker()
@@ -152,15 +154,14 @@ class CompletionBatcher:
             started = time.perf_counter()
             try:
                 acks = await self._engine.complete(leases)
-            except Exception:
+            except Exception as exc:
                 self.healthy = False
-                log.warning(
-                    "completion flush of %d attempts failed; retrying", len(leases), exc_info=True
-                )
+                self._failures.failed(exc, f" for {len(leases)} attempts; retrying")
                 await anyio.sleep(delay)
                 delay = min(delay * 2, self._max_retry_delay)
                 continue
             self.healthy = True
+            self._failures.succeeded()
             self.flushes += 1
             if instruments is not None:
                 instruments.flushed(len(leases), time.perf_counter() - started)

@@ -21,6 +21,7 @@ from awa.ports.overrides import QueueOverrideStore
 from awa.ports.storage import StorageEngine, StripedClaimer
 from awa.runtime import metrics
 from awa.runtime.config import QueueConfig
+from awa.runtime.log_throttle import FailureLog
 from awa.runtime.permits import PermitPool
 from awa.runtime.rate_limit import TokenBucket
 from awa.runtime.wake import Waker
@@ -96,6 +97,7 @@ class QueueDispatcher:
         spawn: Spawn,
         stripes: int = DEFAULT_QUEUE_STRIPES,
         override_refresh: float | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
         self.queue = config.name
@@ -153,6 +155,14 @@ class QueueDispatcher:
         self._starved: set[Waker] = set()
         permits.add_listener(self.queue, self._permits_returned)
         self._instruments = metrics.instruments()
+        # While the database is unreachable every loop fails every poll: one line per
+        # cause, counted repeats, one recovery line (awa.runtime.log_throttle).
+        self._claim_failures = FailureLog(
+            log, "claim", prefix=f"queue {self.queue}: ", clock=monotonic
+        )
+        self._override_failures = FailureLog(
+            log, "reading live overrides", prefix=f"queue {self.queue}: ", clock=monotonic
+        )
 
     @property
     def alive(self) -> bool:
@@ -205,11 +215,12 @@ class QueueDispatcher:
         self._overrides_due = now + self._override_refresh
         try:
             overrides = await store.get_queue_overrides(self.queue)
-        except Exception:
-            log.warning("queue %s: reading live overrides failed", self.queue, exc_info=True)
+        except Exception as exc:
+            self._override_failures.failed(exc, "; the settings in force stay")
             return
         finally:
             self._refreshing_overrides = False
+        self._override_failures.succeeded()
         if overrides == self._overrides_seen:
             return
         self._overrides_seen = overrides
@@ -278,14 +289,15 @@ class QueueDispatcher:
                     deadline=self.settings.deadline,
                     aging_interval=self.config.aging_interval,
                 )
-        except Exception:
+        except Exception as exc:
             self.last_claim_ok = False
             self._backlogged = False
             self._give_back(granted)
-            log.warning("queue %s: claim failed", self.queue, exc_info=True)
+            self._claim_failures.failed(exc)
             await waker.wait(self._poll_interval)
             return
         self.last_claim_ok = True
+        self._claim_failures.succeeded()
         if self._instruments is not None:
             self._record_claim(claims, granted, time.perf_counter() - started)
         self._backlogged = len(claims) == granted

@@ -13,6 +13,7 @@ import anyio.to_thread
 from awa.ports.storage import Ack, StorageEngine
 from awa.runtime import metrics
 from awa.runtime.inflight import InFlight
+from awa.runtime.log_throttle import FailureLog
 from awa.runtime.wake import Waker
 
 log = logging.getLogger("awa.runtime.heartbeat")
@@ -51,6 +52,7 @@ class HeartbeatService:
         self.last_success: float | None = None
         self.last_error: float | None = None
         self.ticks = 0
+        self._failures = FailureLog(log, "heartbeat")
         self._cancels = Waker()
 
     @property
@@ -78,10 +80,11 @@ class HeartbeatService:
             for context in contexts:
                 await context.flush_progress(engine)
             acks = await engine.heartbeat([c.lease for c in contexts])
-        except Exception:
+        except Exception as exc:
             self.last_error = time.monotonic()
-            log.warning("heartbeat of %d attempts failed", len(contexts), exc_info=True)
+            self._failures.failed(exc, f" for {len(contexts)} attempts")
             return
+        self._failures.succeeded()
         for context, ack in zip(contexts, acks, strict=True):
             if ack is Ack.STALE:
                 context.request_cancel()

@@ -30,6 +30,7 @@ from awa.runtime import metrics
 from awa.runtime.config import RuntimeConfig
 from awa.runtime.cron import CronService
 from awa.runtime.inflight import InFlight
+from awa.runtime.log_throttle import FailureLog
 from awa.runtime.maintenance_duties import Duty, MaintenanceDuties
 from awa.runtime.queue_gauges import QueueGauges
 
@@ -78,6 +79,9 @@ class MaintenanceLeader:
         #: the term of the lease held now (or last held)
         self.term = 0
         self.runs: dict[str, int] = {}
+        self._connect_failures = FailureLog(log, "connecting for maintenance")
+        self._election_failures = FailureLog(log, "leader election")
+        self._duty_failures: dict[str, FailureLog] = {}
         #: how often each rotate / prune outcome word was seen (observability, tests)
         self.ring_outcomes: dict[str, int] = {}
         #: the same for the lease ring
@@ -170,15 +174,14 @@ class MaintenanceLeader:
         while engine is None and not self._stopping:
             try:
                 engine = await self._engine_factory()
-            except Exception:
-                log.warning(
-                    "maintenance cannot reach the database; trying again in %g s",
-                    self._config.leader_election_interval,
-                    exc_info=True,
+            except Exception as exc:
+                self._connect_failures.failed(
+                    exc, f"; trying again every {self._config.leader_election_interval:g} s"
                 )
                 await self._pause(self._config.leader_election_interval)
         if engine is None:
             return
+        self._connect_failures.succeeded()
         try:
             await self._run_on(engine)
         finally:
@@ -214,9 +217,11 @@ class MaintenanceLeader:
                 lease: Lease | None
                 try:
                     lease = await self._lock.try_acquire(self.policy.ttl)
-                except Exception:
-                    log.warning("leader election failed", exc_info=True)
+                except Exception as exc:
+                    self._election_failures.failed(exc)
                     lease = None
+                else:
+                    self._election_failures.succeeded()
                 if lease is not None and lease.held:
                     self._took(asked, lease)
                     try:
@@ -321,6 +326,12 @@ class MaintenanceLeader:
         except Exception:
             log.debug("releasing a lost leader lease failed", exc_info=True)
 
+    def _duty_log(self, name: str) -> FailureLog:
+        found = self._duty_failures.get(name)
+        if found is None:
+            found = self._duty_failures[name] = FailureLog(log, f"maintenance duty {name}")
+        return found
+
     async def _lead(self, duties: list[Duty]) -> None:
         while not self._stopping:
             if not await self._keep_lease():
@@ -342,7 +353,9 @@ class MaintenanceLeader:
                 except LeaseLapsed:
                     await self._lapsed(f"while maintenance duty {duty.name} ran")
                     return
-                except Exception:
-                    log.warning("maintenance duty %s failed", duty.name, exc_info=True)
+                except Exception as exc:
+                    self._duty_log(duty.name).failed(exc)
+                else:
+                    self._duty_log(duty.name).succeeded()
             wake_at = min([self._next_renewal, *(d.due for d in duties)])
             await self._pause(max(0.0, wake_at - time.monotonic()))

@@ -38,6 +38,7 @@ from awa.runtime.handlers import HandlerRegistry
 from awa.runtime.heartbeat import EngineFactory, HeartbeatService
 from awa.runtime.inflight import InFlight
 from awa.runtime.listener import ChannelListener
+from awa.runtime.log_throttle import FailureLog
 from awa.runtime.loop_watchdog import LoopWatchdog
 from awa.runtime.maintenance import MaintenanceLeader
 from awa.runtime.permits import PermitPool
@@ -116,6 +117,7 @@ class Runtime:
         self.handlers = handlers
         self.config = config
         self.runtime_registry = runtime_registry
+        self._snapshot_failures = FailureLog(log, "publishing the runtime snapshot")
         self.heartbeat_engine_factory = heartbeat_engine_factory
         self.max_connections = max_connections
         #: declares this runtime's schedules; the maintenance leader fires stored ones
@@ -524,8 +526,10 @@ class Runtime:
             return
         try:
             await self.runtime_registry.upsert_runtime(self.snapshot())
-        except Exception:
-            log.warning("publishing the runtime snapshot failed", exc_info=True)
+        except Exception as exc:
+            self._snapshot_failures.failed(exc)
+        else:
+            self._snapshot_failures.succeeded()
 
     async def _snapshot_loop(self) -> None:
         while True:

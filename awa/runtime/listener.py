@@ -24,6 +24,7 @@ from anyio.abc import TaskStatus
 from awa.domain.errors import WakeupsUnavailable
 from awa.ports.notifier import Notifier
 from awa.runtime import metrics
+from awa.runtime.log_throttle import FailureLog
 
 log = logging.getLogger("awa.runtime.listener")
 
@@ -56,6 +57,7 @@ class ChannelListener:
         self.listening = False
         #: Subscriptions taken, the first included.
         self.subscriptions = 0
+        self._subscribe_failures = FailureLog(log, "LISTEN")
         #: Why notifications cannot arrive, once the notifier found out (then for good).
         self.unavailable: str | None = None
 
@@ -105,12 +107,11 @@ class ChannelListener:
                     task_status.started()
                     started = True
                 await anyio.sleep_forever()
-            except Exception:
-                log.warning(
-                    "LISTEN on %s failed; polling only, trying again in %.1f s",
-                    ", ".join(self.channels),
-                    delay,
-                    exc_info=True,
+            except Exception as exc:
+                self._subscribe_failures.failed(
+                    exc,
+                    f" on {', '.join(self.channels)}; polling only, "
+                    f"trying again after {delay:.1f} s (doubling up to {RESUBSCRIBE_MAX:g} s)",
                 )
                 if not started:
                     task_status.started()
@@ -118,6 +119,7 @@ class ChannelListener:
                 await anyio.sleep(delay)
                 delay = min(delay * 2, RESUBSCRIBE_MAX)
                 continue
+            self._subscribe_failures.succeeded()
             self.listening = True
             self.subscriptions += 1
             delay = RESUBSCRIBE_MIN

@@ -4,15 +4,19 @@ line: the rule in awa.runtime.log_throttle, and a dispatcher whose claims keep f
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import timedelta
 
+import anyio
 import pytest
 
 from awa.adapters.clock import ManualClock
 from awa.adapters.inmemory import InMemoryEngine
 from awa.domain.errors import DatabaseError
-from awa.domain.job import Claim
+from awa.domain.job import Claim, RunLease
 from awa.domain.policies import NO_JITTER
+from awa.ports.storage import Ack
+from awa.runtime.completion import CompletionBatcher
 from awa.runtime.config import QueueConfig
 from awa.runtime.dispatcher import QueueDispatcher
 from awa.runtime.log_throttle import WINDOW_SECONDS, FailureLog, classify
@@ -230,3 +234,34 @@ async def test_a_dispatcher_whose_claims_keep_failing_logs_one_warning_a_summary
     assert records[2].getMessage() == "queue q: claim recovered after 100 failures over 50.0 s"
     # The permits a failed claim reserved all came back.
     assert dispatcher._permits.in_flight("q") == 1
+
+
+class _UnreachableOnComplete(InMemoryEngine):
+    """The in-memory engine behind a database that refuses ``outage`` completions first."""
+
+    outage = 100
+
+    async def complete(self, leases: Sequence[RunLease]) -> list[Ack]:
+        if self.outage > 0:
+            self.outage -= 1
+            raise _refused()
+        return await super().complete(leases)
+
+
+@pytest.mark.anyio
+async def test_a_completion_flush_that_keeps_failing_logs_one_warning_and_one_recovery(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="awa.runtime.completion")
+    engine = _UnreachableOnComplete(clock=ManualClock(), backoff=NO_JITTER)
+    await enqueue(engine, "send", queue="q")
+    [claim] = await engine.claim("q", limit=1)
+    batcher = CompletionBatcher(engine, flush_interval=0.0, retry_delay=0.0, max_retry_delay=0.0)
+    async with anyio.create_task_group() as flusher:
+        flusher.start_soon(batcher.run)
+        assert await batcher.complete(claim.lease) is Ack.APPLIED
+        flusher.cancel_scope.cancel()
+    records = _records(caplog, "awa.runtime.completion")
+    assert _split(records) == (1, 0, 1, 0)
+    assert "for 1 attempts; retrying" in records[0].getMessage()
+    assert records[1].getMessage().startswith("completion flush recovered after 100 failures")

@@ -70,6 +70,12 @@ class SchemaAdmin(Protocol):
         not yet terminal), or ``None`` when the schema cannot report them."""
         ...
 
+    async def rebuild_terminal_counters(self) -> tuple[str, int] | None:
+        """Recount the active queue-storage schema's per-queue state counters from its
+        jobs, in one transaction; ``(schema, counters written)``, or ``None`` when no
+        queue-storage schema is active (canonical storage keeps no counters)."""
+        ...
+
     async def ring_maintenance(self) -> list[dict[str, Any]] | None:
         """What the maintenance leader last recorded per queue-storage schema and
         concern (prune outcomes, the transaction it waits for), ordered by schema and

@@ -7,11 +7,14 @@ import dataclasses
 import logging
 from datetime import timedelta
 
+import psycopg
 import pytest
+from click.testing import CliRunner, Result
 
 import awa
 from awa import AsyncClient, Job
 from awa.domain.job import JobSpec
+from awa.entrypoints.cli import cli
 from awa.ports.storage import Ack
 from tests.support.queue_storage import installed_engine
 
@@ -154,3 +157,44 @@ async def test_start_takes_the_documented_completion_keywords(migrated_database_
             assert runtime.config.completion_flush_interval == pytest.approx(0.005)
         finally:
             await client.shutdown()
+
+
+def _counters(url: str) -> dict[tuple[str, str], int]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT queue, state::text, sum(n) FROM awa.queue_counts "
+            "GROUP BY 1, 2 HAVING sum(n) <> 0"
+        ).fetchall()
+    return {(q, s): int(n) for q, s, n in rows}
+
+
+def _cli(url: str, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["--database-url", url, *args], env={"DATABASE_URL": None})
+
+
+async def test_storage_rebuild_terminal_counters_recounts_from_the_jobs(
+    migrated_database_url: str,
+) -> None:
+    url = migrated_database_url
+    canonical = await asyncio.to_thread(_cli, url, "storage", "rebuild-terminal-counters")
+    assert canonical.exit_code == 0, canonical.stderr
+    assert "canonical storage keeps no counters" in canonical.stdout
+    async with AsyncClient(url) as client:
+        await client.install_queue_storage()
+        for n in range(3):
+            await client.insert(Ping(n), queue="counted")
+        engine = await client.admin_engine()
+        (claim,) = await engine.claim("counted", limit=1)
+        await engine.complete([claim.lease])
+    truth = {("counted", "available"): 2, ("counted", "completed"): 1}
+    assert _counters(url) == truth
+    with psycopg.connect(url, autocommit=True) as conn:  # drift: counters gone wrong
+        conn.execute("UPDATE awa.queue_counts SET n = n + 5")
+        conn.execute(
+            "INSERT INTO awa.queue_counts VALUES ('ghost', 'failed', 3, 7) ON CONFLICT DO NOTHING"
+        )
+    assert _counters(url) != truth
+    rebuilt = await asyncio.to_thread(_cli, url, "storage", "rebuild-terminal-counters")
+    assert rebuilt.exit_code == 0, rebuilt.stderr
+    assert rebuilt.stdout.strip() == "Rebuilt 2 counter(s) in schema awa"
+    assert _counters(url) == truth

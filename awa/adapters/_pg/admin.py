@@ -149,6 +149,11 @@ class PgSchemaAdmin:
                 return None
             return await _first(conn, "transition_backlog")
 
+    async def rebuild_terminal_counters(self) -> tuple[str, int] | None:
+        async with translated_errors(), self._connection() as conn:
+            row = await _first(conn, "rebuild_counters")
+        return None if row is None else (str(row["schema_name"]), int(row["written"]))
+
     async def ring_maintenance(self) -> list[dict[str, Any]] | None:
         async with translated_errors(), self._connection() as conn:
             if not await self._relation(conn, RING_MAINTENANCE_TABLE):

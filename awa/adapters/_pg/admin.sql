@@ -21,6 +21,11 @@ SELECT * FROM awa.storage_status()
 SELECT awa.active_queue_storage_schema() AS active_queue_storage_schema,
        awa.canonical_live_backlog() AS canonical_live_backlog
 
+-- name: rebuild_counters
+SELECT schema_name, awa.queue_storage_rebuild_counters(schema_name) AS written
+FROM (SELECT awa.active_queue_storage_schema() AS schema_name) AS active
+WHERE schema_name IS NOT NULL
+
 -- name: ring_maintenance
 SELECT schema_name, concern, outcome, since, blocker_pid, blocker_xact_start, detail
 FROM awa.ring_maintenance

@@ -235,6 +235,23 @@ def enter_mixed_transition(quiesced: bool, json_flag: bool) -> None:
     _step(lambda admin: admin.enter_mixed_transition(quiesced=quiesced), json_flag)
 
 
+@storage.command("rebuild-terminal-counters")
+@mutating
+def rebuild_terminal_counters() -> None:
+    """Recount queue storage's per-queue state counters from its jobs (after an incident
+    or drift); best run on a quiesced fleet."""
+    url = state().database_url()
+    try:
+        rebuilt = with_schema_admin(url, lambda admin: admin.rebuild_terminal_counters())
+    except AwaError as exc:
+        raise fail(str(exc)) from exc
+    if rebuilt is None:
+        click.echo("No queue-storage schema is active: canonical storage keeps no counters")
+        return
+    schema, written = rebuilt
+    click.echo(f"Rebuilt {written} counter(s) in schema {schema}")
+
+
 @storage.command()
 @mutating
 @click.option("--check", is_flag=True, help="Only report whether finalize would pass now.")

@@ -10,6 +10,7 @@ an option come from the code, so the page cannot drift from it.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -131,6 +132,9 @@ def _default(param: click.Option, ctx: click.Context) -> str:
     return f"`{default}`"
 
 
+_ENV_NOTE = re.compile(r"\s*\[env [^\]]*\]")
+
+
 def _option_rows(command: click.Command, ctx: click.Context) -> list[str]:
     rows = []
     for param in command.params:
@@ -141,9 +145,9 @@ def _option_rows(command: click.Command, ctx: click.Context) -> list[str]:
             continue
         spelling, _ = record
         env = ", ".join(f"`{name}`" for name in _envvars(param))
-        rows.append(
-            f"| `{_cell(spelling)}` | {_cell(param.help or '')} | {_default(param, ctx)} | {env} |"
-        )
+        # The environment column names the variable; the help's own "[env X]" would repeat it.
+        helptext = _ENV_NOTE.sub("", param.help or "")
+        rows.append(f"| `{_cell(spelling)}` | {_cell(helptext)} | {_default(param, ctx)} | {env} |")
     return rows
 
 

@@ -38,8 +38,11 @@ _LIMITS = "check max_connections, the pooler's pool size and the worker's max_co
 _SQLSTATE_CAUSES: dict[str, tuple[str, str]] = {
     "53300": ("too many connections", f"the server refused a connection: {_LIMITS}"),
     "53400": ("too many connections", f"a configuration limit was exceeded: {_LIMITS}"),
-    "57P01": ("server shutting down", f"Postgres is shutting down or restarting: {_CHECK}"),
-    "57P02": ("server shutting down", f"Postgres is shutting down or restarting: {_CHECK}"),
+    "57P01": (
+        "connection terminated",
+        f"the server ended the session (shutdown, restart or pg_terminate_backend): {_CHECK}",
+    ),
+    "57P02": ("server crashed", f"Postgres is restarting after a crash: {_CHECK}"),
     "57P03": ("server starting", "Postgres is not accepting connections yet (starting up)"),
 }
 _SQLSTATE_CLASS_CAUSES: dict[str, tuple[str, str]] = {

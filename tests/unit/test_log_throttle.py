@@ -149,7 +149,7 @@ def test_each_cause_warns_once_and_a_recovery_starts_over(
             "pool exhausted",
             "pool size",
         ),
-        (_SqlstateError("terminating", "57P01"), "server shutting down", "restarting"),
+        (_SqlstateError("terminating", "57P01"), "connection terminated", "pg_terminate_backend"),
         (_SqlstateError("lost", "08006"), "connection failure", "DATABASE_URL"),
         (_SqlstateError("deadlock", "40P01"), "SQLSTATE 40P01", None),
         (ValueError("a bug"), "other", None),

@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from awa.domain.errors import AwaError
+from awa.domain.validation import schema_name_problem
 
 CANONICAL_ENGINE = "canonical"
 QUEUE_STORAGE_ENGINE = "queue_storage"
@@ -167,14 +168,6 @@ def maintains_queue_storage(state: TransitionState) -> bool:
     return producers_use_queue_storage(state)
 
 
-def _is_identifier(name: str) -> bool:
-    return (
-        bool(name)
-        and (name[0].isalpha() or name[0] == "_")
-        and all(c.isascii() and (c.isalnum() or c == "_") for c in name)
-    )
-
-
 def check_prepare(status: TransitionStatus, engine: str, details: Any) -> None:
     """Gates of ``prepare``: from canonical / prepared, to queue storage, which differs from
     the current engine; details a JSON object whose ``schema`` is an identifier."""
@@ -195,10 +188,9 @@ def check_prepare(status: TransitionStatus, engine: str, details: Any) -> None:
     if not isinstance(details, Mapping):
         raise TransitionRefused(Gate.DETAILS_IS_OBJECT, "details must be a JSON object")
     schema = details.get("schema") or DEFAULT_SCHEMA
-    if not isinstance(schema, str) or not _is_identifier(schema):
-        raise TransitionRefused(
-            Gate.SCHEMA_IS_IDENTIFIER, f"schema {schema} is not a plain SQL identifier"
-        )
+    problem = schema_name_problem(schema)
+    if problem is not None:
+        raise TransitionRefused(Gate.SCHEMA_IS_IDENTIFIER, f"schema {problem}")
 
 
 def enter_mixed_refusals(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -393,6 +394,46 @@ def json_dumps(field: str, value: Any) -> str:
 
 #: The queue-storage schema the migrations own; its ring sizes are fixed.
 DEFAULT_QUEUE_STORAGE_SCHEMA = "awa"
+#: The longest schema name Postgres keeps (NAMEDATALEN - 1 bytes); it cuts longer ones, so
+#: the schema built would not be the one named.
+MAX_SCHEMA_NAME_LENGTH = 63
+#: A plain SQL identifier in ASCII: the form ``awa.storage_prepare`` accepts.
+_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def schema_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot name a queue-storage schema, or ``None`` when it can.
+
+    The one rule for the client, the CLI, the storage transition and the engines: an ASCII
+    letter or underscore, then ASCII letters, digits or underscores, at most
+    :data:`MAX_SCHEMA_NAME_LENGTH` in all. Case is kept (every statement quotes the name),
+    and the SQL side (``awa.storage_prepare``) refuses anything else."""
+    if not isinstance(name, str):
+        return f"must be a string, got {type(name).__name__}"
+    if not _SCHEMA_NAME.fullmatch(name):
+        return (
+            f"must be a plain SQL identifier (an ASCII letter or underscore, then ASCII "
+            f"letters, digits or underscores), got {name!r}"
+        )
+    if len(name) > MAX_SCHEMA_NAME_LENGTH:
+        return (
+            f"must be at most {MAX_SCHEMA_NAME_LENGTH} characters (Postgres cuts longer "
+            f"names), got {len(name)}"
+        )
+    return None
+
+
+def validate_schema_name(name: Any, field: str = "schema") -> str:
+    """``name`` if it names a schema (:func:`schema_name_problem`), else
+    :class:`ValidationError` naming ``field``."""
+    problem = schema_name_problem(name)
+    if problem is not None:
+        if not isinstance(name, str):
+            raise ValidationTypeError(field, problem, value=name)
+        raise ValidationError(field, problem, value=name)
+    return str(name)
+
+
 #: The default ring sizes: queue slots, lease slots and claim slots (the migrations build
 #: the default schema ``awa`` with these).
 QUEUE_SLOT_COUNT = 16

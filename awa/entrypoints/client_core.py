@@ -8,7 +8,7 @@ from typing import Any
 
 from awa.adapters._pg.pool import PoolOptions
 from awa.adapters.clock import SystemClock
-from awa.domain.errors import DatabaseError, JobNotFound, ValidationError
+from awa.domain.errors import DatabaseError, JobNotFound
 from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
 from awa.domain.lifecycle import operator_retry_applies
 from awa.domain.states import TERMINAL_STATES, JobState
@@ -17,6 +17,7 @@ from awa.domain.validation import (
     LEASE_SLOT_COUNT,
     QUEUE_SLOT_COUNT,
     validate_job_id,
+    validate_schema_name,
     validate_slot_counts,
     validate_text,
 )
@@ -334,8 +335,7 @@ class ClientCore:
     async def _install_queue_storage(
         self, schema: str, queue_slot_count: int, lease_slot_count: int, *, reset: bool
     ) -> None:
-        if not isinstance(schema, str) or not schema.isidentifier():
-            raise ValidationError("schema", f"must be a plain SQL identifier, got {schema!r}")
+        validate_schema_name(schema)
         _positive("queue_slot_count", queue_slot_count)
         _positive("lease_slot_count", lease_slot_count)
         validate_slot_counts(

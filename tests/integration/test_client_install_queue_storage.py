@@ -58,8 +58,13 @@ async def test_reset_of_the_default_schema_empties_it(client: AsyncClient) -> No
 
 
 async def test_bad_layouts_are_refused_before_anything_is_written(client: AsyncClient) -> None:
-    with pytest.raises(awa.ValidationError, match="schema"):
-        await client.install_queue_storage(schema="no; drop")
+    # the one schema-name rule (awa.domain.validation.schema_name_problem)
+    for schema in ("no; drop", "é", "1awa", "q" * 64):
+        with pytest.raises(awa.ValidationError, match="schema") as info:
+            await client.install_queue_storage(schema=schema)
+        assert info.value.field == "schema"
+        with pytest.raises(awa.ValidationError, match="schema"):
+            await client.prepare_queue_storage_schema(schema=schema)
     with pytest.raises((ValueError, awa.ValidationError), match="queue_slot_count"):
         await client.install_queue_storage(schema="awa_x", queue_slot_count=0)
 

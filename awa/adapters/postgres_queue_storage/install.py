@@ -7,7 +7,7 @@ from awa.adapters._pg.migrations import migrate
 from awa.adapters._pg.pool import connect
 from awa.adapters._pg.sql import load_queries
 from awa.adapters.postgres_queue_storage.statements import PACKAGE
-from awa.domain.validation import LEASE_SLOT_COUNT, QUEUE_SLOT_COUNT
+from awa.domain.validation import LEASE_SLOT_COUNT, QUEUE_SLOT_COUNT, validate_schema_name
 
 DEFAULT_SCHEMA = "awa"
 
@@ -23,8 +23,10 @@ async def install_queue_storage(
     """Install (or, with ``reset``, rebuild) the engine's tables in ``schema``.
 
     Migrates the database first; schema ``awa`` is installed by the migration itself and
-    refuses ``reset``.
+    refuses ``reset``. A schema name that breaks the schema-name rule is refused with
+    ``ValidationError`` before anything is written.
     """
+    validate_schema_name(schema)
     await migrate(url)
     conn = await connect(url)
     try:

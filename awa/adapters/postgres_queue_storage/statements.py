@@ -47,6 +47,7 @@ from psycopg.rows import DictRow
 from awa.adapters._pg.decode import fetch_decodable
 from awa.adapters._pg.pool import DictConnection, is_pooled
 from awa.adapters._pg.sql import load_queries
+from awa.domain.validation import validate_schema_name
 
 PACKAGE = "awa.adapters.postgres_queue_storage"
 FILES = ("queries.sql", "ring.sql", "carry.sql", "long_tx.sql", "admin.sql")
@@ -158,7 +159,7 @@ class Statements:
     """The engine's named statements for one schema (see the module docstring)."""
 
     def __init__(self, schema: str) -> None:
-        self.schema = schema
+        self.schema = validate_schema_name(schema)
         raw: dict[str, str] = {}
         for filename in FILES:
             for name, text in load_queries(PACKAGE, filename).items():

@@ -17,7 +17,7 @@ import click
 
 from awa.domain.errors import AwaError, ValidationError
 from awa.domain.transition import TransitionStatus
-from awa.domain.validation import DEFAULT_SLOT_COUNTS, validate_slot_counts
+from awa.domain.validation import DEFAULT_SLOT_COUNTS, schema_name_problem, validate_slot_counts
 from awa.entrypoints import payloads
 from awa.entrypoints.cli._common import (
     cell,
@@ -191,8 +191,9 @@ def prepare_queue_storage_schema(
     schema: str, queue_slot_count: int, lease_slot_count: int, reset: bool
 ) -> None:
     """Build the queue-storage tables in SCHEMA (idempotent unless --reset)."""
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", schema):
-        raise click.BadParameter(f"{schema!r} is not a plain SQL identifier", param_hint="--schema")
+    problem = schema_name_problem(schema)
+    if problem is not None:
+        raise click.BadParameter(problem, param_hint="--schema")
     if schema == "awa" and reset:
         raise fail("refusing to reset queue storage in schema awa")
     try:

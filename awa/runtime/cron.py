@@ -21,6 +21,7 @@ from awa.domain.errors import ValidationError
 from awa.domain.leadership import LeaseLapsed
 from awa.ports.clock import Clock
 from awa.ports.cron import CronParser, CronStore
+from awa.runtime.log_throttle import FailureLog
 
 log = logging.getLogger("awa.runtime.cron")
 
@@ -56,6 +57,7 @@ class CronService:
         self._reported: set[tuple[str, str, str]] = set()
         #: Jobs enqueued by this service's evaluations (observability, tests).
         self.fired = 0
+        self._sync_failures = FailureLog(log, "declaring periodic schedules")
 
     async def sync(self) -> None:
         """Insert or update this runtime's schedules (nothing when it declares none)."""
@@ -70,8 +72,10 @@ class CronService:
             await anyio.sleep(self.sync_interval)
             try:
                 await self.sync()
-            except Exception:
-                log.warning("declaring periodic schedules failed", exc_info=True)
+            except Exception as exc:
+                self._sync_failures.failed(exc, "; trying again on the next round")
+            else:
+                self._sync_failures.succeeded()
 
     def _calendar(self, job: CronJob) -> CronCalendar | None:
         key = (job.schedule.cron_expr, job.schedule.timezone)

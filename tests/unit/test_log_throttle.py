@@ -18,7 +18,10 @@ from awa.domain.policies import NO_JITTER
 from awa.ports.storage import Ack
 from awa.runtime.completion import CompletionBatcher
 from awa.runtime.config import QueueConfig
+from awa.runtime.context import AttemptContext
 from awa.runtime.dispatcher import QueueDispatcher
+from awa.runtime.heartbeat import HeartbeatService
+from awa.runtime.inflight import InFlight
 from awa.runtime.log_throttle import WINDOW_SECONDS, FailureLog, classify
 from awa.runtime.permits import PermitPool
 from tests.unit.test_runtime_support import enqueue
@@ -265,3 +268,39 @@ async def test_a_completion_flush_that_keeps_failing_logs_one_warning_and_one_re
     assert _split(records) == (1, 0, 1, 0)
     assert "for 1 attempts; retrying" in records[0].getMessage()
     assert records[1].getMessage().startswith("completion flush recovered after 100 failures")
+
+
+class _UnreachableOnHeartbeat(InMemoryEngine):
+    """The in-memory engine behind a database that refuses ``outage`` heartbeats first."""
+
+    outage = 100
+
+    async def heartbeat(self, leases: Sequence[RunLease]) -> list[Ack]:
+        if self.outage > 0:
+            self.outage -= 1
+            raise _refused()
+        return await super().heartbeat(leases)
+
+
+@pytest.mark.anyio
+async def test_heartbeats_that_keep_failing_log_one_warning_and_one_recovery(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="awa.runtime.heartbeat")
+    engine = _UnreachableOnHeartbeat(clock=ManualClock(), backoff=NO_JITTER)
+    await enqueue(engine, "send", queue="q")
+    [claim] = await engine.claim("q", limit=1)
+    inflight = InFlight()
+    inflight.add(AttemptContext(engine, claim, queue="q"))
+    service = HeartbeatService(engine, inflight, interval=1.0)
+    for _ in range(100):
+        await service.beat()
+    assert service.ticks == 0
+    await service.beat()
+    assert service.ticks == 1
+    records = _records(caplog, "awa.runtime.heartbeat")
+    assert _split(records) == (1, 0, 1, 0)
+    assert "heartbeat failed (DatabaseError: connection refused) for 1 attempts" in (
+        records[0].getMessage()
+    )
+    assert records[1].getMessage().startswith("heartbeat recovered after 100 failures")

@@ -40,7 +40,18 @@ def awa_pg_python() -> Path:
         print(f"installing {AWA_PG} into {python.parents[1]}", file=sys.stderr)
         venv.create(python.parents[1], with_pip=True)
         subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", AWA_PG],
+            # awa-pg's awa.testing (the testing_clean scenario) imports pytest-asyncio.
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                AWA_PG,
+                "pytest",
+                "pytest-asyncio",
+            ],
             check=True,
         )
     return python

@@ -407,3 +407,37 @@ async def queue_retention_and_retry_completed(awa: Any, url: str) -> Observation
     ).pruned_failed_count
     await client.close()
     return seen
+
+
+@scenario
+async def dead_lettered_job(awa: Any, url: str) -> Observation:
+    client = awa.AsyncClient(url)
+
+    @client.task(Ping, queue="dead")
+    async def boom(job: Any) -> None:
+        raise ValueError("boom")
+
+    await client.start([("dead", 1)])
+    job = await client.insert(Ping(1), queue="dead", max_attempts=1)
+    seen: Observation = {"final": await wait_state(client, job.id, {"failed"})}
+    await client.shutdown()
+    moved = await client.move_failed_to_dlq(job.id, "manual")
+    seen["moved"] = moved is not None
+    found = await client.get_job(job.id)
+    seen["get_job"] = [str(found.state), found.attempt, found.queue]
+    seen["retry_dead_lettered"] = await outcome(lambda: client.retry(job.id))
+    await client.close()
+    return seen
+
+
+@scenario
+async def testing_clean(awa: Any, url: str) -> Observation:
+    import awa.testing
+
+    client = awa.AsyncClient(url)
+    await client.insert(Ping(1), queue="kept")
+    helper = awa.testing.AwaTestClient(client)
+    seen: Observation = {"clean": await outcome(helper.clean)}
+    seen["jobs_after"] = len(await client.list_jobs())
+    await client.close()
+    return seen

@@ -9,6 +9,7 @@ a late heartbeat or a token from an attempt that was rescued or retried meanwhil
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Callable
 from typing import Any
@@ -17,13 +18,30 @@ import attrs
 
 from awa.domain.errors import CallbackNotFound, ValidationError
 
+
+class CallbackAction(enum.StrEnum):
+    """An action of ``resolve_callback`` of the storage port; what it does to the waiting
+    attempt is decided by :func:`awa.domain.lifecycle.callback_resolution`."""
+
+    COMPLETE = "complete"
+    FAIL = "fail"
+    RETRY = "retry"
+    RESUME = "resume"
+
+
 #: What ``resolve_callback`` of the storage port accepts.
-CALLBACK_ACTIONS = frozenset({"complete", "fail", "retry", "resume"})
+CALLBACK_ACTIONS = frozenset(action.value for action in CallbackAction)
 
 
-def check_action(action: str) -> None:
-    if action not in CALLBACK_ACTIONS:
-        raise ValidationError("action", f"must be one of {sorted(CALLBACK_ACTIONS)}", value=action)
+def check_action(action: str) -> CallbackAction:
+    """``action`` as a :class:`CallbackAction`, or :class:`ValidationError` naming the
+    accepted ones."""
+    try:
+        return CallbackAction(action)
+    except ValueError:
+        raise ValidationError(
+            "action", f"must be one of {sorted(CALLBACK_ACTIONS)}", value=action
+        ) from None
 
 
 def callback_not_found(callback_id: str) -> CallbackNotFound:

@@ -21,10 +21,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, assert_never
 
 import attrs
 
+from awa.domain.callbacks import CallbackAction
 from awa.domain.job import JobRecord
 from awa.domain.policies import Backoff
 from awa.domain.states import (
@@ -383,6 +384,31 @@ def callback_resume(payload: Any, now: datetime) -> Transition:
         metadata={CALLBACK_RESULT_KEY: payload},
         clear_callback=True,
     )
+
+
+def callback_resolution(
+    action: CallbackAction,
+    facts: AttemptFacts,
+    *,
+    payload: Any = None,
+    error: str | None = None,
+    expression: str | None = None,
+    now: datetime,
+) -> Transition:
+    """The transition of ``resolve_callback`` with ``action``: :func:`callback_complete`,
+    :func:`callback_fail` (``error``, ``expression``), :func:`callback_retry` or
+    :func:`callback_resume` (``payload``). ``facts`` are read only by a fail."""
+    match action:
+        case CallbackAction.COMPLETE:
+            return callback_complete(now)
+        case CallbackAction.FAIL:
+            return callback_fail(facts, error=error, now=now, expression=expression)
+        case CallbackAction.RETRY:
+            return callback_retry(now)
+        case CallbackAction.RESUME:
+            return callback_resume(payload, now)
+        case _:
+            assert_never(action)
 
 
 def callback_heartbeat(*, timeout: timedelta, now: datetime) -> Transition:

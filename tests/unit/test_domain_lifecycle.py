@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta
 import attrs
 import pytest
 
+from awa.domain.callbacks import CALLBACK_ACTIONS, CallbackAction, check_action
+from awa.domain.errors import ValidationError
 from awa.domain.job import JobRecord
 from awa.domain.lifecycle import (
     CALLBACK_RESULT_KEY,
@@ -23,6 +25,7 @@ from awa.domain.lifecycle import (
     callback_complete,
     callback_fail,
     callback_heartbeat,
+    callback_resolution,
     callback_resume,
     callback_retry,
     cancel,
@@ -406,3 +409,32 @@ def test_closing_an_attempt_ends_its_callback(name: str, transition: Transition)
     assert transition.state is not None
     if transition.applies_to & LIVE_STATES and transition.state not in LIVE_STATES:
         assert transition.clear_callback, name
+
+
+# ------------------------------------------------------------------ callback resolution
+
+
+@pytest.mark.parametrize("facts", [MID, LAST_DLQ])
+def test_callback_resolution_decides_each_action(facts: AttemptFacts) -> None:
+    decided = {
+        action: callback_resolution(
+            check_action(action), facts, payload={"p": 1}, error="no", expression="x", now=NOW
+        )
+        for action in sorted(CALLBACK_ACTIONS)
+    }
+    assert decided == {
+        "complete": callback_complete(NOW),
+        "fail": callback_fail(facts, error="no", now=NOW, expression="x"),
+        "retry": callback_retry(NOW),
+        "resume": callback_resume({"p": 1}, NOW),
+    }
+    assert {t.state for t in decided.values()} == {S.Completed, S.Failed, S.Available, S.Running}
+
+
+def test_callback_actions_are_one_enum() -> None:
+    assert {"complete", "fail", "retry", "resume"} == CALLBACK_ACTIONS
+    assert check_action("fail") is CallbackAction.FAIL
+    assert str(CallbackAction.RESUME) == "resume"
+    with pytest.raises(ValidationError, match="must be one of") as info:
+        check_action("ignore")
+    assert info.value.field == "action" and info.value.value == "ignore"

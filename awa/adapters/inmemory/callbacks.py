@@ -66,22 +66,19 @@ class CallbackOps(EngineBase):
         error: str | None = None,
         expression: str | None = None,
     ) -> JobRecord:
-        check_action(action)
+        resolution = check_action(action)
         async with self._write() as write:
             job = self._by_callback(write, callback_id)
-            now = write.now
-            if action == "complete":
-                transition = lifecycle.callback_complete(now)
-            elif action == "fail":
-                facts = self._facts(write, job)
-                transition = lifecycle.callback_fail(
-                    facts, error=error, now=now, expression=expression
-                )
-            elif action == "retry":
-                transition = lifecycle.callback_retry(now)
+            transition = lifecycle.callback_resolution(
+                resolution,
+                self._facts(write, job),
+                payload=payload,
+                error=error,
+                expression=expression,
+                now=write.now,
+            )
+            if transition.state is JobState.Available:
                 write.notify.add(queue_channel(job.queue))
-            else:
-                transition = lifecycle.callback_resume(payload, now)
             updated = self._apply(write, job, transition)
         # A fail routed to the DLQ leaves no job row: the failed snapshot is the answer.
         return updated

@@ -296,22 +296,20 @@ class WorkerOps(EngineBase):
         expression: str | None = None,
     ) -> JobRecord:
         """Resolve the live attempt carrying ``callback_id``."""
-        check_action(action)
+        resolution = check_action(action)
         now = self._clock.now()
         async with self._transaction() as conn:
             row = await self._one(conn, "lock_by_callback", {"callback_id": callback_id})
             if row is None:
                 raise callback_not_found(callback_id)
-            if action == "complete":
-                transition = lifecycle.callback_complete(now)
-            elif action == "fail":
-                transition = lifecycle.callback_fail(
-                    attempt_facts(row), error=error, now=now, expression=expression
-                )
-            elif action == "retry":
-                transition = lifecycle.callback_retry(now)
-            else:
-                transition = lifecycle.callback_resume(payload, now)
+            transition = lifecycle.callback_resolution(
+                resolution,
+                attempt_facts(row),
+                payload=payload,
+                error=error,
+                expression=expression,
+                now=now,
+            )
             return await self._apply_locked(conn, row, transition, now)
 
     async def heartbeat_callback(self, callback_id: str, *, timeout: timedelta) -> JobRecord:

@@ -21,7 +21,6 @@ from awa.adapters.postgres_queue_storage.statements import Statements
 from awa.domain import lifecycle
 from awa.domain.callbacks import CallbackExpressions, callback_not_found, check_action
 from awa.domain.job import JobRecord, RunLease
-from awa.domain.lifecycle import Transition
 from awa.domain.states import LIVE_STATES, JobState
 from awa.ports.storage import Ack
 
@@ -142,23 +141,20 @@ class Callbacks:
         error: str | None = None,
         expression: str | None = None,
     ) -> JobRecord:
-        check_action(action)
+        resolution = check_action(action)
         await self._outcomes.refresh_dlq()
         lease = await self._by_callback(callback_id)
         result: list[JobRecord] = []
 
         def decide(job: JobRecord, w: Writes) -> tuple[JobRecord, str | None]:
-            transition: Transition
-            if action == "complete":
-                transition = lifecycle.callback_complete(w.now)
-            elif action == "fail":
-                transition = lifecycle.callback_fail(
-                    self._outcomes.attempt_facts(job), error=error, now=w.now, expression=expression
-                )
-            elif action == "retry":
-                transition = lifecycle.callback_retry(w.now)
-            else:
-                transition = lifecycle.callback_resume(payload, w.now)
+            transition = lifecycle.callback_resolution(
+                resolution,
+                self._outcomes.attempt_facts(job),
+                payload=payload,
+                error=error,
+                expression=expression,
+                now=w.now,
+            )
             outcome = take(transition, job)
             result.append(outcome[0])
             return outcome

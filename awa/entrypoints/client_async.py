@@ -24,6 +24,7 @@ from awa.domain.validation import (
     LEASE_SLOT_COUNT,
     QUEUE_SLOT_COUNT,
     validate_number,
+    validate_schema_name,
 )
 from awa.entrypoints import bootstrap, telemetry
 from awa.entrypoints.args import kind_for_type, rebuild_args
@@ -432,7 +433,9 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
 
     async def _check_queue_storage_schema(self, schema: str) -> None:
         """The runtime works on the queue-storage schema the storage transition names, so a
-        ``queue_storage_schema`` that is not that schema is refused, never ignored."""
+        ``queue_storage_schema`` that is not that schema is refused, never ignored; a name
+        no schema can have is refused first, naming the schema-name rule."""
+        validate_schema_name(schema, "queue_storage_schema")
         status = json.loads(await self.storage_status())
         named = (status.get("details") or {}).get("schema") or "awa"
         if status.get("state") == "canonical" or named != schema:

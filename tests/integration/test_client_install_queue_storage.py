@@ -210,6 +210,9 @@ async def test_start_refuses_a_queue_storage_schema_it_would_not_use(client: Asy
     with pytest.raises(ValueError, match="queue_storage_schema='side'") as info:
         await client.start([("default", 1)], queue_storage_schema="side")
     assert "prepare-queue-storage-schema" in str(info.value)
+    with pytest.raises(awa.ValidationError, match="plain SQL identifier") as bad:
+        await client.start([("default", 1)], queue_storage_schema="é")
+    assert bad.value.field == "queue_storage_schema"
     assert (await client.health_check()).poll_loop_alive is False
 
 

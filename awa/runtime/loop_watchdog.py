@@ -27,6 +27,10 @@ log = logging.getLogger("awa.runtime.loop")
 BLOCK_THRESHOLD = 1.0
 #: How often the loop ticks (and the watcher looks).
 TICK = 0.1
+_ADVICE = (
+    "an async handler is calling blocking code; make it a plain `def` handler (it runs "
+    "in a thread) or await instead of blocking."
+)
 
 
 class LoopWatchdog:
@@ -84,12 +88,15 @@ class LoopWatchdog:
                 culprit = self._culprit()
                 self.blocks += 1
                 log.warning(
-                    "the event loop has been blocked for %.1f s by %s: an async handler is "
-                    "calling blocking code; make it a plain `def` handler (it runs in a "
-                    "thread) or await instead of blocking. Claims and completions on this "
-                    "worker wait meanwhile; heartbeats and maintenance go on.",
+                    "the event loop has been blocked for %.1f s by %s: %s Claims and "
+                    "completions on this worker wait meanwhile; heartbeats and maintenance "
+                    "go on.",
                     stalled,
                     culprit,
+                    _ADVICE
+                    if culprit.startswith("handler ")
+                    else "if this process was not stopped (SIGSTOP, a paused container), "
+                    "something on the loop calls blocking code.",
                 )
             elif blocked_since is not None and last > blocked_since:
                 log.warning(

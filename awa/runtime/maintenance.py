@@ -75,7 +75,7 @@ class MaintenanceLeader:
         self._config = config
         self._inflight = inflight
         self.policy = LeasePolicy(ttl=config.leader_lease_ttl)
-        self.is_leader = False
+        self._leading = False
         #: the term of the lease held now (or last held)
         self.term = 0
         self.runs: dict[str, int] = {}
@@ -108,6 +108,13 @@ class MaintenanceLeader:
             return
         with contextlib.suppress(RuntimeError):  # the thread's loop already closed
             loop.call_soon_threadsafe(wake.set)
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this candidate leads now: it took the lease and, on its own clock, the
+        lease has not run out (so a loop stuck in a statement stops claiming leadership
+        once its lease ends, before it notices). Read from any thread."""
+        return self._leading and self.policy.may_act(time.monotonic(), self._valid_until)
 
     @property
     def alive(self) -> bool:
@@ -227,7 +234,7 @@ class MaintenanceLeader:
                     try:
                         await self._lead(duties)
                     finally:
-                        self.is_leader = False
+                        self._leading = False
                         self._valid_until = None
                     continue
                 wait = (
@@ -237,7 +244,7 @@ class MaintenanceLeader:
                 )
                 await self._pause(wait)
         finally:
-            self.is_leader = False
+            self._leading = False
             self._valid_until = None
             if self._gauges is not None:
                 self._gauges.detach()
@@ -252,7 +259,7 @@ class MaintenanceLeader:
         self._valid_until = self.policy.valid_until(asked, lease)
         self._next_renewal = asked + self.policy.renew_every
         self.term = lease.term
-        self.is_leader = True
+        self._leading = True
         log.info(
             "became maintenance leader (term %d, lease %.3g s, renewed every %.3g s)",
             lease.term,
@@ -319,7 +326,7 @@ class MaintenanceLeader:
         await self._step_down()
 
     async def _step_down(self) -> None:
-        self.is_leader = False
+        self._leading = False
         self._valid_until = None
         try:
             await self._lock.release()
@@ -344,12 +351,29 @@ class MaintenanceLeader:
                 if not await self._keep_lease():
                     return
                 duty.due = time.monotonic() + duty.interval
+                # A duty may act only while the lease lasts: one still running when it
+                # ends (waiting for a lock a stopped session holds, say) is cut off, its
+                # statement cancelled on the server and its transaction rolled back.
+                budget = max(0.0, (self._valid_until or 0.0) - time.monotonic())
                 try:
-                    # A duty that answers True has more to do: it goes again after the
-                    # others had their turn instead of a whole interval later.
-                    if await duty.run() is True:
-                        duty.due = time.monotonic()
-                    self.runs[duty.name] = self.runs.get(duty.name, 0) + 1
+                    with anyio.move_on_after(budget) as scope:
+                        # A duty that answers True has more to do: it goes again after
+                        # the others had their turn instead of a whole interval later.
+                        if await duty.run() is True:
+                            duty.due = time.monotonic()
+                        self.runs[duty.name] = self.runs.get(duty.name, 0) + 1
+                    if scope.cancelled_caught:
+                        duty.due = time.monotonic() + max(duty.interval, self.policy.ttl)
+                        log.warning(
+                            "maintenance duty %s did not finish while the lease (term %d) "
+                            "lasted (%.1f s) and was cut off; it runs again in %g s. It was "
+                            "probably waiting for a lock that a stopped or stuck session "
+                            "holds (see pg_stat_activity for 'idle in transaction').",
+                            duty.name,
+                            self.term,
+                            budget,
+                            max(duty.interval, self.policy.ttl),
+                        )
                 except LeaseLapsed:
                     await self._lapsed(f"while maintenance duty {duty.name} ran")
                     return

@@ -102,6 +102,46 @@ async def test_a_leader_whose_lease_changed_hands_stops_at_its_next_renewal() ->
         leader.stop()
 
 
+class StuckPromoteEngine(InMemoryEngine):
+    """Its second promotion hangs (a statement waiting for a lock a stopped session
+    holds) until cancelled."""
+
+    def __init__(self) -> None:
+        super().__init__(clock=ManualClock(), backoff=NO_JITTER)
+        self.calls = 0
+        self.stuck = anyio.Event()
+        self.cut_off = anyio.Event()
+
+    async def promote_due(self, *, limit: int = 4096) -> int:
+        self.calls += 1
+        if self.calls == 2:
+            self.stuck.set()
+            try:
+                await anyio.sleep_forever()
+            finally:
+                self.cut_off.set()
+        return await super().promote_due(limit=limit)
+
+
+async def test_a_duty_still_running_when_the_lease_ends_is_cut_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    engine = StuckPromoteEngine()
+    config = parse_start_args(None, handler_queues={"q"}, **FAST, leader_lease_ttl_ms=300)
+    leader = MaintenanceLeader(engine, engine.leader_lock(), config, InFlight())
+    caplog.set_level(logging.WARNING, logger="awa.runtime.maintenance")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(leader.run)
+        with anyio.fail_after(5):
+            await engine.stuck.wait()
+            # Not once the lease it runs under ended, and not a second later.
+            await engine.cut_off.wait()
+        # Leadership is taken again (nobody else wants it) and maintenance goes on.
+        await wait_until(lambda: engine.calls >= 3 and leader.is_leader)
+        leader.stop()
+    assert "maintenance duty promote did not finish while the lease" in caplog.text
+
+
 def test_the_lease_policy_counts_from_before_the_request_and_follows_the_holder() -> None:
     policy = LeasePolicy(ttl=6.0)
     assert policy.renew_every == 2.0

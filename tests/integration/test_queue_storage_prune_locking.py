@@ -451,7 +451,7 @@ async def test_prune_resolves_the_slot_jobs_exactly_as_the_jobs_view(
     assert await engine.cancel_job(waiting.id) is not None
     assert await engine.rotate_queue_ring() == "rotated"
     # Facts outside slot 0, written after it was sealed.
-    assert await engine.retry_job(jobs[1].id) is not None
+    assert await engine.retry_job(jobs[9].id) is not None
     assert await engine.delete_jobs([jobs[2].id]) == 1
     assert await engine.retry_job(jobs[5].id) is not None
     assert await engine.move_failed_to_dlq(jobs[6].id, reason="dead") is not None
@@ -465,9 +465,9 @@ async def test_prune_resolves_the_slot_jobs_exactly_as_the_jobs_view(
         viewed = list(await cur.fetchall())
     assert lean == viewed
     states = {row["id"]: row["state"] for row in lean}
-    assert states[jobs[0].id] == states[jobs[3].id] == "completed"
+    assert states[jobs[0].id] == states[jobs[1].id] == states[jobs[3].id] == "completed"
     assert states[jobs[4].id] == "failed"
-    assert jobs[1].id not in states and jobs[2].id not in states and jobs[5].id not in states
+    assert jobs[9].id not in states and jobs[2].id not in states and jobs[5].id not in states
 
 
 async def test_the_stand_ins_a_prune_swapped_out_are_emptied_by_name(

@@ -29,6 +29,10 @@ PORTS = (StorageEngine, StripedClaimer, WorkerWarmUp, TransitionObserver)
 NOT_DRIVEN = {
     # Ends the engines; the fixture closes them once per test, after the last example.
     "close": "plumbing",
+    # Engine-specific by contract: queue storage counts the failed jobs retention pruned,
+    # the model and canonical answer None; tests/contract/test_admin.py holds each engine
+    # to its own answer, so the two sides of the machine cannot be compared.
+    "pruned_failed_count": "engine-specific answer",
 }
 
 ROOT_DECORATORS = frozenset({"rule", "invariant", "initialize"})

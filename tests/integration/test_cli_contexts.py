@@ -49,6 +49,7 @@ MUTATING_ARGS: dict[str, list[str]] = {
     "storage enter-mixed-transition": [],
     "storage finalize": [],
     "storage prepare": ["--engine", "queue_storage"],
+    "storage rebuild-terminal-counters": [],
     "storage prepare-queue-storage-schema": ["--schema", "awa_x"],
 }
 

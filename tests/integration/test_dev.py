@@ -193,9 +193,13 @@ def test_dev_stops_its_server_and_removes_its_data_on_a_signal(
 ) -> None:
     process, scratch, server_pid = _start_dev(dev_tmpdir)
     process.send_signal(signum)
-    assert process.stdout is not None
-    rest = process.stdout.read()
-    assert process.wait(timeout=60) == 128 + signum, rest
+    try:
+        rest, _ = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        rest, _ = process.communicate()
+        raise AssertionError(f"awa dev did not exit on {signum.name}:\n{rest}") from None
+    assert process.returncode == 128 + signum, rest
     assert f"stopped by {signum.name}" in rest
     assert not scratch.exists(), rest
     assert _gone(server_pid, within=30)

@@ -51,6 +51,7 @@ import psycopg
 import awa
 from benchmarks._common import percentile
 from benchmarks.drain import QUEUE, BenchNoop, enqueue_backlog
+from benchmarks.pickup_latency import offer_inserts
 
 NS_PREFIX = "awafleet"
 CRON_NAME = "fleet_tick"
@@ -316,34 +317,8 @@ async def _worker(
 
 
 async def _producer(url: str, rate: float, seconds: float, inflight: int, out: str) -> None:
-    client = awa.AsyncClient(url, max_connections=inflight + 2)
-    await client.insert(BenchNoop(seq=-1, t=time.time()), queue=QUEUE)  # warm the pool
-    commits: list[tuple[int, float]] = []
-    gate = asyncio.Semaphore(inflight)
-    tasks: set[asyncio.Task[None]] = set()
-
-    async def one(seq: int) -> None:
-        try:
-            await client.insert(BenchNoop(seq=seq, t=time.time()), queue=QUEUE)
-            commits.append((seq, time.time()))
-        finally:
-            gate.release()
-
-    began = time.monotonic()
-    for i in range(int(rate * seconds)):
-        delay = began + i / rate - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        if time.monotonic() - began > seconds:
-            break  # producer-limited: offer no more than ``seconds`` of load
-        await gate.acquire()
-        task = asyncio.create_task(one(i))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-    if tasks:
-        await asyncio.gather(*tasks)
-    await client.close()
-    Path(out).write_text(json.dumps(commits))
+    recs = await offer_inserts(url, rate, seconds, inflight, stop_at_deadline=True)
+    Path(out).write_text(json.dumps([(seq, committed) for seq, _, committed in recs]))
 
 
 async def _wait_empty(url: str, timeout: float) -> bool:

@@ -91,37 +91,46 @@ def _claim_waits(
     print(f"all active backends: {dict(sorted(everyone.items(), key=lambda kv: -kv[1])[:8])}")
 
 
+async def offer_inserts(
+    url: str, rate: float, seconds: float, inflight: int, *, stop_at_deadline: bool = False
+) -> list[tuple[int, float, float]]:
+    """The harness's latency producer: ``rate`` single ``insert()`` calls per second with
+    at most ``inflight`` at once, ``(seq, call time, commit time)`` for each. With
+    ``stop_at_deadline`` it offers nothing after ``seconds`` (a slow link then limits how
+    many are offered instead of stretching the run)."""
+    client = awa.AsyncClient(url, max_connections=inflight + 2)
+    await client.insert(BenchNoop(seq=-1, t=time.time()), queue=QUEUE)  # warm the pool
+    recs: list[tuple[int, float, float]] = []
+    sem = asyncio.Semaphore(inflight)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def one(seq: int) -> None:
+        try:
+            t_call = time.time()
+            await client.insert(BenchNoop(seq=seq, t=t_call), queue=QUEUE)
+            recs.append((seq, t_call, time.time()))
+        finally:
+            sem.release()
+
+    start = time.monotonic()
+    for i in range(int(rate * seconds)):
+        delay = start + i / rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if stop_at_deadline and time.monotonic() - start > seconds:
+            break
+        await sem.acquire()
+        task = asyncio.create_task(one(i))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    if tasks:
+        await asyncio.gather(*tasks)
+    await client.close()
+    return recs
+
+
 def _produce(url: str, rate: float, seconds: float, inflight: int, out: Any) -> None:
-    async def main() -> list[tuple[int, float, float]]:
-        client = awa.AsyncClient(url, max_connections=inflight + 2)
-        await client.insert(BenchNoop(seq=-1, t=time.time()), queue=QUEUE)
-        recs: list[tuple[int, float, float]] = []
-        sem = asyncio.Semaphore(inflight)
-        tasks: set[asyncio.Task[None]] = set()
-
-        async def one(seq: int) -> None:
-            try:
-                t_call = time.time()
-                await client.insert(BenchNoop(seq=seq, t=t_call), queue=QUEUE)
-                recs.append((seq, t_call, time.time()))
-            finally:
-                sem.release()
-
-        start = time.monotonic()
-        for i in range(int(rate * seconds)):
-            delay = start + i / rate - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await sem.acquire()
-            task = asyncio.create_task(one(i))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-        if tasks:
-            await asyncio.gather(*tasks)
-        await client.close()
-        return recs
-
-    out.send(asyncio.run(main()))
+    out.send(asyncio.run(offer_inserts(url, rate, seconds, inflight)))
 
 
 async def run(

@@ -1,7 +1,9 @@
-"""Pure scheduling policies: retry backoff, priority aging and retention floors."""
+"""Pure scheduling policies: retry backoff, priority aging, retention floors and the
+queue-storage rings' seal rule with the outcomes of their upkeep steps."""
 
 from __future__ import annotations
 
+import enum
 import math
 import random
 from collections.abc import Callable
@@ -114,3 +116,31 @@ class RingSeal:
         if age is None or size_bytes >= self.fill_bytes:
             return True
         return age >= self.interval * self.max_intervals
+
+
+class RotateOutcome(enum.StrEnum):
+    """What one rotate step of a ring did (the leader backs off on ``SKIPPED_BUSY``)."""
+
+    #: The current slot was sealed and the next one opened.
+    ROTATED = "rotated"
+    #: The current slot holds nothing to seal (every lease slot is empty, for leases).
+    SKIPPED_IDLE = "skipped_idle"
+    #: The seal rule says the slot is neither full nor old yet (queue ring only).
+    SKIPPED_FILLING = "skipped_filling"
+    #: The next slot still holds rows.
+    SKIPPED_BUSY = "skipped_busy"
+    #: Another rotate or prune holds the ring.
+    SKIPPED_LOCKED = "skipped_locked"
+
+
+class PruneOutcome(enum.StrEnum):
+    """What one prune step of a ring did (the leader backs off on ``BLOCKED``)."""
+
+    #: The oldest sealed slot was truncated.
+    PRUNED = "pruned"
+    #: No sealed slot holds rows.
+    IDLE = "idle"
+    #: Live work, or a lock held by a running transaction, keeps the slot.
+    BLOCKED = "blocked"
+    #: Another rotate or prune holds the ring.
+    SKIPPED_LOCKED = "skipped_locked"

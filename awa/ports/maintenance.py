@@ -6,20 +6,23 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
-from awa.domain.policies import RingSeal
+from awa.domain.policies import PruneOutcome, RingSeal, RotateOutcome
 
 
 @runtime_checkable
 class RingMaintenance(Protocol):
-    """One step of ring upkeep per call; each returns an outcome word so the leader can
-    back off (``skipped_busy``, ``blocked``) or go on (``rotated``, ``pruned``).
+    """One step of ring upkeep per call; each returns its outcome (a
+    :class:`~awa.domain.policies.RotateOutcome` or
+    :class:`~awa.domain.policies.PruneOutcome`, string enums whose values are the words
+    below) so the leader can back off (``skipped_busy``, ``blocked``) or go on
+    (``rotated``, ``pruned``).
 
     Two rings: the queue ring (:meth:`rotate` / :meth:`prune`, at
     ``queue_rotate_interval``) holds job facts; the lease ring (:meth:`rotate_leases` /
     :meth:`prune_leases`, at ``lease_rotate_interval``) holds the mutable state of
     attempts that heartbeat, report progress or wait for a callback."""
 
-    async def rotate(self, *, seal: RingSeal | None = None) -> str:
+    async def rotate(self, *, seal: RingSeal | None = None) -> RotateOutcome:
         """Seal the current ring slot and open the next one; with ``seal`` (the leader's
         rule), only once the slot is full or old enough.
 
@@ -30,7 +33,7 @@ class RingMaintenance(Protocol):
         """
         ...
 
-    async def prune(self, *, failed_retention: timedelta) -> str:
+    async def prune(self, *, failed_retention: timedelta) -> PruneOutcome:
         """Reclaim the oldest sealed slot once nothing live refers to it.
 
         Failed jobs finalized less than ``failed_retention`` ago are carried forward
@@ -39,12 +42,12 @@ class RingMaintenance(Protocol):
         """
         ...
 
-    async def rotate_leases(self) -> str:
+    async def rotate_leases(self) -> RotateOutcome:
         """Seal the current lease slot and send lease writes (heartbeats, progress,
         callbacks) to the next one. Same outcome words as :meth:`rotate`."""
         ...
 
-    async def prune_leases(self) -> str:
+    async def prune_leases(self) -> PruneOutcome:
         """Truncate the oldest lease slot once it holds no lease of an open attempt.
 
         Returns ``pruned``, ``idle`` (that slot is empty), ``blocked`` (a live lease, or a

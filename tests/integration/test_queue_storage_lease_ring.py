@@ -16,7 +16,7 @@ from awa.adapters._pg.pool import open_pool
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.domain.job import JobSpec, RunLease
-from awa.domain.policies import Backoff
+from awa.domain.policies import Backoff, PruneOutcome, RotateOutcome
 from awa.domain.states import JobState
 from awa.ports.maintenance import RingMaintenance
 from awa.ports.storage import Ack
@@ -72,9 +72,10 @@ async def _start(engine: QueueStorageEngine, n: int) -> list[RunLease]:
 
 async def test_engine_is_ring_maintenance_for_both_rings(engine: QueueStorageEngine) -> None:
     assert isinstance(engine, RingMaintenance)
-    # Nothing written yet: the lease ring has nothing to seal or reclaim.
-    assert await engine.rotate_leases() == "skipped_idle"
-    assert await engine.prune_leases() == "idle"
+    # Nothing written yet: the lease ring has nothing to seal or reclaim. The outcomes
+    # are the domain's enums (whose values are the words the port documents).
+    assert await engine.rotate_leases() is RotateOutcome.SKIPPED_IDLE
+    assert await engine.prune_leases() is PruneOutcome.IDLE
 
 
 async def test_an_idle_lease_ring_is_checked_without_the_ring_state_lock(
@@ -94,8 +95,8 @@ async def test_an_idle_lease_ring_is_checked_without_the_ring_state_lock(
     assert await engine.heartbeat(leases) == [Ack.APPLIED]
     with psycopg.connect(migrated_database_url) as holder:
         holder.execute(f"SELECT 1 FROM {SCHEMA}.ring_state FOR UPDATE")
-        assert await engine.rotate_leases() == "skipped_locked"
-        assert await engine.prune_leases() == "skipped_locked"
+        assert await engine.rotate_leases() is RotateOutcome.SKIPPED_LOCKED
+        assert await engine.prune_leases() is PruneOutcome.SKIPPED_LOCKED
         holder.rollback()
     assert await engine.rotate_leases() == "rotated"
     assert await engine.complete(leases) == [Ack.APPLIED]

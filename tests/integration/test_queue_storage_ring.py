@@ -15,7 +15,7 @@ from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.domain.errors import UniqueConflict
 from awa.domain.job import JobRecord, JobSpec
-from awa.domain.policies import Backoff, RingSeal
+from awa.domain.policies import Backoff, PruneOutcome, RingSeal, RotateOutcome
 from awa.domain.states import JobState
 from awa.ports.storage import Ack
 from tests.support.queue_storage import installed_engine
@@ -167,8 +167,8 @@ async def test_completed_history_stays_readable_until_its_slot_is_two_ahead(
     (job,) = await engine.enqueue_many([JobSpec(kind="done", queue=QUEUE)])
     (claim,) = await engine.claim(QUEUE, limit=1)
     assert await engine.complete([claim.lease]) == [Ack.APPLIED]
-    assert await engine.rotate_queue_ring() == "rotated"
-    assert await engine.prune_oldest() == "idle"
+    assert await engine.rotate_queue_ring() is RotateOutcome.ROTATED
+    assert await engine.prune_oldest() is PruneOutcome.IDLE
     await engine.enqueue_many([JobSpec(kind="filler", queue="other")])
     kept = await engine.get_job(job.id)
     assert kept is not None and kept.state == JobState.Completed

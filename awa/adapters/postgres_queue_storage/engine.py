@@ -30,7 +30,7 @@ from awa.domain.admin_views import KindCounts, QueueDepth, StateBucket
 from awa.domain.batch_ops import BatchFilter, BatchSpec, ItemResult
 from awa.domain.callbacks import CallbackExpressions
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
-from awa.domain.policies import Backoff, RingSeal
+from awa.domain.policies import Backoff, PruneOutcome, RingSeal, RotateOutcome
 from awa.ports.clock import Clock
 from awa.ports.storage import Ack, DlqFilter, JobFilter, Rescued, UnitOfWork
 
@@ -343,16 +343,18 @@ class QueueStorageEngine(PgCronOps, PgOverrideOps, PgDescriptorOps, PgBatchContr
         await self._parts.changes.reset()
 
     # ---------------------------------------------------------------- ring maintenance
-    async def rotate_queue_ring(self, seal: RingSeal | None = None) -> str:
+    async def rotate_queue_ring(self, seal: RingSeal | None = None) -> RotateOutcome:
         return await self._parts.queue_ring.rotate_queue_ring(seal)
 
-    async def prune_oldest(self, *, failed_retention: timedelta = DEFAULT_FAILED_RETENTION) -> str:
+    async def prune_oldest(
+        self, *, failed_retention: timedelta = DEFAULT_FAILED_RETENTION
+    ) -> PruneOutcome:
         return await self._parts.queue_ring.prune_oldest(failed_retention=failed_retention)
 
-    async def rotate_leases(self) -> str:
+    async def rotate_leases(self) -> RotateOutcome:
         return await self._parts.lease_ring.rotate_leases()
 
-    async def prune_leases(self) -> str:
+    async def prune_leases(self) -> PruneOutcome:
         return await self._parts.lease_ring.prune_leases()
 
     async def pruned_counts(self) -> dict[str, dict[str, int]]:
@@ -361,11 +363,13 @@ class QueueStorageEngine(PgCronOps, PgOverrideOps, PgDescriptorOps, PgBatchContr
     async def compact_control_tables(self) -> list[str]:
         return await self._parts.long_transactions.compact_control_tables()
 
-    async def rotate(self, *, seal: RingSeal | None = None) -> str:
+    async def rotate(self, *, seal: RingSeal | None = None) -> RotateOutcome:
         """:class:`~awa.ports.maintenance.RingMaintenance`: :meth:`rotate_queue_ring`."""
         return await self._parts.queue_ring.rotate_queue_ring(seal)
 
-    async def prune(self, *, failed_retention: timedelta = DEFAULT_FAILED_RETENTION) -> str:
+    async def prune(
+        self, *, failed_retention: timedelta = DEFAULT_FAILED_RETENTION
+    ) -> PruneOutcome:
         """:class:`~awa.ports.maintenance.RingMaintenance`: :meth:`prune_oldest`."""
         return await self._parts.queue_ring.prune_oldest(failed_retention=failed_retention)
 

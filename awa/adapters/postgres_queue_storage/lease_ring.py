@@ -13,6 +13,7 @@ from awa.adapters.postgres_queue_storage.carry import Carry
 from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.statements import Statements
 from awa.adapters.postgres_queue_storage.swap import Blocked, PartitionSwap
+from awa.domain.policies import PruneOutcome, RotateOutcome
 from awa.ports.clock import Clock
 
 
@@ -59,7 +60,7 @@ class LeaseRing:
         """Does ``slot`` hold the lease of an attempt whose claim is still open?"""
         return sql.SQL(self._sql.for_slot("lease_slot_live", slot).decode())
 
-    async def rotate_leases(self) -> str:
+    async def rotate_leases(self) -> RotateOutcome:
         """:class:`~awa.ports.maintenance.RingMaintenance`: seal the current lease slot and
         send lease writes to the next one.
 
@@ -70,24 +71,24 @@ class LeaseRing:
         """
         async with translated_errors():
             if not await self._written():
-                return "skipped_idle"
+                return RotateOutcome.SKIPPED_IDLE
         async with translated_errors(), self._connections.tx() as conn:
             state = await self._sql.one(conn, self._sql["lock_lease_ring_state"])
             if state is None:
-                return "skipped_locked"
+                return RotateOutcome.SKIPPED_LOCKED
             current, count = int(state["current_lease_slot"]), int(state["lease_slot_count"])
             incoming = (current + 1) % count
             dirty = await self._dirty_lease_slots(conn)
             if incoming == current or not dirty:
-                return "skipped_idle"
+                return RotateOutcome.SKIPPED_IDLE
             if incoming in dirty:
-                return "skipped_busy"
+                return RotateOutcome.SKIPPED_BUSY
             await self._sql.rows(
                 conn, self._sql["advance_lease_ring"], {"slot": incoming, "now": self._clock.now()}
             )
-        return "rotated"
+        return RotateOutcome.ROTATED
 
-    async def prune_leases(self) -> str:
+    async def prune_leases(self) -> PruneOutcome:
         """:class:`~awa.ports.maintenance.RingMaintenance`: truncate the oldest lease slot
         (the one the next lease rotation enters) once it holds no live lease.
 
@@ -98,25 +99,25 @@ class LeaseRing:
             async with translated_errors():
                 await self._swap.clear(("leases",))
                 if not await self._written():
-                    return "idle"
+                    return PruneOutcome.IDLE
             async with translated_errors(), self._connections.tx() as conn:
                 return await self._prune_leases(conn)
         except Blocked:
-            return "blocked"
+            return PruneOutcome.BLOCKED
 
-    async def _prune_leases(self, conn: DictConnection) -> str:
+    async def _prune_leases(self, conn: DictConnection) -> PruneOutcome:
         state = await self._sql.one(conn, self._sql["lock_lease_ring_state"])
         if state is None:
-            return "skipped_locked"
+            return PruneOutcome.SKIPPED_LOCKED
         current, count = int(state["current_lease_slot"]), int(state["lease_slot_count"])
         target = (current + 1) % count
         if target == current or target not in await self._dirty_lease_slots(conn):
-            return "idle"
+            return PruneOutcome.IDLE
         # The leases of open attempts move into the current lease slot first (under their
         # advisory locks, taken without waiting), so a callback wait never pins the ring.
         if not await self._carry.live_leases(conn, target, current):
-            return "blocked"
+            return PruneOutcome.BLOCKED
         # Re-checked under the lock: a heartbeat that wrote a row in from a stale slot
         # number has committed; no lease writer can reach the slot until the swap commits.
         await self._swap.lock_and_swap(conn, target, ("leases",), unless=[self._lease_live(target)])
-        return "pruned"
+        return PruneOutcome.PRUNED

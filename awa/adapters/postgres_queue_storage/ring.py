@@ -25,7 +25,7 @@ from awa.adapters.postgres_queue_storage.long_tx import LongTransactions
 from awa.adapters.postgres_queue_storage.snapshots import PRUNE_GATE, Resolved, Writes, row_json
 from awa.adapters.postgres_queue_storage.statements import Statements
 from awa.adapters.postgres_queue_storage.swap import RING_TABLES, Blocked, PartitionSwap
-from awa.domain.policies import RingSeal
+from awa.domain.policies import PruneOutcome, RingSeal, RotateOutcome
 from awa.domain.states import DEFAULT_UNIQUE_STATES, JobState, bitstring_to_mask, mask_contains
 from awa.ports.clock import Clock
 
@@ -83,7 +83,7 @@ class QueueRing:
         rows = await self._sql.rows(conn, statement)
         return {int(row["slot"]) for row in rows if row["busy"]}
 
-    async def rotate_queue_ring(self, seal: RingSeal | None = None) -> str:
+    async def rotate_queue_ring(self, seal: RingSeal | None = None) -> RotateOutcome:
         """Seal the current slot and open the next one; with ``seal``, only once that
         rule says the slot is full or old enough.
 
@@ -94,12 +94,12 @@ class QueueRing:
         async with translated_errors(), self._connections.tx() as conn:
             state = await self._sql.one(conn, self._sql["lock_ring_state"])
             if state is None:
-                return "skipped_locked"
+                return RotateOutcome.SKIPPED_LOCKED
             current, count = int(state["current_slot"]), int(state["slot_count"])
             incoming = (current + 1) % count
             holding = await self._slots_with_rows(conn, [current, incoming])
             if current not in holding:
-                return "skipped_idle"
+                return RotateOutcome.SKIPPED_IDLE
             now = self._clock.now()
             if seal is not None:
                 fill = await self._sql.one(
@@ -110,15 +110,17 @@ class QueueRing:
                 turned = state["rotated_at"]
                 age = None if turned is None else now - turned
                 if not seal.due(age=age, size_bytes=int(fill["bytes"])):
-                    return "skipped_filling"
+                    return RotateOutcome.SKIPPED_FILLING
             if incoming in holding:
-                return "skipped_busy"
+                return RotateOutcome.SKIPPED_BUSY
             await self._sql.rows(conn, self._sql["advance_ring"], {"slot": incoming, "now": now})
             # Completion buckets older than the one-hour window are never read again.
             await self._sql.exec(conn, "prune_completions", before=now - COMPLETIONS_KEPT)
-        return "rotated"
+        return RotateOutcome.ROTATED
 
-    async def prune_oldest(self, *, failed_retention: timedelta = DEFAULT_FAILED_RETENTION) -> str:
+    async def prune_oldest(
+        self, *, failed_retention: timedelta = DEFAULT_FAILED_RETENTION
+    ) -> PruneOutcome:
         """Truncate the oldest sealed slot that holds rows (the one the next rotation
         enters, else the one after it) once nothing live refers to it.
 
@@ -134,13 +136,13 @@ class QueueRing:
             async with translated_errors(), self._connections.tx() as conn:
                 outcome = await self._prune(conn, failed_retention, target)
         except Blocked:
-            outcome = "blocked"
+            outcome = PruneOutcome.BLOCKED
         async with translated_errors():
             # Say why reclamation waits (a long transaction holding the slot or the
             # xmin horizon), and compact the control tables once it has ended.
-            if outcome == "blocked" and target:
+            if outcome == PruneOutcome.BLOCKED and target:
                 await self._long.explain_blocked(target[0], RING_TABLES)
-            elif outcome == "pruned":
+            elif outcome == PruneOutcome.PRUNED:
                 await self._long.record("queue", "pruned")
             await self._long.watch_horizon()
         return outcome
@@ -165,10 +167,10 @@ class QueueRing:
 
     async def _prune(
         self, conn: DictConnection, failed_retention: timedelta, chosen: list[int]
-    ) -> str:
+    ) -> PruneOutcome:
         state = await self._sql.one(conn, self._sql["lock_ring_state"])
         if state is None:
-            return "skipped_locked"
+            return PruneOutcome.SKIPPED_LOCKED
         current, count = int(state["current_slot"]), int(state["slot_count"])
         # Only the oldest slots are reclaimed (the one the next rotation enters, else the
         # one after it): waiting until the ring comes round to them keeps completed history
@@ -176,7 +178,7 @@ class QueueRing:
         # slot once sealed.
         target = await self._oldest_with_rows(conn, current, count)
         if target is None:
-            return "idle"
+            return PruneOutcome.IDLE
         chosen.append(target)
         # Everything that takes time happens before the slot is locked, so claims and
         # completions (which read every slot) never queue behind a long prune:
@@ -265,7 +267,7 @@ class QueueRing:
             swap=tuple(t for t, n in zip(RING_TABLES, seen, strict=True) if n),
             also=self._carry.repoint(carried_claims, target, current),
         )
-        return "pruned"
+        return PruneOutcome.PRUNED
 
     async def _slot_row_counts(self, conn: DictConnection, slot: int) -> tuple[int, ...]:
         row = await self._sql.one(conn, self._sql.for_slot("slot_row_counts", slot))

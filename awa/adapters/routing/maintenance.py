@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from awa.adapters.routing.base import C, RoutingBase
-from awa.domain.policies import RingSeal
+from awa.domain.policies import PruneOutcome, RingSeal, RotateOutcome
 from awa.domain.transition import (
     TransitionState,
     maintains_canonical,
@@ -88,26 +88,30 @@ class MaintenanceOps(RoutingBase[C]):
             return None
         return self._target(status.schema).ring
 
-    async def rotate(self, *, seal: RingSeal | None = None) -> str:
+    async def rotate(self, *, seal: RingSeal | None = None) -> RotateOutcome:
         """:class:`~awa.ports.maintenance.RingMaintenance`: rotate the queue-storage ring
         once producers write there; before that there is nothing to seal."""
         ring = await self._ring()
-        return "skipped_idle" if ring is None else await ring.rotate(seal=seal)
+        return RotateOutcome.SKIPPED_IDLE if ring is None else await ring.rotate(seal=seal)
 
-    async def prune(self, *, failed_retention: timedelta) -> str:
+    async def prune(self, *, failed_retention: timedelta) -> PruneOutcome:
         """:class:`~awa.ports.maintenance.RingMaintenance`: prune the oldest queue-storage
         slot once producers write there; before that no slot holds rows."""
         ring = await self._ring()
-        return "idle" if ring is None else await ring.prune(failed_retention=failed_retention)
+        return (
+            PruneOutcome.IDLE
+            if ring is None
+            else await ring.prune(failed_retention=failed_retention)
+        )
 
-    async def rotate_leases(self) -> str:
+    async def rotate_leases(self) -> RotateOutcome:
         """:class:`~awa.ports.maintenance.RingMaintenance`: rotate the queue-storage lease
         ring once producers write there."""
         ring = await self._ring()
-        return "skipped_idle" if ring is None else await ring.rotate_leases()
+        return RotateOutcome.SKIPPED_IDLE if ring is None else await ring.rotate_leases()
 
-    async def prune_leases(self) -> str:
+    async def prune_leases(self) -> PruneOutcome:
         """:class:`~awa.ports.maintenance.RingMaintenance`: prune the oldest queue-storage
         lease slot once producers write there."""
         ring = await self._ring()
-        return "idle" if ring is None else await ring.prune_leases()
+        return PruneOutcome.IDLE if ring is None else await ring.prune_leases()

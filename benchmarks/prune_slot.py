@@ -139,9 +139,9 @@ async def run(url: str, jobs: int, slots: int, turns: int, profile: str) -> None
                 assert await engine.rotate() == "rotated"
                 await settle(jobs)
         print(f"{turns} turns of a ring of {slots} slots holding {jobs} completed jobs each:")
-        for outcome, values in sorted(elapsed.items()):
+        for word, values in sorted(elapsed.items()):
             print(
-                f"  prune {outcome}: {len(values)}, median {statistics.median(values):.1f} ms,"
+                f"  prune {word}: {len(values)}, median {statistics.median(values):.1f} ms,"
                 f" max {max(values):.1f} ms"
             )
         # The worker's own CPU: what a prune takes from the event loop that also claims.

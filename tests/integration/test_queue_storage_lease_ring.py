@@ -151,7 +151,7 @@ async def test_an_idle_ring_turns_until_every_slot_is_truncated(
     assert await engine.heartbeat(leases) == [Ack.APPLIED] * 2
     assert await engine.heartbeat(leases) == [Ack.APPLIED] * 2  # a dead version in slot 0
     assert await engine.complete(leases) == [Ack.APPLIED] * 2
-    outcomes = []
+    outcomes: list[str] = []
     for _ in range(2 * SLOTS):
         outcomes.append(await engine.prune_leases())
         outcomes.append(await engine.rotate_leases())
@@ -427,7 +427,7 @@ async def test_lease_prune_swaps_in_an_empty_partition_built_beforehand(
     assert await engine.heartbeat(leases) == [Ack.APPLIED] * 2
     assert await engine.complete(leases) == [Ack.APPLIED] * 2
     before = _lease_partition(migrated_database_url, 0)
-    outcomes = []
+    outcomes: list[str] = []
     for _ in range(2 * SLOTS):
         outcomes.append(await engine.prune_leases())
         outcomes.append(await engine.rotate_leases())

@@ -3,9 +3,11 @@
 The drift test compares a catalog dump of a freshly migrated database (tables, columns,
 types, defaults, constraints, indexes, views, functions with argument lists, triggers,
 enum labels, sequences, plus a checksum of every migration file and of every schema file)
-with the committed ``schema_snapshot.txt``. Prune's stand-ins (``<table>_<slot>_spare``)
-are left out: each has its partition's shape, which ``test_schema_objects`` checks. After
-changing the schema on purpose, regenerate it with::
+with the committed ``schema_snapshot.txt``, and the readable DDL of the same database
+(``tests/support/ddl.py``) with the committed ``docs/internals/schema.sql``. Prune's
+stand-ins (``<table>_<slot>_spare``) are left out: each has its partition's shape, which
+``test_schema_objects`` checks. After
+changing the schema on purpose, regenerate both with::
 
     AWA_UPDATE_SCHEMA_SNAPSHOT=1 .venv/bin/pytest tests/integration/test_migrations.py -k drift
 """
@@ -31,11 +33,13 @@ from awa.adapters._pg.migrations import (
 from awa.adapters._pg.schema_objects import schema_objects
 from awa.adapters.postgres_canonical import CanonicalEngine
 from awa.domain.errors import SchemaNotMigrated
+from tests.support.ddl import render_ddl
 from tests.support.schema_history import LAST_VERSION_BEFORE_SCHEMA_FILES
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
 SNAPSHOT = Path(__file__).with_name("schema_snapshot.txt")
+DDL = Path(__file__).parents[2] / "docs" / "internals" / "schema.sql"
 
 _CATALOG_QUERIES: list[tuple[str, str]] = [
     (
@@ -208,3 +212,18 @@ async def test_no_schema_drift_from_the_committed_snapshot(database_url: str) ->
             "schema drift against schema_snapshot.txt\n"
             + "\n".join([*(f"+ {line}" for line in added), *(f"- {line}" for line in removed)])
         )
+
+
+async def test_no_drift_in_the_readable_ddl(database_url: str) -> None:
+    """``docs/internals/schema.sql`` is what a fresh replay's catalog says (module docstring)."""
+    await migrate(database_url)
+    rendered = render_ddl(database_url)
+    if os.environ.get("AWA_UPDATE_SCHEMA_SNAPSHOT"):
+        DDL.parent.mkdir(exist_ok=True)
+        DDL.write_text(rendered, encoding="utf-8")
+    assert DDL.exists(), "no docs/internals/schema.sql; regenerate it (see the module docstring)"
+    expected = DDL.read_text(encoding="utf-8")
+    assert rendered == expected, (
+        "docs/internals/schema.sql is stale: regenerate it with AWA_UPDATE_SCHEMA_SNAPSHOT=1 "
+        "(see the module docstring)"
+    )

@@ -1,7 +1,9 @@
-"""Take the README's screenshots of the admin pages (docs/screenshots/*.png).
+"""Take the screenshots of the admin pages (docs/screenshots/*.png).
 
-Seeds a scratch database with jobs in every state, serves it with the admin app and
-photographs the main pages in headless Chromium (the system's, as in the browser tests):
+Seeds a scratch database with jobs in every state, a runtime, cron schedules and a batch
+operation, serves it with the admin app and photographs every page at desktop
+(1280x800) and phone (390x844) width in headless Chromium (the system's, as in the
+browser tests, which run the same checks on every page), plus the phone in dark theme:
 
     .venv/bin/python scripts/admin_screenshots.py [--admin-url postgresql://postgres@127.0.0.1/postgres]
 """
@@ -20,9 +22,14 @@ sys.path.insert(0, str(ROOT))
 
 from awa.adapters._pg.migrations import migrate  # noqa: E402
 from awa.entrypoints.web.config import ServerConfig  # noqa: E402
-from tests.integration.web.conftest import seed  # noqa: E402
+from tests.integration.web.conftest import seed_everything  # noqa: E402
 from tests.integration.web.live import live_server  # noqa: E402
-from tests.integration.web.test_browser import CHROMIUM, LAUNCH_ARGS  # noqa: E402
+from tests.integration.web.test_browser import (  # noqa: E402
+    CHROMIUM,
+    LAUNCH_ARGS,
+    VIEWPORTS,
+    check_and_photograph,
+)
 
 OUT = ROOT / "docs" / "screenshots"
 
@@ -39,28 +46,20 @@ def main() -> None:
         import asyncio
 
         asyncio.run(migrate(url))
-        seeded = seed(url)
+        seeded = seed_everything(url)
         from playwright.sync_api import sync_playwright
 
         OUT.mkdir(parents=True, exist_ok=True)
         config = ServerConfig(database_url=url, cache_ttl=0.0, instance_name="staging")
         with live_server(config) as base, sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
-            shots = {
-                "dashboard": "/",
-                "jobs": "/jobs",
-                "job": f"/jobs/{seeded.ids['failed'][0]}",
-                "queues": "/queues",
-                "dlq": "/dlq",
-                "runtime": "/runtime",
-            }
-            for shot, path in shots.items():
-                page.goto(base + path)
-                page.screenshot(path=str(OUT / f"{shot}.png"), full_page=False)
-            phone = browser.new_page(viewport={"width": 390, "height": 844}, color_scheme="dark")
-            phone.goto(base + "/queues/mail")
-            phone.screenshot(path=str(OUT / "phone-dark.png"))
+            for viewport, size in VIEWPORTS.items():
+                page = browser.new_page(viewport=size)
+                check_and_photograph(page, base, seeded, viewport, OUT)
+                page.close()
+            phone = browser.new_page(viewport=VIEWPORTS["phone"], color_scheme="dark")
+            phone.goto(base + "/")
+            phone.screenshot(path=str(OUT / "phone-dark.png"), full_page=True)
             browser.close()
     finally:
         with psycopg.connect(args.admin_url, autocommit=True) as conn:

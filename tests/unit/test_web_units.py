@@ -10,6 +10,7 @@ from awa.domain.errors import ValidationError
 from awa.entrypoints.web.cache import ReadCache
 from awa.entrypoints.web.config import is_loopback, parse_color, parse_peer, parse_secret
 from awa.entrypoints.web.pages import parse_search
+from awa.entrypoints.web.render import human, label
 
 pytestmark = pytest.mark.anyio
 
@@ -104,3 +105,15 @@ async def test_cache_keeps_a_bounded_number_of_keys() -> None:
         await cache.get(f"k{index}", load)
     assert len(cache._values) == cache_module.MAX_ENTRIES
     assert "k0" not in cache._values and f"k{cache_module.MAX_ENTRIES + 49}" in cache._values
+
+
+def test_values_read_as_words_not_python_reprs() -> None:
+    assert human(None) == "—" and human([]) == "—" and human({}) == "—"
+    assert human(True) == "yes" and human(False) == "no"
+    assert human(0) == "0" and human("queue_storage") == "queue_storage"
+    blockers = human(["finalize needs <mixed>", None])
+    assert blockers == '<ul class="plain"><li>finalize needs &lt;mixed&gt;</li><li>—</li></ul>'
+    assert human({"fresh_install": True}) == (
+        '<dl class="inner"><dt>Fresh install</dt><dd>yes</dd></dl>'
+    )
+    assert label("can_finalize") == "Can finalize"

@@ -13,7 +13,7 @@ from starlette.routing import BaseRoute, Route
 from awa.domain.states import JobState
 from awa.entrypoints.web import page_actions, params
 from awa.entrypoints.web.errors import ApiError, status_of
-from awa.entrypoints.web.reads import limit_of
+from awa.entrypoints.web.reads import AdminReads, limit_of
 from awa.entrypoints.web.render import render
 from awa.entrypoints.web.state import web_state
 from awa.ports.storage import DlqFilter, JobFilter
@@ -74,7 +74,7 @@ async def dashboard(request: Request) -> Response:
     await web.guard.refresh()
     stats = await web.reads.stats()
     series = await web.reads.timeseries(60)
-    failures = await web.reads.jobs(JobFilter(state=JobState.Failed), limit=10)
+    failures = await web.reads.recent_failures(limit=10)
     return render(
         request,
         "dashboard.html",
@@ -107,8 +107,11 @@ async def jobs(request: Request, *, queue: str | None = None) -> Response:
     next_url = None
     if len(rows) == PAGE_SIZE:
         next_url = "?" + urlencode({**keep, "before_id": rows[-1]["id"]})
+    counts, scope = await _state_counts(web.reads, chosen)
     context: dict[str, Any] = {
         "jobs": rows,
+        "state_counts": counts,
+        "counts_scope": scope,
         "filters": chosen,
         "states": [str(s) for s in JobState],
         "search": params.text(request, "q") or "",
@@ -122,6 +125,25 @@ async def jobs(request: Request, *, queue: str | None = None) -> Response:
         context["queue_name"] = queue
         return render(request, "queue.html", **context)
     return render(request, "jobs.html", **context)
+
+
+async def _state_counts(reads: AdminReads, chosen: dict[str, str]) -> tuple[dict[str, int], str]:
+    """Jobs per state for the pills of a job list, and what they count: one queue's
+    exact counts when the list is of a queue, else every queue's. Kind and tag narrow the
+    list but not the counts (no engine keeps per-kind or per-tag state counts), so the
+    caption says so."""
+    queue = chosen.get("queue")
+    if queue is not None:
+        row = await reads.queue(queue)
+        counts = {str(s): (row[str(s)] if row else 0) for s in JobState}
+        scope = f"jobs in queue {queue}"
+    else:
+        counts = await reads.stats()
+        scope = "all jobs"
+    narrowed = [k for k in ("kind", "tag") if k in chosen]
+    if narrowed:
+        scope += f", whatever their {' and '.join(narrowed)}"
+    return counts, scope
 
 
 async def jobs_page(request: Request) -> Response:

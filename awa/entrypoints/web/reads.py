@@ -325,6 +325,26 @@ class AdminReads:
         entries: list[DlqEntry] = await self.cache.get(f"dlq:{dlq_filter!r}:{limit}", load)
         return [dlq_json(e) for e in entries]
 
+    async def recent_failures(self, *, limit: int) -> list[dict[str, Any]]:
+        """The latest failures wherever they now are: failed jobs and dead-lettered ones,
+        newest first by when they failed (a DLQ entry by when it was moved). Each row is
+        a job row plus ``failed_at``, ``last_error`` and ``dlq`` (``None`` or the entry's
+        ``reason`` and ``dlq_at``)."""
+        rows: list[dict[str, Any]] = []
+        for job in await self.jobs(JobFilter(state=JobState.Failed), limit=limit):
+            rows.append({**job, "failed_at": job["finalized_at"], "dlq": None})
+        for entry in await self.dlq(DlqFilter(), limit=limit):
+            at = entry["dlq_at"]
+            dlq = {"reason": entry["reason"], "dlq_at": at}
+            rows.append({**entry["job"], "failed_at": at, "dlq": dlq})
+        for row in rows:
+            errors = row.get("errors") or []
+            row["last_error"] = errors[-1].get("error") if errors else None
+        # RFC 3339 strings in UTC sort as the instants they name; a row without a time
+        # (never finalized) sorts last.
+        rows.sort(key=lambda r: (r["failed_at"] or "", r["id"]), reverse=True)
+        return rows[:limit]
+
     async def dlq_entry(self, job_id: int) -> dict[str, Any] | None:
         entry = await (await self.client.admin_engine()).get_dlq(job_id)
         return None if entry is None else dlq_json(entry)

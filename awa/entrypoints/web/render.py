@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
@@ -68,6 +69,36 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, default=str)
 
 
+NONE_TEXT = "—"
+
+
+def human(value: Any) -> Markup:
+    """A value as a person reads it, never a Python repr: ``None`` as —, booleans as
+    yes/no, a list as a list (— when empty), a mapping as ``key: value`` lines, numbers
+    and text as they are. Escaped, safe to place in a page."""
+    if value is None:
+        return Markup(NONE_TEXT)
+    if isinstance(value, bool):
+        return Markup("yes" if value else "no")
+    if isinstance(value, list | tuple | set | frozenset):
+        if not value:
+            return Markup(NONE_TEXT)
+        items = "".join(f"<li>{human(item)}</li>" for item in value)
+        return Markup(f'<ul class="plain">{items}</ul>')
+    if isinstance(value, dict):
+        if not value:
+            return Markup(NONE_TEXT)
+        rows = "".join(f"<dt>{escape(label(k))}</dt><dd>{human(v)}</dd>" for k, v in value.items())
+        return Markup(f'<dl class="inner">{rows}</dl>')
+    return escape(str(value))
+
+
+def label(key: Any) -> str:
+    """A field name as a heading: ``finalize_blockers`` reads "Finalize blockers"."""
+    text = str(key).replace("_", " ").strip()
+    return text[:1].upper() + text[1:]
+
+
 @functools.cache
 def environment() -> Environment:
     env = Environment(
@@ -78,6 +109,8 @@ def environment() -> Environment:
     )
     env.filters["ago"] = _ago
     env.filters["pretty"] = _pretty
+    env.filters["human"] = human
+    env.filters["label"] = label
     env.filters["web_link"] = web_link
     env.globals["descriptor_meanings"] = STATUS_MEANINGS
     return env

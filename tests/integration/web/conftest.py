@@ -3,7 +3,11 @@ app under Starlette's TestClient (a real Postgres behind it)."""
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
@@ -14,6 +18,7 @@ from starlette.testclient import TestClient
 import awa
 from awa.entrypoints.web.app import create_app
 from awa.entrypoints.web.config import ServerConfig
+from awa.ports.runtime_registry import QueueSnapshot, RuntimeSnapshot
 
 pytestmark = pytest.mark.postgres
 
@@ -60,6 +65,60 @@ def seed(url: str) -> Seeded:
         assert client.move_failed_to_dlq(dlq[0], "manual") is not None
         ids["dlq"] = dlq
     return Seeded(url, ids)
+
+
+#: The worker runtime that :func:`seed_everything` registers.
+RUNTIME_ID = str(uuid.UUID(int=0xA3A))
+
+
+def seed_everything(url: str) -> Seeded:
+    """:func:`seed`, plus what the remaining pages show: a live leader runtime serving
+    both queues, two cron schedules (one paused) and a pending batch operation."""
+    seeded = seed(url)
+    now = datetime.now(UTC)
+
+    async def publish() -> None:
+        async with awa.AsyncClient(url) as client:
+            registry = await client.runtime_registry()
+            await registry.upsert_runtime(
+                RuntimeSnapshot(
+                    id=RUNTIME_ID,
+                    hostname="worker-1",
+                    pid=4242,
+                    version=awa.__version__,
+                    started_at=now - timedelta(hours=2),
+                    last_seen_at=now,
+                    leader=True,
+                    healthy=True,
+                    postgres_connected=True,
+                    poll_loop_alive=True,
+                    heartbeat_alive=True,
+                    shutting_down=False,
+                    # Live for the whole test however slow the host is.
+                    snapshot_interval_ms=600_000,
+                    queues=(
+                        QueueSnapshot("mail", 2, 10, None, None, (5.0, 10)),
+                        QueueSnapshot("reports", 0, 4, 1, 2),
+                    ),
+                )
+            )
+            await client.submit_batch_operation(
+                "set_priority", spec={"priority": 1}, filter={"queue": "mail"}
+            )
+
+    # Seeding may run beside a running event loop (Playwright's), so on its own thread.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(lambda: asyncio.run(publish())).result()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO awa.cron_jobs (name, cron_expr, kind, queue, last_enqueued_at) "
+            "VALUES ('nightly_report', '0 3 * * *', 'report', 'reports', now() - interval '1 day')"
+        )
+        conn.execute(
+            "INSERT INTO awa.cron_jobs (name, cron_expr, kind, queue, paused_at) "
+            "VALUES ('digest', '*/15 * * * *', 'send_email', 'mail', now())"
+        )
+    return seeded
 
 
 @pytest.fixture

@@ -11,13 +11,14 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
 from awa.entrypoints.web.config import ServerConfig
-from tests.integration.web.conftest import Seeded
+from tests.integration.web.conftest import RUNTIME_ID, Seeded, seed_everything
 from tests.integration.web.live import live_server
 
 pytestmark = pytest.mark.postgres
@@ -66,6 +67,51 @@ def page(browser: Any) -> Iterator[Any]:
         context.close()
 
 
+#: Every page of the admin UI, by the name its screenshots carry.
+def every_page(seeded: Seeded) -> dict[str, str]:
+    return {
+        "dashboard": "/",
+        "jobs": "/jobs",
+        "job": f"/jobs/{seeded.ids['failed'][0]}",
+        "queues": "/queues",
+        "queue": "/queues/mail",
+        "kinds": "/kinds",
+        "cron": "/cron",
+        "dlq": "/dlq",
+        "dlq-entry": f"/dlq/{seeded.ids['dlq'][0]}",
+        "batch-ops": "/batch-ops",
+        "runtime": "/runtime",
+        "runtime-instance": f"/runtime/{RUNTIME_ID}",
+    }
+
+
+VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
+#: Python reprs that must never reach a person: None, booleans, a list's brackets.
+REPR_TEXT = re.compile(r"\bNone\b|\bTrue\b|\bFalse\b|\['|\[\]")
+REPR_ATTRIBUTE = re.compile(r'="(None|True|False)"')
+
+
+def check_and_photograph(page: Any, base: str, seeded: Seeded, viewport: str, out: Any) -> None:
+    """Visit every page at ``viewport``: each answers 200, shows no Python repr in its
+    text or attributes and, at any width, never scrolls sideways; a full-page screenshot
+    of each is written to ``out/<page>-<viewport>.png``."""
+    for name, path in every_page(seeded).items():
+        response = page.goto(base + path)
+        assert response is not None and response.status == 200, (path, response)
+        text = page.inner_text("body")
+        found = REPR_TEXT.search(text)
+        if found is not None:
+            around = text[max(0, found.start() - 60) : found.end() + 60]
+            raise AssertionError(f"{path} shows {found.group(0)!r}: ...{around}...")
+        html = page.content()
+        attribute = REPR_ATTRIBUTE.search(html)
+        assert attribute is None, f"{path} has an attribute {attribute.group(0)}"
+        fits = page.evaluate("document.scrollingElement.scrollWidth <= window.innerWidth")
+        width = page.evaluate("document.scrollingElement.scrollWidth")
+        assert fits, f"{path} scrolls sideways at {viewport} width ({width}px)"
+        page.screenshot(path=str(out / f"{name}-{viewport}.png"), full_page=True)
+
+
 def serve(seeded: Seeded, **settings: Any) -> Any:
     settings.setdefault("cache_ttl", 0.0)
     return live_server(ServerConfig(database_url=seeded.url, **settings))
@@ -93,7 +139,7 @@ def test_dashboard_counts_match_the_database(page: Any, seeded: Seeded) -> None:
 def test_filtering_jobs(page: Any, seeded: Seeded) -> None:
     with serve(seeded) as base:
         page.goto(base + "/jobs")
-        page.get_by_role("link", name="failed", exact=True).click()
+        page.locator('.pills a[data-state="failed"]').click()
         page.wait_for_url(re.compile(r"state=failed"))
         ids = sorted(
             int(r)
@@ -172,16 +218,11 @@ def test_the_auth_token_guards_the_pages(page: Any, seeded: Seeded) -> None:
 
 
 def test_phone_width_and_dark_theme(browser: Any, seeded: Seeded) -> None:
-    context = browser.new_context(viewport={"width": 390, "height": 844}, color_scheme="dark")
+    context = browser.new_context(viewport=VIEWPORTS["phone"], color_scheme="dark")
     page = context.new_page()
     try:
         with serve(seeded) as base:
-            pages = ["/", "/jobs", f"/jobs/{seeded.ids['failed'][0]}", "/queues/mail", "/kinds"]
-            pages += ["/cron", "/dlq", f"/dlq/{seeded.ids['dlq'][0]}", "/batch-ops", "/runtime"]
-            for path in [*pages, "/queues"]:
-                page.goto(base + path)
-                width = page.evaluate("document.documentElement.scrollWidth")
-                assert width <= 390, f"{path} scrolls sideways at phone width ({width}px)"
+            page.goto(base + "/queues")
             background = page.evaluate("getComputedStyle(document.body).backgroundColor")
             assert background == "rgb(15, 18, 22)"
             page.locator("#theme-toggle").click()  # system -> light
@@ -220,3 +261,85 @@ def test_a_dns_rebinding_page_cannot_reach_the_server(page: Any, seeded: Seeded)
         page.goto(base + "/queues")  # the real origin still works
         assert page.locator("text=mail").first.is_visible()
     assert db_state(seeded.url, pending) == "available"
+
+
+@pytest.fixture
+def everything(migrated_database_url: str) -> Seeded:
+    return seed_everything(migrated_database_url)
+
+
+@pytest.mark.parametrize("viewport", sorted(VIEWPORTS))
+def test_every_page_speaks_to_people(
+    browser: Any, everything: Seeded, viewport: str, tmp_path: Any
+) -> None:
+    """Each page at desktop and phone width: no reprs, no sideways scroll, and a
+    screenshot (kept under ``AWA_SCREENSHOT_DIR`` when set, as scripts/admin_screenshots.py
+    does for docs/screenshots)."""
+    out = Path(os.environ.get("AWA_SCREENSHOT_DIR") or tmp_path)
+    context = browser.new_context(viewport=VIEWPORTS[viewport])
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    try:
+        with serve(everything) as base:
+            check_and_photograph(page, base, everything, viewport, out)
+            # The header's links all stay inside the window: they wrap, none is cut off.
+            page.goto(base + "/")
+            right = page.locator("header nav a").evaluate_all(
+                "links => links.map(a => a.getBoundingClientRect().right)"
+            )
+            assert len(right) == 8 and max(right) <= VIEWPORTS[viewport]["width"], right
+    finally:
+        context.close()
+    shots = sorted(p.name for p in out.glob(f"*-{viewport}.png"))
+    assert shots == sorted(f"{name}-{viewport}.png" for name in every_page(everything))
+
+
+def test_the_job_list_counts_states_and_shows_tags(page: Any, everything: Seeded) -> None:
+    expected = {s: len(everything.ids[s]) for s in ("available", "running", "completed")}
+    expected |= {s: len(everything.ids[s]) for s in ("failed", "cancelled", "scheduled")}
+    with serve(everything) as base:
+        page.goto(base + "/jobs")
+        for state, n in expected.items():
+            pill = page.locator(f'.pills a[data-state="{state}"]')
+            assert int(pill.locator(".n").inner_text()) == n, state
+        assert int(page.locator('.pills a[data-state="all"] .n').inner_text()) == sum(
+            expected.values()
+        )
+        page.locator('.pills a[data-state="failed"]').click()
+        page.wait_for_url(re.compile(r"state=failed"))
+        ids = page.locator("tr[data-job-id]").evaluate_all("rows => rows.map(r => r.dataset.jobId)")
+        assert sorted(int(i) for i in ids) == sorted(everything.ids["failed"])
+        tags = page.locator(f'tr[data-job-id="{everything.ids["failed"][0]}"] td.tags').inner_text()
+        assert tags.strip() == "nightly"
+        page.goto(base + "/queues/mail")
+        assert int(page.locator('.pills a[data-state="available"] .n').inner_text()) == 3
+        assert int(page.locator('.pills a[data-state="failed"] .n').inner_text()) == 0
+        page.locator("td.tags a", has_text="vip").first.click()
+        page.wait_for_url(re.compile(r"q=tag"))
+        assert page.locator("tr[data-job-id]").count() == len(everything.ids["available"])
+
+
+def test_recent_failures_include_dead_lettered_jobs(page: Any, everything: Seeded) -> None:
+    dead = everything.ids["dlq"][0]
+    with serve(everything) as base:
+        page.goto(base + "/")
+        rows = page.locator("table.failures tr[data-job-id]")
+        ids = sorted(int(i) for i in rows.evaluate_all("rows => rows.map(r => r.dataset.jobId)"))
+        assert ids == sorted([*everything.ids["failed"], dead])
+        row = page.locator(f'table.failures tr[data-job-id="{dead}"]')
+        assert "DLQ" in row.inner_text() and "manual" in row.inner_text()
+        row.get_by_role("link", name=str(dead)).click()
+        page.wait_for_url(re.compile(rf"/dlq/{dead}$"))
+
+
+def test_runtime_pages_say_yes_no_and_dash(page: Any, everything: Seeded) -> None:
+    with serve(everything) as base:
+        page.goto(f"{base}/runtime/{RUNTIME_ID}")
+        facts = page.locator("dl.facts").inner_text()
+        assert "Healthy\nyes" in facts and "Shutting down\nno" in facts, facts
+        cells = page.locator("tbody tr").first.locator("td").all_inner_texts()
+        assert cells[:4] == ["mail", "2", "10", "—"], cells
+        page.goto(base + "/runtime")
+        storage = page.locator("section.storage dl.facts").first.inner_text()
+        assert "Prepared engine\n—" in storage, storage
+        assert page.locator("section.storage dl.facts").first.locator("ul.plain li").count() >= 1

@@ -5,9 +5,10 @@ do not edit by hand. Regenerate after changing an ``AsyncClient`` coroutine meth
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 from awa.entrypoints.client_sync import BlockingClientBase, RawClientBase
+from awa.entrypoints.insert_options import ClientBulkInsertOptions, ClientInsertOptions
 from awa.entrypoints.job import Job
 from awa.entrypoints.results import (
     BatchOperation,
@@ -147,41 +148,11 @@ class Client(BlockingClientBase):
         """
         return self._run(self._async.dump_run(job_id, attempt))
 
-    def enqueue_many_copy(
-        self,
-        jobs: list[Any],
-        *,
-        kind: str | None = None,
-        queue: str = "default",
-        priority: int = 2,
-        max_attempts: int = 25,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        run_at: Any | None = None,
-        unique_opts: dict[str, Any] | None = None,
-        ordering_key: bytes | str | None = None,
-        opts: list[dict[str, Any] | None] | None = None,
-        queue_storage_queue_stripe_count: int = 1,
-    ) -> int:
+    def enqueue_many_copy(self, jobs: list[Any], **options: Unpack[ClientBulkInsertOptions]) -> int:
         """Bulk insert on the fast path; returns how many jobs were inserted. Blocking form of
         ``AsyncClient.enqueue_many_copy``.
         """
-        return self._run(
-            self._async.enqueue_many_copy(
-                jobs,
-                kind=kind,
-                queue=queue,
-                priority=priority,
-                max_attempts=max_attempts,
-                tags=tags,
-                metadata=metadata,
-                run_at=run_at,
-                unique_opts=unique_opts,
-                ordering_key=ordering_key,
-                opts=opts,
-                queue_storage_queue_stripe_count=queue_storage_queue_stripe_count,
-            )
-        )
+        return self._run(self._async.enqueue_many_copy(jobs, **options))
 
     def fail_external(self, callback_id: str, error: str) -> Job[Any]:
         """Fail the job waiting on ``callback_id`` with ``error``. Blocking form of
@@ -229,80 +200,25 @@ class Client(BlockingClientBase):
         """
         return self._run(self._async.heartbeat_callback(callback_id, timeout_seconds))
 
-    def insert(
-        self,
-        args: Any,
-        *,
-        kind: str | None = None,
-        queue: str = "default",
-        priority: int = 2,
-        max_attempts: int = 25,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        run_at: Any | None = None,
-        unique_opts: dict[str, Any] | None = None,
-        ordering_key: bytes | str | None = None,
-        queue_storage_queue_stripe_count: int = 1,
-    ) -> Job[dict[str, Any]]:
+    def insert(self, args: Any, **options: Unpack[ClientInsertOptions]) -> Job[dict[str, Any]]:
         """Insert one job. The returned ``Job``'s ``args`` is the JSON object as stored (as
         awa-pg returns it; a handler gets ``args`` as an instance of its args class).
         ``run_at`` (any value) makes it ``scheduled``; ``unique_opts`` raises
         ``UniqueConflict`` when a live job already holds the same key.
         ``queue_storage_queue_stripe_count`` must match the fleet's: on queue storage the
-        job goes to one stripe ``queue#k`` of its queue. Blocking form of
+        job goes to one stripe ``queue#k`` of its queue. The options are
+        :class:`~awa.entrypoints.insert_options.ClientInsertOptions`. Blocking form of
         ``AsyncClient.insert``.
         """
-        return self._run(
-            self._async.insert(
-                args,
-                kind=kind,
-                queue=queue,
-                priority=priority,
-                max_attempts=max_attempts,
-                tags=tags,
-                metadata=metadata,
-                run_at=run_at,
-                unique_opts=unique_opts,
-                ordering_key=ordering_key,
-                queue_storage_queue_stripe_count=queue_storage_queue_stripe_count,
-            )
-        )
+        return self._run(self._async.insert(args, **options))
 
     def insert_many_copy(
-        self,
-        jobs: list[Any],
-        *,
-        kind: str | None = None,
-        queue: str = "default",
-        priority: int = 2,
-        max_attempts: int = 25,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        run_at: Any | None = None,
-        unique_opts: dict[str, Any] | None = None,
-        ordering_key: bytes | str | None = None,
-        opts: list[dict[str, Any] | None] | None = None,
-        queue_storage_queue_stripe_count: int = 1,
+        self, jobs: list[Any], **options: Unpack[ClientBulkInsertOptions]
     ) -> list[Job[Any]]:
         """Bulk insert; jobs whose unique key is already held are skipped silently. Blocking
         form of ``AsyncClient.insert_many_copy``.
         """
-        return self._run(
-            self._async.insert_many_copy(
-                jobs,
-                kind=kind,
-                queue=queue,
-                priority=priority,
-                max_attempts=max_attempts,
-                tags=tags,
-                metadata=metadata,
-                run_at=run_at,
-                unique_opts=unique_opts,
-                ordering_key=ordering_key,
-                opts=opts,
-                queue_storage_queue_stripe_count=queue_storage_queue_stripe_count,
-            )
-        )
+        return self._run(self._async.insert_many_copy(jobs, **options))
 
     def install_queue_storage(
         self,
@@ -769,38 +685,12 @@ class RawClient(RawClientBase):
         return self._blocking().dump_run(job_id, attempt)
 
     def enqueue_many_copy_sync(
-        self,
-        jobs: list[Any],
-        *,
-        kind: str | None = None,
-        queue: str = "default",
-        priority: int = 2,
-        max_attempts: int = 25,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        run_at: Any | None = None,
-        unique_opts: dict[str, Any] | None = None,
-        ordering_key: bytes | str | None = None,
-        opts: list[dict[str, Any] | None] | None = None,
-        queue_storage_queue_stripe_count: int = 1,
+        self, jobs: list[Any], **options: Unpack[ClientBulkInsertOptions]
     ) -> int:
         """Blocking ``enqueue_many_copy``, on a client of its own (see
         ``Client.enqueue_many_copy``).
         """
-        return self._blocking().enqueue_many_copy(
-            jobs,
-            kind=kind,
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            tags=tags,
-            metadata=metadata,
-            run_at=run_at,
-            unique_opts=unique_opts,
-            ordering_key=ordering_key,
-            opts=opts,
-            queue_storage_queue_stripe_count=queue_storage_queue_stripe_count,
-        )
+        return self._blocking().enqueue_many_copy(jobs, **options)
 
     def fail_external_sync(self, callback_id: str, error: str) -> Job[Any]:
         """Blocking ``fail_external``, on a client of its own (see ``Client.fail_external``)."""
@@ -838,69 +728,17 @@ class RawClient(RawClientBase):
         """
         return self._blocking().heartbeat_callback(callback_id, timeout_seconds)
 
-    def insert_sync(
-        self,
-        args: Any,
-        *,
-        kind: str | None = None,
-        queue: str = "default",
-        priority: int = 2,
-        max_attempts: int = 25,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        run_at: Any | None = None,
-        unique_opts: dict[str, Any] | None = None,
-        ordering_key: bytes | str | None = None,
-        queue_storage_queue_stripe_count: int = 1,
-    ) -> Job[dict[str, Any]]:
+    def insert_sync(self, args: Any, **options: Unpack[ClientInsertOptions]) -> Job[dict[str, Any]]:
         """Blocking ``insert``, on a client of its own (see ``Client.insert``)."""
-        return self._blocking().insert(
-            args,
-            kind=kind,
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            tags=tags,
-            metadata=metadata,
-            run_at=run_at,
-            unique_opts=unique_opts,
-            ordering_key=ordering_key,
-            queue_storage_queue_stripe_count=queue_storage_queue_stripe_count,
-        )
+        return self._blocking().insert(args, **options)
 
     def insert_many_copy_sync(
-        self,
-        jobs: list[Any],
-        *,
-        kind: str | None = None,
-        queue: str = "default",
-        priority: int = 2,
-        max_attempts: int = 25,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        run_at: Any | None = None,
-        unique_opts: dict[str, Any] | None = None,
-        ordering_key: bytes | str | None = None,
-        opts: list[dict[str, Any] | None] | None = None,
-        queue_storage_queue_stripe_count: int = 1,
+        self, jobs: list[Any], **options: Unpack[ClientBulkInsertOptions]
     ) -> list[Job[Any]]:
         """Blocking ``insert_many_copy``, on a client of its own (see
         ``Client.insert_many_copy``).
         """
-        return self._blocking().insert_many_copy(
-            jobs,
-            kind=kind,
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            tags=tags,
-            metadata=metadata,
-            run_at=run_at,
-            unique_opts=unique_opts,
-            ordering_key=ordering_key,
-            opts=opts,
-            queue_storage_queue_stripe_count=queue_storage_queue_stripe_count,
-        )
+        return self._blocking().insert_many_copy(jobs, **options)
 
     def install_queue_storage_sync(
         self,

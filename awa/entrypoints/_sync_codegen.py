@@ -108,8 +108,8 @@ def _signature(fn: Any) -> tuple[str, str, set[str]]:
     names: set[str] = set()
     star = False
     for param in list(sig.parameters.values())[1:]:
-        if param.kind is param.VAR_POSITIONAL or param.kind is param.VAR_KEYWORD:
-            raise TypeError(f"{fn.__qualname__}: *args/**kwargs cannot be forwarded by name")
+        if param.kind is param.VAR_POSITIONAL:
+            raise TypeError(f"{fn.__qualname__}: *args cannot be forwarded by name")
         if param.kind is param.KEYWORD_ONLY and not star:
             params.append("*")
             star = True
@@ -120,6 +120,12 @@ def _signature(fn: Any) -> tuple[str, str, set[str]]:
             names |= _names_used(annotation)
         if param.default is not param.empty:
             text += f" = {param.default!r}"
+        if param.kind is param.VAR_KEYWORD:
+            # ``**options: Unpack[SomeOptions]`` (the insert options, ADR 0027): forwarded
+            # whole, so the twin takes exactly the keywords the TypedDict declares.
+            params.append(f"**{text}")
+            call.append(f"**{param.name}")
+            continue
         params.append(text)
         call.append(
             param.name if param.kind is not param.KEYWORD_ONLY else f"{param.name}={param.name}"

@@ -12,7 +12,7 @@ import functools
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Unpack
 
 import attrs
 import blake3
@@ -33,6 +33,7 @@ from awa.domain.validation import (
     validate_unique_states,
 )
 from awa.entrypoints import payloads
+from awa.entrypoints.insert_options import InsertOptions
 from awa.runtime import tracing
 
 # The 0.6.9 wording, which callers match, with attrs classes (accepted since) added.
@@ -196,23 +197,18 @@ def unique_key_for(
     )
 
 
-def build_spec(
-    args: Any,
-    *,
-    kind: str | None = None,
-    queue: str = DEFAULT_QUEUE,
-    priority: int = DEFAULT_PRIORITY,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    tags: Sequence[str] | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    run_at: Any = None,
-    unique_opts: Mapping[str, Any] | None = None,
-    ordering_key: bytes | str | None = None,
-) -> JobSpec:
+def build_spec(args: Any, **options: Unpack[InsertOptions]) -> JobSpec:
     """Validate every insert option and build the ``JobSpec``; errors name the field.
 
     Each check runs once, in the order ``validate_spec`` would report them after the
     option checks: the spec it returns is valid as it stands."""
+    kind = options.get("kind")
+    queue = options.get("queue", DEFAULT_QUEUE)
+    priority = options.get("priority", DEFAULT_PRIORITY)
+    max_attempts = options.get("max_attempts", DEFAULT_MAX_ATTEMPTS)
+    tags = options.get("tags")
+    metadata = options.get("metadata")
+    unique_opts = options.get("unique_opts")
     plain = _serialize_plain(args, kind)
     resolved_kind, payload = serialize_args(args, kind) if plain is None else plain
     validate_kind(resolved_kind)
@@ -224,7 +220,7 @@ def build_spec(
         raise ValidationError("metadata", "must be a dict")
     meta = to_json_value(dict(metadata or {}), "metadata")
     tracing.stamp(meta)
-    when = parse_run_at(run_at)
+    when = parse_run_at(options.get("run_at"))
     if when is not None:
         validate_run_at(when)
     unique_key: bytes | None = None
@@ -251,7 +247,7 @@ def build_spec(
         tags=tag_tuple,
         unique_key=unique_key,
         unique_states=unique_states,
-        ordering_key=ordering_key_bytes(ordering_key),
+        ordering_key=ordering_key_bytes(options.get("ordering_key")),
     )
     # The rest of validate_spec: the names, numbers and tags were checked above, the keys
     # are bytes and run_at is timezone-aware by construction.
@@ -263,11 +259,21 @@ def build_spec(
     return spec
 
 
+def _overridden(common: InsertOptions, override: Mapping[str, Any]) -> InsertOptions:
+    """The batch's options with one job's ``queue`` / ``ordering_key`` in their place."""
+    options = InsertOptions(**common)
+    if "queue" in override:
+        options["queue"] = override["queue"]
+    if "ordering_key" in override:
+        options["ordering_key"] = override["ordering_key"]
+    return options
+
+
 def build_specs(
     jobs: Sequence[Any],
     *,
     opts: Sequence[Mapping[str, Any] | None] | None = None,
-    **common: Any,
+    **common: Unpack[InsertOptions],
 ) -> list[JobSpec]:
     """Specs for a bulk insert; ``opts[i]`` may override ``queue`` / ``ordering_key``."""
     if opts is not None and len(opts) != len(jobs):
@@ -284,7 +290,7 @@ def build_specs(
             unknown = set(override) - {"queue", "ordering_key"}
             if unknown:
                 raise ValidationError("opts", f"unknown keys: {sorted(unknown)}")
-            specs.append(build_spec(job, **{**common, **override}))
+            specs.append(build_spec(job, **_overridden(common, override)))
         elif template is None or not shared:
             template = build_spec(job, **common)
             specs.append(template)

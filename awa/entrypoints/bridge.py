@@ -10,12 +10,13 @@ so the job commits or rolls back with the caller's transaction.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 from awa.adapters._pg import insert_compat
 from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, initial_state
+from awa.domain.keywords import check_keywords
 from awa.domain.validation import (
     validate_json,
     validate_kind,
@@ -30,6 +31,7 @@ from awa.entrypoints.args import (
     parse_run_at,
     serialize_args,
 )
+from awa.entrypoints.insert_options import JobOptions
 from awa.runtime import metrics, tracing
 
 log = logging.getLogger("awa.bridge")
@@ -47,20 +49,15 @@ def _contains_nul(value: Any) -> bool:
     return False
 
 
-def _prepare(
-    args: Any,
-    *,
-    kind: str | None,
-    queue: str,
-    priority: int,
-    max_attempts: int,
-    tags: Sequence[str] | None,
-    metadata: Mapping[str, Any] | None,
-    run_at: str | datetime | None,
-    ordering_key: bytes | str | None,
-) -> dict[str, Any]:
+def _prepare(function: str, args: Any, options: JobOptions) -> dict[str, Any]:
     """The statement's parameters for this job, validated; what the SQL function cannot
     check is refused here."""
+    check_keywords(function, options, JobOptions)
+    kind = options.get("kind")
+    queue = options.get("queue", DEFAULT_QUEUE)
+    tags = options.get("tags")
+    run_at = options.get("run_at")
+    ordering_key = options.get("ordering_key")
     if isinstance(args, Mapping) and kind is None:
         embedded = args.get("kind")
         if not isinstance(embedded, str):
@@ -72,7 +69,7 @@ def _prepare(
         if str(exc).endswith(ARGS_TYPE_ERROR):
             raise TypeError(f"{ARGS_TYPE_ERROR}, got {type(args).__name__}") from None
         raise
-    meta = dict(metadata or {})
+    meta = dict(options.get("metadata") or {})
     tracing.stamp(meta)
     tag_list = list(tags or [])
     if any(_contains_nul(v) for v in (payload, meta, tag_list, resolved_kind, queue)):
@@ -97,8 +94,8 @@ def _prepare(
         "queue": queue,
         "args": payloads.dumps(payload),
         "state": initial_state(when).sql_name,
-        "priority": priority,
-        "max_attempts": max_attempts,
+        "priority": options.get("priority", DEFAULT_PRIORITY),
+        "max_attempts": options.get("max_attempts", DEFAULT_MAX_ATTEMPTS),
         "run_at": when,
         "metadata": payloads.dumps(meta),
         "tags": tag_list,
@@ -122,35 +119,13 @@ def _counted(conn: Any, driver: str, row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-async def insert_job(
-    conn: Any,
-    args: Any,
-    *,
-    kind: str | None = None,
-    queue: str = DEFAULT_QUEUE,
-    priority: int = DEFAULT_PRIORITY,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    tags: list[str] | None = None,
-    metadata: dict[str, Any] | None = None,
-    run_at: str | datetime | None = None,
-    ordering_key: bytes | str | None = None,
-) -> dict[str, Any]:
+async def insert_job(conn: Any, args: Any, **options: Unpack[JobOptions]) -> dict[str, Any]:
     """Insert a job on an async connection, inside its current transaction.
 
     Returns ``id, kind, queue, args, state, priority, attempt, max_attempts, run_at,
     created_at, metadata, tags``. A sync connection raises ``TypeError``.
     """
-    values = _prepare(
-        args,
-        kind=kind,
-        queue=queue,
-        priority=priority,
-        max_attempts=max_attempts,
-        tags=tags,
-        metadata=metadata,
-        run_at=run_at,
-        ordering_key=ordering_key,
-    )
+    values = _prepare("insert_job", args, options)
     driver = insert_compat.driver_of(conn)
     if driver in insert_compat.ASYNC_DRIVERS:
         return _counted(conn, driver, await insert_compat.insert_async(conn, driver, values))
@@ -160,32 +135,10 @@ async def insert_job(
     )
 
 
-def insert_job_sync(
-    conn: Any,
-    args: Any,
-    *,
-    kind: str | None = None,
-    queue: str = DEFAULT_QUEUE,
-    priority: int = DEFAULT_PRIORITY,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    tags: list[str] | None = None,
-    metadata: dict[str, Any] | None = None,
-    run_at: str | datetime | None = None,
-    ordering_key: bytes | str | None = None,
-) -> dict[str, Any]:
+def insert_job_sync(conn: Any, args: Any, **options: Unpack[JobOptions]) -> dict[str, Any]:
     """Insert a job on a sync connection (psycopg, SQLAlchemy, Django), inside its
     current transaction. An async connection raises ``TypeError``."""
-    values = _prepare(
-        args,
-        kind=kind,
-        queue=queue,
-        priority=priority,
-        max_attempts=max_attempts,
-        tags=tags,
-        metadata=metadata,
-        run_at=run_at,
-        ordering_key=ordering_key,
-    )
+    values = _prepare("insert_job_sync", args, options)
     driver = insert_compat.driver_of(conn)
     if driver in insert_compat.SYNC_DRIVERS:
         return _counted(conn, driver, insert_compat.insert_sync(conn, driver, values))

@@ -7,7 +7,7 @@ import json
 import logging
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from awa.adapters._pg.pool import PoolOptions
 from awa.adapters.clock import SystemClock
@@ -16,11 +16,10 @@ from awa.domain.cron import CronSchedule
 from awa.domain.descriptors import Descriptor
 from awa.domain.errors import AwaError
 from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, JobRecord
+from awa.domain.keywords import check_keywords
 from awa.domain.queue_options import QueueConfigDict
 from awa.domain.schema import schema_compatible
-from awa.domain.stripes import DEFAULT_QUEUE_STRIPES
 from awa.domain.validation import (
-    CLAIM_SLOT_COUNT,
     LEASE_SLOT_COUNT,
     QUEUE_SLOT_COUNT,
     validate_number,
@@ -42,6 +41,7 @@ from awa.entrypoints.health import HealthListener, addr_from_env
 from awa.entrypoints.job import Job
 from awa.entrypoints.results import HealthCheck, QueueHealth
 from awa.runtime import AttemptContext, HandlerRegistry, Runtime, RuntimeConfig, parse_start_args
+from awa.runtime.config import StartOptions
 from awa.runtime.cron import CronService
 from awa.runtime.descriptors import DescriptorService
 
@@ -65,6 +65,13 @@ def _job_factory(args_type: type[Any]) -> Callable[[JobRecord, AttemptContext], 
         return Job(record, rebuild_args(args_type, record.args), context)
 
     return build
+
+
+class ClientStartOptions(StartOptions, total=False):
+    """The keywords of :meth:`AsyncClient.start`: the runtime's, and its own."""
+
+    health_addr: str | None
+    listen_database_url: str | None
 
 
 class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, BatchOpsMixin):
@@ -241,38 +248,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
     async def start(
         self,
         queues: Sequence[tuple[str, int] | QueueConfigDict] | None = None,
-        *,
-        poll_interval_ms: int = 200,
-        global_max_workers: int | None = None,
-        completed_retention_hours: float | None = None,
-        failed_retention_hours: float | None = None,
-        descriptor_retention_days: float | None = None,
-        cleanup_batch_size: int | None = None,
-        leader_election_interval_ms: int | None = None,
-        leader_lease_ttl_ms: int | None = None,
-        heartbeat_interval_ms: int | None = None,
-        promote_interval_ms: int | None = None,
-        heartbeat_rescue_interval_ms: int | None = None,
-        heartbeat_staleness_ms: int | None = None,
-        deadline_rescue_interval_ms: int | None = None,
-        callback_rescue_interval_ms: int | None = None,
-        terminal_count_rollup_interval_ms: int | None = None,
-        queue_storage_schema: str | None = None,
-        queue_storage_queue_slot_count: int = QUEUE_SLOT_COUNT,
-        queue_storage_lease_slot_count: int = LEASE_SLOT_COUNT,
-        queue_storage_claim_slot_count: int = CLAIM_SLOT_COUNT,
-        queue_storage_queue_stripe_count: int = DEFAULT_QUEUE_STRIPES,
-        queue_storage_queue_rotate_interval_ms: int = 1000,
-        queue_storage_lease_rotate_interval_ms: int = 250,
-        queue_storage_claim_rotate_interval_ms: int | None = None,
-        storage_transition_role: Literal[
-            "auto", "canonical_drain", "queue_storage_target"
-        ] = "auto",
-        only_listed_queues: bool = False,
-        health_addr: str | None = None,
-        listen_database_url: str | None = None,
-        completion_batch_size: int | None = None,
-        completion_flush_ms: float | None = None,
+        **options: Unpack[ClientStartOptions],
     ) -> None:
         """Start the worker runtime on the current event loop; returns once dispatching.
 
@@ -306,37 +282,11 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         """
         if self._runtime is not None and self._runtime.running:
             raise AwaError("the worker runtime is already running")
-        config = parse_start_args(
-            queues,
-            handler_queues=self._handlers.queues(),
-            poll_interval_ms=poll_interval_ms,
-            global_max_workers=global_max_workers,
-            completed_retention_hours=completed_retention_hours,
-            failed_retention_hours=failed_retention_hours,
-            descriptor_retention_days=descriptor_retention_days,
-            cleanup_batch_size=cleanup_batch_size,
-            leader_election_interval_ms=leader_election_interval_ms,
-            leader_lease_ttl_ms=leader_lease_ttl_ms,
-            heartbeat_interval_ms=heartbeat_interval_ms,
-            promote_interval_ms=promote_interval_ms,
-            heartbeat_rescue_interval_ms=heartbeat_rescue_interval_ms,
-            heartbeat_staleness_ms=heartbeat_staleness_ms,
-            deadline_rescue_interval_ms=deadline_rescue_interval_ms,
-            callback_rescue_interval_ms=callback_rescue_interval_ms,
-            terminal_count_rollup_interval_ms=terminal_count_rollup_interval_ms,
-            queue_storage_schema=queue_storage_schema,
-            queue_storage_queue_slot_count=queue_storage_queue_slot_count,
-            queue_storage_lease_slot_count=queue_storage_lease_slot_count,
-            queue_storage_claim_slot_count=queue_storage_claim_slot_count,
-            queue_storage_queue_stripe_count=queue_storage_queue_stripe_count,
-            queue_storage_queue_rotate_interval_ms=queue_storage_queue_rotate_interval_ms,
-            queue_storage_lease_rotate_interval_ms=queue_storage_lease_rotate_interval_ms,
-            queue_storage_claim_rotate_interval_ms=queue_storage_claim_rotate_interval_ms,
-            storage_transition_role=storage_transition_role,
-            only_listed_queues=only_listed_queues,
-            completion_batch_size=completion_batch_size,
-            completion_flush_ms=completion_flush_ms,
-        )
+        check_keywords("start", options, ClientStartOptions)
+        health_addr = options.pop("health_addr", None)
+        listen_database_url = options.pop("listen_database_url", None)
+        runtime_options: StartOptions = options
+        config = parse_start_args(queues, handler_queues=self._handlers.queues(), **runtime_options)
         listen_url = listen_database_url or bootstrap.listen_url_from_env()
         if listen_url is not None:
             listen_url = bootstrap.normalize_url(listen_url)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 from awa.adapters._pg.pool import PoolOptions
 from awa.adapters.clock import SystemClock
 from awa.domain.errors import DatabaseError, JobNotFound
-from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
+from awa.domain.job import DEFAULT_QUEUE
+from awa.domain.keywords import check_keywords
 from awa.domain.lifecycle import operator_retry_applies
 from awa.domain.states import TERMINAL_STATES, JobState
 from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, validate_stripe_count
@@ -24,6 +25,11 @@ from awa.domain.validation import (
 from awa.entrypoints import bootstrap, payloads
 from awa.entrypoints.args import build_spec, build_specs, to_json_value, unique_key_for
 from awa.entrypoints.bootstrap import ClientEngine, Wiring
+from awa.entrypoints.insert_options import (
+    ClientBulkInsertOptions,
+    ClientInsertOptions,
+    InsertOptions,
+)
 from awa.entrypoints.job import Job
 from awa.entrypoints.results import QueueStat, RetryFailedResult
 from awa.entrypoints.transaction import Transaction
@@ -153,40 +159,22 @@ class ClientCore:
 
     # ------------------------------------------------------------------ enqueue
     async def insert(
-        self,
-        args: Any,
-        *,
-        kind: str | None = None,
-        queue: str = DEFAULT_QUEUE,
-        priority: int = DEFAULT_PRIORITY,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        run_at: Any | None = None,
-        unique_opts: dict[str, Any] | None = None,
-        ordering_key: bytes | str | None = None,
-        queue_storage_queue_stripe_count: int = DEFAULT_QUEUE_STRIPES,
+        self, args: Any, **options: Unpack[ClientInsertOptions]
     ) -> Job[dict[str, Any]]:
         """Insert one job. The returned ``Job``'s ``args`` is the JSON object as stored
         (as awa-pg returns it; a handler gets ``args`` as an instance of its args class).
         ``run_at`` (any value) makes it ``scheduled``; ``unique_opts``
         raises ``UniqueConflict`` when a live job already holds the same key.
         ``queue_storage_queue_stripe_count`` must match the fleet's: on queue storage the
-        job goes to one stripe ``queue#k`` of its queue."""
-        stripes = validate_stripe_count(queue_storage_queue_stripe_count)
-        with tracing.producer_span(queue):
-            spec = build_spec(
-                args,
-                kind=kind,
-                queue=queue,
-                priority=priority,
-                max_attempts=max_attempts,
-                tags=tags,
-                metadata=metadata,
-                run_at=run_at,
-                unique_opts=unique_opts,
-                ordering_key=ordering_key,
-            )
+        job goes to one stripe ``queue#k`` of its queue. The options are
+        :class:`~awa.entrypoints.insert_options.ClientInsertOptions`."""
+        check_keywords("insert", options, ClientInsertOptions)
+        stripes = validate_stripe_count(
+            options.pop("queue_storage_queue_stripe_count", DEFAULT_QUEUE_STRIPES)
+        )
+        with tracing.producer_span(options.get("queue", DEFAULT_QUEUE)):
+            spec_options: InsertOptions = options
+            spec = build_spec(args, **spec_options)
             # build_spec returns a valid spec: the engine does not check it again.
             (record,) = await (await self._engine()).enqueue_many(
                 [spec], stripes=stripes, validated=True
@@ -196,37 +184,17 @@ class ClientCore:
             return Job(record)
 
     async def insert_many_copy(
-        self,
-        jobs: list[Any],
-        *,
-        kind: str | None = None,
-        queue: str = DEFAULT_QUEUE,
-        priority: int = DEFAULT_PRIORITY,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        run_at: Any | None = None,
-        unique_opts: dict[str, Any] | None = None,
-        ordering_key: bytes | str | None = None,
-        opts: list[dict[str, Any] | None] | None = None,
-        queue_storage_queue_stripe_count: int = DEFAULT_QUEUE_STRIPES,
+        self, jobs: list[Any], **options: Unpack[ClientBulkInsertOptions]
     ) -> list[Job[Any]]:
         """Bulk insert; jobs whose unique key is already held are skipped silently."""
-        stripes = validate_stripe_count(queue_storage_queue_stripe_count)
-        with tracing.producer_span(queue, len(jobs)):
-            specs = build_specs(
-                jobs,
-                opts=opts,
-                kind=kind,
-                queue=queue,
-                priority=priority,
-                max_attempts=max_attempts,
-                tags=tags,
-                metadata=metadata,
-                run_at=run_at,
-                unique_opts=unique_opts,
-                ordering_key=ordering_key,
-            )
+        check_keywords("insert_many_copy", options, ClientBulkInsertOptions)
+        stripes = validate_stripe_count(
+            options.pop("queue_storage_queue_stripe_count", DEFAULT_QUEUE_STRIPES)
+        )
+        opts = options.pop("opts", None)
+        with tracing.producer_span(options.get("queue", DEFAULT_QUEUE), len(jobs)):
+            spec_options: InsertOptions = options
+            specs = build_specs(jobs, opts=opts, **spec_options)
             if not specs:
                 return []
             records = await (await self._engine()).enqueue_many_skip_duplicates(
@@ -236,42 +204,22 @@ class ClientCore:
             return [Job(r) for r in records]
 
     async def enqueue_many_copy(
-        self,
-        jobs: list[Any],
-        *,
-        kind: str | None = None,
-        queue: str = DEFAULT_QUEUE,
-        priority: int = DEFAULT_PRIORITY,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        run_at: Any | None = None,
-        unique_opts: dict[str, Any] | None = None,
-        ordering_key: bytes | str | None = None,
-        opts: list[dict[str, Any] | None] | None = None,
-        queue_storage_queue_stripe_count: int = DEFAULT_QUEUE_STRIPES,
+        self, jobs: list[Any], **options: Unpack[ClientBulkInsertOptions]
     ) -> int:
         """Bulk insert on the fast path; returns how many jobs were inserted.
 
         On queue storage the jobs are spread over the queue's stripes ``queue#0 ..
         queue#(N-1)`` (``N = queue_storage_queue_stripe_count``, which must be the fleet's):
         a job with a unique key goes to the stripe of its key, the others round-robin."""
-        stripes = validate_stripe_count(queue_storage_queue_stripe_count)
+        check_keywords("enqueue_many_copy", options, ClientBulkInsertOptions)
+        stripes = validate_stripe_count(
+            options.pop("queue_storage_queue_stripe_count", DEFAULT_QUEUE_STRIPES)
+        )
+        opts = options.pop("opts", None)
         engine = await self._engine()
-        with tracing.producer_span(queue, len(jobs)):
-            specs = build_specs(
-                jobs,
-                opts=opts,
-                kind=kind,
-                queue=queue,
-                priority=priority,
-                max_attempts=max_attempts,
-                tags=tags,
-                metadata=metadata,
-                run_at=run_at,
-                unique_opts=unique_opts,
-                ordering_key=ordering_key,
-            )
+        with tracing.producer_span(options.get("queue", DEFAULT_QUEUE), len(jobs)):
+            spec_options: InsertOptions = options
+            specs = build_specs(jobs, opts=opts, **spec_options)
             if not specs:
                 return 0
             inserted_count = await engine.enqueue_many_copy(specs, stripes=stripes, validated=True)

@@ -7,20 +7,21 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import date, datetime, time
 from decimal import Decimal
 from types import TracebackType
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, Unpack
 
 from awa.adapters._pg import raw_sql
 from awa.adapters._pg.pool import DictConnection
 from awa.domain.errors import AwaError, DatabaseError
-from awa.domain.job import (
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_PRIORITY,
-    DEFAULT_QUEUE,
-    JobRecord,
-    JobSpec,
-)
+from awa.domain.job import DEFAULT_QUEUE, JobRecord, JobSpec
+from awa.domain.keywords import check_keywords
 from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, validate_stripe_count
 from awa.entrypoints.args import build_spec, build_specs
+from awa.entrypoints.insert_options import (
+    ClientInsertOptions,
+    InsertOptions,
+    JobOptions,
+    TransactionBulkInsertOptions,
+)
 from awa.entrypoints.job import Job
 from awa.ports.storage import UnitOfWork
 from awa.runtime import metrics, tracing
@@ -140,39 +141,18 @@ class Transaction:
             self._uow = self._engine.unit_of_work_for(conn)
         return self._uow
 
-    async def insert(
-        self,
-        args: Any,
-        *,
-        kind: str | None = None,
-        queue: str = DEFAULT_QUEUE,
-        priority: int = DEFAULT_PRIORITY,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        run_at: Any = None,
-        unique_opts: dict[str, Any] | None = None,
-        ordering_key: bytes | str | None = None,
-        queue_storage_queue_stripe_count: int = DEFAULT_QUEUE_STRIPES,
-    ) -> Job[Any]:
+    async def insert(self, args: Any, **options: Unpack[ClientInsertOptions]) -> Job[Any]:
         """Insert a job inside this transaction (it exists only if the transaction commits).
 
         ``queue_storage_queue_stripe_count`` must match the fleet's: on queue storage the
         job goes to one stripe ``queue#k`` of its queue."""
-        stripes = validate_stripe_count(queue_storage_queue_stripe_count)
-        with tracing.producer_span(queue):
-            spec = build_spec(
-                args,
-                kind=kind,
-                queue=queue,
-                priority=priority,
-                max_attempts=max_attempts,
-                tags=tags,
-                metadata=metadata,
-                run_at=run_at,
-                unique_opts=unique_opts,
-                ordering_key=ordering_key,
-            )
+        check_keywords("insert", options, ClientInsertOptions)
+        stripes = validate_stripe_count(
+            options.pop("queue_storage_queue_stripe_count", DEFAULT_QUEUE_STRIPES)
+        )
+        with tracing.producer_span(options.get("queue", DEFAULT_QUEUE)):
+            spec_options: InsertOptions = options
+            spec = build_spec(args, **spec_options)
             (record,) = await self._engine.enqueue_many(
                 [spec], uow=self._unit_of_work(), stripes=stripes, validated=True
             )
@@ -180,34 +160,17 @@ class Transaction:
             return Job(record)
 
     async def insert_many(
-        self,
-        jobs: list[Any],
-        *,
-        kind: str | None = None,
-        queue: str = DEFAULT_QUEUE,
-        priority: int = DEFAULT_PRIORITY,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        run_at: Any = None,
-        ordering_key: bytes | str | None = None,
-        queue_storage_queue_stripe_count: int = DEFAULT_QUEUE_STRIPES,
+        self, jobs: list[Any], **options: Unpack[TransactionBulkInsertOptions]
     ) -> list[Job[Any]]:
         """Insert several jobs inside this transaction, in order (spread over the
         queue's stripes on queue storage when ``queue_storage_queue_stripe_count > 1``)."""
-        stripes = validate_stripe_count(queue_storage_queue_stripe_count)
-        with tracing.producer_span(queue, len(jobs)):
-            specs = build_specs(
-                jobs,
-                kind=kind,
-                queue=queue,
-                priority=priority,
-                max_attempts=max_attempts,
-                tags=tags,
-                metadata=metadata,
-                run_at=run_at,
-                ordering_key=ordering_key,
-            )
+        check_keywords("insert_many", options, TransactionBulkInsertOptions)
+        stripes = validate_stripe_count(
+            options.pop("queue_storage_queue_stripe_count", DEFAULT_QUEUE_STRIPES)
+        )
+        with tracing.producer_span(options.get("queue", DEFAULT_QUEUE), len(jobs)):
+            spec_options: JobOptions = options
+            specs = build_specs(jobs, **spec_options)
             if not specs:
                 return []
             records = await self._engine.enqueue_many(
@@ -283,12 +246,14 @@ class SyncTransaction:
         result: list[dict[str, Any]] = self._run(self._tx.fetch_all(query, *args))
         return result
 
-    def insert(self, args: Any, **options: Any) -> Job[Any]:
+    def insert(self, args: Any, **options: Unpack[ClientInsertOptions]) -> Job[Any]:
         """Insert a job inside this transaction (same options as ``Transaction.insert``)."""
         result: Job[Any] = self._run(self._tx.insert(args, **options))
         return result
 
-    def insert_many(self, jobs: list[Any], **options: Any) -> list[Job[Any]]:
+    def insert_many(
+        self, jobs: list[Any], **options: Unpack[TransactionBulkInsertOptions]
+    ) -> list[Job[Any]]:
         """Insert several jobs inside this transaction."""
         result: list[Job[Any]] = self._run(self._tx.insert_many(jobs, **options))
         return result

@@ -11,12 +11,13 @@ import os
 import warnings
 from collections.abc import Collection, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal, TypedDict, Unpack
 
 import attrs
 
 from awa._version import __version__
 from awa.domain.errors import ValidationError
+from awa.domain.keywords import check_keywords
 from awa.domain.leadership import DEFAULT_LEASE_TTL, validate_lease_ttl
 from awa.domain.queue_options import QUEUE_CONFIG_KEYS, RETENTION_KEYS
 from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, validate_stripe_count
@@ -384,55 +385,74 @@ def _refuse_other_ring_sizes(counts: dict[str, int]) -> None:
             )
 
 
+class StartOptions(TypedDict, total=False):
+    """The keywords of ``AsyncClient.start()`` that configure the runtime, declared once
+    (ADR 0027); ``start()`` adds its own (``health_addr``, ``listen_database_url``).
+    Every key may be left out or ``None``: :func:`parse_start_args` applies the default."""
+
+    poll_interval_ms: int | None
+    global_max_workers: int | None
+    completed_retention_hours: float | None
+    failed_retention_hours: float | None
+    descriptor_retention_days: float | None
+    cleanup_batch_size: int | None
+    leader_election_interval_ms: int | None
+    leader_lease_ttl_ms: int | None
+    heartbeat_interval_ms: int | None
+    promote_interval_ms: int | None
+    heartbeat_rescue_interval_ms: int | None
+    heartbeat_staleness_ms: int | None
+    deadline_rescue_interval_ms: int | None
+    callback_rescue_interval_ms: int | None
+    terminal_count_rollup_interval_ms: int | None
+    queue_storage_schema: str | None
+    queue_storage_queue_slot_count: int
+    queue_storage_lease_slot_count: int
+    queue_storage_claim_slot_count: int
+    queue_storage_queue_stripe_count: int
+    queue_storage_queue_rotate_interval_ms: int | None
+    queue_storage_lease_rotate_interval_ms: int | None
+    queue_storage_claim_rotate_interval_ms: int | None
+    storage_transition_role: Literal["auto", "canonical_drain", "queue_storage_target"] | None
+    only_listed_queues: bool
+    completion_batch_size: int | None
+    completion_flush_ms: float | None
+
+
+class RuntimeOptions(StartOptions, total=False):
+    """:class:`StartOptions` plus runtime tuning knobs ``start()`` does not expose."""
+
+    cleanup_interval_ms: int | None
+    dlq_retention_hours: float | None
+    snapshot_interval_ms: int | None
+    sync_handler_threads: int | None
+    version: str
+
+
 def parse_start_args(
     queues: Sequence[Any] | None = None,
     *,
     handler_queues: Collection[str],
-    poll_interval_ms: int = 200,
-    global_max_workers: int | None = None,
-    completed_retention_hours: float | None = None,
-    failed_retention_hours: float | None = None,
-    descriptor_retention_days: float | None = None,
-    cleanup_batch_size: int | None = None,
-    leader_election_interval_ms: int | None = None,
-    leader_lease_ttl_ms: int | None = None,
-    heartbeat_interval_ms: int | None = None,
-    promote_interval_ms: int | None = None,
-    heartbeat_rescue_interval_ms: int | None = None,
-    heartbeat_staleness_ms: int | None = None,
-    deadline_rescue_interval_ms: int | None = None,
-    callback_rescue_interval_ms: int | None = None,
-    terminal_count_rollup_interval_ms: int | None = None,
-    queue_storage_schema: str | None = None,
-    queue_storage_queue_slot_count: int = QUEUE_SLOT_COUNT,
-    queue_storage_lease_slot_count: int = LEASE_SLOT_COUNT,
-    queue_storage_claim_slot_count: int = CLAIM_SLOT_COUNT,
-    queue_storage_queue_stripe_count: int = DEFAULT_QUEUE_STRIPES,
-    queue_storage_queue_rotate_interval_ms: int = 1000,
-    queue_storage_lease_rotate_interval_ms: int = 250,
-    queue_storage_claim_rotate_interval_ms: int | None = None,
-    storage_transition_role: str | None = "auto",
-    cleanup_interval_ms: int | None = None,
-    dlq_retention_hours: float | None = None,
-    completion_batch_size: int | None = None,
-    completion_flush_ms: float | None = None,
-    snapshot_interval_ms: int | None = None,
-    sync_handler_threads: int | None = None,
-    version: str = __version__,
-    only_listed_queues: bool = False,
+    **options: Unpack[RuntimeOptions],
 ) -> RuntimeConfig:
-    """Build a :class:`RuntimeConfig` from ``start()`` keywords (``None`` = default).
-
-    ``handler_queues`` are the queues of the registered handlers. The keywords after
-    ``storage_transition_role`` are runtime tuning knobs not exposed by ``start()``.
-    """
+    """Build a :class:`RuntimeConfig` from ``start()`` keywords (absent or ``None`` =
+    default). ``handler_queues`` are the queues of the registered handlers. A keyword
+    :class:`RuntimeOptions` does not declare raises ``TypeError``."""
+    check_keywords("parse_start_args", options, RuntimeOptions)
+    global_max_workers = options.get("global_max_workers")
+    heartbeat_staleness_ms = options.get("heartbeat_staleness_ms")
+    descriptor_retention_days = options.get("descriptor_retention_days")
+    cleanup_batch_size = options.get("cleanup_batch_size")
+    sync_handler_threads = options.get("sync_handler_threads")
+    storage_transition_role = options.get("storage_transition_role")
+    queue_storage_schema = options.get("queue_storage_schema")
     if global_max_workers is not None:
         global_max_workers = _int("global_max_workers", global_max_workers)
     parsed = parse_queues(
         queues,
         handler_queues=handler_queues,
         global_max_workers=global_max_workers,
-        only_listed_queues=only_listed_queues,
+        only_listed_queues=options.get("only_listed_queues", False),
     )
     role = "auto" if storage_transition_role is None else storage_transition_role
     if role not in STORAGE_TRANSITION_ROLES:
@@ -446,66 +466,81 @@ def parse_start_args(
     _refuse_other_ring_sizes(
         {
             "queue_slot_count": _int(
-                "queue_storage_queue_slot_count", queue_storage_queue_slot_count
+                "queue_storage_queue_slot_count",
+                options.get("queue_storage_queue_slot_count", QUEUE_SLOT_COUNT),
             ),
             "lease_slot_count": _int(
-                "queue_storage_lease_slot_count", queue_storage_lease_slot_count
+                "queue_storage_lease_slot_count",
+                options.get("queue_storage_lease_slot_count", LEASE_SLOT_COUNT),
             ),
             "claim_slot_count": _int(
-                "queue_storage_claim_slot_count", queue_storage_claim_slot_count
+                "queue_storage_claim_slot_count",
+                options.get("queue_storage_claim_slot_count", CLAIM_SLOT_COUNT),
             ),
         }
     )
-    for keyword, value in (
-        ("queue_storage_claim_rotate_interval_ms", queue_storage_claim_rotate_interval_ms),
-        ("terminal_count_rollup_interval_ms", terminal_count_rollup_interval_ms),
-    ):
+    for keyword in NO_EFFECT:
+        value = options.get(keyword)
         if value is not None:
             _warn_no_effect(keyword)
             # Accepted for compatibility, so still checked: a malformed value is an error.
             _number(keyword, value, strict=True)
-    heartbeat_interval = _ms("heartbeat_interval_ms", heartbeat_interval_ms, 30_000)
+    heartbeat_interval = _ms("heartbeat_interval_ms", options.get("heartbeat_interval_ms"), 30_000)
     staleness_ms = (
         90_000.0
         if heartbeat_staleness_ms is None
         else _number("heartbeat_staleness_ms", heartbeat_staleness_ms, strict=True)
     )
     batch_field, batch_size = _keyword_or_env(
-        "completion_batch_size", completion_batch_size, COMPLETION_BATCH_SIZE_ENV, whole=True
+        "completion_batch_size",
+        options.get("completion_batch_size"),
+        COMPLETION_BATCH_SIZE_ENV,
+        whole=True,
     )
     flush_field, flush_ms = _keyword_or_env(
-        "completion_flush_ms", completion_flush_ms, COMPLETION_FLUSH_MS_ENV, whole=False
+        "completion_flush_ms",
+        options.get("completion_flush_ms"),
+        COMPLETION_FLUSH_MS_ENV,
+        whole=False,
     )
     return RuntimeConfig(
         queues=parsed,
         global_max_workers=global_max_workers,
-        poll_interval=_ms("poll_interval_ms", poll_interval_ms, 200),
+        poll_interval=_ms("poll_interval_ms", options.get("poll_interval_ms"), 200),
         heartbeat_interval=heartbeat_interval,
         heartbeat_staleness=timedelta(milliseconds=staleness_ms),
-        promote_interval=_ms("promote_interval_ms", promote_interval_ms, 250),
+        promote_interval=_ms("promote_interval_ms", options.get("promote_interval_ms"), 250),
         heartbeat_rescue_interval=_ms(
-            "heartbeat_rescue_interval_ms", heartbeat_rescue_interval_ms, 30_000
+            "heartbeat_rescue_interval_ms", options.get("heartbeat_rescue_interval_ms"), 30_000
         ),
         deadline_rescue_interval=_ms(
-            "deadline_rescue_interval_ms", deadline_rescue_interval_ms, 30_000
+            "deadline_rescue_interval_ms", options.get("deadline_rescue_interval_ms"), 30_000
         ),
         callback_rescue_interval=_ms(
-            "callback_rescue_interval_ms", callback_rescue_interval_ms, 30_000
+            "callback_rescue_interval_ms", options.get("callback_rescue_interval_ms"), 30_000
         ),
         leader_election_interval=_ms(
-            "leader_election_interval_ms", leader_election_interval_ms, 10_000
+            "leader_election_interval_ms", options.get("leader_election_interval_ms"), 10_000
         ),
         leader_lease_ttl=validate_lease_ttl(
-            _ms("leader_lease_ttl_ms", leader_lease_ttl_ms, int(DEFAULT_LEASE_TTL * 1000))
+            _ms(
+                "leader_lease_ttl_ms",
+                options.get("leader_lease_ttl_ms"),
+                int(DEFAULT_LEASE_TTL * 1000),
+            )
         ),
-        cleanup_interval=_ms("cleanup_interval_ms", cleanup_interval_ms, 60_000),
+        cleanup_interval=_ms("cleanup_interval_ms", options.get("cleanup_interval_ms"), 60_000),
         completed_retention=_hours(
-            "completed_retention_hours", completed_retention_hours, timedelta(hours=24)
+            "completed_retention_hours",
+            options.get("completed_retention_hours"),
+            timedelta(hours=24),
         ),
         failed_retention=_hours(
-            "failed_retention_hours", failed_retention_hours, timedelta(hours=72)
+            "failed_retention_hours", options.get("failed_retention_hours"), timedelta(hours=72)
         ),
-        dlq_retention=_hours("dlq_retention_hours", dlq_retention_hours, timedelta(days=30)),
+        dlq_retention=_hours(
+            "dlq_retention_hours", options.get("dlq_retention_hours"), timedelta(days=30)
+        ),
         descriptor_retention=(
             timedelta(days=30)
             if descriptor_retention_days is None
@@ -516,20 +551,26 @@ def parse_start_args(
         ),
         completion_batch_size=(512 if batch_size is None else _int(batch_field, batch_size)),
         completion_flush_interval=_ms(flush_field, flush_ms, 1, strict=False),
-        snapshot_interval=_ms("snapshot_interval_ms", snapshot_interval_ms, 10_000),
+        snapshot_interval=_ms("snapshot_interval_ms", options.get("snapshot_interval_ms"), 10_000),
         sync_handler_threads=(
             None
             if sync_handler_threads is None
             else _int("sync_handler_threads", sync_handler_threads)
         ),
-        version=version,
+        version=options.get("version", __version__),
         storage_transition_role=role,
         queue_storage_schema=queue_storage_schema,
-        queue_storage_queue_stripe_count=validate_stripe_count(queue_storage_queue_stripe_count),
+        queue_storage_queue_stripe_count=validate_stripe_count(
+            options.get("queue_storage_queue_stripe_count", DEFAULT_QUEUE_STRIPES)
+        ),
         queue_storage_queue_rotate_interval=_ms(
-            "queue_storage_queue_rotate_interval_ms", queue_storage_queue_rotate_interval_ms, 1000
+            "queue_storage_queue_rotate_interval_ms",
+            options.get("queue_storage_queue_rotate_interval_ms"),
+            1000,
         ),
         queue_storage_lease_rotate_interval=_ms(
-            "queue_storage_lease_rotate_interval_ms", queue_storage_lease_rotate_interval_ms, 250
+            "queue_storage_lease_rotate_interval_ms",
+            options.get("queue_storage_lease_rotate_interval_ms"),
+            250,
         ),
     )

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Unpack
 
 from awa.entrypoints.args import kind_for_type, to_json_value
 from awa.entrypoints.client_async import AsyncClient
+from awa.entrypoints.insert_options import ClientInsertOptions
 from awa.entrypoints.job import Job
 from awa.testing._run import WorkResult, drain, registry_for, work_next
 
@@ -103,9 +104,9 @@ class AwaTestClient:
     def client(self) -> AsyncClient:
         return self._client
 
-    async def insert(self, args: Any, **kwargs: Any) -> Job[Any]:
+    async def insert(self, args: Any, **options: Unpack[ClientInsertOptions]) -> Job[Any]:
         """Insert a job (``AsyncClient.insert``)."""
-        return await self._client.insert(args, **kwargs)
+        return await self._client.insert(args, **options)
 
     async def migrate(self) -> None:
         """Apply schema migrations."""

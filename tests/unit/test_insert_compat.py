@@ -3,9 +3,9 @@ and the bridge's parameters and defaults matching it."""
 
 from __future__ import annotations
 
-import inspect
 import re
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -45,15 +45,18 @@ def test_each_style_has_one_placeholder_per_parameter_in_order() -> None:
 
 def test_the_bridge_prepares_exactly_the_statements_parameters() -> None:
     values = bridge._prepare(
+        "insert_job",
         {"x": 1},
-        kind="k",
-        queue="q",
-        priority=1,
-        max_attempts=3,
-        tags=["t"],
-        metadata=None,
-        run_at=datetime(2030, 1, 1, tzinfo=UTC),
-        ordering_key="o",
+        {
+            "kind": "k",
+            "queue": "q",
+            "priority": 1,
+            "max_attempts": 3,
+            "tags": ["t"],
+            "metadata": None,
+            "run_at": datetime(2030, 1, 1, tzinfo=UTC),
+            "ordering_key": "o",
+        },
     )
     assert tuple(values) == ORDER
     assert values["state"] == "scheduled"
@@ -65,13 +68,25 @@ def test_a_parameter_set_that_does_not_match_is_refused_before_the_driver() -> N
         insert_compat._positional({**{n: None for n in ORDER if n != "tags"}, "tag": []})
 
 
-@pytest.mark.parametrize("fn", [bridge.insert_job, bridge.insert_job_sync])
-def test_bridge_defaults_are_the_domains(fn: object) -> None:
-    params = inspect.signature(fn).parameters  # type: ignore[arg-type]
+def test_bridge_defaults_are_the_domains() -> None:
+    values = bridge._prepare("insert_job", {"x": 1}, {"kind": "k"})
     spec = JobSpec(kind="k")
-    assert params["queue"].default == DEFAULT_QUEUE == spec.queue
-    assert params["priority"].default == DEFAULT_PRIORITY == spec.priority
-    assert params["max_attempts"].default == DEFAULT_MAX_ATTEMPTS == spec.max_attempts
+    assert values["queue"] == DEFAULT_QUEUE == spec.queue
+    assert values["priority"] == DEFAULT_PRIORITY == spec.priority
+    assert values["max_attempts"] == DEFAULT_MAX_ATTEMPTS == spec.max_attempts
+
+
+@pytest.mark.anyio
+async def test_a_keyword_the_bridge_does_not_take_is_refused_before_the_connection() -> None:
+    options: Any = {"kind": "k", "unique_opts": {}}
+    with pytest.raises(
+        TypeError, match="insert_job\\(\\) got an unexpected keyword argument 'unique_opts'"
+    ):
+        await bridge.insert_job(object(), {"x": 1}, **options)
+    with pytest.raises(
+        TypeError, match="insert_job_sync\\(\\) got an unexpected keyword argument 'queu'"
+    ):
+        bridge.insert_job_sync(object(), {"x": 1}, **{"kind": "k", "queu": "q"})  # type: ignore[arg-type]
 
 
 def test_unknown_connection_types_are_refused() -> None:

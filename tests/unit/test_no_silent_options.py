@@ -22,10 +22,12 @@ import pytest
 from click.testing import CliRunner
 
 from awa.domain.errors import ValidationError
+from awa.domain.keywords import keywords_of
 from awa.entrypoints import client_async, logs
 from awa.entrypoints.bootstrap import LISTEN_URL_ENV
 from awa.entrypoints.cli import cli
 from awa.entrypoints.client import AsyncClient, Client, RawClient
+from awa.entrypoints.client_async import ClientStartOptions
 from awa.entrypoints.health import HEALTH_ADDR_ENV
 from awa.runtime.config import NO_EFFECT, RuntimeConfig, parse_start_args
 from awa.testing import memory_client
@@ -93,7 +95,8 @@ START_OWN = {
 
 
 def _start_keywords() -> set[str]:
-    return set(inspect.signature(AsyncClient.start).parameters) - {"self"}
+    keywords = set(inspect.signature(AsyncClient.start).parameters) - {"self", "options"}
+    return keywords | keywords_of(ClientStartOptions)
 
 
 @functools.cache

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, assert_type
 
@@ -59,6 +60,24 @@ async def right_uses(client: awa.AsyncClient) -> None:
     ]
     await client.start(queues)
     await client.start([("media", 4), {"name": "bulk", "max_workers": 2}])
+    # Every insert and start option, as a type checker sees them (ADR 0027).
+    await client.insert(
+        Resize(width=3),
+        kind="resize",
+        queue="media",
+        priority=1,
+        max_attempts=3,
+        tags=["t"],
+        metadata={"m": 1},
+        run_at=datetime.now(UTC),
+        unique_opts={"by_args": True},
+        ordering_key=b"k",
+        queue_storage_queue_stripe_count=1,
+    )
+    await client.enqueue_many_copy([Resize(width=1)], opts=[None], queue="media")
+    await client.start(
+        queues, poll_interval_ms=100, storage_transition_role="auto", health_addr="127.0.0.1:0"
+    )
 
 
 def test_the_right_uses_build_and_register() -> None:
@@ -70,6 +89,7 @@ WRONG = """\
 import attrs
 
 import awa
+from awa.bridge import insert_job
 
 
 @attrs.define
@@ -85,20 +105,30 @@ class B:
 client = awa.AsyncClient("postgresql://localhost/app")
 
 
-@client.task(A)
-async def for_another_class(job: awa.Job[B]) -> None:  # line 19
+@client.task(A)  # line 20
+async def for_another_class(job: awa.Job[B]) -> None:
     pass
 
 
-@client.task(A)
-async def takes_no_job() -> None:  # line 24
+@client.task(A)  # line 25
+async def takes_no_job() -> None:
     pass
 
 
 async def main() -> None:
-    await client.start([{"name": "default", "max_wokers": 4}])  # line 30
+    await client.start([{"name": "default", "max_wokers": 4}])  # line 31
     job = await client.insert(A(x=1))
-    print(job.args.y)  # line 32
+    print(job.args.y)  # line 33
+    await client.insert(A(x=1), queu="media")  # line 34
+    await client.insert(A(x=1), priority="high")  # line 35
+    await client.enqueue_many_copy([A(x=1)], unique_opts=["by_args"])  # line 36
+    async with await client.transaction() as tx:
+        await tx.insert_many([A(x=1)], unique_opts={"by_args": True})  # line 38
+        await tx.insert(A(x=1), run_at=1700000000)  # line 39
+    awa.Client("postgresql://localhost/app").insert(A(x=1), max_attempt=3)  # line 40
+    await insert_job(object(), A(x=1), tags="urgent")  # line 41
+    await client.start(poll_interval=200)  # line 42
+    await client.start(storage_transition_role="drain")  # line 43
 """
 
 
@@ -122,8 +152,22 @@ def test_mypy_reports_each_mistake_on_its_line(tmp_path: Path) -> None:
         int(m.group(1)): m.group(2)
         for m in re.finditer(r"user_script\.py:(\d+): error: (.*)", stdout)
     }
-    assert set(errors) == {19, 24, 30, 32}, stdout + stderr
-    assert 'expected "Callable[[Job[A]]' in errors[19] and "Job[B]" in errors[19]
-    assert 'incompatible type "Callable[[]' in errors[24]
-    assert "QueueConfigDict" in errors[30]
-    assert 'has no attribute "y"' in errors[32]
+    assert set(errors) == {20, 25, 31, *range(33, 44)} - {37}, stdout + stderr
+    assert 'expected "Callable[[Job[A]]' in errors[20] and "Job[B]" in errors[20]
+    assert 'incompatible type "Callable[[]' in errors[25]
+    assert "QueueConfigDict" in errors[31]
+    assert 'has no attribute "y"' in errors[33]
+    # The insert and start options (one TypedDict each, ADR 0027): a misspelt keyword,
+    # a keyword the entry point does not take and a value of the wrong type are each
+    # reported, on the async and blocking clients, transactions and the bridge.
+    for line, keyword in ((34, "queu"), (38, "unique_opts"), (40, "max_attempt")):
+        assert f'Unexpected keyword argument "{keyword}"' in errors[line], errors[line]
+    assert "poll_interval" in errors[42]
+    for line, expected in (
+        (35, '"int"'),
+        (36, "dict[str, Any] | None"),
+        (39, "datetime | str | None"),
+        (41, "list[str] | tuple[str, ...] | None"),
+        (43, "Literal["),
+    ):
+        assert "incompatible type" in errors[line] and expected in errors[line], errors[line]

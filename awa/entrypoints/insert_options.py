@@ -1,0 +1,72 @@
+"""The keyword options of every job insert, declared once (ADR 0027).
+
+Each insert entry point (``AsyncClient.insert`` / ``insert_many_copy`` /
+``enqueue_many_copy``, their blocking twins, ``Transaction.insert`` / ``insert_many``,
+``insert_job`` / ``insert_job_sync``) takes ``**options: Unpack[...]`` of one of the
+TypedDicts below, so a type checker completes and checks the keywords (PEP 692) and a new
+option is added here once. Every key may be left out; what an absent key means is stated
+on its line and applied by :func:`awa.entrypoints.args.build_spec` (and the bridge), from
+the constants of :mod:`awa.domain.job`.
+
+At run time :func:`awa.domain.keywords.check_keywords` refuses a keyword the entry point
+does not take, with Python's own ``TypeError`` wording, as a plain signature would.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, TypedDict
+
+
+class JobOptions(TypedDict, total=False):
+    """What every insert takes, the SQL producer contract (``insert_job``) included."""
+
+    kind: str | None
+    """The job kind; absent or ``None``: derived from the args class name
+    (``SendEmail`` -> ``send_email``)."""
+    queue: str
+    """The queue; absent: ``"default"``."""
+    priority: int
+    """1 (highest) to 4 (lowest); absent: 2."""
+    max_attempts: int
+    """Attempts before the job fails for good, 1 to 1000; absent: 25."""
+    tags: list[str] | tuple[str, ...] | None
+    """Labels stored with the job; absent: none."""
+    metadata: dict[str, Any] | None
+    """A JSON object stored with the job; absent: ``{}``."""
+    run_at: datetime | str | None
+    """When the job may first run (a naive datetime or string is UTC); set, the job is
+    ``scheduled``; absent: now."""
+    ordering_key: bytes | str | None
+    """Jobs with the same key share a shard of a sharded queue; absent: none."""
+
+
+class InsertOptions(JobOptions, total=False):
+    """The options of a client insert and of ``Transaction.insert``."""
+
+    unique_opts: dict[str, Any] | None
+    """Uniqueness (``by_args``, ``by_queue``, ``by_period``, ``states``): a single insert
+    raises ``UniqueConflict`` while a live job holds the key, a bulk insert skips it."""
+
+
+class StripeOption(TypedDict, total=False):
+    queue_storage_queue_stripe_count: int
+    """How many stripes ``queue#0 .. queue#(N-1)`` each queue has on queue storage; must
+    be the fleet's (``start(queue_storage_queue_stripe_count=...)``); absent: 1."""
+
+
+class BatchOption(TypedDict, total=False):
+    opts: list[dict[str, Any] | None] | None
+    """Per-job overrides of ``queue`` and ``ordering_key``, one entry (or ``None``) per job."""
+
+
+class ClientInsertOptions(InsertOptions, StripeOption, total=False):
+    """``AsyncClient.insert``, ``Client.insert`` and ``Transaction.insert``."""
+
+
+class ClientBulkInsertOptions(InsertOptions, StripeOption, BatchOption, total=False):
+    """``insert_many_copy`` and ``enqueue_many_copy``."""
+
+
+class TransactionBulkInsertOptions(JobOptions, StripeOption, total=False):
+    """``Transaction.insert_many`` (as awa-pg: no ``unique_opts``, no ``opts``)."""

@@ -4,7 +4,7 @@ cheap queue depth the metrics report."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
@@ -29,6 +29,42 @@ class StateBucket:
     bucket: datetime
     state: JobState
     count: int
+
+
+@attrs.frozen
+class QueueStateBucket:
+    """How many jobs of ``queue`` reached ``state`` during the UTC minute starting at
+    ``bucket``."""
+
+    bucket: datetime
+    queue: str
+    state: JobState
+    count: int
+
+
+def first_minute(now: datetime, window: timedelta) -> datetime:
+    """Where a per-minute series over the last ``window`` starts: the start of the minute
+    that holds ``now - window``, so every bucket in the series is a whole minute."""
+    return (now - window).replace(second=0, microsecond=0)
+
+
+def minute_of(at: datetime) -> datetime:
+    """The start of the minute that holds ``at``."""
+    return at.replace(second=0, microsecond=0)
+
+
+def queue_state_buckets(rows: Iterable[Mapping[str, Any]]) -> list[QueueStateBucket]:
+    """Buckets from ``{bucket, queue, state, n}`` rows (state by its SQL name), rows of
+    the same minute, queue and state summed, ordered by minute, queue, then state name."""
+    merged: dict[tuple[datetime, str, JobState], int] = {}
+    for row in rows:
+        key = (row["bucket"], row["queue"], JobState.parse(row["state"]))
+        merged[key] = merged.get(key, 0) + int(row["n"])
+    return [
+        QueueStateBucket(bucket=b, queue=q, state=s, count=n)
+        for (b, q, s), n in sorted(merged.items(), key=lambda i: (i[0][0], i[0][1], str(i[0][2])))
+        if n
+    ]
 
 
 #: The states ``queue_depths()`` reports: the jobs still to run or running.

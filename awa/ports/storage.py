@@ -26,7 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from awa.domain.admin_views import KindCounts, QueueDepth, StateBucket
+from awa.domain.admin_views import KindCounts, QueueDepth, QueueStateBucket, StateBucket
 from awa.domain.batch_ops import (
     BatchFilter,
     BatchOperation,
@@ -296,6 +296,25 @@ class StorageEngine(Protocol):
         """Jobs that became ``completed``, ``failed`` or ``cancelled`` within the last
         ``window``, counted per UTC minute (``bucket`` = start of the minute) and state,
         ordered by bucket then state name. Minutes with no finalization are absent."""
+        ...
+
+    async def finalized_by_queue(self, *, window: timedelta) -> list[QueueStateBucket]:
+        """Jobs that became ``completed``, ``failed`` or ``cancelled`` per UTC minute,
+        queue and state, over whole minutes from ``first_minute(now, window)`` on,
+        ordered by minute, queue, then state name; minutes with none are absent.
+
+        Completed jobs are counted even after their rows are gone while the engine keeps
+        per-minute completion counts: queue storage prunes completed rows within minutes
+        but keeps its completion buckets for two hours, so a window up to an hour is
+        whole there; canonical storage and the in-memory model count the rows they
+        still hold (``completed_retention``). Failed and cancelled jobs are counted from
+        the rows still held. Jobs in the DLQ are not jobs: see ``dlq_by_minute``."""
+        ...
+
+    async def dlq_by_minute(self, *, window: timedelta) -> list[QueueStateBucket]:
+        """The DLQ entries whose job failed (``finalized_at``) in a whole minute from
+        ``first_minute(now, window)`` on, per minute and queue (state ``failed``),
+        ordered like ``finalized_by_queue``: the failures moved out of the jobs."""
         ...
 
     # ------------------------------------------------------------------ admin writes

@@ -8,7 +8,7 @@ import pytest
 
 from awa.domain.states import JobState
 from awa.ports.storage import JobFilter
-from tests.contract._support import claim_one, enqueue, enqueue_n
+from tests.contract._support import QUEUE, claim_one, enqueue, enqueue_n
 from tests.support.engines import EngineHandle
 
 pytestmark = pytest.mark.anyio
@@ -62,3 +62,38 @@ async def test_list_jobs_before_id_pages_newest_first(engine: EngineHandle) -> N
     assert [j.id for j in page1] == ids[::-1][:2]
     page2 = await engine.engine.list_jobs(JobFilter(before_id=page1[-1].id), limit=2)
     assert [j.id for j in page2] == ids[::-1][2:4]
+
+
+async def test_finalized_by_queue_counts_each_queue_minute_and_dead_letters(
+    engine: EngineHandle,
+) -> None:
+    await enqueue_n(engine, 2)
+    await enqueue_n(engine, 1, queue="other")
+    first = await claim_one(engine)
+    await engine.engine.complete([first.lease])
+    other = await claim_one(engine, "other")
+    await engine.engine.complete([other.lease])
+    engine.clock.advance(timedelta(minutes=2))
+    failed = await claim_one(engine)
+    await engine.engine.fail(failed.lease, error="boom")
+    series = await engine.engine.finalized_by_queue(window=timedelta(minutes=10))
+    assert [(b.queue, b.state, b.count) for b in series] == [
+        (QUEUE, JobState.Completed, 1),
+        ("other", JobState.Completed, 1),
+        (QUEUE, JobState.Failed, 1),
+    ]
+    assert series[0].bucket == series[1].bucket < series[2].bucket
+    assert all(b.bucket.second == 0 and b.bucket.microsecond == 0 for b in series)
+    # A one-minute window starts at the minute holding now - 1 min: after the completions.
+    recent = await engine.engine.finalized_by_queue(window=timedelta(minutes=1))
+    assert [(b.queue, b.state) for b in recent] == [(QUEUE, JobState.Failed)]
+    assert await engine.engine.dlq_by_minute(window=timedelta(minutes=10)) == []
+    assert await engine.engine.move_failed_to_dlq(failed.job.id, reason="manual") is not None
+    after = await engine.engine.finalized_by_queue(window=timedelta(minutes=10))
+    assert [b.state for b in after] == [JobState.Completed, JobState.Completed]
+    dead = await engine.engine.dlq_by_minute(window=timedelta(minutes=10))
+    assert [(b.bucket, b.queue, b.state, b.count) for b in dead] == [
+        (series[2].bucket, QUEUE, JobState.Failed, 1)
+    ]
+    engine.clock.advance(timedelta(minutes=30))
+    assert await engine.engine.dlq_by_minute(window=timedelta(minutes=10)) == []

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from awa.domain.errors import ValidationError
+from awa.entrypoints.web import charts
 from awa.entrypoints.web.cache import ReadCache
 from awa.entrypoints.web.config import is_loopback, parse_color, parse_peer, parse_secret
 from awa.entrypoints.web.pages import parse_search
@@ -117,3 +119,26 @@ def test_values_read_as_words_not_python_reprs() -> None:
         '<dl class="inner"><dt>Fresh install</dt><dd>yes</dd></dl>'
     )
     assert label("can_finalize") == "Can finalize"
+
+
+def test_chart_geometry_stacks_bars_and_breaks_lines() -> None:
+    start = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    minutes = [start + timedelta(minutes=i) for i in range(4)]
+    assert [charts.nice_ceiling(v) for v in (0, 1, 3, 7, 11, 240)] == [1, 1, 5, 10, 20, 250]
+    bars = charts.stacked_bars(minutes, {"b": [0, 2, 0, 1], "a": [1, 2, 0, 0]}, what="done")
+    assert bars["total"] == 6 and bars["axis"][-1]["label"] == "5"
+    assert [(r["series"], r["title"]) for r in bars["rects"]] == [
+        (0, "12:00 UTC · a: 1 done"),
+        (0, "12:01 UTC · a: 2 done"),
+        (1, "12:01 UTC · b: 2 done"),
+        (1, "12:03 UTC · b: 1 done"),
+    ]
+    a1, b1 = bars["rects"][1], bars["rects"][2]
+    assert a1["height"] == b1["height"] and round(b1["y"] + b1["height"], 2) == a1["y"]
+    assert [(q["name"], q["total"]) for q in bars["legend"]] == [("a", 3), ("b", 3)]
+    drawn = charts.lines(minutes, {"q": [1.0, None, 3.0, 4.0]}, unit="s", what="lag")
+    (line,) = drawn["lines"]
+    assert len(line["paths"]) == 2 and len(line["dots"]) == 3
+    assert drawn["legend"] == [{"name": "q", "series": 0, "total": "4s"}]
+    empty = charts.lines(minutes, {"q": [None] * 4}, what="lag")
+    assert empty["total"] == 0 and empty["legend"][0]["total"] is None

@@ -15,8 +15,12 @@ from awa.domain.admin_views import (
     DEPTH_STATES,
     KindCounts,
     QueueDepth,
+    QueueStateBucket,
     StateBucket,
+    first_minute,
+    minute_of,
     queue_depths_from,
+    queue_state_buckets,
 )
 from awa.domain.channels import queue_channel
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts, initial_state
@@ -131,6 +135,29 @@ class AdminOps(EngineBase):
             StateBucket(bucket=bucket, state=state, count=n)
             for (bucket, state), n in sorted(buckets.items(), key=lambda i: (i[0][0], str(i[0][1])))
         ]
+
+    async def finalized_by_queue(self, *, window: timedelta) -> list[QueueStateBucket]:
+        since = first_minute(self._clock.now(), window)
+        return queue_state_buckets(
+            {"bucket": minute_of(job.finalized_at), "queue": job.queue, "state": job.state, "n": 1}
+            for job in self._read().jobs.values()
+            if job.state in TERMINAL_STATES
+            and job.finalized_at is not None
+            and job.finalized_at >= since
+        )
+
+    async def dlq_by_minute(self, *, window: timedelta) -> list[QueueStateBucket]:
+        since = first_minute(self._clock.now(), window)
+        return queue_state_buckets(
+            {
+                "bucket": minute_of(entry.job.finalized_at),
+                "queue": entry.job.queue,
+                "state": JobState.Failed,
+                "n": 1,
+            }
+            for entry in self._read().dlq.values()
+            if entry.job.finalized_at is not None and entry.job.finalized_at >= since
+        )
 
     # ---------------------------------------------------------------- queue control
     async def pause_queue(self, queue: str, *, paused_by: str | None = None) -> None:

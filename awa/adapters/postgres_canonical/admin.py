@@ -12,7 +12,15 @@ from awa.adapters._pg.errors import is_unique_claim_violation
 from awa.adapters._pg.rows import job_from_row, state_buckets
 from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase
 from awa.domain import lifecycle
-from awa.domain.admin_views import KindCounts, QueueDepth, StateBucket, queue_depths_from
+from awa.domain.admin_views import (
+    KindCounts,
+    QueueDepth,
+    QueueStateBucket,
+    StateBucket,
+    first_minute,
+    queue_depths_from,
+    queue_state_buckets,
+)
 from awa.domain.channels import cancel_notification
 from awa.domain.job import JobRecord, QueueCounts, RunLease
 from awa.domain.states import LIVE_STATES, TERMINAL_STATES, JobState
@@ -98,6 +106,13 @@ class AdminOps(EngineBase):
         async with self._connection() as conn:
             rows = await self._all(conn, "finalized_timeseries", {"since": since})
         return state_buckets(rows)
+
+    async def finalized_by_queue(self, *, window: timedelta) -> list[QueueStateBucket]:
+        """Terminal jobs per minute, queue and state from the rows still held."""
+        since = first_minute(self._clock.now(), window)
+        async with self._connection() as conn:
+            rows = await self._all(conn, "finalized_by_queue", {"since": since})
+        return queue_state_buckets(rows)
 
     # ---------------------------------------------------------------- queue control
     async def _execute(self, name: str, params: Mapping[str, Any]) -> None:

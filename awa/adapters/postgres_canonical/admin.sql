@@ -35,6 +35,14 @@ WHERE finalized_at >= %(since)s::timestamptz
   AND state IN ('completed', 'failed', 'cancelled')
 GROUP BY 1, 2
 
+-- name: finalized_by_queue
+-- Sessions run in UTC, so date_trunc cuts UTC minutes.
+SELECT date_trunc('minute', finalized_at) AS bucket, queue, state::text AS state, count(*) AS n
+FROM awa.canonical_jobs
+WHERE finalized_at >= %(since)s::timestamptz
+  AND state IN ('completed', 'failed', 'cancelled')
+GROUP BY 1, 2, 3
+
 -- name: queue_depths
 -- The metrics' depth: live rows only, read along canonical_jobs_queue_state_idx, and the
 -- oldest due available job; finished rows are never read.

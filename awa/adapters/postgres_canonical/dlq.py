@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg import errors as pg_errors
@@ -10,6 +10,7 @@ from psycopg import errors as pg_errors
 from awa.adapters._pg.errors import is_unique_claim_violation
 from awa.adapters._pg.rows import dlq_from_row, job_from_row
 from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase
+from awa.domain.admin_views import QueueStateBucket, first_minute, queue_state_buckets
 from awa.domain.job import DlqEntry, JobRecord
 from awa.domain.validation import validate_priority, validate_queue
 from awa.ports.storage import DlqFilter, JobFilter
@@ -67,6 +68,13 @@ class DlqOps(EngineBase):
         async with self._connection() as conn:
             row = await self._one(conn, "dlq_depth", {"queue": queue})
         return 0 if row is None else int(row["n"])
+
+    async def dlq_by_minute(self, *, window: timedelta) -> list[QueueStateBucket]:
+        """DLQ entries per minute their job failed and queue."""
+        since = first_minute(self._clock.now(), window)
+        async with self._connection() as conn:
+            rows = await self._all(conn, "dlq_by_minute", {"since": since})
+        return queue_state_buckets(rows)
 
     async def dlq_depth_by_queue(self) -> list[tuple[str, int]]:
         """``(queue, depth)`` for every queue with DLQ entries, by queue name."""

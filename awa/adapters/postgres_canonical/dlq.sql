@@ -49,6 +49,13 @@ SELECT count(*) AS n
 FROM awa.dlq_entries
 WHERE %(queue)s::text IS NULL OR queue = %(queue)s::text
 
+-- name: dlq_by_minute
+-- DLQ entries per minute their job failed and queue (sessions run in UTC).
+SELECT date_trunc('minute', finalized_at) AS bucket, queue, 'failed' AS state, count(*) AS n
+FROM awa.dlq_entries
+WHERE finalized_at >= %(since)s::timestamptz
+GROUP BY 1, 2
+
 -- name: dlq_depth_by_queue
 SELECT queue, count(*) AS n FROM awa.dlq_entries GROUP BY queue
 

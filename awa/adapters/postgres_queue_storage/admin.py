@@ -14,7 +14,15 @@ from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter, job_filter
 from awa.adapters.postgres_queue_storage.snapshots import Resolved, minute_of
 from awa.adapters.postgres_queue_storage.statements import Statements
-from awa.domain.admin_views import KindCounts, QueueDepth, StateBucket, queue_depths_from
+from awa.domain.admin_views import (
+    KindCounts,
+    QueueDepth,
+    QueueStateBucket,
+    StateBucket,
+    first_minute,
+    queue_depths_from,
+    queue_state_buckets,
+)
 from awa.domain.job import JobRecord, QueueCounts
 from awa.domain.states import JobState
 from awa.ports.clock import Clock
@@ -168,6 +176,12 @@ class AdminReads:
         async with translated_errors(), self._connections.tx() as conn:
             rows = await self._sql.exec(conn, "finalized_timeseries", since=since)
         return state_buckets(rows)
+
+    async def finalized_by_queue(self, *, window: timedelta) -> list[QueueStateBucket]:
+        since = first_minute(self._clock.now(), window)
+        async with translated_errors(), self._connections.tx() as conn:
+            rows = await self._sql.exec(conn, "finalized_by_queue", since=since)
+        return queue_state_buckets(rows)
 
     # ---------------------------------------------------------------- queue control
     async def pause_queue(self, queue: str, *, paused_by: str | None = None) -> None:

@@ -78,6 +78,13 @@ SELECT * FROM {s}.dlq_entries WHERE job_id = %(job_id)s
 -- name: dlq_depth
 SELECT count(*) AS n FROM {s}.dlq_entries WHERE %(queue)s::text IS NULL OR queue = %(queue)s
 
+-- name: dlq_by_minute
+-- DLQ entries per minute their job failed and queue (sessions run in UTC).
+SELECT date_trunc('minute', finalized_at) AS bucket, queue, 'failed' AS state, count(*) AS n
+FROM {s}.dlq_entries
+WHERE finalized_at >= %(since)s::timestamptz
+GROUP BY 1, 2
+
 -- name: dlq_depth_by_queue
 SELECT queue, count(*) AS n FROM {s}.dlq_entries GROUP BY queue ORDER BY queue
 

@@ -15,6 +15,7 @@ from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.snapshots import Resolved, Writes
 from awa.adapters.postgres_queue_storage.statements import Statements, run
+from awa.domain.admin_views import QueueStateBucket, first_minute, queue_state_buckets
 from awa.domain.job import DlqEntry, JobRecord
 from awa.domain.states import JobState
 from awa.ports.clock import Clock
@@ -114,6 +115,12 @@ class DeadLetters:
         async with translated_errors(), self._connections.tx() as conn:
             rows = await self._sql.exec(conn, "dlq_depth", queue=queue)
         return int(rows[0]["n"]) if rows else 0
+
+    async def dlq_by_minute(self, *, window: timedelta) -> list[QueueStateBucket]:
+        since = first_minute(self._clock.now(), window)
+        async with translated_errors(), self._connections.tx() as conn:
+            rows = await self._sql.exec(conn, "dlq_by_minute", since=since)
+        return queue_state_buckets(rows)
 
     async def dlq_depth_by_queue(self) -> list[tuple[str, int]]:
         async with translated_errors(), self._connections.tx() as conn:

@@ -26,7 +26,7 @@ from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage.install import DEFAULT_SCHEMA, install_queue_storage
 from awa.adapters.postgres_queue_storage.parts import build_parts
 from awa.adapters.postgres_queue_storage.ring import DEFAULT_FAILED_RETENTION
-from awa.domain.admin_views import KindCounts, QueueDepth, StateBucket
+from awa.domain.admin_views import KindCounts, QueueDepth, QueueStateBucket, StateBucket
 from awa.domain.batch_ops import BatchFilter, BatchSpec, ItemResult
 from awa.domain.callbacks import CallbackExpressions
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
@@ -252,6 +252,12 @@ class QueueStorageEngine(PgCronOps, PgOverrideOps, PgDescriptorOps, PgBatchContr
 
     async def finalized_timeseries(self, *, window: timedelta) -> list[StateBucket]:
         return await self._parts.admin.finalized_timeseries(window=window)
+
+    async def finalized_by_queue(self, *, window: timedelta) -> list[QueueStateBucket]:
+        return await self._parts.admin.finalized_by_queue(window=window)
+
+    async def dlq_by_minute(self, *, window: timedelta) -> list[QueueStateBucket]:
+        return await self._parts.dlq.dlq_by_minute(window=window)
 
     async def pause_queue(self, queue: str, *, paused_by: str | None = None) -> None:
         await self._parts.admin.pause_queue(queue, paused_by=paused_by)

@@ -1536,6 +1536,21 @@ WHERE finalized_at >= %(since)s::timestamptz
   AND state IN ('completed', 'failed', 'cancelled')
 GROUP BY 1, 2
 
+-- name: finalized_by_queue
+-- Completed jobs from the per-minute completion buckets, kept two hours (COMPLETIONS_KEPT),
+-- long after prune took their rows; failed and cancelled jobs from the snapshots still
+-- held. Sessions run in UTC, so date_trunc cuts UTC minutes.
+SELECT minute AS bucket, queue, 'completed' AS state, sum(n)::bigint AS n
+FROM {s}.completions
+WHERE minute >= %(since)s::timestamptz
+GROUP BY 1, 2
+UNION ALL
+SELECT date_trunc('minute', finalized_at), queue, state::text, count(*)
+FROM {s}.jobs_resolved
+WHERE finalized_at >= %(since)s::timestamptz
+  AND state IN ('failed', 'cancelled')
+GROUP BY 1, 2, 3
+
 -- name: snapshot_recordset
 -- The columns of a whole snapshot in the jsonb_to_recordset input the inserts read (the
 -- objects that row_json builds).

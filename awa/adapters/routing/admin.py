@@ -10,7 +10,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from awa.adapters.routing.base import C, RoutingBase, T
-from awa.domain.admin_views import KindCounts, QueueDepth, StateBucket
+from awa.domain.admin_views import (
+    KindCounts,
+    QueueDepth,
+    QueueStateBucket,
+    StateBucket,
+    queue_state_buckets,
+)
 from awa.domain.batch_ops import (
     BatchFilter,
     BatchOperation,
@@ -112,6 +118,23 @@ class AdminOps(RoutingBase[C]):
             StateBucket(bucket=bucket, state=state, count=n)
             for (bucket, state), n in sorted(merged.items(), key=lambda i: (i[0][0], str(i[0][1])))
         ]
+
+    async def finalized_by_queue(self, *, window: timedelta) -> list[QueueStateBucket]:
+        rows = []
+        for engine in self._read_order(await self.status(max_age=0.0)):
+            for item in await engine.finalized_by_queue(window=window):
+                rows.append(
+                    {
+                        "bucket": item.bucket,
+                        "queue": item.queue,
+                        "state": item.state,
+                        "n": item.count,
+                    }
+                )
+        return queue_state_buckets(rows)
+
+    async def dlq_by_minute(self, *, window: timedelta) -> list[QueueStateBucket]:
+        return await (await self._dlq()).dlq_by_minute(window=window)
 
     # ---------------------------------------------------------------- admin writes
     async def _every(self, call: Callable[[StorageEngine], Awaitable[None]]) -> None:

@@ -11,7 +11,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from awa.domain.states import JobState
-from awa.entrypoints.web import page_actions, params
+from awa.entrypoints.web import charts, page_actions, params
 from awa.entrypoints.web.errors import ApiError, status_of
 from awa.entrypoints.web.reads import AdminReads, limit_of
 from awa.entrypoints.web.render import render
@@ -19,6 +19,8 @@ from awa.entrypoints.web.state import web_state
 from awa.ports.storage import DlqFilter, JobFilter
 
 PAGE_SIZE = 50
+#: The dashboard's charts cover this many minutes.
+CHART_MINUTES = 60
 SEARCH_KEYS = ("kind", "queue", "tag")
 
 
@@ -73,7 +75,7 @@ async def dashboard(request: Request) -> Response:
     web = web_state(request)
     await web.guard.refresh()
     stats = await web.reads.stats()
-    series = await web.reads.timeseries(60)
+    finished = await web.reads.finished_per_minute(CHART_MINUTES)
     failures = await web.reads.recent_failures(limit=10)
     return render(
         request,
@@ -82,7 +84,11 @@ async def dashboard(request: Request) -> Response:
         runtime=await web.reads.runtime(),
         queues=await web.reads.queues(),
         failures=failures,
-        series=series,
+        throughput=charts.stacked_bars(
+            finished["minutes"], finished["completed"], what="completed"
+        ),
+        failures_chart=charts.stacked_bars(finished["minutes"], finished["failed"], what="failed"),
+        chart_minutes=CHART_MINUTES,
         dlq=await web.reads.dlq_depth(),
     )
 

@@ -12,6 +12,7 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from awa.domain.admin_views import QueueStateBucket, first_minute, minute_of
 from awa.domain.batch_ops import parse_operation_id
 from awa.domain.errors import ValidationError
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts
@@ -179,6 +180,39 @@ class AdminReads:
 
         rows: list[dict[str, Any]] = await self.cache.get(f"timeseries:{minutes}", load)
         return rows
+
+    async def finished_per_minute(self, minutes: int) -> dict[str, Any]:
+        """Per queue and minute over the last ``minutes`` (whole minutes, the current one
+        last): ``completed`` and ``failed`` counts, failed counting the jobs since moved
+        to the DLQ, as ``{"minutes": [datetime], "completed": {queue: [n]}, "failed":
+        {queue: [n]}}`` with every list aligned with ``minutes``."""
+        window = timedelta(minutes=minutes)
+
+        async def load() -> tuple[list[QueueStateBucket], list[QueueStateBucket]]:
+            engine = await self.client.admin_engine()
+            finished = await engine.finalized_by_queue(window=window)
+            return finished, await engine.dlq_by_minute(window=window)
+
+        loaded: tuple[list[QueueStateBucket], list[QueueStateBucket]] = await self.cache.get(
+            f"finished_by_queue:{minutes}", load
+        )
+        finished, dead = loaded
+        now = _now()
+        start = first_minute(now, window)
+        count = int((minute_of(now) - start) / timedelta(minutes=1)) + 1
+        slots = [start + timedelta(minutes=i) for i in range(count)]
+        series: dict[JobState, dict[str, list[int]]] = {JobState.Completed: {}, JobState.Failed: {}}
+        for bucket in (*finished, *dead):
+            per_queue = series.get(bucket.state)
+            index = int((bucket.bucket - start) / timedelta(minutes=1))
+            if per_queue is None or not 0 <= index < count:
+                continue
+            per_queue.setdefault(bucket.queue, [0] * count)[index] += bucket.count
+        return {
+            "minutes": slots,
+            "completed": series[JobState.Completed],
+            "failed": series[JobState.Failed],
+        }
 
     async def queue_names(self) -> list[str]:
         return sorted(c.queue for c in await self._queue_counts())

@@ -67,6 +67,43 @@ def seed(url: str) -> Seeded:
     return Seeded(url, ids)
 
 
+#: Minutes ago at which :func:`seed_history` finishes jobs, and how many per queue.
+HISTORY = [(m, {"mail": 1 + m * 7 % 4, "reports": m * 5 % 3}) for m in range(2, 59, 4)]
+#: Minutes ago at which :func:`seed_history` fails one job, and its queue.
+HISTORY_FAILED = [(12, "reports"), (27, "reports"), (44, "mail")]
+
+
+def finish_at(url: str, state: str, ids: list[int], minutes_ago: int) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE awa.canonical_jobs SET state = %s::awa.job_state, attempt = 1, "
+            "finalized_at = now() - make_interval(mins => %s), "
+            "errors = CASE WHEN %s = 'failed' "
+            "  THEN ARRAY[jsonb_build_object('error', 'timed out', 'attempt', 1, 'at', now())] "
+            "  ELSE errors END "
+            "WHERE id = ANY(%s)",
+            (state, minutes_ago, state, ids),
+        )
+
+
+def seed_history(url: str) -> dict[str, list[int]]:
+    """Jobs finished over the last hour, for the dashboard's charts: completed ones per
+    :data:`HISTORY` and failed ones per :data:`HISTORY_FAILED`."""
+    done: list[int] = []
+    failed: list[int] = []
+    with awa.Client(url) as client:
+        for minutes_ago, per_queue in HISTORY:
+            for queue, n in per_queue.items():
+                ids = [client.insert({"n": i}, kind="sync", queue=queue).id for i in range(n)]
+                finish_at(url, "completed", ids, minutes_ago)
+                done += ids
+        for minutes_ago, queue in HISTORY_FAILED:
+            job = client.insert({"n": 0}, kind="sync", queue=queue, tags=["nightly"])
+            finish_at(url, "failed", [job.id], minutes_ago)
+            failed.append(job.id)
+    return {"history_completed": done, "history_failed": failed}
+
+
 #: The worker runtime that :func:`seed_everything` registers.
 RUNTIME_ID = str(uuid.UUID(int=0xA3A))
 
@@ -75,6 +112,7 @@ def seed_everything(url: str) -> Seeded:
     """:func:`seed`, plus what the remaining pages show: a live leader runtime serving
     both queues, two cron schedules (one paused) and a pending batch operation."""
     seeded = seed(url)
+    seeded.ids.update(seed_history(url))
     now = datetime.now(UTC)
 
     async def publish() -> None:

@@ -18,7 +18,13 @@ import psycopg
 import pytest
 
 from awa.entrypoints.web.config import ServerConfig
-from tests.integration.web.conftest import RUNTIME_ID, Seeded, seed_everything
+from tests.integration.web.conftest import (
+    HISTORY,
+    HISTORY_FAILED,
+    RUNTIME_ID,
+    Seeded,
+    seed_everything,
+)
 from tests.integration.web.live import live_server
 
 pytestmark = pytest.mark.postgres
@@ -295,8 +301,10 @@ def test_every_page_speaks_to_people(
 
 
 def test_the_job_list_counts_states_and_shows_tags(page: Any, everything: Seeded) -> None:
-    expected = {s: len(everything.ids[s]) for s in ("available", "running", "completed")}
-    expected |= {s: len(everything.ids[s]) for s in ("failed", "cancelled", "scheduled")}
+    ids = everything.ids
+    expected = {s: len(ids[s]) for s in ("available", "running", "cancelled", "scheduled")}
+    expected["completed"] = len(ids["completed"]) + len(ids["history_completed"])
+    expected["failed"] = len(ids["failed"]) + len(ids["history_failed"])
     with serve(everything) as base:
         page.goto(base + "/jobs")
         for state, n in expected.items():
@@ -307,13 +315,16 @@ def test_the_job_list_counts_states_and_shows_tags(page: Any, everything: Seeded
         )
         page.locator('.pills a[data-state="failed"]').click()
         page.wait_for_url(re.compile(r"state=failed"))
-        ids = page.locator("tr[data-job-id]").evaluate_all("rows => rows.map(r => r.dataset.jobId)")
-        assert sorted(int(i) for i in ids) == sorted(everything.ids["failed"])
+        shown = page.locator("tr[data-job-id]").evaluate_all(
+            "rows => rows.map(r => r.dataset.jobId)"
+        )
+        assert sorted(int(i) for i in shown) == sorted(ids["failed"] + ids["history_failed"])
         tags = page.locator(f'tr[data-job-id="{everything.ids["failed"][0]}"] td.tags').inner_text()
         assert tags.strip() == "nightly"
         page.goto(base + "/queues/mail")
         assert int(page.locator('.pills a[data-state="available"] .n').inner_text()) == 3
-        assert int(page.locator('.pills a[data-state="failed"] .n').inner_text()) == 0
+        mail_failed = [q for _, q in HISTORY_FAILED].count("mail")
+        assert int(page.locator('.pills a[data-state="failed"] .n').inner_text()) == mail_failed
         page.locator("td.tags a", has_text="vip").first.click()
         page.wait_for_url(re.compile(r"q=tag"))
         assert page.locator("tr[data-job-id]").count() == len(everything.ids["available"])
@@ -324,8 +335,9 @@ def test_recent_failures_include_dead_lettered_jobs(page: Any, everything: Seede
     with serve(everything) as base:
         page.goto(base + "/")
         rows = page.locator("table.failures tr[data-job-id]")
-        ids = sorted(int(i) for i in rows.evaluate_all("rows => rows.map(r => r.dataset.jobId)"))
-        assert ids == sorted([*everything.ids["failed"], dead])
+        shown = sorted(int(i) for i in rows.evaluate_all("rows => rows.map(r => r.dataset.jobId)"))
+        ids = everything.ids
+        assert shown == sorted([*ids["failed"], *ids["history_failed"], dead])
         row = page.locator(f'table.failures tr[data-job-id="{dead}"]')
         assert "DLQ" in row.inner_text() and "manual" in row.inner_text()
         row.get_by_role("link", name=str(dead)).click()
@@ -343,3 +355,37 @@ def test_runtime_pages_say_yes_no_and_dash(page: Any, everything: Seeded) -> Non
         storage = page.locator("section.storage dl.facts").first.inner_text()
         assert "Prepared engine\n—" in storage, storage
         assert page.locator("section.storage dl.facts").first.locator("ul.plain li").count() >= 1
+
+
+def chart_numbers(page: Any, chart: str) -> tuple[dict[str, int], dict[str, int]]:
+    """A chart's legend totals by queue, and the counts its bars' tooltips add up to."""
+    legend = page.locator(f"#{chart} .legend li").evaluate_all(
+        "items => items.map(li => [li.firstChild.nextSibling.textContent.trim(),"
+        " li.querySelector('strong').textContent])"
+    )
+    bars: dict[str, int] = {}
+    for title in page.locator(f"#{chart} rect title").all_text_contents():
+        queue, _, rest = title.split(" · ", 1)[1].partition(": ")
+        bars[queue] = bars.get(queue, 0) + int(rest.split()[0])
+    return {name: int(total) for name, total in legend}, bars
+
+
+def test_dashboard_charts_count_the_last_hour_per_queue(page: Any, everything: Seeded) -> None:
+    completed = {"mail": 0, "reports": len(everything.ids["completed"])}
+    for _, per_queue in HISTORY:
+        for queue, n in per_queue.items():
+            completed[queue] += n
+    failed = {"mail": len(everything.ids["dlq"]), "reports": len(everything.ids["failed"])}
+    for _, queue in HISTORY_FAILED:
+        failed[queue] += 1
+    with serve(everything) as base:
+        page.goto(base + "/")
+        assert chart_numbers(page, "chart-throughput") == (completed, completed)
+        # The failures count the dead-lettered job of mail, which is no longer a job.
+        assert chart_numbers(page, "chart-failures") == (failed, failed)
+        minutes = {m for m, per_queue in HISTORY for n in per_queue.values() if n}
+        assert page.locator("#chart-failures rect").count() == len(HISTORY_FAILED) + 2
+        assert page.locator("#chart-throughput rect").count() == 1 + sum(
+            1 for _, per_queue in HISTORY for n in per_queue.values() if n
+        )
+        assert len(minutes) > 10  # bars across the hour, not one

@@ -31,6 +31,16 @@ class MigrationChanged(SchemaNotMigrated):
         self.file = file
 
 
+class AdoptionRefused(SchemaNotMigrated):
+    """A database awa-pg migrated cannot be adopted yet: something still uses it (its
+    ``runtimes`` that heartbeat, unfinished batch operations, objects outside its schema)
+    or it is in a state adoption does not take. Nothing was changed."""
+
+    def __init__(self, message: str, *, runtimes: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.runtimes = runtimes
+
+
 class UnknownJobKind(AwaError):
     """A claimed job has a kind with no registered handler."""
 

@@ -26,6 +26,7 @@ from awa.adapters._pg import pool as pg_pool
 from awa.adapters._pg import schema_objects as pg_schema_objects
 from awa.adapters._pg import transition as pg_transition
 from awa.adapters._pg.access import WriteAccess
+from awa.adapters._pg.adopt import AdoptionReport
 from awa.adapters._pg.conninfo import scrub_exception
 from awa.adapters._pg.errors import map_error, translated_errors
 from awa.adapters._pg.notifier import PostgresNotifier
@@ -201,6 +202,14 @@ async def migrate(url: str) -> bool:
         return False
     log.info("installed the schema on an empty database: queue storage (schema awa) is active")
     return True
+
+
+async def adopt_awa_pg(url: str) -> AdoptionReport:
+    """Convert the database at ``url``, which awa-pg 0.6.9 migrated, into this package's
+    schema in place, keeping every job (ADR 0019). The adopted database is on canonical
+    storage; the staged transition moves it to queue storage."""
+    async with translated_errors():
+        return await pg_migrations.adopt(url)
 
 
 async def install_queue_storage(

@@ -20,6 +20,7 @@ from importlib import resources
 import psycopg
 from psycopg import sql as pgsql
 
+from awa.adapters._pg import adopt as awa_pg
 from awa.adapters._pg.errors import map_error
 from awa.adapters._pg.pool import DictConnection, connect
 from awa.adapters._pg.schema_objects import apply_schema_objects
@@ -170,6 +171,9 @@ async def require_schema(conn: DictConnection, *, minimum: int) -> int:
 async def migrate(database_url: str) -> None:
     """Apply every pending migration. Idempotent and safe to call from many processes.
 
+    A database that awa-pg migrated is refused with :class:`SchemaNotMigrated` naming
+    ``awa adopt`` (:func:`adopt`), which converts it.
+
     A transaction-scoped advisory lock serialises concurrent callers. The pending migrations, their
     ``awa.schema_version`` rows and the schema files run in one transaction: a failure
     leaves the database at the version it had. A database migrated by a newer package is
@@ -178,11 +182,30 @@ async def migrate(database_url: str) -> None:
     """
     conn = await connect(database_url)
     try:
-        await _migrate_locked(conn)
+        await _migrate_locked(conn, adopt=False)
     except psycopg.Error as exc:
         raise map_error(exc) from exc
     finally:
         await conn.close()
+
+
+async def adopt(database_url: str) -> awa_pg.AdoptionReport:
+    """Convert a database that awa-pg 0.6.9 migrated into this package's schema, in place
+    and in one transaction, keeping every job in its state (ADR 0019); what it brought.
+
+    Refused with :class:`~awa.domain.errors.AdoptionRefused` (nothing changed) while an
+    awa-pg runtime heartbeats, a batch operation or a storage transition of awa-pg's is
+    unfinished, or an object outside awa-pg's schemas depends on them; with
+    :class:`SchemaNotMigrated` on a database awa-pg did not migrate."""
+    conn = await connect(database_url)
+    try:
+        report = await _migrate_locked(conn, adopt=True)
+    except psycopg.Error as exc:
+        raise map_error(exc) from exc
+    finally:
+        await conn.close()
+    assert report is not None
+    return report
 
 
 async def refuse_gaps(conn: DictConnection, db_version: int) -> None:
@@ -253,14 +276,28 @@ async def refuse_changed(conn: DictConnection, db_version: int) -> list[int]:
     return unrecorded
 
 
-async def _migrate_locked(conn: DictConnection) -> None:
+async def _migrate_locked(conn: DictConnection, *, adopt: bool) -> awa_pg.AdoptionReport | None:
     # All or nothing: a failure anywhere leaves the database at ``version``. The lock is
     # transaction-scoped and taken first, so a pooler in transaction mode can neither
     # strand it on a server session nor release it under us, and the applied version is
     # read under it.
+    report = None
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
         version = await applied_version(conn)
+        origin = await awa_pg.awa_pg_version(conn) if version > 0 else None
+        if origin is not None and not adopt:
+            raise SchemaNotMigrated(awa_pg.not_adopted_message(origin))
+        if origin is None and adopt:
+            raise SchemaNotMigrated(
+                "this database was not migrated by awa-pg, so there is nothing to adopt: "
+                "run `awa migrate`"
+            )
+        stash = None
+        if origin is not None:
+            # Its schema goes; the stream installs this package's from nothing.
+            stash = await awa_pg.stash_and_drop(conn, origin)
+            version = 0
         refuse_newer(version)
         await refuse_gaps(conn, version)
         unrecorded = await refuse_changed(conn, version)
@@ -279,12 +316,15 @@ async def _migrate_locked(conn: DictConnection) -> None:
         if await apply_schema_objects(conn):
             # Installed queue-storage schemas follow the install function's steps.
             await conn.execute("SELECT awa.queue_storage_refresh()")
+        if stash is not None:
+            report = await awa_pg.restore(conn, stash)
     if pending:
         log.info(
             "migrated the database from schema version %d to %d",
             version,
             pending[-1][0],
         )
+    return report
 
 
 def _query(name: str) -> str:

@@ -1,9 +1,9 @@
 """The ``awa`` command line (console script ``awa`` and ``python -m awa``).
 
-Command groups live one per module: ``migrate``, ``job``, ``queue``, ``dlq``, ``cron``, ``health`` /
-``context``, ``storage``, ``worker`` (run a module's handlers) and ``dev`` (a worked
-example on a real or embedded Postgres). Exit codes: 0 success, 1 refused or failed
-action, 2 bad usage.
+Command groups live one per module: ``migrate``, ``adopt`` (an awa-pg database),
+``job``, ``queue``, ``dlq``, ``cron``, ``health`` / ``context``, ``storage``, ``worker``
+(run a module's handlers) and ``dev`` (a worked example on a real or embedded Postgres).
+Exit codes: 0 success, 1 refused or failed action, 2 bad usage.
 
 Writing a command group: get the target with ``state().database_url()`` (or
 ``with_client``), which resolves it, echoes it and applies the safety rules; decorate a
@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from awa.entrypoints.cli._common import CliState, CommandFailed, first_line
+from awa.entrypoints.cli.adopt import adopt
 from awa.entrypoints.cli.batch_ops import batch_ops
 from awa.entrypoints.cli.context import context
 from awa.entrypoints.cli.cron import cron
@@ -149,6 +150,7 @@ def cli(
 
 
 cli.add_command(migrate)
+cli.add_command(adopt)
 cli.add_command(job)
 cli.add_command(queue)
 cli.add_command(queue_stats_hidden)

@@ -1,0 +1,151 @@
+"""`awa adopt`: a database awa-pg 0.6.9 migrated and left with a job in every state is
+converted in place and drained by this package's worker (ADR 0019).
+
+awa-pg itself makes the database (``tests/differential/adopt_seed.py`` under the scratch
+interpreter ``tests/differential/run.py`` builds); the test is skipped only when awa-pg
+0.6.9 cannot be installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from awa import AsyncClient, UniqueConflict
+from awa.entrypoints.cli import cli
+from tests.differential import run as differential
+from tests.differential.adopt import (
+    AdoptArgs,
+    drain,
+    let_runtimes_go_stale,
+    seed,
+    sql,
+    states,
+    verdict,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+
+@pytest.fixture(scope="module")
+def awa_pg_python() -> Path:
+    try:
+        return differential.awa_pg_python()
+    except (subprocess.CalledProcessError, OSError) as exc:
+        pytest.skip(f"awa-pg 0.6.9 cannot be installed here ({exc}), so no database of it")
+
+
+async def awa(url: str, *args: str) -> Result:
+    """The command line, on a thread of its own (it runs its own event loop)."""
+    return await asyncio.to_thread(CliRunner().invoke, cli, ["--database-url", url, *args])
+
+
+@pytest.mark.parametrize("engine", ["canonical", "queue_storage"])
+async def test_an_awa_pg_database_is_adopted_in_place_and_every_job_runs_to_its_end_once(
+    awa_pg_python: Path, database_url: str, engine: str
+) -> None:
+    seeded = await asyncio.to_thread(seed, awa_pg_python, database_url, engine)
+    ids: dict[str, int] = seeded["jobs"]
+    awa_pg_state = sql(database_url, "SELECT id, state::text FROM awa.jobs ORDER BY id")
+
+    # `awa migrate` no longer loops back to itself: it names the way out.
+    migrated = await awa(database_url, "migrate")
+    assert migrated.exit_code == 1
+    assert "migrated by awa-pg (schema version 40)" in migrated.output
+    assert "`awa adopt`" in migrated.output
+
+    # The seeding worker's runtime heartbeat moments ago: refused, naming it.
+    (runtime,) = sql(database_url, "SELECT instance_id::text FROM awa.runtime_instances")
+    refused = await awa(database_url, "adopt")
+    assert refused.exit_code == 1, refused.output
+    assert "1 awa-pg runtime(s) still heartbeat" in refused.output
+    assert runtime[0] in refused.output
+
+    # Its worker is gone (the seed ended like a crash); the window awa-pg gives a
+    # runtime passes. A view of an operator's over awa-pg's jobs is refused too, by name.
+    let_runtimes_go_stale(database_url)
+    sql(database_url, "CREATE VIEW public.ops_backlog AS SELECT id FROM awa.jobs")
+    refused = await awa(database_url, "adopt")
+    assert refused.exit_code == 1, refused.output
+    assert "view public.ops_backlog" in refused.output
+    # Nothing changed: awa-pg's schema and jobs are as they were.
+    assert sql(database_url, "SELECT id, state::text FROM awa.jobs ORDER BY id") == awa_pg_state
+    sql(database_url, "DROP VIEW public.ops_backlog")
+
+    adopted = await awa(database_url, "adopt")
+    assert adopted.exit_code == 0, adopted.output
+    assert f"on awa-pg's {engine} engine" in adopted.output
+    again = await awa(database_url, "migrate")
+    assert again.exit_code == 0, again.output
+    assert "Schema already at version" in again.output
+
+    adopted_states = states(database_url, ids)
+    assert adopted_states == {
+        "scheduled": "scheduled",
+        "available": "available",
+        "unique": "available",
+        "paused": "available",
+        "cancelled": "cancelled",
+        "completed": "completed",
+        "failed": "failed",
+        "retryable": "retryable",
+        "waiting_external": "waiting_external",
+        "running": "running",
+        "dead_lettered": "dlq" if seeded["dead_lettered"] else "failed",
+    }
+    # The running attempt keeps its lease and heartbeat; the parked one its callback.
+    ((lease, heartbeat, attempt),) = sql(
+        database_url,
+        f"SELECT run_lease, heartbeat_at IS NOT NULL, attempt FROM awa.jobs "
+        f"WHERE id = {ids['running']}",
+    )
+    assert (lease, heartbeat, attempt) == (1, True, 1)
+    assert sql(
+        database_url, f"SELECT callback_id::text FROM awa.jobs WHERE id = {ids['waiting_external']}"
+    ) == [(seeded["callback_id"],)]
+    if seeded["dead_lettered"]:
+        assert sql(database_url, "SELECT job_id, dlq_reason FROM awa.dlq_entries") == [
+            (ids["dead_lettered"], "seed")
+        ]
+    assert sql(database_url, "SELECT name, queue, priority FROM awa.cron_jobs") == [
+        ("adopt_nightly", "adopt_idle", 3)
+    ]
+    assert sql(database_url, "SELECT queue, display_name FROM awa.queue_descriptors") == [
+        ("adopt_work", "Adopted work")
+    ]
+    assert sql(database_url, "SELECT kind, description FROM awa.job_kind_descriptors") == [
+        ("adopt_job", "seeded")
+    ]
+    assert sql(database_url, "SELECT queue, paused, paused_by FROM awa.queue_meta") == [
+        ("adopt_paused", True, "adopt-seed")
+    ]
+    (last_id,) = sql(database_url, "SELECT last_value FROM awa.jobs_id_seq")
+    assert last_id[0] >= max(ids.values())
+
+    client = AsyncClient(database_url)
+    # The unique claim came along: awa-pg's key, computed the same way, still collides.
+    with pytest.raises(UniqueConflict):
+        await client.insert(
+            AdoptArgs("unique"),
+            kind="adopt_job",
+            queue="adopt_idle",
+            unique_opts={"by_queue": True, "by_args": True},
+        )
+
+    await client.close()
+
+    runs = await drain(database_url, seeded)
+    final = states(database_url, ids)
+    # None lost, none run twice, nothing finished run again.
+    assert verdict(runs, final, seeded["dead_lettered"]) == []
+    assert final["waiting_external"] == "completed"
+
+
+async def test_adopt_refuses_a_database_awa_pg_did_not_migrate(migrated_database_url: str) -> None:
+    refused = await awa(migrated_database_url, "adopt")
+    assert refused.exit_code == 1
+    assert "was not migrated by awa-pg, so there is nothing to adopt" in refused.output

@@ -1,16 +1,11 @@
-"""Importing Awa changes nothing outside it, and the queue-storage engine keeps the
-placeholder conversion of its long statements to its own cursors."""
+"""Importing Awa changes nothing outside it (the queue-storage engine converts its own
+statements' placeholders, tests/unit/test_queue_storage_statement_params.py)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-
-from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
-from psycopg.adapt import Transformer
-
-from awa.adapters.postgres_queue_storage import statements
 
 # Prints psycopg's module settings and registries, imports every module of awa, prints
 # them again.
@@ -42,15 +37,3 @@ def test_importing_awa_leaves_psycopg_as_it_was() -> None:
     ).stdout
     before, after = json.loads(out.strip().splitlines()[-1])
     assert after == before
-
-
-def test_long_statements_are_converted_once() -> None:
-    statement = b"SELECT %(a)s::int AS a -- " + b"x" * (MAX_CACHED_STATEMENT_LENGTH + 1)
-    first = statements._StatementQuery(Transformer())
-    first.convert(statement, {"a": 1})
-    hits = statements._convert.cache_info().hits
-    again = statements._StatementQuery(Transformer())
-    again.convert(statement, {"a": 2})
-    assert statements._convert.cache_info().hits == hits + 1
-    assert again.query.startswith(b"SELECT $1::int AS a")
-    assert again.params is not None and len(again.params) == 1

@@ -23,12 +23,14 @@ any other ``{word}``        per call (:meth:`Statements.render`): an identifier,
 happens once, when the engine is built; a statement with per-call placeholders is
 finished per call (and cached per ring slot).
 
-psycopg converts the placeholders of a statement on every execute unless the statement is
-short (it caches only statements up to 4 KiB). The engine's hot statements (the
-one-statement enqueue, the claim) are longer, and converting them again cost about a
-quarter of an insert's client CPU. Their set is fixed, so the cursors the engine runs them
-on (:func:`run`) cache the conversion of any length, bounded by the number of statements.
-No library setting is touched.
+Parameters are written ``%(name)s`` (``%%`` for a literal ``%``). psycopg would convert
+them to ``$1, $2, ...`` on every execute unless the statement is short (it caches only
+statements up to 4 KiB); the engine's hot statements (the one-statement enqueue, the
+claim) are longer, and converting them again cost about a quarter of an insert's client
+CPU. So :func:`run` converts each statement once (:func:`numbered`, cached, bounded by
+the number of statements) and executes the result on psycopg's public raw-query cursor
+(``AsyncRawCursor``, which takes ``$n`` placeholders and a sequence of parameters and
+converts nothing). No library setting and no private psycopg name is used.
 """
 
 from __future__ import annotations
@@ -40,8 +42,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import psycopg
-from psycopg import AsyncCursor, sql
-from psycopg._queries import PostgresQuery, _query2pg_nocache
+from psycopg import AsyncCursor, AsyncRawCursor, sql
 from psycopg.rows import DictRow
 
 from awa.adapters._pg.decode import fetch_decodable
@@ -101,46 +102,63 @@ _PLACEHOLDER = re.compile(r"\{(\?)?([a-z_][a-z0-9_]*)((?: [a-z_][a-z0-9_]*=[a-z_
 #: Conversions kept: more than the engine's statements (and the claim's EXPLAIN).
 _CONVERSIONS_KEPT = 256
 
-_convert = functools.lru_cache(maxsize=_CONVERSIONS_KEPT)(_query2pg_nocache)
+_PARAMETER = re.compile(rb"%\(([A-Za-z_][A-Za-z0-9_]*)\)s|%%|%(.)?", re.DOTALL)
 
 
-class _StatementQuery(PostgresQuery):
-    """Placeholder conversion cached for every statement, whatever its length."""
+@functools.lru_cache(maxsize=_CONVERSIONS_KEPT)
+def numbered(statement: bytes) -> tuple[bytes, tuple[str, ...]]:
+    """``statement`` with its ``%(name)s`` parameters as ``$1, $2, ...`` (one number per
+    name, however often it appears) and ``%%`` as ``%``, and the names in number order.
+    Any other ``%`` form is refused: the engine's statements use only these two."""
+    names: dict[str, int] = {}
 
-    __slots__ = ()
+    def one(match: re.Match[bytes]) -> bytes:
+        name = match.group(1)
+        if name is None:
+            if match.group(0) == b"%%":
+                return b"%"
+            raise psycopg.ProgrammingError(
+                f"only %(name)s parameters and %% are supported, got {match.group(0)!r}"
+            )
+        number = names.setdefault(name.decode(), len(names) + 1)
+        return b"$%d" % number
 
-    def convert(self, query: Any, vars: Any) -> None:
-        if vars is None or type(query) is not bytes:
-            super().convert(query, vars)
-            return
-        self.query, self._want_formats, self._order, self._parts = _convert(
-            query, self._tx.encoding
+    return _PARAMETER.sub(one, statement), tuple(names)
+
+
+def _ordered(names: tuple[str, ...], params: Any) -> list[Any]:
+    if not isinstance(params, Mapping):
+        raise TypeError(
+            f"statement parameters must be a mapping by name, got {type(params).__name__}"
         )
-        self.dump(vars)
-
-
-class _StatementCursor(AsyncCursor[DictRow]):
-    __slots__ = ()
-    _query_cls = _StatementQuery
+    try:
+        return [params[name] for name in names]
+    except KeyError as missing:
+        raise psycopg.ProgrammingError(f"query parameter missing: {missing.args[0]}") from None
 
 
 async def run(
     conn: DictConnection,
     statement: bytes,
-    params: Any = None,
+    params: Mapping[str, Any] | None = None,
     *,
     prepare: bool | None = None,
 ) -> AsyncCursor[DictRow]:
-    """``conn.execute(statement, params, prepare=prepare)`` on one of the engine's cursors.
+    """``conn.execute(statement, params, prepare=prepare)``, converted once per statement.
 
-    On a connection through a transaction-mode pooler nothing is prepared: a named
-    statement lives in one server session, and the next transaction may run on another."""
+    With ``params`` ``None`` the statement is sent as it is, as psycopg sends one without
+    parameters. On a connection through a transaction-mode pooler nothing is prepared: a
+    named statement lives in one server session, and the next transaction may run on
+    another."""
     if conn.closed:
         raise psycopg.OperationalError("the connection is closed")
     if prepare and is_pooled(conn):
         prepare = False
-    cur = _StatementCursor(conn, row_factory=conn.row_factory)
-    return await cur.execute(statement, params, prepare=prepare)
+    cur = AsyncRawCursor(conn, row_factory=conn.row_factory)
+    if params is None:
+        return await cur.execute(statement, prepare=prepare)
+    query, names = numbered(statement)
+    return await cur.execute(query, _ordered(names, params), prepare=prepare)
 
 
 #: Connections whose session plans every prepared statement generically: the engine's

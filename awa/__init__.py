@@ -30,8 +30,8 @@ from awa.domain.errors import (
 )
 from awa.domain.handler_results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa.domain.kinds import derive_kind
+from awa.domain.partitioning import PartitionedQueue
 from awa.domain.queue_options import QueueConfigDict
-from awa.domain.routing import PartitionedQueue
 from awa.domain.states import JobState
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from awa.domain.errors import (
 )
 from awa.domain.handler_results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa.domain.kinds import derive_kind
-from awa.domain.routing import PartitionedQueue
+from awa.domain.partitioning import PartitionedQueue
 from awa.domain.states import JobState
 from awa.entrypoints.bootstrap import (
     current_migration_version,

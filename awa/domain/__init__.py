@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     )
     from awa.domain.kinds import derive_kind
     from awa.domain.lifecycle import DlqReason, Rescue, Transition, error_entry
+    from awa.domain.partitioning import PartitionedQueue, ordering_hash, shard_for_key
     from awa.domain.policies import Backoff, PriorityAging, RetentionFloor
-    from awa.domain.routing import PartitionedQueue, ordering_hash, shard_for_key
     from awa.domain.states import JobState, check_transition, is_legal_transition
     from awa.domain.validation import validate_spec
 
@@ -65,9 +65,9 @@ _LAZY = {
     "Backoff": "awa.domain.policies",
     "PriorityAging": "awa.domain.policies",
     "RetentionFloor": "awa.domain.policies",
-    "PartitionedQueue": "awa.domain.routing",
-    "ordering_hash": "awa.domain.routing",
-    "shard_for_key": "awa.domain.routing",
+    "PartitionedQueue": "awa.domain.partitioning",
+    "ordering_hash": "awa.domain.partitioning",
+    "shard_for_key": "awa.domain.partitioning",
     "JobState": "awa.domain.states",
     "check_transition": "awa.domain.states",
     "is_legal_transition": "awa.domain.states",

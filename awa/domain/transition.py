@@ -124,6 +124,21 @@ class TransitionStatus:
             finalized_at=row["finalized_at"],
         )
 
+    def as_row(self) -> dict[str, Any]:
+        """The ``storage_status()`` row this status reads from (:meth:`from_row`), with
+        the state as its text."""
+        return {
+            "current_engine": self.current_engine,
+            "active_engine": self.active_engine,
+            "prepared_engine": self.prepared_engine,
+            "state": self.state.value,
+            "transition_epoch": self.transition_epoch,
+            "details": dict(self.details),
+            "entered_at": self.entered_at,
+            "updated_at": self.updated_at,
+            "finalized_at": self.finalized_at,
+        }
+
     @property
     def schema(self) -> str:
         """The queue-storage schema this transition targets (``awa`` by default)."""
@@ -321,15 +336,7 @@ def status_report(
     enter = enter_mixed_refusals(status, schema_installed=schema_installed, runtimes=seen)
     final = finalize_refusals(status, canonical_backlog=canonical_backlog)
     return {
-        "current_engine": status.current_engine,
-        "active_engine": status.active_engine,
-        "prepared_engine": status.prepared_engine,
-        "state": status.state.value,
-        "transition_epoch": status.transition_epoch,
-        "details": dict(status.details),
-        "entered_at": status.entered_at,
-        "updated_at": status.updated_at,
-        "finalized_at": status.finalized_at,
+        **status.as_row(),
         "canonical_live_backlog": canonical_backlog,
         "prepared_queue_storage_schema": status.schema if prepared else None,
         "prepared_schema_ready": prepared and schema_installed,

@@ -24,7 +24,7 @@ from awa.adapters.postgres_queue_storage.connections import PgUnitOfWork
 from awa.adapters.postgres_queue_storage.statements import SPARE_LANES
 from awa.domain.errors import DatabaseError
 from awa.domain.job import JobSpec
-from awa.domain.routing import shard_for_key
+from awa.domain.partitioning import shard_for_key
 from awa.domain.states import JobState
 from awa.entrypoints.routing import open_postgres_routing
 from awa.ports.producers import RouteChanged

@@ -20,7 +20,7 @@ from awa.domain import (
     shard_for_key,
     validate_spec,
 )
-from awa.domain.routing import MAX_PARTITIONS, partition_for_key
+from awa.domain.partitioning import MAX_PARTITIONS, partition_for_key
 from awa.domain.states import (
     bitstring_to_mask,
     mask_to_bitstring,

@@ -131,3 +131,22 @@ def test_a_quiesced_flip_needs_no_live_runtime_at_all() -> None:
         with pytest.raises(TransitionRefused) as refused:
             enter_mixed(prepared, schema_installed=True, runtimes=[live], now=NOW, quiesced=True)
         assert refused.value.gate is Gate.NO_LIVE_RUNTIME
+
+
+def test_a_status_turns_back_into_the_row_it_was_read_from() -> None:
+    from datetime import UTC, datetime
+
+    from awa.domain.transition import TransitionState, TransitionStatus
+
+    status = TransitionStatus(
+        current_engine="canonical",
+        active_engine="queue_storage",
+        prepared_engine="queue_storage",
+        state=TransitionState.MIXED_TRANSITION,
+        transition_epoch=3,
+        details={"schema": "side"},
+        entered_at=datetime(2030, 1, 1, tzinfo=UTC),
+    )
+    row = status.as_row()
+    assert row["state"] == TransitionState.MIXED_TRANSITION.value
+    assert TransitionStatus.from_row(row) == status

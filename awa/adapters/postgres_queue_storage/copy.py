@@ -19,7 +19,7 @@ from awa.adapters.postgres_queue_storage.snapshots import Writes, new_record, re
 from awa.adapters.postgres_queue_storage.statements import Statements, run
 from awa.domain.channels import queue_channel
 from awa.domain.job import JobSpec
-from awa.domain.routing import shard_for_key
+from awa.domain.partitioning import shard_for_key
 from awa.domain.states import JobState, mask_to_bitstring
 from awa.domain.validation import validate_spec
 from awa.ports.clock import Clock

@@ -9,7 +9,7 @@ from datetime import datetime
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters.postgres_queue_storage.statements import SPARE_LANES, Statements
 from awa.domain.job import JobRecord
-from awa.domain.routing import shard_for_key
+from awa.domain.partitioning import shard_for_key
 
 #: A lane: ``(queue, priority, shard)``, the shard ``None`` for "any free lane of
 #: (queue, priority)" (jobs without an ordering key).

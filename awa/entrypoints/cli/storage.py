@@ -82,20 +82,6 @@ def _print_report(report: dict[str, Any], json_flag: bool) -> None:
         click.echo(f"{key.ljust(width)}  {_render(value)}")
 
 
-def _status_dict(status: TransitionStatus) -> dict[str, Any]:
-    return {
-        "current_engine": status.current_engine,
-        "active_engine": status.active_engine,
-        "prepared_engine": status.prepared_engine,
-        "state": status.state.value,
-        "transition_epoch": status.transition_epoch,
-        "details": dict(status.details),
-        "entered_at": status.entered_at,
-        "updated_at": status.updated_at,
-        "finalized_at": status.finalized_at,
-    }
-
-
 def _step(
     action: Callable[[SchemaAdmin], Awaitable[TransitionStatus]],
     json_flag: bool,
@@ -116,7 +102,7 @@ def _step(
         status = with_schema_admin(url, go)
     except AwaError as exc:
         raise fail(str(exc)) from exc
-    report = _status_dict(status)
+    report = status.as_row()
     if note is not None:
         click.echo(f"awa: {note}", err=True)
         report["check"] = True
@@ -284,7 +270,7 @@ def finalize(check: bool, wait: float | None, json_flag: bool) -> None:
         status = with_schema_admin(url, lambda admin: admin.finalize_when_drained(wait))
     except AwaError as exc:
         raise fail(str(exc)) from exc
-    _print_report(_status_dict(status), json_flag)
+    _print_report(status.as_row(), json_flag)
 
 
 @storage.command()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from awa.domain import PartitionedQueue, ValidationError, ordering_hash, shard_for_key
-from awa.domain.routing import (
+from awa.domain.partitioning import (
     FNV_OFFSET,
     FNV_PRIME,
     MAX_PARTITIONS,

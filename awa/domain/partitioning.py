@@ -1,4 +1,5 @@
-"""Ordering-key hashing, enqueue-shard selection and client-side partitioned queues."""
+"""Ordering-key partitioning: ordering-key hashing, enqueue-shard selection and client-side
+partitioned queues. (Not the routing engine, which is `awa/adapters/routing`.)"""
 
 from __future__ import annotations
 

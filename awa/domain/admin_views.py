@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 
+from awa.domain.job import QueueCounts
 from awa.domain.states import JobState
 
 
@@ -114,3 +115,24 @@ def queue_depths_from(rows: Iterable[Mapping[str, Any]]) -> list[QueueDepth]:
         )
         for queue in sorted(counts)
     ]
+
+
+def listed_queues(
+    counts: Iterable[QueueCounts], dead_lettered: Mapping[str, int], declared: Iterable[str]
+) -> list[QueueCounts]:
+    """The queues an operator's list shows, by name, as awa-pg lists them: a
+    dead-lettered job counts as ``failed`` (the state it is kept in), and a queue whose
+    jobs are all dead-lettered, or that a runtime declared but has no jobs, is listed with
+    zero counts rather than left out."""
+    by_queue = {c.queue: c for c in counts}
+    rows = []
+    for queue in sorted(set(by_queue) | set(dead_lettered) | set(declared)):
+        row = by_queue.get(queue) or QueueCounts(
+            queue=queue, counts={}, paused=False, completed_last_hour=0, oldest_available_at=None
+        )
+        extra = dead_lettered.get(queue, 0)
+        if extra:
+            failed = row.count(JobState.Failed) + extra
+            row = attrs.evolve(row, counts={**row.counts, JobState.Failed: failed})
+        rows.append(row)
+    return rows

@@ -265,9 +265,11 @@ def _retry_or_fail(
     exhausted_reason: DlqReason,
     applies_to: frozenset[JobState],
 ) -> Transition:
-    entry = ErrorEntry(error, facts.attempt, now)
     if attempts_exhausted(facts.attempt, facts.max_attempts):
+        # The last attempt's error ends the job, so it is marked terminal (as awa-pg does).
+        entry = ErrorEntry(error, facts.attempt, now, terminal=True)
         return _failed(facts, entry, exhausted_reason, now=now, applies_to=applies_to)
+    entry = ErrorEntry(error, facts.attempt, now)
     wait = delay if delay is not None else backoff.delay(facts.attempt)
     return Transition(
         JobState.Retryable,

@@ -35,6 +35,7 @@ from awa.entrypoints.client_descriptors import (
     build_descriptor,
     check_descriptor_queues,
     declared,
+    with_served,
 )
 from awa.entrypoints.client_overrides import OverridesMixin
 from awa.entrypoints.health import HealthListener, addr_from_env
@@ -317,8 +318,10 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
     async def _start_runtime(
         self, wiring: bootstrap.Wiring, config: RuntimeConfig, listen_url: str | None = None
     ) -> None:
-        queue_descriptors = declared("queue", self._queue_descriptors)
-        kind_descriptors = declared("job_kind", self._kind_descriptors)
+        served = {q.name for q in config.queues}
+        handled = {entry.kind for entry in self._handlers if entry.queue in served}
+        queue_descriptors = declared("queue", with_served(self._queue_descriptors, served))
+        kind_descriptors = declared("job_kind", with_served(self._kind_descriptors, handled))
         ports = await bootstrap.open_runtime_ports(
             wiring, transition_role=config.storage_transition_role, listen_url=listen_url
         )

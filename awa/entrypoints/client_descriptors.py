@@ -3,7 +3,7 @@ stale / drift flags (derived at read time, see :mod:`awa.domain.descriptors`).""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -63,6 +63,17 @@ def declared(catalog: Catalog, items: Mapping[str, Descriptor]) -> list[Declared
         digest = blake3_digest(descriptor.document().encode()).hex()
         result.append(DeclaredDescriptor(name, descriptor, digest))
     return result
+
+
+def with_served(explicit: Mapping[str, Descriptor], served: Iterable[str]) -> dict[str, Descriptor]:
+    """The descriptors a runtime keeps fresh: the declared ones plus an empty one for each
+    queue it serves or kind it handles that has none, as awa-pg does. So the catalogs
+    list every served queue and handled kind, and a kind with jobs but no descriptor
+    refreshed by a live runtime is one no running worker handles."""
+    found = dict(explicit)
+    for name in sorted(served):
+        found.setdefault(name, Descriptor())
+    return found
 
 
 def check_descriptor_queues(queues: Mapping[str, Descriptor], configured: set[str]) -> None:

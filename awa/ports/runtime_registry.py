@@ -18,6 +18,16 @@ class QueueSnapshot:
     min_workers: int | None
     weight: int | None
     rate_limit: tuple[float, int] | None = None
+    #: the rest of the queue's configuration, as the admin API's ``config`` shows it;
+    #: ``None`` where a snapshot written by an older runtime did not carry it
+    mode: str | None = None  # "hard_reserved" or "weighted"
+    global_max_workers: int | None = None
+    poll_interval_ms: int | None = None
+    deadline_ms: int | None = None
+    aging_interval_ms: int | None = None
+    claimers: int | None = None
+    claim_batch_size: int | None = None
+    overflow_held: int | None = None
 
 
 @attrs.frozen
@@ -42,6 +52,11 @@ class RuntimeSnapshot:
     shutting_down: bool
     snapshot_interval_ms: int
     queues: tuple[QueueSnapshot, ...] = ()
+    maintenance_alive: bool = True
+    #: how the runtime was started (``awa.runtime_instances`` columns); registries that
+    #: fix them per registry fill them in on read
+    storage_capability: str | None = None
+    transition_role: str | None = None
     #: hash of each descriptor this runtime declares, by queue / by kind
     queue_descriptor_hashes: dict[str, str] = attrs.field(factory=dict)
     job_kind_descriptor_hashes: dict[str, str] = attrs.field(factory=dict)

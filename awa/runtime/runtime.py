@@ -11,7 +11,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import anyio
 import attrs
@@ -88,6 +88,10 @@ class RuntimeHealth:
     shutting_down: bool
     leader: bool
     queues: dict[str, QueueHealth]
+
+
+def _ms(value: timedelta | None) -> int | None:
+    return None if value is None else round(value.total_seconds() * 1000)
 
 
 class Runtime:
@@ -486,6 +490,7 @@ class Runtime:
     # ------------------------------------------------------------------ snapshots
     def snapshot(self) -> RuntimeSnapshot:
         health = self.health()
+        weighted = self.permits.weighted
         return RuntimeSnapshot(
             id=self.id,
             hostname=self.hostname,
@@ -510,9 +515,18 @@ class Runtime:
                     rate_limit=(
                         None if q.rate_limit is None else (q.rate_limit.rate, q.rate_limit.burst)
                     ),
+                    mode="weighted" if weighted else "hard_reserved",
+                    global_max_workers=self.config.global_max_workers,
+                    poll_interval_ms=round(self.config.poll_interval * 1000),
+                    deadline_ms=_ms(q.deadline),
+                    aging_interval_ms=_ms(q.aging_interval),
+                    claimers=q.claimers,
+                    claim_batch_size=q.claim_batch_size,
+                    overflow_held=health.queues[q.name].overflow_held,
                 )
                 for q in self.config.queues
             ),
+            maintenance_alive=self.readiness()["maintenance_alive"],
             queue_descriptor_hashes=(
                 {} if self.descriptors is None else self.descriptors.queue_hashes()
             ),

@@ -136,6 +136,15 @@ async def test_started_client_publishes_its_row_and_removes_it_on_shutdown(
                 "min_workers": None,
                 "weight": 1,
                 "rate_limit": {"max_rate": 10.0, "burst": 2},
+                # the rest of the queue's configuration, as the admin API shows it
+                "mode": "hard_reserved",
+                "global_max_workers": None,
+                "poll_interval_ms": 200,
+                "deadline_ms": 300000,
+                "aging_interval_ms": 60000,
+                "claimers": 1,
+                "claim_batch_size": 512,
+                "overflow_held": None,
             }
         ]
         assert row["last_seen_at"] is not None and not row["shutting_down"]

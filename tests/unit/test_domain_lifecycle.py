@@ -167,7 +167,8 @@ def test_retry_exhausted_fails_without_dlq() -> None:
     t = retry(LAST, error="boom", now=NOW, backoff=EXACT)
     assert t.state == S.Failed
     assert t.finalized_at == NOW and t.run_at is None
-    assert t.error == ErrorEntry("boom", 5, NOW)  # not marked terminal
+    # The last attempt's error ends the job: marked terminal, as awa-pg marks it.
+    assert t.error == ErrorEntry("boom", 5, NOW, terminal=True)
     assert t.dlq_reason is None
 
 

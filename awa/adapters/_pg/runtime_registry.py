@@ -91,9 +91,23 @@ def queues_json(queues: tuple[QueueSnapshot, ...]) -> list[dict[str, Any]]:
                 if q.rate_limit is None
                 else {"max_rate": q.rate_limit[0], "burst": q.rate_limit[1]}
             ),
+            **{name: getattr(q, name) for name in _QUEUE_CONFIG_FIELDS},
         }
         for q in queues
     ]
+
+
+#: Queue-config fields a snapshot carries beyond capacity (absent in older rows).
+_QUEUE_CONFIG_FIELDS = (
+    "mode",
+    "global_max_workers",
+    "poll_interval_ms",
+    "deadline_ms",
+    "aging_interval_ms",
+    "claimers",
+    "claim_batch_size",
+    "overflow_held",
+)
 
 
 def _queue_from_json(raw: dict[str, Any]) -> QueueSnapshot:
@@ -105,6 +119,7 @@ def _queue_from_json(raw: dict[str, Any]) -> QueueSnapshot:
         min_workers=raw.get("min_workers"),
         weight=raw.get("weight"),
         rate_limit=None if not limit else (float(limit["max_rate"]), int(limit["burst"])),
+        **{name: raw.get(name) for name in _QUEUE_CONFIG_FIELDS},
     )
 
 
@@ -124,6 +139,9 @@ def _snapshot_from_row(row: dict[str, Any]) -> RuntimeSnapshot:
         shutting_down=row["shutting_down"],
         snapshot_interval_ms=int(row["snapshot_interval_ms"]),
         queues=tuple(_queue_from_json(q) for q in row["queues"] or ()),
+        maintenance_alive=row["maintenance_alive"],
+        storage_capability=row["storage_capability"],
+        transition_role=row["transition_role"],
         queue_descriptor_hashes=dict(row.get("queue_descriptor_hashes") or {}),
         job_kind_descriptor_hashes=dict(row.get("job_kind_descriptor_hashes") or {}),
     )
@@ -175,8 +193,7 @@ class PostgresRuntimeRegistry:
             "postgres_connected": snapshot.postgres_connected,
             "poll_loop_alive": snapshot.poll_loop_alive,
             "heartbeat_alive": snapshot.heartbeat_alive,
-            # Maintenance runs inside the same supervised task group as the poll loop.
-            "maintenance_alive": snapshot.poll_loop_alive,
+            "maintenance_alive": snapshot.maintenance_alive,
             "shutting_down": snapshot.shutting_down,
             "snapshot_interval_ms": snapshot.snapshot_interval_ms,
             "started_at": snapshot.started_at,

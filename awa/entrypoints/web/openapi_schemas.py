@@ -39,35 +39,93 @@ NINT = {"type": "integer", "nullable": True}
 BOOL = {"type": "boolean"}
 ANY_OBJ = {"type": "object", "additionalProperties": True}
 
+NUM = {"type": "number"}
+NNUM = {"type": "number", "nullable": True}
+
+#: The columns of a job row (``awa.jobs``), as every job answer carries them.
+JOB_COLUMNS: dict[str, Any] = {
+    "id": INT,
+    "kind": STR,
+    "queue": STR,
+    "args": {},
+    "state": {"type": "string", "enum": STATES},
+    "priority": INT,
+    "original_priority": INT,
+    "attempt": INT,
+    "max_attempts": INT,
+    "run_lease": INT,
+    "run_at": NSTR,
+    "heartbeat_at": NSTR,
+    "deadline_at": NSTR,
+    "attempted_at": NSTR,
+    "created_at": NSTR,
+    "finalized_at": NSTR,
+    "tags": array(STR),
+    "errors": array(ANY_OBJ),
+    "metadata": ANY_OBJ,
+    "unique_key": NSTR,
+    "unique_states": NINT,
+    "callback_id": NSTR,
+    "callback_timeout_at": NSTR,
+    "callback_filter": NSTR,
+    "callback_on_complete": NSTR,
+    "callback_on_fail": NSTR,
+    "callback_transform": NSTR,
+    "progress": {**ANY_OBJ, "nullable": True},
+    "queue_descriptor": {**ANY_OBJ, "nullable": True},
+    "kind_descriptor": {**ANY_OBJ, "nullable": True},
+}
+JOB_REQUIRED = ["id", "kind", "queue", "state", "priority", "attempt", "max_attempts"]
+
+#: A queue's or kind's descriptor as the flat columns of its list row.
+DESCRIPTOR_COLUMNS: dict[str, Any] = {
+    "display_name": NSTR,
+    "description": NSTR,
+    "owner": NSTR,
+    "docs_url": NSTR,
+    "tags": array(STR),
+    "extra": ANY_OBJ,
+    "descriptor_last_seen_at": NSTR,
+    "descriptor_stale": BOOL,
+    "descriptor_mismatch": BOOL,
+    "descriptor": {**ANY_OBJ, "nullable": True},
+}
+
+QUEUE_CONFIG = obj(
+    {
+        "mode": NSTR,
+        "max_workers": NINT,
+        "min_workers": NINT,
+        "weight": NINT,
+        "global_max_workers": NINT,
+        "rate_limit": {**obj({"max_rate": NUM, "burst": INT}), "nullable": True},
+        "poll_interval_ms": NINT,
+        "deadline_duration_secs": NINT,
+        "priority_aging_interval_secs": NINT,
+        "claimers": NINT,
+        "claim_batch_size": NINT,
+        "dlq_enabled": BOOL,
+    }
+)
+
 SCHEMAS: dict[str, Any] = {
     "Error": obj({"error": STR}, ["error"]),
-    "Job": obj(
-        {
-            "id": INT,
-            "kind": STR,
-            "queue": STR,
-            "state": {"type": "string", "enum": STATES},
-            "priority": INT,
-            "original_priority": INT,
-            "attempt": INT,
-            "max_attempts": INT,
-            "run_lease": INT,
-            "run_at": NSTR,
-            "created_at": NSTR,
-            "finalized_at": NSTR,
-            "tags": array(STR),
-            "errors": array(ANY_OBJ),
-        },
-        ["id", "kind", "queue", "state", "priority", "attempt", "max_attempts"],
-    ),
+    "Job": obj(JOB_COLUMNS, JOB_REQUIRED),
     "JobDocument": obj(
         {
+            **JOB_COLUMNS,
             "job": ref("Job"),
             "summary": ANY_OBJ,
             "timeline": array(ANY_OBJ),
-            "dlq": {**ANY_OBJ, "nullable": True},
+            "dlq": {
+                **obj(
+                    {"reason": STR, "dlq_at": NSTR, "original_run_lease": INT},
+                    ["reason", "dlq_at", "original_run_lease"],
+                ),
+                "nullable": True,
+            },
         },
-        ["job", "summary", "timeline"],
+        [*JOB_REQUIRED, "job", "summary", "timeline"],
     ),
     "Queue": obj(
         {
@@ -75,29 +133,49 @@ SCHEMAS: dict[str, Any] = {
             **{state: INT for state in STATES},
             "total_queued": INT,
             "completed_last_hour": INT,
-            "lag_seconds": {"type": "number", "nullable": True},
+            "lag_seconds": NNUM,
             "paused": BOOL,
             "dlq_depth": INT,
+            **DESCRIPTOR_COLUMNS,
         },
-        ["queue", "total_queued", "paused", "dlq_depth", *STATES],
+        ["queue", "total_queued", "paused", "dlq_depth", *STATES, "descriptor_stale"],
     ),
     "QueueRuntime": obj(
         {
             "queue": STR,
             "instance_count": INT,
+            "live_instances": INT,
+            "stale_instances": INT,
+            "healthy_instances": INT,
+            "total_in_flight": INT,
             "in_flight": INT,
+            "overflow_held_total": NINT,
+            "config": QUEUE_CONFIG,
             "config_mismatch": BOOL,
             "instances": array(ANY_OBJ),
         },
-        ["queue", "config_mismatch"],
+        ["queue", "config", "config_mismatch", "instance_count", "total_in_flight"],
     ),
     "Kind": obj(
-        {"kind": STR, "job_count": INT, "queue_count": INT, "completed_last_hour": INT},
-        ["kind", "job_count", "queue_count", "completed_last_hour"],
+        {
+            "kind": STR,
+            "job_count": INT,
+            "queue_count": INT,
+            "completed_last_hour": INT,
+            **DESCRIPTOR_COLUMNS,
+        },
+        ["kind", "job_count", "queue_count", "completed_last_hour", "descriptor_stale"],
     ),
     "DlqEntry": obj(
-        {"job": ref("Job"), "reason": STR, "dlq_at": NSTR, "original_run_lease": INT},
-        ["job", "reason", "dlq_at"],
+        {
+            **JOB_COLUMNS,
+            "dlq_reason": STR,
+            "dlq_at": NSTR,
+            "original_run_lease": INT,
+            "job": ref("Job"),
+            "reason": STR,
+        },
+        [*JOB_REQUIRED, "dlq_reason", "dlq_at", "original_run_lease"],
     ),
     "DlqDepth": obj(
         {"total": INT, "by_queue": array(obj({"queue": STR, "count": INT}))},
@@ -133,16 +211,59 @@ SCHEMAS: dict[str, Any] = {
         },
         ["read_only", "poll_interval_ms", "peers"],
     ),
+    "RuntimeInstance": obj(
+        {
+            "instance_id": STR,
+            "id": STR,
+            "hostname": NSTR,
+            "pid": NINT,
+            "version": STR,
+            "storage_capability": NSTR,
+            "transition_role": NSTR,
+            "started_at": NSTR,
+            "last_seen_at": NSTR,
+            "live": BOOL,
+            "stale": BOOL,
+            "leader": BOOL,
+            "healthy": BOOL,
+            "postgres_connected": BOOL,
+            "poll_loop_alive": BOOL,
+            "heartbeat_alive": BOOL,
+            "maintenance_alive": BOOL,
+            "shutting_down": BOOL,
+            "snapshot_interval_ms": INT,
+            "global_max_workers": NINT,
+            "queues": array(
+                obj(
+                    {
+                        "queue": STR,
+                        "in_flight": INT,
+                        "overflow_held": NINT,
+                        "config": QUEUE_CONFIG,
+                    },
+                    ["queue", "in_flight", "config"],
+                )
+            ),
+        },
+        ["instance_id", "last_seen_at", "stale", "healthy", "leader", "queues"],
+    ),
     "Runtime": obj(
         {
-            "total": INT,
-            "live": INT,
-            "stale": INT,
-            "healthy": INT,
-            "leader": INT,
-            "instances": array(ANY_OBJ),
+            **{
+                f"{name}{suffix}": INT
+                for name in ("total", "live", "stale", "healthy", "leader")
+                for suffix in ("_instances", "")
+            },
+            "instances": array(ref("RuntimeInstance")),
         },
-        ["total", "live", "stale", "healthy", "leader", "instances"],
+        [
+            "total_instances",
+            "live_instances",
+            "stale_instances",
+            "healthy_instances",
+            "leader_instances",
+            "instances",
+        ],
     ),
     "CronSchedule": obj(
         {

@@ -12,9 +12,10 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from awa.domain.admin_views import QueueStateBucket, first_minute, minute_of
+from awa.domain.admin_views import QueueStateBucket, first_minute, listed_queues, minute_of
 from awa.domain.batch_ops import parse_operation_id
-from awa.domain.errors import ValidationError
+from awa.domain.callbacks import CallbackExpressions
+from awa.domain.errors import AwaError, ValidationError
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts
 from awa.domain.runtimes import is_live
 from awa.domain.states import JobState
@@ -24,7 +25,7 @@ from awa.entrypoints.client_cron import next_fire_at
 from awa.entrypoints.job import rfc3339
 from awa.entrypoints.web.cache import ReadCache
 from awa.entrypoints.web.errors import bad_request, not_found
-from awa.ports.runtime_registry import RuntimeSnapshot
+from awa.ports.runtime_registry import QueueSnapshot, RuntimeSnapshot
 from awa.ports.storage import DlqFilter, JobFilter
 
 MAX_LIMIT = 500
@@ -35,9 +36,25 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def job_json(record: JobRecord, descriptors: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A job row for lists: every column plus ``original_priority`` and descriptors."""
+#: The callback expression columns of a job row, by the CEL field they hold.
+CALLBACK_COLUMNS = {
+    "filter": "callback_filter",
+    "on_complete": "callback_on_complete",
+    "on_fail": "callback_on_fail",
+    "transform": "callback_transform",
+}
+
+
+def job_json(
+    record: JobRecord,
+    descriptors: dict[str, Any] | None = None,
+    expressions: CallbackExpressions | None = None,
+) -> dict[str, Any]:
+    """A job row: every column (the callback's CEL expressions among them) plus
+    ``original_priority`` and, given the catalogs, the queue's and kind's descriptors."""
     row = job_dict(record)
+    for field, column in CALLBACK_COLUMNS.items():
+        row[column] = None if expressions is None else getattr(expressions, field)
     row["original_priority"] = record.metadata.get("_awa_original_priority", record.priority)
     if descriptors is not None:
         row["queue_descriptor"] = descriptors.get("queues", {}).get(record.queue)
@@ -45,13 +62,34 @@ def job_json(record: JobRecord, descriptors: dict[str, Any] | None = None) -> di
     return row
 
 
-def dlq_json(entry: DlqEntry) -> dict[str, Any]:
-    """A DLQ entry: the job (state ``failed``) with why and when it was dead-lettered."""
+def dlq_json(entry: DlqEntry, descriptors: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A DLQ entry as awa-cli answers it: the job's columns (state ``failed``) with
+    ``dlq_reason``, ``dlq_at`` and ``original_run_lease``; ``job`` and ``reason`` repeat
+    them in the nested form the pages read."""
     return {
-        "job": job_json(entry.job),
-        "reason": entry.reason,
+        **job_json(entry.job, descriptors),
+        "dlq_reason": entry.reason,
         "dlq_at": rfc3339(entry.dlq_at),
         "original_run_lease": entry.original_run_lease,
+        "job": job_json(entry.job),
+        "reason": entry.reason,
+    }
+
+
+def descriptor_columns(descriptor: dict[str, Any] | None) -> dict[str, Any]:
+    """A queue's or kind's descriptor as the flat columns of its list row (awa-cli's
+    shape): the declared fields, when a runtime last refreshed it, and its flags."""
+    d = descriptor or {}
+    return {
+        "display_name": d.get("display_name"),
+        "description": d.get("description"),
+        "owner": d.get("owner"),
+        "docs_url": d.get("docs_url"),
+        "tags": list(d.get("tags") or ()),
+        "extra": d.get("extra") or {},
+        "descriptor_last_seen_at": d.get("last_seen_at"),
+        "descriptor_stale": bool(d.get("stale")),
+        "descriptor_mismatch": bool(d.get("drift")),
     }
 
 
@@ -71,13 +109,43 @@ def _queue_json(c: QueueCounts, dlq: int, now: datetime) -> dict[str, Any]:
     return row
 
 
+def queue_config_json(q: QueueSnapshot) -> dict[str, Any]:
+    """A runtime's configuration of one queue, as awa-cli's ``config`` object."""
+    return {
+        "mode": q.mode,
+        "max_workers": q.max_workers,
+        "min_workers": q.min_workers,
+        "weight": q.weight,
+        "global_max_workers": q.global_max_workers,
+        "rate_limit": None
+        if q.rate_limit is None
+        else {"max_rate": q.rate_limit[0], "burst": q.rate_limit[1]},
+        "poll_interval_ms": q.poll_interval_ms,
+        "deadline_duration_secs": None if q.deadline_ms is None else q.deadline_ms // 1000,
+        "priority_aging_interval_secs": None
+        if q.aging_interval_ms is None
+        else q.aging_interval_ms // 1000,
+        "claimers": q.claimers,
+        "claim_batch_size": q.claim_batch_size,
+        # A runtime has no dead-letter setting of its own: the queue's DLQ switch is
+        # stored with the queue (``awa dlq``), not in any runtime's configuration.
+        "dlq_enabled": False,
+    }
+
+
 def runtime_json(snap: RuntimeSnapshot, now: datetime) -> dict[str, Any]:
+    """One runtime instance: awa-cli's keys (``instance_id``, ``queues[].queue`` and
+    ``config``, ...) plus ``id``, ``live`` and the queues' flat capacity fields."""
     live = is_live(snap.last_seen_at, snap.snapshot_interval_ms, now)
+    configs = [queue_config_json(q) for q in snap.queues]
     return {
         "id": snap.id,
+        "instance_id": snap.id,
         "hostname": snap.hostname,
         "pid": snap.pid,
         "version": snap.version,
+        "storage_capability": snap.storage_capability,
+        "transition_role": snap.transition_role,
         "started_at": rfc3339(snap.started_at),
         "last_seen_at": rfc3339(snap.last_seen_at),
         "live": live,
@@ -87,20 +155,26 @@ def runtime_json(snap: RuntimeSnapshot, now: datetime) -> dict[str, Any]:
         "postgres_connected": snap.postgres_connected,
         "poll_loop_alive": snap.poll_loop_alive,
         "heartbeat_alive": snap.heartbeat_alive,
+        "maintenance_alive": snap.maintenance_alive,
         "shutting_down": snap.shutting_down,
         "snapshot_interval_ms": snap.snapshot_interval_ms,
+        "global_max_workers": next(
+            (q.global_max_workers for q in snap.queues if q.global_max_workers is not None),
+            None,
+        ),
         "queues": [
             {
+                "queue": q.name,
                 "name": q.name,
                 "in_flight": q.in_flight,
+                "overflow_held": q.overflow_held,
+                "config": config,
                 "max_workers": q.max_workers,
                 "min_workers": q.min_workers,
                 "weight": q.weight,
-                "rate_limit": None
-                if q.rate_limit is None
-                else {"max_rate": q.rate_limit[0], "burst": q.rate_limit[1]},
+                "rate_limit": config["rate_limit"],
             }
-            for q in snap.queues
+            for q, config in zip(snap.queues, configs, strict=True)
         ],
     }
 
@@ -127,10 +201,28 @@ class AdminReads:
         key = f"jobs:{job_filter!r}:{limit}"
         records: list[JobRecord] = await self.cache.get(key, load)
         descriptors = await self.descriptors()
-        return [job_json(r, descriptors) for r in records]
+        expressions = await self._expressions(records)
+        return [job_json(r, descriptors, expressions.get(r.id)) for r in records]
+
+    async def _expressions(self, records: list[JobRecord]) -> dict[int, CallbackExpressions]:
+        """The CEL expressions of the callbacks these jobs wait on, by job id."""
+        engine = await self.client.admin_engine()
+        found: dict[int, CallbackExpressions] = {}
+        for record in records:
+            if record.callback_id is None:
+                continue
+            try:
+                expressions = await engine.callback_expressions(record.callback_id)
+            except AwaError:  # the callback ended since the row was read
+                continue
+            if expressions is not None:
+                found[record.id] = expressions
+        return found
 
     async def job(self, job_id: int) -> dict[str, Any] | None:
-        """The job document (row, summary, timeline, DLQ block), or ``None``."""
+        """One job as awa-cli answers it (the row's columns, descriptors and, when it was
+        dead-lettered, a ``dlq`` block), plus ``job`` / ``summary`` / ``timeline``: the
+        document the job page renders. ``None`` when there is no such job."""
 
         async def load() -> tuple[JobRecord | None, DlqEntry | None]:
             engine = await self.client.admin_engine()
@@ -145,11 +237,10 @@ class AdminReads:
             return None
         doc = job_document(record, dlq)
         source = record if record is not None else dlq.job  # type: ignore[union-attr]
-        doc["job"]["original_priority"] = doc["summary"]["original_priority"]
-        descriptors = await self.descriptors()
-        doc["queue_descriptor"] = descriptors["queues"].get(source.queue)
-        doc["kind_descriptor"] = descriptors["kinds"].get(source.kind)
-        return doc
+        expressions = (await self._expressions([source])).get(source.id)
+        row = job_json(source, await self.descriptors(), expressions)
+        doc["job"] = {**doc["job"], **row}
+        return {**row, **doc}
 
     # ------------------------------------------------------------------ stats
     async def _queue_counts(self) -> list[QueueCounts]:
@@ -229,12 +320,16 @@ class AdminReads:
         return depth
 
     async def queues(self) -> list[dict[str, Any]]:
+        """Every queue awa-cli lists: those with jobs, those whose jobs are all
+        dead-lettered and those a runtime declared (see :func:`listed_queues`), each with
+        its descriptor's columns; ``failed`` counts dead-lettered jobs as awa-pg does."""
         now = _now()
         dlq = await self._dlq_by_queue()
         descriptors = await self.descriptors()
         rows = []
-        for c in await self._queue_counts():
+        for c in listed_queues(await self._queue_counts(), dlq, descriptors["queues"]):
             row = _queue_json(c, dlq.get(c.queue, 0), now)
+            row.update(descriptor_columns(descriptors["queues"].get(c.queue)))
             row["descriptor"] = descriptors["queues"].get(c.queue)
             rows.append(row)
         return rows
@@ -243,28 +338,30 @@ class AdminReads:
         return next((q for q in await self.queues() if q["queue"] == name), None)
 
     async def queue_runtime(self) -> list[dict[str, Any]]:
-        """Per queue, the capacity each live runtime configured, and whether they differ."""
-        per_queue: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        """Per queue, what the runtimes serving it configured: awa-cli's counts of
+        instances (live, stale, healthy), the in-flight total, the newest live config and
+        whether live ones differ; ``instances`` lists the live ones."""
+        per_queue: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = defaultdict(list)
         for instance in (await self.runtime())["instances"]:
-            if not instance["live"]:
-                continue
             for q in instance["queues"]:
-                per_queue[q["name"]].append({"instance_id": instance["id"], **q})
+                per_queue[q["queue"]].append((instance, q))
         result = []
         for name in sorted(per_queue):
-            configs = per_queue[name]
-            shapes = {
-                json.dumps(
-                    [c["max_workers"], c["min_workers"], c["weight"], c["rate_limit"]],
-                    sort_keys=True,
-                )
-                for c in configs
-            }
+            live = [(i, q) for i, q in per_queue[name] if i["live"]]
+            configs = [{"instance_id": i["id"], **q} for i, q in live]
+            shapes = {json.dumps(q["config"], sort_keys=True) for _, q in live}
+            held = [q["overflow_held"] for _, q in live if q["overflow_held"] is not None]
             result.append(
                 {
                     "queue": name,
-                    "instance_count": len(configs),
-                    "in_flight": sum(c["in_flight"] for c in configs),
+                    "instance_count": len(per_queue[name]),
+                    "live_instances": len(live),
+                    "stale_instances": len(per_queue[name]) - len(live),
+                    "healthy_instances": sum(1 for i, _ in live if i["healthy"]),
+                    "total_in_flight": sum(q["in_flight"] for _, q in live),
+                    "in_flight": sum(q["in_flight"] for _, q in live),
+                    "overflow_held_total": sum(held) if held else None,
+                    "config": live[0][1]["config"] if live else per_queue[name][0][1]["config"],
                     "config_mismatch": len(shapes) > 1,
                     "instances": configs,
                 }
@@ -292,7 +389,9 @@ class AdminReads:
         for kind in sorted(set(descriptors["kinds"]) - known):
             rows.append({"kind": kind, "job_count": 0, "queue_count": 0, "completed_last_hour": 0})
         for r in rows:
-            r["descriptor"] = descriptors["kinds"].get(r["kind"])
+            descriptor = descriptors["kinds"].get(r["kind"])
+            r.update(descriptor_columns(descriptor))
+            r["descriptor"] = descriptor
         rows.sort(key=lambda r: r["kind"])
         return rows
 
@@ -381,7 +480,7 @@ class AdminReads:
 
     async def dlq_entry(self, job_id: int) -> dict[str, Any] | None:
         entry = await (await self.client.admin_engine()).get_dlq(job_id)
-        return None if entry is None else dlq_json(entry)
+        return None if entry is None else dlq_json(entry, await self.descriptors())
 
     async def dlq_depth(self) -> dict[str, Any]:
         by_queue = await self._dlq_by_queue()
@@ -397,12 +496,17 @@ class AdminReads:
             now = _now()
             instances = [runtime_json(s, now) for s in await registry.list_runtimes()]
             live = [i for i in instances if i["live"]]
-            return {
+            counts = {
                 "total": len(instances),
                 "live": len(live),
                 "stale": len(instances) - len(live),
                 "healthy": sum(1 for i in live if i["healthy"]),
                 "leader": sum(1 for i in live if i["leader"]),
+            }
+            # awa-cli's names (``total_instances``, ...) and the short ones the pages read.
+            return {
+                **{f"{name}_instances": n for name, n in counts.items()},
+                **counts,
                 "instances": instances,
             }
 

@@ -15,6 +15,7 @@ import argparse
 import time
 from datetime import UTC, datetime
 
+from awa.adapters.clock import SystemClock
 from awa.domain.job import Claim, JobRecord, RunLease
 from awa.domain.outcomes import Complete
 from awa.domain.states import JobState
@@ -42,7 +43,7 @@ def _contexts(count: int) -> list[AttemptContext]:
             created_at=now,
         )
         claim = Claim(job=record, lease=RunLease(i, 1), deadline_at=None)
-        contexts.append(AttemptContext(None, claim, queue="bench"))  # type: ignore[arg-type]
+        contexts.append(AttemptContext(None, claim, queue="bench", clock=SystemClock()))  # type: ignore[arg-type]
     return contexts
 
 

@@ -87,6 +87,8 @@ class ManualClock:
         self._order = itertools.count()
         self._lock = threading.RLock()
         self._armed: anyio.Event | None = None
+        self._jumping = False
+        self._busy: list[Busy] = []
 
     # ----------------------------------------------------------------- readings
     def now(self) -> datetime:
@@ -159,27 +161,43 @@ class ManualClock:
 
     @contextlib.asynccontextmanager
     async def autojump(self, *, busy: Busy | None = None) -> AsyncIterator[None]:
-        """Inside, whenever every task waits (and ``busy`` answers False), the clock jumps
-        to the next due timer: code that waits on timers runs in simulated time, as fast
-        as the host allows and in the same order however loaded it is."""
-
-        async def jumper() -> None:
-            while True:
-                await self.settle(busy=busy)
-                due = self.next_due()
-                if due is None:
-                    self._armed = anyio.Event()
-                    await self._armed.wait()
-                    continue
-                self._move_to(max(due, self._mono))
-                self._fire_due()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(jumper)
-            try:
+        """Inside, whenever every task waits (and no ``busy`` answers True), the clock
+        jumps to the next due timer: code that waits on timers runs in simulated time, as
+        fast as the host allows and in the same order however loaded it is. Nested uses
+        (two runtimes on one clock) share one jumper and add their ``busy``."""
+        if busy is not None:
+            self._busy.append(busy)
+        try:
+            if self._jumping:
                 yield
+                return
+            self._jumping = True
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._jump)
+                    try:
+                        yield
+                    finally:
+                        tg.cancel_scope.cancel()
             finally:
-                tg.cancel_scope.cancel()
+                self._jumping = False
+        finally:
+            if busy is not None:
+                self._busy.remove(busy)
+
+    def _any_busy(self) -> bool:
+        return any(busy() for busy in self._busy)
+
+    async def _jump(self) -> None:
+        while True:
+            await self.settle(busy=self._any_busy)
+            due = self.next_due()
+            if due is None:
+                self._armed = anyio.Event()
+                await self._armed.wait()
+                continue
+            self._move_to(due)
+            self._fire_due()
 
     # ----------------------------------------------------------------- waiting on it
     async def sleep(self, seconds: float) -> None:
@@ -228,7 +246,10 @@ class ManualClock:
         self, seconds: float, fire: Callable[[], object], loop: asyncio.AbstractEventLoop | None
     ) -> _Timer:
         with self._lock:
-            timer = _Timer(self._mono + seconds, fire, loop)
+            # strictly later, even when ``seconds`` is below the float's resolution here:
+            # a wait is never due at the instant it was armed
+            due = max(self._mono + seconds, math.nextafter(self._mono, math.inf))
+            timer = _Timer(due, fire, loop)
             heapq.heappush(self._timers, (timer.due, next(self._order), timer))
             armed = self._armed
         if armed is not None and loop is not None and loop is _running_loop():

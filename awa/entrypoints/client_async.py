@@ -325,10 +325,11 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         ports = await bootstrap.open_runtime_ports(
             wiring, transition_role=config.storage_transition_role, listen_url=listen_url
         )
-        cron = CronService(wiring.engine, parse_cron, SystemClock(), list(self._schedules.values()))
+        clock = SystemClock()
+        cron = CronService(wiring.engine, parse_cron, clock, list(self._schedules.values()))
         descriptors = DescriptorService(
             wiring.engine,
-            SystemClock(),
+            clock,
             queue_descriptors,
             kind_descriptors,
             sync_interval=config.snapshot_interval,
@@ -343,7 +344,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
             wiring.engine,
             ports.notifier,
             ports.leader_lock,
-            SystemClock(),
+            clock,
             self._handlers,
             config,
             runtime_registry=ports.registry,

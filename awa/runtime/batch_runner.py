@@ -15,7 +15,6 @@ it stops as soon as a step answers with the operation finished.
 from __future__ import annotations
 
 import logging
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -32,6 +31,7 @@ from awa.domain.batch_ops import (
     final_state,
 )
 from awa.domain.errors import AwaError, DatabaseError
+from awa.ports.clock import Clock
 from awa.ports.storage import StorageEngine
 
 log = logging.getLogger("awa.runtime.batch_runner")
@@ -54,6 +54,7 @@ class BatchRunner:
         engine: StorageEngine,
         *,
         runner_id: str,
+        clock: Clock,
         retention: timedelta = DEFAULT_RETENTION,
         chunk_size: int = CHUNK_SIZE,
         budget: float = STEP_BUDGET,
@@ -61,6 +62,7 @@ class BatchRunner:
     ) -> None:
         self._engine = engine
         self._runner_id = runner_id
+        self._clock = clock
         self._retention = retention
         self._chunk = chunk_size
         self._budget = budget
@@ -72,7 +74,7 @@ class BatchRunner:
         op = await self._engine.next_batch_operation(runner=self._runner_id)
         if op is None:
             return False
-        deadline = time.monotonic() + self._budget
+        deadline = self._clock.monotonic() + self._budget
         try:
             if op.state == BatchOpState.SCANNING:
                 op = await self._scan(op)
@@ -94,7 +96,7 @@ class BatchRunner:
                 op = await self._engine.record_batch_items(
                     op.id, results, cursor=_cursor(op, after=ids[-1])
                 )
-                if time.monotonic() >= deadline:
+                if self._clock.monotonic() >= deadline:
                     return True
         except DatabaseError:
             # Postgres is unreachable or restarting: leave the operation where it is; the

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import anyio
 
 from awa.domain.job import RunLease
+from awa.ports.clock import Clock
 from awa.ports.storage import Ack, StorageEngine
 from awa.runtime import metrics
 from awa.runtime.log_throttle import FailureLog
@@ -62,6 +63,7 @@ class CompletionBatcher:
         self,
         engine: StorageEngine,
         *,
+        clock: Clock,
         batch_size: int = 512,
         flush_interval: float = 0.001,
         retry_delay: float = 0.05,
@@ -69,6 +71,7 @@ class CompletionBatcher:
         max_backlog: int | None = None,
     ) -> None:
         self._engine = engine
+        self._clock = clock
         self._batch_size = batch_size
         self._max_backlog = max(1, batch_size if max_backlog is None else max_backlog)
         self._unacked = 0
@@ -76,10 +79,10 @@ class CompletionBatcher:
         self._flush_interval = flush_interval
         self._retry_delay = retry_delay
         self._max_retry_delay = max_retry_delay
-        self._failures = FailureLog(log, "completion flush")
+        self._failures = FailureLog(log, "completion flush", clock=clock.monotonic)
         # Filling batches, oldest first; only the last one takes new completions.
         self._batches: list[_Batch] = []
-        self._wake = Waker()
+        self._wake = Waker(clock)
         self.flushes = 0
         self.healthy = True
 
@@ -128,7 +131,7 @@ class CompletionBatcher:
                 await self._wake.wait(1.0)
                 continue
             if len(self._batches[0].leases) < self._batch_size and self._flush_interval > 0:
-                await anyio.sleep(self._flush_interval)
+                await self._clock.sleep(self._flush_interval)
             # Detached before flushing: completions arriving meanwhile start the next batch.
             batch = self._batches.pop(0)
             acks = await self._flush(batch.leases)
@@ -157,7 +160,7 @@ class CompletionBatcher:
             except Exception as exc:
                 self.healthy = False
                 self._failures.failed(exc, f" for {len(leases)} attempts; retrying")
-                await anyio.sleep(delay)
+                await self._clock.sleep(delay)
                 delay = min(delay * 2, self._max_retry_delay)
                 continue
             self.healthy = True

@@ -18,6 +18,7 @@ from awa.domain.job import Claim, JobRecord, RunLease
 from awa.domain.lifecycle import CALLBACK_RESULT_KEY
 from awa.domain.states import JobState
 from awa.domain.validation import MAX_DELAY_SECONDS, validate_json, validate_number
+from awa.ports.clock import Clock
 from awa.ports.storage import Ack, StorageEngine
 
 
@@ -42,9 +43,11 @@ class AttemptContext:
         claim: Claim,
         *,
         queue: str,
+        clock: Clock,
         callback_poll_interval: float = 0.2,
     ) -> None:
         self.engine = engine
+        self.clock = clock
         self.claim = claim
         self.queue = queue
         self.callback_poll_interval = callback_poll_interval
@@ -240,7 +243,7 @@ class AttemptContext:
                     return record.metadata.get(CALLBACK_RESULT_KEY)
                 if record.state != JobState.WaitingExternal:
                     break
-                await anyio.sleep(self.callback_poll_interval)
+                await self.clock.sleep(self.callback_poll_interval)
         except anyio.get_cancelled_exc_class():
             # Interrupted (shutdown) while parked: the job stays waiting for its
             # callback instead of being released.

@@ -14,8 +14,6 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-import anyio
-
 from awa.domain.cron import CATCH_UP_LIMIT, CronCalendar, CronJob, CronSchedule, due_fires
 from awa.domain.errors import ValidationError
 from awa.domain.leadership import LeaseLapsed
@@ -57,7 +55,7 @@ class CronService:
         self._reported: set[tuple[str, str, str]] = set()
         #: Jobs enqueued by this service's evaluations (observability, tests).
         self.fired = 0
-        self._sync_failures = FailureLog(log, "declaring periodic schedules")
+        self._sync_failures = FailureLog(log, "declaring periodic schedules", clock=clock.monotonic)
 
     async def sync(self) -> None:
         """Insert or update this runtime's schedules (nothing when it declares none)."""
@@ -69,7 +67,7 @@ class CronService:
         """Declare the schedules every ``sync_interval`` until cancelled; a failed round is
         logged and tried again on the next one."""
         while True:
-            await anyio.sleep(self.sync_interval)
+            await self.clock.sleep(self.sync_interval)
             try:
                 await self.sync()
             except Exception as exc:

@@ -9,8 +9,6 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 
-import anyio
-
 from awa.domain.descriptors import retention_cutoff
 from awa.ports.clock import Clock
 from awa.ports.descriptors import DeclaredDescriptor, DescriptorStore
@@ -65,7 +63,7 @@ class DescriptorService:
         """Refresh every ``sync_interval`` until cancelled; failures are logged and retried
         on the next tick (readers see the descriptor as stale meanwhile)."""
         while True:
-            await anyio.sleep(self.sync_interval)
+            await self.clock.sleep(self.sync_interval)
             try:
                 await self.sync()
             except Exception:

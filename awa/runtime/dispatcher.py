@@ -6,7 +6,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import anyio
 import attrs
@@ -17,6 +17,7 @@ from awa.domain.job import Claim
 from awa.domain.overrides import DispatchSettings, QueueOverrides, apply_overrides
 from awa.domain.policies import PriorityAging
 from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, stripe_queues
+from awa.ports.clock import Clock
 from awa.ports.overrides import QueueOverrideStore
 from awa.ports.storage import StorageEngine, StripedClaimer
 from awa.runtime import metrics
@@ -97,7 +98,7 @@ class QueueDispatcher:
         spawn: Spawn,
         stripes: int = DEFAULT_QUEUE_STRIPES,
         override_refresh: float | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock,
     ) -> None:
         self.config = config
         self.queue = config.name
@@ -105,12 +106,13 @@ class QueueDispatcher:
         self._permits = permits
         self._poll_interval = poll_interval
         self._spawn = spawn
+        self._clock = clock
         self._bucket = (
-            TokenBucket(config.rate_limit.rate, config.rate_limit.burst)
+            TokenBucket(config.rate_limit.rate, config.rate_limit.burst, monotonic=clock.monotonic)
             if config.rate_limit is not None
             else None
         )
-        self._wakers = [Waker() for _ in range(config.claimers)]
+        self._wakers = [Waker(clock) for _ in range(config.claimers)]
         self.started_settings = DispatchSettings(
             poll_interval=poll_interval,
             claim_batch_size=config.claim_batch_size,
@@ -158,10 +160,10 @@ class QueueDispatcher:
         # While the database is unreachable every loop fails every poll: one line per
         # cause, counted repeats, one recovery line (awa.runtime.log_throttle).
         self._claim_failures = FailureLog(
-            log, "claim", prefix=f"queue {self.queue}: ", clock=monotonic
+            log, "claim", prefix=f"queue {self.queue}: ", clock=clock.monotonic
         )
         self._override_failures = FailureLog(
-            log, "reading live overrides", prefix=f"queue {self.queue}: ", clock=monotonic
+            log, "reading live overrides", prefix=f"queue {self.queue}: ", clock=clock.monotonic
         )
 
     @property
@@ -199,7 +201,7 @@ class QueueDispatcher:
         task_status.started()
         try:
             while not self._stopping:
-                self.last_loop_at = time.monotonic()
+                self.last_loop_at = self._clock.monotonic()
                 await self._iteration(waker)
         finally:
             self._live_loops -= 1
@@ -208,7 +210,7 @@ class QueueDispatcher:
         """Read the queue's overrides when due (one read per dispatcher, not per loop)
         and apply them; a failed read keeps the settings in force."""
         store = self._override_store
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if store is None or now < self._overrides_due or self._refreshing_overrides:
             return
         self._refreshing_overrides = True
@@ -257,7 +259,7 @@ class QueueDispatcher:
         if 0 < granted < wanted and self._backlogged:
             capacity = self._permits.in_flight(self.queue) + self._permits.available(self.queue)
             if granted < min(wanted, capacity // 2):
-                await anyio.sleep(_GATHER_SECONDS)
+                await self._clock.sleep(_GATHER_SECONDS)
                 granted += self._permits.try_reserve(self.queue, wanted - granted)
         if self._bucket is not None:
             self._bucket.refund(wanted - granted)
@@ -336,7 +338,7 @@ class QueueDispatcher:
             asked,
             seconds,
             [c.job.run_at for c in claims],
-            datetime.now(UTC),
+            self._clock.now(),
         )
 
     def _give_back(self, count: int) -> None:

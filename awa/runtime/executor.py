@@ -25,6 +25,7 @@ from awa.domain.outcomes import (
     WaitForCallbackOutcome,
 )
 from awa.domain.validation import storable_text
+from awa.ports.clock import Clock
 from awa.ports.storage import Ack, StorageEngine
 from awa.runtime.completion import CompletionBatcher
 from awa.runtime.context import AttemptContext, AttemptLost
@@ -56,6 +57,7 @@ class Executor:
         handlers: HandlerRegistry,
         batcher: CompletionBatcher,
         *,
+        clock: Clock,
         thread_limiter: anyio.CapacityLimiter,
         on_finished: Callable[[AttemptContext], None],
         on_handler_done: Callable[[AttemptContext], None] | None = None,
@@ -64,6 +66,7 @@ class Executor:
         self._engine = engine
         self._handlers = handlers
         self._batcher = batcher
+        self._clock = clock
         self._limiter = thread_limiter
         self._on_finished = on_finished
         self._on_handler_done = on_handler_done
@@ -235,7 +238,7 @@ class Executor:
                         exc_info=True,
                     )
                     return
-                await anyio.sleep(delay)
+                await self._clock.sleep(delay)
                 delay *= 2
                 continue
             if ack is Ack.STALE:

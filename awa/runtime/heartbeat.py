@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Awaitable, Callable
 
 import anyio
 import anyio.to_thread
 
+from awa.ports.clock import Clock
 from awa.ports.storage import Ack, StorageEngine
 from awa.runtime import metrics
 from awa.runtime.inflight import InFlight
@@ -39,10 +39,12 @@ class HeartbeatService:
         engine: StorageEngine,
         inflight: InFlight,
         *,
+        clock: Clock,
         interval: float,
         engine_factory: EngineFactory | None = None,
     ) -> None:
         self._engine = engine
+        self._clock = clock
         self._inflight = inflight
         self._interval = interval
         self._engine_factory = engine_factory
@@ -52,8 +54,8 @@ class HeartbeatService:
         self.last_success: float | None = None
         self.last_error: float | None = None
         self.ticks = 0
-        self._failures = FailureLog(log, "heartbeat")
-        self._cancels = Waker()
+        self._failures = FailureLog(log, "heartbeat", clock=clock.monotonic)
+        self._cancels = Waker(clock)
 
     @property
     def alive(self) -> bool:
@@ -81,14 +83,14 @@ class HeartbeatService:
                 await context.flush_progress(engine)
             acks = await engine.heartbeat([c.lease for c in contexts])
         except Exception as exc:
-            self.last_error = time.monotonic()
+            self.last_error = self._clock.monotonic()
             self._failures.failed(exc, f" for {len(contexts)} attempts")
             return
         self._failures.succeeded()
         for context, ack in zip(contexts, acks, strict=True):
             if ack is Ack.STALE:
                 context.request_cancel()
-        self.last_success = time.monotonic()
+        self.last_success = self._clock.monotonic()
         self.ticks += 1
         instruments = metrics.instruments()
         if instruments is not None:
@@ -100,7 +102,7 @@ class HeartbeatService:
         try:
             if self._engine_factory is None:
                 while True:
-                    await anyio.sleep(self._interval)
+                    await self._clock.sleep(self._interval)
                     await self.beat()
             else:
                 self._stop.clear()
@@ -128,7 +130,7 @@ class HeartbeatService:
         engine = await self._engine_factory()
         try:
             # This loop serves only heartbeats, so blocking it between ticks is fine.
-            while not self._stop.wait(self._interval):
+            while not self._clock.wait_blocking(self._stop, self._interval):
                 await self.beat(engine)
         finally:
             await engine.close()

@@ -22,6 +22,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from awa.domain.errors import WakeupsUnavailable
+from awa.ports.clock import Clock
 from awa.ports.notifier import Notifier
 from awa.runtime import metrics
 from awa.runtime.log_throttle import FailureLog
@@ -50,14 +51,15 @@ class ChannelListener:
     meanwhile was not heard. While no subscription holds, the routed loops poll.
     """
 
-    def __init__(self, notifier: Notifier) -> None:
+    def __init__(self, notifier: Notifier, *, clock: Clock) -> None:
         self._notifier = notifier
+        self._clock = clock
         self._routes: dict[str, list[Route]] = {}
         #: Whether a subscription is in place now.
         self.listening = False
         #: Subscriptions taken, the first included.
         self.subscriptions = 0
-        self._subscribe_failures = FailureLog(log, "LISTEN")
+        self._subscribe_failures = FailureLog(log, "LISTEN", clock=clock.monotonic)
         #: Why notifications cannot arrive, once the notifier found out (then for good).
         self.unavailable: str | None = None
 
@@ -116,7 +118,7 @@ class ChannelListener:
                 if not started:
                     task_status.started()
                     started = True
-                await anyio.sleep(delay)
+                await self._clock.sleep(delay)
                 delay = min(delay * 2, RESUBSCRIBE_MAX)
                 continue
             self._subscribe_failures.succeeded()
@@ -147,7 +149,7 @@ class ChannelListener:
                         await subscription.close()
                     except Exception:
                         log.debug("closing the subscription failed", exc_info=True)
-            await anyio.sleep(delay)
+            await self._clock.sleep(delay)
 
     def _fall_back(self, reason: str) -> None:
         self.unavailable = reason

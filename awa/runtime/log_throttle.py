@@ -23,7 +23,6 @@ The class only chooses the hint and groups repeats; it never changes what the lo
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
 import attrs
@@ -141,7 +140,7 @@ class FailureLog:
     """Throttled logging for one loop's repeated failures of one operation (``what``,
     e.g. ``"claim"``; ``prefix`` names the loop, e.g. ``"queue email: "``). Call
     :meth:`failed` from the ``except`` block and :meth:`succeeded` after the operation
-    worked; ``clock`` is monotonic seconds."""
+    worked; ``clock`` reads monotonic seconds (the runtime's ``Clock.monotonic``)."""
 
     def __init__(
         self,
@@ -150,7 +149,7 @@ class FailureLog:
         *,
         prefix: str = "",
         window: float = WINDOW_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float],
     ) -> None:
         self._log = logger
         self.what = what

@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 
 import anyio
 
+from awa.ports.clock import Clock
 from awa.runtime.context import AttemptContext
 from awa.runtime.inflight import InFlight
 
@@ -37,12 +37,18 @@ class LoopWatchdog:
     """Run :meth:`run` on the loop to watch; it starts and stops its watcher thread."""
 
     def __init__(
-        self, inflight: InFlight, *, threshold: float = BLOCK_THRESHOLD, tick: float = TICK
+        self,
+        inflight: InFlight,
+        *,
+        clock: Clock,
+        threshold: float = BLOCK_THRESHOLD,
+        tick: float = TICK,
     ) -> None:
         self._inflight = inflight
+        self._clock = clock
         self._threshold = threshold
         self._tick = tick
-        self._last_tick = time.monotonic()
+        self._last_tick = self._clock.monotonic()
         self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         #: how many blocks were reported (observability, tests)
@@ -55,13 +61,13 @@ class LoopWatchdog:
         except RuntimeError:  # not asyncio: no task to name, nothing to watch
             await anyio.sleep_forever()
         self._stop.clear()
-        self._last_tick = time.monotonic()
+        self._last_tick = self._clock.monotonic()
         watcher = threading.Thread(target=self._watch, name="awa-loop-watchdog", daemon=True)
         watcher.start()
         try:
             while True:
-                self._last_tick = time.monotonic()
-                await anyio.sleep(self._tick)
+                self._last_tick = self._clock.monotonic()
+                await self._clock.sleep(self._tick)
         finally:
             self._stop.set()
             watcher.join(1.0)
@@ -80,9 +86,9 @@ class LoopWatchdog:
     def _watch(self) -> None:
         blocked_since: float | None = None
         culprit = ""
-        while not self._stop.wait(self._tick):
+        while not self._clock.wait_blocking(self._stop, self._tick):
             last = self._last_tick
-            stalled = time.monotonic() - last
+            stalled = self._clock.monotonic() - last
             if blocked_since is None and stalled > self._threshold + self._tick:
                 blocked_since = last
                 culprit = self._culprit()

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -62,7 +61,7 @@ class MaintenanceLeader:
         inflight: InFlight,
         *,
         cron: CronService | None = None,
-        clock: Clock | None = None,
+        clock: Clock,
         instance_id: str = "",
         engine_factory: EngineFactory | None = None,
     ) -> None:
@@ -79,8 +78,10 @@ class MaintenanceLeader:
         #: the term of the lease held now (or last held)
         self.term = 0
         self.runs: dict[str, int] = {}
-        self._connect_failures = FailureLog(log, "connecting for maintenance")
-        self._election_failures = FailureLog(log, "leader election")
+        self._connect_failures = FailureLog(
+            log, "connecting for maintenance", clock=clock.monotonic
+        )
+        self._election_failures = FailureLog(log, "leader election", clock=clock.monotonic)
         self._duty_failures: dict[str, FailureLog] = {}
         #: how often each rotate / prune outcome word was seen (observability, tests)
         self.ring_outcomes: dict[str, int] = {}
@@ -114,7 +115,7 @@ class MaintenanceLeader:
         """Whether this candidate leads now: it took the lease and, on its own clock, the
         lease has not run out (so a loop stuck in a statement stops claiming leadership
         once its lease ends, before it notices). Read from any thread."""
-        return self._leading and self.policy.may_act(time.monotonic(), self._valid_until)
+        return self._leading and self.policy.may_act(self._clock.monotonic(), self._valid_until)
 
     @property
     def alive(self) -> bool:
@@ -141,7 +142,7 @@ class MaintenanceLeader:
 
     async def _pause(self, seconds: float) -> None:
         assert self._wake is not None
-        with anyio.move_on_after(seconds):
+        with self._clock.move_on_after(seconds):
             await self._wake.wait()
 
     async def run(self) -> None:
@@ -159,7 +160,7 @@ class MaintenanceLeader:
             await anyio.to_thread.run_sync(self._thread_done.wait, abandon_on_cancel=True)
         finally:
             self.stop()
-            with anyio.CancelScope(shield=True), anyio.move_on_after(_THREAD_JOIN):
+            with anyio.CancelScope(shield=True), self._clock.move_on_after(_THREAD_JOIN):
                 await anyio.to_thread.run_sync(self._thread_done.wait, abandon_on_cancel=True)
 
     def _thread_main(self) -> None:
@@ -202,7 +203,9 @@ class MaintenanceLeader:
         if self._stopping:
             self._wake.set()
         instruments = metrics.instruments()
-        self._gauges = QueueGauges(engine, instruments) if instruments is not None else None
+        self._gauges = (
+            QueueGauges(engine, instruments, clock=self._clock) if instruments is not None else None
+        )
         if self._gauges is not None:
             self._gauges.attach()
         duties = MaintenanceDuties(
@@ -220,7 +223,7 @@ class MaintenanceLeader:
         ).schedule()
         try:
             while not self._stopping:
-                asked = time.monotonic()
+                asked = self._clock.monotonic()
                 lease: Lease | None
                 try:
                     lease = await self._lock.try_acquire(self.policy.ttl)
@@ -270,13 +273,13 @@ class MaintenanceLeader:
     def fence(self) -> None:
         """Raise :class:`LeaseLapsed` unless the lease lasts long enough to act now; every
         duty calls it before each statement that changes something."""
-        if not self.policy.may_act(time.monotonic(), self._valid_until):
+        if not self.policy.may_act(self._clock.monotonic(), self._valid_until):
             raise LeaseLapsed
 
     async def _keep_lease(self) -> bool:
         """Renew the lease when due; False (after stepping down) once it ran out or
         changed hands, so nothing more is done under it."""
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if not self.policy.may_act(now, self._valid_until):
             await self._lapsed("before it was renewed")
             return False
@@ -287,10 +290,10 @@ class MaintenanceLeader:
         except Exception:
             log.warning(
                 "renewing the maintenance lease failed; it lasts %.1f s more",
-                max(0.0, (self._valid_until or now) - time.monotonic()),
+                max(0.0, (self._valid_until or now) - self._clock.monotonic()),
                 exc_info=True,
             )
-            self._next_renewal = time.monotonic() + _RENEW_RETRY
+            self._next_renewal = self._clock.monotonic() + _RENEW_RETRY
             return await self._still_valid("while renewing it failed")
         if not lease.held or lease.term != self.term:
             log.warning(
@@ -308,14 +311,14 @@ class MaintenanceLeader:
         return await self._still_valid("while it was being renewed")
 
     async def _still_valid(self, when: str) -> bool:
-        if self.policy.may_act(time.monotonic(), self._valid_until):
+        if self.policy.may_act(self._clock.monotonic(), self._valid_until):
             return True
         await self._lapsed(when)
         return False
 
     async def _lapsed(self, when: str) -> None:
         """The lease ran out under this holder: say so, and step down."""
-        late = time.monotonic() - (self._valid_until or time.monotonic())
+        late = self._clock.monotonic() - (self._valid_until or self._clock.monotonic())
         log.warning(
             "maintenance lease (term %d) ran out %.1f s ago %s (this process was stopped, "
             "starved or cut off from the database): stepping down before acting again",
@@ -336,7 +339,9 @@ class MaintenanceLeader:
     def _duty_log(self, name: str) -> FailureLog:
         found = self._duty_failures.get(name)
         if found is None:
-            found = self._duty_failures[name] = FailureLog(log, f"maintenance duty {name}")
+            found = self._duty_failures[name] = FailureLog(
+                log, f"maintenance duty {name}", clock=self._clock.monotonic
+            )
         return found
 
     async def _lead(self, duties: list[Duty]) -> None:
@@ -346,24 +351,24 @@ class MaintenanceLeader:
             for duty in duties:
                 if self._stopping:
                     return
-                if time.monotonic() < duty.due:
+                if self._clock.monotonic() < duty.due:
                     continue
                 if not await self._keep_lease():
                     return
-                duty.due = time.monotonic() + duty.interval
+                duty.due = self._clock.monotonic() + duty.interval
                 # A duty may act only while the lease lasts: one still running when it
                 # ends (waiting for a lock a stopped session holds, say) is cut off, its
                 # statement cancelled on the server and its transaction rolled back.
-                budget = max(0.0, (self._valid_until or 0.0) - time.monotonic())
+                budget = max(0.0, (self._valid_until or 0.0) - self._clock.monotonic())
                 try:
-                    with anyio.move_on_after(budget) as scope:
+                    with self._clock.move_on_after(budget) as scope:
                         # A duty that answers True has more to do: it goes again after
                         # the others had their turn instead of a whole interval later.
                         if await duty.run() is True:
-                            duty.due = time.monotonic()
+                            duty.due = self._clock.monotonic()
                         self.runs[duty.name] = self.runs.get(duty.name, 0) + 1
                     if scope.cancelled_caught:
-                        duty.due = time.monotonic() + max(duty.interval, self.policy.ttl)
+                        duty.due = self._clock.monotonic() + max(duty.interval, self.policy.ttl)
                         log.warning(
                             "maintenance duty %s did not finish while the lease (term %d) "
                             "lasted (%.1f s) and was cut off; it runs again in %g s. It was "
@@ -382,4 +387,4 @@ class MaintenanceLeader:
                 else:
                     self._duty_log(duty.name).succeeded()
             wake_at = min([self._next_renewal, *(d.due for d in duties)])
-            await self._pause(max(0.0, wake_at - time.monotonic()))
+            await self._pause(max(0.0, wake_at - self._clock.monotonic()))

@@ -59,7 +59,7 @@ class MaintenanceDuties:
         fence: Callable[[], None],
         cron: CronService | None = None,
         cron_store: CronStore | None = None,
-        clock: Clock | None = None,
+        clock: Clock,
         instance_id: str = "",
         gauges: QueueGauges | None = None,
         ring_outcomes: dict[str, int] | None = None,
@@ -85,7 +85,7 @@ class MaintenanceDuties:
         """Every duty this engine and configuration call for."""
         engine = self._engine
         c = self._config
-        batch_runner = BatchRunner(engine, runner_id=self._instance_id)
+        batch_runner = BatchRunner(engine, runner_id=self._instance_id, clock=self._clock)
         duties = [
             Duty("promote", c.promote_interval, self._promote),
             Duty(
@@ -108,7 +108,7 @@ class MaintenanceDuties:
         ]
         if self._gauges is not None:
             duties.append(Duty("queue_gauges", REFRESH_INTERVAL, self._gauges.refresh))
-        if self._clock is not None and isinstance(engine, DescriptorStore):
+        if isinstance(engine, DescriptorStore):
             duties.append(Duty("descriptor_cleanup", c.cleanup_interval, self._descriptors))
         if self._cron is not None:
             duties.append(Duty("cron", self._cron.eval_interval, self._cron_evaluate))
@@ -177,7 +177,7 @@ class MaintenanceDuties:
         )
 
     async def _descriptors(self) -> None:
-        assert self._clock is not None and isinstance(self._engine, DescriptorStore)
+        assert isinstance(self._engine, DescriptorStore)
         await clean_up_descriptors(self._engine, self._clock, self._config.descriptor_retention)
 
     async def _cron_evaluate(self) -> None:

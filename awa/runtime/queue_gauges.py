@@ -12,12 +12,11 @@ summing over workers does not count a queue twice.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 from awa.domain.admin_views import DEPTH_STATES
 from awa.domain.transition import StorageCapability, TransitionObservation, observation_report
+from awa.ports.clock import Clock
 from awa.ports.storage import StorageEngine, TransitionObserver
 from awa.runtime.metrics import (
     ATTR_QUEUE,
@@ -77,7 +76,8 @@ def storage_points(observation: TransitionObservation) -> dict[str, Points]:
 class QueueGauges:
     """The latest readings, reported to ``instruments`` when a reader collects."""
 
-    def __init__(self, engine: StorageEngine, instruments: Instruments) -> None:
+    def __init__(self, engine: StorageEngine, instruments: Instruments, *, clock: Clock) -> None:
+        self._clock = clock
         self._engine = engine
         self._instruments = instruments
         self._points: dict[str, Points] = {}
@@ -109,7 +109,7 @@ class QueueGauges:
             if isinstance(self._engine, TransitionObserver)
             else None
         )
-        now = datetime.now(UTC)
+        now = self._clock.now()
         points: dict[str, Points] = {"awa.queue.depth": [], "awa.queue.lag": []}
         seen = set()
         for queue in depths:
@@ -131,11 +131,11 @@ class QueueGauges:
         if observation is not None:
             points.update(storage_points(observation))
         self._points = points
-        self._read_at = time.monotonic()
+        self._read_at = self._clock.monotonic()
 
     def _source(self, name: str) -> Callable[[], Points]:
         def read() -> Points:
-            if time.monotonic() - self._read_at > _STALE_AFTER:
+            if self._clock.monotonic() - self._read_at > _STALE_AFTER:
                 return []
             return self._points.get(name, [])
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 
@@ -13,9 +12,7 @@ class TokenBucket:
     refunded, so an idle queue does not burn its budget.
     """
 
-    def __init__(
-        self, rate: float, burst: int, *, monotonic: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, rate: float, burst: int, *, monotonic: Callable[[], float]) -> None:
         if rate <= 0 or burst < 1:
             raise ValueError("rate must be > 0 and burst >= 1")
         self.rate = rate

@@ -8,7 +8,6 @@ import asyncio
 import logging
 import os
 import socket
-import time
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
@@ -121,7 +120,9 @@ class Runtime:
         self.handlers = handlers
         self.config = config
         self.runtime_registry = runtime_registry
-        self._snapshot_failures = FailureLog(log, "publishing the runtime snapshot")
+        self._snapshot_failures = FailureLog(
+            log, "publishing the runtime snapshot", clock=clock.monotonic
+        )
         self.heartbeat_engine_factory = heartbeat_engine_factory
         self.max_connections = max_connections
         #: declares this runtime's schedules; the maintenance leader fires stored ones
@@ -141,22 +142,25 @@ class Runtime:
                 poll_interval=config.poll_interval,
                 spawn=self._spawn,
                 stripes=config.queue_storage_queue_stripe_count,
+                clock=clock,
             )
             for q in config.queues
         ]
         self.batcher = CompletionBatcher(
             engine,
+            clock=clock,
             batch_size=config.completion_batch_size,
             flush_interval=config.completion_flush_interval,
         )
         self.heartbeat = HeartbeatService(
             engine,
             self.inflight,
+            clock=clock,
             interval=config.heartbeat_interval,
             engine_factory=heartbeat_engine_factory,
         )
         #: One subscription for every queue's wake-ups and the cancels.
-        self.listener = ChannelListener(notifier) if notifier is not None else None
+        self.listener = ChannelListener(notifier, clock=clock) if notifier is not None else None
         if self.listener is not None:
             for dispatcher in self.dispatchers:
                 self.listener.route(dispatcher.channels, dispatcher.wake)
@@ -176,14 +180,14 @@ class Runtime:
             else None
         )
         #: names the handler when the event loop is blocked for more than a second
-        self.watchdog = LoopWatchdog(self.inflight)
+        self.watchdog = LoopWatchdog(self.inflight, clock=clock)
         self._started_at: datetime | None = None
         self._task: asyncio.Task[None] | None = None
         self._work: TaskGroup | None = None
         self._executor: Executor | None = None
         # Handler tasks waiting for their next attempt (see _slot_loop).
         self._idle_slots: list[_Slot] = []
-        self._drained = Waker()
+        self._drained = Waker(clock)
         self._drain_timeout = 2.0
         self._running = False
         self._shutting_down = False
@@ -231,7 +235,7 @@ class Runtime:
         bounded): a cold backend would otherwise slow the first jobs."""
         if not isinstance(self.engine, WorkerWarmUp):
             return
-        with anyio.move_on_after(_WARM_UP_LIMIT):
+        with self.clock.move_on_after(_WARM_UP_LIMIT):
             try:
                 await self.engine.warm_up([d.queue for d in self.dispatchers])
             except Exception:
@@ -272,6 +276,7 @@ class Runtime:
             self.engine,
             self.handlers,
             self.batcher,
+            clock=self.clock,
             thread_limiter=anyio.CapacityLimiter(threads),
             on_finished=self._finished,
             on_handler_done=self._return_permit,
@@ -330,7 +335,7 @@ class Runtime:
                 if self.maintenance is not None:
                     # let a maintenance statement under way finish rather than cut it off
                     self.maintenance.stop()
-                    with anyio.move_on_after(_MAINTENANCE_GRACE):
+                    with self.clock.move_on_after(_MAINTENANCE_GRACE):
                         await self.maintenance.wait_stopped()
                 services.cancel_scope.cancel()
         finally:
@@ -354,7 +359,7 @@ class Runtime:
         # stop early instead of being cut off at the timeout.
         for context in self.inflight.snapshot():
             context.request_cancel()
-        with anyio.move_on_after(self._drain_timeout):
+        with self.clock.move_on_after(self._drain_timeout):
             while len(self.inflight):
                 await self._drained.wait(1.0)
         if not len(self.inflight):
@@ -364,7 +369,7 @@ class Runtime:
             context.request_cancel()
             if context.cancel_scope is not None:
                 context.cancel_scope.cancel()
-        with anyio.move_on_after(max(_RELEASE_GRACE, self._drain_timeout)):
+        with self.clock.move_on_after(max(_RELEASE_GRACE, self._drain_timeout)):
             while len(self.inflight):
                 await self._drained.wait(1.0)
         if len(self.inflight):
@@ -376,7 +381,11 @@ class Runtime:
     def _spawn(self, queue: str, claim: Claim) -> None:
         assert self._work is not None and self._executor is not None
         context = AttemptContext(
-            self.engine, claim, queue=queue, callback_poll_interval=self.config.poll_interval
+            self.engine,
+            claim,
+            queue=queue,
+            clock=self.clock,
+            callback_poll_interval=self.config.poll_interval,
         )
         self.inflight.add(context)
         if self._idle_slots:
@@ -473,7 +482,7 @@ class Runtime:
         """The in-process readiness checks (the database ones are the caller's): every
         claim loop started and ticked within ``max(30 s, 10 polls)``, heartbeat and
         maintenance running, and whether it is shutting down (ready only when not)."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         window = max(_TICK_WINDOW, 10 * self.config.poll_interval)
         loops = self._running and all(
             d.alive and d.last_loop_at is not None and now - d.last_loop_at <= window
@@ -547,8 +556,8 @@ class Runtime:
 
     async def _snapshot_loop(self) -> None:
         while True:
-            started = time.monotonic()
+            started = self.clock.monotonic()
             await self._publish_snapshot()
-            await anyio.sleep(
-                max(0.0, self.config.snapshot_interval - (time.monotonic() - started))
+            await self.clock.sleep(
+                max(0.0, self.config.snapshot_interval - (self.clock.monotonic() - started))
             )

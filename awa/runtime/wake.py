@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import anyio
 
+from awa.ports.clock import Clock
+
 
 class Waker:
     """Wakes one waiting loop. A wake that arrives while nobody waits is remembered, so
-    the next :meth:`wait` returns at once (no lost wake-ups between loop iterations)."""
+    the next :meth:`wait` returns at once (no lost wake-ups between loop iterations).
+    Timeouts are measured on ``clock``."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
         self._event: anyio.Event | None = None
         self._pending = False
 
@@ -22,7 +26,7 @@ class Waker:
         """Wait until woken or ``timeout`` seconds pass; returns whether it was woken."""
         if not self._pending:
             self._event = anyio.Event()
-            with anyio.move_on_after(max(timeout, 0.0)):
+            with self._clock.move_on_after(max(timeout, 0.0)):
                 await self._event.wait()
             self._event = None
         woken = self._pending

@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 
+from awa.adapters.clock import SystemClock
 from awa.domain.job import JobRecord
 from awa.domain.states import JobState
 from awa.entrypoints.client_async import AsyncClient, _job_factory
@@ -149,7 +150,7 @@ async def work_next(
         await engine.release(claim.lease, error="claimed by a test helper for another kind")
         await engine.retry_job(claim.job.id)
         return WorkResult(job=NoJob, outcome="no_job")
-    context = AttemptContext(engine, claim, queue=queue)
+    context = AttemptContext(engine, claim, queue=queue, clock=SystemClock())
     await _execute(engine, registry, context)
     record = (await client.get_job(claim.job.id)).record
     error = str(record.errors[-1].get("error")) if record.errors else None
@@ -164,11 +165,12 @@ async def _execute(engine: Any, registry: HandlerRegistry, context: AttemptConte
     def on_finished(ctx: AttemptContext) -> None:
         finished.set()
 
-    batcher = CompletionBatcher(engine, batch_size=1)
+    batcher = CompletionBatcher(engine, clock=context.clock, batch_size=1)
     executor = Executor(
         engine,
         registry,
         batcher,
+        clock=context.clock,
         thread_limiter=anyio.CapacityLimiter(1),
         on_finished=on_finished,
     )

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from awa.adapters._pg import transition
-from awa.adapters.clock import ManualClock
+from awa.adapters.clock import ManualClock, SystemClock
 from awa.domain.batch_ops import (
     DEFAULT_RETENTION,
     FINAL_STATES,
@@ -367,7 +367,7 @@ async def test_the_runner_completes_an_operation(engine: EngineHandle) -> None:
         spec=BatchSpec(BatchOpKind.MOVE_QUEUE, queue="target", priority=3),
         filter=BatchFilter(queue=QUEUE),
     )
-    await _run(engine, BatchRunner(e, runner_id="runner", chunk_size=3))
+    await _run(engine, BatchRunner(e, runner_id="runner", clock=SystemClock(), chunk_size=3))
     done = await e.get_batch_operation(op.id)
     assert done is not None and done.state == BatchOpState.COMPLETED
     assert (done.total_matched, done.processed, done.skipped, done.errored) == (6, 6, 0, 0)
@@ -384,7 +384,7 @@ async def test_the_runner_stops_at_a_chunk_boundary_when_cancelled(
     for _ in range(6):
         await enqueue(engine)
     op = await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
-    runner = BatchRunner(e, runner_id="runner", chunk_size=2, budget=0.0)
+    runner = BatchRunner(e, runner_id="runner", clock=SystemClock(), chunk_size=2, budget=0.0)
     assert await runner.step()  # scans and applies the first chunk
     assert await e.cancel_batch_operation(op.id) is not None
     await _run(engine, runner)
@@ -400,7 +400,7 @@ async def test_a_cancelled_pending_operation_never_runs(engine: EngineHandle) ->
     job = await enqueue(engine)
     op = await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter())
     await e.cancel_batch_operation(op.id)
-    await _run(engine, BatchRunner(e, runner_id="runner"))
+    await _run(engine, BatchRunner(e, runner_id="runner", clock=SystemClock()))
     done = await e.get_batch_operation(op.id)
     assert done is not None and done.state == BatchOpState.CANCELLED
     assert done.total_matched is None and done.processed == 0
@@ -547,7 +547,11 @@ async def test_a_leader_stops_on_an_operation_another_leader_finished(
     op = await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
     meanwhile = _Meanwhile(engine, step, state)
     runner = BatchRunner(
-        cast(StorageEngine, meanwhile), runner_id="runner", chunk_size=2, parallelism=1
+        cast(StorageEngine, meanwhile),
+        runner_id="runner",
+        clock=SystemClock(),
+        chunk_size=2,
+        parallelism=1,
     )
     assert await runner.step()
     assert not await runner.step()

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 import awa
+from awa.adapters.clock import SystemClock
 from awa.entrypoints.cli import cli
 from awa.entrypoints.routing import open_postgres_routing
 from awa.runtime.batch_runner import BatchRunner
@@ -34,7 +35,7 @@ def _run_operations(url: str) -> None:
     async def go() -> None:
         engine = await open_postgres_routing(url)
         try:
-            runner = BatchRunner(engine, runner_id="cli-test")
+            runner = BatchRunner(engine, runner_id="cli-test", clock=SystemClock())
             while await runner.step():
                 pass
         finally:

@@ -16,6 +16,7 @@ import pytest
 
 import awa
 from awa import AsyncClient, Job, JobState
+from awa.adapters.clock import SystemClock
 from awa.domain.job import JobRecord
 from awa.runtime import metrics
 from awa.runtime.queue_gauges import QueueGauges
@@ -122,7 +123,7 @@ async def test_queue_storage_copy_inserts_shard_claims_and_the_leader_gauges(
         )
         assert count == 2 and _inserted(recorder, "qs") == 2
         await client.insert(Report(3), queue="qs", ordering_key="customer-7")
-        gauges = QueueGauges(engine, _instruments())
+        gauges = QueueGauges(engine, _instruments(), clock=SystemClock())
         gauges.attach()
         await gauges.refresh()
         depth = recorder.points("awa.queue.depth")

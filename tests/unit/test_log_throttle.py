@@ -210,11 +210,11 @@ async def test_a_dispatcher_whose_claims_keep_failing_logs_one_warning_a_summary
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="awa.runtime.dispatcher")
-    engine = _UnreachableEngine(clock=ManualClock(), backoff=NO_JITTER)
+    clock = ManualClock()
+    engine = _UnreachableEngine(clock=clock, backoff=NO_JITTER)
     await enqueue(engine, "send", queue="q")
     config = QueueConfig(name="q", max_workers=4)
     spawned: list[Claim] = []
-    clock = _Clock()
     dispatcher = QueueDispatcher(
         config,
         engine,
@@ -222,13 +222,13 @@ async def test_a_dispatcher_whose_claims_keep_failing_logs_one_warning_a_summary
         poll_interval=0.0,
         spawn=lambda _queue, claim: spawned.append(claim),
         override_refresh=3600.0,
-        monotonic=clock,
+        clock=clock,
     )
     waker = dispatcher._wakers[0]
     for _ in range(100):
         await dispatcher._iteration(waker)
         assert not dispatcher.last_claim_ok
-        clock.now += 0.5  # 50 s of outage: one window passes
+        clock.advance(0.5)  # 50 s of outage: one window passes
     await dispatcher._iteration(waker)
     assert dispatcher.last_claim_ok and len(spawned) == 1
     records = _records(caplog, "awa.runtime.dispatcher")
@@ -259,7 +259,9 @@ async def test_a_completion_flush_that_keeps_failing_logs_one_warning_and_one_re
     engine = _UnreachableOnComplete(clock=ManualClock(), backoff=NO_JITTER)
     await enqueue(engine, "send", queue="q")
     [claim] = await engine.claim("q", limit=1)
-    batcher = CompletionBatcher(engine, flush_interval=0.0, retry_delay=0.0, max_retry_delay=0.0)
+    batcher = CompletionBatcher(
+        engine, clock=engine._clock, flush_interval=0.0, retry_delay=0.0, max_retry_delay=0.0
+    )
     async with anyio.create_task_group() as flusher:
         flusher.start_soon(batcher.run)
         assert await batcher.complete(claim.lease) is Ack.APPLIED
@@ -291,8 +293,8 @@ async def test_heartbeats_that_keep_failing_log_one_warning_and_one_recovery(
     await enqueue(engine, "send", queue="q")
     [claim] = await engine.claim("q", limit=1)
     inflight = InFlight()
-    inflight.add(AttemptContext(engine, claim, queue="q"))
-    service = HeartbeatService(engine, inflight, interval=1.0)
+    inflight.add(AttemptContext(engine, claim, queue="q", clock=engine._clock))
+    service = HeartbeatService(engine, inflight, clock=engine._clock, interval=1.0)
     for _ in range(100):
         await service.beat()
     assert service.ticks == 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import anyio
 import attrs
 import pytest
 
@@ -36,6 +35,7 @@ from tests.unit.test_runtime_support import (
     fast_config,
     job,
     make_engine,
+    on_clock,
     running,
     wait_until,
 )
@@ -59,9 +59,10 @@ async def test_a_rescue_into_the_dlq_counts_as_dlq_moved() -> None:
     handlers.register("lost", lambda ctx: None, queue="held")
     config = fast_config(handlers, queues=[("held", 1), ("plain", 1)])
     with recording() as recorder:
-        leader = MaintenanceLeader(engine, engine.leader_lock(), config, InFlight())
-        with anyio.move_on_after(0.5):
-            await leader.run()
+        leader = MaintenanceLeader(engine, engine.leader_lock(), config, InFlight(), clock=clock)
+        async with on_clock(clock):
+            with clock.move_on_after(0.5):
+                await leader.run()
         rescues = recorder.total("awa.maintenance.rescues", {"awa.rescue.reason": "heartbeat"})
         moved = recorder.points("awa.job.dlq_moved")
     assert rescues == 2
@@ -237,7 +238,7 @@ async def test_the_leader_reports_the_storage_gauges() -> None:
     engine = _ObservedEngine(_mixed(4))
     assert isinstance(engine, TransitionObserver)
     with recording() as recorder:
-        gauges = QueueGauges(engine, _current())
+        gauges = QueueGauges(engine, _current(), clock=engine._clock)
         gauges.attach()
         await gauges.refresh()
         assert recorder.points("awa.storage.state") == {
@@ -268,7 +269,7 @@ async def test_queue_depth_reports_zeros_once_a_queue_empties() -> None:
     engine = make_engine()
     [record] = await enqueue(engine, "k", queue="mail")
     with recording() as recorder:
-        gauges = QueueGauges(engine, _current())
+        gauges = QueueGauges(engine, _current(), clock=engine._clock)
         gauges.attach()
         await gauges.refresh()
         available = frozenset({(QUEUE, "mail"), ("awa.job.state", "available")})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import anyio
@@ -22,11 +22,13 @@ from awa.ports.storage import Ack
 from awa.runtime import AttemptContext, HandlerRegistry
 from awa.runtime.completion import CompletionBatcher
 from tests.unit.test_runtime_support import (
+    clock_of,
     enqueue,
     fast_config,
     job,
     make_engine,
     running,
+    sleep,
     wait_until,
 )
 
@@ -54,7 +56,7 @@ async def test_async_and_sync_handlers_run_and_sync_does_not_block_the_loop() ->
     async def ticker() -> None:
         nonlocal ticks
         while True:
-            await anyio.sleep(0.01)
+            await sleep(0.01)
             ticks += 1
 
     async with running(engine, handlers) as runtime, anyio.create_task_group() as tg:
@@ -62,7 +64,7 @@ async def test_async_and_sync_handlers_run_and_sync_does_not_block_the_loop() ->
         [sync_job] = await enqueue(engine, "s")
         await wait_until(lambda: threads)
         ticks_before = ticks
-        await anyio.sleep(0.1)
+        await sleep(0.1)
         # The loop kept ticking while the sync handler slept in its thread.
         assert ticks - ticks_before >= 5
         jobs = await enqueue(engine, "a", 3)
@@ -112,13 +114,16 @@ async def test_return_value_other_than_result_completes() -> None:
 
 
 async def test_retry_after_schedules_a_retry() -> None:
+    returned_at: list[datetime] = []
+
     async def handler(ctx: AttemptContext) -> RetryAfter:
+        returned_at.append(ctx.clock.now())
         return RetryAfter(30)
 
-    engine, record = await _run_one(handler)
+    _, record = await _run_one(handler)
     assert record.state == JobState.Retryable
     assert record.attempt == 1
-    assert record.run_at == engine._clock.now() + timedelta(seconds=30)
+    assert record.run_at == returned_at[0] + timedelta(seconds=30)
 
 
 async def test_snooze_does_not_spend_an_attempt() -> None:
@@ -216,7 +221,7 @@ async def test_completions_are_batched() -> None:
     handlers = HandlerRegistry()
 
     async def handler(ctx: AttemptContext) -> None:
-        await anyio.sleep(0.01)
+        await sleep(0.01)
 
     handlers.register("k", handler)
     config = fast_config(handlers, [("default", 100)], completion_flush_ms=5)
@@ -269,7 +274,8 @@ async def test_completion_backlog_pushes_back_on_handlers() -> None:
         return await original(leases)
 
     engine.complete = gated  # type: ignore[method-assign]
-    batcher = CompletionBatcher(engine, batch_size=2, flush_interval=0.0)
+    clock = clock_of(engine)
+    batcher = CompletionBatcher(engine, clock=clock, batch_size=2, flush_interval=0.0)
     [a, b, c] = [claim.lease for claim in await _claims(engine, 3)]
     async with anyio.create_task_group() as tg:
         tg.start_soon(batcher.run)
@@ -282,15 +288,16 @@ async def test_completion_backlog_pushes_back_on_handlers() -> None:
             queued.append(c)
 
         tg.start_soon(third)
-        await anyio.sleep(0.05)
+        await clock.settle()
         # Two unacknowledged completions fill the backlog: the third waits for room.
         assert queued == []
         assert batcher.unacknowledged == 2
         gate.set()
         assert await first.wait() is Ack.APPLIED
         assert await second.wait() is Ack.APPLIED
-        await wait_until(lambda: queued == [c])
-        await wait_until(lambda: batcher.unacknowledged == 0)
+        await clock.settle()
+        assert queued == [c]
+        assert batcher.unacknowledged == 0
         tg.cancel_scope.cancel()
 
 
@@ -303,7 +310,7 @@ async def test_hard_reserved_cap_is_never_exceeded() -> None:
         nonlocal active, peak, done
         active += 1
         peak = max(peak, active)
-        await anyio.sleep(0.01)
+        await sleep(0.01)
         active -= 1
         done += 1
 
@@ -323,7 +330,7 @@ async def test_weighted_overflow_split_by_weight_with_min_guarantee() -> None:
     def make(queue: str) -> Any:
         async def handler(ctx: AttemptContext) -> None:
             active[queue] += 1
-            await anyio.sleep(0.05)
+            await sleep(0.05)
             active[queue] -= 1
 
         return handler
@@ -343,11 +350,11 @@ async def test_weighted_overflow_split_by_weight_with_min_guarantee() -> None:
         await enqueue(engine, "a", 200, queue="a")
         await enqueue(engine, "b", 200, queue="b")
         await enqueue(engine, "c", 200, queue="c")
-        await anyio.sleep(0.15)
+        await sleep(0.15)
         for _ in range(30):
             samples.append(dict(active))
             assert sum(active.values()) <= 11
-            await anyio.sleep(0.01)
+            await sleep(0.01)
         health = runtime.health().queues
         assert health["c"].min_workers == 2 and health["a"].weight == 2
         assert health["a"].max_workers is None
@@ -364,7 +371,7 @@ async def test_rate_limit_gates_claims() -> None:
     stamps: list[float] = []
 
     async def handler(ctx: AttemptContext) -> None:
-        stamps.append(time.monotonic())
+        stamps.append(ctx.clock.monotonic())
 
     handlers.register("k", handler)
     config = fast_config(
@@ -373,8 +380,9 @@ async def test_rate_limit_gates_claims() -> None:
     async with running(engine, handlers, config):
         await enqueue(engine, "k", 8)
         await wait_until(lambda: len(stamps) == 8)
-    # Burst of 2 immediately, then 20/s: the remaining 6 need about 0.3 s.
-    assert stamps[-1] - stamps[0] >= 0.25
+    # Burst of 2 at once, then 20/s: the remaining 6 take 0.3 s of the clock (a claim
+    # loop looks again within a 20 ms poll of each token).
+    assert 0.3 <= stamps[-1] - stamps[0] <= 0.3 + 0.02
 
 
 def _stamping_handlers() -> tuple[HandlerRegistry, list[float]]:
@@ -383,7 +391,7 @@ def _stamping_handlers() -> tuple[HandlerRegistry, list[float]]:
     picked: list[float] = []
 
     async def handler(ctx: AttemptContext) -> None:
-        picked.append(time.monotonic())
+        picked.append(ctx.clock.monotonic())
 
     handlers.register("k", handler)
     return handlers, picked
@@ -395,10 +403,10 @@ async def test_pickup_latency_with_notifications_is_well_under_100ms() -> None:
     # A long poll interval proves the wake-up came from the notification.
     config = fast_config(handlers, poll_interval_ms=5000)
     async with running(engine, handlers, config):
-        await anyio.sleep(0.05)
+        await sleep(0.05)
         latencies: list[float] = []
         for expected in range(1, 6):
-            before = time.monotonic()
+            before = clock_of(engine).monotonic()
             await enqueue(engine, "k")
             await wait_until(_count_reaches(picked, expected), interval=0.001)
             latencies.append(picked[-1] - before)
@@ -414,14 +422,14 @@ async def test_finished_handlers_do_not_wake_a_loop_that_emptied_the_queue() -> 
     config = fast_config(handlers, poll_interval_ms=5000)
     count = 20
     async with running(engine, handlers, config) as runtime:
-        await anyio.sleep(0.05)
+        await sleep(0.05)
         [dispatcher] = runtime.dispatchers
         before = dispatcher.claim_calls
         for _ in range(count):
             await enqueue(engine, "k")
-            await anyio.sleep(0.005)
+            await sleep(0.005)
         await wait_until(_count_reaches(picked, count), interval=0.001)
-        await anyio.sleep(0.05)
+        await sleep(0.05)
         # One claim per job, plus a few: a look again 20 ms after the last one, and
         # the odd claim that found a job its predecessor's notification had announced.
         assert dispatcher.claim_calls - before <= count + 5
@@ -444,7 +452,7 @@ async def test_a_loop_out_of_permits_is_woken_when_one_comes_back() -> None:
     config = fast_config(handlers, [("default", 1)], poll_interval_ms=60_000)
     async with running(engine, handlers, config):
         await enqueue(engine, "k", 2)
-        await anyio.sleep(0.05)
+        await sleep(0.05)
         assert done == []
         gate.set()
         await wait_until(lambda: done == [0, 1])
@@ -466,7 +474,7 @@ async def test_no_claims_after_shutdown_begins() -> None:
     async with running(engine, handlers) as runtime:
         await runtime.shutdown(500)
         [record] = await enqueue(engine, "k")
-        await anyio.sleep(0.1)
+        await sleep(0.1)
         assert ran == []
         assert (await job(engine, record.id)).state == JobState.Available
         assert runtime.health().shutting_down
@@ -489,6 +497,6 @@ async def test_a_short_claim_that_found_jobs_looks_again_soon() -> None:
     handlers, picked = _stamping_handlers()
     config = fast_config(handlers, poll_interval_ms=60_000)
     async with running(engine, handlers, config):
-        await anyio.sleep(0.05)
+        await sleep(0.05)
         await enqueue(engine, "k", 5)
         await wait_until(_count_reaches(picked, 5), timeout=2.0)

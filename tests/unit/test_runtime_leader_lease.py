@@ -4,10 +4,12 @@ changed hands, and the event loop's watchdog names a handler that blocks the loo
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import pytest
 
 from awa.adapters.clock import ManualClock
@@ -18,14 +20,23 @@ from awa.runtime import HandlerRegistry, parse_start_args
 from awa.runtime.context import AttemptContext
 from awa.runtime.inflight import InFlight
 from awa.runtime.maintenance import MaintenanceLeader
-from tests.unit.test_runtime_support import FAST, enqueue, fast_config, running, wait_until
+from tests.unit.test_runtime_support import (
+    FAST,
+    clock_of,
+    enqueue,
+    fast_config,
+    on_clock,
+    running,
+    wait_until,
+)
 
 pytestmark = pytest.mark.anyio
 
 
 class BlockingPromoteEngine(InMemoryEngine):
-    """Records every maintenance call; its first promotion blocks the loop it runs on
-    (as a stopped or starved process would) for ``block`` seconds."""
+    """Records every maintenance call; its first promotion stalls the loop it runs on
+    (as a stopped or starved process would): ``block`` seconds of the clock pass while
+    nothing on the loop runs."""
 
     def __init__(self, events: list[str], block: float) -> None:
         super().__init__(clock=ManualClock(), backoff=NO_JITTER)
@@ -35,7 +46,7 @@ class BlockingPromoteEngine(InMemoryEngine):
     async def promote_due(self, *, limit: int = 4096) -> int:
         self.events.append("promote")
         if self.block:
-            time.sleep(self.block)  # blocks on purpose: the lease runs out meanwhile
+            clock_of(self).advance(self.block)  # the lease runs out meanwhile
             self.block = 0.0
             self.events.append("promote blocked")
         return await super().promote_due(limit=limit)
@@ -71,9 +82,11 @@ async def test_a_leader_whose_lease_ran_out_steps_down_before_acting_again(
     events: list[str] = []
     engine = BlockingPromoteEngine(events, block=0.5)
     config = parse_start_args(None, handler_queues={"q"}, **FAST, leader_lease_ttl_ms=300)
-    leader = MaintenanceLeader(engine, RecordingLock(engine, events), config, InFlight())
+    leader = MaintenanceLeader(
+        engine, RecordingLock(engine, events), config, InFlight(), clock=clock_of(engine)
+    )
     caplog.set_level(logging.WARNING, logger="awa.runtime.maintenance")
-    async with anyio.create_task_group() as tg:
+    async with on_clock(clock_of(engine)), anyio.create_task_group() as tg:
         tg.start_soon(leader.run)
         await wait_until(lambda: events.count("promote") >= 3)
         leader.stop()
@@ -88,9 +101,11 @@ async def test_a_leader_whose_lease_ran_out_steps_down_before_acting_again(
 async def test_a_leader_whose_lease_changed_hands_stops_at_its_next_renewal() -> None:
     engine = InMemoryEngine(clock=ManualClock(), backoff=NO_JITTER)
     config = parse_start_args(None, handler_queues={"q"}, **FAST, leader_lease_ttl_ms=300)
-    leader = MaintenanceLeader(engine, engine.leader_lock(), config, InFlight())
+    leader = MaintenanceLeader(
+        engine, engine.leader_lock(), config, InFlight(), clock=clock_of(engine)
+    )
     usurper = engine.leader_lock()
-    async with anyio.create_task_group() as tg:
+    async with on_clock(clock_of(engine)), anyio.create_task_group() as tg:
         tg.start_soon(leader.run)
         await wait_until(lambda: leader.is_leader)
         first_term = leader.term
@@ -128,14 +143,17 @@ async def test_a_duty_still_running_when_the_lease_ends_is_cut_off(
 ) -> None:
     engine = StuckPromoteEngine()
     config = parse_start_args(None, handler_queues={"q"}, **FAST, leader_lease_ttl_ms=300)
-    leader = MaintenanceLeader(engine, engine.leader_lock(), config, InFlight())
+    leader = MaintenanceLeader(
+        engine, engine.leader_lock(), config, InFlight(), clock=clock_of(engine)
+    )
     caplog.set_level(logging.WARNING, logger="awa.runtime.maintenance")
-    async with anyio.create_task_group() as tg:
+    async with on_clock(clock_of(engine)), anyio.create_task_group() as tg:
         tg.start_soon(leader.run)
-        with anyio.fail_after(5):
-            await engine.stuck.wait()
-            # Not once the lease it runs under ended, and not a second later.
-            await engine.cut_off.wait()
+        await engine.stuck.wait()
+        stuck_at = clock_of(engine).monotonic()
+        # Cut off once the lease it runs under ended (300 ms at most), not later.
+        await engine.cut_off.wait()
+        assert clock_of(engine).monotonic() - stuck_at <= 0.3
         # Leadership is taken again (nobody else wants it) and maintenance goes on.
         await wait_until(lambda: engine.calls >= 3 and leader.is_leader)
         leader.stop()
@@ -161,20 +179,40 @@ async def test_the_watchdog_names_an_async_handler_that_blocks_the_loop(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     engine = InMemoryEngine(clock=ManualClock(), backoff=NO_JITTER)
+    clock = clock_of(engine)
     handlers = HandlerRegistry()
-    done = anyio.Event()
+    blocking = threading.Event()
+    release = threading.Event()
 
-    async def blocking(ctx: AttemptContext) -> None:
-        time.sleep(1.4)  # the mistake the watchdog is there to name
-        done.set()
+    async def blocking_handler(ctx: AttemptContext) -> None:
+        blocking.set()
+        release.wait(10)  # the mistake the watchdog is there to name
 
-    handlers.register("blocker", blocking)
+    handlers.register("blocker", blocking_handler)
     caplog.set_level(logging.WARNING, logger="awa.runtime.loop")
     async with running(engine, handlers, fast_config(handlers), leader=False) as runtime:
-        [record] = await enqueue(engine, "blocker")
-        with anyio.fail_after(5):
-            await done.wait()
-        await wait_until(lambda: "running again" in caplog.text)
+
+        def stall() -> None:
+            """While the loop is stuck, 1.5 s pass on the clock (the threshold is 1 s);
+            the watcher thread reports the block before the handler lets go."""
+            blocking.wait(10)
+            try:
+                for _ in range(15):
+                    clock.advance(0.1)
+                deadline = time.monotonic() + 10
+                while runtime.watchdog.blocks == 0 and time.monotonic() < deadline:
+                    time.sleep(0.001)
+            finally:
+                release.set()
+
+        helper = threading.Thread(target=stall)
+        helper.start()
+        try:
+            [record] = await enqueue(engine, "blocker")
+            await wait_until(lambda: "running again" in caplog.text)
+        finally:
+            release.set()
+            await anyio.to_thread.run_sync(helper.join)
     assert runtime.watchdog.blocks == 1
     blocked = [r.getMessage() for r in caplog.records if "has been blocked" in r.getMessage()]
     assert len(blocked) == 1

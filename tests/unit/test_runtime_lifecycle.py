@@ -20,11 +20,14 @@ from awa.domain.states import JobState
 from awa.ports.storage import Ack, StorageEngine
 from awa.runtime import AttemptContext, HandlerRegistry
 from tests.unit.test_runtime_support import (
+    clock_of,
     enqueue,
     fast_config,
     job,
     make_engine,
+    on_clock,
     running,
+    sleep,
     wait_until,
 )
 
@@ -36,7 +39,7 @@ def _blocking_handler(started: list[AttemptContext], *, until_cancelled: bool = 
         started.append(ctx)
         with anyio.fail_after(5):
             while until_cancelled and not ctx.is_cancelled():
-                await anyio.sleep(0.005)
+                await sleep(0.005)
 
     return handler
 
@@ -72,9 +75,12 @@ async def test_heartbeats_refresh_running_attempts() -> None:
         [record] = await enqueue(engine, "k")
         await wait_until(lambda: started)
         first = (await job(engine, record.id)).heartbeat_at
+        assert first is not None
+        ticks = runtime.heartbeat.ticks
         clock.advance(5)
-        await wait_until(lambda: runtime.heartbeat.ticks >= 2)
-        assert (await job(engine, record.id)).heartbeat_at == clock.now() != first
+        await wait_until(lambda: runtime.heartbeat.ticks > ticks)
+        refreshed = (await job(engine, record.id)).heartbeat_at
+        assert refreshed is not None and refreshed >= first + timedelta(seconds=5)
         started[0].request_cancel()
 
 
@@ -160,7 +166,7 @@ async def test_wait_for_callback_resumes_with_payload() -> None:
     async with running(engine, handlers):
         [record] = await enqueue(engine, "k")
         await wait_until(lambda: _state_is(engine, record.id, JobState.WaitingExternal))
-        await anyio.sleep(0.1)  # heartbeats while parked must not cancel the attempt
+        await sleep(0.1)  # heartbeats while parked must not cancel the attempt
         await engine.resolve_callback(tokens[0], action="resume", payload={"ok": True})
         await wait_until(lambda: _state_is(engine, record.id, JobState.Completed))
     assert payloads == [{"ok": True}]
@@ -181,7 +187,7 @@ async def test_leader_promotes_and_rescues_and_only_one_leads() -> None:
         running(engine, handlers) as second,
     ):
         await wait_until(lambda: first.is_leader or second.is_leader)
-        await anyio.sleep(0.1)
+        await sleep(0.1)
         assert [first.is_leader, second.is_leader].count(True) == 1
         assert [first.health().leader, second.health().leader].count(True) == 1
         # Promotion: a scheduled job becomes due and runs.
@@ -208,7 +214,7 @@ async def test_another_runtime_takes_over_when_the_leader_goes() -> None:
     async with running(engine, handlers) as first:
         await wait_until(lambda: first.is_leader)
         async with running(engine, handlers) as second:
-            await anyio.sleep(0.1)
+            await sleep(0.1)
             assert not second.is_leader
             # A lost lock (dead connection) is noticed and the other candidate wins.
             engine.election.revoke()
@@ -224,7 +230,7 @@ async def test_shutdown_drains_in_flight_handlers() -> None:
     finished: list[int] = []
 
     async def handler(ctx: AttemptContext) -> None:
-        await anyio.sleep(0.15)
+        await sleep(0.15)
         finished.append(ctx.lease.job_id)
 
     handlers.register("k", handler)
@@ -246,7 +252,7 @@ async def test_shutdown_timeout_cancels_and_releases_unfinished_attempts() -> No
     async def stubborn(ctx: AttemptContext) -> None:
         started.append(ctx)
         try:
-            await anyio.sleep(30)
+            await sleep(30)
         finally:
             saw_flag.append(ctx.is_cancelled())
 
@@ -256,12 +262,14 @@ async def test_shutdown_timeout_cancels_and_releases_unfinished_attempts() -> No
 
     handlers.register("async", stubborn)
     handlers.register("sync", blocking)
-    async with running(engine, handlers) as runtime:
+    # The clock runs on while the sync handler holds its thread: that is what overruns.
+    async with running(engine, handlers, clock_waits_for_threads=False) as runtime:
         a, s = await enqueue(engine, "async") + await enqueue(engine, "sync")
         await wait_until(lambda: len(started) == 2)
-        before = time.monotonic()
+        before = clock_of(engine).monotonic()
         await runtime.shutdown(50)
-        assert time.monotonic() - before < 2
+        # the 50 ms drain, then the release: not the async handler's 30 s
+        assert clock_of(engine).monotonic() - before < 2
     assert saw_flag == [True]
     for record in (a, s):
         after = await job(engine, record.id)
@@ -307,13 +315,16 @@ class _RecordingHeartbeatEngine:
     """A thread-side engine that only records heartbeats (all live)."""
 
     def __init__(self) -> None:
-        self.beats: list[tuple[float, int]] = []
+        self.beats: list[int] = []
+        self.beat = threading.Condition()
         self.closed = False
         self.thread_ids: set[int] = set()
 
     async def heartbeat(self, leases: Sequence[RunLease]) -> list[Ack]:
         self.thread_ids.add(threading.get_ident())
-        self.beats.append((time.monotonic(), len(leases)))
+        with self.beat:
+            self.beats.append(len(leases))
+            self.beat.notify_all()
         return [Ack.APPLIED for _ in leases]
 
     async def update_progress(self, lease: RunLease, **kwargs: Any) -> Ack:
@@ -325,25 +336,50 @@ class _RecordingHeartbeatEngine:
 
 async def test_heartbeat_thread_keeps_beating_while_the_loop_is_blocked() -> None:
     engine = make_engine()
+    clock = clock_of(engine)
     side = _RecordingHeartbeatEngine()
 
     async def factory() -> StorageEngine:
         return side  # type: ignore[return-value]
 
     handlers = HandlerRegistry()
-    started: list[AttemptContext] = []
+    blocking = threading.Event()
+    release = threading.Event()
+    during: list[int] = []
 
     async def hog(ctx: AttemptContext) -> None:
-        started.append(ctx)
-        time.sleep(0.3)  # blocks the event loop on purpose
+        blocking.set()
+        release.wait(10)  # blocks the event loop on purpose, until the test lets go
+
+    def while_blocked() -> None:
+        """From a thread of its own (the loop is stuck): five heartbeat intervals pass
+        on the clock, and the heartbeat thread beats for the attempt at each."""
+        blocking.wait(10)
+        try:
+            for _ in range(5):
+                with side.beat:
+                    seen = len(side.beats)
+                    # the heartbeat thread may not wait yet: advance until it beats
+                    while True:
+                        clock.advance(0.03)
+                        if side.beat.wait_for(lambda s=seen: len(side.beats) > s, 0.05):  # type: ignore[misc]
+                            break
+                    during.append(side.beats[-1])
+        finally:
+            release.set()
 
     handlers.register("k", hog)
-    async with running(engine, handlers, heartbeat_engine_factory=factory) as runtime:
-        [record] = await enqueue(engine, "k")
-        await wait_until(lambda: _state_is(engine, record.id, JobState.Completed))
-        assert runtime.health().heartbeat_alive
-    during = [n for _, n in side.beats if n == 1]
-    assert len(during) >= 4  # 30 ms ticks across a 300 ms stall of the main loop
+    helper = threading.Thread(target=while_blocked)
+    helper.start()
+    try:
+        async with running(engine, handlers, heartbeat_engine_factory=factory) as runtime:
+            [record] = await enqueue(engine, "k")
+            await wait_until(lambda: _state_is(engine, record.id, JobState.Completed))
+            assert runtime.health().heartbeat_alive
+    finally:
+        release.set()
+        helper.join()
+    assert during == [1, 1, 1, 1, 1]  # one live attempt at each tick of the stall
     assert threading.get_ident() not in side.thread_ids
     assert side.closed
 
@@ -389,14 +425,15 @@ async def test_polling_takes_over_when_listen_fails() -> None:
 
     handlers.register("k", handler)
     notifier = _BrokenNotifier()
-    runtime = Runtime(engine, notifier, None, engine._clock, handlers, fast_config(handlers))
-    await runtime.start()
-    try:
-        [record] = await enqueue(engine, "k")
-        await wait_until(lambda: done == [record.id], timeout=1.0)
-        assert notifier.attempts >= 1
-    finally:
-        await runtime.shutdown(500)
+    runtime = Runtime(engine, notifier, None, clock_of(engine), handlers, fast_config(handlers))
+    async with on_clock(clock_of(engine), runtime):
+        await runtime.start()
+        try:
+            [record] = await enqueue(engine, "k")
+            await wait_until(lambda: done == [record.id], timeout=1.0)
+            assert notifier.attempts >= 1
+        finally:
+            await runtime.shutdown(500)
 
 
 async def test_runtime_can_start_again_after_shutdown() -> None:

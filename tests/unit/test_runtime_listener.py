@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import anyio
@@ -13,7 +12,15 @@ from awa.adapters.inmemory import InMemoryEngine
 from awa.runtime import AttemptContext, HandlerRegistry, Runtime
 from awa.runtime import listener as listener_module
 from awa.runtime.listener import ChannelListener
-from tests.unit.test_runtime_support import enqueue, fast_config, make_engine, wait_until
+from tests.unit.test_runtime_support import (
+    clock_of,
+    enqueue,
+    fast_config,
+    make_engine,
+    on_clock,
+    sleep,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -22,15 +29,21 @@ _SLOW_POLL_MS = 20_000
 
 
 class _RecordingNotifier:
-    """The engine's notifier, recording each subscription's channels. While ``broken``
-    is set, a subscription fails its next wait (the connection dropped); while
-    ``refuse`` is set, subscribing fails."""
+    """The engine's notifier, recording each subscription's channels. Once :meth:`break_`
+    is called, a subscription fails its wait (the connection dropped); while ``refuse``
+    is set, subscribing fails."""
 
     def __init__(self, engine: InMemoryEngine) -> None:
         self._engine = engine
         self.subscribed: list[list[str]] = []
-        self.broken = False
+        self.broken = anyio.Event()
         self.refuse = False
+
+    def break_(self) -> None:
+        self.broken.set()
+
+    def mend(self) -> None:
+        self.broken = anyio.Event()
 
     async def subscribe(self, channels: list[str]) -> Any:
         if self.refuse:
@@ -41,14 +54,24 @@ class _RecordingNotifier:
 
         class Subscription:
             async def wait(self, timeout: float) -> set[str]:
-                deadline = time.monotonic() + timeout
-                while time.monotonic() < deadline:
-                    if notifier.broken:
-                        raise ConnectionError("server closed the connection unexpectedly")
-                    fired = await inner.wait(min(0.01, deadline - time.monotonic()))
-                    if fired:
-                        return fired
-                return set()
+                fired: set[str] = set()
+                broken = notifier.broken
+
+                async def listen() -> None:
+                    nonlocal fired
+                    fired = await inner.wait(timeout)
+                    tg.cancel_scope.cancel()
+
+                async def until_broken() -> None:
+                    await broken.wait()
+                    tg.cancel_scope.cancel()
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(listen)
+                    tg.start_soon(until_broken)
+                if broken.is_set():
+                    raise ConnectionError("server closed the connection unexpectedly")
+                return fired
 
             async def close(self) -> None:
                 await inner.close()
@@ -73,7 +96,7 @@ async def test_one_subscription_wakes_every_queue_and_answers_cancels() -> None:
         started.append(ctx)
         with anyio.fail_after(5):
             while not ctx.is_cancelled():
-                await anyio.sleep(0.005)
+                await sleep(0.005)
 
     for queue in ("a", "b", "c"):
         handlers.register(f"k{queue}", _recording(done), queue=queue)
@@ -82,12 +105,23 @@ async def test_one_subscription_wakes_every_queue_and_answers_cancels() -> None:
     # Polls and heartbeats far apart: only notifications explain quick pickups and a
     # quick cancel.
     config = fast_config(handlers, poll_interval_ms=_SLOW_POLL_MS, heartbeat_interval_ms=60_000)
-    runtime = Runtime(engine, notifier, None, engine._clock, handlers, config)
+    runtime = Runtime(engine, notifier, None, clock_of(engine), handlers, config)
+    async with on_clock(clock_of(engine), runtime):
+        await _one_subscription(runtime, engine, notifier, done, started)
+
+
+async def _one_subscription(
+    runtime: Runtime,
+    engine: InMemoryEngine,
+    notifier: _RecordingNotifier,
+    done: list[tuple[str, int]],
+    started: list[AttemptContext],
+) -> None:
     await runtime.start()
     try:
         assert notifier.subscribed == [["awa:a", "awa:b", "awa:c", "awa:cancel"]]
         # the claim loops' first claims, on start, found nothing; they now sleep
-        await anyio.sleep(0.1)
+        await sleep(0.1)
         jobs = [(q, (await enqueue(engine, f"k{q}", queue=q))[0].id) for q in ("a", "b", "c")]
         await wait_until(lambda: sorted(done) == sorted(jobs), timeout=1.0)
         [slow] = await enqueue(engine, "slow", queue="c")
@@ -109,21 +143,33 @@ async def test_a_lost_subscription_is_taken_again_and_every_route_woken(
     handlers.register("k", _recording(done), queue="q")
     notifier = _RecordingNotifier(engine)
     config = fast_config(handlers, poll_interval_ms=_SLOW_POLL_MS)
-    runtime = Runtime(engine, notifier, None, engine._clock, handlers, config)
+    runtime = Runtime(engine, notifier, None, clock_of(engine), handlers, config)
+    async with on_clock(clock_of(engine), runtime):
+        await _lost_subscription(runtime, engine, notifier, done, caplog)
+
+
+async def _lost_subscription(
+    runtime: Runtime,
+    engine: InMemoryEngine,
+    notifier: _RecordingNotifier,
+    done: list[tuple[str, int]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     await runtime.start()
     try:
         listener = runtime.listener
         assert listener is not None and listener.listening
-        await anyio.sleep(0.1)
+        await sleep(0.1)
         with caplog.at_level(logging.WARNING, logger="awa.runtime.listener"):
-            notifier.broken = True
             notifier.refuse = True
+            notifier.break_()
             await wait_until(lambda: not listener.listening, timeout=1.0)
             # Enqueued while nobody listens: its announcement is lost.
             [record] = await enqueue(engine, "k", queue="q")
-            await anyio.sleep(0.2)
+            await sleep(0.2)
             assert done == []
-            notifier.broken = notifier.refuse = False
+            notifier.refuse = False
+            notifier.mend()
             # Taken again, the subscription wakes every claim loop once.
             await wait_until(lambda: done == [("q", record.id)], timeout=1.0)
         assert listener.listening and listener.subscriptions == 2
@@ -138,15 +184,15 @@ async def test_a_lost_subscription_is_taken_again_and_every_route_woken(
 
 async def test_routes_are_called_once_per_notification_and_never_block() -> None:
     engine = make_engine()
-    listener = ChannelListener(engine)
+    listener = ChannelListener(engine, clock=clock_of(engine))
     calls: list[str] = []
     listener.route(["awa:a", "awa:a#1"], lambda: calls.append("a"))
     listener.route(["awa:b"], lambda: calls.append("b"))
-    async with anyio.create_task_group() as tg:
+    async with on_clock(clock_of(engine)), anyio.create_task_group() as tg:
         await tg.start(listener.run)
         engine._hub.publish(["awa:a", "awa:a#1"])
         await wait_until(lambda: calls, timeout=1.0)
-        await anyio.sleep(0.05)
+        await sleep(0.05)
         # two channels of the same route fired together: one call
         assert calls == ["a"]
         engine._hub.publish(["awa:b", "awa:other"])

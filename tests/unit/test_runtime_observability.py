@@ -201,7 +201,7 @@ async def test_queue_gauges_report_depth_lag_and_dlq_from_queue_counts() -> None
     engine = make_engine(clock)
     await enqueue(engine, "k", 3, queue="mail")
     clock.advance(timedelta(seconds=42))
-    gauges = QueueGauges(engine, instruments)
+    gauges = QueueGauges(engine, instruments, clock=clock)
     gauges.attach()
     await gauges.refresh()
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import time
-
 import anyio
 import pytest
 
+from awa.adapters.clock import ManualClock
 from awa.runtime.config import QueueConfig
 from awa.runtime.permits import PermitPool
 from awa.runtime.rate_limit import TokenBucket
@@ -95,18 +94,25 @@ def test_token_bucket_refills_at_rate() -> None:
 
 @pytest.mark.anyio
 async def test_waker_remembers_an_early_wake() -> None:
-    waker = Waker()
+    clock = ManualClock()
+    waker = Waker(clock)
     waker.wake()
     assert await waker.wait(5.0) is True
-    started = time.monotonic()
-    assert await waker.wait(0.02) is False
-    assert time.monotonic() - started >= 0.015
+    results: list[bool] = []
 
-    async def wake_soon() -> None:
-        await anyio.sleep(0.01)
-        waker.wake()
+    async def wait(timeout: float) -> None:
+        results.append(await waker.wait(timeout))
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(wake_soon)
-        with anyio.fail_after(1):
-            assert await waker.wait(5.0) is True
+        # a wait that nobody wakes ends at its timeout on the clock, not before
+        tg.start_soon(wait, 0.02)
+        await clock.elapse(0.019)
+        assert results == []
+        await clock.elapse(0.001)
+        assert results == [False]
+        # one woken meanwhile returns at once, long before its timeout
+        tg.start_soon(wait, 5.0)
+        await clock.elapse(0.01)
+        waker.wake()
+        await clock.settle()
+        assert results == [False, True]

@@ -17,7 +17,7 @@ import pytest
 
 from awa.domain.states import JobState
 from awa.runtime import AttemptContext, HandlerRegistry
-from tests.unit.test_runtime_support import enqueue, job, make_engine, running, wait_until
+from tests.unit.test_runtime_support import enqueue, job, make_engine, running, sleep, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -83,7 +83,7 @@ async def test_a_base_exception_from_a_handler_is_a_failed_attempt(
     if style == "async":
 
         async def handler(ctx: AttemptContext) -> None:
-            await anyio.sleep(0)
+            await sleep(0)
             raise_it()
 
     else:
@@ -123,7 +123,7 @@ async def test_shutdown_still_releases_an_attempt_it_interrupts() -> None:
 
     async def handler(ctx: AttemptContext) -> None:
         started.set()
-        await anyio.sleep(60)
+        await sleep(60)
 
     handlers.register("slow", handler)
     async with running(engine, handlers, shutdown_ms=100):
@@ -145,7 +145,7 @@ async def test_an_operator_cancel_is_not_a_handler_failure() -> None:
 
     async def handler(ctx: AttemptContext) -> None:
         started.set()
-        await anyio.sleep(60)
+        await sleep(60)
 
     handlers.register("slow", handler)
     async with running(engine, handlers) as runtime:

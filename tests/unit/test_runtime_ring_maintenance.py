@@ -14,7 +14,7 @@ from awa.ports.maintenance import RingMaintenance
 from awa.runtime import parse_start_args
 from awa.runtime.inflight import InFlight
 from awa.runtime.maintenance import MaintenanceLeader
-from tests.unit.test_runtime_support import FAST
+from tests.unit.test_runtime_support import FAST, clock_of, on_clock
 
 pytestmark = pytest.mark.anyio
 
@@ -63,9 +63,12 @@ async def _lead_for(
             "failed_retention_hours": 5,
         },
     )
-    leader = MaintenanceLeader(engine, engine.leader_lock(), config, InFlight())
-    with anyio.move_on_after(seconds):
-        await leader.run()
+    clock = clock_of(engine)
+    assert isinstance(clock, ManualClock)
+    leader = MaintenanceLeader(engine, engine.leader_lock(), config, InFlight(), clock=clock)
+    async with on_clock(clock):
+        with clock.move_on_after(seconds):
+            await leader.run()
     return leader
 
 
@@ -118,7 +121,7 @@ class SlowPromoteEngine(InMemoryEngine):
     async def promote_due(self, *, limit: int = 1000) -> int:
         self.started.set()
         try:
-            await anyio.sleep(0.2)
+            await clock_of(self).sleep(0.2)
         except BaseException:
             self.cancelled += 1
             raise
@@ -129,12 +132,14 @@ class SlowPromoteEngine(InMemoryEngine):
 def _slow_leader() -> tuple[SlowPromoteEngine, MaintenanceLeader]:
     engine = SlowPromoteEngine()
     config = parse_start_args(None, handler_queues={"q"}, **FAST)
-    return engine, MaintenanceLeader(engine, engine.leader_lock(), config, InFlight())
+    return engine, MaintenanceLeader(
+        engine, engine.leader_lock(), config, InFlight(), clock=clock_of(engine)
+    )
 
 
 async def _stop_during_promotion(engine: SlowPromoteEngine, leader: MaintenanceLeader) -> None:
     """Run the leader, stop it while its promotion is under way, wait until it has ended."""
-    async with anyio.create_task_group() as tg:
+    async with on_clock(clock_of(engine)), anyio.create_task_group() as tg:
         tg.start_soon(leader.run)
         await engine.started.wait()
         leader.stop()

@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-import anyio
 import pytest
 
 from awa.adapters.clock import ManualClock
@@ -16,7 +15,7 @@ from awa.domain.policies import NO_JITTER
 from awa.domain.stripes import stripe_queues
 from awa.ports.storage import StripedClaimer
 from awa.runtime import AttemptContext, HandlerRegistry
-from tests.unit.test_runtime_support import fast_config, running, wait_until
+from tests.unit.test_runtime_support import fast_config, running, sleep, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -84,7 +83,7 @@ async def test_a_striped_queue_is_woken_by_every_stripe_channel() -> None:
         handlers, [("q", 4)], queue_storage_queue_stripe_count=2, poll_interval_ms=60_000
     )
     async with running(engine, handlers, config, leader=False):
-        await anyio.sleep(0.05)
+        await sleep(0.05)
         await engine.enqueue_many([JobSpec(kind="k", queue="q#1", args={"n": 1})])
         await wait_until(lambda: len(seen) == 1)
         await engine.enqueue_many([JobSpec(kind="k", queue="q#0", args={"n": 0})])
@@ -125,6 +124,6 @@ async def test_the_rate_limit_and_weighted_share_belong_to_the_logical_queue() -
     )
     async with running(engine, handlers, config, leader=False) as runtime:
         await wait_until(lambda: len(seen) == 3)
-        await anyio.sleep(0.3)
+        await sleep(0.3)
         assert set(runtime.health().queues) == {"q", "other"}
     assert len(seen) == 3

@@ -1,7 +1,8 @@
 """The job lifecycle: what every outcome of an attempt does to the job, decided once.
 
-Each function here takes the facts it needs (the attempt's numbers, the queue's DLQ
-policy, the backoff, ``now``) and returns a :class:`Transition`: the target state, the
+Each function here takes the facts it needs (the attempt's numbers and kind, the queue's
+DLQ policy, the backoff and the kind's registered policies, ``now``) and returns a
+:class:`Transition`: the target state, the
 fields to change, the error entry to append and whether the failed job goes to the DLQ
 (with a typed :class:`DlqReason`). No I/O, no clock reads.
 
@@ -10,6 +11,10 @@ Engines only *apply* a transition, under their run-lease guard: they find the at
 ``transition.apply(job)`` (or the same values as SQL parameters) and, when
 ``transition.dlq_reason`` is set, move the failed job into the DLQ. The reason strings,
 the error-entry shape and every retry-or-fail rule therefore exist only here.
+
+When an attempt ends (its job leaves ``running`` / ``waiting_external``), the engine asks
+:func:`effects` for the effects on other jobs that the kind's rule attaches to the job as
+the transition left it, and applies them in the same transaction (ADR 0028).
 
 A callback belongs to the attempt that registered it: every transition that closes an
 attempt (to a finished state, or back to waiting for a later attempt) ends its callback,
@@ -27,6 +32,7 @@ import attrs
 
 from awa.domain.callbacks import CallbackAction
 from awa.domain.job import JobRecord
+from awa.domain.kind_policies import Effect, KindPolicies
 from awa.domain.policies import Backoff
 from awa.domain.states import (
     DEFERRED_STATES,
@@ -158,16 +164,18 @@ def error_entry(
 
 @attrs.frozen
 class AttemptFacts:
-    """What the lifecycle reads about an attempt: its number, its budget and whether its
-    queue holds failed jobs in the DLQ."""
+    """What the lifecycle reads about an attempt: its number, its budget (the job's
+    ``max_attempts``), whether its queue holds failed jobs in the DLQ and its job's kind
+    (whose registered policies apply; ``None``: the defaults)."""
 
     attempt: int
     max_attempts: int
     dlq_enabled: bool = False
+    kind: str | None = None
 
     @classmethod
     def of(cls, job: JobRecord, *, dlq_enabled: bool) -> AttemptFacts:
-        return cls(job.attempt, job.max_attempts, dlq_enabled)
+        return cls(job.attempt, job.max_attempts, dlq_enabled, job.kind)
 
 
 @attrs.frozen(eq=True, hash=False)
@@ -261,16 +269,19 @@ def _retry_or_fail(
     error: str,
     now: datetime,
     backoff: Backoff,
+    policies: KindPolicies | None,
     delay: timedelta | None,
     exhausted_reason: DlqReason,
     applies_to: frozenset[JobState],
 ) -> Transition:
-    if attempts_exhausted(facts.attempt, facts.max_attempts):
+    policy = None if policies is None else policies.retry_for(facts.kind)
+    budget = facts.max_attempts if policy is None else policy.budget(facts.max_attempts)
+    if attempts_exhausted(facts.attempt, budget):
         # The last attempt's error ends the job, so it is marked terminal (as awa-pg does).
         entry = ErrorEntry(error, facts.attempt, now, terminal=True)
         return _failed(facts, entry, exhausted_reason, now=now, applies_to=applies_to)
     entry = ErrorEntry(error, facts.attempt, now)
-    wait = delay if delay is not None else backoff.delay(facts.attempt)
+    wait = delay if delay is not None else backoff.policy_delay(policy, facts.attempt)
     return Transition(
         JobState.Retryable,
         applies_to=applies_to,
@@ -296,16 +307,19 @@ def retry(
     error: str,
     now: datetime,
     backoff: Backoff,
+    policies: KindPolicies | None = None,
     delay: timedelta | None = None,
 ) -> Transition:
-    """A retryable failure: ``retryable`` at ``now + delay`` (the backoff for the attempt
-    when ``delay`` is ``None``); with no attempt left, ``failed`` (DLQ reason
-    ``max_attempts_exhausted``)."""
+    """A retryable failure: ``retryable`` at ``now + delay`` (when ``delay`` is ``None``,
+    the delay of the kind's registered retry policy, else the default backoff, for the
+    attempt); with no attempt left (the policy's budget, else the job's), ``failed``
+    (DLQ reason ``max_attempts_exhausted``)."""
     return _retry_or_fail(
         facts,
         error=error,
         now=now,
         backoff=backoff,
+        policies=policies,
         delay=delay,
         exhausted_reason=DlqReason.MAX_ATTEMPTS_EXHAUSTED,
         applies_to=LIVE_STATES,
@@ -422,19 +436,53 @@ def callback_heartbeat(*, timeout: timedelta, now: datetime) -> Transition:
 # ------------------------------------------------------------------ rescue
 
 
-def rescue(kind: Rescue, facts: AttemptFacts, *, now: datetime, backoff: Backoff) -> Transition:
+def rescue(
+    kind: Rescue,
+    facts: AttemptFacts,
+    *,
+    now: datetime,
+    backoff: Backoff,
+    policies: KindPolicies | None = None,
+) -> Transition:
     """A lost attempt closed by a maintenance sweep: a retryable failure recording
-    ``kind.error`` (backoff delay); with no attempt left, ``failed`` with
-    ``kind.dlq_reason``. Either way the attempt's callback ends."""
+    ``kind.error`` (the delay and budget of the job kind's retry policy where this
+    process registered one, else the default backoff and the job's own budget); with no
+    attempt left, ``failed`` with ``kind.dlq_reason``. Either way the attempt's callback
+    ends."""
     return _retry_or_fail(
         facts,
         error=kind.error,
         now=now,
         backoff=backoff,
+        policies=policies,
         delay=None,
         exhausted_reason=kind.dlq_reason,
         applies_to=kind.applies_to,
     )
+
+
+# ------------------------------------------------------------------ effects
+
+
+def ended_attempt(before: JobState, after: JobState) -> bool:
+    """Whether a change from ``before`` to ``after`` ended an attempt: the job was
+    running or waiting for a callback and is neither any more."""
+    return before in LIVE_STATES and after not in LIVE_STATES
+
+
+def effects(policies: KindPolicies | None, job: JobRecord) -> tuple[Effect, ...]:
+    """The effects on other jobs that go with an attempt's end which left ``job`` as it
+    is: what the rule registered for its kind returns (none without a rule). An effect
+    aimed at ``job`` itself is refused with ``ValueError``: a transition decides its own
+    job's fields."""
+    rule = None if policies is None else policies.effects_for(job.kind)
+    if rule is None:
+        return ()
+    decided = tuple(rule(job))
+    for effect in decided:
+        if effect.job_id == job.id:
+            raise ValueError(f"an effect of job {job.id}'s transition names the job itself")
+    return decided
 
 
 # ------------------------------------------------------------------ operator actions

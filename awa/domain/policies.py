@@ -8,17 +8,177 @@ import math
 import random
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import cast
 
 import attrs
 
+from awa.domain.errors import ValidationError, ValidationTypeError
 from awa.domain.states import JobState
+from awa.domain.validation import MAX_MAX_ATTEMPTS, MIN_MAX_ATTEMPTS
 
 MAX_BACKOFF = timedelta(hours=24)
+#: The awa-pg default: 25 % of the delay added at random.
+DEFAULT_JITTER = 0.25
+#: The exponent is capped here: ``2^60`` times any base is past every cap.
+_MAX_EXPONENT = 60
+#: The longest ``base`` or ``max_delay`` a retry policy takes (ten years).
+MAX_POLICY_SECONDS = 10 * 365 * 24 * 3600
+
+
+class BackoffShape(enum.StrEnum):
+    """How a retry's delay grows with the attempt number ``n`` (``base`` is the unit)."""
+
+    #: ``base * 2^n`` (awa-pg's backoff, with ``base`` 1 s).
+    EXPONENTIAL = "exponential"
+    #: ``base * n``.
+    LINEAR = "linear"
+    #: ``base``, whatever the attempt.
+    CONSTANT = "constant"
+
+
+#: A backoff of the caller's own: the delay (a ``timedelta`` or seconds) before retrying
+#: after attempt ``n`` failed.
+DelayFunction = Callable[[int], "timedelta | float"]
+
+
+def _seconds(field: str, value: object, *, positive: bool) -> float:
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise ValidationTypeError(
+            field, f"must be a timedelta or a number of seconds, got {type(value).__name__}"
+        )
+    low = seconds > 0 if positive else seconds >= 0
+    if not (math.isfinite(seconds) and low and seconds <= MAX_POLICY_SECONDS):
+        bound = "greater than 0" if positive else "at least 0"
+        raise ValidationError(
+            field,
+            f"must be {bound} and at most {MAX_POLICY_SECONDS} seconds, got {value}",
+            value=value,
+        )
+    return seconds
+
+
+def _shape(value: object) -> BackoffShape | DelayFunction:
+    if isinstance(value, str):
+        try:
+            return BackoffShape(value)
+        except ValueError:
+            names = ", ".join(repr(s.value) for s in BackoffShape)
+            raise ValidationError(
+                "backoff", f"must be one of {names} or a callable, got {value!r}", value=value
+            ) from None
+    if callable(value):
+        return cast(DelayFunction, value)
+    raise ValidationTypeError(
+        "backoff",
+        f"must be one of 'exponential', 'linear', 'constant' or a callable, "
+        f"got {type(value).__name__}",
+    )
+
+
+def _max_attempts(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationTypeError(
+            "max_attempts", f"must be an integer or None, got {type(value).__name__}"
+        )
+    if not MIN_MAX_ATTEMPTS <= value <= MAX_MAX_ATTEMPTS:
+        raise ValidationError(
+            "max_attempts",
+            f"must be between {MIN_MAX_ATTEMPTS} and {MAX_MAX_ATTEMPTS}, got {value}",
+            value=value,
+        )
+    return value
+
+
+def _jitter(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationTypeError("jitter", f"must be a number, got {type(value).__name__}")
+    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+        raise ValidationError("jitter", f"must be between 0 and 1, got {value}", value=value)
+    return float(value)
+
+
+@attrs.frozen(init=False)
+class RetryPolicy:
+    """How a job kind retries after a retryable failure (a handler's exception or
+    ``RetryAfter``, and the maintenance leader's rescues).
+
+    ``max_attempts``: the kind's attempt budget, used instead of each job's own
+    ``max_attempts`` when set (``None``: the job's). ``backoff``: ``"exponential"``
+    (``base * 2^n``), ``"linear"`` (``base * n``), ``"constant"`` (``base``) or a callable
+    taking the attempt number ``n`` and returning the delay (a ``timedelta`` or seconds).
+    ``jitter``: up to this fraction of the delay is added at random (0 to 1).
+    ``max_delay``: no delay is longer. ``RetryPolicy()`` is awa-pg's retry: exponential
+    from 1 s, 25 % jitter, at most 24 h, the job's own attempt budget.
+
+    Every value is checked here: a bad one raises ``ValidationError`` naming it. A
+    callable that raises, or returns something that is not a finite number of seconds
+    of at least 0, falls back to the exponential delay for that attempt (the lifecycle
+    cannot stop a transition half-way for it).
+    """
+
+    max_attempts: int | None
+    backoff: BackoffShape | DelayFunction
+    base: timedelta
+    jitter: float
+    max_delay: timedelta
+
+    def __init__(
+        self,
+        max_attempts: int | None = None,
+        backoff: str | BackoffShape | DelayFunction = BackoffShape.EXPONENTIAL,
+        *,
+        base: timedelta | float = timedelta(seconds=1),
+        jitter: float = DEFAULT_JITTER,
+        max_delay: timedelta | float = MAX_BACKOFF,
+    ) -> None:
+        self.__attrs_init__(
+            _max_attempts(max_attempts),
+            _shape(backoff),
+            timedelta(seconds=_seconds("base", base, positive=True)),
+            _jitter(jitter),
+            timedelta(seconds=_seconds("max_delay", max_delay, positive=True)),
+        )
+
+    def _raw_seconds(self, attempt: int) -> float:
+        """The delay before jitter and cap."""
+        n = max(attempt, 0)
+        base = self.base.total_seconds()
+        shape = self.backoff
+        if shape is BackoffShape.EXPONENTIAL:
+            return base * float(2 ** min(n, _MAX_EXPONENT))
+        if shape is BackoffShape.LINEAR:
+            return base * n
+        if shape is BackoffShape.CONSTANT:
+            return base
+        try:
+            return _seconds("backoff", shape(n), positive=False)
+        except Exception:  # a user's function: the documented fallback
+            return base * float(2 ** min(n, _MAX_EXPONENT))
+
+    def delay(self, attempt: int, draw: float) -> timedelta:
+        """The delay before retrying after attempt ``attempt`` failed; ``draw`` is a
+        random number in ``[0, 1)`` (the share of the jitter taken)."""
+        raw = self._raw_seconds(attempt)
+        fraction = min(max(draw, 0.0), 1.0)
+        seconds = min(raw + raw * self.jitter * fraction, self.max_delay.total_seconds())
+        return timedelta(seconds=seconds)
+
+    def budget(self, job_max_attempts: int) -> int:
+        """The attempts a job with ``job_max_attempts`` of its own has under this policy."""
+        return job_max_attempts if self.max_attempts is None else self.max_attempts
 
 
 @attrs.frozen
 class Backoff:
-    """Retry delay ``min(2^attempt s + up to 25 % jitter, 24 h)``.
+    """The default retry delay (awa-pg's, :class:`RetryPolicy`'s defaults):
+    ``min(2^attempt s + up to 25 % jitter, 24 h)``; and the random source every retry
+    policy of an engine draws its jitter from.
 
     ``jitter`` returns a float in ``[0, 1)``; inject a constant for deterministic tests.
     """
@@ -27,11 +187,14 @@ class Backoff:
     cap: timedelta = MAX_BACKOFF
 
     def delay(self, attempt: int) -> timedelta:
-        exponent = min(max(attempt, 0), 20)  # 2^17 s already exceeds the 24 h cap
-        base = float(2**exponent)
-        fraction = min(max(self.jitter(), 0.0), 1.0)
-        seconds = base + base * 0.25 * fraction
-        return min(timedelta(seconds=seconds), self.cap)
+        return RetryPolicy(max_delay=self.cap).delay(attempt, self.jitter())
+
+    def policy_delay(self, policy: RetryPolicy | None, attempt: int) -> timedelta:
+        """The delay ``policy`` gives ``attempt`` with this backoff's jitter draw; the
+        default (:meth:`delay`) when there is no policy."""
+        if policy is None:
+            return self.delay(attempt)
+        return policy.delay(attempt, self.jitter())
 
     def bounds(self, attempt: int) -> tuple[timedelta, timedelta]:
         """The shortest and longest :meth:`delay` for ``attempt`` (no jitter, full

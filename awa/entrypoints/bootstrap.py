@@ -39,6 +39,7 @@ from awa.adapters.postgres_queue_storage import (
 )
 from awa.adapters.postgres_queue_storage.connections import MAX_KEPT_CONNECTIONS
 from awa.domain.errors import ConnectionLimitTooLow, DatabaseError, WakeupsUnavailable
+from awa.domain.kind_policies import KindPolicies
 from awa.domain.policies import Backoff
 from awa.domain.transition import TransitionStatus
 from awa.entrypoints.routing import (
@@ -101,6 +102,8 @@ class Wiring:
     url: str
     engine: ClientEngine
     pool: AsyncConnectionPool[Connection] | None = None
+    #: The per-kind policies of the client: every engine opened for it reads them.
+    policies: KindPolicies = attrs.field(factory=KindPolicies)
 
     def database(self) -> AsyncConnectionPool[Connection]:
         """The pool, or ``DatabaseError`` when this client has no database."""
@@ -163,7 +166,11 @@ async def check_reachable(url: str, *, timeout: float = ELIGIBILITY_TIMEOUT) -> 
 
 
 async def open_wiring(
-    url: str, *, max_connections: int, pool_options: PoolOptions | None = None
+    url: str,
+    *,
+    max_connections: int,
+    pool_options: PoolOptions | None = None,
+    policies: KindPolicies | None = None,
 ) -> Wiring:
     """Open the storage engine selected for this deployment: the transition-routing engine,
     which follows ``awa.storage_transition_state`` (canonical, mixed or queue storage).
@@ -173,8 +180,11 @@ async def open_wiring(
     unreachable database raises ``DatabaseError`` naming the driver's reason."""
     await check_reachable(url)
     pool = await open_pool(url, max_connections=max_connections, options=pool_options)
-    engine = postgres_routing(pool, url, clock=SystemClock(), backoff=Backoff(), owns_pool=True)
-    return Wiring(url=url, engine=engine, pool=pool)
+    policies = policies if policies is not None else KindPolicies()
+    engine = postgres_routing(
+        pool, url, clock=SystemClock(), backoff=Backoff(), policies=policies, owns_pool=True
+    )
+    return Wiring(url=url, engine=engine, pool=pool, policies=policies)
 
 
 async def require_schema(wiring: Wiring) -> None:
@@ -366,12 +376,14 @@ def _thread_engine_factory(wiring: Wiring) -> EngineFactory:
     database, for a thread with an event loop of its own (a pool belongs to the loop that
     opened it)."""
     url = wiring.url
+    policies = wiring.policies
 
     async def open_routing() -> StorageEngine:
         return await open_postgres_routing(
             url,
             clock=SystemClock(),
             backoff=Backoff(),
+            policies=policies,
             max_connections=THREAD_ENGINE_CONNECTIONS,
         )
 

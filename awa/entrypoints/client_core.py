@@ -11,6 +11,7 @@ from awa.adapters.clock import SystemClock
 from awa.domain.errors import DatabaseError, JobNotFound
 from awa.domain.job import DEFAULT_QUEUE
 from awa.domain.keywords import check_keywords
+from awa.domain.kind_policies import KindPolicies
 from awa.domain.lifecycle import operator_retry_applies
 from awa.domain.states import TERMINAL_STATES, JobState
 from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, validate_stripe_count
@@ -95,6 +96,8 @@ class ClientCore:
         self._url = database_url
         self._max_connections = max_connections
         self._pool_options = pool_options
+        # The per-kind policies (``task(retry=...)``) every engine of this client reads.
+        self._policies = KindPolicies()
         self._wiring_obj: Wiring | None = None
         self._schema_checked = False
         self._open_lock: asyncio.Lock | None = None
@@ -131,6 +134,7 @@ class ClientCore:
                     self._url,
                     max_connections=self._max_connections,
                     pool_options=self._pool_options,
+                    policies=self._policies,
                 )
         return self._wiring_obj
 

@@ -31,6 +31,7 @@ from awa.adapters.inmemory.store import CANONICAL_SIDE, queue_storage_side
 from awa.adapters.postgres_canonical import CanonicalEngine
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.adapters.routing import DEFAULT_REFRESH_INTERVAL, TransitionRoutingEngine
+from awa.domain.kind_policies import KindPolicies
 from awa.domain.policies import Backoff
 from awa.ports.clock import Clock
 
@@ -46,18 +47,21 @@ async def open_postgres_routing(
     *,
     clock: Clock | None = None,
     backoff: Backoff | None = None,
+    policies: KindPolicies | None = None,
     max_connections: int = 10,
     refresh_interval: float = DEFAULT_REFRESH_INTERVAL,
     pool_options: PoolOptions | None = None,
 ) -> PostgresRouting:
     """Open a pool on ``url``, check the schema has the transition functions and build
-    the routing engine on it (closing the engine closes the pool)."""
+    the routing engine on it (closing the engine closes the pool). ``policies``: the
+    process's per-kind policies, shared by every engine it composes."""
     pool = await open_routing_pool(url, max_connections=max_connections, options=pool_options)
     return postgres_routing(
         pool,
         url,
         clock=clock,
         backoff=backoff,
+        policies=policies,
         refresh_interval=refresh_interval,
         owns_pool=True,
     )
@@ -83,21 +87,24 @@ def postgres_routing(
     *,
     clock: Clock | None = None,
     backoff: Backoff | None = None,
+    policies: KindPolicies | None = None,
     refresh_interval: float = DEFAULT_REFRESH_INTERVAL,
     owns_pool: bool = False,
 ) -> PostgresRouting:
     """The routing engine over the Postgres engines on ``pool`` (the database at
     ``url``). With the system clock, single inserts take ``awa.insert_job_compat`` in one
-    round trip (it times them by the database clock, so a manual clock does not)."""
+    round trip (it times them by the database clock, so a manual clock does not). Every
+    engine it composes reads the same ``policies``."""
     clock = clock if clock is not None else SystemClock()
     backoff = backoff if backoff is not None else Backoff()
+    policies = policies if policies is not None else KindPolicies()
     engines: dict[str, QueueStorageEngine] = {}
 
     def queue_storage(schema: str) -> QueueStorageEngine:
         engine = engines.get(schema)
         if engine is None:
             engine = engines[schema] = QueueStorageEngine(
-                pool, url, clock=clock, backoff=backoff, schema=schema
+                pool, url, clock=clock, backoff=backoff, policies=policies, schema=schema
             )
         return engine
 
@@ -109,7 +116,7 @@ def postgres_routing(
             await pool.close()
 
     return TransitionRoutingEngine(
-        canonical=CanonicalEngine(pool, clock=clock, backoff=backoff),
+        canonical=CanonicalEngine(pool, clock=clock, backoff=backoff, policies=policies),
         queue_storage=queue_storage,
         transactions=PgTransactions(pool),
         transition=PgTransitionState(pool),
@@ -130,19 +137,24 @@ class InMemoryRouting:
 
 
 def inmemory_routing(
-    clock: Clock, backoff: Backoff | None = None, *, refresh_interval: float = 0.0
+    clock: Clock,
+    backoff: Backoff | None = None,
+    *,
+    refresh_interval: float = 0.0,
+    policies: KindPolicies | None = None,
 ) -> InMemoryRouting:
     """The routing engine over a canonical and a queue-storage in-memory engine sharing
-    one store, starting in state ``canonical``."""
+    one store (and ``policies``), starting in state ``canonical``."""
     store = SharedStore()
-    canonical = InMemoryEngine(clock, backoff, store=store, side=CANONICAL_SIDE)
+    policies = policies if policies is not None else KindPolicies()
+    canonical = InMemoryEngine(clock, backoff, store=store, side=CANONICAL_SIDE, policies=policies)
     engines: dict[str, InMemoryEngine] = {}
 
     def queue_storage(schema: str) -> InMemoryEngine:
         engine = engines.get(schema)
         if engine is None:
             engine = engines[schema] = InMemoryEngine(
-                clock, backoff, store=store, side=queue_storage_side(schema)
+                clock, backoff, store=store, side=queue_storage_side(schema), policies=policies
             )
         return engine
 

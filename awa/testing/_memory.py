@@ -67,7 +67,11 @@ def memory_client(handlers_from: AsyncClient | None = None) -> AsyncClient:
     the handlers registered on that client (the application's) are the ones run."""
     client = AsyncClient.__new__(AsyncClient)
     ClientCore._init_state(client, MEMORY_URL, 1)
-    client._wiring_obj = Wiring(url=MEMORY_URL, engine=_ClientMemoryEngine(SystemClock()))  # type: ignore[arg-type]
+    if handlers_from is not None:
+        # The application's policies (``task(retry=...)``) go with its handlers.
+        client._policies = handlers_from._policies
+    engine = _ClientMemoryEngine(SystemClock(), policies=client._policies)
+    client._wiring_obj = Wiring(url=MEMORY_URL, engine=engine, policies=client._policies)  # type: ignore[arg-type]
     client._handlers = handlers_from._handlers if handlers_from is not None else HandlerRegistry()
     client._runtime = None
     client._runtime_resources = None

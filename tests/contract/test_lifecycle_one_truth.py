@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from awa.domain import lifecycle
+from awa.domain.kind_policies import KindPolicies
 from awa.domain.lifecycle import AttemptFacts, ErrorEntry, Rescue, Transition
 from awa.domain.policies import Backoff
 from awa.domain.states import JobState
@@ -101,6 +102,7 @@ async def test_the_retry_decision_is_the_domains(
         error: str,
         now: datetime,
         backoff: Backoff,
+        policies: KindPolicies | None = None,
         delay: timedelta | None = None,
     ) -> Transition:
         # A different rule: a fixed seven-second pause that gives the attempt back.

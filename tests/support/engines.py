@@ -32,6 +32,7 @@ from awa.adapters._pg.migrations import migrate
 from awa.adapters.clock import ManualClock
 from awa.adapters.inmemory import InMemoryEngine
 from awa.adapters.postgres_canonical import CanonicalEngine
+from awa.domain.kind_policies import KindPolicies
 from awa.domain.policies import Backoff
 from awa.domain.transition import RuntimeView, StorageCapability, TransitionState
 from awa.ports.leader import LeaderLock
@@ -58,6 +59,9 @@ class EngineHandle:
     #: The database a Postgres engine runs on (``None`` for the in-memory engine), for
     #: tests that must write what the engine would refuse (rows from older releases).
     database_url: str | None = None
+    #: The per-kind policies the engine's lifecycle decisions read (tests register
+    #: retry policies and effect rules here).
+    policies: KindPolicies = attrs.field(factory=KindPolicies)
 
 
 EngineFactory = Callable[
@@ -95,9 +99,10 @@ async def open_engine(name: str, database_url: str | None = None) -> AsyncIterat
 async def _inmemory(
     clock: ManualClock, backoff: Backoff, database_url: str | None
 ) -> AsyncIterator[EngineHandle]:
-    engine = InMemoryEngine(clock, backoff)
+    policies = KindPolicies()
+    engine = InMemoryEngine(clock, backoff, policies=policies)
     try:
-        yield EngineHandle("inmemory", engine, clock, engine, engine.leader_lock)
+        yield EngineHandle("inmemory", engine, clock, engine, engine.leader_lock, policies=policies)
     finally:
         await engine.close()
 
@@ -111,10 +116,19 @@ async def _postgres_canonical(
 ) -> AsyncIterator[EngineHandle]:
     assert database_url is not None
     await migrate(database_url)
-    engine = await CanonicalEngine.open(database_url, clock=clock, backoff=backoff)
+    policies = KindPolicies()
+    engine = await CanonicalEngine.open(
+        database_url, clock=clock, backoff=backoff, policies=policies
+    )
     try:
         yield EngineHandle(
-            "postgres_canonical", engine, clock, engine, engine.leader_lock, database_url
+            "postgres_canonical",
+            engine,
+            clock,
+            engine,
+            engine.leader_lock,
+            database_url,
+            policies=policies,
         )
     finally:
         await engine.close()
@@ -130,10 +144,19 @@ async def _queue_storage(
     from awa.adapters.postgres_queue_storage import QueueStorageEngine
 
     assert database_url is not None
-    engine = await QueueStorageEngine.open(database_url, clock=clock, backoff=backoff)
+    policies = KindPolicies()
+    engine = await QueueStorageEngine.open(
+        database_url, clock=clock, backoff=backoff, policies=policies
+    )
     try:
         yield EngineHandle(
-            "postgres_queue_storage", engine, clock, engine, engine.leader_lock, database_url
+            "postgres_queue_storage",
+            engine,
+            clock,
+            engine,
+            engine.leader_lock,
+            database_url,
+            policies=policies,
         )
     finally:
         await engine.close()
@@ -162,10 +185,15 @@ async def _routing(
         await bootstrap.activate_queue_storage_if_fresh(database_url, "awa")
     elif state is TransitionState.MIXED_TRANSITION:
         await _enter_mixed_transition(database_url)
-    engine = await open_postgres_routing(database_url, clock=clock, backoff=backoff)
+    policies = KindPolicies()
+    engine = await open_postgres_routing(
+        database_url, clock=clock, backoff=backoff, policies=policies
+    )
     try:
         assert (await engine.status(max_age=0.0)).state is state
-        yield EngineHandle(ROUTING_NAMES[state], engine, clock, engine, engine.leader_lock)
+        yield EngineHandle(
+            ROUTING_NAMES[state], engine, clock, engine, engine.leader_lock, policies=policies
+        )
     finally:
         await engine.close()
 
@@ -233,7 +261,8 @@ def _inmemory_routing_in(state: TransitionState) -> EngineFactory:
     ) -> AsyncIterator[EngineHandle]:
         from awa.entrypoints.routing import inmemory_routing
 
-        routing = inmemory_routing(clock, backoff)
+        policies = KindPolicies()
+        routing = inmemory_routing(clock, backoff, policies=policies)
         if state is TransitionState.ACTIVE:
             assert await routing.transition.activate_if_fresh()
         elif state is TransitionState.MIXED_TRANSITION:
@@ -243,7 +272,12 @@ def _inmemory_routing_in(state: TransitionState) -> EngineFactory:
         try:
             assert (await engine.status()).state is state
             yield EngineHandle(
-                f"routing_inmemory_{state.value}", engine, clock, engine, engine.leader_lock
+                f"routing_inmemory_{state.value}",
+                engine,
+                clock,
+                engine,
+                engine.leader_lock,
+                policies=policies,
             )
         finally:
             await engine.close()

@@ -118,7 +118,8 @@ def test_attempts_exhausted_at_the_budget() -> None:
 
 
 def test_facts_of_a_job() -> None:
-    assert AttemptFacts.of(_job(), dlq_enabled=True) == AttemptFacts(3, 5, True)
+    job = _job()
+    assert AttemptFacts.of(job, dlq_enabled=True) == AttemptFacts(3, 5, True, job.kind)
 
 
 def test_dlq_reasons_are_the_stored_strings() -> None:

@@ -18,9 +18,10 @@ from awa.adapters.inmemory.store import CANONICAL_SIDE, SharedStore, StoreState
 from awa.domain import lifecycle
 from awa.domain.batch_ops import BatchOperation
 from awa.domain.callbacks import CallbackExpressions
-from awa.domain.channels import cancel_notification
+from awa.domain.channels import cancel_notification, queue_channel
 from awa.domain.errors import DatabaseError
 from awa.domain.job import JobRecord, RunLease
+from awa.domain.kind_policies import KindPolicies
 from awa.domain.lifecycle import AttemptFacts, Transition
 from awa.domain.policies import Backoff
 from awa.domain.states import LIVE_STATES, JobState
@@ -60,7 +61,8 @@ class EngineBase:
 
     ``store`` and ``side``: the engine keeps its jobs on ``side`` of a store it shares
     with other engines (see :mod:`awa.adapters.inmemory.store`); by default it has a store
-    of its own."""
+    of its own. ``policies``: the per-kind policies its lifecycle decisions read (shared
+    with the process's other engines; a registry of its own by default)."""
 
     def __init__(
         self,
@@ -69,9 +71,11 @@ class EngineBase:
         *,
         store: SharedStore | None = None,
         side: str = CANONICAL_SIDE,
+        policies: KindPolicies | None = None,
     ) -> None:
         self._clock = clock
         self._backoff = backoff if backoff is not None else Backoff()
+        self._policies = policies if policies is not None else KindPolicies()
         self._store = store if store is not None else SharedStore()
         self._side = side
         self._lock = self._store.lock
@@ -150,6 +154,23 @@ class EngineBase:
             write.state.move_to_dlq(updated, reason=transition.dlq_reason.value, now=write.now)
         return updated
 
+    def _end(self, write: Write, job: JobRecord, transition: Transition) -> JobRecord:
+        """Apply an attempt's transition (outcome, callback resolution or rescue) and, when
+        it ended the attempt, the effects on other jobs its kind's rule attaches, in the
+        same write."""
+        updated = self._apply(write, job, transition)
+        if lifecycle.ended_attempt(job.state, updated.state):
+            for effect in lifecycle.effects(self._policies, updated):
+                target = write.state.jobs.get(effect.job_id)
+                if target is None or not effect.transition.applies(target.state):
+                    continue
+                changed = self._apply(write, target, effect.transition)
+                if changed.state is JobState.Available:
+                    write.notify.add(queue_channel(target.queue))
+                if lifecycle.ended_attempt(target.state, changed.state):
+                    write.notify.add(cancel_notification(target.id, target.run_lease)[0])
+        return updated
+
     def _close(
         self, write: Write, lease: RunLease, decide: Callable[[JobRecord], Transition]
     ) -> JobRecord | None:
@@ -161,7 +182,7 @@ class EngineBase:
         transition = decide(job)
         if not transition.applies(job.state):
             return None
-        self._apply(write, job, transition)
+        self._end(write, job, transition)
         return job
 
     def _cancel(self, write: Write, job: JobRecord, transition: Transition) -> JobRecord:

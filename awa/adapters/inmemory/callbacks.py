@@ -79,7 +79,7 @@ class CallbackOps(EngineBase):
             )
             if transition.state is JobState.Available:
                 write.notify.add(queue_channel(job.queue))
-            updated = self._apply(write, job, transition)
+            updated = self._end(write, job, transition)
         # A fail routed to the DLQ leaves no job row: the failed snapshot is the answer.
         return updated
 

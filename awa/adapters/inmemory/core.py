@@ -167,6 +167,7 @@ class CoreOps(EngineBase):
                     error=error,
                     now=write.now,
                     backoff=self._backoff,
+                    policies=self._policies,
                     delay=delay,
                 ),
             )
@@ -290,9 +291,13 @@ class CoreOps(EngineBase):
         rescued = []
         for job in self._sorted(jobs):
             t = lifecycle.rescue(
-                kind, self._facts(write, job), now=write.now, backoff=self._backoff
+                kind,
+                self._facts(write, job),
+                now=write.now,
+                backoff=self._backoff,
+                policies=self._policies,
             )
-            self._apply(write, job, t)
+            self._end(write, job, t)
             rescued.append(
                 Rescued(
                     lease=job.lease,

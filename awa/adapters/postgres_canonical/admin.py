@@ -21,7 +21,6 @@ from awa.domain.admin_views import (
     queue_depths_from,
     queue_state_buckets,
 )
-from awa.domain.channels import cancel_notification
 from awa.domain.job import JobRecord, QueueCounts, RunLease
 from awa.domain.states import LIVE_STATES, TERMINAL_STATES, JobState
 from awa.ports.storage import JobFilter
@@ -150,10 +149,6 @@ class AdminOps(EngineBase):
         return len(applied)
 
     # ---------------------------------------------------------------- job control
-    async def _notify_cancel(self, conn: AnyConnection, job_id: int, run_lease: int) -> None:
-        channel, payload = cancel_notification(job_id, run_lease)
-        await self._all(conn, "notify_cancel", {"channel": channel, "payload": payload})
-
     async def _cancel_locked(
         self, conn: AnyConnection, row: Mapping[str, Any], now: datetime
     ) -> JobRecord:

@@ -21,10 +21,14 @@ from awa.adapters._pg.pool import DictConnection, open_pool
 from awa.adapters._pg.rows import dlq_from_row, job_from_row
 from awa.adapters._pg.sql import load_queries
 from awa.adapters.clock import SystemClock
+from awa.domain import lifecycle
+from awa.domain.channels import cancel_notification
 from awa.domain.errors import DatabaseError, UniqueConflict
 from awa.domain.job import JobRecord, RunLease
+from awa.domain.kind_policies import KindPolicies
 from awa.domain.lifecycle import AttemptFacts, Transition
 from awa.domain.policies import Backoff
+from awa.domain.states import LIVE_STATES
 from awa.ports.clock import Clock
 from awa.ports.storage import UnitOfWork
 
@@ -52,7 +56,7 @@ def query(name: str) -> bytes:
 
 def attempt_facts(row: Mapping[str, Any]) -> AttemptFacts:
     """What the lifecycle reads about a locked attempt row (``dlq_enabled`` joined in)."""
-    return AttemptFacts(row["attempt"], row["max_attempts"], bool(row["dlq_enabled"]))
+    return AttemptFacts(row["attempt"], row["max_attempts"], bool(row["dlq_enabled"]), row["kind"])
 
 
 def transition_params(items: Sequence[tuple[RunLease, Transition]]) -> dict[str, Any]:
@@ -92,7 +96,8 @@ class CanonicalUnitOfWork:
 
 
 class EngineBase:
-    """Pool, clock and backoff plus the helpers every canonical operation uses."""
+    """Pool, clock, backoff and per-kind policies plus the helpers every canonical
+    operation uses."""
 
     def __init__(
         self,
@@ -101,10 +106,12 @@ class EngineBase:
         clock: Clock | None = None,
         backoff: Backoff | None = None,
         owns_pool: bool = False,
+        policies: KindPolicies | None = None,
     ) -> None:
         self._pool = pool
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._backoff = backoff if backoff is not None else Backoff()
+        self._policies = policies if policies is not None else KindPolicies()
         self._owns_pool = owns_pool
 
     @classmethod
@@ -115,6 +122,7 @@ class EngineBase:
         clock: Clock | None = None,
         backoff: Backoff | None = None,
         max_connections: int = 10,
+        policies: KindPolicies | None = None,
     ) -> Self:
         """Open a pool on ``database_url`` after checking the schema is migrated.
 
@@ -128,7 +136,7 @@ class EngineBase:
         except BaseException:
             await pool.close()
             raise
-        return cls(pool, clock=clock, backoff=backoff, owns_pool=True)
+        return cls(pool, clock=clock, backoff=backoff, owns_pool=True, policies=policies)
 
     #: Alias of :meth:`open`.
     connect = open
@@ -238,18 +246,67 @@ class EngineBase:
         return UniqueConflict("a live job already holds this unique key")
 
     # ---------------------------------------------------------------- attempt outcomes
+    async def _notify_cancel(self, conn: AnyConnection, job_id: int, run_lease: int) -> None:
+        channel, payload = cancel_notification(job_id, run_lease)
+        await self._all(conn, "notify_cancel", {"channel": channel, "payload": payload})
+
     async def _apply(
         self,
         conn: AnyConnection,
         items: Sequence[tuple[RunLease, Transition]],
         *,
         now: datetime,
+        effects: bool = False,
     ) -> tuple[set[tuple[int, int]], dict[int, DictRow]]:
         """Apply lifecycle transitions in one statement, then hold the failures they
         route to the DLQ in one more. Returns the ``(id, run_lease)`` pairs that applied
-        and the DLQ rows by job id."""
+        and the DLQ rows by job id.
+
+        ``effects``: the items are attempts' transitions (outcomes, callback resolutions,
+        rescues); those that end an attempt carry the effects their kind's rule attaches,
+        applied with them all-or-nothing (ADR 0028)."""
         if not items:
             return set(), {}
+        if not (effects and self._policies.has_effects):
+            return await self._apply_transitions(conn, items, now=now)
+        async with self._atomic(conn):
+            applied, held = await self._apply_transitions(conn, items, now=now)
+            for lease, transition in items:
+                ended = transition.state is not None and transition.state not in LIVE_STATES
+                if ended and (lease.job_id, lease.lease) in applied:
+                    await self._apply_effects(conn, lease.job_id, held, now)
+        return applied, held
+
+    async def _apply_effects(
+        self, conn: AnyConnection, job_id: int, held: Mapping[int, DictRow], now: datetime
+    ) -> None:
+        """Apply the effects of the ended attempt of ``job_id`` (read as the transition
+        left it: its row, or its DLQ entry) to the jobs they name, each locked first."""
+        if job_id in held:
+            job = dlq_from_row(held[job_id]).job
+        else:
+            row = await self._one(conn, "lock_job", {"id": job_id})
+            if row is None:
+                return
+            job = job_from_row(row)
+        for effect in lifecycle.effects(self._policies, job):
+            target = await self._one(conn, "lock_job", {"id": effect.job_id})
+            if target is None:
+                continue
+            before = job_from_row(target)
+            if not effect.transition.applies(before.state):
+                continue
+            after = await self._apply_locked(conn, target, effect.transition, now)
+            if lifecycle.ended_attempt(before.state, after.state):
+                await self._notify_cancel(conn, before.id, before.run_lease)
+
+    async def _apply_transitions(
+        self,
+        conn: AnyConnection,
+        items: Sequence[tuple[RunLease, Transition]],
+        *,
+        now: datetime,
+    ) -> tuple[set[tuple[int, int]], dict[int, DictRow]]:
         rows = await self._all(conn, "apply_transitions", transition_params(items))
         applied = {(row["id"], row["run_lease"]) for row in rows}
         routed = [
@@ -268,12 +325,19 @@ class EngineBase:
         return applied, held
 
     async def _apply_locked(
-        self, conn: AnyConnection, row: Mapping[str, Any], transition: Transition, now: datetime
+        self,
+        conn: AnyConnection,
+        row: Mapping[str, Any],
+        transition: Transition,
+        now: datetime,
+        *,
+        effects: bool = False,
     ) -> JobRecord:
         """Apply ``transition`` to the attempt row locked in this transaction; the answer is
-        the job as the transition leaves it (its DLQ entry's snapshot when it moved)."""
+        the job as the transition leaves it (its DLQ entry's snapshot when it moved).
+        ``effects`` as for :meth:`_apply`."""
         job = job_from_row(row)
-        applied, held = await self._apply(conn, [(job.lease, transition)], now=now)
+        applied, held = await self._apply(conn, [(job.lease, transition)], now=now, effects=effects)
         # The row was locked earlier in the same transaction, so it cannot have changed.
         if not applied:
             raise DatabaseError("a locked job row changed inside its transaction")

@@ -34,12 +34,18 @@ class MaintenanceOps(EngineBase):
             items = [
                 (
                     RunLease(row["id"], row["run_lease"]),
-                    lifecycle.rescue(kind, attempt_facts(row), now=now, backoff=self._backoff),
+                    lifecycle.rescue(
+                        kind,
+                        attempt_facts(row),
+                        now=now,
+                        backoff=self._backoff,
+                        policies=self._policies,
+                    ),
                 )
                 for row in candidates
             ]
             # One statement closes every candidate, one more holds those routed to the DLQ.
-            applied, held = await self._apply(conn, items, now=now)
+            applied, held = await self._apply(conn, items, now=now, effects=True)
         return [
             Rescued(
                 lease=lease,

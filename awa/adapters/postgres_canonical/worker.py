@@ -164,7 +164,9 @@ class WorkerOps(EngineBase):
         now = self._clock.now()
         done = lifecycle.complete(now)
         async with self._connection() as conn:
-            applied, _ = await self._apply(conn, [(lease, done) for lease in leases], now=now)
+            applied, _ = await self._apply(
+                conn, [(lease, done) for lease in leases], now=now, effects=True
+            )
         return _batch_acks(leases, applied)
 
     async def heartbeat(self, leases: Sequence[RunLease]) -> list[Ack]:
@@ -182,7 +184,9 @@ class WorkerOps(EngineBase):
     async def _close(self, lease: RunLease, transition: Transition) -> Ack:
         """Apply a transition that needs no fact about the attempt, in one statement."""
         async with self._connection() as conn:
-            applied, _ = await self._apply(conn, [(lease, transition)], now=self._clock.now())
+            applied, _ = await self._apply(
+                conn, [(lease, transition)], now=self._clock.now(), effects=True
+            )
         return _ack(bool(applied))
 
     async def _decide(
@@ -198,7 +202,7 @@ class WorkerOps(EngineBase):
             if row is None:
                 return Ack.STALE
             applied, _ = await self._apply(
-                conn, [(lease, decide(attempt_facts(row), now))], now=now
+                conn, [(lease, decide(attempt_facts(row), now))], now=now, effects=True
             )
         return _ack(bool(applied))
 
@@ -207,7 +211,12 @@ class WorkerOps(EngineBase):
         return await self._decide(
             lease,
             lambda facts, now: lifecycle.retry(
-                facts, error=error, now=now, backoff=self._backoff, delay=delay
+                facts,
+                error=error,
+                now=now,
+                backoff=self._backoff,
+                policies=self._policies,
+                delay=delay,
             ),
         )
 
@@ -310,7 +319,7 @@ class WorkerOps(EngineBase):
                 expression=expression,
                 now=now,
             )
-            return await self._apply_locked(conn, row, transition, now)
+            return await self._apply_locked(conn, row, transition, now, effects=True)
 
     async def heartbeat_callback(self, callback_id: str, *, timeout: timedelta) -> JobRecord:
         """Push the callback timeout of the live attempt carrying ``callback_id``."""

@@ -30,6 +30,7 @@ from awa.domain.admin_views import KindCounts, QueueDepth, QueueStateBucket, Sta
 from awa.domain.batch_ops import BatchFilter, BatchSpec, ItemResult
 from awa.domain.callbacks import CallbackExpressions
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
+from awa.domain.kind_policies import KindPolicies
 from awa.domain.policies import Backoff, PruneOutcome, RingSeal, RotateOutcome
 from awa.ports.clock import Clock
 from awa.ports.storage import Ack, DlqFilter, JobFilter, Rescued, UnitOfWork
@@ -50,11 +51,19 @@ class QueueStorageEngine(PgCronOps, PgOverrideOps, PgDescriptorOps, PgBatchContr
         clock: Clock,
         backoff: Backoff,
         schema: str,
+        policies: KindPolicies | None = None,
     ) -> None:
         self._pool = pool
         self._clock = clock
         self._url = url
-        self._parts = build_parts(self, pool, clock=clock, backoff=backoff, schema=schema)
+        self._parts = build_parts(
+            self,
+            pool,
+            clock=clock,
+            backoff=backoff,
+            policies=policies if policies is not None else KindPolicies(),
+            schema=schema,
+        )
 
     @classmethod
     async def open(
@@ -65,6 +74,7 @@ class QueueStorageEngine(PgCronOps, PgOverrideOps, PgDescriptorOps, PgBatchContr
         backoff: Backoff | None = None,
         schema: str = DEFAULT_SCHEMA,
         max_connections: int = 10,
+        policies: KindPolicies | None = None,
     ) -> QueueStorageEngine:
         """Migrate, make sure the engine is installed in ``schema`` and open a pool."""
         await install_queue_storage(url, schema)
@@ -75,6 +85,7 @@ class QueueStorageEngine(PgCronOps, PgOverrideOps, PgDescriptorOps, PgBatchContr
             clock=clock if clock is not None else SystemClock(),
             backoff=backoff if backoff is not None else Backoff(),
             schema=schema,
+            policies=policies,
         )
 
     async def subscribe(self, channels: list[str]) -> PostgresSubscription:

@@ -6,6 +6,10 @@ slot its receipts name, else ``complete_receipts_counted`` over the ring; each h
 ``_arbitrated`` form for when a racing finaliser's closure failed it). Every other
 completion is looked up by job id (``complete_short``, or the snapshots, ``close_claims``
 and a done row for attempts with a lease or a unique key).
+
+While a kind of the process has an effect rule (``KindPolicies.has_effects``), every
+completion is looked up by job id: the lookup's transaction reads the completed jobs
+and applies their effects on other jobs before it commits (ADR 0028).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter
+from awa.adapters.postgres_queue_storage.outcomes import Outcomes
 from awa.adapters.postgres_queue_storage.receipts import ReceiptCache
 from awa.adapters.postgres_queue_storage.snapshots import Resolved, Writes, minute_of
 from awa.adapters.postgres_queue_storage.statements import Statements
@@ -44,19 +49,23 @@ class Completion:
         statements: Statements,
         facts: FactWriter,
         receipts: ReceiptCache,
+        outcomes: Outcomes,
         clock: Clock,
     ) -> None:
         self._connections = connections
         self._sql = statements
         self._facts = facts
         self._receipts = receipts
+        self._outcomes = outcomes
         self._clock = clock
 
     async def complete(self, leases: Sequence[RunLease]) -> list[Ack]:
         if not leases:
             return []
         known = self._receipts.take(leases)
-        if not known:
+        if not known or self._outcomes.policies.has_effects:
+            # The receipt statement commits on its own and reads no job: completions that
+            # may carry effects take the lookup's transaction.
             return await self._complete_by_lookup(leases)
         now = self._clock.now()
         keys = list(known)
@@ -179,5 +188,27 @@ class Completion:
             if done:
                 await self._facts.place(conn, done)
             await self._facts.unique(conn, unique_changes)
+            if self._outcomes.policies.has_effects:
+                await self._apply_effects(conn, writes, leases, acks, snapshots)
             await self._facts.flush(conn, writes)
         return acks
+
+    async def _apply_effects(
+        self,
+        conn: DictConnection,
+        writes: Writes,
+        leases: Sequence[RunLease],
+        acks: Sequence[Ack],
+        snapshots: dict[int, Resolved],
+    ) -> None:
+        """The effects of the completions that applied, in this transaction. A short
+        attempt's snapshot is read after its claim closed (the completion is this
+        transaction's own write); the completed job is the lifecycle's either way."""
+        ids = [lease.job_id for lease, a in zip(leases, acks, strict=True) if a is Ack.APPLIED]
+        unread = [job_id for job_id in ids if job_id not in snapshots]
+        found = {**snapshots, **(await self._facts.resolve(conn, unread) if unread else {})}
+        done = lifecycle.complete(writes.now)
+        for job_id in ids:
+            snap = found.get(job_id)
+            if snap is not None:
+                await self._outcomes.apply_effects(conn, writes, done.apply(snap.job))

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
 
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
+from awa.adapters.postgres_queue_storage.admin_changes import AdminChanges
 from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.receipts import ReceiptCache
@@ -26,6 +27,7 @@ from awa.adapters.postgres_queue_storage.snapshots import Resolved, Writes
 from awa.adapters.postgres_queue_storage.statements import Statements
 from awa.domain import lifecycle
 from awa.domain.job import JobRecord, RunLease
+from awa.domain.kind_policies import KindPolicies
 from awa.domain.lifecycle import AttemptFacts, Transition
 from awa.domain.policies import Backoff
 from awa.domain.states import LIVE_STATES, JobState
@@ -61,15 +63,19 @@ class Outcomes:
         statements: Statements,
         facts: FactWriter,
         receipts: ReceiptCache,
+        changes: AdminChanges,
         clock: Clock,
         backoff: Backoff,
+        policies: KindPolicies,
     ) -> None:
         self._connections = connections
         self._sql = statements
         self._facts = facts
         self._receipts = receipts
+        self._changes = changes
         self._clock = clock
         self._backoff = backoff
+        self.policies = policies
         # Queues with a DLQ (read again before each outcome that may fail a job).
         self._dlq_queues: frozenset[str] = frozenset()
 
@@ -113,8 +119,34 @@ class Outcomes:
             if not applied:
                 # Raising rolls back whatever this transaction wrote so far.
                 raise Stale()
+            if new is not None and lifecycle.ended_attempt(found.job.state, new.state):
+                await self.apply_effects(conn, writes, new)
             await self._facts.flush(conn, writes)
         return Ack.APPLIED
+
+    async def apply_effects(self, conn: DictConnection, writes: Writes, job: JobRecord) -> None:
+        """The effects on other jobs of the attempt's end that left ``job`` as it is,
+        applied in the caller's transaction (a job each effect's transition does not apply
+        to, or that is gone, is left alone)."""
+        for effect in lifecycle.effects(self.policies, job):
+            transition = effect.transition
+
+            def decide(
+                target: JobRecord, transition: Transition = transition
+            ) -> tuple[JobRecord | None, bool]:
+                if not transition.applies(target.state):
+                    return None, True
+                return transition.apply(target), False
+
+            await self._changes.change(conn, writes, effect.job_id, decide)
+
+    def rescue_transition(
+        self, kind: lifecycle.Rescue, job: JobRecord, now: datetime
+    ) -> Transition:
+        """The lifecycle's rescue of ``job``'s attempt by the sweep ``kind``."""
+        return lifecycle.rescue(
+            kind, self.attempt_facts(job), now=now, backoff=self._backoff, policies=self.policies
+        )
 
     async def guarded(
         self,
@@ -171,6 +203,7 @@ class Outcomes:
                     error=error,
                     now=w.now,
                     backoff=self._backoff,
+                    policies=self.policies,
                     delay=delay,
                 ),
                 job,

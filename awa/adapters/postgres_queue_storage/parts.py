@@ -35,6 +35,7 @@ from awa.adapters.postgres_queue_storage.statements import Statements
 from awa.adapters.postgres_queue_storage.swap import PartitionSwap
 from awa.adapters.postgres_queue_storage.sweeps import Sweeps
 from awa.adapters.postgres_queue_storage.wakes import WakeCoalescer
+from awa.domain.kind_policies import KindPolicies
 from awa.domain.policies import Backoff
 from awa.ports.clock import Clock
 
@@ -76,6 +77,7 @@ def build_parts(
     *,
     clock: Clock,
     backoff: Backoff,
+    policies: KindPolicies,
     schema: str,
 ) -> Parts:
     """The parts of an engine on ``pool`` for ``schema``; ``owner`` is the engine callers
@@ -92,16 +94,18 @@ def build_parts(
     long_transactions = LongTransactions(connections, statements, clock)
     group = GroupCommit(connections)
     wakes = WakeCoalescer(connections, statements)
+    changes = AdminChanges(
+        connections=connections, statements=statements, facts=facts, lanes=lanes, clock=clock
+    )
     outcomes = Outcomes(
         connections=connections,
         statements=statements,
         facts=facts,
         receipts=receipts,
+        changes=changes,
         clock=clock,
         backoff=backoff,
-    )
-    changes = AdminChanges(
-        connections=connections, statements=statements, facts=facts, lanes=lanes, clock=clock
+        policies=policies,
     )
     return Parts(
         statements=statements,
@@ -144,6 +148,7 @@ def build_parts(
             statements=statements,
             facts=facts,
             receipts=receipts,
+            outcomes=outcomes,
             clock=clock,
         ),
         outcomes=outcomes,
@@ -156,7 +161,6 @@ def build_parts(
             facts=facts,
             outcomes=outcomes,
             clock=clock,
-            backoff=backoff,
         ),
         queue_ring=QueueRing(
             connections=connections,

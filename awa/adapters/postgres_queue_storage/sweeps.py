@@ -15,10 +15,8 @@ from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.outcomes import Outcomes, take
 from awa.adapters.postgres_queue_storage.snapshots import Resolved, Writes
 from awa.adapters.postgres_queue_storage.statements import Statements
-from awa.domain import lifecycle
 from awa.domain.job import JobRecord, RunLease
 from awa.domain.lifecycle import Rescue
-from awa.domain.policies import Backoff
 from awa.domain.states import JobState
 from awa.ports.clock import Clock
 from awa.ports.storage import Ack, Rescued
@@ -35,14 +33,12 @@ class Sweeps:
         facts: FactWriter,
         outcomes: Outcomes,
         clock: Clock,
-        backoff: Backoff,
     ) -> None:
         self._connections = connections
         self._sql = statements
         self._facts = facts
         self._outcomes = outcomes
         self._clock = clock
-        self._backoff = backoff
 
     async def promote_due(self, *, limit: int = 4096) -> int:
         if limit <= 0:
@@ -87,10 +83,7 @@ class Sweeps:
             def decide(
                 job: JobRecord, w: Writes, decided: list[tuple[JobRecord, str | None]] = decided
             ) -> tuple[JobRecord, str | None]:
-                t = lifecycle.rescue(
-                    kind, self._outcomes.attempt_facts(job), now=w.now, backoff=self._backoff
-                )
-                new, dlq = take(t, job)
+                new, dlq = take(self._outcomes.rescue_transition(kind, job, w.now), job)
                 decided.append((new, dlq))
                 return new, dlq
 

@@ -49,10 +49,13 @@ def test_health_check_and_listener_through_start_and_shutdown(
 ) -> None:
     async def scenario() -> None:
         async with AsyncClient(migrated_database_url) as client:
+            napping = asyncio.Event()
+            wake = asyncio.Event()
 
             @client.task(Nap, queue="naps")
             async def nap(job: Job[Nap]) -> None:
-                await asyncio.sleep(job.args.seconds)
+                napping.set()
+                await asyncio.wait_for(wake.wait(), job.args.seconds)
 
             await client.start([("naps", 2)], health_addr="127.0.0.1:0")
             address = client.health_address
@@ -84,16 +87,17 @@ def test_health_check_and_listener_through_start_and_shutdown(
             assert status == 503 and report["failing"] == ["schema_compatible"], report
             monkeypatch.undo()
 
-            await client.insert(Nap(1.0), queue="naps")
-            await asyncio.sleep(0.3)
+            await client.insert(Nap(10.0), queue="naps")
+            await asyncio.wait_for(napping.wait(), 10)
             stopping = asyncio.create_task(client.shutdown(timeout_ms=3000))
-            await asyncio.sleep(0.1)
-            draining = await client.health_check()
+            while not (draining := await client.health_check()).shutting_down:
+                await asyncio.sleep(0.005)  # until the shutdown task has begun
             assert draining.shutting_down and not draining.healthy
             status, report = await asyncio.to_thread(_get, base + "/readyz")
             assert status == 503 and report["shutting_down"] is True
             assert "shutting_down" in report["failing"]
             assert (await asyncio.to_thread(_get, base + "/healthz"))[0] == 200
+            wake.set()
             await stopping
             assert (await client.health_check()).shutting_down
 

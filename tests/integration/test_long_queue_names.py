@@ -90,7 +90,11 @@ async def test_a_200_character_queue_is_woken_on_insert(client: AsyncClient) -> 
     # Polling every 30 s: only the wake-up can make the worker claim within the wait below.
     await client.start([(LONG, 1)], poll_interval_ms=30_000)
     try:
-        await asyncio.sleep(0.5)  # past the worker's first claim
+        # past the worker's first claim, which would find a job inserted before it
+        runtime = client._runtime
+        assert runtime is not None
+        while runtime.dispatchers[0].claim_calls == 0:
+            await asyncio.sleep(0.01)
         job = await client.insert(Tick(n=1), queue=LONG)
         await asyncio.wait_for(done.wait(), timeout=10)
         for _ in range(200):

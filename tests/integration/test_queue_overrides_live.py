@@ -87,7 +87,11 @@ def test_a_running_worker_applies_a_deadline_override(
             try:
                 windows = [await _deadline_window(client, url, 1)]
                 await client.set_queue_overrides("held", deadline_ms=5_000)
-                await asyncio.sleep(0.5)
+                # the worker re-reads its overrides every 100 ms: wait until it did
+                runtime = client._runtime
+                assert runtime is not None
+                while runtime.dispatchers[0].settings.deadline != timedelta(seconds=5):
+                    await asyncio.sleep(0.01)
                 windows.append(await _deadline_window(client, url, 2))
             finally:
                 release.set()

@@ -124,7 +124,14 @@ async def test_a_receipt_completion_racing_another_closure_is_stale(
             (racing.job.id, racing.lease.lease),
         )
         completing = asyncio.ensure_future(engine.complete([racing.lease, other.lease]))
-        await asyncio.sleep(0.5)
+        # The completion's session queues behind the uncommitted closure's key.
+        with psycopg.connect(migrated_database_url, autocommit=True) as watcher:
+            while not watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ).fetchone()[0]:  # type: ignore[index]
+                assert not completing.done(), "the completion should wait on the closure key"
+                await asyncio.sleep(0.01)
         assert not completing.done(), "the completion should wait on the closure key"
         conn.commit()
         acks = await asyncio.wait_for(completing, timeout=10)

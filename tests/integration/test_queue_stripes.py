@@ -63,6 +63,19 @@ async def _wait(predicate: Any, timeout: float = 20.0) -> None:
         await asyncio.sleep(0.05)
 
 
+async def _more_claims(client: AsyncClient, claims: int) -> None:
+    """Wait until the worker's claim loops made ``claims`` more claims: what they did
+    not take by then they skipped, not missed for lack of time."""
+    runtime = client._runtime
+    assert runtime is not None
+    start = sum(d.claim_calls for d in runtime.dispatchers)
+
+    async def claimed() -> bool:
+        return sum(d.claim_calls for d in runtime.dispatchers) >= start + claims
+
+    await _wait(claimed)
+
+
 # ----------------------------------------------------------------------------- producers
 
 
@@ -295,7 +308,7 @@ async def test_a_producer_with_another_stripe_count_is_kept_but_not_claimed(
             return len(seen) == 2
 
         await _wait(claimed)
-        await asyncio.sleep(0.5)
+        await _more_claims(client, 8)  # every stripe looked at twice more
     finally:
         await client.shutdown()
     # The two-stripe fleet serves q#0 and q#1 only; q and q#2 wait, never lost.
@@ -340,7 +353,7 @@ async def test_admin_acts_on_physical_queues(
 
         # Pausing the logical name does not pause its stripes; pausing q#0 does.
         await _wait(stripe_one_done)
-        await asyncio.sleep(0.5)
+        await _more_claims(client, 8)
         assert seen == ["q#1", "q#1"]
         stats = {s.queue: s for s in await client.queue_stats()}
         assert stats["q#0"].paused and stats["q#0"].available == 2

@@ -11,10 +11,10 @@ must complete exactly once and the counts must add up.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import sys
-import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -80,9 +80,18 @@ async def test_transition_under_load_completes_every_job_exactly_once(
     phases: dict[str, list[int]] = {"before": [], "mixed": [], "after": []}
     phase = "before"
 
+    grown = asyncio.Condition()
+
     def record(ids: list[int]) -> None:
         enqueued.extend(ids)
         phases[phase].extend(ids)
+
+    async def while_producing(jobs: int) -> None:
+        """Let the producers enqueue ``jobs`` more jobs in this phase (however long
+        that takes on this host), instead of a fixed while."""
+        async with grown:
+            target = len(phases[phase]) + jobs
+            await asyncio.wait_for(grown.wait_for(lambda: len(phases[phase]) >= target), 60)
 
     async with AsyncClient(url, max_connections=12) as client:
 
@@ -93,6 +102,8 @@ async def test_transition_under_load_completes_every_job_exactly_once(
             if job.args.mode == "retry" and job.attempt == 1:
                 return awa.RetryAfter(0.4)
             successes[job.id] += 1
+            async with grown:
+                grown.notify_all()
             return None
 
         # A canonical cluster with history: jobs exist before any runtime starts, so the
@@ -145,37 +156,39 @@ async def test_transition_under_load_completes_every_job_exactly_once(
                             json.dumps({"n": next(counter), "mode": "plain"}),
                         )
                     record([int(row["id"])])
-                await asyncio.sleep(0.01)
+                async with grown:
+                    grown.notify_all()
+                await asyncio.sleep(0.01)  # paces the producers; nothing waits on it
 
         producers = [asyncio.create_task(produce()) for _ in range(2)]
         try:
-            await asyncio.sleep(0.5)
+            await while_producing(20)
             code, out, err = await awa_cli(url, "storage", "prepare", "--engine", "queue_storage")
             assert code == 0, err
-            await asyncio.sleep(0.3)
+            await while_producing(10)
             code, out, err = await awa_cli(url, "storage", "enter-mixed-transition", "--json")
             assert code == 0, err
             assert json.loads(out)["state"] == "mixed_transition"
             phase = "mixed"
-            await asyncio.sleep(0.5)
+            await while_producing(20)
             # A worker restart in the middle of the transition.
             await client.shutdown()
             await client.start([("default", 8)], **start_kwargs)
-            await asyncio.sleep(0.5)
+            await while_producing(20)
             code, out, err = await awa_cli(url, "storage", "finalize", "--wait", "60s", "--json")
             assert code == 0, err
             assert json.loads(out)["state"] == "active"
             phase = "after"
-            await asyncio.sleep(0.7)
+            await while_producing(20)
         finally:
             stop.set()
             await asyncio.gather(*producers)
 
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if all(successes[job_id] >= 1 for job_id in enqueued):
-                break
-            await asyncio.sleep(0.1)
+        async with grown:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    grown.wait_for(lambda: all(successes[j] >= 1 for j in enqueued)), 60
+                )
         # Let any duplicate execution surface before counting.
         await asyncio.sleep(0.5)
         await client.shutdown()

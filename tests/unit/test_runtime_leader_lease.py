@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any
 
 import anyio
@@ -190,6 +189,15 @@ async def test_the_watchdog_names_an_async_handler_that_blocks_the_loop(
 
     handlers.register("blocker", blocking_handler)
     caplog.set_level(logging.WARNING, logger="awa.runtime.loop")
+    reported = threading.Event()
+
+    class _Reported(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "has been blocked" in record.getMessage():
+                reported.set()
+
+    signal = _Reported()
+    logging.getLogger("awa.runtime.loop").addHandler(signal)
     async with running(engine, handlers, fast_config(handlers), leader=False) as runtime:
 
         def stall() -> None:
@@ -199,9 +207,7 @@ async def test_the_watchdog_names_an_async_handler_that_blocks_the_loop(
             try:
                 for _ in range(15):
                     clock.advance(0.1)
-                deadline = time.monotonic() + 10
-                while runtime.watchdog.blocks == 0 and time.monotonic() < deadline:
-                    time.sleep(0.001)
+                reported.wait(10)
             finally:
                 release.set()
 
@@ -213,6 +219,7 @@ async def test_the_watchdog_names_an_async_handler_that_blocks_the_loop(
         finally:
             release.set()
             await anyio.to_thread.run_sync(helper.join)
+            logging.getLogger("awa.runtime.loop").removeHandler(signal)
     assert runtime.watchdog.blocks == 1
     blocked = [r.getMessage() for r in caplog.records if "has been blocked" in r.getMessage()]
     assert len(blocked) == 1

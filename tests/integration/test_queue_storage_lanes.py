@@ -1,6 +1,6 @@
 """Lanes under concurrent producers (ADR 0006, "Enqueue"): producers of one queue do not
 wait for each other's commit, each lane stays strictly FIFO, an ordering key keeps its
-lane, the spare lanes are bounded, and nothing is lost while producers and claimers race.
+lane, the keyless lanes are bounded, and nothing is lost while producers and claimers race.
 
 Waiting is observed through ``lock_timeout``: an insert that had to wait for another
 producer's commit fails with ``lock_not_available`` instead of hanging."""
@@ -21,7 +21,7 @@ from awa.adapters._pg import transition
 from awa.adapters.clock import ManualClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.adapters.postgres_queue_storage.connections import PgUnitOfWork
-from awa.adapters.postgres_queue_storage.statements import SPARE_LANES
+from awa.adapters.postgres_queue_storage.statements import KEYLESS_LANES
 from awa.domain.errors import DatabaseError
 from awa.domain.job import JobSpec
 from awa.domain.partitioning import shard_for_key
@@ -49,7 +49,7 @@ async def engine(
         migrated_database_url,
         clock=clock,
         backoff=CONTRACT_BACKOFF,
-        max_connections=SPARE_LANES + 6,
+        max_connections=KEYLESS_LANES + 6,
     )
     try:
         yield opened
@@ -148,13 +148,13 @@ async def test_keyed_jobs_use_their_shard_while_unkeyed_ones_spread(
     assert len(free_lanes) == 3 and all(shard < 0 for shard in free_lanes)
 
 
-async def test_spare_lanes_are_bounded(
+async def test_keyless_lanes_are_bounded(
     engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     ids: list[int] = []
     async with AsyncExitStack() as stack:
         # Every lane for jobs without an ordering key, each held by an open transaction.
-        for _ in range(SPARE_LANES):
+        for _ in range(KEYLESS_LANES):
             uow = await stack.enter_async_context(engine.transaction())
             await _no_waiting(uow)
             (job,) = await engine.enqueue_many([JobSpec(kind="held", queue=QUEUE)], uow=uow)
@@ -165,7 +165,7 @@ async def test_spare_lanes_are_bounded(
                 await _no_waiting(extra, "200ms")
                 await engine.enqueue_many([JobSpec(kind="extra", queue=QUEUE)], uow=extra)
     lanes = await _lanes_of(migrated_database_url)
-    assert {shard for shard, _ in lanes.values()} == set(range(-SPARE_LANES, 0))
+    assert {shard for shard, _ in lanes.values()} == set(range(-KEYLESS_LANES, 0))
     assert {seq for _, seq in lanes.values()} == {0}
     claimed = await engine.claim(QUEUE, limit=100)
     assert [claim.job.id for claim in claimed] == ids
@@ -174,7 +174,7 @@ async def test_spare_lanes_are_bounded(
     rows = await _sql(
         migrated_database_url, "SELECT count(*) AS n FROM awa.lanes WHERE queue = %s", QUEUE
     )
-    assert rows[0]["n"] == SPARE_LANES
+    assert rows[0]["n"] == KEYLESS_LANES
 
 
 async def test_concurrent_producers_and_claimers_lose_nothing_and_keep_each_lane_fifo(
@@ -225,7 +225,7 @@ async def test_concurrent_producers_and_claimers_lose_nothing_and_keep_each_lane
     for rows in by_lane.values():
         rows.sort()
         assert [seq for seq, _ in rows] == list(range(len(rows)))
-    assert 1 <= len(by_lane) <= SPARE_LANES
+    assert 1 <= len(by_lane) <= KEYLESS_LANES
 
 
 async def test_one_claimer_takes_jobs_of_every_lane_in_fifo_order(

@@ -481,7 +481,7 @@ async def test_the_stand_ins_a_prune_swapped_out_are_emptied_by_name(
     original = statements.rows
 
     async def rows(conn: Any, statement: bytes, params: Any = None) -> list[dict[str, Any]]:
-        if statement == statements["unclean_spares"]:
+        if statement == statements["unclean_stand_ins"]:
             searched.append(list(params["tables"]))
         return await original(conn, statement, params)
 

@@ -87,7 +87,7 @@ def test_includes_fill_their_slots_and_leave_the_bare_statement_alone() -> None:
     arbitrated = rendered.text("complete_receipts_arbitrated")
     assert "ON CONFLICT DO NOTHING\n    RETURNING claim_id, queue" in arbitrated
     assert "ON CONFLICT DO NOTHING\n    RETURNING claim_id, queue" not in counted
-    assert str(statements.SPARE_LANES) in rendered.text("reserve_lanes")
+    assert str(statements.KEYLESS_LANES) in rendered.text("reserve_lanes")
 
 
 def test_per_call_placeholders_must_be_filled() -> None:

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from awa.adapters._pg.pool import DictConnection
-from awa.adapters.postgres_queue_storage.statements import SPARE_LANES, Statements
+from awa.adapters.postgres_queue_storage.statements import KEYLESS_LANES, Statements
 from awa.domain.job import JobRecord
 from awa.domain.partitioning import shard_for_key
 
@@ -50,7 +50,7 @@ class LaneAllocator:
         """The lane a job without an ordering key tries first: the process's rotor over
         as many of the queue's negative lanes as it has enqueue shards (another free lane
         is taken when that one is held)."""
-        shards = min(self.shard_count(queue), SPARE_LANES)
+        shards = min(self.shard_count(queue), KEYLESS_LANES)
         turn = self._rotor.get(queue, 0)
         self._rotor[queue] = turn + 1
         return -1 - turn % shards

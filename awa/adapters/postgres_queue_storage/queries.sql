@@ -53,11 +53,11 @@ WHERE w.q = EXCLUDED.queue AND w.p = EXCLUDED.priority AND w.shard = EXCLUDED.sh
 -- ``first_run``, which lane_stamp may move). ``sh`` names a lane: an ordering key's
 -- shard (0 and up), whose row
 -- lock the batch waits for. ``sh IS NULL`` is for jobs without an ordering key: they live
--- in the negative lanes of ``(q, p)``, at most {spare_lanes} of them, and the batch takes the
+-- in the negative lanes of ``(q, p)``, at most {keyless_lanes} of them, and the batch takes the
 -- first one that no other open transaction holds (``SKIP LOCKED``, the ``hint`` lane
 -- first), so producers of one queue do not wait for each other's commit. When every such
 -- lane is held, a new one is made (the ``hint`` lane, else one chosen by backend pid);
--- only when all {spare_lanes} exist and are held does the batch wait for one. Named lanes are
+-- only when all {keyless_lanes} exist and are held does the batch wait for one. Named lanes are
 -- locked first (sorted), free lanes after them without waiting, so a statement never
 -- waits while it holds a lane it took out of order. Every lane row lock is held to
 -- commit, so lane position k+1 never becomes visible before k. Output: ``lanes_out(q, p,
@@ -90,7 +90,7 @@ named AS (
     -- after the named lanes (a one-time filter on them runs first)
     WHERE w.sh IS NULL AND (SELECT count(*) FROM held) >= 0
 ), fresh AS (
-    SELECT w.q, w.p, coalesce(c.shard, -1 - (pg_backend_pid() %% {spare_lanes})) AS shard,
+    SELECT w.q, w.p, coalesce(c.shard, -1 - (pg_backend_pid() %% {keyless_lanes})) AS shard,
         w.n, w.first_run, w.first_id, w.last_run, w.last_id, w.sorted, w.fresh
     FROM free w
     LEFT JOIN LATERAL (
@@ -101,7 +101,7 @@ named AS (
         SELECT c.shard FROM (
             SELECT w.hint AS shard
             UNION ALL
-            SELECT -1 - ((g + pg_backend_pid()) %% {spare_lanes}) FROM generate_series(0, {spare_lanes} - 1) g
+            SELECT -1 - ((g + pg_backend_pid()) %% {keyless_lanes}) FROM generate_series(0, {keyless_lanes} - 1) g
         ) c
         WHERE NOT EXISTS (
               SELECT 1 FROM {s}.lanes l

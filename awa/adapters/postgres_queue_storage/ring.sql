@@ -126,9 +126,9 @@ SELECT * FROM {s}.queue_prune_stats ORDER BY queue
 -- (Fragments composed into one statement name no placeholder in their comments.)
 (SELECT count(*) FROM {child}) <> {n}
 
--- name: spare_in_use
+-- name: stand_in_in_use
 -- A stand-in that could not be emptied yet is never swapped in.
-EXISTS (SELECT 1 FROM {spare})
+EXISTS (SELECT 1 FROM {stand_in})
 
 -- name: slot_check
 -- Under prune's lock: fail (SQLSTATE 55000) when the condition holds.
@@ -137,12 +137,12 @@ USING ERRCODE = '55000'; END IF; END $prune$
 
 -- name: swap_partition
 -- Swap a slot's partition with its empty stand-in: the partition goes out under the
--- stand-in's name and is emptied later (unclean_spares). Only catalog work: nothing is
+-- stand-in's name and is emptied later (unclean_stand_ins). Only catalog work: nothing is
 -- built, synced or dropped under the lock.
 ALTER TABLE {parent} DETACH PARTITION {child};
 ALTER TABLE {child} RENAME TO {out_name};
-ALTER TABLE {spare} RENAME TO {child_name};
-ALTER TABLE {out} RENAME TO {spare_name};
+ALTER TABLE {stand_in} RENAME TO {child_name};
+ALTER TABLE {out} RENAME TO {stand_in_name};
 ALTER TABLE {parent} ATTACH PARTITION {child} FOR VALUES IN ({k})
 
 -- name: truncate_partitions
@@ -170,18 +170,18 @@ LOCK TABLE ONLY {tables} IN ACCESS EXCLUSIVE MODE; {then}
 -- The longest prune queues for its lock once its NOWAIT tries failed.
 SET LOCAL lock_timeout = '50ms'
 
--- name: unclean_spares
+-- name: unclean_stand_ins
 -- The stand-ins of %(tables)s that hold rows (of a slot swapped out earlier).
-SELECT format('%%s.%%I', %(s)s::text, c.relname) AS spare
+SELECT format('%%s.%%I', %(s)s::text, c.relname) AS stand_in
 FROM pg_class c
 WHERE c.relnamespace = to_regnamespace(%(s)s) AND c.relkind = 'r'
   AND c.relname ~ ('^(' || array_to_string(%(tables)s::text[], '|') || ')_[0-9]+_spare$')
   AND pg_relation_size(c.oid) > 0
 
--- name: empty_spares
-LOCK TABLE {spares} IN ACCESS EXCLUSIVE MODE NOWAIT; TRUNCATE {spares}
+-- name: empty_stand_ins
+LOCK TABLE {stand_ins} IN ACCESS EXCLUSIVE MODE NOWAIT; TRUNCATE {stand_ins}
 
--- name: spares_exist
+-- name: stand_ins_exist
 -- Whether slot %(k)s has a stand-in for every table of %(tables)s.
 SELECT bool_and(to_regclass(format('%%s.%%I', %(s)s::text, t || '_' || %(k)s || '_spare'))
     IS NOT NULL) AS ready

@@ -7,14 +7,14 @@ the only ones there are:
 
 ==========================  ==========================================================
 ``{s}``                     the engine's schema, quoted as an identifier
-``{spare_lanes}``,          the constants :data:`SPARE_LANES`, :data:`COUNT_BUCKETS`
+``{keyless_lanes}``,        the constants :data:`KEYLESS_LANES`, :data:`COUNT_BUCKETS`
 ``{count_buckets}``,        and :data:`STAMP_SLACK_MS`
 ``{stamp_slack_ms}``
 ``{name}``                  the rendered text of the entry ``name`` (a shared fragment)
 ``{name slot=other}``       the same, with its ``{?slot}`` filled by the entry ``other``
 ``{?slot}``                 empty, unless the including placeholder fills it
-``{k}``, ``{<table>_k}``,   per call (:meth:`Statements.for_slot`): a ring slot's number,
-``{<table>_spare}``         its partition of ``<table>`` and that partition's stand-in
+``{k}``, ``{<table>_k}``    per call (:meth:`Statements.for_slot`): a ring slot's number
+                            and its partition of ``<table>``
 any other ``{word}``        per call (:meth:`Statements.render`): an identifier, literal
                             or fragment composed with ``psycopg.sql``
 ==========================  ==========================================================
@@ -57,7 +57,7 @@ FILES = ("queries.sql", "ring.sql", "carry.sql", "long_tx.sql", "admin.sql")
 #: an ordering key's lanes are 0 and up). A producer takes one that no other open enqueue
 #: holds and opens another when all are held (ADR 0006, "Enqueue"): this bounds the lanes a
 #: claim visits; beyond it concurrent producers of one queue wait for a lane.
-SPARE_LANES = 8
+KEYLESS_LANES = 8
 
 #: Counter rows per (queue, state) an enqueue may spread over (``add_counts_free``).
 COUNT_BUCKETS = 16
@@ -169,7 +169,7 @@ _GENERIC_SESSIONS: weakref.WeakSet[DictConnection] = weakref.WeakSet()
 
 def slot_table(schema: str, table: str, slot: int, suffix: str = "") -> sql.Identifier:
     """The partition of ``table`` for ring slot ``slot`` (``suffix`` ``_spare``: its
-    stand-in; ``_out``: its name while a swap moves it out)."""
+    stand-in, so named in the catalog; ``_out``: its name while a swap moves it out)."""
     return sql.Identifier(schema, f"{table}_{slot}{suffix}")
 
 
@@ -187,7 +187,7 @@ class Statements:
         self._raw = raw
         self._values = {
             "s": sql.Identifier(schema).as_string(),
-            "spare_lanes": str(SPARE_LANES),
+            "keyless_lanes": str(KEYLESS_LANES),
             "count_buckets": str(COUNT_BUCKETS),
             "stamp_slack_ms": str(STAMP_SLACK_MS),
         }
@@ -235,15 +235,14 @@ class Statements:
         return found
 
     def for_slot(self, name: str, slot: int) -> bytes:
-        """The statement ``name`` for ring slot ``slot``: its ``{k}``, ``{<table>_k}`` and
-        ``{<table>_spare}`` filled in."""
+        """The statement ``name`` for ring slot ``slot``: its ``{k}`` and ``{<table>_k}``
+        filled in."""
         key = (name, slot)
         found = self._per_slot.get(key)
         if found is None:
             values: dict[str, sql.Composable] = {"k": sql.Literal(slot)}
             for table in SLOT_TABLES:
                 values[f"{table}_k"] = slot_table(self.schema, table, slot)
-                values[f"{table}_spare"] = slot_table(self.schema, table, slot, "_spare")
             found = self._per_slot[key] = self._fill(self._text[name], values)
         return found
 

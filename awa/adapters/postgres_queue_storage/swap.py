@@ -50,7 +50,7 @@ class PartitionSwap:
         #: slot swapped out and are emptied by name, without looking them up.
         self._swapped: set[tuple[str, int]] = set()
         # Set once a prune found a slot without its stand-ins (said once per process).
-        self._spares_missing_said = False
+        self._stand_ins_missing_said = False
 
     def child(self, table: str, slot: int) -> sql.Identifier:
         """The partition of ``table`` for ``slot``."""
@@ -59,29 +59,31 @@ class PartitionSwap:
     def _parent(self, table: str) -> sql.Identifier:
         return sql.Identifier(self._sql.schema, table)
 
-    def _spare(self, table: str, slot: int) -> sql.Identifier:
+    def _stand_in(self, table: str, slot: int) -> sql.Identifier:
         return slot_table(self._sql.schema, table, slot, "_spare")
 
-    async def _spares_exist(self, conn: DictConnection, slot: int, tables: tuple[str, ...]) -> bool:
+    async def _stand_ins_exist(
+        self, conn: DictConnection, slot: int, tables: tuple[str, ...]
+    ) -> bool:
         """Whether the slot's stand-ins for ``tables`` exist. The install builds one for
         every partition (``awa.queue_storage_install_spares``); a schema last installed
         by an older release has none until ``awa migrate`` runs, and prune truncates its
         slots in place meanwhile."""
         row = await self._sql.one(
             conn,
-            self._sql["spares_exist"],
+            self._sql["stand_ins_exist"],
             {"tables": list(tables), "s": self._sql.quoted_schema, "k": slot},
         )
         if row is not None and row["ready"]:
             return True
-        if not self._spares_missing_said:
+        if not self._stand_ins_missing_said:
             log.warning(
                 "queue storage in %s: slot %d has no prebuilt stand-ins to swap in; prune "
                 "truncates under its lock instead until `awa migrate` builds them",
                 self._sql.schema,
                 slot,
             )
-            self._spares_missing_said = True
+            self._stand_ins_missing_said = True
         return False
 
     async def clear(self, tables: tuple[str, ...]) -> None:
@@ -91,7 +93,7 @@ class PartitionSwap:
         turn tries again (the swap refuses a stand-in that is not empty).
 
         The stand-ins this process swapped out are emptied by name. The catalog is
-        searched (``unclean_spares``) only for the tables whose stand-ins are not known:
+        searched (``unclean_stand_ins``) only for the tables whose stand-ins are not known:
         all of them the first time (an earlier leader may have left some), then those of
         a swap that was refused or failed."""
         unclean = self.unclean()
@@ -104,19 +106,19 @@ class PartitionSwap:
             if search:
                 rows = await self._sql.rows(
                     conn,
-                    self._sql["unclean_spares"],
+                    self._sql["unclean_stand_ins"],
                     {"tables": list(tables), "s": self._sql.quoted_schema},
                 )
                 # Names the catalog wrote (format's %I quotes them); they include the
                 # known ones, which hold rows.
-                names: list[sql.Composable] = [sql.SQL(row["spare"]) for row in rows]
+                names: list[sql.Composable] = [sql.SQL(row["stand_in"]) for row in rows]
             else:
-                names = [self._spare(t, k) for t, k in sorted(known)]
+                names = [self._stand_in(t, k) for t, k in sorted(known)]
             if names:
                 try:
                     async with conn.transaction():
-                        spares = sql.SQL(", ").join(names)
-                        await run(conn, self._sql.render("empty_spares", spares=spares))
+                        stand_ins = sql.SQL(", ").join(names)
+                        await run(conn, self._sql.render("empty_stand_ins", stand_ins=stand_ins))
                 except pg_errors.LockNotAvailable:
                     emptied = False
                 except pg_errors.UndefinedTable:
@@ -130,7 +132,7 @@ class PartitionSwap:
             self._swapped.difference_update(known)
 
     def unclean(self) -> set[str]:
-        """Ring tables whose stand-ins are looked up in the catalog (``unclean_spares``)
+        """Ring tables whose stand-ins are looked up in the catalog (``unclean_stand_ins``)
         before they are emptied: all of them until this process has done so once (an
         earlier leader may have left rows), then those of a swap that was refused or
         failed. The stand-ins this process swapped out are known by name."""
@@ -173,10 +175,10 @@ class PartitionSwap:
                 parent=self._parent(table),
                 child=self.child(table, slot),
                 out_name=sql.Identifier(f"{table}_{slot}_out"),
-                spare=self._spare(table, slot),
+                stand_in=self._stand_in(table, slot),
                 child_name=sql.Identifier(f"{table}_{slot}"),
                 out=slot_table(self._sql.schema, table, slot, "_out"),
-                spare_name=sql.Identifier(f"{table}_{slot}_spare"),
+                stand_in_name=sql.Identifier(f"{table}_{slot}_spare"),
                 k=sql.Literal(slot),
             )
             for table in tables
@@ -216,7 +218,8 @@ class PartitionSwap:
             if swapping and swapped:
                 # a stand-in that could not be emptied yet is never swapped in
                 conditions += [
-                    self._sql.fragment("spare_in_use", spare=self._spare(t, slot)) for t in swapped
+                    self._sql.fragment("stand_in_in_use", stand_in=self._stand_in(t, slot))
+                    for t in swapped
                 ]
             check = self._sql.fragment(
                 "slot_check", unless=sql.SQL(" OR ").join(conditions), k=sql.Literal(slot)
@@ -230,7 +233,7 @@ class PartitionSwap:
             return locked, sql.SQL("; ").join(steps)
 
         swapping = (
-            bool(swapped) and not self.denied and await self._spares_exist(conn, slot, swapped)
+            bool(swapped) and not self.denied and await self._stand_ins_exist(conn, slot, swapped)
         )
         try:
             await self._lock_briefly(conn, *plan(swapping))

@@ -15,7 +15,8 @@ from awa.domain.states import JobState
 
 @attrs.frozen
 class KindCounts:
-    """One job kind across the jobs that exist now (DLQ entries are not jobs)."""
+    """One job kind across the jobs that exist now (an engine's ``kind_counts`` leaves
+    DLQ entries out; :func:`listed_kinds` adds them for the operator's list)."""
 
     kind: str
     job_count: int
@@ -135,4 +136,33 @@ def listed_queues(
             failed = row.count(JobState.Failed) + extra
             row = attrs.evolve(row, counts={**row.counts, JobState.Failed: failed})
         rows.append(row)
+    return rows
+
+
+def listed_kinds(
+    counts: Iterable[KindCounts],
+    dead_lettered: Iterable[tuple[str, str, int]],
+    declared: Iterable[str],
+) -> list[KindCounts]:
+    """The kinds an operator's list shows, by name, as awa-pg lists them: dead-lettered
+    jobs (``(kind, queue, n)`` from the DLQ) count in ``job_count``, and a kind with only
+    dead-lettered jobs, or one a runtime declared with no jobs, is listed too. A kind's
+    ``queue_count`` is the larger of its jobs' and its DLQ entries' (never overcounted)."""
+    by_kind = {k.kind: k for k in counts}
+    dlq_jobs: dict[str, int] = {}
+    dlq_queues: dict[str, set[str]] = {}
+    for kind, queue, n in dead_lettered:
+        dlq_jobs[kind] = dlq_jobs.get(kind, 0) + n
+        dlq_queues.setdefault(kind, set()).add(queue)
+    rows = []
+    for kind in sorted(set(by_kind) | set(dlq_jobs) | set(declared)):
+        row = by_kind.get(kind) or KindCounts(kind, 0, 0, 0)
+        rows.append(
+            KindCounts(
+                kind=kind,
+                job_count=row.job_count + dlq_jobs.get(kind, 0),
+                queue_count=max(row.queue_count, len(dlq_queues.get(kind, ()))),
+                completed_last_hour=row.completed_last_hour,
+            )
+        )
     return rows

@@ -135,6 +135,13 @@ def is_stale(stored: StoredDescriptor, now: datetime) -> bool:
     return stored.last_seen_at < now - window
 
 
+def handler_missing(job_count: int, stale: bool | None) -> bool:
+    """A kind has jobs but no running worker handles it: every runtime catalogues the
+    kinds it handles, so such a kind has no descriptor (``stale`` is ``None``) or one no
+    runtime refreshes any more."""
+    return job_count > 0 and stale is not False
+
+
 def has_drift(name: str, live_hashes: Iterable[Mapping[str, str]]) -> bool:
     """Live runtimes that declare ``name`` publish more than one hash for it."""
     seen = {hashes[name] for hashes in live_hashes if name in hashes}

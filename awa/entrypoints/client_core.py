@@ -8,6 +8,7 @@ from typing import Any, Unpack
 
 from awa.adapters._pg.pool import PoolOptions
 from awa.adapters.clock import SystemClock
+from awa.domain.admin_views import listed_queues
 from awa.domain.errors import DatabaseError, JobNotFound
 from awa.domain.job import DEFAULT_QUEUE
 from awa.domain.keywords import check_keywords
@@ -424,9 +425,15 @@ class ClientCore:
         return await (await self._engine()).drain_queue(queue)
 
     async def queue_stats(self) -> list[QueueStat]:
-        """Exact per-queue counts."""
+        """Exact per-queue counts of every queue awa-pg lists: those with jobs, those
+        whose jobs are all dead-lettered (counted as ``failed``, their state) and those a
+        runtime catalogued (served) with no jobs, by name."""
         engine = await self._engine()
-        counts = await engine.queue_counts()
+        counts = listed_queues(
+            await engine.queue_counts(),
+            dict(await engine.dlq_depth_by_queue()),
+            [d.name for d in await engine.list_descriptors("queue")],
+        )
         now = _now()
         stats: list[QueueStat] = []
         for c in counts:

@@ -386,6 +386,11 @@ class StorageEngine(Protocol):
 
     async def dlq_depth_by_queue(self) -> list[tuple[str, int]]: ...
 
+    async def dlq_depth_by_kind(self) -> list[tuple[str, str, int]]:
+        """``(kind, queue, depth)`` for every kind and queue with DLQ entries, ordered by
+        kind then queue (the kind list counts dead-lettered jobs, as awa-pg does)."""
+        ...
+
     async def retry_from_dlq(
         self,
         job_id: int,

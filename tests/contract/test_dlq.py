@@ -119,10 +119,15 @@ async def test_depth_and_depth_by_queue(engine: EngineHandle) -> None:
     assert await engine.engine.dlq_depth() == 0
     await _dead(engine)
     await _dead(engine)
-    await _dead(engine, "other")
+    await _dead(engine, "other", kind="report")
     assert await engine.engine.dlq_depth() == 3
     assert await engine.engine.dlq_depth(QUEUE) == 2
     assert await engine.engine.dlq_depth_by_queue() == sorted([(QUEUE, 2), ("other", 1)])
+    # By kind and queue: what the kind list adds to its job counts.
+    assert await engine.engine.dlq_depth_by_kind() == [
+        ("contract_job", QUEUE, 2),
+        ("report", "other", 1),
+    ]
 
 
 async def test_retry_from_dlq_gives_a_fresh_budget(engine: EngineHandle) -> None:

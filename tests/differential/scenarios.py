@@ -431,6 +431,33 @@ async def dead_lettered_job(awa: Any, url: str) -> Observation:
 
 
 @scenario
+async def queue_and_kind_lists(awa: Any, url: str) -> Observation:
+    """queue_stats() lists a served queue with no jobs and one whose jobs are all
+    dead-lettered (counted as failed)."""
+    client = awa.AsyncClient(url)
+    await client.install_queue_storage()  # awa-pg keeps its DLQ on queue storage only
+
+    @client.task(Ping, queue="served")
+    async def ping(job: Any) -> None:
+        return None
+
+    @client.task(Ping, kind="boom", queue="dead")
+    async def boom(job: Any) -> None:
+        raise ValueError("boom")
+
+    await client.start([("served", 1), ("dead", 1)])
+    job = await client.insert(Ping(1), kind="boom", queue="dead", max_attempts=1)
+    seen: Observation = {"final": await wait_state(client, job.id, {"failed"})}
+    seen["moved"] = await client.move_failed_to_dlq(job.id, "manual") is not None
+    seen["queue_stats"] = sorted(
+        [s.queue, s.failed, s.total_queued, s.available] for s in await client.queue_stats()
+    )
+    await client.shutdown()
+    await client.close()
+    return seen
+
+
+@scenario
 async def testing_clean(awa: Any, url: str) -> Observation:
     import awa.testing
 

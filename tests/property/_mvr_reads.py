@@ -78,6 +78,7 @@ class ReadRules(MachineBase):
         )
         self._same(lambda engine: engine.dlq_depth(queue), label=f"dlq_depth {queue}")
         self._same(lambda engine: engine.dlq_depth_by_queue(), label="dlq_depth_by_queue")
+        self._same(lambda engine: engine.dlq_depth_by_kind(), label="dlq_depth_by_kind")
         model, real = self.p.run(lambda engine: engine.queue_depths())
         assert model.error is None and real.error is None, (model.error, real.error)
         self._check_depths(_depth_view(model.value), _depth_view(real.value))

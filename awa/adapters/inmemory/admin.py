@@ -288,6 +288,13 @@ class AdminOps(EngineBase):
             depth[entry.job.queue] = depth.get(entry.job.queue, 0) + 1
         return sorted(depth.items())
 
+    async def dlq_depth_by_kind(self) -> list[tuple[str, str, int]]:
+        depth: dict[tuple[str, str], int] = {}
+        for entry in self._read().dlq.values():
+            key = (entry.job.kind, entry.job.queue)
+            depth[key] = depth.get(key, 0) + 1
+        return [(kind, queue, n) for (kind, queue), n in sorted(depth.items())]
+
     @staticmethod
     def _restore_from_dlq(
         write: Write,

@@ -82,6 +82,12 @@ class DlqOps(EngineBase):
             rows = await self._all(conn, "dlq_depth_by_queue", {})
         return sorted((row["queue"], int(row["n"])) for row in rows)
 
+    async def dlq_depth_by_kind(self) -> list[tuple[str, str, int]]:
+        """``(kind, queue, depth)`` for every kind and queue with DLQ entries."""
+        async with self._connection() as conn:
+            rows = await self._all(conn, "dlq_depth_by_kind", {})
+        return sorted((row["kind"], row["queue"], int(row["n"])) for row in rows)
+
     async def _restore(
         self,
         conn: AnyConnection,

@@ -59,6 +59,9 @@ GROUP BY 1, 2
 -- name: dlq_depth_by_queue
 SELECT queue, count(*) AS n FROM awa.dlq_entries GROUP BY queue
 
+-- name: dlq_depth_by_kind
+SELECT kind, queue, count(*) AS n FROM awa.dlq_entries GROUP BY kind, queue
+
 -- name: failed_ids_for_dlq
 SELECT id
 FROM awa.canonical_jobs

@@ -88,6 +88,9 @@ GROUP BY 1, 2
 -- name: dlq_depth_by_queue
 SELECT queue, count(*) AS n FROM {s}.dlq_entries GROUP BY queue ORDER BY queue
 
+-- name: dlq_depth_by_kind
+SELECT kind, queue, count(*) AS n FROM {s}.dlq_entries GROUP BY kind, queue ORDER BY kind, queue
+
 -- name: delete_dlq
 DELETE FROM {s}.dlq_entries WHERE job_id = %(job_id)s
 

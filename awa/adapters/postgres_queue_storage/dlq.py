@@ -127,6 +127,11 @@ class DeadLetters:
             rows = await self._sql.exec(conn, "dlq_depth_by_queue")
         return [(row["queue"], int(row["n"])) for row in rows]
 
+    async def dlq_depth_by_kind(self) -> list[tuple[str, str, int]]:
+        async with translated_errors(), self._connections.tx() as conn:
+            rows = await self._sql.exec(conn, "dlq_depth_by_kind")
+        return [(row["kind"], row["queue"], int(row["n"])) for row in rows]
+
     async def _restore(
         self,
         conn: DictConnection,

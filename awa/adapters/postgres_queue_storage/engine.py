@@ -331,6 +331,9 @@ class QueueStorageEngine(PgCronOps, PgOverrideOps, PgDescriptorOps, PgBatchContr
     async def dlq_depth_by_queue(self) -> list[tuple[str, int]]:
         return await self._parts.dlq.dlq_depth_by_queue()
 
+    async def dlq_depth_by_kind(self) -> list[tuple[str, str, int]]:
+        return await self._parts.dlq.dlq_depth_by_kind()
+
     async def retry_from_dlq(
         self,
         job_id: int,

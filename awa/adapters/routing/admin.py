@@ -209,6 +209,9 @@ class AdminOps(RoutingBase[C]):
     async def dlq_depth_by_queue(self) -> list[tuple[str, int]]:
         return await (await self._dlq()).dlq_depth_by_queue()
 
+    async def dlq_depth_by_kind(self) -> list[tuple[str, str, int]]:
+        return await (await self._dlq()).dlq_depth_by_kind()
+
     async def retry_from_dlq(
         self,
         job_id: int,

@@ -163,8 +163,16 @@ SCHEMAS: dict[str, Any] = {
             "queue_count": INT,
             "completed_last_hour": INT,
             **DESCRIPTOR_COLUMNS,
+            "handler_missing": BOOL,
         },
-        ["kind", "job_count", "queue_count", "completed_last_hour", "descriptor_stale"],
+        [
+            "kind",
+            "job_count",
+            "queue_count",
+            "completed_last_hour",
+            "descriptor_stale",
+            "handler_missing",
+        ],
     ),
     "DlqEntry": obj(
         {

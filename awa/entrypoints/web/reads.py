@@ -12,9 +12,17 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from awa.domain.admin_views import QueueStateBucket, first_minute, listed_queues, minute_of
+from awa.domain.admin_views import (
+    KindCounts,
+    QueueStateBucket,
+    first_minute,
+    listed_kinds,
+    listed_queues,
+    minute_of,
+)
 from awa.domain.batch_ops import parse_operation_id
 from awa.domain.callbacks import CallbackExpressions
+from awa.domain.descriptors import handler_missing
 from awa.domain.errors import AwaError, ValidationError
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts
 from awa.domain.runtimes import is_live
@@ -306,10 +314,13 @@ class AdminReads:
         }
 
     async def queue_names(self) -> list[str]:
-        return sorted(c.queue for c in await self._queue_counts())
+        """Queues with jobs, dead-lettered ones included (awa-cli's ``/api/stats/queues``)."""
+        counts = listed_queues(await self._queue_counts(), await self._dlq_by_queue(), ())
+        return [c.queue for c in counts]
 
     async def kind_names(self) -> list[str]:
-        return sorted(k["kind"] for k in await self.kinds())
+        """Kinds with jobs, dead-lettered ones included (awa-cli's ``/api/stats/kinds``)."""
+        return [k["kind"] for k in await self.kinds() if k["job_count"]]
 
     # ------------------------------------------------------------------ queues
     async def _dlq_by_queue(self) -> dict[str, int]:
@@ -370,29 +381,37 @@ class AdminReads:
 
     # ------------------------------------------------------------------ kinds
     async def kinds(self) -> list[dict[str, Any]]:
-        async def load() -> list[dict[str, Any]]:
+        """Every kind awa-cli lists (see :func:`listed_kinds`: dead-lettered jobs count,
+        declared kinds with no jobs show), with its descriptor's columns and
+        ``handler_missing``: it has jobs but no running worker handles it."""
+
+        async def load() -> list[KindCounts]:
             engine = await self.client.admin_engine()
-            return [
+            return [*await engine.kind_counts()]
+
+        async def load_dlq() -> list[tuple[str, str, int]]:
+            engine = await self.client.admin_engine()
+            return await engine.dlq_depth_by_kind()
+
+        counts: list[KindCounts] = await self.cache.get("kinds", load)
+        dlq: list[tuple[str, str, int]] = await self.cache.get("dlq_by_kind", load_dlq)
+        descriptors = await self.descriptors()
+        rows = []
+        for k in listed_kinds(counts, dlq, descriptors["kinds"]):
+            descriptor = descriptors["kinds"].get(k.kind)
+            rows.append(
                 {
                     "kind": k.kind,
                     "job_count": k.job_count,
                     "queue_count": k.queue_count,
                     "completed_last_hour": k.completed_last_hour,
+                    **descriptor_columns(descriptor),
+                    "descriptor": descriptor,
+                    "handler_missing": handler_missing(
+                        k.job_count, None if descriptor is None else descriptor["stale"]
+                    ),
                 }
-                for k in await engine.kind_counts()
-            ]
-
-        rows: list[dict[str, Any]] = [dict(r) for r in await self.cache.get("kinds", load)]
-        descriptors = await self.descriptors()
-        known = {r["kind"] for r in rows}
-        # Declared kinds with no jobs are listed too, with zero counts.
-        for kind in sorted(set(descriptors["kinds"]) - known):
-            rows.append({"kind": kind, "job_count": 0, "queue_count": 0, "completed_last_hour": 0})
-        for r in rows:
-            descriptor = descriptors["kinds"].get(r["kind"])
-            r.update(descriptor_columns(descriptor))
-            r["descriptor"] = descriptor
-        rows.sort(key=lambda r: r["kind"])
+            )
         return rows
 
     async def descriptors(self) -> dict[str, dict[str, Any]]:

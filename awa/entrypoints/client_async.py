@@ -15,7 +15,7 @@ from awa.adapters.cron_calendar import parse_cron
 from awa.domain.cron import CronSchedule
 from awa.domain.descriptors import Descriptor
 from awa.domain.errors import AwaError
-from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, JobRecord
+from awa.domain.job import DEFAULT_QUEUE, JobRecord
 from awa.domain.keywords import check_keywords
 from awa.domain.queue_options import QueueConfigDict
 from awa.domain.schema import schema_compatible
@@ -39,6 +39,7 @@ from awa.entrypoints.client_descriptors import (
 )
 from awa.entrypoints.client_overrides import OverridesMixin
 from awa.entrypoints.health import HealthListener, addr_from_env
+from awa.entrypoints.insert_options import PeriodicOptions
 from awa.entrypoints.job import Job
 from awa.entrypoints.results import HealthCheck, QueueHealth
 from awa.runtime import AttemptContext, HandlerRegistry, Runtime, RuntimeConfig, parse_start_args
@@ -152,14 +153,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         cron_expr: str,
         args_type: type[T],
         args: T,
-        *,
-        timezone: str = "UTC",
-        queue: str = DEFAULT_QUEUE,
-        priority: int = DEFAULT_PRIORITY,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        missed_fire_policy: str = "coalesce",
+        **options: Unpack[PeriodicOptions],
     ) -> None:
         """Declare a periodic job: ``cron_expr`` (5 fields, or 6 with seconds first) in
         the IANA zone ``timezone`` enqueues ``args`` as a job of ``args_type``'s kind.
@@ -170,19 +164,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         ``missed_fire_policy``: ``"coalesce"`` enqueues only the latest missed fire,
         ``"catch_up"`` every one (at most 1 000 per second of evaluation).
         """
-        schedule = build_schedule(
-            name,
-            cron_expr,
-            args_type,
-            args,
-            timezone=timezone,
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            tags=tags,
-            metadata=metadata,
-            missed_fire_policy=missed_fire_policy,
-        )
+        schedule = build_schedule(name, cron_expr, args_type, args, options)
         self._schedules[name] = schedule
 
     def queue_descriptor(

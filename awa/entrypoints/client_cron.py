@@ -6,12 +6,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 from awa.adapters.cron_calendar import parse_cron
-from awa.domain.cron import CronJob, CronSchedule, MissedFirePolicy, validate_schedule
+from awa.domain.cron import (
+    DEFAULT_TIMEZONE,
+    CronJob,
+    CronSchedule,
+    MissedFirePolicy,
+    validate_schedule,
+)
 from awa.domain.errors import ValidationError
-from awa.domain.job import JobRecord
+from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, JobRecord
+from awa.domain.keywords import check_keywords
 from awa.domain.validation import validate_max_attempts, validate_priority
 from awa.entrypoints.args import kind_for_type, to_json_value
 from awa.entrypoints.client_core import ClientCore
+from awa.entrypoints.insert_options import PeriodicOptions
 from awa.entrypoints.job import Job
 from awa.ports.cron import CronStore
 
@@ -57,28 +65,22 @@ def cron_job_dict(job: CronJob) -> dict[str, Any]:
 
 
 def build_schedule(
-    name: str,
-    cron_expr: str,
-    args_type: type[Any],
-    args: Any,
-    *,
-    timezone: str,
-    queue: str,
-    priority: int,
-    max_attempts: int,
-    tags: list[str] | None,
-    metadata: dict[str, Any] | None,
-    missed_fire_policy: str,
+    name: str, cron_expr: str, args_type: type[Any], args: Any, options: PeriodicOptions
 ) -> CronSchedule:
     """A validated schedule. Checks run in awa-pg's order (expression, zone, priority,
     attempts, policy) and raise ``ValidationError``; a non-class ``args_type`` raises
-    ``TypeError``."""
+    ``TypeError``. An option left out takes the default of :class:`CronSchedule`."""
+    check_keywords("periodic", options, PeriodicOptions)
     if not isinstance(args_type, type):
         raise TypeError(f"args_type must be a class, got {type(args_type).__name__}")
+    timezone = options.get("timezone", DEFAULT_TIMEZONE)
+    priority = options.get("priority", DEFAULT_PRIORITY)
+    max_attempts = options.get("max_attempts", DEFAULT_MAX_ATTEMPTS)
+    metadata = options.get("metadata")
     parse_cron(cron_expr, timezone)
     validate_priority(priority)
     validate_max_attempts(max_attempts)
-    policy = MissedFirePolicy.parse(missed_fire_policy)
+    policy = MissedFirePolicy.parse(options.get("missed_fire_policy", MissedFirePolicy.COALESCE))
     if metadata is not None and not isinstance(metadata, dict):
         raise ValidationError("metadata", f"must be a dict, got {type(metadata).__name__}")
     return validate_schedule(
@@ -88,10 +90,10 @@ def build_schedule(
             kind=kind_for_type(args_type, None),
             args=to_json_value(args),
             timezone=timezone,
-            queue=queue,
+            queue=options.get("queue", DEFAULT_QUEUE),
             priority=priority,
             max_attempts=max_attempts,
-            tags=tuple(tags or ()),
+            tags=tuple(options.get("tags") or ()),
             metadata=to_json_value(metadata or {}),
             missed_fire_policy=policy,
         )

@@ -1,12 +1,13 @@
-"""The keyword options of every job insert, declared once (ADR 0027).
+"""The keyword options of every job insert and of ``periodic()``, declared once (ADR 0027).
 
 Each insert entry point (``AsyncClient.insert`` / ``insert_many_copy`` /
 ``enqueue_many_copy``, their blocking twins, ``Transaction.insert`` / ``insert_many``,
-``insert_job`` / ``insert_job_sync``) takes ``**options: Unpack[...]`` of one of the
-TypedDicts below, so a type checker completes and checks the keywords (PEP 692) and a new
-option is added here once. Every key may be left out; what an absent key means is stated
-on its line and applied by :func:`awa.entrypoints.args.build_spec` (and the bridge), from
-the constants of :mod:`awa.domain.job`.
+``insert_job`` / ``insert_job_sync``) and ``periodic()`` takes ``**options:
+Unpack[...]`` of one of the TypedDicts below, so a type checker completes and checks the
+keywords (PEP 692) and a new option is added here once. Every key may be left out; what
+an absent key means is stated on its line and applied by
+:func:`awa.entrypoints.args.build_spec` (the bridge, ``build_schedule``), from the
+constants of :mod:`awa.domain.job` and :mod:`awa.domain.cron`.
 
 At run time :func:`awa.domain.keywords.check_keywords` refuses a keyword the entry point
 does not take, with Python's own ``TypeError`` wording, as a plain signature would.
@@ -18,12 +19,9 @@ from datetime import datetime
 from typing import Any, TypedDict
 
 
-class JobOptions(TypedDict, total=False):
-    """What every insert takes, the SQL producer contract (``insert_job``) included."""
+class QueueingOptions(TypedDict, total=False):
+    """Where and how a job waits and runs: every insert and ``periodic()`` take these."""
 
-    kind: str | None
-    """The job kind; absent or ``None``: derived from the args class name
-    (``SendEmail`` -> ``send_email``)."""
     queue: str
     """The queue; absent: ``"default"``."""
     priority: int
@@ -34,11 +32,29 @@ class JobOptions(TypedDict, total=False):
     """Labels stored with the job; absent: none."""
     metadata: dict[str, Any] | None
     """A JSON object stored with the job; absent: ``{}``."""
+
+
+class JobOptions(QueueingOptions, total=False):
+    """What every insert takes, the SQL producer contract (``insert_job``) included."""
+
+    kind: str | None
+    """The job kind; absent or ``None``: derived from the args class name
+    (``SendEmail`` -> ``send_email``)."""
     run_at: datetime | str | None
     """When the job may first run (a naive datetime or string is UTC); set, the job is
     ``scheduled``; absent: now."""
     ordering_key: bytes | str | None
     """Jobs with the same key share a shard of a sharded queue; absent: none."""
+
+
+class PeriodicOptions(QueueingOptions, total=False):
+    """``AsyncClient.periodic()``: the job each fire enqueues, and when it fires."""
+
+    timezone: str
+    """The IANA zone the cron expression is read in; absent: ``"UTC"``."""
+    missed_fire_policy: str
+    """``"coalesce"`` enqueues only the latest missed fire, ``"catch_up"`` every one;
+    absent: ``"coalesce"``."""
 
 
 class InsertOptions(JobOptions, total=False):

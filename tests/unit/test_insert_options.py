@@ -5,6 +5,7 @@ signature would, and the defaults its documentation states are the domain's."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from awa import AsyncClient, Client
+from awa.domain.cron import DEFAULT_TIMEZONE, MissedFirePolicy
 from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
 from awa.domain.keywords import check_keywords, keywords_of
 from awa.domain.stripes import DEFAULT_QUEUE_STRIPES
@@ -22,6 +24,8 @@ from awa.entrypoints.insert_options import (
     ClientInsertOptions,
     InsertOptions,
     JobOptions,
+    PeriodicOptions,
+    QueueingOptions,
     TransactionBulkInsertOptions,
 )
 from awa.entrypoints.transaction import SyncTransaction, Transaction
@@ -34,6 +38,9 @@ TYPO: dict[str, Any] = {"queu": "media"}
 
 
 def test_the_sets_nest_as_the_entry_points_need() -> None:
+    queueing = {"queue", "priority", "max_attempts", "tags", "metadata"}
+    assert keywords_of(QueueingOptions) == queueing
+    assert keywords_of(PeriodicOptions) == queueing | {"timezone", "missed_fire_policy"}
     job = keywords_of(JobOptions)
     assert {"kind", "queue", "priority", "max_attempts", "tags", "metadata"} <= job
     assert {"run_at", "ordering_key"} <= job
@@ -116,6 +123,23 @@ async def test_the_bridge_refuses_what_the_sql_producer_contract_cannot_store() 
         bridge.insert_job_sync(object(), {"n": 1}, kind="k", **TYPO)
 
 
+def test_periodic_takes_the_queueing_options_and_refuses_the_insert_only_ones() -> None:
+    client = AsyncClient("postgresql://localhost/never-reached")
+    client.periodic("p", "* * * * *", Beat, Beat(), queue="q", priority=3, timezone="UTC")
+    schedule = client._schedules["p"]
+    assert (schedule.queue, schedule.priority, schedule.timezone) == ("q", 3, "UTC")
+    assert schedule.max_attempts == DEFAULT_MAX_ATTEMPTS
+    run_at: dict[str, Any] = {"run_at": "2030-01-01T00:00:00Z"}
+    with pytest.raises(TypeError, match=r"^periodic\(\) got .* argument 'run_at'$"):
+        client.periodic("q", "* * * * *", Beat, Beat(), **run_at)
+    assert "q" not in client._schedules
+
+
+@dataclasses.dataclass
+class Beat:
+    n: int = 0
+
+
 async def test_start_refuses_a_tuning_knob_it_does_not_expose() -> None:
     client = memory_client()
     knob: dict[str, Any] = {"cleanup_interval_ms": 5}
@@ -134,6 +158,7 @@ def test_the_entry_points_take_the_declared_options_and_nothing_else() -> None:
         SyncTransaction.insert: ClientInsertOptions,
         bridge.insert_job: JobOptions,
         bridge.insert_job_sync: JobOptions,
+        AsyncClient.periodic: PeriodicOptions,
     }
     for function, options in takes.items():
         params = list(inspect.signature(function).parameters.values())
@@ -157,3 +182,5 @@ def test_the_defaults_the_options_document_are_the_domains() -> None:
     assert documented["priority"] == str(DEFAULT_PRIORITY)
     assert documented["max_attempts"] == str(DEFAULT_MAX_ATTEMPTS)
     assert documented["queue_storage_queue_stripe_count"] == str(DEFAULT_QUEUE_STRIPES)
+    assert documented["timezone"] == f'``"{DEFAULT_TIMEZONE}"``'
+    assert documented["missed_fire_policy"] == f'``"{MissedFirePolicy.COALESCE.value}"``'

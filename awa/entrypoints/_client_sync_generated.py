@@ -428,7 +428,11 @@ class Client(BlockingClientBase):
         return self._run(self._async.queue_overrides(queue))
 
     def queue_stats(self) -> list[QueueStat]:
-        """Exact per-queue counts. Blocking form of ``AsyncClient.queue_stats``."""
+        """Exact per-queue counts of every queue awa-pg lists: those with jobs, those whose
+        jobs are all dead-lettered (counted as ``failed``, their state) and those a runtime
+        catalogued (served) with no jobs, by name. Blocking form of
+        ``AsyncClient.queue_stats``.
+        """
         return self._run(self._async.queue_stats())
 
     def resolve_callback(

@@ -31,6 +31,7 @@ from awa.entrypoints.client_admin import AdminMixin
 from awa.entrypoints.client_batch import BatchOpsMixin
 from awa.entrypoints.client_cron import CronMixin, build_schedule
 from awa.entrypoints.client_descriptors import (
+    DescriptorOptions,
     DescriptorsMixin,
     build_descriptor,
     check_descriptor_queues,
@@ -167,17 +168,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         schedule = build_schedule(name, cron_expr, args_type, args, options)
         self._schedules[name] = schedule
 
-    def queue_descriptor(
-        self,
-        queue: str,
-        *,
-        display_name: str | None = None,
-        description: str | None = None,
-        owner: str | None = None,
-        docs_url: str | None = None,
-        tags: list[str] | None = None,
-        extra: dict[str, Any] | None = None,
-    ) -> None:
+    def queue_descriptor(self, queue: str, **options: Unpack[DescriptorOptions]) -> None:
         """Describe a queue this runtime serves, for operators (admin UI, catalogs).
 
         ``start()`` stores it in ``awa.queue_descriptors`` and refreshes it every snapshot
@@ -186,37 +177,13 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         docs URL 2 048, 20 tags). Declaring a queue twice keeps the last declaration; after
         ``start()`` it raises ``AwaError`` (the runtime read the declarations then)."""
         self._refuse_while_running("queue_descriptor")
-        self._queue_descriptors[queue] = build_descriptor(
-            display_name=display_name,
-            description=description,
-            owner=owner,
-            docs_url=docs_url,
-            tags=tags,
-            extra=extra,
-        )
+        self._queue_descriptors[queue] = build_descriptor("queue_descriptor", options)
 
-    def job_kind_descriptor(
-        self,
-        kind: str,
-        *,
-        display_name: str | None = None,
-        description: str | None = None,
-        owner: str | None = None,
-        docs_url: str | None = None,
-        tags: list[str] | None = None,
-        extra: dict[str, Any] | None = None,
-    ) -> None:
+    def job_kind_descriptor(self, kind: str, **options: Unpack[DescriptorOptions]) -> None:
         """Describe a job kind (stored in ``awa.job_kind_descriptors`` by ``start()``,
         with the same limits as :meth:`queue_descriptor`)."""
         self._refuse_while_running("job_kind_descriptor")
-        self._kind_descriptors[kind] = build_descriptor(
-            display_name=display_name,
-            description=description,
-            owner=owner,
-            docs_url=docs_url,
-            tags=tags,
-            extra=extra,
-        )
+        self._kind_descriptors[kind] = build_descriptor("job_kind_descriptor", options)
 
     def _refuse_while_running(self, method: str) -> None:
         # start() stores the declarations once; a later one would never reach the catalog.

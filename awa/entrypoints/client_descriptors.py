@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from awa.domain.descriptors import (
     Catalog,
@@ -17,6 +17,7 @@ from awa.domain.descriptors import (
     limit_problem,
 )
 from awa.domain.errors import AwaError, DatabaseError
+from awa.domain.keywords import check_keywords
 from awa.entrypoints import bootstrap
 from awa.entrypoints.args import blake3_digest, to_json_value
 from awa.entrypoints.client_core import ClientCore
@@ -29,26 +30,40 @@ def _text(field: str, value: Any) -> str | None:
     return value
 
 
-def build_descriptor(
-    *,
-    display_name: str | None,
-    description: str | None,
-    owner: str | None,
-    docs_url: str | None,
-    tags: list[str] | None,
-    extra: dict[str, Any] | None,
-) -> Descriptor:
-    """A descriptor from ``queue_descriptor`` / ``job_kind_descriptor`` arguments. Its
-    length limits are checked at ``start()``, as awa-pg does (:func:`declared`)."""
+class DescriptorOptions(TypedDict, total=False):
+    """The keywords of ``queue_descriptor()`` and ``job_kind_descriptor()``, declared once
+    (ADR 0027); every one may be left out. Their length limits are checked at ``start()``
+    (see ``queue_descriptor``)."""
+
+    display_name: str | None
+    """A human name for the admin UI."""
+    description: str | None
+    """What it is for."""
+    owner: str | None
+    """Who to ask."""
+    docs_url: str | None
+    """Where its documentation is."""
+    tags: list[str] | None
+    """Labels."""
+    extra: dict[str, Any] | None
+    """Any other JSON object to show with it."""
+
+
+def build_descriptor(function: str, options: DescriptorOptions) -> Descriptor:
+    """A descriptor from ``queue_descriptor`` / ``job_kind_descriptor`` keywords (a keyword
+    they do not take raises ``TypeError`` naming ``function``). Its length limits are
+    checked at ``start()``, as awa-pg does (:func:`declared`)."""
+    check_keywords(function, options, DescriptorOptions)
+    tags = options.get("tags")
     if tags is not None and not all(isinstance(tag, str) for tag in tags):
         raise TypeError("tags must be a list of strings")
     return Descriptor(
-        display_name=_text("display_name", display_name),
-        description=_text("description", description),
-        owner=_text("owner", owner),
-        docs_url=_text("docs_url", docs_url),
+        display_name=_text("display_name", options.get("display_name")),
+        description=_text("description", options.get("description")),
+        owner=_text("owner", options.get("owner")),
+        docs_url=_text("docs_url", options.get("docs_url")),
         tags=tuple(tags or ()),
-        extra=to_json_value(extra or {}),
+        extra=to_json_value(options.get("extra") or {}),
     )
 
 

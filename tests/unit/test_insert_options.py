@@ -19,6 +19,7 @@ from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
 from awa.domain.keywords import check_keywords, keywords_of
 from awa.domain.stripes import DEFAULT_QUEUE_STRIPES
 from awa.entrypoints import bridge, insert_options
+from awa.entrypoints.client_descriptors import DescriptorOptions
 from awa.entrypoints.insert_options import (
     ClientBulkInsertOptions,
     ClientInsertOptions,
@@ -135,6 +136,19 @@ def test_periodic_takes_the_queueing_options_and_refuses_the_insert_only_ones() 
     assert "q" not in client._schedules
 
 
+def test_the_descriptor_methods_take_one_declared_set() -> None:
+    client = AsyncClient("postgresql://localhost/never-reached")
+    client.queue_descriptor("q", display_name="Q", owner="ops", tags=["t"], extra={"a": 1})
+    client.job_kind_descriptor("k", description="what k does", docs_url="https://example.org")
+    assert client._queue_descriptors["q"].owner == "ops"
+    assert client._kind_descriptors["k"].docs_url == "https://example.org"
+    typo: dict[str, Any] = {"ownr": "ops"}
+    for method in (client.queue_descriptor, client.job_kind_descriptor):
+        with pytest.raises(TypeError, match=rf"^{method.__name__}\(\) got .* argument 'ownr'$"):
+            method("x", **typo)
+    assert "x" not in client._queue_descriptors and "x" not in client._kind_descriptors
+
+
 @dataclasses.dataclass
 class Beat:
     n: int = 0
@@ -159,6 +173,8 @@ def test_the_entry_points_take_the_declared_options_and_nothing_else() -> None:
         bridge.insert_job: JobOptions,
         bridge.insert_job_sync: JobOptions,
         AsyncClient.periodic: PeriodicOptions,
+        AsyncClient.queue_descriptor: DescriptorOptions,
+        AsyncClient.job_kind_descriptor: DescriptorOptions,
     }
     for function, options in takes.items():
         params = list(inspect.signature(function).parameters.values())

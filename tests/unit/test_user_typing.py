@@ -131,6 +131,7 @@ async def main() -> None:
     await client.start(storage_transition_role="drain")  # line 43
     client.periodic("p", "* * * * *", A, A(x=1), run_at="2030-01-01")  # line 44
     client.periodic("p", "* * * * *", A, A(x=1), timezone=0)  # line 45
+    client.queue_descriptor("default", ownr="ops")  # line 46
 """
 
 
@@ -154,7 +155,7 @@ def test_mypy_reports_each_mistake_on_its_line(tmp_path: Path) -> None:
         int(m.group(1)): m.group(2)
         for m in re.finditer(r"user_script\.py:(\d+): error: (.*)", stdout)
     }
-    assert set(errors) == {20, 25, 31, *range(33, 46)} - {37}, stdout + stderr
+    assert set(errors) == {20, 25, 31, *range(33, 47)} - {37}, stdout + stderr
     assert 'expected "Callable[[Job[A]]' in errors[20] and "Job[B]" in errors[20]
     assert 'incompatible type "Callable[[]' in errors[25]
     assert "QueueConfigDict" in errors[31]
@@ -162,7 +163,13 @@ def test_mypy_reports_each_mistake_on_its_line(tmp_path: Path) -> None:
     # The insert and start options (one TypedDict each, ADR 0027): a misspelt keyword,
     # a keyword the entry point does not take and a value of the wrong type are each
     # reported, on the async and blocking clients, transactions and the bridge.
-    for line, keyword in ((34, "queu"), (38, "unique_opts"), (40, "max_attempt"), (44, "run_at")):
+    for line, keyword in (
+        (34, "queu"),
+        (38, "unique_opts"),
+        (40, "max_attempt"),
+        (44, "run_at"),
+        (46, "ownr"),
+    ):
         assert f'Unexpected keyword argument "{keyword}"' in errors[line], errors[line]
     assert "poll_interval" in errors[42]
     for line, expected in (

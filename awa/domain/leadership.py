@@ -71,10 +71,6 @@ class LeasePolicy:
             return None
         return asked_at + min(lease.expires_in, self.ttl)
 
-    def renew_due(self, now: float, renewed_at: float) -> bool:
-        """Whether the holder renews before its next action."""
-        return now - renewed_at >= self.renew_every
-
     def may_act(self, now: float, valid_until: float | None) -> bool:
         """Whether a holder may start a maintenance action now."""
         return valid_until is not None and now < valid_until

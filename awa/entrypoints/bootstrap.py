@@ -44,10 +44,12 @@ from awa.domain.policies import Backoff
 from awa.domain.transition import TransitionStatus
 from awa.entrypoints.routing import (
     TRANSITION_SCHEMA_VERSION,
-    open_postgres_routing,
+    open_postgres_backend,
+    postgres_control_plane,
     postgres_routing,
 )
 from awa.ports.admin import SchemaAdmin
+from awa.ports.control_plane import Backend, ControlPlane
 from awa.ports.cron import CronStore
 from awa.ports.descriptors import DescriptorStore
 from awa.ports.leader import LeaderCandidates, LeaderLock
@@ -59,6 +61,7 @@ from awa.ports.storage import StorageEngine
 from awa.ports.transactions import TransactionJoiner
 from awa.ports.transition import TransitionFollower
 from awa.runtime.heartbeat import EngineFactory
+from awa.runtime.maintenance import BackendFactory
 
 Connection = psycopg.AsyncConnection[DictRow]
 
@@ -96,11 +99,13 @@ class ClientEngine(
 
 @attrs.define
 class Wiring:
-    """The engine, and the connection pool it runs on that also serves client
-    transactions and raw SQL (``None`` for the in-memory client)."""
+    """The engine, the control plane of its backend, and the connection pool both run on
+    that also serves client transactions and raw SQL (``None`` for the in-memory
+    client)."""
 
     url: str
     engine: ClientEngine
+    control: ControlPlane
     pool: AsyncConnectionPool[Connection] | None = None
     #: The per-kind policies of the client: every engine opened for it reads them.
     policies: KindPolicies = attrs.field(factory=KindPolicies)
@@ -181,10 +186,17 @@ async def open_wiring(
     await check_reachable(url)
     pool = await open_pool(url, max_connections=max_connections, options=pool_options)
     policies = policies if policies is not None else KindPolicies()
+    clock = SystemClock()
     engine = postgres_routing(
-        pool, url, clock=SystemClock(), backoff=Backoff(), policies=policies, owns_pool=True
+        pool, url, clock=clock, backoff=Backoff(), policies=policies, owns_pool=True
     )
-    return Wiring(url=url, engine=engine, pool=pool, policies=policies)
+    return Wiring(
+        url=url,
+        engine=engine,
+        control=postgres_control_plane(pool, clock),
+        pool=pool,
+        policies=policies,
+    )
 
 
 async def require_schema(wiring: Wiring) -> None:
@@ -371,37 +383,42 @@ LISTEN_CONNECTIONS = 1
 LEADER_CONNECTIONS = 1
 
 
-def _thread_engine_factory(wiring: Wiring) -> EngineFactory:
-    """Opens a small routing engine (``THREAD_ENGINE_CONNECTIONS``) on the wiring's
-    database, for a thread with an event loop of its own (a pool belongs to the loop that
-    opened it)."""
-    url = wiring.url
-    policies = wiring.policies
-
-    async def open_routing() -> StorageEngine:
-        return await open_postgres_routing(
-            url,
-            clock=SystemClock(),
-            backoff=Backoff(),
-            policies=policies,
-            max_connections=THREAD_ENGINE_CONNECTIONS,
-        )
-
-    return open_routing
+async def _open_thread_backend(wiring: Wiring) -> Backend:
+    """A small routing engine (``THREAD_ENGINE_CONNECTIONS``) with the wiring's per-kind
+    policies and the control plane on its pool, on the wiring's database, for a thread
+    with an event loop of its own (a pool belongs to the loop that opened it). Closing
+    the engine closes the pool."""
+    opened = await open_postgres_backend(
+        wiring.url,
+        clock=SystemClock(),
+        backoff=Backoff(),
+        policies=wiring.policies,
+        max_connections=THREAD_ENGINE_CONNECTIONS,
+    )
+    return Backend(opened.engine, opened.control)
 
 
 def heartbeat_engine_factory(wiring: Wiring) -> EngineFactory:
     """Opens a second, two-connection engine for the heartbeat thread, so heartbeats keep
     flowing while a handler blocks the main event loop. Heartbeats find each attempt's
     engine by job id, so a fresh routing engine will do."""
-    return _thread_engine_factory(wiring)
+
+    async def open_engine() -> StorageEngine:
+        return (await _open_thread_backend(wiring)).engine
+
+    return open_engine
 
 
-def maintenance_engine_factory(wiring: Wiring) -> EngineFactory:
-    """Opens the maintenance thread's own two-connection engine (promotion, rescue,
-    cron, prune run there, so a handler blocking the main event loop cannot stall them;
-    ADR 0014). The routing engine follows the storage transition like the client's."""
-    return _thread_engine_factory(wiring)
+def maintenance_engine_factory(wiring: Wiring) -> BackendFactory:
+    """Opens the maintenance thread's own two-connection engine and control plane
+    (promotion, rescue, cron, prune and batch operations run there, so a handler blocking
+    the main event loop cannot stall them; ADR 0014). The routing engine follows the
+    storage transition like the client's."""
+
+    async def open_backend() -> Backend:
+        return await _open_thread_backend(wiring)
+
+    return open_backend
 
 
 @attrs.frozen

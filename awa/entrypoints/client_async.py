@@ -299,6 +299,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
             runtime_registry=ports.registry,
             heartbeat_engine_factory=bootstrap.heartbeat_engine_factory(wiring),
             maintenance_engine_factory=bootstrap.maintenance_engine_factory(wiring),
+            control=wiring.control,
             max_connections=self._max_connections,
             cron=cron,
             descriptors=descriptors,

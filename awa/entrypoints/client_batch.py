@@ -105,7 +105,7 @@ class BatchOpsMixin(ClientCore):
         require_scope(parsed_filter, allow_all)
         if submitted_by is not None and not isinstance(submitted_by, str):
             raise TypeError(f"submitted_by: expected a string, got {type(submitted_by).__name__}")
-        record = await (await self._engine()).create_batch_operation(
+        record = await (await self._control()).batch_operations.create_batch_operation(
             spec=parsed_spec, filter=parsed_filter, submitted_by=submitted_by
         )
         return operation_dict(record)
@@ -174,13 +174,15 @@ class BatchOpsMixin(ClientCore):
         wanted = None if state is None else BatchOpState.parse(state)
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise TypeError(f"limit: expected an integer, got {type(limit).__name__}")
-        ops = await (await self._engine()).list_batch_operations(state=wanted, limit=limit)
+        ops = await (await self._control()).batch_operations.list_batch_operations(
+            state=wanted, limit=limit
+        )
         return [operation_dict(op) for op in ops]
 
     async def get_batch_operation(self, operation_id: str) -> BatchOperation:
         """One operation by id; ``ValidationError`` if there is none."""
         op_id = parse_operation_id(operation_id)
-        op = await (await self._engine()).get_batch_operation(op_id)
+        op = await (await self._control()).batch_operations.get_batch_operation(op_id)
         if op is None:
             raise operation_not_found(op_id)
         return operation_dict(op)
@@ -189,7 +191,7 @@ class BatchOpsMixin(ClientCore):
         """Ask an unfinished operation to stop; the runner ends it ``cancelled`` at its next
         chunk boundary (jobs already changed stay changed)."""
         op_id = parse_operation_id(operation_id)
-        op = await (await self._engine()).cancel_batch_operation(op_id)
+        op = await (await self._control()).batch_operations.cancel_batch_operation(op_id)
         if op is None:
             raise ValidationError(
                 "operation_id",
@@ -205,7 +207,9 @@ class BatchOpsMixin(ClientCore):
             raise TypeError("before: expected a datetime with non-None tzinfo")
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise TypeError(f"limit: expected an integer, got {type(limit).__name__}")
-        return await (await self._engine()).purge_batch_operations(before=before, limit=limit)
+        return await (await self._control()).batch_operations.purge_batch_operations(
+            before=before, limit=limit
+        )
 
 
 def _move_spec(queue: str, priority: int | None) -> dict[str, Any]:

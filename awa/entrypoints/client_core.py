@@ -36,6 +36,7 @@ from awa.entrypoints.job import Job
 from awa.entrypoints.results import QueueStat, RetryFailedResult
 from awa.entrypoints.transaction import Transaction
 from awa.ports.admin import SchemaAdmin
+from awa.ports.control_plane import ControlPlane
 from awa.ports.runtime_registry import RuntimeRegistry
 from awa.ports.storage import JobFilter, StorageEngine
 from awa.runtime import metrics, tracing
@@ -141,6 +142,10 @@ class ClientCore:
 
     async def _engine(self) -> ClientEngine:
         return (await self._wiring()).engine
+
+    async def _control(self) -> ControlPlane:
+        """The control-plane stores of the client's backend."""
+        return (await self._wiring()).control
 
     async def runtime_registry(self) -> RuntimeRegistry:
         """Where worker runtimes publish their snapshots (read by operator surfaces)."""

@@ -8,12 +8,17 @@ and the transition state only through ports; this module hands it concrete ones:
   transactions, transition state and one-statement insert (what every client runs);
 * :func:`inmemory_routing`: two in-memory engines on one in-memory store and an
   in-memory transition state, the same routing without a database.
+
+Beside the engines, each backend gets its control plane once
+(:func:`postgres_control_plane`, :func:`inmemory_control_plane`): the stores every engine
+of the backend shares, handed to the client and the runtime next to the engine.
 """
 
 from __future__ import annotations
 
 import attrs
 
+from awa.adapters._pg.batch_ops import PgBatchOperationStore
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.migrations import require_schema
 from awa.adapters._pg.pool import DictPool, PoolOptions, open_pool
@@ -21,6 +26,7 @@ from awa.adapters._pg.routing import AnyConnection, PgRoutedInsert, PgTransactio
 from awa.adapters._pg.transition import PgTransitionState
 from awa.adapters.clock import SystemClock
 from awa.adapters.inmemory import (
+    InMemoryBatchOperationStore,
     InMemoryEngine,
     InMemoryTransaction,
     InMemoryTransactions,
@@ -34,6 +40,7 @@ from awa.adapters.routing import DEFAULT_REFRESH_INTERVAL, TransitionRoutingEngi
 from awa.domain.kind_policies import KindPolicies
 from awa.domain.policies import Backoff
 from awa.ports.clock import Clock
+from awa.ports.control_plane import ControlPlane
 
 #: The first schema version with the transition functions.
 TRANSITION_SCHEMA_VERSION = 200
@@ -55,8 +62,41 @@ async def open_postgres_routing(
     """Open a pool on ``url``, check the schema has the transition functions and build
     the routing engine on it (closing the engine closes the pool). ``policies``: the
     process's per-kind policies, shared by every engine it composes."""
+    backend = await open_postgres_backend(
+        url,
+        clock=clock,
+        backoff=backoff,
+        policies=policies,
+        max_connections=max_connections,
+        refresh_interval=refresh_interval,
+        pool_options=pool_options,
+    )
+    return backend.engine
+
+
+@attrs.frozen
+class PostgresBackend:
+    """The routing engine over a database and the database's control plane, on one pool
+    (closing the engine closes it)."""
+
+    engine: PostgresRouting
+    control: ControlPlane
+
+
+async def open_postgres_backend(
+    url: str,
+    *,
+    clock: Clock | None = None,
+    backoff: Backoff | None = None,
+    policies: KindPolicies | None = None,
+    max_connections: int = 10,
+    refresh_interval: float = DEFAULT_REFRESH_INTERVAL,
+    pool_options: PoolOptions | None = None,
+) -> PostgresBackend:
+    """As :func:`open_postgres_routing`, with the control plane on the same pool."""
     pool = await open_routing_pool(url, max_connections=max_connections, options=pool_options)
-    return postgres_routing(
+    clock = clock if clock is not None else SystemClock()
+    engine = postgres_routing(
         pool,
         url,
         clock=clock,
@@ -65,6 +105,7 @@ async def open_postgres_routing(
         refresh_interval=refresh_interval,
         owns_pool=True,
     )
+    return PostgresBackend(engine, postgres_control_plane(pool, clock))
 
 
 async def open_routing_pool(
@@ -126,14 +167,25 @@ def postgres_routing(
     )
 
 
+def postgres_control_plane(pool: DictPool, clock: Clock) -> ControlPlane:
+    """The control-plane stores of the database behind ``pool`` (shared by its engines)."""
+    return ControlPlane(batch_operations=PgBatchOperationStore(pool, clock))
+
+
+def inmemory_control_plane(clock: Clock) -> ControlPlane:
+    """The control-plane stores of one in-memory backend (one per store of engines)."""
+    return ControlPlane(batch_operations=InMemoryBatchOperationStore(clock))
+
+
 @attrs.frozen
 class InMemoryRouting:
     """routing(inmemory, inmemory): the engine, the transition state it follows (whose
-    steps a test takes) and the store under both."""
+    steps a test takes), the store under both and the backend's control plane."""
 
     engine: InMemoryRoutingEngine
     transition: InMemoryTransition
     store: SharedStore
+    control: ControlPlane
 
 
 def inmemory_routing(
@@ -171,4 +223,4 @@ def inmemory_routing(
         refresh_interval=refresh_interval,
         on_close=close,
     )
-    return InMemoryRouting(engine, transition, store)
+    return InMemoryRouting(engine, transition, store, inmemory_control_plane(clock))

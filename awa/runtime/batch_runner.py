@@ -31,6 +31,7 @@ from awa.domain.batch_ops import (
     final_state,
 )
 from awa.domain.errors import AwaError, DatabaseError
+from awa.ports.batch_ops import BatchOperationStore
 from awa.ports.clock import Clock
 from awa.ports.storage import StorageEngine
 
@@ -47,11 +48,13 @@ PARALLELISM = 4
 
 
 class BatchRunner:
-    """Advances the oldest unfinished batch operation a bounded step at a time."""
+    """Advances the oldest unfinished batch operation a bounded step at a time: the
+    operations live in ``store``, the jobs they change in ``engine``."""
 
     def __init__(
         self,
         engine: StorageEngine,
+        store: BatchOperationStore,
         *,
         runner_id: str,
         clock: Clock,
@@ -61,6 +64,7 @@ class BatchRunner:
         parallelism: int = PARALLELISM,
     ) -> None:
         self._engine = engine
+        self._store = store
         self._runner_id = runner_id
         self._clock = clock
         self._retention = retention
@@ -71,7 +75,7 @@ class BatchRunner:
     async def step(self) -> bool:
         """Work on the oldest unfinished operation for up to the budget. Returns whether
         more work may be waiting (call again soon) or none was found."""
-        op = await self._engine.next_batch_operation(runner=self._runner_id)
+        op = await self._store.next_batch_operation(runner=self._runner_id)
         if op is None:
             return False
         deadline = self._clock.monotonic() + self._budget
@@ -84,7 +88,7 @@ class BatchRunner:
                     log.info("batch operation %s already %s", op.id, op.state)
                     return True
                 ids = (
-                    await self._engine.pending_batch_items(op.id, limit=self._chunk)
+                    await self._store.pending_batch_items(op.id, limit=self._chunk)
                     if op.state == BatchOpState.RUNNING
                     else []
                 )
@@ -93,7 +97,7 @@ class BatchRunner:
                     await self._finish(op, done)
                     return True
                 results = await self._apply_chunk(op, ids)
-                op = await self._engine.record_batch_items(
+                op = await self._store.record_batch_items(
                     op.id, results, cursor=_cursor(op, after=ids[-1])
                 )
                 if self._clock.monotonic() >= deadline:
@@ -104,7 +108,7 @@ class BatchRunner:
             raise
         except Exception as exc:
             log.exception("batch operation %s failed", op.id)
-            await self._engine.finish_batch_operation(
+            await self._store.finish_batch_operation(
                 op.id,
                 state=BatchOpState.FAILED,
                 last_error=f"{type(exc).__name__}: {exc}",
@@ -118,13 +122,13 @@ class BatchRunner:
             page = await self._engine.list_batch_targets(op.filter, after_id=after, limit=SCAN_PAGE)
             if page:
                 after = page[-1].id
-                op = await self._engine.add_batch_items(op.id, [job.id for job in page])
+                op = await self._store.add_batch_items(op.id, [job.id for job in page])
             if op.state.is_final:
                 return op
             if len(page) < SCAN_PAGE or op.state == BatchOpState.CANCELLING:
                 break
         log.info("batch operation %s scanned (%s)", op.id, after_scan(op.state))
-        return await self._engine.start_batch_running(
+        return await self._store.start_batch_running(
             op.id, cursor={"after_job_id": 0, "max_job_id": after}
         )
 
@@ -157,7 +161,7 @@ class BatchRunner:
         return result
 
     async def _finish(self, op: BatchOperation, state: BatchOpState) -> None:
-        done = await self._engine.finish_batch_operation(
+        done = await self._store.finish_batch_operation(
             op.id, state=state, retention=self._retention
         )
         if done.state != state:

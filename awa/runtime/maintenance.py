@@ -22,6 +22,7 @@ import anyio.to_thread
 
 from awa.domain.leadership import Lease, LeaseLapsed, LeasePolicy
 from awa.ports.clock import Clock
+from awa.ports.control_plane import Backend, ControlPlane
 from awa.ports.cron import CronStore
 from awa.ports.leader import LeaderLock
 from awa.ports.storage import StorageEngine
@@ -40,7 +41,8 @@ _RENEW_RETRY = 0.25
 #: How long stopping waits for the maintenance thread once its duty finished.
 _THREAD_JOIN = 10.0
 
-EngineFactory = Callable[[], Awaitable[StorageEngine]]
+#: Opens the maintenance thread's storage engine and control plane (on its event loop).
+BackendFactory = Callable[[], Awaitable[Backend]]
 
 
 class MaintenanceLeader:
@@ -50,8 +52,9 @@ class MaintenanceLeader:
     retried on its next tick; a lease that ran out or changed hands stops the duties until
     leadership is won again.
 
-    ``engine_factory`` moves the loop onto a thread of its own with an engine of its own
-    (opened there); without one it runs on the caller's event loop with ``engine``."""
+    ``engine_factory`` moves the loop onto a thread of its own with an engine and control
+    plane of its own (opened there); without one it runs on the caller's event loop with
+    ``engine`` and ``control`` (no batch-operation duty without a control plane)."""
 
     def __init__(
         self,
@@ -63,9 +66,11 @@ class MaintenanceLeader:
         cron: CronService | None = None,
         clock: Clock,
         instance_id: str = "",
-        engine_factory: EngineFactory | None = None,
+        control: ControlPlane | None = None,
+        engine_factory: BackendFactory | None = None,
     ) -> None:
         self._engine = engine
+        self._control = control
         self._engine_factory = engine_factory
         self._cron = cron
         self._clock = clock
@@ -149,7 +154,7 @@ class MaintenanceLeader:
         """Elect and lead until :meth:`stop` or cancellation (on this loop, or on the
         maintenance thread when an engine factory was given)."""
         if self._engine_factory is None:
-            await self._run_on(self._engine)
+            await self._run_on(self._engine, self._control)
             return
         self._thread_done.clear()
         self._thread = threading.Thread(
@@ -178,25 +183,25 @@ class MaintenanceLeader:
         self._wake = anyio.Event()
         if self._stopping:
             self._wake.set()
-        engine: StorageEngine | None = None
-        while engine is None and not self._stopping:
+        backend: Backend | None = None
+        while backend is None and not self._stopping:
             try:
-                engine = await self._engine_factory()
+                backend = await self._engine_factory()
             except Exception as exc:
                 self._connect_failures.failed(
                     exc, f"; trying again every {self._config.leader_election_interval:g} s"
                 )
                 await self._pause(self._config.leader_election_interval)
-        if engine is None:
+        if backend is None:
             return
         self._connect_failures.succeeded()
         try:
-            await self._run_on(engine)
+            await self._run_on(backend.engine, backend.control)
         finally:
             with anyio.CancelScope(shield=True):
-                await engine.close()
+                await backend.engine.close()
 
-    async def _run_on(self, engine: StorageEngine) -> None:
+    async def _run_on(self, engine: StorageEngine, control: ControlPlane | None) -> None:
         if self._wake is None or self._engine_factory is None:
             self._wake = anyio.Event()
         self._stopped = anyio.Event()
@@ -215,6 +220,7 @@ class MaintenanceLeader:
             fence=self.fence,
             cron=self._cron,
             cron_store=engine if self.threaded and isinstance(engine, CronStore) else None,
+            control=control,
             clock=self._clock,
             instance_id=self._instance_id,
             gauges=self._gauges,

@@ -15,6 +15,7 @@ from datetime import timedelta
 from awa.domain.lifecycle import Rescue
 from awa.domain.policies import RingSeal
 from awa.ports.clock import Clock
+from awa.ports.control_plane import ControlPlane
 from awa.ports.cron import CronStore
 from awa.ports.descriptors import DescriptorStore
 from awa.ports.maintenance import RingMaintenance
@@ -60,6 +61,7 @@ class MaintenanceDuties:
         cron: CronService | None = None,
         cron_store: CronStore | None = None,
         clock: Clock,
+        control: ControlPlane | None = None,
         instance_id: str = "",
         gauges: QueueGauges | None = None,
         ring_outcomes: dict[str, int] | None = None,
@@ -71,6 +73,7 @@ class MaintenanceDuties:
         self.fence = fence
         self._cron = cron
         self._cron_store = cron_store
+        self._control = control
         self._clock = clock
         self._instance_id = instance_id
         self._gauges = gauges
@@ -85,7 +88,6 @@ class MaintenanceDuties:
         """Every duty this engine and configuration call for."""
         engine = self._engine
         c = self._config
-        batch_runner = BatchRunner(engine, runner_id=self._instance_id, clock=self._clock)
         duties = [
             Duty("promote", c.promote_interval, self._promote),
             Duty(
@@ -104,8 +106,15 @@ class MaintenanceDuties:
                 self._rescue_callbacks,
             ),
             Duty("cleanup", c.cleanup_interval, self._cleanup),
-            Duty("batch_operations", BATCH_OPERATION_INTERVAL, batch_runner.step),
         ]
+        if self._control is not None:
+            batch_runner = BatchRunner(
+                engine,
+                self._control.batch_operations,
+                runner_id=self._instance_id,
+                clock=self._clock,
+            )
+            duties.append(Duty("batch_operations", BATCH_OPERATION_INTERVAL, batch_runner.step))
         if self._gauges is not None:
             duties.append(Duty("queue_gauges", REFRESH_INTERVAL, self._gauges.refresh))
         if isinstance(engine, DescriptorStore):

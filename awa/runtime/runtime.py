@@ -20,6 +20,7 @@ from awa.domain.channels import CANCEL_CHANNEL
 from awa.domain.job import Claim
 from awa.domain.validation import validate_number
 from awa.ports.clock import Clock
+from awa.ports.control_plane import ControlPlane
 from awa.ports.leader import LeaderLock
 from awa.ports.notifier import Notifier
 from awa.ports.runtime_registry import QueueSnapshot, RuntimeRegistry, RuntimeSnapshot
@@ -39,7 +40,7 @@ from awa.runtime.inflight import InFlight
 from awa.runtime.listener import ChannelListener
 from awa.runtime.log_throttle import FailureLog
 from awa.runtime.loop_watchdog import LoopWatchdog
-from awa.runtime.maintenance import MaintenanceLeader
+from awa.runtime.maintenance import BackendFactory, MaintenanceLeader
 from awa.runtime.permits import PermitPool
 from awa.runtime.wake import Waker
 
@@ -108,7 +109,8 @@ class Runtime:
         *,
         runtime_registry: RuntimeRegistry | None = None,
         heartbeat_engine_factory: EngineFactory | None = None,
-        maintenance_engine_factory: EngineFactory | None = None,
+        maintenance_engine_factory: BackendFactory | None = None,
+        control: ControlPlane | None = None,
         max_connections: int | None = None,
         cron: CronService | None = None,
         descriptors: DescriptorService | None = None,
@@ -174,6 +176,7 @@ class Runtime:
                 cron=cron,
                 clock=clock,
                 instance_id=self.id,
+                control=control,
                 engine_factory=maintenance_engine_factory,
             )
             if leader_lock is not None

@@ -11,6 +11,7 @@ from awa.domain.stripes import DEFAULT_QUEUE_STRIPES
 from awa.entrypoints.bootstrap import Wiring
 from awa.entrypoints.client_async import AsyncClient
 from awa.entrypoints.client_core import ClientCore
+from awa.entrypoints.routing import inmemory_control_plane
 from awa.ports.storage import UnitOfWork
 from awa.runtime.handlers import HandlerRegistry
 
@@ -70,8 +71,14 @@ def memory_client(handlers_from: AsyncClient | None = None) -> AsyncClient:
     if handlers_from is not None:
         # The application's policies (``task(retry=...)``) go with its handlers.
         client._policies = handlers_from._policies
-    engine = _ClientMemoryEngine(SystemClock(), policies=client._policies)
-    client._wiring_obj = Wiring(url=MEMORY_URL, engine=engine, policies=client._policies)  # type: ignore[arg-type]
+    clock = SystemClock()
+    engine = _ClientMemoryEngine(clock, policies=client._policies)
+    client._wiring_obj = Wiring(
+        url=MEMORY_URL,
+        engine=engine,  # type: ignore[arg-type]
+        control=inmemory_control_plane(clock),
+        policies=client._policies,
+    )
     client._handlers = handlers_from._handlers if handlers_from is not None else HandlerRegistry()
     client._runtime = None
     client._runtime_resources = None

@@ -18,8 +18,18 @@ import attrs
 import pytest
 
 from awa.adapters._pg.notifier import PostgresNotifier
+from awa.adapters.clock import ManualClock
+from awa.entrypoints.routing import inmemory_control_plane
+from awa.ports.control_plane import ControlPlane
 from tests.conftest import migrate_template
-from tests.support.engines import ENGINES, POOLED, EngineHandle, open_engine
+from tests.support.engines import (
+    ENGINES,
+    POOLED,
+    EngineHandle,
+    forget_control_plane,
+    open_engine,
+    postgres_control,
+)
 from tests.support.pg import DatabaseFactory
 from tests.support.pgbouncer import PgBouncer
 
@@ -63,3 +73,40 @@ async def engine(request: pytest.FixtureRequest) -> AsyncIterator[EngineHandle]:
     async with open_engine(name, url) as handle:
         await handle.engine.reset()
         yield handle
+
+
+@attrs.frozen
+class BackendHandle:
+    """The control plane of one backend (the stores every engine of it shares) and the
+    clock it reads."""
+
+    name: str
+    control: ControlPlane
+    clock: ManualClock
+
+
+#: The backends a control-plane store exists once for: the in-memory model and Postgres.
+BACKENDS = ("inmemory", "postgres")
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(name, marks=[pytest.mark.postgres] if name == "postgres" else [])
+        for name in BACKENDS
+    ]
+)
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[BackendHandle]:
+    """A fresh control plane per test, once per backend rather than once per engine: the
+    stores are the backend's, whatever engine runs over it."""
+    name: str = request.param
+    clock = ManualClock()
+    if name == "inmemory":
+        yield BackendHandle(name, inmemory_control_plane(clock), clock)
+        return
+    urls: dict[str, str] = request.getfixturevalue("contract_databases")
+    if "backend" not in urls:
+        factory: DatabaseFactory = request.getfixturevalue("pg_databases")
+        urls["backend"] = factory.create(factory.template("migrated", migrate_template))
+    async with postgres_control(urls["backend"], clock) as control:
+        await forget_control_plane(control, clock)
+        yield BackendHandle(name, control, clock)

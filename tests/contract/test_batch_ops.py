@@ -1,6 +1,6 @@
-"""Batch operations through the storage port, on every engine and on the routing engine
-(before and after the move to queue storage): targets, the per-job change, the control
-records and the runner."""
+"""Batch operations: the targets and the per-job change on every engine and on the routing
+engine (before and after the move to queue storage), the runner over each engine with its
+backend's operation store, and the operation store itself once per backend."""
 
 from __future__ import annotations
 
@@ -30,12 +30,20 @@ from awa.domain.batch_ops import (
 )
 from awa.domain.errors import ValidationError
 from awa.domain.states import JobState
-from awa.entrypoints.routing import open_postgres_routing
+from awa.entrypoints.routing import open_postgres_backend
+from awa.ports.batch_ops import BatchOperationStore
 from awa.ports.storage import StorageEngine
 from awa.runtime.batch_runner import BatchRunner
 from tests.conftest import migrate_template
 from tests.contract._support import QUEUE, SECOND, claim_ids, claim_one, enqueue, fetch
-from tests.support.engines import CONTRACT_BACKOFF, ENGINES, EngineHandle, open_engine
+from tests.contract.conftest import BackendHandle
+from tests.support.engines import (
+    CONTRACT_BACKOFF,
+    ENGINES,
+    EngineHandle,
+    forget_control_plane,
+    open_engine,
+)
 from tests.support.pg import DatabaseFactory
 
 pytestmark = pytest.mark.anyio
@@ -58,9 +66,10 @@ async def _routing(name: str, url: str) -> AsyncIterator[EngineHandle]:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
             assert await transition.auto_finalize_if_fresh(conn)
     clock = ManualClock()
-    router = await open_postgres_routing(url, clock=clock, backoff=CONTRACT_BACKOFF)
+    backend = await open_postgres_backend(url, clock=clock, backoff=CONTRACT_BACKOFF)
+    router = backend.engine
     try:
-        yield EngineHandle(name, router, clock, router, router.leader_lock)
+        yield EngineHandle(name, router, clock, router, router.leader_lock, backend.control)
     finally:
         await router.close()
 
@@ -86,14 +95,7 @@ async def engine(request: pytest.FixtureRequest) -> AsyncIterator[EngineHandle]:
         url = urls[name]
     async with open_engine(name, url) as handle:
         await handle.engine.reset()
-        for op in await handle.engine.list_batch_operations(limit=10_000):
-            if not op.state.is_final:
-                await handle.engine.finish_batch_operation(
-                    op.id, state=BatchOpState.CANCELLED, retention=timedelta(0)
-                )
-        await handle.engine.purge_batch_operations(
-            before=handle.clock.now() + timedelta(days=1), limit=10_000
-        )
+        await forget_control_plane(handle.control, handle.clock)
         yield handle
 
 
@@ -207,39 +209,39 @@ async def test_move_queue_with_priority_and_a_deferred_job(engine: EngineHandle)
     assert await claim_ids(engine, "target") == [deferred.id]
 
 
-async def test_control_records_follow_the_operation(engine: EngineHandle) -> None:
-    e = engine.engine
+async def test_control_records_follow_the_operation(backend: BackendHandle) -> None:
+    ops = backend.control.batch_operations
     filter = BatchFilter(queue=QUEUE)
-    op = await e.create_batch_operation(spec=PRIORITY_4, filter=filter, submitted_by="ops")
+    op = await ops.create_batch_operation(spec=PRIORITY_4, filter=filter, submitted_by="ops")
     assert op.state == BatchOpState.PENDING and op.submitted_by == "ops"
     assert op.filter == filter and op.spec == PRIORITY_4 and op.total_matched is None
-    engine.clock.advance(1)
-    second = await e.create_batch_operation(spec=PRIORITY_4, filter=filter)
-    listed = await e.list_batch_operations()
+    backend.clock.advance(1)
+    second = await ops.create_batch_operation(spec=PRIORITY_4, filter=filter)
+    listed = await ops.list_batch_operations()
     assert [o.id for o in listed] == [second.id, op.id]
-    assert [o.id for o in await e.list_batch_operations(state=BatchOpState.PENDING, limit=1)] == [
+    assert [o.id for o in await ops.list_batch_operations(state=BatchOpState.PENDING, limit=1)] == [
         second.id
     ]
-    assert await e.get_batch_operation(op.id) == op
+    assert await ops.get_batch_operation(op.id) == op
     runner = "00000000-0000-4000-8000-000000000001"
-    began = await e.next_batch_operation(runner=runner)
+    began = await ops.next_batch_operation(runner=runner)
     assert began is not None and began.id == op.id
     assert began.state == BatchOpState.SCANNING and began.started_at is not None
     assert began.runner_instance == runner
-    await e.add_batch_items(op.id, [3, 1, 2])
-    await e.add_batch_items(op.id, [2])
-    running = await e.start_batch_running(op.id, cursor={"after_job_id": 0})
+    await ops.add_batch_items(op.id, [3, 1, 2])
+    await ops.add_batch_items(op.id, [2])
+    running = await ops.start_batch_running(op.id, cursor={"after_job_id": 0})
     assert running.state == BatchOpState.RUNNING and running.total_matched == 3
-    assert await e.pending_batch_items(op.id, limit=2) == [1, 2]
+    assert await ops.pending_batch_items(op.id, limit=2) == [1, 2]
     results = [ItemResult(1, ItemOutcome.PROCESSED), ItemResult(2, ItemOutcome.ERRORED, "boom")]
-    recorded = await e.record_batch_items(op.id, results, cursor={"after_job_id": 2})
-    again = await e.record_batch_items(op.id, results, cursor={"after_job_id": 2})
+    recorded = await ops.record_batch_items(op.id, results, cursor={"after_job_id": 2})
+    again = await ops.record_batch_items(op.id, results, cursor={"after_job_id": 2})
     assert (again.processed, again.errored, again.last_error) == (1, 1, "boom")
     assert recorded.cursor == {"after_job_id": 2}
-    cancelling = await e.cancel_batch_operation(op.id)
+    cancelling = await ops.cancel_batch_operation(op.id)
     assert cancelling is not None and cancelling.state == BatchOpState.CANCELLING
-    assert await e.cancel_batch_operation(op.id) is None
-    done = await e.finish_batch_operation(
+    assert await ops.cancel_batch_operation(op.id) is None
+    done = await ops.finish_batch_operation(
         op.id, state=BatchOpState.CANCELLED, retention=DEFAULT_RETENTION
     )
     assert (done.state, done.processed, done.skipped, done.errored) == (
@@ -250,33 +252,33 @@ async def test_control_records_follow_the_operation(engine: EngineHandle) -> Non
     )
     assert done.finalized_at is not None
     assert done.retention_until == done.finalized_at + DEFAULT_RETENTION
-    assert await e.pending_batch_items(op.id, limit=10) == []
-    assert await e.cancel_batch_operation(op.id) is None
+    assert await ops.pending_batch_items(op.id, limit=10) == []
+    assert await ops.cancel_batch_operation(op.id) is None
     # Only finished operations finalized before the cut-off are purged.
-    assert await e.purge_batch_operations(before=done.finalized_at) == 0
-    engine.clock.advance(1)
-    assert await e.purge_batch_operations(before=engine.clock.now()) == 1
-    assert await e.get_batch_operation(op.id) is None
-    assert [o.id for o in await e.list_batch_operations()] == [second.id]
+    assert await ops.purge_batch_operations(before=done.finalized_at) == 0
+    backend.clock.advance(1)
+    assert await ops.purge_batch_operations(before=backend.clock.now()) == 1
+    assert await ops.get_batch_operation(op.id) is None
+    assert [o.id for o in await ops.list_batch_operations()] == [second.id]
 
 
 async def test_an_unknown_or_malformed_operation_id_is_answered_alike(
-    engine: EngineHandle,
+    backend: BackendHandle,
 ) -> None:
-    e = engine.engine
-    job = await enqueue(engine)
+    ops = backend.control.batch_operations
+    job_id = 1
     unknown = "00000000-0000-4000-8000-00000000dead"
-    assert await e.get_batch_operation(unknown) is None
-    assert await e.cancel_batch_operation(unknown) is None
-    assert await e.pending_batch_items(unknown, limit=10) == []
+    assert await ops.get_batch_operation(unknown) is None
+    assert await ops.cancel_batch_operation(unknown) is None
+    assert await ops.pending_batch_items(unknown, limit=10) == []
     steps: dict[str, Callable[[str], Awaitable[object]]] = {
-        "add": lambda op_id: e.add_batch_items(op_id, [job.id]),
-        "add nothing": lambda op_id: e.add_batch_items(op_id, []),
-        "start": lambda op_id: e.start_batch_running(op_id, cursor={}),
-        "record": lambda op_id: e.record_batch_items(
-            op_id, [ItemResult(job.id, ItemOutcome.PROCESSED)], cursor={}
+        "add": lambda op_id: ops.add_batch_items(op_id, [job_id]),
+        "add nothing": lambda op_id: ops.add_batch_items(op_id, []),
+        "start": lambda op_id: ops.start_batch_running(op_id, cursor={}),
+        "record": lambda op_id: ops.record_batch_items(
+            op_id, [ItemResult(job_id, ItemOutcome.PROCESSED)], cursor={}
         ),
-        "finish": lambda op_id: e.finish_batch_operation(
+        "finish": lambda op_id: ops.finish_batch_operation(
             op_id, state=BatchOpState.COMPLETED, retention=DEFAULT_RETENTION
         ),
     }
@@ -285,27 +287,27 @@ async def test_an_unknown_or_malformed_operation_id_is_answered_alike(
             await step(unknown)
         assert found.value.field == "operation_id", name
     reads: dict[str, Callable[[str], Awaitable[object]]] = {
-        "get": lambda op_id: e.get_batch_operation(op_id),
-        "cancel": lambda op_id: e.cancel_batch_operation(op_id),
-        "pending": lambda op_id: e.pending_batch_items(op_id, limit=10),
+        "get": lambda op_id: ops.get_batch_operation(op_id),
+        "cancel": lambda op_id: ops.cancel_batch_operation(op_id),
+        "pending": lambda op_id: ops.pending_batch_items(op_id, limit=10),
     }
     for call in {**steps, **reads}.values():
         with pytest.raises(ValidationError, match="invalid batch operation id"):
             await call("not-an-id")
         with pytest.raises(ValidationError, match="invalid batch operation id"):
             await call("")
-    assert await e.list_batch_operations() == []
+    assert await ops.list_batch_operations() == []
 
 
-async def test_an_operation_id_is_found_in_any_spelling(engine: EngineHandle) -> None:
-    e = engine.engine
-    op = await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
+async def test_an_operation_id_is_found_in_any_spelling(backend: BackendHandle) -> None:
+    ops = backend.control.batch_operations
+    op = await ops.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
     assert str(uuid.UUID(op.id)) == op.id
-    assert await e.get_batch_operation(op.id.upper()) == op
-    await e.next_batch_operation(runner="runner")
-    added = await e.add_batch_items(op.id.upper(), [5])
+    assert await ops.get_batch_operation(op.id.upper()) == op
+    await ops.next_batch_operation(runner="runner")
+    added = await ops.add_batch_items(op.id.upper(), [5])
     assert added.id == op.id
-    assert await e.pending_batch_items(op.id.upper(), limit=10) == [5]
+    assert await ops.pending_batch_items(op.id.upper(), limit=10) == [5]
 
 
 @pytest.mark.parametrize(
@@ -317,23 +319,23 @@ async def test_an_operation_id_is_found_in_any_spelling(engine: EngineHandle) ->
     ],
 )
 async def test_the_runner_instance_is_a_uuid_or_nothing(
-    engine: EngineHandle, runner: str, recorded: str | None
+    backend: BackendHandle, runner: str, recorded: str | None
 ) -> None:
-    e = engine.engine
-    await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
-    began = await e.next_batch_operation(runner=runner)
+    ops = backend.control.batch_operations
+    await ops.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
+    began = await ops.next_batch_operation(runner=runner)
     assert began is not None and began.runner_instance == recorded
-    assert await e.get_batch_operation(began.id) == began
+    assert await ops.get_batch_operation(began.id) == began
 
 
 async def test_recorded_results_count_once_per_item_and_keep_the_last_error_given(
-    engine: EngineHandle,
+    backend: BackendHandle,
 ) -> None:
-    e = engine.engine
-    op = await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
-    await e.next_batch_operation(runner="runner")
-    await e.add_batch_items(op.id, [1, 2, 3])
-    await e.start_batch_running(op.id, cursor={})
+    ops = backend.control.batch_operations
+    op = await ops.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
+    await ops.next_batch_operation(runner="runner")
+    await ops.add_batch_items(op.id, [1, 2, 3])
+    await ops.start_batch_running(op.id, cursor={})
     results = [
         ItemResult(3, ItemOutcome.ERRORED, "third"),
         ItemResult(1, ItemOutcome.ERRORED, "first"),
@@ -341,12 +343,12 @@ async def test_recorded_results_count_once_per_item_and_keep_the_last_error_give
         ItemResult(3, ItemOutcome.PROCESSED),
         ItemResult(1, ItemOutcome.ERRORED, "first again"),
     ]
-    recorded = await e.record_batch_items(op.id, results, cursor={})
+    recorded = await ops.record_batch_items(op.id, results, cursor={})
     assert (recorded.processed, recorded.skipped, recorded.errored) == (0, 0, 2)
     assert recorded.last_error == "first"
-    assert await e.pending_batch_items(op.id, limit=10) == [2]
+    assert await ops.pending_batch_items(op.id, limit=10) == [2]
     later = [ItemResult(2, ItemOutcome.PROCESSED), ItemResult(3, ItemOutcome.ERRORED, "late")]
-    again = await e.record_batch_items(op.id, later, cursor={})
+    again = await ops.record_batch_items(op.id, later, cursor={})
     # item 3 was recorded already: its late error counts for nothing
     assert (again.processed, again.errored, again.last_error) == (1, 2, "first")
 
@@ -359,16 +361,19 @@ async def _run(handle: EngineHandle, runner: BatchRunner) -> None:
 
 
 async def test_the_runner_completes_an_operation(engine: EngineHandle) -> None:
-    e = engine.engine
+    ops = engine.control.batch_operations
     jobs = [await enqueue(engine) for _ in range(7)]
     claimed = await claim_one(engine)
     await enqueue(engine, queue="elsewhere")
-    op = await e.create_batch_operation(
+    op = await ops.create_batch_operation(
         spec=BatchSpec(BatchOpKind.MOVE_QUEUE, queue="target", priority=3),
         filter=BatchFilter(queue=QUEUE),
     )
-    await _run(engine, BatchRunner(e, runner_id="runner", clock=SystemClock(), chunk_size=3))
-    done = await e.get_batch_operation(op.id)
+    await _run(
+        engine,
+        BatchRunner(engine.engine, ops, runner_id="runner", clock=SystemClock(), chunk_size=3),
+    )
+    done = await ops.get_batch_operation(op.id)
     assert done is not None and done.state == BatchOpState.COMPLETED
     assert (done.total_matched, done.processed, done.skipped, done.errored) == (6, 6, 0, 0)
     assert done.cursor is not None and done.cursor["max_job_id"] == jobs[-1].id
@@ -380,15 +385,15 @@ async def test_the_runner_completes_an_operation(engine: EngineHandle) -> None:
 async def test_the_runner_stops_at_a_chunk_boundary_when_cancelled(
     engine: EngineHandle,
 ) -> None:
-    e = engine.engine
+    e, ops = engine.engine, engine.control.batch_operations
     for _ in range(6):
         await enqueue(engine)
-    op = await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
-    runner = BatchRunner(e, runner_id="runner", clock=SystemClock(), chunk_size=2, budget=0.0)
+    op = await ops.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
+    runner = BatchRunner(e, ops, runner_id="runner", clock=SystemClock(), chunk_size=2, budget=0.0)
     assert await runner.step()  # scans and applies the first chunk
-    assert await e.cancel_batch_operation(op.id) is not None
+    assert await ops.cancel_batch_operation(op.id) is not None
     await _run(engine, runner)
-    done = await e.get_batch_operation(op.id)
+    done = await ops.get_batch_operation(op.id)
     assert done is not None and done.state == BatchOpState.CANCELLED
     assert (done.total_matched, done.processed, done.skipped) == (6, 2, 4)
     priorities = sorted(j.priority for j in await e.list_batch_targets(BatchFilter(), limit=10))
@@ -396,12 +401,12 @@ async def test_the_runner_stops_at_a_chunk_boundary_when_cancelled(
 
 
 async def test_a_cancelled_pending_operation_never_runs(engine: EngineHandle) -> None:
-    e = engine.engine
+    ops = engine.control.batch_operations
     job = await enqueue(engine)
-    op = await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter())
-    await e.cancel_batch_operation(op.id)
-    await _run(engine, BatchRunner(e, runner_id="runner", clock=SystemClock()))
-    done = await e.get_batch_operation(op.id)
+    op = await ops.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter())
+    await ops.cancel_batch_operation(op.id)
+    await _run(engine, BatchRunner(engine.engine, ops, runner_id="runner", clock=SystemClock()))
+    done = await ops.get_batch_operation(op.id)
     assert done is not None and done.state == BatchOpState.CANCELLED
     assert done.total_matched is None and done.processed == 0
     assert (await fetch(engine, job.id)).priority == 2
@@ -412,20 +417,20 @@ async def test_a_cancelled_pending_operation_never_runs(engine: EngineHandle) ->
 # a step): a late step on an operation the other has finished changes nothing of it.
 
 
-async def _finished(handle: EngineHandle, state: BatchOpState) -> BatchOperation:
+async def _finished(handle: BackendHandle, state: BatchOpState) -> BatchOperation:
     """An operation run over items 1..3 (one processed), finished in ``state``."""
-    e = handle.engine
-    op = await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
-    began = await e.next_batch_operation(runner="runner")
+    ops = handle.control.batch_operations
+    op = await ops.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
+    began = await ops.next_batch_operation(runner="runner")
     assert began is not None and began.id == op.id
-    await e.add_batch_items(op.id, [1, 2, 3])
-    await e.start_batch_running(op.id, cursor={"after_job_id": 0, "max_job_id": 3})
-    await e.record_batch_items(
+    await ops.add_batch_items(op.id, [1, 2, 3])
+    await ops.start_batch_running(op.id, cursor={"after_job_id": 0, "max_job_id": 3})
+    await ops.record_batch_items(
         op.id, [ItemResult(1, ItemOutcome.PROCESSED)], cursor={"after_job_id": 1, "max_job_id": 3}
     )
     handle.clock.advance(1)
     error = "RuntimeError: first" if state == BatchOpState.FAILED else None
-    done = await e.finish_batch_operation(
+    done = await ops.finish_batch_operation(
         op.id, state=state, last_error=error, retention=DEFAULT_RETENTION
     )
     assert (done.state, done.processed, done.skipped, done.last_error) == (state, 1, 2, error)
@@ -433,70 +438,71 @@ async def _finished(handle: EngineHandle, state: BatchOpState) -> BatchOperation
     return done
 
 
-async def test_a_finished_operation_is_not_finished_again(engine: EngineHandle) -> None:
-    e = engine.engine
+async def test_a_finished_operation_is_not_finished_again(backend: BackendHandle) -> None:
+    ops = backend.control.batch_operations
     for state in sorted(FINAL_STATES):
-        done = await _finished(engine, state)
+        done = await _finished(backend, state)
         for again in sorted(FINAL_STATES):
-            late = await e.finish_batch_operation(
+            late = await ops.finish_batch_operation(
                 done.id, state=again, last_error="RuntimeError: late", retention=timedelta(0)
             )
             assert late == done, (state, again)
-        assert await e.get_batch_operation(done.id) == done
-        assert await e.pending_batch_items(done.id, limit=10) == []
+        assert await ops.get_batch_operation(done.id) == done
+        assert await ops.pending_batch_items(done.id, limit=10) == []
 
 
-async def test_finishing_into_a_state_that_is_not_final_is_refused(engine: EngineHandle) -> None:
-    e = engine.engine
-    op = await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
+async def test_finishing_into_a_state_that_is_not_final_is_refused(backend: BackendHandle) -> None:
+    ops = backend.control.batch_operations
+    op = await ops.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
     for state in sorted(set(BatchOpState) - FINAL_STATES):
         with pytest.raises(ValidationError, match="finishes completed, cancelled or failed"):
-            await e.finish_batch_operation(op.id, state=state, retention=timedelta(0))
-    assert await e.get_batch_operation(op.id) == op
+            await ops.finish_batch_operation(op.id, state=state, retention=timedelta(0))
+    assert await ops.get_batch_operation(op.id) == op
 
 
-async def test_a_late_start_leaves_a_finished_operation_as_it_is(engine: EngineHandle) -> None:
-    e = engine.engine
+async def test_a_late_start_leaves_a_finished_operation_as_it_is(backend: BackendHandle) -> None:
+    ops = backend.control.batch_operations
     for state in sorted(FINAL_STATES):
-        done = await _finished(engine, state)
-        late = await e.start_batch_running(done.id, cursor={"after_job_id": 0, "max_job_id": 9})
+        done = await _finished(backend, state)
+        late = await ops.start_batch_running(done.id, cursor={"after_job_id": 0, "max_job_id": 9})
         assert late == done, state
-        assert await e.get_batch_operation(done.id) == done
-        assert await e.next_batch_operation(runner="runner") is None
+        assert await ops.get_batch_operation(done.id) == done
+        assert await ops.next_batch_operation(runner="runner") is None
 
 
 async def test_a_late_scan_page_adds_nothing_to_a_finished_operation(
-    engine: EngineHandle,
+    backend: BackendHandle,
 ) -> None:
-    e = engine.engine
+    ops = backend.control.batch_operations
     for state in sorted(FINAL_STATES):
-        done = await _finished(engine, state)
-        assert await e.add_batch_items(done.id, [4, 5]) == done, state
-        assert await e.pending_batch_items(done.id, limit=10) == []
-        late = await e.record_batch_items(
+        done = await _finished(backend, state)
+        assert await ops.add_batch_items(done.id, [4, 5]) == done, state
+        assert await ops.pending_batch_items(done.id, limit=10) == []
+        late = await ops.record_batch_items(
             done.id, [ItemResult(4, ItemOutcome.PROCESSED)], cursor={"after_job_id": 4}
         )
         assert late == done, state
-        assert await e.get_batch_operation(done.id) == done
+        assert await ops.get_batch_operation(done.id) == done
 
 
-async def test_a_late_start_leaves_a_pending_operation_pending(engine: EngineHandle) -> None:
+async def test_a_late_start_leaves_a_pending_operation_pending(backend: BackendHandle) -> None:
     """Only a scan ends in ``running``: an operation no runner has claimed stays pending."""
-    e = engine.engine
-    op = await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
-    engine.clock.advance(1)
-    assert await e.start_batch_running(op.id, cursor={}) == op
-    began = await e.next_batch_operation(runner="runner")
+    ops = backend.control.batch_operations
+    op = await ops.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
+    backend.clock.advance(1)
+    assert await ops.start_batch_running(op.id, cursor={}) == op
+    began = await ops.next_batch_operation(runner="runner")
     assert began is not None and began.state == BatchOpState.SCANNING
 
 
 class _Meanwhile:
-    """The engine as a leader sees it while another leader finishes its operation: the
-    first ``step`` call made finishes the operation ``state`` (kept as ``finished``) a
-    second before it is answered."""
+    """The engine and the operation store as a leader sees them while another leader
+    finishes its operation: the first ``step`` call made finishes the operation ``state``
+    (kept as ``finished``) a second before it is answered."""
 
     def __init__(self, handle: EngineHandle, step: str, state: BatchOpState) -> None:
         self._engine = handle.engine
+        self._store = handle.control.batch_operations
         self._clock = handle.clock
         self._step = step
         self._state = state
@@ -504,17 +510,17 @@ class _Meanwhile:
         self.finished: BatchOperation | None = None
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
+        return getattr(self._store if hasattr(self._store, name) else self._engine, name)
 
     async def next_batch_operation(self, *, runner: str) -> BatchOperation | None:
-        op = await self._engine.next_batch_operation(runner=runner)
+        op = await self._store.next_batch_operation(runner=runner)
         if op is not None and self._op_id is None:
             self._op_id = op.id
         return op
 
     async def _other_leader(self, name: str) -> None:
         if name == self._step and self._op_id is not None and self.finished is None:
-            self.finished = await self._engine.finish_batch_operation(
+            self.finished = await self._store.finish_batch_operation(
                 self._op_id, state=self._state, retention=DEFAULT_RETENTION
             )
             self._clock.advance(1)
@@ -541,13 +547,14 @@ class _Meanwhile:
 async def test_a_leader_stops_on_an_operation_another_leader_finished(
     engine: EngineHandle, step: str, state: BatchOpState, changed: int
 ) -> None:
-    e = engine.engine
+    e, ops = engine.engine, engine.control.batch_operations
     for _ in range(6):
         await enqueue(engine)
-    op = await e.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
+    op = await ops.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
     meanwhile = _Meanwhile(engine, step, state)
     runner = BatchRunner(
         cast(StorageEngine, meanwhile),
+        cast(BatchOperationStore, meanwhile),
         runner_id="runner",
         clock=SystemClock(),
         chunk_size=2,
@@ -555,9 +562,9 @@ async def test_a_leader_stops_on_an_operation_another_leader_finished(
     )
     assert await runner.step()
     assert not await runner.step()
-    done = await e.get_batch_operation(op.id)
+    done = await ops.get_batch_operation(op.id)
     assert done is not None and done == meanwhile.finished
     assert (done.state, done.processed, done.last_error) == (state, 0, None)
-    assert await e.pending_batch_items(op.id, limit=10) == []
+    assert await ops.pending_batch_items(op.id, limit=10) == []
     priorities = sorted(j.priority for j in await e.list_batch_targets(BatchFilter(), limit=10))
     assert priorities == [2] * (6 - changed) + [4] * changed

@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 import awa
 from awa.adapters.clock import SystemClock
 from awa.entrypoints.cli import cli
-from awa.entrypoints.routing import open_postgres_routing
+from awa.entrypoints.routing import open_postgres_backend
 from awa.runtime.batch_runner import BatchRunner
 
 pytestmark = pytest.mark.postgres
@@ -33,9 +33,12 @@ def awa_cli(url: str, *args: str) -> Result:
 
 def _run_operations(url: str) -> None:
     async def go() -> None:
-        engine = await open_postgres_routing(url)
+        backend = await open_postgres_backend(url)
+        engine = backend.engine
         try:
-            runner = BatchRunner(engine, runner_id="cli-test", clock=SystemClock())
+            runner = BatchRunner(
+                engine, backend.control.batch_operations, runner_id="cli-test", clock=SystemClock()
+            )
             while await runner.step():
                 pass
         finally:

@@ -25,6 +25,7 @@ from awa.ports.storage import JobFilter, Rescued, StorageEngine
 from tests.support.engines import EngineHandle
 
 T = TypeVar("T")
+S = TypeVar("S")
 
 QUEUES = ("alpha", "beta")
 KINDS = ("send", "bill")
@@ -64,9 +65,13 @@ class Pair:
     def run(self, op: Callable[[StorageEngine], Awaitable[T]]) -> tuple[Outcome, Outcome]:
         return self._call(self.model.engine, op), self._call(self.real.engine, op)
 
-    def _call(self, engine: StorageEngine, op: Callable[[StorageEngine], Awaitable[T]]) -> Outcome:
+    def run_handles(self, op: Callable[[EngineHandle], Awaitable[T]]) -> tuple[Outcome, Outcome]:
+        """As :meth:`run`, given each side's whole handle (its engine and control plane)."""
+        return self._call(self.model, op), self._call(self.real, op)
+
+    def _call(self, target: S, op: Callable[[S], Awaitable[T]]) -> Outcome:
         try:
-            return Outcome(value=self.runner.run(_await(op(engine))))
+            return Outcome(value=self.runner.run(_await(op(target))))
         except AwaError as exc:
             return Outcome(error=type(exc).__name__)
 

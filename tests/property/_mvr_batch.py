@@ -35,8 +35,9 @@ from awa.domain.batch_ops import (
     parse_spec,
 )
 from awa.domain.job import JobRecord
-from awa.ports.storage import StorageEngine
+from awa.ports.batch_ops import BatchOperationStore
 from tests.property._mvr_base import KINDS, QUEUES, Outcome, Pair
+from tests.support.engines import EngineHandle
 
 TICK = timedelta(microseconds=1)
 #: Runner ids as the leader passes them (a runtime's UUID, or the default empty id) and
@@ -100,18 +101,18 @@ class BatchMachine(Protocol):
 def forget_batch_operations(pair: Pair) -> None:
     """Start an example with no batch operation on either engine (``reset`` keeps them):
     finish what is unfinished and purge everything."""
-    for engine in (pair.model.engine, pair.real.engine):
+    for store in (pair.model.control.batch_operations, pair.real.control.batch_operations):
 
-        async def clear(engine: StorageEngine = engine) -> None:
-            left = await engine.list_batch_operations(limit=100_000)
+        async def clear(store: BatchOperationStore = store) -> None:
+            left = await store.list_batch_operations(limit=100_000)
             if not left:
                 return
             for op in left:
                 if not op.state.is_final:
-                    await engine.finish_batch_operation(
+                    await store.finish_batch_operation(
                         op.id, state=BatchOpState.CANCELLED, retention=timedelta(0)
                     )
-            await engine.purge_batch_operations(
+            await store.purge_batch_operations(
                 before=pair.clock.now() + timedelta(days=365), limit=100_000
             )
 
@@ -160,14 +161,15 @@ def _job_ids(m: BatchMachine, ids: Any, real: bool) -> Any:
 
 def _same(
     m: BatchMachine,
-    op: Callable[[StorageEngine, bool], Awaitable[Any]],
+    op: Callable[[EngineHandle, bool], Awaitable[Any]],
     *,
     label: str,
     norm: Callable[[Any, bool], Any] | None = None,
 ) -> tuple[Outcome, Outcome]:
-    """Run ``op(engine, is_real)`` on both engines and require the same answer."""
+    """Run ``op(handle, is_real)`` on both engines (with their batch-operation stores) and
+    require the same answer."""
     sides = iter((False, True))
-    model, real = m.p.run(lambda engine: op(engine, next(sides)))
+    model, real = m.p.run_handles(lambda handle: op(handle, next(sides)))
     view = norm or (lambda value, is_real: _norm(m, value, is_real))
     model_view = (view(model.value, False), model.error)
     real_view = (view(real.value, True), real.error)
@@ -189,7 +191,7 @@ def _refresh(m: BatchMachine) -> None:
     """Re-read every operation's state (and whether it still exists) from the model."""
 
     async def listed_ops() -> list[BatchOperation]:
-        return await m.p.model.engine.list_batch_operations(limit=100_000)
+        return await m.p.model.control.batch_operations.list_batch_operations(limit=100_000)
 
     listed = m.p.runner.run(listed_ops())
     states = {op.id: op.state for op in listed}
@@ -205,7 +207,7 @@ def _settle(m: BatchMachine, *touched: BatchRef) -> None:
     of those it touched, are the same on both engines (only these rules write them)."""
     _same(
         m,
-        lambda engine, real: engine.list_batch_operations(limit=100_000),
+        lambda h, real: h.control.batch_operations.list_batch_operations(limit=100_000),
         label="batch operations",
     )
     for ref in {id(ref): ref for ref in touched}.values():
@@ -215,7 +217,7 @@ def _settle(m: BatchMachine, *touched: BatchRef) -> None:
 def _same_pending(m: BatchMachine, ref: BatchRef, *, limit: int) -> None:
     _same(
         m,
-        lambda engine, real: engine.pending_batch_items(ref.pick(real), limit=limit),
+        lambda h, real: h.control.batch_operations.pending_batch_items(ref.pick(real), limit=limit),
         label="pending items",
         norm=lambda ids, real: _job_ids(m, ids, real),
     )
@@ -269,7 +271,7 @@ def _finish(
     m.p.clock.advance(TICK)
     _same(
         m,
-        lambda engine, real: engine.finish_batch_operation(
+        lambda h, real: h.control.batch_operations.finish_batch_operation(
             ref.pick(real), state=state, last_error=last_error, retention=retention
         ),
         label=label,
@@ -282,15 +284,15 @@ def _scan_page(m: BatchMachine, ref: BatchRef, *, limit: int, rescan: bool) -> N
     if rescan:
         ref.scan_after = (0, 0)
 
-    async def page(
-        engine: StorageEngine, real: bool
-    ) -> tuple[list[JobRecord], BatchOperation | None]:
-        found = await engine.list_batch_targets(
+    async def page(h: EngineHandle, real: bool) -> tuple[list[JobRecord], BatchOperation | None]:
+        found = await h.engine.list_batch_targets(
             ref.filters[real], after_id=ref.scan_after[real], limit=limit
         )
         if not found:
             return found, None
-        return found, await engine.add_batch_items(ref.pick(real), [job.id for job in found])
+        return found, await h.control.batch_operations.add_batch_items(
+            ref.pick(real), [job.id for job in found]
+        )
 
     model, real = _same(m, page, label="scan")
     found, added = model.value
@@ -300,7 +302,7 @@ def _scan_page(m: BatchMachine, ref: BatchRef, *, limit: int, rescan: bool) -> N
     if len(found) < limit or (added is not None and added.state == BatchOpState.CANCELLING):
         _same(
             m,
-            lambda engine, real: engine.start_batch_running(
+            lambda h, real: h.control.batch_operations.start_batch_running(
                 ref.pick(real), cursor={"after_job_id": 0, "max_job_id": ref.scan_after[real]}
             ),
             label="start running",
@@ -315,7 +317,9 @@ def _chunk(m: BatchMachine, ref: BatchRef, *, limit: int, retention: timedelta) 
     if ref.state == BatchOpState.RUNNING:
         model, _ = _same(
             m,
-            lambda engine, real: engine.pending_batch_items(ref.pick(real), limit=limit),
+            lambda h, real: h.control.batch_operations.pending_batch_items(
+                ref.pick(real), limit=limit
+            ),
             label="chunk: pending items",
             norm=lambda ids, real: _job_ids(m, ids, real),
         )
@@ -332,7 +336,7 @@ def _chunk(m: BatchMachine, ref: BatchRef, *, limit: int, retention: timedelta) 
     last = (ids[-1], m._real_id(ids[-1]))
     _same(
         m,
-        lambda engine, real: engine.record_batch_items(
+        lambda h, real: h.control.batch_operations.record_batch_items(
             ref.pick(real),
             results[real],
             cursor={"after_job_id": last[real], "max_job_id": max_ids[real]},
@@ -351,10 +355,10 @@ class BatchRules:
         after = data.draw(st.sampled_from([0, *self.model_ids]), label="after_id")
         afters = (after, self._real_id(after) if after else 0)
 
-        async def preview(engine: StorageEngine, real: bool) -> tuple[int, list[JobRecord]]:
+        async def preview(h: EngineHandle, real: bool) -> tuple[int, list[JobRecord]]:
             target = filters[real]
-            total = await engine.count_batch_targets(target)
-            return total, await engine.list_batch_targets(
+            total = await h.engine.count_batch_targets(target)
+            return total, await h.engine.list_batch_targets(
                 target, after_id=afters[real], limit=limit
             )
 
@@ -366,10 +370,10 @@ class BatchRules:
     ) -> None:
         filters = _draw_filter(self, data)
         self.p.clock.advance(TICK)
-        model, real = self.p.run(
-            lambda engine: engine.create_batch_operation(
+        model, real = self.p.run_handles(
+            lambda h: h.control.batch_operations.create_batch_operation(
                 spec=spec,
-                filter=filters[engine is self.p.real.engine],
+                filter=filters[h is self.p.real],
                 submitted_by=submitted_by,
             )
         )
@@ -410,7 +414,7 @@ class BatchRules:
         for _ in range(stages):
             model, _ = _same(
                 self,
-                lambda engine, real: engine.next_batch_operation(runner=runner),
+                lambda h, real: h.control.batch_operations.next_batch_operation(runner=runner),
                 label="next",
             )
             op = model.value
@@ -432,7 +436,7 @@ class BatchRules:
         """The per-job change on any job in any state (running, finished, DLQ'd, gone)."""
         job_id = data.draw(st.sampled_from(self.model_ids), label="job")
         ids = (job_id, self._real_id(job_id))
-        _same(self, lambda engine, real: engine.apply_batch_change(ids[real], spec), label="apply")
+        _same(self, lambda h, real: h.engine.apply_batch_change(ids[real], spec), label="apply")
 
     @precondition(lambda self: any(ref.items for ref in self.batch.live()))
     @rule(data=st.data())
@@ -463,7 +467,7 @@ class BatchRules:
 
         _same(
             self,
-            lambda engine, real: engine.record_batch_items(
+            lambda h, real: h.control.batch_operations.record_batch_items(
                 ref.pick(real), results(real), cursor={"after_job_id": 0}
             ),
             label="record",
@@ -487,7 +491,7 @@ class BatchRules:
         if call == "add":
             model, _ = _same(
                 self,
-                lambda engine, real: engine.add_batch_items(
+                lambda h, real: h.control.batch_operations.add_batch_items(
                     ref.pick(real), [self._real_id(i) for i in picked] if real else picked
                 ),
                 label="late add",
@@ -497,7 +501,7 @@ class BatchRules:
         else:
             _same(
                 self,
-                lambda engine, real: engine.start_batch_running(
+                lambda h, real: h.control.batch_operations.start_batch_running(
                     ref.pick(real), cursor={"after_job_id": 0, "max_job_id": ref.scan_after[real]}
                 ),
                 label="late start",
@@ -511,7 +515,7 @@ class BatchRules:
         ref = _draw_ref(data, self.batch.ops)
         _same(
             self,
-            lambda engine, real: engine.cancel_batch_operation(ref.pick(real)),
+            lambda h, real: h.control.batch_operations.cancel_batch_operation(ref.pick(real)),
             label="cancel",
         )
         _settle(self)
@@ -546,7 +550,9 @@ class BatchRules:
         before = self.p.clock.now() + timedelta(seconds=offset)
         _same(
             self,
-            lambda engine, real: engine.purge_batch_operations(before=before, limit=limit),
+            lambda h, real: h.control.batch_operations.purge_batch_operations(
+                before=before, limit=limit
+            ),
             label="purge",
         )
         _refresh(self)
@@ -564,10 +570,16 @@ class BatchRules:
         ref = _draw_ref(data, self.batch.ops)
         _same(
             self,
-            lambda engine, real: engine.list_batch_operations(state=state, limit=limit),
+            lambda h, real: h.control.batch_operations.list_batch_operations(
+                state=state, limit=limit
+            ),
             label="list",
         )
-        _same(self, lambda engine, real: engine.get_batch_operation(ref.pick(real)), label="get")
+        _same(
+            self,
+            lambda h, real: h.control.batch_operations.get_batch_operation(ref.pick(real)),
+            label="get",
+        )
         _same_pending(self, ref, limit=limit)
 
     @rule(
@@ -592,18 +604,26 @@ class BatchRules:
             found = jobs[real]
             return [] if found is None else [found]
 
-        calls: dict[str, Callable[[StorageEngine, bool], Awaitable[Any]]] = {
-            "get": lambda engine, real: engine.get_batch_operation(op_ids[real]),
-            "cancel": lambda engine, real: engine.cancel_batch_operation(op_ids[real]),
-            "add": lambda engine, real: engine.add_batch_items(op_ids[real], items(real)),
-            "start": lambda engine, real: engine.start_batch_running(op_ids[real], cursor={}),
-            "pending": lambda engine, real: engine.pending_batch_items(op_ids[real], limit=10),
-            "record": lambda engine, real: engine.record_batch_items(
+        calls: dict[str, Callable[[EngineHandle, bool], Awaitable[Any]]] = {
+            "get": lambda h, real: h.control.batch_operations.get_batch_operation(op_ids[real]),
+            "cancel": lambda h, real: h.control.batch_operations.cancel_batch_operation(
+                op_ids[real]
+            ),
+            "add": lambda h, real: h.control.batch_operations.add_batch_items(
+                op_ids[real], items(real)
+            ),
+            "start": lambda h, real: h.control.batch_operations.start_batch_running(
+                op_ids[real], cursor={}
+            ),
+            "pending": lambda h, real: h.control.batch_operations.pending_batch_items(
+                op_ids[real], limit=10
+            ),
+            "record": lambda h, real: h.control.batch_operations.record_batch_items(
                 op_ids[real],
                 [ItemResult(i, ItemOutcome.PROCESSED) for i in items(real)],
                 cursor={},
             ),
-            "finish": lambda engine, real: engine.finish_batch_operation(
+            "finish": lambda h, real: h.control.batch_operations.finish_batch_operation(
                 op_ids[real], state=BatchOpState.COMPLETED, retention=DEFAULT_RETENTION
             ),
         }
@@ -617,7 +637,7 @@ def _apply_one(m: BatchMachine, ref: BatchRef, job_id: int) -> tuple[ItemResult,
     ids = (job_id, m._real_id(job_id))
     answers = _same(
         m,
-        lambda engine, real: engine.apply_batch_change(ids[real], ref.spec),
+        lambda h, real: h.engine.apply_batch_change(ids[real], ref.spec),
         label="chunk: apply",
     )
 

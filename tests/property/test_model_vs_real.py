@@ -59,7 +59,7 @@ from tests.property._mvr_base import (
 from tests.property._mvr_batch import BatchBook, BatchRules, forget_batch_operations
 from tests.property._mvr_ops import OperatorRules
 from tests.property._mvr_reads import ReadRules
-from tests.support.engines import CONTRACT_BACKOFF, ENGINES, EngineHandle
+from tests.support.engines import CONTRACT_BACKOFF, ENGINES, EngineHandle, postgres_control
 
 #: Every engine but the model itself: the Postgres engines, and the routing engine over
 #: Postgres and over two in-memory engines (which needs no database).
@@ -436,7 +436,8 @@ async def _two_slot_ring(
         database_url, clock=clock, backoff=backoff, schema="qs_model"
     )
     try:
-        yield EngineHandle(SMALL_RING, engine, clock, engine, engine.leader_lock)
+        async with postgres_control(database_url, clock) as control:
+            yield EngineHandle(SMALL_RING, engine, clock, engine, engine.leader_lock, control)
     finally:
         await engine.close()
 

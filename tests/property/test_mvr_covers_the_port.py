@@ -1,9 +1,11 @@
-"""The model-vs-real machine drives every method of the storage port.
+"""The model-vs-real machine drives every method of the storage port (and of the
+batch-operation store the model and the real backend each hand it).
 
 The port's methods are read from the Protocol classes; the methods the machine drives
 are read from its source: a method counts only when an engine call of that name
 (``engine.<name>(...)``, ``real.<name>(...)``, ``model.<name>(...)`` or
-``<...>.engine.<name>(...)``) sits in code reachable from one of its rules, invariants or
+``<...>.engine.<name>(...)``, or ``<...>.batch_operations.<name>(...)`` for the store)
+sits in code reachable from one of its rules, invariants or
 initializers (or ``__init__``), through the helpers they call (``self.<helper>`` and
 module-level functions of the same module). A call in a helper no rule reaches, in a
 docstring or comment, or on another object does not count.
@@ -20,10 +22,11 @@ from typing import Any, TypeGuard
 import attrs
 from hypothesis.stateful import RuleBasedStateMachine, rule
 
+from awa.ports.batch_ops import BatchOperationStore
 from awa.ports.storage import StorageEngine, StripedClaimer, TransitionObserver, WorkerWarmUp
 from tests.property.test_model_vs_real import ModelVsReal
 
-PORTS = (StorageEngine, StripedClaimer, WorkerWarmUp, TransitionObserver)
+PORTS = (StorageEngine, StripedClaimer, WorkerWarmUp, TransitionObserver, BatchOperationStore)
 
 #: Port methods no rule needs to drive, each for a stated reason.
 NOT_DRIVEN = {
@@ -37,6 +40,9 @@ NOT_DRIVEN = {
 
 ROOT_DECORATORS = frozenset({"rule", "invariant", "initialize"})
 ENGINE_NAMES = frozenset({"engine", "real", "model"})
+#: Attributes that name an engine or a store under test (``handle.engine``,
+#: ``handle.control.batch_operations``).
+ENGINE_ATTRIBUTES = frozenset({"engine", "batch_operations"})
 
 
 def port_methods() -> set[str]:
@@ -56,7 +62,7 @@ def _decorator_name(node: ast.expr) -> str | None:
 def _is_engine(receiver: ast.expr) -> bool:
     if isinstance(receiver, ast.Name):
         return receiver.id in ENGINE_NAMES
-    return isinstance(receiver, ast.Attribute) and receiver.attr == "engine"
+    return isinstance(receiver, ast.Attribute) and receiver.attr in ENGINE_ATTRIBUTES
 
 
 def _is_self(node: ast.AST) -> TypeGuard[ast.Attribute]:

@@ -9,7 +9,10 @@ URL; adding one is a single :func:`register` call, e.g.::
     async def _canonical(clock, backoff, url):
         engine = await CanonicalEngine.connect(url, clock=clock, backoff=backoff)
         try:
-            yield EngineHandle("postgres_canonical", engine, clock, engine, engine.leader_lock)
+            async with postgres_control(url, clock) as control:
+                yield EngineHandle(
+                    "postgres_canonical", engine, clock, engine, engine.leader_lock, control
+                )
         finally:
             await engine.close()
 
@@ -25,16 +28,21 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import timedelta
 
 import attrs
 
 from awa.adapters._pg.migrations import migrate
+from awa.adapters._pg.pool import open_pool
 from awa.adapters.clock import ManualClock
 from awa.adapters.inmemory import InMemoryEngine
 from awa.adapters.postgres_canonical import CanonicalEngine
+from awa.domain.batch_ops import BatchOpState
 from awa.domain.kind_policies import KindPolicies
 from awa.domain.policies import Backoff
 from awa.domain.transition import RuntimeView, StorageCapability, TransitionState
+from awa.entrypoints.routing import inmemory_control_plane, postgres_control_plane
+from awa.ports.control_plane import ControlPlane
 from awa.ports.leader import LeaderLock
 from awa.ports.notifier import Notifier
 from awa.ports.storage import StorageEngine
@@ -48,7 +56,8 @@ class EngineHandle:
     """An engine under test, the clock it reads and the notifier carrying its events.
 
     ``leader_lock`` makes a new, independent candidate for the engine's maintenance
-    leadership (each call is a different would-be leader).
+    leadership (each call is a different would-be leader); ``control`` is the control
+    plane of the engine's backend (the stores its runtime is handed beside it).
     """
 
     name: str
@@ -56,6 +65,7 @@ class EngineHandle:
     clock: ManualClock
     notifier: Notifier
     leader_lock: Callable[[], LeaderLock]
+    control: ControlPlane
     #: The database a Postgres engine runs on (``None`` for the in-memory engine), for
     #: tests that must write what the engine would refuse (rows from older releases).
     database_url: str | None = None
@@ -96,13 +106,44 @@ async def open_engine(name: str, database_url: str | None = None) -> AsyncIterat
 
 
 @asynccontextmanager
+async def postgres_control(database_url: str, clock: ManualClock) -> AsyncIterator[ControlPlane]:
+    """The control plane of the database at ``database_url``, on a small pool of its own
+    (for an engine opened alone, whose pool is its own)."""
+    pool = await open_pool(database_url, max_connections=2)
+    try:
+        yield postgres_control_plane(pool, clock)
+    finally:
+        await pool.close()
+
+
+async def forget_control_plane(control: ControlPlane, clock: ManualClock) -> None:
+    """Empty the control plane as far as its ports allow (an engine's ``reset`` leaves
+    it): unfinished batch operations are cancelled, then every operation is purged."""
+    store = control.batch_operations
+    for op in await store.list_batch_operations(limit=100_000):
+        if not op.state.is_final:
+            await store.finish_batch_operation(
+                op.id, state=BatchOpState.CANCELLED, retention=timedelta(0)
+            )
+    await store.purge_batch_operations(before=clock.now() + timedelta(days=365), limit=100_000)
+
+
+@asynccontextmanager
 async def _inmemory(
     clock: ManualClock, backoff: Backoff, database_url: str | None
 ) -> AsyncIterator[EngineHandle]:
     policies = KindPolicies()
     engine = InMemoryEngine(clock, backoff, policies=policies)
     try:
-        yield EngineHandle("inmemory", engine, clock, engine, engine.leader_lock, policies=policies)
+        yield EngineHandle(
+            "inmemory",
+            engine,
+            clock,
+            engine,
+            engine.leader_lock,
+            inmemory_control_plane(clock),
+            policies=policies,
+        )
     finally:
         await engine.close()
 
@@ -121,15 +162,17 @@ async def _postgres_canonical(
         database_url, clock=clock, backoff=backoff, policies=policies
     )
     try:
-        yield EngineHandle(
-            "postgres_canonical",
-            engine,
-            clock,
-            engine,
-            engine.leader_lock,
-            database_url,
-            policies=policies,
-        )
+        async with postgres_control(database_url, clock) as control:
+            yield EngineHandle(
+                "postgres_canonical",
+                engine,
+                clock,
+                engine,
+                engine.leader_lock,
+                control,
+                database_url,
+                policies=policies,
+            )
     finally:
         await engine.close()
 
@@ -149,15 +192,17 @@ async def _queue_storage(
         database_url, clock=clock, backoff=backoff, policies=policies
     )
     try:
-        yield EngineHandle(
-            "postgres_queue_storage",
-            engine,
-            clock,
-            engine,
-            engine.leader_lock,
-            database_url,
-            policies=policies,
-        )
+        async with postgres_control(database_url, clock) as control:
+            yield EngineHandle(
+                "postgres_queue_storage",
+                engine,
+                clock,
+                engine,
+                engine.leader_lock,
+                control,
+                database_url,
+                policies=policies,
+            )
     finally:
         await engine.close()
 
@@ -172,7 +217,7 @@ async def _routing(
     """The engine every client runs, over the Postgres engines, with the database in
     transition state ``state`` (canonical, mixed_transition or active)."""
     from awa.entrypoints import bootstrap
-    from awa.entrypoints.routing import open_postgres_routing
+    from awa.entrypoints.routing import open_postgres_backend
 
     assert database_url is not None
     await migrate(database_url)
@@ -186,13 +231,20 @@ async def _routing(
     elif state is TransitionState.MIXED_TRANSITION:
         await _enter_mixed_transition(database_url)
     policies = KindPolicies()
-    engine = await open_postgres_routing(
+    backend = await open_postgres_backend(
         database_url, clock=clock, backoff=backoff, policies=policies
     )
+    engine = backend.engine
     try:
         assert (await engine.status(max_age=0.0)).state is state
         yield EngineHandle(
-            ROUTING_NAMES[state], engine, clock, engine, engine.leader_lock, policies=policies
+            ROUTING_NAMES[state],
+            engine,
+            clock,
+            engine,
+            engine.leader_lock,
+            backend.control,
+            policies=policies,
         )
     finally:
         await engine.close()
@@ -277,6 +329,7 @@ def _inmemory_routing_in(state: TransitionState) -> EngineFactory:
                 clock,
                 engine,
                 engine.leader_lock,
+                routing.control,
                 policies=policies,
             )
         finally:

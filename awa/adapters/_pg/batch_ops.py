@@ -1,5 +1,6 @@
-"""Batch operations on Postgres, shared by both engines: the compiled target filter and
-the control tables ``awa.batch_operations`` / ``awa.batch_operation_items``."""
+"""Batch operations on Postgres: the compiled target filter both engines run over their
+own jobs, and the store of the control tables ``awa.batch_operations`` /
+``awa.batch_operation_items``."""
 
 from __future__ import annotations
 
@@ -110,11 +111,13 @@ def op_from_row(row: Mapping[str, Any]) -> BatchOperation:
     )
 
 
-class PgBatchControl:
-    """The control-table half of the batch-operation port, on the engine's pool."""
+class PgBatchOperationStore:
+    """:class:`~awa.ports.batch_ops.BatchOperationStore` on the control tables, shared by
+    every engine of the database (one per backend, on its pool)."""
 
-    _pool: AsyncConnectionPool[DictConnection]
-    _clock: Clock
+    def __init__(self, pool: AsyncConnectionPool[DictConnection], clock: Clock) -> None:
+        self._pool = pool
+        self._clock = clock
 
     async def _op_statement(self, name: str, params: dict[str, Any]) -> BatchOperation | None:
         async with translated_errors(), self._pool.connection() as conn:

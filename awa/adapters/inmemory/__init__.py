@@ -1,5 +1,6 @@
 """The in-memory engine: the reference model of the storage port, importing only the core."""
 
+from awa.adapters.inmemory.batch_ops import InMemoryBatchOperationStore
 from awa.adapters.inmemory.engine import InMemoryEngine
 from awa.adapters.inmemory.notifier import (
     InMemoryLeaderLock,
@@ -16,6 +17,7 @@ from awa.adapters.inmemory.transactions import (
 from awa.adapters.inmemory.transition import InMemoryTransition
 
 __all__ = [
+    "InMemoryBatchOperationStore",
     "InMemoryEngine",
     "InMemoryLeaderLock",
     "InMemorySubscription",

@@ -16,7 +16,6 @@ from awa.adapters.inmemory.notifier import (
 from awa.adapters.inmemory.state import EngineState
 from awa.adapters.inmemory.store import CANONICAL_SIDE, SharedStore, StoreState
 from awa.domain import lifecycle
-from awa.domain.batch_ops import BatchOperation
 from awa.domain.callbacks import CallbackExpressions
 from awa.domain.channels import cancel_notification, queue_channel
 from awa.domain.errors import DatabaseError
@@ -82,9 +81,6 @@ class EngineBase:
         self._hub = self._store.hub
         self._election = self._store.election
         self._closed = False
-        # Batch operations and their item states (job id -> item state), by operation id.
-        self._batch_ops: dict[str, BatchOperation] = {}
-        self._batch_items: dict[str, dict[int, str]] = {}
         # CEL resolution expressions by callback id (the callback_* columns elsewhere).
         self._callback_exprs: dict[str, CallbackExpressions] = {}
 

@@ -1,5 +1,5 @@
-"""Batch operations of the in-memory engine: targets, the per-job change and the control
-records (the model of ``awa.batch_operations`` / ``awa.batch_operation_items``)."""
+"""Batch operations in memory: the engine's targets and per-job change, and the store of
+the operations (the model of ``awa.batch_operations`` / ``awa.batch_operation_items``)."""
 
 from __future__ import annotations
 
@@ -33,12 +33,13 @@ from awa.domain.batch_ops import (
 from awa.domain.channels import queue_channel
 from awa.domain.job import JobRecord
 from awa.domain.states import JobState
+from awa.ports.clock import Clock
 
 _PENDING = "pending"
 
 
 class BatchOps(EngineBase):
-    """Batch-operation storage and changes, one atomic write each."""
+    """The engine's batch targets and per-job changes, one atomic write each."""
 
     # ---------------------------------------------------------------- targets
     def _targets(self, filter: BatchFilter) -> list[JobRecord]:
@@ -68,10 +69,19 @@ class BatchOps(EngineBase):
                 write.notify.add(queue_channel(new.queue))
         return ItemResult(job_id, ItemOutcome.PROCESSED)
 
-    # ---------------------------------------------------------------- control records
+
+class InMemoryBatchOperationStore:
+    """:class:`~awa.ports.batch_ops.BatchOperationStore` in process memory: operations and
+    their item states (job id -> item state), by operation id. Each step is one
+    synchronous change, so it is atomic on the event loop."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._batch_ops: dict[str, BatchOperation] = {}
+        self._batch_items: dict[str, dict[int, str]] = {}
+
     def _op(self, op_id: str) -> BatchOperation:
         """The operation a runner step names (raises if there is none)."""
-        self._read()
         op_id = parse_operation_id(op_id)
         op = self._batch_ops.get(op_id)
         if op is None:
@@ -86,7 +96,6 @@ class BatchOps(EngineBase):
     async def create_batch_operation(
         self, *, spec: BatchSpec, filter: BatchFilter, submitted_by: str | None = None
     ) -> BatchOperation:
-        self._read()
         now = self._clock.now()
         op = BatchOperation(
             id=str(uuid.uuid4()),
@@ -103,19 +112,16 @@ class BatchOps(EngineBase):
         return op
 
     async def get_batch_operation(self, op_id: str) -> BatchOperation | None:
-        self._read()
         return self._batch_ops.get(parse_operation_id(op_id))
 
     async def list_batch_operations(
         self, *, state: BatchOpState | None = None, limit: int = 100
     ) -> list[BatchOperation]:
-        self._read()
         found = [op for op in self._batch_ops.values() if state is None or op.state == state]
         found.sort(key=lambda op: (op.submitted_at, op.id), reverse=True)
         return found[: max(limit, 0)]
 
     async def cancel_batch_operation(self, op_id: str) -> BatchOperation | None:
-        self._read()
         op = self._batch_ops.get(parse_operation_id(op_id))
         target = None if op is None else cancel_requested(op.state)
         if op is None or target is None:
@@ -123,7 +129,6 @@ class BatchOps(EngineBase):
         return self._put(op, state=target)
 
     async def purge_batch_operations(self, *, before: datetime, limit: int = 1000) -> int:
-        self._read()
         doomed = sorted(
             (
                 op
@@ -140,7 +145,6 @@ class BatchOps(EngineBase):
         return len(doomed)
 
     async def next_batch_operation(self, *, runner: str) -> BatchOperation | None:
-        self._read()
         active = [op for op in self._batch_ops.values() if op.state in ACTIVE_STATES]
         if not active:
             return None
@@ -172,7 +176,6 @@ class BatchOps(EngineBase):
         return self._put(op, state=target, total_matched=total, cursor=cursor)
 
     async def pending_batch_items(self, op_id: str, *, limit: int) -> list[int]:
-        self._read()
         items = self._batch_items.get(parse_operation_id(op_id), {})
         return sorted(job_id for job_id, s in items.items() if s == _PENDING)[: max(limit, 0)]
 

@@ -1,10 +1,10 @@
-"""Batch operations of the canonical engine."""
+"""Batch targets of the canonical engine (the operations live in their own store)."""
 
 from __future__ import annotations
 
 from psycopg.types.json import Jsonb
 
-from awa.adapters._pg.batch_ops import PgBatchControl, target_params, target_statements
+from awa.adapters._pg.batch_ops import target_params, target_statements
 from awa.adapters._pg.rows import job_from_row
 from awa.adapters.postgres_canonical.base import EngineBase
 from awa.domain.batch_ops import BatchFilter, BatchSpec, ItemOutcome, ItemResult, batch_change
@@ -13,7 +13,7 @@ from awa.domain.job import JobRecord
 _COUNT, _LIST = target_statements("awa.canonical_jobs")
 
 
-class BatchOps(PgBatchControl, EngineBase):
+class BatchOps(EngineBase):
     """Targets and per-job changes over ``awa.canonical_jobs``."""
 
     async def count_batch_targets(self, filter: BatchFilter) -> int:

@@ -2,8 +2,8 @@
 
 :class:`QueueStorageEngine` is a façade: it builds the engine's parts (:mod:`.parts`) and
 delegates every port method to the part that owns it. The control-table stores shared with
-the canonical engine (cron schedules, queue overrides, descriptors, batch-operation
-control) come from ``awa.adapters._pg`` and need only the pool and the clock.
+the canonical engine (cron schedules, queue overrides, descriptors) come from
+``awa.adapters._pg`` and need only the pool and the clock.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from awa.adapters._pg.batch_ops import PgBatchControl
 from awa.adapters._pg.cron import PgCronOps
 from awa.adapters._pg.descriptors import PgDescriptorOps
 from awa.adapters._pg.leader import PostgresLeaderLock
@@ -36,7 +35,7 @@ from awa.ports.clock import Clock
 from awa.ports.storage import Ack, DlqFilter, JobFilter, Rescued, UnitOfWork
 
 
-class QueueStorageEngine(PgCronOps, PgOverrideOps, PgDescriptorOps, PgBatchControl):
+class QueueStorageEngine(PgCronOps, PgOverrideOps, PgDescriptorOps):
     """Append-first Postgres storage: ready rows, receipts and closures in a ring of list
     partitions reclaimed by ``TRUNCATE`` (:meth:`rotate_queue_ring`, :meth:`prune_oldest`).
 

@@ -1,13 +1,12 @@
 """Admin surfaces of the routing engine: reads and writes consult every engine that can
-hold the job, the DLQ follows the producers' engine, and batch-operation control rows
-(shared by both engines) are reached through the canonical engine."""
+hold the job, the DLQ follows the producers' engine, and batch targets come from every
+engine that can hold a queued job."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 from awa.adapters.routing.base import C, RoutingBase, T
 from awa.domain.admin_views import (
@@ -19,8 +18,6 @@ from awa.domain.admin_views import (
 )
 from awa.domain.batch_ops import (
     BatchFilter,
-    BatchOperation,
-    BatchOpState,
     BatchSpec,
     ItemOutcome,
     ItemResult,
@@ -31,7 +28,7 @@ from awa.ports.storage import DlqFilter, JobFilter, StorageEngine
 
 
 class AdminOps(RoutingBase[C]):
-    """Admin reads and writes, the DLQ and batch operations."""
+    """Admin reads and writes, the DLQ and batch targets."""
 
     # ---------------------------------------------------------------- admin reads
     async def _first(self, call: Callable[[StorageEngine], Awaitable[T | None]]) -> T | None:
@@ -233,9 +230,9 @@ class AdminOps(RoutingBase[C]):
     async def purge_dlq_job(self, job_id: int) -> bool:
         return await (await self._dlq()).purge_dlq_job(job_id)
 
-    # ---------------------------------------------------------------- batch operations
-    # Targets come from every engine that can hold a queued job; the control rows live in
-    # one shared table, reached through the canonical engine.
+    # ---------------------------------------------------------------- batch targets
+    # Targets come from every engine that can hold a queued job (the operations have a
+    # store of their own, shared by both engines).
     async def count_batch_targets(self, filter: BatchFilter) -> int:
         return await self._sum(lambda e: e.count_batch_targets(filter))
 
@@ -254,53 +251,3 @@ class AdminOps(RoutingBase[C]):
             if result.outcome != ItemOutcome.MISSING:
                 return result
         return ItemResult(job_id, ItemOutcome.MISSING)
-
-    async def create_batch_operation(
-        self, *, spec: BatchSpec, filter: BatchFilter, submitted_by: str | None = None
-    ) -> BatchOperation:
-        return await self._canonical.create_batch_operation(
-            spec=spec, filter=filter, submitted_by=submitted_by
-        )
-
-    async def get_batch_operation(self, op_id: str) -> BatchOperation | None:
-        return await self._canonical.get_batch_operation(op_id)
-
-    async def list_batch_operations(
-        self, *, state: BatchOpState | None = None, limit: int = 100
-    ) -> list[BatchOperation]:
-        return await self._canonical.list_batch_operations(state=state, limit=limit)
-
-    async def cancel_batch_operation(self, op_id: str) -> BatchOperation | None:
-        return await self._canonical.cancel_batch_operation(op_id)
-
-    async def purge_batch_operations(self, *, before: datetime, limit: int = 1000) -> int:
-        return await self._canonical.purge_batch_operations(before=before, limit=limit)
-
-    async def next_batch_operation(self, *, runner: str) -> BatchOperation | None:
-        return await self._canonical.next_batch_operation(runner=runner)
-
-    async def add_batch_items(self, op_id: str, job_ids: Sequence[int]) -> BatchOperation:
-        return await self._canonical.add_batch_items(op_id, job_ids)
-
-    async def start_batch_running(self, op_id: str, *, cursor: dict[str, Any]) -> BatchOperation:
-        return await self._canonical.start_batch_running(op_id, cursor=cursor)
-
-    async def pending_batch_items(self, op_id: str, *, limit: int) -> list[int]:
-        return await self._canonical.pending_batch_items(op_id, limit=limit)
-
-    async def record_batch_items(
-        self, op_id: str, results: Sequence[ItemResult], *, cursor: dict[str, Any]
-    ) -> BatchOperation:
-        return await self._canonical.record_batch_items(op_id, results, cursor=cursor)
-
-    async def finish_batch_operation(
-        self,
-        op_id: str,
-        *,
-        state: BatchOpState,
-        last_error: str | None = None,
-        retention: timedelta,
-    ) -> BatchOperation:
-        return await self._canonical.finish_batch_operation(
-            op_id, state=state, last_error=last_error, retention=retention
-        )

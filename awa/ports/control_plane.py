@@ -1,0 +1,32 @@
+"""The control plane of one backend: the stores that are not the jobs.
+
+A database (or the in-memory model of one) keeps, beside its jobs, what operators and
+runtimes declare about them. Every storage engine of a backend shares these stores, so the
+composition root builds them once per backend and hands them to the client and the
+runtime next to the storage engine; no engine carries them.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from awa.ports.batch_ops import BatchOperationStore
+from awa.ports.storage import StorageEngine
+
+
+@attrs.frozen
+class ControlPlane:
+    """The control-plane stores of one backend."""
+
+    #: batch operations and their items (ADR 0010)
+    batch_operations: BatchOperationStore
+
+
+@attrs.frozen
+class Backend:
+    """A storage engine and the control plane of the same backend, opened together (the
+    maintenance thread opens one on its own event loop); closing the engine releases
+    what both run on."""
+
+    engine: StorageEngine
+    control: ControlPlane

@@ -23,7 +23,8 @@ def keywords_of(options: type[Any]) -> frozenset[str]:
 
 def check_keywords(function: str, given: Mapping[str, Any], options: type[Any]) -> None:
     """Refuse a keyword ``options`` does not declare, as Python refuses one a signature
-    does not name: ``TypeError: insert() got an unexpected keyword argument 'x'``."""
+    does not name: ``TypeError: AsyncClient.insert() got an unexpected keyword argument
+    'x'`` (``function`` is ``Class.method`` for a method, as awa-pg 0.6.9 words it)."""
     allowed = keywords_of(options)
     if given.keys() <= allowed:
         return

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Unpack
 
+from awa.domain.keywords import check_keywords
 from awa.entrypoints.client_sync import BlockingClientBase, RawClientBase
 from awa.entrypoints.insert_options import ClientBulkInsertOptions, ClientInsertOptions
 from awa.entrypoints.job import Job
@@ -152,6 +153,7 @@ class Client(BlockingClientBase):
         """Bulk insert on the fast path; returns how many jobs were inserted. Blocking form of
         ``AsyncClient.enqueue_many_copy``.
         """
+        check_keywords(f"{type(self).__name__}.enqueue_many_copy", options, ClientBulkInsertOptions)
         return self._run(self._async.enqueue_many_copy(jobs, **options))
 
     def fail_external(self, callback_id: str, error: str) -> Job[Any]:
@@ -210,6 +212,7 @@ class Client(BlockingClientBase):
         :class:`~awa.entrypoints.insert_options.ClientInsertOptions`. Blocking form of
         ``AsyncClient.insert``.
         """
+        check_keywords(f"{type(self).__name__}.insert", options, ClientInsertOptions)
         return self._run(self._async.insert(args, **options))
 
     def insert_many_copy(
@@ -218,6 +221,7 @@ class Client(BlockingClientBase):
         """Bulk insert; jobs whose unique key is already held are skipped silently. Blocking
         form of ``AsyncClient.insert_many_copy``.
         """
+        check_keywords(f"{type(self).__name__}.insert_many_copy", options, ClientBulkInsertOptions)
         return self._run(self._async.insert_many_copy(jobs, **options))
 
     def install_queue_storage(
@@ -694,6 +698,9 @@ class RawClient(RawClientBase):
         """Blocking ``enqueue_many_copy``, on a client of its own (see
         ``Client.enqueue_many_copy``).
         """
+        check_keywords(
+            f"{type(self).__name__}.enqueue_many_copy_sync", options, ClientBulkInsertOptions
+        )
         return self._blocking().enqueue_many_copy(jobs, **options)
 
     def fail_external_sync(self, callback_id: str, error: str) -> Job[Any]:
@@ -734,6 +741,7 @@ class RawClient(RawClientBase):
 
     def insert_sync(self, args: Any, **options: Unpack[ClientInsertOptions]) -> Job[dict[str, Any]]:
         """Blocking ``insert``, on a client of its own (see ``Client.insert``)."""
+        check_keywords(f"{type(self).__name__}.insert_sync", options, ClientInsertOptions)
         return self._blocking().insert(args, **options)
 
     def insert_many_copy_sync(
@@ -742,6 +750,9 @@ class RawClient(RawClientBase):
         """Blocking ``insert_many_copy``, on a client of its own (see
         ``Client.insert_many_copy``).
         """
+        check_keywords(
+            f"{type(self).__name__}.insert_many_copy_sync", options, ClientBulkInsertOptions
+        )
         return self._blocking().insert_many_copy(jobs, **options)
 
     def install_queue_storage_sync(

@@ -148,6 +148,26 @@ def _docstring(text: str) -> list[str]:
     return ['        """' + lines[0], *(f"        {line}" for line in lines[1:]), '        """']
 
 
+def _unpacked(fn: Any) -> str | None:
+    """The TypedDict of ``fn``'s ``**options: Unpack[X]`` parameter (``X``), if it has one."""
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind is param.VAR_KEYWORD:
+            match = re.fullmatch(r"Unpack\[(\w+)\]", _annotation(param.annotation))
+            if match is None:
+                raise TypeError(f"{fn.__qualname__}: **{param.name} must be Unpack[SomeOptions]")
+            return match.group(1)
+    return None
+
+
+def _keyword_check(name: str, options: str | None) -> list[str]:
+    """A keyword ``options`` does not declare is refused by the blocking method itself, so
+    the error names it (``Client.insert() got an unexpected keyword argument 'x'``), as
+    awa-pg's does."""
+    if options is None:
+        return []
+    return [f'        check_keywords(f"{{type(self).__name__}}.{name}", options, {options})']
+
+
 def render() -> str:
     """The module's source, formatted as ``ruff format`` would."""
     client_lines: list[str] = []
@@ -159,15 +179,20 @@ def render() -> str:
         for used in sorted(n for n in names if not n.startswith("__return__:")):
             imports.add(_resolve(used, fn))
         summary = _summary(fn)
+        options = _unpacked(fn)
+        if options is not None:
+            imports.add("from awa.domain.keywords import check_keywords")
         client_lines += [
             f"    def {name}({params}) -> {result}:",
             *_docstring(f"{summary} Blocking form of ``AsyncClient.{name}``."),
+            *_keyword_check(name, options),
             f"        return self._run(self._async.{name}({call}))",
             "",
         ]
         raw_lines += [
             f"    def {name}_sync({params}) -> {result}:",
             *_docstring(f"Blocking ``{name}``, on a client of its own (see ``Client.{name}``)."),
+            *_keyword_check(f"{name}_sync", options),
             f"        return self._blocking().{name}({call})",
             "",
         ]

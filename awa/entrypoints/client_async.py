@@ -165,7 +165,9 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         ``missed_fire_policy``: ``"coalesce"`` enqueues only the latest missed fire,
         ``"catch_up"`` every one (at most 1 000 per second of evaluation).
         """
-        schedule = build_schedule(name, cron_expr, args_type, args, options)
+        schedule = build_schedule(
+            f"{type(self).__name__}.periodic", name, cron_expr, args_type, args, options
+        )
         self._schedules[name] = schedule
 
     def queue_descriptor(self, queue: str, **options: Unpack[DescriptorOptions]) -> None:
@@ -177,13 +179,17 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         docs URL 2 048, 20 tags). Declaring a queue twice keeps the last declaration; after
         ``start()`` it raises ``AwaError`` (the runtime read the declarations then)."""
         self._refuse_while_running("queue_descriptor")
-        self._queue_descriptors[queue] = build_descriptor("queue_descriptor", options)
+        self._queue_descriptors[queue] = build_descriptor(
+            f"{type(self).__name__}.queue_descriptor", options
+        )
 
     def job_kind_descriptor(self, kind: str, **options: Unpack[DescriptorOptions]) -> None:
         """Describe a job kind (stored in ``awa.job_kind_descriptors`` by ``start()``,
         with the same limits as :meth:`queue_descriptor`)."""
         self._refuse_while_running("job_kind_descriptor")
-        self._kind_descriptors[kind] = build_descriptor("job_kind_descriptor", options)
+        self._kind_descriptors[kind] = build_descriptor(
+            f"{type(self).__name__}.job_kind_descriptor", options
+        )
 
     def _refuse_while_running(self, method: str) -> None:
         # start() stores the declarations once; a later one would never reach the catalog.
@@ -232,7 +238,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         """
         if self._runtime is not None and self._runtime.running:
             raise AwaError("the worker runtime is already running")
-        check_keywords("start", options, ClientStartOptions)
+        check_keywords(f"{type(self).__name__}.start", options, ClientStartOptions)
         health_addr = options.pop("health_addr", None)
         listen_database_url = options.pop("listen_database_url", None)
         runtime_options: StartOptions = options

@@ -178,7 +178,7 @@ class ClientCore:
         ``queue_storage_queue_stripe_count`` must match the fleet's: on queue storage the
         job goes to one stripe ``queue#k`` of its queue. The options are
         :class:`~awa.entrypoints.insert_options.ClientInsertOptions`."""
-        check_keywords("insert", options, ClientInsertOptions)
+        check_keywords(f"{type(self).__name__}.insert", options, ClientInsertOptions)
         stripes = validate_stripe_count(
             options.pop("queue_storage_queue_stripe_count", DEFAULT_QUEUE_STRIPES)
         )
@@ -197,7 +197,7 @@ class ClientCore:
         self, jobs: list[Any], **options: Unpack[ClientBulkInsertOptions]
     ) -> list[Job[Any]]:
         """Bulk insert; jobs whose unique key is already held are skipped silently."""
-        check_keywords("insert_many_copy", options, ClientBulkInsertOptions)
+        check_keywords(f"{type(self).__name__}.insert_many_copy", options, ClientBulkInsertOptions)
         stripes = validate_stripe_count(
             options.pop("queue_storage_queue_stripe_count", DEFAULT_QUEUE_STRIPES)
         )
@@ -221,7 +221,7 @@ class ClientCore:
         On queue storage the jobs are spread over the queue's stripes ``queue#0 ..
         queue#(N-1)`` (``N = queue_storage_queue_stripe_count``, which must be the fleet's):
         a job with a unique key goes to the stripe of its key, the others round-robin."""
-        check_keywords("enqueue_many_copy", options, ClientBulkInsertOptions)
+        check_keywords(f"{type(self).__name__}.enqueue_many_copy", options, ClientBulkInsertOptions)
         stripes = validate_stripe_count(
             options.pop("queue_storage_queue_stripe_count", DEFAULT_QUEUE_STRIPES)
         )

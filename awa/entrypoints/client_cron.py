@@ -65,12 +65,18 @@ def cron_job_dict(job: CronJob) -> dict[str, Any]:
 
 
 def build_schedule(
-    name: str, cron_expr: str, args_type: type[Any], args: Any, options: PeriodicOptions
+    function: str,
+    name: str,
+    cron_expr: str,
+    args_type: type[Any],
+    args: Any,
+    options: PeriodicOptions,
 ) -> CronSchedule:
     """A validated schedule. Checks run in awa-pg's order (expression, zone, priority,
     attempts, policy) and raise ``ValidationError``; a non-class ``args_type`` raises
-    ``TypeError``. An option left out takes the default of :class:`CronSchedule`."""
-    check_keywords("periodic", options, PeriodicOptions)
+    ``TypeError``, as does a keyword ``function`` does not take. An option left out takes
+    the default of :class:`CronSchedule`."""
+    check_keywords(function, options, PeriodicOptions)
     if not isinstance(args_type, type):
         raise TypeError(f"args_type must be a class, got {type(args_type).__name__}")
     timezone = options.get("timezone", DEFAULT_TIMEZONE)

@@ -146,7 +146,7 @@ class Transaction:
 
         ``queue_storage_queue_stripe_count`` must match the fleet's: on queue storage the
         job goes to one stripe ``queue#k`` of its queue."""
-        check_keywords("insert", options, ClientInsertOptions)
+        check_keywords("Transaction.insert", options, ClientInsertOptions)
         stripes = validate_stripe_count(
             options.pop("queue_storage_queue_stripe_count", DEFAULT_QUEUE_STRIPES)
         )
@@ -164,7 +164,7 @@ class Transaction:
     ) -> list[Job[Any]]:
         """Insert several jobs inside this transaction, in order (spread over the
         queue's stripes on queue storage when ``queue_storage_queue_stripe_count > 1``)."""
-        check_keywords("insert_many", options, TransactionBulkInsertOptions)
+        check_keywords("Transaction.insert_many", options, TransactionBulkInsertOptions)
         stripes = validate_stripe_count(
             options.pop("queue_storage_queue_stripe_count", DEFAULT_QUEUE_STRIPES)
         )
@@ -248,6 +248,7 @@ class SyncTransaction:
 
     def insert(self, args: Any, **options: Unpack[ClientInsertOptions]) -> Job[Any]:
         """Insert a job inside this transaction (same options as ``Transaction.insert``)."""
+        check_keywords("SyncTransaction.insert", options, ClientInsertOptions)
         result: Job[Any] = self._run(self._tx.insert(args, **options))
         return result
 
@@ -255,6 +256,7 @@ class SyncTransaction:
         self, jobs: list[Any], **options: Unpack[TransactionBulkInsertOptions]
     ) -> list[Job[Any]]:
         """Insert several jobs inside this transaction."""
+        check_keywords("SyncTransaction.insert_many", options, TransactionBulkInsertOptions)
         result: list[Job[Any]] = self._run(self._tx.insert_many(jobs, **options))
         return result
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from awa import AsyncClient, Client
+from awa import AsyncClient, Client, RawClient
 from awa.domain.cron import DEFAULT_TIMEZONE, MissedFirePolicy
 from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
 from awa.domain.keywords import check_keywords, keywords_of
@@ -53,18 +53,21 @@ def test_the_sets_nest_as_the_entry_points_need() -> None:
 
 
 def test_check_keywords_names_the_first_unknown_keyword_as_python_does() -> None:
-    check_keywords("insert", {"queue": "q", "priority": 1}, ClientInsertOptions)
+    check_keywords("AsyncClient.insert", {"queue": "q", "priority": 1}, ClientInsertOptions)
     with pytest.raises(TypeError) as refused:
-        check_keywords("insert", {"queue": "q", "zz": 1, "aa": 2}, ClientInsertOptions)
-    assert str(refused.value) == "insert() got an unexpected keyword argument 'aa'"
+        check_keywords("AsyncClient.insert", {"queue": "q", "zz": 1, "aa": 2}, ClientInsertOptions)
+    # awa-pg 0.6.9's wording, class and method.
+    assert str(refused.value) == "AsyncClient.insert() got an unexpected keyword argument 'aa'"
 
 
 async def test_the_async_client_refuses_an_unknown_keyword_and_writes_nothing() -> None:
     client = memory_client()
-    with pytest.raises(TypeError, match=r"^insert\(\) got an unexpected keyword argument 'queu'$"):
+    with pytest.raises(
+        TypeError, match=r"^AsyncClient\.insert\(\) got an unexpected keyword argument 'queu'$"
+    ):
         await client.insert({"n": 1}, kind="k", **TYPO)
     for name in ("insert_many_copy", "enqueue_many_copy"):
-        with pytest.raises(TypeError, match=rf"^{name}\(\) got .* argument 'queu'$"):
+        with pytest.raises(TypeError, match=rf"^AsyncClient\.{name}\(\) got .* argument 'queu'$"):
             await getattr(client, name)([{"n": 1}], kind="k", **TYPO)
     assert await client.list_jobs() == []
     # Every declared key is taken: this insert uses them all.
@@ -88,11 +91,11 @@ async def test_the_async_client_refuses_an_unknown_keyword_and_writes_nothing() 
 async def test_the_bulk_inserts_refuse_unique_opts_only_where_awa_pg_does() -> None:
     tx = Transaction(object(), object(), _never_released)  # type: ignore[arg-type]
     options: dict[str, Any] = {"kind": "k", "unique_opts": {"by_args": True}}
-    with pytest.raises(TypeError, match=r"^insert_many\(\) got .* argument 'unique_opts'$"):
+    with pytest.raises(TypeError, match=r"^Transaction\.insert_many\(\) got .* 'unique_opts'$"):
         await tx.insert_many([{"n": 1}], **options)
-    with pytest.raises(TypeError, match=r"^insert\(\) got .* argument 'opts'$"):
+    with pytest.raises(TypeError, match=r"^Transaction\.insert\(\) got .* argument 'opts'$"):
         await tx.insert({"n": 1}, kind="k", **{"opts": None})  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"^insert\(\) got .* argument 'queu'$"):
+    with pytest.raises(TypeError, match=r"^SyncTransaction\.insert\(\) got .* 'queu'$"):
         SyncTransaction(tx, _run_now).insert({"n": 1}, kind="k", **TYPO)
 
 
@@ -111,9 +114,13 @@ def _run_now(coro: Any) -> Any:
 def test_the_blocking_client_refuses_an_unknown_keyword() -> None:
     with (
         Client("postgresql://localhost/never-reached") as client,
-        pytest.raises(TypeError, match=r"^insert\(\) got .* argument 'queu'$"),
+        pytest.raises(TypeError, match=r"^Client\.insert\(\) got .* argument 'queu'$"),
     ):
         client.insert({"n": 1}, kind="k", **TYPO)
+    raw = RawClient("postgresql://localhost/never-reached")
+    with pytest.raises(TypeError, match=r"^RawClient\.insert_sync\(\) got .* argument 'queu'$"):
+        raw.insert_sync({"n": 1}, kind="k", **TYPO)
+    assert raw._twin is None  # refused before the blocking twin was built
 
 
 async def test_the_bridge_refuses_what_the_sql_producer_contract_cannot_store() -> None:
@@ -131,7 +138,7 @@ def test_periodic_takes_the_queueing_options_and_refuses_the_insert_only_ones() 
     assert (schedule.queue, schedule.priority, schedule.timezone) == ("q", 3, "UTC")
     assert schedule.max_attempts == DEFAULT_MAX_ATTEMPTS
     run_at: dict[str, Any] = {"run_at": "2030-01-01T00:00:00Z"}
-    with pytest.raises(TypeError, match=r"^periodic\(\) got .* argument 'run_at'$"):
+    with pytest.raises(TypeError, match=r"^AsyncClient\.periodic\(\) got .* 'run_at'$"):
         client.periodic("q", "* * * * *", Beat, Beat(), **run_at)
     assert "q" not in client._schedules
 
@@ -144,7 +151,7 @@ def test_the_descriptor_methods_take_one_declared_set() -> None:
     assert client._kind_descriptors["k"].docs_url == "https://example.org"
     typo: dict[str, Any] = {"ownr": "ops"}
     for method in (client.queue_descriptor, client.job_kind_descriptor):
-        with pytest.raises(TypeError, match=rf"^{method.__name__}\(\) got .* argument 'ownr'$"):
+        with pytest.raises(TypeError, match=rf"^AsyncClient\.{method.__name__}\(\) got .* 'ownr'$"):
             method("x", **typo)
     assert "x" not in client._queue_descriptors and "x" not in client._kind_descriptors
 
@@ -157,7 +164,7 @@ class Beat:
 async def test_start_refuses_a_tuning_knob_it_does_not_expose() -> None:
     client = memory_client()
     knob: dict[str, Any] = {"cleanup_interval_ms": 5}
-    with pytest.raises(TypeError, match=r"^start\(\) got .* argument 'cleanup_interval_ms'$"):
+    with pytest.raises(TypeError, match=r"^AsyncClient\.start\(\) got .* 'cleanup_interval_ms'$"):
         await client.start(**knob)
 
 

@@ -92,6 +92,47 @@ class QueueDepth:
     def count(self, state: JobState) -> int:
         return self.counts.get(state, 0)
 
+    def lag_seconds(self, now: datetime) -> float:
+        """How long the oldest available job has waited past its run_at at ``now``; 0
+        with none waiting."""
+        if self.oldest_available_at is None:
+            return 0.0
+        return max(0.0, (now - self.oldest_available_at).total_seconds())
+
+
+#: How often the maintenance leader records each queue's depth and lag, and how long the
+#: samples are kept (the dashboard draws the last hour).
+QUEUE_SAMPLE_INTERVAL = timedelta(minutes=1)
+QUEUE_SAMPLES_KEPT = timedelta(hours=24)
+
+
+@attrs.frozen
+class QueueSample:
+    """One queue's backlog at ``sampled_at`` as the maintenance leader read it
+    (``queue_depths``, so as cheap and as exact as that): jobs per state of
+    :data:`DEPTH_STATES` and the lag, how long its oldest available job had waited."""
+
+    sampled_at: datetime
+    queue: str
+    counts: Mapping[JobState, int]
+    lag_seconds: float
+
+    def count(self, state: JobState) -> int:
+        return self.counts.get(state, 0)
+
+
+def samples_from_depths(depths: Iterable[QueueDepth], now: datetime) -> list[QueueSample]:
+    """The samples of one reading of ``queue_depths()`` taken at ``now``."""
+    return [
+        QueueSample(
+            sampled_at=now,
+            queue=d.queue,
+            counts={state: d.count(state) for state in DEPTH_STATES},
+            lag_seconds=d.lag_seconds(now),
+        )
+        for d in depths
+    ]
+
 
 def queue_depths_from(rows: Iterable[Mapping[str, Any]]) -> list[QueueDepth]:
     """Depths from ``{queue, state, n, oldest}`` rows (state by its SQL name; ``oldest``

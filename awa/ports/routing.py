@@ -2,8 +2,8 @@
 
 The routing engine sends each call to the engine that owns it. It knows the engines only
 through these protocols: the *home* engine (canonical storage, where the shared control
-rows, schedules, overrides and descriptors are reached) and the *target* engine of each
-queue-storage schema. Optional extras of a target
+rows, schedules, overrides, descriptors and queue samples are reached) and the *target*
+engine of each queue-storage schema. Optional extras of a target
 (:class:`~awa.ports.producers.CopyEnqueue`,
 :class:`~awa.ports.producers.RouteCheckedEnqueue`,
 :class:`~awa.ports.maintenance.RingMaintenance`, :class:`~awa.ports.storage.WorkerWarmUp`)
@@ -21,6 +21,7 @@ from awa.ports.descriptors import DescriptorStore
 from awa.ports.leader import LeaderCandidates
 from awa.ports.notifier import Notifier
 from awa.ports.overrides import QueueOverrideStore
+from awa.ports.samples import QueueSampleStore
 from awa.ports.storage import StorageEngine, UnitOfWork
 from awa.ports.transactions import TransactionJoiner
 
@@ -37,13 +38,14 @@ class HomeEngine(
     CronStore,
     QueueOverrideStore,
     DescriptorStore,
+    QueueSampleStore,
     Notifier,
     LeaderCandidates,
     Protocol[C_contra],
 ):
     """The canonical engine: it also reaches what both engines share (batch-operation
-    control rows, cron schedules, queue overrides, descriptors, notifications and the
-    leader lock)."""
+    control rows, cron schedules, queue overrides, descriptors, queue samples,
+    notifications and the leader lock)."""
 
 
 class TargetEngine(RoutedEngine[C_contra], Protocol[C_contra]):

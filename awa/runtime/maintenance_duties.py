@@ -12,6 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
+from awa.domain.admin_views import QUEUE_SAMPLE_INTERVAL, QUEUE_SAMPLES_KEPT, samples_from_depths
 from awa.domain.lifecycle import Rescue
 from awa.domain.policies import RingSeal
 from awa.ports.clock import Clock
@@ -19,6 +20,7 @@ from awa.ports.control_plane import ControlPlane
 from awa.ports.cron import CronStore
 from awa.ports.descriptors import DescriptorStore
 from awa.ports.maintenance import RingMaintenance
+from awa.ports.samples import QueueSampleStore
 from awa.ports.storage import Rescued, StorageEngine
 from awa.runtime import metrics
 from awa.runtime.batch_runner import BATCH_OPERATION_INTERVAL, BatchRunner
@@ -119,6 +121,14 @@ class MaintenanceDuties:
             duties.append(Duty("queue_gauges", REFRESH_INTERVAL, self._gauges.refresh))
         if isinstance(engine, DescriptorStore):
             duties.append(Duty("descriptor_cleanup", c.cleanup_interval, self._descriptors))
+        if self._clock is not None and isinstance(engine, QueueSampleStore):
+            duties.append(
+                Duty(
+                    "queue_samples",
+                    QUEUE_SAMPLE_INTERVAL.total_seconds(),
+                    self._sample_queues,
+                )
+            )
         if self._cron is not None:
             duties.append(Duty("cron", self._cron.eval_interval, self._cron_evaluate))
         if isinstance(engine, RingMaintenance):
@@ -188,6 +198,17 @@ class MaintenanceDuties:
     async def _descriptors(self) -> None:
         assert isinstance(self._engine, DescriptorStore)
         await clean_up_descriptors(self._engine, self._clock, self._config.descriptor_retention)
+
+    async def _sample_queues(self) -> None:
+        """Record each queue's depth and lag for the admin charts (the same cheap read
+        the metrics make), then drop the samples older than the kept window."""
+        assert self._clock is not None and isinstance(self._engine, QueueSampleStore)
+        depths = await self._engine.queue_depths()
+        now = self._clock.now()
+        self.fence()
+        await self._engine.record_queue_samples(samples_from_depths(depths, now))
+        self.fence()
+        await self._engine.prune_queue_samples(before=now - QUEUE_SAMPLES_KEPT)
 
     async def _cron_evaluate(self) -> None:
         assert self._cron is not None

@@ -117,9 +117,7 @@ class QueueGauges:
             for state in DEPTH_STATES:
                 key: Key = ((ATTR_QUEUE, queue.queue), (ATTR_STATE, state.name.lower()))
                 points["awa.queue.depth"].append((float(queue.count(state)), key))
-            oldest = queue.oldest_available_at
-            waited = 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds())
-            points["awa.queue.lag"].append((waited, ((ATTR_QUEUE, queue.queue),)))
+            points["awa.queue.lag"].append((queue.lag_seconds(now), ((ATTR_QUEUE, queue.queue),)))
         for gone in sorted(self._queues - seen):
             for state in DEPTH_STATES:
                 key = ((ATTR_QUEUE, gone), (ATTR_STATE, state.name.lower()))

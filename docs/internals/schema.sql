@@ -450,6 +450,19 @@ CREATE TABLE awa.queue_prune_stats (
     CONSTRAINT queue_prune_stats_pkey PRIMARY KEY (queue)
 ) WITH (fillfactor=10);
 
+-- Per queue and minute: jobs available, scheduled, retryable, running and waiting, and the lag, recorded by the maintenance leader for the admin charts; kept a day.
+CREATE TABLE awa.queue_samples (
+    sampled_at timestamp with time zone NOT NULL,
+    queue text NOT NULL,
+    available bigint NOT NULL,
+    scheduled bigint NOT NULL,
+    retryable bigint NOT NULL,
+    running bigint NOT NULL,
+    waiting_external bigint NOT NULL,
+    lag_seconds double precision NOT NULL,
+    CONSTRAINT queue_samples_pkey PRIMARY KEY (sampled_at, queue)
+);
+
 -- Queue storage: the runnable body of a job in a lane, appended at enqueue, promotion or retry; never updated. Partitioned by ring slot.
 CREATE TABLE awa.ready_entries (
     slot integer NOT NULL,

@@ -9,9 +9,12 @@ from awa.adapters.inmemory.core import CoreOps
 from awa.adapters.inmemory.cron import CronOps
 from awa.adapters.inmemory.descriptors import DescriptorOps
 from awa.adapters.inmemory.overrides import OverrideOps
+from awa.adapters.inmemory.samples import SampleOps
 
 
-class InMemoryEngine(CronOps, OverrideOps, DescriptorOps, CoreOps, CallbackOps, AdminOps, BatchOps):
+class InMemoryEngine(
+    CronOps, OverrideOps, DescriptorOps, SampleOps, CoreOps, CallbackOps, AdminOps, BatchOps
+):
     """A complete :class:`~awa.ports.StorageEngine` held in process memory.
 
     Written for clarity, not speed: every write copies the state, applies the change

@@ -7,6 +7,7 @@ from awa.adapters._pg.descriptors import PgDescriptorOps
 from awa.adapters._pg.leader import PostgresLeaderLock
 from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
 from awa.adapters._pg.overrides import PgOverrideOps
+from awa.adapters._pg.samples import PgQueueSampleOps
 from awa.adapters.postgres_canonical.admin import AdminOps
 from awa.adapters.postgres_canonical.batch import BatchOps
 from awa.adapters.postgres_canonical.dlq import DlqOps
@@ -22,6 +23,7 @@ class CanonicalEngine(
     PgCronOps,
     PgOverrideOps,
     PgDescriptorOps,
+    PgQueueSampleOps,
     BatchOps,
 ):
     """:class:`awa.ports.StorageEngine` on the canonical tables.

@@ -21,6 +21,7 @@ from awa.adapters._pg.leader import PostgresLeaderLock
 from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
 from awa.adapters._pg.overrides import PgOverrideOps
 from awa.adapters._pg.pool import DictConnection, open_pool
+from awa.adapters._pg.samples import PgQueueSampleOps
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage.install import DEFAULT_SCHEMA, install_queue_storage
 from awa.adapters.postgres_queue_storage.parts import build_parts
@@ -35,7 +36,7 @@ from awa.ports.clock import Clock
 from awa.ports.storage import Ack, DlqFilter, JobFilter, Rescued, UnitOfWork
 
 
-class QueueStorageEngine(PgCronOps, PgOverrideOps, PgDescriptorOps):
+class QueueStorageEngine(PgCronOps, PgOverrideOps, PgDescriptorOps, PgQueueSampleOps):
     """Append-first Postgres storage: ready rows, receipts and closures in a ring of list
     partitions reclaimed by ``TRUNCATE`` (:meth:`rotate_queue_ring`, :meth:`prune_oldest`).
 

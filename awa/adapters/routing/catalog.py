@@ -1,7 +1,9 @@
-"""Cron schedules, queue overrides and descriptors through the routing engine.
+"""Cron schedules, queue overrides, descriptors and queue samples through the routing
+engine.
 
 Both engines reach the same catalogs (on Postgres: ``awa.cron_jobs``, the override
-columns of ``awa.queue_meta`` and the descriptor tables), so the routing engine asks the
+columns of ``awa.queue_meta``, the descriptor tables and ``awa.queue_samples``), so the
+routing engine asks the
 canonical one. A cron fire enqueues where the transition sends producers: the store routes
 it (``awa.insert_job_compat`` on Postgres).
 """
@@ -12,6 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from awa.adapters.routing.base import C, RoutingBase
+from awa.domain.admin_views import QueueSample
 from awa.domain.cron import CronJob, CronSchedule
 from awa.domain.descriptors import Catalog, StoredDescriptor
 from awa.domain.job import JobRecord
@@ -21,7 +24,8 @@ from awa.ports.descriptors import DeclaredDescriptor
 
 class CatalogOps(RoutingBase[C]):
     """:class:`~awa.ports.cron.CronStore`, :class:`~awa.ports.overrides.QueueOverrideStore`
-    and :class:`~awa.ports.descriptors.DescriptorStore`, delegated."""
+    :class:`~awa.ports.descriptors.DescriptorStore` and
+    :class:`~awa.ports.samples.QueueSampleStore`, delegated."""
 
     # ---------------------------------------------------------------- cron
     async def upsert_cron_jobs(self, schedules: Sequence[CronSchedule]) -> None:
@@ -78,3 +82,13 @@ class CatalogOps(RoutingBase[C]):
 
     async def delete_descriptors_unseen_since(self, cutoff: datetime) -> int:
         return await self._canonical.delete_descriptors_unseen_since(cutoff)
+
+    # ---------------------------------------------------------------- queue samples
+    async def record_queue_samples(self, samples: Sequence[QueueSample]) -> None:
+        await self._canonical.record_queue_samples(samples)
+
+    async def queue_samples(self, *, since: datetime) -> list[QueueSample]:
+        return await self._canonical.queue_samples(since=since)
+
+    async def prune_queue_samples(self, *, before: datetime) -> int:
+        return await self._canonical.prune_queue_samples(before=before)

@@ -76,6 +76,7 @@ async def dashboard(request: Request) -> Response:
     await web.guard.refresh()
     stats = await web.reads.stats()
     finished = await web.reads.finished_per_minute(CHART_MINUTES)
+    history = await web.reads.queue_history(CHART_MINUTES)
     failures = await web.reads.recent_failures(limit=10)
     return render(
         request,
@@ -88,6 +89,8 @@ async def dashboard(request: Request) -> Response:
             finished["minutes"], finished["completed"], what="completed"
         ),
         failures_chart=charts.stacked_bars(finished["minutes"], finished["failed"], what="failed"),
+        depth_chart=charts.lines(history["minutes"], history["depth"], what="waiting"),
+        lag_chart=charts.lines(history["minutes"], history["lag"], unit="s", what="lag"),
         chart_minutes=CHART_MINUTES,
         dlq=await web.reads.dlq_depth(),
     )

@@ -14,6 +14,7 @@ from typing import Any
 
 from awa.domain.admin_views import (
     KindCounts,
+    QueueSample,
     QueueStateBucket,
     first_minute,
     listed_kinds,
@@ -34,6 +35,7 @@ from awa.entrypoints.job import rfc3339
 from awa.entrypoints.web.cache import ReadCache
 from awa.entrypoints.web.errors import bad_request, not_found
 from awa.ports.runtime_registry import QueueSnapshot, RuntimeSnapshot
+from awa.ports.samples import QueueSampleStore
 from awa.ports.storage import DlqFilter, JobFilter
 
 MAX_LIMIT = 500
@@ -311,6 +313,45 @@ class AdminReads:
             "minutes": slots,
             "completed": series[JobState.Completed],
             "failed": series[JobState.Failed],
+        }
+
+    async def queue_history(self, minutes: int) -> dict[str, Any]:
+        """Per queue and minute over the last ``minutes``, the waiting (available) jobs
+        and the lag the maintenance leader sampled (the latest sample of each minute), as
+        ``{"minutes": [datetime], "depth": {queue: [n | None]}, "lag": {queue:
+        [seconds | None]}}``. ``None`` marks a minute without a sample (no leader ran);
+        a queue missing from a sampled minute had no live job then, so it reads 0."""
+        window = timedelta(minutes=minutes)
+        now = _now()
+        start = first_minute(now, window)
+
+        async def load() -> list[QueueSample]:
+            engine = await self.client.admin_engine()
+            if not isinstance(engine, QueueSampleStore):
+                return []
+            return await engine.queue_samples(since=start)
+
+        samples: list[QueueSample] = await self.cache.get(f"queue_samples:{minutes}", load)
+        count = int((minute_of(now) - start) / timedelta(minutes=1)) + 1
+        sampled = [False] * count
+        depth: dict[str, list[float | None]] = {}
+        lag: dict[str, list[float | None]] = {}
+        for sample in samples:
+            index = int((sample.sampled_at - start) / timedelta(minutes=1))
+            if not 0 <= index < count:
+                continue
+            sampled[index] = True
+            depth.setdefault(sample.queue, [None] * count)[index] = sample.count(JobState.Available)
+            lag.setdefault(sample.queue, [None] * count)[index] = sample.lag_seconds
+        for queue in depth:
+            for index in range(count):
+                if sampled[index] and depth[queue][index] is None:
+                    depth[queue][index] = 0
+                    lag[queue][index] = 0.0
+        return {
+            "minutes": [start + timedelta(minutes=i) for i in range(count)],
+            "depth": depth,
+            "lag": lag,
         }
 
     async def queue_names(self) -> list[str]:

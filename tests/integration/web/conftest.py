@@ -16,9 +16,12 @@ import pytest
 from starlette.testclient import TestClient
 
 import awa
+from awa.domain.admin_views import QueueSample
+from awa.domain.states import JobState
 from awa.entrypoints.web.app import create_app
 from awa.entrypoints.web.config import ServerConfig
 from awa.ports.runtime_registry import QueueSnapshot, RuntimeSnapshot
+from awa.ports.samples import QueueSampleStore
 
 pytestmark = pytest.mark.postgres
 
@@ -104,6 +107,19 @@ def seed_history(url: str) -> dict[str, list[int]]:
     return {"history_completed": done, "history_failed": failed}
 
 
+#: Depth and lag samples :func:`seed_everything` records: (minutes ago, queue, available
+#: jobs, lag in seconds); none between 20 and 24 minutes ago (the leader was away).
+SAMPLES = [
+    (m, queue, n, lag)
+    for m in range(59, -1, -1)
+    if not 20 <= m <= 24
+    for queue, n, lag in (
+        ("mail", 40 - abs(30 - m), float(abs(30 - m) % 7)),
+        ("reports", m % 5, 0.5 * (m % 3)),
+    )
+]
+
+
 #: The worker runtime that :func:`seed_everything` registers.
 RUNTIME_ID = str(uuid.UUID(int=0xA3A))
 
@@ -139,6 +155,16 @@ def seed_everything(url: str) -> Seeded:
                         QueueSnapshot("reports", 0, 4, 1, 2),
                     ),
                 )
+            )
+            engine = await client.admin_engine()
+            assert isinstance(engine, QueueSampleStore)
+            await engine.record_queue_samples(
+                [
+                    QueueSample(
+                        now - timedelta(minutes=m), q, {JobState.Available: n}, lag_seconds=lag
+                    )
+                    for m, q, n, lag in SAMPLES
+                ]
             )
             await client.submit_batch_operation(
                 "set_priority", spec={"priority": 1}, filter={"queue": "mail"}

@@ -22,6 +22,7 @@ from tests.integration.web.conftest import (
     HISTORY,
     HISTORY_FAILED,
     RUNTIME_ID,
+    SAMPLES,
     Seeded,
     seed_everything,
 )
@@ -389,3 +390,18 @@ def test_dashboard_charts_count_the_last_hour_per_queue(page: Any, everything: S
             1 for _, per_queue in HISTORY for n in per_queue.values() if n
         )
         assert len(minutes) > 10  # bars across the hour, not one
+
+
+def test_dashboard_draws_depth_and_lag_over_the_hour(page: Any, everything: Seeded) -> None:
+    latest = {q: (n, lag) for m, q, n, lag in SAMPLES if m == 0}
+    with serve(everything) as base:
+        page.goto(base + "/")
+        depth = page.locator("#chart-depth .legend li strong").all_text_contents()
+        assert depth == [str(latest["mail"][0]), str(latest["reports"][0])]
+        lag = page.locator("#chart-lag .legend li strong").all_text_contents()
+        assert lag == [f"{latest['mail'][1]:g}s", f"{latest['reports'][1]:g}s"]
+        # One point per sample; each queue's line breaks where the leader was away.
+        assert page.locator("#chart-depth circle").count() == len(SAMPLES)
+        assert page.locator("#chart-depth polyline").count() == 4
+        title = page.locator("#chart-lag circle title").first.text_content()
+        assert title is not None and " · mail: " in title and title.endswith("s lag")

@@ -138,17 +138,13 @@ async def jobs(request: Request, *, queue: str | None = None) -> Response:
 
 async def _state_counts(reads: AdminReads, chosen: dict[str, str]) -> tuple[dict[str, int], str]:
     """Jobs per state for the pills of a job list, and what they count: one queue's
-    exact counts when the list is of a queue, else every queue's. Kind and tag narrow the
-    list but not the counts (no engine keeps per-kind or per-tag state counts), so the
-    caption says so."""
+    exact counts when the list is of a queue, else every queue's; jobs only, as the list
+    shows them (dead-lettered ones are on the DLQ page). Kind and tag narrow the list but
+    not the counts (no engine keeps per-kind or per-tag state counts), so the caption says
+    so."""
     queue = chosen.get("queue")
-    if queue is not None:
-        row = await reads.queue(queue)
-        counts = {str(s): (row[str(s)] if row else 0) for s in JobState}
-        scope = f"jobs in queue {queue}"
-    else:
-        counts = await reads.stats()
-        scope = "all jobs"
+    counts = await reads.stats(queue)
+    scope = "all jobs" if queue is None else f"jobs in queue {queue}"
     narrowed = [k for k in ("kind", "tag") if k in chosen]
     if narrowed:
         scope += f", whatever their {' and '.join(narrowed)}"

@@ -260,10 +260,13 @@ class AdminReads:
         counts: list[QueueCounts] = await self.cache.get("queue_counts", load)
         return counts
 
-    async def stats(self) -> dict[str, int]:
-        """Jobs per state across every queue."""
+    async def stats(self, queue: str | None = None) -> dict[str, int]:
+        """Jobs per state across every queue, or in ``queue``: jobs only (a DLQ entry is
+        not a job), so the counts match what a job list of that state shows."""
         totals = {str(state): 0 for state in JobState}
         for c in await self._queue_counts():
+            if queue is not None and c.queue != queue:
+                continue
             for state in JobState:
                 totals[str(state)] += c.count(state)
         return totals

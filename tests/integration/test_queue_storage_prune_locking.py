@@ -238,9 +238,9 @@ async def test_prune_swaps_the_slot_partitions_with_their_empty_stand_ins(
         )
         assert old_indexes > 0
     assert _slot_rows(migrated_database_url, 0) == 0
-    spares = _relations(migrated_database_url, "%%\\_0\\_spare")
+    stand_ins = _relations(migrated_database_url, "%%\\_0\\_spare")
     for table in swapped:
-        oid, rows, partition = spares[f"{table}_0_spare"]
+        oid, rows, partition = stand_ins[f"{table}_0_spare"]
         assert (oid, partition) == (before[table][0], False)
         assert rows > 0  # the pruned rows, until the next turn
     # The next turn empties the stand-ins first, then reclaims the oldest slot left
@@ -290,7 +290,7 @@ async def test_the_install_builds_every_stand_in_and_prune_creates_none(
     """Every partition of both rings has its empty stand-in, with the partition's shape,
     as soon as the schema is installed; prune only swaps them, and an install run again
     leaves them as they are."""
-    spares = _relations(migrated_database_url, "%%\\_spare")
+    stand_ins = _relations(migrated_database_url, "%%\\_spare")
     with psycopg.connect(migrated_database_url) as conn:
         rows = conn.execute(
             "SELECT c.relname, awa.queue_storage_relation_shape(c.oid) "
@@ -300,12 +300,12 @@ async def test_the_install_builds_every_stand_in_and_prune_creates_none(
             "  AND c.relkind = 'r'",
             (SCHEMA, SCHEMA),
         ).fetchall()
-    assert len(rows) == len(spares) == len(swap_module.RING_TABLES) * 4 + 8
+    assert len(rows) == len(stand_ins) == len(swap_module.RING_TABLES) * 4 + 8
     assert all(same for _, same in rows), [name for name, same in rows if not same]
     await _completed_job_in_next_slot(engine)
     assert await engine.prune_oldest() == "pruned"
     after = _relations(migrated_database_url, "%%\\_spare")
-    assert set(after) == set(spares)  # swapped, none created
+    assert set(after) == set(stand_ins)  # swapped, none created
     with psycopg.connect(migrated_database_url, autocommit=True) as conn:
         conn.execute("SELECT awa.install_queue_storage(%s, 4, 8, false)", (SCHEMA,))
     assert {

@@ -33,7 +33,7 @@ _VIEWS = (
     "SELECT c.relname, pg_get_viewdef(c.oid) FROM pg_class c "
     "WHERE c.relnamespace = 'awa'::regnamespace AND c.relkind = 'v' ORDER BY 1"
 )
-_SPARES_MATCH = (
+_STAND_INS_MATCH = (
     "SELECT c.relname FROM pg_class c "
     "WHERE c.relnamespace = 'awa'::regnamespace AND c.relispartition AND c.relkind = 'r' "
     "  AND awa.queue_storage_relation_shape(c.oid) IS DISTINCT FROM "
@@ -122,7 +122,7 @@ async def test_an_older_database_upgrades_in_place(
     assert _rows(database_url, _COUNTS) == counts
     assert render_catalog(database_url) == render_catalog(migrated_database_url)
     assert _rows(database_url, _VIEWS) == _rows(migrated_database_url, _VIEWS)
-    assert _rows(database_url, _SPARES_MATCH) == []
+    assert _rows(database_url, _STAND_INS_MATCH) == []
 
     # The engines work on it: the attempts under way finish, new work is claimed.
     engine = await QueueStorageEngine.open(database_url, schema="awa")

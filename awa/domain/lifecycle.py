@@ -35,7 +35,6 @@ from awa.domain.job import JobRecord
 from awa.domain.kind_policies import Effect, KindPolicies
 from awa.domain.policies import Backoff
 from awa.domain.states import (
-    DEFERRED_STATES,
     LIVE_STATES,
     PENDING_STATES,
     TERMINAL_STATES,
@@ -506,19 +505,15 @@ RETRYABLE_TERMINAL_STATES = frozenset({JobState.Failed, JobState.Cancelled})
 
 def operator_retry_applies(state: JobState) -> bool:
     """Whether an operator's retry changes a job in ``state`` (see :func:`operator_retry`)."""
-    return (
-        state in RETRYABLE_TERMINAL_STATES
-        or state in DEFERRED_STATES
-        or state == JobState.WaitingExternal
-    )
+    return state in RETRYABLE_TERMINAL_STATES or state == JobState.WaitingExternal
 
 
 def operator_retry(state: JobState, now: datetime) -> Transition | None:
     """An operator retries a job in ``state``: a failed or cancelled job starts over
     (``available`` now, a fresh attempt budget, no longer finalized, its errors kept); a
-    deferred job becomes ``available`` now; a waiting attempt is retried as
-    ``retry_external``. A completed job, a running attempt or an available job is left as
-    it is (``None``)."""
+    waiting attempt is retried as ``retry_external``. Any other job is left as it is
+    (``None``): a completed one succeeded, and a running, available, scheduled or
+    retryable one is already on its way (awa-pg 0.6.9 refuses all of them too)."""
     if state in RETRYABLE_TERMINAL_STATES:
         return Transition(
             JobState.Available,
@@ -527,8 +522,6 @@ def operator_retry(state: JobState, now: datetime) -> Transition | None:
             attempt=AttemptChange.RESET,
             clear_finalized=True,
         )
-    if state in DEFERRED_STATES:
-        return Transition(JobState.Available, applies_to=DEFERRED_STATES, run_at=now)
     if state == JobState.WaitingExternal:
         return callback_retry(now)
     return None

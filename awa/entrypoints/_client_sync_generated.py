@@ -297,7 +297,10 @@ class Client(BlockingClientBase):
         queue: str | None = None,
         limit: int = 100,
     ) -> list[Job[Any]]:
-        """Matching jobs, newest first. Blocking form of ``AsyncClient.list_jobs``."""
+        """Matching jobs, newest (highest id) first. Jobs moved to the dead-letter queue are
+        listed too, as they were when they failed (state ``failed``), as awa-pg does and as
+        :meth:`get_job` returns them. Blocking form of ``AsyncClient.list_jobs``.
+        """
         return self._run(self._async.list_jobs(state=state, kind=kind, queue=queue, limit=limit))
 
     def list_queue_descriptors(self) -> list[dict[str, Any]]:
@@ -473,10 +476,10 @@ class Client(BlockingClientBase):
         return self._run(self._async.resume_queue(queue))
 
     def retry(self, job_id: int) -> Job[Any] | None:
-        """Make a failed, cancelled, scheduled or retryable job available now; a job waiting on
-        a callback starts afresh (its callback ends). Any other job (completed, running,
-        available, or none) raises ``AwaError`` "job not found", as in awa-pg. Blocking form
-        of ``AsyncClient.retry``.
+        """Make a failed or cancelled job available now; a job waiting on a callback starts
+        afresh (its callback ends). Any other job (completed, running, available, scheduled,
+        retryable, or none) raises ``AwaError`` "job not found", as in awa-pg 0.6.9.
+        Blocking form of ``AsyncClient.retry``.
         """
         return self._run(self._async.retry(job_id))
 

@@ -339,7 +339,9 @@ class ClientCore:
         queue: str | None = None,
         limit: int = 100,
     ) -> list[Job[Any]]:
-        """Matching jobs, newest first."""
+        """Matching jobs, newest (highest id) first. Jobs moved to the dead-letter queue
+        are listed too, as they were when they failed (state ``failed``), as awa-pg does
+        and as :meth:`get_job` returns them."""
         _positive("limit", limit)
         for field, text in (("kind", kind), ("queue", queue)):
             if text is not None:
@@ -347,13 +349,17 @@ class ClientCore:
         job_filter = JobFilter(
             kind=kind, queue=queue, state=None if state is None else parse_state(state)
         )
-        records = await (await self._engine()).list_jobs(job_filter, limit=limit)
-        return [Job(r) for r in records]
+        engine = await self._engine()
+        records = await engine.list_jobs(job_filter, limit=limit)
+        dead = await engine.list_dead_lettered(job_filter, limit=limit)
+        merged = {record.id: record for record in dead} | {record.id: record for record in records}
+        newest = sorted(merged.values(), key=lambda record: record.id, reverse=True)
+        return [Job(r) for r in newest[:limit]]
 
     async def retry(self, job_id: int) -> Job[Any] | None:
-        """Make a failed, cancelled, scheduled or retryable job available now; a job
-        waiting on a callback starts afresh (its callback ends). Any other job (completed,
-        running, available, or none) raises ``AwaError`` "job not found", as in awa-pg."""
+        """Make a failed or cancelled job available now; a job waiting on a callback starts
+        afresh (its callback ends). Any other job (completed, running, available, scheduled,
+        retryable, or none) raises ``AwaError`` "job not found", as in awa-pg 0.6.9."""
         validate_job_id(job_id)
         engine = await self._engine()
         before = await engine.get_job(job_id)

@@ -340,10 +340,10 @@ class StorageEngine(Protocol):
         ...
 
     async def retry_job(self, job_id: int) -> JobRecord | None:
-        """Operator retry: a failed / cancelled job becomes ``available`` now with a fresh
-        attempt budget (``attempt = 0``); a scheduled or retryable one becomes available
-        now. Returns ``None`` for a missing job; a running, available or completed job is
-        returned unchanged."""
+        """Operator retry (``lifecycle.operator_retry``): a failed / cancelled job becomes
+        ``available`` now with a fresh attempt budget (``attempt = 0``); a waiting one is
+        retried as ``retry_external``. Returns ``None`` for a missing job; any other job
+        (completed, running, available, scheduled, retryable) is returned unchanged."""
         ...
 
     async def retry_failed(self, filter: JobFilter) -> list[JobRecord]:
@@ -375,6 +375,13 @@ class StorageEngine(Protocol):
         ...
 
     async def get_dlq(self, job_id: int) -> DlqEntry | None: ...
+
+    async def list_dead_lettered(self, filter: JobFilter, *, limit: int = 100) -> list[JobRecord]:
+        """The jobs the DLQ holds that match ``filter`` (kind, queue, state, tag,
+        ``before_id``), each as it was when it moved (``get_dlq(id).job``, normally
+        ``failed``), highest id first: what :meth:`list_jobs` leaves out, in its order, so
+        a caller can merge the two into one newest-first page."""
+        ...
 
     async def dlq_depth(self, queue: str | None = None) -> int: ...
 

@@ -148,7 +148,8 @@ async def work_next(
     claim = claims[0]
     if kind is not None and claim.job.kind != kind:
         await engine.release(claim.lease, error="claimed by a test helper for another kind")
-        await engine.retry_job(claim.job.id)
+        # Released jobs are due now; promote them as the leader would, so it is available.
+        await engine.promote_due()
         return WorkResult(job=NoJob, outcome="no_job")
     context = AttemptContext(engine, claim, queue=queue, clock=SystemClock())
     await _execute(engine, registry, context)

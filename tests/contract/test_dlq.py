@@ -92,6 +92,38 @@ async def test_list_is_newest_first_with_filters(engine: EngineHandle) -> None:
     assert len(await engine.engine.list_dlq(DlqFilter(), limit=2)) == 2
 
 
+async def test_dead_lettered_jobs_are_listed_by_id_as_list_jobs_lists_jobs(
+    engine: EngineHandle,
+) -> None:
+    # Moved in the reverse order of their ids: the list is by id, not by when they moved.
+    first = await failed_job(engine, kind="alpha")
+    second = await failed_job(engine, kind="beta")
+    live = await enqueue(engine, "alpha")
+    await engine.engine.move_failed_to_dlq(second.id, reason="manual")
+    engine.clock.advance(1)
+    await engine.engine.move_failed_to_dlq(first.id, reason="manual")
+    third = await _dead(engine, "other", kind="alpha", tags=("red",))
+    listed = await engine.engine.list_dead_lettered(JobFilter())
+    assert [job.id for job in listed] == [third.job.id, second.id, first.id]
+    assert all(job.state == JobState.Failed for job in listed)
+    entry = await engine.engine.get_dlq(second.id)
+    assert entry is not None and listed[1] == entry.job
+    alpha = await engine.engine.list_dead_lettered(JobFilter(kind="alpha"))
+    assert [job.id for job in alpha] == [third.job.id, first.id]
+    assert [j.id for j in await engine.engine.list_dead_lettered(JobFilter(queue="other"))] == [
+        third.job.id
+    ]
+    assert [j.id for j in await engine.engine.list_dead_lettered(JobFilter(tag="red"))] == [
+        third.job.id
+    ]
+    assert await engine.engine.list_dead_lettered(JobFilter(state=JobState.Available)) == []
+    older = await engine.engine.list_dead_lettered(JobFilter(before_id=third.job.id), limit=1)
+    assert [job.id for job in older] == [second.id]
+    assert await engine.engine.list_dead_lettered(JobFilter(), limit=0) == []
+    # The live job is list_jobs' alone.
+    assert [job.id for job in await engine.engine.list_jobs(JobFilter())] == [live.id]
+
+
 async def test_pages_are_disjoint_and_cover_everything(engine: EngineHandle) -> None:
     entries = []
     for index in range(7):

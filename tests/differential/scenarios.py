@@ -19,6 +19,7 @@ import dataclasses
 import json
 import math
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -377,6 +378,33 @@ async def orphaned_queue_storage_schema(awa: Any, url: str) -> Observation:
 
 
 @scenario
+async def retry_of_deferred_jobs(awa: Any, url: str) -> Observation:
+    client = awa.AsyncClient(url)
+    failures = asyncio.Event()
+
+    @client.task(Ping, queue="later")
+    async def flaky(job: Any) -> None:
+        failures.set()
+        raise RuntimeError("once more")
+
+    later = datetime.now(UTC) + timedelta(hours=1)
+    scheduled = await client.insert(Ping(1), queue="later", run_at=later)
+    await client.start([("later", 1)])
+    retrying = await client.insert(Ping(2), queue="later", max_attempts=5)
+    await asyncio.wait_for(failures.wait(), 10)
+    seen: Observation = {"retrying": await wait_state(client, retrying.id, {"retryable"})}
+    await client.shutdown()
+    seen["retry_scheduled"] = await outcome(lambda: client.retry(scheduled.id))
+    seen["retry_retryable"] = await outcome(lambda: client.retry(retrying.id))
+    seen["after"] = [
+        str((await client.get_job(scheduled.id)).state),
+        str((await client.get_job(retrying.id)).state),
+    ]
+    await client.close()
+    return seen
+
+
+@scenario
 async def queue_retention_and_retry_completed(awa: Any, url: str) -> Observation:
     client = awa.AsyncClient(url)
     done = asyncio.Event()
@@ -426,6 +454,13 @@ async def dead_lettered_job(awa: Any, url: str) -> Observation:
     found = await client.get_job(job.id)
     seen["get_job"] = [str(found.state), found.attempt, found.queue]
     seen["retry_dead_lettered"] = await outcome(lambda: client.retry(job.id))
+    newer = await client.insert(Ping(2), queue="dead")
+    seen["list_jobs"] = [
+        [j.id == job.id, j.id == newer.id, str(j.state)] for j in await client.list_jobs()
+    ]
+    seen["list_failed"] = [
+        [j.id == job.id, str(j.state)] for j in await client.list_jobs(state="failed")
+    ]
     await client.close()
     return seen
 

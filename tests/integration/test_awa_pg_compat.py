@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -70,6 +71,28 @@ async def test_retry_of_a_completed_job_is_refused_as_awa_pg_does(
         assert str((await client.get_job(job.id)).state) == "completed"
 
 
+async def test_retry_of_a_scheduled_or_retryable_job_is_refused_as_awa_pg_does(
+    migrated_database_url: str,
+) -> None:
+    async with AsyncClient(migrated_database_url) as client:
+        later = datetime.now(UTC) + timedelta(hours=1)
+        scheduled = await client.insert(Ping(1), queue="deferred", run_at=later)
+        with pytest.raises(awa.AwaError, match=f"job not found: {scheduled.id}"):
+            await client.retry(scheduled.id)
+        engine = await client.admin_engine()
+        retrying = await client.insert(Ping(2), queue="retrying")
+        (claim,) = await engine.claim("retrying", limit=1)
+        await engine.retry(claim.lease, error="once more", delay=timedelta(hours=1))
+        before = await client.get_job(retrying.id)
+        assert str(before.state) == "retryable"
+        with pytest.raises(awa.AwaError, match=f"job not found: {retrying.id}"):
+            await client.retry(retrying.id)
+        # Both are left as they were: still waiting for their time.
+        assert str((await client.get_job(scheduled.id)).state) == "scheduled"
+        after = await client.get_job(retrying.id)
+        assert (str(after.state), after.run_at) == ("retryable", before.run_at)
+
+
 async def test_a_dead_lettered_job_reads_as_failed_and_points_at_dlq_retry(
     migrated_database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -107,6 +130,38 @@ async def test_a_dead_lettered_job_reads_as_failed_and_points_at_dlq_retry(
         assert await client.retry_from_dlq(job.id) is not None
     finally:
         await client.close()
+
+
+async def test_list_jobs_lists_a_dead_lettered_job_as_failed_as_awa_pg_does(
+    migrated_database_url: str,
+) -> None:
+    async with AsyncClient(migrated_database_url) as client:
+        engine = await client.admin_engine()
+        dead = await client.insert(Ping(1), queue="dead")
+        (claim,) = await engine.claim("dead", limit=1)
+        await engine.fail(claim.lease, error="boom")
+        assert await client.move_failed_to_dlq(dead.id, "manual") is not None
+        newer = await client.insert(Ping(2), queue="dead")
+        other = await client.insert(Ping(3), queue="elsewhere")
+
+        def seen(jobs: list[Job[Any]]) -> list[tuple[int, str]]:
+            return [(job.id, str(job.state)) for job in jobs]
+
+        assert seen(await client.list_jobs()) == [
+            (other.id, "available"),
+            (newer.id, "available"),
+            (dead.id, "failed"),
+        ]
+        assert seen(await client.list_jobs(state="failed")) == [(dead.id, "failed")]
+        assert seen(await client.list_jobs(queue="dead", limit=1)) == [(newer.id, "available")]
+        assert seen(await client.list_jobs(kind="ping", queue="dead")) == [
+            (newer.id, "available"),
+            (dead.id, "failed"),
+        ]
+        assert seen(await client.list_jobs(state="available", queue="dead", limit=5)) == [
+            (newer.id, "available")
+        ]
+        assert await client.list_jobs(queue="elsewhere", state="failed") == []
 
 
 async def test_pruned_failed_count_is_counted_per_queue_on_queue_storage(

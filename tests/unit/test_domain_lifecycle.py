@@ -244,21 +244,13 @@ def test_operator_retry_of_a_failed_or_cancelled_job_starts_over(state: JobState
     assert retried.errors == finished.errors
 
 
-@pytest.mark.parametrize("state", [S.Scheduled, S.Retryable])
-def test_operator_retry_of_a_deferred_job_runs_it_now(state: JobState) -> None:
-    t = operator_retry(state, NOW)
-    assert t is not None
-    retried = t.apply(_job(state))
-    assert retried.state == S.Available and retried.run_at == NOW
-    assert retried.attempt == 3
-
-
 def test_operator_retry_of_a_waiting_job_is_retry_external() -> None:
     assert operator_retry(S.WaitingExternal, NOW) == callback_retry(NOW)
 
 
-@pytest.mark.parametrize("state", [S.Running, S.Available, S.Completed])
-def test_operator_retry_leaves_running_available_and_completed_jobs(state: JobState) -> None:
+@pytest.mark.parametrize("state", [S.Running, S.Available, S.Completed, S.Scheduled, S.Retryable])
+def test_operator_retry_leaves_jobs_that_are_on_their_way_or_succeeded(state: JobState) -> None:
+    # awa-pg 0.6.9 refuses them all ("job not found"), deferred ones included.
     assert operator_retry(state, NOW) is None
     assert not operator_retry_applies(state)
 

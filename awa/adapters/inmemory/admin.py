@@ -277,6 +277,11 @@ class AdminOps(EngineBase):
     async def get_dlq(self, job_id: int) -> DlqEntry | None:
         return self._read().dlq.get(job_id)
 
+    async def list_dead_lettered(self, filter: JobFilter, *, limit: int = 100) -> list[JobRecord]:
+        found = [entry.job for entry in self._read().dlq.values() if matches(entry.job, filter)]
+        found.sort(key=lambda job: job.id, reverse=True)
+        return found[: max(limit, 0)]
+
     async def dlq_depth(self, queue: str | None = None) -> int:
         return sum(
             1 for entry in self._read().dlq.values() if queue is None or entry.job.queue == queue

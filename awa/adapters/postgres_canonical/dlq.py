@@ -57,6 +57,22 @@ class DlqOps(EngineBase):
             rows = await self._all(conn, "list_dlq", {**_dlq_params(filter), "limit": limit})
         return [dlq_from_row(row) for row in rows]
 
+    async def list_dead_lettered(self, filter: JobFilter, *, limit: int = 100) -> list[JobRecord]:
+        """DLQ'd jobs matching ``filter``, highest id first."""
+        if limit <= 0:
+            return []
+        params = {
+            "kind": filter.kind,
+            "queue": filter.queue,
+            "state": None if filter.state is None else filter.state.sql_name,
+            "tag": filter.tag,
+            "before_id": filter.before_id,
+            "limit": limit,
+        }
+        async with self._connection() as conn:
+            rows = await self._all(conn, "list_dead_lettered", params)
+        return [dlq_from_row(row).job for row in rows]
+
     async def get_dlq(self, job_id: int) -> DlqEntry | None:
         """One DLQ entry by job id."""
         async with self._connection() as conn:

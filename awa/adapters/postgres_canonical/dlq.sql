@@ -41,6 +41,18 @@ WHERE (%(kind)s::text IS NULL OR kind = %(kind)s::text)
 ORDER BY job_id
 FOR UPDATE
 
+-- name: list_dead_lettered
+-- The jobs list_jobs leaves out, in its order (the primary key walked backwards).
+SELECT *
+FROM awa.dlq_entries
+WHERE job_id < coalesce(%(before_id)s::bigint, 9223372036854775807)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(state)s::awa.job_state IS NULL OR state = %(state)s::awa.job_state)
+  AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY(tags))
+ORDER BY job_id DESC
+LIMIT %(limit)s
+
 -- name: get_dlq
 SELECT * FROM awa.dlq_entries WHERE job_id = %(id)s
 

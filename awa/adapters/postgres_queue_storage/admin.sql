@@ -65,6 +65,10 @@ job_id < %(before_id)s
 -- name: list_dlq
 SELECT * FROM {s}.dlq_entries WHERE {where} ORDER BY dlq_at DESC, job_id DESC LIMIT %(limit)s
 
+-- name: list_dead_lettered
+-- The jobs list_jobs leaves out, in its order.
+SELECT * FROM {s}.dlq_entries WHERE {where} ORDER BY job_id DESC LIMIT %(limit)s
+
 -- name: lock_matching_dlq
 -- Every matching DLQ entry, locked, in job id order (bulk retry).
 SELECT * FROM {s}.dlq_entries WHERE {where} ORDER BY job_id FOR UPDATE

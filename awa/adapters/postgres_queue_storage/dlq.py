@@ -12,7 +12,7 @@ from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters._pg.rows import dlq_from_row
 from awa.adapters.postgres_queue_storage.connections import Connections
-from awa.adapters.postgres_queue_storage.facts import FactWriter
+from awa.adapters.postgres_queue_storage.facts import FactWriter, job_filter
 from awa.adapters.postgres_queue_storage.snapshots import Resolved, Writes
 from awa.adapters.postgres_queue_storage.statements import Statements, run
 from awa.domain.admin_views import QueueStateBucket, first_minute, queue_state_buckets
@@ -105,6 +105,16 @@ class DeadLetters:
             params["limit"] = max(limit, 0)
             rows = await self._sql.exec_filtered(conn, "list_dlq", clauses, params)
         return [_dlq_entry(row) for row in rows]
+
+    async def list_dead_lettered(self, filter: JobFilter, *, limit: int = 100) -> list[JobRecord]:
+        # The job filter's fragments name the columns dlq_entries shares with a job,
+        # except the id cursor (job_id here).
+        clauses, params = job_filter(filter)
+        clauses = tuple("dlq_before_id" if c == "job_before" else c for c in clauses)
+        params["limit"] = max(limit, 0)
+        async with translated_errors(), self._connections.tx() as conn:
+            rows = await self._sql.exec_filtered(conn, "list_dead_lettered", clauses, params)
+        return [_dlq_entry(row).job for row in rows]
 
     async def get_dlq(self, job_id: int) -> DlqEntry | None:
         async with translated_errors(), self._connections.tx() as conn:

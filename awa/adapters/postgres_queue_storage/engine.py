@@ -319,6 +319,9 @@ class QueueStorageEngine(PgCronOps, PgOverrideOps, PgDescriptorOps, PgQueueSampl
     async def bulk_move_failed_to_dlq(self, filter: JobFilter, *, reason: str) -> int:
         return await self._parts.dlq.bulk_move_failed_to_dlq(filter, reason=reason)
 
+    async def list_dead_lettered(self, filter: JobFilter, *, limit: int = 100) -> list[JobRecord]:
+        return await self._parts.dlq.list_dead_lettered(filter, limit=limit)
+
     async def list_dlq(self, filter: DlqFilter, *, limit: int = 100) -> list[DlqEntry]:
         return await self._parts.dlq.list_dlq(filter, limit=limit)
 

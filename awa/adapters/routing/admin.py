@@ -200,6 +200,9 @@ class AdminOps(RoutingBase[C]):
     async def get_dlq(self, job_id: int) -> DlqEntry | None:
         return await (await self._dlq()).get_dlq(job_id)
 
+    async def list_dead_lettered(self, filter: JobFilter, *, limit: int = 100) -> list[JobRecord]:
+        return await (await self._dlq()).list_dead_lettered(filter, limit=limit)
+
     async def dlq_depth(self, queue: str | None = None) -> int:
         return await (await self._dlq()).dlq_depth(queue)
 

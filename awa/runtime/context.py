@@ -79,6 +79,13 @@ class AttemptContext:
         self.left_parked = False
         # The exception the handler (or building its job) raised, for the outcome log.
         self.failure: BaseException | None = None
+        # Deadline enforcement (awa.runtime.deadlines): when the watch acts next on this
+        # runtime's monotonic clock, whether the handler runs in a thread, whether a sync
+        # handler was already told, and whether the deadline cut the handler off.
+        self.deadline_due: float | None = None
+        self.in_thread = False
+        self.deadline_warned = False
+        self.deadline_hit = False
 
     # ------------------------------------------------------------------ identity
     @property
@@ -92,7 +99,8 @@ class AttemptContext:
 
     # ------------------------------------------------------------------ cancellation
     def is_cancelled(self) -> bool:
-        """True once the attempt was cancelled, rescued or the runtime is shutting down."""
+        """True once the attempt was cancelled, rescued, reached its deadline, or the
+        runtime is shutting down."""
         return self._cancelled
 
     def request_cancel(self) -> None:

@@ -14,6 +14,7 @@ import anyio
 import anyio.to_thread
 
 from awa.domain.errors import DatabaseError, UnknownJobKind
+from awa.domain.lifecycle import Rescue
 from awa.domain.outcomes import (
     CancelOutcome,
     Complete,
@@ -154,6 +155,7 @@ class Executor:
             self._scope_type = type(anyio.CancelScope())
         scope = self._scope_type()
         context.cancel_scope = scope
+        context.in_thread = not entry.is_async
         result: Any = None
         failure: BaseException | None = None
         with scope:
@@ -181,6 +183,8 @@ class Executor:
                 failure = exc
         context.cancel_scope = None
         if scope.cancelled_caught:
+            if context.deadline_hit:
+                return _deadline_exceeded(context)
             return None if context.left_parked else _Release()
         if failure is not None:
             context.failure = failure
@@ -266,6 +270,31 @@ class Executor:
             case _Release():
                 return await engine.release(lease, error=SHUTDOWN_RELEASE_ERROR)
         raise AssertionError(f"unhandled outcome {outcome!r}")
+
+
+def _deadline_exceeded(context: AttemptContext) -> Outcome:
+    """The deadline watch cut the handler off: record the attempt as the leader's
+    deadline rescue would (awa.runtime.deadlines)."""
+    lease = context.lease
+    if context.in_thread:
+        log.warning(
+            "job %s (%s): sync handler still running past its deadline "
+            "(deadline_duration_ms of queue %s) and its grace, though is_cancelled() was "
+            "true; its thread is abandoned and the attempt recorded as failed. Check "
+            "job.is_cancelled() in long loops so the handler can stop",
+            lease.job_id,
+            context.record.kind,
+            context.queue,
+        )
+    else:
+        log.warning(
+            "job %s (%s): handler cancelled at its deadline (deadline_duration_ms of queue "
+            "%s); the attempt is recorded as failed",
+            lease.job_id,
+            context.record.kind,
+            context.queue,
+        )
+    return RetryWithBackoff(error=Rescue.DEADLINE_EXCEEDED.error)
 
 
 def _fallback_for(outcome: Outcome | _Release, exc: Exception) -> Outcome | None:

@@ -31,6 +31,7 @@ from awa.runtime.config import RuntimeConfig
 from awa.runtime.config_checks import config_warnings
 from awa.runtime.context import AttemptContext
 from awa.runtime.cron import CronService
+from awa.runtime.deadlines import DeadlineWatch
 from awa.runtime.descriptors import DescriptorService
 from awa.runtime.dispatcher import QueueDispatcher
 from awa.runtime.executor import Executor
@@ -135,6 +136,7 @@ class Runtime:
         self.hostname = socket.gethostname()
         self.pid = os.getpid()
         self.inflight = InFlight()
+        self.deadlines = DeadlineWatch(self.inflight, self.clock)
         self.permits = PermitPool(config.queues, config.global_max_workers)
         self.dispatchers = [
             QueueDispatcher(
@@ -302,6 +304,7 @@ class Runtime:
                 services.start_soon(self.batcher.run)
                 services.start_soon(self.heartbeat.run)
                 services.start_soon(self.watchdog.run)
+                services.start_soon(self.deadlines.run)
                 if self.listener is not None:
                     services.start_soon(self.heartbeat.answer_cancels)
                     # Listening before the first claim: a job enqueued once start()
@@ -391,6 +394,7 @@ class Runtime:
             callback_poll_interval=self.config.poll_interval,
         )
         self.inflight.add(context)
+        self.deadlines.arm(context)
         if self._idle_slots:
             slot = self._idle_slots.pop()
             slot.context = context

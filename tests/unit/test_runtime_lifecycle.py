@@ -514,7 +514,9 @@ async def test_a_late_completion_refused_by_the_run_lease_guard_is_logged_once(
         await finish.wait()  # ignores the cancel flag: it finishes late, after the rescue
 
     handlers.register("k", handler)
-    config = fast_config(handlers, heartbeat_rescue_interval_ms=60_000)
+    # No deadline: the runtime would cut the handler off at it (awa.runtime.deadlines).
+    no_deadline = [{"name": "default", "deadline_duration_ms": 0}]
+    config = fast_config(handlers, no_deadline, heartbeat_rescue_interval_ms=60_000)
     caplog.set_level("INFO", logger="awa.runtime.executor")
     async with running(engine, handlers, config, leader=False):
         [record] = await enqueue(engine, "k")

@@ -31,6 +31,7 @@ from awa.domain.errors import (
 from awa.domain.handler_results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa.domain.kinds import derive_kind
 from awa.domain.partitioning import PartitionedQueue
+from awa.domain.policies import RetryPolicy
 from awa.domain.queue_options import QueueConfigDict
 from awa.domain.states import JobState
 
@@ -144,6 +145,7 @@ __all__ = [
     "ResolveResult",
     "RetryAfter",
     "RetryFailedResult",
+    "RetryPolicy",
     "SchemaNotMigrated",
     "SerializationError",
     "Snooze",

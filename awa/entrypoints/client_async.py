@@ -14,9 +14,10 @@ from awa.adapters.clock import SystemClock
 from awa.adapters.cron_calendar import parse_cron
 from awa.domain.cron import CronSchedule
 from awa.domain.descriptors import Descriptor
-from awa.domain.errors import AwaError
+from awa.domain.errors import AwaError, ValidationTypeError
 from awa.domain.job import DEFAULT_QUEUE, JobRecord
 from awa.domain.keywords import check_keywords
+from awa.domain.policies import RetryPolicy
 from awa.domain.queue_options import QueueConfigDict
 from awa.domain.schema import schema_compatible
 from awa.domain.validation import (
@@ -99,7 +100,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         pooler: str | None = None,
     ) -> None:
         super().__init__(database_url, max_connections, pool_options=pool_options, pooler=pooler)
-        self._handlers = HandlerRegistry()
+        self._handlers = HandlerRegistry(self._policies)
         self._schedules: dict[str, CronSchedule] = {}
         self._queue_descriptors: dict[str, Descriptor] = {}
         self._kind_descriptors: dict[str, Descriptor] = {}
@@ -119,26 +120,45 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
 
     # ------------------------------------------------------------------ handlers
     def task(
-        self, args_type: type[T], *, kind: str | None = None, queue: str = DEFAULT_QUEUE
+        self,
+        args_type: type[T],
+        *,
+        kind: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        retry: RetryPolicy | None = None,
     ) -> Callable[[Handler[T, R]], Handler[T, R]]:
         """Register the decorated function (``async def`` or plain ``def``) as the
         handler for ``args_type``'s kind; it receives a ``Job`` whose ``args`` is an
         ``args_type`` instance. A type checker refuses a handler that takes no job or a
-        ``Job`` of another args class."""
+        ``Job`` of another args class.
+
+        ``retry``: the kind's :class:`~awa.RetryPolicy` (attempt budget, backoff, jitter,
+        longest delay), used for its handler failures and, by the maintenance leader of
+        a process that registered it, for its rescues; ``None`` keeps awa-pg's retry."""
         if not isinstance(args_type, type):
             raise TypeError(f"args_type must be a class, got {type(args_type).__name__}")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ValidationTypeError(
+                "retry", f"must be an awa.RetryPolicy, got {type(retry).__name__}"
+            )
         resolved = kind_for_type(args_type, kind)
 
         def decorator(handler: Handler[T, R]) -> Handler[T, R]:
             self._handlers.register(
                 resolved, handler, queue=queue, job_factory=_job_factory(args_type)
             )
+            self._policies.set_retry(resolved, retry)
             return handler
 
         return decorator
 
     def worker(
-        self, args_type: type[T], *, kind: str | None = None, queue: str = DEFAULT_QUEUE
+        self,
+        args_type: type[T],
+        *,
+        kind: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        retry: RetryPolicy | None = None,
     ) -> Callable[[Handler[T, R]], Handler[T, R]]:
         """Deprecated alias of :meth:`task`."""
         warnings.warn(
@@ -146,7 +166,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
             DeprecationWarning,
             stacklevel=2,
         )
-        return self.task(args_type, kind=kind, queue=queue)
+        return self.task(args_type, kind=kind, queue=queue, retry=retry)
 
     def periodic(
         self,

@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 
 from awa.domain.job import DEFAULT_QUEUE, JobRecord
+from awa.domain.kind_policies import KindPolicies
 from awa.runtime.context import AttemptContext
 
 JobFactory = Callable[[JobRecord, AttemptContext], Any]
@@ -48,10 +49,15 @@ class HandlerEntry:
 
 
 class HandlerRegistry:
-    """Maps job kind to its handler. Registering a kind again replaces the earlier entry."""
+    """Maps job kind to its handler. Registering a kind again replaces the earlier entry.
 
-    def __init__(self) -> None:
+    ``policies``: the per-kind policies declared with the handlers (a task's retry
+    policy), the registry the client's engines read; the runtime reads it to say what an
+    outcome did (retried or exhausted, and after how long)."""
+
+    def __init__(self, policies: KindPolicies | None = None) -> None:
         self._entries: dict[str, HandlerEntry] = {}
+        self.policies = policies if policies is not None else KindPolicies()
 
     def register(
         self,

@@ -99,6 +99,7 @@ class AttemptObserver:
             record,
             outcome,
             unknown_kind=isinstance(outcome, FailOutcome) and record.kind not in self._handlers,
+            retry=self._handlers.policies.retry_for(record.kind),
         )
 
     def _report(
@@ -106,7 +107,15 @@ class AttemptObserver:
     ) -> None:
         record = context.record
         name = RELEASED if released else self._name(context, outcome)
-        log_outcome(record, context.queue, outcome, name, duration, context.failure)
+        log_outcome(
+            record,
+            context.queue,
+            outcome,
+            name,
+            duration,
+            context.failure,
+            retry=self._handlers.policies.retry_for(record.kind),
+        )
         instruments = self._instruments
         if instruments is not None:
             instruments.job_outcome(name, record.kind, context.queue, duration)

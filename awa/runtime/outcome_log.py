@@ -26,7 +26,7 @@ from awa.domain.outcomes import (
     SnoozeOutcome,
     WaitForCallbackOutcome,
 )
-from awa.domain.policies import Backoff
+from awa.domain.policies import Backoff, RetryPolicy
 
 log = logging.getLogger("awa.job")
 
@@ -68,16 +68,24 @@ LOST = "lost"
 TERMINAL_FAILURES = frozenset({FAILED, EXHAUSTED, UNKNOWN_KIND})
 
 
-def outcome_name(record: JobRecord, outcome: Outcome | None, *, unknown_kind: bool) -> str:
+def outcome_name(
+    record: JobRecord,
+    outcome: Outcome | None,
+    *,
+    unknown_kind: bool,
+    retry: RetryPolicy | None = None,
+) -> str:
     """The ``outcome`` field for an attempt that ended with ``outcome`` (``None``: the
-    attempt was no longer this worker's)."""
+    attempt was no longer this worker's); ``retry``: the kind's retry policy, whose
+    budget the lifecycle applies instead of the job's."""
     match outcome:
         case None:
             return LOST
         case Complete():
             return COMPLETED
         case RetryWithBackoff() | RetryAfterOutcome():
-            return EXHAUSTED if attempts_exhausted(record.attempt, record.max_attempts) else RETRIED
+            budget = record.max_attempts if retry is None else retry.budget(record.max_attempts)
+            return EXHAUSTED if attempts_exhausted(record.attempt, budget) else RETRIED
         case SnoozeOutcome():
             return SNOOZED
         case CancelOutcome():
@@ -96,18 +104,22 @@ def log_outcome(
     name: str,
     duration: float,
     failure: BaseException | None,
+    *,
+    retry: RetryPolicy | None = None,
 ) -> None:
-    """Log one attempt's outcome (``name`` from :func:`outcome_name`)."""
+    """Log one attempt's outcome (``name`` from :func:`outcome_name`; ``retry``: the
+    kind's retry policy, whose budget and delays the line states)."""
     level = _LEVELS[name]
     if not log.isEnabledFor(level):
         return
     error = _error_text(outcome)
+    budget = record.max_attempts if retry is None else retry.budget(record.max_attempts)
     extra: dict[str, Any] = {
         FIELD_ID: record.id,
         FIELD_KIND: record.kind,
         FIELD_QUEUE: queue,
         FIELD_ATTEMPT: record.attempt,
-        FIELD_MAX_ATTEMPTS: record.max_attempts,
+        FIELD_MAX_ATTEMPTS: budget,
         FIELD_DURATION_MS: round(duration * 1000.0, 3),
         FIELD_OUTCOME: name,
     }
@@ -117,7 +129,7 @@ def log_outcome(
     # names ("will be retried in ..."), so neither reads as the other.
     head = (
         f"job {record.id} {record.kind} (queue {queue}, attempt "
-        f"{record.attempt}/{record.max_attempts}) {_describe(name, outcome, record)} "
+        f"{record.attempt}/{budget}) {_describe(name, outcome, record, retry)} "
         f"[ran {duration * 1000.0:.1f} ms]"
     )
     if error is not None:
@@ -163,13 +175,18 @@ def _error_text(outcome: Outcome | None) -> str | None:
     return None
 
 
-def _describe(name: str, outcome: Outcome | None, record: JobRecord) -> str:
+def _describe(
+    name: str, outcome: Outcome | None, record: JobRecord, retry: RetryPolicy | None
+) -> str:
     match outcome:
         case RetryAfterOutcome(delay=delay) if name == RETRIED:
             return f"asked to be retried in {_seconds(delay.total_seconds())}"
         case RetryWithBackoff() if name == RETRIED:
             # The engine draws the jitter; the log states the range it draws from.
-            low, high = _BACKOFF.bounds(record.attempt)
+            if retry is None:
+                low, high = _BACKOFF.bounds(record.attempt)
+            else:
+                low, high = retry.delay(record.attempt, 0.0), retry.delay(record.attempt, 1.0)
             return (
                 f"failed and will be retried in {_seconds(low.total_seconds())} to "
                 f"{_seconds(high.total_seconds())} (backoff)"

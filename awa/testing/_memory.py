@@ -79,7 +79,9 @@ def memory_client(handlers_from: AsyncClient | None = None) -> AsyncClient:
         control=inmemory_control_plane(clock),
         policies=client._policies,
     )
-    client._handlers = handlers_from._handlers if handlers_from is not None else HandlerRegistry()
+    client._handlers = (
+        handlers_from._handlers if handlers_from is not None else HandlerRegistry(client._policies)
+    )
     client._runtime = None
     client._runtime_resources = None
     return client

@@ -40,6 +40,7 @@ from hypothesis.stateful import invariant, precondition, rule, run_state_machine
 from awa.adapters.clock import ManualClock
 from awa.domain.callbacks import CallbackExpressions
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts, RunLease
+from awa.domain.kind_policies import KindPolicies
 from awa.domain.policies import Backoff
 from awa.domain.states import JobState
 from awa.ports.maintenance import RingMaintenance
@@ -58,6 +59,7 @@ from tests.property._mvr_base import (
 )
 from tests.property._mvr_batch import BatchBook, BatchRules, forget_batch_operations
 from tests.property._mvr_ops import OperatorRules
+from tests.property._mvr_policies import PolicyRules
 from tests.property._mvr_reads import ReadRules
 from tests.support.engines import CONTRACT_BACKOFF, ENGINES, EngineHandle, postgres_control
 
@@ -71,6 +73,7 @@ class ModelVsReal(
     ReadRules,
     OperatorRules,
     BatchRules,
+    PolicyRules,
     MachineBase,
 ):
     """The worker, maintenance, callback and ring rules, plus the state invariants; the
@@ -432,12 +435,21 @@ async def _two_slot_ring(
 
     assert database_url is not None
     await install_queue_storage(database_url, "qs_model", queue_slot_count=2, lease_slot_count=2)
+    policies = KindPolicies()
     engine = await QueueStorageEngine.open(
-        database_url, clock=clock, backoff=backoff, schema="qs_model"
+        database_url, clock=clock, backoff=backoff, schema="qs_model", policies=policies
     )
     try:
         async with postgres_control(database_url, clock) as control:
-            yield EngineHandle(SMALL_RING, engine, clock, engine, engine.leader_lock, control)
+            yield EngineHandle(
+                SMALL_RING,
+                engine,
+                clock,
+                engine,
+                engine.leader_lock,
+                control,
+                policies=policies,
+            )
     finally:
         await engine.close()
 

@@ -1,0 +1,94 @@
+"""``@client.task(Args, retry=awa.RetryPolicy(...))``: the kind's policy decides its
+handler failures (delay and budget), the worker's log states them, and bad values are
+refused when the task is declared."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+import attrs
+import pytest
+
+import awa
+from awa.domain.states import JobState
+from awa.testing import memory_client, work_next
+
+pytestmark = pytest.mark.anyio
+
+
+@attrs.frozen
+class Flaky:
+    n: int
+
+
+@attrs.frozen
+class Steady:
+    n: int
+
+
+async def test_a_tasks_retry_policy_decides_its_failures(caplog: pytest.LogCaptureFixture) -> None:
+    client = memory_client()
+    policy = awa.RetryPolicy(max_attempts=2, backoff="constant", base=60, jitter=0)
+
+    @client.task(Flaky, retry=policy)
+    def flaky(job: awa.Job[Flaky]) -> None:
+        raise RuntimeError("upstream down")
+
+    @client.task(Steady)
+    def steady(job: awa.Job[Steady]) -> None:
+        raise RuntimeError("upstream down")
+
+    job = await client.insert(Flaky(1))  # the job's own budget: 25
+    with caplog.at_level(logging.INFO, logger="awa"):
+        result = await work_next(client)
+    assert result.outcome == "retryable"
+    row = (await client.get_job(job.id)).record
+    failed_at = datetime.fromisoformat(row.errors[-1]["at"])
+    assert row.run_at == failed_at + timedelta(seconds=60)
+    assert "attempt 1/2) failed and will be retried in 60 s to 60 s" in caplog.text
+
+    # Due now (an operator retry of a retryable job keeps its attempts): the second
+    # attempt is the policy's last, so the job fails although it had 25.
+    await client.retry(job.id)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="awa"):
+        assert (await work_next(client)).outcome == "failed"
+    assert (await client.get_job(job.id)).record.state is JobState.Failed
+    assert "attempt 2/2) failed on its last attempt" in caplog.text
+
+    other = await client.insert(Steady(1))
+    assert (await work_next(client)).outcome == "retryable"
+    row = (await client.get_job(other.id)).record
+    failed_at = datetime.fromisoformat(row.errors[-1]["at"])
+    # A task without a policy keeps awa-pg's backoff: 2^1 s plus up to 25 %.
+    assert timedelta(seconds=2) <= row.run_at - failed_at <= timedelta(seconds=2.5)
+
+
+def test_a_task_refuses_a_retry_that_is_not_a_policy() -> None:
+    client = memory_client()
+    with pytest.raises(awa.ValidationError) as refused:
+        client.task(Flaky, retry={"max_attempts": 3})  # type: ignore[arg-type]
+    assert refused.value.field == "retry"
+
+
+def test_bad_policy_values_are_refused_naming_the_field() -> None:
+    with pytest.raises(awa.ValidationError, match="jitter"):
+        awa.RetryPolicy(jitter=float("nan"))
+    with pytest.raises(awa.ValidationError, match="backoff"):
+        awa.RetryPolicy(backoff="quadratic")
+
+
+async def test_declaring_the_task_again_without_a_policy_restores_the_default() -> None:
+    client = memory_client()
+
+    @client.task(Flaky, retry=awa.RetryPolicy(max_attempts=1))
+    def first(job: awa.Job[Flaky]) -> None:
+        raise RuntimeError("x")
+
+    @client.task(Flaky)
+    def second(job: awa.Job[Flaky]) -> None:
+        raise RuntimeError("x")
+
+    await client.insert(Flaky(1))
+    assert (await work_next(client)).outcome == "retryable"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -110,13 +111,13 @@ def _release_or_cancel_child(job: JobRecord) -> Sequence[Effect]:
     return (ChangeJob(child, lifecycle.operator_cancel(at)),)
 
 
-async def _family(engine: EngineHandle) -> tuple[JobRecord, JobRecord]:
+async def _family(engine: EngineHandle, **parent: Any) -> tuple[JobRecord, JobRecord]:
     engine.policies.set_effects(PARENT, _release_or_cancel_child)
     child = await enqueue(
         engine, "child_step", queue=CHILD_QUEUE, run_at=engine.clock.now() + LATER
     )
-    parent = await enqueue(engine, PARENT, args={"child": child.id})
-    return parent, child
+    parent_job = await enqueue(engine, PARENT, args={"child": child.id}, **parent)
+    return parent_job, child
 
 
 async def test_a_completion_applies_its_effect_on_another_job(engine: EngineHandle) -> None:
@@ -128,6 +129,17 @@ async def test_a_completion_applies_its_effect_on_another_job(engine: EngineHand
     assert (released.state, released.run_at) == (JobState.Available, engine.clock.now())
     (claimed,) = await engine.engine.claim(CHILD_QUEUE, limit=5)
     assert claimed.job.id == child.id
+
+
+async def test_a_completion_after_progress_applies_its_effect(engine: EngineHandle) -> None:
+    """An attempt with mutable state (a heartbeat, progress) or a unique key completes by
+    another path on queue storage; the effect goes with it there too."""
+    _parent, child = await _family(engine, unique_key=b"parent-1")
+    claim = await claim_one(engine)
+    assert await engine.engine.heartbeat([claim.lease]) == [Ack.APPLIED]
+    assert await engine.engine.update_progress(claim.lease, progress={"p": 1}) == Ack.APPLIED
+    assert await engine.engine.complete([claim.lease]) == [Ack.APPLIED]
+    assert (await fetch(engine, child.id)).state == JobState.Available
 
 
 async def test_a_stale_completion_applies_no_effect(engine: EngineHandle) -> None:

@@ -44,7 +44,7 @@ async def test_the_maintenance_engine_rescues_with_the_tasks_policy(
         exported = await client.insert(Export(1))
         imported = await client.insert(Import(1))
         wiring = await client._wiring()
-        engine = await bootstrap.maintenance_engine_factory(wiring)()
+        engine = (await bootstrap.maintenance_engine_factory(wiring)()).engine
         try:
             # Claimed with a deadline already past: the leader's deadline sweep rescues both.
             claims = await engine.claim("default", limit=2, deadline=timedelta(0))

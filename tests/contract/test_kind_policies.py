@@ -5,7 +5,7 @@ effects a kind's rule attaches to an attempt's end are applied with it, atomical
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -13,6 +13,7 @@ import pytest
 from awa.domain import lifecycle
 from awa.domain.job import JobRecord
 from awa.domain.kind_policies import ChangeJob, Effect
+from awa.domain.lifecycle import Transition
 from awa.domain.policies import RetryPolicy
 from awa.domain.states import JobState
 from awa.ports.storage import Ack
@@ -105,10 +106,13 @@ def _release_or_cancel_child(job: JobRecord) -> Sequence[Effect]:
     if at is None:
         return ()
     if job.state == JobState.Completed:
-        released = lifecycle.operator_retry(JobState.Scheduled, at)
-        assert released is not None
-        return (ChangeJob(child, released),)
+        return (ChangeJob(child, _release(at)),)
     return (ChangeJob(child, lifecycle.operator_cancel(at)),)
+
+
+def _release(now: datetime) -> Transition:
+    """A waiting (scheduled) job becomes available now."""
+    return Transition(JobState.Available, applies_to=frozenset({JobState.Scheduled}), run_at=now)
 
 
 async def _family(engine: EngineHandle, **parent: Any) -> tuple[JobRecord, JobRecord]:
@@ -156,8 +160,9 @@ async def test_a_stale_completion_applies_no_effect(engine: EngineHandle) -> Non
 async def test_an_effect_leaves_a_job_its_transition_does_not_apply_to(
     engine: EngineHandle,
 ) -> None:
-    parent, child = await _family(engine)
-    await engine.engine.retry_job(child.id)  # the child is available already
+    engine.policies.set_effects(PARENT, _release_or_cancel_child)
+    child = await enqueue(engine, "child_step", queue=CHILD_QUEUE)  # available already
+    parent = await enqueue(engine, PARENT, args={"child": child.id})
     claim = await claim_one(engine)
     assert claim.job.id == parent.id
     assert await engine.engine.complete([claim.lease]) == [Ack.APPLIED]

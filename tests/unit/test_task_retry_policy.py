@@ -48,21 +48,29 @@ async def test_a_tasks_retry_policy_decides_its_failures(caplog: pytest.LogCaptu
     assert row.run_at == failed_at + timedelta(seconds=60)
     assert "attempt 1/2) failed and will be retried in 60 s to 60 s" in caplog.text
 
-    # Due now (an operator retry of a retryable job keeps its attempts): the second
-    # attempt is the policy's last, so the job fails although it had 25.
-    await client.retry(job.id)
-    caplog.clear()
-    with caplog.at_level(logging.INFO, logger="awa"):
-        assert (await work_next(client)).outcome == "failed"
-    assert (await client.get_job(job.id)).record.state is JobState.Failed
-    assert "attempt 2/2) failed on its last attempt" in caplog.text
-
     other = await client.insert(Steady(1))
     assert (await work_next(client)).outcome == "retryable"
     row = (await client.get_job(other.id)).record
     failed_at = datetime.fromisoformat(row.errors[-1]["at"])
     # A task without a policy keeps awa-pg's backoff: 2^1 s plus up to 25 %.
     assert timedelta(seconds=2) <= row.run_at - failed_at <= timedelta(seconds=2.5)
+
+
+async def test_a_tasks_budget_ends_the_job_before_its_own(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client = memory_client()
+
+    @client.task(Flaky, retry=awa.RetryPolicy(max_attempts=1))
+    def flaky(job: awa.Job[Flaky]) -> None:
+        raise RuntimeError("upstream down")
+
+    job = await client.insert(Flaky(1))  # the job's own budget: 25
+    with caplog.at_level(logging.INFO, logger="awa"):
+        assert (await work_next(client)).outcome == "failed"
+    record = (await client.get_job(job.id)).record
+    assert (record.state, record.max_attempts) == (JobState.Failed, 25)
+    assert "attempt 1/1) failed on its last attempt" in caplog.text
 
 
 def test_a_task_refuses_a_retry_that_is_not_a_policy() -> None:

@@ -1,0 +1,136 @@
+"""Per-key concurrency: the rule a claim applies to jobs that carry a concurrency key.
+
+A job inserted with ``concurrency_key="tenant-42"`` into a queue whose config says
+``"max_running_per_key": N`` is claimed only while fewer than ``N`` attempts of that key
+hold a slot (ADR 0029). This module is the one statement of that rule; each engine
+applies it inside its claim's own transaction, and the in-memory model runs it as
+written:
+
+- **What holds a slot.** An attempt in ``running`` or ``waiting_external`` (parked on a
+  callback). Every way out of those states (completion, retry, failure, cancel, snooze,
+  rescue, shutdown release) gives the slot back, because the count is of live attempts,
+  not of a ledger a transition must remember to update (:data:`SLOT_STATES`).
+- **Which jobs a claim takes (fairness).** The candidates in the queue's own claim order
+  are ranked within their key (first, second, ... job of ``tenant-42``); the claim takes
+  them by rank, then by the queue's order, so every key with work gets its first job
+  before any key gets its second. A key with a 100,000-job backlog delays a key with one
+  job by at most one claim round. A key's candidates whose rank exceeds its free slots
+  are not taken at all.
+- **Jobs without a key** are not limited; each counts as a key of its own (rank one).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from awa.domain.errors import ValidationError, ValidationTypeError
+from awa.domain.states import JobState
+
+#: The longest concurrency key, in UTF-8 bytes: a key is a tenant or account name, and
+#: it is compared and indexed in the claim's path.
+MAX_CONCURRENCY_KEY_BYTES = 255
+
+#: The largest ``max_running_per_key``: more than a fleet can run at once.
+MAX_RUNNING_PER_KEY = 1_000_000
+
+#: The states in which an attempt holds its key's slot.
+SLOT_STATES: frozenset[JobState] = frozenset({JobState.Running, JobState.WaitingExternal})
+
+T = TypeVar("T")
+
+
+def validate_concurrency_key(value: Any, field: str = "concurrency_key") -> str | None:
+    """A job's concurrency key: ``None`` (no key) or non-empty text of at most
+    :data:`MAX_CONCURRENCY_KEY_BYTES` UTF-8 bytes without NUL."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValidationTypeError(
+            field, f"must be a string or None, got {type(value).__name__}", value=value
+        )
+    if not value:
+        raise ValidationError(field, "must not be empty (leave it out for no key)", value=value)
+    if "\x00" in value:
+        raise ValidationError(field, "must not contain a NUL character", value=value)
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_CONCURRENCY_KEY_BYTES:
+        raise ValidationError(
+            field,
+            f"must be at most {MAX_CONCURRENCY_KEY_BYTES} bytes of UTF-8, got {size}",
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(field, "must be valid Unicode (no lone surrogates)") from None
+    return value
+
+
+def validate_max_running_per_key(value: Any, field: str = "max_running_per_key") -> int | None:
+    """A queue's per-key limit: ``None`` (no limit) or an integer from 1 to
+    :data:`MAX_RUNNING_PER_KEY`."""
+    if value is None:
+        return None
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationTypeError(
+            field, f"must be an integer or None, got {type(value).__name__}", value=value
+        )
+    if not 1 <= value <= MAX_RUNNING_PER_KEY:
+        raise ValidationError(
+            field, f"must be between 1 and {MAX_RUNNING_PER_KEY}, got {value}", value=value
+        )
+    return value
+
+
+def holds_slot(state: JobState) -> bool:
+    """Whether an attempt in ``state`` holds its concurrency key's slot."""
+    return state in SLOT_STATES
+
+
+def running_by_key(live: Iterable[tuple[str | None, JobState]]) -> Counter[str]:
+    """The slots held per key, from ``(concurrency_key, state)`` of a queue's jobs."""
+    held: Counter[str] = Counter()
+    for key, state in live:
+        if key is not None and holds_slot(state):
+            held[key] += 1
+    return held
+
+
+def admit(
+    candidates: Sequence[T],
+    *,
+    key_of: Callable[[T], str | None],
+    running: Mapping[str, int],
+    max_running_per_key: int | None,
+    limit: int,
+) -> list[T]:
+    """The candidates a claim takes, at most ``limit`` of them.
+
+    ``candidates`` come in the queue's claim order (priority, aging, ``run_at``, insert
+    order). Without a limit the first ``limit`` are taken, as with no key at all. With
+    one, each keyed candidate gets its rank within its key (1 for its key's first); it is
+    taken only when ``running[key] + rank <= max_running_per_key``, and the taken ones are
+    ordered by ``(rank, position)``: round one takes every key's first job, round two
+    their second, and so on. Keyless candidates rank one.
+    """
+    if limit <= 0:
+        return []
+    if max_running_per_key is None:
+        return list(candidates[:limit])
+    seen: Counter[str] = Counter()
+    ranked: list[tuple[int, int, T]] = []
+    for position, candidate in enumerate(candidates):
+        key = key_of(candidate)
+        if key is None:
+            ranked.append((1, position, candidate))
+            continue
+        seen[key] += 1
+        rank = seen[key]
+        if running.get(key, 0) + rank <= max_running_per_key:
+            ranked.append((rank, position, candidate))
+    ranked.sort(key=lambda item: (item[0], item[1]))
+    return [candidate for _, _, candidate in ranked[:limit]]

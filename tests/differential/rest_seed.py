@@ -9,7 +9,8 @@ live runtime to show. It makes:
 * queue ``reports`` (kind ``report``): a failed job and a scheduled one;
 * queue ``graveyard`` (kind ``doomed``): served, with every job dead-lettered;
 * kind ``idle_kind``: declared with a handler, never enqueued;
-* kind ``orphan``: jobs in queue ``unserved``, which no handler serves.
+* kind ``orphan``: jobs in queue ``unserved``, which no handler serves;
+* a yearly cron schedule ``yearly_report``.
 
 ``record_rest_shapes.py`` reads awa-cli's answers over this data into
 ``tests/fixtures/awa_cli_rest_shapes.json``; the web test seeds the same data through this
@@ -128,6 +129,8 @@ async def seed(awa: Any, url: str) -> Seeded:
         "send_email", display_name="Send email", description="Outbound mail", tags=["mail"]
     )
     client.job_kind_descriptor("idle_kind", display_name="Idle", description="Never enqueued")
+    # A yearly schedule: stored at start, it fires nothing while the data is read.
+    client.periodic("yearly_report", "0 0 1 1 *", Report, Report(0), queue="reports")
 
     ids: dict[str, int] = {}
     ids["completed"] = (await client.insert(SendEmail(1, "ok"), queue="mail", tags=["vip"])).id
@@ -170,6 +173,14 @@ def endpoints(seeded: Seeded) -> dict[str, str]:
             "queues_runtime": "/api/queues/runtime",
             "kinds": "/api/kinds",
             "runtime": "/api/runtime",
+            # Beyond the seven: the other reads a dashboard polls.
+            "jobs": "/api/jobs",
+            "jobs_failed": "/api/jobs?state=failed",
+            "stats": "/api/stats",
+            "stats_queues": "/api/stats/queues",
+            "stats_kinds": "/api/stats/kinds",
+            "cron": "/api/cron",
+            "capabilities": "/api/capabilities",
         }
     )
     return paths

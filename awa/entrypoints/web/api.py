@@ -110,7 +110,7 @@ async def bulk_cancel(request: Request, web: WebState) -> Any:
 
 # ---------------------------------------------------------------------- stats
 async def stats(request: Request, web: WebState) -> Any:
-    return await web.reads.stats()
+    return await web.reads.stats(dead_lettered_as_failed=True)
 
 
 async def timeseries(request: Request, web: WebState) -> Any:

@@ -260,11 +260,16 @@ class AdminReads:
         counts: list[QueueCounts] = await self.cache.get("queue_counts", load)
         return counts
 
-    async def stats(self, queue: str | None = None) -> dict[str, int]:
+    async def stats(
+        self, queue: str | None = None, *, dead_lettered_as_failed: bool = False
+    ) -> dict[str, int]:
         """Jobs per state across every queue, or in ``queue``: jobs only (a DLQ entry is
-        not a job), so the counts match what a job list of that state shows."""
+        not a job), so the counts match what a job list of that state shows. With
+        ``dead_lettered_as_failed`` (``/api/stats``), dead-lettered jobs count as
+        ``failed``, as awa-cli counts them (the queue list's rule, :func:`listed_queues`)."""
         totals = {str(state): 0 for state in JobState}
-        for c in await self._queue_counts():
+        dlq = await self._dlq_by_queue() if dead_lettered_as_failed else {}
+        for c in listed_queues(await self._queue_counts(), dlq, ()):
             if queue is not None and c.queue != queue:
                 continue
             for state in JobState:

@@ -1,10 +1,11 @@
 """Adopt probe: an awa-pg 0.6.9 database with a job in every state, adopted in place and
 drained by this package's worker (ADR 0019).
 
-    python -m tests.differential.adopt [--engine canonical|queue_storage ...]
+    python -m tests.differential.adopt [--engine canonical|queue_storage|queue_storage_side ...]
         [--awa-pg-python PATH] [--server-url URL]
 
-For each awa-pg storage engine: a fresh database is seeded by awa-pg itself
+For each awa-pg storage engine (queue storage in schema ``awa`` or in a schema of its
+own): a fresh database is seeded by awa-pg itself
 (``adopt_seed.py`` under the scratch interpreter of ``run.py``), its crashed worker's
 runtime is let go stale, ``awa adopt``'s function converts it, and this package's worker
 runs every unfinished job. The report (JSON) gives each job's state after adoption and at
@@ -39,7 +40,8 @@ UNFINISHED = ("scheduled", "available", "unique", "paused", "retryable", "runnin
 #: Jobs whose run is over (for the callback, awa-pg's attempt), which must not run again.
 FINISHED = ("completed", "failed", "cancelled", "waiting_external", "dead_lettered")
 QUEUES = ("adopt_work", "adopt_idle", "adopt_paused")
-ENGINES = ("canonical", "queue_storage")
+#: awa-pg's engines a 0.6.9 database can be on (queue storage in schema awa or its own).
+ENGINES = ("canonical", "queue_storage", "queue_storage_side")
 
 
 @dataclasses.dataclass

@@ -1,10 +1,11 @@
 """Make an awa-pg 0.6.9 database with a job in every state, using awa-pg itself.
 
-Usage: ``python -P adopt_seed.py DATABASE_URL canonical|queue_storage`` under an
+Usage: ``python -P adopt_seed.py DATABASE_URL ENGINE`` under an
 interpreter that has awa-pg 0.6.9 (``tests/differential/run.py``'s ``awa_pg_python()``).
 The database must exist and be empty. The second argument picks awa-pg's storage engine:
-``canonical`` (awa-pg leaves a database with a backlog there) or ``queue_storage``
-(``install_queue_storage`` installs and activates it before the first job).
+``canonical`` (awa-pg leaves a database with a backlog there), ``queue_storage``
+(``install_queue_storage`` installs and activates it before the first job) or
+``queue_storage_side`` (the same in a schema of its own, ``awa_side``).
 
 It leaves, besides the schema awa-pg migrated: jobs ``scheduled``, ``available`` (one
 with a unique claim, one in a paused queue), ``running`` (its handler still inside the
@@ -34,6 +35,8 @@ WORK = "adopt_work"
 IDLE = "adopt_idle"
 PAUSED = "adopt_paused"
 KIND = "adopt_job"
+#: awa-pg's queue storage, by the engine argument: the schema it is installed in.
+SCHEMAS = {"queue_storage": "awa", "queue_storage_side": "awa_side"}
 
 
 @dataclasses.dataclass
@@ -54,8 +57,9 @@ async def seed(url: str, engine: str) -> None:
 
     client = awa.AsyncClient(url)
     await client.migrate()
-    if engine == "queue_storage":
-        await client.install_queue_storage(schema="awa")
+    schema = SCHEMAS.get(engine)
+    if schema is not None:
+        await client.install_queue_storage(schema=schema)
     handled: list[str] = []
     callback_ids: asyncio.Queue[str] = asyncio.Queue()
     running = asyncio.Event()
@@ -98,7 +102,13 @@ async def seed(url: str, engine: str) -> None:
     await client.cancel(jobs["cancelled"].id)
     await client.pause_queue(PAUSED, paused_by="adopt-seed")
     # A short heartbeat makes the attempts' leases and the runtime's snapshot current.
-    await client.start([(WORK, 8)], heartbeat_interval_ms=200, promote_interval_ms=200)
+    await client.start(
+        [(WORK, 8)],
+        heartbeat_interval_ms=200,
+        promote_interval_ms=200,
+        leader_election_interval_ms=100,
+        queue_storage_schema=schema,
+    )
     jobs["completed"] = await insert("completed")
     jobs["failed"] = await insert("failed", max_attempts=1)
     jobs["dead_lettered"] = await insert("dead_lettered", max_attempts=1)
@@ -117,7 +127,7 @@ async def seed(url: str, engine: str) -> None:
     await running.wait()
     callback_id = await asyncio.wait_for(callback_ids.get(), 10)
     # awa-pg keeps a DLQ only on queue storage; on canonical the job stays failed.
-    dead_lettered = engine == "queue_storage"
+    dead_lettered = schema is not None
     if dead_lettered and await client.move_failed_to_dlq(jobs["dead_lettered"].id, "seed") is None:
         raise RuntimeError("the dead-lettered job did not move to the DLQ")
     crons = [row["name"] for row in await client.list_cron_jobs()]
@@ -142,8 +152,8 @@ async def seed(url: str, engine: str) -> None:
 
 def main() -> None:
     url, engine = sys.argv[1], sys.argv[2]
-    if engine not in ("canonical", "queue_storage"):
-        raise SystemExit(f"engine must be canonical or queue_storage, not {engine!r}")
+    if engine not in ("canonical", *SCHEMAS):
+        raise SystemExit(f"engine must be canonical or one of {sorted(SCHEMAS)}, not {engine!r}")
     asyncio.run(seed(url, engine))
 
 

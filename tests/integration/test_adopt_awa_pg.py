@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from awa import AsyncClient, UniqueConflict
 from awa.entrypoints.cli import cli
 from tests.differential import run as differential
 from tests.differential.adopt import (
+    ENGINES,
     AdoptArgs,
     drain,
     let_runtimes_go_stale,
@@ -27,6 +29,7 @@ from tests.differential.adopt import (
     states,
     verdict,
 )
+from tests.support.pg import DatabaseFactory
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -39,15 +42,45 @@ def awa_pg_python() -> Path:
         pytest.skip(f"awa-pg 0.6.9 cannot be installed here ({exc}), so no database of it")
 
 
+@pytest.fixture
+def awa_pg_database_url(pg_databases: DatabaseFactory, awa_pg_python: Path) -> Iterator[str]:
+    """An empty database awa-pg 0.6.9 migrated (its 40 migrations take seconds, so once
+    per session into a template)."""
+
+    def migrate(url: str) -> None:
+        subprocess.run(
+            [str(awa_pg_python), "-P", "-c", AWA_PG_MIGRATE, url],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+
+    url = pg_databases.create(pg_databases.template("awa_pg_0_6_9", migrate))
+    try:
+        yield url
+    finally:
+        pg_databases.drop(url)
+
+
+# awa-pg's migrate() needs a running event loop when it is called.
+AWA_PG_MIGRATE = (
+    "import asyncio, sys, awa\n"
+    "async def main():\n"
+    "    await awa.migrate(sys.argv[1])\n"
+    "asyncio.run(main())\n"
+)
+
+
 async def awa(url: str, *args: str) -> Result:
     """The command line, on a thread of its own (it runs its own event loop)."""
     return await asyncio.to_thread(CliRunner().invoke, cli, ["--database-url", url, *args])
 
 
-@pytest.mark.parametrize("engine", ["canonical", "queue_storage"])
+@pytest.mark.parametrize("engine", ENGINES)
 async def test_an_awa_pg_database_is_adopted_in_place_and_every_job_runs_to_its_end_once(
-    awa_pg_python: Path, database_url: str, engine: str
+    awa_pg_python: Path, awa_pg_database_url: str, engine: str
 ) -> None:
+    database_url = awa_pg_database_url
     seeded = await asyncio.to_thread(seed, awa_pg_python, database_url, engine)
     ids: dict[str, int] = seeded["jobs"]
     awa_pg_state = sql(database_url, "SELECT id, state::text FROM awa.jobs ORDER BY id")
@@ -57,6 +90,9 @@ async def test_an_awa_pg_database_is_adopted_in_place_and_every_job_runs_to_its_
     assert migrated.exit_code == 1
     assert "migrated by awa-pg (schema version 40)" in migrated.output
     assert "`awa adopt`" in migrated.output
+    # So does every command that needs this package's schema.
+    listed = await awa(database_url, "job", "list")
+    assert listed.exit_code == 1 and "`awa adopt`" in listed.output
 
     # The seeding worker's runtime heartbeat moments ago: refused, naming it.
     (runtime,) = sql(database_url, "SELECT instance_id::text FROM awa.runtime_instances")
@@ -78,7 +114,10 @@ async def test_an_awa_pg_database_is_adopted_in_place_and_every_job_runs_to_its_
 
     adopted = await awa(database_url, "adopt")
     assert adopted.exit_code == 0, adopted.output
-    assert f"on awa-pg's {engine} engine" in adopted.output
+    awa_pg_engine = "canonical" if engine == "canonical" else "queue_storage"
+    assert f"on awa-pg's {awa_pg_engine} engine" in adopted.output
+    if engine == "queue_storage_side":
+        assert "dropped awa-pg's schema(s) awa, awa_side" in adopted.output
     again = await awa(database_url, "migrate")
     assert again.exit_code == 0, again.output
     assert "Schema already at version" in again.output

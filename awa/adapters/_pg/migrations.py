@@ -161,6 +161,9 @@ async def require_schema(conn: DictConnection, *, minimum: int) -> int:
             known,
         )
     if version < minimum:
+        origin = await awa_pg.awa_pg_version(conn) if version > 0 else None
+        if origin is not None:
+            raise SchemaNotMigrated(awa_pg.not_adopted_message(origin))
         raise SchemaNotMigrated(
             f"database schema version {version} is older than required ({minimum}); "
             "run `awa migrate`"

@@ -6,6 +6,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
 import anyio
 import psycopg
@@ -175,6 +176,30 @@ async def test_completed_history_stays_readable_until_its_slot_is_two_ahead(
     assert await engine.rotate_queue_ring() == "rotated"
     assert await engine.prune_oldest() == "pruned"
     assert await engine.get_job(job.id) is None
+
+
+async def test_completions_per_minute_outlive_the_pruned_rows(engine: QueueStorageEngine) -> None:
+    """The dashboard's throughput chart (finalized_by_queue) counts completed jobs from the
+    per-minute completion buckets, so a job pruned minutes after it completed still counts
+    for the hour; the rows themselves (and what is read from them) are gone."""
+    jobs = await engine.enqueue_many([JobSpec(kind="done", queue=QUEUE) for _ in range(3)])
+    claims = await engine.claim(QUEUE, limit=3)
+    assert await engine.complete([c.lease for c in claims]) == [Ack.APPLIED] * 3
+    hour = timedelta(hours=1)
+
+    def completed(buckets: list[Any]) -> int:
+        return sum(b.count for b in buckets if b.state == JobState.Completed)
+
+    assert completed(await engine.finalized_by_queue(window=hour)) == 3
+    assert await engine.rotate_queue_ring() is RotateOutcome.ROTATED
+    assert await engine.prune_oldest() is PruneOutcome.IDLE
+    await engine.enqueue_many([JobSpec(kind="filler", queue="other")])
+    assert await engine.rotate_queue_ring() == "rotated"
+    assert await engine.prune_oldest() == "pruned"
+    assert [await engine.get_job(job.id) for job in jobs] == [None] * 3
+    assert completed(await engine.finalized_timeseries(window=hour)) == 0
+    (bucket,) = await engine.finalized_by_queue(window=hour)
+    assert (bucket.queue, bucket.state, bucket.count) == (QUEUE, JobState.Completed, 3)
 
 
 async def test_prune_takes_the_next_slot_before_the_one_after(engine: QueueStorageEngine) -> None:

@@ -12,6 +12,7 @@ from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.rows import state_buckets
 from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter, job_filter
+from awa.adapters.postgres_queue_storage.ring import PRUNED_COMPLETIONS_BUCKET
 from awa.adapters.postgres_queue_storage.snapshots import Resolved, minute_of
 from awa.adapters.postgres_queue_storage.statements import Statements
 from awa.domain.admin_views import (
@@ -180,7 +181,9 @@ class AdminReads:
     async def finalized_by_queue(self, *, window: timedelta) -> list[QueueStateBucket]:
         since = first_minute(self._clock.now(), window)
         async with translated_errors(), self._connections.tx() as conn:
-            rows = await self._sql.exec(conn, "finalized_by_queue", since=since)
+            rows = await self._sql.exec(
+                conn, "finalized_by_queue", since=since, pruned_bucket=PRUNED_COMPLETIONS_BUCKET
+            )
         return queue_state_buckets(rows)
 
     # ---------------------------------------------------------------- queue control

@@ -1374,6 +1374,15 @@ FROM unnest(%(queues)s::text[], %(minutes)s::timestamptz[], %(deltas)s::bigint[]
 ORDER BY q, m
 ON CONFLICT (queue, minute, bucket) DO UPDATE SET n = c.n + EXCLUDED.n
 
+-- name: add_completions_in
+-- add_completions into one given bucket: prune's, where it counts the completed jobs it
+-- drops (ring.PRUNED_COMPLETIONS_BUCKET).
+INSERT INTO {s}.completions AS c (queue, minute, bucket, n)
+SELECT q, m, %(bucket)s::smallint, d
+FROM unnest(%(queues)s::text[], %(minutes)s::timestamptz[], %(deltas)s::bigint[]) AS i(q, m, d)
+ORDER BY q, m
+ON CONFLICT (queue, minute, bucket) DO UPDATE SET n = c.n + EXCLUDED.n
+
 -- name: prune_completions
 DELETE FROM {s}.completions WHERE minute < %(before)s
 
@@ -1538,11 +1547,12 @@ GROUP BY 1, 2
 
 -- name: finalized_by_queue
 -- Completed jobs from the per-minute completion buckets, kept two hours (COMPLETIONS_KEPT),
--- long after prune took their rows; failed and cancelled jobs from the snapshots still
--- held. Sessions run in UTC, so date_trunc cuts UTC minutes.
+-- leaving out the bucket where prune subtracts what it drops, so a minute counts every job
+-- completed in it long after prune took the rows; failed and cancelled jobs from the
+-- snapshots still held. Sessions run in UTC, so date_trunc cuts UTC minutes.
 SELECT minute AS bucket, queue, 'completed' AS state, sum(n)::bigint AS n
 FROM {s}.completions
-WHERE minute >= %(since)s::timestamptz
+WHERE minute >= %(since)s::timestamptz AND bucket <> %(pruned_bucket)s::smallint
 GROUP BY 1, 2
 UNION ALL
 SELECT date_trunc('minute', finalized_at), queue, state::text, count(*)

@@ -9,8 +9,9 @@ swapped for empty stand-ins under one short lock (:mod:`.swap`).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import anyio
@@ -22,7 +23,13 @@ from awa.adapters.postgres_queue_storage.carry import Carry
 from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.long_tx import LongTransactions
-from awa.adapters.postgres_queue_storage.snapshots import PRUNE_GATE, Resolved, Writes, row_json
+from awa.adapters.postgres_queue_storage.snapshots import (
+    PRUNE_GATE,
+    Resolved,
+    Writes,
+    minute_of,
+    row_json,
+)
 from awa.adapters.postgres_queue_storage.statements import Statements
 from awa.adapters.postgres_queue_storage.swap import RING_TABLES, Blocked, PartitionSwap
 from awa.domain.policies import PruneOutcome, RingSeal, RotateOutcome
@@ -38,6 +45,10 @@ _DROPPED_STATES = frozenset(
 _ROWS_PER_TURN = 200
 #: How far back completion buckets are kept (the read window is one hour).
 COMPLETIONS_KEPT = timedelta(hours=2)
+#: The completion bucket where prune counts the completed jobs it drops (negative): the
+#: other buckets keep every completion of a minute (``finalized_by_queue``), the sum of
+#: all of them what is still held (``completed_last_hour``).
+PRUNED_COMPLETIONS_BUCKET = 16
 
 
 class QueueRing:
@@ -219,6 +230,7 @@ class QueueRing:
         dropped = [h for h in heads if h["id"] not in carried and h["state"] in _DROPPED_STATES]
         release = []
         stats: dict[str, list[int]] = {}
+        pruned_done: Counter[tuple[str, datetime]] = Counter()
         for n, h in enumerate(dropped, 1):
             if n % _ROWS_PER_TURN == 0:
                 # The claims and completions of this process wait on the same event loop:
@@ -228,8 +240,8 @@ class QueueRing:
             job_state = JobState.parse(h["state"])
             queue = h["queue"]
             writes.counts[(queue, h["state"])] -= 1
-            if job_state == JobState.Completed:
-                writes.completed(queue, h["finalized_at"], -1)
+            if job_state == JobState.Completed and h["finalized_at"] is not None:
+                pruned_done[(queue, minute_of(h["finalized_at"]))] -= 1
             if h["unique_key"] is not None:
                 mask = (
                     DEFAULT_UNIQUE_STATES
@@ -250,6 +262,18 @@ class QueueRing:
         # The counters go before the lock (prune's buckets are not the hot path's), so
         # the lock is held for two round trips: lock + check + swap, then COMMIT.
         await self._facts.flush(conn, writes)
+        if pruned_done:
+            # Only prune writes this bucket (one leader, under the prune gate), so its
+            # rows never wait on the hot path's.
+            lost = sorted(pruned_done.items())
+            await self._sql.exec(
+                conn,
+                "add_completions_in",
+                queues=[k[0] for k, _ in lost],
+                minutes=[k[1] for k, _ in lost],
+                deltas=[d for _, d in lost],
+                bucket=PRUNED_COMPLETIONS_BUCKET,
+            )
         # Under the lock every transaction that wrote to the slot has ended: equal counts
         # mean no row arrived after the live check and the read above (the slot's tables
         # are append-only).

@@ -91,6 +91,7 @@ _NO_ROWS = frozenset(
         "add_counts",
         "add_counts_free",
         "add_completions",
+        "add_completions_in",
         "notify",
         "advance_cursors",
         "prune_completions",

@@ -13,6 +13,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
@@ -30,6 +31,7 @@ from tests.differential.adopt import (
     verdict,
 )
 from tests.support.pg import DatabaseFactory
+from tests.support.roles import owned_database
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -188,3 +190,25 @@ async def test_adopt_refuses_a_database_awa_pg_did_not_migrate(migrated_database
     refused = await awa(migrated_database_url, "adopt")
     assert refused.exit_code == 1
     assert "was not migrated by awa-pg, so there is nothing to adopt" in refused.output
+
+
+@pytest.mark.slow
+async def test_the_database_owner_adopts_without_superuser(
+    awa_pg_python: Path, pg_server_url: str
+) -> None:
+    """As managed Postgres runs it: awa-pg migrated and used the database as a
+    NOSUPERUSER role that owns it, and the same role adopts it and drains it (awa-pg's
+    migrations run in full here, which takes a while: hence slow)."""
+    with owned_database(pg_server_url) as conninfo:
+        # awa-pg takes URLs only.
+        part = psycopg.conninfo.conninfo_to_dict(conninfo)
+        url = (
+            f"postgresql://{part['user']}:{part['password']}@{part.get('host', '127.0.0.1')}"
+            f":{part.get('port', 5432)}/{part['dbname']}"
+        )
+        seeded = await asyncio.to_thread(seed, awa_pg_python, url, "queue_storage")
+        let_runtimes_go_stale(url)
+        adopted = await awa(url, "adopt")
+        assert adopted.exit_code == 0, adopted.output
+        runs = await drain(url, seeded)
+        assert verdict(runs, states(url, seeded["jobs"]), seeded["dead_lettered"]) == []

@@ -27,8 +27,8 @@ TARGET = Path(__file__).with_name("_client_sync_generated.py")
 
 # Worker methods stay on AsyncClient; close and transaction are written by hand in
 # client_sync.py (their sync form is not a plain blocking call); admin_engine,
-# runtime_registry and schema_admin hand out async ports bound to the client's own event
-# loop.
+# admin_control_plane, runtime_registry and schema_admin hand out async ports bound to the
+# client's own event loop.
 NOT_BLOCKING = frozenset(
     {
         "start",
@@ -36,6 +36,7 @@ NOT_BLOCKING = frozenset(
         "close",
         "transaction",
         "admin_engine",
+        "admin_control_plane",
         "runtime_registry",
         "schema_admin",
     }

@@ -50,11 +50,8 @@ from awa.entrypoints.routing import (
 )
 from awa.ports.admin import SchemaAdmin
 from awa.ports.control_plane import Backend, ControlPlane
-from awa.ports.cron import CronStore
-from awa.ports.descriptors import DescriptorStore
 from awa.ports.leader import LeaderCandidates, LeaderLock
 from awa.ports.notifier import Notifier
-from awa.ports.overrides import QueueOverrideStore
 from awa.ports.producers import StripedProducer
 from awa.ports.runtime_registry import RuntimeRegistry
 from awa.ports.storage import StorageEngine
@@ -83,9 +80,6 @@ class ClientEngine(
     StorageEngine,
     TransactionJoiner[Connection],
     TransitionFollower,
-    CronStore,
-    QueueOverrideStore,
-    DescriptorStore,
     Notifier,
     LeaderCandidates,
     Protocol,
@@ -93,8 +87,8 @@ class ClientEngine(
     """Everything a client asks of its storage engine: the storage port, the producer
     calls with queue stripes and pre-validated specs (``validated=True``: the client built
     them with ``validate_spec``), units of work on a caller's open transaction, the
-    transition state it follows, the cron / override / descriptor stores, notifications
-    and leader-lock candidates."""
+    transition state it follows, notifications and leader-lock candidates. The
+    control-plane stores come beside it (:class:`Wiring`'s ``control``)."""
 
 
 @attrs.define

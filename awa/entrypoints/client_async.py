@@ -301,9 +301,9 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
             wiring, transition_role=config.storage_transition_role, listen_url=listen_url
         )
         clock = SystemClock()
-        cron = CronService(wiring.engine, parse_cron, clock, list(self._schedules.values()))
+        cron = CronService(wiring.control.cron, parse_cron, clock, list(self._schedules.values()))
         descriptors = DescriptorService(
-            wiring.engine,
+            wiring.control.descriptors,
             clock,
             queue_descriptors,
             kind_descriptors,

@@ -161,6 +161,11 @@ class ClientCore:
         admin web) that need reads the Python API does not name."""
         return await self._engine()
 
+    async def admin_control_plane(self) -> ControlPlane:
+        """The control-plane stores of this client's backend, for operator surfaces built
+        on them (the admin web's queue charts)."""
+        return await self._control()
+
     async def _close_storage(self) -> None:
         self._closed = True
         wiring, self._wiring_obj = self._wiring_obj, None
@@ -443,7 +448,7 @@ class ClientCore:
         counts = listed_queues(
             await engine.queue_counts(),
             dict(await engine.dlq_depth_by_queue()),
-            [d.name for d in await engine.list_descriptors("queue")],
+            [d.name for d in await (await self._control()).descriptors.list_descriptors("queue")],
         )
         now = _now()
         stats: list[QueueStat] = []

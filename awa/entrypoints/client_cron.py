@@ -110,7 +110,7 @@ class CronMixin(ClientCore):
     """Administration of stored schedules (``awa.cron_jobs``)."""
 
     async def _cron_store(self) -> CronStore:
-        return await self._engine()
+        return (await self._control()).cron
 
     async def list_cron_jobs(self) -> list[dict[str, Any]]:
         """Every stored schedule as a dict of its ``awa.cron_jobs`` columns, by name."""

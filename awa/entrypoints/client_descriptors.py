@@ -130,7 +130,7 @@ class DescriptorsMixin(ClientCore):
 
     async def _catalog(self, catalog: Catalog, key: str) -> list[dict[str, Any]]:
         wiring = await self._wiring()
-        stored = await wiring.engine.list_descriptors(catalog)
+        stored = await wiring.control.descriptors.list_descriptors(catalog)
         now = datetime.now(UTC)
         runtimes = await bootstrap.read_runtime_registry(wiring).list_runtimes()
         live = [

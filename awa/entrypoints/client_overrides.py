@@ -15,7 +15,7 @@ class OverridesMixin(ClientCore):
     (10 s, ``AWA_OVERRIDE_REFRESH_MS``), without a restart."""
 
     async def _override_store(self) -> QueueOverrideStore:
-        return await self._engine()
+        return (await self._control()).overrides
 
     async def set_queue_overrides(
         self,

@@ -19,15 +19,23 @@ from __future__ import annotations
 import attrs
 
 from awa.adapters._pg.batch_ops import PgBatchOperationStore
+from awa.adapters._pg.cron import PgCronStore
+from awa.adapters._pg.descriptors import PgDescriptorStore
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.migrations import require_schema
+from awa.adapters._pg.overrides import PgQueueOverrideStore
 from awa.adapters._pg.pool import DictPool, PoolOptions, open_pool
 from awa.adapters._pg.routing import AnyConnection, PgRoutedInsert, PgTransactions
+from awa.adapters._pg.samples import PgQueueSampleStore
 from awa.adapters._pg.transition import PgTransitionState
 from awa.adapters.clock import SystemClock
 from awa.adapters.inmemory import (
     InMemoryBatchOperationStore,
+    InMemoryCronStore,
+    InMemoryDescriptorStore,
     InMemoryEngine,
+    InMemoryQueueOverrideStore,
+    InMemoryQueueSampleStore,
     InMemoryTransaction,
     InMemoryTransactions,
     InMemoryTransition,
@@ -169,12 +177,26 @@ def postgres_routing(
 
 def postgres_control_plane(pool: DictPool, clock: Clock) -> ControlPlane:
     """The control-plane stores of the database behind ``pool`` (shared by its engines)."""
-    return ControlPlane(batch_operations=PgBatchOperationStore(pool, clock))
+    return ControlPlane(
+        batch_operations=PgBatchOperationStore(pool, clock),
+        cron=PgCronStore(pool, clock),
+        overrides=PgQueueOverrideStore(pool, clock),
+        descriptors=PgDescriptorStore(pool, clock),
+        queue_samples=PgQueueSampleStore(pool),
+    )
 
 
-def inmemory_control_plane(clock: Clock) -> ControlPlane:
-    """The control-plane stores of one in-memory backend (one per store of engines)."""
-    return ControlPlane(batch_operations=InMemoryBatchOperationStore(clock))
+def inmemory_control_plane(home: InMemoryEngine, clock: Clock) -> ControlPlane:
+    """The control-plane stores of the in-memory backend ``home`` belongs to: its queue
+    overrides are kept with the queue settings of ``home``'s store, and a cron fire
+    inserts through ``home`` as that store routes producers."""
+    return ControlPlane(
+        batch_operations=InMemoryBatchOperationStore(clock),
+        cron=InMemoryCronStore(home, clock),
+        overrides=InMemoryQueueOverrideStore(home.store),
+        descriptors=InMemoryDescriptorStore(clock),
+        queue_samples=InMemoryQueueSampleStore(),
+    )
 
 
 @attrs.frozen
@@ -223,4 +245,4 @@ def inmemory_routing(
         refresh_interval=refresh_interval,
         on_close=close,
     )
-    return InMemoryRouting(engine, transition, store, inmemory_control_plane(clock))
+    return InMemoryRouting(engine, transition, store, inmemory_control_plane(canonical, clock))

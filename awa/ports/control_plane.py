@@ -11,6 +11,10 @@ from __future__ import annotations
 import attrs
 
 from awa.ports.batch_ops import BatchOperationStore
+from awa.ports.cron import CronStore
+from awa.ports.descriptors import DescriptorStore
+from awa.ports.overrides import QueueOverrideStore
+from awa.ports.samples import QueueSampleStore
 from awa.ports.storage import StorageEngine
 
 
@@ -20,6 +24,14 @@ class ControlPlane:
 
     #: batch operations and their items (ADR 0010)
     batch_operations: BatchOperationStore
+    #: cron schedules, fired by the maintenance leader
+    cron: CronStore
+    #: operators' live per-queue overrides, read by each queue's dispatcher
+    overrides: QueueOverrideStore
+    #: the queue and job-kind descriptors runtimes declare
+    descriptors: DescriptorStore
+    #: each queue's depth and lag, sampled once a minute by the maintenance leader
+    queue_samples: QueueSampleStore
 
 
 @attrs.frozen

@@ -1,10 +1,10 @@
 """What the routing engine asks of the engines it composes (ADR 0007, ADR 0001).
 
 The routing engine sends each call to the engine that owns it. It knows the engines only
-through these protocols: the *home* engine (canonical storage, where the shared control
-rows, schedules, overrides, descriptors and queue samples are reached) and the *target*
-engine of each queue-storage schema. Optional extras of a target
-(:class:`~awa.ports.producers.CopyEnqueue`,
+through these protocols: the *home* engine (canonical storage, which also carries the
+store's notifications and leader lock) and the *target* engine of each queue-storage
+schema (the control-plane stores are no engine's: :mod:`awa.ports.control_plane`).
+Optional extras of a target (:class:`~awa.ports.producers.CopyEnqueue`,
 :class:`~awa.ports.producers.RouteCheckedEnqueue`,
 :class:`~awa.ports.maintenance.RingMaintenance`, :class:`~awa.ports.storage.WorkerWarmUp`)
 are found with ``isinstance`` once per engine.
@@ -16,12 +16,8 @@ from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
 from awa.domain.job import JobRecord, JobSpec
-from awa.ports.cron import CronStore
-from awa.ports.descriptors import DescriptorStore
 from awa.ports.leader import LeaderCandidates
 from awa.ports.notifier import Notifier
-from awa.ports.overrides import QueueOverrideStore
-from awa.ports.samples import QueueSampleStore
 from awa.ports.storage import StorageEngine, UnitOfWork
 from awa.ports.transactions import TransactionJoiner
 
@@ -33,19 +29,9 @@ class RoutedEngine(StorageEngine, TransactionJoiner[C_contra], Protocol[C_contra
     transaction of the shared store."""
 
 
-class HomeEngine(
-    RoutedEngine[C_contra],
-    CronStore,
-    QueueOverrideStore,
-    DescriptorStore,
-    QueueSampleStore,
-    Notifier,
-    LeaderCandidates,
-    Protocol[C_contra],
-):
-    """The canonical engine: it also reaches what both engines share (batch-operation
-    control rows, cron schedules, queue overrides, descriptors, queue samples,
-    notifications and the leader lock)."""
+class HomeEngine(RoutedEngine[C_contra], Notifier, LeaderCandidates, Protocol[C_contra]):
+    """The canonical engine: it also carries what both engines share of the store's
+    plumbing (notifications and the leader lock)."""
 
 
 class TargetEngine(RoutedEngine[C_contra], Protocol[C_contra]):

@@ -97,6 +97,7 @@ class QueueDispatcher:
         poll_interval: float,
         spawn: Spawn,
         stripes: int = DEFAULT_QUEUE_STRIPES,
+        overrides: QueueOverrideStore | None = None,
         override_refresh: float | None = None,
         clock: Clock,
     ) -> None:
@@ -125,7 +126,7 @@ class QueueDispatcher:
         )
         #: the settings claims use now: the started ones with live overrides applied
         self.settings = self.started_settings
-        self._override_store = engine if isinstance(engine, QueueOverrideStore) else None
+        self._override_store = overrides
         self._override_refresh = (
             override_refresh_interval() if override_refresh is None else override_refresh
         )

@@ -23,7 +23,6 @@ import anyio.to_thread
 from awa.domain.leadership import Lease, LeaseLapsed, LeasePolicy
 from awa.ports.clock import Clock
 from awa.ports.control_plane import Backend, ControlPlane
-from awa.ports.cron import CronStore
 from awa.ports.leader import LeaderLock
 from awa.ports.storage import StorageEngine
 from awa.runtime import metrics
@@ -219,7 +218,7 @@ class MaintenanceLeader:
             self._inflight,
             fence=self.fence,
             cron=self._cron,
-            cron_store=engine if self.threaded and isinstance(engine, CronStore) else None,
+            cron_store=control.cron if self.threaded and control is not None else None,
             control=control,
             clock=self._clock,
             instance_id=self._instance_id,

@@ -18,9 +18,7 @@ from awa.domain.policies import RingSeal
 from awa.ports.clock import Clock
 from awa.ports.control_plane import ControlPlane
 from awa.ports.cron import CronStore
-from awa.ports.descriptors import DescriptorStore
 from awa.ports.maintenance import RingMaintenance
-from awa.ports.samples import QueueSampleStore
 from awa.ports.storage import Rescued, StorageEngine
 from awa.runtime import metrics
 from awa.runtime.batch_runner import BATCH_OPERATION_INTERVAL, BatchRunner
@@ -119,9 +117,9 @@ class MaintenanceDuties:
             duties.append(Duty("batch_operations", BATCH_OPERATION_INTERVAL, batch_runner.step))
         if self._gauges is not None:
             duties.append(Duty("queue_gauges", REFRESH_INTERVAL, self._gauges.refresh))
-        if isinstance(engine, DescriptorStore):
+        if self._control is not None:
             duties.append(Duty("descriptor_cleanup", c.cleanup_interval, self._descriptors))
-        if self._clock is not None and isinstance(engine, QueueSampleStore):
+        if self._control is not None:
             duties.append(
                 Duty(
                     "queue_samples",
@@ -196,19 +194,22 @@ class MaintenanceDuties:
         )
 
     async def _descriptors(self) -> None:
-        assert isinstance(self._engine, DescriptorStore)
-        await clean_up_descriptors(self._engine, self._clock, self._config.descriptor_retention)
+        assert self._control is not None
+        await clean_up_descriptors(
+            self._control.descriptors, self._clock, self._config.descriptor_retention
+        )
 
     async def _sample_queues(self) -> None:
         """Record each queue's depth and lag for the admin charts (the same cheap read
         the metrics make), then drop the samples older than the kept window."""
-        assert self._clock is not None and isinstance(self._engine, QueueSampleStore)
+        assert self._control is not None
+        samples = self._control.queue_samples
         depths = await self._engine.queue_depths()
         now = self._clock.now()
         self.fence()
-        await self._engine.record_queue_samples(samples_from_depths(depths, now))
+        await samples.record_queue_samples(samples_from_depths(depths, now))
         self.fence()
-        await self._engine.prune_queue_samples(before=now - QUEUE_SAMPLES_KEPT)
+        await samples.prune_queue_samples(before=now - QUEUE_SAMPLES_KEPT)
 
     async def _cron_evaluate(self) -> None:
         assert self._cron is not None

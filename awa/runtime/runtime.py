@@ -123,6 +123,9 @@ class Runtime:
         self.handlers = handlers
         self.config = config
         self.runtime_registry = runtime_registry
+        #: the control-plane stores of the engine's backend (overrides, batch operations,
+        #: descriptors and the maintenance thread's cron store come from here)
+        self.control = control
         self._snapshot_failures = FailureLog(
             log, "publishing the runtime snapshot", clock=clock.monotonic
         )
@@ -147,6 +150,7 @@ class Runtime:
                 spawn=self._spawn,
                 stripes=config.queue_storage_queue_stripe_count,
                 clock=clock,
+                overrides=None if control is None else control.overrides,
             )
             for q in config.queues
         ]

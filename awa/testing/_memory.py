@@ -76,7 +76,7 @@ def memory_client(handlers_from: AsyncClient | None = None) -> AsyncClient:
     client._wiring_obj = Wiring(
         url=MEMORY_URL,
         engine=engine,  # type: ignore[arg-type]
-        control=inmemory_control_plane(clock),
+        control=inmemory_control_plane(engine, clock),
         policies=client._policies,
     )
     client._handlers = (

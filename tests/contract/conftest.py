@@ -15,20 +15,24 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 
 import attrs
+import psycopg
 import pytest
 
+from awa.adapters._pg import transition as pg_transition
 from awa.adapters._pg.notifier import PostgresNotifier
 from awa.adapters.clock import ManualClock
-from awa.entrypoints.routing import inmemory_control_plane
+from awa.adapters.inmemory import InMemoryEngine
+from awa.entrypoints.routing import inmemory_control_plane, open_postgres_backend
 from awa.ports.control_plane import ControlPlane
+from awa.ports.storage import StorageEngine
 from tests.conftest import migrate_template
 from tests.support.engines import (
+    CONTRACT_BACKOFF,
     ENGINES,
     POOLED,
     EngineHandle,
     forget_control_plane,
     open_engine,
-    postgres_control,
 )
 from tests.support.pg import DatabaseFactory
 from tests.support.pgbouncer import PgBouncer
@@ -77,15 +81,18 @@ async def engine(request: pytest.FixtureRequest) -> AsyncIterator[EngineHandle]:
 
 @attrs.frozen
 class BackendHandle:
-    """The control plane of one backend (the stores every engine of it shares) and the
-    clock it reads."""
+    """The control plane of one backend (the stores every engine of it shares), the
+    engine a client runs over that backend (to see the jobs a store enqueued) and the
+    clock both read."""
 
     name: str
+    engine: StorageEngine
     control: ControlPlane
     clock: ManualClock
 
 
-#: The backends a control-plane store exists once for: the in-memory model and Postgres.
+#: The backends a control-plane store exists once for: the in-memory model and Postgres
+#: (a database routed to queue storage, as a fresh install is).
 BACKENDS = ("inmemory", "postgres")
 
 
@@ -101,12 +108,24 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[BackendHandle
     name: str = request.param
     clock = ManualClock()
     if name == "inmemory":
-        yield BackendHandle(name, inmemory_control_plane(clock), clock)
+        engine = InMemoryEngine(clock, CONTRACT_BACKOFF)
+        try:
+            yield BackendHandle(name, engine, inmemory_control_plane(engine, clock), clock)
+        finally:
+            await engine.close()
         return
     urls: dict[str, str] = request.getfixturevalue("contract_databases")
     if "backend" not in urls:
         factory: DatabaseFactory = request.getfixturevalue("pg_databases")
-        urls["backend"] = factory.create(factory.template("migrated", migrate_template))
-    async with postgres_control(urls["backend"], clock) as control:
-        await forget_control_plane(control, clock)
-        yield BackendHandle(name, control, clock)
+        urls["backend"] = url = factory.create(factory.template("migrated", migrate_template))
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            assert await pg_transition.auto_finalize_if_fresh(conn)
+    opened = await open_postgres_backend(
+        urls["backend"], clock=clock, backoff=CONTRACT_BACKOFF, refresh_interval=0.0
+    )
+    try:
+        await opened.engine.reset()
+        await forget_control_plane(opened.control, clock)
+        yield BackendHandle(name, opened.engine, opened.control, clock)
+    finally:
+        await opened.engine.close()

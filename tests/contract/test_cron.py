@@ -1,108 +1,45 @@
-"""The cron store (:class:`awa.ports.cron.CronStore`) on every engine, routing included.
-
-Each Postgres engine gets its own database here, so schedules never leak into the other
-contract tests. The queue-storage and routing databases route producers to queue storage
-(a fresh install does), so a fire lands in queue storage through ``insert_job_compat``.
+"""The cron store (:class:`awa.ports.cron.CronStore`), once per backend (the ``backend``
+fixture): the store is the backend's, whatever engine runs its jobs. The Postgres backend's
+database routes producers to queue storage (a fresh install does), so a fire lands there
+through ``insert_job_compat``; the engine a client runs over it reads the job back.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
-import psycopg
 import pytest
 
-from awa.adapters._pg.migrations import migrate
 from awa.adapters.clock import ManualClock
 from awa.domain.cron import CronSchedule, MissedFirePolicy
 from awa.domain.states import JobState
-from awa.entrypoints.routing import open_postgres_routing
+from awa.ports.control_plane import ControlPlane
 from awa.ports.cron import CronStore
 from awa.ports.storage import JobFilter, StorageEngine
-from tests.conftest import migrate_template
-from tests.support.engines import CONTRACT_BACKOFF, open_engine
-from tests.support.pg import DatabaseFactory
+from tests.contract.conftest import BackendHandle
 
 pytestmark = pytest.mark.anyio
 
 QUEUE = "cron_contract"
 SLOT = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
-ENGINES = ["inmemory", "postgres_canonical", "postgres_queue_storage", "routing"]
 
 
 @attrs.frozen
 class Cron:
+    """A backend's cron store, the engine its fires land in, and the clock."""
+
     engine: StorageEngine
     store: CronStore
+    control: ControlPlane
     clock: ManualClock
 
 
-@pytest.fixture(scope="module")
-def cron_databases(pg_databases: DatabaseFactory) -> Iterator[dict[str, str]]:
-    urls: dict[str, str] = {}
-    try:
-        yield urls
-    finally:
-        for url in urls.values():
-            pg_databases.drop(url)
-
-
-def _route_to_queue_storage(url: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("SELECT awa.storage_auto_finalize_if_fresh('awa')")
-
-
-@asynccontextmanager
-async def _routing(clock: ManualClock, url: str) -> AsyncIterator[Any]:
-    await migrate(url)
-    engine = await open_postgres_routing(
-        url, clock=clock, backoff=CONTRACT_BACKOFF, refresh_interval=0.0
-    )
-    try:
-        yield engine
-    finally:
-        await engine.close()
-
-
-@pytest.fixture(
-    params=[
-        pytest.param(name, marks=[] if name == "inmemory" else [pytest.mark.postgres])
-        for name in ENGINES
-    ]
-)
-async def cron(request: pytest.FixtureRequest) -> AsyncIterator[Cron]:
-    name: str = request.param
-    url: str | None = None
-    if name != "inmemory":
-        urls: dict[str, str] = request.getfixturevalue("cron_databases")
-        if name not in urls:
-            factory: DatabaseFactory = request.getfixturevalue("pg_databases")
-            urls[name] = factory.create(factory.template("migrated", migrate_template))
-            if name != "postgres_canonical":
-                _route_to_queue_storage(urls[name])
-        url = urls[name]
-    if name == "routing":
-        assert url is not None
-        clock = ManualClock()
-        async with _routing(clock, url) as engine:
-            await _clean(engine)
-            yield Cron(engine, engine, clock)
-        return
-    async with open_engine(name, url) as handle:
-        await _clean(handle.engine)
-        assert isinstance(handle.engine, CronStore)
-        yield Cron(handle.engine, handle.engine, handle.clock)
-
-
-async def _clean(engine: Any) -> None:
-    await engine.reset()
-    for job in await engine.list_cron_jobs():
-        await engine.delete_cron_job(job.name)
+@pytest.fixture
+def cron(backend: BackendHandle) -> Cron:
+    return Cron(backend.engine, backend.control.cron, backend.control, backend.clock)
 
 
 def schedule(name: str = "nightly", **fields: Any) -> CronSchedule:

@@ -1,5 +1,5 @@
-"""The descriptor store (:class:`awa.ports.descriptors.DescriptorStore`) on every engine,
-routing included (the engines of ``test_cron``)."""
+"""The descriptor store (:class:`awa.ports.descriptors.DescriptorStore`), once per
+backend (the fixtures of ``test_cron``)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,15 @@ import pytest
 
 from awa.domain.descriptors import Descriptor
 from awa.ports.descriptors import DeclaredDescriptor, DescriptorStore
-from tests.contract.test_cron import Cron, cron, cron_databases
+from tests.contract.test_cron import Cron, cron
 
 pytestmark = pytest.mark.anyio
 
-__all__ = ["cron", "cron_databases"]
+__all__ = ["cron"]
 
 
 def _store(cron: Cron) -> DescriptorStore:
-    assert isinstance(cron.engine, DescriptorStore)
-    return cron.engine
+    return cron.control.descriptors
 
 
 async def _clean(store: DescriptorStore, cron: Cron) -> None:

@@ -1,5 +1,6 @@
-"""The live-override store (:class:`awa.ports.overrides.QueueOverrideStore`) on every
-engine, routing included (the engines of ``test_cron``)."""
+"""The live-override store (:class:`awa.ports.overrides.QueueOverrideStore`), once per
+backend (the fixtures of ``test_cron``); an engine's ``reset`` clears it with the other
+queue settings."""
 
 from __future__ import annotations
 
@@ -8,18 +9,17 @@ import pytest
 from awa.domain.errors import ValidationError
 from awa.domain.overrides import QueueOverrides
 from awa.ports.overrides import QueueOverrideStore
-from tests.contract.test_cron import Cron, cron, cron_databases
+from tests.contract.test_cron import Cron, cron
 
 pytestmark = pytest.mark.anyio
 
-__all__ = ["cron", "cron_databases"]
+__all__ = ["cron"]
 
 QUEUE = "overridden"
 
 
 def _store(cron: Cron) -> QueueOverrideStore:
-    assert isinstance(cron.engine, QueueOverrideStore)
-    return cron.engine
+    return cron.control.overrides
 
 
 async def test_set_replaces_the_whole_state_and_clear_removes_it(cron: Cron) -> None:

@@ -1,5 +1,5 @@
 """The queue samples the maintenance leader records for the admin charts
-(``awa.ports.samples.QueueSampleStore``), on every engine."""
+(``awa.ports.samples.QueueSampleStore``), once per backend (the store is the backend's)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,16 @@ import pytest
 from awa.domain.admin_views import QueueSample
 from awa.domain.states import JobState
 from awa.ports.samples import QueueSampleStore
-from tests.support.engines import EngineHandle
+from tests.contract.conftest import BackendHandle
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_queue_samples_are_recorded_replaced_listed_and_pruned(
-    engine: EngineHandle,
+    backend: BackendHandle,
 ) -> None:
-    store = engine.engine
-    assert isinstance(store, QueueSampleStore)
-    now = engine.clock.now()
+    store: QueueSampleStore = backend.control.queue_samples
+    now = backend.clock.now()
     # The samples table outlives reset(): start from none.
     await store.prune_queue_samples(before=now + timedelta(days=3650))
     earlier, later = now - timedelta(minutes=2), now - timedelta(minutes=1)

@@ -117,8 +117,17 @@ async def postgres_control(database_url: str, clock: ManualClock) -> AsyncIterat
 
 
 async def forget_control_plane(control: ControlPlane, clock: ManualClock) -> None:
-    """Empty the control plane as far as its ports allow (an engine's ``reset`` leaves
-    it): unfinished batch operations are cancelled, then every operation is purged."""
+    """Empty the control plane through its ports (an engine's ``reset`` clears only the
+    queue overrides): every schedule, override, descriptor and queue sample is deleted,
+    unfinished batch operations are cancelled, then every operation is purged."""
+    for job in await control.cron.list_cron_jobs():
+        await control.cron.delete_cron_job(job.name)
+    for queue in await control.overrides.list_queue_overrides():
+        await control.overrides.clear_queue_overrides(queue)
+    await control.descriptors.delete_descriptors_unseen_since(
+        clock.now() + timedelta(days=365 * 100)
+    )
+    await control.queue_samples.prune_queue_samples(before=clock.now() + timedelta(days=3650))
     store = control.batch_operations
     for op in await store.list_batch_operations(limit=100_000):
         if not op.state.is_final:
@@ -141,7 +150,7 @@ async def _inmemory(
             clock,
             engine,
             engine.leader_lock,
-            inmemory_control_plane(clock),
+            inmemory_control_plane(engine, clock),
             policies=policies,
         )
     finally:

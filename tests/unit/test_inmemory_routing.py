@@ -159,14 +159,14 @@ async def test_only_a_fresh_store_goes_straight_to_active(routing: InMemoryRouti
 
 
 async def test_a_cron_fire_lands_where_producers_write(routing: InMemoryRouting) -> None:
-    engine = routing.engine
-    await engine.upsert_cron_jobs(
+    engine, cron = routing.engine, routing.control.cron
+    await cron.upsert_cron_jobs(
         [CronSchedule(name="nightly", cron_expr="0 3 * * *", kind="report")]
     )
-    first = await engine.trigger_cron_job("nightly")
+    first = await cron.trigger_cron_job("nightly")
     assert first is not None and side_of(routing, first.id) == CANONICAL_SIDE
     mixed(routing)
-    fired = await engine.fire_cron_job(
+    fired = await cron.fire_cron_job(
         "nightly", fire_at=datetime(2030, 1, 1, 3, tzinfo=UTC), previous=None
     )
     assert fired is not None and side_of(routing, fired.id) == QUEUE_STORAGE

@@ -22,6 +22,7 @@ from awa.domain.transition import (
     TransitionState,
     TransitionStatus,
 )
+from awa.entrypoints.routing import inmemory_control_plane
 from awa.ports.descriptors import DeclaredDescriptor
 from awa.ports.storage import TransitionObserver
 from awa.runtime import AttemptContext, HandlerRegistry, metrics
@@ -129,8 +130,9 @@ async def test_declared_descriptors_are_reported_as_info_gauges() -> None:
         return None
 
     handlers.register("send_email", ok, queue="email")
+    control = inmemory_control_plane(engine, engine._clock)
     descriptors = DescriptorService(
-        engine,
+        control.descriptors,
         engine._clock,
         queues=[
             DeclaredDescriptor(
@@ -143,7 +145,7 @@ async def test_declared_descriptors_are_reported_as_info_gauges() -> None:
     )
     with recording() as recorder:
         config = fast_config(handlers, queues=[("email", 1)])
-        async with running(engine, handlers, config, descriptors=descriptors):
+        async with running(engine, handlers, config, descriptors=descriptors, control=control):
             queue_info = recorder.points("awa.queue.info")
             kind_info = recorder.points("awa.job_kind.info")
         after = recorder.points("awa.queue.info")

@@ -1,4 +1,5 @@
-"""The cron service on the in-memory engine: declaring, evaluating, missed-fire policies."""
+"""The cron service on the in-memory cron store: declaring, evaluating, missed-fire
+policies. Fires land in the engine the store inserts through."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from awa.adapters.clock import ManualClock
 from awa.adapters.cron_calendar import parse_cron
-from awa.adapters.inmemory import InMemoryEngine
+from awa.adapters.inmemory import InMemoryCronStore, InMemoryEngine
 from awa.domain.cron import CronSchedule, MissedFirePolicy
 from awa.ports.storage import JobFilter
 from awa.runtime.cron import CronService
@@ -30,14 +31,15 @@ async def fired_times(engine: InMemoryEngine) -> list[str]:
     )
 
 
-def service(engine: InMemoryEngine, clock: ManualClock, *schedules: CronSchedule) -> CronService:
-    return CronService(engine, parse_cron, clock, schedules)
+def service(store: InMemoryCronStore, clock: ManualClock, *schedules: CronSchedule) -> CronService:
+    return CronService(store, parse_cron, clock, schedules)
 
 
 async def test_a_declared_schedule_fires_once_per_slot() -> None:
     clock = ManualClock(START)
     engine = InMemoryEngine(clock)
-    cron = service(engine, clock, schedule())
+    store = InMemoryCronStore(engine, clock)
+    cron = service(store, clock, schedule())
     await cron.sync()
     assert await cron.evaluate() == 1  # the 12:00 slot of the minute it was declared in
     assert await cron.evaluate() == 0
@@ -52,8 +54,9 @@ async def test_a_declared_schedule_fires_once_per_slot() -> None:
 async def test_missed_fires_coalesce_or_catch_up_after_downtime() -> None:
     clock = ManualClock(START)
     engine = InMemoryEngine(clock)
+    store = InMemoryCronStore(engine, clock)
     cron = service(
-        engine,
+        store,
         clock,
         schedule("coalesced"),
         schedule("caught_up", missed_fire_policy=MissedFirePolicy.CATCH_UP),
@@ -73,22 +76,24 @@ async def test_missed_fires_coalesce_or_catch_up_after_downtime() -> None:
 async def test_a_paused_schedule_fires_nothing_and_resumes_by_its_policy() -> None:
     clock = ManualClock(START)
     engine = InMemoryEngine(clock)
-    cron = service(engine, clock, schedule(missed_fire_policy=MissedFirePolicy.CATCH_UP))
+    store = InMemoryCronStore(engine, clock)
+    cron = service(store, clock, schedule(missed_fire_policy=MissedFirePolicy.CATCH_UP))
     await cron.sync()
     await cron.evaluate()
-    assert await engine.pause_cron_job("tick", paused_by="ops")
+    assert await store.pause_cron_job("tick", paused_by="ops")
     clock.advance(timedelta(minutes=2))
     assert await cron.evaluate() == 0
-    assert await engine.resume_cron_job("tick")
+    assert await store.resume_cron_job("tick")
     assert await cron.evaluate() == 2
 
 
 async def test_declaring_again_never_removes_other_schedules() -> None:
     clock = ManualClock(START)
     engine = InMemoryEngine(clock)
-    await service(engine, clock, schedule("a"), schedule("b")).sync()
-    await service(engine, clock, schedule("a", expr="0 * * * *")).sync()
-    stored = {job.name: job.schedule.cron_expr for job in await engine.list_cron_jobs()}
+    store = InMemoryCronStore(engine, clock)
+    await service(store, clock, schedule("a"), schedule("b")).sync()
+    await service(store, clock, schedule("a", expr="0 * * * *")).sync()
+    stored = {job.name: job.schedule.cron_expr for job in await store.list_cron_jobs()}
     assert stored == {"a": "0 * * * *", "b": "* * * * *"}
 
 
@@ -97,9 +102,10 @@ async def test_an_unreadable_row_is_reported_once_and_others_still_fire(
 ) -> None:
     clock = ManualClock(START)
     engine = InMemoryEngine(clock)
+    store = InMemoryCronStore(engine, clock)
     # A row written by hand with an expression no runtime can read.
-    await engine.upsert_cron_jobs([schedule("broken", expr="61 * * * *"), schedule("ok")])
-    cron = service(engine, clock)
+    await store.upsert_cron_jobs([schedule("broken", expr="61 * * * *"), schedule("ok")])
+    cron = service(store, clock)
     with caplog.at_level(logging.ERROR, logger="awa.runtime.cron"):
         assert await cron.evaluate() == 1
         clock.advance(60)

@@ -106,14 +106,16 @@ async def test_a_running_dispatcher_picks_up_overrides_without_a_restart(
     config = fast_config(handlers, [{"name": "default", "max_workers": 50, "claim_batch_size": 2}])
     async with running(engine, handlers, config) as runtime:
         (dispatcher,) = runtime.dispatchers
+        assert runtime.control is not None
+        overrides = runtime.control.overrides
         await enqueue(engine, "work", 10)
         await wait_until(lambda: len(done) == 10)
         assert max(limits) == 2
-        await engine.set_queue_overrides("default", QueueOverrides(claim_batch_size=40))
+        await overrides.set_queue_overrides("default", QueueOverrides(claim_batch_size=40))
         await wait_until(lambda: dispatcher.settings.claim_batch_size == 40)
         limits.clear()
         await enqueue(engine, "work", 30)
         await wait_until(lambda: len(done) == 40)
         assert max(limits) == 40
-        await engine.clear_queue_overrides("default")
+        await overrides.clear_queue_overrides("default")
         await wait_until(lambda: dispatcher.settings.claim_batch_size == 2)

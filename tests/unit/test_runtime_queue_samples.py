@@ -13,6 +13,8 @@ from awa.domain.admin_views import QUEUE_SAMPLES_KEPT, QueueSample
 from awa.domain.job import JobSpec
 from awa.domain.policies import NO_JITTER
 from awa.domain.states import JobState
+from awa.entrypoints.routing import inmemory_control_plane
+from awa.ports.control_plane import ControlPlane
 from awa.runtime import parse_start_args
 from awa.runtime.inflight import InFlight
 from awa.runtime.maintenance_duties import Duty, MaintenanceDuties
@@ -21,10 +23,12 @@ from tests.unit.test_runtime_support import FAST
 pytestmark = pytest.mark.anyio
 
 
-def _duty(engine: InMemoryEngine, clock: ManualClock, fences: list[int]) -> Duty:
+def _duty(
+    engine: InMemoryEngine, control: ControlPlane, clock: ManualClock, fences: list[int]
+) -> Duty:
     config = parse_start_args(None, handler_queues={"mail"}, **FAST)
     duties = MaintenanceDuties(
-        engine, config, InFlight(), fence=lambda: fences.append(1), clock=clock
+        engine, config, InFlight(), fence=lambda: fences.append(1), clock=clock, control=control
     ).schedule()
     (duty,) = [d for d in duties if d.name == "queue_samples"]
     return duty
@@ -34,7 +38,9 @@ async def test_the_leader_samples_depth_and_lag_and_prunes_old_samples() -> None
     clock = ManualClock()
     engine = InMemoryEngine(clock=clock, backoff=NO_JITTER)
     fences: list[int] = []
-    duty = _duty(engine, clock, fences)
+    control = inmemory_control_plane(engine, clock)
+    store = control.queue_samples
+    duty = _duty(engine, control, clock, fences)
     assert duty.interval == 60.0
     start = clock.now()
     old = QueueSample(
@@ -43,13 +49,13 @@ async def test_the_leader_samples_depth_and_lag_and_prunes_old_samples() -> None
         counts={},
         lag_seconds=0.0,
     )
-    await engine.record_queue_samples([old])
+    await store.record_queue_samples([old])
     await engine.enqueue_many([JobSpec(kind="send", queue="mail") for _ in range(3)])
     await engine.enqueue_many([JobSpec(kind="report", queue="reports")])
     (claimed,) = await engine.claim("reports", limit=1)
     clock.advance(timedelta(seconds=90))
     await duty.run()
-    samples = await engine.queue_samples(since=start - timedelta(days=2))
+    samples = await store.queue_samples(since=start - timedelta(days=2))
     assert [(s.queue, s.sampled_at) for s in samples] == [
         ("mail", clock.now()),
         ("reports", clock.now()),
@@ -61,8 +67,8 @@ async def test_the_leader_samples_depth_and_lag_and_prunes_old_samples() -> None
     clock.advance(timedelta(minutes=1))
     await engine.complete([claimed.lease])
     await duty.run()
-    later = await engine.queue_samples(since=clock.now())
+    later = await store.queue_samples(since=clock.now())
     # A queue with no live job left may have no reading (queue_depths): the charts
     # read a queue missing from a sampled minute as empty.
     assert [(s.queue, s.count(JobState.Available)) for s in later] == [("mail", 3)]
-    assert await engine.queue_samples(since=start - timedelta(days=2)) == [*samples, *later]
+    assert await store.queue_samples(since=start - timedelta(days=2)) == [*samples, *later]

@@ -22,6 +22,8 @@ from awa.adapters.inmemory import InMemoryEngine
 from awa.adapters.inmemory.runtime_registry import InMemoryRuntimeRegistry
 from awa.domain.job import JobRecord, JobSpec
 from awa.domain.policies import NO_JITTER
+from awa.entrypoints.routing import inmemory_control_plane
+from awa.ports.control_plane import ControlPlane
 from awa.runtime import HandlerRegistry, Runtime, RuntimeConfig, parse_start_args
 from awa.runtime.descriptors import DescriptorService
 from awa.runtime.heartbeat import EngineFactory
@@ -86,10 +88,12 @@ async def running(
     heartbeat_engine_factory: EngineFactory | None = None,
     descriptors: DescriptorService | None = None,
     clock_waits_for_threads: bool = True,
+    control: ControlPlane | None = None,
 ) -> AsyncIterator[Runtime]:
     """Start a runtime on ``engine``'s manual clock, autojumping, and shut it down after.
     The clock stands still while a handler thread works, unless
-    ``clock_waits_for_threads`` is False (a test of a sync handler that overruns)."""
+    ``clock_waits_for_threads`` is False (a test of a sync handler that overruns).
+    ``control``: the control plane of the engine's backend (else one built over it)."""
     clock = clock_of(engine)
     runtime = Runtime(
         engine,
@@ -101,6 +105,7 @@ async def running(
         runtime_registry=registry,
         heartbeat_engine_factory=heartbeat_engine_factory,
         descriptors=descriptors,
+        control=control if control is not None else inmemory_control_plane(engine, engine._clock),
     )
     async with on_clock(clock, runtime if clock_waits_for_threads else None):
         await runtime.start()

@@ -1,7 +1,8 @@
-"""Cron schedule storage shared by every Postgres engine (:class:`~awa.ports.cron.CronStore`).
+"""Cron schedule storage of a Postgres database (:class:`~awa.ports.cron.CronStore`).
 
-The canonical, queue-storage and routing engines all keep schedules in ``awa.cron_jobs``
-and fire them through ``awa.insert_job_compat``; they mix :class:`PgCronOps` in.
+Schedules live in ``awa.cron_jobs``, whatever engine runs the jobs; a fire enqueues
+through ``awa.insert_job_compat``, so the job goes where the storage transition sends
+producers. One :class:`PgCronStore` serves the whole database.
 """
 
 from __future__ import annotations
@@ -50,11 +51,13 @@ def cron_job_from_row(row: Mapping[str, Any]) -> CronJob:
     )
 
 
-class PgCronOps:
-    """:class:`~awa.ports.cron.CronStore` on ``awa.cron_jobs``."""
+class PgCronStore:
+    """:class:`~awa.ports.cron.CronStore` on ``awa.cron_jobs`` (one per backend, on its
+    pool)."""
 
-    _pool: AsyncConnectionPool[DictConnection]
-    _clock: Clock
+    def __init__(self, pool: AsyncConnectionPool[DictConnection], clock: Clock) -> None:
+        self._pool = pool
+        self._clock = clock
 
     async def _cron_rows(self, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         async with translated_errors(), self._pool.connection() as conn:

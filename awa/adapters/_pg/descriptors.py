@@ -48,11 +48,13 @@ def _stored(row: dict[str, Any]) -> StoredDescriptor:
     )
 
 
-class PgDescriptorOps:
-    """:class:`~awa.ports.descriptors.DescriptorStore` on the descriptor tables."""
+class PgDescriptorStore:
+    """:class:`~awa.ports.descriptors.DescriptorStore` on the descriptor tables (one per
+    backend, on its pool)."""
 
-    _pool: AsyncConnectionPool[DictConnection]
-    _clock: Clock
+    def __init__(self, pool: AsyncConnectionPool[DictConnection], clock: Clock) -> None:
+        self._pool = pool
+        self._clock = clock
 
     async def sync_descriptors(
         self,

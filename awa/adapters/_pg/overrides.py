@@ -29,11 +29,13 @@ def _overrides(row: Mapping[str, Any]) -> QueueOverrides:
     )
 
 
-class PgOverrideOps:
-    """:class:`~awa.ports.overrides.QueueOverrideStore` on ``awa.queue_meta``."""
+class PgQueueOverrideStore:
+    """:class:`~awa.ports.overrides.QueueOverrideStore` on ``awa.queue_meta`` (one per
+    backend, on its pool)."""
 
-    _pool: AsyncConnectionPool[DictConnection]
-    _clock: Clock
+    def __init__(self, pool: AsyncConnectionPool[DictConnection], clock: Clock) -> None:
+        self._pool = pool
+        self._clock = clock
 
     async def _override_rows(self, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         async with translated_errors(), self._pool.connection() as conn:

@@ -38,10 +38,12 @@ def _sample(row: dict[str, Any]) -> QueueSample:
     )
 
 
-class PgQueueSampleOps:
-    """:class:`~awa.ports.samples.QueueSampleStore` on ``awa.queue_samples``."""
+class PgQueueSampleStore:
+    """:class:`~awa.ports.samples.QueueSampleStore` on ``awa.queue_samples`` (one per
+    backend, on its pool)."""
 
-    _pool: AsyncConnectionPool[DictConnection]
+    def __init__(self, pool: AsyncConnectionPool[DictConnection]) -> None:
+        self._pool = pool
 
     async def record_queue_samples(self, samples: Sequence[QueueSample]) -> None:
         if not samples:

@@ -1,6 +1,8 @@
 """The in-memory engine: the reference model of the storage port, importing only the core."""
 
 from awa.adapters.inmemory.batch_ops import InMemoryBatchOperationStore
+from awa.adapters.inmemory.cron import InMemoryCronStore
+from awa.adapters.inmemory.descriptors import InMemoryDescriptorStore
 from awa.adapters.inmemory.engine import InMemoryEngine
 from awa.adapters.inmemory.notifier import (
     InMemoryLeaderLock,
@@ -8,6 +10,8 @@ from awa.adapters.inmemory.notifier import (
     LeaderElection,
     NotificationHub,
 )
+from awa.adapters.inmemory.overrides import InMemoryQueueOverrideStore
+from awa.adapters.inmemory.samples import InMemoryQueueSampleStore
 from awa.adapters.inmemory.store import SharedStore
 from awa.adapters.inmemory.transactions import (
     InMemoryTransaction,
@@ -18,8 +22,12 @@ from awa.adapters.inmemory.transition import InMemoryTransition
 
 __all__ = [
     "InMemoryBatchOperationStore",
+    "InMemoryCronStore",
+    "InMemoryDescriptorStore",
     "InMemoryEngine",
     "InMemoryLeaderLock",
+    "InMemoryQueueOverrideStore",
+    "InMemoryQueueSampleStore",
     "InMemorySubscription",
     "InMemoryTransaction",
     "InMemoryTransactions",

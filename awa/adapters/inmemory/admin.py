@@ -385,6 +385,7 @@ class AdminOps(EngineBase):
     async def reset(self) -> None:
         async with self._write() as write:
             write.state.clear()
+            self._store.overrides.clear()
 
     async def close(self) -> None:
         self._closed = True

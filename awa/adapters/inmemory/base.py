@@ -94,6 +94,12 @@ class EngineBase:
         return InMemoryLeaderLock(self._election, self._clock)
 
     @property
+    def store(self) -> SharedStore:
+        """The in-memory "database" this engine keeps its jobs in (shared with the other
+        engines built on it)."""
+        return self._store
+
+    @property
     def election(self) -> LeaderElection:
         return self._election
 

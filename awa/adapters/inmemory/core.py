@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
+
+import attrs
 
 from awa.adapters.inmemory.base import RUNNING_ONLY, EngineBase, Write, ack
 from awa.adapters.inmemory.state import EngineState, new_record
@@ -19,6 +21,14 @@ from awa.domain.policies import PriorityAging, RetentionFloor
 from awa.domain.states import JobState
 from awa.domain.validation import validate_spec
 from awa.ports.storage import Ack, Rescued, UnitOfWork
+
+
+@attrs.frozen
+class StoreInsert:
+    """An open :meth:`CoreOps.store_insert`: its time and how to insert one job."""
+
+    now: datetime
+    insert: Callable[[JobSpec], JobRecord]
 
 
 class CoreOps(EngineBase):
@@ -92,6 +102,21 @@ class CoreOps(EngineBase):
                 write.notify.add(queue_channel(record.queue))
         self._store.next_id = first + len(records)
         return records
+
+    @asynccontextmanager
+    async def store_insert(self) -> AsyncIterator[StoreInsert]:
+        """One atomic write that inserts jobs as the store itself routes them (a cron
+        fire, as ``awa.insert_job_compat`` does on Postgres): what the caller does inside
+        it happens under the store's write lock, and the jobs commit only when it exits
+        without raising."""
+        async with self._write() as write:
+            view = self._routed_view(write)
+
+            def insert(spec: JobSpec) -> JobRecord:
+                (record,) = self._insert_all(view, [spec], write)
+                return record
+
+            yield StoreInsert(now=write.now, insert=insert)
 
     async def enqueue_many_skip_duplicates(self, specs: Sequence[JobSpec]) -> list[JobRecord]:
         for spec in specs:

@@ -6,15 +6,9 @@ from awa.adapters.inmemory.admin import AdminOps
 from awa.adapters.inmemory.batch_ops import BatchOps
 from awa.adapters.inmemory.callbacks import CallbackOps
 from awa.adapters.inmemory.core import CoreOps
-from awa.adapters.inmemory.cron import CronOps
-from awa.adapters.inmemory.descriptors import DescriptorOps
-from awa.adapters.inmemory.overrides import OverrideOps
-from awa.adapters.inmemory.samples import SampleOps
 
 
-class InMemoryEngine(
-    CronOps, OverrideOps, DescriptorOps, SampleOps, CoreOps, CallbackOps, AdminOps, BatchOps
-):
+class InMemoryEngine(CoreOps, CallbackOps, AdminOps, BatchOps):
     """A complete :class:`~awa.ports.StorageEngine` held in process memory.
 
     Written for clarity, not speed: every write copies the state, applies the change

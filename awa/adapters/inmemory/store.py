@@ -16,6 +16,7 @@ import attrs
 from awa.adapters.inmemory.notifier import LeaderElection, NotificationHub
 from awa.adapters.inmemory.state import EngineState, QueueMeta
 from awa.domain.job import DlqEntry, JobRecord
+from awa.domain.overrides import QueueOverrides
 from awa.domain.transition import TransitionStatus
 
 #: The side of a lone engine, and of the canonical engine of a shared store.
@@ -55,7 +56,8 @@ class StoreState:
 
 class SharedStore:
     """The committed state, the write lock, the id sequence, notifications, the leader
-    slot and (for a store under a transition) the transition status."""
+    slot, the queue overrides and (for a store under a transition) the transition
+    status."""
 
     def __init__(self) -> None:
         self.state = StoreState()
@@ -65,6 +67,9 @@ class SharedStore:
         self.next_id = 1
         #: Set by :class:`~awa.adapters.inmemory.transition.InMemoryTransition`.
         self.transition: TransitionStatus | None = None
+        #: Live queue overrides by queue name (the ``override_*`` columns of
+        #: ``awa.queue_meta``): a queue setting, so an engine's ``reset`` clears them.
+        self.overrides: dict[str, QueueOverrides] = {}
 
     def committed(self, side: str) -> EngineState:
         """A read-only view of ``side`` in the committed state."""

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from awa.adapters._pg.cron import PgCronOps
-from awa.adapters._pg.descriptors import PgDescriptorOps
 from awa.adapters._pg.leader import PostgresLeaderLock
 from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
-from awa.adapters._pg.overrides import PgOverrideOps
-from awa.adapters._pg.samples import PgQueueSampleOps
 from awa.adapters.postgres_canonical.admin import AdminOps
 from awa.adapters.postgres_canonical.batch import BatchOps
 from awa.adapters.postgres_canonical.dlq import DlqOps
@@ -20,10 +16,6 @@ class CanonicalEngine(
     MaintenanceOps,
     AdminOps,
     DlqOps,
-    PgCronOps,
-    PgOverrideOps,
-    PgDescriptorOps,
-    PgQueueSampleOps,
     BatchOps,
 ):
     """:class:`awa.ports.StorageEngine` on the canonical tables.

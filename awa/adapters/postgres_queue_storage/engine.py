@@ -1,9 +1,9 @@
 """The queue-storage engine: the default :class:`~awa.ports.StorageEngine` (ADR 0006).
 
 :class:`QueueStorageEngine` is a façade: it builds the engine's parts (:mod:`.parts`) and
-delegates every port method to the part that owns it. The control-table stores shared with
-the canonical engine (cron schedules, queue overrides, descriptors) come from
-``awa.adapters._pg`` and need only the pool and the clock.
+delegates every port method to the part that owns it. The control-plane stores it shares
+with the canonical engine (cron schedules, queue overrides, descriptors, batch operations)
+are objects of their own (``awa.adapters._pg``), built once per database.
 """
 
 from __future__ import annotations
@@ -15,13 +15,9 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from awa.adapters._pg.cron import PgCronOps
-from awa.adapters._pg.descriptors import PgDescriptorOps
 from awa.adapters._pg.leader import PostgresLeaderLock
 from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
-from awa.adapters._pg.overrides import PgOverrideOps
 from awa.adapters._pg.pool import DictConnection, open_pool
-from awa.adapters._pg.samples import PgQueueSampleOps
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage.install import DEFAULT_SCHEMA, install_queue_storage
 from awa.adapters.postgres_queue_storage.parts import build_parts
@@ -36,7 +32,7 @@ from awa.ports.clock import Clock
 from awa.ports.storage import Ack, DlqFilter, JobFilter, Rescued, UnitOfWork
 
 
-class QueueStorageEngine(PgCronOps, PgOverrideOps, PgDescriptorOps, PgQueueSampleOps):
+class QueueStorageEngine:
     """Append-first Postgres storage: ready rows, receipts and closures in a ring of list
     partitions reclaimed by ``TRUNCATE`` (:meth:`rotate_queue_ring`, :meth:`prune_oldest`).
 

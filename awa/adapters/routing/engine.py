@@ -28,21 +28,20 @@ from __future__ import annotations
 
 from awa.adapters.routing.admin import AdminOps
 from awa.adapters.routing.base import C
-from awa.adapters.routing.catalog import CatalogOps
 from awa.adapters.routing.maintenance import MaintenanceOps
 from awa.adapters.routing.producers import ProducerOps
 from awa.adapters.routing.workers import WorkerOps
 
 
-class TransitionRoutingEngine(
-    ProducerOps[C], WorkerOps[C], MaintenanceOps[C], AdminOps[C], CatalogOps[C]
-):
+class TransitionRoutingEngine(ProducerOps[C], WorkerOps[C], MaintenanceOps[C], AdminOps[C]):
     """:class:`~awa.ports.StorageEngine` routing between canonical and queue storage.
 
     Also a :class:`~awa.ports.storage.StripedClaimer`, a
     :class:`~awa.ports.storage.WorkerWarmUp`, a
     :class:`~awa.ports.maintenance.RingMaintenance`, a
     :class:`~awa.ports.producers.StripedProducer`, a
-    :class:`~awa.ports.transition.TransitionFollower`, the cron, override and descriptor
-    stores, and the notifier and leader-lock source of its store.
+    :class:`~awa.ports.transition.TransitionFollower`, and the notifier and leader-lock
+    source of its store. The control-plane stores (batch operations, cron, overrides,
+    descriptors) are not engines' business: the composition root builds them once per
+    backend (:class:`~awa.ports.control_plane.ControlPlane`).
     """

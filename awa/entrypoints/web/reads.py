@@ -35,7 +35,6 @@ from awa.entrypoints.job import rfc3339
 from awa.entrypoints.web.cache import ReadCache
 from awa.entrypoints.web.errors import bad_request, not_found
 from awa.ports.runtime_registry import QueueSnapshot, RuntimeSnapshot
-from awa.ports.samples import QueueSampleStore
 from awa.ports.storage import DlqFilter, JobFilter
 
 MAX_LIMIT = 500
@@ -334,10 +333,8 @@ class AdminReads:
         start = first_minute(now, window)
 
         async def load() -> list[QueueSample]:
-            engine = await self.client.admin_engine()
-            if not isinstance(engine, QueueSampleStore):
-                return []
-            return await engine.queue_samples(since=start)
+            control = await self.client.admin_control_plane()
+            return await control.queue_samples.queue_samples(since=start)
 
         samples: list[QueueSample] = await self.cache.get(f"queue_samples:{minutes}", load)
         count = int((minute_of(now) - start) / timedelta(minutes=1)) + 1

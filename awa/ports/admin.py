@@ -32,6 +32,7 @@ class RuntimeCounts:
     live_canonical_only: int
 
     def as_dict(self) -> dict[str, int]:
+        """The counts by field name."""
         return attrs.asdict(self)
 
 

@@ -14,7 +14,9 @@ class Subscription(Protocol):
         """
         ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Stop listening and release the connection the subscription holds."""
+        ...
 
 
 class Notifier(Protocol):

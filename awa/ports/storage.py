@@ -69,6 +69,7 @@ class DlqFilter:
 
     @property
     def is_empty(self) -> bool:
+        """Whether the filter matches every entry (no kind, queue or tag given)."""
         return self.kind is None and self.queue is None and self.tag is None
 
 
@@ -368,13 +369,18 @@ class StorageEngine(Protocol):
         """Move a ``failed`` job into the DLQ; ``None`` if it is not a failed job."""
         ...
 
-    async def bulk_move_failed_to_dlq(self, filter: JobFilter, *, reason: str) -> int: ...
+    async def bulk_move_failed_to_dlq(self, filter: JobFilter, *, reason: str) -> int:
+        """Move every ``failed`` job matching ``filter`` (its ``state`` is ignored) into the
+        DLQ with ``reason``, in one atomic step; returns how many moved."""
+        ...
 
     async def list_dlq(self, filter: DlqFilter, *, limit: int = 100) -> list[DlqEntry]:
         """Newest first by ``(dlq_at, job id)``; ``before_*`` give the next page."""
         ...
 
-    async def get_dlq(self, job_id: int) -> DlqEntry | None: ...
+    async def get_dlq(self, job_id: int) -> DlqEntry | None:
+        """The DLQ entry of job ``job_id``, or ``None`` when the job is not in the DLQ."""
+        ...
 
     async def list_dead_lettered(self, filter: JobFilter, *, limit: int = 100) -> list[JobRecord]:
         """The jobs the DLQ holds that match ``filter`` (kind, queue, state, tag,
@@ -383,9 +389,13 @@ class StorageEngine(Protocol):
         a caller can merge the two into one newest-first page."""
         ...
 
-    async def dlq_depth(self, queue: str | None = None) -> int: ...
+    async def dlq_depth(self, queue: str | None = None) -> int:
+        """How many DLQ entries there are (of ``queue`` only, when given)."""
+        ...
 
-    async def dlq_depth_by_queue(self) -> list[tuple[str, int]]: ...
+    async def dlq_depth_by_queue(self) -> list[tuple[str, int]]:
+        """``(queue, depth)`` for every queue with DLQ entries, ordered by queue."""
+        ...
 
     async def dlq_depth_by_kind(self) -> list[tuple[str, str, int]]:
         """``(kind, queue, depth)`` for every kind and queue with DLQ entries, ordered by
@@ -404,13 +414,18 @@ class StorageEngine(Protocol):
         ``run_lease = 0`` (same id); ``run_at`` makes it scheduled. ``None`` if absent."""
         ...
 
-    async def bulk_retry_from_dlq(self, filter: DlqFilter) -> int: ...
+    async def bulk_retry_from_dlq(self, filter: DlqFilter) -> int:
+        """:meth:`retry_from_dlq` (available now, same queue and priority) for every entry
+        matching ``filter``, lowest job id first, in one atomic step; returns how many."""
+        ...
 
     async def purge_dlq(self, filter: DlqFilter) -> int:
         """Delete matching DLQ entries; returns how many."""
         ...
 
-    async def purge_dlq_job(self, job_id: int) -> bool: ...
+    async def purge_dlq_job(self, job_id: int) -> bool:
+        """Delete job ``job_id``'s DLQ entry; ``False`` when it had none."""
+        ...
 
     # ------------------------------------------------------------------ batch targets
     # What a batch operation changes lives with the jobs, so each engine answers for its
@@ -439,7 +454,10 @@ class StorageEngine(Protocol):
         """Delete every job, DLQ entry, unique claim and queue setting (tests, ``clean``)."""
         ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Release what the engine holds (its connections, and its pool when it owns one);
+        the engine takes no calls afterwards."""
+        ...
 
 
 @runtime_checkable
@@ -457,7 +475,10 @@ class StripedClaimer(Protocol):
         limit: int,
         deadline: timedelta | None = None,
         aging_interval: timedelta | None = None,
-    ) -> list[Claim]: ...
+    ) -> list[Claim]:
+        """:meth:`StorageEngine.claim` on stripe ``stripe`` (of ``stripes``) of the logical
+        queue ``queue`` only."""
+        ...
 
 
 @runtime_checkable
@@ -466,7 +487,10 @@ class WorkerWarmUp(Protocol):
     arrive: open the connections its claims and completions use and plan their
     statements there, so the first jobs do not pay for a cold backend. Best effort."""
 
-    async def warm_up(self, queues: Sequence[str]) -> None: ...
+    async def warm_up(self, queues: Sequence[str]) -> None:
+        """Ready the claim and completion statements of ``queues`` (best effort: a failure
+        is the caller's to log and ignore)."""
+        ...
 
 
 @runtime_checkable
@@ -476,4 +500,6 @@ class TransitionObserver(Protocol):
     the target schema is installed and the live runtimes by capability. A few small
     reads; the maintenance leader reports it as the ``awa.storage.*`` gauges."""
 
-    async def observe_transition(self) -> TransitionObservation: ...
+    async def observe_transition(self) -> TransitionObservation:
+        """Where the storage transition stands now, read afresh."""
+        ...

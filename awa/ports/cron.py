@@ -1,8 +1,8 @@
 """Cron ports: where schedules are stored and fired, and how expressions are read.
 
-:class:`CronStore` is implemented by every storage engine (in-memory, canonical, queue
-storage and the routing engine clients run); the contract suite in
-``tests/contract/test_cron.py`` is the executable form of these docstrings.
+:class:`CronStore` is one store per backend, in its control plane
+(:mod:`awa.ports.control_plane`); the contract suite in ``tests/contract/test_cron.py`` is
+the executable form of these docstrings.
 :class:`CronParser` turns an expression and an IANA zone into a
 :class:`~awa.domain.cron.CronCalendar`; an adapter implements it over a cron library.
 """

@@ -1,6 +1,6 @@
 """Descriptor catalogs: where runtimes store the descriptors they declare.
 
-Implemented by every storage engine (Postgres: ``awa.queue_descriptors`` and
+One store per backend, in its control plane (Postgres: ``awa.queue_descriptors`` and
 ``awa.job_kind_descriptors``); ``tests/contract/test_descriptors.py`` is the executable
 form of these docstrings. What the rows mean is :mod:`awa.domain.descriptors`.
 """

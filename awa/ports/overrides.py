@@ -1,6 +1,6 @@
 """Live queue overrides: where operators' per-queue overrides are stored.
 
-Implemented by every storage engine (Postgres: the ``override_*`` columns of
+One store per backend, in its control plane (Postgres: the ``override_*`` columns of
 ``awa.queue_meta``); ``tests/contract/test_queue_overrides.py`` is the executable form of
 these docstrings. How a dispatcher applies them is :mod:`awa.domain.overrides`.
 """

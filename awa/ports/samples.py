@@ -1,7 +1,8 @@
 """Queue samples: each queue's depth and lag over time, as the maintenance leader records
 them once a minute (``awa.queue_samples`` on Postgres), for the admin dashboard's charts.
 
-Implemented by every storage engine; ``tests/contract/test_queue_samples.py`` is the
+One store per backend, in its control plane (:mod:`awa.ports.control_plane`);
+``tests/contract/test_queue_samples.py`` is the
 executable form of these docstrings. What a sample holds is
 :class:`awa.domain.admin_views.QueueSample`.
 """

@@ -21,7 +21,6 @@ from awa.domain.states import JobState
 from awa.entrypoints.web.app import create_app
 from awa.entrypoints.web.config import ServerConfig
 from awa.ports.runtime_registry import QueueSnapshot, RuntimeSnapshot
-from awa.ports.samples import QueueSampleStore
 
 pytestmark = pytest.mark.postgres
 
@@ -156,9 +155,8 @@ def seed_everything(url: str) -> Seeded:
                     ),
                 )
             )
-            engine = await client.admin_engine()
-            assert isinstance(engine, QueueSampleStore)
-            await engine.record_queue_samples(
+            control = await client.admin_control_plane()
+            await control.queue_samples.record_queue_samples(
                 [
                     QueueSample(
                         now - timedelta(minutes=m), q, {JobState.Available: n}, lag_seconds=lag

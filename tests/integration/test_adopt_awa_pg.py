@@ -12,6 +12,7 @@ import asyncio
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -113,6 +114,8 @@ async def test_an_awa_pg_database_is_adopted_in_place_and_every_job_runs_to_its_
     # Nothing changed: awa-pg's schema and jobs are as they were.
     assert sql(database_url, "SELECT id, state::text FROM awa.jobs ORDER BY id") == awa_pg_state
     sql(database_url, "DROP VIEW public.ops_backlog")
+    if engine == "canonical":
+        await refusals_leave_the_database_as_it_was(database_url, awa_pg_state)
 
     adopted = await awa(database_url, "adopt")
     assert adopted.exit_code == 0, adopted.output
@@ -184,6 +187,43 @@ async def test_an_awa_pg_database_is_adopted_in_place_and_every_job_runs_to_its_
     # None lost, none run twice, nothing finished run again.
     assert verdict(runs, final, seeded["dead_lettered"]) == []
     assert final["waiting_external"] == "completed"
+
+
+async def refusals_leave_the_database_as_it_was(
+    url: str, awa_pg_state: list[tuple[Any, ...]]
+) -> None:
+    """What awa-pg still has in flight is refused by name, each time changing nothing."""
+    sql(
+        url,
+        "INSERT INTO awa.batch_operations (id, op_kind, filter, spec, state) VALUES "
+        "('00000000-0000-0000-0000-00000000b0b0', 'set_priority', '{}', '{}', 'running')",
+    )
+    refused = await awa(url, "adopt")
+    assert refused.exit_code == 1
+    assert "batch operation(s) 00000000-0000-0000-0000-00000000b0b0 (set_priority, running)" in (
+        refused.output
+    )
+    sql(url, "DELETE FROM awa.batch_operations")
+    sql(
+        url,
+        "UPDATE awa.storage_transition_state "
+        "SET state = 'mixed_transition', prepared_engine = 'queue_storage'",
+    )
+    refused = await awa(url, "adopt")
+    assert refused.exit_code == 1
+    assert "storage transition is in state 'mixed_transition'" in refused.output
+    sql(
+        url,
+        "UPDATE awa.storage_transition_state SET state = 'canonical', prepared_engine = NULL",
+    )
+    sql(url, "DELETE FROM awa.schema_version WHERE version = 40")
+    refused = await awa(url, "adopt")
+    assert refused.exit_code == 1
+    assert "schema version 39; adoption takes awa-pg 0.6.9's schema (version 40)" in (
+        refused.output
+    )
+    sql(url, "INSERT INTO awa.schema_version (version, description) VALUES (40, 'restored')")
+    assert sql(url, "SELECT id, state::text FROM awa.jobs ORDER BY id") == awa_pg_state
 
 
 async def test_adopt_refuses_a_database_awa_pg_did_not_migrate(migrated_database_url: str) -> None:

@@ -29,11 +29,14 @@ async def test_cache_serves_within_ttl_coalesces_and_invalidates() -> None:
     clock = Clock()
     cache = ReadCache(5.0, clock=clock)
     calls = 0
+    loaded = {n: asyncio.Event() for n in range(1, 5)}
 
     async def load() -> int:
         nonlocal calls
         calls += 1
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0)  # a load that awaits: the other reads find it under way
+        # set as the load returns: the cache keeps the value in the same step
+        loaded[calls].set()
         return calls
 
     first = await asyncio.gather(*(cache.get("k", load) for _ in range(5)))
@@ -43,7 +46,7 @@ async def test_cache_serves_within_ttl_coalesces_and_invalidates() -> None:
     # Stale but young: served at once while one refresh runs.
     clock.now = 6.0
     assert await cache.get("k", load) == 1
-    await asyncio.sleep(0.05)
+    await loaded[2].wait()  # the one background refresh
     assert calls == 2 and await cache.get("k", load) == 2
     cache.invalidate()
     assert await cache.get("k", load) == 3

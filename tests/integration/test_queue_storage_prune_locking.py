@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -153,6 +154,18 @@ async def test_prune_lock_request_does_not_hold_up_readers(
     once; prune finishes once the slot is free."""
     monkeypatch.setattr(swap_module, "PRUNE_NOWAIT_TRIES", 1000)
     monkeypatch.setattr(swap_module, "PRUNE_NOWAIT_PAUSE", 0.01)
+    refused = anyio.Event()
+    refusals = 0
+
+    async def pause(seconds: float) -> None:
+        # prune's pause after a refused NOWAIT: count them, let the test go on after two
+        nonlocal refusals
+        refusals += 1
+        if refusals >= 2:
+            refused.set()
+        await anyio.sleep(seconds)
+
+    monkeypatch.setattr(swap_module, "anyio", SimpleNamespace(sleep=pause))
     job = await _completed_job_in_next_slot(engine)
     async with await psycopg.AsyncConnection.connect(migrated_database_url) as holder:
         await holder.execute(f"SELECT count(*) FROM {SCHEMA}.done_entries_0")  # opens a tx
@@ -163,7 +176,8 @@ async def test_prune_lock_request_does_not_hold_up_readers(
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(prune)
-            await anyio.sleep(0.3)
+            with anyio.fail_after(10):
+                await refused.wait()  # prune has been refused the slot, and tries again
             async with await psycopg.AsyncConnection.connect(
                 migrated_database_url, autocommit=True
             ) as reader:

@@ -12,10 +12,11 @@ written:
   not of a ledger a transition must remember to update (:data:`SLOT_STATES`).
 - **Which jobs a claim takes (fairness).** The candidates in the queue's own claim order
   are ranked within their key (first, second, ... job of ``tenant-42``); the claim takes
-  them by rank, then by the queue's order, so every key with work gets its first job
-  before any key gets its second. A key with a 100,000-job backlog delays a key with one
-  job by at most one claim round. A key's candidates whose rank exceeds its free slots
-  are not taken at all.
+  them by rank, then by the queue's order, so every key among the candidates gets its
+  first job before any gets its second, and a key's candidates whose rank exceeds its
+  free slots are not taken at all. Which candidates a claim is offered is the engine's
+  (every available job in the in-memory model; a window of keys that rotates from claim
+  to claim in a database, ADR 0029).
 - **Jobs without a key** are not limited; each counts as a key of its own (rank one).
 """
 

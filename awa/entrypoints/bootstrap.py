@@ -130,11 +130,6 @@ async def probe_write_access(url: str) -> WriteAccess:
     return await pg_access.probe_write_access(url)
 
 
-def runtime_registry(wiring: Wiring) -> RuntimeRegistry:
-    """Read access to the runtimes' published snapshots, through the wiring's pool."""
-    return PostgresRuntimeRegistry(wiring.database())
-
-
 def normalize_url(url: str) -> str:
     """``url`` with a SQLAlchemy driver suffix (``postgresql+psycopg://``) removed."""
     return conninfo.normalize(url)
@@ -362,11 +357,6 @@ async def open_runtime_ports(
     ports.closers.append(leader_lock.release)
     ports.closers.append(registry.close)
     return ports
-
-
-def read_runtime_registry(wiring: Wiring) -> RuntimeRegistry:
-    """A registry for reading ``awa.runtime_instances`` (admin reads; writes nothing)."""
-    return PostgresRuntimeRegistry(wiring.database())
 
 
 #: The pool of each engine a worker opens for a thread of its own (heartbeat, maintenance).

@@ -149,7 +149,7 @@ class ClientCore:
 
     async def runtime_registry(self) -> RuntimeRegistry:
         """Where worker runtimes publish their snapshots (read by operator surfaces)."""
-        return bootstrap.runtime_registry(await self._wiring())
+        return (await self._control()).registry
 
     async def schema_admin(self) -> SchemaAdmin:
         """The database schema's own state (migration version, storage transition,

@@ -18,7 +18,6 @@ from awa.domain.descriptors import (
 )
 from awa.domain.errors import AwaError, DatabaseError
 from awa.domain.keywords import check_keywords
-from awa.entrypoints import bootstrap
 from awa.entrypoints.args import blake3_digest, to_json_value
 from awa.entrypoints.client_core import ClientCore
 from awa.ports.descriptors import DeclaredDescriptor
@@ -132,7 +131,7 @@ class DescriptorsMixin(ClientCore):
         wiring = await self._wiring()
         stored = await wiring.control.descriptors.list_descriptors(catalog)
         now = datetime.now(UTC)
-        runtimes = await bootstrap.read_runtime_registry(wiring).list_runtimes()
+        runtimes = await wiring.control.registry.list_runtimes()
         live = [
             r.queue_descriptor_hashes if catalog == "queue" else r.job_kind_descriptor_hashes
             for r in runtimes

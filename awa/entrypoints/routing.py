@@ -26,6 +26,7 @@ from awa.adapters._pg.migrations import require_schema
 from awa.adapters._pg.overrides import PgQueueOverrideStore
 from awa.adapters._pg.pool import DictPool, PoolOptions, open_pool
 from awa.adapters._pg.routing import AnyConnection, PgRoutedInsert, PgTransactions
+from awa.adapters._pg.runtime_registry import PostgresRuntimeRegistry
 from awa.adapters._pg.samples import PgQueueSampleStore
 from awa.adapters._pg.transition import PgTransitionState
 from awa.adapters.clock import SystemClock
@@ -41,6 +42,7 @@ from awa.adapters.inmemory import (
     InMemoryTransition,
     SharedStore,
 )
+from awa.adapters.inmemory.runtime_registry import InMemoryRuntimeRegistry
 from awa.adapters.inmemory.store import CANONICAL_SIDE, queue_storage_side
 from awa.adapters.postgres_canonical import CanonicalEngine
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
@@ -183,6 +185,7 @@ def postgres_control_plane(pool: DictPool, clock: Clock) -> ControlPlane:
         overrides=PgQueueOverrideStore(pool, clock),
         descriptors=PgDescriptorStore(pool, clock),
         queue_samples=PgQueueSampleStore(pool),
+        registry=PostgresRuntimeRegistry(pool),
     )
 
 
@@ -196,6 +199,7 @@ def inmemory_control_plane(home: InMemoryEngine, clock: Clock) -> ControlPlane:
         overrides=InMemoryQueueOverrideStore(home.store),
         descriptors=InMemoryDescriptorStore(clock),
         queue_samples=InMemoryQueueSampleStore(),
+        registry=InMemoryRuntimeRegistry(clock),
     )
 
 

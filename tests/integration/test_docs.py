@@ -167,5 +167,5 @@ def test_the_site_builds_without_warnings(tmp_path: Path) -> None:
     assert 'id="awa.Job.record"' not in reference
     # Operator plumbing typed by internal ports stays out of the reference.
     assert 'id="awa.AsyncClient.insert"' in reference
-    for internal in ("admin_engine", "schema_admin", "runtime_registry"):
+    for internal in ("admin_engine", "admin_control_plane", "schema_admin", "runtime_registry"):
         assert f'id="awa.AsyncClient.{internal}"' not in reference, internal

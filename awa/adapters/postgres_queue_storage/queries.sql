@@ -634,18 +634,25 @@ FROM unnest(%(channels)s::text[], %(payloads)s::text[]) AS i(channel, payload)
 -- claim_sorted in a transaction, and keeps using it for the queue while that reports a
 -- sorted window longer than its batch.
 -- Unless the queue is paused, lock the lane heads nobody else is claiming from and take
--- the best unclaimed rows of their windows (lane_seq >= cursor). A window appended in
--- (run_at, job id) order is walked along the lane index and stops after `limit` rows.
--- Within one lane the aged priority only improves with age, so each lane's first `limit`
--- rows by (run_at, job id) contain the answer. Aging uses integer microseconds, exactly
--- like the Python PriorityAging. On the walk, OFFSET 0 keeps each NOT EXISTS a per-row
--- index probe (the planner would otherwise build a join against a whole partition when
--- its statistics are stale).
+-- the best unclaimed rows of their windows (lane_seq >= cursor), merged across lanes by
+-- (aged priority, run_at, job id). Within one lane that key only grows along an ordered
+-- window (a lane has one priority, the window is in (run_at, job id) order and aging only
+-- favours older rows), so the merge is exact without reading `limit` rows of every lane
+-- (ADR 0006, "The claim's merge"). A first walk reads an even share of the batch from
+-- each ordered window (`limit` / lanes rounded up; a sorted window `limit` + 1 rows, to
+-- tell whether it fits). Every row not read has a larger key than the last row read of
+-- its lane, so when at least `limit` rows read have keys up to the smallest such last
+-- key, the best `limit` of them are the answer. Otherwise the window with that smallest
+-- last key goes on by as many rows as can still rank within the batch (a run of one
+-- lane ahead of the others, the usual shape of a backlog from concurrent producers); and
+-- if the test still fails, every window that may go on does, by at most `limit` less its
+-- rows read and the other lanes' rows read below its last one. Aging uses integer
+-- microseconds, exactly like the Python PriorityAging. On a walk (claim_walk), OFFSET 0 keeps each NOT EXISTS a per-row index probe (the planner would
+-- otherwise build a join against a whole partition when its statistics are stale).
 -- The same statement moves the cursor of every lane it took rows from: in an ordered
--- window the rows taken are a prefix of the lane's unclaimed rows in lane order (a lane
--- has one priority, its window is in (run_at, job id) order and aging only favours older
--- rows), and a sorted window was taken whole, so every row below the last one taken is
--- claimed or tombstoned.
+-- window the rows taken are a prefix of the lane's unclaimed rows in lane order, and a
+-- sorted window was taken whole, so every row below the last one taken is claimed or
+-- tombstoned.
 {claim_body ready_entries=ring_ready_entries claims=ring_claims tombstones=ring_tombstones}
 
 -- name: claim_body
@@ -671,41 +678,98 @@ WITH heads AS (
           SELECT 1 FROM awa.queue_meta m WHERE m.queue = %(queue)s AND m.paused)
     ORDER BY h.priority, h.shard
     FOR UPDATE OF h SKIP LOCKED
-), picked AS (
-    SELECT w.*, h.disordered
-    FROM (SELECT * FROM heads WHERE NOT contested) h
+), first_lanes AS (
+    -- The first walk of each lane not left alone: from its cursor, an even share of the
+    -- batch (all of it for a lone lane). A sorted window: its unclaimed rows, due or not,
+    -- one more than fits (to tell).
+    SELECT h.queue, h.priority, h.shard, h.next_seq, h.disordered, 1 AS pass,
+        h.claim_seq AS walk_from,
+        CASE WHEN h.disordered THEN %(limit)s + 1
+            ELSE (%(limit)s + count(*) OVER () - 1) / count(*) OVER () END AS share
+    FROM heads h
+    WHERE NOT h.contested
+), first_walk AS (
+    {claim_walk lanes=claim_first_lanes}
+), first_keyed AS (
+    SELECT f.priority, f.shard, f.lane_seq, f.run_at, f.job_id, {claim_effective} AS effective
+    FROM first_walk f
+), first_ends AS (
+    -- Per lane: the rows the first walk read and its last one (the largest key of an
+    -- ordered window); `more` when the window filled its share and may go on.
+    SELECT l.queue, l.priority, l.shard, l.next_seq, g.n, e.lane_seq AS last_seq,
+        e.effective, e.run_at, e.job_id,
+        NOT l.disordered AND g.n >= l.share AS more
+    FROM first_lanes l
     CROSS JOIN LATERAL (
-        -- A sorted window: its unclaimed rows, due or not, one more than fits (to tell).
-        SELECT o.* FROM (
-            SELECT r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard,
-                r.kind, r.queue, r.args, r.attempt, r.max_attempts, r.finalized_at,
-                r.created_at, r.errors, r.metadata, r.tags, r.unique_key,
-                r.unique_states, r.callback_id, r.callback_timeout_at, r.progress,
-                r.lane_seq{?walk_position}
-            FROM {?ready_entries} r
-            WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
-              AND r.lane_seq >= h.claim_seq AND (h.disordered OR r.run_at <= %(now)s)
-            ORDER BY r.lane_seq
-            OFFSET 0) o
-        WHERE NOT EXISTS (
-              SELECT 1 FROM {?claims} c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
-              OFFSET 0)
-          AND NOT EXISTS (
-              SELECT 1 FROM {?tombstones} t
-              WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)
-        ORDER BY o.lane_seq
-        LIMIT CASE WHEN h.disordered THEN %(limit)s + 1 ELSE %(limit)s END
-    ) w
+        SELECT count(*) AS n FROM first_keyed k
+        WHERE k.priority = l.priority AND k.shard = l.shard) g
+    LEFT JOIN LATERAL (
+        SELECT k.lane_seq, k.effective, k.run_at, k.job_id FROM first_keyed k
+        WHERE k.priority = l.priority AND k.shard = l.shard
+        ORDER BY k.lane_seq DESC LIMIT 1) e ON true
+), second_lanes AS (
+    -- Unless `limit` rows read rank up to the smallest last key of the windows that may
+    -- go on (every row not read ranks after it), the window with that last key goes on by
+    -- as many rows as can still rank within the batch.
+    SELECT e.queue, e.priority, e.shard, e.next_seq, false AS disordered, 2 AS pass,
+        e.last_seq + 1 AS walk_from, %(limit)s - b.below AS share
+    FROM (SELECT * FROM first_ends WHERE more
+          ORDER BY effective, run_at, job_id LIMIT 1) e
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS below FROM first_keyed k
+        WHERE (k.effective, k.run_at, k.job_id) <= (e.effective, e.run_at, e.job_id)) b
+    WHERE b.below < %(limit)s
+), second_walk AS (
+    {claim_walk lanes=claim_second_lanes}
+), read_keyed AS (
+    SELECT * FROM first_keyed
+    UNION ALL
+    SELECT f.priority, f.shard, f.lane_seq, f.run_at, f.job_id, {claim_effective}
+    FROM second_walk f
+), read_ends AS (
+    -- first_ends after the second walk.
+    SELECT e.queue, e.priority, e.shard, e.next_seq, e.n + coalesce(g.n, 0) AS n,
+        coalesce(g.lane_seq, e.last_seq) AS last_seq,
+        coalesce(g.effective, e.effective) AS effective,
+        coalesce(g.run_at, e.run_at) AS run_at, coalesce(g.job_id, e.job_id) AS job_id,
+        CASE WHEN s.pass IS NULL THEN e.more ELSE coalesce(g.n, 0) >= s.share END AS more
+    FROM first_ends e
+    LEFT JOIN second_lanes s ON s.priority = e.priority AND s.shard = e.shard
+    LEFT JOIN LATERAL (
+        SELECT count(*) OVER () AS n, k.lane_seq, k.effective, k.run_at, k.job_id
+        FROM read_keyed k
+        WHERE s.pass IS NOT NULL AND k.priority = e.priority AND k.shard = e.shard
+          AND k.lane_seq >= s.walk_from
+        ORDER BY k.lane_seq DESC LIMIT 1) g ON true
+), third_lanes AS (
+    -- When the second walk ran and still fewer than `limit` rows read rank up to the
+    -- smallest last key of the windows that may go on, each of those goes on by at most
+    -- the rows of it that can still rank within the batch: `limit` less its rows read and
+    -- the other lanes' rows read below its last one.
+    SELECT e.queue, e.priority, e.shard, e.next_seq, false AS disordered, 3 AS pass,
+        e.last_seq + 1 AS walk_from,
+        %(limit)s - e.n - (
+            SELECT count(*) FROM read_keyed k
+            WHERE (k.priority, k.shard) <> (e.priority, e.shard)
+              AND (k.effective, k.run_at, k.job_id) < (e.effective, e.run_at, e.job_id))
+        AS share
+    FROM read_ends e
+    WHERE e.more AND EXISTS (SELECT 1 FROM second_lanes)
+      AND (SELECT count(*) FROM read_keyed k
+           WHERE (k.effective, k.run_at, k.job_id) <= (
+               SELECT r.effective, r.run_at, r.job_id FROM read_ends r WHERE r.more
+               ORDER BY r.effective, r.run_at, r.job_id LIMIT 1)) < %(limit)s
+), third_walk AS (
+    {claim_walk lanes=claim_third_lanes}
+), picked AS (
+    SELECT * FROM first_walk
+    UNION ALL
+    SELECT * FROM second_walk
+    UNION ALL
+    SELECT * FROM third_walk
 ), ranked AS (
     SELECT p.*, row_number() OVER (ORDER BY p.effective, p.run_at, p.job_id) AS rank
-    FROM (
-        SELECT p.*,
-            CASE WHEN %(aging_us)s::bigint > 0 AND %(now)s::timestamptz > p.run_at
-                THEN greatest(1, p.priority - div(
-                    extract(epoch FROM %(now)s::timestamptz - p.run_at) * 1000000,
-                    %(aging_us)s::bigint))
-                ELSE p.priority END AS effective
-        FROM picked p) p
+    FROM (SELECT f.*, {claim_effective} AS effective FROM picked f) p
 ), refused AS (
     -- A sorted window this statement cannot take whole: a row of it is not due yet, or
     -- they do not all fit in the batch (more than `limit`, or better rows elsewhere).
@@ -772,6 +836,57 @@ SELECT r.*, m.mixed, m.contested{?slot_columns}
 FROM mixed m LEFT JOIN claimed r ON true
 ORDER BY r.effective, r.run_at, r.job_id
 
+-- name: claim_walk
+-- A claim's walk of the lanes `{?lanes}` (queue, priority, shard, disordered, pass,
+-- walk_from, share): each one's unclaimed rows in lane order from position walk_from, at
+-- most share of them (none when share is not positive); an ordered window only its due
+-- rows.
+SELECT w.*, h.disordered, h.pass
+FROM (SELECT * FROM {?lanes} WHERE share > 0) h
+CROSS JOIN LATERAL (
+    SELECT o.* FROM (
+        SELECT {claim_walk_columns}{?walk_position}
+        FROM {?ready_entries} r
+        WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+          AND r.lane_seq >= h.walk_from AND (h.disordered OR r.run_at <= %(now)s)
+        ORDER BY r.lane_seq
+        OFFSET 0) o
+    WHERE NOT EXISTS (
+          SELECT 1 FROM {?claims} c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
+          OFFSET 0)
+      AND NOT EXISTS (
+          SELECT 1 FROM {?tombstones} t
+          WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)
+    ORDER BY o.lane_seq
+    LIMIT h.share
+) w
+
+-- name: claim_first_lanes
+first_lanes
+
+-- name: claim_second_lanes
+second_lanes
+
+-- name: claim_third_lanes
+third_lanes
+
+-- name: claim_walk_columns
+-- The columns a claim's walk reads of a ready row (`r`): the claimed snapshot's body and
+-- the row's place.
+r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard, r.kind, r.queue,
+    r.args, r.attempt, r.max_attempts, r.finalized_at, r.created_at, r.errors, r.metadata,
+    r.tags, r.unique_key, r.unique_states, r.callback_id, r.callback_timeout_at,
+    r.progress, r.lane_seq
+
+-- name: claim_effective
+-- The aged priority of a walked row `f` at the claim's `now`: its priority less one per
+-- `aging_us` microseconds it has been due, never below 1 (PriorityAging).
+CASE WHEN %(aging_us)s::bigint > 0 AND %(now)s::timestamptz > f.run_at
+    THEN greatest(1, f.priority - div(
+        extract(epoch FROM %(now)s::timestamptz - f.run_at) * 1000000,
+        %(aging_us)s::bigint))
+    ELSE f.priority END
+
 -- name: claim_in_slot
 -- The claim as one ring slot's statement: it reads and writes that slot's partitions by
 -- name, never the ring's partitioned parents, so prune's swap of another slot neither
@@ -812,23 +927,25 @@ ORDER BY r.effective, r.run_at, r.job_id
 , row_number() OVER (ORDER BY r.lane_seq) AS rn
 
 -- name: slot_refused_elsewhere
--- Per lane: when the walk filled the lane's share of the batch, every position below its
--- last row is in this slot when that row's position equals the cursor plus the rows
--- walked before it (positions are unique and increase along the walk); otherwise the
--- walk saw all the lane's rows here, and the slot must hold every position from the
--- cursor to the lane's end (next_seq is committed with the rows below it).
+-- Per walk of a lane (first_lanes, second_lanes, third_lanes): when the walk filled its share, every
+-- position from where it began to its last row is in this slot when that row's position
+-- equals the beginning plus the rows walked before it (positions are unique and increase
+-- along the walk); otherwise the walk saw all the lane's rows here from where it began,
+-- and the slot must hold every position from there to the lane's end (next_seq is
+-- committed with the rows below it).
 , EXISTS (
-    SELECT 1 FROM heads h
+    SELECT 1 FROM (SELECT * FROM first_lanes UNION ALL SELECT * FROM second_lanes
+                   UNION ALL SELECT * FROM third_lanes WHERE share > 0) h
     CROSS JOIN LATERAL (
         SELECT count(*) AS n, max(p.rn) AS last_rn, max(p.lane_seq) AS last_seq
-        FROM picked p WHERE p.priority = h.priority AND p.shard = h.shard) g
-    WHERE NOT h.contested AND CASE
-        WHEN g.n >= CASE WHEN h.disordered THEN %(limit)s + 1 ELSE %(limit)s END
-            THEN g.last_seq <> h.claim_seq + g.last_rn - 1
+        FROM picked p
+        WHERE p.priority = h.priority AND p.shard = h.shard AND p.pass = h.pass) g
+    WHERE CASE
+        WHEN g.n >= h.share THEN g.last_seq <> h.walk_from + g.last_rn - 1
         ELSE (SELECT count(*) FROM {ready_entries_k} r
               WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
-                AND r.lane_seq >= h.claim_seq AND r.lane_seq < h.next_seq)
-            <> h.next_seq - h.claim_seq
+                AND r.lane_seq >= h.walk_from AND r.lane_seq < h.next_seq)
+            <> h.next_seq - h.walk_from
         END) AS elsewhere
 
 -- name: slot_or_elsewhere

@@ -12,7 +12,8 @@ the only ones there are:
 ``{stamp_slack_ms}``
 ``{name}``                  the rendered text of the entry ``name`` (a shared fragment)
 ``{name slot=other}``       the same, with its ``{?slot}`` filled by the entry ``other``
-``{?slot}``                 empty, unless the including placeholder fills it
+``{?slot}``                 empty, unless the including placeholder fills it (or, in
+                            an entry included without that binding, the entry including it)
 ``{k}``, ``{<table>_k}``    per call (:meth:`Statements.for_slot`): a ring slot's number
                             and its partition of ``<table>``
 any other ``{word}``        per call (:meth:`Statements.render`): an identifier, literal
@@ -215,10 +216,13 @@ class Statements:
             if word in self._values:
                 return self._values[word]
             if word in self._raw:
-                inner = {
-                    slot: self._expand(other, {}, (*within, name))
+                # An included entry's {?slot}s are those of the entry including it, unless
+                # the placeholder binds them itself.
+                inner = dict(filled)
+                inner.update(
+                    (slot, self._expand(other, {}, (*within, name)))
                     for slot, other in (b.split("=") for b in bindings.split())
-                }
+                )
                 return self._expand(word, inner, (*within, name))
             return match.group(0)  # filled per call
 

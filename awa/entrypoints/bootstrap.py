@@ -215,6 +215,17 @@ async def migrate(url: str) -> bool:
     return True
 
 
+async def awa_pg_refusal(url: str) -> str | None:
+    """If awa-pg migrated the database at ``url``, what to tell the caller (the way to
+    adopt it); else ``None``."""
+    conn = await pg_connect(url)
+    try:
+        async with translated_errors():
+            return await pg_migrations.awa_pg_refusal(conn)
+    finally:
+        await conn.close()
+
+
 async def adopt_awa_pg(url: str) -> AdoptionReport:
     """Convert the database at ``url``, which awa-pg 0.6.9 migrated, into this package's
     schema in place, keeping every job (ADR 0019). The adopted database is on canonical

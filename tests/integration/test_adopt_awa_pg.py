@@ -94,8 +94,9 @@ async def test_an_awa_pg_database_is_adopted_in_place_and_every_job_runs_to_its_
     assert "migrated by awa-pg (schema version 40)" in migrated.output
     assert "`awa adopt`" in migrated.output
     # So does every command that needs this package's schema.
-    listed = await awa(database_url, "job", "list")
-    assert listed.exit_code == 1 and "`awa adopt`" in listed.output
+    for command in (["job", "list"], ["health"], ["storage", "status"], ["migrate", "--pending"]):
+        answered = await awa(database_url, *command)
+        assert answered.exit_code == 1 and "`awa adopt`" in answered.output, command
 
     # The seeding worker's runtime heartbeat moments ago: refused, naming it.
     (runtime,) = sql(database_url, "SELECT instance_id::text FROM awa.runtime_instances")

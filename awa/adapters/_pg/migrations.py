@@ -145,6 +145,15 @@ def refuse_newer(db_version: int) -> None:
         )
 
 
+async def awa_pg_refusal(conn: DictConnection, version: int | None = None) -> str | None:
+    """If awa-pg migrated this database, what to tell the caller (run ``awa adopt``);
+    else ``None``. ``version`` is the applied version when the caller has read it."""
+    if version is None:
+        version = await applied_version(conn)
+    origin = await awa_pg.awa_pg_version(conn) if version > 0 else None
+    return None if origin is None else awa_pg.not_adopted_message(origin)
+
+
 async def require_schema(conn: DictConnection, *, minimum: int) -> int:
     """Check the database is migrated to at least ``minimum``.
 
@@ -161,9 +170,9 @@ async def require_schema(conn: DictConnection, *, minimum: int) -> int:
             known,
         )
     if version < minimum:
-        origin = await awa_pg.awa_pg_version(conn) if version > 0 else None
-        if origin is not None:
-            raise SchemaNotMigrated(awa_pg.not_adopted_message(origin))
+        adopt_first = await awa_pg_refusal(conn, version)
+        if adopt_first is not None:
+            raise SchemaNotMigrated(adopt_first)
         raise SchemaNotMigrated(
             f"database schema version {version} is older than required ({minimum}); "
             "run `awa migrate`"

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import click
 
 from awa.adapters._pg import conninfo
+from awa.domain.errors import SchemaNotMigrated
 from awa.entrypoints import bootstrap, payloads
 from awa.entrypoints.cli import _target
 from awa.entrypoints.cli._contexts import ContextConfig
@@ -200,6 +201,12 @@ def with_schema_admin(url: str, action: Callable[[SchemaAdmin], Awaitable[T]]) -
         admin = await bootstrap.connect_schema_admin(url)
         try:
             return await action(admin)
+        except SchemaNotMigrated as exc:
+            # A database awa-pg migrated lacks what this package's schema has: say so.
+            adopt_first = await bootstrap.awa_pg_refusal(url)
+            if adopt_first is None:
+                raise
+            raise SchemaNotMigrated(adopt_first) from exc
         finally:
             await admin.close()
 

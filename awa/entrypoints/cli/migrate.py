@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from awa.entrypoints import bootstrap
-from awa.entrypoints.cli._common import mutating, run, state, with_schema_admin
+from awa.entrypoints.cli._common import fail, mutating, run, state, with_schema_admin
 
 SELECTION_NEEDS_SQL = "--from, --to and --version select SQL to print; add --sql or --extract-to"
 SQL_OR_EXTRACT = "--sql prints and --extract-to writes files: give one of them"
@@ -108,8 +108,11 @@ def migrate(
         raise click.UsageError(SELECTION_NEEDS_SQL)
     latest = bootstrap.current_migration_version()
     if pending:
-        migrations = bootstrap.migrations_range(_database_version(writes=False), latest)
         url = state().database_url(mutating=False)
+        adopt_first = run(bootstrap.awa_pg_refusal(url))
+        if adopt_first is not None:
+            raise fail(adopt_first)
+        migrations = bootstrap.migrations_range(_database_version(writes=False), latest)
         files = with_schema_admin(url, lambda admin: admin.pending_schema_files())
         if extract_to is not None:
             _extract(extract_to, migrations, files)

@@ -8,6 +8,7 @@ import click
 
 from awa._version import __version__
 from awa.domain.engine_notice import engine_notice
+from awa.domain.errors import SchemaNotMigrated
 from awa.domain.schema import schema_compatible
 from awa.domain.transition import TransitionState, TransitionStatus
 from awa.entrypoints import bootstrap
@@ -37,6 +38,11 @@ async def inspect_target(
     try:
         report["reachable"] = True
         report.update(await _describe(admin))
+    except SchemaNotMigrated as exc:
+        adopt_first = await bootstrap.awa_pg_refusal(url)
+        if adopt_first is None:
+            raise
+        raise SchemaNotMigrated(adopt_first) from exc
     finally:
         await admin.close()
     if wakeups:

@@ -35,9 +35,8 @@ from awa.domain.batch_ops import (
     parse_spec,
 )
 from awa.domain.job import JobRecord
-from awa.ports.batch_ops import BatchOperationStore
 from tests.property._mvr_base import KINDS, QUEUES, Outcome, Pair
-from tests.support.engines import EngineHandle
+from tests.support.engines import EngineHandle, forget_control_plane
 
 TICK = timedelta(microseconds=1)
 #: Runner ids as the leader passes them (a runtime's UUID, or the default empty id) and
@@ -99,24 +98,10 @@ class BatchMachine(Protocol):
 
 
 def forget_batch_operations(pair: Pair) -> None:
-    """Start an example with no batch operation on either engine (``reset`` keeps them):
-    finish what is unfinished and purge everything."""
-    for store in (pair.model.control.batch_operations, pair.real.control.batch_operations):
-
-        async def clear(store: BatchOperationStore = store) -> None:
-            left = await store.list_batch_operations(limit=100_000)
-            if not left:
-                return
-            for op in left:
-                if not op.state.is_final:
-                    await store.finish_batch_operation(
-                        op.id, state=BatchOpState.CANCELLED, retention=timedelta(0)
-                    )
-            await store.purge_batch_operations(
-                before=pair.clock.now() + timedelta(days=365), limit=100_000
-            )
-
-        pair.runner.run(clear())
+    """Start an example with no batch operation on either side (``reset`` keeps them):
+    each side's control plane is emptied (:func:`forget_control_plane`)."""
+    for handle in (pair.model, pair.real):
+        pair.runner.run(forget_control_plane(handle.control, pair.clock))
 
 
 # ---------------------------------------------------------------------- normalizing

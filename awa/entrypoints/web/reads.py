@@ -119,12 +119,15 @@ def _queue_json(c: QueueCounts, dlq: int, now: datetime) -> dict[str, Any]:
 
 
 def queue_config_json(q: QueueSnapshot) -> dict[str, Any]:
-    """A runtime's configuration of one queue, as awa-cli's ``config`` object."""
+    """A runtime's configuration of one queue, as awa-cli's ``config`` object: the
+    weighted-mode fields (``min_workers``, ``weight``) only in weighted mode, where they
+    mean something, as awa-cli shows them."""
+    weighted = q.mode == "weighted"
     return {
         "mode": q.mode,
         "max_workers": q.max_workers,
-        "min_workers": q.min_workers,
-        "weight": q.weight,
+        "min_workers": q.min_workers if weighted else None,
+        "weight": q.weight if weighted else None,
         "global_max_workers": q.global_max_workers,
         "rate_limit": None
         if q.rate_limit is None

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -143,3 +144,46 @@ async def test_the_kinds_page_flags_the_kind_no_worker_handles(
     rows = {row.split("</a>")[0].rsplit(">", 1)[-1]: row for row in page.split("<tr>")[2:]}
     assert "no handler" in rows["orphan"]
     assert not [kind for kind, row in rows.items() if "no handler" in row and kind != "orphan"]
+
+
+async def test_runtime_queue_configs_match_awa_cli(served: tuple[rest_seed.Seeded, Any]) -> None:
+    """The same start() arguments give the same per-queue ``config`` as awa-cli reports
+    for awa-pg's runtime (capacity, claim settings, deadlines, aging, mode)."""
+    _, http = served
+    theirs = {q["queue"]: q for q in RECORDED["answers"]["queues_runtime"]}
+    ours = {q["queue"]: q for q in (await http.get("/api/queues/runtime")).json()}
+    assert sorted(ours) == sorted(theirs)
+    for name, q in theirs.items():
+        assert ours[name]["config"] == q["config"], name
+        assert (ours[name]["live_instances"], ours[name]["config_mismatch"]) == (1, False)
+    (instance,) = (await http.get("/api/runtime")).json()["instances"]
+    (recorded,) = RECORDED["answers"]["runtime"]["instances"]
+    for key in ("storage_capability", "transition_role", "leader", "maintenance_alive"):
+        assert instance[key] == recorded[key], key
+
+
+async def test_runtimes_configuring_a_queue_differently_are_a_config_mismatch(
+    served: tuple[rest_seed.Seeded, Any], migrated_database_url: str
+) -> None:
+    _, http = served
+    other = awa.AsyncClient(migrated_database_url)
+
+    @other.task(rest_seed.SendEmail, kind="send_email", queue="mail")
+    async def send_email(job: Any) -> None:
+        return None
+
+    await other.start([("mail", 9)])
+    try:
+        with anyio.fail_after(10):
+            while True:
+                mail = {q["queue"]: q for q in (await http.get("/api/queues/runtime")).json()}[
+                    "mail"
+                ]
+                if mail["live_instances"] == 2:
+                    break
+                await anyio.sleep(0.05)
+        assert mail["config_mismatch"] is True and mail["instance_count"] == 2
+        assert sorted(i["config"]["max_workers"] for i in mail["instances"]) == [4, 9]
+    finally:
+        await other.shutdown()
+        await other.close()

@@ -306,7 +306,7 @@ BEGIN
 END
 $$;
 
--- The enqueue shard of an ordering key: the same FNV-style hash as awa.domain.partitioning.
+-- The enqueue shard of an ordering key: the same FNV-style hash as awa.domain.routing.
 CREATE FUNCTION awa.ordering_key_shard(p_key bytea, p_shards int) RETURNS int
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE

@@ -38,7 +38,7 @@ SEED = Path(__file__).with_name("adopt_seed.py")
 #: Jobs the seed leaves unfinished, which this package's worker must run to the end.
 UNFINISHED = ("scheduled", "available", "unique", "paused", "retryable", "running")
 #: Jobs whose run is over (for the callback, awa-pg's attempt), which must not run again.
-FINISHED = ("completed", "failed", "cancelled", "waiting_external", "dead_lettered")
+FINISHED = ("completed", "failed", "cancelled", "waiting_external", "dead_lettered", "resolved")
 QUEUES = ("adopt_work", "adopt_idle", "adopt_paused")
 #: awa-pg's engines a 0.6.9 database can be on (queue storage in schema awa or its own).
 ENGINES = ("canonical", "queue_storage", "queue_storage_side")
@@ -139,6 +139,7 @@ def verdict(runs: Counter[str], final: dict[str, str | None], dead_lettered: boo
     problems += [f"{label} never ran" for label in UNFINISHED if label not in runs]
     expected_end = {
         "completed": "completed",
+        "resolved": "completed",
         "failed": "failed",
         "cancelled": "cancelled",
         "waiting_external": "completed",

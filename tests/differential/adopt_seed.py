@@ -9,7 +9,8 @@ The database must exist and be empty. The second argument picks awa-pg's storage
 
 It leaves, besides the schema awa-pg migrated: jobs ``scheduled``, ``available`` (one
 with a unique claim, one in a paused queue), ``running`` (its handler still inside the
-attempt), ``retryable``, ``waiting_external`` (with its callback id), ``completed``,
+attempt), ``retryable``, ``waiting_external`` (with its callback id), ``completed`` (one
+of them, ``resolved``, through its callback),
 ``failed`` and ``cancelled``; one dead-lettered job (on queue storage: awa-pg's DLQ
 needs it); a cron schedule; a queue and a job-kind descriptor; the pause of queue
 ``paused``. Then the process ends without shutting its worker down, as a crash would:
@@ -61,7 +62,10 @@ async def seed(url: str, engine: str) -> None:
     if schema is not None:
         await client.install_queue_storage(schema=schema)
     handled: list[str] = []
-    callback_ids: asyncio.Queue[str] = asyncio.Queue()
+    callback_ids: dict[str, asyncio.Queue[str]] = {
+        "waiting_external": asyncio.Queue(),
+        "resolved": asyncio.Queue(),
+    }
     running = asyncio.Event()
     never = asyncio.Event()
 
@@ -71,9 +75,12 @@ async def seed(url: str, engine: str) -> None:
         handled.append(label)
         if label in ("failed", "dead_lettered", "retryable"):
             raise RuntimeError(f"{label} on purpose")
-        if label == "waiting_external":
+        if label in callback_ids:
             token = await job.register_callback(timeout_seconds=3600)
-            await callback_ids.put(token.id)
+            await callback_ids[label].put(token.id)
+            if label == "resolved":
+                await job.wait_for_callback(token)
+                return None
             return awa.WaitForCallback(token)
         if label == "running":
             running.set()
@@ -115,6 +122,7 @@ async def seed(url: str, engine: str) -> None:
     jobs["retryable"] = await insert("retryable", max_attempts=5)
     jobs["waiting_external"] = await insert("waiting_external")
     jobs["running"] = await insert("running")
+    jobs["resolved"] = await insert("resolved")
     for label, state in (
         ("completed", "completed"),
         ("failed", "failed"),
@@ -125,7 +133,13 @@ async def seed(url: str, engine: str) -> None:
     ):
         await wait_state(client, jobs[label].id, state)
     await running.wait()
-    callback_id = await asyncio.wait_for(callback_ids.get(), 10)
+    callback_id = await asyncio.wait_for(callback_ids["waiting_external"].get(), 10)
+    # A callback resumed in its handler, which then completes: awa-pg keeps the callback
+    # id on the completed job.
+    resolved = await asyncio.wait_for(callback_ids["resolved"].get(), 10)
+    await wait_state(client, jobs["resolved"].id, "waiting_external")
+    await client.resume_external(resolved, {"ok": True})
+    await wait_state(client, jobs["resolved"].id, "completed")
     # awa-pg keeps a DLQ only on queue storage; on canonical the job stays failed.
     dead_lettered = schema is not None
     if dead_lettered and await client.move_failed_to_dlq(jobs["dead_lettered"].id, "seed") is None:

@@ -210,7 +210,9 @@ DROP SCHEMA {schema} CASCADE
 
 -- name: restore
 -- Into this package's schema, just migrated from nothing: every job as a canonical row
--- (its triggers take the unique claims a job's state holds), the DLQ, then awa-pg's
+-- (its triggers take the unique claims a job's state holds; a callback ends with the
+-- attempt that registered it, so only a live attempt keeps its id and timeout, where
+-- awa-pg keeps them on finished jobs too), the DLQ, then awa-pg's
 -- remaining unique claims of adopted jobs, the schedules (awa-pg's 'skip' policy was
 -- 'coalesce' here, as migration 0430 did for this package's own), queue metadata,
 -- descriptors (a missing hash or interval as 0432 fills them) and the id sequence.
@@ -222,8 +224,10 @@ INSERT INTO awa.canonical_jobs (
 SELECT id, kind, queue, args, state::awa.job_state, priority, attempt, max_attempts,
        run_at, heartbeat_at, deadline_at, attempted_at, finalized_at, created_at,
        coalesce(errors, '{}'::jsonb[]), coalesce(metadata, '{}'::jsonb),
-       coalesce(tags, '{}'::text[]), unique_key, unique_states::bit(8), callback_id,
-       callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail,
+       coalesce(tags, '{}'::text[]), unique_key, unique_states::bit(8),
+       CASE WHEN state IN ('running', 'waiting_external') THEN callback_id END,
+       CASE WHEN state IN ('running', 'waiting_external') THEN callback_timeout_at END,
+       callback_filter, callback_on_complete, callback_on_fail,
        callback_transform, run_lease, progress
 FROM pg_temp.awa_pg_jobs
 ORDER BY id;

@@ -33,6 +33,7 @@ from awa.domain.kinds import derive_kind
 from awa.domain.partitioning import PartitionedQueue
 from awa.domain.policies import RetryPolicy
 from awa.domain.queue_options import QueueConfigDict
+from awa.domain.results import JobCancelled, JobFailed
 from awa.domain.states import JobState
 
 if TYPE_CHECKING:
@@ -135,6 +136,8 @@ __all__ = [
     "DlqEntry",
     "HealthCheck",
     "Job",
+    "JobCancelled",
+    "JobFailed",
     "JobNotFound",
     "JobState",
     "PartitionedQueue",

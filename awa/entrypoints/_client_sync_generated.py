@@ -588,6 +588,17 @@ class Client(BlockingClientBase):
         """
         return self._run(self._async.trigger_cron_job(name))
 
+    def wait_for(
+        self, job_id: int, *, timeout: float | None = None, result_type: type[Any] | None = None
+    ) -> Any:
+        """Wait until job ``job_id`` finishes and return its stored result (as ``result_type``
+        when given: a dataclass, attrs class or pydantic model rebuilt from the stored JSON;
+        else the JSON value). A completed job with no stored result (its task does not store
+        results, or the retention passed) gives ``None``. Blocking form of
+        ``AsyncClient.wait_for``.
+        """
+        return self._run(self._async.wait_for(job_id, timeout=timeout, result_type=result_type))
+
 
 class RawClient(RawClientBase):
     """The client every other client is built on, as awa-pg's ``RawClient``: each
@@ -1057,3 +1068,9 @@ class RawClient(RawClientBase):
         ``Client.trigger_cron_job``).
         """
         return self._blocking().trigger_cron_job(name)
+
+    def wait_for_sync(
+        self, job_id: int, *, timeout: float | None = None, result_type: type[Any] | None = None
+    ) -> Any:
+        """Blocking ``wait_for``, on a client of its own (see ``Client.wait_for``)."""
+        return self._blocking().wait_for(job_id, timeout=timeout, result_type=result_type)

@@ -27,7 +27,7 @@ from awa.domain.validation import (
     validate_schema_name,
 )
 from awa.entrypoints import bootstrap, telemetry
-from awa.entrypoints.args import kind_for_type, rebuild_args
+from awa.entrypoints.args import kind_for_type, rebuild_args, to_json_value
 from awa.entrypoints.client_admin import AdminMixin
 from awa.entrypoints.client_batch import BatchOpsMixin
 from awa.entrypoints.client_cron import CronMixin, build_schedule
@@ -40,6 +40,7 @@ from awa.entrypoints.client_descriptors import (
     with_served,
 )
 from awa.entrypoints.client_overrides import OverridesMixin
+from awa.entrypoints.client_results import ResultsMixin
 from awa.entrypoints.health import HealthListener, addr_from_env
 from awa.entrypoints.insert_options import PeriodicOptions
 from awa.entrypoints.job import Job
@@ -71,6 +72,11 @@ def _job_factory(args_type: type[Any]) -> Callable[[JobRecord, AttemptContext], 
     return build
 
 
+def _result_json(value: Any) -> Any:
+    """A handler's return value as JSON-shaped data, converted as args are."""
+    return to_json_value(value, field="result")
+
+
 class ClientStartOptions(StartOptions, total=False):
     """The keywords of :meth:`AsyncClient.start`: the runtime's, and its own."""
 
@@ -78,7 +84,9 @@ class ClientStartOptions(StartOptions, total=False):
     listen_database_url: str | None
 
 
-class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, BatchOpsMixin):
+class AsyncClient(
+    CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, BatchOpsMixin, ResultsMixin
+):
     """The asyncio client: enqueue, administer, and run workers.
 
     ``AsyncClient(database_url, max_connections=10)`` connects on first use (a wrong
@@ -126,6 +134,7 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
         kind: str | None = None,
         queue: str = DEFAULT_QUEUE,
         retry: RetryPolicy | None = None,
+        store_result: bool = False,
     ) -> Callable[[Handler[T, R]], Handler[T, R]]:
         """Register the decorated function (``async def`` or plain ``def``) as the
         handler for ``args_type``'s kind; it receives a ``Job`` whose ``args`` is an
@@ -134,7 +143,16 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
 
         ``retry``: the kind's :class:`~awa.RetryPolicy` (attempt budget, backoff, jitter,
         longest delay), used for its handler failures and, by the maintenance leader of
-        a process that registered it, for its rescues; ``None`` keeps awa-pg's retry."""
+        a process that registered it, for its rescues; ``None`` keeps awa-pg's retry.
+
+        ``store_result``: store what the handler returns when it completes (JSON data,
+        or a dataclass, attrs class or pydantic model converted as args are; at most
+        1 MiB of JSON, a larger or non-JSON result fails the attempt saying so) for
+        :meth:`wait_for`, kept seven days after it was stored."""
+        if not isinstance(store_result, bool):
+            raise ValidationTypeError(
+                "store_result", f"must be True or False, got {type(store_result).__name__}"
+            )
         if not isinstance(args_type, type):
             raise TypeError(f"args_type must be a class, got {type(args_type).__name__}")
         if retry is not None and not isinstance(retry, RetryPolicy):
@@ -145,7 +163,11 @@ class AsyncClient(CronMixin, OverridesMixin, DescriptorsMixin, AdminMixin, Batch
 
         def decorator(handler: Handler[T, R]) -> Handler[T, R]:
             self._handlers.register(
-                resolved, handler, queue=queue, job_factory=_job_factory(args_type)
+                resolved,
+                handler,
+                queue=queue,
+                job_factory=_job_factory(args_type),
+                result_encoder=_result_json if store_result else None,
             )
             self._policies.set_retry(resolved, retry)
             return handler

@@ -25,6 +25,7 @@ from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.migrations import require_schema
 from awa.adapters._pg.overrides import PgQueueOverrideStore
 from awa.adapters._pg.pool import DictPool, PoolOptions, open_pool
+from awa.adapters._pg.results import PgResultStore
 from awa.adapters._pg.routing import AnyConnection, PgRoutedInsert, PgTransactions
 from awa.adapters._pg.runtime_registry import PostgresRuntimeRegistry
 from awa.adapters._pg.samples import PgQueueSampleStore
@@ -37,6 +38,7 @@ from awa.adapters.inmemory import (
     InMemoryEngine,
     InMemoryQueueOverrideStore,
     InMemoryQueueSampleStore,
+    InMemoryResultStore,
     InMemoryTransaction,
     InMemoryTransactions,
     InMemoryTransition,
@@ -185,6 +187,7 @@ def postgres_control_plane(pool: DictPool, clock: Clock) -> ControlPlane:
         overrides=PgQueueOverrideStore(pool, clock),
         descriptors=PgDescriptorStore(pool, clock),
         queue_samples=PgQueueSampleStore(pool),
+        results=PgResultStore(pool, clock),
         registry=PostgresRuntimeRegistry(pool),
     )
 
@@ -199,6 +202,7 @@ def inmemory_control_plane(home: InMemoryEngine, clock: Clock) -> ControlPlane:
         overrides=InMemoryQueueOverrideStore(home.store),
         descriptors=InMemoryDescriptorStore(clock),
         queue_samples=InMemoryQueueSampleStore(),
+        results=InMemoryResultStore(clock),
         registry=InMemoryRuntimeRegistry(clock),
     )
 

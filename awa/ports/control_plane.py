@@ -14,6 +14,7 @@ from awa.ports.batch_ops import BatchOperationStore
 from awa.ports.cron import CronStore
 from awa.ports.descriptors import DescriptorStore
 from awa.ports.overrides import QueueOverrideStore
+from awa.ports.results import ResultStore
 from awa.ports.runtime_registry import RuntimeRegistry
 from awa.ports.samples import QueueSampleStore
 from awa.ports.storage import StorageEngine
@@ -33,6 +34,8 @@ class ControlPlane:
     descriptors: DescriptorStore
     #: each queue's depth and lag, sampled once a minute by the maintenance leader
     queue_samples: QueueSampleStore
+    #: the stored results of tasks that opt in, and their waiters' wake-ups
+    results: ResultStore
     #: the runtimes' published snapshots, as operator surfaces read them (a worker
     #: publishes its own through a registry bound to its transition role)
     registry: RuntimeRegistry

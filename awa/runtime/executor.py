@@ -25,8 +25,10 @@ from awa.domain.outcomes import (
     SnoozeOutcome,
     WaitForCallbackOutcome,
 )
+from awa.domain.results import encode_result
 from awa.domain.validation import storable_text
 from awa.ports.clock import Clock
+from awa.ports.results import ResultStore
 from awa.ports.storage import Ack, StorageEngine
 from awa.runtime.completion import CompletionBatcher
 from awa.runtime.context import AttemptContext, AttemptLost
@@ -63,8 +65,11 @@ class Executor:
         on_finished: Callable[[AttemptContext], None],
         on_handler_done: Callable[[AttemptContext], None] | None = None,
         observer: AttemptObserver | None = None,
+        results: ResultStore | None = None,
     ) -> None:
         self._engine = engine
+        #: where the tasks that store results put them (the backend's control plane)
+        self._results = results
         self._handlers = handlers
         self._batcher = batcher
         self._clock = clock
@@ -103,12 +108,32 @@ class Executor:
             elif outcome is not None:
                 with anyio.CancelScope(shield=True):
                     await self._finalize(context, outcome)
+                    if self._stores_result(context):
+                        # A waiter re-reads the job: failed, cancelled or back in line.
+                        await self._announce(context)
         finally:
             if not handed_over:
                 self._on_finished(context)
 
+    def _stores_result(self, context: AttemptContext) -> bool:
+        entry = self._handlers.get(context.record.kind)
+        return entry is not None and entry.result_encoder is not None
+
+    async def _announce(self, context: AttemptContext) -> None:
+        """Wake the waiters on this job (best effort: they poll as well)."""
+        if self._results is None:
+            return
+        try:
+            await self._results.announce_finished(context.lease.job_id)
+        except Exception:
+            log.debug("job %s: result announcement failed", context.lease.job_id)
+
     def _completed(self, context: AttemptContext, ack: Ack) -> None:
         """The batcher acknowledged this attempt's completion: it is over."""
+        if ack is Ack.APPLIED and self._stores_result(context) and _on_asyncio():
+            task = asyncio.get_running_loop().create_task(self._announce(context))
+            self._refusals.add(task)
+            task.add_done_callback(self._refusals.discard)
         if ack is Ack.STALE:
             if _on_asyncio():
                 # Called from the batcher's flush: the current lease is read on the side.
@@ -189,7 +214,31 @@ class Executor:
         if failure is not None:
             context.failure = failure
             return outcome_for_exception(failure)
-        return outcome_for_result(result)
+        outcome = outcome_for_result(result)
+        if isinstance(outcome, Complete) and entry.result_encoder is not None:
+            return await self._store_result(context, entry, result) or outcome
+        return outcome
+
+    async def _store_result(
+        self, context: AttemptContext, entry: HandlerEntry, result: Any
+    ) -> Outcome | None:
+        """Store the completed attempt's result before its completion is recorded (so a
+        completed job of the task always has one); the outcome to record instead when it
+        cannot be: a failure for a result that is not storable (too large, not JSON), a
+        retry when the store did not answer."""
+        assert entry.result_encoder is not None
+        try:
+            text = encode_result(entry.result_encoder(result))
+        except Exception as exc:
+            context.failure = exc
+            return FailOutcome(error=describe_exception(exc, with_traceback=False))
+        if self._results is None:
+            return FailOutcome(error="this runtime has no result store to store the result in")
+        try:
+            await self._results.store_result(context.lease.job_id, text)
+        except Exception as exc:
+            return RetryWithBackoff(error=f"could not store the result: {exc}")
+        return None
 
     async def _call(self, entry: HandlerEntry, job: Any) -> Any:
         if entry.is_async:

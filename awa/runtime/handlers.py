@@ -18,6 +18,9 @@ JobFactory = Callable[[JobRecord, AttemptContext], Any]
 
 Handler = Callable[[Any], Any]
 
+ResultEncoder = Callable[[Any], Any]
+"""Turns a handler's return value into JSON-shaped data for the result store."""
+
 
 def context_job_factory(record: JobRecord, context: AttemptContext) -> Any:
     """The default factory: hand the :class:`AttemptContext` itself to the handler."""
@@ -41,6 +44,8 @@ class HandlerEntry:
     queue: str
     handler: Handler
     job_factory: JobFactory = context_job_factory
+    #: set when the task stores its results (``store_result=True``)
+    result_encoder: ResultEncoder | None = None
     # Decided once at registration, not per attempt.
     is_async: bool = attrs.field(init=False)
 
@@ -66,6 +71,7 @@ class HandlerRegistry:
         *,
         queue: str = DEFAULT_QUEUE,
         job_factory: JobFactory | None = None,
+        result_encoder: ResultEncoder | None = None,
     ) -> HandlerEntry:
         if not isinstance(kind, str) or not kind:
             raise ValueError("kind must be a non-empty string")
@@ -78,6 +84,7 @@ class HandlerRegistry:
             queue=queue,
             handler=handler,
             job_factory=job_factory or context_job_factory,
+            result_encoder=result_encoder,
         )
         self._entries[kind] = entry
         return entry

@@ -119,6 +119,7 @@ class MaintenanceDuties:
             duties.append(Duty("queue_gauges", REFRESH_INTERVAL, self._gauges.refresh))
         if self._control is not None:
             duties.append(Duty("descriptor_cleanup", c.cleanup_interval, self._descriptors))
+            duties.append(Duty("result_cleanup", c.cleanup_interval, self._prune_results))
         if self._control is not None:
             duties.append(
                 Duty(
@@ -198,6 +199,12 @@ class MaintenanceDuties:
         await clean_up_descriptors(
             self._control.descriptors, self._clock, self._config.descriptor_retention
         )
+
+    async def _prune_results(self) -> None:
+        """Delete the stored results whose retention passed (``awa.domain.results``)."""
+        assert self._control is not None
+        self.fence()
+        await self._control.results.prune_results(before=self._clock.now())
 
     async def _sample_queues(self) -> None:
         """Record each queue's depth and lag for the admin charts (the same cheap read

@@ -289,6 +289,7 @@ class Runtime:
             thread_limiter=anyio.CapacityLimiter(threads),
             on_finished=self._finished,
             on_handler_done=self._return_permit,
+            results=None if self.control is None else self.control.results,
         )
         self._running = True
         for warning in config_warnings(self.config, max_connections=self.max_connections):

@@ -20,6 +20,7 @@ from awa.adapters.clock import SystemClock
 from awa.domain.job import JobRecord
 from awa.domain.states import JobState
 from awa.entrypoints.client_async import AsyncClient, _job_factory
+from awa.ports.results import ResultStore
 from awa.runtime.completion import CompletionBatcher
 from awa.runtime.context import AttemptContext
 from awa.runtime.executor import Executor
@@ -152,7 +153,7 @@ async def work_next(
         await engine.promote_due()
         return WorkResult(job=NoJob, outcome="no_job")
     context = AttemptContext(engine, claim, queue=queue, clock=SystemClock())
-    await _execute(engine, registry, context)
+    await _execute(engine, registry, context, (await client._control()).results)
     record = (await client.get_job(claim.job.id)).record
     error = str(record.errors[-1].get("error")) if record.errors else None
     if record.state is JobState.Completed:
@@ -160,7 +161,9 @@ async def work_next(
     return WorkResult(job=JobRow.from_record(record), outcome=_OUTCOMES[record.state], error=error)
 
 
-async def _execute(engine: Any, registry: HandlerRegistry, context: AttemptContext) -> None:
+async def _execute(
+    engine: Any, registry: HandlerRegistry, context: AttemptContext, results: ResultStore
+) -> None:
     finished = anyio.Event()
 
     def on_finished(ctx: AttemptContext) -> None:
@@ -174,6 +177,7 @@ async def _execute(engine: Any, registry: HandlerRegistry, context: AttemptConte
         clock=context.clock,
         thread_limiter=anyio.CapacityLimiter(1),
         on_finished=on_finished,
+        results=results,
     )
     async with anyio.create_task_group() as tg:
         tg.start_soon(batcher.run)

@@ -323,6 +323,16 @@ CREATE TABLE awa.job_kind_descriptors (
 );
 CREATE INDEX job_kind_descriptors_last_seen_at_idx ON awa.job_kind_descriptors USING btree (last_seen_at);
 
+-- The handler return values of tasks that store results, by job id, kept until expires_at (default seven days after they were stored) whatever happens to the job row.
+CREATE TABLE awa.job_results (
+    job_id bigint NOT NULL,
+    result jsonb NOT NULL,
+    stored_at timestamp with time zone NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    CONSTRAINT job_results_pkey PRIMARY KEY (job_id)
+);
+CREATE INDEX job_results_expires_at_idx ON awa.job_results USING btree (expires_at);
+
 -- One row per live unique key, shared by both engines; its primary key is what refuses a duplicate insert.
 CREATE TABLE awa.job_unique_claims (
     unique_key bytea NOT NULL,

@@ -128,6 +128,7 @@ async def forget_control_plane(control: ControlPlane, clock: ManualClock) -> Non
         clock.now() + timedelta(days=365 * 100)
     )
     await control.queue_samples.prune_queue_samples(before=clock.now() + timedelta(days=3650))
+    await control.results.prune_results(before=clock.now() + timedelta(days=3650))
     store = control.batch_operations
     for op in await store.list_batch_operations(limit=100_000):
         if not op.state.is_final:

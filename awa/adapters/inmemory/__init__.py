@@ -11,6 +11,7 @@ from awa.adapters.inmemory.notifier import (
     NotificationHub,
 )
 from awa.adapters.inmemory.overrides import InMemoryQueueOverrideStore
+from awa.adapters.inmemory.results import InMemoryResultStore
 from awa.adapters.inmemory.samples import InMemoryQueueSampleStore
 from awa.adapters.inmemory.store import SharedStore
 from awa.adapters.inmemory.transactions import (
@@ -28,6 +29,7 @@ __all__ = [
     "InMemoryLeaderLock",
     "InMemoryQueueOverrideStore",
     "InMemoryQueueSampleStore",
+    "InMemoryResultStore",
     "InMemorySubscription",
     "InMemoryTransaction",
     "InMemoryTransactions",

@@ -1,0 +1,20 @@
+-- Stored results (awa.job_results), shared by every Postgres engine.
+
+-- name: store_result
+INSERT INTO awa.job_results AS r (job_id, result, stored_at, expires_at)
+VALUES (%(job_id)s, %(result)s::jsonb, %(now)s::timestamptz, %(expires_at)s::timestamptz)
+ON CONFLICT (job_id) DO UPDATE SET
+    result = EXCLUDED.result,
+    stored_at = EXCLUDED.stored_at,
+    expires_at = EXCLUDED.expires_at
+
+-- name: get_result
+SELECT job_id, result::text AS result, stored_at, expires_at
+FROM awa.job_results
+WHERE job_id = %(job_id)s AND expires_at > %(now)s::timestamptz
+
+-- name: announce_finished
+SELECT pg_notify(%(channel)s, '')
+
+-- name: prune_results
+DELETE FROM awa.job_results WHERE expires_at < %(before)s::timestamptz

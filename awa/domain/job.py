@@ -47,6 +47,8 @@ class JobSpec:
     unique_key: bytes | None = None
     unique_states: int | None = None
     ordering_key: bytes | None = None
+    #: Ids of jobs this one waits on (ADR 0032); it runs once all of them completed.
+    depends_on: tuple[int, ...] = ()
 
     @property
     def effective_unique_states(self) -> int:

@@ -484,6 +484,24 @@ def effects(policies: KindPolicies | None, job: JobRecord) -> tuple[Effect, ...]
     return decided
 
 
+def dependencies_met(now: datetime) -> Transition:
+    """Every parent of a waiting job completed: ``available`` now (ADR 0032). Applies to
+    a waiting job only (``scheduled``); one an operator cancelled meanwhile stays so."""
+    return Transition(JobState.Available, applies_to=frozenset({JobState.Scheduled}), run_at=now)
+
+
+def dependency_failed(now: datetime) -> Transition:
+    """A parent of a waiting job (or one of its ancestors) failed or was cancelled for
+    good: the waiting job is ``cancelled`` with an error entry saying why (ADR 0032)."""
+    return Transition(
+        JobState.Cancelled,
+        applies_to=frozenset({JobState.Scheduled}),
+        finalized_at=now,
+        error=ErrorEntry("a job it depends on failed or was cancelled", 0, now, terminal=True),
+        clear_callback=True,
+    )
+
+
 # ------------------------------------------------------------------ operator actions
 
 

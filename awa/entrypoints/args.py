@@ -17,6 +17,7 @@ from typing import Any, Unpack
 import attrs
 import blake3
 
+from awa.domain import dependencies
 from awa.domain.errors import ValidationError
 from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, JobSpec
 from awa.domain.kinds import derive_kind
@@ -195,6 +196,16 @@ def unique_key_for(
     return derive_unique_key(
         blake3_digest, kind, queue=queue, args=args, period_bucket=period_bucket
     )
+
+
+def with_parents(spec: JobSpec, depends_on: Any) -> JobSpec:
+    """``spec`` waiting on the jobs ``depends_on`` names (ids or job handles; ADR 0032)."""
+    parents = dependencies.parent_ids(depends_on)
+    if not parents:
+        return spec
+    planned = attrs.evolve(spec, depends_on=parents)
+    dependencies.check_spec(planned)
+    return planned
 
 
 def build_spec(args: Any, **options: Unpack[InsertOptions]) -> JobSpec:

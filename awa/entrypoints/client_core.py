@@ -25,7 +25,13 @@ from awa.domain.validation import (
     validate_text,
 )
 from awa.entrypoints import bootstrap, payloads
-from awa.entrypoints.args import build_spec, build_specs, to_json_value, unique_key_for
+from awa.entrypoints.args import (
+    build_spec,
+    build_specs,
+    to_json_value,
+    unique_key_for,
+    with_parents,
+)
 from awa.entrypoints.bootstrap import ClientEngine, Wiring
 from awa.entrypoints.insert_options import (
     ClientBulkInsertOptions,
@@ -188,8 +194,9 @@ class ClientCore:
             options.pop("queue_storage_queue_stripe_count", DEFAULT_QUEUE_STRIPES)
         )
         with tracing.producer_span(options.get("queue", DEFAULT_QUEUE)):
+            depends_on = options.pop("depends_on", None)
             spec_options: InsertOptions = options
-            spec = build_spec(args, **spec_options)
+            spec = with_parents(build_spec(args, **spec_options), depends_on)
             # build_spec returns a valid spec: the engine does not check it again.
             (record,) = await (await self._engine()).enqueue_many(
                 [spec], stripes=stripes, validated=True

@@ -15,6 +15,7 @@ does not take, with Python's own ``TypeError`` wording, as a plain signature wou
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypedDict
 
@@ -65,6 +66,13 @@ class InsertOptions(JobOptions, total=False):
     raises ``UniqueConflict`` while a live job holds the key, a bulk insert skips it."""
 
 
+class DependencyOption(TypedDict, total=False):
+    depends_on: Sequence[int | Any] | None
+    """Jobs (ids or job handles) this one waits on: it stays ``scheduled`` until all of
+    them completed and is cancelled if one fails or is cancelled (ADR 0032); an unknown
+    or failed parent is refused; at most 100; not with ``run_at``; absent: none."""
+
+
 class StripeOption(TypedDict, total=False):
     queue_storage_queue_stripe_count: int
     """How many stripes ``queue#0 .. queue#(N-1)`` each queue has on queue storage; must
@@ -76,7 +84,7 @@ class BatchOption(TypedDict, total=False):
     """Per-job overrides of ``queue`` and ``ordering_key``, one entry (or ``None``) per job."""
 
 
-class ClientInsertOptions(InsertOptions, StripeOption, total=False):
+class ClientInsertOptions(InsertOptions, DependencyOption, StripeOption, total=False):
     """``AsyncClient.insert``, ``Client.insert`` and ``Transaction.insert``."""
 
 

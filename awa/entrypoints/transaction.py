@@ -15,7 +15,7 @@ from awa.domain.errors import AwaError, DatabaseError
 from awa.domain.job import DEFAULT_QUEUE, JobRecord, JobSpec
 from awa.domain.keywords import check_keywords
 from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, validate_stripe_count
-from awa.entrypoints.args import build_spec, build_specs
+from awa.entrypoints.args import build_spec, build_specs, with_parents
 from awa.entrypoints.insert_options import (
     ClientInsertOptions,
     InsertOptions,
@@ -151,8 +151,9 @@ class Transaction:
             options.pop("queue_storage_queue_stripe_count", DEFAULT_QUEUE_STRIPES)
         )
         with tracing.producer_span(options.get("queue", DEFAULT_QUEUE)):
+            depends_on = options.pop("depends_on", None)
             spec_options: InsertOptions = options
-            spec = build_spec(args, **spec_options)
+            spec = with_parents(build_spec(args, **spec_options), depends_on)
             (record,) = await self._engine.enqueue_many(
                 [spec], uow=self._unit_of_work(), stripes=stripes, validated=True
             )

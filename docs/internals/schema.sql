@@ -295,6 +295,24 @@ CREATE TABLE awa.done_entries (
 CREATE INDEX done_entries_completed_idx ON ONLY awa.done_entries USING btree (finalized_at) WHERE (state = 'completed'::awa.job_state);
 CREATE INDEX done_entries_job_id_idx ON ONLY awa.done_entries USING btree (job_id);
 
+-- Job dependency edges: the child runs once every parent completed (satisfied_at set when it did).
+CREATE TABLE awa.job_dependencies (
+    child_id bigint NOT NULL,
+    parent_id bigint NOT NULL,
+    satisfied_at timestamp with time zone,
+    CONSTRAINT job_dependencies_pkey PRIMARY KEY (child_id, parent_id),
+    CONSTRAINT job_dependencies_not_self CHECK ((child_id <> parent_id))
+);
+CREATE INDEX job_dependencies_parent_idx ON awa.job_dependencies USING btree (parent_id);
+
+-- Per waiting child, how many of its parents have not completed yet; the row goes when none are left.
+CREATE TABLE awa.job_dependency_waits (
+    child_id bigint NOT NULL,
+    pending integer NOT NULL,
+    CONSTRAINT job_dependency_waits_pkey PRIMARY KEY (child_id),
+    CONSTRAINT job_dependency_waits_pending_check CHECK ((pending > 0))
+);
+
 -- Per job kind: the display name, description, owner and links that workers declare (job_kind_descriptor()).
 CREATE TABLE awa.job_kind_descriptors (
     kind text NOT NULL,

@@ -47,8 +47,10 @@ def test_the_sets_nest_as_the_entry_points_need() -> None:
     assert {"run_at", "ordering_key"} <= job
     assert keywords_of(InsertOptions) == job | {"unique_opts"}
     stripe = {"queue_storage_queue_stripe_count"}
-    assert keywords_of(ClientInsertOptions) == keywords_of(InsertOptions) | stripe
-    assert keywords_of(ClientBulkInsertOptions) == keywords_of(ClientInsertOptions) | {"opts"}
+    # A single insert may wait on parents (ADR 0032); a bulk insert may not.
+    single = keywords_of(InsertOptions) | stripe | {"depends_on"}
+    assert keywords_of(ClientInsertOptions) == single
+    assert keywords_of(ClientBulkInsertOptions) == keywords_of(InsertOptions) | stripe | {"opts"}
     assert keywords_of(TransactionBulkInsertOptions) == job | stripe
 
 

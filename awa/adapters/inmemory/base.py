@@ -15,12 +15,12 @@ from awa.adapters.inmemory.notifier import (
 )
 from awa.adapters.inmemory.state import EngineState
 from awa.adapters.inmemory.store import CANONICAL_SIDE, SharedStore, StoreState
-from awa.domain import lifecycle
+from awa.domain import dependencies, lifecycle
 from awa.domain.callbacks import CallbackExpressions
 from awa.domain.channels import cancel_notification, queue_channel
 from awa.domain.errors import DatabaseError
 from awa.domain.job import JobRecord, RunLease
-from awa.domain.kind_policies import KindPolicies
+from awa.domain.kind_policies import Effect, KindPolicies
 from awa.domain.lifecycle import AttemptFacts, Transition
 from awa.domain.policies import Backoff
 from awa.domain.states import LIVE_STATES, JobState
@@ -162,16 +162,50 @@ class EngineBase:
         same write."""
         updated = self._apply(write, job, transition)
         if lifecycle.ended_attempt(job.state, updated.state):
-            for effect in lifecycle.effects(self._policies, updated):
-                target = write.state.jobs.get(effect.job_id)
-                if target is None or not effect.transition.applies(target.state):
-                    continue
-                changed = self._apply(write, target, effect.transition)
-                if changed.state is JobState.Available:
-                    write.notify.add(queue_channel(target.queue))
-                if lifecycle.ended_attempt(target.state, changed.state):
-                    write.notify.add(cancel_notification(target.id, target.run_lease)[0])
+            self._apply_effects(write, lifecycle.effects(self._policies, updated))
+            self._finished(write, [updated])
         return updated
+
+    def _finished(self, write: Write, jobs: Sequence[JobRecord]) -> None:
+        """Release or cancel the children waiting on ``jobs``, which just finished (or
+        not: a retry or a snooze answers nothing), in the same write (ADR 0032)."""
+        completed: list[int] = []
+        failed: list[int] = []
+        for job in jobs:
+            done, dead = dependencies.finished(job.state)
+            if done:
+                completed.append(job.id)
+            elif dead:
+                failed.append(job.id)
+        if completed or failed:
+            answered = write.state.deps.resolve(completed, failed, write.now)
+            self._apply_effects(write, dependencies.effects(answered, write.now))
+
+    def _apply_effects(self, write: Write, effects: Sequence[Effect]) -> None:
+        """Apply effects on other jobs, wherever the store holds them (a child may sit on
+        the other side of a store under a storage transition)."""
+        for effect in effects:
+            side = write.state
+            target = side.jobs.get(effect.job_id)
+            if target is None:
+                for jobs in write.store.sides.values():
+                    if effect.job_id in jobs:
+                        target = jobs[effect.job_id]
+                        side = EngineState(
+                            jobs=jobs,
+                            dlq=write.state.dlq,
+                            unique=write.state.unique,
+                            queues=write.state.queues,
+                            deps=write.state.deps,
+                        )
+                        break
+            if target is None or not effect.transition.applies(target.state):
+                continue
+            changed = self._apply(attrs.evolve(write, state=side), target, effect.transition)
+            if changed.state is JobState.Available:
+                write.notify.add(queue_channel(target.queue))
+            if lifecycle.ended_attempt(target.state, changed.state):
+                write.notify.add(cancel_notification(target.id, target.run_lease)[0])
 
     def _close(
         self, write: Write, lease: RunLease, decide: Callable[[JobRecord], Transition]

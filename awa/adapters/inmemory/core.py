@@ -11,8 +11,9 @@ import attrs
 
 from awa.adapters.inmemory.base import RUNNING_ONLY, EngineBase, Write, ack
 from awa.adapters.inmemory.state import EngineState, new_record
+from awa.adapters.inmemory.store import StoreState
 from awa.adapters.inmemory.transactions import InMemoryTransaction, InMemoryUnitOfWork
-from awa.domain import lifecycle
+from awa.domain import dependencies, lifecycle
 from awa.domain.channels import queue_channel
 from awa.domain.errors import DatabaseError, UniqueConflict
 from awa.domain.job import Claim, JobRecord, JobSpec, RunLease
@@ -44,6 +45,7 @@ class CoreOps(EngineBase):
         except BaseException:
             uow.open = False
             uow.pending.clear()
+            uow.parents.clear()
             raise
         uow.open = False
         await self._commit(uow)
@@ -60,6 +62,37 @@ class CoreOps(EngineBase):
                 write.state.insert(job)
                 if job.state == JobState.Available:
                     write.notify.add(queue_channel(job.queue))
+            # Edges are stored at commit against the parents as they are now: a parent
+            # that finished since the enqueue call is answered here, as the parent's own
+            # finish would have answered it (on Postgres that finish waits for this commit).
+            for child, parents in uow.parents.items():
+                states = self._parent_states(write.store, write.state, parents)
+                satisfied = frozenset(p for p, st in states.items() if st == JobState.Completed)
+                write.state.deps.record(child, parents, satisfied, write.now)
+                job = write.state.jobs[child]
+                if child not in write.state.deps.waits and job.state == JobState.Scheduled:
+                    self._apply_effects(
+                        write, dependencies.effects([(child, "released")], write.now)
+                    )
+                dead = [p for p, st in states.items() if st in dependencies.FINISHED_FAILED]
+                if dead and write.state.deps.waits.pop(child, None) is not None:
+                    self._apply_effects(write, dependencies.effects([(child, "doomed")], write.now))
+
+    def _parent_states(
+        self, store: StoreState, state: EngineState, parents: Sequence[int]
+    ) -> dict[int, JobState]:
+        """The states of the ``parents`` that exist: on any side of the store (``state``,
+        this engine's view, may hold jobs of an open transaction), a DLQ entry as failed."""
+        found: dict[int, JobState] = {}
+        for parent in parents:
+            job = state.jobs.get(parent)
+            if job is None:
+                job = next((jobs[parent] for jobs in store.sides.values() if parent in jobs), None)
+            if job is not None:
+                found[parent] = job.state
+            elif parent in state.dlq:
+                found[parent] = JobState.Failed
+        return found
 
     def _own_uow(self, uow: UnitOfWork) -> InMemoryUnitOfWork:
         if not isinstance(uow, InMemoryUnitOfWork) or uow.owner is not self:
@@ -87,17 +120,32 @@ class CoreOps(EngineBase):
                 scratch.insert(job)
             records = self._insert_all(scratch, specs, None)
         own.pending.extend(records)
+        for record, spec in zip(records, specs, strict=True):
+            if spec.depends_on:
+                own.parents[record.id] = spec.depends_on
         return records
 
     def _insert_all(
         self, state: EngineState, specs: Sequence[JobSpec], write: Write | None
     ) -> list[JobRecord]:
-        """Insert into ``state`` (a private copy); raising leaves the id sequence as it was."""
+        """Insert into ``state`` (a private copy); raising leaves the id sequence as it was.
+        A spec with parents is planned against them (refused, waiting or ready); its edges
+        are stored here when ``write`` is given, else when the unit of work commits."""
         now = self._clock.now() if write is None else write.now
         first = self._store.next_id
-        records = [new_record(first + offset, spec, now) for offset, spec in enumerate(specs)]
-        for record in records:
+        plans = []
+        for spec in specs:
+            if spec.depends_on:
+                dependencies.check_spec(spec)
+                known = self._parent_states(self._store.state, state, spec.depends_on)
+                plans.append(dependencies.plan(spec, known))
+            else:
+                plans.append(dependencies.Plan(spec, (), frozenset()))
+        records = [new_record(first + i, p.spec, now) for i, p in enumerate(plans)]
+        for record, planned in zip(records, plans, strict=True):
             state.insert(record)
+            if write is not None and planned.parents:
+                state.deps.record(record.id, planned.parents, planned.satisfied, now)
             if write is not None and record.state == JobState.Available:
                 write.notify.add(queue_channel(record.queue))
         self._store.next_id = first + len(records)

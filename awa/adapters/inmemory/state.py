@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+from awa.adapters.inmemory.dependencies import DependencyBook
 from awa.domain.errors import UniqueConflict
 from awa.domain.job import DlqEntry, JobRecord, JobSpec, initial_state
 from awa.domain.states import JobState, check_transition
@@ -56,6 +57,7 @@ class EngineState:
     dlq: dict[int, DlqEntry] = attrs.field(factory=dict)
     unique: dict[bytes, int] = attrs.field(factory=dict)
     queues: dict[str, QueueMeta] = attrs.field(factory=dict)
+    deps: DependencyBook = attrs.field(factory=DependencyBook)
 
     def copy(self) -> EngineState:
         return EngineState(
@@ -63,6 +65,7 @@ class EngineState:
             dlq=dict(self.dlq),
             unique=dict(self.unique),
             queues=dict(self.queues),
+            deps=self.deps.copy(),
         )
 
     def clear(self) -> None:
@@ -71,6 +74,7 @@ class EngineState:
         self.dlq.clear()
         self.unique.clear()
         self.queues.clear()
+        self.deps.clear()
 
     # ---------------------------------------------------------------- queue settings
     def meta(self, queue: str) -> QueueMeta:

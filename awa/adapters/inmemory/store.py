@@ -13,6 +13,7 @@ from __future__ import annotations
 import anyio
 import attrs
 
+from awa.adapters.inmemory.dependencies import DependencyBook
 from awa.adapters.inmemory.notifier import LeaderElection, NotificationHub
 from awa.adapters.inmemory.state import EngineState, QueueMeta
 from awa.domain.job import DlqEntry, JobRecord
@@ -36,6 +37,7 @@ class StoreState:
     dlq: dict[int, DlqEntry] = attrs.field(factory=dict)
     unique: dict[bytes, int] = attrs.field(factory=dict)
     queues: dict[str, QueueMeta] = attrs.field(factory=dict)
+    deps: DependencyBook = attrs.field(factory=DependencyBook)
 
     def copy(self) -> StoreState:
         return StoreState(
@@ -43,6 +45,7 @@ class StoreState:
             dlq=dict(self.dlq),
             unique=dict(self.unique),
             queues=dict(self.queues),
+            deps=self.deps.copy(),
         )
 
     def view(self, side: str) -> EngineState:
@@ -51,7 +54,9 @@ class StoreState:
         jobs = self.sides.get(side)
         if jobs is None:
             jobs = self.sides[side] = {}
-        return EngineState(jobs=jobs, dlq=self.dlq, unique=self.unique, queues=self.queues)
+        return EngineState(
+            jobs=jobs, dlq=self.dlq, unique=self.unique, queues=self.queues, deps=self.deps
+        )
 
 
 class SharedStore:
@@ -75,7 +80,11 @@ class SharedStore:
         """A read-only view of ``side`` in the committed state."""
         jobs = self.state.sides.get(side, {})
         return EngineState(
-            jobs=jobs, dlq=self.state.dlq, unique=self.state.unique, queues=self.state.queues
+            jobs=jobs,
+            dlq=self.state.dlq,
+            unique=self.state.unique,
+            queues=self.state.queues,
+            deps=self.state.deps,
         )
 
     def producer_side(self) -> str | None:

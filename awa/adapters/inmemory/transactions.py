@@ -18,6 +18,8 @@ class InMemoryUnitOfWork:
     def __init__(self, owner: object) -> None:
         self.owner = owner
         self.pending: list[JobRecord] = []
+        #: The parents of each pending job inserted with ``depends_on`` (stored at commit).
+        self.parents: dict[int, tuple[int, ...]] = {}
         self.open = True
 
 

@@ -14,6 +14,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
+from awa.adapters._pg import dependencies as pg_dependencies
 from awa.adapters._pg.decode import fetch_decodable
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.migrations import canonical_schema_version, require_schema
@@ -25,10 +26,10 @@ from awa.domain import lifecycle
 from awa.domain.channels import cancel_notification
 from awa.domain.errors import DatabaseError, UniqueConflict
 from awa.domain.job import JobRecord, RunLease
-from awa.domain.kind_policies import KindPolicies
+from awa.domain.kind_policies import Effect, KindPolicies
 from awa.domain.lifecycle import AttemptFacts, Transition
 from awa.domain.policies import Backoff
-from awa.domain.states import LIVE_STATES
+from awa.domain.states import LIVE_STATES, JobState
 from awa.ports.clock import Clock
 from awa.ports.storage import UnitOfWork
 
@@ -267,14 +268,21 @@ class EngineBase:
         applied with them all-or-nothing (ADR 0028)."""
         if not items:
             return set(), {}
-        if not (effects and self._policies.has_effects):
+        if not effects:
             return await self._apply_transitions(conn, items, now=now)
         async with self._atomic(conn):
             applied, held = await self._apply_transitions(conn, items, now=now)
+            ended: list[tuple[int, JobState]] = []
             for lease, transition in items:
-                ended = transition.state is not None and transition.state not in LIVE_STATES
-                if ended and (lease.job_id, lease.lease) in applied:
-                    await self._apply_effects(conn, lease.job_id, held, now)
+                state = transition.state
+                if state is None or state in LIVE_STATES:
+                    continue
+                if (lease.job_id, lease.lease) in applied:
+                    ended.append((lease.job_id, state))
+                    if self._policies.has_effects:
+                        await self._apply_effects(conn, lease.job_id, held, now)
+            # The children waiting on the jobs that finished (ADR 0032).
+            await self._change_jobs(conn, await pg_dependencies.finished(conn, ended, now), now)
         return applied, held
 
     async def _apply_effects(
@@ -289,7 +297,14 @@ class EngineBase:
             if row is None:
                 return
             job = job_from_row(row)
-        for effect in lifecycle.effects(self._policies, job):
+        await self._change_jobs(conn, lifecycle.effects(self._policies, job), now)
+
+    async def _change_jobs(
+        self, conn: AnyConnection, effects: Sequence[Effect], now: datetime
+    ) -> None:
+        """Apply effects on other jobs, each target locked first; a running one cancelled
+        is told."""
+        for effect in effects:
             target = await self._one(conn, "lock_job", {"id": effect.job_id})
             if target is None:
                 continue

@@ -9,6 +9,7 @@ from typing import Any
 from psycopg import errors as pg_errors
 from psycopg.types.json import Jsonb
 
+from awa.adapters._pg import dependencies as pg_dependencies
 from awa.adapters._pg.errors import is_unique_claim_violation, translated_errors
 from awa.adapters._pg.rows import job_from_row, mask_param
 from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase, attempt_facts
@@ -76,6 +77,16 @@ class WorkerOps(EngineBase):
             return await self._insert(own.conn, specs)
 
     async def _insert(self, conn: AnyConnection, specs: Sequence[JobSpec]) -> list[JobRecord]:
+        if not any(spec.depends_on for spec in specs):
+            return await self._insert_rows(conn, specs)
+        now = self._clock.now()
+        # Parents read and locked, the jobs and their edges: all or nothing.
+        async with self._atomic(conn):
+            return await pg_dependencies.insert_with_parents(
+                conn, specs, lambda planned: self._insert_rows(conn, planned), now
+            )
+
+    async def _insert_rows(self, conn: AnyConnection, specs: Sequence[JobSpec]) -> list[JobRecord]:
         params = _enqueue_params(specs, self._clock.now())
         try:
             # A savepoint keeps a caller's transaction usable after a unique conflict.

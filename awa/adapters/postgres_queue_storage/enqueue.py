@@ -62,6 +62,7 @@ import psycopg
 from psycopg import AsyncCursor
 from psycopg.rows import DictRow
 
+from awa.adapters._pg import dependencies as pg_dependencies
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection, is_pooled
 from awa.adapters.postgres_queue_storage.connections import Connections
@@ -130,7 +131,15 @@ class Enqueue:
         return self._connections.unit_of_work(self._owner)
 
     async def insert(self, conn: DictConnection, specs: Sequence[JobSpec]) -> list[JobRecord]:
-        """The general enqueue: ids first, unique keys claimed, then the rows placed."""
+        """The general enqueue: ids first, unique keys claimed, then the rows placed; jobs
+        with parents planned against them first and their edges stored after (ADR 0032)."""
+        if any(spec.depends_on for spec in specs):
+            return await pg_dependencies.insert_with_parents(
+                conn, specs, lambda planned: self._insert_rows(conn, planned), self._clock.now()
+            )
+        return await self._insert_rows(conn, specs)
+
+    async def _insert_rows(self, conn: DictConnection, specs: Sequence[JobSpec]) -> list[JobRecord]:
         writes = Writes(self._clock.now())
         rows = await self._sql.exec(conn, "next_job_ids", n=len(specs))
         records = [
@@ -226,8 +235,10 @@ class Enqueue:
         for spec in specs:
             if not validated:
                 validate_spec(spec)
-            if spec.unique_key is not None:
-                raise ValueError("enqueue_many_routed takes jobs without unique keys only")
+            if spec.unique_key is not None or spec.depends_on:
+                raise ValueError(
+                    "enqueue_many_routed takes jobs without unique keys or parents only"
+                )
         if not specs:
             return []
         if len(specs) == 1 and self._group.in_flight and _one_plain_job(specs[0]):
@@ -318,7 +329,7 @@ class Enqueue:
                 validate_spec(spec)
         if not specs:
             return []
-        fast = all(spec.unique_key is None for spec in specs)
+        fast = all(spec.unique_key is None and not spec.depends_on for spec in specs)
         async with translated_errors():
             if uow is None:
                 if fast:

@@ -19,6 +19,7 @@ from typing import Any
 
 import psycopg
 
+from awa.adapters._pg import dependencies as pg_dependencies
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters.postgres_queue_storage.connections import Connections
@@ -86,12 +87,12 @@ class Completion:
         one_slot = slots[0] if len(set(slots)) == 1 else None
         async with translated_errors(), self._connections.kept_conn("complete") as conn:
             try:
-                rows = await self._close_receipts(conn, one_slot, params)
+                rows = await self._close_receipts(conn, one_slot, params, known)
             except psycopg.errors.UndefinedTable:
                 if one_slot is None:
                     raise
                 # A receipt from before the ring was installed again with fewer slots.
-                rows = await self._close_receipts(conn, None, params)
+                rows = await self._close_receipts(conn, None, params, known)
         closed = {r["claim_id"] for r in rows if r["claim_id"] is not None}
         acks: dict[tuple[int, int], Ack] = {}
         for key, (_, claim_id, _queue) in known.items():
@@ -115,20 +116,35 @@ class Completion:
         return out
 
     async def _close_receipts(
-        self, conn: DictConnection, slot: int | None, params: dict[str, Any]
+        self,
+        conn: DictConnection,
+        slot: int | None,
+        params: dict[str, Any],
+        known: dict[tuple[int, int], tuple[int, int, str]],
     ) -> list[dict[str, Any]]:
         """Close receipts on ``slot``'s own partitions, or over the ring when ``slot`` is
-        ``None``; the arbitrated form runs when a racing finaliser's closure failed the
-        first (nothing was written)."""
+        ``None``, and release the children waiting on the jobs that completed, in one
+        transaction; the arbitrated form runs when a racing finaliser's closure failed the
+        first (the transaction rolled back: nothing was written)."""
         counted, arbitrated = _RING_WIDE if slot is None else _IN_SLOT
 
         def statement(name: str) -> bytes:
             return self._sql[name] if slot is None else self._sql.for_slot(name, slot)
 
+        async def close(name: str) -> list[dict[str, Any]]:
+            async with conn.transaction():
+                rows = await self._sql.run_generic(conn, statement(name), params)
+                closed = {r["claim_id"] for r in rows if r["claim_id"] is not None}
+                completed = [key[0] for key, (_, claim, _) in known.items() if claim in closed]
+                writes = Writes(params["now"])
+                await self._release_children(conn, writes, completed)
+                await self._facts.flush(conn, writes)
+            return rows
+
         try:
-            return await self._sql.run_generic(conn, statement(counted), params)
+            return await close(counted)
         except psycopg.errors.UniqueViolation:
-            return await self._sql.run_generic(conn, statement(arbitrated), params)
+            return await close(arbitrated)
 
     async def _complete_by_lookup(self, leases: Sequence[RunLease]) -> list[Ack]:
         async with translated_errors(), self._connections.tx(pipeline=True) as conn:
@@ -188,10 +204,22 @@ class Completion:
             if done:
                 await self._facts.place(conn, done)
             await self._facts.unique(conn, unique_changes)
+            completed = [
+                lease.job_id for lease, a in zip(leases, acks, strict=True) if a is Ack.APPLIED
+            ]
+            await self._release_children(conn, writes, completed)
             if self._outcomes.policies.has_effects:
                 await self._apply_effects(conn, writes, leases, acks, snapshots)
             await self._facts.flush(conn, writes)
         return acks
+
+    async def _release_children(
+        self, conn: DictConnection, writes: Writes, completed: Sequence[int]
+    ) -> None:
+        """The children waiting on the jobs this transaction completed (ADR 0032)."""
+        done = [(job_id, JobState.Completed) for job_id in completed]
+        changes = await pg_dependencies.finished(conn, done, writes.now)
+        await self._outcomes.change_jobs(conn, writes, changes)
 
     async def _apply_effects(
         self,
@@ -211,4 +239,6 @@ class Completion:
         for job_id in ids:
             snap = found.get(job_id)
             if snap is not None:
-                await self._outcomes.apply_effects(conn, writes, done.apply(snap.job))
+                await self._outcomes.apply_effects(
+                    conn, writes, done.apply(snap.job), dependents=False
+                )

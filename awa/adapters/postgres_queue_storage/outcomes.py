@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from awa.adapters._pg import dependencies as pg_dependencies
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters.postgres_queue_storage.admin_changes import AdminChanges
@@ -27,7 +28,7 @@ from awa.adapters.postgres_queue_storage.snapshots import Resolved, Writes
 from awa.adapters.postgres_queue_storage.statements import Statements
 from awa.domain import lifecycle
 from awa.domain.job import JobRecord, RunLease
-from awa.domain.kind_policies import KindPolicies
+from awa.domain.kind_policies import Effect, KindPolicies
 from awa.domain.lifecycle import AttemptFacts, Transition
 from awa.domain.policies import Backoff
 from awa.domain.states import LIVE_STATES, JobState
@@ -124,11 +125,28 @@ class Outcomes:
             await self._facts.flush(conn, writes)
         return Ack.APPLIED
 
-    async def apply_effects(self, conn: DictConnection, writes: Writes, job: JobRecord) -> None:
+    async def apply_effects(
+        self, conn: DictConnection, writes: Writes, job: JobRecord, *, dependents: bool = True
+    ) -> None:
         """The effects on other jobs of the attempt's end that left ``job`` as it is,
         applied in the caller's transaction (a job each effect's transition does not apply
         to, or that is gone, is left alone)."""
-        for effect in lifecycle.effects(self.policies, job):
+        changes = (
+            *lifecycle.effects(self.policies, job),
+            # The children waiting on the job, if it finished (ADR 0032).
+            *(
+                await pg_dependencies.finished(conn, [(job.id, job.state)], writes.now)
+                if dependents
+                else ()
+            ),
+        )
+        await self.change_jobs(conn, writes, changes)
+
+    async def change_jobs(
+        self, conn: DictConnection, writes: Writes, changes: Sequence[Effect]
+    ) -> None:
+        """Apply effects on other jobs in the caller's transaction."""
+        for effect in changes:
             transition = effect.transition
 
             def decide(

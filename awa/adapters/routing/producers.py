@@ -69,6 +69,7 @@ class ProducerOps(RoutingBase[C]):
                 and stripes <= 1
                 and specs[0].unique_key is None
                 and specs[0].run_at is None
+                and not specs[0].depends_on
                 # until a route read has told where producers write (below)
                 and (self._route_known or not self._routed_inserts)
             ):
@@ -90,7 +91,8 @@ class ProducerOps(RoutingBase[C]):
         hint = self._producer_hint
         if hint is None or not self._routed_inserts:
             return None
-        if any(spec.unique_key is not None for spec in specs):
+        if any(spec.unique_key is not None or spec.depends_on for spec in specs):
+            # Keys and parents are checked in a transaction of the route's engine.
             return None
         routed = self._target(hint).routed
         if routed is None:

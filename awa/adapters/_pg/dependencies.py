@@ -1,0 +1,106 @@
+"""Job dependencies (ADR 0032) on Postgres, shared by the canonical and queue-storage
+engines: the parents an insert names (locked against finishing), the edges it stores,
+and the children a finishing transaction releases or cancels. Each call runs on the
+caller's connection, inside the transaction of the insert or of the finish."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from awa.adapters._pg.sql import load_queries
+from awa.domain import dependencies
+from awa.domain.dependencies import DependentOutcome, Plan
+from awa.domain.job import JobRecord, JobSpec
+from awa.domain.kind_policies import ChangeJob
+from awa.domain.states import JobState
+
+Connection = psycopg.AsyncConnection[Any]
+
+
+def _query(name: str) -> bytes:
+    return load_queries("awa.adapters._pg", "dependencies.sql")[name].encode()
+
+
+async def _rows(conn: Connection, name: str, params: dict[str, Any]) -> list[Any]:
+    cur = await conn.execute(_query(name), params)
+    return list(await cur.fetchall())
+
+
+def _field(row: Any, name: str, index: int) -> Any:
+    return row[name] if isinstance(row, dict) else row[index]
+
+
+async def insert_with_parents(
+    conn: Connection,
+    specs: Sequence[JobSpec],
+    insert: Callable[[Sequence[JobSpec]], Awaitable[list[JobRecord]]],
+    now: datetime,
+) -> list[JobRecord]:
+    """Insert ``specs`` with ``insert`` (in ``conn``'s transaction); those with parents
+    are planned against them first (refused, waiting or ready) and their edges stored
+    after. The parents stay locked against finishing until the transaction ends."""
+    if not any(spec.depends_on for spec in specs):
+        return await insert(specs)
+    wanted = sorted({parent for spec in specs for parent in spec.depends_on})
+    rows = await _rows(conn, "dependency_parents", {"ids": wanted})
+    states = {
+        int(_field(row, "id", 0)): JobState.parse(str(_field(row, "state", 1))) for row in rows
+    }
+    plans: list[Plan] = []
+    for spec in specs:
+        if spec.depends_on:
+            dependencies.check_spec(spec)
+            plans.append(dependencies.plan(spec, states))
+        else:
+            plans.append(Plan(spec, (), frozenset()))
+    records = await insert([planned.spec for planned in plans])
+    children: list[int] = []
+    parents: list[int] = []
+    satisfied: list[datetime | None] = []
+    waiting: list[int] = []
+    pending: list[int] = []
+    for record, planned in zip(records, plans, strict=True):
+        for parent in planned.parents:
+            children.append(record.id)
+            parents.append(parent)
+            satisfied.append(now if parent in planned.satisfied else None)
+        if planned.pending:
+            waiting.append(record.id)
+            pending.append(planned.pending)
+    params = {
+        "children": children,
+        "parents": parents,
+        "satisfied": satisfied,
+        "waiting": waiting,
+        "pending": pending,
+    }
+    await conn.execute(_query("record_dependencies"), params)
+    return records
+
+
+async def finished(
+    conn: Connection, jobs: Iterable[tuple[int, JobState]], now: datetime
+) -> tuple[ChangeJob, ...]:
+    """The changes to the children waiting on ``jobs`` (id and the state an attempt's end
+    left each in), decided in ``conn``'s transaction: the caller applies them there."""
+    completed: list[int] = []
+    failed: list[int] = []
+    for job_id, state in jobs:
+        done, dead = dependencies.finished(state)
+        if done:
+            completed.append(job_id)
+        elif dead:
+            failed.append(job_id)
+    if not (completed or failed):
+        return ()
+    params = {"completed": completed, "failed": failed, "now": now}
+    rows = await _rows(conn, "resolve_dependencies", params)
+    answered = [
+        (int(_field(row, "child_id", 0)), DependentOutcome(str(_field(row, "outcome", 1))))
+        for row in rows
+    ]
+    return dependencies.effects(answered, now)

@@ -1,0 +1,130 @@
+"""Job dependencies (ADR 0032): a job inserted with ``depends_on`` waits until every
+parent has completed.
+
+A waiting job is ``scheduled`` at :data:`WAITING_RUN_AT` (the last instant a job may be
+scheduled for), so code that reads the eight states sees a job not due yet, and no
+promotion ever makes it due. Its edges are stored beside the jobs; the engine that
+finishes a parent asks which children that finish decides (:class:`DependentOutcome`)
+and applies :func:`effects` in the same transaction.
+
+This module decides what an insert with parents becomes (:func:`plan`) and what the
+answered children undergo (:func:`effects`); the engines store the edges and find the
+children.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+from awa.domain import lifecycle
+from awa.domain.errors import ValidationError, ValidationTypeError
+from awa.domain.job import JobSpec
+from awa.domain.kind_policies import ChangeJob
+from awa.domain.states import JobState
+from awa.domain.validation import MAX_RUN_AT
+
+#: The ``run_at`` of a job waiting on its parents.
+WAITING_RUN_AT = MAX_RUN_AT
+#: The most parents one job may name.
+MAX_PARENTS = 100
+#: Parent states an insert refuses: the parent will never complete.
+FINISHED_FAILED = frozenset({JobState.Failed, JobState.Cancelled})
+
+
+class DependentOutcome(enum.StrEnum):
+    """What a parent's finish means for a waiting child (the SQL answers these words)."""
+
+    #: Its last unsatisfied parent completed: it runs.
+    RELEASED = "released"
+    #: A parent (or an ancestor) failed or was cancelled for good: it never will.
+    DOOMED = "doomed"
+
+
+def parent_ids(value: Any) -> tuple[int, ...]:
+    """The ids ``depends_on`` names: job ids or objects with an ``id`` (a job handle or a
+    record), in order, without repeats. Refuses anything else, and more than
+    :data:`MAX_PARENTS`."""
+    if value is None:
+        return ()
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise ValidationTypeError(
+            "depends_on", f"must be a list of job ids or jobs, got {type(value).__name__}"
+        )
+    ids: list[int] = []
+    for item in value:
+        job_id = getattr(item, "id", item)
+        if isinstance(job_id, bool) or not isinstance(job_id, int):
+            raise ValidationTypeError(
+                "depends_on", f"each entry must be a job id or a job, got {type(item).__name__}"
+            )
+        if job_id <= 0:
+            raise ValidationError("depends_on", f"job id {job_id} is not positive", value=job_id)
+        if job_id not in ids:
+            ids.append(job_id)
+    if len(ids) > MAX_PARENTS:
+        raise ValidationError(
+            "depends_on", f"names {len(ids)} jobs; at most {MAX_PARENTS} are allowed"
+        )
+    return tuple(ids)
+
+
+def check_spec(spec: JobSpec) -> None:
+    """A spec with parents sets no ``run_at`` of its own: its parents decide when it runs."""
+    if spec.depends_on and spec.run_at is not None:
+        raise ValidationError("depends_on", "a job that depends on others cannot also set run_at")
+
+
+@attrs.frozen
+class Plan:
+    """An insert with parents, decided: the spec to insert (waiting, or as given when every
+    parent completed already), its parents and which of them are satisfied."""
+
+    spec: JobSpec
+    parents: tuple[int, ...]
+    satisfied: frozenset[int]
+
+    @property
+    def pending(self) -> int:
+        return len(self.parents) - len(self.satisfied)
+
+
+def plan(spec: JobSpec, states: Mapping[int, JobState]) -> Plan:
+    """Decide the insert of ``spec`` given its parents' current ``states`` (a parent
+    missing from the mapping does not exist). Refuses an unknown parent and one that
+    failed or was cancelled, naming them; nothing is written then."""
+    unknown = [p for p in spec.depends_on if p not in states]
+    if unknown:
+        raise ValidationError(
+            "depends_on", f"no job with id {', '.join(map(str, unknown))}", value=unknown
+        )
+    dead = [p for p in spec.depends_on if states[p] in FINISHED_FAILED]
+    if dead:
+        named = ", ".join(f"{p} ({states[p]})" for p in dead)
+        raise ValidationError("depends_on", f"job {named} finished without completing", value=dead)
+    satisfied = frozenset(p for p in spec.depends_on if states[p] == JobState.Completed)
+    waiting = len(satisfied) < len(spec.depends_on)
+    planned = attrs.evolve(spec, run_at=WAITING_RUN_AT) if waiting else spec
+    return Plan(planned, spec.depends_on, satisfied)
+
+
+def finished(state: JobState) -> tuple[bool, bool]:
+    """Whether a job that ended an attempt in ``state`` completed, and whether it failed
+    or was cancelled for good (a retry or a snooze is neither)."""
+    return state == JobState.Completed, state in FINISHED_FAILED
+
+
+def effects(
+    answered: Iterable[tuple[int, DependentOutcome | str]], now: datetime
+) -> tuple[ChangeJob, ...]:
+    """The changes the engine applies to children its store answered."""
+    met = lifecycle.dependencies_met(now)
+    failed = lifecycle.dependency_failed(now)
+    return tuple(
+        ChangeJob(child, met if DependentOutcome(outcome) is DependentOutcome.RELEASED else failed)
+        for child, outcome in answered
+    )

@@ -1,0 +1,145 @@
+"""Job dependencies (ADR 0032) on every engine: a job inserted with parents waits
+(``scheduled`` at the waiting instant, never claimable, never promoted) until every
+parent completed, and is released in the transaction that completes the last one; a
+parent that fails or is cancelled for good cancels its waiting descendants; an insert
+naming an unknown or failed parent is refused and writes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from awa.domain.dependencies import MAX_PARENTS, WAITING_RUN_AT
+from awa.domain.errors import ValidationError
+from awa.domain.job import JobRecord
+from awa.domain.states import JobState
+from awa.ports.storage import Ack, JobFilter
+from tests.contract._support import claim_ids, claim_one, enable_dlq, enqueue, fetch, spec
+from tests.support.engines import EngineHandle
+
+pytestmark = pytest.mark.anyio
+
+STEPS = "contract_steps"
+
+
+async def child_of(engine: EngineHandle, *parents: JobRecord | int, **fields: Any) -> JobRecord:
+    ids = tuple(p if isinstance(p, int) else p.id for p in parents)
+    (job,) = await engine.engine.enqueue_many(
+        [spec("child_step", queue=STEPS, depends_on=ids, **fields)]
+    )
+    return job
+
+
+async def run_parent(engine: EngineHandle, outcome: str = "complete") -> int:
+    claim = await claim_one(engine)
+    if outcome == "complete":
+        assert await engine.engine.complete([claim.lease]) == [Ack.APPLIED]
+    elif outcome == "fail":
+        assert await engine.engine.fail(claim.lease, error="boom") == Ack.APPLIED
+    elif outcome == "retry":
+        assert await engine.engine.retry(claim.lease, error="again") == Ack.APPLIED
+    else:
+        assert await engine.engine.cancel_attempt(claim.lease, reason="stop") == Ack.APPLIED
+    return claim.job.id
+
+
+async def test_a_child_waits_for_every_parent_then_runs(engine: EngineHandle) -> None:
+    first = await enqueue(engine, "parent_step")
+    second = await enqueue(engine, "parent_step")
+    child = await child_of(engine, first, second)
+    assert (child.state, child.run_at) == (JobState.Scheduled, WAITING_RUN_AT)
+    engine.clock.advance(3600)
+    assert await engine.engine.promote_due() == 0
+    assert await claim_ids(engine, STEPS) == []
+
+    await run_parent(engine)
+    assert (await fetch(engine, child.id)).state == JobState.Scheduled
+    assert await claim_ids(engine, STEPS) == []
+
+    await run_parent(engine)
+    released = await fetch(engine, child.id)
+    assert (released.state, released.run_at) == (JobState.Available, engine.clock.now())
+    assert await claim_ids(engine, STEPS) == [child.id]
+
+
+async def test_a_child_of_completed_parents_is_available_at_once(engine: EngineHandle) -> None:
+    parent = await enqueue(engine, "parent_step")
+    await run_parent(engine)
+    child = await child_of(engine, parent)
+    assert child.state == JobState.Available
+    assert await claim_ids(engine, STEPS) == [child.id]
+
+
+async def test_a_retried_parent_keeps_its_child_waiting(engine: EngineHandle) -> None:
+    parent = await enqueue(engine, "parent_step")
+    child = await child_of(engine, parent)
+    await run_parent(engine, "retry")
+    assert (await fetch(engine, child.id)).state == JobState.Scheduled
+    engine.clock.advance(60)
+    await engine.engine.promote_due()
+    await run_parent(engine)
+    assert (await fetch(engine, child.id)).state == JobState.Available
+
+
+@pytest.mark.parametrize("outcome", ["fail", "cancel"])
+async def test_a_parent_that_ends_badly_cancels_its_descendants(
+    engine: EngineHandle, outcome: str
+) -> None:
+    parent = await enqueue(engine, "parent_step")
+    other = await enqueue(engine, "parent_step", queue="contract_other")
+    child = await child_of(engine, parent)
+    grandchild = await child_of(engine, child, other)
+    await run_parent(engine, outcome)
+    for job_id in (child.id, grandchild.id):
+        job = await fetch(engine, job_id)
+        assert job.state == JobState.Cancelled
+        assert "depends on failed" in job.errors[-1]["error"]
+    assert (await fetch(engine, other.id)).state == JobState.Available
+
+
+async def test_a_parent_failed_into_the_dlq_cancels_its_child(engine: EngineHandle) -> None:
+    await enable_dlq(engine)
+    parent = await enqueue(engine, "parent_step", max_attempts=1)
+    child = await child_of(engine, parent)
+    await run_parent(engine, "retry")
+    assert (await fetch(engine, child.id)).state == JobState.Cancelled
+    with pytest.raises(ValidationError, match="finished without completing"):
+        await child_of(engine, parent)
+
+
+async def test_unknown_or_failed_parents_are_refused_and_nothing_is_written(
+    engine: EngineHandle,
+) -> None:
+    parent = await enqueue(engine, "parent_step")
+    await run_parent(engine, "fail")
+    live = await enqueue(engine, "parent_step")
+    with pytest.raises(ValidationError, match=r"depends_on: no job with id 999999"):
+        await child_of(engine, live, 999_999)
+    with pytest.raises(ValidationError, match=rf"job {parent.id} \(failed\)"):
+        await child_of(engine, live, parent)
+    assert await engine.engine.list_jobs(JobFilter(queue=STEPS)) == []
+    assert await claim_ids(engine, STEPS) == []
+    assert (await engine.engine.get_job(live.id + 1)) is None
+
+
+async def test_depends_on_with_run_at_and_too_many_parents_are_refused(
+    engine: EngineHandle,
+) -> None:
+    from awa.domain.dependencies import parent_ids
+
+    with pytest.raises(ValidationError, match="run_at"):
+        await child_of(engine, 1, run_at=engine.clock.now())
+    with pytest.raises(ValidationError, match=f"at most {MAX_PARENTS}"):
+        parent_ids(range(1, MAX_PARENTS + 2))
+
+
+async def test_a_child_inserted_in_a_transaction_waits_as_well(engine: EngineHandle) -> None:
+    parent = await enqueue(engine, "parent_step")
+    async with engine.engine.transaction() as uow:
+        (child,) = await engine.engine.enqueue_many(
+            [spec("child_step", queue=STEPS, depends_on=(parent.id,))], uow=uow
+        )
+    assert (await fetch(engine, child.id)).state == JobState.Scheduled
+    await run_parent(engine)
+    assert (await fetch(engine, child.id)).state == JobState.Available

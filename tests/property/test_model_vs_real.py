@@ -38,6 +38,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule, run_state_machine_as_test
 
 from awa.adapters.clock import ManualClock
+from awa.domain.admin_views import QueueStateBucket
 from awa.domain.callbacks import CallbackExpressions
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts, RunLease
 from awa.domain.kind_policies import KindPolicies
@@ -377,26 +378,37 @@ class ModelVsReal(
         reading of each engine serves every check."""
         model, real = self.p.run(_reading)
         assert model.error is None and real.error is None, (model.error, real.error)
-        model_jobs, model_counts, model_dlq = model.value
-        real_jobs, real_counts, real_dlq = real.value
+        model_jobs, model_counts, model_dlq, model_dead, model_dlq_minutes = model.value
+        real_jobs, real_counts, real_dlq, real_dead, real_dlq_minutes = real.value
         assert all(isinstance(job.state, JobState) for job in model_jobs)
         assert sorted(self._norm(model_jobs, False), key=_by_id) == sorted(
             self._norm(real_jobs, True), key=_by_id
         )
         self._assert_same(Outcome(model_counts), Outcome(real_counts), label="queue_counts")
         self._assert_same(Outcome(model_dlq), Outcome(real_dlq), label="list_dlq")
+        # The DLQ's jobs as list_jobs would show them, newest first, and its failures per
+        # minute (the dashboard's chart).
+        self._assert_same(Outcome(model_dead), Outcome(real_dead), label="list_dead_lettered")
+        self._assert_same(
+            Outcome(model_dlq_minutes), Outcome(real_dlq_minutes), label="dlq_by_minute"
+        )
         _counters_equal_a_recount("model", model_counts, model_jobs)
         _counters_equal_a_recount("real", real_counts, real_jobs)
 
 
-Reading = tuple[list[JobRecord], list[QueueCounts], list[DlqEntry]]
+Reading = tuple[
+    list[JobRecord], list[QueueCounts], list[DlqEntry], list[JobRecord], list[QueueStateBucket]
+]
 
 
 async def _reading(engine: StorageEngine) -> Reading:
-    """Everything an engine holds: its jobs, queue counts and DLQ entries."""
+    """Everything an engine holds: its jobs, queue counts and DLQ entries, the DLQ's jobs
+    and its failures per minute over the last hour."""
     jobs = await engine.list_jobs(JobFilter(), limit=100_000)
     counts = await engine.queue_counts()
-    return jobs, counts, await engine.list_dlq(DlqFilter(), limit=1000)
+    dlq = await engine.list_dlq(DlqFilter(), limit=1000)
+    dead = await engine.list_dead_lettered(JobFilter(), limit=1000)
+    return jobs, counts, dlq, dead, await engine.dlq_by_minute(window=timedelta(hours=1))
 
 
 def _by_id(job: dict[str, Any]) -> int:

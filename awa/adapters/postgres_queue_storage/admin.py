@@ -12,8 +12,11 @@ from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.rows import state_buckets
 from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter, job_filter
-from awa.adapters.postgres_queue_storage.ring import PRUNED_COMPLETIONS_BUCKET
-from awa.adapters.postgres_queue_storage.snapshots import Resolved, minute_of
+from awa.adapters.postgres_queue_storage.snapshots import (
+    PRUNED_COMPLETIONS_BUCKET,
+    Resolved,
+    minute_of,
+)
 from awa.adapters.postgres_queue_storage.statements import Statements
 from awa.domain.admin_views import (
     KindCounts,

@@ -1493,7 +1493,7 @@ ON CONFLICT (queue, minute, bucket) DO UPDATE SET n = c.n + EXCLUDED.n
 
 -- name: add_completions_in
 -- add_completions into one given bucket: prune's, where it counts the completed jobs it
--- drops (ring.PRUNED_COMPLETIONS_BUCKET).
+-- drops (snapshots.PRUNED_COMPLETIONS_BUCKET).
 INSERT INTO {s}.completions AS c (queue, minute, bucket, n)
 SELECT q, m, %(bucket)s::smallint, d
 FROM unnest(%(queues)s::text[], %(minutes)s::timestamptz[], %(deltas)s::bigint[]) AS i(q, m, d)

@@ -25,6 +25,7 @@ from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.long_tx import LongTransactions
 from awa.adapters.postgres_queue_storage.snapshots import (
     PRUNE_GATE,
+    PRUNED_COMPLETIONS_BUCKET,
     Resolved,
     Writes,
     minute_of,
@@ -45,10 +46,6 @@ _DROPPED_STATES = frozenset(
 _ROWS_PER_TURN = 200
 #: How far back completion buckets are kept (the read window is one hour).
 COMPLETIONS_KEPT = timedelta(hours=2)
-#: The completion bucket where prune counts the completed jobs it drops (negative): the
-#: other buckets keep every completion of a minute (``finalized_by_queue``), the sum of
-#: all of them what is still held (``completed_last_hour``).
-PRUNED_COMPLETIONS_BUCKET = 16
 
 
 class QueueRing:

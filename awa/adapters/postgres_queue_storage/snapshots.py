@@ -153,3 +153,9 @@ def restamped(job: JobRecord, moved: Mapping[int, datetime]) -> JobRecord:
     """``job`` with the run_at its lane gave it, if that moved (``FactWriter.place``)."""
     run_at = moved.get(job.id)
     return job if run_at is None else attrs.evolve(job, run_at=run_at)
+
+
+#: The completion bucket where prune counts the completed jobs it drops (negative): the
+#: other buckets keep every completion of a minute (``finalized_by_queue``), the sum of
+#: all of them what is still held (``completed_last_hour``).
+PRUNED_COMPLETIONS_BUCKET = 16

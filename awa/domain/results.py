@@ -32,8 +32,13 @@ RESULT_RETENTION = timedelta(days=7)
 #: of an operator's cancel, and its only way behind a transaction-mode pooler).
 WAIT_POLL_SECONDS = 1.0
 
-#: The prefix of a job's result channel (``awa:result:<job id>``, at most 32 bytes).
+#: The prefix of a job's result channel (``awa:result:<job id>``, at most 32 bytes): what
+#: a waiter's subscription reports when its job finished.
 RESULT_CHANNEL_PREFIX = "awa:result:"
+
+#: The one Postgres channel on which finishes are announced, the job id as payload: a
+#: process listens once for all its waiters and wakes only the job's own.
+RESULTS_CHANNEL = "awa:results"
 
 #: The states that end a job for a waiter: it answers with the result or the failure.
 FINISHED_STATES = frozenset({JobState.Completed, JobState.Failed, JobState.Cancelled})

@@ -60,6 +60,19 @@ class PostgresSubscription:
             raise map_error(exc) from exc
         return fired
 
+    async def payloads(self, timeout: float) -> list[tuple[str, str]]:
+        """The ``(channel, payload)`` of every notification read within ``timeout``
+        seconds (probes left out; an empty list on timeout), for a listener that routes
+        by payload. Returns once the first are read, like :meth:`wait`."""
+        found: list[tuple[str, str]] = []
+        try:
+            async for notify in self._conn.notifies(timeout=max(timeout, 0.0), stop_after=1):
+                if not notify.channel.startswith(PROBE_PREFIX):
+                    found.append((notify.channel, notify.payload))
+        except psycopg.Error as exc:
+            raise map_error(exc) from exc
+        return found
+
     async def close(self) -> None:
         """Stop listening and close the connection."""
         await self._conn.close()

@@ -1,9 +1,15 @@
 """The :class:`~awa.ports.results.ResultStore` port on ``awa.job_results``, shared by
 both Postgres engines (the table lives in schema ``awa`` whatever the engine, apart from
-the job rows, so queue storage's reclaim of finished history does not touch it)."""
+the job rows, so queue storage's reclaim of finished history does not touch it).
+
+Finishes are announced on one channel (``awa:results``, the job id as payload). A store
+keeps one ``LISTEN`` connection for all its current waiters (opened with the first,
+closed with the last) and wakes only the waiters of the announced job."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from datetime import datetime
 
 from psycopg_pool import AsyncConnectionPool
@@ -13,30 +19,91 @@ from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters._pg.sql import load_queries
 from awa.domain.errors import WakeupsUnavailable
-from awa.domain.results import RESULT_RETENTION, StoredResult, result_channel
+from awa.domain.results import RESULT_RETENTION, RESULTS_CHANNEL, StoredResult, result_channel
 from awa.ports.clock import Clock
+
+#: How long the shared listener waits for notifications per read (it is cancelled when
+#: the last waiter leaves, so this only bounds one read).
+_READ_SECONDS = 60.0
 
 
 def _query(name: str) -> bytes:
     return load_queries("awa.adapters._pg", "results.sql")[name].encode()
 
 
+class _Waiter:
+    """One waiter's subscription on the shared listener (the ``Subscription`` port)."""
+
+    def __init__(self, store: PgResultStore, listener: _Listener, job_id: int) -> None:
+        self._store = store
+        self._listener = listener
+        self.job_id = job_id
+        self._event = asyncio.Event()
+
+    def fire(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float) -> set[str]:
+        if not self._event.is_set() and timeout > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._event.wait(), timeout)
+        if not self._event.is_set():
+            return set()
+        self._event.clear()
+        return {result_channel(self.job_id)}
+
+    async def close(self) -> None:
+        await self._store._leave(self._listener, self)
+
+
+class _Listener:
+    """``LISTEN awa:results`` on a dedicated connection, routing payloads to waiters."""
+
+    def __init__(self, subscription: PostgresSubscription) -> None:
+        self._subscription = subscription
+        self.waiters: dict[int, set[_Waiter]] = {}
+        #: Set when the connection failed: its waiters were woken, later ones get a new one.
+        self.broken = False
+        self._task = asyncio.get_running_loop().create_task(self._read())
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                for _, payload in await self._subscription.payloads(_READ_SECONDS):
+                    try:
+                        job_id = int(payload)
+                    except ValueError:
+                        continue
+                    for waiter in self.waiters.get(job_id, ()):
+                        waiter.fire()
+        except Exception:
+            # The waiters re-read the job now and poll from then on.
+            self.broken = True
+            for waiters in self.waiters.values():
+                for waiter in waiters:
+                    waiter.fire()
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._task
+        with contextlib.suppress(Exception):
+            await self._subscription.close()
+
+
 class PgResultStore:
     """:class:`~awa.ports.results.ResultStore` on ``awa.job_results`` (one per backend, on
-    its pool). A waiter's subscription is ``LISTEN awa:result:<id>`` on a dedicated
-    connection to the pool's database, proved by a test notification;
-    behind a transaction-mode pooler there is none and the waiter polls."""
+    its pool). Waiters share one ``LISTEN`` connection to the pool's database, proved by
+    a test notification; behind a transaction-mode pooler there is none and they poll."""
 
-    def __init__(
-        self,
-        pool: AsyncConnectionPool[DictConnection],
-        clock: Clock,
-    ) -> None:
+    def __init__(self, pool: AsyncConnectionPool[DictConnection], clock: Clock) -> None:
         self._pool = pool
         self._clock = clock
         # Set once a subscription could not be proved (a transaction-mode pooler), so
         # later waiters poll at once instead of paying the probe's timeout each.
         self._no_wakeups = False
+        self._listener: _Listener | None = None
+        self._lock: asyncio.Lock | None = None
 
     async def store_result(self, job_id: int, json_text: str) -> None:
         now = self._clock.now()
@@ -65,21 +132,45 @@ class PgResultStore:
         )
 
     async def announce_finished(self, job_id: int) -> None:
+        params = {"channel": RESULTS_CHANNEL, "job_id": str(job_id)}
         async with translated_errors(), self._pool.connection() as conn:
-            await conn.execute(_query("announce_finished"), {"channel": result_channel(job_id)})
+            await conn.execute(_query("announce_finished"), params)
 
-    async def subscribe_finished(self, job_id: int) -> PostgresSubscription | None:
+    async def subscribe_finished(self, job_id: int) -> _Waiter | None:
         if self._no_wakeups:
             return None
         conninfo = self._pool.conninfo
         if not isinstance(conninfo, str):  # a pool built on a conninfo callable: poll
             return None
-        notifier = PostgresNotifier(conninfo)
-        try:
-            return await notifier.subscribe([result_channel(job_id)])
-        except WakeupsUnavailable:
-            self._no_wakeups = True
-            return None
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            listener = self._listener
+            if listener is None or listener.broken:
+                try:
+                    subscription = await PostgresNotifier(conninfo).subscribe([RESULTS_CHANNEL])
+                except WakeupsUnavailable:
+                    self._no_wakeups = True
+                    return None
+                listener = self._listener = _Listener(subscription)
+            waiter = _Waiter(self, listener, job_id)
+            listener.waiters.setdefault(job_id, set()).add(waiter)
+            return waiter
+
+    async def _leave(self, listener: _Listener, waiter: _Waiter) -> None:
+        """Drop ``waiter``; the listener's connection closes with its last waiter."""
+        assert self._lock is not None
+        async with self._lock:
+            waiters = listener.waiters.get(waiter.job_id)
+            if waiters is not None:
+                waiters.discard(waiter)
+                if not waiters:
+                    del listener.waiters[waiter.job_id]
+            if listener.waiters:
+                return
+            if self._listener is listener:
+                self._listener = None
+        await listener.close()
 
     async def prune_results(self, *, before: datetime) -> int:
         async with translated_errors(), self._pool.connection() as conn:

@@ -14,7 +14,7 @@ FROM awa.job_results
 WHERE job_id = %(job_id)s AND expires_at > %(now)s::timestamptz
 
 -- name: announce_finished
-SELECT pg_notify(%(channel)s, '')
+SELECT pg_notify(%(channel)s, %(job_id)s)
 
 -- name: prune_results
 DELETE FROM awa.job_results WHERE expires_at < %(before)s::timestamptz

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from awa.domain.errors import ValidationError, ValidationTypeError
+from awa.domain.partitioning import shard_for_key
 from awa.domain.states import JobState
 
 #: The longest concurrency key, in UTF-8 bytes: a key is a tenant or account name, and
@@ -36,6 +37,18 @@ MAX_CONCURRENCY_KEY_BYTES = 255
 
 #: The largest ``max_running_per_key``: more than a fleet can run at once.
 MAX_RUNNING_PER_KEY = 1_000_000
+
+#: Where a job keeps its concurrency key: its metadata, which every engine and plane
+#: already carries with the job (through retries, snoozes, rescues, the DLQ and the SQL
+#: producer contract), under a reserved name a handler's metadata updates may not touch.
+CONCURRENCY_KEY_METADATA = "awa:concurrency_key"
+
+#: Queue storage: a keyed job's lane is a shard of its own key, at or above this base
+#: (keyless lanes are negative, ordering-key shards below 64): ``KEYED_SHARD_BASE +
+#: shard_for_key(key, KEYED_SHARD_SPACE)``, which ``awa.ordering_key_shard`` computes in
+#: SQL the same way.
+KEYED_SHARD_BASE = 1 << 30
+KEYED_SHARD_SPACE = 1 << 30
 
 #: The states in which an attempt holds its key's slot.
 SLOT_STATES: frozenset[JobState] = frozenset({JobState.Running, JobState.WaitingExternal})
@@ -85,6 +98,45 @@ def validate_max_running_per_key(value: Any, field: str = "max_running_per_key")
             field, f"must be between 1 and {MAX_RUNNING_PER_KEY}, got {value}", value=value
         )
     return value
+
+
+def concurrency_key_of(metadata: Mapping[str, Any] | None) -> str | None:
+    """A job's concurrency key, from its metadata."""
+    if not metadata:
+        return None
+    key = metadata.get(CONCURRENCY_KEY_METADATA)
+    return key if isinstance(key, str) else None
+
+
+def with_concurrency_key(metadata: Mapping[str, Any], key: str | None) -> dict[str, Any]:
+    """``metadata`` carrying ``key`` (validated); ``None`` leaves it as it is."""
+    out = dict(metadata)
+    if key is not None:
+        out[CONCURRENCY_KEY_METADATA] = validate_concurrency_key(key)
+    return out
+
+
+def validate_job_key(metadata: Mapping[str, Any], ordering_key: bytes | None) -> None:
+    """A job's key as stored in its metadata: valid, and not beside an ordering key (on
+    queue storage each decides the job's lane)."""
+    if CONCURRENCY_KEY_METADATA not in metadata:
+        return
+    validate_concurrency_key(metadata[CONCURRENCY_KEY_METADATA])
+    if metadata[CONCURRENCY_KEY_METADATA] is not None and ordering_key is not None:
+        raise ValidationError(
+            "concurrency_key", "cannot be combined with ordering_key (each places the job)"
+        )
+
+
+def refuse_key_update(updates: Mapping[str, Any] | None) -> None:
+    """A handler's metadata updates may not change the key its attempt holds a slot of."""
+    if updates and CONCURRENCY_KEY_METADATA in updates:
+        raise ValidationError("updates", f"must not change {CONCURRENCY_KEY_METADATA!r}")
+
+
+def keyed_shard(key: str) -> int:
+    """Queue storage: the lane shard of a concurrency key."""
+    return KEYED_SHARD_BASE + shard_for_key(key.encode("utf-8"), KEYED_SHARD_SPACE)
 
 
 def holds_slot(state: JobState) -> bool:

@@ -9,6 +9,10 @@ claimed, only how fast:
   a queue started without one nor removes one;
 * a deadline override never crosses zero: it retunes a queue started with a deadline to
   another non-zero deadline, and is ignored on a queue started without one (0 = none).
+
+The per-key limit (``max_running_per_key``, ADR 0029) is not how fast but how many at
+once per key, a rule every claimer of the fleet must share: its override sets it on every
+runtime serving the queue, with or without a started value.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 import attrs
 
 from awa.domain.errors import ValidationError
+from awa.domain.flow_control import validate_max_running_per_key
 
 
 def _positive_int(field: str, value: Any) -> None:
@@ -40,6 +45,7 @@ class QueueOverrides:
     rate_limit_per_second: float | None = None
     rate_limit_burst: int | None = None
     deadline_ms: int | None = None
+    max_running_per_key: int | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -70,18 +76,21 @@ def validate_overrides(overrides: QueueOverrides) -> QueueOverrides:
             )
         if deadline < 0:
             raise ValidationError("deadline_ms", f"must be >= 0, got {deadline}", value=deadline)
+    validate_max_running_per_key(overrides.max_running_per_key)
     return overrides
 
 
 @attrs.frozen
 class DispatchSettings:
     """What a dispatcher claims with: poll interval (seconds), batch size, rate limit
-    ``(rate, burst)`` or ``None``, attempt deadline or ``None``."""
+    ``(rate, burst)`` or ``None``, attempt deadline or ``None``, and the per-key limit
+    (``max_running_per_key``) or ``None``."""
 
     poll_interval: float
     claim_batch_size: int
     rate_limit: tuple[float, int] | None
     deadline: timedelta | None
+    max_running_per_key: int | None = None
 
 
 def apply_overrides(
@@ -123,4 +132,7 @@ def apply_overrides(
             )
         else:
             deadline = timedelta(milliseconds=overrides.deadline_ms)
-    return DispatchSettings(poll, batch, rate_limit, deadline), ignored
+    # The per-key limit is a fleet-wide rule: an override sets it (adding one to a queue
+    # started without), clearing the override goes back to the started value.
+    per_key = overrides.max_running_per_key or started.max_running_per_key
+    return DispatchSettings(poll, batch, rate_limit, deadline, per_key), ignored

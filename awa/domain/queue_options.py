@@ -30,8 +30,9 @@ class RetentionDict(TypedDict, total=False):
 class QueueConfigDict(TypedDict, total=False):
     """One queue for ``start(queues=[...])``: ``name`` and, optionally, its capacity
     (``max_workers``, or ``min_workers`` and ``weight`` with ``global_max_workers``), a
-    rate limit, a deadline, priority aging and claim tuning (``retention`` overrides are
-    refused: see :class:`RetentionDict`).
+    rate limit, a deadline, priority aging, claim tuning and ``max_running_per_key`` (at
+    most that many running jobs per concurrency key across the fleet, ADR 0029)
+    (``retention`` overrides are refused: see :class:`RetentionDict`).
 
     ``PartitionedQueue.queue_configs()`` returns a list of these."""
 
@@ -44,6 +45,7 @@ class QueueConfigDict(TypedDict, total=False):
     priority_aging_interval_ms: NotRequired[float | None]
     claimers: NotRequired[int | None]
     claim_batch_size: NotRequired[int | None]
+    max_running_per_key: NotRequired[int | None]
     retention: NotRequired[RetentionDict | None]
 
 

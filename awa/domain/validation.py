@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from awa.domain.errors import ValidationError, ValidationTypeError
+from awa.domain.flow_control import validate_job_key
 from awa.domain.job import JobSpec
 from awa.domain.stripes import is_stripe_name
 
@@ -314,6 +315,7 @@ def validate_spec(spec: JobSpec) -> JobSpec:
         raise ValidationError("unique_key", "must be bytes")
     if spec.ordering_key is not None and not isinstance(spec.ordering_key, bytes):
         raise ValidationError("ordering_key", "must be bytes")
+    validate_job_key(spec.metadata, spec.ordering_key)
     if spec.run_at is not None:
         validate_run_at(spec.run_at)
     return spec

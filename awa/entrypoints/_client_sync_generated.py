@@ -539,11 +539,13 @@ class Client(BlockingClientBase):
         rate_limit: float | None = None,
         rate_limit_burst: int | None = None,
         deadline_ms: int | None = None,
+        max_running_per_key: int | None = None,
     ) -> dict[str, Any]:
         """Replace the queue's whole override state (an argument left ``None`` clears that
         override) and return it. A rate-limit override only retunes a queue started with a
-        rate limit; a deadline override only retunes a non-zero deadline. Blocking form of
-        ``AsyncClient.set_queue_overrides``.
+        rate limit; a deadline override only retunes a non-zero deadline; a
+        ``max_running_per_key`` override sets the per-key limit of every runtime serving the
+        queue (ADR 0029). Blocking form of ``AsyncClient.set_queue_overrides``.
         """
         return self._run(
             self._async.set_queue_overrides(
@@ -553,6 +555,7 @@ class Client(BlockingClientBase):
                 rate_limit=rate_limit,
                 rate_limit_burst=rate_limit_burst,
                 deadline_ms=deadline_ms,
+                max_running_per_key=max_running_per_key,
             )
         )
 
@@ -1030,6 +1033,7 @@ class RawClient(RawClientBase):
         rate_limit: float | None = None,
         rate_limit_burst: int | None = None,
         deadline_ms: int | None = None,
+        max_running_per_key: int | None = None,
     ) -> dict[str, Any]:
         """Blocking ``set_queue_overrides``, on a client of its own (see
         ``Client.set_queue_overrides``).
@@ -1041,6 +1045,7 @@ class RawClient(RawClientBase):
             rate_limit=rate_limit,
             rate_limit_burst=rate_limit_burst,
             deadline_ms=deadline_ms,
+            max_running_per_key=max_running_per_key,
         )
 
     def storage_status_sync(self) -> str:

@@ -19,6 +19,7 @@ import blake3
 
 from awa.domain import dependencies
 from awa.domain.errors import ValidationError
+from awa.domain.flow_control import validate_job_key, with_concurrency_key
 from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, JobSpec
 from awa.domain.kinds import derive_kind
 from awa.domain.unique import UniqueOpts, derive_unique_key
@@ -231,6 +232,7 @@ def build_spec(args: Any, **options: Unpack[InsertOptions]) -> JobSpec:
         raise ValidationError("metadata", "must be a dict")
     meta = to_json_value(dict(metadata or {}), "metadata")
     tracing.stamp(meta)
+    meta = with_concurrency_key(meta, options.get("concurrency_key"))
     when = parse_run_at(options.get("run_at"))
     if when is not None:
         validate_run_at(when)
@@ -260,6 +262,7 @@ def build_spec(args: Any, **options: Unpack[InsertOptions]) -> JobSpec:
         unique_states=unique_states,
         ordering_key=ordering_key_bytes(options.get("ordering_key")),
     )
+    validate_job_key(spec.metadata, spec.ordering_key)
     # The rest of validate_spec: the names, numbers and tags were checked above, the keys
     # are bytes and run_at is timezone-aware by construction.
     if plain is None:
@@ -271,12 +274,15 @@ def build_spec(args: Any, **options: Unpack[InsertOptions]) -> JobSpec:
 
 
 def _overridden(common: InsertOptions, override: Mapping[str, Any]) -> InsertOptions:
-    """The batch's options with one job's ``queue`` / ``ordering_key`` in their place."""
+    """The batch's options with one job's ``queue`` / ``ordering_key`` /
+    ``concurrency_key`` in their place."""
     options = InsertOptions(**common)
     if "queue" in override:
         options["queue"] = override["queue"]
     if "ordering_key" in override:
         options["ordering_key"] = override["ordering_key"]
+    if "concurrency_key" in override:
+        options["concurrency_key"] = override["concurrency_key"]
     return options
 
 
@@ -286,7 +292,8 @@ def build_specs(
     opts: Sequence[Mapping[str, Any] | None] | None = None,
     **common: Unpack[InsertOptions],
 ) -> list[JobSpec]:
-    """Specs for a bulk insert; ``opts[i]`` may override ``queue`` / ``ordering_key``."""
+    """Specs for a bulk insert; ``opts[i]`` may override ``queue`` / ``ordering_key`` /
+    ``concurrency_key``."""
     if opts is not None and len(opts) != len(jobs):
         raise ValidationError("opts", f"must have one entry per job ({len(jobs)}), got {len(opts)}")
     specs: list[JobSpec] = []
@@ -298,7 +305,7 @@ def build_specs(
     for index, job in enumerate(jobs):
         override = opts[index] if opts is not None else None
         if override:
-            unknown = set(override) - {"queue", "ordering_key"}
+            unknown = set(override) - {"queue", "ordering_key", "concurrency_key"}
             if unknown:
                 raise ValidationError("opts", f"unknown keys: {sorted(unknown)}")
             specs.append(build_spec(job, **_overridden(common, override)))

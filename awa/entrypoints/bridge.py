@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, Unpack
 
 from awa.adapters._pg import insert_compat
+from awa.domain.flow_control import validate_job_key, with_concurrency_key
 from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, initial_state
 from awa.domain.keywords import check_keywords
 from awa.domain.validation import (
@@ -71,6 +72,7 @@ def _prepare(function: str, args: Any, options: JobOptions) -> dict[str, Any]:
         raise
     meta = dict(options.get("metadata") or {})
     tracing.stamp(meta)
+    meta = with_concurrency_key(meta, options.get("concurrency_key"))
     tag_list = list(tags or [])
     if any(_contains_nul(v) for v in (payload, meta, tag_list, resolved_kind, queue)):
         raise ValueError(NUL_MESSAGE)
@@ -89,6 +91,7 @@ def _prepare(function: str, args: Any, options: JobOptions) -> dict[str, Any]:
         validate_run_at(when)
     if ordering_key is not None and not isinstance(ordering_key, str | bytes):
         raise TypeError(f"ordering_key must be bytes or str, got {type(ordering_key).__name__}")
+    validate_job_key(meta, ordering_key_bytes(ordering_key))
     return {
         "kind": resolved_kind,
         "queue": queue,

@@ -26,10 +26,13 @@ class OverridesMixin(ClientCore):
         rate_limit: float | None = None,
         rate_limit_burst: int | None = None,
         deadline_ms: int | None = None,
+        max_running_per_key: int | None = None,
     ) -> dict[str, Any]:
         """Replace the queue's whole override state (an argument left ``None`` clears
         that override) and return it. A rate-limit override only retunes a queue started
-        with a rate limit; a deadline override only retunes a non-zero deadline."""
+        with a rate limit; a deadline override only retunes a non-zero deadline; a
+        ``max_running_per_key`` override sets the per-key limit of every runtime serving
+        the queue (ADR 0029)."""
         validate_queue(queue)
         overrides = validate_overrides(
             QueueOverrides(
@@ -38,6 +41,7 @@ class OverridesMixin(ClientCore):
                 rate_limit_per_second=rate_limit,
                 rate_limit_burst=rate_limit_burst,
                 deadline_ms=deadline_ms,
+                max_running_per_key=max_running_per_key,
             )
         )
         await (await self._override_store()).set_queue_overrides(queue, overrides)

@@ -46,6 +46,10 @@ class JobOptions(QueueingOptions, total=False):
     ``scheduled``; absent: now."""
     ordering_key: bytes | str | None
     """Jobs with the same key share a shard of a sharded queue; absent: none."""
+    concurrency_key: str | None
+    """The key (a tenant, an account) whose running jobs the queue's
+    ``max_running_per_key`` limits across the fleet; stored in the job's metadata as
+    ``awa:concurrency_key``; absent: none (not limited)."""
 
 
 class PeriodicOptions(QueueingOptions, total=False):
@@ -81,7 +85,8 @@ class StripeOption(TypedDict, total=False):
 
 class BatchOption(TypedDict, total=False):
     opts: list[dict[str, Any] | None] | None
-    """Per-job overrides of ``queue`` and ``ordering_key``, one entry (or ``None``) per job."""
+    """Per-job overrides of ``queue``, ``ordering_key`` and ``concurrency_key``, one entry
+    (or ``None``) per job."""
 
 
 class ClientInsertOptions(InsertOptions, DependencyOption, StripeOption, total=False):

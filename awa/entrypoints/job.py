@@ -11,6 +11,7 @@ from awa.domain.errors import (
     ValidationOverflowError,
     ValidationTypeError,
 )
+from awa.domain.flow_control import refuse_key_update
 from awa.domain.handler_results import CallbackToken
 from awa.domain.job import JobRecord
 from awa.domain.states import JobState
@@ -201,6 +202,7 @@ class Job(Generic[T]):
             raise ValidationTypeError(
                 "updates", f"update_metadata requires a dict, got {type(updates).__name__}"
             )
+        refuse_key_update(updates)
         self._require().update_metadata(updates)
 
     async def flush_progress(self) -> None:

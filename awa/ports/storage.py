@@ -119,6 +119,7 @@ class StorageEngine(Protocol):
         limit: int,
         deadline: timedelta | None = None,
         aging_interval: timedelta | None = None,
+        max_running_per_key: int | None = None,
     ) -> list[Claim]:
         """Claim up to ``limit`` ``available`` jobs of ``queue`` whose ``run_at <= now``.
 
@@ -128,6 +129,12 @@ class StorageEngine(Protocol):
         ``run_lease + 1``, ``attempted_at = heartbeat_at = now`` and ``deadline_at = now +
         deadline`` (``None`` when no deadline). Concurrent callers never receive the same
         attempt.
+
+        With ``max_running_per_key``, a job with a concurrency key is claimed only while
+        fewer than that many attempts of its key (in the queue) are ``running`` or
+        ``waiting_external``, counted in the claim's own transaction across every caller,
+        and the candidates are taken as :func:`awa.domain.flow_control.admit` orders
+        them (each key's first job before any key's second; ADR 0029).
         """
         ...
 

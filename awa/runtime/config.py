@@ -17,6 +17,7 @@ import attrs
 
 from awa._version import __version__
 from awa.domain.errors import ValidationError
+from awa.domain.flow_control import validate_max_running_per_key
 from awa.domain.keywords import check_keywords
 from awa.domain.leadership import DEFAULT_LEASE_TTL, validate_lease_ttl
 from awa.domain.queue_options import QUEUE_CONFIG_KEYS, RETENTION_KEYS
@@ -66,6 +67,8 @@ class QueueConfig:
     aging_interval: timedelta | None = DEFAULT_AGING_INTERVAL
     claimers: int = 1
     claim_batch_size: int = DEFAULT_CLAIM_BATCH_SIZE
+    #: At most this many running (or waiting) jobs per concurrency key, fleet-wide.
+    max_running_per_key: int | None = None
 
 
 @attrs.frozen
@@ -258,6 +261,9 @@ def _parse_dict(raw: Mapping[str, Any], index: int, *, weighted: bool) -> QueueC
             DEFAULT_AGING_INTERVAL,
         ),
         claimers=claimers,
+        max_running_per_key=validate_max_running_per_key(
+            raw.get("max_running_per_key"), f"{where}: max_running_per_key"
+        ),
         claim_batch_size=batch,
     )
 
@@ -503,6 +509,15 @@ def parse_start_args(
         COMPLETION_FLUSH_MS_ENV,
         whole=False,
     )
+    stripes = validate_stripe_count(
+        options.get("queue_storage_queue_stripe_count", DEFAULT_QUEUE_STRIPES)
+    )
+    limited = [q.name for q in parsed if q.max_running_per_key is not None]
+    if limited and stripes > 1:
+        raise ValueError(
+            f"queue {limited[0]!r}: max_running_per_key needs queue_storage_queue_stripe_count=1 "
+            f"(got {stripes}): a key's jobs would be spread over the stripes"
+        )
     return RuntimeConfig(
         queues=parsed,
         global_max_workers=global_max_workers,
@@ -560,9 +575,7 @@ def parse_start_args(
         version=options.get("version", __version__),
         storage_transition_role=role,
         queue_storage_schema=queue_storage_schema,
-        queue_storage_queue_stripe_count=validate_stripe_count(
-            options.get("queue_storage_queue_stripe_count", DEFAULT_QUEUE_STRIPES)
-        ),
+        queue_storage_queue_stripe_count=stripes,
         queue_storage_queue_rotate_interval=_ms(
             "queue_storage_queue_rotate_interval_ms",
             options.get("queue_storage_queue_rotate_interval_ms"),

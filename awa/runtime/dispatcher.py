@@ -123,6 +123,7 @@ class QueueDispatcher:
                 else (config.rate_limit.rate, config.rate_limit.burst)
             ),
             deadline=config.deadline,
+            max_running_per_key=config.max_running_per_key,
         )
         #: the settings claims use now: the started ones with live overrides applied
         self.settings = self.started_settings
@@ -232,12 +233,14 @@ class QueueDispatcher:
             log.warning("queue %s: %s", self.queue, reason)
         self._apply(settings)
         log.info(
-            "queue %s: claiming with poll interval %.3fs, batch %d, rate limit %s, deadline %s",
+            "queue %s: claiming with poll interval %.3fs, batch %d, rate limit %s, deadline %s, "
+            "max running per key %s",
             self.queue,
             settings.poll_interval,
             settings.claim_batch_size,
             settings.rate_limit,
             settings.deadline,
+            settings.max_running_per_key,
         )
 
     def _apply(self, settings: DispatchSettings) -> None:
@@ -281,6 +284,7 @@ class QueueDispatcher:
                     limit=granted,
                     deadline=self.settings.deadline,
                     aging_interval=self.config.aging_interval,
+                    max_running_per_key=self.settings.max_running_per_key,
                 )
             else:
                 stripe, self._next_stripe = self._next_stripe, self._next_stripe + 1

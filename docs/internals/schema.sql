@@ -109,6 +109,9 @@ CREATE INDEX canonical_jobs_callback_timeout_idx ON awa.canonical_jobs USING btr
 CREATE INDEX canonical_jobs_deadline_idx ON awa.canonical_jobs USING btree (deadline_at) WHERE ((state = 'running'::awa.job_state) AND (deadline_at IS NOT NULL));
 CREATE INDEX canonical_jobs_deferred_idx ON awa.canonical_jobs USING btree (run_at, id) WHERE (state = ANY (ARRAY['scheduled'::awa.job_state, 'retryable'::awa.job_state]));
 CREATE INDEX canonical_jobs_heartbeat_idx ON awa.canonical_jobs USING btree (heartbeat_at) WHERE (state = 'running'::awa.job_state);
+CREATE INDEX canonical_jobs_key_live_idx ON awa.canonical_jobs USING btree (queue, ((metadata ->> 'awa:concurrency_key'::text))) WHERE ((state = ANY (ARRAY['running'::awa.job_state, 'waiting_external'::awa.job_state])) AND (metadata ? 'awa:concurrency_key'::text));
+CREATE INDEX canonical_jobs_key_ready_idx ON awa.canonical_jobs USING btree (queue, ((metadata ->> 'awa:concurrency_key'::text)), priority, run_at, id) WHERE ((state = 'available'::awa.job_state) AND (metadata ? 'awa:concurrency_key'::text));
+CREATE INDEX canonical_jobs_keyless_ready_idx ON awa.canonical_jobs USING btree (queue, priority, run_at, id) WHERE ((state = 'available'::awa.job_state) AND (NOT (metadata ? 'awa:concurrency_key'::text)));
 CREATE INDEX canonical_jobs_kind_idx ON awa.canonical_jobs USING btree (kind);
 CREATE INDEX canonical_jobs_queue_state_idx ON awa.canonical_jobs USING btree (queue, state);
 CREATE INDEX canonical_jobs_ready_idx ON awa.canonical_jobs USING btree (queue, priority, run_at, id) WHERE (state = 'available'::awa.job_state);
@@ -459,10 +462,12 @@ CREATE TABLE awa.queue_meta (
     override_deadline_ms bigint,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     overrides_updated_at timestamp with time zone,
+    override_max_running_per_key integer,
     CONSTRAINT queue_meta_pkey PRIMARY KEY (queue),
     CONSTRAINT queue_meta_enqueue_shards_check CHECK (((enqueue_shards >= 1) AND (enqueue_shards <= 64))),
     CONSTRAINT queue_meta_override_claim_batch_size_check CHECK (((override_claim_batch_size IS NULL) OR (override_claim_batch_size > 0))),
     CONSTRAINT queue_meta_override_deadline_ms_check CHECK (((override_deadline_ms IS NULL) OR (override_deadline_ms >= 0))),
+    CONSTRAINT queue_meta_override_max_running_per_key_check CHECK (((override_max_running_per_key IS NULL) OR ((override_max_running_per_key >= 1) AND (override_max_running_per_key <= 1000000)))),
     CONSTRAINT queue_meta_override_poll_interval_ms_check CHECK (((override_poll_interval_ms IS NULL) OR (override_poll_interval_ms > 0))),
     CONSTRAINT queue_meta_override_rate_limit_burst_check CHECK (((override_rate_limit_burst IS NULL) OR (override_rate_limit_burst > 0))),
     CONSTRAINT queue_meta_override_rate_limit_per_second_check CHECK (((override_rate_limit_per_second IS NULL) OR (override_rate_limit_per_second > (0)::double precision))),

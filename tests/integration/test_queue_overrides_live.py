@@ -45,6 +45,7 @@ def test_set_show_clear(migrated_database_url: str) -> None:
             "rate_limit_per_second": None,
             "rate_limit_burst": None,
             "deadline_ms": None,
+            "max_running_per_key": None,
         }
     }
     with psycopg.connect(url) as conn:

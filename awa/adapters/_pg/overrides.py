@@ -26,6 +26,7 @@ def _overrides(row: Mapping[str, Any]) -> QueueOverrides:
         rate_limit_per_second=row["override_rate_limit_per_second"],
         rate_limit_burst=row["override_rate_limit_burst"],
         deadline_ms=row["override_deadline_ms"],
+        max_running_per_key=row["override_max_running_per_key"],
     )
 
 

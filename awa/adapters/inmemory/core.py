@@ -16,6 +16,7 @@ from awa.adapters.inmemory.transactions import InMemoryTransaction, InMemoryUnit
 from awa.domain import dependencies, lifecycle
 from awa.domain.channels import queue_channel
 from awa.domain.errors import DatabaseError, UniqueConflict
+from awa.domain.flow_control import admit, concurrency_key_of, running_by_key
 from awa.domain.job import Claim, JobRecord, JobSpec, RunLease
 from awa.domain.lifecycle import Rescue
 from awa.domain.policies import PriorityAging, RetentionFloor
@@ -186,6 +187,7 @@ class CoreOps(EngineBase):
         limit: int,
         deadline: timedelta | None = None,
         aging_interval: timedelta | None = None,
+        max_running_per_key: int | None = None,
     ) -> list[Claim]:
         if limit <= 0:
             return []
@@ -207,9 +209,21 @@ class CoreOps(EngineBase):
                 )
             )
             deadline_at = None if deadline is None else now + deadline
+            running = running_by_key(
+                (concurrency_key_of(job.metadata), job.state)
+                for job in write.state.jobs.values()
+                if job.queue == queue
+            )
+            taken = admit(
+                ready,
+                key_of=lambda job: concurrency_key_of(job.metadata),
+                running=running,
+                max_running_per_key=max_running_per_key,
+                limit=limit,
+            )
             claims = []
-            for job in ready[:limit]:
-                running = write.state.transition(
+            for job in taken:
+                live = write.state.transition(
                     job,
                     JobState.Running,
                     attempt=job.attempt + 1,
@@ -218,7 +232,7 @@ class CoreOps(EngineBase):
                     heartbeat_at=now,
                     deadline_at=deadline_at,
                 )
-                claims.append(Claim(job=running, lease=running.lease, deadline_at=deadline_at))
+                claims.append(Claim(job=live, lease=live.lease, deadline_at=deadline_at))
         return claims
 
     async def complete(self, leases: Sequence[RunLease]) -> list[Ack]:

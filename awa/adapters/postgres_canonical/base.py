@@ -110,6 +110,9 @@ class EngineBase:
         policies: KindPolicies | None = None,
     ) -> None:
         self._pool = pool
+        # Per queue, the concurrency key this process's last limited claim walked to
+        # (ADR 0029: the next claim starts after it).
+        self._key_cursor: dict[str, str] = {}
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._backoff = backoff if backoff is not None else Backoff()
         self._policies = policies if policies is not None else KindPolicies()

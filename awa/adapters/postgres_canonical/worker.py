@@ -15,6 +15,7 @@ from awa.adapters._pg.rows import job_from_row, mask_param
 from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase, attempt_facts
 from awa.domain import lifecycle
 from awa.domain.callbacks import CallbackExpressions, callback_not_found, check_action
+from awa.domain.flow_control import admit
 from awa.domain.job import Claim, JobRecord, JobSpec, RunLease
 from awa.domain.lifecycle import AttemptFacts, Transition
 from awa.domain.policies import PriorityAging
@@ -125,10 +126,17 @@ class WorkerOps(EngineBase):
         limit: int,
         deadline: timedelta | None = None,
         aging_interval: timedelta | None = None,
+        max_running_per_key: int | None = None,
     ) -> list[Claim]:
-        """Claim with one ``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED)``."""
+        """Claim with one ``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED)``; under a
+        per-key limit, in a transaction that counts each key's live attempts first
+        (:meth:`_claim_limited`)."""
         if limit <= 0:
             return []
+        if max_running_per_key is not None:
+            return await self._claim_limited(
+                queue, limit, deadline, aging_interval, max_running_per_key
+            )
         now = self._clock.now()
         deadline_at = None if deadline is None else now + deadline
         params: dict[str, Any] = {
@@ -152,6 +160,86 @@ class WorkerOps(EngineBase):
                 job.id,
             ),
         )
+        return [Claim(job=job, lease=job.lease, deadline_at=deadline_at) for job in jobs]
+
+    async def _claim_limited(
+        self,
+        queue: str,
+        limit: int,
+        deadline: timedelta | None,
+        aging_interval: timedelta | None,
+        per_key: int,
+    ) -> list[Claim]:
+        """The claim of a queue with ``max_running_per_key`` (ADR 0029), in one
+        transaction: the candidates (the next ``limit`` keys with work after the one this
+        process walked to last, each key's first ``per_key`` due jobs, and the keyless
+        jobs), the keys' locks, their live attempts counted after the locks, the rule
+        (:func:`~awa.domain.flow_control.admit`) and the claim of what it admits."""
+        now = self._clock.now()
+        deadline_at = None if deadline is None else now + deadline
+        aging = PriorityAging(aging_interval)
+        aging_us = 0
+        if aging_interval is not None and aging_interval > timedelta(0):
+            aging_us = max(1, aging_interval // _MICROSECOND)
+        params: dict[str, Any] = {"queue": queue, "now": now, "per_key": per_key}
+        async with self._transaction() as conn:
+            keyed: list[tuple[int, str, int, datetime]] = []
+            walked: list[str] = []
+            after = self._key_cursor.get(queue, "")
+            while True:
+                rows = await self._all(
+                    conn,
+                    "claim_keyed_candidates",
+                    {**params, "after_key": after, "keys_wanted": limit - len(walked)},
+                )
+                seen = set(walked)
+                for row in rows:
+                    key = row["walked"]
+                    if key in seen:
+                        # walked already, before going round from the first key
+                        continue
+                    if not walked or walked[-1] != key:
+                        walked.append(key)
+                    if row["id"] is not None:
+                        keyed.append((row["id"], key, row["priority"], row["run_at"]))
+                if after == "" or len(walked) >= limit:
+                    break
+                # The keys after the cursor ran out before the batch: round from the first.
+                after = ""
+            if walked:
+                self._key_cursor[queue] = walked[-1]
+            keyless = await self._all(
+                conn,
+                "claim_keyless_candidates",
+                {**params, "limit": limit, "aging_us": aging_us},
+            )
+            candidates: list[tuple[int, str | None, int, datetime]] = [
+                (r["id"], None, r["priority"], r["run_at"]) for r in keyless
+            ]
+            candidates.extend((i, k, p, r) for i, k, p, r in keyed)
+            candidates.sort(key=lambda c: (aging.effective_priority(c[2], c[3], now), c[3], c[0]))
+            keys = sorted({k for _, k, _, _ in keyed})
+            live: dict[str, int] = {}
+            if keys:
+                await self._all(conn, "lock_concurrency_keys", {"queue": queue, "keys": keys})
+                counted = await self._all(conn, "live_per_key", {"queue": queue, "keys": keys})
+                live = {row["concurrency_key"]: int(row["live"]) for row in counted}
+            taken = admit(
+                candidates,
+                key_of=lambda c: c[1],
+                running=live,
+                max_running_per_key=per_key,
+                limit=limit,
+            )
+            if not taken:
+                return []
+            rows = await self._all(
+                conn,
+                "claim_ids",
+                {"ids": [c[0] for c in taken], "now": now, "deadline_at": deadline_at},
+            )
+        order = {c[0]: n for n, c in enumerate(taken)}
+        jobs = sorted((job_from_row(row) for row in rows), key=lambda job: order[job.id])
         return [Claim(job=job, lease=job.lease, deadline_at=deadline_at) for job in jobs]
 
     async def _batch(self, name: str, leases: Sequence[RunLease]) -> list[Ack]:

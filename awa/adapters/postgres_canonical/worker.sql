@@ -116,6 +116,108 @@ FROM candidates AS c
 WHERE j.id = c.id AND j.state = 'available'
 RETURNING j.*
 
+-- name: claim_keyed_candidates
+-- A claim under a per-key limit (ADR 0029), its keyed candidates: the first `per_key`
+-- due jobs of each of the next `keys_wanted` keys with available work after `after_key`
+-- (the key this process's last claim walked to), in key order, by a walk of
+-- canonical_jobs_key_ready_idx. A walked key with nothing due yet comes back with a NULL
+-- id, so the walk's position still moves.
+WITH RECURSIVE walk AS (
+    (SELECT metadata ->> 'awa:concurrency_key' AS k, 1 AS n
+     FROM awa.canonical_jobs
+     WHERE state = 'available' AND queue = %(queue)s AND metadata ? 'awa:concurrency_key'
+       AND metadata ->> 'awa:concurrency_key' > %(after_key)s
+     ORDER BY metadata ->> 'awa:concurrency_key'
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT c.metadata ->> 'awa:concurrency_key'
+            FROM awa.canonical_jobs AS c
+            WHERE c.state = 'available' AND c.queue = %(queue)s
+              AND c.metadata ? 'awa:concurrency_key'
+              AND c.metadata ->> 'awa:concurrency_key' > w.k
+            ORDER BY c.metadata ->> 'awa:concurrency_key'
+            LIMIT 1),
+        w.n + 1
+    FROM walk AS w
+    WHERE w.k IS NOT NULL AND w.n < %(keys_wanted)s
+)
+SELECT w.k AS walked, x.id, x.priority, x.run_at
+FROM walk AS w
+LEFT JOIN LATERAL (
+    SELECT c.id, c.priority, c.run_at
+    FROM awa.canonical_jobs AS c
+    WHERE c.state = 'available' AND c.queue = %(queue)s
+      AND c.metadata ? 'awa:concurrency_key'
+      AND c.metadata ->> 'awa:concurrency_key' = w.k
+      AND c.run_at <= %(now)s::timestamptz
+      AND awa.run_at_in_range(c.run_at)
+    ORDER BY c.priority, c.run_at, c.id
+    LIMIT %(per_key)s
+) AS x ON true
+WHERE w.k IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM awa.queue_meta AS m WHERE m.queue = %(queue)s AND m.paused)
+ORDER BY w.n
+
+-- name: claim_keyless_candidates
+-- A claim under a per-key limit, its candidates without a key, in the claim's order
+-- (aged when aging_us > 0), from canonical_jobs_keyless_ready_idx.
+SELECT id, priority, run_at
+FROM awa.canonical_jobs
+WHERE state = 'available' AND queue = %(queue)s AND NOT metadata ? 'awa:concurrency_key'
+  AND run_at <= %(now)s::timestamptz
+  AND awa.run_at_in_range(run_at)
+  AND NOT EXISTS (SELECT 1 FROM awa.queue_meta AS m WHERE m.queue = %(queue)s AND m.paused)
+ORDER BY
+    CASE
+        WHEN %(aging_us)s::bigint > 0 AND run_at < %(now)s::timestamptz THEN greatest(
+            1,
+            priority - (
+                (extract(epoch FROM (%(now)s::timestamptz - run_at)) * 1000000)::bigint
+                / greatest(%(aging_us)s::bigint, 1)
+            )
+        )
+        ELSE priority
+    END,
+    run_at,
+    id
+LIMIT %(limit)s
+
+-- name: lock_concurrency_keys
+-- The keys' transaction-scoped locks, in the order given (sorted by the caller, so two
+-- claimers never wait for each other in a circle). A statement of its own: the count
+-- that follows starts after they are held and sees every claim committed before.
+SELECT count(pg_advisory_xact_lock(hashtextextended(%(queue)s || chr(31) || k, 0))) AS n
+FROM unnest(%(keys)s::text[]) AS k
+
+-- name: live_per_key
+-- Each key's live attempts (running or waiting for a callback) in the queue, from
+-- canonical_jobs_key_live_idx.
+SELECT metadata ->> 'awa:concurrency_key' AS concurrency_key, count(*) AS live
+FROM awa.canonical_jobs
+WHERE queue = %(queue)s AND state IN ('running', 'waiting_external')
+  AND metadata ? 'awa:concurrency_key'
+  AND metadata ->> 'awa:concurrency_key' = ANY(%(keys)s::text[])
+GROUP BY 1
+
+-- name: claim_ids
+-- Claim the jobs a limited claim admitted; one another transaction holds (an operator's
+-- change) or took meanwhile is skipped.
+WITH picked AS (
+    SELECT id FROM awa.canonical_jobs
+    WHERE id = ANY(%(ids)s::bigint[]) AND state = 'available'
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE awa.canonical_jobs AS j SET
+    state = 'running',
+    attempt = j.attempt + 1,
+    run_lease = j.run_lease + 1,
+    attempted_at = %(now)s::timestamptz,
+    heartbeat_at = %(now)s::timestamptz,
+    deadline_at = %(deadline_at)s::timestamptz
+FROM picked AS c
+WHERE j.id = c.id AND j.state = 'available'
+RETURNING j.*
+
 -- name: apply_transitions
 -- Apply transitions decided by awa.domain.lifecycle, one per (id, run lease), in one
 -- statement. Each is guarded by the attempt's run lease and by the states the batch's

@@ -23,6 +23,7 @@ from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.receipts import ReceiptCache
 from awa.adapters.postgres_queue_storage.snapshots import Writes, minute_of
 from awa.adapters.postgres_queue_storage.statements import Statements, run
+from awa.domain.flow_control import KEYED_SHARD_BASE
 from awa.domain.job import Claim, JobRecord
 from awa.domain.states import JobState, bitstring_to_mask
 from awa.ports.clock import Clock
@@ -110,6 +111,9 @@ class Claims:
             weakref.WeakKeyDictionary()
         )
         self._warming: asyncio.Task[None] | None = None
+        # Per queue, the keyed lane (a concurrency key's) this process's last limited
+        # claim walked to: the next one starts after it (ADR 0029).
+        self._key_cursor: dict[str, int] = {}
 
     async def claim(
         self,
@@ -118,6 +122,7 @@ class Claims:
         limit: int,
         deadline: timedelta | None = None,
         aging_interval: timedelta | None = None,
+        max_running_per_key: int | None = None,
     ) -> list[Claim]:
         if limit <= 0:
             return []
@@ -132,10 +137,65 @@ class Claims:
             "aging_us": aging_us,
             "deadline_at": deadline_at,
         }
+        if max_running_per_key is not None:
+            return await self._claim_limited(queue, params, now, deadline_at, max_running_per_key)
         try:
             return await self._claim(queue, limit, now, deadline_at, params)
         finally:
             self._start_warm_up(params)
+
+    async def _claim_limited(
+        self,
+        queue: str,
+        params: dict[str, Any],
+        now: datetime,
+        deadline_at: datetime | None,
+        per_key: int,
+    ) -> list[Claim]:
+        """The claim of a queue with ``max_running_per_key`` (ADR 0029): always the
+        transactional claim (claim_limited), after the keys of the next keyed lanes with
+        work were locked and their live attempts counted in the same transaction."""
+        limit = params["limit"]
+        claims: list[Claim] = []
+        for _ in range(_CONTESTED_TRIES):
+            params["limit"] = limit - len(claims)
+            try:
+                got, contested = await self._claim_sorted(
+                    queue, params, now, deadline_at, per_key=per_key
+                )
+            except _Contested:
+                continue
+            claims.extend(got)
+            if not contested or len(claims) >= limit:
+                break
+        return claims
+
+    async def _room(
+        self, conn: DictConnection, queue: str, limit: int, per_key: int
+    ) -> tuple[list[int], list[int]]:
+        """The keyed lanes a limited claim may take from and how many from each: the
+        next ``limit`` keys with work after the one this process's last limited claim
+        walked to, locked, less their live attempts."""
+        after = self._key_cursor.get(queue, KEYED_SHARD_BASE - 1)
+        rows = await self._sql.exec(
+            conn,
+            "keyed_lanes_with_work",
+            queue=queue,
+            keyed_base=KEYED_SHARD_BASE,
+            after=after,
+            keys_wanted=limit,
+        )
+        shards = [int(row["shard"]) for row in rows]
+        if not shards:
+            return [], []
+        self._key_cursor[queue] = shards[-1]
+        shards.sort()
+        await self._sql.exec(conn, "lock_keyed_lanes", queue=queue, shards=shards)
+        counted = await self._sql.exec(conn, "live_per_keyed_lane", queue=queue, shards=shards)
+        live = {int(row["shard"]): int(row["live"]) for row in counted}
+        room = [(shard, per_key - live.get(shard, 0)) for shard in shards]
+        room = [(shard, free) for shard, free in room if free > 0]
+        return [shard for shard, _ in room], [free for _, free in room]
 
     async def _claim(
         self,
@@ -295,14 +355,27 @@ class Claims:
         params: dict[str, Any],
         now: datetime,
         deadline_at: datetime | None,
+        *,
+        per_key: int | None = None,
     ) -> tuple[list[Claim], bool]:
         """claim_sorted in a transaction with the cursor moves, unique keys and counters;
         raises _Contested (nothing written) when a row it took from a sorted window was
         claimed or tombstoned by a transaction that committed while it took its locks.
         Returns the claims and whether a lane was left alone because a retiring writer
         marked it after the statement's snapshot."""
-        async with translated_errors(), self._connections.tx(pipeline=True) as conn:
-            rows = await self._sql.exec(conn, "claim_sorted", **params)
+        async with translated_errors(), self._connections.tx(pipeline=per_key is None) as conn:
+            if per_key is None:
+                rows = await self._sql.exec(conn, "claim_sorted", **params)
+            else:
+                shards, free = await self._room(conn, queue, params["limit"], per_key)
+                rows = await self._sql.exec(
+                    conn,
+                    "claim_limited",
+                    **params,
+                    keyed_base=KEYED_SHARD_BASE,
+                    room_shards=shards,
+                    room_free=free,
+                )
             if rows and rows[0]["mixed"]:
                 self._sorting.add(queue)
             else:

@@ -18,6 +18,7 @@ from awa.adapters.postgres_queue_storage.lanes import Lane, LaneAllocator
 from awa.adapters.postgres_queue_storage.snapshots import Writes, new_record, restamped
 from awa.adapters.postgres_queue_storage.statements import Statements, run
 from awa.domain.channels import queue_channel
+from awa.domain.flow_control import concurrency_key_of
 from awa.domain.job import JobSpec
 from awa.domain.partitioning import shard_for_key
 from awa.domain.states import JobState, mask_to_bitstring
@@ -121,7 +122,14 @@ class CopyEnqueue:
                 validate_spec(spec)
         if not specs:
             return 0
-        direct = all(spec.unique_key is None and spec.run_at is None for spec in specs)
+        # A job with a concurrency key takes the staged path, whose lanes LaneAllocator
+        # places (its key's own lane, ADR 0029).
+        direct = all(
+            spec.unique_key is None
+            and spec.run_at is None
+            and concurrency_key_of(spec.metadata) is None
+            for spec in specs
+        )
         insert = self._copy_direct if direct else self._copy_insert
         async with translated_errors():
             if uow is None:

@@ -141,9 +141,14 @@ class QueueStorageEngine:
         limit: int,
         deadline: timedelta | None = None,
         aging_interval: timedelta | None = None,
+        max_running_per_key: int | None = None,
     ) -> list[Claim]:
         return await self._parts.claims.claim(
-            queue, limit=limit, deadline=deadline, aging_interval=aging_interval
+            queue,
+            limit=limit,
+            deadline=deadline,
+            aging_interval=aging_interval,
+            max_running_per_key=max_running_per_key,
         )
 
     async def warm_up(self, queues: Sequence[str]) -> None:

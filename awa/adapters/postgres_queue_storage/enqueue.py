@@ -74,6 +74,7 @@ from awa.adapters.postgres_queue_storage.statements import Statements, run
 from awa.adapters.postgres_queue_storage.wakes import WakeCoalescer
 from awa.domain.channels import queue_channel
 from awa.domain.errors import UniqueConflict
+from awa.domain.flow_control import concurrency_key_of
 from awa.domain.job import JobRecord, JobSpec
 from awa.domain.states import mask_to_bitstring
 from awa.domain.validation import validate_spec
@@ -99,7 +100,12 @@ def _job_fields(spec: JobSpec, unique_states: str, hint: int | None) -> dict[str
 
 def _one_plain_job(spec: JobSpec) -> bool:
     """An available job without ordering or unique key: enqueue_one_routed can take it."""
-    return spec.run_at is None and spec.ordering_key is None and spec.unique_key is None
+    return (
+        spec.run_at is None
+        and spec.ordering_key is None
+        and spec.unique_key is None
+        and concurrency_key_of(spec.metadata) is None
+    )
 
 
 class Enqueue:

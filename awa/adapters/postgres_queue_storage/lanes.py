@@ -8,6 +8,7 @@ from datetime import datetime
 
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters.postgres_queue_storage.statements import KEYLESS_LANES, Statements
+from awa.domain.flow_control import concurrency_key_of, keyed_shard
 from awa.domain.job import JobRecord
 from awa.domain.partitioning import shard_for_key
 
@@ -29,11 +30,24 @@ class LaneAllocator:
         """Read every queue's ``enqueue_shards`` again (after a reset)."""
         self._shards.clear()
 
-    def lane_of(self, queue: str, priority: int, ordering_key: bytes | None) -> Lane:
-        """The lane of a job (its queue's shards loaded first, when it has a key)."""
+    def lane_of(
+        self,
+        queue: str,
+        priority: int,
+        ordering_key: bytes | None,
+        concurrency_key: str | None = None,
+    ) -> Lane:
+        """The lane of a job (its queue's shards loaded first, when it has an ordering
+        key); a job with a concurrency key goes to its key's own lane (ADR 0029)."""
+        if concurrency_key is not None:
+            return (queue, priority, keyed_shard(concurrency_key))
         if ordering_key is None:
             return (queue, priority, None)
         return (queue, priority, shard_for_key(ordering_key, self.shard_count(queue)))
+
+    def job_lane(self, job: JobRecord, ordering_key: bytes | None) -> Lane:
+        """The lane of an available snapshot."""
+        return self.lane_of(job.queue, job.priority, ordering_key, concurrency_key_of(job.metadata))
 
     def shard_count(self, queue: str) -> int:
         return self._shards.get(queue, 1)
@@ -61,11 +75,15 @@ class LaneAllocator:
         """Lock the ordering-key lanes these available snapshots will be appended to,
         before their old rows are retired (lock order: lanes, then claim heads; ADR
         0006). Jobs without a key take a free lane later, which is never waited for."""
-        keyed = [(job, key) for job, key in items if key is not None]
+        keyed = [
+            (job, key)
+            for job, key in items
+            if key is not None or concurrency_key_of(job.metadata) is not None
+        ]
         if not keyed:
             return
-        await self.load_shards(conn, {job.queue for job, _ in keyed})
-        lanes = sorted({self.lane_of(job.queue, job.priority, key) for job, key in keyed})
+        await self.load_shards(conn, {job.queue for job, key in keyed if key is not None})
+        lanes = sorted({self.job_lane(job, key) for job, key in keyed})
         await self._sql.exec(
             conn,
             "lock_lanes",
@@ -90,7 +108,7 @@ class LaneAllocator:
         keyed = {job.queue for job, key in ready if key is not None}
         if keyed:
             await self.load_shards(conn, keyed)
-        lanes = [self.lane_of(job.queue, job.priority, key) for job, key in ready]
+        lanes = [self.job_lane(job, key) for job, key in ready]
         wanted = Counter(lanes)
         order = sorted(wanted, key=lambda lane: (lane[0], lane[1], lane[2] is None, lane[2]))
         # Each lane's order key (run_at, job id): first and largest of the batch, and

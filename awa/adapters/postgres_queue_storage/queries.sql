@@ -213,7 +213,8 @@ SELECT set_config('plan_cache_mode', current_setting('awa.plan_cache_mode_was'),
 -- name: enqueue_ready
 -- A whole enqueue without unique keys in one statement: job ids in input order, lane
 -- positions (reserve_lanes_cte; an ordering key's lane is its shard of the queue's
--- enqueue_shards, any other job takes a free lane), ready rows in the current slot,
+-- enqueue_shards, a concurrency key's lane its own, any other job takes a free lane),
+-- ready rows in the current slot,
 -- deferred rows for specs with run_at, then the counters (counts_free_cte) and the
 -- wake-ups of ``channels``. Returns the ids in input order. The route placeholder below is
 -- empty here; in enqueue_ready_routed it is a one-time filter on the input that runs
@@ -235,6 +236,9 @@ WITH x AS (
         CASE WHEN x.ordering_key IS NOT NULL THEN awa.ordering_key_shard(
             decode(x.ordering_key, 'hex'),
             coalesce((SELECT m.enqueue_shards FROM awa.queue_meta m WHERE m.queue = x.queue), 1))
+            -- a concurrency key's own lane (awa.domain.flow_control.keyed_shard)
+            WHEN x.metadata ? 'awa:concurrency_key' THEN 1073741824 + awa.ordering_key_shard(
+                convert_to(x.metadata ->> 'awa:concurrency_key', 'UTF8'), 1073741824)
         END AS sh
     FROM x JOIN ids USING (ord)
 ), want AS (
@@ -980,6 +984,10 @@ EXPLAIN {claim}
 -- priority, its window is in (run_at, job id) order and aging only favours older rows),
 -- so every row below the last one taken is claimed or tombstoned. Sorted (disordered)
 -- windows are left to advance_cursors.
+{claim_sorted_body}
+
+-- name: claim_sorted_body
+-- The statement of claim_sorted, and of claim_limited with its slots filled.
 WITH heads AS (
     SELECT h.queue, h.priority, h.shard, h.claim_seq, l.next_seq,
         (l.disorder_seq >= h.claim_seq) AS disordered,
@@ -998,6 +1006,7 @@ WITH heads AS (
       -- a paused queue hands out nothing
       AND NOT EXISTS (
           SELECT 1 FROM awa.queue_meta m WHERE m.queue = %(queue)s AND m.paused)
+      {?keyed_heads}
     ORDER BY h.priority, h.shard
     FOR UPDATE OF h SKIP LOCKED
 ), picked AS (
@@ -1045,14 +1054,18 @@ WITH heads AS (
          LIMIT %(limit)s)
     ) w
 ), candidates AS (
-    SELECT p.*,
-        CASE WHEN %(aging_us)s::bigint > 0 AND %(now)s::timestamptz > p.run_at
-            THEN greatest(1, p.priority - div(
-                extract(epoch FROM %(now)s::timestamptz - p.run_at) * 1000000,
-                %(aging_us)s::bigint))
-            ELSE p.priority END AS effective
-    FROM picked p
-    ORDER BY effective, p.run_at, p.job_id
+    SELECT p.* FROM (
+        SELECT p.*{?key_rank}
+        FROM (
+            SELECT p.*,
+                CASE WHEN %(aging_us)s::bigint > 0 AND %(now)s::timestamptz > p.run_at
+                    THEN greatest(1, p.priority - div(
+                        extract(epoch FROM %(now)s::timestamptz - p.run_at) * 1000000,
+                        %(aging_us)s::bigint))
+                    ELSE p.priority END AS effective
+            FROM picked p) p) p
+    {?room}
+    ORDER BY {?by_key_rank}p.effective, p.run_at, p.job_id
     LIMIT %(limit)s
 ), inserted AS (
     INSERT INTO {s}.claims (slot, claim_id, ready_fact, job_id, run_lease, queue, attempted_at,
@@ -1100,6 +1113,72 @@ WITH heads AS (
 SELECT r.*, m.mixed, m.contested
 FROM mixed m LEFT JOIN claimed r ON true
 ORDER BY r.effective, r.run_at, r.job_id
+
+-- name: claim_limited
+-- claim_sorted under a per-key limit (ADR 0029), in the transaction that first locked the
+-- keys of the lanes it may take from and counted their live attempts: a keyed lane (a
+-- concurrency key's own, shard >= keyed_base) is visited only when it is in `room_shards`
+-- (the rotation's window, with room), at most its room is taken from the key's lanes
+-- (ranked in the claim's order, so each lane's take is a prefix), and the batch takes
+-- every key's first job before any key's second.
+{claim_sorted_body keyed_heads=limited_heads key_rank=limited_key_rank room=limited_room by_key_rank=limited_by_key_rank}
+
+-- name: limited_heads
+
+      AND (h.shard < %(keyed_base)s OR h.shard = ANY(%(room_shards)s::int[]))
+
+-- name: limited_key_rank
+, CASE WHEN p.shard >= %(keyed_base)s
+            THEN row_number() OVER (
+                PARTITION BY p.shard ORDER BY p.effective, p.run_at, p.job_id)
+            ELSE 1 END AS key_rank
+
+-- name: limited_room
+
+    WHERE p.key_rank <= coalesce(
+        (SELECT rm.free
+         FROM unnest(%(room_shards)s::int[], %(room_free)s::int[]) AS rm(shard, free)
+         WHERE rm.shard = p.shard),
+        2147483647)
+
+-- name: limited_by_key_rank
+p.key_rank, 
+
+-- name: keyed_lanes_with_work
+-- The keyed lanes (a concurrency key's own, ADR 0029) with rows past their cursor, one row
+-- per key: first those after `after` (the shard this process's last limited claim walked
+-- to), then from the first again; at most `keys_wanted`.
+SELECT shard FROM (
+    SELECT DISTINCT h.shard
+    FROM {s}.claim_heads h
+    JOIN {s}.lanes l USING (queue, priority, shard)
+    WHERE h.queue = %(queue)s AND h.shard >= %(keyed_base)s AND l.next_seq > h.claim_seq
+) k
+ORDER BY shard <= %(after)s, shard
+LIMIT %(keys_wanted)s
+
+-- name: lock_keyed_lanes
+-- The keys' transaction-scoped locks (by their lane's shard, across priorities), in the
+-- order given (sorted by the caller). A statement of its own: the count that follows
+-- starts after they are held and sees every claim committed before.
+SELECT count(pg_advisory_xact_lock(
+    hashtextextended('awa.concurrency:{s}:' || %(queue)s || ':' || k, 0))) AS n
+FROM unnest(%(shards)s::int[]) AS k
+
+-- name: live_per_keyed_lane
+-- Each keyed lane's live attempts: its ready rows (any priority) with an open claim, a
+-- claim without a closure (running, or waiting_external when its lease waits), as the
+-- job_facts view reads them.
+SELECT r.shard, count(*) AS live
+FROM {s}.ready_entries r
+JOIN {s}.claims c ON c.slot = r.slot AND c.ready_fact = r.fact_id
+WHERE r.queue = %(queue)s AND r.priority = ANY('{1,2,3,4}'::smallint[])
+  AND r.shard = ANY(%(shards)s::int[])
+  AND NOT EXISTS (
+      SELECT 1 FROM {s}.closures x WHERE x.slot = c.slot AND x.claim_id = c.claim_id)
+  AND NOT EXISTS (
+      SELECT 1 FROM {s}.tombstones t WHERE t.slot = r.slot AND t.ready_fact = r.fact_id)
+GROUP BY r.shard
 
 -- name: contested_claims
 -- Rows claim_sorted just claimed from sorted windows that another claimer claimed, or a

@@ -26,9 +26,15 @@ class WorkerOps(RoutingBase[C]):
         limit: int,
         deadline: timedelta | None = None,
         aging_interval: timedelta | None = None,
+        max_running_per_key: int | None = None,
     ) -> list[Claim]:
         return await self._claim(
-            queue, queue, limit=limit, deadline=deadline, aging_interval=aging_interval
+            queue,
+            queue,
+            limit=limit,
+            deadline=deadline,
+            aging_interval=aging_interval,
+            max_running_per_key=max_running_per_key,
         )
 
     async def claim_stripe(
@@ -61,6 +67,7 @@ class WorkerOps(RoutingBase[C]):
         limit: int,
         deadline: timedelta | None,
         aging_interval: timedelta | None,
+        max_running_per_key: int | None = None,
     ) -> list[Claim]:
         if limit <= 0:
             return []
@@ -68,7 +75,11 @@ class WorkerOps(RoutingBase[C]):
         claims: list[Claim] = []
         if claims_canonical(status.state, self._role):
             for claim in await self._canonical.claim(
-                canonical_queue, limit=limit, deadline=deadline, aging_interval=aging_interval
+                canonical_queue,
+                limit=limit,
+                deadline=deadline,
+                aging_interval=aging_interval,
+                max_running_per_key=max_running_per_key,
             ):
                 self._owners[claim.lease.job_id] = "canonical"
                 claims.append(claim)
@@ -78,6 +89,7 @@ class WorkerOps(RoutingBase[C]):
                 limit=limit - len(claims),
                 deadline=deadline,
                 aging_interval=aging_interval,
+                max_running_per_key=max_running_per_key,
             ):
                 self._owners[claim.lease.job_id] = "queue_storage"
                 claims.append(claim)

@@ -16,7 +16,7 @@ from awa.entrypoints.cli._common import (
 )
 from awa.entrypoints.client import AsyncClient
 
-HEADERS = ("QUEUE", "POLL(ms)", "BATCH", "RATE(/s)", "BURST", "DEADLINE(ms)")
+HEADERS = ("QUEUE", "POLL(ms)", "BATCH", "RATE(/s)", "BURST", "DEADLINE(ms)", "PER KEY")
 
 
 @click.group()
@@ -40,6 +40,11 @@ def overrides() -> None:
     type=click.IntRange(min=1),
     help="Attempt deadline (retunes a queue started with a deadline).",
 )
+@click.option(
+    "--max-running-per-key",
+    type=click.IntRange(min=1, max=1_000_000),
+    help="At most this many running jobs per concurrency key, fleet-wide.",
+)
 @json_option
 def set_(
     queue: str,
@@ -48,10 +53,18 @@ def set_(
     rate_limit: float | None,
     rate_limit_burst: int | None,
     deadline_ms: int | None,
+    max_running_per_key: int | None,
     json_flag: bool,
 ) -> None:
     """Replace QUEUE's overrides with the given ones (an option left out is cleared)."""
-    values = (poll_interval_ms, claim_batch_size, rate_limit, rate_limit_burst, deadline_ms)
+    values = (
+        poll_interval_ms,
+        claim_batch_size,
+        rate_limit,
+        rate_limit_burst,
+        deadline_ms,
+        max_running_per_key,
+    )
     if all(value is None for value in values):
         raise click.UsageError(
             "give at least one override (use `awa queue overrides clear` to remove them)"
@@ -65,6 +78,7 @@ def set_(
             rate_limit=rate_limit,
             rate_limit_burst=rate_limit_burst,
             deadline_ms=deadline_ms,
+            max_running_per_key=max_running_per_key,
         )
 
     result = with_client(go)
@@ -111,6 +125,7 @@ def show(queue: str | None, json_flag: bool) -> None:
                 o["rate_limit_per_second"],
                 o["rate_limit_burst"],
                 o["deadline_ms"],
+                o["max_running_per_key"],
             ]
             for name, o in found.items()
         ],

@@ -35,6 +35,16 @@ BEGIN
         RAISE EXCEPTION '%', v_problem
             USING ERRCODE = 'check_violation', CONSTRAINT = 'canonical_jobs_queue_check';
     END IF;
+    -- A concurrency key (metadata 'awa:concurrency_key', ADR 0029): text of 1 to 255
+    -- bytes, and not beside an ordering key (awa.domain.flow_control).
+    IF p_metadata ? 'awa:concurrency_key' AND (
+        jsonb_typeof(p_metadata -> 'awa:concurrency_key') <> 'string'
+        OR octet_length(p_metadata ->> 'awa:concurrency_key') NOT BETWEEN 1 AND 255
+        OR p_ordering_key IS NOT NULL
+    ) THEN
+        RAISE EXCEPTION 'concurrency_key: must be text of 1 to 255 bytes, without an ordering_key'
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'concurrency_key_check';
+    END IF;
     IF v_state = 'available' AND p_run_at IS NOT NULL AND p_run_at > v_now THEN
         v_state := 'scheduled';
     END IF;

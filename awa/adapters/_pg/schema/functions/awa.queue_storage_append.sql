@@ -2,7 +2,8 @@
 -- engine's own enqueue does: available -> a ready row in the current slot of a lane,
 -- scheduled / retryable -> the deferred backlog, terminal -> a done fact. A job without
 -- an ordering key takes the first free lane of its (queue, priority) that no other open
--- transaction holds (negative shards, at most 8); one with a key keeps its shard's lane.
+-- transaction holds (negative shards, at most 8); one with a key keeps its shard's lane,
+-- one with a concurrency key (metadata 'awa:concurrency_key') its key's own lane.
 -- The caller owns the unique claim. Lock order follows ADR 0006: lanes, claim heads,
 -- then counters.
 CREATE OR REPLACE FUNCTION awa.queue_storage_append(p_schema text, p_job awa.canonical_jobs)
@@ -30,6 +31,10 @@ BEGIN
         IF p_job.ordering_key IS NOT NULL THEN
             -- An ordering key always goes to its shard's lane, waiting for it if held.
             v_shard := awa.ordering_key_shard(p_job.ordering_key, v_shards);
+        ELSIF p_job.metadata ? 'awa:concurrency_key' THEN
+            -- A concurrency key's lane is its own (awa.domain.flow_control.keyed_shard).
+            v_shard := 1073741824 + awa.ordering_key_shard(
+                convert_to(p_job.metadata ->> 'awa:concurrency_key', 'UTF8'), 1073741824);
         ELSE
             -- The first lane without an ordering key (negative shard) of (queue,
             -- priority) that no open transaction holds, the hint first.

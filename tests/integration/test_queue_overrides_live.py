@@ -63,6 +63,13 @@ def test_set_show_clear(migrated_database_url: str) -> None:
     assert (
         awa_cli(url, "queue", "overrides", "set", "mail", "--claim-batch-size", "0").exit_code == 2
     )
+    # The per-key limit (ADR 0029): set, shown, and refused below 1.
+    awa_cli(url, "queue", "overrides", "set", "mail", "--max-running-per-key", "3")
+    shown = json.loads(awa_cli(url, "queue", "overrides", "show", "mail", "--json").stdout)
+    assert shown["mail"]["max_running_per_key"] == 3
+    assert "3" in awa_cli(url, "queue", "overrides", "show").stdout
+    refused = awa_cli(url, "queue", "overrides", "set", "mail", "--max-running-per-key", "0")
+    assert refused.exit_code == 2
 
 
 @dataclasses.dataclass

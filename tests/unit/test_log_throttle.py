@@ -196,12 +196,17 @@ class _UnreachableEngine(InMemoryEngine):
         limit: int,
         deadline: timedelta | None = None,
         aging_interval: timedelta | None = None,
+        max_running_per_key: int | None = None,
     ) -> list[Claim]:
         if self.outage > 0:
             self.outage -= 1
             raise _refused()
         return await super().claim(
-            queue, limit=limit, deadline=deadline, aging_interval=aging_interval
+            queue,
+            limit=limit,
+            deadline=deadline,
+            aging_interval=aging_interval,
+            max_running_per_key=max_running_per_key,
         )
 
 

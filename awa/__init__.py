@@ -65,6 +65,7 @@ if TYPE_CHECKING:
         Transaction,
     )
     from awa.entrypoints.telemetry import init_telemetry, shutdown_telemetry
+    from awa.entrypoints.workflow import Step, Workflow
 
 #: Public names imported on first use, by the module that defines them.
 _LAZY = {
@@ -100,6 +101,8 @@ _LAZY = {
         ),
         "awa.entrypoints.client",
     ),
+    "Step": "awa.entrypoints.workflow",
+    "Workflow": "awa.entrypoints.workflow",
     "init_telemetry": "awa.entrypoints.telemetry",
     "shutdown_telemetry": "awa.entrypoints.telemetry",
 }
@@ -152,6 +155,7 @@ __all__ = [
     "SchemaNotMigrated",
     "SerializationError",
     "Snooze",
+    "Step",
     "SyncTransaction",
     "TerminalError",
     "Transaction",
@@ -159,6 +163,7 @@ __all__ = [
     "UnknownJobKind",
     "ValidationError",
     "WaitForCallback",
+    "Workflow",
     "__version__",
     "callback_contract",
     "current_migration_version",

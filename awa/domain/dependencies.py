@@ -15,7 +15,7 @@ children.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -128,3 +128,39 @@ def effects(
         ChangeJob(child, met if DependentOutcome(outcome) is DependentOutcome.RELEASED else failed)
         for child, outcome in answered
     )
+
+
+def order_steps(parents: Mapping[str, Sequence[str]]) -> list[str]:
+    """The steps of a workflow graph (each step's parent steps by name) in an order that
+    puts every parent before its children, keeping the order the steps were given where
+    the graph allows. Refuses a parent that is no step and a cycle, naming the steps."""
+    for step, named in parents.items():
+        unknown = [p for p in named if p not in parents]
+        if unknown:
+            raise ValidationError(
+                "depends_on", f"step {step!r} depends on {unknown[0]!r}, which is no step"
+            )
+        if step in named:
+            raise ValidationError("depends_on", f"step {step!r} depends on itself")
+    waiting = {step: len(set(named)) for step, named in parents.items()}
+    children: dict[str, list[str]] = {step: [] for step in parents}
+    for step, named in parents.items():
+        for parent in set(named):
+            children[parent].append(step)
+    position = {step: index for index, step in enumerate(parents)}
+    ready = [step for step, count in waiting.items() if count == 0]
+    ordered: list[str] = []
+    while ready:
+        ready.sort(key=position.__getitem__, reverse=True)
+        step = ready.pop()
+        ordered.append(step)
+        for child in children[step]:
+            waiting[child] -= 1
+            if waiting[child] == 0:
+                ready.append(child)
+    if len(ordered) < len(parents):
+        stuck = sorted((s for s in parents if waiting[s] > 0), key=position.__getitem__)
+        raise ValidationError(
+            "depends_on", f"the steps {', '.join(map(repr, stuck))} form a cycle", value=stuck
+        )
+    return ordered

@@ -1,0 +1,94 @@
+"""``awa.Workflow`` through the client (ADR 0032): a fan-out/fan-in graph inserted in one
+transaction runs parents first and the join last; inside the caller's transaction it
+commits or rolls back with it; a cycle is refused before anything is written; the
+blocking twin inserts the same graph."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+import awa
+import awa.testing
+from awa.domain.errors import ValidationError
+from awa.domain.states import JobState
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+
+@attrs.frozen
+class Part:
+    n: int
+
+
+@attrs.frozen
+class Join:
+    parts: int
+
+
+async def test_a_fan_out_fan_in_workflow_runs_the_join_last(migrated_database_url: str) -> None:
+    client = awa.AsyncClient(migrated_database_url)
+    try:
+        ran: list[str] = []
+
+        @client.task(Part)
+        async def part(job: awa.Job[Part]) -> None:
+            ran.append(f"part {job.args.n}")
+
+        @client.task(Join)
+        async def join(job: awa.Job[Join]) -> None:
+            ran.append("join")
+
+        wf = awa.Workflow()
+        # The join is added first, naming parts added after it.
+        wf.add(Join(3), name="join", queue="wf", depends_on=["p1", "p2", "p3"])
+        for n in (1, 2, 3):
+            wf.add(Part(n), name=f"p{n}", queue="wf")
+        jobs = await wf.insert(client)
+        assert list(jobs) == ["join", "p1", "p2", "p3"]
+        assert jobs["join"].state == JobState.Scheduled
+        assert [jobs[f"p{n}"].state for n in (1, 2, 3)] == [JobState.Available] * 3
+        results = await awa.testing.drain(client, "wf")
+        assert all(r.is_completed() for r in results)
+        assert ran == ["part 1", "part 2", "part 3", "join"]
+
+        # In the caller's transaction: rolled back with it.
+        rolled = awa.Workflow()
+        a = rolled.add(Part(10), queue="wf_rolled")
+        rolled.add(Join(1), queue="wf_rolled", depends_on=[a])
+        with pytest.raises(RuntimeError, match="caller gives up"):
+            async with await client.transaction() as tx:
+                await rolled.insert(tx)
+                raise RuntimeError("caller gives up")
+        assert await awa.testing.drain(client, "wf_rolled") == []
+
+        cyclic = awa.Workflow()
+        cyclic.add(Part(1), name="x", queue="wf_cycle", depends_on=["y"])
+        cyclic.add(Part(2), name="y", queue="wf_cycle", depends_on=["x"])
+        with pytest.raises(ValidationError, match="form a cycle"):
+            await cyclic.insert(client)
+        assert await awa.testing.drain(client, "wf_cycle") == []
+        with pytest.raises(TypeError, match="AsyncClient or a Transaction"):
+            await rolled.insert(object())
+    finally:
+        await client.close()
+
+
+def test_the_blocking_twin_inserts_the_graph(migrated_database_url: str) -> None:
+    client = awa.Client(migrated_database_url)
+    try:
+        wf = awa.Workflow()
+        first = wf.add(Part(1), queue="wf_sync")
+        wf.add(Join(1), name="join", queue="wf_sync", depends_on=[first])
+        jobs = wf.insert_sync(client)
+        assert (jobs["step-1"].state, jobs["join"].state) == (
+            JobState.Available,
+            JobState.Scheduled,
+        )
+        with client.transaction() as tx:
+            again = awa.Workflow()
+            again.add(Part(2), queue="wf_sync", depends_on=[jobs["step-1"]])
+            (only,) = again.insert_sync(tx).values()
+        assert only.state == JobState.Scheduled
+    finally:
+        client.close()

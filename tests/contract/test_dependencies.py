@@ -143,3 +143,24 @@ async def test_a_child_inserted_in_a_transaction_waits_as_well(engine: EngineHan
     assert (await fetch(engine, child.id)).state == JobState.Scheduled
     await run_parent(engine)
     assert (await fetch(engine, child.id)).state == JobState.Available
+
+
+async def test_an_operator_cancel_of_a_parent_cancels_its_waiting_descendants(
+    engine: EngineHandle,
+) -> None:
+    parent = await enqueue(engine, "parent_step")
+    child = await child_of(engine, parent)
+    grandchild = await child_of(engine, child)
+    cancelled = await engine.engine.cancel_job(parent.id)
+    assert cancelled is not None and cancelled.state == JobState.Cancelled
+    assert (await fetch(engine, child.id)).state == JobState.Cancelled
+    assert (await fetch(engine, grandchild.id)).state == JobState.Cancelled
+
+
+async def test_a_drained_parent_queue_cancels_the_children_in_other_queues(
+    engine: EngineHandle,
+) -> None:
+    parent = await enqueue(engine, "parent_step", queue="contract_drained")
+    child = await child_of(engine, parent)
+    assert await engine.engine.drain_queue("contract_drained") == 1
+    assert (await fetch(engine, child.id)).state == JobState.Cancelled

@@ -231,6 +231,8 @@ class EngineBase:
             # The in-memory hub carries channels only; the payload has no reader here.
             channel, _payload = cancel_notification(job.id, job.run_lease)
             write.notify.add(channel)
+        # The jobs waiting on it are cancelled with it (ADR 0032).
+        self._finished(write, [cancelled])
         return cancelled
 
     @staticmethod

@@ -8,6 +8,7 @@ from typing import Any
 
 from psycopg import errors as pg_errors
 
+from awa.adapters._pg import dependencies as pg_dependencies
 from awa.adapters._pg.errors import is_unique_claim_violation
 from awa.adapters._pg.rows import job_from_row, state_buckets
 from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase
@@ -146,7 +147,15 @@ class AdminOps(EngineBase):
             for row in rows:
                 if JobState.parse(row["state"]) in LIVE_STATES:
                     await self._notify_cancel(conn, row["id"], row["run_lease"])
+            await self._cancel_dependents(conn, [job_id for job_id, _ in applied], now)
         return len(applied)
+
+    async def _cancel_dependents(
+        self, conn: AnyConnection, cancelled: list[int], now: datetime
+    ) -> None:
+        """Cancel the jobs waiting on the jobs an operator just cancelled (ADR 0032)."""
+        done = [(job_id, JobState.Cancelled) for job_id in cancelled]
+        await self._change_jobs(conn, await pg_dependencies.finished(conn, done, now), now)
 
     # ---------------------------------------------------------------- job control
     async def _cancel_locked(
@@ -159,6 +168,7 @@ class AdminOps(EngineBase):
         cancelled = await self._apply_locked(conn, row, cancel, now)
         if job.state in LIVE_STATES:
             await self._notify_cancel(conn, job.id, job.run_lease)
+        await self._cancel_dependents(conn, [job.id], now)
         return cancelled
 
     async def cancel_job(self, job_id: int) -> JobRecord | None:

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 
 import attrs
 
+from awa.adapters._pg import dependencies as pg_dependencies
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters.postgres_queue_storage.connections import Connections
@@ -23,6 +24,7 @@ from awa.adapters.postgres_queue_storage.statements import Statements, run
 from awa.domain import lifecycle
 from awa.domain.channels import cancel_notification
 from awa.domain.job import JobRecord
+from awa.domain.lifecycle import Transition
 from awa.domain.policies import RetentionFloor
 from awa.domain.states import LIVE_STATES, JobState
 from awa.ports.clock import Clock
@@ -87,6 +89,22 @@ class AdminChanges:
 
         return decide
 
+    async def cancel_dependents(
+        self, conn: DictConnection, writes: Writes, cancelled: list[int]
+    ) -> None:
+        """Cancel the jobs waiting on the jobs an operator just cancelled (ADR 0032)."""
+        done = [(job_id, JobState.Cancelled) for job_id in cancelled]
+        for effect in await pg_dependencies.finished(conn, done, writes.now):
+
+            def decide(
+                target: JobRecord, transition: Transition = effect.transition
+            ) -> tuple[JobRecord | None, bool]:
+                if not transition.applies(target.state):
+                    return None, True
+                return transition.apply(target), False
+
+            await self.change(conn, writes, effect.job_id, decide)
+
     async def drain_queue(self, queue: str) -> int:
         async with translated_errors(), self._connections.tx() as conn:
             writes = Writes(self._clock.now())
@@ -94,20 +112,23 @@ class AdminChanges:
             # Every lane first, in key order: the cancels below then take no lane lock out
             # of the order every retiring writer uses.
             await self._facts.mark_retiring(conn, found)
-            count = 0
+            cancelled: list[int] = []
             for r in found:
                 if r.job.state not in DRAINABLE_STATES:
                     continue
                 result = await self.change(conn, writes, r.job.id, self._cancelled(writes.now))
                 if result is not None and result.state == JobState.Cancelled:
-                    count += 1
+                    cancelled.append(r.job.id)
+            await self.cancel_dependents(conn, writes, cancelled)
             await self._facts.flush(conn, writes)
-        return count
+        return len(cancelled)
 
     async def cancel_job(self, job_id: int) -> JobRecord | None:
         async with translated_errors(), self._connections.tx() as conn:
             writes = Writes(self._clock.now())
             result = await self.change(conn, writes, job_id, self._cancelled(writes.now))
+            if result is not None and result.state == JobState.Cancelled:
+                await self.cancel_dependents(conn, writes, [job_id])
             await self._facts.flush(conn, writes)
         return result
 
@@ -123,6 +144,8 @@ class AdminChanges:
                 return None
             writes = Writes(self._clock.now())
             result = await self.change(conn, writes, found.job.id, self._cancelled(writes.now))
+            if result is not None and result.state == JobState.Cancelled:
+                await self.cancel_dependents(conn, writes, [found.job.id])
             await self._facts.flush(conn, writes)
         return result
 

@@ -30,6 +30,7 @@ UNREACHABLE = "postgresql://app:Unreach4ble@127.0.0.1:1/nowhere"
 #: Arguments that get every data-changing command past its own validation to the point
 #: where it needs the database; a new mutating command must be added here.
 MUTATING_ARGS: dict[str, list[str]] = {
+    "adopt": [],
     "dev": ["--jobs", "1"],
     "dlq move": ["1"],
     "dlq purge": ["1"],

@@ -76,6 +76,7 @@ def test_files_are_applied_after_what_they_require() -> None:
     assert position["awa.jobs"] < position["awa.insert_job_compat"]
     assert [d.name for d in dependents_of("awa.queue_storage_jobs")] == [
         "awa.jobs",
+        "awa.dependency_parents",
         "awa.insert_job_compat",
         "awa.queue_storage_edit",
     ]

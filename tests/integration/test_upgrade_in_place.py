@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from awa.adapters._pg import dependencies as pg_dependencies
 from awa.adapters._pg.migrations import migrate
 from awa.adapters._pg.pool import open_pool
 from awa.adapters.clock import SystemClock
@@ -40,6 +41,10 @@ _STAND_INS_MATCH = (
     "      awa.queue_storage_relation_shape("
     "        to_regclass('awa.' || quote_ident(c.relname || '_spare')))"
 )
+
+
+async def _no_children(*_: object) -> tuple[()]:
+    return ()
 
 
 def _rows(url: str, query: str) -> list[tuple[Any, ...]]:
@@ -106,11 +111,15 @@ async def _jobs_in_every_state(url: str) -> dict[str, int]:
 
 
 async def test_an_older_database_upgrades_in_place(
-    database_url: str, migrated_database_url: str
+    database_url: str, migrated_database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     migrate_as_before(database_url)
     _as_that_release_ran(database_url)
-    ids = await _jobs_in_every_state(database_url)
+    # Today's engines write the older release's jobs; that release had no job
+    # dependencies (migration 0493), so nothing looks for children to release.
+    with monkeypatch.context() as older:
+        older.setattr(pg_dependencies, "finished", _no_children)
+        ids = await _jobs_in_every_state(database_url)
     jobs, counts = _rows(database_url, _JOBS), _rows(database_url, _COUNTS)
     states = {str(row[3]) for row in jobs}
     assert states == {s.sql_name for s in JobState}

@@ -155,7 +155,7 @@ def database_url(pg_databases: DatabaseFactory) -> Iterator[str]:
     try:
         yield url
     finally:
-        pg_databases.drop(url)
+        pg_databases.release(url)
 
 
 def migrate_template(url: str) -> None:
@@ -170,7 +170,7 @@ def migrated_database_url(pg_databases: DatabaseFactory) -> Iterator[str]:
     try:
         yield url
     finally:
-        pg_databases.drop(url)
+        pg_databases.release(url)
 
 
 @pytest.fixture(scope="session")

@@ -53,7 +53,7 @@ def contract_databases(pg_databases: DatabaseFactory) -> Iterator[dict[str, str]
         yield urls
     finally:
         for url in urls.values():
-            pg_databases.drop(url)
+            pg_databases.release(url)
 
 
 @pytest.fixture(params=_engine_params())

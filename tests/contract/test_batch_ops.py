@@ -84,7 +84,7 @@ async def engine(request: pytest.FixtureRequest) -> AsyncIterator[EngineHandle]:
             async with _routing(name, fresh) as handle:
                 yield handle
         finally:
-            factory.drop(fresh)
+            factory.release(fresh)
         return
     url: str | None = None
     if ENGINES[name].needs_database:

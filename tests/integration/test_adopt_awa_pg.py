@@ -62,7 +62,7 @@ def awa_pg_database_url(pg_databases: DatabaseFactory, awa_pg_python: Path) -> I
     try:
         yield url
     finally:
-        pg_databases.drop(url)
+        pg_databases.release(url)
 
 
 # awa-pg's migrate() needs a running event loop when it is called.

@@ -247,7 +247,7 @@ def two_databases(pg_databases: DatabaseFactory, migrated_database_url: str) -> 
     try:
         yield url
     finally:
-        pg_databases.drop(url)
+        pg_databases.release(url)
 
 
 def paused(url: str, queue: str) -> bool:

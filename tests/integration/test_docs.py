@@ -94,7 +94,7 @@ def test_example_runs(name: str, code: str, pg_databases: DatabaseFactory, tmp_p
             f"{name} exited {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
         )
     finally:
-        pg_databases.drop(url)
+        pg_databases.release(url)
 
 
 def test_shell_blocks_run_or_say_why_not() -> None:
@@ -140,7 +140,7 @@ def test_shell_block_runs(
             f"{name} exited {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
         )
     finally:
-        pg_databases.drop(url)
+        pg_databases.release(url)
 
 
 def test_the_site_builds_without_warnings(tmp_path: Path) -> None:

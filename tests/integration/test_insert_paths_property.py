@@ -73,7 +73,7 @@ def client(
                 c.install_queue_storage()
             yield c, url
     finally:
-        pg_databases.drop(url)
+        pg_databases.release(url)
 
 
 _kinds = itertools.count()

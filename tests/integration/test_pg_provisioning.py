@@ -262,3 +262,49 @@ def test_factory_close_drops_its_templates(pg_server_url: str) -> None:
     assert database_exists(pg_server_url, template)
     factory.close()
     assert not database_exists(pg_server_url, template)
+
+
+def _name(url: str) -> str:
+    name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+    assert isinstance(name, str)
+    return name
+
+
+def test_a_released_database_is_disconnected_at_once_and_dropped_by_close(
+    pg_server_url: str,
+) -> None:
+    factory = DatabaseFactory(pg_server_url)
+    try:
+        released = [factory.create() for _ in range(3)]
+        conn = psycopg.connect(released[0], autocommit=True)
+        try:
+            for url in released:
+                factory.release(url)
+            # a client a test left running stops at release, as a drop would stop it
+            with pytest.raises(psycopg.OperationalError):
+                conn.execute("SELECT 1")
+        finally:
+            conn.close()
+        with pytest.raises(ValueError, match="refusing"):
+            factory.release(with_database(pg_server_url, "postgres"))
+    finally:
+        factory.close()
+    assert [database_exists(pg_server_url, _name(url)) for url in released] == [False] * 3
+
+
+def test_the_next_clone_is_made_ahead_and_close_drops_it(pg_server_url: str) -> None:
+    factory = DatabaseFactory(pg_server_url)
+    try:
+        template = factory.template()
+        first = factory.create(template)
+        ahead = _name(with_database(pg_server_url, factory._spares[template].result()))
+        assert database_exists(pg_server_url, ahead)
+        second = factory.create(template)
+        assert _name(second) == ahead and second != first
+        made_ahead_again = factory._spares[template].result()
+        factory.release(first)
+        factory.drop(second)
+    finally:
+        factory.close()
+    assert not database_exists(pg_server_url, made_ahead_again)
+    assert not database_exists(pg_server_url, _name(first))

@@ -398,7 +398,7 @@ def test_migrate_an_empty_database_through_the_pooler(
         health = _cli(url, "health", "--json")
         assert health.exit_code == 0 and json.loads(health.stdout)["ready"], health.output
     finally:
-        pg_databases.drop(empty)
+        pg_databases.release(empty)
 
 
 def test_cli_commands_through_the_pooler(pooled_url: str, migrated_database_url: str) -> None:

@@ -11,11 +11,9 @@ import random
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import psycopg
 import pytest
-from psycopg.rows import dict_row
 
 from awa.adapters._pg import transition
 from awa.adapters.clock import ManualClock
@@ -25,6 +23,7 @@ from awa.domain.job import JobRecord, JobSpec
 from awa.domain.policies import PriorityAging
 from awa.ports.storage import UnitOfWork
 from tests.support.engines import CONTRACT_BACKOFF
+from tests.support.sql import sql
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -56,14 +55,6 @@ async def engine(
         yield opened
     finally:
         await opened.close()
-
-
-async def _sql(url: str, query: str, *params: Any) -> list[dict[str, Any]]:
-    async with await psycopg.AsyncConnection.connect(
-        url, autocommit=True, row_factory=dict_row
-    ) as conn:
-        cur = await conn.execute(query.encode(), params)
-        return list(await cur.fetchall())
 
 
 async def _write_lanes(
@@ -117,7 +108,7 @@ def _global_order(jobs: list[JobRecord], now: datetime, aging: timedelta | None)
 
 
 async def _lanes_used(url: str) -> int:
-    rows = await _sql(
+    rows = await sql(
         url,
         "SELECT count(DISTINCT (priority, shard)) AS n FROM awa.ready_entries WHERE queue = %s",
         QUEUE,

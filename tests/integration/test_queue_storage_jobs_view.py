@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import psycopg
 import pytest
-from psycopg.rows import dict_row
 
 from awa.adapters.clock import ManualClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine, install_queue_storage
@@ -17,6 +15,7 @@ from awa.domain.job import JobSpec, QueueCounts
 from awa.domain.states import JobState
 from awa.ports.storage import Ack
 from tests.support.engines import CONTRACT_BACKOFF
+from tests.support.sql import sql
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -43,12 +42,6 @@ async def engine(
         await opened.close()
 
 
-async def _sql(url: str, query: str, *params: Any) -> list[dict[str, Any]]:
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        cur = await conn.cursor(row_factory=dict_row).execute(query.encode(), params)
-        return list(await cur.fetchall()) if cur.description else []
-
-
 async def _counts(engine: QueueStorageEngine) -> QueueCounts:
     return next(c for c in await engine.queue_counts() if c.queue == QUEUE)
 
@@ -73,9 +66,9 @@ async def test_view_lists_canonical_and_queue_storage_jobs(
     )
     claims = await engine.claim(QUEUE, limit=2)
     await engine.complete([claims[0].lease])
-    await _sql(migrated_database_url, "INSERT INTO awa.jobs (kind, queue) VALUES ('canon', 'view')")
+    await sql(migrated_database_url, "INSERT INTO awa.jobs (kind, queue) VALUES ('canon', 'view')")
 
-    rows = await _sql(migrated_database_url, "SELECT * FROM awa.jobs ORDER BY id")
+    rows = await sql(migrated_database_url, "SELECT * FROM awa.jobs ORDER BY id")
     by_kind_state = sorted((r["kind"], r["state"]) for r in rows)
     assert by_kind_state == [
         ("canon", "available"),
@@ -84,14 +77,14 @@ async def test_view_lists_canonical_and_queue_storage_jobs(
         ("qs", "completed"),
         ("qs", "running"),
     ]
-    canonical = await _sql(migrated_database_url, "SELECT id FROM awa.canonical_jobs")
+    canonical = await sql(migrated_database_url, "SELECT id FROM awa.canonical_jobs")
     assert [r["kind"] for r in rows if r["id"] == canonical[0]["id"]] == ["canon"]
-    one = await _sql(migrated_database_url, "SELECT * FROM awa.jobs WHERE id = %s", jobs[0].id)
+    one = await sql(migrated_database_url, "SELECT * FROM awa.jobs WHERE id = %s", jobs[0].id)
     snapshot = await engine.get_job(jobs[0].id)
     assert snapshot is not None and len(one) == 1
     assert one[0]["state"] == snapshot.state.sql_name
     assert one[0]["finalized_at"] == snapshot.finalized_at
-    terminal = await _sql(migrated_database_url, "SELECT id FROM awa.terminal_jobs")
+    terminal = await sql(migrated_database_url, "SELECT id FROM awa.terminal_jobs")
     assert [r["id"] for r in terminal] == [claims[0].job.id]
 
 
@@ -102,7 +95,7 @@ async def test_moving_a_deadline_through_the_view_feeds_the_deadline_rescue(
     (claim,) = await engine.claim(QUEUE, limit=1, deadline=timedelta(hours=1))
     assert await engine.rescue_expired_deadlines() == []
 
-    updated = await _sql(
+    updated = await sql(
         migrated_database_url,
         # Relative to the engine's clock, not the database's: a slow host must not move
         # the deadline past the clock the rescue reads.
@@ -130,7 +123,7 @@ async def test_failing_a_running_job_through_the_view(
     (claim,) = await engine.claim(QUEUE, limit=1)
     before = _ring_rewrites(migrated_database_url)
 
-    changed = await _sql(
+    changed = await sql(
         migrated_database_url,
         "UPDATE awa.jobs SET state = 'failed', finalized_at = now() WHERE id = %s RETURNING id",
         claim.job.id,
@@ -155,12 +148,12 @@ async def test_repairing_waiting_jobs_through_the_view(
     ready, scheduled = await engine.enqueue_many(
         [JobSpec(kind="a", queue=QUEUE), JobSpec(kind="b", queue=QUEUE, run_at=later)]
     )
-    await _sql(
+    await sql(
         migrated_database_url,
         "UPDATE awa.jobs SET state = 'failed', finalized_at = now() WHERE id = %s",
         ready.id,
     )
-    await _sql(
+    await sql(
         migrated_database_url,
         "UPDATE awa.jobs SET run_at = run_at - interval '2 hours', priority = 1 WHERE id = %s",
         scheduled.id,
@@ -197,18 +190,18 @@ async def test_deleting_through_the_view_appends_tombstones_and_markers(
     before = _ring_rewrites(migrated_database_url)
     assert (await _counts(engine)).completed_last_hour == 1
 
-    deleted = await _sql(
+    deleted = await sql(
         migrated_database_url, "DELETE FROM awa.jobs WHERE queue = %s RETURNING id", QUEUE
     )
     assert sorted(r["id"] for r in deleted) == sorted(job.id for job in jobs)
-    assert await _sql(migrated_database_url, "SELECT id FROM awa.jobs") == []
+    assert await sql(migrated_database_url, "SELECT id FROM awa.jobs") == []
     for job in jobs:
         assert await engine.get_job(job.id) is None
-    assert await _sql(migrated_database_url, "SELECT * FROM awa.job_unique_claims") == []
+    assert await sql(migrated_database_url, "SELECT * FROM awa.job_unique_claims") == []
     # Every counter (and the recent-completion bucket) went back to zero: the queue is
     # no longer listed at all.
     assert [c for c in await engine.queue_counts() if c.queue == QUEUE] == []
-    buckets = await _sql(
+    buckets = await sql(
         migrated_database_url, "SELECT coalesce(sum(n), 0) AS n FROM awa.completions"
     )
     assert buckets[0]["n"] == 0
@@ -223,7 +216,7 @@ async def test_live_attempt_body_is_immutable_through_the_view(
     await engine.enqueue_many([JobSpec(kind="run", queue=QUEUE)])
     (claim,) = await engine.claim(QUEUE, limit=1)
     with pytest.raises(psycopg.errors.FeatureNotSupported):
-        await _sql(
+        await sql(
             migrated_database_url,
             "UPDATE awa.jobs SET args = '{\"x\": 1}' WHERE id = %s",
             claim.job.id,
@@ -243,21 +236,21 @@ async def test_view_covers_the_active_non_default_schema(
         (job,) = await other.enqueue_many([JobSpec(kind="elsewhere", queue=QUEUE)])
         # Not named by the storage transition: not part of awa.jobs.
         assert (
-            await _sql(migrated_database_url, "SELECT id FROM awa.jobs WHERE id = %s", job.id) == []
+            await sql(migrated_database_url, "SELECT id FROM awa.jobs WHERE id = %s", job.id) == []
         )
-        await _sql(
+        await sql(
             migrated_database_url,
             "UPDATE awa.storage_transition_state SET state = 'active', "
             "current_engine = 'queue_storage', active_engine = 'queue_storage', "
             "details = jsonb_build_object('schema', 'qs_view')",
         )
-        rows = await _sql(
+        rows = await sql(
             migrated_database_url, "SELECT kind, state FROM awa.jobs WHERE id = %s", job.id
         )
         assert rows == [{"kind": "elsewhere", "state": "available"}]
 
         (claim,) = await other.claim(QUEUE, limit=1, deadline=timedelta(hours=1))
-        await _sql(
+        await sql(
             migrated_database_url,
             "UPDATE awa.jobs SET deadline_at = %s WHERE id = %s",
             clock.now() - timedelta(seconds=1),
@@ -266,7 +259,7 @@ async def test_view_covers_the_active_non_default_schema(
         clock.advance(timedelta(seconds=5))
         rescued = await other.rescue_expired_deadlines()
         assert [r.lease for r in rescued] == [claim.lease]
-        deleted = await _sql(
+        deleted = await sql(
             migrated_database_url, "DELETE FROM awa.jobs WHERE id = %s RETURNING id", job.id
         )
         assert deleted == [{"id": job.id}]

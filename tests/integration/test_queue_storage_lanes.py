@@ -11,11 +11,9 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from datetime import timedelta
-from typing import Any
 
 import psycopg
 import pytest
-from psycopg.rows import dict_row
 
 from awa.adapters._pg import transition
 from awa.adapters.clock import ManualClock
@@ -30,6 +28,7 @@ from awa.entrypoints.routing import open_postgres_routing
 from awa.ports.producers import RouteChanged
 from awa.ports.storage import UnitOfWork
 from tests.support.engines import CONTRACT_BACKOFF
+from tests.support.sql import sql
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -57,14 +56,6 @@ async def engine(
         await opened.close()
 
 
-async def _sql(url: str, query: str, *params: Any) -> list[dict[str, Any]]:
-    async with await psycopg.AsyncConnection.connect(
-        url, autocommit=True, row_factory=dict_row
-    ) as conn:
-        cur = await conn.execute(query.encode(), params)
-        return list(await cur.fetchall()) if cur.description else []
-
-
 async def _no_waiting(uow: UnitOfWork, timeout: str = "3s") -> None:
     """Make a wait for another transaction's lock fail instead of hang."""
     assert isinstance(uow, PgUnitOfWork)
@@ -73,7 +64,7 @@ async def _no_waiting(uow: UnitOfWork, timeout: str = "3s") -> None:
 
 async def _lanes_of(url: str) -> dict[int, tuple[int, int]]:
     """job id -> (shard, lane_seq) of every ready row of the queue."""
-    rows = await _sql(
+    rows = await sql(
         url, "SELECT job_id, shard, lane_seq FROM awa.ready_entries WHERE queue = %s", QUEUE
     )
     return {r["job_id"]: (r["shard"], r["lane_seq"]) for r in rows}
@@ -125,7 +116,7 @@ async def test_an_ordering_key_keeps_its_lane_and_waits_for_it(
 async def test_keyed_jobs_use_their_shard_while_unkeyed_ones_spread(
     engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
-    await _sql(
+    await sql(
         migrated_database_url,
         "INSERT INTO awa.queue_meta (queue, enqueue_shards) VALUES (%s, 4)",
         QUEUE,
@@ -171,7 +162,7 @@ async def test_keyless_lanes_are_bounded(
     assert [claim.job.id for claim in claimed] == ids
     # A later producer reuses the lanes instead of opening more.
     await engine.enqueue_many([JobSpec(kind="later", queue=QUEUE) for _ in range(3)])
-    rows = await _sql(
+    rows = await sql(
         migrated_database_url, "SELECT count(*) AS n FROM awa.lanes WHERE queue = %s", QUEUE
     )
     assert rows[0]["n"] == KEYLESS_LANES
@@ -269,7 +260,7 @@ async def test_sql_producers_of_one_queue_do_not_wait_for_each_other(
     finally:
         await first.close()
         await second.close()
-    rows = await _sql(
+    rows = await sql(
         migrated_database_url,
         "SELECT kind, shard FROM awa.ready_entries WHERE queue = %s ORDER BY job_id",
         QUEUE,
@@ -292,7 +283,7 @@ async def test_a_remembered_route_that_changed_inserts_nothing(
     finally:
         await elsewhere.close()
     assert raised.value.supported
-    assert await _sql(migrated_database_url, "SELECT 1 FROM elsewhere.ready_entries") == []
+    assert await sql(migrated_database_url, "SELECT 1 FROM elsewhere.ready_entries") == []
     async with await psycopg.AsyncConnection.connect(
         migrated_database_url, autocommit=True
     ) as conn:
@@ -388,7 +379,7 @@ async def test_the_one_statement_inserts_settle_on_the_generic_plan(
 
 async def _due_later(url: str, clock: ManualClock) -> bool:
     """Whether a ready row of the queue is stamped after the clock."""
-    rows = await _sql(
+    rows = await sql(
         url,
         "SELECT count(*) AS n FROM awa.ready_entries WHERE queue = %s AND run_at > %s",
         QUEUE,
@@ -440,7 +431,7 @@ async def test_routed_single_inserts_racing_claimers_lose_nothing_and_keep_lanes
     assert len(inserted) == producers * (per_producer + per_producer // 5)
     assert sorted(claimed) == sorted(inserted)
     lanes: dict[tuple[int, int], list[int]] = {}
-    for row in await _sql(
+    for row in await sql(
         migrated_database_url,
         "SELECT priority, shard, lane_seq FROM awa.ready_entries WHERE queue = %s",
         QUEUE,
@@ -470,7 +461,7 @@ async def test_concurrent_single_inserts_commit_together(
             for n in range(8)
         )
     )
-    rows = await _sql(
+    rows = await sql(
         migrated_database_url,
         "SELECT job_id, kind, xmin::text AS tx FROM awa.ready_entries "
         "WHERE queue = %s AND kind <> 'warm'",
@@ -505,7 +496,7 @@ async def test_an_insert_batch_that_fails_fails_every_insert_in_it(
     finally:
         await elsewhere.close()
     assert all(isinstance(result, RouteChanged) for result in results), results
-    assert await _sql(migrated_database_url, "SELECT 1 FROM elsewhere.ready_entries") == []
+    assert await sql(migrated_database_url, "SELECT 1 FROM elsewhere.ready_entries") == []
 
 
 async def test_an_insert_cancelled_before_its_batch_went_out_is_not_written(
@@ -525,7 +516,7 @@ async def test_an_insert_cancelled_before_its_batch_went_out_is_not_written(
     (direct,), (batched,) = await asyncio.gather(*tasks[:2])
     with pytest.raises(asyncio.CancelledError):
         await tasks[2]
-    rows = await _sql(
+    rows = await sql(
         migrated_database_url, "SELECT job_id, kind FROM awa.ready_entries WHERE queue = %s", QUEUE
     )
     assert {r["kind"]: r["job_id"] for r in rows} == {"direct": direct.id, "batched": batched.id}

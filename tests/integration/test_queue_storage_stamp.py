@@ -13,7 +13,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.rows import dict_row
 
 from awa.adapters._pg import transition
 from awa.adapters.clock import ManualClock
@@ -21,6 +20,7 @@ from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.adapters.postgres_queue_storage.statements import STAMP_SLACK_MS
 from awa.domain.job import JobRecord, JobSpec
 from tests.support.engines import CONTRACT_BACKOFF
+from tests.support.sql import sql
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -65,14 +65,6 @@ async def engines(
             await engine.close()
 
 
-async def _sql(url: str, query: str, *params: Any) -> list[dict[str, Any]]:
-    async with await psycopg.AsyncConnection.connect(
-        url, autocommit=True, row_factory=dict_row
-    ) as conn:
-        cur = await conn.execute(query.encode(), params)
-        return list(await cur.fetchall())
-
-
 async def _write(engine: QueueStorageEngine, path: str, n: int, tag: str) -> list[JobRecord]:
     """``n`` new available jobs through ``path``; the records it returns (none for COPY)."""
     specs = [
@@ -95,7 +87,7 @@ async def _write(engine: QueueStorageEngine, path: str, n: int, tag: str) -> lis
 
 
 async def _ready(url: str) -> list[dict[str, Any]]:
-    return await _sql(
+    return await sql(
         url,
         "SELECT job_id, run_at, shard, lane_seq, args->>'tag' AS tag FROM awa.ready_entries "
         "WHERE queue = %s ORDER BY shard, lane_seq",
@@ -104,7 +96,7 @@ async def _ready(url: str) -> list[dict[str, Any]]:
 
 
 async def _disordered(url: str) -> int:
-    rows = await _sql(
+    rows = await sql(
         url,
         "SELECT count(*) AS n FROM awa.lanes l "
         "JOIN awa.claim_heads h USING (queue, priority, shard) "

@@ -45,7 +45,7 @@ def client(
                 c.install_queue_storage()
             yield c, url
     finally:
-        pg_databases.drop(url)
+        pg_databases.release(url)
 
 
 def _insert_named(client: Client, url: str, path: str, kind: str, queue: str | None) -> None:

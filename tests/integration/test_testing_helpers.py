@@ -55,7 +55,7 @@ def app_database(
     try:
         yield url
     finally:
-        pg_databases.drop(url)
+        pg_databases.release(url)
 
 
 def app_jobs(url: str) -> int:

@@ -44,7 +44,7 @@ def api_schema(pg_databases: DatabaseFactory) -> Iterator[Any]:
         yield schemathesis.openapi.from_asgi("/api/openapi.json", app)
     finally:
         asgi.shutdown_lifespans()
-        pg_databases.drop(url)
+        pg_databases.release(url)
 
 
 # Driven by hand over every operation (rather than through the pytest plugin's lazy

@@ -12,12 +12,27 @@ to the one-producer drain.
 
     .venv/bin/python -m benchmarks.concurrent_backlog --jobs 30000
     .venv/bin/python -m benchmarks.concurrent_backlog --jobs 30000,200000
+
+``--peers awa-py,awa-pg,pgqueuer --harness ../shared/bench`` runs the same shape through
+the shared harness's adapters instead, each system in its own venv (``--peer-venvs``, as
+the harness's ``setup_venvs.sh`` makes them; awa-py runs from this venv): for each size
+and system, one producer and then ``--producers`` concurrent producer processes write
+the backlog with no worker running (rounds of 20 ``enqueue_one`` calls and one
+``enqueue_bulk`` of 480), then three worker processes of ``--slots`` slots each
+(``adapter.run_worker``) drain it. The clock runs from the first ``adapter.pending()``
+poll below the backlog (the first durable completion seen) to the first at 0; the polls
+run every 20 ms in a process of their own. See :mod:`benchmarks._peer_backlog_role`.
+
+    .venv/bin/python -m benchmarks.concurrent_backlog --jobs 30000 \
+        --peers awa-py,awa-pg,pgqueuer --harness ../shared/bench
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import json
 import multiprocessing
 import os
 import signal
@@ -230,15 +245,145 @@ def one_run(admin_url: str, name: str, jobs: int, producers: int, slots: int, lo
         drop_database(admin_url, name)
 
 
+#: The harness's adapter module and venv directory of each system it knows.
+PEER_SYSTEMS = {
+    "awa-py": ("awa_py", None),
+    "awa-pg": ("awa_pg", "awa_pg"),
+    "pgqueuer": ("pgqueuer_adapter", "pgqueuer"),
+}
+PEER_WORKERS = 3
+ROLE_SCRIPT = Path(__file__).with_name("_peer_backlog_role.py")
+
+
+def _role(python: str, harness: Path, module: str, url: str, role: str, *extra: str) -> list[str]:
+    script = [python, str(ROLE_SCRIPT), role]
+    return [*script, "--harness", str(harness), "--adapter", module, "--dsn", url, *extra]
+
+
+def peer_run(
+    admin_url: str,
+    name: str,
+    system: str,
+    harness: Path,
+    venvs: Path,
+    jobs: int,
+    producers: int,
+    slots: int,
+    log: Path,
+) -> tuple[float, float]:
+    """One backlog of ``system`` through the harness's adapter: (enqueue jobs/s, drain
+    jobs/s)."""  # fmt: skip
+    module, venv = PEER_SYSTEMS[system]
+    python = sys.executable if venv is None else str(venvs / venv / "bin" / "python")
+    url = fresh_database(admin_url, name)
+    workers: list[subprocess.Popen[bytes]] = []
+    try:
+        with log.open("ab") as out:
+            subprocess.run(
+                _role(python, harness, module, url, "setup"), stdout=out, stderr=out, check=True
+            )
+            share = [
+                jobs // producers + (1 if i < jobs % producers else 0) for i in range(producers)
+            ]
+            started = time.perf_counter()
+            procs, first = [], 0
+            for count in share:
+                extra = ("--first", str(first), "--count", str(count))
+                procs.append(
+                    subprocess.Popen(
+                        _role(python, harness, module, url, "produce", *extra),
+                        stdout=out, stderr=out,
+                    )
+                )  # fmt: skip
+                first += count
+            for proc in procs:
+                if proc.wait() != 0:
+                    raise SystemExit(
+                        f"a {system} producer exited with {proc.returncode}; see {log}"
+                    )
+            enqueue = report(f"{system} enqueue ({producers} producer(s))", jobs, started)
+            watch = subprocess.Popen(
+                _role(python, harness, module, url, "watch", "--count", str(jobs)),
+                stdout=subprocess.PIPE, stderr=out,
+            )  # fmt: skip
+            for _ in range(PEER_WORKERS):
+                workers.append(
+                    subprocess.Popen(
+                        _role(python, harness, module, url, "work", "--slots", str(slots)),
+                        stdout=subprocess.DEVNULL, stderr=out,
+                    )
+                )  # fmt: skip
+            watched, _ = watch.communicate()
+        seen = json.loads(watched.decode().strip().splitlines()[-1])
+        if seen["left"] != 0 or seen["began"] is None:
+            raise SystemExit(f"{system}: the drain did not finish ({seen}); see {log}")
+        seconds = seen["ended"] - seen["began"]
+        drain_rate = jobs / seconds
+        print(
+            f"{system} drain ({PEER_WORKERS} worker processes, {producers} producer(s)): "
+            f"{jobs} in {seconds:.3f}s = {drain_rate:,.0f}/s ({seen['polls']} polls)",
+            flush=True,
+        )
+        return enqueue, drain_rate
+    finally:
+        for proc in workers:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in workers:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        drop_database(admin_url, name)
+
+
+def _load() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def peers_main(a: argparse.Namespace, name: str, log: Path) -> None:
+    systems = a.peers.split(",")
+    for system in systems:
+        if system not in PEER_SYSTEMS:
+            raise SystemExit(
+                f"--peers: unknown system {system!r} (known: {', '.join(PEER_SYSTEMS)})"
+            )
+    for jobs in (int(j) for j in a.jobs.split(",")):
+        for system in systems:
+            print(
+                f"== {jobs} jobs, {system} (load {_load()}, {time.strftime('%H:%M:%S')})",
+                flush=True,
+            )
+            _, one = peer_run(
+                a.admin_url, name, system, a.harness, a.peer_venvs, jobs, 1, a.slots, log
+            )
+            _, many = peer_run(
+                a.admin_url, name, system, a.harness, a.peer_venvs, jobs, a.producers, a.slots, log
+            )
+            print(
+                f"{system}, {jobs} jobs: {a.producers} producers drain at {many:,.0f}/s, one "
+                f"producer at {one:,.0f}/s: {many / one:.2f}x (load {_load()})",
+                flush=True,
+            )
+
+
 def main() -> None:
     p = parser(__doc__ or "")
     p.add_argument("--jobs", default="30000", help="comma-separated backlog sizes")
     p.add_argument("--producers", type=int, default=8)
     p.add_argument("--slots", type=int, default=32, help="handler slots per worker process")
     p.add_argument("--log", default="/tmp/awa-concurrent-backlog-workers.log")
+    p.add_argument("--peers", default=None, help="systems to run through the harness's adapters")
+    p.add_argument("--harness", type=Path, default=Path("../shared/bench"))
+    p.add_argument("--peer-venvs", type=Path, default=Path("/tmp/bench-venvs"))
     a = p.parse_args()
     name = a.db or "awa_bench_concurrent_backlog"
     log = Path(a.log)
+    if a.peers:
+        peers_main(a, name, log)
+        return
     for jobs in (int(j) for j in a.jobs.split(",")):
         print(f"== {jobs} jobs", flush=True)
         one = one_run(a.admin_url, name, jobs, 1, a.slots, log)

@@ -21,6 +21,7 @@ from awa.ports.clock import Clock
 from awa.ports.overrides import QueueOverrideStore
 from awa.ports.storage import StorageEngine, StripedClaimer
 from awa.runtime import metrics
+from awa.runtime.claim_ahead import ClaimPacer
 from awa.runtime.config import QueueConfig
 from awa.runtime.log_throttle import FailureLog
 from awa.runtime.permits import PermitPool
@@ -82,6 +83,11 @@ class QueueDispatcher:
     claim takes one stripe ``queue#k``, ``k`` rotating over the stripes; a loop sleeps only
     after a whole rotation came up short, and every stripe's channel wakes it.
     Permits and the rate limit stay those of the logical queue.
+
+    While claims come back with some jobs but fewer than they asked for, over a link
+    slower than a local one, a claim also goes half a round trip after each one the
+    loops send, while that one is still in flight (:mod:`awa.runtime.claim_ahead`, ADR
+    0037); the two share the free permits. Not with stripes or a rate limit.
 
     Every ``override_refresh`` seconds the dispatcher reads its queue's live overrides
     (``awa queue overrides set``) and claims with them from then on; see
@@ -145,6 +151,15 @@ class QueueDispatcher:
         #: channels. The runtime listens on them and calls :meth:`wake`.
         self.channels = [queue_channel(q) for q in dict.fromkeys([config.name, *physical])]
         self._next_stripe = 0
+        self._pacer = ClaimPacer()
+        self._ahead = self._claim_stripe is None and self._bucket is None
+        # The loops' claims in flight and how many they sent; a claim sent by a loop
+        # sets _claim_sent, which the claim ahead waits for.
+        self._loop_claims = 0
+        self._loop_claims_sent = 0
+        self._claim_sent: anyio.Event | None = None
+        #: Claims sent ahead (while a loop's claim was in flight).
+        self.ahead_claims = 0
         self._short_claims = 0
         self._stopping = False
         self._live_loops = 0
@@ -188,12 +203,16 @@ class QueueDispatcher:
         """Stop claiming: loops exit after their current claim (no new claims start)."""
         self._stopping = True
         self.wake()
+        if self._claim_sent is not None:
+            self._claim_sent.set()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as loops:
             for waker in self._wakers:
                 # Started means counted: a runtime is alive once start() returns.
                 await loops.start(self._claim_loop, waker)
+            if self._ahead:
+                loops.start_soon(self._ahead_loop)
             task_status.started()
 
     async def _claim_loop(
@@ -259,6 +278,8 @@ class QueueDispatcher:
                     self._instruments.count("awa.dispatch.rate_limited", self._queue_key)
                 await waker.wait(min(self._poll_interval, self._bucket.seconds_until_token()))
                 return
+        if self._ahead:
+            wanted = self._pacer.share(self._permits.available(self.queue), wanted)
         granted = self._permits.try_reserve(self.queue, wanted)
         if 0 < granted < wanted and self._backlogged:
             capacity = self._permits.in_flight(self.queue) + self._permits.available(self.queue)
@@ -275,7 +296,39 @@ class QueueDispatcher:
             finally:
                 self._starved.discard(waker)
             return
-        started = time.perf_counter()
+        self._loop_claims += 1
+        self._loop_claims_sent += 1
+        if self._claim_sent is not None:
+            self._claim_sent.set()
+        try:
+            claims = await self._claim_batch(granted)
+        finally:
+            self._loop_claims -= 1
+        if claims is None:
+            await waker.wait(self._poll_interval)
+            return
+        self._backlogged = len(claims) == granted
+        if self._stopping:
+            return
+        if len(claims) < granted:
+            # Striped: the next stripe may hold work, so sleep only after a full rotation.
+            self._short_claims += 1
+            if self._short_claims >= self._stripes:
+                self._short_claims = 0
+                # An empty claim means the queue had nothing for this loop. One that found
+                # some jobs but fewer than it asked for may have skipped lanes another
+                # worker was claiming from: look again soon, not after a whole poll.
+                await waker.wait(
+                    self._poll_interval if not claims else min(self._poll_interval, _RECHECK)
+                )
+        else:
+            self._short_claims = 0
+
+    async def _claim_batch(self, granted: int) -> list[Claim] | None:
+        """Claim up to ``granted`` jobs (their permits held) and start them; None when
+        the claim failed (its permits are given back)."""
+        started = self._clock.monotonic()
+        timer = time.perf_counter()
         try:
             self.claim_calls += 1
             if self._claim_stripe is None:
@@ -299,37 +352,55 @@ class QueueDispatcher:
         except Exception as exc:
             self.last_claim_ok = False
             self._backlogged = False
+            self._pacer.failed()
             self._give_back(granted)
             self._claim_failures.failed(exc)
-            await waker.wait(self._poll_interval)
-            return
+            return None
         self.last_claim_ok = True
         self._claim_failures.succeeded()
+        self._pacer.completed(self._clock.monotonic() - started, granted, len(claims))
         if self._instruments is not None:
-            self._record_claim(claims, granted, time.perf_counter() - started)
-        self._backlogged = len(claims) == granted
+            self._record_claim(claims, granted, time.perf_counter() - timer)
         self._give_back(granted - len(claims))
         if self._permits.weighted:
             self._permits.set_demand(self.queue, len(claims) == granted)
         if self._stopping:
             # Shutdown began while this claim was in flight: hand the jobs straight back.
             await self._release_unstarted(claims)
-            return
+            return claims
         for claim in claims:
             self._spawn(self.queue, as_claimed(claim, self.config.aging_interval))
-        if len(claims) < granted:
-            # Striped: the next stripe may hold work, so sleep only after a full rotation.
-            self._short_claims += 1
-            if self._short_claims >= self._stripes:
-                self._short_claims = 0
-                # An empty claim means the queue had nothing for this loop. One that found
-                # some jobs but fewer than it asked for may have skipped lanes another
-                # worker was claiming from: look again soon, not after a whole poll.
-                await waker.wait(
-                    self._poll_interval if not claims else min(self._poll_interval, _RECHECK)
-                )
-        else:
-            self._short_claims = 0
+        return claims
+
+    async def _ahead_loop(self) -> None:
+        """Half a round trip after a loop sent a claim, while that claim is still in
+        flight and the pacer says claims should go ahead, send one more (ADR 0037)."""
+        while not self._stopping:
+            self._claim_sent = anyio.Event()
+            await self._claim_sent.wait()
+            delay = self._pacer.ahead_after()
+            if delay is None:
+                continue
+            sent = self._loop_claims_sent
+            await self._clock.sleep(delay)
+            if (
+                self._stopping
+                or self._loop_claims == 0
+                or self._loop_claims_sent != sent
+                or self._pacer.ahead_after() is None
+            ):
+                # Back already, or another claim went meanwhile: nothing to go ahead of.
+                continue
+            wanted = self._pacer.share(
+                self._permits.available(self.queue), self.settings.claim_batch_size
+            )
+            granted = self._permits.try_reserve(self.queue, wanted)
+            if granted == 0:
+                continue
+            self.ahead_claims += 1
+            if self._instruments is not None:
+                self._instruments.count("awa.dispatch.claims_ahead", self._queue_key)
+            await self._claim_batch(granted)
 
     @property
     def _queue_key(self) -> metrics.Key:

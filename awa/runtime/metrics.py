@@ -103,6 +103,11 @@ METRICS: dict[str, tuple[str, str, str]] = {
         "{permit}",
         "Permits reserved for a claim and given back unused",
     ),
+    "awa.dispatch.claims_ahead": (
+        COUNTER,
+        "{batch}",
+        "Claims sent while another of the queue's was in flight (ADR 0037)",
+    ),
     "awa.dispatch.rate_limited": (
         COUNTER,
         "{wake}",

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
         Transaction,
     )
     from awa.entrypoints.telemetry import init_telemetry, shutdown_telemetry
-    from awa.entrypoints.workflow import Step, Workflow
+    from awa.entrypoints.workflow import Dependency, Step, Workflow
 
 #: Public names imported on first use, by the module that defines them.
 _LAZY = {
@@ -101,6 +101,7 @@ _LAZY = {
         ),
         "awa.entrypoints.client",
     ),
+    "Dependency": "awa.entrypoints.workflow",
     "Step": "awa.entrypoints.workflow",
     "Workflow": "awa.entrypoints.workflow",
     "init_telemetry": "awa.entrypoints.telemetry",
@@ -136,6 +137,7 @@ __all__ = [
     "Cancel",
     "Client",
     "DatabaseError",
+    "Dependency",
     "DlqEntry",
     "HealthCheck",
     "Job",

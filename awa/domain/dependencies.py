@@ -36,27 +36,67 @@ MAX_PARENTS = 100
 FINISHED_FAILED = frozenset({JobState.Failed, JobState.Cancelled})
 
 
+class OnParentFailure(enum.StrEnum):
+    """What a parent's failure (failed, in the DLQ, or cancelled for good) does to a job
+    waiting on it; chosen per parent (:class:`Dependency`) or per workflow step."""
+
+    #: The waiting job is cancelled, and so are the jobs waiting on it (the default).
+    CANCEL = "cancel"
+    #: The parent counts as done: the job runs once its other parents completed.
+    RUN = "run"
+    #: The waiting job fails into the DLQ (reason ``dependency_failed``).
+    DLQ = "dlq"
+
+
+def on_parent_failure(value: Any, field: str = "on_failure") -> OnParentFailure:
+    """``value`` as a policy, or ``ValidationError`` naming the choices."""
+    try:
+        return OnParentFailure(value)
+    except ValueError:
+        choices = ", ".join(repr(p.value) for p in OnParentFailure)
+        raise ValidationError(field, f"must be one of {choices}, got {value!r}") from None
+
+
+@attrs.frozen
+class Dependency:
+    """A ``depends_on`` entry with a policy: ``Dependency(parent, on_failure="run")``,
+    where ``parent`` is a job id, a job handle or (in a workflow) a step."""
+
+    parent: Any
+    on_failure: OnParentFailure = attrs.field(
+        default=OnParentFailure.CANCEL, converter=on_parent_failure
+    )
+
+
 class DependentOutcome(enum.StrEnum):
     """What a parent's finish means for a waiting child (the SQL answers these words)."""
 
-    #: Its last unsatisfied parent completed: it runs.
+    #: Its last unsatisfied parent completed (or failed under ``run``): it runs.
     RELEASED = "released"
-    #: A parent (or an ancestor) failed or was cancelled for good: it never will.
+    #: A parent (or an ancestor) failed or was cancelled for good, under ``cancel``.
     DOOMED = "doomed"
+    #: As ``doomed``, under ``dlq``.
+    DEAD_LETTERED = "dead_lettered"
+    #: A retried parent no longer holds it: it waits again.
+    RESTORED = "restored"
 
 
-def parent_ids(value: Any) -> tuple[int, ...]:
-    """The ids ``depends_on`` names: job ids or objects with an ``id`` (a job handle or a
-    record), in order, without repeats. Refuses anything else, and more than
-    :data:`MAX_PARENTS`."""
+def parents_of(value: Any) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The ids ``depends_on`` names (job ids, objects with an ``id`` such as a job handle
+    or a record, or :class:`Dependency` entries around either), in order, without
+    repeats, and each one's :class:`OnParentFailure` value (empty when all are
+    ``cancel``). Refuses anything else, and more than :data:`MAX_PARENTS`."""
     if value is None:
-        return ()
+        return (), ()
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
         raise ValidationTypeError(
             "depends_on", f"must be a list of job ids or jobs, got {type(value).__name__}"
         )
-    ids: list[int] = []
+    policies: dict[int, OnParentFailure] = {}
     for item in value:
+        policy = OnParentFailure.CANCEL
+        if isinstance(item, Dependency):
+            item, policy = item.parent, item.on_failure
         job_id = getattr(item, "id", item)
         if isinstance(job_id, bool) or not isinstance(job_id, int):
             raise ValidationTypeError(
@@ -64,19 +104,40 @@ def parent_ids(value: Any) -> tuple[int, ...]:
             )
         if job_id <= 0:
             raise ValidationError("depends_on", f"job id {job_id} is not positive", value=job_id)
-        if job_id not in ids:
-            ids.append(job_id)
-    if len(ids) > MAX_PARENTS:
-        raise ValidationError(
-            "depends_on", f"names {len(ids)} jobs; at most {MAX_PARENTS} are allowed"
-        )
-    return tuple(ids)
+        if job_id not in policies:
+            policies[job_id] = policy
+        if len(policies) > MAX_PARENTS:
+            raise ValidationError(
+                "depends_on",
+                f"names more than {MAX_PARENTS} jobs; at most {MAX_PARENTS} are allowed",
+            )
+    ids = tuple(policies)
+    named = tuple(str(p) for p in policies.values())
+    return ids, (named if any(p != OnParentFailure.CANCEL for p in named) else ())
+
+
+def parent_ids(value: Any) -> tuple[int, ...]:
+    """The ids ``depends_on`` names (see :func:`parents_of`)."""
+    return parents_of(value)[0]
+
+
+def policies_of(spec: JobSpec) -> tuple[OnParentFailure, ...]:
+    """Each of ``spec``'s parents' policy, aligned with ``spec.depends_on``."""
+    if not spec.on_parent_failure:
+        return (OnParentFailure.CANCEL,) * len(spec.depends_on)
+    return tuple(OnParentFailure(p) for p in spec.on_parent_failure)
 
 
 def check_spec(spec: JobSpec) -> None:
-    """A spec with parents sets no ``run_at`` of its own: its parents decide when it runs."""
+    """A spec with parents sets no ``run_at`` of its own: its parents decide when it runs;
+    its policies, when given, are one valid word per parent."""
     if spec.depends_on and spec.run_at is not None:
         raise ValidationError("depends_on", "a job that depends on others cannot also set run_at")
+    if spec.on_parent_failure:
+        if len(spec.on_parent_failure) != len(spec.depends_on):
+            raise ValidationError("on_parent_failure", "must name one policy per parent")
+        for policy in spec.on_parent_failure:
+            on_parent_failure(policy, "on_parent_failure")
 
 
 @attrs.frozen
@@ -121,13 +182,21 @@ def finished(state: JobState) -> tuple[bool, bool]:
 def effects(
     answered: Iterable[tuple[int, DependentOutcome | str]], now: datetime
 ) -> tuple[ChangeJob, ...]:
-    """The changes the engine applies to children its store answered."""
-    met = lifecycle.dependencies_met(now)
-    failed = lifecycle.dependency_failed(now)
-    return tuple(
-        ChangeJob(child, met if DependentOutcome(outcome) is DependentOutcome.RELEASED else failed)
-        for child, outcome in answered
-    )
+    """The changes the engine applies to children its store answered, one per child in
+    the order first answered. A child answered both ``doomed`` and ``dead_lettered`` (two
+    failed parents with different policies) goes to the DLQ, where an operator sees it."""
+    decided: dict[int, DependentOutcome] = {}
+    for child, outcome in answered:
+        word = DependentOutcome(outcome)
+        if decided.get(child) is not DependentOutcome.DEAD_LETTERED:
+            decided[child] = word
+    transitions = {
+        DependentOutcome.RELEASED: lifecycle.dependencies_met(now),
+        DependentOutcome.DOOMED: lifecycle.dependency_failed(now),
+        DependentOutcome.DEAD_LETTERED: lifecycle.dependency_dead_lettered(now),
+        DependentOutcome.RESTORED: lifecycle.dependency_restored(),
+    }
+    return tuple(ChangeJob(child, transitions[word]) for child, word in decided.items())
 
 
 def order_steps(parents: Mapping[str, Sequence[str]]) -> list[str]:

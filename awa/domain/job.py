@@ -49,6 +49,9 @@ class JobSpec:
     ordering_key: bytes | None = None
     #: Ids of jobs this one waits on (ADR 0032); it runs once all of them completed.
     depends_on: tuple[int, ...] = ()
+    #: What each parent's failure does to this job, aligned with ``depends_on``
+    #: (``awa.domain.dependencies.OnParentFailure`` values); empty: every parent ``cancel``.
+    on_parent_failure: tuple[str, ...] = ()
 
     @property
     def effective_unique_states(self) -> int:

@@ -40,6 +40,7 @@ from awa.domain.states import (
     TERMINAL_STATES,
     JobState,
 )
+from awa.domain.validation import MAX_RUN_AT
 
 #: The only state in which a handler still holds the attempt: a parked
 #: (``waiting_external``) attempt has no handler left to snooze it or to register a
@@ -72,6 +73,8 @@ class DlqReason(enum.StrEnum):
     CALLBACK_FAILED = "callback_failed"
     #: The callback timed out with no attempt left.
     CALLBACK_TIMEOUT = "callback_timeout"
+    #: A job it depends on failed or was cancelled, and its policy for that is ``dlq``.
+    DEPENDENCY_FAILED = "dependency_failed"
 
 
 class Rescue(enum.Enum):
@@ -490,6 +493,10 @@ def dependencies_met(now: datetime) -> Transition:
     return Transition(JobState.Available, applies_to=frozenset({JobState.Scheduled}), run_at=now)
 
 
+#: The error entry of a waiting job its parent's failure ended.
+DEPENDENCY_FAILED_ERROR = "a job it depends on failed or was cancelled"
+
+
 def dependency_failed(now: datetime) -> Transition:
     """A parent of a waiting job (or one of its ancestors) failed or was cancelled for
     good: the waiting job is ``cancelled`` with an error entry saying why (ADR 0032)."""
@@ -497,8 +504,34 @@ def dependency_failed(now: datetime) -> Transition:
         JobState.Cancelled,
         applies_to=frozenset({JobState.Scheduled}),
         finalized_at=now,
-        error=ErrorEntry("a job it depends on failed or was cancelled", 0, now, terminal=True),
+        error=ErrorEntry(DEPENDENCY_FAILED_ERROR, 0, now, terminal=True),
         clear_callback=True,
+    )
+
+
+def dependency_dead_lettered(now: datetime) -> Transition:
+    """As :func:`dependency_failed`, for a waiting job whose policy for that parent is
+    ``dlq``: it is ``failed`` and moves into the DLQ (reason ``dependency_failed``), for
+    an operator to retry or purge (ADR 0032)."""
+    return Transition(
+        JobState.Failed,
+        applies_to=frozenset({JobState.Scheduled}),
+        finalized_at=now,
+        error=ErrorEntry(DEPENDENCY_FAILED_ERROR, 0, now, terminal=True),
+        dlq_reason=DlqReason.DEPENDENCY_FAILED,
+        clear_callback=True,
+    )
+
+
+def dependency_restored() -> Transition:
+    """A job its parent's failure cancelled waits again because that parent was retried
+    (and no other failed parent holds it): ``scheduled`` at the waiting instant, no
+    longer finalized (ADR 0032); ``run_at`` is the waiting instant."""
+    return Transition(
+        JobState.Scheduled,
+        applies_to=frozenset({JobState.Cancelled}),
+        run_at=MAX_RUN_AT,
+        clear_finalized=True,
     )
 
 

@@ -119,6 +119,8 @@ LEGAL_TRANSITIONS: frozenset[tuple[JobState, JobState]] = frozenset(
         (S.Completed, S.Available),
         # operator repair
         (S.Available, S.Scheduled),
+        # a waiting job whose parent failed, under the ``dlq`` policy (ADR 0032)
+        (S.Scheduled, S.Failed),
     }
 )
 

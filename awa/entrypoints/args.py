@@ -200,11 +200,12 @@ def unique_key_for(
 
 
 def with_parents(spec: JobSpec, depends_on: Any) -> JobSpec:
-    """``spec`` waiting on the jobs ``depends_on`` names (ids or job handles; ADR 0032)."""
-    parents = dependencies.parent_ids(depends_on)
+    """``spec`` waiting on the jobs ``depends_on`` names (ids, job handles or
+    ``awa.Dependency`` entries with a failure policy; ADR 0032)."""
+    parents, policies = dependencies.parents_of(depends_on)
     if not parents:
         return spec
-    planned = attrs.evolve(spec, depends_on=parents)
+    planned = attrs.evolve(spec, depends_on=parents, on_parent_failure=policies)
     dependencies.check_spec(planned)
     return planned
 

@@ -72,9 +72,11 @@ class InsertOptions(JobOptions, total=False):
 
 class DependencyOption(TypedDict, total=False):
     depends_on: Sequence[int | Any] | None
-    """Jobs (ids or job handles) this one waits on: it stays ``scheduled`` until all of
-    them completed and is cancelled if one fails or is cancelled (ADR 0032); an unknown
-    or failed parent is refused; at most 100; not with ``run_at``; absent: none."""
+    """Jobs (ids or job handles, or ``awa.Dependency(job, on_failure=...)``) this one
+    waits on: it stays ``scheduled`` until all of them completed; a parent that fails or
+    is cancelled cancels it (``on_failure="cancel"``, the default), lets it run anyway
+    (``"run"``) or moves it to the DLQ (``"dlq"``) (ADR 0032); an unknown or failed
+    parent is refused; at most 100; not with ``run_at``; absent: none."""
 
 
 class StripeOption(TypedDict, total=False):

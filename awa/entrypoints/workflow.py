@@ -15,6 +15,7 @@ from typing import Any, Unpack
 import attrs
 
 from awa.domain import dependencies
+from awa.domain.dependencies import Dependency, OnParentFailure
 from awa.domain.errors import ValidationError
 from awa.domain.keywords import check_keywords
 from awa.entrypoints.args import build_spec
@@ -31,12 +32,17 @@ class Step:
     name: str
 
 
+__all__ = ["Dependency", "Step", "Workflow"]
+
+
 @attrs.frozen
 class _Planned:
     args: Any
     options: InsertOptions
-    steps: tuple[str, ...]
-    jobs: tuple[int, ...]
+    #: Parent steps by name, each with its failure policy.
+    steps: tuple[tuple[str, OnParentFailure], ...]
+    #: Existing parent jobs, each with its failure policy.
+    jobs: tuple[Dependency, ...]
 
 
 class Workflow:
@@ -58,13 +64,17 @@ class Workflow:
         args: Any,
         *,
         name: str | None = None,
-        depends_on: Sequence[Step | str | int | Job[Any]] | None = None,
+        depends_on: Sequence[Step | str | int | Job[Any] | Dependency] | None = None,
+        on_parent_failure: str = "cancel",
         **options: Unpack[InsertOptions],
     ) -> Step:
         """Add a step: the job ``args`` with the insert ``options`` (``kind``, ``queue``,
         ...), waiting on ``depends_on`` (steps of this workflow by handle or name, which
-        may be added later, or existing jobs by id or handle). ``name`` defaults to
-        ``step-<n>``. The options are checked here; the graph when it is inserted."""
+        may be added later, or existing jobs by id or handle; any of them wrapped in
+        :class:`~awa.Dependency` to give that parent its own failure policy).
+        ``on_parent_failure`` is the policy of the other parents: ``"cancel"`` (the
+        default), ``"run"`` or ``"dlq"`` (ADR 0032). ``name`` defaults to ``step-<n>``.
+        The options are checked here; the graph when it is inserted."""
         check_keywords("Workflow.add", options, InsertOptions)
         if name is None:
             name = f"step-{len(self._steps) + 1}"
@@ -72,30 +82,42 @@ class Workflow:
             raise ValidationError("name", "a step name must be a non-empty string")
         if name in self._steps:
             raise ValidationError("name", f"the workflow already has a step {name!r}")
+        default = dependencies.on_parent_failure(on_parent_failure, "on_parent_failure")
         build_spec(args, **options)
         if depends_on is not None and (
             isinstance(depends_on, str | bytes) or not isinstance(depends_on, Sequence)
         ):
             raise ValidationError("depends_on", "must be a list of steps or jobs")
-        steps: list[str] = []
-        external: list[Any] = []
-        for parent in depends_on or ():
-            if isinstance(parent, Step):
-                steps.append(parent.name)
-            elif isinstance(parent, str):
-                steps.append(parent)
-            else:
-                external.append(parent)
-        jobs = dependencies.parent_ids(external)
-        if len(set(steps)) + len(jobs) > dependencies.MAX_PARENTS:
-            raise ValidationError(
-                "depends_on", f"at most {dependencies.MAX_PARENTS} parents are allowed"
+        steps: dict[str, OnParentFailure] = {}
+        external: list[Dependency] = []
+        for entry in depends_on or ():
+            parent, policy = (
+                (entry.parent, entry.on_failure)
+                if isinstance(entry, Dependency)
+                else (entry, default)
             )
-        if steps and options.get("run_at") is not None:
+            if isinstance(parent, Step):
+                steps.setdefault(parent.name, policy)
+            elif isinstance(parent, str):
+                steps.setdefault(parent, policy)
+            else:
+                external.append(Dependency(parent, policy))
+        ids, policies = dependencies.parents_of(external)
+        jobs = tuple(
+            Dependency(job_id, policies[i] if policies else OnParentFailure.CANCEL)
+            for i, job_id in enumerate(ids)
+        )
+        if len(steps) + len(jobs) > dependencies.MAX_PARENTS:
+            raise ValidationError(
+                "depends_on",
+                f"names {len(steps) + len(jobs)} parents; "
+                f"at most {dependencies.MAX_PARENTS} are allowed",
+            )
+        if (steps or jobs) and options.get("run_at") is not None:
             raise ValidationError(
                 "depends_on", "a job that depends on others cannot also set run_at"
             )
-        self._steps[name] = _Planned(args, options, tuple(dict.fromkeys(steps)), jobs)
+        self._steps[name] = _Planned(args, options, tuple(steps.items()), jobs)
         return Step(name)
 
     @property
@@ -106,7 +128,9 @@ class Workflow:
     def _order(self) -> list[str]:
         if not self._steps:
             raise ValidationError("workflow", "has no steps")
-        return dependencies.order_steps({n: s.steps for n, s in self._steps.items()})
+        return dependencies.order_steps(
+            {n: [p for p, _ in s.steps] for n, s in self._steps.items()}
+        )
 
     async def insert(self, target: Any) -> dict[str, Job[Any]]:
         """Insert every step, parents first, in one transaction: ``target`` is an
@@ -131,8 +155,7 @@ class Workflow:
         jobs: dict[str, Job[Any]] = {}
         for name in order:
             step = self._steps[name]
-            parents = [*(jobs[p].id for p in step.steps), *step.jobs]
-            jobs[name] = await tx.insert(step.args, **step.options, depends_on=parents)
+            jobs[name] = await tx.insert(step.args, **step.options, depends_on=_parents(step, jobs))
         return {name: jobs[name] for name in self._steps}
 
     def insert_sync(self, target: Any) -> dict[str, Job[Any]]:
@@ -154,6 +177,9 @@ class Workflow:
         jobs: dict[str, Job[Any]] = {}
         for name in order:
             step = self._steps[name]
-            parents = [*(jobs[p].id for p in step.steps), *step.jobs]
-            jobs[name] = tx.insert(step.args, **step.options, depends_on=parents)
+            jobs[name] = tx.insert(step.args, **step.options, depends_on=_parents(step, jobs))
         return {name: jobs[name] for name in self._steps}
+
+
+def _parents(step: _Planned, inserted: dict[str, Job[Any]]) -> list[Dependency]:
+    return [*(Dependency(inserted[p].id, policy) for p, policy in step.steps), *step.jobs]

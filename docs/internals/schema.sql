@@ -303,8 +303,10 @@ CREATE TABLE awa.job_dependencies (
     child_id bigint NOT NULL,
     parent_id bigint NOT NULL,
     satisfied_at timestamp with time zone,
+    on_failure text DEFAULT 'cancel'::text NOT NULL,  -- What the parent failing or being cancelled for good does to the child: cancel, run or dlq.
     CONSTRAINT job_dependencies_pkey PRIMARY KEY (child_id, parent_id),
-    CONSTRAINT job_dependencies_not_self CHECK ((child_id <> parent_id))
+    CONSTRAINT job_dependencies_not_self CHECK ((child_id <> parent_id)),
+    CONSTRAINT job_dependencies_on_failure_check CHECK ((on_failure = ANY (ARRAY['cancel'::text, 'run'::text, 'dlq'::text])))
 );
 CREATE INDEX job_dependencies_parent_idx ON awa.job_dependencies USING btree (parent_id);
 

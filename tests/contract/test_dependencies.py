@@ -1,8 +1,9 @@
 """Job dependencies (ADR 0032) on every engine: a job inserted with parents waits
 (``scheduled`` at the waiting instant, never claimable, never promoted) until every
 parent completed, and is released in the transaction that completes the last one; a
-parent that fails or is cancelled for good cancels its waiting descendants; an insert
-naming an unknown or failed parent is refused and writes nothing."""
+parent that fails or is cancelled for good applies each waiting child's policy for it
+(cancel, the default, run anyway, or the DLQ), transitively; an insert naming an unknown
+or failed parent is refused and writes nothing."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from awa.domain.dependencies import MAX_PARENTS, WAITING_RUN_AT
+from awa.domain.dependencies import MAX_PARENTS, WAITING_RUN_AT, OnParentFailure
 from awa.domain.errors import ValidationError
 from awa.domain.job import JobRecord
 from awa.domain.states import JobState
@@ -23,10 +24,23 @@ pytestmark = pytest.mark.anyio
 STEPS = "contract_steps"
 
 
-async def child_of(engine: EngineHandle, *parents: JobRecord | int, **fields: Any) -> JobRecord:
+async def child_of(
+    engine: EngineHandle,
+    *parents: JobRecord | int,
+    policies: tuple[OnParentFailure, ...] = (),
+    **fields: Any,
+) -> JobRecord:
     ids = tuple(p if isinstance(p, int) else p.id for p in parents)
     (job,) = await engine.engine.enqueue_many(
-        [spec("child_step", queue=STEPS, depends_on=ids, **fields)]
+        [
+            spec(
+                "child_step",
+                queue=STEPS,
+                depends_on=ids,
+                on_parent_failure=tuple(map(str, policies)),
+                **fields,
+            )
+        ]
     )
     return job
 
@@ -164,3 +178,76 @@ async def test_a_drained_parent_queue_cancels_the_children_in_other_queues(
     child = await child_of(engine, parent)
     assert await engine.engine.drain_queue("contract_drained") == 1
     assert (await fetch(engine, child.id)).state == JobState.Cancelled
+
+
+RUN, DLQ, CANCEL = OnParentFailure.RUN, OnParentFailure.DLQ, OnParentFailure.CANCEL
+
+
+@pytest.mark.parametrize("outcome", ["fail", "cancel"])
+async def test_a_child_that_runs_anyway_waits_for_its_other_parents(
+    engine: EngineHandle, outcome: str
+) -> None:
+    failing = await enqueue(engine, "parent_step")
+    other = await enqueue(engine, "parent_step", queue="contract_other")
+    child = await child_of(engine, failing, other, policies=(RUN, CANCEL))
+    alone = await child_of(engine, failing, policies=(RUN,))
+    await run_parent(engine, outcome)
+    assert (await fetch(engine, child.id)).state == JobState.Scheduled
+    released = await fetch(engine, alone.id)
+    assert (released.state, released.run_at) == (JobState.Available, engine.clock.now())
+    claim = await claim_one(engine, "contract_other")
+    assert await engine.engine.complete([claim.lease]) == [Ack.APPLIED]
+    assert (await fetch(engine, child.id)).state == JobState.Available
+    assert sorted(await claim_ids(engine, STEPS)) == sorted([child.id, alone.id])
+
+
+async def test_a_child_with_the_dlq_policy_fails_into_the_dlq(engine: EngineHandle) -> None:
+    parent = await enqueue(engine, "parent_step")
+    child = await child_of(engine, parent, policies=(DLQ,))
+    grandchild = await child_of(engine, child)
+    runs_anyway = await child_of(engine, child, policies=(RUN,))
+    await run_parent(engine, "fail")
+    entry = await engine.engine.get_dlq(child.id)
+    assert entry is not None
+    assert (entry.reason, entry.job.state) == ("dependency_failed", JobState.Failed)
+    assert "depends on failed" in entry.job.errors[-1]["error"]
+    assert (await fetch(engine, grandchild.id)).state == JobState.Cancelled
+    assert (await fetch(engine, runs_anyway.id)).state == JobState.Available
+    assert await claim_ids(engine, STEPS) == [runs_anyway.id]
+
+
+async def test_two_failed_parents_with_cancel_and_dlq_put_the_child_in_the_dlq(
+    engine: EngineHandle,
+) -> None:
+    first = await enqueue(engine, "parent_step")
+    second = await enqueue(engine, "parent_step")
+    child = await child_of(engine, first, second, policies=(CANCEL, DLQ))
+    cancelled = await child_of(engine, first, second, policies=(CANCEL, RUN))
+    await run_parent(engine, "fail")
+    assert (await fetch(engine, cancelled.id)).state == JobState.Cancelled
+    assert (await fetch(engine, child.id)).state == JobState.Cancelled
+    await run_parent(engine, "fail")
+    assert (await fetch(engine, child.id)).state == JobState.Cancelled
+    assert await engine.engine.get_dlq(child.id) is None
+
+
+async def test_one_failure_answering_cancel_and_dlq_moves_the_child_to_the_dlq(
+    engine: EngineHandle,
+) -> None:
+    parent = await enqueue(engine, "parent_step")
+    middle = await child_of(engine, parent)
+    child = await child_of(engine, parent, middle, policies=(CANCEL, DLQ))
+    await run_parent(engine, "fail")
+    assert (await fetch(engine, middle.id)).state == JobState.Cancelled
+    entry = await engine.engine.get_dlq(child.id)
+    assert entry is not None and entry.reason == "dependency_failed"
+
+
+async def test_an_operator_cancel_applies_the_childrens_policies(engine: EngineHandle) -> None:
+    parent = await enqueue(engine, "parent_step")
+    runs = await child_of(engine, parent, policies=(RUN,))
+    dead = await child_of(engine, parent, policies=(DLQ,))
+    assert await engine.engine.cancel_job(parent.id) is not None
+    assert (await fetch(engine, runs.id)).state == JobState.Available
+    entry = await engine.engine.get_dlq(dead.id)
+    assert entry is not None and entry.reason == "dependency_failed"

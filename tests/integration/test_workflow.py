@@ -92,3 +92,48 @@ def test_the_blocking_twin_inserts_the_graph(migrated_database_url: str) -> None
         assert only.state == JobState.Scheduled
     finally:
         client.close()
+
+
+async def test_step_policies_decide_what_a_failed_parent_does(migrated_database_url: str) -> None:
+    client = awa.AsyncClient(migrated_database_url)
+    try:
+        ran: list[str] = []
+
+        @client.task(Part)
+        async def part(job: awa.Job[Part]) -> None:
+            if job.args.n == 0:
+                raise awa.TerminalError("part 0 is broken")
+            ran.append(f"part {job.args.n}")
+
+        @client.task(Join)
+        async def join(job: awa.Job[Join]) -> None:
+            ran.append(f"join {job.args.parts}")
+
+        wf = awa.Workflow()
+        broken = wf.add(Part(0), queue="wf_policy")
+        fine = wf.add(Part(1), queue="wf_policy")
+        wf.add(
+            Join(1),
+            name="report",
+            queue="wf_policy",
+            depends_on=[broken, fine],
+            on_parent_failure="run",
+        )
+        wf.add(Join(2), name="strict", queue="wf_policy", depends_on=[fine, broken])
+        wf.add(
+            Join(3),
+            name="held",
+            queue="wf_policy",
+            depends_on=[fine, awa.Dependency(broken, on_failure="dlq")],
+        )
+        with pytest.raises(ValidationError, match="on_parent_failure: must be one of"):
+            wf.add(Join(4), queue="wf_policy", depends_on=[fine], on_parent_failure="skip")
+        jobs = await wf.insert(client)
+        await awa.testing.drain(client, "wf_policy")
+        assert sorted(ran) == ["join 1", "part 1"]
+        strict = await client.get_job(jobs["strict"].id)
+        assert strict.state == JobState.Cancelled
+        held = await client.get_dlq_job(jobs["held"].id)
+        assert held is not None and held.reason == "dependency_failed"
+    finally:
+        await client.close()

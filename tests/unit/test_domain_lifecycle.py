@@ -128,6 +128,7 @@ def test_dlq_reasons_are_the_stored_strings() -> None:
         "terminal_error",
         "callback_failed",
         "callback_timeout",
+        "dependency_failed",
     }
 
 

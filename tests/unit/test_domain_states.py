@@ -105,6 +105,7 @@ LEGAL = [
     (S.Cancelled, S.Available),
     (S.Completed, S.Available),
     (S.Available, S.Scheduled),
+    (S.Scheduled, S.Failed),
 ]
 
 

@@ -52,3 +52,24 @@ def test_the_builder_checks_options_names_and_parents_as_steps_are_added() -> No
     with pytest.raises(ValidationError, match="run_at"):
         wf.add(Work(6), depends_on=[first], run_at="2030-01-01T00:00:00Z")
     assert wf.steps == ["step-1"]
+
+
+def test_depends_on_entries_carry_their_failure_policy() -> None:
+    from awa.domain.dependencies import OnParentFailure, parents_of
+
+    ids, policies = parents_of([3, awa.Dependency(4, on_failure="run"), 3])
+    assert (ids, policies) == ((3, 4), ("cancel", "run"))
+    assert parents_of([5, awa.Dependency(6)]) == ((5, 6), ())
+    assert awa.Dependency(1, on_failure="dlq").on_failure is OnParentFailure.DLQ
+    with pytest.raises(ValidationError, match="on_failure: must be one of 'cancel', 'run', 'dlq'"):
+        awa.Dependency(1, on_failure="ignore")
+
+
+def test_a_thousand_parents_are_refused_at_the_cap() -> None:
+    with pytest.raises(ValidationError, match=f"more than {MAX_PARENTS} jobs"):
+        awa.Workflow().add(Work(1), depends_on=list(range(1, 1001)))
+    wf = awa.Workflow()
+    steps = [wf.add(Work(n)) for n in range(1000)]
+    with pytest.raises(ValidationError, match=f"names 1000 parents; at most {MAX_PARENTS}"):
+        wf.add(Work(0), depends_on=steps)
+    assert len(wf.steps) == 1000

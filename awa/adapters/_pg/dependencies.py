@@ -61,13 +61,17 @@ async def insert_with_parents(
     children: list[int] = []
     parents: list[int] = []
     satisfied: list[datetime | None] = []
+    policies: list[str] = []
     waiting: list[int] = []
     pending: list[int] = []
     for record, planned in zip(records, plans, strict=True):
-        for parent in planned.parents:
+        for parent, policy in zip(
+            planned.parents, dependencies.policies_of(planned.spec), strict=True
+        ):
             children.append(record.id)
             parents.append(parent)
             satisfied.append(now if parent in planned.satisfied else None)
+            policies.append(str(policy))
         if planned.pending:
             waiting.append(record.id)
             pending.append(planned.pending)
@@ -75,6 +79,7 @@ async def insert_with_parents(
         "children": children,
         "parents": parents,
         "satisfied": satisfied,
+        "policies": policies,
         "waiting": waiting,
         "pending": pending,
     }

@@ -6,8 +6,11 @@ SELECT id, state::text AS state FROM awa.dependency_parents(%(ids)s::bigint[])
 
 -- name: record_dependencies
 WITH edges AS (
-    INSERT INTO awa.job_dependencies (child_id, parent_id, satisfied_at)
-    SELECT * FROM unnest(%(children)s::bigint[], %(parents)s::bigint[], %(satisfied)s::timestamptz[])
+    INSERT INTO awa.job_dependencies (child_id, parent_id, satisfied_at, on_failure)
+    SELECT * FROM unnest(
+        %(children)s::bigint[], %(parents)s::bigint[], %(satisfied)s::timestamptz[],
+        %(policies)s::text[]
+    )
 )
 INSERT INTO awa.job_dependency_waits (child_id, pending)
 SELECT * FROM unnest(%(waiting)s::bigint[], %(pending)s::integer[])

@@ -66,18 +66,23 @@ class CoreOps(EngineBase):
             # Edges are stored at commit against the parents as they are now: a parent
             # that finished since the enqueue call is answered here, as the parent's own
             # finish would have answered it (on Postgres that finish waits for this commit).
-            for child, parents in uow.parents.items():
+            for child, spec in uow.parents.items():
+                parents = spec.depends_on
                 states = self._parent_states(write.store, write.state, parents)
                 satisfied = frozenset(p for p, st in states.items() if st == JobState.Completed)
-                write.state.deps.record(child, parents, satisfied, write.now)
+                deps = write.state.deps
+                deps.record(child, parents, satisfied, write.now, dependencies.policies_of(spec))
+                dead = [p for p, st in states.items() if st in dependencies.FINISHED_FAILED]
+                if dead:
+                    # As the parents' own finish would have answered (for this child, and
+                    # again nothing for the others it answered then).
+                    answered = deps.resolve([], dead, write.now)
+                    self._apply_effects(write, dependencies.effects(answered, write.now))
                 job = write.state.jobs[child]
-                if child not in write.state.deps.waits and job.state == JobState.Scheduled:
+                if child not in deps.waits and job.state == JobState.Scheduled and not dead:
                     self._apply_effects(
                         write, dependencies.effects([(child, "released")], write.now)
                     )
-                dead = [p for p, st in states.items() if st in dependencies.FINISHED_FAILED]
-                if dead and write.state.deps.waits.pop(child, None) is not None:
-                    self._apply_effects(write, dependencies.effects([(child, "doomed")], write.now))
 
     def _parent_states(
         self, store: StoreState, state: EngineState, parents: Sequence[int]
@@ -123,7 +128,7 @@ class CoreOps(EngineBase):
         own.pending.extend(records)
         for record, spec in zip(records, specs, strict=True):
             if spec.depends_on:
-                own.parents[record.id] = spec.depends_on
+                own.parents[record.id] = spec
         return records
 
     def _insert_all(
@@ -146,7 +151,13 @@ class CoreOps(EngineBase):
         for record, planned in zip(records, plans, strict=True):
             state.insert(record)
             if write is not None and planned.parents:
-                state.deps.record(record.id, planned.parents, planned.satisfied, now)
+                state.deps.record(
+                    record.id,
+                    planned.parents,
+                    planned.satisfied,
+                    now,
+                    dependencies.policies_of(planned.spec),
+                )
             if write is not None and record.state == JobState.Available:
                 write.notify.add(queue_channel(record.queue))
         self._store.next_id = first + len(records)

@@ -9,7 +9,7 @@ from datetime import datetime
 
 import attrs
 
-from awa.domain.dependencies import DependentOutcome
+from awa.domain.dependencies import DependentOutcome, OnParentFailure
 
 
 @attrs.define
@@ -20,24 +20,41 @@ class DependencyBook:
     parents: dict[int, dict[int, datetime | None]] = attrs.field(factory=dict)
     children: dict[int, tuple[int, ...]] = attrs.field(factory=dict)
     waits: dict[int, int] = attrs.field(factory=dict)
+    #: Each edge's policy on the parent's failure, where it is not ``cancel``.
+    policies: dict[tuple[int, int], OnParentFailure] = attrs.field(factory=dict)
 
     def copy(self) -> DependencyBook:
         return DependencyBook(
             parents={child: dict(edges) for child, edges in self.parents.items()},
             children=dict(self.children),
             waits=dict(self.waits),
+            policies=dict(self.policies),
         )
 
     def clear(self) -> None:
         self.parents.clear()
         self.children.clear()
         self.waits.clear()
+        self.policies.clear()
+
+    def policy(self, child: int, parent: int) -> OnParentFailure:
+        return self.policies.get((child, parent), OnParentFailure.CANCEL)
 
     def record(
-        self, child: int, parents: Iterable[int], satisfied: frozenset[int], now: datetime
+        self,
+        child: int,
+        parents: Iterable[int],
+        satisfied: frozenset[int],
+        now: datetime,
+        policies: Iterable[OnParentFailure] = (),
     ) -> None:
-        """Store ``child``'s edges; it waits while any parent is not in ``satisfied``."""
+        """Store ``child``'s edges (with each parent's failure policy, aligned with
+        ``parents``; none given: ``cancel``); it waits while any parent is not in
+        ``satisfied``."""
         edges = {parent: (now if parent in satisfied else None) for parent in parents}
+        for parent, policy in zip(edges, policies, strict=False):
+            if policy is not OnParentFailure.CANCEL:
+                self.policies[(child, parent)] = policy
         self.parents[child] = edges
         for parent in edges:
             self.children[parent] = (*self.children.get(parent, ()), child)
@@ -49,7 +66,8 @@ class DependencyBook:
         self, completed: Iterable[int], failed: Iterable[int], now: datetime
     ) -> list[tuple[int, DependentOutcome]]:
         """As ``awa.resolve_dependencies``: children released by completed parents, then
-        every job still waiting on a failed one, transitively."""
+        each edge from a failed parent applies its policy, transitively through the
+        children it dooms."""
         answered: list[tuple[int, DependentOutcome]] = []
         for parent in completed:
             for child in self.children.get(parent, ()):
@@ -65,15 +83,46 @@ class DependencyBook:
                     answered.append((child, DependentOutcome.RELEASED))
                 else:
                     self.waits[child] = pending - 1
+        # Unsatisfied edges the failures reach, followed through each child an edge
+        # dooms (cancel or dlq); a 'run' edge stops there.
+        hit: list[tuple[int, int, OnParentFailure]] = []
         frontier = list(failed)
-        doomed: set[int] = set()
+        seen: set[int] = set()
         while frontier:
             parent = frontier.pop()
             for child in self.children.get(parent, ()):
-                if self.parents[child].get(parent) is None and child not in doomed:
-                    doomed.add(child)
+                if self.parents[child].get(parent, now) is not None:
+                    continue
+                policy = self.policy(child, parent)
+                hit.append((child, parent, policy))
+                if policy is not OnParentFailure.RUN and child not in seen:
+                    seen.add(child)
                     frontier.append(child)
+        doomed = {child for child, _, policy in hit if policy is not OnParentFailure.RUN}
         for child in sorted(doomed):
             if self.waits.pop(child, None) is not None:
-                answered.append((child, DependentOutcome.DOOMED))
+                words = {policy for c, _, policy in hit if c == child}
+                for policy in sorted(words - {OnParentFailure.RUN}):
+                    answered.append(
+                        (
+                            child,
+                            DependentOutcome.DEAD_LETTERED
+                            if policy is OnParentFailure.DLQ
+                            else DependentOutcome.DOOMED,
+                        )
+                    )
+        for child, parent, policy in hit:
+            if policy is not OnParentFailure.RUN or child in doomed:
+                continue
+            if self.parents[child][parent] is not None:
+                continue
+            self.parents[child][parent] = now
+            pending = self.waits.get(child)
+            if pending is None:
+                continue
+            if pending <= 1:
+                del self.waits[child]
+                answered.append((child, DependentOutcome.RELEASED))
+            else:
+                self.waits[child] = pending - 1
         return answered

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from awa.domain.errors import DatabaseError
-from awa.domain.job import JobRecord
+from awa.domain.job import JobRecord, JobSpec
 
 Commit = Callable[["InMemoryUnitOfWork"], Awaitable[None]]
 
@@ -18,8 +18,9 @@ class InMemoryUnitOfWork:
     def __init__(self, owner: object) -> None:
         self.owner = owner
         self.pending: list[JobRecord] = []
-        #: The parents of each pending job inserted with ``depends_on`` (stored at commit).
-        self.parents: dict[int, tuple[int, ...]] = {}
+        #: The spec of each pending job inserted with ``depends_on`` (its edges are
+        #: stored at commit).
+        self.parents: dict[int, JobSpec] = {}
         self.open = True
 
 

@@ -24,6 +24,7 @@ from awa.adapters.postgres_queue_storage.statements import Statements, run
 from awa.domain import lifecycle
 from awa.domain.channels import cancel_notification
 from awa.domain.job import JobRecord
+from awa.domain.kind_policies import Effect
 from awa.domain.lifecycle import Transition
 from awa.domain.policies import RetentionFloor
 from awa.domain.states import LIVE_STATES, JobState
@@ -62,9 +63,12 @@ class AdminChanges:
         writes: Writes,
         job_id: int,
         decide: AdminDecide,
+        *,
+        dlq_reason: str | None = None,
     ) -> JobRecord | None:
         """Apply ``decide(job) -> (new | None, keep)`` to one job, re-reading if its head
-        fact moved underneath. Returns the resulting snapshot (or the unchanged one)."""
+        fact moved underneath. Returns the resulting snapshot (or the unchanged one).
+        With ``dlq_reason`` the new snapshot goes into the DLQ instead."""
         for _ in range(_RETRIES):
             found = (await self._facts.resolve(conn, [job_id])).get(job_id)
             if found is None:
@@ -73,7 +77,7 @@ class AdminChanges:
             if keep:
                 return found.job
             async with conn.transaction():
-                ok = await self._facts.transition(conn, writes, found, new)
+                ok = await self._facts.transition(conn, writes, found, new, dlq_reason=dlq_reason)
             if ok:
                 if found.job.state in LIVE_STATES and new is not None:
                     writes.notify.add(cancel_notification(job_id, found.job.run_lease))
@@ -92,9 +96,17 @@ class AdminChanges:
     async def cancel_dependents(
         self, conn: DictConnection, writes: Writes, cancelled: list[int]
     ) -> None:
-        """Cancel the jobs waiting on the jobs an operator just cancelled (ADR 0032)."""
+        """Apply their policies to the jobs waiting on the jobs an operator just cancelled
+        (ADR 0032)."""
         done = [(job_id, JobState.Cancelled) for job_id in cancelled]
-        for effect in await pg_dependencies.finished(conn, done, writes.now):
+        await self.change_all(conn, writes, await pg_dependencies.finished(conn, done, writes.now))
+
+    async def change_all(
+        self, conn: DictConnection, writes: Writes, effects: Sequence[Effect]
+    ) -> None:
+        """Apply effects on other jobs in the caller's transaction (a job an effect's
+        transition does not apply to, or that is gone, is left alone)."""
+        for effect in effects:
 
             def decide(
                 target: JobRecord, transition: Transition = effect.transition
@@ -103,7 +115,14 @@ class AdminChanges:
                     return None, True
                 return transition.apply(target), False
 
-            await self.change(conn, writes, effect.job_id, decide)
+            reason = effect.transition.dlq_reason
+            await self.change(
+                conn,
+                writes,
+                effect.job_id,
+                decide,
+                dlq_reason=None if reason is None else reason.value,
+            )
 
     async def drain_queue(self, queue: str) -> int:
         async with translated_errors(), self._connections.tx() as conn:

@@ -146,17 +146,7 @@ class Outcomes:
         self, conn: DictConnection, writes: Writes, changes: Sequence[Effect]
     ) -> None:
         """Apply effects on other jobs in the caller's transaction."""
-        for effect in changes:
-            transition = effect.transition
-
-            def decide(
-                target: JobRecord, transition: Transition = transition
-            ) -> tuple[JobRecord | None, bool]:
-                if not transition.applies(target.state):
-                    return None, True
-                return transition.apply(target), False
-
-            await self._changes.change(conn, writes, effect.job_id, decide)
+        await self._changes.change_all(conn, writes, changes)
 
     def rescue_transition(
         self, kind: lifecycle.Rescue, job: JobRecord, now: datetime

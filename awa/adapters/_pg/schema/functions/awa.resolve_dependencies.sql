@@ -1,8 +1,12 @@
 -- The dependents of jobs that finished in the calling transaction (ADR 0032).
 -- p_completed: jobs that completed; their edges are satisfied, and a child whose last
 -- unsatisfied edge that was is answered 'released' (its wait row goes).
--- p_failed: jobs that failed or were cancelled for good; every job still waiting on one,
--- and transitively every job waiting on those, is answered 'doomed' (their wait rows go).
+-- p_failed: jobs that failed or were cancelled for good. Each unsatisfied edge from one
+-- applies its policy (awa.job_dependencies.on_failure): 'cancel' answers the child
+-- 'doomed', 'dlq' answers it 'dead_lettered' (both: its wait row goes, and the jobs
+-- waiting on it are reached in turn, transitively); 'run' satisfies the edge, and a
+-- child left with no unsatisfied edge is answered 'released'. A child answered both
+-- 'doomed' and 'dead_lettered' is decided by the domain (awa.domain.dependencies).
 -- The engine applies the lifecycle's transition to each answered child in the same
 -- transaction. Locks: the finished jobs' dependency keys (exclusive, against an insert
 -- naming them), then the affected wait rows, each in id order.
@@ -13,6 +17,9 @@ CREATE OR REPLACE FUNCTION awa.resolve_dependencies(
 RETURNS TABLE (child_id bigint, outcome text)
 LANGUAGE plpgsql AS $$
 DECLARE
+    v_children bigint[];
+    v_parents bigint[];
+    v_policies text[];
     v_doomed bigint[];
 BEGIN
     PERFORM pg_advisory_xact_lock(awa.dependency_lock_key(f.id))
@@ -48,21 +55,55 @@ BEGIN
     END IF;
 
     IF cardinality(p_failed) > 0 THEN
-        WITH RECURSIVE doomed(id) AS (
-            SELECT d.child_id FROM awa.job_dependencies AS d
+        -- The unsatisfied edges the failures reach: from each failed job, and on through
+        -- every child an edge dooms (policy cancel or dlq), transitively. A 'run' edge
+        -- stops there: its child goes on without that parent.
+        WITH RECURSIVE hit(child_id, parent_id, on_failure) AS (
+            SELECT d.child_id, d.parent_id, d.on_failure FROM awa.job_dependencies AS d
             WHERE d.parent_id = ANY (p_failed) AND d.satisfied_at IS NULL
             UNION
-            SELECT d.child_id FROM awa.job_dependencies AS d
-            JOIN doomed ON d.parent_id = doomed.id
-            WHERE d.satisfied_at IS NULL
+            SELECT d.child_id, d.parent_id, d.on_failure FROM awa.job_dependencies AS d
+            JOIN hit ON d.parent_id = hit.child_id
+            WHERE hit.on_failure <> 'run' AND d.satisfied_at IS NULL
         )
-        SELECT coalesce(array_agg(DISTINCT doomed.id), '{}') INTO v_doomed FROM doomed;
+        SELECT coalesce(array_agg(hit.child_id), '{}'), coalesce(array_agg(hit.parent_id), '{}'),
+               coalesce(array_agg(hit.on_failure), '{}')
+        INTO v_children, v_parents, v_policies FROM hit;
+        SELECT coalesce(array_agg(DISTINCT e.c), '{}') INTO v_doomed
+        FROM unnest(v_children, v_policies) AS e(c, p) WHERE e.p <> 'run';
         PERFORM 1 FROM awa.job_dependency_waits AS w
-        WHERE w.child_id = ANY (v_doomed) ORDER BY w.child_id FOR UPDATE;
+        WHERE w.child_id = ANY (v_children) ORDER BY w.child_id FOR UPDATE;
         RETURN QUERY
-        DELETE FROM awa.job_dependency_waits AS w
-        WHERE w.child_id = ANY (v_doomed)
-        RETURNING w.child_id, 'doomed'::text;
+        WITH gone AS (
+            DELETE FROM awa.job_dependency_waits AS w
+            WHERE w.child_id = ANY (v_doomed)
+            RETURNING w.child_id
+        )
+        SELECT DISTINCT gone.child_id,
+               CASE e.p WHEN 'dlq' THEN 'dead_lettered' ELSE 'doomed' END
+        FROM gone JOIN unnest(v_children, v_policies) AS e(c, p) ON e.c = gone.child_id
+        WHERE e.p <> 'run';
+        -- 'run' edges of children not doomed count as done.
+        RETURN QUERY
+        WITH resolved AS (
+            UPDATE awa.job_dependencies AS d SET satisfied_at = p_now
+            FROM unnest(v_children, v_parents, v_policies) AS e(c, pa, p)
+            WHERE e.p = 'run' AND NOT e.c = ANY (v_doomed)
+              AND d.child_id = e.c AND d.parent_id = e.pa AND d.satisfied_at IS NULL
+            RETURNING d.child_id
+        ), counted AS (
+            SELECT r.child_id, count(*)::integer AS n FROM resolved AS r GROUP BY r.child_id
+        ), ready AS (
+            DELETE FROM awa.job_dependency_waits AS w
+            USING counted AS c
+            WHERE w.child_id = c.child_id AND w.pending <= c.n
+            RETURNING w.child_id
+        ), left_waiting AS (
+            UPDATE awa.job_dependency_waits AS w SET pending = w.pending - c.n
+            FROM counted AS c
+            WHERE w.child_id = c.child_id AND w.pending > c.n
+        )
+        SELECT ready.child_id, 'released'::text FROM ready;
     END IF;
 END
 $$;

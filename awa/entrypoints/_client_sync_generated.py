@@ -188,6 +188,16 @@ class Client(BlockingClientBase):
         """
         return self._run(self._async.get_job(job_id))
 
+    def get_result(self, job_id: int, *, result_type: type[Any] | None = None) -> Any:
+        """The stored result of job ``job_id`` now, without waiting: its value (as
+        ``result_type`` when given, as :meth:`wait_for` converts it), or ``None`` when none
+        is stored (the job has not completed, its task does not store results, or the
+        retention passed). It reads ``awa.job_results`` only, so it also answers for a job
+        whose row was pruned; read the job itself (:meth:`get_job`) for its state. Blocking
+        form of ``AsyncClient.get_result``.
+        """
+        return self._run(self._async.get_result(job_id, result_type=result_type))
+
     def health_check(self) -> HealthCheck:
         """Health of the database connection and, when started, the worker runtime (on a
         database that was never migrated: unhealthy, with Postgres connected). Blocking form
@@ -743,6 +753,10 @@ class RawClient(RawClientBase):
     def get_job_sync(self, job_id: int) -> Job[Any]:
         """Blocking ``get_job``, on a client of its own (see ``Client.get_job``)."""
         return self._blocking().get_job(job_id)
+
+    def get_result_sync(self, job_id: int, *, result_type: type[Any] | None = None) -> Any:
+        """Blocking ``get_result``, on a client of its own (see ``Client.get_result``)."""
+        return self._blocking().get_result(job_id, result_type=result_type)
 
     def health_check_sync(self) -> HealthCheck:
         """Blocking ``health_check``, on a client of its own (see ``Client.health_check``)."""

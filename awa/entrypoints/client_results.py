@@ -93,6 +93,21 @@ class ResultsMixin(ClientCore):
                 with anyio.CancelScope(shield=True):
                     await subscription.close()
 
+    async def get_result(self, job_id: int, *, result_type: type[Any] | None = None) -> Any:
+        """The stored result of job ``job_id`` now, without waiting: its value (as
+        ``result_type`` when given, as :meth:`wait_for` converts it), or ``None`` when
+        none is stored (the job has not completed, its task does not store results, or
+        the retention passed). It reads ``awa.job_results`` only, so it also answers for
+        a job whose row was pruned; read the job itself (:meth:`get_job`) for its state."""
+        job_id = validate_job_id(job_id)
+        stored = await (await self._control()).results.get_result(job_id)
+        if stored is None:
+            return None
+        value = stored.value
+        if result_type is not None and payloads.is_structured_type(result_type):
+            return payloads.from_json_value(result_type, value)
+        return value
+
     async def _answer(self, job_id: int, results: ResultStore) -> Any:
         """The result of the finished job, its failure raised, or ``_PENDING``."""
         engine = await self._engine()

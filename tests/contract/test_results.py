@@ -78,6 +78,26 @@ async def test_a_stored_result_is_what_wait_for_returns(engine: EngineHandle) ->
     assert await client.wait_for(job.id) == {"rows": 42, "name": "daily"}
 
 
+async def test_get_result_reads_the_stored_result_without_waiting(engine: EngineHandle) -> None:
+    client = client_on(engine)
+
+    @client.task(dict, kind="reporting", queue=QUEUE, store_result=True)
+    async def report(job: Job[dict[str, Any]]) -> Report:
+        return Report(rows=job.args["n"], name="now")
+
+    job = await enqueue(engine, "reporting", args={"n": 7})
+    # Not finished yet: nothing stored, and the read does not wait.
+    assert await client.get_result(job.id) is None
+    assert (await work_next(client, QUEUE)).outcome == "completed"
+    assert await client.get_result(job.id) == {"rows": 7, "name": "now"}
+    assert await client.get_result(job.id, result_type=Report) == Report(7, "now")
+    # It reads the results alone, so it answers after the job's row is gone.
+    assert await engine.engine.delete_jobs([job.id]) == 1
+    assert await client.get_result(job.id) == {"rows": 7, "name": "now"}
+    with pytest.raises(ValidationError):
+        await client.get_result("seven")  # type: ignore[arg-type]
+
+
 async def test_a_task_that_does_not_store_results_completes_with_none(
     engine: EngineHandle,
 ) -> None:

@@ -383,3 +383,85 @@ def test_routing_may_use_domain_ports_and_its_own_modules() -> None:
     )
     assert routing_violations(source, "awa.adapters.routing.fine") == []
     assert routing_violations("from . import base\n", "awa.adapters.routing.__init__") == []
+
+
+# ---------------------------------------------------------------- integrations (awa.contrib)
+
+#: What an integration may not import: it uses Awa through its public API and the
+#: entrypoints (and the domain's types), never an engine or the runtime directly.
+CONTRIB_FORBIDDEN = ("awa.adapters", "awa.runtime", "psycopg", "psycopg_pool")
+#: Modules outside ``awa.contrib`` that may import Django, and why.
+DJANGO_ALLOWED = {
+    "awa.adapters._pg.insert_compat": (
+        "the bridge inserts on a Django connection and follows its commit with "
+        "transaction.on_commit, imported only when given one"
+    ),
+}
+
+
+def _all_modules() -> list[tuple[str, Path]]:
+    return [(_dotted(path), path) for path in sorted(AWA_ROOT.rglob("*.py"))]
+
+
+def contrib_modules() -> list[tuple[str, Path]]:
+    return [(name, path) for name, path in _all_modules() if _within(name, "awa.contrib")]
+
+
+def outside_contrib_violations(source: str, module: str) -> list[str]:
+    """Imports of ``awa.contrib`` or (outside :data:`DJANGO_ALLOWED`) Django by a module
+    that is not an integration: the core runs without any framework."""
+    package = module.removesuffix(".__init__").rsplit(".", 1)[0]
+    problems = set()
+    for line, name in imported_modules(source, package):
+        django = _within(name, "django") and module not in DJANGO_ALLOWED
+        if django or _within(name, "awa.contrib"):
+            problems.add(f"{module}:{line} imports {name}")
+    return sorted(problems)
+
+
+def contrib_violations(source: str, module: str) -> list[str]:
+    init = module.endswith(".__init__")
+    package = module.removesuffix(".__init__") if init else module.rsplit(".", 1)[0]
+    return sorted(
+        {
+            f"{module}:{line} imports {name} (integrations use the public API and entrypoints)"
+            for line, name in imported_modules(source, package)
+            if any(_within(name, bad) for bad in CONTRIB_FORBIDDEN)
+        }
+    )
+
+
+def test_the_django_integration_exists_and_the_allowance_names_a_real_module() -> None:
+    names = {name for name, _ in contrib_modules()}
+    assert {"awa.contrib.django.backend", "awa.contrib.django.worker"} <= names
+    assert set(DJANGO_ALLOWED) <= {name for name, _ in _all_modules()}
+
+
+@pytest.mark.parametrize(
+    ("module", "path"),
+    [(n, p) for n, p in _all_modules() if not _within(n, "awa.contrib")],
+    ids=lambda v: str(v),
+)
+def test_nothing_outside_the_integrations_imports_them_or_django(module: str, path: Path) -> None:
+    assert outside_contrib_violations(path.read_text(encoding="utf-8"), module) == []
+
+
+@pytest.mark.parametrize(("module", "path"), contrib_modules(), ids=lambda v: str(v))
+def test_an_integration_uses_awa_through_its_entrypoints(module: str, path: Path) -> None:
+    assert contrib_violations(path.read_text(encoding="utf-8"), module) == []
+
+
+def test_checker_catches_django_in_the_core_and_an_engine_in_an_integration() -> None:
+    assert outside_contrib_violations("from django.db import models\n", "awa.runtime.bad") == [
+        "awa.runtime.bad:1 imports django.db",
+        "awa.runtime.bad:1 imports django.db.models",
+    ]
+    assert outside_contrib_violations("import awa.contrib.django\n", "awa.entrypoints.bad") == [
+        "awa.entrypoints.bad:1 imports awa.contrib.django"
+    ]
+    assert contrib_violations("from awa.adapters import inmemory\n", "awa.contrib.x.bad") == [
+        "awa.contrib.x.bad:1 imports awa.adapters (integrations use the public API and "
+        "entrypoints)",
+        "awa.contrib.x.bad:1 imports awa.adapters.inmemory (integrations use the public API "
+        "and entrypoints)",
+    ]

@@ -1,0 +1,12 @@
+"""Django's command-line utility for the test project."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if __name__ == "__main__":
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "djproject.settings")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)

@@ -31,6 +31,10 @@ VENV = ROOT / ".venv-django"
 STAMP = VENV / ".awa-django-stamp"
 #: How many tests the project's suite holds; fewer ran means some were not found.
 EXPECTED_TESTS = 15
+#: The docs page whose Django 6 examples this test runs (``test_docs`` cannot: its
+#: interpreter may be older), and the marker they carry on their first line.
+DOCS_PAGE = ROOT / "docs" / "django.md"
+DOCS_MARKER = "tests/integration/test_django_tasks.py runs it"
 
 pytestmark = pytest.mark.postgres
 
@@ -106,20 +110,56 @@ def ensure_venv(python: str) -> Path:
         return interpreter
 
 
-def test_the_django_project_suite_passes(database_url: str) -> None:
+def _python_or_skip() -> str:
     python = find_python()
     if python is None:
         pytest.skip(
             "Django 6 needs Python >= 3.12 and none was found (set $AWA_DJANGO_PYTHON, "
             "or put python3.12 on PATH)"
         )
-    interpreter = ensure_venv(python)
+    return python
+
+
+def _env(database_url: str) -> dict[str, str]:
     env = {
         key: value
         for key, value in os.environ.items()
         if key not in ("PYTHONPATH", "DJANGO_SETTINGS_MODULE", "VIRTUAL_ENV")
     }
     env["AWA_DJANGO_DATABASE_URL"] = database_url
+    env["DATABASE_URL"] = database_url
+    return env
+
+
+def docs_examples() -> list[str]:
+    """The python blocks of ``docs/django.md`` marked as run here."""
+    text = DOCS_PAGE.read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python[^\n]*\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    return [block for block in blocks if DOCS_MARKER in block.split("\n", 1)[0]]
+
+
+def test_the_docs_example_runs(migrated_database_url: str, tmp_path: Path) -> None:
+    examples = docs_examples()
+    assert examples, f"no example of {DOCS_PAGE.name} is marked {DOCS_MARKER!r}"
+    interpreter = ensure_venv(_python_or_skip())
+    for number, code in enumerate(examples, start=1):
+        script = tmp_path / f"example_{number}.py"
+        script.write_text(code, encoding="utf-8")
+        run = subprocess.run(
+            [str(interpreter), str(script)],
+            cwd=tmp_path,
+            env=_env(migrated_database_url),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert run.returncode == 0, f"example {number}:\n{run.stdout}\n{run.stderr}"
+        assert "finished:" in run.stdout, run.stdout
+
+
+def test_the_django_project_suite_passes(database_url: str) -> None:
+    interpreter = ensure_venv(_python_or_skip())
+    env = _env(database_url)
     # An empty database, given Awa's schema as a user would: through the Django settings.
     migrated = subprocess.run(
         [str(interpreter), "manage.py", "awa_migrate"],

@@ -11,6 +11,7 @@ import attrs
 
 from awa.domain.errors import ValidationError, ValidationTypeError
 from awa.domain.states import DEFAULT_UNIQUE_STATES, mask_contains
+from awa.domain.unique_conflict import SKIP, ConflictMode, parse_on_conflict
 from awa.domain.validation import validate_period_bucket, validate_unique_states
 
 if TYPE_CHECKING:
@@ -25,16 +26,19 @@ class UniqueOpts:
 
     ``by_period`` is the bucket itself (an integer the caller computes, e.g. the hour number),
     not a duration: two inserts collide only when they name the same bucket.
+    ``on_conflict`` is what an insert does when a waiting job holds the key
+    (:mod:`awa.domain.unique_conflict`, ADR 0034).
     """
 
     by_queue: bool = False
     by_args: bool = True
     by_period: int | None = None
     states: int = DEFAULT_UNIQUE_STATES
+    on_conflict: ConflictMode = SKIP
 
     @classmethod
     def from_dict(cls, opts: dict[str, Any]) -> UniqueOpts:
-        unknown = set(opts) - {"by_queue", "by_args", "by_period", "states"}
+        unknown = set(opts) - {"by_queue", "by_args", "by_period", "states", "on_conflict"}
         if unknown:
             raise ValidationError("unique_opts", f"unknown keys: {sorted(unknown)}")
         by_period = validate_period_bucket(opts.get("by_period"))
@@ -43,6 +47,7 @@ class UniqueOpts:
             by_args=_flag(opts, "by_args", True),
             by_period=by_period,
             states=validate_unique_states(opts.get("states", DEFAULT_UNIQUE_STATES)),
+            on_conflict=parse_on_conflict(opts.get("on_conflict")),
         )
 
 

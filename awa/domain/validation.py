@@ -13,6 +13,7 @@ from awa.domain.errors import ValidationError, ValidationTypeError
 from awa.domain.flow_control import validate_job_key
 from awa.domain.job import JobSpec
 from awa.domain.stripes import is_stripe_name
+from awa.domain.unique_conflict import conflict_mode_of
 
 MIN_PRIORITY = 1
 MAX_PRIORITY = 4
@@ -316,6 +317,7 @@ def validate_spec(spec: JobSpec) -> JobSpec:
     if spec.ordering_key is not None and not isinstance(spec.ordering_key, bytes):
         raise ValidationError("ordering_key", "must be bytes")
     validate_job_key(spec.metadata, spec.ordering_key)
+    conflict_mode_of(spec.metadata)
     if spec.run_at is not None:
         validate_run_at(spec.run_at)
     return spec

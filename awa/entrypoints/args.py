@@ -23,6 +23,7 @@ from awa.domain.flow_control import validate_job_key, with_concurrency_key
 from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, JobSpec
 from awa.domain.kinds import derive_kind
 from awa.domain.unique import UniqueOpts, derive_unique_key
+from awa.domain.unique_conflict import SKIP, with_conflict_mode
 from awa.domain.validation import (
     is_storable_text,
     validate_json,
@@ -239,6 +240,7 @@ def build_spec(args: Any, **options: Unpack[InsertOptions]) -> JobSpec:
         validate_run_at(when)
     unique_key: bytes | None = None
     unique_states: int | None = None
+    conflict = SKIP
     if unique_opts is not None:
         if not isinstance(unique_opts, Mapping):
             raise ValidationError("unique_opts", "must be a dict")
@@ -250,6 +252,10 @@ def build_spec(args: Any, **options: Unpack[InsertOptions]) -> JobSpec:
             period_bucket=opts.by_period,
         )
         unique_states = opts.states
+        conflict = opts.on_conflict
+    # The conflict mode rides in the metadata (ADR 0034); without unique_opts a stray
+    # 'awa:unique_conflict' entry is dropped, as it could only mislead.
+    meta = with_conflict_mode(meta, conflict)
     spec = JobSpec(
         kind=resolved_kind,
         args=payload,

@@ -9,15 +9,25 @@ so the job commits or rolls back with the caller's transaction.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Unpack
 
 from awa.adapters._pg import insert_compat
+from awa.domain.errors import ValidationError
 from awa.domain.flow_control import validate_job_key, with_concurrency_key
 from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, initial_state
 from awa.domain.keywords import check_keywords
+from awa.domain.states import mask_to_bitstring
+from awa.domain.unique import UniqueOpts
+from awa.domain.unique_conflict import (
+    SKIP,
+    ConflictMode,
+    insert_outcome,
+    with_conflict_mode,
+)
 from awa.domain.validation import (
     validate_json,
     validate_kind,
@@ -31,8 +41,9 @@ from awa.entrypoints.args import (
     ordering_key_bytes,
     parse_run_at,
     serialize_args,
+    unique_key_for,
 )
-from awa.entrypoints.insert_options import JobOptions
+from awa.entrypoints.insert_options import BridgeOptions
 from awa.runtime import metrics, tracing
 
 log = logging.getLogger("awa.bridge")
@@ -50,10 +61,10 @@ def _contains_nul(value: Any) -> bool:
     return False
 
 
-def _prepare(function: str, args: Any, options: JobOptions) -> dict[str, Any]:
+def _prepare(function: str, args: Any, options: BridgeOptions) -> dict[str, Any]:
     """The statement's parameters for this job, validated; what the SQL function cannot
     check is refused here."""
-    check_keywords(function, options, JobOptions)
+    check_keywords(function, options, BridgeOptions)
     kind = options.get("kind")
     queue = options.get("queue", DEFAULT_QUEUE)
     tags = options.get("tags")
@@ -73,6 +84,8 @@ def _prepare(function: str, args: Any, options: JobOptions) -> dict[str, Any]:
     meta = dict(options.get("metadata") or {})
     tracing.stamp(meta)
     meta = with_concurrency_key(meta, options.get("concurrency_key"))
+    unique_key, unique_states, conflict = _unique(resolved_kind, queue, payload, options)
+    meta = with_conflict_mode(meta, conflict)
     tag_list = list(tags or [])
     if any(_contains_nul(v) for v in (payload, meta, tag_list, resolved_kind, queue)):
         raise ValueError(NUL_MESSAGE)
@@ -103,7 +116,49 @@ def _prepare(function: str, args: Any, options: JobOptions) -> dict[str, Any]:
         "metadata": payloads.dumps(meta),
         "tags": tag_list,
         "ordering_key": ordering_key_bytes(ordering_key),
+        "unique_key": unique_key,
+        "unique_states": None if unique_states is None else mask_to_bitstring(unique_states),
     }
+
+
+def _unique(
+    kind: str, queue: str, payload: Any, options: BridgeOptions
+) -> tuple[bytes | None, int | None, ConflictMode]:
+    """The unique key, state mask and conflict mode ``unique_opts`` asks for."""
+    unique_opts = options.get("unique_opts")
+    if unique_opts is None:
+        return None, None, SKIP
+    if not isinstance(unique_opts, Mapping):
+        raise ValidationError("unique_opts", "must be a dict")
+    opts = UniqueOpts.from_dict(dict(unique_opts))
+    key = unique_key_for(
+        kind,
+        queue=queue if opts.by_queue else None,
+        args=payload if opts.by_args else None,
+        period_bucket=opts.by_period,
+    )
+    return key, opts.states, opts.on_conflict
+
+
+def _merges(options: BridgeOptions) -> bool:
+    unique_opts = options.get("unique_opts")
+    return isinstance(unique_opts, Mapping) and unique_opts.get("on_conflict") not in (
+        None,
+        "skip",
+    )
+
+
+def _with_outcome(row: dict[str, Any], options: BridgeOptions) -> dict[str, Any]:
+    """An insert with a replace / debounce mode says what it did (``insert_outcome``:
+    ``"inserted"``, ``"replaced"`` or ``"debounced"``, ADR 0034)."""
+    if not _merges(options):
+        return row
+    meta = row.get("metadata")
+    if isinstance(meta, str | bytes):
+        meta = json.loads(meta)
+    if isinstance(meta, Mapping):
+        row["insert_outcome"] = str(insert_outcome(meta))
+    return row
 
 
 def _counted(conn: Any, driver: str, row: dict[str, Any]) -> dict[str, Any]:
@@ -122,29 +177,32 @@ def _counted(conn: Any, driver: str, row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-async def insert_job(conn: Any, args: Any, **options: Unpack[JobOptions]) -> dict[str, Any]:
+async def insert_job(conn: Any, args: Any, **options: Unpack[BridgeOptions]) -> dict[str, Any]:
     """Insert a job on an async connection, inside its current transaction.
 
     Returns ``id, kind, queue, args, state, priority, attempt, max_attempts, run_at,
-    created_at, metadata, tags``. A sync connection raises ``TypeError``.
+    created_at, metadata, tags``, and ``insert_outcome`` when ``unique_opts`` has a
+    ``replace`` / ``debounce`` ``on_conflict``. A sync connection raises ``TypeError``.
     """
     values = _prepare("insert_job", args, options)
     driver = insert_compat.driver_of(conn)
     if driver in insert_compat.ASYNC_DRIVERS:
-        return _counted(conn, driver, await insert_compat.insert_async(conn, driver, values))
+        row = await insert_compat.insert_async(conn, driver, values)
+        return _counted(conn, driver, _with_outcome(row, options))
     raise TypeError(
         "insert_job() requires an async connection; use insert_job_sync() for sync "
         f"psycopg, SQLAlchemy or Django connections. Got: {type(conn).__qualname__}"
     )
 
 
-def insert_job_sync(conn: Any, args: Any, **options: Unpack[JobOptions]) -> dict[str, Any]:
+def insert_job_sync(conn: Any, args: Any, **options: Unpack[BridgeOptions]) -> dict[str, Any]:
     """Insert a job on a sync connection (psycopg, SQLAlchemy, Django), inside its
     current transaction. An async connection raises ``TypeError``."""
     values = _prepare("insert_job_sync", args, options)
     driver = insert_compat.driver_of(conn)
     if driver in insert_compat.SYNC_DRIVERS:
-        return _counted(conn, driver, insert_compat.insert_sync(conn, driver, values))
+        row = insert_compat.insert_sync(conn, driver, values)
+        return _counted(conn, driver, _with_outcome(row, options))
     raise TypeError(
         "insert_job_sync() requires a sync connection; use insert_job() for asyncpg, "
         f"psycopg async or SQLAlchemy async connections. Got: {type(conn).__qualname__}"

@@ -66,8 +66,20 @@ class InsertOptions(JobOptions, total=False):
     """The options of a client insert and of ``Transaction.insert``."""
 
     unique_opts: dict[str, Any] | None
-    """Uniqueness (``by_args``, ``by_queue``, ``by_period``, ``states``): a single insert
-    raises ``UniqueConflict`` while a live job holds the key, a bulk insert skips it."""
+    """Uniqueness (``by_args``, ``by_queue``, ``by_period``, ``states``, ``on_conflict``):
+    with ``on_conflict`` ``"skip"`` (the default) a single insert raises
+    ``UniqueConflict`` while a live job holds the key and a bulk insert skips it;
+    ``"replace"`` or ``{"debounce": s, "max_wait": s}`` merge the insert into the job
+    holding the key while it waits (ADR 0034, ``Job.insert_outcome`` says which)."""
+
+
+class BridgeOptions(JobOptions, total=False):
+    """``awa.bridge.insert_job`` / ``insert_job_sync``."""
+
+    unique_opts: dict[str, Any] | None
+    """As for a client insert (the key is computed here and sent to
+    ``awa.insert_job_compat``); a clash raises the driver's unique violation on
+    ``job_unique_claims_pkey`` unless ``on_conflict`` merges the insert."""
 
 
 class DependencyOption(TypedDict, total=False):

@@ -15,6 +15,7 @@ from awa.domain.flow_control import refuse_key_update
 from awa.domain.handler_results import CallbackToken
 from awa.domain.job import JobRecord
 from awa.domain.states import JobState
+from awa.domain.unique_conflict import InsertOutcome, insert_outcome
 from awa.entrypoints.cel import compile_expressions
 from awa.runtime.tracing import TRACEPARENT_KEY
 
@@ -124,6 +125,14 @@ class Job(Generic[T]):
     def metadata(self) -> dict[str, Any]:
         """The job's metadata: what was given at enqueue plus handler checkpoints."""
         return dict(self._record.metadata)
+
+    @property
+    def insert_outcome(self) -> InsertOutcome:
+        """What the insert that returned this job did (ADR 0034): ``"inserted"`` (a new
+        job), or ``"replaced"`` / ``"debounced"`` when a waiting job holding the same
+        unique key took the insert (``unique_opts={"on_conflict": ...}``). On a job read
+        later it tells whether the job ever absorbed a later insert."""
+        return insert_outcome(self._record.metadata)
 
     @property
     def traceparent(self) -> str | None:

@@ -9,5 +9,6 @@ FROM awa.insert_job_compat(
     CAST(%(kind)s AS text), CAST(%(queue)s AS text), CAST(%(args)s AS jsonb),
     CAST(%(state)s AS awa.job_state), CAST(%(priority)s AS smallint),
     CAST(%(max_attempts)s AS smallint), CAST(%(run_at)s AS timestamptz),
-    CAST(%(metadata)s AS jsonb), CAST(%(tags)s AS text[]), NULL, NULL,
+    CAST(%(metadata)s AS jsonb), CAST(%(tags)s AS text[]), CAST(%(unique_key)s AS bytea),
+    CAST(%(unique_states)s AS bit(8)),
     CAST(%(ordering_key)s AS bytea))

@@ -21,6 +21,7 @@ from awa.domain.job import Claim, JobRecord, JobSpec, RunLease
 from awa.domain.lifecycle import Rescue
 from awa.domain.policies import PriorityAging, RetentionFloor
 from awa.domain.states import JobState
+from awa.domain.unique_conflict import conflict_mode_of, first_run_at, mergeable, merged
 from awa.domain.validation import validate_spec
 from awa.ports.storage import Ack, Rescued, UnitOfWork
 
@@ -60,7 +61,13 @@ class CoreOps(EngineBase):
         async with self._write() as write:
             # Re-checks unique keys against whatever committed since the enqueue call.
             for job in uow.pending:
-                write.state.insert(job)
+                current = write.state.jobs.get(job.id)
+                if current is None:
+                    write.state.insert(job)
+                else:
+                    # A merge into a waiting holder (ADR 0034): on Postgres the holder
+                    # stays locked until this commit; here it must still be waiting.
+                    self._commit_merge(write.state, current, job)
                 if job.state == JobState.Available:
                     write.notify.add(queue_channel(job.queue))
             # Edges are stored at commit against the parents as they are now: a parent
@@ -147,21 +154,82 @@ class CoreOps(EngineBase):
                 plans.append(dependencies.plan(spec, known))
             else:
                 plans.append(dependencies.Plan(spec, (), frozenset()))
-        records = [new_record(first + i, p.spec, now) for i, p in enumerate(plans)]
-        for record, planned in zip(records, plans, strict=True):
-            state.insert(record)
-            if write is not None and planned.parents:
-                state.deps.record(
-                    record.id,
-                    planned.parents,
-                    planned.satisfied,
-                    now,
-                    dependencies.policies_of(planned.spec),
-                )
+        records: list[JobRecord] = []
+        next_id = first
+        for planned in plans:
+            record = self._merge(state, planned.spec, now)
+            if record is None:
+                mode = conflict_mode_of(planned.spec.metadata)
+                when = first_run_at(mode, planned.spec.run_at, now)
+                record = new_record(next_id, attrs.evolve(planned.spec, run_at=when), now)
+                next_id += 1
+                state.insert(record)
+                if write is not None and planned.parents:
+                    state.deps.record(
+                        record.id,
+                        planned.parents,
+                        planned.satisfied,
+                        now,
+                        dependencies.policies_of(planned.spec),
+                    )
             if write is not None and record.state == JobState.Available:
                 write.notify.add(queue_channel(record.queue))
-        self._store.next_id = first + len(records)
+            records.append(record)
+        self._store.next_id = next_id
         return records
+
+    @staticmethod
+    def _commit_merge(state: EngineState, current: JobRecord, job: JobRecord) -> None:
+        if not mergeable(current.state, current.id in state.deps.waits):
+            raise UniqueConflict(
+                f"unique key held by job {current.id}, which is no longer waiting",
+                job_id=current.id,
+            )
+        fields = {
+            "args": job.args,
+            "run_at": job.run_at,
+            "priority": job.priority,
+            "tags": job.tags,
+            "metadata": job.metadata,
+        }
+        if job.state == current.state:
+            state.update(current, **fields)
+        else:
+            state.transition(current, job.state, **fields)
+
+    @staticmethod
+    def _merge(state: EngineState, spec: JobSpec, now: datetime) -> JobRecord | None:
+        """The waiting holder of ``spec``'s key after it took ``spec`` (a ``replace`` or
+        ``debounce`` insert, ADR 0034); ``None`` when the insert goes on as a new job
+        (no mode, no holder, or a holder that is not waiting: then the insert clashes)."""
+        mode = conflict_mode_of(spec.metadata)
+        if spec.unique_key is None or not mode.merges or spec.depends_on:
+            return None
+        holder_id = state.unique.get(spec.unique_key)
+        holder = None if holder_id is None else state.jobs.get(holder_id)
+        if holder is None or not mergeable(holder.state, holder.id in state.deps.waits):
+            return None
+        change = merged(
+            holder_metadata=holder.metadata,
+            holder_created_at=holder.created_at,
+            mode=mode,
+            args=spec.args,
+            run_at=spec.run_at,
+            priority=spec.priority,
+            tags=tuple(spec.tags),
+            metadata=spec.metadata,
+            now=now,
+        )
+        fields = {
+            "args": change.args,
+            "run_at": change.run_at,
+            "priority": change.priority,
+            "tags": change.tags,
+            "metadata": change.metadata,
+        }
+        if change.state == holder.state:
+            return state.update(holder, **fields)
+        return state.transition(holder, change.state, **fields)
 
     @asynccontextmanager
     async def store_insert(self) -> AsyncIterator[StoreInsert]:

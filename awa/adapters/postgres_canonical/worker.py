@@ -12,9 +12,11 @@ from psycopg.types.json import Jsonb
 from awa.adapters._pg import dependencies as pg_dependencies
 from awa.adapters._pg.errors import is_unique_claim_violation, translated_errors
 from awa.adapters._pg.rows import job_from_row, mask_param
+from awa.adapters._pg.unique_conflicts import insert_merging, merging
 from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase, attempt_facts
 from awa.domain import lifecycle
 from awa.domain.callbacks import CallbackExpressions, callback_not_found, check_action
+from awa.domain.errors import UniqueConflict
 from awa.domain.flow_control import admit
 from awa.domain.job import Claim, JobRecord, JobSpec, RunLease
 from awa.domain.lifecycle import AttemptFacts, Transition
@@ -79,7 +81,14 @@ class WorkerOps(EngineBase):
 
     async def _insert(self, conn: AnyConnection, specs: Sequence[JobSpec]) -> list[JobRecord]:
         if not any(spec.depends_on for spec in specs):
-            return await self._insert_rows(conn, specs)
+            # Jobs with a replace / debounce mode merge into a waiting holder (ADR 0034).
+            return await insert_merging(
+                conn,
+                specs,
+                self._clock.now(),
+                lambda todo: self._insert_rows(conn, todo),
+                self._atomic,
+            )
         now = self._clock.now()
         # Parents read and locked, the jobs and their edges: all or nothing.
         async with self._atomic(conn):
@@ -108,6 +117,12 @@ class WorkerOps(EngineBase):
         now = self._clock.now()
         async with self._transaction() as conn:
             for spec in specs:
+                if merging(spec):
+                    try:
+                        inserted.extend(await self._insert(conn, [spec]))
+                    except UniqueConflict:
+                        continue
+                    continue
                 try:
                     async with self._atomic(conn):
                         rows = await self._all(conn, "enqueue", _enqueue_params([spec], now))

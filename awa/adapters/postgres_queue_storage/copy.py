@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from psycopg import sql
@@ -12,6 +12,7 @@ from psycopg.types.json import Jsonb
 
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
+from awa.adapters._pg.unique_conflicts import merging
 from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.lanes import Lane, LaneAllocator
@@ -19,7 +20,7 @@ from awa.adapters.postgres_queue_storage.snapshots import Writes, new_record, re
 from awa.adapters.postgres_queue_storage.statements import Statements, run
 from awa.domain.channels import queue_channel
 from awa.domain.flow_control import concurrency_key_of
-from awa.domain.job import JobSpec
+from awa.domain.job import JobRecord, JobSpec
 from awa.domain.partitioning import shard_for_key
 from awa.domain.states import JobState, mask_to_bitstring
 from awa.domain.validation import validate_spec
@@ -97,8 +98,12 @@ class CopyEnqueue:
         lanes: LaneAllocator,
         facts: FactWriter,
         clock: Clock,
+        general: Callable[[DictConnection, Sequence[JobSpec]], Awaitable[list[JobRecord]]],
     ) -> None:
         self._owner = owner
+        # The general enqueue (ids, unique keys, rows), for jobs that merge into a waiting
+        # holder of their key instead of being copied (ADR 0034).
+        self._general = general
         self._connections = connections
         self._sql = statements
         self._lanes = lanes
@@ -131,6 +136,8 @@ class CopyEnqueue:
             for spec in specs
         )
         insert = self._copy_direct if direct else self._copy_insert
+        if any(merging(spec) for spec in specs):
+            insert = self._copy_merging
         async with translated_errors():
             if uow is None:
                 async with self._connections.tx() as conn:
@@ -138,6 +145,15 @@ class CopyEnqueue:
             conn = self._connections.owned(uow, self._owner)
             async with conn.transaction():
                 return await insert(conn, specs)
+
+    async def _copy_merging(self, conn: DictConnection, specs: Sequence[JobSpec]) -> int:
+        """Jobs with a ``replace`` / ``debounce`` mode go one by one through the general
+        enqueue, which merges each into a waiting holder of its key; the rest are copied.
+        Every job counts: a merged one is a job the caller sees written."""
+        plain = [spec for spec in specs if not merging(spec)]
+        count = await self._copy_insert(conn, plain) if plain else 0
+        keyed = [spec for spec in specs if merging(spec)]
+        return count + len(await self._general(conn, keyed))
 
     async def _copy_direct(self, conn: DictConnection, specs: Sequence[JobSpec]) -> int:
         """Every job available and none with a unique key: reserve ids, lanes, slot and fact

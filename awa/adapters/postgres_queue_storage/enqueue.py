@@ -65,6 +65,7 @@ from psycopg.rows import DictRow
 from awa.adapters._pg import dependencies as pg_dependencies
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection, is_pooled
+from awa.adapters._pg.unique_conflicts import insert_merging
 from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.group_commit import GroupCommit
@@ -81,6 +82,11 @@ from awa.domain.validation import validate_spec
 from awa.ports.clock import Clock
 from awa.ports.producers import RouteChanged
 from awa.ports.storage import UnitOfWork
+
+
+def _savepoint(conn: DictConnection) -> AbstractAsyncContextManager[Any]:
+    """All or nothing inside the enqueue's transaction."""
+    return conn.transaction()
 
 
 def _job_fields(spec: JobSpec, unique_states: str, hint: int | None) -> dict[str, Any]:
@@ -143,7 +149,10 @@ class Enqueue:
             return await pg_dependencies.insert_with_parents(
                 conn, specs, lambda planned: self._insert_rows(conn, planned), self._clock.now()
             )
-        return await self._insert_rows(conn, specs)
+        # Jobs with a replace / debounce mode merge into a waiting holder (ADR 0034).
+        return await insert_merging(
+            conn, specs, self._clock.now(), lambda todo: self._insert_rows(conn, todo), _savepoint
+        )
 
     async def _insert_rows(self, conn: DictConnection, specs: Sequence[JobSpec]) -> list[JobRecord]:
         writes = Writes(self._clock.now())

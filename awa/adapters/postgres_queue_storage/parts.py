@@ -107,6 +107,16 @@ def build_parts(
         backoff=backoff,
         policies=policies,
     )
+    enqueue = Enqueue(
+        owner=owner,
+        connections=connections,
+        statements=statements,
+        lanes=lanes,
+        facts=facts,
+        group=group,
+        wakes=wakes,
+        clock=clock,
+    )
     return Parts(
         statements=statements,
         connections=connections,
@@ -118,16 +128,7 @@ def build_parts(
         swap=swap,
         carry=carry,
         long_transactions=long_transactions,
-        enqueue=Enqueue(
-            owner=owner,
-            connections=connections,
-            statements=statements,
-            lanes=lanes,
-            facts=facts,
-            group=group,
-            wakes=wakes,
-            clock=clock,
-        ),
+        enqueue=enqueue,
         copy=CopyEnqueue(
             owner=owner,
             connections=connections,
@@ -135,6 +136,7 @@ def build_parts(
             lanes=lanes,
             facts=facts,
             clock=clock,
+            general=enqueue.insert,
         ),
         claims=Claims(
             connections=connections,

@@ -115,9 +115,9 @@ def _prepare(function: str, args: Any, options: BridgeOptions) -> dict[str, Any]
         "run_at": when,
         "metadata": payloads.dumps(meta),
         "tags": tag_list,
-        "ordering_key": ordering_key_bytes(ordering_key),
         "unique_key": unique_key,
         "unique_states": None if unique_states is None else mask_to_bitstring(unique_states),
+        "ordering_key": ordering_key_bytes(ordering_key),
     }
 
 

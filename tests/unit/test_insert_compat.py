@@ -23,6 +23,8 @@ ORDER = (
     "run_at",
     "metadata",
     "tags",
+    "unique_key",
+    "unique_states",
     "ordering_key",
 )
 
@@ -78,9 +80,9 @@ def test_bridge_defaults_are_the_domains() -> None:
 
 @pytest.mark.anyio
 async def test_a_keyword_the_bridge_does_not_take_is_refused_before_the_connection() -> None:
-    options: Any = {"kind": "k", "unique_opts": {}}
+    options: Any = {"kind": "k", "depends_on": [1]}
     with pytest.raises(
-        TypeError, match="insert_job\\(\\) got an unexpected keyword argument 'unique_opts'"
+        TypeError, match="insert_job\\(\\) got an unexpected keyword argument 'depends_on'"
     ):
         await bridge.insert_job(object(), {"x": 1}, **options)
     with pytest.raises(

@@ -21,6 +21,7 @@ from awa.domain.stripes import DEFAULT_QUEUE_STRIPES
 from awa.entrypoints import bridge, insert_options
 from awa.entrypoints.client_descriptors import DescriptorOptions
 from awa.entrypoints.insert_options import (
+    BridgeOptions,
     ClientBulkInsertOptions,
     ClientInsertOptions,
     InsertOptions,
@@ -46,6 +47,7 @@ def test_the_sets_nest_as_the_entry_points_need() -> None:
     assert {"kind", "queue", "priority", "max_attempts", "tags", "metadata"} <= job
     assert {"run_at", "ordering_key"} <= job
     assert keywords_of(InsertOptions) == job | {"unique_opts"}
+    assert keywords_of(BridgeOptions) == job | {"unique_opts"}
     stripe = {"queue_storage_queue_stripe_count"}
     # A single insert may wait on parents (ADR 0032); a bulk insert may not.
     single = keywords_of(InsertOptions) | stripe | {"depends_on"}
@@ -126,9 +128,9 @@ def test_the_blocking_client_refuses_an_unknown_keyword() -> None:
 
 
 async def test_the_bridge_refuses_what_the_sql_producer_contract_cannot_store() -> None:
-    unique: dict[str, Any] = {"unique_opts": {}}
-    with pytest.raises(TypeError, match=r"^insert_job\(\) got .* argument 'unique_opts'$"):
-        await bridge.insert_job(object(), {"n": 1}, kind="k", **unique)
+    parents: dict[str, Any] = {"depends_on": [1]}
+    with pytest.raises(TypeError, match=r"^insert_job\(\) got .* argument 'depends_on'$"):
+        await bridge.insert_job(object(), {"n": 1}, kind="k", **parents)
     with pytest.raises(TypeError, match=r"^insert_job_sync\(\) got .* argument 'queu'$"):
         bridge.insert_job_sync(object(), {"n": 1}, kind="k", **TYPO)
 
@@ -179,8 +181,8 @@ def test_the_entry_points_take_the_declared_options_and_nothing_else() -> None:
         Transaction.insert: ClientInsertOptions,
         Transaction.insert_many: TransactionBulkInsertOptions,
         SyncTransaction.insert: ClientInsertOptions,
-        bridge.insert_job: JobOptions,
-        bridge.insert_job_sync: JobOptions,
+        bridge.insert_job: BridgeOptions,
+        bridge.insert_job_sync: BridgeOptions,
         AsyncClient.periodic: PeriodicOptions,
         AsyncClient.queue_descriptor: DescriptorOptions,
         AsyncClient.job_kind_descriptor: DescriptorOptions,

@@ -35,6 +35,7 @@ from awa.domain.policies import RetryPolicy
 from awa.domain.queue_options import QueueConfigDict
 from awa.domain.results import JobCancelled, JobFailed
 from awa.domain.states import JobState
+from awa.domain.unique_conflict import InsertOutcome
 
 if TYPE_CHECKING:
     from awa import _awa as _awa
@@ -140,6 +141,7 @@ __all__ = [
     "Dependency",
     "DlqEntry",
     "HealthCheck",
+    "InsertOutcome",
     "Job",
     "JobCancelled",
     "JobFailed",

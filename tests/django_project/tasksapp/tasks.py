@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 from django.tasks import TaskContext, task
@@ -52,3 +54,14 @@ def flaky(context: TaskContext) -> int:
     if context.attempt < 2:
         raise Boom("first attempt")
     return context.attempt
+
+
+@task
+def wait_for_file(path: str) -> str:
+    """Runs until ``path`` exists (at most a minute): a task a test can see running."""
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(path)
+        time.sleep(0.02)
+    return path

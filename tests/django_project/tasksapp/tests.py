@@ -12,11 +12,14 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 from django.tasks import TaskResultStatus, default_task_backend, task, task_backends
 from django.tasks.base import TaskResult
@@ -198,6 +201,64 @@ class EnqueueAndResults(TransactionTestCase):
         result = tasks.add.using(queue_name="held").enqueue(1, 1)
         with self.assertRaises(TaskResultMismatch):
             tasks.double.get_result(result.id)
+
+
+class Statuses(TransactionTestCase):
+    def test_a_running_task_reads_running_until_it_finishes(self) -> None:
+        with tempfile.TemporaryDirectory() as directory:
+            gate = os.path.join(directory, "go")
+            result = tasks.wait_for_file.enqueue(gate)
+            try:
+                deadline = time.monotonic() + FINISH_WITHIN
+                while result.status != TaskResultStatus.RUNNING:
+                    self.assertLess(time.monotonic(), deadline, result.status)
+                    time.sleep(0.05)
+                    result.refresh()
+                self.assertFalse(result.is_finished)
+                self.assertIsNotNone(result.started_at)
+                self.assertIsNone(result.finished_at)
+                self.assertEqual(result.attempts, 1)
+                with self.assertRaisesMessage(ValueError, "Task has not finished yet"):
+                    _ = result.return_value
+            finally:
+                Path(gate).touch()  # let the task end, whatever happened
+            wait_finished(result)
+        self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL)
+        self.assertEqual(result.return_value, gate)
+
+    def test_a_cancelled_task_has_failed(self) -> None:
+        result = tasks.add.using(queue_name="held").enqueue(1, 1)
+        backend = task_backends["default"]
+        with awa.Client(backend.database_url, max_connections=1) as client:
+            client.cancel(int(result.id))
+        result.refresh()
+        self.assertEqual(result.status, TaskResultStatus.FAILED)
+        self.assertIsNotNone(result.finished_at)
+        self.assertEqual([e.exception_class_path for e in result.errors], ["awa.JobCancelled"])
+        self.assertIs(result.errors[0].exception_class, awa.JobCancelled)
+
+
+class Configuration(SimpleTestCase):
+    def test_unknown_and_bad_options_are_refused_by_name(self) -> None:
+        with self.assertRaisesMessage(ImproperlyConfigured, "unknown option(s) BOGUS"):
+            AwaBackend("x", {"OPTIONS": {"BOGUS": 1}})
+        with self.assertRaisesMessage(ImproperlyConfigured, "RETRY_ON_ERROR"):
+            AwaBackend("x", {"OPTIONS": {"RETRY_ON_ERROR": "yes"}})
+        with self.assertRaisesMessage(ImproperlyConfigured, "max_attempts"):
+            AwaBackend("x", {"OPTIONS": {"MAX_ATTEMPTS": 0}})
+
+    def test_the_system_check_wants_a_postgresql_alias(self) -> None:
+        self.assertEqual(task_backends["default"].check(), [])
+        errors = AwaBackend("x", {"OPTIONS": {"DATABASE": "missing"}}).check()
+        self.assertEqual([e.id for e in errors], ["awa.E001"])
+
+    def test_the_worker_command_refuses_what_it_cannot_serve(self) -> None:
+        with self.assertRaisesMessage(CommandError, "not in TASKS['default']['QUEUES']"):
+            call_command("awa_worker", "--queue", "elsewhere")
+        with self.assertRaisesMessage(CommandError, "--backend 'nope'"):
+            call_command("awa_worker", "--backend", "nope")
+        with self.assertRaisesMessage(CommandError, "NAME:WORKERS"):
+            call_command("awa_worker", "--queue", "default:many")
 
 
 class PriorityAndDeferral(TransactionTestCase):

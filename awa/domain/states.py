@@ -121,6 +121,8 @@ LEGAL_TRANSITIONS: frozenset[tuple[JobState, JobState]] = frozenset(
         (S.Available, S.Scheduled),
         # a waiting job whose parent failed, under the ``dlq`` policy (ADR 0032)
         (S.Scheduled, S.Failed),
+        # ... and back to waiting when the failed parent is retried
+        (S.Cancelled, S.Scheduled),
     }
 )
 

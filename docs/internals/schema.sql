@@ -304,10 +304,12 @@ CREATE TABLE awa.job_dependencies (
     parent_id bigint NOT NULL,
     satisfied_at timestamp with time zone,
     on_failure text DEFAULT 'cancel'::text NOT NULL,  -- What the parent failing or being cancelled for good does to the child: cancel, run or dlq.
+    failed_at timestamp with time zone,  -- When the parent failing or being cancelled doomed the child through this edge; cleared when the parent is retried.
     CONSTRAINT job_dependencies_pkey PRIMARY KEY (child_id, parent_id),
     CONSTRAINT job_dependencies_not_self CHECK ((child_id <> parent_id)),
     CONSTRAINT job_dependencies_on_failure_check CHECK ((on_failure = ANY (ARRAY['cancel'::text, 'run'::text, 'dlq'::text])))
 );
+CREATE INDEX job_dependencies_failed_idx ON awa.job_dependencies USING btree (child_id) WHERE (failed_at IS NOT NULL);
 CREATE INDEX job_dependencies_parent_idx ON awa.job_dependencies USING btree (parent_id);
 
 -- Per waiting child, how many of its parents have not completed yet; the row goes when none are left.

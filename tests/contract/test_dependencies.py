@@ -251,3 +251,70 @@ async def test_an_operator_cancel_applies_the_childrens_policies(engine: EngineH
     assert (await fetch(engine, runs.id)).state == JobState.Available
     entry = await engine.engine.get_dlq(dead.id)
     assert entry is not None and entry.reason == "dependency_failed"
+
+
+async def test_retrying_a_failed_parent_brings_back_what_its_failure_cancelled(
+    engine: EngineHandle,
+) -> None:
+    parent = await enqueue(engine, "parent_step")
+    other = await enqueue(engine, "parent_step", queue="contract_other")
+    child = await child_of(engine, parent, other)
+    grandchild = await child_of(engine, child)
+    await run_parent(engine, "fail")
+    assert (await fetch(engine, grandchild.id)).state == JobState.Cancelled
+    # The other parent completes while the child is cancelled: it stays satisfied.
+    claim = await claim_one(engine, "contract_other")
+    assert await engine.engine.complete([claim.lease]) == [Ack.APPLIED]
+
+    retried = await engine.engine.retry_job(parent.id)
+    assert retried is not None and retried.state == JobState.Available
+    for job_id in (child.id, grandchild.id):
+        back = await fetch(engine, job_id)
+        assert (back.state, back.run_at, back.finalized_at) == (
+            JobState.Scheduled,
+            WAITING_RUN_AT,
+            None,
+        )
+    assert await claim_ids(engine, STEPS) == []
+    await run_parent(engine)
+    assert (await fetch(engine, child.id)).state == JobState.Available
+    assert (await fetch(engine, grandchild.id)).state == JobState.Scheduled
+    claim = await claim_one(engine, STEPS)
+    assert await engine.engine.complete([claim.lease]) == [Ack.APPLIED]
+    assert await claim_ids(engine, STEPS) == [grandchild.id]
+
+
+async def test_retry_from_dlq_of_a_parent_brings_back_its_cancelled_children(
+    engine: EngineHandle,
+) -> None:
+    await enable_dlq(engine)
+    parent = await enqueue(engine, "parent_step", max_attempts=1)
+    child = await child_of(engine, parent)
+    held = await child_of(engine, parent, policies=(DLQ,))
+    await run_parent(engine, "retry")
+    assert (await fetch(engine, child.id)).state == JobState.Cancelled
+    assert await engine.engine.retry_from_dlq(parent.id) is not None
+    assert (await fetch(engine, child.id)).state == JobState.Scheduled
+    # A child the policy moved to the DLQ stays there for the operator.
+    assert await engine.engine.get_dlq(held.id) is not None
+    await run_parent(engine)
+    assert await claim_ids(engine, STEPS) == [child.id]
+
+
+async def test_a_child_held_by_two_failed_parents_waits_again_after_both_retried(
+    engine: EngineHandle,
+) -> None:
+    first = await enqueue(engine, "parent_step")
+    second = await enqueue(engine, "parent_step")
+    child = await child_of(engine, first, second)
+    await run_parent(engine, "fail")
+    await run_parent(engine, "cancel")
+    assert await engine.engine.retry_job(first.id) is not None
+    assert (await fetch(engine, child.id)).state == JobState.Cancelled
+    assert await engine.engine.retry_failed(JobFilter(queue="contract")) == []
+    assert await engine.engine.retry_job(second.id) is not None
+    assert (await fetch(engine, child.id)).state == JobState.Scheduled
+    await run_parent(engine)
+    assert (await fetch(engine, child.id)).state == JobState.Scheduled
+    await run_parent(engine)
+    assert await claim_ids(engine, STEPS) == [child.id]

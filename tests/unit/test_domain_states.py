@@ -106,6 +106,7 @@ LEGAL = [
     (S.Completed, S.Available),
     (S.Available, S.Scheduled),
     (S.Scheduled, S.Failed),
+    (S.Cancelled, S.Scheduled),
 ]
 
 
@@ -151,8 +152,11 @@ def test_no_state_transitions_to_itself() -> None:
 
 
 def test_terminal_states_only_leave_through_operator_retry() -> None:
+    # ... or, for a job its parent's failure cancelled, back to waiting when the parent
+    # is retried (ADR 0032).
     for old, new in itertools.product(TERMINAL_STATES, JobState):
-        assert is_legal_transition(old, new) == (new == S.Available)
+        expected = new == S.Available or (old, new) == (S.Cancelled, S.Scheduled)
+        assert is_legal_transition(old, new) == expected
 
 
 def test_only_available_jobs_are_claimed() -> None:

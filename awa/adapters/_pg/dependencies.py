@@ -109,3 +109,22 @@ async def finished(
         for row in rows
     ]
     return dependencies.effects(answered, now)
+
+
+async def retried(
+    conn: Connection,
+    job_ids: Sequence[int],
+    restore: Callable[[Sequence[ChangeJob]], Awaitable[list[int]]],
+    now: datetime,
+) -> None:
+    """Bring back to waiting the jobs the failure of ``job_ids`` (just retried by an
+    operator or from the DLQ) held, level by level, in ``conn``'s transaction:
+    ``restore`` applies the changes and answers the jobs it changed (a job no longer
+    cancelled, such as one in the DLQ, is left as it is, and so are the jobs waiting on
+    it)."""
+    frontier = list(job_ids)
+    restored: list[int] = []
+    while frontier:
+        rows = await _rows(conn, "dependency_retried", {"ids": frontier, "restored": restored})
+        held = [(int(_field(row, "child_id", 0)), DependentOutcome.RESTORED) for row in rows]
+        frontier = restored = await restore(dependencies.effects(held, now)) if held else []

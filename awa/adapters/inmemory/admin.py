@@ -213,9 +213,11 @@ class AdminOps(EngineBase):
         transition = lifecycle.operator_retry(job.state, write.now)
         if transition is None:
             return job
-        job = self._apply(write, job, transition)
-        write.notify.add(queue_channel(job.queue))
-        return job
+        retried = self._apply(write, job, transition)
+        write.notify.add(queue_channel(retried.queue))
+        if job.state.is_terminal:
+            self._retried(write, [job.id])
+        return retried
 
     async def retry_job(self, job_id: int) -> JobRecord | None:
         async with self._write() as write:
@@ -300,8 +302,8 @@ class AdminOps(EngineBase):
             depth[key] = depth.get(key, 0) + 1
         return [(kind, queue, n) for (kind, queue), n in sorted(depth.items())]
 
-    @staticmethod
     def _restore_from_dlq(
+        self,
         write: Write,
         entry: DlqEntry,
         *,
@@ -328,6 +330,7 @@ class AdminOps(EngineBase):
         write.state.insert(job)
         if job.state == JobState.Available:
             write.notify.add(queue_channel(job.queue))
+        self._retried(write, [job.id])
         return job
 
     async def retry_from_dlq(

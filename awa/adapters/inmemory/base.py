@@ -181,9 +181,22 @@ class EngineBase:
             answered = write.state.deps.resolve(completed, failed, write.now)
             self._apply_effects(write, dependencies.effects(answered, write.now))
 
-    def _apply_effects(self, write: Write, effects: Sequence[Effect]) -> None:
+    def _retried(self, write: Write, job_ids: Sequence[int]) -> None:
+        """The jobs the failure of ``job_ids``, retried in this write, held wait again,
+        level by level, as ``awa.dependency_retried`` answers them (ADR 0032)."""
+        frontier = list(job_ids)
+        restored: list[int] = []
+        while frontier:
+            held = write.state.deps.retried(frontier, restored)
+            answered = [(child, dependencies.DependentOutcome.RESTORED) for child in held]
+            frontier = restored = self._apply_effects(
+                write, dependencies.effects(answered, write.now)
+            )
+
+    def _apply_effects(self, write: Write, effects: Sequence[Effect]) -> list[int]:
         """Apply effects on other jobs, wherever the store holds them (a child may sit on
-        the other side of a store under a storage transition)."""
+        the other side of a store under a storage transition); answers the jobs changed."""
+        changed_ids: list[int] = []
         for effect in effects:
             side = write.state
             target = side.jobs.get(effect.job_id)
@@ -202,10 +215,12 @@ class EngineBase:
             if target is None or not effect.transition.applies(target.state):
                 continue
             changed = self._apply(attrs.evolve(write, state=side), target, effect.transition)
+            changed_ids.append(target.id)
             if changed.state is JobState.Available:
                 write.notify.add(queue_channel(target.queue))
             if lifecycle.ended_attempt(target.state, changed.state):
                 write.notify.add(cancel_notification(target.id, target.run_lease)[0])
+        return changed_ids
 
     def _close(
         self, write: Write, lease: RunLease, decide: Callable[[JobRecord], Transition]

@@ -22,6 +22,8 @@ class DependencyBook:
     waits: dict[int, int] = attrs.field(factory=dict)
     #: Each edge's policy on the parent's failure, where it is not ``cancel``.
     policies: dict[tuple[int, int], OnParentFailure] = attrs.field(factory=dict)
+    #: Edges (child, parent) through which the parent's failure doomed the child.
+    failed: set[tuple[int, int]] = attrs.field(factory=set)
 
     def copy(self) -> DependencyBook:
         return DependencyBook(
@@ -29,6 +31,7 @@ class DependencyBook:
             children=dict(self.children),
             waits=dict(self.waits),
             policies=dict(self.policies),
+            failed=set(self.failed),
         )
 
     def clear(self) -> None:
@@ -36,6 +39,7 @@ class DependencyBook:
         self.children.clear()
         self.waits.clear()
         self.policies.clear()
+        self.failed.clear()
 
     def policy(self, child: int, parent: int) -> OnParentFailure:
         return self.policies.get((child, parent), OnParentFailure.CANCEL)
@@ -99,6 +103,9 @@ class DependencyBook:
                     seen.add(child)
                     frontier.append(child)
         doomed = {child for child, _, policy in hit if policy is not OnParentFailure.RUN}
+        self.failed.update(
+            (child, parent) for child, parent, policy in hit if policy is not OnParentFailure.RUN
+        )
         for child in sorted(doomed):
             if self.waits.pop(child, None) is not None:
                 words = {policy for c, _, policy in hit if c == child}
@@ -126,3 +133,23 @@ class DependencyBook:
             else:
                 self.waits[child] = pending - 1
         return answered
+
+    def retried(self, job_ids: Iterable[int], restored: Iterable[int]) -> list[int]:
+        """As ``awa.dependency_retried``: wait again for the ``restored`` jobs (counting
+        their unsatisfied edges), clear the failure marks of ``job_ids``' edges, and
+        answer the children left with none, in id order."""
+        for child in restored:
+            pending = sum(1 for at in self.parents.get(child, {}).values() if at is None)
+            if pending and child not in self.waits:
+                self.waits[child] = pending
+        cleared: set[int] = set()
+        for parent in job_ids:
+            for child in self.children.get(parent, ()):
+                if (child, parent) in self.failed:
+                    self.failed.discard((child, parent))
+                    cleared.add(child)
+        return sorted(
+            child
+            for child in cleared
+            if not any((child, parent) in self.failed for parent in self.parents[child])
+        )

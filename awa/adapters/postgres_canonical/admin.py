@@ -201,11 +201,14 @@ class AdminOps(EngineBase):
             return job
         try:
             async with self._atomic(conn):
-                return await self._apply_locked(conn, row, retried, now)
+                after = await self._apply_locked(conn, row, retried, now)
         except pg_errors.UniqueViolation as exc:
             if not is_unique_claim_violation(exc):
                 raise
             raise await self._conflict(conn, [job.unique_key]) from exc
+        if job.state in TERMINAL_STATES:
+            await self._retried(conn, [job.id], now)
+        return after
 
     async def retry_job(self, job_id: int) -> JobRecord | None:
         """Operator retry of one job (see the port for which states change)."""

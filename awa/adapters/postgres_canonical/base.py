@@ -304,9 +304,10 @@ class EngineBase:
 
     async def _change_jobs(
         self, conn: AnyConnection, effects: Sequence[Effect], now: datetime
-    ) -> None:
+    ) -> list[int]:
         """Apply effects on other jobs, each target locked first; a running one cancelled
-        is told."""
+        is told. Answers the jobs changed."""
+        changed: list[int] = []
         for effect in effects:
             target = await self._one(conn, "lock_job", {"id": effect.job_id})
             if target is None:
@@ -315,8 +316,19 @@ class EngineBase:
             if not effect.transition.applies(before.state):
                 continue
             after = await self._apply_locked(conn, target, effect.transition, now)
+            changed.append(before.id)
             if lifecycle.ended_attempt(before.state, after.state):
                 await self._notify_cancel(conn, before.id, before.run_lease)
+        return changed
+
+    async def _retried(self, conn: AnyConnection, job_ids: Sequence[int], now: datetime) -> None:
+        """The jobs the failure of ``job_ids``, retried in this transaction, held wait
+        again (ADR 0032)."""
+
+        async def restore(effects: Sequence[Effect]) -> list[int]:
+            return await self._change_jobs(conn, effects, now)
+
+        await pg_dependencies.retried(conn, job_ids, restore, now)
 
     async def _apply_transitions(
         self,

@@ -130,7 +130,10 @@ class DlqOps(EngineBase):
             held = await self._one(conn, "get_dlq", {"id": job_id})
             key = None if held is None else held["unique_key"]
             raise await self._conflict(conn, [key]) from exc
-        return None if row is None else job_from_row(row)
+        if row is None:
+            return None
+        await self._retried(conn, [job_id], now)
+        return job_from_row(row)
 
     async def retry_from_dlq(
         self,
@@ -146,7 +149,7 @@ class DlqOps(EngineBase):
         if queue is not None:
             validate_queue(queue)
         now = self._clock.now()
-        async with self._connection() as conn:
+        async with self._transaction() as conn:
             return await self._restore(
                 conn, job_id, now=now, run_at=run_at, priority=priority, queue=queue
             )

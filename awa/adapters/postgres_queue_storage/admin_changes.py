@@ -27,7 +27,7 @@ from awa.domain.job import JobRecord
 from awa.domain.kind_policies import Effect
 from awa.domain.lifecycle import Transition
 from awa.domain.policies import RetentionFloor
-from awa.domain.states import LIVE_STATES, JobState
+from awa.domain.states import LIVE_STATES, TERMINAL_STATES, JobState
 from awa.ports.clock import Clock
 from awa.ports.storage import JobFilter
 
@@ -177,10 +177,51 @@ class AdminChanges:
 
         return decide
 
+    async def retried(self, conn: DictConnection, writes: Writes, job_ids: Sequence[int]) -> None:
+        """The jobs the failure of ``job_ids``, retried in this transaction, held wait
+        again (ADR 0032)."""
+
+        async def restore(effects: Sequence[Effect]) -> list[int]:
+            changed: list[int] = []
+            for effect in effects:
+                applied: list[int] = []
+
+                def decide(
+                    target: JobRecord,
+                    transition: Transition = effect.transition,
+                    applied: list[int] = applied,
+                ) -> tuple[JobRecord | None, bool]:
+                    applied.clear()
+                    if not transition.applies(target.state):
+                        return None, True
+                    applied.append(target.id)
+                    return transition.apply(target), False
+
+                if await self.change(conn, writes, effect.job_id, decide) is not None:
+                    changed.extend(applied)
+            return changed
+
+        await pg_dependencies.retried(conn, job_ids, restore, writes.now)
+
+    async def _retry_one(
+        self, conn: DictConnection, writes: Writes, job_id: int
+    ) -> JobRecord | None:
+        """An operator retry of one job, and of what its failure held."""
+        before = (await self._facts.resolve(conn, [job_id])).get(job_id)
+        result = await self.change(conn, writes, job_id, self._operator_retry(writes.now))
+        if (
+            before is not None
+            and before.job.state in TERMINAL_STATES
+            and result is not None
+            and result.state != before.job.state
+        ):
+            await self.retried(conn, writes, [job_id])
+        return result
+
     async def retry_job(self, job_id: int) -> JobRecord | None:
         async with translated_errors(), self._connections.tx() as conn:
             writes = Writes(self._clock.now())
-            result = await self.change(conn, writes, job_id, self._operator_retry(writes.now))
+            result = await self._retry_one(conn, writes, job_id)
             await self._facts.flush(conn, writes)
         return result
 
@@ -190,7 +231,7 @@ class AdminChanges:
             failed = await self._facts.matching(conn, attrs.evolve(filter, state=JobState.Failed))
             retried = []
             for r in failed:
-                result = await self.change(conn, writes, r.job.id, self._operator_retry(writes.now))
+                result = await self._retry_one(conn, writes, r.job.id)
                 if result is not None:
                     retried.append(result)
             await self._facts.flush(conn, writes)

@@ -11,6 +11,7 @@ import attrs
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters._pg.rows import dlq_from_row
+from awa.adapters.postgres_queue_storage.admin_changes import AdminChanges
 from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter, job_filter
 from awa.adapters.postgres_queue_storage.snapshots import Resolved, Writes
@@ -61,11 +62,13 @@ class DeadLetters:
         connections: Connections,
         statements: Statements,
         facts: FactWriter,
+        changes: AdminChanges,
         clock: Clock,
     ) -> None:
         self._connections = connections
         self._sql = statements
         self._facts = facts
+        self._changes = changes
         self._clock = clock
 
     async def _to_dlq(
@@ -168,6 +171,7 @@ class DeadLetters:
         await self._facts.unique(conn, [(None, job)])
         await self._facts.place(conn, [(job, None if key is None else bytes(key))])
         writes.move(None, job)
+        await self._changes.retried(conn, writes, [job.id])
         return job
 
     async def retry_from_dlq(

@@ -178,7 +178,13 @@ def build_parts(
         ),
         admin=AdminReads(connections=connections, statements=statements, facts=facts, clock=clock),
         changes=changes,
-        dlq=DeadLetters(connections=connections, statements=statements, facts=facts, clock=clock),
+        dlq=DeadLetters(
+            connections=connections,
+            statements=statements,
+            facts=facts,
+            changes=changes,
+            clock=clock,
+        ),
         batch=BatchTargets(
             connections=connections,
             statements=statements,

@@ -73,6 +73,11 @@ BEGIN
         FROM unnest(v_children, v_policies) AS e(c, p) WHERE e.p <> 'run';
         PERFORM 1 FROM awa.job_dependency_waits AS w
         WHERE w.child_id = ANY (v_children) ORDER BY w.child_id FOR UPDATE;
+        -- The edges that doomed a child are marked, so a retry of the parent brings it back
+        -- (awa.dependency_retried).
+        UPDATE awa.job_dependencies AS d SET failed_at = p_now
+        FROM unnest(v_children, v_parents, v_policies) AS e(c, pa, p)
+        WHERE e.p <> 'run' AND d.child_id = e.c AND d.parent_id = e.pa AND d.failed_at IS NULL;
         RETURN QUERY
         WITH gone AS (
             DELETE FROM awa.job_dependency_waits AS w

@@ -18,6 +18,7 @@ from awa.domain.job import JobSpec
 from awa.entrypoints.cli import cli
 from awa.ports.storage import Ack
 from tests.support.queue_storage import installed_engine
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -111,8 +112,7 @@ async def test_a_dead_lettered_job_reads_as_failed_and_points_at_dlq_retry(
     await client.start([("dead", 1)], poll_interval_ms=50)
     try:
         await asyncio.wait_for(attempts.wait(), 10)
-        while await client.get_dlq_job(job.id) is None:
-            await asyncio.sleep(0.05)
+        await until(lambda: client.get_dlq_job(job.id), "the job in the DLQ")
     finally:
         await client.shutdown()
     try:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 
 from awa import AsyncClient, BatchOperationFilter, Job, JobState, ValidationError
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -30,14 +30,15 @@ async def client(migrated_database_url: str) -> AsyncIterator[AsyncClient]:
         yield c
 
 
-async def _wait_final(client: AsyncClient, op_id: str, timeout: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
+async def _final(client: AsyncClient, op_id: str, timeout: float = 60) -> dict[str, Any]:
+    """The batch operation once it finished (completed, cancelled or failed)."""
+
+    async def finished() -> dict[str, Any] | None:
         op = dict(await client.get_batch_operation(op_id))
-        if op["state"] in ("completed", "cancelled", "failed"):
-            return op
-        assert time.monotonic() < deadline, f"operation still {op['state']}: {op}"
-        await asyncio.sleep(0.05)
+        return op if op["state"] in ("completed", "cancelled", "failed") else None
+
+    op: dict[str, Any] = await until(finished, f"batch operation {op_id} finished", timeout=timeout)
+    return op
 
 
 async def test_bad_requests_are_refused_with_named_errors(client: AsyncClient) -> None:
@@ -124,8 +125,8 @@ async def test_preview_submit_run_get_list_purge(client: AsyncClient) -> None:
 
     await client.start([("side", 1)], leader_election_interval_ms=100)
     try:
-        moved = await _wait_final(client, op["id"])
-        rest = await _wait_final(client, everything["id"])
+        moved = await _final(client, op["id"])
+        rest = await _final(client, everything["id"])
     finally:
         await client.shutdown()
     assert (moved["state"], moved["total_matched"], moved["processed"]) == ("completed", 2, 2)
@@ -177,10 +178,8 @@ async def test_a_move_while_workers_drain_the_jobs(
     await client.start([("src", 2), ("dst", 4)], leader_election_interval_ms=100)
     try:
         op = await client.move_queue("dst", filter={"queue": "src"})
-        done = await _wait_final(client, op["id"], timeout=300)
-        deadline = time.monotonic() + 300
-        while len(runs) < total and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
+        done = await _final(client, op["id"], timeout=300)
+        await until(lambda: len(runs) >= total, "every job ran", timeout=300, interval=0.1)
     finally:
         await client.shutdown()
     assert done["state"] == "completed" and done["errored"] == 0, done

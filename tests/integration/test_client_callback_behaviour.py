@@ -4,9 +4,7 @@ afresh, and ``heartbeat_callback`` refuses timeouts that are not finite and non-
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,6 +12,7 @@ import pytest
 
 import awa
 from awa import AsyncClient, CallbackNotFound, Job, JobState, ValidationError
+from tests.support.waits import job_in_state
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -27,16 +26,6 @@ class Park:
 async def client(migrated_database_url: str) -> AsyncIterator[AsyncClient]:
     async with AsyncClient(migrated_database_url) as c:
         yield c
-
-
-async def _until(client: AsyncClient, job_id: int, state: JobState) -> Job[Any]:
-    deadline = time.monotonic() + 15
-    while True:
-        job = await client.get_job(job_id)
-        if job.state == state:
-            return job
-        assert time.monotonic() < deadline, f"job {job_id} still {job.state}"
-        await asyncio.sleep(0.02)
 
 
 @pytest.mark.parametrize("storage", ["canonical", "queue_storage"])
@@ -59,7 +48,7 @@ async def test_callbacks_end_like_awa_pg(client: AsyncClient, storage: str) -> N
     try:
         # resume, then a second resume / heartbeat / complete: the callback has ended.
         waiting = await client.insert(Park("wait"), queue="cb")
-        await _until(client, waiting.id, JobState.WaitingExternal)
+        await job_in_state(client, waiting.id, JobState.WaitingExternal)
         token = tokens[waiting.id][0]
         job = await client.resume_external(token, {"a": 1})
         assert job.state == JobState.Running
@@ -70,18 +59,18 @@ async def test_callbacks_end_like_awa_pg(client: AsyncClient, storage: str) -> N
         ):
             with pytest.raises(CallbackNotFound, match=f"callback not found: {token}"):
                 await late
-        await _until(client, waiting.id, JobState.Completed)
+        await job_in_state(client, waiting.id, JobState.Completed)
         assert resumed == [{"a": 1}]
 
         # retry_external: available again with a fresh attempt budget, no error recorded.
         parked = await client.insert(Park("park"), queue="cb")
-        await _until(client, parked.id, JobState.WaitingExternal)
+        await job_in_state(client, parked.id, JobState.WaitingExternal)
         first = tokens[parked.id][0]
         retried = await client.retry_external(first)
         assert (retried.state, retried.attempt, retried.errors) == (JobState.Available, 0, [])
         with pytest.raises(CallbackNotFound):
             await client.retry_external(first)
-        again = await _until(client, parked.id, JobState.WaitingExternal)
+        again = await job_in_state(client, parked.id, JobState.WaitingExternal)
         assert again.attempt == 1 and len(tokens[parked.id]) == 2
 
         # heartbeat timeouts: finite and not negative (0 is allowed).
@@ -99,10 +88,10 @@ async def test_callbacks_end_like_awa_pg(client: AsyncClient, storage: str) -> N
         assert (operator.state, operator.attempt) == (JobState.Available, 0)
         with pytest.raises(CallbackNotFound):
             await client.complete_external(second, {})
-        await _until(client, parked.id, JobState.WaitingExternal)
+        await job_in_state(client, parked.id, JobState.WaitingExternal)
         assert len(tokens[parked.id]) == 3
         await client.complete_external(tokens[parked.id][2], {})
-        await _until(client, parked.id, JobState.Completed)
+        await job_in_state(client, parked.id, JobState.Completed)
     finally:
         await client.shutdown()
 
@@ -136,7 +125,7 @@ async def test_resolve_callback_evaluates_the_registered_cel(
 
     async def parked(args: Cel) -> tuple[int, str]:
         job = await client.insert(args, queue="cel")
-        await _until(client, job.id, JobState.WaitingExternal)
+        await job_in_state(client, job.id, JobState.WaitingExternal)
         return job.id, tokens[job.id]
 
     await client.start([("cel", 4)], poll_interval_ms=50)
@@ -168,7 +157,7 @@ async def test_resolve_callback_evaluates_the_registered_cel(
         assert (await client.get_job(job_id)).state == JobState.WaitingExternal
 
         bad = await client.insert(Cel(on_complete="job.id > 0"), queue="cel")
-        await _until(client, bad.id, JobState.Completed)
+        await job_in_state(client, bad.id, JobState.Completed)
         assert refused and "only 'payload' is available" in refused[0]
     finally:
         await client.shutdown()

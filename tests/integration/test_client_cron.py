@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,6 +11,7 @@ import pytest
 
 import awa
 from awa import AsyncClient, Client, Job, ValidationError
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -48,15 +47,6 @@ async def test_periodic_is_validated_at_the_call(
         client.periodic("bad", expr, Beat, Beat(), **arguments)
     with pytest.raises(TypeError, match="args_type must be a class"):
         client.periodic("bad", "* * * * *", 5, Beat())  # type: ignore[arg-type]
-
-
-async def _wait(predicate: Any, timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        await asyncio.sleep(0.1)
 
 
 async def test_a_schedule_is_stored_at_start_and_fires_every_second(
@@ -96,7 +86,7 @@ async def test_a_schedule_is_stored_at_start_and_fires_every_second(
         async def three() -> bool:
             return len(done) >= 3
 
-        assert await _wait(three), done
+        await until(three, "three beats fired")
     finally:
         await client.shutdown()
     fire_times = [job.metadata["cron_fire_time"] for job in done]
@@ -178,7 +168,7 @@ async def test_a_row_written_by_hand_fires_under_any_runtime(
         async def fired() -> bool:
             return bool(done)
 
-        assert await _wait(fired)
+        await until(fired, "the schedule fired")
     finally:
         await client.shutdown()
     assert done[0].args == Beat(3) and done[0].metadata["cron_name"] == "by_hand"

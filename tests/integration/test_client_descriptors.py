@@ -3,7 +3,6 @@ and the leader's retention cleanup (which runs as soon as a runtime leads)."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 
@@ -11,6 +10,7 @@ import psycopg
 import pytest
 
 from awa import AsyncClient, AwaError, DatabaseError, Job
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -145,11 +145,12 @@ async def test_the_leader_deletes_descriptors_unseen_for_the_retention(
         leader_election_interval_ms=50,
     )
     try:
-        for _ in range(100):
+
+        async def pruned() -> list[str] | None:
             names = [r["queue"] for r in await client.list_queue_descriptors()]
-            if "retired" not in names:
-                break
-            await asyncio.sleep(0.05)
+            return None if "retired" in names else names
+
+        names = await until(pruned, "the retired queue's descriptor pruned")
     finally:
         await client.shutdown()
     assert names == ["email", "recent"]  # the served queue's own (empty) descriptor stays

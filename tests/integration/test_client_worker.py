@@ -14,6 +14,7 @@ import pytest
 
 import awa
 from awa import AsyncClient, AwaError, Job, JobState
+from tests.support.waits import job_in_state, until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -32,15 +33,6 @@ class Blocking:
 async def client(migrated_database_url: str) -> AsyncIterator[AsyncClient]:
     async with AsyncClient(migrated_database_url) as c:
         yield c
-
-
-async def _wait_state(client: AsyncClient, job_id: int, state: JobState) -> Job[Any]:
-    deadline = time.monotonic() + 10
-    while True:
-        job = await client.get_job(job_id)
-        if job.state == state or time.monotonic() > deadline:
-            return job
-        await asyncio.sleep(0.02)
 
 
 async def test_async_and_sync_handlers_run_end_to_end(client: AsyncClient) -> None:
@@ -65,8 +57,8 @@ async def test_async_and_sync_handlers_run_end_to_end(client: AsyncClient) -> No
     try:
         a = await client.insert(Ping(1))
         b = await client.insert(Blocking(2), queue="blocking")
-        done_a = await _wait_state(client, a.id, JobState.Completed)
-        done_b = await _wait_state(client, b.id, JobState.Completed)
+        done_a = await job_in_state(client, a.id, JobState.Completed)
+        done_b = await job_in_state(client, b.id, JobState.Completed)
         assert done_a.state == JobState.Completed and done_b.state == JobState.Completed
         assert done_a.finalized_at is not None
         assert sorted(seen) == [("async", 1, 1), ("sync", 2, 1)]
@@ -192,10 +184,10 @@ async def test_handler_outcomes(client: AsyncClient) -> None:
             "done": JobState.Completed,
         }
         for what, state in expected.items():
-            assert (await _wait_state(client, ids[what], state)).state == state, what
+            assert (await job_in_state(client, ids[what], state)).state == state, what
         boom = await client.get_job(ids["boom"])
         assert "kaput" in boom.errors[0]["error"] and boom.errors[0]["attempt"] == 1
-        failed = await _wait_state(client, unknown.id, JobState.Failed)
+        failed = await job_in_state(client, unknown.id, JobState.Failed)
         assert "unknown job kind: nobody_handles_this" in failed.errors[-1]["error"]
         snoozed = await client.get_job(ids["snooze"])
         assert snoozed.attempt == 0
@@ -217,11 +209,11 @@ async def test_external_callback_flow(client: AsyncClient) -> None:
     await client.start()
     try:
         first = await client.insert(Ping(1))
-        await _wait_state(client, first.id, JobState.WaitingExternal)
+        await job_in_state(client, first.id, JobState.WaitingExternal)
         done = await client.complete_external(tokens[0], {"ok": True})
         assert done.state == JobState.Completed
         second = await client.insert(Ping(2))
-        await _wait_state(client, second.id, JobState.WaitingExternal)
+        await job_in_state(client, second.id, JobState.WaitingExternal)
         heartbeat = await client.heartbeat_callback(tokens[1], 120)
         assert heartbeat.state == JobState.WaitingExternal
         ignored = await client.resolve_callback(tokens[1])
@@ -244,7 +236,7 @@ async def test_dlq_round_trip(client: AsyncClient) -> None:
     await client.start()
     try:
         job = await client.insert(Ping(1), tags=["t"])
-        await _wait_state(client, job.id, JobState.Failed)
+        await job_in_state(client, job.id, JobState.Failed)
     finally:
         await client.shutdown()
     entry = await client.move_failed_to_dlq(job.id, "manual review")
@@ -335,7 +327,7 @@ async def test_shutdown_timeout_releases_unfinished_attempts(client: AsyncClient
     @client.task(Ping)
     async def stuck(job: Job[Ping]) -> None:
         started.set()
-        await asyncio.sleep(30)
+        await asyncio.Event().wait()  # until the shutdown timeout cancels it
 
     await client.start()
     job = await client.insert(Ping(1))
@@ -369,12 +361,14 @@ async def test_progress_as_the_handler_sees_it(client: AsyncClient) -> None:
             job.update_metadata([1])  # type: ignore[arg-type]
         # On the event loop the blocking flush starts the flush instead of deadlocking.
         job.flush_progress_sync()
-        seen["stored_mid_attempt"] = await _wait_progress(client, job.id)
+        seen["stored_mid_attempt"] = await until(
+            lambda: _flushed_progress(client, job.id), "the background flush reached the database"
+        )
 
     await client.start([("progress", 1)], poll_interval_ms=50)
     try:
         queued = await client.insert(Ping(1), queue="progress")
-        await _wait_state(client, queued.id, JobState.Completed)
+        await job_in_state(client, queued.id, JobState.Completed)
     finally:
         await client.shutdown()
     assert seen["initial"] is None
@@ -388,11 +382,6 @@ async def test_progress_as_the_handler_sees_it(client: AsyncClient) -> None:
     assert seen["stored_mid_attempt"]["percent"] == 100
 
 
-async def _wait_progress(client: AsyncClient, job_id: int) -> dict[str, Any]:
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        progress = (await client.get_job(job_id)).progress
-        if progress is not None and progress.get("percent") == 100:
-            return progress
-        await asyncio.sleep(0.02)
-    raise AssertionError("the background flush never reached the database")
+async def _flushed_progress(client: AsyncClient, job_id: int) -> dict[str, Any] | None:
+    progress = (await client.get_job(job_id)).progress
+    return progress if progress is not None and progress.get("percent") == 100 else None

@@ -16,6 +16,7 @@ from psycopg import sql
 
 from awa import AsyncClient, Job, JobState
 from awa.domain.channels import queue_channel
+from tests.support.waits import job_in_state, until
 
 pytestmark = [pytest.mark.postgres]
 
@@ -93,14 +94,9 @@ async def test_a_200_character_queue_is_woken_on_insert(client: AsyncClient) -> 
         # past the worker's first claim, which would find a job inserted before it
         runtime = client._runtime
         assert runtime is not None
-        while runtime.dispatchers[0].claim_calls == 0:
-            await asyncio.sleep(0.01)
+        await until(lambda: runtime.dispatchers[0].claim_calls > 0, "the first claim")
         job = await client.insert(Tick(n=1), queue=LONG)
         await asyncio.wait_for(done.wait(), timeout=10)
-        for _ in range(200):
-            if (await client.get_job(job.id)).state == JobState.Completed:
-                break
-            await asyncio.sleep(0.02)
-        assert (await client.get_job(job.id)).state == JobState.Completed
+        await job_in_state(client, job.id, JobState.Completed)
     finally:
         await client.shutdown(timeout_ms=2000)

@@ -5,9 +5,7 @@ gauges."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -21,6 +19,7 @@ from awa.domain.job import JobRecord
 from awa.runtime import metrics
 from awa.runtime.queue_gauges import QueueGauges
 from tests.support.otel import Recorder, recording
+from tests.support.waits import job_in_state
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres, pytest.mark.timeout(60)]
 
@@ -102,16 +101,6 @@ async def test_inserts_and_dlq_operations_are_counted_on_canonical_storage(
         assert recorder.total("awa.job.dlq_purged") == 3
 
 
-async def _wait(client: AsyncClient, ids: list[int], state: JobState) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        states = [(await client.get_job(i)).state for i in ids]
-        if all(s == state for s in states):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"jobs {ids} did not all reach {state}")
-
-
 async def test_queue_storage_copy_inserts_shard_claims_and_the_leader_gauges(
     client: AsyncClient,
 ) -> None:
@@ -139,7 +128,8 @@ async def test_queue_storage_copy_inserts_shard_claims_and_the_leader_gauges(
         await client.start([("qs", 2)], poll_interval_ms=50)
         try:
             ids = [j.id for j in await client.list_jobs(queue="qs")]
-            await _wait(client, ids, JobState.Completed)
+            for job_id in ids:
+                await job_in_state(client, job_id, JobState.Completed)
             await gauges.refresh()
         finally:
             await client.shutdown()

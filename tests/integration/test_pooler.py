@@ -49,6 +49,7 @@ from tests.support.otel import recording
 from tests.support.pg import DatabaseFactory
 from tests.support.pgbouncer import PgBouncer
 from tests.support.queue_storage import installed_engine
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres, pytest.mark.timeout(60)]
 
@@ -72,14 +73,6 @@ def pooled_url(pgbouncer_running: PgBouncer, migrated_database_url: str) -> str:
 async def client(pooled_url: str) -> AsyncIterator[AsyncClient]:
     async with AsyncClient(pooled_url, max_connections=8) as c:
         yield c
-
-
-async def _until(predicate: Any, timeout: float = 20.0, step: float = 0.05) -> None:
-    """Wait until the (async) ``predicate`` holds; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not await predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(step)
 
 
 def _count_states(direct_url: str) -> dict[str, int]:
@@ -193,8 +186,8 @@ async def test_worker_drains_through_the_pooler_polling_with_one_warning(
         try:
             ready = await client._readiness()
             assert ready["wakeups"] == "polling" and ready["ready"], ready
-            await _until(lambda: _done(client, retried.id))
-            await _until(_sync(lambda: len(ran) == 120))
+            await until(lambda: _done(client, retried.id), "the retried job done")
+            await until(lambda: len(ran) == 120, "120 jobs ran")
         finally:
             await client.shutdown()
         assert recorder.total("awa.wakeups.polling_fallbacks", {}) == 1
@@ -207,13 +200,6 @@ async def test_worker_drains_through_the_pooler_polling_with_one_warning(
 
 async def _done(client: AsyncClient, job_id: int) -> bool:
     return (await client.get_job(job_id)).state == JobState.Completed
-
-
-def _sync(check: Any) -> Any:
-    async def predicate() -> bool:
-        return bool(check())
-
-    return predicate
 
 
 async def test_listen_database_url_wakes_workers_through_a_direct_connection(
@@ -254,9 +240,11 @@ async def test_callbacks_and_bulk_operations_through_the_pooler(client: AsyncCli
     await client.start([("default", 2)], poll_interval_ms=100)
     try:
         await asyncio.wait_for(parked.wait(), 15)
-        await _until(lambda: _state_is(client, first.id, JobState.WaitingExternal), timeout=10)
+        await until(
+            lambda: _state_is(client, first.id, JobState.WaitingExternal), "waiting_external"
+        )
         await client.complete_external(callback_ids[0], {"ok": True})
-        await _until(lambda: _done(client, first.id), timeout=10)
+        await until(lambda: _done(client, first.id), "the first job done")
     finally:
         await client.shutdown()
     held = [await client.insert(Ping(i), queue="held") for i in range(1, 4)]
@@ -331,10 +319,11 @@ async def test_pooler_restart_mid_drain_loses_no_job(
         await asyncio.wait_for(third.wait(), 20)
         # SIGINT: PgBouncer closes every client and server connection at once.
         await asyncio.to_thread(pgbouncer_running.restart, signal.SIGINT)
-        await _until(
-            _sync(lambda: _count_states(migrated_database_url) == {"completed": total}),
+        await until(
+            lambda: _count_states(migrated_database_url) == {"completed": total},
+            "every job completed",
             timeout=40,
-            step=0.2,
+            interval=0.2,
         )
     finally:
         await client.shutdown()
@@ -364,16 +353,12 @@ async def test_pooler_refusing_connections_is_logged_and_the_worker_recovers(
         # Producers that reach Postgres directly go on while the pooler is down.
         async with AsyncClient(migrated_database_url) as direct:
             await direct.insert_many_copy([Ping(i) for i in range(40)])
-        await _until(
-            _sync(
-                lambda: any(
-                    "refused" in r.getMessage().lower() or r.exc_info for r in caplog.records
-                )
-            ),
-            timeout=15,
+        await until(
+            lambda: any("refused" in r.getMessage().lower() or r.exc_info for r in caplog.records),
+            "a refusal logged",
         )
         await asyncio.to_thread(pgbouncer_running.start)
-        await _until(_sync(lambda: len(ran) == 40), timeout=30, step=0.1)
+        await until(lambda: len(ran) == 40, "40 jobs ran", interval=0.1)
     finally:
         await client.shutdown()
     assert set(ran.values()) == {1}

@@ -5,10 +5,7 @@ holder at a time, changes hands when the holder stops renewing, and leads mainte
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import time
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -16,6 +13,7 @@ import pytest
 from awa import AsyncClient, Job, JobState
 from awa.adapters._pg.leader import PostgresLeaderLock
 from tests.support.pgbouncer import PgBouncer
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres, pytest.mark.timeout(60)]
 
@@ -28,13 +26,6 @@ class Beat:
 @pytest.fixture
 def pooled_url(pgbouncer_running: PgBouncer, migrated_database_url: str) -> str:
     return pgbouncer_running.url(migrated_database_url)
-
-
-async def _until(predicate: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.05)
 
 
 async def test_the_lease_has_one_holder_and_changes_hands_through_the_pooler(
@@ -55,7 +46,7 @@ async def test_the_lease_has_one_holder_and_changes_hands_through_the_pooler(
         async def second_leads() -> bool:
             return (await second.try_acquire(30.0)).held
 
-        await _until(second_leads, timeout=5)
+        await until(second_leads, "the second candidate leads")
         late = await first.try_acquire(30.0)
         assert (late.held, late.holder, late.term) == (False, "b/2/second", taken.term + 1)
     finally:
@@ -84,7 +75,7 @@ async def test_workers_elect_one_leader_through_the_pooler_and_it_promotes(
         async def one_leader() -> bool:
             return len(await leaders()) == 1
 
-        await _until(one_leader)
+        await until(one_leader, "one leader")
         [leader] = await leaders()
         follower = next(c for c in clients if c is not leader)
         # The leader goes away; the follower takes the lease and promotes.
@@ -93,7 +84,7 @@ async def test_workers_elect_one_leader_through_the_pooler_and_it_promotes(
         async def follower_leads() -> bool:
             return (await follower.health_check()).leader
 
-        await _until(follower_leads)
+        await until(follower_leads, "the follower leads")
         job = await follower.insert(
             Beat(1), queue="beats", run_at=datetime.now(UTC) + timedelta(seconds=0.5)
         )
@@ -101,7 +92,7 @@ async def test_workers_elect_one_leader_through_the_pooler_and_it_promotes(
         async def completed() -> bool:
             return (await follower.get_job(job.id)).state == JobState.Completed
 
-        await _until(completed)
+        await until(completed, "the job completed")
     finally:
         for client in clients:
             await client.shutdown()

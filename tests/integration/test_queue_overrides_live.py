@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -15,6 +14,7 @@ from click.testing import CliRunner, Result
 
 from awa import AsyncClient, Job
 from awa.entrypoints.cli import cli
+from tests.support.waits import until
 
 pytestmark = pytest.mark.postgres
 
@@ -98,8 +98,10 @@ def test_a_running_worker_applies_a_deadline_override(
                 # the worker re-reads its overrides every 100 ms: wait until it did
                 runtime = client._runtime
                 assert runtime is not None
-                while runtime.dispatchers[0].settings.deadline != timedelta(seconds=5):
-                    await asyncio.sleep(0.01)
+                await until(
+                    lambda: runtime.dispatchers[0].settings.deadline == timedelta(seconds=5),
+                    "the worker read its new deadline",
+                )
                 windows.append(await _deadline_window(client, url, 2))
             finally:
                 release.set()
@@ -113,15 +115,14 @@ def test_a_running_worker_applies_a_deadline_override(
 
 async def _deadline_window(client: AsyncClient, url: str, n: int) -> Any:
     job = await client.insert(Hold(n), queue="held")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+
+    async def claimed() -> Any:
         async with await client.transaction() as tx:
-            row = await tx.fetch_optional(
+            return await tx.fetch_optional(
                 "SELECT deadline_at - attempted_at AS window FROM awa.jobs"
                 " WHERE id = $1 AND state = 'running'",
                 job.id,
             )
-        if row is not None:
-            return row["window"]
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"job {job.id} was not claimed")
+
+    row = await until(claimed, f"job {job.id} claimed")
+    return row["window"]

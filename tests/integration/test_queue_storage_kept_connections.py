@@ -18,6 +18,7 @@ from awa.domain.errors import DatabaseError
 from awa.domain.job import JobSpec
 from awa.ports.storage import Ack
 from tests.support.queue_storage import completion_plans, installed_engine
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -127,11 +128,9 @@ async def test_closing_the_engine_closes_the_kept_connections(
     assert len(pids) == KEPT_CONNECTIONS + 1
     assert _live(migrated_database_url, pids) == set(pids)
     await engine.close()
-    for _ in range(50):
-        if not _live(migrated_database_url, pids):
-            break
-        await asyncio.sleep(0.02)
-    assert _live(migrated_database_url, pids) == set()
+    await until(
+        lambda: not _live(migrated_database_url, pids), "the kept connections' backends ended"
+    )
 
 
 async def test_warm_up_opens_and_prepares_the_kept_connections(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
@@ -22,11 +23,13 @@ from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.domain.job import JobSpec
 from awa.domain.policies import Backoff
 from awa.domain.states import JobState
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
 QUEUE = "marked"
-PAUSE = 0.6
+#: The advisory lock (two keys) a gated statement waits for, shared, in its first filter.
+GATE = (7041, 2212)
 # The first filter of the lane-head scan: an uncorrelated sub-select there runs once,
 # when the first head is read, after the statement's snapshot and before any head lock.
 HEAD_FILTER = "WHERE h.queue = %(queue)s\n      -- A lane with nothing"
@@ -57,18 +60,44 @@ def _text(engine: QueueStorageEngine, statement: str) -> str:
     return statements.for_slot(statement, int(row[0])).decode()
 
 
-def _paused(engine: QueueStorageEngine, statement: str) -> str:
+def _gated(engine: QueueStorageEngine, statement: str) -> str:
+    """``statement`` waiting at the gate (:func:`_gate`) once its snapshot is taken."""
     text = _text(engine, statement)
     assert text.count(HEAD_FILTER) == 1
     head, rest = HEAD_FILTER.split("\n", 1)
-    pause = f"{head} AND (SELECT count(*) FROM pg_sleep({PAUSE})) = 1\n{rest}"
-    return text.replace(HEAD_FILTER, pause)
+    wait = f"(SELECT count(*) FROM pg_advisory_xact_lock_shared({GATE[0]}, {GATE[1]}))"
+    return text.replace(HEAD_FILTER, f"{head} AND {wait} = 1\n{rest}")
+
+
+@asynccontextmanager
+async def _gate(url: str) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+    """Hold the gate shut for the block; it gives a function that returns once a gated
+    statement waits at the gate. The gate opens when the block ends."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute("SELECT pg_advisory_lock(%s, %s)", GATE)
+
+        async def someone_waits() -> bool:
+            cur = await conn.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                " AND classid = %s AND objid = %s AND objsubid = 2",
+                GATE,
+            )
+            row = await cur.fetchone()
+            return row is not None and row[0] > 0
+
+        async def waiting() -> None:
+            await until(someone_waits, "a gated statement waits at the gate")
+
+        try:
+            yield waiting
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock(%s, %s)", GATE)
 
 
 async def _slow_claim(
     engine: QueueStorageEngine, url: str, statement: str, retire: Callable[[], Awaitable[Any]]
 ) -> list[dict[str, Any]]:
-    """Run ``statement`` with the pause; ``retire`` commits while it sleeps."""
+    """Run ``statement`` gated; ``retire`` commits while it waits at the gate."""
     params = {
         "queue": QUEUE,
         "limit": 2,
@@ -79,10 +108,11 @@ async def _slow_claim(
     async with await psycopg.AsyncConnection.connect(
         url, autocommit=True, row_factory=dict_row
     ) as conn:
-        claim = asyncio.create_task(conn.execute(_paused(engine, statement).encode(), params))
-        await asyncio.sleep(PAUSE / 3)
-        assert not claim.done()
-        await retire()
+        async with _gate(url) as waiting:
+            claim = asyncio.create_task(conn.execute(_gated(engine, statement).encode(), params))
+            await waiting()
+            assert not claim.done()
+            await retire()
         cur = await claim
         return list(await cur.fetchall())
 
@@ -191,16 +221,17 @@ async def test_a_drain_marks_each_lane_once(
 
 
 async def test_claim_takes_the_rest_of_the_batch_at_once_after_leaving_a_lane(
-    engine: QueueStorageEngine,
+    engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """The engine runs the statement again under a new snapshot when one left a lane
     alone, so a cancel does not cost the worker a poll interval."""
     first, second = await engine.enqueue_many(
         [JobSpec(kind="k", queue=QUEUE, priority=2) for _ in range(2)]
     )
-    engine._parts.statements._bytes["claim"] = _paused(engine, "claim").encode()
-    claim = asyncio.create_task(engine.claim(QUEUE, limit=2))
-    await asyncio.sleep(PAUSE / 3)
-    assert not claim.done()
-    assert (await engine.cancel_job(first.id)) is not None
+    engine._parts.statements._bytes["claim"] = _gated(engine, "claim").encode()
+    async with _gate(migrated_database_url) as waiting:
+        claim = asyncio.create_task(engine.claim(QUEUE, limit=2))
+        await waiting()
+        assert not claim.done()
+        assert (await engine.cancel_job(first.id)) is not None
     assert [c.job.id for c in await claim] == [second.id]

@@ -12,7 +12,7 @@ import anyio
 import psycopg
 import pytest
 
-from awa.adapters.clock import SystemClock
+from awa.adapters.clock import ManualClock, SystemClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.domain.errors import UniqueConflict
 from awa.domain.job import JobRecord, JobSpec
@@ -326,7 +326,10 @@ async def test_the_leaders_seal_turns_the_ring_once_its_slot_is_full_or_old(
     migrated_database_url: str,
 ) -> None:
     hour = timedelta(hours=1)
-    async with installed_engine(migrated_database_url, "qs_seal", queue_slot_count=8) as engine:
+    clock = ManualClock()
+    async with installed_engine(
+        migrated_database_url, "qs_seal", queue_slot_count=8, clock=clock
+    ) as engine:
         await engine.enqueue_many([JobSpec(kind="noop", queue=QUEUE)])
         # the first turn since the install: how long the slot was current is not known
         assert await engine.rotate(seal=RingSeal(interval=hour)) == "rotated"
@@ -337,9 +340,11 @@ async def test_the_leaders_seal_turns_the_ring_once_its_slot_is_full_or_old(
         # full: the slot's partitions take at least fill_bytes (one page here)
         assert await engine.rotate(seal=RingSeal(interval=hour, fill_bytes=8192)) == "rotated"
         await engine.enqueue_many([JobSpec(kind="noop", queue=QUEUE)])
-        # old: current for max_intervals intervals
-        await anyio.sleep(0.05)
+        # old: current for max_intervals intervals, and not a moment before
         old = RingSeal(interval=timedelta(milliseconds=10), max_intervals=2)
+        clock.advance(timedelta(milliseconds=19))
+        assert await engine.rotate(seal=old) == "skipped_filling"
+        clock.advance(timedelta(milliseconds=1))
         assert await engine.rotate(seal=old) == "rotated"
         await engine.enqueue_many([JobSpec(kind="noop", queue=QUEUE)])
         # an explicit rotation (no seal rule) turns at once; an empty slot never turns

@@ -10,10 +10,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import time
 from collections import Counter
 from collections.abc import AsyncIterator
-from typing import Any
 
 import psycopg
 import pytest
@@ -22,6 +20,7 @@ from click.testing import CliRunner
 import awa
 from awa import AsyncClient, Job, JobState
 from awa.entrypoints.cli import cli
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres, pytest.mark.timeout(90)]
 
@@ -55,14 +54,6 @@ async def _queues(client: AsyncClient) -> dict[int, str]:
     return {int(r["n"]): str(r["queue"]) for r in rows}
 
 
-async def _wait(predicate: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
-
-
 async def _more_claims(client: AsyncClient, claims: int) -> None:
     """Wait until the worker's claim loops made ``claims`` more claims: what they did
     not take by then they skipped, not missed for lack of time."""
@@ -73,7 +64,7 @@ async def _more_claims(client: AsyncClient, claims: int) -> None:
     async def claimed() -> bool:
         return sum(d.claim_calls for d in runtime.dispatchers) >= start + claims
 
-    await _wait(claimed)
+    await until(claimed, "claimed")
 
 
 # ----------------------------------------------------------------------------- producers
@@ -207,7 +198,7 @@ async def test_canonical_storage_has_no_stripes(canonical: AsyncClient) -> None:
         async def drained() -> bool:
             return len(seen) == 3
 
-        await _wait(drained)
+        await until(drained, "drained")
     finally:
         await canonical.shutdown()
     assert seen == ["q", "q", "q"]
@@ -249,7 +240,7 @@ async def test_a_striped_worker_drains_both_stripes_exactly_once(client: AsyncCl
                 len(runs) == total
             )
 
-        await _wait(done)
+        await until(done, "done")
         health = await client.health_check()
         assert set(health.queues) == {"q"} and health.queues["q"].max_workers == 3
     finally:
@@ -282,7 +273,7 @@ async def test_notifications_of_every_stripe_wake_a_striped_worker(client: Async
         async def both() -> bool:
             return len(seen) == 2
 
-        await _wait(both, timeout=15)
+        await until(both, "both")
     finally:
         await client.shutdown()
     assert sorted(seen) == ["q#0", "q#1"]
@@ -307,7 +298,7 @@ async def test_a_producer_with_another_stripe_count_is_kept_but_not_claimed(
         async def claimed() -> bool:
             return len(seen) == 2
 
-        await _wait(claimed)
+        await until(claimed, "claimed")
         await _more_claims(client, 8)  # every stripe looked at twice more
     finally:
         await client.shutdown()
@@ -325,7 +316,7 @@ async def test_a_producer_with_another_stripe_count_is_kept_but_not_claimed(
         async def plain_done() -> bool:
             return (await client.get_job(plain.id)).state == JobState.Completed
 
-        await _wait(plain_done)
+        await until(plain_done, "plain_done")
     finally:
         await client.shutdown()
     assert seen == [(100, "q")]
@@ -352,7 +343,7 @@ async def test_admin_acts_on_physical_queues(
             return len(seen) == 2
 
         # Pausing the logical name does not pause its stripes; pausing q#0 does.
-        await _wait(stripe_one_done)
+        await until(stripe_one_done, "stripe_one_done")
         await _more_claims(client, 8)
         assert seen == ["q#1", "q#1"]
         stats = {s.queue: s for s in await client.queue_stats()}

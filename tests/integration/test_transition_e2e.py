@@ -24,6 +24,7 @@ import pytest
 
 import awa
 from awa import AsyncClient, Job, JobState
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -68,6 +69,16 @@ def where_jobs_live(url: str, ids: list[int]) -> tuple[int, int]:
         ).fetchone()
     assert canonical is not None and queue_storage is not None
     return int(canonical[0]), int(queue_storage[0])
+
+
+async def _all_completed(client: AsyncClient, ids: list[int]) -> bool:
+    """True once every job of ``ids`` is completed."""
+    async with await client.transaction() as tx:
+        row = await tx.fetch_one(
+            "SELECT count(*) AS n FROM awa.jobs WHERE id = ANY($1) AND state <> 'completed'",
+            ids,
+        )
+    return int(row["n"]) == 0
 
 
 async def test_transition_under_load_completes_every_job_exactly_once(
@@ -189,8 +200,13 @@ async def test_transition_under_load_completes_every_job_exactly_once(
                 await asyncio.wait_for(
                     grown.wait_for(lambda: all(successes[j] >= 1 for j in enqueued)), 60
                 )
-        # Let any duplicate execution surface before counting.
-        await asyncio.sleep(0.5)
+        # Every job completed in the database too: none can be claimed again, so any
+        # duplicate execution is one in flight now, which the shutdown lets finish.
+        await until(
+            lambda: _all_completed(client, enqueued),
+            "every job completed in the database",
+            timeout=60,
+        )
         await client.shutdown()
 
         missing = [job_id for job_id in enqueued if successes[job_id] == 0]

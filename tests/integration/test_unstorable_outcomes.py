@@ -4,9 +4,7 @@ over, and the real error is recorded; the job is never left ``running`` for the 
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,6 +12,7 @@ import pytest
 
 import awa
 from awa import AsyncClient, Job, JobState
+from tests.support.waits import job_in_state
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres, pytest.mark.timeout(60)]
 
@@ -29,14 +28,8 @@ async def client(migrated_database_url: str) -> AsyncIterator[AsyncClient]:
         yield c
 
 
-async def _settled(client: AsyncClient, job_id: int) -> Job[Any]:
-    deadline = time.monotonic() + 15
-    while True:
-        job = await client.get_job(job_id)
-        if job.state not in (JobState.Available, JobState.Running):
-            return job
-        assert time.monotonic() < deadline, f"job {job_id} still {job.state}"
-        await asyncio.sleep(0.02)
+#: Every state but the two a job passes through before its outcome is stored.
+SETTLED = [s for s in JobState if s not in (JobState.Available, JobState.Running)]
 
 
 async def test_unstorable_outcomes_record_the_real_error(client: AsyncClient) -> None:
@@ -73,7 +66,7 @@ async def test_unstorable_outcomes_record_the_real_error(client: AsyncClient) ->
     }
     await client.start([("unstorable", 4)], poll_interval_ms=50)
     try:
-        found = {name: await _settled(client, job_id) for name, job_id in ids.items()}
+        found = {name: await job_in_state(client, job_id, *SETTLED) for name, job_id in ids.items()}
     finally:
         await client.shutdown()
 

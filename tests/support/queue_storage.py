@@ -9,18 +9,25 @@ from awa.adapters._pg.pool import DictConnection
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine, install_queue_storage
 from awa.domain.policies import Backoff
+from awa.ports.clock import Clock
 
 
 @asynccontextmanager
 async def installed_engine(
-    database_url: str, schema: str, *, queue_slot_count: int = 4, lease_slot_count: int = 8
+    database_url: str,
+    schema: str,
+    *,
+    queue_slot_count: int = 4,
+    lease_slot_count: int = 8,
+    clock: Clock | None = None,
 ) -> AsyncIterator[QueueStorageEngine]:
-    """Install queue storage into ``schema`` (a small ring) and open an engine on it."""
+    """Install queue storage into ``schema`` (a small ring) and open an engine on it
+    (on the host's clock unless given one)."""
     await install_queue_storage(
         database_url, schema, queue_slot_count=queue_slot_count, lease_slot_count=lease_slot_count
     )
     engine = await QueueStorageEngine.open(
-        database_url, clock=SystemClock(), backoff=Backoff(), schema=schema
+        database_url, clock=clock or SystemClock(), backoff=Backoff(), schema=schema
     )
     try:
         yield engine

@@ -514,23 +514,32 @@ def failover(admin: str, hosts: int, tmp: Path, settle: float) -> dict[str, Any]
     }
 
 
-def peers_harness(harness: Path, venv: Path, out: Path, rtt: float, args: Any) -> None:
+def peers_harness(
+    harness: Path, venv: Path, out: Path, rtt: float, args: Any, tag: str = ""
+) -> None:
     """The shared harness inside host 1: every system crosses the same link."""
     python = Path(os.environ.get("AWA_FLEET_HARNESS_PYTHON", "/tmp/bench-venvs/harness/bin/python"))
     cmd = [
         "ip", "netns", "exec", _ns(1), str(python), str(harness / "bench.py"),
         "--systems", args.peer_systems, "--venv", f"awa-py={venv}",
         "--host", _root_ip(1), "--port", str(RELAY_PORT),
-        "--workloads", "drain,latency", "--rates", args.rates,
+        "--workloads", args.harness_workloads, "--rates", args.rates,
         "--drain-n", str(args.jobs), "--latency-duration", str(args.seconds),
-        "--out", str(out / f"harness-rtt{rtt:g}"), "--run-id", f"fleet-rtt{rtt:g}",
+        "--out", str(out / f"harness-rtt{rtt:g}{tag}"), "--run-id", f"fleet-rtt{rtt:g}{tag}",
     ]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     print(
-        f"  harness at rtt {rtt:g} ms: exit {done.returncode}; report in {out}/harness-rtt{rtt:g}"
+        f"  harness at rtt {rtt:g} ms{tag} ({venv}, load {_load()}): exit {done.returncode}; "
+        f"report in {out}/harness-rtt{rtt:g}{tag}",
+        flush=True,
     )
     if done.returncode != 0:
         print(done.stderr[-2000:])
+
+
+def _load() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
 
 
 def main() -> None:
@@ -562,6 +571,14 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--peers-harness", type=Path, default=None)
     p.add_argument("--peer-systems", default="awa-py,awa-pg,pgqueuer")
+    p.add_argument("--harness-workloads", default="drain,latency")
+    p.add_argument(
+        "--awa-venvs",
+        default=None,
+        help="venvs to run awa-py from in the harness, comma-separated, one after the other "
+        "at each round trip, in reverse order on every other repeat (default: this one)",
+    )
+    p.add_argument("--repeat", type=int, default=1, help="harness runs per round trip and venv")
     p.add_argument("--out", type=Path, default=Path("/tmp/awa-fleet"))
     args = p.parse_args()
     if args.command == "worker":
@@ -612,7 +629,14 @@ def main() -> None:
                         results.append({"rtt_ms": rtt, "failover": got})
                         print(f"  {most} host(s) failover: {got}", flush=True)
                     if args.peers_harness is not None:
-                        peers_harness(args.peers_harness, Path(sys.prefix), args.out, rtt, args)
+                        venvs = [Path(v) for v in (args.awa_venvs or sys.prefix).split(",")]
+                        for run in range(args.repeat):
+                            order = venvs if run % 2 == 0 else venvs[::-1]
+                            for venv in order:
+                                tag = "" if args.repeat == 1 and len(venvs) == 1 else (
+                                    f"-{run + 1}-{venv.parent.name or venv.name}"
+                                )  # fmt: skip
+                                peers_harness(args.peers_harness, venv, args.out, rtt, args, tag)
     finally:
         remove_links()
     stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -14,11 +14,16 @@ owns the loop, the permits and the clock.
 
 from __future__ import annotations
 
+from collections import deque
+
 import attrs
 
-#: A claim that brought back at least this many jobs, yet fewer than it asked for, says
-#: jobs arrive faster than one per claim round trip: the queue is busy but not backlogged.
+#: Claims go ahead while the queue's claims take at least this many jobs per claim round
+#: trip (jobs arrive faster than one claim a round trip picks up one by one) and the
+#: last claim came back with fewer than it asked for (busy, not backlogged).
 AHEAD_MIN_JOBS = 2
+#: How many recent claims the pickup rate is counted over.
+_RATE_WINDOW = 8
 #: No claim goes ahead on a round trip shorter than this (seconds): on a local link the
 #: notification-driven claim is already within a millisecond, and a second claim would
 #: only double the server's claim work.
@@ -33,20 +38,37 @@ class ClaimPacer:
 
     #: Smoothed round trip of a completed claim, seconds; None before the first one.
     round_trip: float | None = None
-    #: Whether the last completed claim found the queue busy but not backlogged.
+    #: Whether the claims found the queue busy but not backlogged.
     busy: bool = False
+    # (when it came back, jobs taken) of the last claims, every loop's and ahead's
+    _recent: deque[tuple[float, int]] = attrs.field(factory=lambda: deque(maxlen=_RATE_WINDOW))
 
-    def completed(self, seconds: float, asked: int, got: int) -> None:
-        """A claim of ``asked`` jobs came back with ``got`` after ``seconds``."""
+    def completed(self, seconds: float, asked: int, got: int, at: float) -> None:
+        """A claim of ``asked`` jobs came back with ``got`` after ``seconds``, at the
+        monotonic instant ``at``. The rule counts jobs per round trip over the last
+        claims, not per claim: two claims a round trip each find about half of them."""
         if self.round_trip is None:
             self.round_trip = seconds
         else:
             self.round_trip += _SMOOTHING * (seconds - self.round_trip)
-        self.busy = AHEAD_MIN_JOBS <= got < asked
+        self._recent.append((at, got))
+        self.busy = got < asked and self.jobs_per_round_trip() >= AHEAD_MIN_JOBS
+
+    def jobs_per_round_trip(self) -> float:
+        """Jobs the recent claims took per claim round trip (0 until two came back)."""
+        if len(self._recent) < 2 or self.round_trip is None:
+            return 0.0
+        span = self._recent[-1][0] - self._recent[0][0]
+        if span <= 0:
+            return 0.0
+        # The first claim's jobs arrived before the span began.
+        taken = sum(got for _, got in list(self._recent)[1:])
+        return taken / span * self.round_trip
 
     def failed(self) -> None:
         """A claim failed: no claim goes ahead until one succeeds again."""
         self.busy = False
+        self._recent.clear()
 
     def ahead_after(self) -> float | None:
         """Seconds after a claim was sent that the claim ahead of it goes, or None when

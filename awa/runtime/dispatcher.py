@@ -84,10 +84,11 @@ class QueueDispatcher:
     after a whole rotation came up short, and every stripe's channel wakes it.
     Permits and the rate limit stay those of the logical queue.
 
-    While claims come back with some jobs but fewer than they asked for, over a link
-    slower than a local one, a claim also goes half a round trip after each one the
-    loops send, while that one is still in flight (:mod:`awa.runtime.claim_ahead`, ADR
-    0037); the two share the free permits. Not with stripes or a rate limit.
+    While claims take two or more jobs per round trip but come back with fewer than they
+    asked for, over a link slower than a local one, a claim also goes half a round trip
+    after each one the loops send, while that one is still in flight
+    (:mod:`awa.runtime.claim_ahead`, ADR 0037); the two share the free permits. Not with
+    stripes or a rate limit.
 
     Every ``override_refresh`` seconds the dispatcher reads its queue's live overrides
     (``awa queue overrides set``) and claims with them from then on; see
@@ -358,7 +359,8 @@ class QueueDispatcher:
             return None
         self.last_claim_ok = True
         self._claim_failures.succeeded()
-        self._pacer.completed(self._clock.monotonic() - started, granted, len(claims))
+        now = self._clock.monotonic()
+        self._pacer.completed(now - started, granted, len(claims), now)
         if self._instruments is not None:
             self._record_claim(claims, granted, time.perf_counter() - timer)
         self._give_back(granted - len(claims))

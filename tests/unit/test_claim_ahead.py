@@ -21,44 +21,67 @@ from tests.unit.test_runtime_support import enqueue
 # ----------------------------------------------------------------- the pacer's rule
 
 
-def test_no_claim_goes_ahead_before_one_came_back() -> None:
-    assert ClaimPacer().ahead_after() is None
+def test_no_claim_goes_ahead_before_two_came_back() -> None:
+    pacer = ClaimPacer()
+    assert pacer.ahead_after() is None
+    pacer.completed(0.020, asked=64, got=5, at=1.0)
+    assert pacer.ahead_after() is None
+
+
+def _steady(
+    pacer: ClaimPacer, seconds: float, got: int, every: float, asked: int = 64, start: float = 1.0
+) -> None:
+    """Claims of ``seconds`` each, one coming back every ``every`` seconds from ``start``
+    on with ``got`` jobs."""
+    for i in range(10):
+        pacer.completed(seconds, asked=asked, got=got, at=start + i * every)
 
 
 def test_a_busy_queue_over_a_slow_link_claims_half_a_round_trip_ahead() -> None:
     pacer = ClaimPacer()
-    pacer.completed(0.020, asked=64, got=3)
+    # 200 jobs/s over a 20 ms round trip: 4 jobs a round trip
+    _steady(pacer, 0.020, got=4, every=0.020)
+    assert pacer.jobs_per_round_trip() == pytest.approx(4.0)
+    assert pacer.ahead_after() == pytest.approx(0.010)
+    # with claims going ahead, two claims a round trip find 2 each: still busy
+    _steady(pacer, 0.020, got=2, every=0.010, start=2.0)
+    assert pacer.ahead_after() == pytest.approx(0.010)
+    # ... and one each: still 2 a round trip
+    _steady(pacer, 0.020, got=1, every=0.010, start=3.0)
     assert pacer.ahead_after() == pytest.approx(0.010)
     # the estimate follows the round trip, smoothed
-    pacer.completed(0.040, asked=64, got=3)
-    assert pacer.ahead_after() == pytest.approx((0.020 + 0.25 * 0.020) / 2)
+    pacer.completed(0.040, asked=64, got=1, at=4.0)
+    assert pacer.round_trip == pytest.approx(0.020 + 0.25 * 0.020)
 
 
 @pytest.mark.parametrize(
-    ("seconds", "asked", "got"),
+    ("seconds", "got", "every", "asked"),
     [
-        (0.020, 64, 0),  # idle: a notification wakes the loop
-        (0.020, 64, 1),  # one job per round trip: the notification-driven claim keeps up
-        (0.020, 64, 64),  # backlogged: the loop claims again at once anyway
-        (AHEAD_MIN_ROUND_TRIP / 2, 64, 5),  # a local link
+        (0.020, 0, 0.020, 64),  # idle: a notification wakes the loop
+        (0.020, 1, 0.020, 64),  # one job a round trip: the notification's claim keeps up
+        (0.020, 64, 0.020, 64),  # backlogged: the loop claims again at once anyway
+        (AHEAD_MIN_ROUND_TRIP / 2, 5, 0.001, 64),  # a local link
     ],
 )
 def test_no_claim_goes_ahead_unless_busy_over_a_slow_link(
-    seconds: float, asked: int, got: int
+    seconds: float, got: int, every: float, asked: int
 ) -> None:
     pacer = ClaimPacer()
-    pacer.completed(seconds, asked=asked, got=got)
+    _steady(pacer, seconds, got=got, every=every, asked=asked)
     assert pacer.ahead_after() is None
     assert pacer.share(available=64, wanted=512) == 512
 
 
 def test_a_failed_claim_stops_claims_ahead_and_permits_are_shared_while_they_go() -> None:
     pacer = ClaimPacer()
-    pacer.completed(0.020, asked=64, got=3)
+    _steady(pacer, 0.020, got=4, every=0.020)
     assert pacer.share(available=64, wanted=512) == 32
     assert pacer.share(available=1, wanted=512) == 1
     assert pacer.share(available=64, wanted=8) == 8
     pacer.failed()
+    assert pacer.ahead_after() is None
+    # it counts again from the next claims
+    pacer.completed(0.020, asked=64, got=4, at=5.0)
     assert pacer.ahead_after() is None
 
 
@@ -100,10 +123,10 @@ class _SlowLinkEngine(InMemoryEngine):
 
 
 async def _run(
-    engine: _SlowLinkEngine, clock: ManualClock, config: QueueConfig
+    engine: _SlowLinkEngine, clock: ManualClock, config: QueueConfig, jobs: int = 60
 ) -> tuple[QueueDispatcher, list[Claim]]:
-    """Two jobs, a first claim (which takes both), then two jobs more and a wake-up; the
-    dispatcher is stopped once the clock has moved 0.1 s past the wake-up."""
+    """A producer commits a job every 5 ms (200 jobs/s) and announces it (the dispatcher
+    is woken at once, as by a notification); stopped 0.2 s after the last job."""
     spawned: list[Claim] = []
     dispatcher = QueueDispatcher(
         config,
@@ -114,20 +137,13 @@ async def _run(
         override_refresh=3600.0,
         clock=clock,
     )
-    for _ in range(2):
-        await enqueue(engine, "send", queue="q")
     async with clock.autojump(), anyio.create_task_group() as tg:
         await tg.start(dispatcher.run)
-        await clock.sleep(0.1)
-        assert len(spawned) == 2
-        for _ in range(2):
+        for _ in range(jobs):
             await enqueue(engine, "send", queue="q")
-        # the first of them is announced; the second commits while the claim it woke is
-        # on its way, after that claim has read the queue
-        dispatcher.wake()
-        await clock.sleep(engine.round_trip * 0.75)
-        await enqueue(engine, "send", queue="q")
-        await clock.sleep(0.1)
+            dispatcher.wake()
+            await clock.sleep(0.005)
+        await clock.sleep(0.2)
         dispatcher.stop()
     return dispatcher, spawned
 
@@ -136,9 +152,9 @@ async def _run(
 async def test_a_busy_queue_over_a_slow_link_gets_a_claim_ahead_of_the_one_in_flight() -> None:
     clock = ManualClock()
     engine = _SlowLinkEngine(clock)
-    config = QueueConfig(name="q", max_workers=8)
+    config = QueueConfig(name="q", max_workers=64)
     dispatcher, spawned = await _run(engine, clock, config)
-    assert dispatcher.ahead_claims >= 1
+    assert dispatcher.ahead_claims >= 3
     # A claim was sent while another was in flight, half a round trip after it.
     overlapping = [
         (a, b)
@@ -147,11 +163,11 @@ async def test_a_busy_queue_over_a_slow_link_gets_a_claim_ahead_of_the_one_in_fl
         if a[0] < b[0] < a[1] and b[0] - a[0] == pytest.approx(engine.round_trip / 2)
     ]
     assert overlapping
-    # The job committed behind the woken claim was taken by the claim ahead, half a round
-    # trip earlier than by the next claim of the loop: by 1.5 round trips after the wake.
+    # Claims ahead took jobs, and every job was handed out once.
+    assert any(got > 0 for _, _, got in engine.flights[1:])
     ids = [c.lease.job_id for c in spawned]
-    assert len(ids) == len(set(ids)) == 5
-    assert dispatcher._permits.in_flight("q") == 5
+    assert len(ids) == len(set(ids)) == 60
+    assert dispatcher._permits.in_flight("q") == 60
 
 
 @pytest.mark.anyio
@@ -159,13 +175,13 @@ async def test_no_claim_goes_ahead_over_a_local_link_or_with_a_rate_limit() -> N
     clock = ManualClock()
     engine = _SlowLinkEngine(clock)
     engine.round_trip = AHEAD_MIN_ROUND_TRIP / 2
-    dispatcher, spawned = await _run(engine, clock, QueueConfig(name="q", max_workers=8))
+    dispatcher, spawned = await _run(engine, clock, QueueConfig(name="q", max_workers=64))
     assert dispatcher.ahead_claims == 0
-    assert len({c.lease.job_id for c in spawned}) == 5
+    assert len({c.lease.job_id for c in spawned}) == 60
 
     clock = ManualClock()
     engine = _SlowLinkEngine(clock)
-    limited = QueueConfig(name="q", max_workers=8, rate_limit=RateLimit(1000.0, 1000))
+    limited = QueueConfig(name="q", max_workers=64, rate_limit=RateLimit(1000.0, 1000))
     dispatcher, spawned = await _run(engine, clock, limited)
     assert dispatcher.ahead_claims == 0
-    assert len({c.lease.job_id for c in spawned}) == 5
+    assert len({c.lease.job_id for c in spawned}) == 60

@@ -20,6 +20,7 @@ import psycopg
 import pytest
 
 import awa
+from awa.adapters.postgres_queue_storage import statements as queue_storage_statements
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -79,6 +80,10 @@ def test_wheel_from_a_clean_clone(tmp_path: Path, database_url: str) -> None:
     for license_file in ("LICENSE", "LICENSE-MIT", "LICENSE-APACHE"):
         assert any(n.endswith(f"/licenses/{license_file}") for n in names), license_file
     assert any(n.endswith(".sql") for n in names)
+    # The queue-storage engine's statements are spread over one file per part: every one
+    # ships.
+    for filename in queue_storage_statements.FILES:
+        assert f"awa/adapters/postgres_queue_storage/{filename}" in names, filename
     assert not any(n.startswith("tests/") for n in names)
 
     venv = tmp_path / "venv"

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from psycopg import sql
 
+from awa.adapters._pg.sql import load_queries
 from awa.adapters.postgres_queue_storage import statements
 from awa.adapters.postgres_queue_storage.statements import Statements
 
@@ -103,6 +104,36 @@ def test_per_call_placeholders_must_be_filled() -> None:
 
 
 def test_a_statement_named_twice_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(statements, "FILES", ("queries.sql", "queries.sql"))
+    monkeypatch.setattr(statements, "FILES", ("claim.sql", "claim.sql"))
     with pytest.raises(ValueError, match="named twice"):
         Statements("awa")
+
+
+def test_a_name_taken_by_another_file_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # finalize.sql as shipped, plus an entry named as one of claim.sql's.
+    def load(package: str, filename: str) -> dict[str, str]:
+        found = dict(load_queries(package, filename))
+        if filename == "finalize.sql":
+            found["claim_body"] = "SELECT 1"
+        return found
+
+    monkeypatch.setattr(statements, "load_queries", load)
+    with pytest.raises(ValueError, match="'claim_body' is named twice"):
+        Statements("awa")
+
+
+def test_every_sql_file_beside_the_engine_is_loaded() -> None:
+    # A statement file added beside the parts but not listed would never be read (and a
+    # listed one that is missing fails every engine build): the list is the directory.
+    on_disk = sorted(path.name for path in PACKAGE_DIR.glob("*.sql"))
+    assert sorted(statements.FILES) == on_disk
+    assert len(set(statements.FILES)) == len(statements.FILES)
+
+
+def test_every_statement_of_the_engine_is_found_by_name() -> None:
+    rendered = Statements("awa")
+    for filename in statements.FILES:
+        names = load_queries(statements.PACKAGE, filename)
+        assert names, filename
+        for name in names:
+            assert rendered.text(name)

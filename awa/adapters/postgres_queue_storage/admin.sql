@@ -124,3 +124,178 @@ SELECT 1
 -- name: install
 -- Install (or, with reset, rebuild) the engine's tables in a schema.
 SELECT awa.install_queue_storage(%(schema)s, %(queue_slots)s, %(lease_slots)s, %(reset)s)
+
+-- name: queue_overview
+-- Everything queue_counts() needs in one round trip, from control rows only: folded
+-- counters, queue settings, full completion buckets, the jobs completed inside the partial
+-- boundary minute (resolved by the caller), and per queue with available jobs the oldest
+-- one: the first unclaimed row of each ordered lane window, or the minimum of a window
+-- that holds an out-of-order row.
+WITH counts AS (
+    SELECT queue, state, sum(n)::bigint AS n FROM {s}.queue_counts GROUP BY queue, state
+), waiting AS (
+    SELECT queue FROM counts WHERE state = 'available' AND n > 0
+)
+SELECT 'count' AS kind, queue, state::text AS state, n, NULL::bigint AS job_id,
+    NULL::boolean AS paused, NULL::timestamptz AS oldest
+FROM counts
+UNION ALL
+SELECT 'meta', queue, NULL, NULL, NULL, paused, NULL FROM awa.queue_meta
+UNION ALL
+SELECT 'recent', queue, NULL, sum(n)::bigint, NULL, NULL, NULL FROM {s}.completions
+WHERE minute >= %(full_from)s GROUP BY queue
+UNION ALL
+SELECT 'edge', NULL, NULL, NULL, e.job_id, NULL, NULL FROM (
+    SELECT c.job_id FROM {s}.closures x
+    JOIN {s}.claims c ON c.slot = x.slot AND c.claim_id = x.claim_id
+    WHERE x.outcome = 'completed' AND x.finalized_at > %(lo)s AND x.finalized_at < %(hi)s
+    UNION
+    SELECT w.job_id FROM {s}.done_entries w
+    WHERE w.state = 'completed' AND w.finalized_at > %(lo)s AND w.finalized_at < %(hi)s
+) e
+UNION ALL
+SELECT 'oldest', h.queue, NULL, NULL, NULL, NULL, min(w.run_at)
+FROM {s}.claim_heads h
+JOIN {s}.lanes l USING (queue, priority, shard)
+CROSS JOIN LATERAL (
+    (SELECT r.run_at FROM {s}.ready_entries r
+     WHERE l.disorder_seq < h.claim_seq
+       AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+       AND r.lane_seq >= h.claim_seq
+       AND NOT EXISTS (
+           SELECT 1 FROM {s}.claims c WHERE c.slot = r.slot AND c.ready_fact = r.fact_id
+           OFFSET 0)
+       AND NOT EXISTS (
+           SELECT 1 FROM {s}.tombstones t WHERE t.slot = r.slot AND t.ready_fact = r.fact_id
+           OFFSET 0)
+     ORDER BY r.lane_seq
+     LIMIT 1)
+    UNION ALL
+    (SELECT min(r.run_at) FROM {s}.ready_entries r
+     WHERE l.disorder_seq >= h.claim_seq
+       AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+       AND r.lane_seq >= h.claim_seq
+       AND NOT EXISTS (
+           SELECT 1 FROM {s}.claims c WHERE c.slot = r.slot AND c.ready_fact = r.fact_id)
+       AND NOT EXISTS (
+           SELECT 1 FROM {s}.tombstones t WHERE t.slot = r.slot AND t.ready_fact = r.fact_id))
+) w
+WHERE h.queue IN (SELECT queue FROM waiting)
+GROUP BY h.queue
+
+-- name: newest_job_ids
+-- A keyset page of candidate job ids for list_jobs, newest first: each fact table is
+-- walked backwards along its job_id index from below the cursor and stops after `limit`
+-- distinct ids, so a page never reads or sorts the whole history. Every filter keeps the
+-- ids of which some fact matches it (a job's head fact is one of its facts), so it drops
+-- only ids that cannot match; on a ready row the state is judged as job_facts does, by
+-- index probes of its claim, closure and tombstone. The caller resolves the ids and
+-- applies the full filter. The top `limit` of the union is exact: an id among them is
+-- within the first `limit` distinct ids of the table that holds it.
+SELECT job_id FROM (
+    (SELECT DISTINCT r.job_id FROM {s}.ready_entries r
+     WHERE r.job_id < %(before)s
+       AND (%(kind)s::text IS NULL OR r.kind = %(kind)s::text)
+       AND (%(queue)s::text IS NULL OR r.queue = %(queue)s::text)
+       AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY(r.tags))
+       AND (%(state)s::text IS NULL
+            OR (%(state)s::text = 'available'
+                AND NOT EXISTS (SELECT 1 FROM {s}.claims c
+                                WHERE c.slot = r.slot AND c.ready_fact = r.fact_id)
+                AND NOT EXISTS (SELECT 1 FROM {s}.tombstones t
+                                WHERE t.slot = r.slot AND t.ready_fact = r.fact_id))
+            OR (%(state)s::text IN ('running', 'waiting_external')
+                AND EXISTS (SELECT 1 FROM {s}.claims c
+                            WHERE c.slot = r.slot AND c.ready_fact = r.fact_id
+                              AND NOT EXISTS (SELECT 1 FROM {s}.closures x
+                                              WHERE x.slot = c.slot
+                                                AND x.claim_id = c.claim_id)))
+            OR (%(state)s::text = 'completed'
+                AND EXISTS (SELECT 1 FROM {s}.claims c
+                            JOIN {s}.closures x ON x.slot = c.slot AND x.claim_id = c.claim_id
+                            WHERE c.slot = r.slot AND c.ready_fact = r.fact_id
+                              AND x.outcome = 'completed')))
+     ORDER BY r.job_id DESC LIMIT %(limit)s)
+    UNION
+    (SELECT DISTINCT d.job_id FROM {s}.deferred_jobs d
+     WHERE d.job_id < %(before)s
+       AND (%(kind)s::text IS NULL OR d.kind = %(kind)s::text)
+       AND (%(queue)s::text IS NULL OR d.queue = %(queue)s::text)
+       AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY(d.tags))
+       AND (%(state)s::text IS NULL OR d.state = %(state)s::text::awa.job_state)
+     ORDER BY d.job_id DESC LIMIT %(limit)s)
+    UNION
+    (SELECT DISTINCT w.job_id FROM {s}.done_entries w
+     WHERE w.job_id < %(before)s
+       AND (%(kind)s::text IS NULL OR w.kind = %(kind)s::text)
+       AND (%(queue)s::text IS NULL OR w.queue = %(queue)s::text)
+       AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY(w.tags))
+       AND (%(state)s::text IS NULL OR w.state = %(state)s::text::awa.job_state)
+     ORDER BY w.job_id DESC LIMIT %(limit)s)
+) candidates
+ORDER BY job_id DESC
+LIMIT %(limit)s
+
+-- name: queue_depths
+-- The metrics' cheap depth (queue_depths): available jobs per queue as the sum of its
+-- lanes' head-cursor differences (lanes.next_seq - claim_heads.claim_seq: a row retired
+-- above a cursor counts until a claim passes it), with the run_at of the first row at
+-- each lane's cursor (one index probe per lane) as the oldest; the other live states from
+-- the folded counters. No job row is counted and no claim or tombstone is probed.
+WITH heads AS (
+    SELECT h.queue, h.priority, h.shard, h.claim_seq, l.next_seq
+    FROM {s}.claim_heads h
+    JOIN {s}.lanes l USING (queue, priority, shard)
+)
+SELECT h.queue, 'available' AS state,
+    sum(greatest(h.next_seq - h.claim_seq, 0))::bigint AS n, min(w.run_at) AS oldest
+FROM heads h
+LEFT JOIN LATERAL (
+    SELECT r.run_at FROM {s}.ready_entries r
+    WHERE h.next_seq > h.claim_seq
+      AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+      AND r.lane_seq >= h.claim_seq
+    ORDER BY r.lane_seq
+    LIMIT 1
+) w ON true
+GROUP BY h.queue
+UNION ALL
+SELECT queue, state::text, sum(n)::bigint, NULL
+FROM {s}.queue_counts
+WHERE state IN ('scheduled', 'retryable', 'running', 'waiting_external')
+GROUP BY queue, state
+
+-- name: kind_counts
+-- Operator read (cached by its callers): a scan of the resolved job snapshots.
+SELECT kind,
+       count(*) AS job_count,
+       count(DISTINCT queue) AS queue_count,
+       count(*) FILTER (
+           WHERE state = 'completed' AND finalized_at > %(hour_ago)s::timestamptz
+       ) AS completed_last_hour
+FROM {s}.jobs_resolved
+GROUP BY kind
+
+-- name: finalized_timeseries
+-- Sessions run in UTC, so date_trunc cuts UTC minutes.
+SELECT date_trunc('minute', finalized_at) AS bucket, state::text AS state, count(*) AS n
+FROM {s}.jobs_resolved
+WHERE finalized_at >= %(since)s::timestamptz
+  AND state IN ('completed', 'failed', 'cancelled')
+GROUP BY 1, 2
+
+-- name: finalized_by_queue
+-- Completed jobs from the per-minute completion buckets, kept two hours (COMPLETIONS_KEPT),
+-- leaving out the bucket where prune subtracts what it drops, so a minute counts every job
+-- completed in it long after prune took the rows; failed and cancelled jobs from the
+-- snapshots still held. Sessions run in UTC, so date_trunc cuts UTC minutes.
+SELECT minute AS bucket, queue, 'completed' AS state, sum(n)::bigint AS n
+FROM {s}.completions
+WHERE minute >= %(since)s::timestamptz AND bucket <> %(pruned_bucket)s::smallint
+GROUP BY 1, 2
+UNION ALL
+SELECT date_trunc('minute', finalized_at), queue, state::text, count(*)
+FROM {s}.jobs_resolved
+WHERE finalized_at >= %(since)s::timestamptz
+  AND state IN ('failed', 'cancelled')
+GROUP BY 1, 2, 3

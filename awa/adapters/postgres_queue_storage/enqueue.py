@@ -2,9 +2,9 @@
 
 Which statement writes a job depends on the call, on whether the jobs carry unique keys,
 and on what else this engine is writing. This table is the whole decision (statements are
-in ``queries.sql``; "general insert" is :meth:`Enqueue.insert`: ``next_job_ids``,
-``unique_claim``, ``reserve_lanes``, ``insert_ready`` / ``insert_deferred``,
-``add_counts_free``, ``notify``):
+in ``enqueue.sql``, ``lanes.sql`` and ``facts.sql``; "general insert" is
+:meth:`Enqueue.insert`: ``next_job_ids``, ``unique_claim``, ``reserve_lanes``,
+``insert_ready`` / ``insert_deferred``, ``add_counts_free``, ``notify``):
 
 ==============================  ===================  ==================================
 call                            jobs                 statements (transaction)

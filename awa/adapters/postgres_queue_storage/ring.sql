@@ -206,3 +206,15 @@ EXISTS (SELECT 1 FROM {leases_k} l
     JOIN {s}.claims c ON c.slot = l.claim_slot AND c.claim_id = l.claim_id
     WHERE NOT EXISTS (SELECT 1 FROM {s}.closures x
                       WHERE x.slot = c.slot AND x.claim_id = c.claim_id))
+
+-- name: add_completions_in
+-- add_completions into one given bucket: prune's, where it counts the completed jobs it
+-- drops (snapshots.PRUNED_COMPLETIONS_BUCKET).
+INSERT INTO {s}.completions AS c (queue, minute, bucket, n)
+SELECT q, m, %(bucket)s::smallint, d
+FROM unnest(%(queues)s::text[], %(minutes)s::timestamptz[], %(deltas)s::bigint[]) AS i(q, m, d)
+ORDER BY q, m
+ON CONFLICT (queue, minute, bucket) DO UPDATE SET n = c.n + EXCLUDED.n
+
+-- name: prune_completions
+DELETE FROM {s}.completions WHERE minute < %(before)s

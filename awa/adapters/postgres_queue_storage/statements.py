@@ -52,7 +52,25 @@ from awa.adapters._pg.sql import load_queries
 from awa.domain.validation import validate_schema_name
 
 PACKAGE = "awa.adapters.postgres_queue_storage"
-FILES = ("queries.sql", "ring.sql", "carry.sql", "long_tx.sql", "admin.sql")
+#: The engine's statement files, one beside each part that runs them (a fragment shared by
+#: several parts lives with the first of them); a name is unique across all of them.
+FILES = (
+    "lanes.sql",
+    "connections.sql",
+    "enqueue.sql",
+    "copy.sql",
+    "facts.sql",
+    "wakes.sql",
+    "claim.sql",
+    "finalize.sql",
+    "outcomes.sql",
+    "callbacks.sql",
+    "sweeps.sql",
+    "ring.sql",
+    "carry.sql",
+    "long_tx.sql",
+    "admin.sql",
+)
 
 #: Lanes per ``(queue, priority)`` for jobs without an ordering key (shards -1, -2, ...;
 #: an ordering key's lanes are 0 and up). A producer takes one that no other open enqueue

@@ -1,0 +1,622 @@
+-- Claims of the queue-storage engine (claim.py): the walk over the lanes, the sorted and
+-- per-key-limited claims, and the fragments naming the ring's tables.
+-- Placeholders are listed in statements.py; every time value is a parameter taken from the
+-- engine's clock.
+
+-- name: quiet_commit
+-- An expression a claim statement evaluates once (in its `mixed` row): the claim's
+-- transaction commits without waiting for the WAL flush. A claim lost in a server crash
+-- leaves its jobs available, so they run again, as after any crash (at-least-once); any
+-- later durable commit (the attempt's completion, a retry) flushes the WAL up to and
+-- including the claim, so a recorded outcome never lacks its claim. Under load every
+-- claim otherwise queued behind the producers' flushes: most of its round trip and the
+-- tail of pickup latency. The setting is local to the transaction and is read at its
+-- commit.
+set_config('synchronous_commit', 'off', true)
+
+-- name: claim
+-- The common claim, one statement on its own (autocommit): windows are walked in lane
+-- order only, so a third less of the ring is planned and locked, and it moves the cursors
+-- and the counters itself. A window that needs sorting (it holds a row appended out of
+-- (run_at, job id) order) is taken only whole: when all its unclaimed rows are due and
+-- fit in the batch, the order among them does not matter and the cursor moves past them
+-- as for an ordered window. Such windows come from promoted, retried or edited jobs
+-- (new jobs are stamped under their lane's lock, lane_stamp), and from producers whose
+-- clocks are far apart; they are usually a few rows long.
+-- When a sorted window cannot be taken whole (or a unique key would have to move with
+-- the claim) it claims nothing and reports `mixed`; the engine then runs the general
+-- claim_sorted in a transaction, and keeps using it for the queue while that reports a
+-- sorted window longer than its batch.
+-- Unless the queue is paused, lock the lane heads nobody else is claiming from and take
+-- the best unclaimed rows of their windows (lane_seq >= cursor), merged across lanes by
+-- (aged priority, run_at, job id). Within one lane that key only grows along an ordered
+-- window (a lane has one priority, the window is in (run_at, job id) order and aging only
+-- favours older rows), so the merge is exact without reading `limit` rows of every lane
+-- (ADR 0006, "The claim's merge"). A first walk reads an even share of the batch from
+-- each ordered window (`limit` / lanes rounded up; a sorted window `limit` + 1 rows, to
+-- tell whether it fits). Every row not read has a larger key than the last row read of
+-- its lane, so when at least `limit` rows read have keys up to the smallest such last
+-- key, the best `limit` of them are the answer. Otherwise the window with that smallest
+-- last key goes on by as many rows as can still rank within the batch (a run of one
+-- lane ahead of the others, the usual shape of a backlog from concurrent producers); and
+-- if the test still fails, every window that may go on does, by at most `limit` less its
+-- rows read and the other lanes' rows read below its last one. Aging uses integer
+-- microseconds, exactly like the Python PriorityAging. On a walk (claim_walk), OFFSET 0 keeps each NOT EXISTS a per-row index probe (the planner would
+-- otherwise build a join against a whole partition when its statistics are stale).
+-- The same statement moves the cursor of every lane it took rows from: in an ordered
+-- window the rows taken are a prefix of the lane's unclaimed rows in lane order, and a
+-- sorted window was taken whole, so every row below the last one taken is claimed or
+-- tombstoned.
+{claim_body ready_entries=ring_ready_entries claims=ring_claims tombstones=ring_tombstones}
+
+-- name: claim_body
+-- The claim statement; its ring tables and its in-slot checks are filled in by claim and
+-- claim_in_slot.
+WITH heads AS (
+    SELECT h.queue, h.priority, h.shard, h.claim_seq, l.next_seq,
+        (l.disorder_seq >= h.claim_seq) AS disordered,
+        -- Read from the head's newest version once it is locked: a writer that retired a
+        -- row of this lane committed after this statement's snapshot was taken, so the
+        -- walk cannot see its tombstone. The lane is left alone (see `contested`).
+        CASE WHEN h.retired_xid IS NULL THEN false
+            ELSE NOT pg_visible_in_snapshot(h.retired_xid, pg_current_snapshot())
+        END AS contested
+    FROM {s}.claim_heads h
+    JOIN {s}.lanes l USING (queue, priority, shard)
+    WHERE h.queue = %(queue)s
+      -- A lane with nothing appended past its cursor is not locked: any ready row this
+      -- statement can see was committed together with a lanes.next_seq above it.
+      AND l.next_seq > h.claim_seq
+      -- a paused queue hands out nothing
+      AND NOT EXISTS (
+          SELECT 1 FROM awa.queue_meta m WHERE m.queue = %(queue)s AND m.paused)
+    ORDER BY h.priority, h.shard
+    FOR UPDATE OF h SKIP LOCKED
+), first_lanes AS (
+    -- The first walk of each lane not left alone: from its cursor, an even share of the
+    -- batch (all of it for a lone lane). A sorted window: its unclaimed rows, due or not,
+    -- one more than fits (to tell).
+    SELECT h.queue, h.priority, h.shard, h.next_seq, h.disordered, 1 AS pass,
+        h.claim_seq AS walk_from,
+        CASE WHEN h.disordered THEN %(limit)s + 1
+            ELSE (%(limit)s + count(*) OVER () - 1) / count(*) OVER () END AS share
+    FROM heads h
+    WHERE NOT h.contested
+), first_walk AS (
+    {claim_walk lanes=claim_first_lanes}
+), first_keyed AS (
+    SELECT f.priority, f.shard, f.lane_seq, f.run_at, f.job_id, {claim_effective} AS effective
+    FROM first_walk f
+), first_ends AS (
+    -- Per lane: the rows the first walk read and its last one (the largest key of an
+    -- ordered window); `more` when the window filled its share and may go on.
+    SELECT l.queue, l.priority, l.shard, l.next_seq, g.n, e.lane_seq AS last_seq,
+        e.effective, e.run_at, e.job_id,
+        NOT l.disordered AND g.n >= l.share AS more
+    FROM first_lanes l
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM first_keyed k
+        WHERE k.priority = l.priority AND k.shard = l.shard) g
+    LEFT JOIN LATERAL (
+        SELECT k.lane_seq, k.effective, k.run_at, k.job_id FROM first_keyed k
+        WHERE k.priority = l.priority AND k.shard = l.shard
+        ORDER BY k.lane_seq DESC LIMIT 1) e ON true
+), second_lanes AS (
+    -- Unless `limit` rows read rank up to the smallest last key of the windows that may
+    -- go on (every row not read ranks after it), the window with that last key goes on by
+    -- as many rows as can still rank within the batch.
+    SELECT e.queue, e.priority, e.shard, e.next_seq, false AS disordered, 2 AS pass,
+        e.last_seq + 1 AS walk_from, %(limit)s - b.below AS share
+    FROM (SELECT * FROM first_ends WHERE more
+          ORDER BY effective, run_at, job_id LIMIT 1) e
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS below FROM first_keyed k
+        WHERE (k.effective, k.run_at, k.job_id) <= (e.effective, e.run_at, e.job_id)) b
+    WHERE b.below < %(limit)s
+), second_walk AS (
+    {claim_walk lanes=claim_second_lanes}
+), read_keyed AS (
+    SELECT * FROM first_keyed
+    UNION ALL
+    SELECT f.priority, f.shard, f.lane_seq, f.run_at, f.job_id, {claim_effective}
+    FROM second_walk f
+), read_ends AS (
+    -- first_ends after the second walk.
+    SELECT e.queue, e.priority, e.shard, e.next_seq, e.n + coalesce(g.n, 0) AS n,
+        coalesce(g.lane_seq, e.last_seq) AS last_seq,
+        coalesce(g.effective, e.effective) AS effective,
+        coalesce(g.run_at, e.run_at) AS run_at, coalesce(g.job_id, e.job_id) AS job_id,
+        CASE WHEN s.pass IS NULL THEN e.more ELSE coalesce(g.n, 0) >= s.share END AS more
+    FROM first_ends e
+    LEFT JOIN second_lanes s ON s.priority = e.priority AND s.shard = e.shard
+    LEFT JOIN LATERAL (
+        SELECT count(*) OVER () AS n, k.lane_seq, k.effective, k.run_at, k.job_id
+        FROM read_keyed k
+        WHERE s.pass IS NOT NULL AND k.priority = e.priority AND k.shard = e.shard
+          AND k.lane_seq >= s.walk_from
+        ORDER BY k.lane_seq DESC LIMIT 1) g ON true
+), third_lanes AS (
+    -- When the second walk ran and still fewer than `limit` rows read rank up to the
+    -- smallest last key of the windows that may go on, each of those goes on by at most
+    -- the rows of it that can still rank within the batch: `limit` less its rows read and
+    -- the other lanes' rows read below its last one.
+    SELECT e.queue, e.priority, e.shard, e.next_seq, false AS disordered, 3 AS pass,
+        e.last_seq + 1 AS walk_from,
+        %(limit)s - e.n - (
+            SELECT count(*) FROM read_keyed k
+            WHERE (k.priority, k.shard) <> (e.priority, e.shard)
+              AND (k.effective, k.run_at, k.job_id) < (e.effective, e.run_at, e.job_id))
+        AS share
+    FROM read_ends e
+    WHERE e.more AND EXISTS (SELECT 1 FROM second_lanes)
+      AND (SELECT count(*) FROM read_keyed k
+           WHERE (k.effective, k.run_at, k.job_id) <= (
+               SELECT r.effective, r.run_at, r.job_id FROM read_ends r WHERE r.more
+               ORDER BY r.effective, r.run_at, r.job_id LIMIT 1)) < %(limit)s
+), third_walk AS (
+    {claim_walk lanes=claim_third_lanes}
+), picked AS (
+    SELECT * FROM first_walk
+    UNION ALL
+    SELECT * FROM second_walk
+    UNION ALL
+    SELECT * FROM third_walk
+), ranked AS (
+    SELECT p.*, row_number() OVER (ORDER BY p.effective, p.run_at, p.job_id) AS rank
+    FROM (SELECT f.*, {claim_effective} AS effective FROM picked f) p
+), refused AS (
+    -- A sorted window this statement cannot take whole: a row of it is not due yet, or
+    -- they do not all fit in the batch (more than `limit`, or better rows elsewhere).
+    SELECT EXISTS (
+        SELECT 1 FROM ranked r WHERE r.disordered
+        GROUP BY r.priority, r.shard
+        HAVING count(*) > %(limit)s OR max(r.rank) > %(limit)s
+            OR bool_or(r.run_at > %(now)s::timestamptz))
+        OR EXISTS (SELECT 1 FROM picked u
+                   WHERE u.unique_key IS NOT NULL AND u.unique_states IS NOT NULL
+                     AND get_bit(u.unique_states, 1) <> get_bit(u.unique_states, 2))
+        AS mixed{?refused_elsewhere}
+), candidates AS (
+    SELECT r.* FROM ranked r
+    WHERE r.rank <= %(limit)s AND NOT (SELECT mixed {?or_elsewhere} FROM refused)
+), inserted AS (
+    INSERT INTO {?claims} (slot, claim_id, ready_fact, job_id, run_lease, queue, attempted_at,
+        deadline_at)
+    SELECT slot, nextval('{s}.fact_seq'), fact_id, job_id, run_lease + 1, %(queue)s, %(now)s,
+        %(deadline_at)s
+    FROM (SELECT * FROM candidates ORDER BY effective, run_at, job_id) ordered
+    RETURNING slot, claim_id, ready_fact, job_id
+), advanced AS (
+    UPDATE {s}.claim_heads h SET claim_seq = a.next_seq
+    FROM (SELECT c.priority, c.shard, max(c.lane_seq) + 1 AS next_seq
+          FROM candidates c
+          GROUP BY c.priority, c.shard) a
+    WHERE h.queue = %(queue)s AND h.priority = a.priority AND h.shard = a.shard
+      AND a.next_seq > h.claim_seq
+), counted AS (
+    -- The claimed jobs move from available to running (counters last, in key order).
+    INSERT INTO {s}.queue_counts AS q (queue, state, bucket, n)
+    SELECT %(queue)s, v.st::awa.job_state, (16 + pg_backend_pid() %% 8)::smallint, v.d
+    FROM (SELECT count(*) AS n FROM inserted) k
+    CROSS JOIN LATERAL (VALUES ('available', -k.n), ('running', k.n)) AS v(st, d)
+    WHERE k.n > 0
+    ORDER BY v.st
+    ON CONFLICT (queue, state, bucket) DO UPDATE SET n = q.n + EXCLUDED.n
+), mixed AS (
+    -- Whether the general claim is needed: a locked lane holds a sorted window that
+    -- cannot be taken whole, or a job's unique key is held in only one of available /
+    -- running (its claim must move the key in the same transaction).
+    SELECT (SELECT mixed FROM refused) AS mixed,
+        -- A lane was left alone (see heads): the engine claims again at once.
+        EXISTS (SELECT 1 FROM heads WHERE contested) AS contested,
+        {quiet_commit} AS quiet{?slot_outputs}
+), claimed AS (
+    -- The claimed snapshots, exactly as the job_facts view resolves an open receipt
+    -- without a lease, so the claimer needs no second read (the walk carried the bodies).
+    SELECT i.slot, i.claim_id, i.ready_fact, i.job_id, c.priority, c.shard,
+        c.job_id AS id, c.kind, c.queue, c.args, 'running' AS state,
+        (c.attempt + 1)::smallint AS attempt, c.max_attempts, c.run_at,
+        %(now)s::timestamptz AS heartbeat_at, %(deadline_at)s::timestamptz AS deadline_at,
+        %(now)s::timestamptz AS attempted_at, c.finalized_at, c.created_at, c.errors,
+        c.metadata, c.tags, c.unique_key, c.unique_states, c.callback_id,
+        c.callback_timeout_at, c.run_lease + 1 AS run_lease, c.progress, c.disordered,
+        c.effective
+    FROM inserted i
+    JOIN candidates c ON c.slot = i.slot AND c.fact_id = i.ready_fact
+)
+-- One row even when nothing was claimed (id NULL), so `mixed` and `contested` always
+-- come back.
+SELECT r.*, m.mixed, m.contested{?slot_columns}
+FROM mixed m LEFT JOIN claimed r ON true
+ORDER BY r.effective, r.run_at, r.job_id
+
+-- name: claim_walk
+-- A claim's walk of the lanes `{?lanes}` (queue, priority, shard, disordered, pass,
+-- walk_from, share): each one's unclaimed rows in lane order from position walk_from, at
+-- most share of them (none when share is not positive); an ordered window only its due
+-- rows.
+SELECT w.*, h.disordered, h.pass
+FROM (SELECT * FROM {?lanes} WHERE share > 0) h
+CROSS JOIN LATERAL (
+    SELECT o.* FROM (
+        SELECT {claim_walk_columns}{?walk_position}
+        FROM {?ready_entries} r
+        WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+          AND r.lane_seq >= h.walk_from AND (h.disordered OR r.run_at <= %(now)s)
+        ORDER BY r.lane_seq
+        OFFSET 0) o
+    WHERE NOT EXISTS (
+          SELECT 1 FROM {?claims} c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
+          OFFSET 0)
+      AND NOT EXISTS (
+          SELECT 1 FROM {?tombstones} t
+          WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)
+    ORDER BY o.lane_seq
+    LIMIT h.share
+) w
+
+-- name: claim_first_lanes
+first_lanes
+
+-- name: claim_second_lanes
+second_lanes
+
+-- name: claim_third_lanes
+third_lanes
+
+-- name: claim_walk_columns
+-- The columns a claim's walk reads of a ready row (`r`): the claimed snapshot's body and
+-- the row's place.
+r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard, r.kind, r.queue,
+    r.args, r.attempt, r.max_attempts, r.finalized_at, r.created_at, r.errors, r.metadata,
+    r.tags, r.unique_key, r.unique_states, r.callback_id, r.callback_timeout_at,
+    r.progress, r.lane_seq
+
+-- name: claim_effective
+-- The aged priority of a walked row `f` at the claim's `now`: its priority less one per
+-- `aging_us` microseconds it has been due, never below 1 (PriorityAging).
+CASE WHEN %(aging_us)s::bigint > 0 AND %(now)s::timestamptz > f.run_at
+    THEN greatest(1, f.priority - div(
+        extract(epoch FROM %(now)s::timestamptz - f.run_at) * 1000000,
+        %(aging_us)s::bigint))
+    ELSE f.priority END
+
+-- name: claim_in_slot
+-- The claim as one ring slot's statement: it reads and writes that slot's partitions by
+-- name, never the ring's partitioned parents, so prune's swap of another slot neither
+-- makes it wait (prune locks the parents ONLY, and the partitions of its own slot) nor
+-- makes it plan again (a swap invalidates the plans that read the parents or the swapped
+-- partitions, not those reading a sibling). The engine runs it on the slot where the
+-- queue's last claims found their rows, which is the current slot when workers keep up
+-- and the backlog's slot when they drain one.
+-- It claims only when the slot holds, for every lane it locked, each position from the
+-- lane's cursor up to its last row taken: `elsewhere` reports a lane whose window
+-- reaches into another slot (a producer that wrote to the previous slot just after a
+-- rotation, carried-forward rows, a backlog older than the slot). It then claims and
+-- moves nothing, and the engine runs the claim over the whole ring, so FIFO per lane and
+-- order across lanes are those of `claim`. `current_slot` is the ring's current slot, to
+-- try next; `next_slot` the one the ring rotates into next, whose statement the engine
+-- plans ahead once the current slot changed (Claims._warm_next).
+{claim_body ready_entries=slot_ready_entries claims=slot_claims tombstones=slot_tombstones walk_position=slot_walk_position refused_elsewhere=slot_refused_elsewhere or_elsewhere=slot_or_elsewhere slot_outputs=slot_outputs slot_columns=slot_columns}
+
+-- name: ring_ready_entries
+{s}.ready_entries
+
+-- name: ring_claims
+{s}.claims
+
+-- name: ring_tombstones
+{s}.tombstones
+
+-- name: slot_ready_entries
+{ready_entries_k}
+
+-- name: slot_claims
+{claims_k}
+
+-- name: slot_tombstones
+{tombstones_k}
+
+-- name: slot_walk_position
+, row_number() OVER (ORDER BY r.lane_seq) AS rn
+
+-- name: slot_refused_elsewhere
+-- Per walk of a lane (first_lanes, second_lanes, third_lanes): when the walk filled its share, every
+-- position from where it began to its last row is in this slot when that row's position
+-- equals the beginning plus the rows walked before it (positions are unique and increase
+-- along the walk); otherwise the walk saw all the lane's rows here from where it began,
+-- and the slot must hold every position from there to the lane's end (next_seq is
+-- committed with the rows below it).
+, EXISTS (
+    SELECT 1 FROM (SELECT * FROM first_lanes UNION ALL SELECT * FROM second_lanes
+                   UNION ALL SELECT * FROM third_lanes WHERE share > 0) h
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n, max(p.rn) AS last_rn, max(p.lane_seq) AS last_seq
+        FROM picked p
+        WHERE p.priority = h.priority AND p.shard = h.shard AND p.pass = h.pass) g
+    WHERE CASE
+        WHEN g.n >= h.share THEN g.last_seq <> h.walk_from + g.last_rn - 1
+        ELSE (SELECT count(*) FROM {ready_entries_k} r
+              WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+                AND r.lane_seq >= h.walk_from AND r.lane_seq < h.next_seq)
+            <> h.next_seq - h.walk_from
+        END) AS elsewhere
+
+-- name: slot_or_elsewhere
+ OR elsewhere
+
+-- name: slot_outputs
+,
+        (SELECT elsewhere FROM refused) AS elsewhere,
+        (SELECT current_slot FROM {s}.ring_state) AS current_slot,
+        (SELECT (current_slot + 1) %% slot_count FROM {s}.ring_state) AS next_slot
+
+-- name: slot_columns
+, m.elsewhere, m.current_slot, m.next_slot
+
+-- name: explain_claim
+-- Plans the claim on a new backend without claiming anything (warm_up).
+EXPLAIN {claim}
+
+-- name: claim_sorted
+-- The general claim; `claim` is this statement for windows in lane order or taken whole,
+-- used while no lane of the queue holds a longer sorted window.
+-- Unless the queue is paused, lock the lane heads nobody else is claiming from and take
+-- the best unclaimed rows of their windows (lane_seq >= cursor). A window appended in (run_at, job id) order is
+-- walked along the lane index and stops after `limit` rows; only a window that still
+-- holds an out-of-order row is sorted. Within one lane the aged priority only improves
+-- with age, so each lane's first `limit` rows by (run_at, job id) contain the answer.
+-- Aging uses integer microseconds, exactly like the Python PriorityAging. On the walk,
+-- OFFSET 0 keeps each NOT EXISTS a per-row index probe (the planner would otherwise
+-- build a join against a whole partition when its statistics are stale).
+-- The same statement moves the cursor of every ordered lane it took rows from: there the
+-- rows taken are a prefix of the lane's unclaimed rows in lane order (a lane has one
+-- priority, its window is in (run_at, job id) order and aging only favours older rows),
+-- so every row below the last one taken is claimed or tombstoned. Sorted (disordered)
+-- windows are left to advance_cursors.
+{claim_sorted_body}
+
+-- name: claim_sorted_body
+-- The statement of claim_sorted, and of claim_limited with its slots filled.
+WITH heads AS (
+    SELECT h.queue, h.priority, h.shard, h.claim_seq, l.next_seq,
+        (l.disorder_seq >= h.claim_seq) AS disordered,
+        -- Read from the head's newest version once it is locked: a writer that retired a
+        -- row of this lane committed after this statement's snapshot was taken, so the
+        -- walk cannot see its tombstone. The lane is left alone (see `contested`).
+        CASE WHEN h.retired_xid IS NULL THEN false
+            ELSE NOT pg_visible_in_snapshot(h.retired_xid, pg_current_snapshot())
+        END AS contested
+    FROM {s}.claim_heads h
+    JOIN {s}.lanes l USING (queue, priority, shard)
+    WHERE h.queue = %(queue)s
+      -- A lane with nothing appended past its cursor is not locked: any ready row this
+      -- statement can see was committed together with a lanes.next_seq above it.
+      AND l.next_seq > h.claim_seq
+      -- a paused queue hands out nothing
+      AND NOT EXISTS (
+          SELECT 1 FROM awa.queue_meta m WHERE m.queue = %(queue)s AND m.paused)
+      {?keyed_heads}
+    ORDER BY h.priority, h.shard
+    FOR UPDATE OF h SKIP LOCKED
+), picked AS (
+    SELECT w.*, h.disordered
+    FROM (SELECT * FROM heads WHERE NOT contested) h
+    CROSS JOIN LATERAL (
+        (SELECT o.* FROM (
+             SELECT r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard,
+                 r.kind, r.queue, r.args, r.attempt, r.max_attempts, r.finalized_at,
+                 r.created_at, r.errors, r.metadata, r.tags, r.unique_key,
+                 r.unique_states, r.callback_id, r.callback_timeout_at, r.progress,
+                 r.lane_seq
+             FROM {s}.ready_entries r
+             WHERE NOT h.disordered
+               AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+               AND r.lane_seq >= h.claim_seq AND r.run_at <= %(now)s
+             ORDER BY r.lane_seq
+             OFFSET 0) o
+         WHERE NOT EXISTS (
+               SELECT 1 FROM {s}.claims c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
+               OFFSET 0)
+           AND NOT EXISTS (
+               SELECT 1 FROM {s}.tombstones t
+               WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)
+         ORDER BY o.lane_seq
+         LIMIT %(limit)s)
+        UNION ALL
+        (SELECT o.* FROM (
+             SELECT r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard,
+                 r.kind, r.queue, r.args, r.attempt, r.max_attempts, r.finalized_at,
+                 r.created_at, r.errors, r.metadata, r.tags, r.unique_key,
+                 r.unique_states, r.callback_id, r.callback_timeout_at, r.progress,
+                 r.lane_seq
+             FROM {s}.ready_entries r
+             WHERE h.disordered
+               AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+               AND r.lane_seq >= h.claim_seq AND r.run_at <= %(now)s
+             OFFSET 0) o
+         WHERE NOT EXISTS (
+               SELECT 1 FROM {s}.claims c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id)
+           AND NOT EXISTS (
+               SELECT 1 FROM {s}.tombstones t
+               WHERE t.slot = o.slot AND t.ready_fact = o.fact_id)
+         ORDER BY o.run_at, o.job_id
+         LIMIT %(limit)s)
+    ) w
+), candidates AS (
+    SELECT p.* FROM (
+        SELECT p.*{?key_rank}
+        FROM (
+            SELECT p.*,
+                CASE WHEN %(aging_us)s::bigint > 0 AND %(now)s::timestamptz > p.run_at
+                    THEN greatest(1, p.priority - div(
+                        extract(epoch FROM %(now)s::timestamptz - p.run_at) * 1000000,
+                        %(aging_us)s::bigint))
+                    ELSE p.priority END AS effective
+            FROM picked p) p) p
+    {?room}
+    ORDER BY {?by_key_rank}p.effective, p.run_at, p.job_id
+    LIMIT %(limit)s
+), inserted AS (
+    INSERT INTO {s}.claims (slot, claim_id, ready_fact, job_id, run_lease, queue, attempted_at,
+        deadline_at)
+    SELECT slot, nextval('{s}.fact_seq'), fact_id, job_id, run_lease + 1, %(queue)s, %(now)s,
+        %(deadline_at)s
+    FROM (SELECT * FROM candidates ORDER BY effective, run_at, job_id) ordered
+    RETURNING slot, claim_id, ready_fact, job_id
+), advanced AS (
+    UPDATE {s}.claim_heads h SET claim_seq = a.next_seq
+    FROM (SELECT c.priority, c.shard, max(c.lane_seq) + 1 AS next_seq
+          FROM candidates c
+          WHERE NOT c.disordered
+          GROUP BY c.priority, c.shard) a
+    WHERE h.queue = %(queue)s AND h.priority = a.priority AND h.shard = a.shard
+      AND a.next_seq > h.claim_seq
+), mixed AS (
+    -- Whether the next claim needs this statement again (see claim): a sorted window
+    -- longer than this batch (claim takes only whole ones).
+    SELECT EXISTS (SELECT 1 FROM heads
+                   WHERE disordered AND next_seq - claim_seq > %(limit)s)
+        OR EXISTS (SELECT 1 FROM picked p
+                   WHERE p.unique_key IS NOT NULL AND p.unique_states IS NOT NULL
+                     AND get_bit(p.unique_states, 1) <> get_bit(p.unique_states, 2))
+        AS mixed,
+        -- A lane was left alone (see heads): the engine claims again at once.
+        EXISTS (SELECT 1 FROM heads WHERE contested) AS contested,
+        {quiet_commit} AS quiet
+), claimed AS (
+    -- The claimed snapshots, exactly as the job_facts view resolves an open receipt
+    -- without a lease, so the claimer needs no second read (the walk carried the bodies).
+    SELECT i.slot, i.claim_id, i.ready_fact, i.job_id, c.priority, c.shard,
+        c.job_id AS id, c.kind, c.queue, c.args, 'running' AS state,
+        (c.attempt + 1)::smallint AS attempt, c.max_attempts, c.run_at,
+        %(now)s::timestamptz AS heartbeat_at, %(deadline_at)s::timestamptz AS deadline_at,
+        %(now)s::timestamptz AS attempted_at, c.finalized_at, c.created_at, c.errors,
+        c.metadata, c.tags, c.unique_key, c.unique_states, c.callback_id,
+        c.callback_timeout_at, c.run_lease + 1 AS run_lease, c.progress, c.disordered,
+        c.effective
+    FROM inserted i
+    JOIN candidates c ON c.slot = i.slot AND c.fact_id = i.ready_fact
+)
+-- One row even when nothing was claimed (id NULL), so `mixed` and `contested` always
+-- come back.
+SELECT r.*, m.mixed, m.contested
+FROM mixed m LEFT JOIN claimed r ON true
+ORDER BY r.effective, r.run_at, r.job_id
+
+-- name: claim_limited
+-- claim_sorted under a per-key limit (ADR 0029), in the transaction that first locked the
+-- keys of the lanes it may take from and counted their live attempts: a keyed lane (a
+-- concurrency key's own, shard >= keyed_base) is visited only when it is in `room_shards`
+-- (the rotation's window, with room), at most its room is taken from the key's lanes
+-- (ranked in the claim's order, so each lane's take is a prefix), and the batch takes
+-- every key's first job before any key's second.
+{claim_sorted_body keyed_heads=limited_heads key_rank=limited_key_rank room=limited_room by_key_rank=limited_by_key_rank}
+
+-- name: limited_heads
+
+      AND (h.shard < %(keyed_base)s OR h.shard = ANY(%(room_shards)s::int[]))
+
+-- name: limited_key_rank
+, CASE WHEN p.shard >= %(keyed_base)s
+            THEN row_number() OVER (
+                PARTITION BY p.shard ORDER BY p.effective, p.run_at, p.job_id)
+            ELSE 1 END AS key_rank
+
+-- name: limited_room
+
+    WHERE p.key_rank <= coalesce(
+        (SELECT rm.free
+         FROM unnest(%(room_shards)s::int[], %(room_free)s::int[]) AS rm(shard, free)
+         WHERE rm.shard = p.shard),
+        2147483647)
+
+-- name: limited_by_key_rank
+p.key_rank,
+
+-- name: keyed_lanes_with_work
+-- The keyed lanes (a concurrency key's own, ADR 0029) with rows past their cursor, one row
+-- per key: first those after `after` (the shard this process's last limited claim walked
+-- to), then from the first again; at most `keys_wanted`.
+SELECT shard FROM (
+    SELECT DISTINCT h.shard
+    FROM {s}.claim_heads h
+    JOIN {s}.lanes l USING (queue, priority, shard)
+    WHERE h.queue = %(queue)s AND h.shard >= %(keyed_base)s AND l.next_seq > h.claim_seq
+) k
+ORDER BY shard <= %(after)s, shard
+LIMIT %(keys_wanted)s
+
+-- name: lock_keyed_lanes
+-- The keys' transaction-scoped locks (by their lane's shard, across priorities), in the
+-- order given (sorted by the caller). A statement of its own: the count that follows
+-- starts after they are held and sees every claim committed before.
+SELECT count(pg_advisory_xact_lock(
+    hashtextextended('awa.concurrency:{s}:' || %(queue)s || ':' || k, 0))) AS n
+FROM unnest(%(shards)s::int[]) AS k
+
+-- name: live_per_keyed_lane
+-- Each keyed lane's live attempts: its ready rows (any priority) with an open claim, a
+-- claim without a closure (running, or waiting_external when its lease waits), as the
+-- job_facts view reads them.
+SELECT r.shard, count(*) AS live
+FROM {s}.ready_entries r
+JOIN {s}.claims c ON c.slot = r.slot AND c.ready_fact = r.fact_id
+WHERE r.queue = %(queue)s AND r.priority = ANY('{1,2,3,4}'::smallint[])
+  AND r.shard = ANY(%(shards)s::int[])
+  AND NOT EXISTS (
+      SELECT 1 FROM {s}.closures x WHERE x.slot = c.slot AND x.claim_id = c.claim_id)
+  AND NOT EXISTS (
+      SELECT 1 FROM {s}.tombstones t WHERE t.slot = r.slot AND t.ready_fact = r.fact_id)
+GROUP BY r.shard
+
+-- name: contested_claims
+-- Rows claim_sorted just claimed from sorted windows that another claimer claimed, or a
+-- cancel tombstoned, in between that statement's snapshot and its lock of the lane
+-- head: a sorted window does not move its cursor past what was taken, so the walk,
+-- reading under the older snapshot, could not see the other's rows. This statement
+-- runs after the lane locks are held, so its snapshot sees every such commit.
+SELECT i.claim_id
+FROM unnest(%(slots)s::int[], %(facts)s::bigint[], %(claims)s::bigint[])
+    AS i(slot, ready_fact, claim_id)
+WHERE EXISTS (SELECT 1 FROM {s}.claims c
+              WHERE c.slot = i.slot AND c.ready_fact = i.ready_fact
+                AND c.claim_id <> i.claim_id)
+   OR EXISTS (SELECT 1 FROM {s}.tombstones t
+              WHERE t.slot = i.slot AND t.ready_fact = i.ready_fact)
+LIMIT 1
+
+-- name: advance_cursors
+-- Move each touched lane's cursor over its now contiguous claimed / tombstoned prefix,
+-- and mark the lane as a retiring writer does (ADR 0006, "Retiring unclaimed rows"):
+-- rows claimed here may sit above the cursor, where a claimer whose snapshot predates
+-- this commit cannot see them; the mark turns it away from the lane instead of letting
+-- it take them again.
+-- Rows of transactions still in flight sit above the committed next_seq, so the cursor
+-- can never pass them. Both probes walk the (lane, lane_seq) index; OFFSET 0 keeps the
+-- NOT EXISTS checks per-row index probes.
+WITH touched AS (
+    SELECT DISTINCT q AS queue, p AS priority, sh AS shard
+    FROM unnest(%(queues)s::text[], %(priorities)s::smallint[], %(shards)s::int[])
+        AS i(q, p, sh)
+), target AS (
+    SELECT h.queue, h.priority, h.shard, h.claim_seq, coalesce(
+        (SELECT r.lane_seq FROM {s}.ready_entries r
+         WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+           AND r.lane_seq >= h.claim_seq
+           AND NOT EXISTS (SELECT 1 FROM {s}.claims c
+                           WHERE c.slot = r.slot AND c.ready_fact = r.fact_id OFFSET 0)
+           AND NOT EXISTS (SELECT 1 FROM {s}.tombstones t
+                           WHERE t.slot = r.slot AND t.ready_fact = r.fact_id OFFSET 0)
+         ORDER BY r.lane_seq LIMIT 1),
+        (SELECT r.lane_seq + 1 FROM {s}.ready_entries r
+         WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+           AND r.lane_seq >= h.claim_seq
+         ORDER BY r.lane_seq DESC LIMIT 1),
+        h.claim_seq) AS new_seq
+    FROM {s}.claim_heads h JOIN touched USING (queue, priority, shard)
+)
+UPDATE {s}.claim_heads h SET claim_seq = greatest(h.claim_seq, t.new_seq),
+    retired_xid = pg_current_xact_id()
+FROM target t
+WHERE h.queue = t.queue AND h.priority = t.priority AND h.shard = t.shard

@@ -1,0 +1,186 @@
+-- Enqueue of the queue-storage engine (enqueue.py): the one-statement enqueue (plain and
+-- routed), the job ids of a general insert, and the generic-plan setting around them.
+-- Placeholders are listed in statements.py; every time value is a parameter taken from the
+-- engine's clock.
+
+-- name: generic_plans
+-- enqueue_ready is a long statement whose planning costs more than its execution, and
+-- the server's automatic choice keeps re-planning it: this transaction uses the prepared
+-- generic plan. The setting in force before is kept in awa.plan_cache_mode_was, so a
+-- caller's unit of work gets it back (restore_plans).
+SELECT set_config('awa.plan_cache_mode_was', current_setting('plan_cache_mode'), true),
+    set_config('plan_cache_mode', 'force_generic_plan', true)
+
+-- name: restore_plans
+SELECT set_config('plan_cache_mode', current_setting('awa.plan_cache_mode_was'), true)
+
+-- name: enqueue_ready
+-- A whole enqueue without unique keys in one statement: job ids in input order, lane
+-- positions (reserve_lanes_cte; an ordering key's lane is its shard of the queue's
+-- enqueue_shards, a concurrency key's lane its own, any other job takes a free lane),
+-- ready rows in the current slot,
+-- deferred rows for specs with run_at, then the counters (counts_free_cte) and the
+-- wake-ups of ``channels``. Returns the ids in input order. The route placeholder below is
+-- empty here; in enqueue_ready_routed it is a one-time filter on the input that runs
+-- awa.queue_storage_route_check before anything else is read or locked (see
+-- enqueue_ready_routed). No estimate depends on a parameter's value (the ids come from the
+-- input rows, not from a count), so a custom plan costs what the generic plan costs and the
+-- server settles on the generic plan by itself after its first few executions.
+WITH x AS (
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS x(
+        ord bigint, kind text, queue text, args jsonb, priority smallint,
+        max_attempts smallint, run_at timestamptz, metadata jsonb, tags jsonb,
+        ordering_key text, unique_states text, hint int)
+    {?route}
+), ids AS (
+    SELECT id, row_number() OVER (ORDER BY id) AS ord
+    FROM (SELECT nextval('awa.jobs_id_seq') AS id FROM x) s
+), j AS (
+    SELECT x.*, ids.id, decode(x.ordering_key, 'hex') AS okey,
+        CASE WHEN x.ordering_key IS NOT NULL THEN awa.ordering_key_shard(
+            decode(x.ordering_key, 'hex'),
+            coalesce((SELECT m.enqueue_shards FROM awa.queue_meta m WHERE m.queue = x.queue), 1))
+            -- a concurrency key's own lane (awa.domain.flow_control.keyed_shard)
+            WHEN x.metadata ? 'awa:concurrency_key' THEN 1073741824 + awa.ordering_key_shard(
+                convert_to(x.metadata ->> 'awa:concurrency_key', 'UTF8'), 1073741824)
+        END AS sh
+    FROM x JOIN ids USING (ord)
+), want AS (
+    SELECT queue AS q, priority AS p, sh, min(hint) AS hint, count(*) AS n,
+        %(now)s::timestamptz AS first_run, min(id) AS first_id,
+        %(now)s::timestamptz AS last_run, max(id) AS last_id, true AS sorted,
+        true AS fresh
+    FROM j WHERE run_at IS NULL
+    GROUP BY queue, priority, sh
+), {reserve_lanes_cte}, ready AS (
+    INSERT INTO {s}.ready_entries (
+        slot, fact_id, shard, lane_seq, job_id, kind, queue, args, priority, attempt,
+        max_attempts, run_at, created_at, errors, metadata, tags, unique_states, run_lease,
+        ordering_key
+    )
+    SELECT (SELECT current_slot FROM {s}.ring_state), nextval('{s}.fact_seq'), o.shard,
+        o.next_seq - o.n + j.k - 1, j.id, j.kind, j.queue, coalesce(j.args, 'null'::jsonb),
+        j.priority, 0, j.max_attempts, o.stamp, %(now)s, '{}'::jsonb[],
+        coalesce(j.metadata, '{}'::jsonb), ARRAY(SELECT jsonb_array_elements_text(j.tags)),
+        j.unique_states::bit(8), 0, j.okey
+    FROM (SELECT j.*, row_number() OVER (PARTITION BY queue, priority, sh ORDER BY id) AS k
+          FROM j WHERE run_at IS NULL) j
+    JOIN (SELECT lo.*, w.n FROM lanes_out lo
+          JOIN want w ON w.q = lo.q AND w.p = lo.p AND w.sh IS NOT DISTINCT FROM lo.asked) o
+        ON o.q = j.queue AND o.p = j.priority AND o.asked IS NOT DISTINCT FROM j.sh
+    ORDER BY j.id
+    RETURNING job_id, run_at
+), later AS (
+    INSERT INTO {s}.deferred_jobs (
+        fact_id, state, job_id, kind, queue, args, priority, attempt, max_attempts, run_at,
+        created_at, errors, metadata, tags, unique_states, run_lease, ordering_key
+    )
+    SELECT nextval('{s}.fact_seq'), 'scheduled', j.id, j.kind, j.queue,
+        coalesce(j.args, 'null'::jsonb), j.priority, 0, j.max_attempts, j.run_at, %(now)s,
+        '{}'::jsonb[], coalesce(j.metadata, '{}'::jsonb),
+        ARRAY(SELECT jsonb_array_elements_text(j.tags)), j.unique_states::bit(8), 0, j.okey
+    FROM j WHERE run_at IS NOT NULL
+    ORDER BY j.id
+    RETURNING 1
+), cnt_in AS (
+    -- after the rows (a one-time filter on them runs first): counters are the last locks
+    SELECT queue AS q, CASE WHEN run_at IS NULL THEN 'available' ELSE 'scheduled' END
+            ::awa.job_state AS st,
+        count(*) AS d
+    FROM j
+    WHERE (SELECT count(*) FROM ready) + (SELECT count(*) FROM later) >= 0
+    GROUP BY 1, 2
+), {counts_free_cte}
+SELECT ids.id, r.run_at,
+    (SELECT count(*) FROM cnt_added) + (SELECT count(*) FROM cnt_made) AS counted,
+    (SELECT count(pg_notify(c, '')) FROM unnest(%(channels)s::text[]) c) AS woken
+FROM ids LEFT JOIN ready r ON r.job_id = ids.id
+ORDER BY ids.id
+
+-- name: enqueue_ready_routed
+-- enqueue_ready as one statement on its own (autocommit), for a producer that remembers
+-- that new jobs go to this schema: the route check (awa.queue_storage_route_check, which
+-- takes the producer lock and raises when producers write elsewhere now) is a one-time
+-- filter on the input rows, so it runs before any id is drawn or any lane is locked, and
+-- its lock is held until the statement commits.
+{enqueue_ready route=route_check}
+
+-- name: route_check
+-- The route check of enqueue_ready_routed: a one-time filter (an init plan evaluated before
+-- the first input row is read), so the producer lock is taken before any lane lock.
+WHERE (SELECT awa.queue_storage_route_check(%(schema)s)) IS NOT NULL
+
+-- name: enqueue_one_routed
+-- The common insert() (one available job, no ordering key, no unique key, a producer that
+-- remembers the route) in a fraction of enqueue_ready_routed's work, when the queue
+-- already has a counter bucket and a lane for its priority that no other open transaction
+-- holds: route check first (a one-time filter, as in enqueue_ready_routed), then a free
+-- counter bucket and a free lane (both SKIP LOCKED, so the statement never waits while
+-- it holds a row), then the id, the lane advance (exactly reserve_lanes_cte's ``moved``
+-- for a one-job batch), the ready row and the counter. When either row is missing or held
+-- it writes nothing and returns no row; the caller then runs enqueue_ready_routed. The
+-- job's values arrive as one JSON object, so no estimate depends on a parameter's value
+-- and the server settles on the generic plan by itself.
+WITH x AS (
+    SELECT * FROM jsonb_to_record(%(job)s::jsonb) AS x(
+        kind text, queue text, args jsonb, priority smallint, max_attempts smallint,
+        metadata jsonb, tags jsonb, unique_states text, hint int)
+    WHERE (SELECT awa.queue_storage_route_check(%(schema)s)) IS NOT NULL
+), bucket AS (
+    SELECT c.queue, c.state, c.bucket
+    FROM x, LATERAL (
+        SELECT c.queue, c.state, c.bucket FROM {s}.queue_counts c
+        WHERE c.queue = x.queue AND c.state = 'available' AND c.bucket < {count_buckets}
+        ORDER BY c.bucket = pg_backend_pid() %% {count_buckets} DESC, c.bucket
+        LIMIT 1
+        FOR UPDATE OF c SKIP LOCKED
+    ) c
+), lane AS (
+    SELECT l.queue, l.priority, l.shard
+    FROM x, LATERAL (
+        SELECT l.queue, l.priority, l.shard FROM {s}.lanes l
+        WHERE l.queue = x.queue AND l.priority = x.priority AND l.shard < 0
+        ORDER BY l.shard = x.hint DESC, l.shard DESC
+        LIMIT 1
+        FOR UPDATE OF l SKIP LOCKED
+    ) l
+    WHERE EXISTS (SELECT 1 FROM bucket)
+), job AS (
+    SELECT nextval('awa.jobs_id_seq') AS id FROM lane
+), moved AS (
+    UPDATE {s}.lanes l SET
+        next_seq = l.next_seq + 1,
+        (tail_run_at, tail_job_id, disorder_seq) = {lane_tail}
+    FROM (SELECT lane.*, 1 AS n, %(now)s::timestamptz AS first_run, job.id AS first_id,
+              %(now)s::timestamptz AS last_run, job.id AS last_id, true AS sorted,
+              true AS fresh
+          FROM lane, job) w
+    WHERE l.queue = w.queue AND l.priority = w.priority AND l.shard = w.shard
+    RETURNING l.shard, l.next_seq, w.first_id AS id,
+        CASE WHEN l.tail_job_id = w.last_id THEN l.tail_run_at ELSE w.first_run END AS stamp
+), ready AS (
+    INSERT INTO {s}.ready_entries (
+        slot, fact_id, shard, lane_seq, job_id, kind, queue, args, priority, attempt,
+        max_attempts, run_at, created_at, errors, metadata, tags, unique_states, run_lease,
+        ordering_key
+    )
+    SELECT (SELECT current_slot FROM {s}.ring_state), nextval('{s}.fact_seq'), m.shard,
+        m.next_seq - 1, m.id, x.kind, x.queue, coalesce(x.args, 'null'::jsonb), x.priority, 0,
+        x.max_attempts, m.stamp, %(now)s, '{}'::jsonb[], coalesce(x.metadata, '{}'::jsonb),
+        ARRAY(SELECT jsonb_array_elements_text(x.tags)), x.unique_states::bit(8), 0, NULL
+    FROM moved m, x
+    RETURNING job_id, run_at
+), counted AS (
+    UPDATE {s}.queue_counts c SET n = c.n + 1
+    FROM bucket b
+    WHERE c.queue = b.queue AND c.state = b.state AND c.bucket = b.bucket
+      AND EXISTS (SELECT 1 FROM ready)
+    RETURNING 1
+)
+SELECT r.job_id AS id, r.run_at,
+    (SELECT count(*) FROM counted) AS counted,
+    (SELECT count(pg_notify(c, '')) FROM unnest(%(channels)s::text[]) c) AS woken
+FROM ready r
+
+-- name: next_job_ids
+SELECT nextval('awa.jobs_id_seq') AS id FROM generate_series(1, %(n)s) ORDER BY 1

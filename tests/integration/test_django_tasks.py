@@ -30,7 +30,7 @@ PROJECT = ROOT / "tests" / "django_project"
 VENV = ROOT / ".venv-django"
 STAMP = VENV / ".awa-django-stamp"
 #: How many tests the project's suite holds; fewer ran means some were not found.
-EXPECTED_TESTS = 20
+EXPECTED_TESTS = 21
 #: The docs page whose Django 6 examples this test runs (``test_docs`` cannot: its
 #: interpreter may be older), and the marker they carry on their first line.
 DOCS_PAGE = ROOT / "docs" / "django.md"

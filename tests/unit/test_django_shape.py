@@ -84,3 +84,13 @@ def test_recorded_errors_keep_the_latest_and_the_end_of_long_tracebacks() -> Non
 def test_worker_ids_count_the_attempts() -> None:
     assert _shape.worker_ids(0) == []
     assert len(_shape.worker_ids(3)) == 3
+
+
+def test_a_stored_result_is_an_envelope_around_the_value() -> None:
+    stored = _shape.envelope({"n": 1}, task="app.tasks.t", args=[], kwargs={})
+    assert _shape.is_envelope(stored)
+    assert _shape.envelope_value(stored) == {"n": 1}
+    # A plain stored value (not written by the Django worker) carries no task value.
+    assert not _shape.is_envelope({"value": 3})
+    assert _shape.envelope_value({"value": 3}) is None
+    assert _shape.envelope_value(None) is None

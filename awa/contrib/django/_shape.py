@@ -158,3 +158,27 @@ def worker_ids(attempts: int) -> list[str]:
     is Awa's attempt count). Awa's job row does not say which worker ran an attempt, so
     each entry names the attempt."""
     return [f"awa-attempt-{n}" for n in range(1, attempts + 1)]
+
+
+#: The marker of a Django task's stored result. The result is an envelope holding the
+#: return value and what ``TaskResult`` shows of the job, so a result read after queue
+#: storage reclaimed the finished job's row (within minutes) still reads in full, for
+#: the results' own retention (seven days, ADR 0033).
+ENVELOPE_KEY: Final = "django_task_result"
+ENVELOPE_VERSION: Final = 1
+
+
+def envelope(value: Any, **facts: Any) -> dict[str, Any]:
+    """The stored result of a Django task that returned ``value``; ``facts`` are the
+    job's task path, args, kwargs, queue, Django priority, ``run_after``, timestamps
+    (ISO 8601), attempt count and errors, as :func:`envelope_facts` reads them back."""
+    return {ENVELOPE_KEY: ENVELOPE_VERSION, "value": value, **facts}
+
+
+def is_envelope(stored: Any) -> bool:
+    return isinstance(stored, Mapping) and stored.get(ENVELOPE_KEY) == ENVELOPE_VERSION
+
+
+def envelope_value(stored: Any) -> Any:
+    """The task's return value in a stored result (``None`` when none is stored)."""
+    return stored.get("value") if is_envelope(stored) else None

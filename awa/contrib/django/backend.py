@@ -226,12 +226,18 @@ class AwaBackend(BaseTaskBackend):  # type: ignore[misc]
         reader = _reader(self.database_url)
         try:
             job = reader.get_job(job_id)
-        except (JobNotFound, ValidationError):
+        except ValidationError:
             raise TaskResultDoesNotExist(result_id) from None
+        except JobNotFound:
+            # Finished and reclaimed: the stored result outlives the row (seven days).
+            stored = reader.get_result(job_id)
+            if not _shape.is_envelope(stored):
+                raise TaskResultDoesNotExist(result_id) from None
+            return self.result_from_envelope(job_id, stored)
         if job.kind != _shape.KIND:
             raise TaskResultDoesNotExist(result_id)
-        value = reader.get_result(job_id) if job.state is JobState.Completed else None
-        return self.result_of(job, value)
+        stored = reader.get_result(job_id) if job.state is JobState.Completed else None
+        return self.result_of(job, _shape.envelope_value(stored))
 
     def check(self, **kwargs: Any) -> list[Any]:
         """Django's system check: the insert connection must be PostgreSQL."""
@@ -268,17 +274,69 @@ class AwaBackend(BaseTaskBackend):  # type: ignore[misc]
         """The ``Task`` a job runs, with the priority, queue and ``run_after`` it was
         enqueued with."""
         path, _, _ = _shape.task_call(job.args)
+        extra = job.metadata.get(_shape.METADATA_KEY) or {}
+        return self._task(path, extra.get("priority"), job.queue, extra.get("run_after"))
+
+    def _task(self, path: str, priority: Any, queue: str, run_after: Any) -> Task:
         found = import_string(path)
         if not isinstance(found, Task):
-            raise ValueError(f"{path!r} (job {job.id}) is not a Django task")
-        extra = job.metadata.get(_shape.METADATA_KEY) or {}
-        run_after = extra.get("run_after")
+            raise ValueError(f"{path!r} is not a Django task")
         return found.using(
-            priority=extra.get("priority", found.priority),
-            queue_name=job.queue,
+            priority=found.priority if priority is None else priority,
+            queue_name=queue,
             run_after=None if run_after is None else datetime.fromisoformat(run_after),
             backend=self.alias,
         )
+
+    def envelope_facts(self, result: TaskResult) -> dict[str, Any]:
+        """What the stored result of a successful task keeps of it besides its value."""
+
+        def iso(when: datetime | None) -> str | None:
+            return None if when is None else when.isoformat()
+
+        return {
+            "task": result.task.module_path,
+            "args": result.args,
+            "kwargs": result.kwargs,
+            "queue": result.task.queue_name,
+            "priority": result.task.priority,
+            "run_after": iso(result.task.run_after),
+            "enqueued_at": iso(result.enqueued_at),
+            "started_at": iso(result.started_at),
+            "finished_at": iso(result.finished_at),
+            "attempts": result.attempts,
+            "errors": [
+                {"exception_class_path": e.exception_class_path, "traceback": e.traceback}
+                for e in result.errors
+            ],
+        }
+
+    def result_from_envelope(self, job_id: int, stored: dict[str, Any]) -> TaskResult:
+        """The ``TaskResult`` of a successful task whose job row is gone, from its stored
+        result (:meth:`envelope_facts`)."""
+
+        def when(key: str) -> datetime | None:
+            text = stored.get(key)
+            return None if text is None else datetime.fromisoformat(text)
+
+        result = TaskResult(
+            task=self._task(
+                stored["task"], stored.get("priority"), stored["queue"], stored.get("run_after")
+            ),
+            id=str(job_id),
+            status=TaskResultStatus.SUCCESSFUL,
+            enqueued_at=when("enqueued_at"),
+            started_at=when("started_at"),
+            finished_at=when("finished_at"),
+            last_attempted_at=when("started_at"),
+            args=stored.get("args", []),
+            kwargs=stored.get("kwargs", {}),
+            backend=self.alias,
+            errors=[TaskError(**entry) for entry in stored.get("errors", [])],
+            worker_ids=_shape.worker_ids(int(stored.get("attempts", 1))),
+        )
+        object.__setattr__(result, "_return_value", stored.get("value"))
+        return result
 
     def result_of(self, job: Job[Any], return_value: Any = None) -> TaskResult:
         """Django's ``TaskResult`` of an Awa job (``return_value`` for a completed one)."""

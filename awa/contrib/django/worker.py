@@ -4,7 +4,8 @@ handler that runs every Django task, and the loop ``manage.py awa_worker`` runs.
 The handler imports the task by its path, calls it (an ``async def`` task on the event
 loop, a plain one on a thread, with Django's stale connections closed around it as a
 request would), sends Django's ``task_started`` / ``task_finished`` signals, and returns
-the task's value, stored as the job's result. A task that raises has its exception's
+the task's value, stored as the job's result (in an envelope with what ``TaskResult``
+shows, so it reads in full after the job's row is gone). A task that raises has its exception's
 class path and traceback recorded on the job, then fails it (or, with ``RETRY_ON_ERROR``,
 is retried while attempts remain).
 """
@@ -24,6 +25,7 @@ import anyio.to_thread
 from django.db import close_old_connections
 from django.tasks.base import Task, TaskContext, TaskResultStatus
 from django.tasks.signals import task_finished, task_started
+from django.utils import timezone
 from django.utils.json import normalize_json
 
 from awa.contrib.django import _shape
@@ -81,8 +83,9 @@ def handler_for(backend: AwaBackend) -> Any:
             raise TerminalError(f"the Django task {path} raised {_class_path(exc)}: {exc}") from exc
         object.__setattr__(running, "status", TaskResultStatus.SUCCESSFUL)
         object.__setattr__(running, "_return_value", value)
+        object.__setattr__(running, "finished_at", timezone.now())
         task_finished.send(sender=type(backend), task_result=running)
-        return value
+        return _shape.envelope(value, **backend.envelope_facts(running))
 
     return run_django_task
 

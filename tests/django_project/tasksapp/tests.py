@@ -143,6 +143,31 @@ class EnqueueAndResults(TransactionTestCase):
         self.assertEqual(fetched.args, [2])
         self.assertEqual(default_task_backend.get_result(result.id).return_value, 5)
 
+    def test_a_result_reads_in_full_after_the_job_row_is_gone(self) -> None:
+        result = wait_finished(tasks.send_email.enqueue("b@example.com", subject="kept"))
+        failed = wait_finished(tasks.explode.enqueue("gone"))
+        # Queue storage reclaims finished jobs within minutes; the results stay 7 days.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "DELETE FROM awa.jobs WHERE id IN (%s, %s)", [int(result.id), int(failed.id)]
+            )
+        with self.assertRaises(awa.JobNotFound):
+            awa_job(result)
+        later = tasks.send_email.get_result(result.id)
+        self.assertEqual(later.status, TaskResultStatus.SUCCESSFUL)
+        self.assertEqual(later.return_value, result.return_value)
+        self.assertEqual((later.args, later.kwargs), (["b@example.com"], {"subject": "kept"}))
+        self.assertEqual(later.task.queue_name, "emails")
+        self.assertEqual(later.task.priority, 50)
+        self.assertEqual(later.enqueued_at, result.enqueued_at)
+        self.assertEqual(later.started_at, result.started_at)
+        assert later.finished_at is not None and result.started_at is not None
+        self.assertGreaterEqual(later.finished_at, result.started_at)
+        self.assertEqual(later.attempts, 1)
+        # A failed task stores no result: its row was all there was.
+        with self.assertRaises(TaskResultDoesNotExist):
+            tasks.explode.get_result(failed.id)
+
     def test_a_task_on_its_own_queue_with_keyword_arguments(self) -> None:
         result = wait_finished(tasks.send_email.enqueue("a@example.com", subject="hi"))
         self.assertEqual(result.task.queue_name, "emails")

@@ -32,6 +32,9 @@ from awa.domain.validation import MAX_RUN_AT
 WAITING_RUN_AT = MAX_RUN_AT
 #: The most parents one job may name.
 MAX_PARENTS = 100
+#: The metadata key listing a job's parents (ids, in ``depends_on`` order), so a worker
+#: knows whose results to hand the handler (``job.parent_results``) without a lookup.
+PARENTS_METADATA = "awa:parents"
 #: Parent states an insert refuses: the parent will never complete.
 FINISHED_FAILED = frozenset({JobState.Failed, JobState.Cancelled})
 
@@ -169,7 +172,8 @@ def plan(spec: JobSpec, states: Mapping[int, JobState]) -> Plan:
         raise ValidationError("depends_on", f"job {named} finished without completing", value=dead)
     satisfied = frozenset(p for p in spec.depends_on if states[p] == JobState.Completed)
     waiting = len(satisfied) < len(spec.depends_on)
-    planned = attrs.evolve(spec, run_at=WAITING_RUN_AT) if waiting else spec
+    marked = attrs.evolve(spec, metadata={**spec.metadata, PARENTS_METADATA: list(spec.depends_on)})
+    planned = attrs.evolve(marked, run_at=WAITING_RUN_AT) if waiting else marked
     return Plan(planned, spec.depends_on, satisfied)
 
 

@@ -57,6 +57,8 @@ class StoredResult:
     json_text: str
     stored_at: datetime
     expires_at: datetime
+    #: The kind of the job that stored it, when recorded.
+    kind: str | None = None
 
     @property
     def value(self) -> Any:

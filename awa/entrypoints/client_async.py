@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
+import typing
 import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
@@ -26,7 +28,7 @@ from awa.domain.validation import (
     validate_number,
     validate_schema_name,
 )
-from awa.entrypoints import bootstrap, telemetry
+from awa.entrypoints import bootstrap, payloads, telemetry
 from awa.entrypoints.args import kind_for_type, rebuild_args, to_json_value
 from awa.entrypoints.client_admin import AdminMixin
 from awa.entrypoints.client_batch import BatchOpsMixin
@@ -70,6 +72,19 @@ def _job_factory(args_type: type[Any]) -> Callable[[JobRecord, AttemptContext], 
         return Job(record, rebuild_args(args_type, record.args), context)
 
     return build
+
+
+def _result_decoder(handler: Any) -> Callable[[Any], Any] | None:
+    """Rebuilds a stored result as the structured type (dataclass, attrs class, pydantic
+    model) ``handler``'s return annotation names, as args are; ``None`` for any other
+    annotation or none."""
+    try:
+        returns = typing.get_type_hints(handler).get("return")
+    except Exception:  # an annotation that does not resolve here: the JSON value
+        return None
+    if not isinstance(returns, type) or not payloads.is_structured_type(returns):
+        return None
+    return functools.partial(payloads.from_json_value, returns)
 
 
 def _result_json(value: Any) -> Any:
@@ -168,6 +183,7 @@ class AsyncClient(
                 queue=queue,
                 job_factory=_job_factory(args_type),
                 result_encoder=_result_json if store_result else None,
+                result_decoder=_result_decoder(handler) if store_result else None,
             )
             self._policies.set_retry(resolved, retry)
             return handler

@@ -46,6 +46,9 @@ class AttemptControls(Protocol):
 
     async def wait_for_callback(self, token: CallbackToken) -> Any: ...
 
+    @property
+    def parent_results(self) -> dict[int, Any]: ...
+
 
 def rfc3339(value: datetime | None) -> str | None:
     """An aware datetime as RFC 3339 text (``+00:00`` offset form), or ``None``."""
@@ -78,6 +81,19 @@ class Job(Generic[T]):
     def id(self) -> int:
         """The job's id (``bigint``), unique in the database."""
         return self._record.id
+
+    @property
+    def parent_results(self) -> dict[int, Any]:
+        """Inside a handler: the stored results of the jobs this one depends on
+        (``depends_on``), by parent id, read when the attempt started. Each is rebuilt
+        as the type the parent's task returns (its handler's return annotation, when
+        that task is registered in this process and returns a dataclass, attrs class or
+        pydantic model), else the JSON value. A parent with no stored result (its task
+        stores none, it did not complete, or the retention passed) is absent. Empty
+        outside a handler and for a job without parents."""
+        if self._controls is None:
+            return {}
+        return dict(self._controls.parent_results)
 
     @property
     def kind(self) -> str:

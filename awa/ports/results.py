@@ -18,10 +18,11 @@ from awa.ports.notifier import Subscription
 
 @runtime_checkable
 class ResultStore(Protocol):
-    async def store_result(self, job_id: int, json_text: str) -> None:
+    async def store_result(self, job_id: int, json_text: str, *, kind: str | None = None) -> None:
         """Store ``json_text`` (already checked by ``awa.domain.results.encode_result``)
-        as the result of ``job_id``, replacing an earlier attempt's, kept for
-        ``RESULT_RETENTION`` from now (the store's clock)."""
+        as the result of ``job_id`` (of ``kind``, given back by :meth:`get_result`),
+        replacing an earlier attempt's, kept for ``RESULT_RETENTION`` from now (the
+        store's clock)."""
         ...
 
     async def get_result(self, job_id: int) -> StoredResult | None:

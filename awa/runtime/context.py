@@ -86,6 +86,9 @@ class AttemptContext:
         self.in_thread = False
         self.deadline_warned = False
         self.deadline_hit = False
+        #: The stored results of the job's parents by parent id (``job.parent_results``),
+        #: read before the handler runs.
+        self.parent_results: dict[int, Any] = {}
 
     # ------------------------------------------------------------------ identity
     @property

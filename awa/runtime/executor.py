@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from awa.domain.dependencies import PARENTS_METADATA
 from awa.domain.errors import DatabaseError, UnknownJobKind
 from awa.domain.lifecycle import Rescue
 from awa.domain.outcomes import (
@@ -166,6 +167,11 @@ class Executor:
         entry = self._handlers.get(context.record.kind)
         if entry is None:
             return FailOutcome(error=str(UnknownJobKind(context.record.kind)))
+        parents = context.record.metadata.get(PARENTS_METADATA)
+        if parents:
+            unread = await self._read_parent_results(context, parents)
+            if unread is not None:
+                return unread
         try:
             job = entry.job_factory(context.record, context)
         except BaseException as exc:
@@ -219,6 +225,36 @@ class Executor:
             return await self._store_result(context, entry, result) or outcome
         return outcome
 
+    async def _read_parent_results(self, context: AttemptContext, parents: Any) -> Outcome | None:
+        """Read the stored results of the job's parents into ``context.parent_results``
+        (``job.parent_results``), each rebuilt by the decoder of its kind's task when
+        this process registered one; the outcome to record instead when the store did
+        not answer (a retry) or a result does not fit its type (a failure)."""
+        if self._results is None or not isinstance(parents, list):
+            return None
+        found: dict[int, Any] = {}
+        for parent in parents:
+            if isinstance(parent, bool) or not isinstance(parent, int):
+                continue
+            try:
+                stored = await self._results.get_result(parent)
+            except Exception as exc:
+                return RetryWithBackoff(error=f"could not read the result of job {parent}: {exc}")
+            if stored is None:
+                continue
+            owner = None if stored.kind is None else self._handlers.get(stored.kind)
+            decode = None if owner is None else owner.result_decoder
+            try:
+                found[parent] = stored.value if decode is None else decode(stored.value)
+            except Exception as exc:
+                context.failure = exc
+                return FailOutcome(
+                    error=f"the result of job {parent} does not fit its task's type: "
+                    + describe_exception(exc, with_traceback=False)
+                )
+        context.parent_results = found
+        return None
+
     async def _store_result(
         self, context: AttemptContext, entry: HandlerEntry, result: Any
     ) -> Outcome | None:
@@ -235,7 +271,7 @@ class Executor:
         if self._results is None:
             return FailOutcome(error="this runtime has no result store to store the result in")
         try:
-            await self._results.store_result(context.lease.job_id, text)
+            await self._results.store_result(context.lease.job_id, text, kind=entry.kind)
         except Exception as exc:
             return RetryWithBackoff(error=f"could not store the result: {exc}")
         return None

@@ -46,6 +46,9 @@ class HandlerEntry:
     job_factory: JobFactory = context_job_factory
     #: set when the task stores its results (``store_result=True``)
     result_encoder: ResultEncoder | None = None
+    #: rebuilds a stored result of this kind as the type the handler returns (for the
+    #: children reading it, ``job.parent_results``); ``None``: the JSON value
+    result_decoder: Callable[[Any], Any] | None = None
     # Decided once at registration, not per attempt.
     is_async: bool = attrs.field(init=False)
 
@@ -72,6 +75,7 @@ class HandlerRegistry:
         queue: str = DEFAULT_QUEUE,
         job_factory: JobFactory | None = None,
         result_encoder: ResultEncoder | None = None,
+        result_decoder: Callable[[Any], Any] | None = None,
     ) -> HandlerEntry:
         if not isinstance(kind, str) or not kind:
             raise ValueError("kind must be a non-empty string")
@@ -85,6 +89,7 @@ class HandlerRegistry:
             handler=handler,
             job_factory=job_factory or context_job_factory,
             result_encoder=result_encoder,
+            result_decoder=result_decoder,
         )
         self._entries[kind] = entry
         return entry

@@ -354,6 +354,7 @@ CREATE TABLE awa.job_results (
     result jsonb NOT NULL,
     stored_at timestamp with time zone NOT NULL,
     expires_at timestamp with time zone NOT NULL,
+    kind text,  -- The kind of the job whose handler returned the result (null when not recorded).
     CONSTRAINT job_results_pkey PRIMARY KEY (job_id)
 );
 CREATE INDEX job_results_expires_at_idx ON awa.job_results USING btree (expires_at);

@@ -243,3 +243,34 @@ async def test_results_are_stored_replaced_expired_and_pruned(backend: BackendHa
     assert (await store.get_result(8)) is not None
     assert await store.prune_results(before=backend.clock.now()) == 1
     assert (await store.get_result(8)) is not None
+
+
+async def test_a_child_handler_reads_its_parents_results(engine: EngineHandle) -> None:
+    from awa.domain.job import JobSpec
+
+    client = client_on(engine)
+    seen: list[dict[int, Any]] = []
+
+    @client.task(dict, kind="reporting", queue=QUEUE, store_result=True)
+    async def report(job: Job[dict[str, Any]]) -> Report:
+        return Report(rows=job.args["n"], name="typed")
+
+    @client.task(dict, kind="plain", queue=QUEUE, store_result=True)
+    async def plain(job: Job[dict[str, Any]]) -> list[int]:
+        return [job.args["n"]]
+
+    @client.task(dict, kind="merge", queue=QUEUE)
+    async def merge(job: Job[dict[str, Any]]) -> None:
+        seen.append(job.parent_results)
+
+    typed = await enqueue(engine, "reporting", args={"n": 1})
+    untyped = await enqueue(engine, "plain", args={"n": 2})
+    (child,) = await engine.engine.enqueue_many(
+        [JobSpec("merge", queue=QUEUE, depends_on=(typed.id, untyped.id))]
+    )
+    for _ in range(3):
+        assert (await work_next(client, QUEUE)).outcome == "completed"
+    assert seen == [{typed.id: Report(1, "typed"), untyped.id: [2]}]
+    stored = await engine.control.results.get_result(typed.id)
+    assert stored is not None and stored.kind == "reporting"
+    assert (await fetch(engine, child.id)).metadata["awa:parents"] == [typed.id, untyped.id]

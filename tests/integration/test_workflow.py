@@ -26,6 +26,11 @@ class Join:
     parts: int
 
 
+@attrs.frozen
+class Fetch:
+    source: str
+
+
 async def test_a_fan_out_fan_in_workflow_runs_the_join_last(migrated_database_url: str) -> None:
     client = awa.AsyncClient(migrated_database_url)
     try:
@@ -135,5 +140,44 @@ async def test_step_policies_decide_what_a_failed_parent_does(migrated_database_
         assert strict.state == JobState.Cancelled
         held = await client.get_dlq_job(jobs["held"].id)
         assert held is not None and held.reason == "dependency_failed"
+    finally:
+        await client.close()
+
+
+@attrs.frozen
+class Total:
+    value: int
+
+
+async def test_a_child_reads_its_parents_results(migrated_database_url: str) -> None:
+    client = awa.AsyncClient(migrated_database_url)
+    try:
+        seen: list[dict[int, object]] = []
+
+        @client.task(Part, store_result=True)
+        async def part(job: awa.Job[Part]) -> Total:
+            assert job.parent_results == {}
+            return Total(job.args.n * 10)
+
+        @client.task(Fetch, store_result=True)
+        async def fetch(job: awa.Job[Fetch]) -> dict[str, str]:
+            return {"source": job.args.source}
+
+        @client.task(Join)
+        async def join(job: awa.Job[Join]) -> None:
+            seen.append(job.parent_results)
+
+        wf = awa.Workflow()
+        a = wf.add(Part(1), queue="wf_results")
+        b = wf.add(Fetch("b"), queue="wf_results")
+        c = wf.add(Join(0), queue="wf_results")  # stores no result
+        wf.add(Join(3), name="join", queue="wf_results", depends_on=[a, b, c])
+        jobs = await wf.insert(client)
+        await awa.testing.drain(client, "wf_results")
+        assert seen[-1] == {jobs["step-1"].id: Total(10), jobs["step-2"].id: {"source": "b"}}
+        assert jobs["join"].record.metadata["awa:parents"] == [
+            jobs[name].id for name in ("step-1", "step-2", "step-3")
+        ]
+        assert awa.Job(jobs["join"].record).parent_results == {}
     finally:
         await client.close()

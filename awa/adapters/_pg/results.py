@@ -105,10 +105,11 @@ class PgResultStore:
         self._listener: _Listener | None = None
         self._lock: asyncio.Lock | None = None
 
-    async def store_result(self, job_id: int, json_text: str) -> None:
+    async def store_result(self, job_id: int, json_text: str, *, kind: str | None = None) -> None:
         now = self._clock.now()
         params = {
             "job_id": job_id,
+            "kind": kind,
             "result": json_text,
             "now": now,
             "expires_at": now + RESULT_RETENTION,
@@ -129,6 +130,7 @@ class PgResultStore:
             json_text=str(row["result"]),
             stored_at=row["stored_at"],
             expires_at=row["expires_at"],
+            kind=row["kind"],
         )
 
     async def announce_finished(self, job_id: int) -> None:

@@ -1,15 +1,19 @@
 -- Stored results (awa.job_results), shared by every Postgres engine.
 
 -- name: store_result
-INSERT INTO awa.job_results AS r (job_id, result, stored_at, expires_at)
-VALUES (%(job_id)s, %(result)s::jsonb, %(now)s::timestamptz, %(expires_at)s::timestamptz)
+INSERT INTO awa.job_results AS r (job_id, result, stored_at, expires_at, kind)
+VALUES (
+    %(job_id)s, %(result)s::jsonb, %(now)s::timestamptz, %(expires_at)s::timestamptz,
+    %(kind)s::text
+)
 ON CONFLICT (job_id) DO UPDATE SET
     result = EXCLUDED.result,
+    kind = EXCLUDED.kind,
     stored_at = EXCLUDED.stored_at,
     expires_at = EXCLUDED.expires_at
 
 -- name: get_result
-SELECT job_id, result::text AS result, stored_at, expires_at
+SELECT job_id, result::text AS result, stored_at, expires_at, kind
 FROM awa.job_results
 WHERE job_id = %(job_id)s AND expires_at > %(now)s::timestamptz
 

@@ -18,9 +18,11 @@ class InMemoryResultStore:
         self._results: dict[int, StoredResult] = {}
         self._hub = NotificationHub()
 
-    async def store_result(self, job_id: int, json_text: str) -> None:
+    async def store_result(self, job_id: int, json_text: str, *, kind: str | None = None) -> None:
         now = self._clock.now()
-        self._results[job_id] = StoredResult(job_id, json_text, now, now + RESULT_RETENTION)
+        self._results[job_id] = StoredResult(
+            job_id, json_text, now, now + RESULT_RETENTION, kind=kind
+        )
 
     async def get_result(self, job_id: int) -> StoredResult | None:
         result = self._results.get(job_id)

@@ -16,7 +16,7 @@ from awa.domain.errors import ValidationError
 from awa.domain.job import JobRecord
 from awa.domain.states import JobState
 from awa.ports.storage import Ack, JobFilter
-from tests.contract._support import claim_ids, claim_one, enable_dlq, enqueue, fetch, spec
+from tests.contract._support import QUEUE, claim_ids, claim_one, enable_dlq, enqueue, fetch, spec
 from tests.support.engines import EngineHandle
 
 pytestmark = pytest.mark.anyio
@@ -318,3 +318,42 @@ async def test_a_child_held_by_two_failed_parents_waits_again_after_both_retried
     assert (await fetch(engine, child.id)).state == JobState.Scheduled
     await run_parent(engine)
     assert await claim_ids(engine, STEPS) == [child.id]
+
+
+async def test_one_batch_of_completions_releases_exactly_the_children_it_finishes(
+    engine: EngineHandle,
+) -> None:
+    # One complete() call: both parents of one child, one parent of another, and a job
+    # nobody waits on (queue storage closes such a batch by receipt in one statement, and
+    # sends it again in a transaction when a child is released).
+    first, second, third, plain = [await enqueue(engine, "parent_step") for _ in range(4)]
+    later = await enqueue(engine, "parent_step", queue="contract_other")
+    both = await child_of(engine, first, second)
+    half = await child_of(engine, third, later)
+    claims = await engine.engine.claim(QUEUE, limit=4)
+    assert sorted(c.job.id for c in claims) == sorted(j.id for j in (first, second, third, plain))
+    acks = await engine.engine.complete([c.lease for c in claims])
+    assert acks == [Ack.APPLIED] * 4
+    for job in (first, second, third, plain):
+        assert (await fetch(engine, job.id)).state == JobState.Completed
+    assert (await fetch(engine, both.id)).state == JobState.Available
+    assert (await fetch(engine, half.id)).state == JobState.Scheduled
+    assert await claim_ids(engine, STEPS) == [both.id]
+
+    (claim,) = await engine.engine.claim("contract_other", limit=1)
+    assert await engine.engine.complete([claim.lease]) == [Ack.APPLIED]
+    assert (await fetch(engine, half.id)).state == JobState.Available
+    assert await claim_ids(engine, STEPS) == [half.id]
+
+
+async def test_a_batch_that_only_counts_down_leaves_the_child_waiting(
+    engine: EngineHandle,
+) -> None:
+    parents = [await enqueue(engine, "parent_step") for _ in range(3)]
+    child = await child_of(engine, *parents)
+    claims = await engine.engine.claim(QUEUE, limit=2)
+    assert await engine.engine.complete([c.lease for c in claims]) == [Ack.APPLIED] * 2
+    assert (await fetch(engine, child.id)).state == JobState.Scheduled
+    assert await claim_ids(engine, STEPS) == []
+    await run_parent(engine)
+    assert (await fetch(engine, child.id)).state == JobState.Available

@@ -86,8 +86,8 @@ def test_includes_fill_their_slots_and_leave_the_bare_statement_alone() -> None:
     assert _code(routed.replace(check, "")) == _code(plain)
     counted = rendered.text("complete_receipts_counted")
     arbitrated = rendered.text("complete_receipts_arbitrated")
-    assert "ON CONFLICT DO NOTHING\n    RETURNING claim_id, queue" in arbitrated
-    assert "ON CONFLICT DO NOTHING\n    RETURNING claim_id, queue" not in counted
+    assert "ON CONFLICT DO NOTHING\n    RETURNING slot, claim_id, queue" in arbitrated
+    assert "ON CONFLICT DO NOTHING\n    RETURNING slot, claim_id, queue" not in counted
     assert str(statements.KEYLESS_LANES) in rendered.text("reserve_lanes")
 
 

@@ -128,3 +128,20 @@ async def retried(
         rows = await _rows(conn, "dependency_retried", {"ids": frontier, "restored": restored})
         held = [(int(_field(row, "child_id", 0)), DependentOutcome.RESTORED) for row in rows]
         frontier = restored = await restore(dependencies.effects(held, now)) if held else []
+
+
+#: SQLSTATE of ``awa.satisfy_dependencies`` when a completion that commits on its own
+#: statement would release a waiting job: nothing was written, and the engine completes
+#: the jobs again in a transaction that applies the release.
+RELEASE_NEEDS_TRANSACTION = "AWD01"
+
+
+def needs_transaction(exc: psycopg.Error) -> bool:
+    """Whether ``exc`` is :data:`RELEASE_NEEDS_TRANSACTION`."""
+    return exc.sqlstate == RELEASE_NEEDS_TRANSACTION
+
+
+def released(children: Iterable[int], now: datetime) -> tuple[ChangeJob, ...]:
+    """The changes to ``children`` that ``awa.satisfy_dependencies`` answered released
+    (their last parent completed), for the caller to apply in the same transaction."""
+    return dependencies.effects([(c, DependentOutcome.RELEASED) for c in children], now)

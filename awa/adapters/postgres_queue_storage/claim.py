@@ -450,6 +450,7 @@ class Claims:
                     slots=[],
                     claims=[],
                     queues=[],
+                    release=False,
                 )
 
     def remember(

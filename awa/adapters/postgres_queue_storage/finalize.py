@@ -3,7 +3,10 @@
 An attempt this engine claimed, without a unique key, is closed by its receipt key in one
 statement on a kept connection (``complete_in_slot_counted`` on the partitions of the one
 slot its receipts name, else ``complete_receipts_counted`` over the ring; each has an
-``_arbitrated`` form for when a racing finaliser's closure failed it). Every other
+``_arbitrated`` form for when a racing finaliser's closure failed it). The same statement
+satisfies the completed jobs' dependency edges (``awa.satisfy_dependencies``); only a
+completion that releases a waiting job is sent again in a transaction that applies the
+release (ADR 0032, "The drain"). Every other
 completion is looked up by job id (``complete_short``, or the snapshots, ``close_claims``
 and a done row for attempts with a lease or a unique key).
 
@@ -87,12 +90,12 @@ class Completion:
         one_slot = slots[0] if len(set(slots)) == 1 else None
         async with translated_errors(), self._connections.kept_conn("complete") as conn:
             try:
-                rows = await self._close_receipts(conn, one_slot, params, known)
+                rows = await self._close_receipts(conn, one_slot, params)
             except psycopg.errors.UndefinedTable:
                 if one_slot is None:
                     raise
                 # A receipt from before the ring was installed again with fewer slots.
-                rows = await self._close_receipts(conn, None, params, known)
+                rows = await self._close_receipts(conn, None, params)
         closed = {r["claim_id"] for r in rows if r["claim_id"] is not None}
         acks: dict[tuple[int, int], Ack] = {}
         for key, (_, claim_id, _queue) in known.items():
@@ -120,31 +123,45 @@ class Completion:
         conn: DictConnection,
         slot: int | None,
         params: dict[str, Any],
-        known: dict[tuple[int, int], tuple[int, int, str]],
     ) -> list[dict[str, Any]]:
         """Close receipts on ``slot``'s own partitions, or over the ring when ``slot`` is
-        ``None``, and release the children waiting on the jobs that completed, in one
-        transaction; the arbitrated form runs when a racing finaliser's closure failed the
-        first (the transaction rolled back: nothing was written)."""
+        ``None``, with the completed jobs' dependency edges, in one statement on its own.
+        Two failures write nothing and send it again: a racing finaliser's closure (the
+        arbitrated form lets the closure key decide) and a completion that releases a
+        waiting job (``AWD01``: in a transaction that applies the release, ADR 0032)."""
         counted, arbitrated = _RING_WIDE if slot is None else _IN_SLOT
+        name, in_transaction = counted, False
+        while True:
+            statement = self._sql[name] if slot is None else self._sql.for_slot(name, slot)
+            try:
+                if not in_transaction:
+                    return await self._sql.run_generic(
+                        conn, statement, {**params, "release": False}
+                    )
+                return await self._close_and_release(conn, statement, params)
+            except psycopg.errors.UniqueViolation:
+                if name == arbitrated:
+                    raise
+                name = arbitrated
+            except psycopg.Error as exc:
+                if in_transaction or not pg_dependencies.needs_transaction(exc):
+                    raise
+                in_transaction = True
 
-        def statement(name: str) -> bytes:
-            return self._sql[name] if slot is None else self._sql.for_slot(name, slot)
-
-        async def close(name: str) -> list[dict[str, Any]]:
-            async with conn.transaction():
-                rows = await self._sql.run_generic(conn, statement(name), params)
-                closed = {r["claim_id"] for r in rows if r["claim_id"] is not None}
-                completed = [key[0] for key, (_, claim, _) in known.items() if claim in closed]
+    async def _close_and_release(
+        self, conn: DictConnection, statement: bytes, params: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """The receipt statement in a transaction that also releases the children whose
+        last parent it completed (a failure rolls all of it back)."""
+        async with conn.transaction():
+            rows = await self._sql.run_generic(conn, statement, {**params, "release": True})
+            children = [r["released"] for r in rows if r["released"] is not None]
+            if children:
                 writes = Writes(params["now"])
-                await self._release_children(conn, writes, completed)
+                changes = pg_dependencies.released(children, writes.now)
+                await self._outcomes.change_jobs(conn, writes, changes)
                 await self._facts.flush(conn, writes)
-            return rows
-
-        try:
-            return await close(counted)
-        except psycopg.errors.UniqueViolation:
-            return await close(arbitrated)
+        return rows
 
     async def _complete_by_lookup(self, leases: Sequence[RunLease]) -> list[Ack]:
         async with translated_errors(), self._connections.tx(pipeline=True) as conn:

@@ -41,7 +41,9 @@ FROM open o
 -- the general path (reported in `leased`). The receipt must still exist (a slot pruned
 -- after a rescue never takes a closure), and the closure key arbitrates racing
 -- finalisers exactly as in close_claims. One statement on its own (autocommit), with the
--- counters and completion buckets of the attempts it closed (counters last, key order).
+-- counters and completion buckets of the attempts it closed (counters last, key order)
+-- and their dependency edges (awa.satisfy_dependencies; in a transaction, with the
+-- children it releases in `released`, when one would be).
 -- The engine runs it first without its ON CONFLICT clause: a speculative
 -- insertion writes a second WAL record per row (its confirmation), and closures already
 -- committed are filtered out by NOT EXISTS. A closure racing in from another finaliser
@@ -96,7 +98,7 @@ WITH i AS (
                       WHERE x.slot = i.slot AND x.claim_id = i.claim_id OFFSET 0)
     ORDER BY i.slot, i.claim_id
     {?on_conflict}
-    RETURNING claim_id, queue
+    RETURNING slot, claim_id, queue
 ), per_queue AS (
     SELECT queue, count(*) AS n FROM closed GROUP BY queue
 ), counted AS (
@@ -112,10 +114,19 @@ WITH i AS (
     FROM per_queue p
     ORDER BY p.queue
     ON CONFLICT (queue, minute, bucket) DO UPDATE SET n = c.n + EXCLUDED.n
+), settled AS (
+    -- The edges of the jobs it completed (ADR 0032): satisfied here when no waiting job
+    -- is released (the release parameter false: the statement commits on its own, and a
+    -- release raises AWD01 so that the engine runs it again in a transaction, true).
+    SELECT s.child_id, s.outcome FROM awa.satisfy_dependencies(
+        ARRAY(SELECT i.job_id FROM i JOIN closed c ON c.slot = i.slot AND c.claim_id = i.claim_id),
+        %(now)s, %(release)s) AS s
 )
-SELECT claim_id, NULL::bigint AS leased FROM closed
+SELECT claim_id, NULL::bigint AS leased, NULL::bigint AS released FROM closed
 UNION ALL
-SELECT NULL, job_id FROM leased
+SELECT NULL, job_id, NULL FROM leased
+UNION ALL
+SELECT NULL, NULL, child_id FROM settled
 
 -- name: on_conflict_do_nothing
 ON CONFLICT DO NOTHING

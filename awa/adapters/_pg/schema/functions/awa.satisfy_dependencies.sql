@@ -1,0 +1,75 @@
+-- The edges of jobs that completed in the calling statement or transaction (ADR 0032):
+-- each is satisfied, and a child whose last unsatisfied edge it was is answered
+-- 'released' (its wait row goes; the engine applies the lifecycle's release in the same
+-- transaction). Locks: the completed jobs' dependency keys exclusively (so an insert
+-- naming one either committed its edge before, and is seen here, or reads the job
+-- finished), then the affected wait rows, each in id order.
+--
+-- p_release false is for a completion that commits on its own statement (queue
+-- storage's receipt path, ADR 0032 "The drain"): it has no transaction in which to
+-- apply a release, so a completion that would release a child raises SQLSTATE AWD01
+-- (the statement writes nothing) and the engine completes those jobs again in a
+-- transaction with p_release true. A job that no child waits on costs its lock and one
+-- probe of the parent index; edges of other children are satisfied and their counts
+-- decremented in the statement itself.
+-- requires: awa.dependency_lock_key
+CREATE OR REPLACE FUNCTION awa.satisfy_dependencies(
+    p_completed bigint[], p_now timestamptz, p_release boolean
+)
+RETURNS TABLE (child_id bigint, outcome text)
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF coalesce(cardinality(p_completed), 0) = 0 THEN
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_xact_lock(awa.dependency_lock_key(f.id))
+    FROM (SELECT DISTINCT unnest(p_completed) AS id) AS f
+    ORDER BY f.id;
+    -- A statement of its own, after the locks: it sees every edge committed before them.
+    IF NOT EXISTS (
+        SELECT 1 FROM awa.job_dependencies AS d
+        WHERE d.parent_id = ANY (p_completed) AND d.satisfied_at IS NULL
+    ) THEN
+        RETURN;
+    END IF;
+    PERFORM 1 FROM awa.job_dependency_waits AS w
+    WHERE w.child_id IN (
+        SELECT d.child_id FROM awa.job_dependencies AS d
+        WHERE d.parent_id = ANY (p_completed) AND d.satisfied_at IS NULL
+    )
+    ORDER BY w.child_id
+    FOR UPDATE;
+    IF NOT p_release AND EXISTS (
+        SELECT 1
+        FROM (
+            SELECT d.child_id, count(*)::integer AS n FROM awa.job_dependencies AS d
+            WHERE d.parent_id = ANY (p_completed) AND d.satisfied_at IS NULL
+            GROUP BY d.child_id
+        ) AS c
+        JOIN awa.job_dependency_waits AS w ON w.child_id = c.child_id
+        WHERE w.pending <= c.n
+    ) THEN
+        RAISE EXCEPTION 'a completion releases a waiting job and needs a transaction'
+            USING ERRCODE = 'AWD01',
+                HINT = 'the engine completes these jobs again in a transaction';
+    END IF;
+    RETURN QUERY
+    WITH satisfied AS (
+        UPDATE awa.job_dependencies AS d SET satisfied_at = p_now
+        WHERE d.parent_id = ANY (p_completed) AND d.satisfied_at IS NULL
+        RETURNING d.child_id
+    ), counted AS (
+        SELECT s.child_id, count(*)::integer AS n FROM satisfied AS s GROUP BY s.child_id
+    ), ready AS (
+        DELETE FROM awa.job_dependency_waits AS w
+        USING counted AS c
+        WHERE w.child_id = c.child_id AND w.pending <= c.n
+        RETURNING w.child_id
+    ), left_waiting AS (
+        UPDATE awa.job_dependency_waits AS w SET pending = w.pending - c.n
+        FROM counted AS c
+        WHERE w.child_id = c.child_id AND w.pending > c.n
+    )
+    SELECT r.child_id, 'released'::text FROM ready AS r;
+END
+$$;

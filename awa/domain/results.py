@@ -36,9 +36,19 @@ WAIT_POLL_SECONDS = 1.0
 #: a waiter's subscription reports when its job finished.
 RESULT_CHANNEL_PREFIX = "awa:result:"
 
-#: The one Postgres channel on which finishes are announced, the job id as payload: a
-#: process listens once for all its waiters and wakes only the job's own.
+#: The prefix of a job's completed channel (``awa:done:<job id>``): what a waiter's
+#: subscription reports, beside the result channel, when the announcement says the job's
+#: completion is committed, so the waiter answers with the stored result without reading
+#: the job again.
+COMPLETED_CHANNEL_PREFIX = "awa:done:"
+
+#: The one Postgres channel on which finishes are announced, the job id as payload
+#: (followed by `` completed`` for a committed completion): a process listens once for
+#: all its waiters and wakes only the job's own.
 RESULTS_CHANNEL = "awa:results"
+
+#: The word after the job id in a completion's announcement on :data:`RESULTS_CHANNEL`.
+COMPLETED_PAYLOAD = "completed"
 
 #: The states that end a job for a waiter: it answers with the result or the failure.
 FINISHED_STATES = frozenset({JobState.Completed, JobState.Failed, JobState.Cancelled})
@@ -47,6 +57,19 @@ FINISHED_STATES = frozenset({JobState.Completed, JobState.Failed, JobState.Cance
 def result_channel(job_id: int) -> str:
     """The channel on which waiters on ``job_id`` are told it finished."""
     return f"{RESULT_CHANNEL_PREFIX}{job_id}"
+
+
+def completed_channel(job_id: int) -> str:
+    """The channel on which waiters on ``job_id`` are told it completed (committed)."""
+    return f"{COMPLETED_CHANNEL_PREFIX}{job_id}"
+
+
+def announced_channels(job_id: int, *, completed: bool) -> list[str]:
+    """What a finish announcement of ``job_id`` fires for its waiters."""
+    channels = [result_channel(job_id)]
+    if completed:
+        channels.append(completed_channel(job_id))
+    return channels
 
 
 @attrs.frozen

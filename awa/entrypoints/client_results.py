@@ -75,9 +75,7 @@ class ResultsMixin(ClientCore):
             while True:
                 answer = await self._answer(job_id, results)
                 if answer is not _PENDING:
-                    if result_type is not None and payloads.is_structured_type(result_type):
-                        return payloads.from_json_value(result_type, answer)
-                    return answer
+                    return self._typed(answer, result_type)
                 wait = result_rules.WAIT_POLL_SECONDS
                 if deadline is not None:
                     remaining = deadline - time.monotonic()
@@ -86,8 +84,9 @@ class ResultsMixin(ClientCore):
                     wait = min(wait, remaining)
                 if subscription is None:
                     await anyio.sleep(wait)
-                else:
-                    await subscription.wait(wait)
+                elif result_rules.completed_channel(job_id) in await subscription.wait(wait):
+                    # Announced after its completion committed: only the result is read.
+                    return self._typed(await self._completed_result(job_id, results), result_type)
         finally:
             if subscription is not None:
                 with anyio.CancelScope(shield=True):
@@ -103,10 +102,19 @@ class ResultsMixin(ClientCore):
         stored = await (await self._control()).results.get_result(job_id)
         if stored is None:
             return None
-        value = stored.value
+        return self._typed(stored.value, result_type)
+
+    @staticmethod
+    def _typed(answer: Any, result_type: type[Any] | None) -> Any:
         if result_type is not None and payloads.is_structured_type(result_type):
-            return payloads.from_json_value(result_type, value)
-        return value
+            return payloads.from_json_value(result_type, answer)
+        return answer
+
+    @staticmethod
+    async def _completed_result(job_id: int, results: ResultStore) -> Any:
+        """The answer for a job whose completion is committed: its stored result."""
+        stored = await results.get_result(job_id)
+        return None if stored is None else stored.value
 
     async def _answer(self, job_id: int, results: ResultStore) -> Any:
         """The result of the finished job, its failure raised, or ``_PENDING``."""
@@ -122,8 +130,7 @@ class ResultsMixin(ClientCore):
             # The result outlives the job's row until its own retention.
             return stored.value
         if record.state is JobState.Completed:
-            stored = await results.get_result(job_id)
-            return None if stored is None else stored.value
+            return await self._completed_result(job_id, results)
         if record.state is JobState.Failed:
             raise JobFailed(job_id, _last_error(record))
         if record.state is JobState.Cancelled:

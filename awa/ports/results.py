@@ -29,14 +29,17 @@ class ResultStore(Protocol):
         """The stored result of ``job_id``, or ``None`` (none stored, or expired)."""
         ...
 
-    async def announce_finished(self, job_id: int) -> None:
-        """Tell the waiters on ``job_id`` that it finished (best effort)."""
+    async def announce_finished(self, job_id: int, *, completed: bool = False) -> None:
+        """Tell the waiters on ``job_id`` that it finished (best effort). ``completed``:
+        its completion is committed, so a waiter may answer with the stored result
+        without reading the job (``awa.domain.results.announced_channels``)."""
         ...
 
     async def subscribe_finished(self, job_id: int) -> Subscription | None:
         """A subscription that fires when :meth:`announce_finished` is called for
-        ``job_id``, or ``None`` when this backend cannot deliver notifications here (a
-        transaction-mode pooler): the waiter then polls only."""
+        ``job_id`` (the channels ``announced_channels`` names), or ``None`` when this
+        backend cannot deliver notifications here (a transaction-mode pooler): the
+        waiter then polls only."""
         ...
 
     async def prune_results(self, *, before: datetime) -> int:

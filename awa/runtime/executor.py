@@ -120,19 +120,20 @@ class Executor:
         entry = self._handlers.get(context.record.kind)
         return entry is not None and entry.result_encoder is not None
 
-    async def _announce(self, context: AttemptContext) -> None:
-        """Wake the waiters on this job (best effort: they poll as well)."""
+    async def _announce(self, context: AttemptContext, *, completed: bool = False) -> None:
+        """Wake the waiters on this job (best effort: they poll as well); ``completed``
+        once its completion was acknowledged (committed)."""
         if self._results is None:
             return
         try:
-            await self._results.announce_finished(context.lease.job_id)
+            await self._results.announce_finished(context.lease.job_id, completed=completed)
         except Exception:
             log.debug("job %s: result announcement failed", context.lease.job_id)
 
     def _completed(self, context: AttemptContext, ack: Ack) -> None:
         """The batcher acknowledged this attempt's completion: it is over."""
         if ack is Ack.APPLIED and self._stores_result(context) and _on_asyncio():
-            task = asyncio.get_running_loop().create_task(self._announce(context))
+            task = asyncio.get_running_loop().create_task(self._announce(context, completed=True))
             self._refusals.add(task)
             task.add_done_callback(self._refusals.discard)
         if ack is Ack.STALE:

@@ -37,6 +37,11 @@ class Report:
     name: str
 
 
+@dataclasses.dataclass
+class RowCount:
+    rows: int
+
+
 def client_on(handle: EngineHandle) -> AsyncClient:
     """An ``AsyncClient`` over the engine under test and its backend's control plane."""
     client = AsyncClient.__new__(AsyncClient)
@@ -274,3 +279,63 @@ async def test_a_child_handler_reads_its_parents_results(engine: EngineHandle) -
     stored = await engine.control.results.get_result(typed.id)
     assert stored is not None and stored.kind == "reporting"
     assert (await fetch(engine, child.id)).metadata["awa:parents"] == [typed.id, untyped.id]
+
+
+async def test_an_announcement_says_whether_the_completion_is_committed(
+    backend: BackendHandle,
+) -> None:
+    store = backend.control.results
+    subscription = await store.subscribe_finished(41)
+    assert subscription is not None
+    try:
+        await store.announce_finished(41)
+        with anyio.fail_after(10):
+            assert await subscription.wait(10) == {result_rules.result_channel(41)}
+        await store.announce_finished(40, completed=True)  # another job's: not delivered
+        await store.announce_finished(41, completed=True)
+        with anyio.fail_after(10):
+            assert await subscription.wait(10) == {
+                result_rules.result_channel(41),
+                result_rules.completed_channel(41),
+            }
+    finally:
+        await subscription.close()
+
+
+async def test_a_waiter_told_of_the_completion_reads_only_the_result(
+    engine: EngineHandle, slow_polls: None, request: pytest.FixtureRequest
+) -> None:
+    if any(name in request.node.name for name in POOLED):
+        pytest.skip("no notifications through a transaction-mode pooler: the waiter polls")
+    client = client_on(engine)
+
+    @client.task(dict, kind="reporting", queue=QUEUE, store_result=True)
+    def report(job: Job[dict[str, Any]]) -> dict[str, int]:
+        return {"rows": 3}
+
+    job = await enqueue(engine, "reporting")
+    reads: list[int] = []
+    first_read = anyio.Event()
+    answer = client._answer
+
+    async def observed(job_id: int, results: ResultStore) -> Any:
+        try:
+            return await answer(job_id, results)
+        finally:
+            reads.append(job_id)
+            first_read.set()
+
+    client._answer = observed  # type: ignore[method-assign]
+    got: list[Any] = []
+
+    async def wait() -> None:
+        got.append(await client.wait_for(job.id, result_type=RowCount))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait)
+            await first_read.wait()
+            assert (await work_next(client, QUEUE)).outcome == "completed"
+    # One read of the job (unfinished) before the announcement, none after it.
+    assert reads == [job.id]
+    assert got == [RowCount(rows=3)]

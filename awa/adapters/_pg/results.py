@@ -2,7 +2,8 @@
 both Postgres engines (the table lives in schema ``awa`` whatever the engine, apart from
 the job rows, so queue storage's reclaim of finished history does not touch it).
 
-Finishes are announced on one channel (``awa:results``, the job id as payload). A store
+Finishes are announced on one channel (``awa:results``, the job id as payload, followed
+by `` completed`` when the job's completion is committed). A store
 keeps one ``LISTEN`` connection for all its current waiters (opened with the first,
 closed with the last) and wakes only the waiters of the announced job."""
 
@@ -19,7 +20,13 @@ from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters._pg.sql import load_queries
 from awa.domain.errors import WakeupsUnavailable
-from awa.domain.results import RESULT_RETENTION, RESULTS_CHANNEL, StoredResult, result_channel
+from awa.domain.results import (
+    COMPLETED_PAYLOAD,
+    RESULT_RETENTION,
+    RESULTS_CHANNEL,
+    StoredResult,
+    announced_channels,
+)
 from awa.ports.clock import Clock
 
 #: How long the shared listener waits for notifications per read (it is cancelled when
@@ -39,8 +46,10 @@ class _Waiter:
         self._listener = listener
         self.job_id = job_id
         self._event = asyncio.Event()
+        self._completed = False
 
-    def fire(self) -> None:
+    def fire(self, completed: bool = False) -> None:
+        self._completed = self._completed or completed
         self._event.set()
 
     async def wait(self, timeout: float) -> set[str]:
@@ -50,7 +59,8 @@ class _Waiter:
         if not self._event.is_set():
             return set()
         self._event.clear()
-        return {result_channel(self.job_id)}
+        completed, self._completed = self._completed, False
+        return set(announced_channels(self.job_id, completed=completed))
 
     async def close(self) -> None:
         await self._store._leave(self._listener, self)
@@ -70,12 +80,13 @@ class _Listener:
         try:
             while True:
                 for _, payload in await self._subscription.payloads(_READ_SECONDS):
+                    head, _, word = payload.partition(" ")
                     try:
-                        job_id = int(payload)
+                        job_id = int(head)
                     except ValueError:
                         continue
                     for waiter in self.waiters.get(job_id, ()):
-                        waiter.fire()
+                        waiter.fire(completed=word == COMPLETED_PAYLOAD)
         except Exception:
             # The waiters re-read the job now and poll from then on.
             self.broken = True
@@ -133,8 +144,9 @@ class PgResultStore:
             kind=row["kind"],
         )
 
-    async def announce_finished(self, job_id: int) -> None:
-        params = {"channel": RESULTS_CHANNEL, "job_id": str(job_id)}
+    async def announce_finished(self, job_id: int, *, completed: bool = False) -> None:
+        payload = f"{job_id} {COMPLETED_PAYLOAD}" if completed else str(job_id)
+        params = {"channel": RESULTS_CHANNEL, "job_id": payload}
         async with translated_errors(), self._pool.connection() as conn:
             await conn.execute(_query("announce_finished"), params)
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 from datetime import datetime
 
 from awa.adapters.inmemory.notifier import InMemorySubscription, NotificationHub
-from awa.domain.results import RESULT_RETENTION, StoredResult, result_channel
+from awa.domain.results import (
+    RESULT_RETENTION,
+    StoredResult,
+    announced_channels,
+    completed_channel,
+    result_channel,
+)
 from awa.ports.clock import Clock
 
 
@@ -30,11 +36,11 @@ class InMemoryResultStore:
             return None
         return result
 
-    async def announce_finished(self, job_id: int) -> None:
-        self._hub.publish([result_channel(job_id)])
+    async def announce_finished(self, job_id: int, *, completed: bool = False) -> None:
+        self._hub.publish(announced_channels(job_id, completed=completed))
 
     async def subscribe_finished(self, job_id: int) -> InMemorySubscription:
-        return await self._hub.subscribe([result_channel(job_id)])
+        return await self._hub.subscribe([result_channel(job_id), completed_channel(job_id)])
 
     async def prune_results(self, *, before: datetime) -> int:
         old = [job_id for job_id, r in self._results.items() if r.expires_at < before]

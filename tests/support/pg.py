@@ -47,6 +47,8 @@ LOCAL_URL = f"postgresql://postgres@{LOCAL_HOST}:{LOCAL_PORT}/postgres"
 DOCKER_IMAGE = "postgres:16-alpine"
 TEST_DB_PREFIX = "awa_test_"
 TEMPLATE_PREFIX = "awa_tpl_"
+#: Connections :meth:`DatabaseFactory.close` drops the rest with, at once.
+CLOSE_DROP_CONNECTIONS = 8
 
 
 class ProvisioningError(RuntimeError):
@@ -356,10 +358,11 @@ class DatabaseFactory:
             except BaseException as exc:  # reported by close(); the thread keeps going
                 self._drop_errors.append(exc)
 
-    def _drop_all(self, names: list[str]) -> None:
+    def _drop_all(self, names: list[str], connections: int | None = None) -> None:
         # Each DROP DATABASE waits for a checkpoint that starts after it asked; the ones
         # waiting together share it.
-        with ThreadPoolExecutor(max_workers=min(len(names), self._drop_connections)) as pool:
+        limit = self._drop_connections if connections is None else connections
+        with ThreadPoolExecutor(max_workers=max(1, min(len(names), limit))) as pool:
             for result in [pool.submit(self._drop, name) for name in names]:
                 result.result()
 
@@ -371,24 +374,27 @@ class DatabaseFactory:
 
     def close(self) -> None:
         """Drop every database released and not yet dropped, the spare clones and every
-        template this factory built; raise the first error a background drop met."""
-        spares = [future for future in self._spares.values()]
+        template this factory built, all at once (they share one checkpoint); raise the
+        first error a background drop met."""
+        spares = list(self._spares.values())
         self._spares.clear()
         self._cloner.shutdown(wait=True)
-        leftovers = [f.result() for f in spares if f.exception() is None]
         with self._wake:
             self._closing = True
+            leftovers, self._released = self._released, []
             self._wake.notify()
             dropper = self._dropper
-        if dropper is not None:
-            dropper.join()
-        leftovers += self._released
-        self._released = []
-        if leftovers:
-            self._drop_all(leftovers)
-        while self._templates:
-            _, name = self._templates.popitem()
-            self._drop(name)
+        leftovers += [f.result() for f in spares if f.exception() is None]
+        templates = list(self._templates.values())
+        self._templates.clear()
+        try:
+            # No clone is being made any more (the cloner is shut down), so the templates
+            # go in the same batch as the databases: the drops wait on one checkpoint.
+            if leftovers or templates:
+                self._drop_all(leftovers + templates, connections=CLOSE_DROP_CONNECTIONS)
+        finally:
+            if dropper is not None:
+                dropper.join()
         if self._drop_errors:
             raise self._drop_errors[0]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from awa.domain.errors import UniqueConflict
+from awa.domain.errors import UniqueConflict, ValidationError
 from awa.domain.flow_control import CONCURRENCY_KEY_METADATA
 from awa.domain.job import JobRecord
 from awa.domain.states import JobState, states_to_mask
@@ -144,3 +144,18 @@ async def test_merge_inside_a_transaction(engine: EngineHandle) -> None:
     stored = await fetch(engine, first.id)
     assert stored.args == {"n": 2}
     assert insert_outcome(stored.metadata) == InsertOutcome.DEBOUNCED
+
+
+async def test_copy_merges_into_the_waiting_holder(engine: EngineHandle) -> None:
+    copy = getattr(engine.engine, "enqueue_many_copy", None)
+    if copy is None:
+        pytest.skip(f"{engine.name} has no bulk COPY path")
+    first = await _insert(engine, REPLACE, {"n": 1})
+    try:
+        count = await copy([make_spec("other"), _spec(REPLACE, {"n": 2})])
+    except ValidationError:
+        pytest.skip(f"{engine.name}: COPY needs queue storage as the route")
+    assert count == 2
+    stored = await fetch(engine, first.id)
+    assert stored.args == {"n": 2}
+    assert insert_outcome(stored.metadata) == InsertOutcome.REPLACED

@@ -5,7 +5,8 @@ with ``store_result=True`` whose result carries the instant the handler returned
 ``--producers`` producer processes, each offering its share of ``--rate`` jobs a second
 for ``--seconds`` (up to ``--in-flight`` inserts outstanding at once, so a slow insert
 does not hold back the next due one) and waiting on each job it inserted with
-``client.wait_for``. Each job is due ``--lead`` seconds after its insert, so its waiter
+``client.wait_for`` (``--pool`` connections per producer process, shared by its inserts
+and its waiters' reads). Each job is due ``--lead`` seconds after its insert, so its waiter
 is listening before it runs: the measured path is the notification after the
 completion, not a first read. The instants are read from ``CLOCK_MONOTONIC``, one clock
 for every process of the host.
@@ -91,7 +92,14 @@ async def worker(url: str, workers: int) -> None:
 
 
 async def producer(
-    url: str, rate: float, seconds: float, lead: float, in_flight: int, first: int, step: int
+    url: str,
+    rate: float,
+    seconds: float,
+    lead: float,
+    in_flight: int,
+    pool: int,
+    first: int,
+    step: int,
 ) -> None:
     """Insert jobs ``first``, ``first + step``, ... at ``rate``, wait on each, and print
     each one's return, listener-fired and awake instants (JSON)."""
@@ -103,7 +111,7 @@ async def producer(
         fire(self, completed)
 
     pg_results._Waiter.fire = noted  # type: ignore[method-assign]
-    client = awa.AsyncClient(url, max_connections=in_flight + 4)
+    client = awa.AsyncClient(url, max_connections=pool)
     rows: list[list[float]] = []
     slots = asyncio.Semaphore(in_flight)
 
@@ -169,6 +177,7 @@ def coordinate(args: argparse.Namespace) -> None:
                 url,
                 *("--rate", str(share), "--seconds", str(args.seconds)),
                 *("--lead", str(args.lead), "--in-flight", str(args.in_flight)),
+                *("--pool", str(args.pool)),
                 *("--first", str(p), "--step", str(args.producers)),
             )
             for p in range(args.producers)
@@ -228,6 +237,7 @@ def main() -> None:
     p.add_argument("--lead", type=float, default=0.3, help="seconds each job is due after insert")
     p.add_argument("--producers", type=int, default=2, help="producer processes")
     p.add_argument("--in-flight", type=int, default=8, help="inserts outstanding per producer")
+    p.add_argument("--pool", type=int, default=20, help="connections per producer process")
     p.add_argument("--workers", type=int, default=20, help="the worker process's slots")
     p.add_argument("--role", choices=("coordinator", "worker", "producer"), default="coordinator")
     p.add_argument("--url", default="", help=argparse.SUPPRESS)
@@ -244,6 +254,7 @@ def main() -> None:
                 args.seconds,
                 args.lead,
                 args.in_flight,
+                args.pool,
                 args.first,
                 args.step,
             )

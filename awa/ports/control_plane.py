@@ -14,6 +14,7 @@ from awa.ports.batch_ops import BatchOperationStore
 from awa.ports.cron import CronStore
 from awa.ports.descriptors import DescriptorStore
 from awa.ports.overrides import QueueOverrideStore
+from awa.ports.relations import JobRelations
 from awa.ports.results import ResultStore
 from awa.ports.runtime_registry import RuntimeRegistry
 from awa.ports.samples import QueueSampleStore
@@ -39,6 +40,8 @@ class ControlPlane:
     #: the runtimes' published snapshots, as operator surfaces read them (a worker
     #: publishes its own through a registry bound to its transition role)
     registry: RuntimeRegistry
+    #: dependency edges and per-key loads across every engine's jobs (operator reads)
+    relations: JobRelations
 
 
 @attrs.frozen

@@ -140,6 +140,6 @@ def test_every_awa_command_the_docs_name_exists() -> None:
 def test_the_docs_check_catches_a_wrong_command() -> None:
     problems: list[str] = []
     _check(cli, ["storage", "prepare", "queue_storage", "--engin", "x"], "t", problems)
-    _check(cli, ["job", "list|get"], "t", problems)
+    _check(cli, ["job", "list|show"], "t", problems)
     _check(cli, ["--database-url", "postgresql://h/db", "serv"], "t", problems)
-    assert problems == ["t: no option --engin", "t: no command 'get'", "t: no command 'serv'"]
+    assert problems == ["t: no option --engin", "t: no command 'show'", "t: no command 'serv'"]

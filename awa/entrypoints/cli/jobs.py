@@ -22,6 +22,7 @@ from awa.entrypoints.cli._common import (
 )
 from awa.entrypoints.client import AsyncClient
 from awa.entrypoints.client_admin import job_dict
+from awa.entrypoints.job_graph import job_relations
 
 STATES = [str(s) for s in JobState]
 JOB_HEADERS = ("ID", "KIND", "QUEUE", "STATE", "ATT", "MAX")
@@ -118,6 +119,81 @@ def enqueue(
     click.echo(
         f"Enqueued job {row['id']} (kind {row['kind']}, queue {row['queue']}, {row['state']})"
     )
+
+
+RELATED_HEADERS = ("ID", "KIND", "STATE", "EDGE")
+
+
+def _edge_word(edge: dict[str, Any]) -> str:
+    """How the edge stands: met (the parent completed), failed (its failure doomed the
+    child) or waiting, with the child's policy when it is not the default."""
+    word = "met" if edge["satisfied_at"] else ("failed" if edge["failed"] else "waiting")
+    if edge["on_failure"] != "cancel":
+        word += f" (on failure: {edge['on_failure']})"
+    return word
+
+
+def _related_rows(edges: list[dict[str, Any]]) -> list[list[Any]]:
+    return [
+        [
+            e["id"],
+            e["kind"] or "-",
+            (e["state"] or "gone") + (" (dlq)" if e["dlq"] else ""),
+            _edge_word(e),
+        ]
+        for e in edges
+    ]
+
+
+@job.command()
+@click.argument("job_id", type=int)
+@json_option
+def get(job_id: int, json_flag: bool) -> None:
+    """Show a job: its row, its parents and children with their states, and its stored
+    result."""
+
+    async def go(client: AsyncClient) -> dict[str, Any] | None:
+        engine = await client.admin_engine()
+        found = await engine.get_job(job_id)
+        if found is None:
+            entry = await engine.get_dlq(job_id)
+            found = None if entry is None else entry.job
+        if found is None:
+            return None
+        relations = await job_relations(client, job_id)
+        return None if relations is None else {"job": job_dict(found), **relations}
+
+    doc = with_client(go)
+    if doc is None:
+        raise fail(f"job {job_id} not found")
+    if wants_json(json_flag):
+        emit_json(doc)
+        return
+    row = doc["job"]
+    click.echo(
+        f"Job {row['id']}  kind {row['kind']}  queue {row['queue']}  state {doc['state']}  "
+        f"attempt {row['attempt']}/{row['max_attempts']}"
+    )
+    if doc["waiting_on"]:
+        click.echo(f"Waiting on {doc['waiting_on']} of {doc['parent_count']} parent(s)")
+    for title, edges, count in (
+        ("Parents", doc["parents"], doc["parent_count"]),
+        ("Children", doc["children"], doc["child_count"]),
+    ):
+        click.echo("")
+        if not count:
+            click.echo(f"{title}: none")
+            continue
+        shown = "" if count == len(edges) else f", first {len(edges)} shown"
+        click.echo(f"{title} ({count}{shown}):")
+        print_table(RELATED_HEADERS, _related_rows(edges))
+    click.echo("")
+    result = doc["result"]
+    if result["stored"]:
+        click.echo(f"Result (stored {result['stored_at']}, kept until {result['expires_at']}):")
+        click.echo(json.dumps(result["value"], indent=2, sort_keys=True))
+    else:
+        click.echo("Result: no result stored")
 
 
 @job.command()

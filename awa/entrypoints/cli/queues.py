@@ -16,6 +16,7 @@ from awa.entrypoints.cli._common import (
 )
 from awa.entrypoints.cli.overrides import overrides
 from awa.entrypoints.client import AsyncClient
+from awa.entrypoints.job_graph import KEY_LIMIT, MAX_KEY_LIMIT, queue_keys
 
 STATS_HEADERS = (
     "QUEUE",
@@ -150,6 +151,41 @@ def stats(json_flag: bool) -> None:
 def queue_stats_hidden(json_flag: bool) -> None:
     """Alias of ``awa queue stats``."""
     _print_stats(json_flag)
+
+
+@queue.command()
+@click.argument("name")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, MAX_KEY_LIMIT),
+    default=KEY_LIMIT,
+    show_default=True,
+    help="List at most this many keys, the busiest first.",
+)
+@json_option
+def keys(name: str, limit: int, json_flag: bool) -> None:
+    """A queue's concurrency keys: how many of each run and how many wait for a slot,
+    the busiest first, with the per-key and rate limits operators set on the queue."""
+
+    async def go(client: AsyncClient) -> dict[str, Any]:
+        return await queue_keys(client, name, limit=limit)
+
+    doc = with_client(go)
+    if wants_json(json_flag):
+        emit_json(doc)
+        return
+    limits = doc["limits"]
+    per_key = limits["max_running_per_key"]
+    rate = limits["rate_limit_per_second"]
+    per_key_text = "none set by override" if per_key is None else f"{per_key} (override)"
+    rate_text = "none" if rate is None else f"{rate:g}/s, burst {limits['rate_limit_burst']}"
+    click.echo(f"Queue {name}: per-key limit {per_key_text}; rate limit override {rate_text}")
+    if not doc["keys"]:
+        click.echo("No concurrency key has a running or waiting job.")
+        return
+    print_table(
+        ("KEY", "RUNNING", "WAITING"), [[k["key"], k["running"], k["waiting"]] for k in doc["keys"]]
+    )
 
 
 queue.add_command(overrides)

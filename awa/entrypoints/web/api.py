@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from awa.entrypoints.job_graph import KEY_LIMIT, key_limit
 from awa.entrypoints.web import actions, params
 from awa.entrypoints.web.errors import api_error_response, bad_request, not_found
 from awa.entrypoints.web.openapi import openapi_document
@@ -92,6 +93,22 @@ async def get_job(request: Request, web: WebState) -> Any:
     return doc
 
 
+async def job_relations(request: Request, web: WebState) -> Any:
+    job_id = params.path_int(request, "job_id")
+    doc = await web.reads.relations(job_id)
+    if doc is None:
+        raise not_found(f"job not found: {job_id}")
+    return doc
+
+
+async def job_graph(request: Request, web: WebState) -> Any:
+    job_id = params.path_int(request, "job_id")
+    doc = await web.reads.graph(job_id)
+    if doc is None:
+        raise not_found(f"job not found: {job_id}")
+    return doc
+
+
 async def retry_job(request: Request, web: WebState) -> Any:
     return await actions.retry_job(web, params.path_int(request, "job_id"))
 
@@ -143,6 +160,13 @@ async def get_queue(request: Request, web: WebState) -> Any:
     if doc is None:
         raise not_found(f"queue not found: {name}")
     return doc
+
+
+async def queue_keys(request: Request, web: WebState) -> Any:
+    limit = params.integer(request, "limit", minimum=1)
+    return await web.reads.queue_keys(
+        params.path_text(request, "queue"), key_limit(KEY_LIMIT if limit is None else limit)
+    )
 
 
 async def pause_queue(request: Request, web: WebState) -> Any:
@@ -280,6 +304,8 @@ def routes(callback_prefix: str) -> list[BaseRoute]:
         ("/jobs/bulk-retry", bulk_retry, post),
         ("/jobs/bulk-cancel", bulk_cancel, post),
         ("/jobs/{job_id}", get_job, get),
+        ("/jobs/{job_id}/relations", job_relations, get),
+        ("/jobs/{job_id}/graph", job_graph, get),
         ("/jobs/{job_id}/retry", retry_job, post),
         ("/jobs/{job_id}/cancel", cancel_job, post),
         ("/stats", stats, get),
@@ -289,6 +315,7 @@ def routes(callback_prefix: str) -> list[BaseRoute]:
         ("/queues", list_queues, get),
         ("/queues/runtime", queue_runtime, get),
         ("/queues/{queue}", get_queue, get),
+        ("/queues/{queue}/keys", queue_keys, get),
         ("/queues/{queue}/pause", pause_queue, post),
         ("/queues/{queue}/resume", resume_queue, post),
         ("/queues/{queue}/drain", drain_queue, post),

@@ -10,6 +10,7 @@ import functools
 from typing import Any
 
 from awa.callback_contract import DEFAULT_PATH_PREFIX, SIGNATURE_HEADER
+from awa.entrypoints.job_graph import MAX_KEY_LIMIT
 from awa.entrypoints.web.openapi_schemas import (
     ANY_OBJ,
     BOOL,
@@ -130,6 +131,20 @@ def openapi_document(callback_prefix: str = DEFAULT_PATH_PREFIX) -> dict[str, An
                 parameters=[JOB_ID],
             )
         },
+        f"{api}/jobs/{{job_id}}/relations": {
+            "get": _op(
+                "A job's parents and children with their states, and its stored result",
+                ref("JobRelations"),
+                parameters=[JOB_ID],
+            )
+        },
+        f"{api}/jobs/{{job_id}}/graph": {
+            "get": _op(
+                "The workflow graph around a job: connected jobs and their edges",
+                ref("WorkflowGraph"),
+                parameters=[JOB_ID],
+            )
+        },
         f"{api}/jobs/{{job_id}}/retry": {
             "post": _op("Retry a job", nullable("Job"), parameters=[JOB_ID])
         },
@@ -168,6 +183,16 @@ def openapi_document(callback_prefix: str = DEFAULT_PATH_PREFIX) -> dict[str, An
         },
         f"{api}/queues/{{queue}}": {
             "get": _op("One queue", ref("Queue"), parameters=[_path("queue")])
+        },
+        f"{api}/queues/{{queue}}/keys": {
+            "get": _op(
+                "A queue's concurrency keys (running and waiting per key) and its limits",
+                ref("QueueKeys"),
+                parameters=[
+                    _path("queue"),
+                    _query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_KEY_LIMIT}),
+                ],
+            )
         },
         f"{api}/queues/{{queue}}/pause": {
             "post": _op(

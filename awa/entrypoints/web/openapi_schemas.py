@@ -323,6 +323,82 @@ SCHEMAS: dict[str, Any] = {
     ),
     "Ok": obj({"ok": BOOL}, ["ok"]),
     "Drained": obj({"drained": INT}, ["drained"]),
+    "RelatedJob": obj(
+        {
+            "id": INT,
+            "kind": NSTR,
+            "queue": NSTR,
+            "state": {"type": "string", "enum": STATES, "nullable": True},
+            "dlq": BOOL,
+            "satisfied_at": NSTR,
+            "failed": BOOL,
+            "on_failure": {"type": "string", "enum": ["cancel", "run", "dlq"]},
+        },
+        ["id", "kind", "queue", "state", "dlq", "satisfied_at", "failed", "on_failure"],
+    ),
+    "JobRelations": obj(
+        {
+            "job_id": INT,
+            "state": {"type": "string", "enum": STATES},
+            "waiting_on": INT,
+            "parent_count": INT,
+            "child_count": INT,
+            "parents": array(ref("RelatedJob")),
+            "children": array(ref("RelatedJob")),
+            "result": obj(
+                {"stored": BOOL, "value": {}, "stored_at": NSTR, "expires_at": NSTR},
+                ["stored"],
+            ),
+        },
+        [
+            "job_id",
+            "state",
+            "waiting_on",
+            "parent_count",
+            "child_count",
+            "parents",
+            "children",
+            "result",
+        ],
+    ),
+    "WorkflowGraph": obj(
+        {
+            "job_id": INT,
+            "nodes": array(
+                obj(
+                    {
+                        "id": INT,
+                        "kind": NSTR,
+                        "queue": NSTR,
+                        "state": {"type": "string", "enum": STATES, "nullable": True},
+                        "dlq": BOOL,
+                        "depth": INT,
+                    },
+                    ["id", "kind", "queue", "state", "dlq", "depth"],
+                )
+            ),
+            "edges": array({**array(INT), "minItems": 2, "maxItems": 2}),
+            "truncated": BOOL,
+        },
+        ["job_id", "nodes", "edges", "truncated"],
+    ),
+    "QueueKeys": obj(
+        {
+            "queue": STR,
+            "limits": obj(
+                {
+                    "max_running_per_key": NINT,
+                    "rate_limit_per_second": {**NUM, "nullable": True},
+                    "rate_limit_burst": NINT,
+                },
+                ["max_running_per_key", "rate_limit_per_second", "rate_limit_burst"],
+            ),
+            "keys": array(
+                obj({"key": STR, "running": INT, "waiting": INT}, ["key", "running", "waiting"])
+            ),
+        },
+        ["queue", "limits", "keys"],
+    ),
     "Count": obj({"count": INT}, ["count"]),
     "CallbackResult": obj(
         {"id": INT, "callback_id": STR, "state": {"type": "string", "enum": STATES}},

@@ -32,6 +32,7 @@ from awa.entrypoints.client_admin import job_dict, job_document
 from awa.entrypoints.client_async import AsyncClient
 from awa.entrypoints.client_cron import next_fire_at
 from awa.entrypoints.job import rfc3339
+from awa.entrypoints.job_graph import job_relations, queue_keys, workflow_graph
 from awa.entrypoints.web.cache import ReadCache
 from awa.entrypoints.web.errors import bad_request, not_found
 from awa.ports.runtime_registry import QueueSnapshot, RuntimeSnapshot
@@ -253,6 +254,29 @@ class AdminReads:
         row = job_json(source, await self.descriptors(), expressions)
         doc["job"] = {**doc["job"], **row}
         return {**row, **doc}
+
+    async def relations(self, job_id: int) -> dict[str, Any] | None:
+        """A job's parents, children and stored result (``awa job get``'s shape), or
+        ``None`` when there is no such job."""
+        found: dict[str, Any] | None = await self.cache.get(
+            f"relations:{job_id}", lambda: job_relations(self.client, job_id)
+        )
+        return found
+
+    async def graph(self, job_id: int) -> dict[str, Any] | None:
+        """The workflow graph around a job, or ``None`` when there is no such job."""
+        found: dict[str, Any] | None = await self.cache.get(
+            f"graph:{job_id}", lambda: workflow_graph(self.client, job_id)
+        )
+        return found
+
+    async def queue_keys(self, queue: str, limit: int) -> dict[str, Any]:
+        """A queue's busiest concurrency keys and the limits set on it (``awa queue
+        keys``' shape)."""
+        found: dict[str, Any] = await self.cache.get(
+            f"keys:{queue}:{limit}", lambda: queue_keys(self.client, queue, limit=limit)
+        )
+        return found
 
     # ------------------------------------------------------------------ stats
     async def _queue_counts(self) -> list[QueueCounts]:

@@ -1,0 +1,69 @@
+"""The :class:`~awa.ports.relations.JobRelations` port on Postgres, shared by both
+engines: edges from ``awa.job_dependencies``, key loads from ``awa.jobs`` (every
+plane)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from awa.adapters._pg.errors import translated_errors
+from awa.adapters._pg.pool import DictConnection
+from awa.adapters._pg.sql import load_queries
+from awa.ports.relations import Edge, JobEdges, KeyLoad
+
+
+def _query(name: str) -> bytes:
+    return load_queries("awa.adapters._pg", "relations.sql")[name].encode()
+
+
+def _edges(rows: list[dict[str, Any]]) -> tuple[tuple[Edge, ...], int]:
+    edges = tuple(
+        Edge(
+            job_id=int(row["job_id"]),
+            satisfied_at=row["satisfied_at"],
+            failed=bool(row["failed"]),
+            on_failure=str(row["on_failure"]),
+        )
+        for row in rows
+    )
+    return edges, int(rows[0]["total"]) if rows else 0
+
+
+class PgJobRelations:
+    """Edges and key loads read on ``pool`` (one per backend)."""
+
+    def __init__(self, pool: AsyncConnectionPool[DictConnection]) -> None:
+        self._pool = pool
+
+    async def job_edges(self, job_id: int, *, limit: int) -> JobEdges:
+        params = {"job_id": job_id, "limit": limit}
+        async with translated_errors(), self._pool.connection() as conn:
+            parents = list(await (await conn.execute(_query("job_parents"), params)).fetchall())
+            children = list(await (await conn.execute(_query("job_children"), params)).fetchall())
+        parent_edges, parent_count = _edges(parents)
+        child_edges, child_count = _edges(children)
+        return JobEdges(parent_edges, child_edges, parent_count, child_count)
+
+    async def key_loads(
+        self,
+        queue: str,
+        *,
+        running_states: Sequence[str],
+        waiting_states: Sequence[str],
+        limit: int,
+    ) -> list[KeyLoad]:
+        params = {
+            "queue": queue,
+            "running": list(running_states),
+            "waiting": list(waiting_states),
+            "limit": limit,
+        }
+        async with translated_errors(), self._pool.connection() as conn:
+            rows = await (await conn.execute(_query("key_loads"), params)).fetchall()
+        return [
+            KeyLoad(key=str(row["key"]), running=int(row["running"]), waiting=int(row["waiting"]))
+            for row in rows
+        ]

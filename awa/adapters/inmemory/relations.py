@@ -1,0 +1,67 @@
+"""The :class:`~awa.ports.relations.JobRelations` port in memory: edges from the store's
+dependency book, key loads from the jobs of every side of the store."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from awa.adapters.inmemory.store import SharedStore
+from awa.domain.flow_control import concurrency_key_of
+from awa.ports.relations import Edge, JobEdges, KeyLoad
+
+
+class InMemoryJobRelations:
+    """Reads of the committed state of ``store``."""
+
+    def __init__(self, store: SharedStore) -> None:
+        self._store = store
+
+    async def job_edges(self, job_id: int, *, limit: int) -> JobEdges:
+        deps = self._store.state.deps
+        parents = sorted(deps.parents.get(job_id, {}).items())
+        children = sorted(set(deps.children.get(job_id, ())))
+        return JobEdges(
+            parents=tuple(
+                Edge(
+                    job_id=parent,
+                    satisfied_at=at,
+                    failed=(job_id, parent) in deps.failed,
+                    on_failure=str(deps.policy(job_id, parent)),
+                )
+                for parent, at in parents[:limit]
+            ),
+            children=tuple(
+                Edge(
+                    job_id=child,
+                    satisfied_at=deps.parents[child].get(job_id),
+                    failed=(child, job_id) in deps.failed,
+                    on_failure=str(deps.policy(child, job_id)),
+                )
+                for child in children[:limit]
+            ),
+            parent_count=len(parents),
+            child_count=len(children),
+        )
+
+    async def key_loads(
+        self,
+        queue: str,
+        *,
+        running_states: Sequence[str],
+        waiting_states: Sequence[str],
+        limit: int,
+    ) -> list[KeyLoad]:
+        running: Counter[str] = Counter()
+        waiting: Counter[str] = Counter()
+        for jobs in self._store.state.sides.values():
+            for job in jobs.values():
+                key = concurrency_key_of(job.metadata)
+                if key is None or job.queue != queue:
+                    continue
+                if str(job.state) in running_states:
+                    running[key] += 1
+                elif str(job.state) in waiting_states:
+                    waiting[key] += 1
+        keys = sorted(set(running) | set(waiting), key=lambda k: (-(running[k] + waiting[k]), k))
+        return [KeyLoad(key, running[key], waiting[key]) for key in keys[:limit]]

@@ -1,0 +1,70 @@
+"""Reads that span every job of a backend, for the operator surfaces (CLI, REST, UI):
+a job's dependency edges (ADR 0032) and the load on each concurrency key of a queue
+(ADR 0029).
+
+Both Postgres engines keep their edges in one table and show their jobs through one
+view (``awa.jobs``), so one adapter answers for both; the in-memory backend reads its
+store. States are read through the storage engine, not here: an edge names jobs only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+
+@attrs.frozen
+class Edge:
+    """One dependency edge seen from one of its ends: the job at the other end, when the
+    parent completed (``satisfied_at``), whether the parent's failure doomed the child
+    through it (``failed``) and the child's policy on that failure (``on_failure``)."""
+
+    job_id: int
+    satisfied_at: datetime | None
+    failed: bool
+    on_failure: str
+
+
+@attrs.frozen
+class JobEdges:
+    """A job's parents and children (each list ordered by job id, at most the limit
+    asked for) and how many there are in all."""
+
+    parents: tuple[Edge, ...]
+    children: tuple[Edge, ...]
+    parent_count: int
+    child_count: int
+
+
+@attrs.frozen
+class KeyLoad:
+    """One concurrency key of a queue: its attempts holding a slot (``running``) and its
+    jobs ready to run that wait for one (``waiting``)."""
+
+    key: str
+    running: int
+    waiting: int
+
+
+@runtime_checkable
+class JobRelations(Protocol):
+    async def job_edges(self, job_id: int, *, limit: int) -> JobEdges:
+        """The parents and children of ``job_id``, at most ``limit`` of each (lowest ids
+        first); empty for a job with neither, or an unknown id."""
+        ...
+
+    async def key_loads(
+        self,
+        queue: str,
+        *,
+        running_states: Sequence[str],
+        waiting_states: Sequence[str],
+        limit: int,
+    ) -> list[KeyLoad]:
+        """The concurrency keys of ``queue`` with a job in ``running_states`` or
+        ``waiting_states`` (counted as running / waiting), the busiest first (running
+        plus waiting, then key), at most ``limit``."""
+        ...

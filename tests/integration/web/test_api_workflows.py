@@ -1,0 +1,77 @@
+"""The admin API's workflow and key reads against a real database: a job's parents,
+children and stored result, the workflow graph around it, a queue's keys with how many
+run and wait on each; bad ids and limits answer 4xx with a JSON body."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fixtures.workflow_seed import KEYED, seed_workflow
+from tests.integration.web.conftest import AppFactory
+
+pytestmark = pytest.mark.postgres
+
+
+def test_relations_graph_and_keys(make_client: AppFactory, migrated_database_url: str) -> None:
+    ids = seed_workflow(migrated_database_url)
+    api = make_client()
+
+    report = api.get(f"/api/jobs/{ids['report']}/relations").json()
+    assert (report["state"], report["waiting_on"], report["parent_count"]) == ("scheduled", 1, 2)
+    assert [(p["id"], p["state"], p["satisfied_at"] is not None) for p in report["parents"]] == [
+        (ids["extract"], "completed", True),
+        (ids["load"], "available", False),
+    ]
+    assert [(c["id"], c["state"]) for c in report["children"]] == [(ids["notify"], "scheduled")]
+    assert report["result"] == {"stored": False}
+
+    extract = api.get(f"/api/jobs/{ids['extract']}/relations").json()
+    assert extract["result"]["stored"] is True
+    assert extract["result"]["value"] == {"rows": 42, "step": "extract"}
+
+    graph = api.get(f"/api/jobs/{ids['notify']}/graph").json()
+    assert graph["truncated"] is False
+    states = {n["id"]: (n["state"], n["depth"]) for n in graph["nodes"]}
+    assert states == {
+        ids["extract"]: ("completed", 0),
+        ids["load"]: ("available", 0),
+        ids["report"]: ("scheduled", 1),
+        ids["notify"]: ("scheduled", 2),
+    }
+    assert sorted(map(tuple, graph["edges"])) == sorted(
+        [
+            (ids["extract"], ids["report"]),
+            (ids["load"], ids["report"]),
+            (ids["report"], ids["notify"]),
+        ]
+    )
+    failed = api.get(f"/api/jobs/{ids['cleanup']}/graph").json()
+    assert {n["id"]: n["state"] for n in failed["nodes"]} == {
+        ids["broken"]: "failed",
+        ids["cleanup"]: "cancelled",
+    }
+
+    keys = api.get(f"/api/queues/{KEYED}/keys").json()
+    assert keys["limits"]["max_running_per_key"] == 1
+    assert keys["keys"] == [
+        {"key": "tenant-a", "running": 1, "waiting": 2},
+        {"key": "tenant-b", "running": 0, "waiting": 1},
+    ]
+    top = api.get(f"/api/queues/{KEYED}/keys", params={"limit": 1}).json()
+    assert [k["key"] for k in top["keys"]] == ["tenant-a"]
+
+
+def test_bad_ids_and_limits_answer_json_errors(make_client: AppFactory) -> None:
+    api = make_client()
+    for path in ("/api/jobs/987654321/relations", "/api/jobs/987654321/graph"):
+        missing = api.get(path)
+        assert missing.status_code == 404
+        assert missing.json() == {"error": "job not found: 987654321"}
+    bad = api.get("/api/jobs/abc/graph")
+    assert bad.status_code in (400, 404) and "error" in bad.json()
+    for limit in ("0", "1001", "x"):
+        refused = api.get(f"/api/queues/{KEYED}/keys", params={"limit": limit})
+        assert refused.status_code == 400, limit
+        assert "limit" in refused.json()["error"]
+    assert api.get("/api/jobs/987654321").status_code == 404
+    assert "/api/queues/{queue}/keys" in api.get("/api/openapi.json").json()["paths"]

@@ -9,12 +9,13 @@ first bursts) the harness reads the queue's pending count at the start and the e
 the measured window. Printed: the observed fleet rate, its ratio to the limit, and the
 rate of each measured second's tenth (to show it steady).
 
-Today's ``rate_limit`` is a token bucket in each process (awa-pg's meaning), so N
-processes start about N times the limit: this run is the baseline a fleet-wide limiter is
-measured against.
+``--limit process`` (the default) gives each process ``rate_limit``, a token bucket in
+each process (awa-pg's meaning), so N processes start about N times the limit: the
+baseline. ``--limit fleet`` gives the queue ``global_rate_limit``, one limiter in the
+database for the whole fleet (ADR 0029), which must hold the fleet at the limit.
 
     .venv/bin/python -m benchmarks.fleet_rate
-    .venv/bin/python -m benchmarks.fleet_rate --processes 4 --rate 50 --seconds 60
+    .venv/bin/python -m benchmarks.fleet_rate --limit fleet --processes 4 --rate 50 --seconds 60
 """
 
 from __future__ import annotations
@@ -62,9 +63,14 @@ async def _setup(url: str, jobs: int) -> None:
         await client.close()
 
 
-async def _serve(url: str, rate: float, burst: int, ready: Event, stop: Event) -> None:
+async def _serve(url: str, limit: str, rate: float, burst: int, ready: Event, stop: Event) -> None:
     client = _client(url)
-    await client.start([{"name": QUEUE, "max_workers": SLOTS, "rate_limit": (rate, burst)}])
+    queue: awa.QueueConfigDict = {"name": QUEUE, "max_workers": SLOTS}
+    if limit == "fleet":
+        queue["global_rate_limit"] = (rate, burst)
+    else:
+        queue["rate_limit"] = (rate, burst)
+    await client.start([queue])
     ready.set()
     while not stop.is_set():
         await asyncio.sleep(0.1)
@@ -72,8 +78,8 @@ async def _serve(url: str, rate: float, burst: int, ready: Event, stop: Event) -
     await client.close()
 
 
-def _worker(url: str, rate: float, burst: int, ready: Event, stop: Event) -> None:
-    asyncio.run(_serve(url, rate, burst, ready, stop))
+def _worker(url: str, limit: str, rate: float, burst: int, ready: Event, stop: Event) -> None:
+    asyncio.run(_serve(url, limit, rate, burst, ready, stop))
 
 
 async def _pending(client: awa.AsyncClient) -> int:
@@ -105,6 +111,7 @@ def run(
     admin_url: str,
     name: str,
     processes: int,
+    limit: str,
     rate: float,
     burst: int,
     warmup: float,
@@ -120,7 +127,7 @@ def run(
     try:
         for _ in range(processes):
             ready = ctx.Event()
-            proc = ctx.Process(target=_worker, args=(url, rate, burst, ready, stop))
+            proc = ctx.Process(target=_worker, args=(url, limit, rate, burst, ready, stop))
             proc.start()
             workers.append((proc, ready))
         for _proc, ready in workers:
@@ -136,7 +143,10 @@ def run(
                 proc.join()
         drop_database(admin_url, name)
     procs = "1 worker process" if processes == 1 else f"each of {processes} worker processes"
-    limit_words = f"rate_limit=({rate:g}, {burst}) in {procs}"
+    if limit == "fleet":
+        limit_words = f"global_rate_limit=({rate:g}, {burst}) over {processes} worker processes"
+    else:
+        limit_words = f"rate_limit=({rate:g}, {burst}) in {procs}"
     print(
         f"{limit_words}: fleet rate {observed:,.1f} jobs/s over {seconds:g} s "
         f"= {observed / rate:.2f}x the limit",
@@ -149,6 +159,12 @@ def run(
 def main() -> None:
     p = parser(__doc__ or "")
     p.add_argument("--processes", type=int, default=4)
+    p.add_argument(
+        "--limit",
+        choices=("process", "fleet"),
+        default="process",
+        help="rate_limit in each process, or one global_rate_limit for the fleet",
+    )
     p.add_argument("--rate", type=float, default=50.0, help="max_rate of the limit, jobs/s")
     p.add_argument("--burst", type=int, default=10)
     p.add_argument("--warmup", type=float, default=5.0, help="seconds before measuring")
@@ -158,6 +174,7 @@ def main() -> None:
         a.admin_url,
         a.db or "awa_bench_fleet_rate",
         a.processes,
+        a.limit,
         a.rate,
         a.burst,
         a.warmup,

@@ -25,7 +25,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
+
+import attrs
 
 from awa.domain.errors import ValidationError, ValidationTypeError
 from awa.domain.partitioning import shard_for_key
@@ -160,6 +162,7 @@ def admit(
     running: Mapping[str, int],
     max_running_per_key: int | None,
     limit: int,
+    key_allowance: Mapping[str, int] | None = None,
 ) -> list[T]:
     """The candidates a claim takes, at most ``limit`` of them.
 
@@ -169,13 +172,48 @@ def admit(
     taken only when ``running[key] + rank <= max_running_per_key``, and the taken ones are
     ordered by ``(rank, position)``: round one takes every key's first job, round two
     their second, and so on. Keyless candidates rank one.
+
+    ``key_allowance`` (a fleet-wide rate limit per key, :mod:`awa.domain.rate_limits`)
+    caps each keyed candidate's rank too: a key absent from it admits nothing.
     """
+    return admit_counted(
+        candidates,
+        key_of=key_of,
+        running=running,
+        max_running_per_key=max_running_per_key,
+        limit=limit,
+        key_allowance=key_allowance,
+    ).taken
+
+
+@attrs.frozen
+class Admitted(Generic[T]):
+    """What :func:`admit_counted` took, and how many candidates it held back because
+    their key was at ``max_running_per_key`` (``concurrency_limited``) or its per-key
+    rate limiter had no token (``rate_limited``)."""
+
+    taken: list[T]
+    concurrency_limited: int = 0
+    rate_limited: int = 0
+
+
+def admit_counted(
+    candidates: Sequence[T],
+    *,
+    key_of: Callable[[T], str | None],
+    running: Mapping[str, int],
+    max_running_per_key: int | None,
+    limit: int,
+    key_allowance: Mapping[str, int] | None = None,
+) -> Admitted[T]:
+    """:func:`admit`, counting the candidates each per-key limit held back."""
     if limit <= 0:
-        return []
-    if max_running_per_key is None:
-        return list(candidates[:limit])
+        return Admitted([])
+    if max_running_per_key is None and key_allowance is None:
+        return Admitted(list(candidates[:limit]))
     seen: Counter[str] = Counter()
     ranked: list[tuple[int, int, T]] = []
+    by_concurrency = by_rate = 0
     for position, candidate in enumerate(candidates):
         key = key_of(candidate)
         if key is None:
@@ -183,7 +221,12 @@ def admit(
             continue
         seen[key] += 1
         rank = seen[key]
-        if running.get(key, 0) + rank <= max_running_per_key:
-            ranked.append((rank, position, candidate))
+        if max_running_per_key is not None and running.get(key, 0) + rank > max_running_per_key:
+            by_concurrency += 1
+            continue
+        if key_allowance is not None and rank > key_allowance.get(key, 0):
+            by_rate += 1
+            continue
+        ranked.append((rank, position, candidate))
     ranked.sort(key=lambda item: (item[0], item[1]))
-    return [candidate for _, _, candidate in ranked[:limit]]
+    return Admitted([candidate for _, _, candidate in ranked[:limit]], by_concurrency, by_rate)

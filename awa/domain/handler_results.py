@@ -7,10 +7,12 @@ as ``awa.RetryAfter``, ``awa.Snooze``, ``awa.Cancel``, ``awa.WaitForCallback`` a
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import attrs
 
+from awa.domain.errors import ValidationError, ValidationTypeError
 from awa.domain.lifecycle import HANDLER_CANCEL_REASON
 from awa.domain.validation import validate_delay
 
@@ -35,12 +37,36 @@ class RetryAfter:
     seconds: float = attrs.field(converter=_seconds)
 
 
+def _until(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise ValidationTypeError(
+            "until", f"must be a datetime, got {type(value).__name__}", value=value
+        )
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValidationError("until", "must be timezone-aware (an API's reset time in UTC)")
+    return value
+
+
 @attrs.frozen
 class Snooze:
-    """Run the job again after ``seconds`` without spending an attempt (``seconds`` as
-    for :class:`RetryAfter`)."""
+    """Run the job again after ``seconds``, or at ``until`` (an aware datetime, such as
+    an API's rate-limit reset time), without spending an attempt (``seconds`` as for
+    :class:`RetryAfter`; an ``until`` already past runs it again at once)."""
 
-    seconds: float = attrs.field(converter=_seconds)
+    seconds: float = attrs.field(default=0.0, converter=_seconds)
+    until: datetime | None = attrs.field(default=None, kw_only=True, converter=_until)
+
+    def __attrs_post_init__(self) -> None:
+        if self.until is not None and self.seconds:
+            raise ValidationError("until", "give either seconds or until, not both")
+
+    def delay_at(self, now: datetime) -> float:
+        """The snooze in seconds from ``now``."""
+        if self.until is None:
+            return self.seconds
+        return validate_delay(max(0.0, (self.until - now).total_seconds()), "until")
 
 
 @attrs.frozen

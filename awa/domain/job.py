@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -121,6 +121,28 @@ class Claim:
     lease: RunLease
     deadline_at: datetime | None
     shard: int | None = None
+
+
+class ClaimBatch(list[Claim]):
+    """The claims of one ``claim`` call, in claim order, and what the fleet-wide limits
+    held back from it (ADR 0029): ``rate_limited`` and ``concurrency_limited`` count the
+    jobs a claim left waiting although it had room for them, because a
+    ``global_rate_limit`` had no tokens or a key was at its ``max_running_per_key``;
+    ``next_admission`` is when the queue's rate limiter admits a job again (``None``: it
+    is not what held the claim back)."""
+
+    def __init__(
+        self,
+        claims: Iterable[Claim] = (),
+        *,
+        rate_limited: int = 0,
+        concurrency_limited: int = 0,
+        next_admission: datetime | None = None,
+    ) -> None:
+        super().__init__(claims)
+        self.rate_limited = rate_limited
+        self.concurrency_limited = concurrency_limited
+        self.next_admission = next_admission
 
 
 @attrs.frozen

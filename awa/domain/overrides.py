@@ -12,7 +12,8 @@ claimed, only how fast:
 
 The per-key limit (``max_running_per_key``, ADR 0029) is not how fast but how many at
 once per key, a rule every claimer of the fleet must share: its override sets it on every
-runtime serving the queue, with or without a started value.
+runtime serving the queue, with or without a started value. So do the fleet-wide rate
+limits (``global_rate_limit`` and ``global_rate_limit_per_key``, ADR 0029).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import attrs
 
 from awa.domain.errors import ValidationError
 from awa.domain.flow_control import validate_max_running_per_key
+from awa.domain.rate_limits import GlobalRateLimit, validate_burst, validate_rate
 
 
 def _positive_int(field: str, value: Any) -> None:
@@ -46,6 +48,10 @@ class QueueOverrides:
     rate_limit_burst: int | None = None
     deadline_ms: int | None = None
     max_running_per_key: int | None = None
+    global_rate_per_second: float | None = None
+    global_rate_burst: int | None = None
+    global_rate_per_key_per_second: float | None = None
+    global_rate_per_key_burst: int | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -77,6 +83,15 @@ def validate_overrides(overrides: QueueOverrides) -> QueueOverrides:
         if deadline < 0:
             raise ValidationError("deadline_ms", f"must be >= 0, got {deadline}", value=deadline)
     validate_max_running_per_key(overrides.max_running_per_key)
+    for rate_field in ("global_rate_per_second", "global_rate_per_key_per_second"):
+        if getattr(overrides, rate_field) is not None:
+            validate_rate(getattr(overrides, rate_field), rate_field)
+    for burst_field in ("global_rate_burst", "global_rate_per_key_burst"):
+        value = getattr(overrides, burst_field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValidationError(burst_field, f"must be an integer, got {type(value).__name__}")
+        if value is not None:
+            validate_burst(value, burst_field)
     return overrides
 
 
@@ -91,6 +106,34 @@ class DispatchSettings:
     rate_limit: tuple[float, int] | None
     deadline: timedelta | None
     max_running_per_key: int | None = None
+    global_rate_limit: GlobalRateLimit | None = None
+    global_rate_limit_per_key: GlobalRateLimit | None = None
+
+
+def _fleet_rate(
+    name: str,
+    started: GlobalRateLimit | None,
+    rate: float | None,
+    burst: int | None,
+    ignored: list[str],
+) -> GlobalRateLimit | None:
+    """A fleet-wide rate limit under its override: like the per-key limit, a rule every
+    claimer shares, so an override sets it with or without a started value. A rate
+    without a burst keeps the started burst (1 when there is none: strict pacing); a
+    burst alone retunes a started limit only."""
+    if rate is None and burst is None:
+        return started
+    if rate is None:
+        if started is None:
+            ignored.append(
+                f"{name} burst override ignored: the queue was started without {name} "
+                "and the override sets no rate"
+            )
+            return None
+        rate = started.rate
+    if burst is None:
+        burst = 1 if started is None else started.burst
+    return GlobalRateLimit(rate=rate, burst=burst)
 
 
 def apply_overrides(
@@ -135,4 +178,23 @@ def apply_overrides(
     # The per-key limit is a fleet-wide rule: an override sets it (adding one to a queue
     # started without), clearing the override goes back to the started value.
     per_key = overrides.max_running_per_key or started.max_running_per_key
-    return DispatchSettings(poll, batch, rate_limit, deadline, per_key), ignored
+    fleet_rate = _fleet_rate(
+        "global_rate_limit",
+        started.global_rate_limit,
+        overrides.global_rate_per_second,
+        overrides.global_rate_burst,
+        ignored,
+    )
+    fleet_rate_per_key = _fleet_rate(
+        "global_rate_limit_per_key",
+        started.global_rate_limit_per_key,
+        overrides.global_rate_per_key_per_second,
+        overrides.global_rate_per_key_burst,
+        ignored,
+    )
+    return (
+        DispatchSettings(
+            poll, batch, rate_limit, deadline, per_key, fleet_rate, fleet_rate_per_key
+        ),
+        ignored,
+    )

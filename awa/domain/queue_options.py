@@ -31,7 +31,9 @@ class QueueConfigDict(TypedDict, total=False):
     """One queue for ``start(queues=[...])``: ``name`` and, optionally, its capacity
     (``max_workers``, or ``min_workers`` and ``weight`` with ``global_max_workers``), a
     rate limit, a deadline, priority aging, claim tuning and ``max_running_per_key`` (at
-    most that many running jobs per concurrency key across the fleet, ADR 0029)
+    most that many running jobs per concurrency key across the fleet, ADR 0029),
+    ``global_rate_limit`` and ``global_rate_limit_per_key`` (``(max_rate, burst)`` for the
+    whole fleet, of the queue and of each concurrency key; ``rate_limit`` is per process)
     (``retention`` overrides are refused: see :class:`RetentionDict`).
 
     ``PartitionedQueue.queue_configs()`` returns a list of these."""
@@ -46,6 +48,8 @@ class QueueConfigDict(TypedDict, total=False):
     claimers: NotRequired[int | None]
     claim_batch_size: NotRequired[int | None]
     max_running_per_key: NotRequired[int | None]
+    global_rate_limit: NotRequired[tuple[float, int] | RateLimitDict | None]
+    global_rate_limit_per_key: NotRequired[tuple[float, int] | RateLimitDict | None]
     retention: NotRequired[RetentionDict | None]
 
 

@@ -550,12 +550,19 @@ class Client(BlockingClientBase):
         rate_limit_burst: int | None = None,
         deadline_ms: int | None = None,
         max_running_per_key: int | None = None,
+        global_rate_limit: float | None = None,
+        global_rate_burst: int | None = None,
+        global_rate_limit_per_key: float | None = None,
+        global_rate_burst_per_key: int | None = None,
     ) -> dict[str, Any]:
         """Replace the queue's whole override state (an argument left ``None`` clears that
         override) and return it. A rate-limit override only retunes a queue started with a
         rate limit; a deadline override only retunes a non-zero deadline; a
         ``max_running_per_key`` override sets the per-key limit of every runtime serving the
-        queue (ADR 0029). Blocking form of ``AsyncClient.set_queue_overrides``.
+        queue (ADR 0029); so do ``global_rate_limit`` (jobs per second for the whole fleet)
+        with ``global_rate_burst``, and their per-concurrency-key twins (a rate without a
+        burst keeps the started burst, or 1 when the queue has none). Blocking form of
+        ``AsyncClient.set_queue_overrides``.
         """
         return self._run(
             self._async.set_queue_overrides(
@@ -566,6 +573,10 @@ class Client(BlockingClientBase):
                 rate_limit_burst=rate_limit_burst,
                 deadline_ms=deadline_ms,
                 max_running_per_key=max_running_per_key,
+                global_rate_limit=global_rate_limit,
+                global_rate_burst=global_rate_burst,
+                global_rate_limit_per_key=global_rate_limit_per_key,
+                global_rate_burst_per_key=global_rate_burst_per_key,
             )
         )
 
@@ -1048,6 +1059,10 @@ class RawClient(RawClientBase):
         rate_limit_burst: int | None = None,
         deadline_ms: int | None = None,
         max_running_per_key: int | None = None,
+        global_rate_limit: float | None = None,
+        global_rate_burst: int | None = None,
+        global_rate_limit_per_key: float | None = None,
+        global_rate_burst_per_key: int | None = None,
     ) -> dict[str, Any]:
         """Blocking ``set_queue_overrides``, on a client of its own (see
         ``Client.set_queue_overrides``).
@@ -1060,6 +1075,10 @@ class RawClient(RawClientBase):
             rate_limit_burst=rate_limit_burst,
             deadline_ms=deadline_ms,
             max_running_per_key=max_running_per_key,
+            global_rate_limit=global_rate_limit,
+            global_rate_burst=global_rate_burst,
+            global_rate_limit_per_key=global_rate_limit_per_key,
+            global_rate_burst_per_key=global_rate_burst_per_key,
         )
 
     def storage_status_sync(self) -> str:

@@ -27,12 +27,18 @@ class OverridesMixin(ClientCore):
         rate_limit_burst: int | None = None,
         deadline_ms: int | None = None,
         max_running_per_key: int | None = None,
+        global_rate_limit: float | None = None,
+        global_rate_burst: int | None = None,
+        global_rate_limit_per_key: float | None = None,
+        global_rate_burst_per_key: int | None = None,
     ) -> dict[str, Any]:
         """Replace the queue's whole override state (an argument left ``None`` clears
         that override) and return it. A rate-limit override only retunes a queue started
         with a rate limit; a deadline override only retunes a non-zero deadline; a
         ``max_running_per_key`` override sets the per-key limit of every runtime serving
-        the queue (ADR 0029)."""
+        the queue (ADR 0029); so do ``global_rate_limit`` (jobs per second for the whole
+        fleet) with ``global_rate_burst``, and their per-concurrency-key twins (a rate
+        without a burst keeps the started burst, or 1 when the queue has none)."""
         validate_queue(queue)
         overrides = validate_overrides(
             QueueOverrides(
@@ -42,6 +48,10 @@ class OverridesMixin(ClientCore):
                 rate_limit_burst=rate_limit_burst,
                 deadline_ms=deadline_ms,
                 max_running_per_key=max_running_per_key,
+                global_rate_per_second=global_rate_limit,
+                global_rate_burst=global_rate_burst,
+                global_rate_per_key_per_second=global_rate_limit_per_key,
+                global_rate_per_key_burst=global_rate_burst_per_key,
             )
         )
         await (await self._override_store()).set_queue_overrides(queue, overrides)

@@ -30,6 +30,7 @@ from awa.domain.admin_views import KindCounts, QueueDepth, QueueStateBucket, Sta
 from awa.domain.batch_ops import BatchFilter, BatchSpec, ItemResult
 from awa.domain.callbacks import CallbackExpressions
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
+from awa.domain.rate_limits import GlobalRateLimit
 from awa.domain.states import JobState
 from awa.domain.transition import TransitionObservation
 
@@ -120,6 +121,8 @@ class StorageEngine(Protocol):
         deadline: timedelta | None = None,
         aging_interval: timedelta | None = None,
         max_running_per_key: int | None = None,
+        global_rate_limit: GlobalRateLimit | None = None,
+        global_rate_limit_per_key: GlobalRateLimit | None = None,
     ) -> list[Claim]:
         """Claim up to ``limit`` ``available`` jobs of ``queue`` whose ``run_at <= now``.
 
@@ -135,6 +138,13 @@ class StorageEngine(Protocol):
         ``waiting_external``, counted in the claim's own transaction across every caller,
         and the candidates are taken as :func:`awa.domain.flow_control.admit` orders
         them (each key's first job before any key's second; ADR 0029).
+
+        With ``global_rate_limit`` the claim takes at most what the queue's fleet-wide
+        limiter admits, and with ``global_rate_limit_per_key`` at most what each keyed
+        job's key limiter admits (keyless jobs are not limited by it): the limiters are
+        read, and moved forward by what was taken, in the claim's own transaction, so
+        every caller shares them (:mod:`awa.domain.rate_limits`). An engine may return a
+        :class:`~awa.domain.job.ClaimBatch` saying what the limits held back.
         """
         ...
 

@@ -21,6 +21,7 @@ from awa.domain.flow_control import validate_max_running_per_key
 from awa.domain.keywords import check_keywords
 from awa.domain.leadership import DEFAULT_LEASE_TTL, validate_lease_ttl
 from awa.domain.queue_options import QUEUE_CONFIG_KEYS, RETENTION_KEYS
+from awa.domain.rate_limits import GlobalRateLimit, validate_global_rate_limit
 from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, validate_stripe_count
 from awa.domain.validation import (
     CLAIM_SLOT_COUNT,
@@ -69,6 +70,9 @@ class QueueConfig:
     claim_batch_size: int = DEFAULT_CLAIM_BATCH_SIZE
     #: At most this many running (or waiting) jobs per concurrency key, fleet-wide.
     max_running_per_key: int | None = None
+    #: Fleet-wide rate limits of the queue and of each of its concurrency keys (ADR 0029).
+    global_rate_limit: GlobalRateLimit | None = None
+    global_rate_limit_per_key: GlobalRateLimit | None = None
 
 
 @attrs.frozen
@@ -265,6 +269,12 @@ def _parse_dict(raw: Mapping[str, Any], index: int, *, weighted: bool) -> QueueC
             raw.get("max_running_per_key"), f"{where}: max_running_per_key"
         ),
         claim_batch_size=batch,
+        global_rate_limit=validate_global_rate_limit(
+            raw.get("global_rate_limit"), f"{where}: global_rate_limit"
+        ),
+        global_rate_limit_per_key=validate_global_rate_limit(
+            raw.get("global_rate_limit_per_key"), f"{where}: global_rate_limit_per_key"
+        ),
     )
 
 
@@ -517,6 +527,16 @@ def parse_start_args(
         raise ValueError(
             f"queue {limited[0]!r}: max_running_per_key needs queue_storage_queue_stripe_count=1 "
             f"(got {stripes}): a key's jobs would be spread over the stripes"
+        )
+    rated = [
+        (q.name, "global_rate_limit" if q.global_rate_limit else "global_rate_limit_per_key")
+        for q in parsed
+        if q.global_rate_limit is not None or q.global_rate_limit_per_key is not None
+    ]
+    if rated and stripes > 1:
+        raise ValueError(
+            f"queue {rated[0][0]!r}: {rated[0][1]} needs queue_storage_queue_stripe_count=1 "
+            f"(got {stripes}): a striped claim does not consult the fleet-wide limiter"
         )
     return RuntimeConfig(
         queues=parsed,

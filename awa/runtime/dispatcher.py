@@ -7,15 +7,17 @@ import os
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import anyio
 import attrs
 from anyio.abc import TaskStatus
 
 from awa.domain.channels import queue_channel
-from awa.domain.job import Claim
+from awa.domain.job import Claim, ClaimBatch
 from awa.domain.overrides import DispatchSettings, QueueOverrides, apply_overrides
 from awa.domain.policies import PriorityAging
+from awa.domain.rate_limits import GlobalRateLimit
 from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, stripe_queues
 from awa.ports.clock import Clock
 from awa.ports.overrides import QueueOverrideStore
@@ -131,6 +133,8 @@ class QueueDispatcher:
             ),
             deadline=config.deadline,
             max_running_per_key=config.max_running_per_key,
+            global_rate_limit=config.global_rate_limit,
+            global_rate_limit_per_key=config.global_rate_limit_per_key,
         )
         #: the settings claims use now: the started ones with live overrides applied
         self.settings = self.started_settings
@@ -249,18 +253,31 @@ class QueueDispatcher:
             return
         self._overrides_seen = overrides
         settings, ignored = apply_overrides(self.started_settings, overrides)
+        if self._stripes > 1 and (
+            settings.global_rate_limit is not None or settings.global_rate_limit_per_key is not None
+        ):
+            ignored.append(
+                f"fleet-wide rate limit override ignored: the queue is claimed in "
+                f"{self._stripes} stripes, whose claim does not consult the limiter "
+                "(start it with queue_storage_queue_stripe_count=1)"
+            )
+            settings = attrs.evolve(
+                settings, global_rate_limit=None, global_rate_limit_per_key=None
+            )
         for reason in ignored:
             log.warning("queue %s: %s", self.queue, reason)
         self._apply(settings)
         log.info(
             "queue %s: claiming with poll interval %.3fs, batch %d, rate limit %s, deadline %s, "
-            "max running per key %s",
+            "max running per key %s, fleet-wide rate limit %s, per key %s",
             self.queue,
             settings.poll_interval,
             settings.claim_batch_size,
             settings.rate_limit,
             settings.deadline,
             settings.max_running_per_key,
+            _rate_text(settings.global_rate_limit),
+            _rate_text(settings.global_rate_limit_per_key),
         )
 
     def _apply(self, settings: DispatchSettings) -> None:
@@ -319,9 +336,14 @@ class QueueDispatcher:
                 # An empty claim means the queue had nothing for this loop. One that found
                 # some jobs but fewer than it asked for may have skipped lanes another
                 # worker was claiming from: look again soon, not after a whole poll.
-                await waker.wait(
-                    self._poll_interval if not claims else min(self._poll_interval, _RECHECK)
-                )
+                wait = self._poll_interval if not claims else min(self._poll_interval, _RECHECK)
+                if isinstance(claims, ClaimBatch) and claims.next_admission is not None:
+                    # Cut short by the fleet's rate limiter: look again when it has
+                    # tokens for a batch (within the poll interval, so overrides and
+                    # new work are still seen).
+                    until = (claims.next_admission - self._clock.now()).total_seconds()
+                    wait = min(self._poll_interval, max(until, 0.001))
+                await waker.wait(wait)
         else:
             self._short_claims = 0
 
@@ -333,12 +355,22 @@ class QueueDispatcher:
         try:
             self.claim_calls += 1
             if self._claim_stripe is None:
+                fleet: dict[str, Any] = {}
+                if (
+                    self.settings.global_rate_limit is not None
+                    or self.settings.global_rate_limit_per_key is not None
+                ):
+                    fleet = {
+                        "global_rate_limit": self.settings.global_rate_limit,
+                        "global_rate_limit_per_key": self.settings.global_rate_limit_per_key,
+                    }
                 claims = await self._engine.claim(
                     self.queue,
                     limit=granted,
                     deadline=self.settings.deadline,
                     aging_interval=self.config.aging_interval,
                     max_running_per_key=self.settings.max_running_per_key,
+                    **fleet,
                 )
             else:
                 stripe, self._next_stripe = self._next_stripe, self._next_stripe + 1
@@ -363,6 +395,14 @@ class QueueDispatcher:
         self._pacer.completed(now - started, granted, len(claims), now)
         if self._instruments is not None:
             self._record_claim(claims, granted, time.perf_counter() - timer)
+        held = claims if isinstance(claims, ClaimBatch) else None
+        if held is not None and self._instruments is not None:
+            if held.rate_limited:
+                self._instruments.count("awa.job.rate_limited", self._queue_key, held.rate_limited)
+            if held.concurrency_limited:
+                self._instruments.count(
+                    "awa.job.concurrency_limited", self._queue_key, held.concurrency_limited
+                )
         self._give_back(granted - len(claims))
         if self._permits.weighted:
             self._permits.set_demand(self.queue, len(claims) == granted)
@@ -436,3 +476,7 @@ class QueueDispatcher:
                     log.warning("job %s: release failed", claim.lease.job_id, exc_info=True)
                 finally:
                     self._permits.release(self.queue, 1, wake_self=False)
+
+
+def _rate_text(limit: GlobalRateLimit | None) -> str:
+    return "None" if limit is None else f"{limit.rate:g}/s burst {limit.burst}"

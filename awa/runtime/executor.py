@@ -221,7 +221,7 @@ class Executor:
         if failure is not None:
             context.failure = failure
             return outcome_for_exception(failure)
-        outcome = outcome_for_result(result)
+        outcome = outcome_for_result(result, self._clock.now())
         if isinstance(outcome, Complete) and entry.result_encoder is not None:
             return await self._store_result(context, entry, result) or outcome
         return outcome

@@ -92,6 +92,16 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "awa.job.in_flight": (UPDOWN, "{job}", "Current number of in-flight jobs"),
     "awa.job.dlq_moved": (COUNTER, "{job}", "Number of jobs moved into the DLQ"),
     "awa.job.dlq_retried": (COUNTER, "{job}", "Number of jobs retried out of the DLQ"),
+    "awa.job.rate_limited": (
+        COUNTER,
+        "{job}",
+        "Jobs a claim had room for but left waiting: a fleet-wide rate limit had no token",
+    ),
+    "awa.job.concurrency_limited": (
+        COUNTER,
+        "{job}",
+        "Jobs a claim left waiting because their concurrency key was at max_running_per_key",
+    ),
     "awa.job.dlq_purged": (COUNTER, "{job}", "Number of DLQ entries deleted"),
     "awa.job.dlq_depth": (GAUGE, "{job}", "Current DLQ depth per queue"),
     "awa.dispatch.claim_batches": (COUNTER, "{batch}", "Number of claim queries executed"),

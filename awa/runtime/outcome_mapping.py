@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import traceback
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from awa.domain.errors import TerminalError
+from awa.domain.errors import TerminalError, ValidationError
 from awa.domain.handler_results import Cancel, RetryAfter, Snooze, WaitForCallback
 from awa.domain.outcomes import (
     CancelOutcome,
@@ -23,12 +23,18 @@ from awa.domain.validation import storable_text
 TRACEBACK_LINES = 10
 
 
-def outcome_for_result(value: Any) -> Outcome:
-    """``None`` and any unrecognised value complete the attempt."""
+def outcome_for_result(value: Any, now: datetime) -> Outcome:
+    """``None`` and any unrecognised value complete the attempt; ``now`` turns a
+    ``Snooze(until=...)`` into its delay."""
     if isinstance(value, RetryAfter):
         return RetryAfterOutcome(delay=timedelta(seconds=value.seconds))
     if isinstance(value, Snooze):
-        return SnoozeOutcome(delay=timedelta(seconds=value.seconds))
+        try:
+            return SnoozeOutcome(delay=timedelta(seconds=value.delay_at(now)))
+        except ValidationError as exc:
+            # An `until` more than 100 years out: the attempt records why, as a handler
+            # error would be.
+            return RetryWithBackoff(error=describe_exception(exc, with_traceback=False))
     if isinstance(value, Cancel):
         return CancelOutcome(reason=storable_text(str(value.reason)))
     if isinstance(value, WaitForCallback):

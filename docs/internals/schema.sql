@@ -468,10 +468,15 @@ CREATE TABLE awa.queue_meta (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     overrides_updated_at timestamp with time zone,
     override_max_running_per_key integer,
+    override_global_rate_per_second double precision,
+    override_global_rate_burst integer,
+    override_global_rate_per_key_per_second double precision,
+    override_global_rate_per_key_burst integer,
     CONSTRAINT queue_meta_pkey PRIMARY KEY (queue),
     CONSTRAINT queue_meta_enqueue_shards_check CHECK (((enqueue_shards >= 1) AND (enqueue_shards <= 64))),
     CONSTRAINT queue_meta_override_claim_batch_size_check CHECK (((override_claim_batch_size IS NULL) OR (override_claim_batch_size > 0))),
     CONSTRAINT queue_meta_override_deadline_ms_check CHECK (((override_deadline_ms IS NULL) OR (override_deadline_ms >= 0))),
+    CONSTRAINT queue_meta_override_global_rate_check CHECK ((((override_global_rate_per_second IS NULL) OR ((override_global_rate_per_second >= ((1.0 / (86400)::numeric))::double precision) AND (override_global_rate_per_second <= (1000000)::double precision))) AND ((override_global_rate_burst IS NULL) OR ((override_global_rate_burst >= 1) AND (override_global_rate_burst <= 1000000))) AND ((override_global_rate_per_key_per_second IS NULL) OR ((override_global_rate_per_key_per_second >= ((1.0 / (86400)::numeric))::double precision) AND (override_global_rate_per_key_per_second <= (1000000)::double precision))) AND ((override_global_rate_per_key_burst IS NULL) OR ((override_global_rate_per_key_burst >= 1) AND (override_global_rate_per_key_burst <= 1000000))))),
     CONSTRAINT queue_meta_override_max_running_per_key_check CHECK (((override_max_running_per_key IS NULL) OR ((override_max_running_per_key >= 1) AND (override_max_running_per_key <= 1000000)))),
     CONSTRAINT queue_meta_override_poll_interval_ms_check CHECK (((override_poll_interval_ms IS NULL) OR (override_poll_interval_ms > 0))),
     CONSTRAINT queue_meta_override_rate_limit_burst_check CHECK (((override_rate_limit_burst IS NULL) OR (override_rate_limit_burst > 0))),
@@ -499,6 +504,19 @@ CREATE TABLE awa.queue_samples (
     waiting_external bigint NOT NULL,
     lag_seconds double precision NOT NULL,
     CONSTRAINT queue_samples_pkey PRIMARY KEY (sampled_at, queue)
+);
+
+-- Fleet-wide rate limiters (GCRA): limiter '' is the queue's global_rate_limit, others a concurrency key's global_rate_limit_per_key (by its lane shard).
+CREATE TABLE awa.rate_limiters (
+    queue text NOT NULL,
+    limiter text NOT NULL,
+    tat timestamp with time zone NOT NULL,
+    rate double precision NOT NULL,
+    burst integer NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    CONSTRAINT rate_limiters_pkey PRIMARY KEY (queue, limiter),
+    CONSTRAINT rate_limiters_burst_check CHECK ((burst >= 1)),
+    CONSTRAINT rate_limiters_rate_check CHECK ((rate > (0)::double precision))
 );
 
 -- Queue storage: the runnable body of a job in a lane, appended at enqueue, promotion or retry; never updated. Partitioned by ring slot.

@@ -46,6 +46,10 @@ def test_set_show_clear(migrated_database_url: str) -> None:
             "rate_limit_burst": None,
             "deadline_ms": None,
             "max_running_per_key": None,
+            "global_rate_per_second": None,
+            "global_rate_burst": None,
+            "global_rate_per_key_per_second": None,
+            "global_rate_per_key_burst": None,
         }
     }
     with psycopg.connect(url) as conn:
@@ -70,6 +74,36 @@ def test_set_show_clear(migrated_database_url: str) -> None:
     assert "3" in awa_cli(url, "queue", "overrides", "show").stdout
     refused = awa_cli(url, "queue", "overrides", "set", "mail", "--max-running-per-key", "0")
     assert refused.exit_code == 2
+    # The fleet-wide rate limits (ADR 0029): set, shown, and bad values refused by name.
+    rated = awa_cli(
+        url,
+        "queue",
+        "overrides",
+        "set",
+        "mail",
+        "--global-rate-limit",
+        "50",
+        "--global-rate-burst",
+        "10",
+        "--global-rate-limit-per-key",
+        "2",
+    )
+    assert rated.exit_code == 0, rated.output
+    shown = json.loads(awa_cli(url, "queue", "overrides", "show", "mail", "--json").stdout)
+    assert shown["mail"]["global_rate_per_second"] == 50.0
+    assert shown["mail"]["global_rate_burst"] == 10
+    assert shown["mail"]["global_rate_per_key_per_second"] == 2.0
+    assert shown["mail"]["global_rate_per_key_burst"] is None
+    for option, value, field in [
+        ("--global-rate-limit", "nan", "global_rate_per_second"),
+        ("--global-rate-limit", "-5", "global_rate_per_second"),
+        ("--global-rate-limit-per-key", "0", "global_rate_per_key_per_second"),
+        ("--global-rate-burst", "0", "global_rate_burst"),
+    ]:
+        refused = awa_cli(url, "queue", "overrides", "set", "mail", option, value)
+        assert refused.exit_code != 0 and field in refused.stderr, (option, refused.output)
+    still = json.loads(awa_cli(url, "queue", "overrides", "show", "mail", "--json").stdout)
+    assert still == shown
 
 
 @dataclasses.dataclass

@@ -43,6 +43,7 @@ from awa.domain.callbacks import CallbackExpressions
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts, RunLease
 from awa.domain.kind_policies import KindPolicies
 from awa.domain.policies import Backoff
+from awa.domain.rate_limits import GlobalRateLimit
 from awa.domain.states import JobState
 from awa.ports.maintenance import RingMaintenance
 from awa.ports.storage import Ack, DlqFilter, JobFilter, StorageEngine
@@ -129,14 +130,26 @@ class ModelVsReal(
         limit=st.integers(0, 4),
         deadline=st.none() | st.sampled_from([10.0, 60.0]),
         aging=st.none() | st.sampled_from([30.0, 60.0]),
+        rate=st.none() | st.sampled_from([GlobalRateLimit(1.0, 2), GlobalRateLimit(0.5, 1)]),
     )
-    def claim(self, queue: str, limit: int, deadline: float | None, aging: float | None) -> None:
+    def claim(
+        self,
+        queue: str,
+        limit: int,
+        deadline: float | None,
+        aging: float | None,
+        rate: GlobalRateLimit | None,
+    ) -> None:
+        """With a fleet-wide rate limit (ADR 0029) the model and the real engine admit
+        the same jobs: the limiter is the same arithmetic over the same clock, and the
+        claim takes the first of the queue's order up to it."""
         model, real = self._same(
             lambda engine: engine.claim(
                 queue,
                 limit=limit,
                 deadline=None if deadline is None else timedelta(seconds=deadline),
                 aging_interval=None if aging is None else timedelta(seconds=aging),
+                global_rate_limit=rate,
             ),
             label="claim",
         )

@@ -12,6 +12,7 @@ import pytest
 from awa.adapters.clock import ManualClock
 from awa.adapters.inmemory import InMemoryEngine
 from awa.domain.job import Claim
+from awa.domain.rate_limits import GlobalRateLimit
 from awa.runtime.claim_ahead import AHEAD_MIN_ROUND_TRIP, ClaimPacer
 from awa.runtime.config import QueueConfig, RateLimit
 from awa.runtime.dispatcher import QueueDispatcher
@@ -107,6 +108,8 @@ class _SlowLinkEngine(InMemoryEngine):
         deadline: timedelta | None = None,
         aging_interval: timedelta | None = None,
         max_running_per_key: int | None = None,
+        global_rate_limit: GlobalRateLimit | None = None,
+        global_rate_limit_per_key: GlobalRateLimit | None = None,
     ) -> list[Claim]:
         sent = self._link_clock.monotonic()
         await self._link_clock.sleep(self.round_trip / 2)
@@ -116,6 +119,8 @@ class _SlowLinkEngine(InMemoryEngine):
             deadline=deadline,
             aging_interval=aging_interval,
             max_running_per_key=max_running_per_key,
+            global_rate_limit=global_rate_limit,
+            global_rate_limit_per_key=global_rate_limit_per_key,
         )
         await self._link_clock.sleep(self.round_trip / 2)
         self.flights.append((sent, self._link_clock.monotonic(), len(got)))

@@ -15,6 +15,7 @@ from awa.adapters.inmemory import InMemoryEngine
 from awa.domain.errors import DatabaseError
 from awa.domain.job import Claim, RunLease
 from awa.domain.policies import NO_JITTER
+from awa.domain.rate_limits import GlobalRateLimit
 from awa.ports.storage import Ack
 from awa.runtime.completion import CompletionBatcher
 from awa.runtime.config import QueueConfig
@@ -197,6 +198,8 @@ class _UnreachableEngine(InMemoryEngine):
         deadline: timedelta | None = None,
         aging_interval: timedelta | None = None,
         max_running_per_key: int | None = None,
+        global_rate_limit: GlobalRateLimit | None = None,
+        global_rate_limit_per_key: GlobalRateLimit | None = None,
     ) -> list[Claim]:
         if self.outage > 0:
             self.outage -= 1
@@ -207,6 +210,8 @@ class _UnreachableEngine(InMemoryEngine):
             deadline=deadline,
             aging_interval=aging_interval,
             max_running_per_key=max_running_per_key,
+            global_rate_limit=global_rate_limit,
+            global_rate_limit_per_key=global_rate_limit_per_key,
         )
 
 

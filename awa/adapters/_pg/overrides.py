@@ -27,6 +27,10 @@ def _overrides(row: Mapping[str, Any]) -> QueueOverrides:
         rate_limit_burst=row["override_rate_limit_burst"],
         deadline_ms=row["override_deadline_ms"],
         max_running_per_key=row["override_max_running_per_key"],
+        global_rate_per_second=row["override_global_rate_per_second"],
+        global_rate_burst=row["override_global_rate_burst"],
+        global_rate_per_key_per_second=row["override_global_rate_per_key_per_second"],
+        global_rate_per_key_burst=row["override_global_rate_per_key_burst"],
     )
 
 

@@ -210,6 +210,7 @@ class EngineBase:
                             unique=write.state.unique,
                             queues=write.state.queues,
                             deps=write.state.deps,
+                            rate_limiters=write.state.rate_limiters,
                         )
                         break
             if target is None or not effect.transition.applies(target.state):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -16,10 +17,18 @@ from awa.adapters.inmemory.transactions import InMemoryTransaction, InMemoryUnit
 from awa.domain import dependencies, lifecycle
 from awa.domain.channels import queue_channel
 from awa.domain.errors import DatabaseError, UniqueConflict
-from awa.domain.flow_control import admit, concurrency_key_of, running_by_key
-from awa.domain.job import Claim, JobRecord, JobSpec, RunLease
+from awa.domain.flow_control import Admitted, admit_counted, concurrency_key_of, running_by_key
+from awa.domain.job import Claim, ClaimBatch, JobRecord, JobSpec, RunLease
 from awa.domain.lifecycle import Rescue
 from awa.domain.policies import PriorityAging, RetentionFloor
+from awa.domain.rate_limits import (
+    QUEUE_LIMITER,
+    GlobalRateLimit,
+    admission,
+    advanced,
+    key_limiter,
+    resume_at,
+)
 from awa.domain.states import JobState
 from awa.domain.unique_conflict import conflict_mode_of, first_run_at, mergeable, merged
 from awa.domain.validation import validate_spec
@@ -267,12 +276,14 @@ class CoreOps(EngineBase):
         deadline: timedelta | None = None,
         aging_interval: timedelta | None = None,
         max_running_per_key: int | None = None,
+        global_rate_limit: GlobalRateLimit | None = None,
+        global_rate_limit_per_key: GlobalRateLimit | None = None,
     ) -> list[Claim]:
         if limit <= 0:
-            return []
+            return ClaimBatch()
         async with self._write() as write:
             if write.state.is_paused(queue):
-                return []
+                return ClaimBatch()
             now = write.now
             aging = PriorityAging(aging_interval)
             ready = [
@@ -293,14 +304,64 @@ class CoreOps(EngineBase):
                 for job in write.state.jobs.values()
                 if job.queue == queue
             )
-            taken = admit(
-                ready,
-                key_of=lambda job: concurrency_key_of(job.metadata),
-                running=running,
-                max_running_per_key=max_running_per_key,
-                limit=limit,
+            limiters = write.state.rate_limiters
+            keys = sorted(
+                {k for j in ready if (k := concurrency_key_of(j.metadata)) is not None}
+                if global_rate_limit_per_key is not None
+                else ()
             )
-            claims = []
+            queue_tat = limiters.get((queue, QUEUE_LIMITER))
+            key_tats = {key_limiter(k): limiters.get((queue, key_limiter(k))) for k in keys}
+            allowed = admission(
+                queue_limit=global_rate_limit,
+                queue_tat=queue_tat,
+                per_key_limit=global_rate_limit_per_key,
+                key_tats=key_tats,
+                wanted=limit,
+                now=now,
+            )
+            per_key = allowed.per_key
+            key_allowance = None if per_key is None else {k: per_key[key_limiter(k)] for k in keys}
+
+            def admitted(wanted: int) -> Admitted[JobRecord]:
+                return admit_counted(
+                    ready,
+                    key_of=lambda job: concurrency_key_of(job.metadata),
+                    running=running,
+                    max_running_per_key=max_running_per_key,
+                    limit=wanted,
+                    key_allowance=key_allowance,
+                )
+
+            got = admitted(allowed.limit)
+            taken = got.taken
+            # The queue's limiter held back what the claim had room and work for.
+            held = len(admitted(limit).taken) - len(taken) if allowed.limit < limit else 0
+            per_limiter = Counter(
+                key_limiter(key)
+                for job in taken
+                if (key := concurrency_key_of(job.metadata)) is not None
+            )
+            moved = advanced(
+                queue_limit=global_rate_limit,
+                queue_tat=queue_tat,
+                per_key_limit=global_rate_limit_per_key,
+                key_tats=key_tats,
+                taken_per_key=dict(per_limiter),
+                taken=len(taken),
+                now=now,
+            )
+            for name, tat in moved.items():
+                limiters[(queue, name)] = tat
+            claims = ClaimBatch(
+                rate_limited=got.rate_limited + held,
+                concurrency_limited=got.concurrency_limited,
+                next_admission=(
+                    resume_at(global_rate_limit, moved.get(QUEUE_LIMITER, queue_tat), now)
+                    if global_rate_limit is not None and allowed.limit < limit
+                    else None
+                ),
+            )
             for job in taken:
                 live = write.state.transition(
                     job,

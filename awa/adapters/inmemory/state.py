@@ -58,6 +58,9 @@ class EngineState:
     unique: dict[bytes, int] = attrs.field(factory=dict)
     queues: dict[str, QueueMeta] = attrs.field(factory=dict)
     deps: DependencyBook = attrs.field(factory=DependencyBook)
+    #: Fleet-wide rate limiters' theoretical arrival time, by (queue, limiter name)
+    #: (the ``awa.rate_limiters`` rows of the SQL engines).
+    rate_limiters: dict[tuple[str, str], datetime] = attrs.field(factory=dict)
 
     def copy(self) -> EngineState:
         return EngineState(
@@ -66,6 +69,7 @@ class EngineState:
             unique=dict(self.unique),
             queues=dict(self.queues),
             deps=self.deps.copy(),
+            rate_limiters=dict(self.rate_limiters),
         )
 
     def clear(self) -> None:
@@ -75,6 +79,7 @@ class EngineState:
         self.unique.clear()
         self.queues.clear()
         self.deps.clear()
+        self.rate_limiters.clear()
 
     # ---------------------------------------------------------------- queue settings
     def meta(self, queue: str) -> QueueMeta:

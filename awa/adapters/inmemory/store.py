@@ -10,6 +10,8 @@ transition sends producers.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import anyio
 import attrs
 
@@ -38,6 +40,8 @@ class StoreState:
     unique: dict[bytes, int] = attrs.field(factory=dict)
     queues: dict[str, QueueMeta] = attrs.field(factory=dict)
     deps: DependencyBook = attrs.field(factory=DependencyBook)
+    #: Fleet-wide rate limiters, shared by both sides as ``awa.rate_limiters`` is.
+    rate_limiters: dict[tuple[str, str], datetime] = attrs.field(factory=dict)
 
     def copy(self) -> StoreState:
         return StoreState(
@@ -46,6 +50,7 @@ class StoreState:
             unique=dict(self.unique),
             queues=dict(self.queues),
             deps=self.deps.copy(),
+            rate_limiters=dict(self.rate_limiters),
         )
 
     def view(self, side: str) -> EngineState:
@@ -55,7 +60,12 @@ class StoreState:
         if jobs is None:
             jobs = self.sides[side] = {}
         return EngineState(
-            jobs=jobs, dlq=self.dlq, unique=self.unique, queues=self.queues, deps=self.deps
+            jobs=jobs,
+            dlq=self.dlq,
+            unique=self.unique,
+            queues=self.queues,
+            deps=self.deps,
+            rate_limiters=self.rate_limiters,
         )
 
 
@@ -85,6 +95,7 @@ class SharedStore:
             unique=self.state.unique,
             queues=self.state.queues,
             deps=self.state.deps,
+            rate_limiters=self.state.rate_limiters,
         )
 
     def producer_side(self) -> str | None:

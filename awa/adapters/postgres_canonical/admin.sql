@@ -147,4 +147,5 @@ WHERE id = ANY(%(ids)s::bigint[]) AND state NOT IN ('running', 'waiting_external
 RETURNING id
 
 -- name: reset
-TRUNCATE awa.canonical_jobs, awa.dlq_entries, awa.job_unique_claims, awa.queue_meta
+TRUNCATE awa.canonical_jobs, awa.dlq_entries, awa.job_unique_claims, awa.queue_meta,
+    awa.rate_limiters

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -11,16 +12,19 @@ from psycopg.types.json import Jsonb
 
 from awa.adapters._pg import dependencies as pg_dependencies
 from awa.adapters._pg.errors import is_unique_claim_violation, translated_errors
+from awa.adapters._pg.pool import DictConnection
+from awa.adapters._pg.rate_limits import lock_limiters
 from awa.adapters._pg.rows import job_from_row, mask_param
 from awa.adapters._pg.unique_conflicts import insert_merging, merging
 from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase, attempt_facts
 from awa.domain import lifecycle
 from awa.domain.callbacks import CallbackExpressions, callback_not_found, check_action
 from awa.domain.errors import UniqueConflict
-from awa.domain.flow_control import admit
-from awa.domain.job import Claim, JobRecord, JobSpec, RunLease
+from awa.domain.flow_control import Admitted, admit_counted
+from awa.domain.job import Claim, ClaimBatch, JobRecord, JobSpec, RunLease
 from awa.domain.lifecycle import AttemptFacts, Transition
 from awa.domain.policies import PriorityAging
+from awa.domain.rate_limits import GlobalRateLimit, key_limiter
 from awa.domain.validation import validate_spec
 from awa.ports.storage import Ack, UnitOfWork
 
@@ -142,17 +146,79 @@ class WorkerOps(EngineBase):
         deadline: timedelta | None = None,
         aging_interval: timedelta | None = None,
         max_running_per_key: int | None = None,
+        global_rate_limit: GlobalRateLimit | None = None,
+        global_rate_limit_per_key: GlobalRateLimit | None = None,
     ) -> list[Claim]:
         """Claim with one ``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED)``; under a
         per-key limit, in a transaction that counts each key's live attempts first
-        (:meth:`_claim_limited`)."""
+        (:meth:`_claim_limited`); under a fleet-wide rate limit, in a transaction that
+        holds the queue's limiter (:meth:`_claim_rated`)."""
         if limit <= 0:
             return []
-        if max_running_per_key is not None:
+        if max_running_per_key is not None or global_rate_limit_per_key is not None:
             return await self._claim_limited(
-                queue, limit, deadline, aging_interval, max_running_per_key
+                queue,
+                limit,
+                deadline,
+                aging_interval,
+                max_running_per_key,
+                global_rate_limit,
+                global_rate_limit_per_key,
             )
+        if global_rate_limit is not None:
+            return await self._claim_rated(
+                queue, limit, deadline, aging_interval, global_rate_limit
+            )
+        async with self._connection() as conn:
+            return await self._claim_plain(
+                conn, queue, limit, deadline, aging_interval, self._clock.now()
+            )
+
+    async def _claim_rated(
+        self,
+        queue: str,
+        limit: int,
+        deadline: timedelta | None,
+        aging_interval: timedelta | None,
+        rate: GlobalRateLimit,
+    ) -> ClaimBatch:
+        """The claim under the queue's fleet-wide rate limit (ADR 0029): the limiter's row
+        locked, at most what it admits claimed, the limiter moved forward, one
+        transaction."""
+        # One instant for the limiter and the claim, so attempted_at is the time the
+        # limiter admitted the job at.
         now = self._clock.now()
+        async with self._transaction() as conn:
+            held = await lock_limiters(
+                conn,
+                queue,
+                queue_limit=rate,
+                per_key_limit=None,
+                key_names=(),
+                wanted=limit,
+                now=now,
+            )
+            allowed = held.allowed.limit
+            claims = []
+            if allowed > 0:
+                claims = await self._claim_plain(
+                    conn, queue, allowed, deadline, aging_interval, now
+                )
+                await held.store(conn, taken=len(claims), taken_per_key={})
+        # Held back: what the claim had room for beyond the limiter's allowance, when the
+        # allowance found work (an empty limiter is taken to have had work waiting).
+        cut = limit - allowed if len(claims) == allowed else 0
+        return ClaimBatch(claims, rate_limited=cut, next_admission=held.next_admission)
+
+    async def _claim_plain(
+        self,
+        conn: DictConnection,
+        queue: str,
+        limit: int,
+        deadline: timedelta | None,
+        aging_interval: timedelta | None,
+        now: datetime,
+    ) -> list[Claim]:
         deadline_at = None if deadline is None else now + deadline
         params: dict[str, Any] = {
             "queue": queue,
@@ -165,8 +231,7 @@ class WorkerOps(EngineBase):
         if aging_interval is not None and aging_interval > timedelta(0):
             name = "claim_aged"
             params["aging_us"] = max(1, aging_interval // _MICROSECOND)
-        async with self._connection() as conn:
-            rows = await self._all(conn, name, params)
+        rows = await self._all(conn, name, params)
         jobs = sorted(
             (job_from_row(row) for row in rows),
             key=lambda job: (
@@ -183,7 +248,9 @@ class WorkerOps(EngineBase):
         limit: int,
         deadline: timedelta | None,
         aging_interval: timedelta | None,
-        per_key: int,
+        per_key: int | None,
+        rate: GlobalRateLimit | None = None,
+        rate_per_key: GlobalRateLimit | None = None,
     ) -> list[Claim]:
         """The claim of a queue with ``max_running_per_key`` (ADR 0029), in one
         transaction: the candidates (the next ``limit`` keys with work after the one this
@@ -196,7 +263,13 @@ class WorkerOps(EngineBase):
         aging_us = 0
         if aging_interval is not None and aging_interval > timedelta(0):
             aging_us = max(1, aging_interval // _MICROSECOND)
-        params: dict[str, Any] = {"queue": queue, "now": now, "per_key": per_key}
+        # A key's candidates: no more than its limit, nor than its limiter's burst.
+        wanted_per_key = min(
+            n
+            for n in (per_key, None if rate_per_key is None else rate_per_key.burst, limit)
+            if n is not None
+        )
+        params: dict[str, Any] = {"queue": queue, "now": now, "per_key": wanted_per_key}
         async with self._transaction() as conn:
             keyed: list[tuple[int, str, int, datetime]] = []
             walked: list[str] = []
@@ -235,27 +308,60 @@ class WorkerOps(EngineBase):
             candidates.sort(key=lambda c: (aging.effective_priority(c[2], c[3], now), c[3], c[0]))
             keys = sorted({k for _, k, _, _ in keyed})
             live: dict[str, int] = {}
-            if keys:
+            if keys and per_key is not None:
                 await self._all(conn, "lock_concurrency_keys", {"queue": queue, "keys": keys})
                 counted = await self._all(conn, "live_per_key", {"queue": queue, "keys": keys})
                 live = {row["concurrency_key"]: int(row["live"]) for row in counted}
-            taken = admit(
-                candidates,
-                key_of=lambda c: c[1],
-                running=live,
-                max_running_per_key=per_key,
-                limit=limit,
+            held = await lock_limiters(
+                conn,
+                queue,
+                queue_limit=rate,
+                per_key_limit=rate_per_key,
+                key_names={key_limiter(k) for k in keys},
+                wanted=limit,
+                now=now,
+            )
+            per_limiter = held.allowed.per_key
+
+            def admitted(wanted: int) -> Admitted[tuple[int, str | None, int, datetime]]:
+                return admit_counted(
+                    candidates,
+                    key_of=lambda c: c[1],
+                    running=live,
+                    max_running_per_key=per_key,
+                    limit=wanted,
+                    key_allowance=(
+                        None
+                        if per_limiter is None
+                        else {k: per_limiter[key_limiter(k)] for k in keys}
+                    ),
+                )
+
+            got = admitted(held.allowed.limit)
+            taken = got.taken
+            cut = len(admitted(limit).taken) - len(taken) if held.allowed.limit < limit else 0
+            batch = ClaimBatch(
+                rate_limited=got.rate_limited + cut,
+                concurrency_limited=got.concurrency_limited,
+                next_admission=held.next_admission,
             )
             if not taken:
-                return []
+                return batch
             rows = await self._all(
                 conn,
                 "claim_ids",
                 {"ids": [c[0] for c in taken], "now": now, "deadline_at": deadline_at},
             )
+            await held.store(
+                conn,
+                taken=len(taken),
+                taken_per_key=dict(Counter(key_limiter(c[1]) for c in taken if c[1] is not None)),
+            )
+            batch.next_admission = held.next_admission
         order = {c[0]: n for n, c in enumerate(taken)}
         jobs = sorted((job_from_row(row) for row in rows), key=lambda job: order[job.id])
-        return [Claim(job=job, lease=job.lease, deadline_at=deadline_at) for job in jobs]
+        batch.extend(Claim(job=job, lease=job.lease, deadline_at=deadline_at) for job in jobs)
+        return batch
 
     async def _batch(self, name: str, leases: Sequence[RunLease]) -> list[Ack]:
         leases = list(leases)

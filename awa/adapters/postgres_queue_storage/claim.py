@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,13 +19,15 @@ import attrs
 
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
+from awa.adapters._pg.rate_limits import HeldLimiters, lock_limiters
 from awa.adapters.postgres_queue_storage.connections import Connections, settled
 from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.receipts import ReceiptCache
 from awa.adapters.postgres_queue_storage.snapshots import Writes, minute_of
 from awa.adapters.postgres_queue_storage.statements import Statements, run
 from awa.domain.flow_control import KEYED_SHARD_BASE
-from awa.domain.job import Claim, JobRecord
+from awa.domain.job import Claim, ClaimBatch, JobRecord
+from awa.domain.rate_limits import GlobalRateLimit, shard_limiter
 from awa.domain.states import JobState, bitstring_to_mask
 from awa.ports.clock import Clock
 
@@ -71,6 +74,32 @@ _CONTESTED_TRIES = 3
 
 #: The ring-wide claim's key among the statements planned on a kept claim connection.
 _RING = -1
+
+
+@attrs.frozen
+class _Limits:
+    """The fleet-wide limits a claim applies (ADR 0029)."""
+
+    max_running_per_key: int | None
+    rate: GlobalRateLimit | None
+    rate_per_key: GlobalRateLimit | None
+
+    @property
+    def keyed(self) -> bool:
+        """Whether a per-key limit applies (the claim walks the keyed lanes)."""
+        return self.max_running_per_key is not None or self.rate_per_key is not None
+
+
+@attrs.frozen
+class _Room:
+    """The keyed lanes a limited claim may take from, how many from each, the limiters
+    it holds, and the keys it passed over (at their limit, or without a token)."""
+
+    shards: list[int]
+    free: list[int]
+    held: HeldLimiters
+    concurrency_limited: int
+    rate_limited: int
 
 
 class _Contested(Exception):
@@ -123,6 +152,8 @@ class Claims:
         deadline: timedelta | None = None,
         aging_interval: timedelta | None = None,
         max_running_per_key: int | None = None,
+        global_rate_limit: GlobalRateLimit | None = None,
+        global_rate_limit_per_key: GlobalRateLimit | None = None,
     ) -> list[Claim]:
         if limit <= 0:
             return []
@@ -137,8 +168,16 @@ class Claims:
             "aging_us": aging_us,
             "deadline_at": deadline_at,
         }
-        if max_running_per_key is not None:
-            return await self._claim_limited(queue, params, now, deadline_at, max_running_per_key)
+        if (
+            max_running_per_key is not None
+            or global_rate_limit is not None
+            or global_rate_limit_per_key is not None
+        ):
+            # Limited queues always take the transactional claim: the limits are read
+            # and moved in the claim's own transaction (ADR 0029). A queue without them
+            # pays nothing for this test.
+            limits = _Limits(max_running_per_key, global_rate_limit, global_rate_limit_per_key)
+            return await self._claim_limited(queue, params, now, deadline_at, limits)
         try:
             return await self._claim(queue, limit, now, deadline_at, params)
         finally:
@@ -150,32 +189,39 @@ class Claims:
         params: dict[str, Any],
         now: datetime,
         deadline_at: datetime | None,
-        per_key: int,
+        limits: _Limits,
     ) -> list[Claim]:
-        """The claim of a queue with ``max_running_per_key`` (ADR 0029): always the
-        transactional claim (claim_limited), after the keys of the next keyed lanes with
-        work were locked and their live attempts counted in the same transaction."""
+        """The claim of a queue with ``max_running_per_key`` or a fleet-wide rate limit
+        (ADR 0029): always the transactional claim (claim_sorted, or claim_limited when
+        a per-key limit applies), after the limiters were locked and, for per-key limits,
+        the keys of the next keyed lanes with work were locked and their live attempts
+        counted, in the same transaction."""
         limit = params["limit"]
-        claims: list[Claim] = []
+        claims = ClaimBatch()
         for _ in range(_CONTESTED_TRIES):
             params["limit"] = limit - len(claims)
             try:
                 got, contested = await self._claim_sorted(
-                    queue, params, now, deadline_at, per_key=per_key
+                    queue, params, now, deadline_at, limits=limits
                 )
             except _Contested:
                 continue
             claims.extend(got)
+            if isinstance(got, ClaimBatch):
+                claims.rate_limited = got.rate_limited
+                claims.concurrency_limited = got.concurrency_limited
+                claims.next_admission = got.next_admission
             if not contested or len(claims) >= limit:
                 break
         return claims
 
     async def _room(
-        self, conn: DictConnection, queue: str, limit: int, per_key: int
-    ) -> tuple[list[int], list[int]]:
+        self, conn: DictConnection, queue: str, limit: int, limits: _Limits, now: datetime
+    ) -> _Room:
         """The keyed lanes a limited claim may take from and how many from each: the
         next ``limit`` keys with work after the one this process's last limited claim
-        walked to, locked, less their live attempts."""
+        walked to, locked, less their live attempts and capped by their rate limiters
+        (locked after the keys, the queue's own first)."""
         after = self._key_cursor.get(queue, KEYED_SHARD_BASE - 1)
         rows = await self._sql.exec(
             conn,
@@ -186,16 +232,44 @@ class Claims:
             keys_wanted=limit,
         )
         shards = [int(row["shard"]) for row in rows]
-        if not shards:
-            return [], []
-        self._key_cursor[queue] = shards[-1]
+        if shards:
+            self._key_cursor[queue] = shards[-1]
         shards.sort()
-        await self._sql.exec(conn, "lock_keyed_lanes", queue=queue, shards=shards)
-        counted = await self._sql.exec(conn, "live_per_keyed_lane", queue=queue, shards=shards)
-        live = {int(row["shard"]): int(row["live"]) for row in counted}
-        room = [(shard, per_key - live.get(shard, 0)) for shard in shards]
-        room = [(shard, free) for shard, free in room if free > 0]
-        return [shard for shard, _ in room], [free for _, free in room]
+        per_key = limits.max_running_per_key
+        free = {shard: limit for shard in shards}
+        at_limit = 0
+        if shards and per_key is not None:
+            await self._sql.exec(conn, "lock_keyed_lanes", queue=queue, shards=shards)
+            counted = await self._sql.exec(conn, "live_per_keyed_lane", queue=queue, shards=shards)
+            live = {int(row["shard"]): int(row["live"]) for row in counted}
+            free = {shard: per_key - live.get(shard, 0) for shard in shards}
+            # Each key at its limit holds back at least its next job.
+            at_limit = sum(1 for n in free.values() if n <= 0)
+        held = await lock_limiters(
+            conn,
+            queue,
+            queue_limit=limits.rate,
+            per_key_limit=limits.rate_per_key,
+            key_names=[shard_limiter(shard) for shard in shards if free[shard] > 0],
+            wanted=limit,
+            now=now,
+        )
+        by_rate = 0
+        allowed = held.allowed.per_key
+        if allowed is not None:
+            for shard in shards:
+                if free[shard] > 0:
+                    capped = min(free[shard], allowed[shard_limiter(shard)])
+                    by_rate += 1 if capped <= 0 else 0
+                    free[shard] = capped
+        room = [(shard, n) for shard, n in free.items() if n > 0]
+        return _Room(
+            shards=[shard for shard, _ in room],
+            free=[n for _, n in room],
+            held=held,
+            concurrency_limited=at_limit,
+            rate_limited=by_rate,
+        )
 
     async def _claim(
         self,
@@ -356,26 +430,55 @@ class Claims:
         now: datetime,
         deadline_at: datetime | None,
         *,
-        per_key: int | None = None,
+        limits: _Limits | None = None,
     ) -> tuple[list[Claim], bool]:
         """claim_sorted in a transaction with the cursor moves, unique keys and counters;
         raises _Contested (nothing written) when a row it took from a sorted window was
         claimed or tombstoned by a transaction that committed while it took its locks.
         Returns the claims and whether a lane was left alone because a retiring writer
         marked it after the statement's snapshot."""
-        async with translated_errors(), self._connections.tx(pipeline=per_key is None) as conn:
-            if per_key is None:
+        batch = ClaimBatch()
+        async with translated_errors(), self._connections.tx(pipeline=limits is None) as conn:
+            if limits is None:
                 rows = await self._sql.exec(conn, "claim_sorted", **params)
+            elif not limits.keyed:
+                held = await lock_limiters(
+                    conn,
+                    queue,
+                    queue_limit=limits.rate,
+                    per_key_limit=None,
+                    key_names=(),
+                    wanted=params["limit"],
+                    now=now,
+                )
+                allowed = held.allowed.limit
+                batch.next_admission = held.next_admission
+                if allowed <= 0:
+                    batch.rate_limited = params["limit"]
+                    return batch, False
+                rows = await self._sql.exec(conn, "claim_sorted", **{**params, "limit": allowed})
+                if len([r for r in rows if r["id"] is not None]) == allowed:
+                    batch.rate_limited = params["limit"] - allowed
             else:
-                shards, free = await self._room(conn, queue, params["limit"], per_key)
+                room = await self._room(conn, queue, params["limit"], limits, now)
+                held = room.held
+                allowed = held.allowed.limit
+                batch.next_admission = held.next_admission
+                batch.concurrency_limited = room.concurrency_limited
+                batch.rate_limited = room.rate_limited
+                if allowed <= 0:
+                    batch.rate_limited += params["limit"]
+                    return batch, False
                 rows = await self._sql.exec(
                     conn,
                     "claim_limited",
-                    **params,
+                    **{**params, "limit": allowed},
                     keyed_base=KEYED_SHARD_BASE,
-                    room_shards=shards,
-                    room_free=free,
+                    room_shards=room.shards,
+                    room_free=room.free,
                 )
+                if len([r for r in rows if r["id"] is not None]) == allowed:
+                    batch.rate_limited += params["limit"] - allowed
             if rows and rows[0]["mixed"]:
                 self._sorting.add(queue)
             else:
@@ -383,7 +486,7 @@ class Claims:
             contested = bool(rows and rows[0]["contested"])
             taken = [row for row in rows if row["id"] is not None]
             if not taken:
-                return [], contested
+                return batch, contested
             # The queue's next common claim starts in the slot these rows came from, not
             # over the whole ring (whose plan every prune's swap makes stale).
             self._note_slot(queue, taken)
@@ -419,7 +522,21 @@ class Claims:
             if changes:
                 await self._facts.unique(conn, changes)
             await self._facts.flush(conn, writes)
-        return claims, contested
+            if limits is not None:
+                await held.store(
+                    conn,
+                    taken=len(taken),
+                    taken_per_key=dict(
+                        Counter(
+                            shard_limiter(r["shard"])
+                            for r in taken
+                            if r["shard"] >= KEYED_SHARD_BASE
+                        )
+                    ),
+                )
+                batch.next_admission = held.next_admission
+        batch.extend(claims)
+        return batch, contested
 
     async def warm_up(self, queues: Sequence[str]) -> None:
         """:class:`~awa.ports.storage.WorkerWarmUp`: open the connections kept for the

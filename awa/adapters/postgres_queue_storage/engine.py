@@ -28,6 +28,7 @@ from awa.domain.callbacks import CallbackExpressions
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
 from awa.domain.kind_policies import KindPolicies
 from awa.domain.policies import Backoff, PruneOutcome, RingSeal, RotateOutcome
+from awa.domain.rate_limits import GlobalRateLimit
 from awa.ports.clock import Clock
 from awa.ports.storage import Ack, DlqFilter, JobFilter, Rescued, UnitOfWork
 
@@ -142,6 +143,8 @@ class QueueStorageEngine:
         deadline: timedelta | None = None,
         aging_interval: timedelta | None = None,
         max_running_per_key: int | None = None,
+        global_rate_limit: GlobalRateLimit | None = None,
+        global_rate_limit_per_key: GlobalRateLimit | None = None,
     ) -> list[Claim]:
         return await self._parts.claims.claim(
             queue,
@@ -149,6 +152,8 @@ class QueueStorageEngine:
             deadline=deadline,
             aging_interval=aging_interval,
             max_running_per_key=max_running_per_key,
+            global_rate_limit=global_rate_limit,
+            global_rate_limit_per_key=global_rate_limit_per_key,
         )
 
     async def warm_up(self, queues: Sequence[str]) -> None:

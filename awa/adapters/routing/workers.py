@@ -10,7 +10,8 @@ from typing import Any
 from awa.adapters.routing.base import C, Owner, RoutingBase, T
 from awa.domain.callbacks import CallbackExpressions, callback_not_found
 from awa.domain.errors import CallbackNotFound
-from awa.domain.job import Claim, JobRecord, RunLease
+from awa.domain.job import Claim, ClaimBatch, JobRecord, RunLease
+from awa.domain.rate_limits import GlobalRateLimit
 from awa.domain.stripes import stripe_queues
 from awa.domain.transition import claims_canonical, claims_queue_storage
 from awa.ports.storage import Ack, StorageEngine
@@ -27,6 +28,8 @@ class WorkerOps(RoutingBase[C]):
         deadline: timedelta | None = None,
         aging_interval: timedelta | None = None,
         max_running_per_key: int | None = None,
+        global_rate_limit: GlobalRateLimit | None = None,
+        global_rate_limit_per_key: GlobalRateLimit | None = None,
     ) -> list[Claim]:
         return await self._claim(
             queue,
@@ -35,6 +38,8 @@ class WorkerOps(RoutingBase[C]):
             deadline=deadline,
             aging_interval=aging_interval,
             max_running_per_key=max_running_per_key,
+            global_rate_limit=global_rate_limit,
+            global_rate_limit_per_key=global_rate_limit_per_key,
         )
 
     async def claim_stripe(
@@ -68,31 +73,55 @@ class WorkerOps(RoutingBase[C]):
         deadline: timedelta | None,
         aging_interval: timedelta | None,
         max_running_per_key: int | None = None,
+        global_rate_limit: GlobalRateLimit | None = None,
+        global_rate_limit_per_key: GlobalRateLimit | None = None,
     ) -> list[Claim]:
         if limit <= 0:
             return []
         status = await self._hot_status()
-        claims: list[Claim] = []
+        limits: dict[str, Any] = {}
+        if global_rate_limit is not None or global_rate_limit_per_key is not None:
+            # Both engines share the database's limiters (awa.rate_limiters): a claim of
+            # each is admitted by the same fleet-wide limit.
+            limits = {
+                "global_rate_limit": global_rate_limit,
+                "global_rate_limit_per_key": global_rate_limit_per_key,
+            }
+        claims = ClaimBatch()
+        parts: list[list[Claim]] = []
         if claims_canonical(status.state, self._role):
-            for claim in await self._canonical.claim(
+            got = await self._canonical.claim(
                 canonical_queue,
                 limit=limit,
                 deadline=deadline,
                 aging_interval=aging_interval,
                 max_running_per_key=max_running_per_key,
-            ):
+                **limits,
+            )
+            parts.append(got)
+            for claim in got:
                 self._owners[claim.lease.job_id] = "canonical"
                 claims.append(claim)
         if len(claims) < limit and claims_queue_storage(status.state, self._role):
-            for claim in await self.queue_storage(status.schema).claim(
+            got = await self.queue_storage(status.schema).claim(
                 storage_queue,
                 limit=limit - len(claims),
                 deadline=deadline,
                 aging_interval=aging_interval,
                 max_running_per_key=max_running_per_key,
-            ):
+                **limits,
+            )
+            parts.append(got)
+            for claim in got:
                 self._owners[claim.lease.job_id] = "queue_storage"
                 claims.append(claim)
+        if parts:
+            # What held back the last engine's claim is what held back this one.
+            last = parts[-1]
+            if isinstance(last, ClaimBatch):
+                claims.rate_limited = last.rate_limited
+                claims.concurrency_limited = last.concurrency_limited
+                claims.next_admission = last.next_admission
         return claims
 
     async def warm_up(self, queues: Sequence[str]) -> None:

@@ -16,7 +16,19 @@ from awa.entrypoints.cli._common import (
 )
 from awa.entrypoints.client import AsyncClient
 
-HEADERS = ("QUEUE", "POLL(ms)", "BATCH", "RATE(/s)", "BURST", "DEADLINE(ms)", "PER KEY")
+HEADERS = (
+    "QUEUE",
+    "POLL(ms)",
+    "BATCH",
+    "RATE(/s)",
+    "BURST",
+    "DEADLINE(ms)",
+    "PER KEY",
+    "FLEET RATE(/s)",
+    "FLEET BURST",
+    "KEY RATE(/s)",
+    "KEY BURST",
+)
 
 
 @click.group()
@@ -45,6 +57,26 @@ def overrides() -> None:
     type=click.IntRange(min=1, max=1_000_000),
     help="At most this many running jobs per concurrency key, fleet-wide.",
 )
+@click.option(
+    "--global-rate-limit",
+    type=float,
+    help="Jobs per second for the whole fleet (sets the queue's global_rate_limit).",
+)
+@click.option(
+    "--global-rate-burst",
+    type=int,
+    help="Burst of the fleet-wide rate limit (default: the started burst, else 1).",
+)
+@click.option(
+    "--global-rate-limit-per-key",
+    type=float,
+    help="Jobs per second for each concurrency key, fleet-wide.",
+)
+@click.option(
+    "--global-rate-burst-per-key",
+    type=int,
+    help="Burst of the per-key fleet-wide rate limit (default: the started burst, else 1).",
+)
 @json_option
 def set_(
     queue: str,
@@ -54,6 +86,10 @@ def set_(
     rate_limit_burst: int | None,
     deadline_ms: int | None,
     max_running_per_key: int | None,
+    global_rate_limit: float | None,
+    global_rate_burst: int | None,
+    global_rate_limit_per_key: float | None,
+    global_rate_burst_per_key: int | None,
     json_flag: bool,
 ) -> None:
     """Replace QUEUE's overrides with the given ones (an option left out is cleared)."""
@@ -64,6 +100,10 @@ def set_(
         rate_limit_burst,
         deadline_ms,
         max_running_per_key,
+        global_rate_limit,
+        global_rate_burst,
+        global_rate_limit_per_key,
+        global_rate_burst_per_key,
     )
     if all(value is None for value in values):
         raise click.UsageError(
@@ -79,6 +119,10 @@ def set_(
             rate_limit_burst=rate_limit_burst,
             deadline_ms=deadline_ms,
             max_running_per_key=max_running_per_key,
+            global_rate_limit=global_rate_limit,
+            global_rate_burst=global_rate_burst,
+            global_rate_limit_per_key=global_rate_limit_per_key,
+            global_rate_burst_per_key=global_rate_burst_per_key,
         )
 
     result = with_client(go)
@@ -126,6 +170,10 @@ def show(queue: str | None, json_flag: bool) -> None:
                 o["rate_limit_burst"],
                 o["deadline_ms"],
                 o["max_running_per_key"],
+                o["global_rate_per_second"],
+                o["global_rate_burst"],
+                o["global_rate_per_key_per_second"],
+                o["global_rate_per_key_burst"],
             ]
             for name, o in found.items()
         ],

@@ -1,0 +1,20 @@
+-- Fleet-wide rate limiters (ADR 0029, "Rate limits"), shared by every Postgres engine and
+-- run inside the claim's own transaction.
+
+-- name: lock_rate_limiters
+-- Lock the limiters a claim consults (created on first use), in the order given (the
+-- queue's own first, then the keys' sorted, so claimers never deadlock), and read their
+-- theoretical arrival time. The upsert locks an existing row like FOR UPDATE would.
+INSERT INTO awa.rate_limiters AS r (queue, limiter, tat, rate, burst, updated_at)
+SELECT %(queue)s, l.name, %(now)s::timestamptz, l.rate, l.burst, %(now)s::timestamptz
+FROM unnest(%(names)s::text[], %(rates)s::float8[], %(bursts)s::int[])
+    WITH ORDINALITY AS l(name, rate, burst, n)
+ORDER BY l.n
+ON CONFLICT (queue, limiter) DO UPDATE SET rate = EXCLUDED.rate, burst = EXCLUDED.burst
+RETURNING r.limiter, r.tat
+
+-- name: store_rate_limiters
+-- The limiters' new theoretical arrival time after the claim took its jobs.
+UPDATE awa.rate_limiters r SET tat = s.tat, updated_at = %(now)s::timestamptz
+FROM unnest(%(names)s::text[], %(tats)s::timestamptz[]) AS s(name, tat)
+WHERE r.queue = %(queue)s AND r.limiter = s.name

@@ -137,3 +137,108 @@ def test_every_statement_of_the_engine_is_found_by_name() -> None:
         assert names, filename
         for name in names:
             assert rendered.text(name)
+
+
+# ---------------------------------------------------------------- the placeholder forms
+DOCS_TABLE = PACKAGE_DIR.parents[2] / "docs" / "internals" / "sql.md"
+#: What each form the docs' table may list looks like in a statement.
+KNOWN_FORMS = {
+    "{word}": re.compile(r"\{[a-z_][a-z0-9_]*\}"),
+    "{entry slot=entry ...}": re.compile(
+        r"\{[a-z_][a-z0-9_]*(?:\s+[a-z_][a-z0-9_]*=[a-z_][a-z0-9_]*)+\}"
+    ),
+    "%(name)s": re.compile(r"%\([A-Za-z_][A-Za-z0-9_]*\)s"),
+    "%%": re.compile(r"%%"),
+}
+#: Every ``%`` use of a statement's text (a parameter, ``%%`` or anything else).
+_PERCENT = re.compile(r"%%|%\([^)]*\)[a-z]?|%.?", re.DOTALL)
+
+
+def _documented_forms() -> list[str]:
+    """The first cell of each row of the forms table in docs/internals/sql.md."""
+    text = DOCS_TABLE.read_text(encoding="utf-8")
+    table = text[text.index("| Form |") :].split("\n\n", 1)[0]
+    rows = [line for line in table.splitlines()[2:] if line.startswith("| `")]
+    return [row.split("`", 2)[1] for row in rows]
+
+
+def _forms_used(text: str) -> list[str]:
+    """Every placeholder-shaped brace expression and ``%`` use of ``text``."""
+    braces = [m.group(0) for m in statements.PLACEHOLDER_SHAPED.finditer(text)]
+    return braces + [m.group(0) for m in _PERCENT.finditer(text)]
+
+
+def test_the_docs_table_lists_the_forms_this_test_knows() -> None:
+    documented = _documented_forms()
+    assert documented, "no forms table in docs/internals/sql.md"
+    assert set(documented) <= set(KNOWN_FORMS), "the table lists a form this test cannot read"
+    assert len(documented) <= 4
+
+
+def test_every_statement_uses_only_the_forms_the_docs_table_lists() -> None:
+    documented = [KNOWN_FORMS[form] for form in _documented_forms()]
+    unlisted: list[tuple[str, str]] = []
+    for filename in statements.FILES:
+        for name, text in load_queries(statements.PACKAGE, filename).items():
+            for used in _forms_used(text):
+                if not any(form.fullmatch(used) for form in documented):
+                    unlisted.append((name, used))
+    assert unlisted == []
+
+
+def test_a_form_the_table_does_not_list_is_seen() -> None:
+    listed = [KNOWN_FORMS[form] for form in _documented_forms()]
+    for text in ("x {?slot} y", "x {a b} y", "100 % done", "%s", "{Word}"):
+        assert any(not any(f.fullmatch(u) for f in listed) for u in _forms_used(text)), text
+    assert _forms_used("'{}'::jsonb, '{1,2}'::int[], %(a)s %%") == ["%(a)s", "%%"]
+
+
+def _with_entries(monkeypatch: pytest.MonkeyPatch, extra: dict[str, str]) -> None:
+    """The engine's files, plus ``extra`` entries in the last one."""
+
+    def load(package: str, filename: str) -> dict[str, str]:
+        found = dict(load_queries(package, filename))
+        if filename == statements.FILES[-1]:
+            found.update(extra)
+        return found
+
+    monkeypatch.setattr(statements, "load_queries", load)
+
+
+@pytest.mark.parametrize(
+    ("entries", "refusal"),
+    [
+        ({"odd": "SELECT 1 {?old_optional_slot}"}, "no placeholder form"),
+        ({"odd": "SELECT {Shouting}"}, "no placeholder form"),
+        ({"odd": "SELECT {claim_body claims=no_such_entry}"}, "binds 'claims' to no entry"),
+        ({"odd": "SELECT {no_such_entry x=nothing}"}, "binds slots of no entry"),
+        ({"odd": "{frag s=nothing}", "frag": "{s}"}, r"slot names \['s'\]"),
+        ({"odd": "SELECT {claim_body claims=ring_claims}"}, "leaves the slot"),
+    ],
+)
+def test_statements_that_break_the_forms_are_refused(
+    monkeypatch: pytest.MonkeyPatch, entries: dict[str, str], refusal: str
+) -> None:
+    _with_entries(monkeypatch, entries)
+    with pytest.raises(ValueError, match=refusal):
+        Statements("awa")
+
+
+def test_slots_are_bound_to_entries_or_nothing_and_seen_by_nested_includes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _with_entries(
+        monkeypatch,
+        {
+            "outer_frag": "A {inner_frag} B {tail}",
+            "inner_frag": "[{what}]",
+            "what_here": "{s}.t",
+            "both": "{outer_frag what=what_here tail=nothing}",
+        },
+    )
+    rendered = Statements("awa")
+    assert rendered.text("both") == 'A ["awa".t] B '
+    # A fragment on its own keeps its slots: it cannot run by mistake.
+    assert rendered.text("outer_frag") == "A [{what}] B {tail}"
+    with pytest.raises(KeyError):
+        rendered["outer_frag"]

@@ -47,7 +47,9 @@ set_config('synchronous_commit', 'off', true)
 -- window the rows taken are a prefix of the lane's unclaimed rows in lane order, and a
 -- sorted window was taken whole, so every row below the last one taken is claimed or
 -- tombstoned.
-{claim_body ready_entries=ring_ready_entries claims=ring_claims tombstones=ring_tombstones}
+{claim_body ready_entries=ring_ready_entries claims=ring_claims tombstones=ring_tombstones
+    walk_position=nothing refused_elsewhere=nothing or_elsewhere=nothing
+    slot_outputs=nothing slot_columns=nothing}
 
 -- name: claim_body
 -- The claim statement; its ring tables and its in-slot checks are filled in by claim and
@@ -175,12 +177,12 @@ WITH heads AS (
         OR EXISTS (SELECT 1 FROM picked u
                    WHERE u.unique_key IS NOT NULL AND u.unique_states IS NOT NULL
                      AND get_bit(u.unique_states, 1) <> get_bit(u.unique_states, 2))
-        AS mixed{?refused_elsewhere}
+        AS mixed{refused_elsewhere}
 ), candidates AS (
     SELECT r.* FROM ranked r
-    WHERE r.rank <= %(limit)s AND NOT (SELECT mixed {?or_elsewhere} FROM refused)
+    WHERE r.rank <= %(limit)s AND NOT (SELECT mixed {or_elsewhere} FROM refused)
 ), inserted AS (
-    INSERT INTO {?claims} (slot, claim_id, ready_fact, job_id, run_lease, queue, attempted_at,
+    INSERT INTO {claims} (slot, claim_id, ready_fact, job_id, run_lease, queue, attempted_at,
         deadline_at)
     SELECT slot, nextval('{s}.fact_seq'), fact_id, job_id, run_lease + 1, %(queue)s, %(now)s,
         %(deadline_at)s
@@ -209,7 +211,7 @@ WITH heads AS (
     SELECT (SELECT mixed FROM refused) AS mixed,
         -- A lane was left alone (see heads): the engine claims again at once.
         EXISTS (SELECT 1 FROM heads WHERE contested) AS contested,
-        {quiet_commit} AS quiet{?slot_outputs}
+        {quiet_commit} AS quiet{slot_outputs}
 ), claimed AS (
     -- The claimed snapshots, exactly as the job_facts view resolves an open receipt
     -- without a lease, so the claimer needs no second read (the walk carried the bodies).
@@ -226,30 +228,30 @@ WITH heads AS (
 )
 -- One row even when nothing was claimed (id NULL), so `mixed` and `contested` always
 -- come back.
-SELECT r.*, m.mixed, m.contested{?slot_columns}
+SELECT r.*, m.mixed, m.contested{slot_columns}
 FROM mixed m LEFT JOIN claimed r ON true
 ORDER BY r.effective, r.run_at, r.job_id
 
 -- name: claim_walk
--- A claim's walk of the lanes `{?lanes}` (queue, priority, shard, disordered, pass,
+-- A claim's walk of the lanes `{lanes}` (queue, priority, shard, disordered, pass,
 -- walk_from, share): each one's unclaimed rows in lane order from position walk_from, at
 -- most share of them (none when share is not positive); an ordered window only its due
 -- rows.
 SELECT w.*, h.disordered, h.pass
-FROM (SELECT * FROM {?lanes} WHERE share > 0) h
+FROM (SELECT * FROM {lanes} WHERE share > 0) h
 CROSS JOIN LATERAL (
     SELECT o.* FROM (
-        SELECT {claim_walk_columns}{?walk_position}
-        FROM {?ready_entries} r
+        SELECT {claim_walk_columns}{walk_position}
+        FROM {ready_entries} r
         WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
           AND r.lane_seq >= h.walk_from AND (h.disordered OR r.run_at <= %(now)s)
         ORDER BY r.lane_seq
         OFFSET 0) o
     WHERE NOT EXISTS (
-          SELECT 1 FROM {?claims} c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
+          SELECT 1 FROM {claims} c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
           OFFSET 0)
       AND NOT EXISTS (
-          SELECT 1 FROM {?tombstones} t
+          SELECT 1 FROM {tombstones} t
           WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)
     ORDER BY o.lane_seq
     LIMIT h.share
@@ -297,7 +299,9 @@ CASE WHEN %(aging_us)s::bigint > 0 AND %(now)s::timestamptz > f.run_at
 -- order across lanes are those of `claim`. `current_slot` is the ring's current slot, to
 -- try next; `next_slot` the one the ring rotates into next, whose statement the engine
 -- plans ahead once the current slot changed (Claims._warm_next).
-{claim_body ready_entries=slot_ready_entries claims=slot_claims tombstones=slot_tombstones walk_position=slot_walk_position refused_elsewhere=slot_refused_elsewhere or_elsewhere=slot_or_elsewhere slot_outputs=slot_outputs slot_columns=slot_columns}
+{claim_body ready_entries=slot_ready_entries claims=slot_claims tombstones=slot_tombstones
+    walk_position=slot_walk_position refused_elsewhere=slot_refused_elsewhere
+    or_elsewhere=slot_or_elsewhere slot_outputs=in_slot_outputs slot_columns=in_slot_columns}
 
 -- name: ring_ready_entries
 {s}.ready_entries
@@ -345,13 +349,13 @@ CASE WHEN %(aging_us)s::bigint > 0 AND %(now)s::timestamptz > f.run_at
 -- name: slot_or_elsewhere
  OR elsewhere
 
--- name: slot_outputs
+-- name: in_slot_outputs
 ,
         (SELECT elsewhere FROM refused) AS elsewhere,
         (SELECT current_slot FROM {s}.ring_state) AS current_slot,
         (SELECT (current_slot + 1) %% slot_count FROM {s}.ring_state) AS next_slot
 
--- name: slot_columns
+-- name: in_slot_columns
 , m.elsewhere, m.current_slot, m.next_slot
 
 -- name: explain_claim
@@ -374,7 +378,7 @@ EXPLAIN {claim}
 -- priority, its window is in (run_at, job id) order and aging only favours older rows),
 -- so every row below the last one taken is claimed or tombstoned. Sorted (disordered)
 -- windows are left to advance_cursors.
-{claim_sorted_body}
+{claim_sorted_body keyed_heads=nothing key_rank=nothing room=nothing by_key_rank=nothing}
 
 -- name: claim_sorted_body
 -- The statement of claim_sorted, and of claim_limited with its slots filled.
@@ -396,7 +400,7 @@ WITH heads AS (
       -- a paused queue hands out nothing
       AND NOT EXISTS (
           SELECT 1 FROM awa.queue_meta m WHERE m.queue = %(queue)s AND m.paused)
-      {?keyed_heads}
+      {keyed_heads}
     ORDER BY h.priority, h.shard
     FOR UPDATE OF h SKIP LOCKED
 ), picked AS (
@@ -445,7 +449,7 @@ WITH heads AS (
     ) w
 ), candidates AS (
     SELECT p.* FROM (
-        SELECT p.*{?key_rank}
+        SELECT p.*{key_rank}
         FROM (
             SELECT p.*,
                 CASE WHEN %(aging_us)s::bigint > 0 AND %(now)s::timestamptz > p.run_at
@@ -454,8 +458,8 @@ WITH heads AS (
                         %(aging_us)s::bigint))
                     ELSE p.priority END AS effective
             FROM picked p) p) p
-    {?room}
-    ORDER BY {?by_key_rank}p.effective, p.run_at, p.job_id
+    {room}
+    ORDER BY {by_key_rank}p.effective, p.run_at, p.job_id
     LIMIT %(limit)s
 ), inserted AS (
     INSERT INTO {s}.claims (slot, claim_id, ready_fact, job_id, run_lease, queue, attempted_at,
@@ -511,7 +515,8 @@ ORDER BY r.effective, r.run_at, r.job_id
 -- (the rotation's window, with room), at most its room is taken from the key's lanes
 -- (ranked in the claim's order, so each lane's take is a prefix), and the batch takes
 -- every key's first job before any key's second.
-{claim_sorted_body keyed_heads=limited_heads key_rank=limited_key_rank room=limited_room by_key_rank=limited_by_key_rank}
+{claim_sorted_body keyed_heads=limited_heads key_rank=limited_key_rank room=limited_room
+    by_key_rank=limited_by_key_rank}
 
 -- name: limited_heads
 

@@ -15,14 +15,17 @@ SELECT set_config('awa.plan_cache_mode_was', current_setting('plan_cache_mode'),
 SELECT set_config('plan_cache_mode', current_setting('awa.plan_cache_mode_was'), true)
 
 -- name: enqueue_ready
+{enqueue_ready_body route=nothing}
+
+-- name: enqueue_ready_body
 -- A whole enqueue without unique keys in one statement: job ids in input order, lane
 -- positions (reserve_lanes_cte; an ordering key's lane is its shard of the queue's
 -- enqueue_shards, a concurrency key's lane its own, any other job takes a free lane),
 -- ready rows in the current slot,
 -- deferred rows for specs with run_at, then the counters (counts_free_cte) and the
--- wake-ups of ``channels``. Returns the ids in input order. The route placeholder below is
--- empty here; in enqueue_ready_routed it is a one-time filter on the input that runs
--- awa.queue_storage_route_check before anything else is read or locked (see
+-- wake-ups of ``channels``. Returns the ids in input order. The route slot below is
+-- empty in enqueue_ready; in enqueue_ready_routed it is a one-time filter on the input
+-- that runs awa.queue_storage_route_check before anything else is read or locked (see
 -- enqueue_ready_routed). No estimate depends on a parameter's value (the ids come from the
 -- input rows, not from a count), so a custom plan costs what the generic plan costs and the
 -- server settles on the generic plan by itself after its first few executions.
@@ -31,7 +34,7 @@ WITH x AS (
         ord bigint, kind text, queue text, args jsonb, priority smallint,
         max_attempts smallint, run_at timestamptz, metadata jsonb, tags jsonb,
         ordering_key text, unique_states text, hint int)
-    {?route}
+    {route}
 ), ids AS (
     SELECT id, row_number() OVER (ORDER BY id) AS ord
     FROM (SELECT nextval('awa.jobs_id_seq') AS id FROM x) s
@@ -103,7 +106,7 @@ ORDER BY ids.id
 -- takes the producer lock and raises when producers write elsewhere now) is a one-time
 -- filter on the input rows, so it runs before any id is drawn or any lane is locked, and
 -- its lock is held until the statement commits.
-{enqueue_ready route=route_check}
+{enqueue_ready_body route=route_check}
 
 -- name: route_check
 -- The route check of enqueue_ready_routed: a one-time filter (an init plan evaluated before
@@ -150,7 +153,7 @@ WITH x AS (
 ), moved AS (
     UPDATE {s}.lanes l SET
         next_seq = l.next_seq + 1,
-        (tail_run_at, tail_job_id, disorder_seq) = {lane_tail}
+        (tail_run_at, tail_job_id, disorder_seq) = {lane_tail batch=nothing}
     FROM (SELECT lane.*, 1 AS n, %(now)s::timestamptz AS first_run, job.id AS first_id,
               %(now)s::timestamptz AS last_run, job.id AS last_id, true AS sorted,
               true AS fresh

@@ -49,12 +49,13 @@ FROM open o
 -- committed are filtered out by NOT EXISTS. A closure racing in from another finaliser
 -- then fails the statement with a unique violation (nothing written), and the engine
 -- runs it again with ON CONFLICT DO NOTHING, where the key arbitrates as before.
-{complete_receipts_body claims=ring_claims closures=ring_closures}
+{complete_receipts_body claims=ring_claims closures=ring_closures on_conflict=nothing}
 
 -- name: complete_receipts_arbitrated
 -- complete_receipts_counted again after a racing finaliser's closure failed it: the
 -- closure key decides.
-{complete_receipts_body claims=ring_claims closures=ring_closures on_conflict=on_conflict_do_nothing}
+{complete_receipts_body claims=ring_claims closures=ring_closures
+    on_conflict=on_conflict_do_nothing}
 
 -- name: complete_in_slot_counted
 -- complete_receipts_counted for receipts that all name one ring slot: it reads that
@@ -63,11 +64,12 @@ FROM open o
 -- slot does not make it plan again (as claim_in_slot). A receipt whose claim was swapped
 -- out or carried forward closes nothing here and is looked up by job id, as with the
 -- ring-wide form.
-{complete_receipts_body claims=slot_claims closures=slot_closures}
+{complete_receipts_body claims=slot_claims closures=slot_closures on_conflict=nothing}
 
 -- name: complete_in_slot_arbitrated
 -- complete_in_slot_counted after a racing finaliser's closure failed it.
-{complete_receipts_body claims=slot_claims closures=slot_closures on_conflict=on_conflict_do_nothing}
+{complete_receipts_body claims=slot_claims closures=slot_closures
+    on_conflict=on_conflict_do_nothing}
 
 -- name: ring_closures
 {s}.closures
@@ -87,17 +89,17 @@ WITH i AS (
                   WHERE l.job_id = i.job_id AND l.run_lease = i.run_lease
                     AND l.claim_id = i.claim_id OFFSET 0)
 ), closed AS (
-    INSERT INTO {?closures} (slot, claim_id, fact_id, queue, outcome, finalized_at)
+    INSERT INTO {closures} (slot, claim_id, fact_id, queue, outcome, finalized_at)
     SELECT i.slot, i.claim_id, nextval('{s}.fact_seq'), i.queue, 'completed', %(now)s
     FROM i
     WHERE i.job_id NOT IN (SELECT job_id FROM leased)
-      AND EXISTS (SELECT 1 FROM {?claims} c
+      AND EXISTS (SELECT 1 FROM {claims} c
                   WHERE c.slot = i.slot AND c.claim_id = i.claim_id
                     AND c.job_id = i.job_id AND c.run_lease = i.run_lease OFFSET 0)
-      AND NOT EXISTS (SELECT 1 FROM {?closures} x
+      AND NOT EXISTS (SELECT 1 FROM {closures} x
                       WHERE x.slot = i.slot AND x.claim_id = i.claim_id OFFSET 0)
     ORDER BY i.slot, i.claim_id
-    {?on_conflict}
+    {on_conflict}
     RETURNING slot, claim_id, queue
 ), per_queue AS (
     SELECT queue, count(*) AS n FROM closed GROUP BY queue

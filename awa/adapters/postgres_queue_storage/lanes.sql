@@ -37,7 +37,7 @@ CASE WHEN w.fresh AND l.tail_run_at IS NOT NULL
             OR (t.first_at, t.first_id) < (l.tail_run_at, l.tail_job_id)
         THEN l.next_seq + t.n - 1 ELSE l.disorder_seq END
  FROM (SELECT u.*, CASE WHEN u.fresh THEN u.first_at ELSE u.last_run END AS last_at
-       FROM (SELECT w.*, {lane_stamp} AS first_at {?batch}) u) t)
+       FROM (SELECT w.*, {lane_stamp} AS first_at {batch}) u) t)
 
 -- name: lane_tail_named
 FROM named w
@@ -115,7 +115,7 @@ named AS (
 ), moved AS (
     UPDATE {s}.lanes l SET
         next_seq = l.next_seq + w.n,
-        (tail_run_at, tail_job_id, disorder_seq) = {lane_tail}
+        (tail_run_at, tail_job_id, disorder_seq) = {lane_tail batch=nothing}
     FROM free w
     WHERE w.got IS NOT NULL
       AND l.queue = w.q AND l.priority = w.p AND l.shard = w.got

@@ -2,27 +2,22 @@
 the engine's own cursors.
 
 Every statement of the engine is a ``-- name: <name>`` entry of one of :data:`FILES`
-(names are unique across them). A statement's text may hold placeholders, and these are
-the only ones there are:
+(names are unique across them). A statement's text may hold placeholders of two forms
+only, ``{word}`` and ``{entry slot=entry ...}``; ``docs/internals/sql.md`` lists what
+each means in its one table (a unit test holds the statements to it), and
+:meth:`Statements._expand` is the rule. In short, ``{word}`` is, by name, a slot the
+including placeholder bound, one of the engine's values (``s``: the schema quoted as an
+identifier; :data:`KEYLESS_LANES`, :data:`COUNT_BUCKETS`, :data:`STAMP_SLACK_MS`;
+``nothing``: empty), an entry (a shared fragment, rendered in place), or else a value
+given per call (:meth:`Statements.for_slot`: ``k`` and ``<table>_k``;
+:meth:`Statements.render`: any other). ``{entry slot=entry ...}`` includes ``entry``
+with its slots bound (to entries, or to ``nothing``); a slot is bound by every statement
+that includes its entry, and an entry included inside that one sees the same slots.
 
-==========================  ==========================================================
-``{s}``                     the engine's schema, quoted as an identifier
-``{keyless_lanes}``,        the constants :data:`KEYLESS_LANES`, :data:`COUNT_BUCKETS`
-``{count_buckets}``,        and :data:`STAMP_SLACK_MS`
-``{stamp_slack_ms}``
-``{name}``                  the rendered text of the entry ``name`` (a shared fragment)
-``{name slot=other}``       the same, with its ``{?slot}`` filled by the entry ``other``
-``{?slot}``                 empty, unless the including placeholder fills it (or, in
-                            an entry included without that binding, the entry including it)
-``{k}``, ``{<table>_k}``    per call (:meth:`Statements.for_slot`): a ring slot's number
-                            and its partition of ``<table>``
-any other ``{word}``        per call (:meth:`Statements.render`): an identifier, literal
-                            or fragment composed with ``psycopg.sql``
-==========================  ==========================================================
-
-``'{}'`` and other braces that are not a placeholder's shape are left alone. Rendering
-happens once, when the engine is built; a statement with per-call placeholders is
-finished per call (and cached per ring slot).
+``'{}'`` and other braces that begin with a digit, a quote or a space are left alone;
+any other brace expression that is not one of the two forms is refused when the engine is
+built. Rendering happens once, when the engine is built; a statement with per-call
+placeholders is finished per call (and cached per ring slot).
 
 Parameters are written ``%(name)s`` (``%%`` for a literal ``%``). psycopg would convert
 them to ``$1, $2, ...`` on every execute unless the statement is short (it caches only
@@ -118,7 +113,14 @@ _NO_ROWS = frozenset(
     }
 )
 
-_PLACEHOLDER = re.compile(r"\{(\?)?([a-z_][a-z0-9_]*)((?: [a-z_][a-z0-9_]*=[a-z_][a-z0-9_]*)*)\}")
+#: The two placeholder forms: ``{word}`` and ``{entry slot=entry ...}`` (bindings apart by
+#: white space, which may include line breaks).
+_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)((?:\s+[a-z_][a-z0-9_]*=[a-z_][a-z0-9_]*)*)\}")
+#: A brace expression that reads as a placeholder (not ``'{}'``, an array literal such as
+#: ``'{1,2}'`` or JSON): one that is not of the two forms is refused.
+PLACEHOLDER_SHAPED = re.compile(r"\{(?![0-9'\"\s}])[^{}]*\}")
+#: The value of ``{nothing}``: a slot an including statement leaves empty.
+NOTHING = "nothing"
 #: Conversions kept: more than the engine's statements (and the claim's EXPLAIN).
 _CONVERSIONS_KEPT = 256
 
@@ -193,6 +195,11 @@ def slot_table(schema: str, table: str, slot: int, suffix: str = "") -> sql.Iden
     return sql.Identifier(schema, f"{table}_{slot}{suffix}")
 
 
+def _bindings(text: str) -> list[tuple[str, str]]:
+    """The ``slot=entry`` pairs of a placeholder's bindings."""
+    return [(slot, other) for slot, other in (b.split("=") for b in text.split())]
+
+
 class Statements:
     """The engine's named statements for one schema (see the module docstring)."""
 
@@ -210,7 +217,17 @@ class Statements:
             "keyless_lanes": str(KEYLESS_LANES),
             "count_buckets": str(COUNT_BUCKETS),
             "stamp_slack_ms": str(STAMP_SLACK_MS),
+            NOTHING: "",
         }
+        self._slots = self._check_forms()
+        #: Entries some other entry includes (fragments); the others are statements.
+        self._included = frozenset(
+            word
+            for text in raw.values()
+            for match in _PLACEHOLDER.finditer(text)
+            for word in (match.group(1), *(other for _, other in _bindings(match.group(2))))
+            if word in raw
+        )
         #: The schema quoted as an identifier (``{s}``).
         self.quoted_schema = self._values["s"]
         self._text = {name: self._expand(name, {}, ()) for name in raw}
@@ -223,25 +240,59 @@ class Statements:
         self._per_slot: dict[tuple[str, int], bytes] = {}
         self._filtered: dict[tuple[str, tuple[str, ...]], bytes] = {}
 
+    def _check_forms(self) -> frozenset[str]:
+        """The slot names the entries bind, once every entry is found to use the two
+        forms only and no slot shadows an entry or an engine value."""
+        slots: set[str] = set()
+        for name, text in self._raw.items():
+            for shaped in PLACEHOLDER_SHAPED.finditer(text):
+                match = _PLACEHOLDER.fullmatch(shaped.group(0))
+                if match is None:
+                    raise ValueError(
+                        f"statement {name!r}: {shaped.group(0)!r} is no placeholder form "
+                        "(use {word} or {entry slot=entry ...}; docs/internals/sql.md)"
+                    )
+                for slot, other in _bindings(match.group(2)):
+                    if match.group(1) not in self._raw:
+                        raise ValueError(f"statement {name!r} binds slots of no entry")
+                    if other not in self._raw and other != NOTHING:
+                        raise ValueError(f"statement {name!r} binds {slot!r} to no entry")
+                    slots.add(slot)
+        shadowing = slots & (set(self._raw) | set(self._values))
+        if shadowing:
+            raise ValueError(f"slot names {sorted(shadowing)} are also entries or values")
+        return frozenset(slots)
+
     def _expand(self, name: str, filled: Mapping[str, str], within: tuple[str, ...]) -> str:
+        """The entry ``name`` rendered, its slots taken from ``filled``."""
         if name in within:
             raise ValueError(f"statement {name!r} includes itself")
 
         def one(match: re.Match[str]) -> str:
-            optional, word, bindings = match.group(1), match.group(2), match.group(3)
-            if optional:
-                return filled.get(word, "")
+            word, bindings = match.group(1), match.group(2)
+            if bindings:
+                # An included entry sees the slots of the entry including it, and those
+                # the placeholder binds.
+                inner = dict(filled)
+                inner.update(
+                    (slot, self._expand(other, {}, (*within, name)) if other in self._raw else "")
+                    for slot, other in _bindings(bindings)
+                )
+                return self._expand(word, inner, (*within, name))
+            if word in filled:
+                return filled[word]
             if word in self._values:
                 return self._values[word]
             if word in self._raw:
-                # An included entry's {?slot}s are those of the entry including it, unless
-                # the placeholder binds them itself.
-                inner = dict(filled)
-                inner.update(
-                    (slot, self._expand(other, {}, (*within, name)))
-                    for slot, other in (b.split("=") for b in bindings.split())
-                )
-                return self._expand(word, inner, (*within, name))
+                return self._expand(word, filled, (*within, name))
+            if word in self._slots:
+                top = within[0] if within else name
+                if top not in self._included:
+                    raise ValueError(
+                        f"statement {top!r} leaves the slot {word!r} of {name!r} unbound "
+                        "(bind it, to nothing when it has no part there)"
+                    )
+                # a fragment rendered on its own keeps its slots (it is not run so)
             return match.group(0)  # filled per call
 
         return _PLACEHOLDER.sub(one, self._raw[name])
@@ -293,7 +344,7 @@ class Statements:
         missing: set[str] = set()
 
         def one(match: re.Match[str]) -> str:
-            word = match.group(2)
+            word = match.group(1)
             if word not in rendered:
                 missing.add(word)
                 return match.group(0)

@@ -49,6 +49,7 @@ from awa.entrypoints.routing import (
     postgres_routing,
 )
 from awa.ports.admin import SchemaAdmin
+from awa.ports.clock import Clock
 from awa.ports.control_plane import Backend, ControlPlane
 from awa.ports.leader import LeaderCandidates, LeaderLock
 from awa.ports.notifier import Notifier
@@ -336,7 +337,9 @@ async def probe_wakeups(url: str, listen_url: str | None = None) -> tuple[str, s
     """How a worker on ``url`` (listening on ``listen_url``, default ``url``) would be
     woken: ``("listen", None)`` when a test notification comes back, else
     ``("polling", why)``."""
-    notifier = PostgresNotifier(normalize_url(listen_url or url), probe_url=url)
+    notifier = PostgresNotifier(
+        normalize_url(listen_url or url), clock=SystemClock(), probe_url=url
+    )
     try:
         subscription = await notifier.subscribe([])
     except WakeupsUnavailable as exc:
@@ -346,14 +349,19 @@ async def probe_wakeups(url: str, listen_url: str | None = None) -> tuple[str, s
 
 
 async def open_runtime_ports(
-    wiring: Wiring, *, transition_role: str = "auto", listen_url: str | None = None
+    wiring: Wiring,
+    *,
+    clock: Clock,
+    transition_role: str = "auto",
+    listen_url: str | None = None,
 ) -> RuntimePorts:
     """The notifier (``LISTEN awa:<queue>`` on a dedicated connection to ``listen_url``,
     default the wiring's URL; it proves a subscription with a test notification, see
     :mod:`awa.adapters._pg.notifier`) and a maintenance leader-lock candidate from the
     engine, plus the runtime registry (``awa.runtime_instances``) reporting
     ``transition_role`` and the engine's storage capability. Closing the ports removes
-    the runtime's registry row."""
+    the runtime's registry row. The notifier measures its waits on ``clock``, the
+    runtime's."""
     engine = wiring.engine
     # Fixes what the runtime claims and reports, and lets a fresh install go active.
     await engine.bind_transition_role(transition_role)
@@ -363,7 +371,9 @@ async def open_runtime_ports(
         storage_capability=engine.storage_capability,
         transition_role=transition_role,
     )
-    notifier = PostgresNotifier(normalize_url(listen_url or wiring.url), probe_url=wiring.url)
+    notifier = PostgresNotifier(
+        normalize_url(listen_url or wiring.url), clock=clock, probe_url=wiring.url
+    )
     ports = RuntimePorts(notifier=notifier, leader_lock=leader_lock, registry=registry)
     ports.closers.append(leader_lock.release)
     ports.closers.append(registry.close)

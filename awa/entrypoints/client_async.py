@@ -335,10 +335,13 @@ class AsyncClient(
         handled = {entry.kind for entry in self._handlers if entry.queue in served}
         queue_descriptors = declared("queue", with_served(self._queue_descriptors, served))
         kind_descriptors = declared("job_kind", with_served(self._kind_descriptors, handled))
-        ports = await bootstrap.open_runtime_ports(
-            wiring, transition_role=config.storage_transition_role, listen_url=listen_url
-        )
         clock = SystemClock()
+        ports = await bootstrap.open_runtime_ports(
+            wiring,
+            clock=clock,
+            transition_role=config.storage_transition_role,
+            listen_url=listen_url,
+        )
         cron = CronService(wiring.control.cron, parse_cron, clock, list(self._schedules.values()))
         descriptors = DescriptorService(
             wiring.control.descriptors,

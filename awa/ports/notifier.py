@@ -9,8 +9,11 @@ class Subscription(Protocol):
     async def wait(self, timeout: float) -> set[str]:
         """Wait up to ``timeout`` seconds for notifications; return the channels that fired.
 
-        An empty set means the timeout elapsed. Notifications that arrive between calls are
-        not lost: they are returned by the next call. Payloads are not delivered here.
+        The seconds are those of the clock the notifier was given (ADR 0025);
+        ``math.inf`` waits until a notification comes or the caller cancels the wait (the
+        runtime bounds its waits on its own clock so). An empty set means the timeout
+        elapsed. Notifications that arrive between calls, or as a cancelled wait ends,
+        are not lost: they are returned by the next call. Payloads are not delivered here.
         """
         ...
 

@@ -16,6 +16,7 @@ polling at ``poll_interval`` (:attr:`ChannelListener.wakeups` is ``"polling"``).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable
 
 import anyio
@@ -23,7 +24,7 @@ from anyio.abc import TaskStatus
 
 from awa.domain.errors import WakeupsUnavailable
 from awa.ports.clock import Clock
-from awa.ports.notifier import Notifier
+from awa.ports.notifier import Notifier, Subscription
 from awa.runtime import metrics
 from awa.runtime.log_throttle import FailureLog
 
@@ -31,8 +32,8 @@ log = logging.getLogger("awa.runtime.listener")
 
 RESUBSCRIBE_MIN = 0.5
 RESUBSCRIBE_MAX = 30.0
-#: How long one wait for notifications lasts before it is renewed (it only bounds the
-#: wait; nothing happens on a timeout).
+#: How long one wait for notifications lasts, on the runtime's clock, before it is renewed
+#: (it only bounds the wait; nothing happens on a timeout).
 WAIT_SECONDS = 30.0
 
 Route = Callable[[], None]
@@ -133,7 +134,7 @@ class ChannelListener:
                 started = True
             try:
                 while True:
-                    fired = await subscription.wait(WAIT_SECONDS)
+                    fired = await self._wait(subscription)
                     if fired:
                         self._fire(fired)
             except Exception:
@@ -150,6 +151,16 @@ class ChannelListener:
                     except Exception:
                         log.debug("closing the subscription failed", exc_info=True)
             await self._clock.sleep(delay)
+
+    async def _wait(self, subscription: Subscription) -> set[str]:
+        """The channels that fired within :data:`WAIT_SECONDS` of the runtime's clock. The
+        bound is the clock's, not the notifier's: the subscription waits without one of
+        its own (a notification that arrives as the bound ends is kept for the next
+        wait)."""
+        fired: set[str] = set()
+        with self._clock.move_on_after(WAIT_SECONDS):
+            fired = await subscription.wait(math.inf)
+        return fired
 
     def _fall_back(self, reason: str) -> None:
         self.unavailable = reason

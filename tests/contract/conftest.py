@@ -70,7 +70,7 @@ async def engine(request: pytest.FixtureRequest) -> AsyncIterator[EngineHandle]:
         assert url is not None
         bouncer: PgBouncer = request.getfixturevalue("pgbouncer")
         async with open_engine(name, bouncer.url(url)) as handle:
-            notifier = PostgresNotifier(url, probe_url=bouncer.url(url))
+            notifier = PostgresNotifier(url, clock=handle.clock, probe_url=bouncer.url(url))
             await handle.engine.reset()
             yield attrs.evolve(handle, notifier=notifier)
         return

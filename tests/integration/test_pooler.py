@@ -40,6 +40,7 @@ import awa
 from awa import AsyncClient, Job, JobState
 from awa.adapters._pg import pool as pg_pool
 from awa.adapters._pg.notifier import PostgresNotifier
+from awa.adapters.clock import SystemClock
 from awa.domain.errors import ConnectionLimitTooLow, WakeupsUnavailable
 from awa.entrypoints import bootstrap
 from awa.entrypoints.cli import cli
@@ -124,7 +125,9 @@ async def test_a_url_declared_transaction_keeps_nothing_and_never_listens(
             assert pg_pool.is_pooled(conn)
             started = time.monotonic()
             with pytest.raises(WakeupsUnavailable, match="declared to go through"):
-                await PostgresNotifier(migrated_database_url).subscribe(["awa:default"])
+                await PostgresNotifier(migrated_database_url, clock=SystemClock()).subscribe(
+                    ["awa:default"]
+                )
             assert time.monotonic() - started < 1.0
             job = await declared.insert(Ping(1))
             assert (await declared.get_job(job.id)).state == JobState.Available

@@ -164,12 +164,13 @@ async def test_snapshots_refresh_and_report_the_leader(migrated_database_url: st
         [("default", 1)], handler_queues={"default"}, snapshot_interval_ms=100
     )
     wiring = await bootstrap.open_wiring(migrated_database_url, max_connections=4)
-    ports = await bootstrap.open_runtime_ports(wiring)
+    clock = SystemClock()
+    ports = await bootstrap.open_runtime_ports(wiring, clock=clock)
     runtime = Runtime(
         wiring.engine,
         ports.notifier,
         ports.leader_lock,
-        SystemClock(),
+        clock,
         handlers,
         config,
         runtime_registry=ports.registry,

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import anyio
 import pytest
 
+from awa.adapters.clock import ManualClock
 from awa.adapters.inmemory import InMemoryEngine
 from awa.runtime import AttemptContext, HandlerRegistry, Runtime
 from awa.runtime import listener as listener_module
 from awa.runtime.listener import ChannelListener
 from tests.unit.test_runtime_support import (
+    REAL_TIME_GUARD,
     clock_of,
     enqueue,
     fast_config,
@@ -199,3 +202,47 @@ async def test_routes_are_called_once_per_notification_and_never_block() -> None
         await wait_until(lambda: calls == ["a", "b"], timeout=1.0)
         tg.cancel_scope.cancel()
     assert not listener.listening
+
+
+class _HostTimedSubscription:
+    """A subscription that measures the timeout it is given on the host (as a notifier
+    over a network does) and records each wait's timeout; nothing ever fires."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    async def wait(self, timeout: float) -> set[str]:
+        self.waits.append(timeout)
+        with anyio.move_on_after(timeout):
+            await anyio.sleep_forever()
+        return set()
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_the_wait_for_notifications_is_bounded_on_the_runtimes_clock() -> None:
+    # The listener renews its wait every WAIT_SECONDS of the runtime's clock, whatever
+    # the notifier measures time with: on a manual clock, the renewal comes when the
+    # clock says so and not a moment before, and no bound is left to the host's time.
+    clock = ManualClock()
+    subscription = _HostTimedSubscription()
+
+    class Notifier:
+        async def subscribe(self, channels: list[str]) -> _HostTimedSubscription:
+            return subscription
+
+    listener = ChannelListener(Notifier(), clock=clock)
+    listener.route(["awa:q"], lambda: None)
+    with anyio.fail_after(REAL_TIME_GUARD):
+        async with anyio.create_task_group() as tg:
+            await tg.start(listener.run)
+            await clock.elapse(listener_module.WAIT_SECONDS - 0.5)
+            assert len(subscription.waits) == 1
+            await clock.elapse(0.5)
+            assert len(subscription.waits) == 2
+            await clock.elapse(listener_module.WAIT_SECONDS)
+            assert len(subscription.waits) == 3
+            assert subscription.waits == [math.inf] * 3
+            assert listener.listening and listener.subscriptions == 1
+            tg.cancel_scope.cancel()

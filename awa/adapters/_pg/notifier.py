@@ -4,23 +4,24 @@ A pooler in transaction mode runs ``LISTEN`` on whichever server session it lend
 that one statement, and hands that session to other clients afterwards: notifications
 never come back to the listening client. So a subscription proves itself before it is
 used: it sends a notification on a channel of its own through a second connection and
-waits for it (:data:`PROBE_TIMEOUT`). When it does not arrive, or the connection is
-declared to go through a transaction-mode pooler (where it does not even try, so no
-server session is left listening), :meth:`PostgresNotifier.subscribe` raises
-:class:`~awa.domain.errors.WakeupsUnavailable` and the runtime polls (ADR 0015).
+waits for it (:data:`PROBE_TIMEOUT` of the notifier's clock). When it does not arrive,
+or the connection is declared to go through a transaction-mode pooler (where it does not
+even try, so no server session is left listening), :meth:`PostgresNotifier.subscribe`
+raises :class:`~awa.domain.errors.WakeupsUnavailable` and the runtime polls (ADR 0015).
 """
 
 from __future__ import annotations
 
+import math
 import secrets
 
-import anyio
 import psycopg
 from psycopg import sql
 
 from awa.adapters._pg.errors import map_error
 from awa.adapters._pg.pool import DictConnection, Pooler, connect, declared_pooler
 from awa.domain.errors import WakeupsUnavailable
+from awa.ports.clock import Clock
 
 #: How long a new subscription waits for its own test notification.
 PROBE_TIMEOUT = 2.0
@@ -33,6 +34,11 @@ NO_WAKEUPS_FIX = (
 )
 
 
+def _seconds(timeout: float) -> float | None:
+    """psycopg's wait for ``timeout``: ``None`` (no bound) for ``math.inf``."""
+    return None if math.isinf(timeout) else max(timeout, 0.0)
+
+
 class PostgresSubscription:
     """One LISTEN connection; channels that fired are collected between waits."""
 
@@ -42,7 +48,9 @@ class PostgresSubscription:
         self._pending = set(fired or ())
 
     async def wait(self, timeout: float) -> set[str]:
-        """Channels that fired within ``timeout`` seconds (empty set on timeout).
+        """Channels that fired within ``timeout`` seconds (empty set on timeout;
+        ``math.inf``: until one fires or the caller cancels, as the runtime's listener
+        does with a bound on its own clock).
 
         Returns as soon as the first notifications are read, with every channel that came
         in the same read: a wake-up is on the path of a job's pickup, so it does not wait
@@ -53,7 +61,7 @@ class PostgresSubscription:
             return fired
         fired = set()
         try:
-            async for notify in self._conn.notifies(timeout=max(timeout, 0.0), stop_after=1):
+            async for notify in self._conn.notifies(timeout=_seconds(timeout), stop_after=1):
                 if not notify.channel.startswith(PROBE_PREFIX):
                     fired.add(notify.channel)
         except psycopg.Error as exc:
@@ -66,7 +74,7 @@ class PostgresSubscription:
         by payload. Returns once the first are read, like :meth:`wait`."""
         found: list[tuple[str, str]] = []
         try:
-            async for notify in self._conn.notifies(timeout=max(timeout, 0.0), stop_after=1):
+            async for notify in self._conn.notifies(timeout=_seconds(timeout), stop_after=1):
                 if not notify.channel.startswith(PROBE_PREFIX):
                     found.append((notify.channel, notify.payload))
         except psycopg.Error as exc:
@@ -82,16 +90,20 @@ class PostgresNotifier:
     """Opens one dedicated connection per subscription (LISTEN is per session).
 
     ``database_url`` is where the subscription listens; ``probe_url`` (default: the
-    same) is where its test notification is sent from, the database producers write to."""
+    same) is where its test notification is sent from, the database producers write to.
+    The wait for that notification is measured on ``clock`` (ADR 0025), the runtime's
+    when a runtime listens, the engine's when an engine hands out subscriptions."""
 
     def __init__(
         self,
         database_url: str,
         *,
+        clock: Clock,
         probe_url: str | None = None,
         probe_timeout: float = PROBE_TIMEOUT,
     ) -> None:
         self._url = database_url
+        self._clock = clock
         self._probe_url = probe_url or database_url
         self._probe_timeout = probe_timeout
 
@@ -126,8 +138,8 @@ class PostgresNotifier:
         finally:
             await sender.close()
         fired: set[str] = set()
-        with anyio.move_on_after(self._probe_timeout):
-            async for notify in conn.notifies(timeout=self._probe_timeout):
+        with self._clock.move_on_after(self._probe_timeout):
+            async for notify in conn.notifies():
                 if notify.channel == probe:
                     return fired
                 if not notify.channel.startswith(PROBE_PREFIX):

@@ -162,7 +162,8 @@ class PgResultStore:
             listener = self._listener
             if listener is None or listener.broken:
                 try:
-                    subscription = await PostgresNotifier(conninfo).subscribe([RESULTS_CHANNEL])
+                    notifier = PostgresNotifier(conninfo, clock=self._clock)
+                    subscription = await notifier.subscribe([RESULTS_CHANNEL])
                 except WakeupsUnavailable:
                     self._no_wakeups = True
                     return None

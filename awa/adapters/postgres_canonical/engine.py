@@ -28,7 +28,7 @@ class CanonicalEngine(
 
     async def subscribe(self, channels: list[str]) -> PostgresSubscription:
         """LISTEN on ``channels`` over a dedicated connection."""
-        return await PostgresNotifier(self._conninfo()).subscribe(channels)
+        return await PostgresNotifier(self._conninfo(), clock=self._clock).subscribe(channels)
 
     def leader_lock(self) -> PostgresLeaderLock:
         """A new candidate for the cluster's maintenance leadership."""

@@ -87,7 +87,7 @@ class QueueStorageEngine:
 
     async def subscribe(self, channels: list[str]) -> PostgresSubscription:
         """Listen for ``awa:<queue>`` / ``awa:cancel`` on a dedicated connection."""
-        return await PostgresNotifier(self._url).subscribe(channels)
+        return await PostgresNotifier(self._url, clock=self._clock).subscribe(channels)
 
     def leader_lock(self) -> PostgresLeaderLock:
         """A new candidate for the cluster's maintenance leadership."""

@@ -15,8 +15,9 @@ The machine drives every method of the storage port (``test_mvr_covers_the_port.
 holds it to that). Its rules come in families, one mixin module each, over the shared
 base of ``_mvr_base.py``: the worker, maintenance, callback and ring rules here, the admin
 reads in ``_mvr_reads.py``, units of work and the operator and bulk operations in
-``_mvr_ops.py``. Some examples start from failed jobs, a DLQ entry or a parked callback
-(``@initialize`` rules), which the 30 steps of the default profile rarely reach.
+``_mvr_ops.py``, unique conflict modes in ``_mvr_unique.py``. Some examples start from
+failed jobs, a DLQ entry or a parked callback (``@initialize`` rules), which the 30 steps
+of the default profile rarely reach.
 
 Example counts come from the Hypothesis profile (``HYPOTHESIS_PROFILE=deep`` for a long
 run); the step count per example is bounded here.
@@ -63,6 +64,7 @@ from tests.property._mvr_batch import BatchBook, BatchRules, forget_batch_operat
 from tests.property._mvr_ops import OperatorRules
 from tests.property._mvr_policies import PolicyRules
 from tests.property._mvr_reads import ReadRules
+from tests.property._mvr_unique import UniqueConflictRules
 from tests.support.engines import CONTRACT_BACKOFF, ENGINES, EngineHandle, postgres_control
 
 #: Every engine but the model itself: the Postgres engines, and the routing engine over
@@ -76,6 +78,7 @@ class ModelVsReal(
     OperatorRules,
     BatchRules,
     PolicyRules,
+    UniqueConflictRules,
     MachineBase,
 ):
     """The worker, maintenance, callback and ring rules, plus the state invariants; the

@@ -176,3 +176,53 @@ def lines(
         ],
         "total": len(values),
     }
+
+
+#: A workflow graph's node box and the room between columns and rows (SVG user units).
+NODE_WIDTH = 150.0
+NODE_HEIGHT = 40.0
+COLUMN_GAP = 50.0
+ROW_GAP = 14.0
+
+
+def workflow_layout(graph: Mapping[str, Any]) -> dict[str, Any]:
+    """Boxes and arrows for a workflow graph (``awa.entrypoints.job_graph.workflow_graph``):
+    one column per depth (parents left of their children), nodes by id down each column;
+    each edge runs from its parent's right side to its child's left side. The job the
+    graph was asked for is marked ``current``."""
+    columns: dict[int, list[Mapping[str, Any]]] = {}
+    for node in graph["nodes"]:
+        columns.setdefault(int(node["depth"]), []).append(node)
+    rows = max((len(c) for c in columns.values()), default=1)
+    width = max(len(columns), 1) * (NODE_WIDTH + COLUMN_GAP) - COLUMN_GAP
+    height = rows * (NODE_HEIGHT + ROW_GAP) - ROW_GAP
+    boxes: dict[int, dict[str, Any]] = {}
+    for depth in sorted(columns):
+        for row, node in enumerate(sorted(columns[depth], key=lambda n: int(n["id"]))):
+            boxes[int(node["id"])] = {
+                "id": node["id"],
+                "kind": node["kind"] or "(gone)",
+                "state": node["state"] or "gone",
+                "x": round(depth * (NODE_WIDTH + COLUMN_GAP), 2),
+                "y": round(row * (NODE_HEIGHT + ROW_GAP), 2),
+                "current": node["id"] == graph["job_id"],
+            }
+    arrows = []
+    for parent, child in graph["edges"]:
+        start, end = boxes[int(parent)], boxes[int(child)]
+        arrows.append(
+            {
+                "x1": start["x"] + NODE_WIDTH,
+                "y1": round(start["y"] + NODE_HEIGHT / 2, 2),
+                "x2": end["x"],
+                "y2": round(end["y"] + NODE_HEIGHT / 2, 2),
+            }
+        )
+    return {
+        "width": round(width, 2),
+        "height": round(height, 2),
+        "node_width": NODE_WIDTH,
+        "node_height": NODE_HEIGHT,
+        "nodes": [boxes[n] for n in sorted(boxes)],
+        "edges": arrows,
+    }

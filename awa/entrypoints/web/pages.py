@@ -11,6 +11,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from awa.domain.states import JobState
+from awa.entrypoints.job_graph import KEY_LIMIT
 from awa.entrypoints.web import charts, page_actions, params
 from awa.entrypoints.web.errors import ApiError, status_of
 from awa.entrypoints.web.reads import AdminReads, limit_of
@@ -132,6 +133,7 @@ async def jobs(request: Request, *, queue: str | None = None) -> Response:
     if queue is not None:
         context["queue"] = await web.reads.queue(queue)
         context["queue_name"] = queue
+        context["keys"] = await web.reads.queue_keys(queue, KEY_LIMIT)
         return render(request, "queue.html", **context)
     return render(request, "jobs.html", **context)
 
@@ -161,7 +163,19 @@ async def job_detail(request: Request) -> Response:
     doc = await web.reads.job(job_id)
     if doc is None:
         raise ApiError(404, f"job not found: {job_id}")
-    return render(request, "job.html", doc=doc, job=doc["job"])
+    relations = await web.reads.relations(job_id)
+    return render(request, "job.html", doc=doc, job=doc["job"], relations=relations)
+
+
+async def job_graph(request: Request) -> Response:
+    web = web_state(request)
+    job_id = params.path_int(request, "job_id")
+    graph = await web.reads.graph(job_id)
+    if graph is None:
+        raise ApiError(404, f"job not found: {job_id}")
+    return render(
+        request, "job_graph.html", graph=graph, layout=charts.workflow_layout(graph), job_id=job_id
+    )
 
 
 async def queues_page(request: Request) -> Response:
@@ -279,6 +293,7 @@ def routes() -> list[BaseRoute]:
         Route("/", _page(dashboard), methods=get),
         Route("/jobs", _page(jobs_page), methods=get),
         Route("/jobs/{job_id}", _page(job_detail), methods=get),
+        Route("/jobs/{job_id}/graph", _page(job_graph), methods=get),
         Route("/queues", _page(queues_page), methods=get),
         Route("/queues/{queue}", _page(queue_detail), methods=get),
         Route("/kinds", _page(kinds_page), methods=get),

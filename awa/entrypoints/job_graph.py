@@ -29,6 +29,17 @@ GRAPH_LIMIT = 200
 KEY_LIMIT = 20
 #: The most keys one request may ask for.
 MAX_KEY_LIMIT = 1000
+#: The override fields that limit how fast or how many of a queue's jobs run, shown
+#: beside its keys (``awa.domain.overrides.QueueOverrides``).
+LIMIT_FIELDS = (
+    "max_running_per_key",
+    "rate_limit_per_second",
+    "rate_limit_burst",
+    "global_rate_per_second",
+    "global_rate_burst",
+    "global_rate_per_key_per_second",
+    "global_rate_per_key_burst",
+)
 #: A keyed job in these states waits for a slot of its key (ready, held back only by
 #: the limit); the states holding a slot are the rule's own (``SLOT_STATES``).
 KEY_WAITING_STATES = frozenset({JobState.Available})
@@ -170,7 +181,8 @@ async def queue_keys(client: AsyncClient, queue: str, *, limit: int = KEY_LIMIT)
     """A queue's concurrency keys, the busiest first (at most ``limit``): how many of each
     key's attempts hold a slot (``running``) and how many of its ready jobs wait for one
     (``waiting``); and the limits in force that operators set on the queue (its
-    overrides: ``max_running_per_key``, the rate limit)."""
+    overrides: ``max_running_per_key``, the per-process, fleet-wide and per-key rate
+    limits)."""
     limit = key_limit(limit)
     control = await client.admin_control_plane()
     loads = await control.relations.key_loads(
@@ -183,9 +195,8 @@ async def queue_keys(client: AsyncClient, queue: str, *, limit: int = KEY_LIMIT)
     return {
         "queue": queue,
         "limits": {
-            "max_running_per_key": None if overrides is None else overrides.max_running_per_key,
-            "rate_limit_per_second": None if overrides is None else overrides.rate_limit_per_second,
-            "rate_limit_burst": None if overrides is None else overrides.rate_limit_burst,
+            field: None if overrides is None else getattr(overrides, field)
+            for field in LIMIT_FIELDS
         },
         "keys": [
             {"key": load.key, "running": load.running, "waiting": load.waiting} for load in loads

@@ -78,8 +78,11 @@ def test_queue_keys_lists_running_and_waiting_per_key(url: str) -> None:
     shown = awa_cli(url, "queue", "keys", KEYED)
     assert shown.exit_code == 0, shown.stderr
     lines = shown.stdout.splitlines()
-    assert lines[0] == (f"Queue {KEYED}: per-key limit 1 (override); rate limit override none")
-    assert [line.split() for line in lines[1:]] == [
+    assert lines[:2] == [
+        f"Queue {KEYED}: per-key limit 1 (override)",
+        "  fleet-wide rate limit: 5/s, burst 10 (override)",
+    ]
+    assert [line.split() for line in lines[2:]] == [
         ["KEY", "RUNNING", "WAITING"],
         ["tenant-a", "1", "2"],
         ["tenant-b", "0", "1"],
@@ -91,6 +94,10 @@ def test_queue_keys_lists_running_and_waiting_per_key(url: str) -> None:
             "max_running_per_key": 1,
             "rate_limit_per_second": None,
             "rate_limit_burst": None,
+            "global_rate_per_second": 5.0,
+            "global_rate_burst": 10,
+            "global_rate_per_key_per_second": None,
+            "global_rate_per_key_burst": None,
         },
         "keys": [{"key": "tenant-a", "running": 1, "waiting": 2}],
     }

@@ -176,10 +176,19 @@ def keys(name: str, limit: int, json_flag: bool) -> None:
         return
     limits = doc["limits"]
     per_key = limits["max_running_per_key"]
-    rate = limits["rate_limit_per_second"]
     per_key_text = "none set by override" if per_key is None else f"{per_key} (override)"
-    rate_text = "none" if rate is None else f"{rate:g}/s, burst {limits['rate_limit_burst']}"
-    click.echo(f"Queue {name}: per-key limit {per_key_text}; rate limit override {rate_text}")
+    click.echo(f"Queue {name}: per-key limit {per_key_text}")
+    for label, rate, burst in (
+        ("rate limit per process", "rate_limit_per_second", "rate_limit_burst"),
+        ("fleet-wide rate limit", "global_rate_per_second", "global_rate_burst"),
+        (
+            "fleet-wide rate limit per key",
+            "global_rate_per_key_per_second",
+            "global_rate_per_key_burst",
+        ),
+    ):
+        if limits[rate] is not None:
+            click.echo(f"  {label}: {limits[rate]:g}/s, burst {limits[burst]} (override)")
     if not doc["keys"]:
         click.echo("No concurrency key has a running or waiting job.")
         return

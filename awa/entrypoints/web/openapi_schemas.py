@@ -390,8 +390,20 @@ SCHEMAS: dict[str, Any] = {
                     "max_running_per_key": NINT,
                     "rate_limit_per_second": {**NUM, "nullable": True},
                     "rate_limit_burst": NINT,
+                    "global_rate_per_second": {**NUM, "nullable": True},
+                    "global_rate_burst": NINT,
+                    "global_rate_per_key_per_second": {**NUM, "nullable": True},
+                    "global_rate_per_key_burst": NINT,
                 },
-                ["max_running_per_key", "rate_limit_per_second", "rate_limit_burst"],
+                [
+                    "max_running_per_key",
+                    "rate_limit_per_second",
+                    "rate_limit_burst",
+                    "global_rate_per_second",
+                    "global_rate_burst",
+                    "global_rate_per_key_per_second",
+                    "global_rate_per_key_burst",
+                ],
             ),
             "keys": array(
                 obj({"key": STR, "running": INT, "waiting": INT}, ["key", "running", "waiting"])

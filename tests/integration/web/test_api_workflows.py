@@ -53,6 +53,10 @@ def test_relations_graph_and_keys(make_client: AppFactory, migrated_database_url
 
     keys = api.get(f"/api/queues/{KEYED}/keys").json()
     assert keys["limits"]["max_running_per_key"] == 1
+    assert (keys["limits"]["global_rate_per_second"], keys["limits"]["global_rate_burst"]) == (
+        5.0,
+        10,
+    )
     assert keys["keys"] == [
         {"key": "tenant-a", "running": 1, "waiting": 2},
         {"key": "tenant-b", "running": 0, "waiting": 1},

@@ -89,6 +89,8 @@ def test_workflow_pages_show_the_seeded_states(
                 "rows => rows.map(r => [...r.cells].map(c => c.innerText.trim()))"
             )
             assert rows == [["tenant-a", "1", "2"], ["tenant-b", "0", "1"]]
-            assert "Per-key limit: 1 (override)" in page.locator("section.keys").inner_text()
+            limits = page.locator("section.keys").inner_text()
+            assert "Per-key limit: 1 (override)" in limits
+            assert "Fleet-wide rate limit: 5.0/s, burst 10 (override)" in limits
     finally:
         context.close()

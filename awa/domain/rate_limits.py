@@ -223,3 +223,25 @@ def advanced(
             if n:
                 out[name] = advance(per_key_limit, key_tats.get(name), now, n)
     return out
+
+
+@attrs.frozen
+class LimiterState:
+    """One limiter as the claims left it: ``limiter`` is :data:`QUEUE_LIMITER` for the
+    queue's own, else a key's; ``limit`` is what it was last claimed under."""
+
+    queue: str
+    limiter: str
+    tat: datetime
+    limit: GlobalRateLimit
+
+
+def held_back_by_rate(available: int, states: list[LimiterState], queue: str, now: datetime) -> int:
+    """How many of a queue's ``available`` jobs its own fleet-wide limiter cannot admit
+    at ``now`` (0 without one): what ``queue_stats`` reports as ``rate_limited``. A
+    limiter whose ``tat`` is not ahead of ``now`` has its whole burst and holds nothing
+    back (so does the row a queue keeps after its limit was removed)."""
+    for state in states:
+        if state.queue == queue and state.limiter == QUEUE_LIMITER and state.tat > now:
+            return max(0, available - allowance(state.limit, state.tat, now))
+    return 0

@@ -447,7 +447,8 @@ class Client(BlockingClientBase):
     def queue_stats(self) -> list[QueueStat]:
         """Exact per-queue counts of every queue awa-pg lists: those with jobs, those whose
         jobs are all dead-lettered (counted as ``failed``, their state) and those a runtime
-        catalogued (served) with no jobs, by name. Blocking form of
+        catalogued (served) with no jobs, by name. ``rate_limited`` counts the available
+        jobs a queue's fleet-wide rate limit holds back right now. Blocking form of
         ``AsyncClient.queue_stats``.
         """
         return self._run(self._async.queue_stats())

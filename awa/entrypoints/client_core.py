@@ -14,6 +14,7 @@ from awa.domain.job import DEFAULT_QUEUE
 from awa.domain.keywords import check_keywords
 from awa.domain.kind_policies import KindPolicies
 from awa.domain.lifecycle import operator_retry_applies
+from awa.domain.rate_limits import held_back_by_rate
 from awa.domain.states import TERMINAL_STATES, JobState
 from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, validate_stripe_count
 from awa.domain.validation import (
@@ -450,7 +451,8 @@ class ClientCore:
     async def queue_stats(self) -> list[QueueStat]:
         """Exact per-queue counts of every queue awa-pg lists: those with jobs, those
         whose jobs are all dead-lettered (counted as ``failed``, their state) and those a
-        runtime catalogued (served) with no jobs, by name."""
+        runtime catalogued (served) with no jobs, by name. ``rate_limited`` counts the
+        available jobs a queue's fleet-wide rate limit holds back right now."""
         engine = await self._engine()
         counts = listed_queues(
             await engine.queue_counts(),
@@ -458,6 +460,7 @@ class ClientCore:
             [d.name for d in await (await self._control()).descriptors.list_descriptors("queue")],
         )
         now = _now()
+        limiters = await (await self._control()).rate_limiters.limiter_states()
         stats: list[QueueStat] = []
         for c in counts:
             lag = c.lag(now)
@@ -474,6 +477,9 @@ class ClientCore:
                     completed_last_hour=c.completed_last_hour,
                     lag_seconds=None if lag is None else lag.total_seconds(),
                     paused=c.paused,
+                    rate_limited=held_back_by_rate(
+                        c.count(JobState.Available), limiters, c.queue, now
+                    ),
                 )
             )
         return stats

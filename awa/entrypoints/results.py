@@ -73,6 +73,7 @@ class QueueStat:
         "lag_seconds",
         "paused",
         "queue",
+        "rate_limited",
         "retryable",
         "running",
         "scheduled",
@@ -94,6 +95,7 @@ class QueueStat:
         completed_last_hour: int,
         lag_seconds: float | None,
         paused: bool,
+        rate_limited: int = 0,
     ) -> None:
         self.queue = queue
         self.total_queued = total_queued
@@ -106,6 +108,9 @@ class QueueStat:
         self.completed_last_hour = completed_last_hour
         self.lag_seconds = lag_seconds
         self.paused = paused
+        #: available jobs the queue's fleet-wide rate limit (``global_rate_limit``) holds
+        #: back right now: more than its limiter admits at this instant (ADR 0029)
+        self.rate_limited = rate_limited
 
     def __repr__(self) -> str:
         return (

@@ -25,6 +25,7 @@ from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.migrations import require_schema
 from awa.adapters._pg.overrides import PgQueueOverrideStore
 from awa.adapters._pg.pool import DictPool, PoolOptions, open_pool
+from awa.adapters._pg.rate_limits import PgRateLimiterReader
 from awa.adapters._pg.relations import PgJobRelations
 from awa.adapters._pg.results import PgResultStore
 from awa.adapters._pg.routing import AnyConnection, PgRoutedInsert, PgTransactions
@@ -45,6 +46,7 @@ from awa.adapters.inmemory import (
     InMemoryTransition,
     SharedStore,
 )
+from awa.adapters.inmemory.rate_limiters import InMemoryRateLimiterReader
 from awa.adapters.inmemory.relations import InMemoryJobRelations
 from awa.adapters.inmemory.runtime_registry import InMemoryRuntimeRegistry
 from awa.adapters.inmemory.store import CANONICAL_SIDE, queue_storage_side
@@ -192,6 +194,7 @@ def postgres_control_plane(pool: DictPool, clock: Clock) -> ControlPlane:
         results=PgResultStore(pool, clock),
         registry=PostgresRuntimeRegistry(pool),
         relations=PgJobRelations(pool),
+        rate_limiters=PgRateLimiterReader(pool),
     )
 
 
@@ -208,6 +211,7 @@ def inmemory_control_plane(home: InMemoryEngine, clock: Clock) -> ControlPlane:
         results=InMemoryResultStore(clock),
         registry=InMemoryRuntimeRegistry(clock),
         relations=InMemoryJobRelations(home.store),
+        rate_limiters=InMemoryRateLimiterReader(home.store),
     )
 
 

@@ -14,6 +14,7 @@ from awa.ports.batch_ops import BatchOperationStore
 from awa.ports.cron import CronStore
 from awa.ports.descriptors import DescriptorStore
 from awa.ports.overrides import QueueOverrideStore
+from awa.ports.rate_limiters import RateLimiterReader
 from awa.ports.relations import JobRelations
 from awa.ports.results import ResultStore
 from awa.ports.runtime_registry import RuntimeRegistry
@@ -42,6 +43,8 @@ class ControlPlane:
     registry: RuntimeRegistry
     #: dependency edges and per-key loads across every engine's jobs (operator reads)
     relations: JobRelations
+    #: the fleet-wide rate limiters the claims keep (ADR 0029), read for queue_stats
+    rate_limiters: RateLimiterReader
 
 
 @attrs.frozen

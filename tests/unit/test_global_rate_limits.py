@@ -20,8 +20,10 @@ from awa.domain.overrides import (
 )
 from awa.domain.rate_limits import (
     GlobalRateLimit,
+    LimiterState,
     advance,
     allowance,
+    held_back_by_rate,
     next_admission,
     validate_global_rate_limit,
 )
@@ -164,3 +166,13 @@ def test_snooze_until_an_api_reset_time() -> None:
         Snooze(until=datetime(2026, 1, 1))
     with pytest.raises(ValidationError, match="either seconds or until"):
         Snooze(5, until=reset_at)
+
+
+def test_held_back_counts_what_the_queue_limiter_cannot_admit_now() -> None:
+    limit = GlobalRateLimit(rate=1.0, burst=3)
+    spent = LimiterState(queue="api", limiter="", tat=NOW + timedelta(seconds=3), limit=limit)
+    assert held_back_by_rate(10, [spent], "api", NOW) == 10
+    assert held_back_by_rate(10, [spent], "api", NOW + timedelta(seconds=1)) == 9
+    assert held_back_by_rate(10, [spent], "other", NOW) == 0
+    # A limiter not ahead of now (idle, or its queue's limit removed) holds nothing back.
+    assert held_back_by_rate(10, [spent], "api", NOW + timedelta(seconds=3)) == 0

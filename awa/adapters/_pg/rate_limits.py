@@ -10,12 +10,14 @@ from datetime import datetime
 
 import attrs
 
-from awa.adapters._pg.pool import DictConnection
+from awa.adapters._pg.errors import translated_errors
+from awa.adapters._pg.pool import DictConnection, DictPool
 from awa.adapters._pg.sql import load_queries
 from awa.domain.rate_limits import (
     QUEUE_LIMITER,
     Admission,
     GlobalRateLimit,
+    LimiterState,
     admission,
     advanced,
     resume_at,
@@ -128,3 +130,24 @@ async def lock_limiters(
         allowed=allowed,
         wanted=wanted,
     )
+
+
+class PgRateLimiterReader:
+    """:class:`~awa.ports.rate_limiters.RateLimiterReader` on ``awa.rate_limiters``."""
+
+    def __init__(self, pool: DictPool) -> None:
+        self._pool = pool
+
+    async def limiter_states(self) -> list[LimiterState]:
+        async with translated_errors(), self._pool.connection() as conn:
+            cur = await conn.execute(_query("list_rate_limiters"))
+            rows = await cur.fetchall()
+        return [
+            LimiterState(
+                queue=row["queue"],
+                limiter=row["limiter"],
+                tat=row["tat"],
+                limit=GlobalRateLimit(rate=float(row["rate"]), burst=int(row["burst"])),
+            )
+            for row in rows
+        ]

@@ -18,3 +18,7 @@ RETURNING r.limiter, r.tat
 UPDATE awa.rate_limiters r SET tat = s.tat, updated_at = %(now)s::timestamptz
 FROM unnest(%(names)s::text[], %(tats)s::timestamptz[]) AS s(name, tat)
 WHERE r.queue = %(queue)s AND r.limiter = s.name
+
+-- name: list_rate_limiters
+-- Every limiter a claim has used, for operator surfaces.
+SELECT queue, limiter, tat, rate, burst FROM awa.rate_limiters ORDER BY queue, limiter

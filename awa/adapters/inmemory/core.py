@@ -310,8 +310,13 @@ class CoreOps(EngineBase):
                 if global_rate_limit_per_key is not None
                 else ()
             )
-            queue_tat = limiters.get((queue, QUEUE_LIMITER))
-            key_tats = {key_limiter(k): limiters.get((queue, key_limiter(k))) for k in keys}
+
+            def tat_of(name: str) -> datetime | None:
+                found = limiters.get((queue, name))
+                return None if found is None else found[0]
+
+            queue_tat = tat_of(QUEUE_LIMITER)
+            key_tats = {key_limiter(k): tat_of(key_limiter(k)) for k in keys}
             allowed = admission(
                 queue_limit=global_rate_limit,
                 queue_tat=queue_tat,
@@ -352,7 +357,9 @@ class CoreOps(EngineBase):
                 now=now,
             )
             for name, tat in moved.items():
-                limiters[(queue, name)] = tat
+                used = global_rate_limit if name == QUEUE_LIMITER else global_rate_limit_per_key
+                assert used is not None
+                limiters[(queue, name)] = (tat, used)
             claims = ClaimBatch(
                 rate_limited=got.rate_limited + held,
                 concurrency_limited=got.concurrency_limited,

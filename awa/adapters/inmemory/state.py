@@ -15,6 +15,7 @@ import attrs
 from awa.adapters.inmemory.dependencies import DependencyBook
 from awa.domain.errors import UniqueConflict
 from awa.domain.job import DlqEntry, JobRecord, JobSpec, initial_state
+from awa.domain.rate_limits import GlobalRateLimit
 from awa.domain.states import JobState, check_transition
 from awa.domain.unique import holds_unique_key
 
@@ -60,7 +61,9 @@ class EngineState:
     deps: DependencyBook = attrs.field(factory=DependencyBook)
     #: Fleet-wide rate limiters' theoretical arrival time, by (queue, limiter name)
     #: (the ``awa.rate_limiters`` rows of the SQL engines).
-    rate_limiters: dict[tuple[str, str], datetime] = attrs.field(factory=dict)
+    rate_limiters: dict[tuple[str, str], tuple[datetime, GlobalRateLimit]] = attrs.field(
+        factory=dict
+    )
 
     def copy(self) -> EngineState:
         return EngineState(

@@ -20,6 +20,7 @@ from awa.adapters.inmemory.notifier import LeaderElection, NotificationHub
 from awa.adapters.inmemory.state import EngineState, QueueMeta
 from awa.domain.job import DlqEntry, JobRecord
 from awa.domain.overrides import QueueOverrides
+from awa.domain.rate_limits import GlobalRateLimit
 from awa.domain.transition import TransitionStatus
 
 #: The side of a lone engine, and of the canonical engine of a shared store.
@@ -41,7 +42,9 @@ class StoreState:
     queues: dict[str, QueueMeta] = attrs.field(factory=dict)
     deps: DependencyBook = attrs.field(factory=DependencyBook)
     #: Fleet-wide rate limiters, shared by both sides as ``awa.rate_limiters`` is.
-    rate_limiters: dict[tuple[str, str], datetime] = attrs.field(factory=dict)
+    rate_limiters: dict[tuple[str, str], tuple[datetime, GlobalRateLimit]] = attrs.field(
+        factory=dict
+    )
 
     def copy(self) -> StoreState:
         return StoreState(

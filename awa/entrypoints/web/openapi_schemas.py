@@ -136,6 +136,7 @@ SCHEMAS: dict[str, Any] = {
             "lag_seconds": NNUM,
             "paused": BOOL,
             "dlq_depth": INT,
+            "rate_limited": INT,
             **DESCRIPTOR_COLUMNS,
         },
         ["queue", "total_queued", "paused", "dlq_depth", *STATES, "descriptor_stale"],

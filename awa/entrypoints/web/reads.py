@@ -26,6 +26,7 @@ from awa.domain.callbacks import CallbackExpressions
 from awa.domain.descriptors import handler_missing
 from awa.domain.errors import AwaError, ValidationError
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts
+from awa.domain.rate_limits import held_back_by_rate
 from awa.domain.runtimes import is_live
 from awa.domain.states import JobState
 from awa.entrypoints.client_admin import job_dict, job_document
@@ -410,9 +411,14 @@ class AdminReads:
         now = _now()
         dlq = await self._dlq_by_queue()
         descriptors = await self.descriptors()
+        limiters = await (await self.client.admin_control_plane()).rate_limiters.limiter_states()
         rows = []
         for c in listed_queues(await self._queue_counts(), dlq, descriptors["queues"]):
             row = _queue_json(c, dlq.get(c.queue, 0), now)
+            # Available jobs the queue's fleet-wide rate limit holds back now (ADR 0029).
+            row["rate_limited"] = held_back_by_rate(
+                c.count(JobState.Available), limiters, c.queue, now
+            )
             row.update(descriptor_columns(descriptors["queues"].get(c.queue)))
             row["descriptor"] = descriptors["queues"].get(c.queue)
             rows.append(row)

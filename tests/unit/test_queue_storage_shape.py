@@ -39,7 +39,7 @@ ALLOWED: dict[str, set[str]] = {
     "lease_ring": {"connections", "statements", "swap", "carry"},
     "admin": {"connections", "statements", "facts"},
     "admin_changes": {"connections", "statements", "facts", "lanes"},
-    "dlq": {"connections", "statements", "facts"},
+    "dlq": {"connections", "statements", "facts", "admin_changes"},
     "batch": {"connections", "statements", "facts", "admin_changes"},
     "install": {"statements"},
     "engine": {"install", "parts", "ring"},

@@ -138,8 +138,11 @@ class PostgresNotifier:
         finally:
             await sender.close()
         fired: set[str] = set()
+        # The probe waits for the network, so the host's time bounds it as well as the
+        # notifier's clock: a manual clock that no one advances (a test's) must not hold a
+        # subscription through a pooler forever.
         with self._clock.move_on_after(self._probe_timeout):
-            async for notify in conn.notifies():
+            async for notify in conn.notifies(timeout=self._probe_timeout):
                 if notify.channel == probe:
                     return fired
                 if not notify.channel.startswith(PROBE_PREFIX):

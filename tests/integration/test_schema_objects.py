@@ -77,8 +77,10 @@ def test_files_are_applied_after_what_they_require() -> None:
     assert [d.name for d in dependents_of("awa.queue_storage_jobs")] == [
         "awa.jobs",
         "awa.dependency_parents",
-        "awa.insert_job_compat",
+        "awa.insert_job_append",
         "awa.queue_storage_edit",
+        "awa.unique_conflict_merge",
+        "awa.insert_job_compat",
     ]
 
 

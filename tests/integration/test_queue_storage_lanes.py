@@ -139,6 +139,37 @@ async def test_keyed_jobs_use_their_shard_while_unkeyed_ones_spread(
     assert len(free_lanes) == 3 and all(shard < 0 for shard in free_lanes)
 
 
+async def test_a_private_schema_reads_the_shared_enqueue_shards(
+    migrated_database_url: str, clock: ManualClock
+) -> None:
+    # ``awa.queue_meta`` is shared by every queue-storage schema (ADR 0007): an engine in
+    # its own schema shards an ordering key by the queue's row there.
+    await sql(
+        migrated_database_url,
+        "INSERT INTO awa.queue_meta (queue, enqueue_shards) VALUES (%s, 4)",
+        QUEUE,
+    )
+    private = await QueueStorageEngine.open(
+        migrated_database_url, clock=clock, backoff=CONTRACT_BACKOFF, schema="qs_shards"
+    )
+    try:
+        keys = [f"k{i}".encode() for i in range(12)]
+        keyed = await private.enqueue_many(
+            [JobSpec(kind="keyed", queue=QUEUE, ordering_key=key) for key in keys]
+        )
+    finally:
+        await private.close()
+    rows = await sql(
+        migrated_database_url,
+        "SELECT job_id, shard FROM qs_shards.ready_entries WHERE queue = %s",
+        QUEUE,
+    )
+    shards = {r["job_id"]: r["shard"] for r in rows}
+    assert {shard_for_key(key, 4) for key in keys} != {0}
+    for job, key in zip(keyed, keys, strict=True):
+        assert shards[job.id] == shard_for_key(key, 4)
+
+
 async def test_keyless_lanes_are_bounded(
     engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:

@@ -242,3 +242,38 @@ def test_slots_are_bound_to_entries_or_nothing_and_seen_by_nested_includes(
     assert rendered.text("outer_frag") == "A [{what}] B {tail}"
     with pytest.raises(KeyError):
         rendered["outer_frag"]
+
+
+#: Where each queue-storage schema's own tables and sequences are created.
+_INSTALLERS = (
+    "awa.install_queue_storage.sql",
+    "awa.install_queue_storage_tables.sql",
+    "awa.queue_storage_install_spares.sql",
+)
+_PER_SCHEMA = re.compile(
+    r"CREATE (?:UNLOGGED )?(?:TABLE|SEQUENCE)(?: IF NOT EXISTS)? %(?:\d\$)?s\.([a-z_]+)"
+)
+
+
+def _per_schema_objects() -> set[str]:
+    functions = PACKAGE_DIR.parent / "_pg" / "schema" / "functions"
+    found: set[str] = set()
+    for name in _INSTALLERS:
+        found.update(_PER_SCHEMA.findall((functions / name).read_text(encoding="utf-8")))
+    return found
+
+
+def test_statements_reach_a_schemas_own_tables_through_the_schema_placeholder() -> None:
+    # ``awa.`` names only what every schema shares (ADR 0007: awa.queue_meta,
+    # awa.job_unique_claims, the types and functions); a table or sequence each schema
+    # has of its own is ``{s}.``, or a private schema's engine would use the default's.
+    own = _per_schema_objects()
+    assert {"ready_entries", "lanes", "claims", "fact_seq", "leases"} <= own
+    hard_coded = [
+        (name, used)
+        for filename in statements.FILES
+        for name, text in load_queries(statements.PACKAGE, filename).items()
+        for used in re.findall(r"\bawa\.([a-z_]+)", _code(text))
+        if used in own
+    ]
+    assert hard_coded == []

@@ -161,6 +161,18 @@ def resume_at(limit: GlobalRateLimit, tat: datetime | None, now: datetime) -> da
     return max(at, now)
 
 
+def idle(tat: datetime, now: datetime) -> bool:
+    """Whether a limiter whose theoretical arrival time is ``tat`` has refilled its whole
+    burst by ``now``: it then admits exactly what a limiter never used admits
+    (:func:`allowance` and :func:`advance` treat it as ``tat=None``), so its row may be
+    deleted without changing any claim. The leader prunes such rows (ADR 0029)."""
+    return tat <= now
+
+
+#: How many idle limiter rows the leader deletes in one statement.
+PRUNE_BATCH = 1000
+
+
 def key_limiter(concurrency_key: str) -> str:
     """The limiter name of a concurrency key: its lane shard on queue storage, used by
     every engine so all of them share one limiter per key (two keys whose hashes meet

@@ -15,6 +15,7 @@ from datetime import timedelta
 from awa.domain.admin_views import QUEUE_SAMPLE_INTERVAL, QUEUE_SAMPLES_KEPT, samples_from_depths
 from awa.domain.lifecycle import Rescue
 from awa.domain.policies import RingSeal
+from awa.domain.rate_limits import PRUNE_BATCH
 from awa.ports.clock import Clock
 from awa.ports.control_plane import ControlPlane
 from awa.ports.cron import CronStore
@@ -120,6 +121,9 @@ class MaintenanceDuties:
         if self._control is not None:
             duties.append(Duty("descriptor_cleanup", c.cleanup_interval, self._descriptors))
             duties.append(Duty("result_cleanup", c.cleanup_interval, self._prune_results))
+            duties.append(
+                Duty("rate_limiter_cleanup", c.cleanup_interval, self._prune_rate_limiters)
+            )
         if self._control is not None:
             duties.append(
                 Duty(
@@ -205,6 +209,22 @@ class MaintenanceDuties:
         assert self._control is not None
         self.fence()
         await self._control.results.prune_results(before=self._clock.now())
+
+    async def _prune_rate_limiters(self) -> None:
+        """Delete the fleet-wide rate limiters that refilled their whole burst
+        (``awa.domain.rate_limits.idle``), so ``awa.rate_limiters`` keeps the keys in use
+        rather than every key ever claimed under a per-key limit."""
+        assert self._control is not None
+        limiters = self._control.rate_limiters
+        pruned = 0
+        for _ in range(_CLEANUP_ROUNDS):
+            self.fence()
+            deleted = await limiters.prune_idle_limiters(now=self._clock.now(), limit=PRUNE_BATCH)
+            pruned += deleted
+            if deleted < PRUNE_BATCH:
+                break
+        if pruned:
+            log.info("pruned %d idle rate limiters", pruned)
 
     async def _sample_queues(self) -> None:
         """Record each queue's depth and lag for the admin charts (the same cheap read

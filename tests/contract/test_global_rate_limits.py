@@ -14,7 +14,7 @@ import pytest
 
 from awa.domain.flow_control import CONCURRENCY_KEY_METADATA, concurrency_key_of
 from awa.domain.job import Claim, ClaimBatch
-from awa.domain.rate_limits import GlobalRateLimit
+from awa.domain.rate_limits import GlobalRateLimit, key_limiter
 from awa.ports.storage import Ack
 from tests.contract._support import QUEUE, enqueue, enqueue_n
 from tests.support.engines import EngineHandle
@@ -151,3 +151,32 @@ async def test_a_retuned_limit_applies_to_the_same_limiter(engine: EngineHandle)
     assert await rated(engine, faster) == []
     engine.clock.advance(timedelta(milliseconds=500))
     assert len(await rated(engine, faster)) == 5
+
+
+async def test_idle_limiters_are_pruned_once_refilled(engine: EngineHandle) -> None:
+    limiters = engine.control.rate_limiters
+    await keyed(engine, "tenant-a", 4)
+    await keyed(engine, "tenant-b", 1)
+    per_key = GlobalRateLimit(rate=1.0, burst=2)
+    queue_limit = GlobalRateLimit(rate=10.0, burst=5)
+    # tenant-a takes its burst of 2 (refilled 2 s later), tenant-b 1 (refilled after 1 s);
+    # the queue's limiter spent 3 of 5 tokens at 0.1 s each (refilled after 0.3 s).
+    assert len(await rated(engine, queue_limit, per_key)) == 3
+    names = {(s.queue, s.limiter) for s in await limiters.limiter_states()}
+    assert len(names) == 3
+    now = engine.clock.now()
+    # Nothing is idle yet; the limit caps how many go in one call.
+    assert await limiters.prune_idle_limiters(now=now, limit=10) == 0
+    engine.clock.advance(timedelta(seconds=1))
+    assert await limiters.prune_idle_limiters(now=engine.clock.now(), limit=1) == 1
+    assert await limiters.prune_idle_limiters(now=engine.clock.now(), limit=10) == 1
+    (left,) = await limiters.limiter_states()
+    assert left.limiter == key_limiter("tenant-a")
+    # tenant-a has not refilled: its row still holds its one job back.
+    assert by_key(await rated(engine, queue_limit, per_key)) == {"tenant-a": 1}
+    engine.clock.advance(timedelta(seconds=5))
+    assert await limiters.prune_idle_limiters(now=engine.clock.now(), limit=10) == 2
+    assert await limiters.limiter_states() == []
+    # A pruned limiter admits what a refilled one would: the whole burst.
+    await keyed(engine, "tenant-b", 3)
+    assert by_key(await rated(engine, queue_limit, per_key)) == {"tenant-a": 1, "tenant-b": 2}

@@ -151,3 +151,10 @@ class PgRateLimiterReader:
             )
             for row in rows
         ]
+
+    async def prune_idle_limiters(self, *, now: datetime, limit: int) -> int:
+        async with translated_errors(), self._pool.connection() as conn:
+            cur = await conn.execute(
+                _query("prune_idle_rate_limiters"), {"now": now, "limit": limit}
+            )
+            return cur.rowcount

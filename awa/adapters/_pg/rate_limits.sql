@@ -22,3 +22,15 @@ WHERE r.queue = %(queue)s AND r.limiter = s.name
 -- name: list_rate_limiters
 -- Every limiter a claim has used, for operator surfaces.
 SELECT queue, limiter, tat, rate, burst FROM awa.rate_limiters ORDER BY queue, limiter
+
+-- name: prune_idle_rate_limiters
+-- The maintenance leader deletes limiters refilled to their whole burst (tat not ahead of
+-- now: awa.domain.rate_limits.idle), a batch at a time, passing over the rows a claim
+-- holds locked (it moves them forward anyway).
+DELETE FROM awa.rate_limiters r
+WHERE (r.queue, r.limiter) IN (
+    SELECT queue, limiter FROM awa.rate_limiters
+    WHERE tat <= %(now)s::timestamptz
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)

@@ -8,14 +8,26 @@ import asyncio
 import dataclasses
 import json
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
 
 from awa import AsyncClient, Client, JobState, UniqueConflict
+from awa.adapters.clock import ManualClock
+from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.bridge import insert_job, insert_job_sync
-from awa.domain.unique_conflict import UNIQUE_CONFLICT_METADATA
+from awa.domain.job import JobSpec
+from awa.domain.unique_conflict import (
+    UNIQUE_CONFLICT_METADATA,
+    ConflictMode,
+    InsertOutcome,
+    insert_outcome,
+    with_conflict_mode,
+)
+from tests.support.engines import CONTRACT_BACKOFF
+from tests.support.sql import sql
 
 pytestmark = [pytest.mark.postgres, pytest.mark.anyio]
 
@@ -159,3 +171,47 @@ def test_blocking_client_debounces(migrated_database_url: str) -> None:
             third = tx.insert(Reindex(3), unique_opts=DEBOUNCE)
         assert third.id == first.id
         assert client.get_job(first.id).args == {"doc": 3}
+
+
+async def test_a_private_schema_engine_merges(migrated_database_url: str) -> None:
+    # An engine opened on a schema of its own (outside the schemas awa.jobs covers) finds
+    # the waiting holder there: replace and debounce merge rather than act as skip.
+    clock = ManualClock()
+    engine = await QueueStorageEngine.open(
+        migrated_database_url, clock=clock, backoff=CONTRACT_BACKOFF, schema="qs_unique"
+    )
+    replace = ConflictMode(mode="replace")
+    debounce = ConflictMode(mode="debounce", window=30.0, max_wait=300.0)
+
+    def spec(n: int, mode: ConflictMode, key: bytes) -> JobSpec:
+        return JobSpec(
+            kind="reindex",
+            queue="private",
+            args={"doc": n},
+            metadata=with_conflict_mode({}, mode),
+            unique_key=key,
+        )
+
+    try:
+        (first,) = await engine.enqueue_many([spec(1, replace, b"r" * 16)])
+        clock.advance(timedelta(seconds=5))
+        (second,) = await engine.enqueue_many([spec(2, replace, b"r" * 16)])
+        assert second.id == first.id and second.args == {"doc": 2}
+        assert insert_outcome(second.metadata) == InsertOutcome.REPLACED
+        (held,) = await engine.enqueue_many([spec(3, debounce, b"d" * 16)])
+        clock.advance(timedelta(seconds=10))
+        (pushed,) = await engine.enqueue_many([spec(4, debounce, b"d" * 16)])
+        assert pushed.id == held.id and pushed.args == {"doc": 4}
+        assert insert_outcome(pushed.metadata) == InsertOutcome.DEBOUNCED
+        assert pushed.run_at == clock.now() + timedelta(seconds=30)
+        stored = await engine.get_job(first.id)
+        assert stored is not None and stored.args == {"doc": 2}
+        rows = await sql(migrated_database_url, "SELECT count(*) AS n FROM qs_unique.jobs_resolved")
+        assert rows[0]["n"] == 2
+        # A holder that runs is not merged into: the insert clashes, as skip does.
+        (claimed,) = await engine.claim("private", limit=1)
+        assert claimed.job.id == first.id
+        with pytest.raises(UniqueConflict):
+            await engine.enqueue_many([spec(5, replace, b"r" * 16)])
+    finally:
+        await engine.close()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from hypothesis import strategies as st
-from hypothesis.stateful import precondition, rule
+from hypothesis.stateful import rule
 
 from awa.domain.job import JobRecord, JobSpec
 from awa.domain.states import DEFAULT_UNIQUE_STATES, JobState, states_to_mask
@@ -40,17 +40,9 @@ masks = st.sampled_from(
 )
 
 
-#: The queue storage the machine installs in a schema of its own, outside the storage
-#: transition: ``awa.jobs`` (through which ``awa.unique_conflict_merge`` reads and
-#: rewrites the holder) does not reach it, so a merge there finds no holder (ADR 0034,
-#: "Consequences").
-OUTSIDE_THE_TRANSITION = "queue_storage_two_slot_ring"
-
-
 class UniqueConflictRules(MachineBase):
     """Inserts that merge into the waiting holder of their key."""
 
-    @precondition(lambda self: self.p.real.name != OUTSIDE_THE_TRANSITION)
     @rule(
         kind=st.sampled_from(KINDS),
         queue=st.sampled_from(QUEUES),

@@ -40,9 +40,11 @@ def merging(spec: JobSpec) -> bool:
 
 
 async def merge_into_holder(
-    conn: psycopg.AsyncConnection[Any], spec: JobSpec, now: datetime
+    conn: psycopg.AsyncConnection[Any], spec: JobSpec, now: datetime, schema: str | None = None
 ) -> JobRecord | None:
-    """The holder after it took ``spec``, or ``None`` when no waiting job holds the key."""
+    """The holder after it took ``spec``, or ``None`` when no waiting job holds the key.
+    ``schema`` is a queue-storage engine's own schema, where the holder may be when the
+    engine runs outside the schemas ``awa.jobs`` covers (``None``: canonical)."""
     query = load_queries("awa.adapters._pg", "unique_conflicts.sql")["merge_into_holder"]
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
@@ -55,6 +57,7 @@ async def merge_into_holder(
                 "tags": list(spec.tags),
                 "metadata": Jsonb(spec.metadata),
                 "now": now,
+                "schema": schema,
             },
         )
         row = await cur.fetchone()
@@ -67,11 +70,13 @@ async def insert_merging(
     now: datetime,
     insert: Insert,
     atomic: Atomic,
+    schema: str | None = None,
 ) -> list[JobRecord]:
     """Insert ``specs`` with ``insert``, merging those with a conflict mode into waiting
     holders; the records come back in the order of ``specs``. All or nothing: a spec
     whose key a job that is not waiting holds raises ``UniqueConflict`` and undoes the
-    rest (``atomic(conn)`` is the engine's savepoint)."""
+    rest (``atomic(conn)`` is the engine's savepoint; ``schema`` as for
+    :func:`merge_into_holder`)."""
     if not any(merging(spec) for spec in specs):
         return await insert(specs)
     async with atomic(conn):
@@ -82,7 +87,7 @@ async def insert_merging(
                 out[i] = record
         for i, spec in enumerate(specs):
             if out[i] is None:
-                out[i] = await _merge_or_insert(conn, spec, now, insert, atomic)
+                out[i] = await _merge_or_insert(conn, spec, now, insert, atomic, schema)
     return [record for record in out if record is not None]
 
 
@@ -92,11 +97,12 @@ async def _merge_or_insert(
     now: datetime,
     insert: Insert,
     atomic: Atomic,
+    schema: str | None,
 ) -> JobRecord:
     mode = conflict_mode_of(spec.metadata)
     planned = attrs.evolve(spec, run_at=first_run_at(mode, spec.run_at, now))
     for round_ in range(MERGE_ROUNDS):
-        merged = await merge_into_holder(conn, spec, now)
+        merged = await merge_into_holder(conn, spec, now, schema)
         if merged is not None:
             return merged
         try:

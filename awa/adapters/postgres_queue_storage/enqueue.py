@@ -151,7 +151,12 @@ class Enqueue:
             )
         # Jobs with a replace / debounce mode merge into a waiting holder (ADR 0034).
         return await insert_merging(
-            conn, specs, self._clock.now(), lambda todo: self._insert_rows(conn, todo), _savepoint
+            conn,
+            specs,
+            self._clock.now(),
+            lambda todo: self._insert_rows(conn, todo),
+            _savepoint,
+            self._sql.schema,
         )
 
     async def _insert_rows(self, conn: DictConnection, specs: Sequence[JobSpec]) -> list[JobRecord]:

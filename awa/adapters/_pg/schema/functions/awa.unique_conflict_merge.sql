@@ -16,7 +16,13 @@
 -- least(p_now + window, created_at + max_wait); replace to p_run_at (absent: p_now);
 -- args, priority, tags and metadata become the insert's, keeping the holder's
 -- concurrency key; 'inserts' counts the inserts the job absorbed.
--- requires: awa.jobs
+--
+-- p_schema is the queue-storage schema of the engine inserting (NULL for canonical and
+-- the SQL producer). awa.jobs covers canonical, schema awa and the schema the storage
+-- transition names; a holder in any other schema (an engine opened on a private one) is
+-- read from that schema's jobs_resolved and changed by awa.queue_storage_edit, as the
+-- view's UPDATE trigger changes the others.
+-- requires: awa.jobs, awa.queue_storage_edit
 CREATE OR REPLACE FUNCTION awa.unique_conflict_merge(
     p_unique_key bytea,
     p_args jsonb,
@@ -24,7 +30,8 @@ CREATE OR REPLACE FUNCTION awa.unique_conflict_merge(
     p_priority smallint,
     p_tags text[],
     p_metadata jsonb,
-    p_now timestamptz
+    p_now timestamptz,
+    p_schema text DEFAULT NULL
 ) RETURNS SETOF awa.jobs
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -37,6 +44,7 @@ DECLARE
     v_meta   jsonb;
     v_window double precision;
     v_max    double precision;
+    v_plane  text;
 BEGIN
     IF p_unique_key IS NULL OR v_mode IS NULL THEN
         RETURN;
@@ -68,7 +76,22 @@ BEGIN
         RETURN;
     END IF;
     SELECT * INTO v_old FROM awa.jobs AS j WHERE j.id = v_id;
-    IF NOT FOUND OR v_old.state NOT IN ('scheduled', 'available')
+    IF NOT FOUND AND p_schema IS NOT NULL THEN
+        -- The awa.queue_storage_jobs layout, read by id rather than through that function
+        -- (which returns the whole schema).
+        EXECUTE format($q$
+            SELECT id, kind, queue, args, state, priority, attempt, max_attempts, run_at,
+                   heartbeat_at, deadline_at, attempted_at, finalized_at, created_at, errors,
+                   metadata, tags, unique_key, unique_states::bit(8),
+                   awa.callback_id_as_uuid(callback_id), callback_timeout_at,
+                   NULL::text, NULL::text, NULL::text, NULL::text, run_lease, progress
+            FROM %s.jobs_resolved WHERE id = $1$q$, quote_ident(p_schema))
+            INTO v_old USING v_id;
+        IF v_old.id IS NOT NULL THEN
+            v_plane := p_schema;
+        END IF;
+    END IF;
+    IF v_old.id IS NULL OR v_old.state NOT IN ('scheduled', 'available')
         OR EXISTS (SELECT 1 FROM awa.job_dependency_waits AS w WHERE w.child_id = v_id) THEN
         RETURN;
     END IF;
@@ -89,6 +112,21 @@ BEGIN
              THEN (v_old.metadata #>> '{awa:unique_conflict,inserts}')::bigint
              ELSE 1 END + 1));
 
+    IF v_plane IS NOT NULL THEN
+        v_new := v_old;
+        v_new.args := coalesce(p_args, '{}'::jsonb);
+        v_new.run_at := v_run_at;
+        v_new.state := CASE WHEN v_run_at > p_now THEN 'scheduled'
+                            ELSE 'available' END::awa.job_state;
+        v_new.priority := coalesce(p_priority, v_old.priority);
+        v_new.tags := coalesce(p_tags, '{}'::text[]);
+        v_new.metadata := v_meta;
+        IF NOT awa.queue_storage_edit(v_plane, v_old, v_new, false) THEN
+            RETURN;
+        END IF;
+        RETURN NEXT v_new;
+        RETURN;
+    END IF;
     UPDATE awa.jobs AS j SET
         args = coalesce(p_args, '{}'::jsonb),
         run_at = v_run_at,

@@ -177,6 +177,12 @@ def plan(spec: JobSpec, states: Mapping[int, JobState]) -> Plan:
     return Plan(planned, spec.depends_on, satisfied)
 
 
+def waits_on_parents(state: JobState | str, run_at: datetime | None) -> bool:
+    """Whether a job in ``state`` scheduled for ``run_at`` waits on its parents: its
+    ``run_at`` is :data:`WAITING_RUN_AT`, a marker and not a time to show."""
+    return JobState.parse(state) == JobState.Scheduled and run_at == WAITING_RUN_AT
+
+
 def finished(state: JobState) -> tuple[bool, bool]:
     """Whether a job that ended an attempt in ``state`` completed, and whether it failed
     or was cancelled for good (a retry or a snooze is neither)."""

@@ -3,6 +3,7 @@ auto-refresh, the theme switch and confirmations (progressive enhancement)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -10,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from awa.domain.dependencies import waits_on_parents
 from awa.domain.states import JobState
 from awa.entrypoints.job_graph import KEY_LIMIT
 from awa.entrypoints.web import charts, page_actions, params
@@ -164,7 +166,19 @@ async def job_detail(request: Request) -> Response:
     if doc is None:
         raise ApiError(404, f"job not found: {job_id}")
     relations = await web.reads.relations(job_id)
-    return render(request, "job.html", doc=doc, job=doc["job"], relations=relations)
+    row = doc["job"]
+    run_at = row.get("run_at")
+    # A job waiting on its parents shows how many it waits for, not its marker run_at.
+    waiting_for = (
+        relations["waiting_on"]
+        if relations is not None
+        and run_at is not None
+        and waits_on_parents(row["state"], datetime.fromisoformat(run_at))
+        else None
+    )
+    return render(
+        request, "job.html", doc=doc, job=row, relations=relations, waiting_for=waiting_for
+    )
 
 
 async def job_graph(request: Request) -> Response:

@@ -76,6 +76,9 @@ def test_workflow_pages_show_the_seeded_states(
             assert f"#{ids['extract']}" in parents and "completed" in parents
             assert f"#{ids['load']}" in parents and "available" in parents
             assert "Waiting on 1 of 2 parent(s)." in page.inner_text("body")
+            # its run_at is the waiting marker, not a time to show
+            assert page.locator("dd.run-at").inner_text() == "waiting for 1 parent"
+            assert page.locator("dd.run-at time").count() == 0
             assert "No result stored" in page.locator("section.result").inner_text()
             page.click("text=Workflow graph →")
             assert page.url.endswith(f"/jobs/{ids['report']}/graph")
@@ -83,6 +86,7 @@ def test_workflow_pages_show_the_seeded_states(
             page.goto(base + f"/jobs/{ids['extract']}")
             result = page.locator("section.result").inner_text()
             assert '"rows": 42' in result and "No result stored" not in result
+            assert page.locator("dd.run-at time").count() == 1
 
             page.goto(base + f"/queues/{KEYED}")
             rows = page.locator("section.keys tbody tr").evaluate_all(

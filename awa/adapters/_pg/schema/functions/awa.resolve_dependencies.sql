@@ -11,7 +11,7 @@
 -- The engine applies the lifecycle's transition to each answered child in the same
 -- transaction. Locks: the finished jobs' dependency keys (exclusive, against an insert
 -- naming them), then the affected wait rows, each in id order.
--- requires: awa.dependency_lock_key, awa.satisfy_dependencies
+-- requires: awa.dependency_lock_key, awa.satisfy_dependencies, awa.count_down_dependency_waits
 CREATE OR REPLACE FUNCTION awa.resolve_dependencies(
     p_completed bigint[], p_failed bigint[], p_now timestamptz
 )
@@ -22,6 +22,7 @@ DECLARE
     v_parents bigint[];
     v_policies text[];
     v_doomed bigint[];
+    v_resolved bigint[];
 BEGIN
     PERFORM pg_advisory_xact_lock(awa.dependency_lock_key(f.id))
     FROM (SELECT DISTINCT unnest(p_completed || p_failed) AS id) AS f
@@ -65,26 +66,16 @@ BEGIN
         FROM gone JOIN unnest(v_children, v_policies) AS e(c, p) ON e.c = gone.child_id
         WHERE e.p <> 'run';
         -- 'run' edges of children not doomed count as done.
-        RETURN QUERY
         WITH resolved AS (
             UPDATE awa.job_dependencies AS d SET satisfied_at = p_now
             FROM unnest(v_children, v_parents, v_policies) AS e(c, pa, p)
             WHERE e.p = 'run' AND NOT e.c = ANY (v_doomed)
               AND d.child_id = e.c AND d.parent_id = e.pa AND d.satisfied_at IS NULL
             RETURNING d.child_id
-        ), counted AS (
-            SELECT r.child_id, count(*)::integer AS n FROM resolved AS r GROUP BY r.child_id
-        ), ready AS (
-            DELETE FROM awa.job_dependency_waits AS w
-            USING counted AS c
-            WHERE w.child_id = c.child_id AND w.pending <= c.n
-            RETURNING w.child_id
-        ), left_waiting AS (
-            UPDATE awa.job_dependency_waits AS w SET pending = w.pending - c.n
-            FROM counted AS c
-            WHERE w.child_id = c.child_id AND w.pending > c.n
         )
-        SELECT ready.child_id, 'released'::text FROM ready;
+        SELECT array_agg(r.child_id) INTO v_resolved FROM resolved AS r;
+        RETURN QUERY
+        SELECT c.child_id, 'released'::text FROM awa.count_down_dependency_waits(v_resolved) AS c;
     END IF;
 END
 $$;

@@ -12,12 +12,14 @@
 -- transaction with p_release true. A job that no child waits on costs its lock and one
 -- probe of the parent index; edges of other children are satisfied and their counts
 -- decremented in the statement itself.
--- requires: awa.dependency_lock_key
+-- requires: awa.dependency_lock_key, awa.count_down_dependency_waits
 CREATE OR REPLACE FUNCTION awa.satisfy_dependencies(
     p_completed bigint[], p_now timestamptz, p_release boolean
 )
 RETURNS TABLE (child_id bigint, outcome text)
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_satisfied bigint[];
 BEGIN
     IF coalesce(cardinality(p_completed), 0) = 0 THEN
         RETURN;
@@ -53,23 +55,13 @@ BEGIN
             USING ERRCODE = 'AWD01',
                 HINT = 'the engine completes these jobs again in a transaction';
     END IF;
-    RETURN QUERY
     WITH satisfied AS (
         UPDATE awa.job_dependencies AS d SET satisfied_at = p_now
         WHERE d.parent_id = ANY (p_completed) AND d.satisfied_at IS NULL
         RETURNING d.child_id
-    ), counted AS (
-        SELECT s.child_id, count(*)::integer AS n FROM satisfied AS s GROUP BY s.child_id
-    ), ready AS (
-        DELETE FROM awa.job_dependency_waits AS w
-        USING counted AS c
-        WHERE w.child_id = c.child_id AND w.pending <= c.n
-        RETURNING w.child_id
-    ), left_waiting AS (
-        UPDATE awa.job_dependency_waits AS w SET pending = w.pending - c.n
-        FROM counted AS c
-        WHERE w.child_id = c.child_id AND w.pending > c.n
     )
-    SELECT r.child_id, 'released'::text FROM ready AS r;
+    SELECT array_agg(s.child_id) INTO v_satisfied FROM satisfied AS s;
+    RETURN QUERY
+    SELECT r.child_id, 'released'::text FROM awa.count_down_dependency_waits(v_satisfied) AS r;
 END
 $$;

@@ -304,3 +304,44 @@ def test_job_enqueue(url: str) -> None:
         refused = awa_cli(url, "job", "enqueue", "k", *bad)
         assert refused.exit_code == 2 and message in refused.stderr, refused.output
     assert awa_cli(url, "job", "enqueue", "k", "--queue", "").exit_code == 1
+
+
+def test_job_insert_with_a_concurrency_key_and_conflict_modes(url: str) -> None:
+    def insert(*args: str) -> dict[str, object]:
+        made = awa_cli(url, "job", "insert", "sync", "--json", *args)
+        assert made.exit_code == 0, made.output
+        row: dict[str, object] = json.loads(made.stdout)
+        return row
+
+    unique = ("--unique-opts", '{"by_args": false}')
+    first = insert("--args", '{"n": 1}', "--concurrency-key", "tenant-42", *unique)
+    assert first["insert_outcome"] == "inserted"
+    assert first["metadata"] == {"awa:concurrency_key": "tenant-42"}
+    replaced = insert("--args", '{"n": 2}', *unique, "--on-conflict", "replace")
+    assert (replaced["id"], replaced["insert_outcome"]) == (first["id"], "replaced")
+    assert replaced["args"] == {"n": 2}
+    skipped = insert("--args", '{"n": 3}', *unique, "--on-conflict", "skip")
+    assert skipped["insert_outcome"] == "skipped"
+    plain = awa_cli(url, "job", "enqueue", "sync", *unique)
+    assert plain.exit_code == 0 and plain.stdout.startswith("Skipped: "), plain.output
+    debounce = ("--on-conflict", "debounce", "--debounce", "30s", "--max-wait", "5m")
+    held = awa_cli(url, "job", "insert", "digest", *debounce)
+    assert held.exit_code == 0 and held.stdout.startswith("Enqueued job "), held.output
+    again = awa_cli(url, "job", "insert", "digest", *debounce)
+    assert again.exit_code == 0 and again.stdout.startswith("Debounced into waiting job ")
+    with awa.Client(url) as client:
+        (job,) = client.list_jobs(kind="sync")
+        assert job.args == {"n": 2}
+        (digest,) = client.list_jobs(kind="digest")
+        assert digest.state == awa.JobState.Scheduled
+    for bad, message in (
+        (("--on-conflict", "debounce"), "needs --debounce"),
+        (("--debounce", "30s"), "go with --on-conflict debounce"),
+        (("--on-conflict", "later"), "'later' is not one of"),
+    ):
+        refused = awa_cli(url, "job", "insert", "k", *bad)
+        assert refused.exit_code == 2 and message in refused.stderr, refused.output
+    no_max = awa_cli(url, "job", "insert", "k", "--on-conflict", "debounce", "--debounce", "5s")
+    assert no_max.exit_code == 1 and "unique_opts.on_conflict.max_wait" in no_max.stderr
+    empty_key = awa_cli(url, "job", "insert", "k", "--concurrency-key", "")
+    assert empty_key.exit_code == 1 and "concurrency_key" in empty_key.stderr

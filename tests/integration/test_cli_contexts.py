@@ -40,6 +40,7 @@ MUTATING_ARGS: dict[str, list[str]] = {
     "job cancel": ["1"],
     "job discard": ["--kind", "k"],
     "job enqueue": ["k", "--args", "{}"],
+    "job insert": ["k", "--args", "{}"],
     "job retry": ["1"],
     "job retry-failed": ["--kind", "k"],
     "migrate": [],

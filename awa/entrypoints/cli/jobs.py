@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
 
+from awa.domain.errors import UniqueConflict
 from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
 from awa.domain.states import JobState
 from awa.entrypoints.cli._common import (
@@ -20,11 +22,15 @@ from awa.entrypoints.cli._common import (
     wants_json,
     with_client,
 )
+from awa.entrypoints.cli.storage import parse_duration
 from awa.entrypoints.client import AsyncClient
 from awa.entrypoints.client_admin import job_dict
 from awa.entrypoints.job_graph import job_relations
 
 STATES = [str(s) for s in JobState]
+#: ``insert_outcome`` of an insert left out because a job holds its unique key (skip).
+SKIPPED = "skipped"
+ON_CONFLICT_MODES = ("skip", "replace", "debounce")
 JOB_HEADERS = ("ID", "KIND", "QUEUE", "STATE", "ATT", "MAX")
 
 
@@ -49,8 +55,6 @@ def _run_at(ctx: click.Context, param: click.Parameter, value: str | None) -> da
     """``--run-at``: an ISO-8601 time, or ``+DURATION`` from now (``+30s``, ``+5m``)."""
     if value is None or not value.strip().startswith("+"):
         return parse_iso(ctx, param, value)
-    from awa.entrypoints.cli.storage import parse_duration
-
     seconds = parse_duration(ctx, param, value.strip()[1:])
     assert seconds is not None
     return datetime.now(UTC) + timedelta(seconds=seconds)
@@ -85,6 +89,38 @@ def _run_at(ctx: click.Context, param: click.Parameter, value: str | None) -> da
 )
 @click.option("--tag", "tags", multiple=True, help="Tag the job; repeatable.")
 @click.option("--metadata", callback=_json_object, metavar="JSON", help="Metadata object.")
+@click.option(
+    "--concurrency-key",
+    metavar="KEY",
+    help="The job's concurrency key (the queue's max_running_per_key and per-key rate).",
+)
+@click.option(
+    "--unique-opts",
+    callback=_json_object,
+    metavar="JSON",
+    help='Give the job a unique key: the unique_opts object of insert(), e.g. \'{"by_args": '
+    "false}'. --on-conflict alone means the default unique options.",
+)
+@click.option(
+    "--on-conflict",
+    type=click.Choice(ON_CONFLICT_MODES),
+    help="When a job already holds the unique key: skip this insert (the default), "
+    "replace the waiting job's args and run_at, or debounce into it (needs --debounce "
+    "and --max-wait).",
+)
+@click.option(
+    "--debounce",
+    "debounce_window",
+    callback=parse_duration,
+    metavar="DURATION",
+    help="Debounce window: each insert moves the waiting job's run to now + this.",
+)
+@click.option(
+    "--max-wait",
+    callback=parse_duration,
+    metavar="DURATION",
+    help="Debounce: never later than this after the first insert.",
+)
 @json_option
 def enqueue(
     kind: str,
@@ -95,30 +131,83 @@ def enqueue(
     max_attempts: int,
     tags: tuple[str, ...],
     metadata: dict[str, Any] | None,
+    concurrency_key: str | None,
+    unique_opts: dict[str, Any] | None,
+    on_conflict: str | None,
+    debounce_window: float | None,
+    max_wait: float | None,
     json_flag: bool,
 ) -> None:
-    """Enqueue one job of KIND and print its id and state."""
+    """Enqueue one job of KIND and print its id, state and what the insert did
+    (inserted; replaced, debounced or skipped when a job already held its unique key).
+    Also spelled ``awa job insert``."""
+    unique = _unique_options(unique_opts, on_conflict, debounce_window, max_wait)
 
     async def go(client: AsyncClient) -> dict[str, Any]:
-        inserted = await client.insert(
-            args_,
-            kind=kind,
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            tags=list(tags) or None,
-            metadata=metadata,
-            run_at=run_at,
-        )
-        return job_dict(inserted.record)
+        try:
+            inserted = await client.insert(
+                args_,
+                kind=kind,
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                tags=list(tags) or None,
+                metadata=metadata,
+                run_at=run_at,
+                concurrency_key=concurrency_key,
+                unique_opts=unique,
+            )
+        except UniqueConflict as exc:
+            return {"insert_outcome": SKIPPED, "id": exc.job_id, "reason": str(exc)}
+        return {**job_dict(inserted.record), "insert_outcome": str(inserted.insert_outcome)}
 
     row = with_client(go)
     if wants_json(json_flag):
         emit_json(row)
         return
-    click.echo(
-        f"Enqueued job {row['id']} (kind {row['kind']}, queue {row['queue']}, {row['state']})"
-    )
+    click.echo(_insert_line(row))
+
+
+# ``awa job insert``: the same command under the name of the client method.
+job.add_command(copy.copy(enqueue), "insert")
+job.commands["insert"].hidden = True
+
+
+def _unique_options(
+    unique_opts: dict[str, Any] | None,
+    on_conflict: str | None,
+    window: float | None,
+    max_wait: float | None,
+) -> dict[str, Any] | None:
+    """``unique_opts`` for ``insert`` from the options; the modes themselves are checked
+    by ``insert`` (``ValidationError`` naming ``unique_opts.on_conflict...``)."""
+    if (window is not None or max_wait is not None) and on_conflict != "debounce":
+        raise click.UsageError("--debounce and --max-wait go with --on-conflict debounce")
+    if on_conflict is None:
+        return unique_opts
+    if unique_opts is not None and "on_conflict" in unique_opts:
+        raise click.UsageError("give the mode once: --on-conflict or on_conflict in --unique-opts")
+    mode: Any = on_conflict
+    if on_conflict == "debounce":
+        if window is None:
+            raise click.UsageError("--on-conflict debounce needs --debounce DURATION")
+        mode = (
+            {"debounce": window} if max_wait is None else {"debounce": window, "max_wait": max_wait}
+        )
+    return {**(unique_opts or {}), "on_conflict": mode}
+
+
+def _insert_line(row: dict[str, Any]) -> str:
+    outcome = row["insert_outcome"]
+    if outcome == SKIPPED:
+        held = "another job" if row["id"] is None else f"job {row['id']}"
+        return f"Skipped: {held} already holds the unique key"
+    what = f"(kind {row['kind']}, queue {row['queue']}, {row['state']})"
+    if outcome == "replaced":
+        return f"Replaced waiting job {row['id']} {what}, runs at {row['run_at']}"
+    if outcome == "debounced":
+        return f"Debounced into waiting job {row['id']} {what}, runs at {row['run_at']}"
+    return f"Enqueued job {row['id']} {what}"
 
 
 RELATED_HEADERS = ("ID", "KIND", "STATE", "EDGE")

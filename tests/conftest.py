@@ -26,6 +26,9 @@ from awa.adapters._pg.migrations import migrate
 from tests.support.pg import DatabaseFactory, PgServer, Provider, provision
 from tests.support.pgbouncer import PgBouncer, pgbouncer_path
 
+# A hung test fails with its stacks, async ones included (pytest-timeout's ``thread`` method).
+pytest_plugins = ["tests.support.timeouts"]
+
 settings.register_profile("default", deadline=None, max_examples=100)
 settings.register_profile(
     "ci",

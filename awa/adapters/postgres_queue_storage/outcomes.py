@@ -98,32 +98,83 @@ class Outcomes:
             await self._sql.exec(conn, "lock_leases", schema=self._sql.schema, ids=[lease.job_id])
             writes = Writes(self._clock.now())
             found = (await self._facts.resolve(conn, [lease.job_id])).get(lease.job_id)
-            if (
-                found is None
-                or not found.open_claim
-                or found.job.run_lease != lease.lease
-                or found.job.state not in states
-            ):
+            if not await self._apply(conn, writes, lease, found, decide, states):
                 return Ack.STALE
-            new, dlq_reason = decide(found.job, writes)
-            if new is not None and new.state in LIVE_STATES:
-                applied = await self._save_lease(conn, found, new)
-                if applied:
-                    writes.move(found.job, new)
-                    # A live state can still leave or enter the key's mask (parking on a
-                    # callback leaves the default one; resuming enters it again).
-                    await self._facts.unique(conn, [(found.job, new)])
-            else:
-                applied = await self._facts.transition(
-                    conn, writes, found, new, dlq_reason=dlq_reason
-                )
-            if not applied:
-                # Raising rolls back whatever this transaction wrote so far.
-                raise Stale()
-            if new is not None and lifecycle.ended_attempt(found.job.state, new.state):
-                await self.apply_effects(conn, writes, new)
             await self._facts.flush(conn, writes)
         return Ack.APPLIED
+
+    async def _apply(
+        self,
+        conn: DictConnection,
+        writes: Writes,
+        lease: RunLease,
+        found: Resolved | None,
+        decide: Decide,
+        states: frozenset[JobState],
+    ) -> bool:
+        """The guarded change of one attempt in the caller's transaction, its lease lock
+        held: false (nothing written) when the attempt is no longer the live ``lease`` in
+        ``states``; raises :class:`Stale` when a write found it changed (the caller rolls
+        back what was written)."""
+        if (
+            found is None
+            or not found.open_claim
+            or found.job.run_lease != lease.lease
+            or found.job.state not in states
+        ):
+            return False
+        new, dlq_reason = decide(found.job, writes)
+        if new is not None and new.state in LIVE_STATES:
+            applied = await self._save_lease(conn, found, new)
+            if applied:
+                writes.move(found.job, new)
+                # A live state can still leave or enter the key's mask (parking on a
+                # callback leaves the default one; resuming enters it again).
+                await self._facts.unique(conn, [(found.job, new)])
+        else:
+            applied = await self._facts.transition(conn, writes, found, new, dlq_reason=dlq_reason)
+        if not applied:
+            # Raising rolls back whatever this transaction wrote so far.
+            raise Stale()
+        if new is not None and lifecycle.ended_attempt(found.job.state, new.state):
+            await self.apply_effects(conn, writes, new)
+        return True
+
+    async def guarded_batch(
+        self,
+        leases: Sequence[RunLease],
+        decide: Decide,
+        states: frozenset[JobState] = LIVE_STATES,
+    ) -> list[Ack]:
+        """:meth:`guarded` for many attempts in one transaction (a sweep's batch): their
+        lease locks in one statement (job id order), their snapshots in one read, each
+        change in a savepoint of its own, so an attempt that changed underneath is rolled
+        back alone and reported ``STALE``; the counters are written once, last. One Ack
+        per lease, in the order given."""
+        if not leases:
+            return []
+        for lease in leases:
+            self._receipts.forget(lease)
+        acks: dict[RunLease, Ack] = {}
+        async with translated_errors(), self._connections.tx() as conn:
+            ids = sorted({lease.job_id for lease in leases})
+            await self._sql.exec(conn, "lock_leases", schema=self._sql.schema, ids=ids)
+            writes = Writes(self._clock.now())
+            found = await self._facts.resolve(conn, ids)
+            for lease in sorted(leases, key=lambda x: (x.job_id, x.lease)):
+                own = Writes(writes.now)
+                try:
+                    async with conn.transaction():
+                        applied = await self._apply(
+                            conn, own, lease, found.get(lease.job_id), decide, states
+                        )
+                except Stale:
+                    applied = False
+                acks[lease] = Ack.APPLIED if applied else Ack.STALE
+                if applied:
+                    writes.absorb(own)
+            await self._facts.flush(conn, writes)
+        return [acks[lease] for lease in leases]
 
     async def apply_effects(
         self, conn: DictConnection, writes: Writes, job: JobRecord, *, dependents: bool = True

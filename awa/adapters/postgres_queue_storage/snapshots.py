@@ -125,6 +125,12 @@ class Writes:
             if new.state == JobState.Available:
                 self.notify.add((queue_channel(new.queue), ""))
 
+    def absorb(self, other: Writes) -> None:
+        """Add what ``other`` accumulated (a part of this transaction that committed)."""
+        self.counts.update(other.counts)
+        self.completions.update(other.completions)
+        self.notify |= other.notify
+
 
 def new_record(
     job_id: int, spec: JobSpec, now: datetime, *, stamp: datetime | None = None

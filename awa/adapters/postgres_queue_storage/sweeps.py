@@ -21,6 +21,11 @@ from awa.domain.states import JobState
 from awa.ports.clock import Clock
 from awa.ports.storage import Ack, Rescued
 
+#: How many attempts one rescue batch reads and changes in one transaction.
+RESCUE_BATCH = 256
+#: How many batches one sweep call rescues at most.
+RESCUE_ROUNDS = 8
+
 
 class Sweeps:
     """``promote_due`` and the ``rescue_*`` sweeps."""
@@ -72,23 +77,31 @@ class Sweeps:
         return len(rows)
 
     async def _rescue(self, query: str, kind: Rescue, **params: Any) -> list[Rescued]:
+        """The attempts ``query`` finds, rescued ``RESCUE_BATCH`` at a time: each batch is
+        read by one statement and changed in one transaction (:meth:`Outcomes.guarded_batch`,
+        the run-lease guard per attempt). At most ``RESCUE_ROUNDS`` batches per call; the
+        next sweep takes the rest."""
         await self._outcomes.refresh_dlq()
-        async with translated_errors(), self._connections.tx() as conn:
-            rows = await self._sql.exec(conn, query, **params)
         rescued: list[Rescued] = []
-        for row in rows:
-            lease = RunLease(row["job_id"], row["run_lease"])
-            decided: list[tuple[JobRecord, str | None]] = []
+        # What each attempt's rescue decided, by job id (read back for its report).
+        decided: dict[int, tuple[JobRecord, str | None]] = {}
 
-            def decide(
-                job: JobRecord, w: Writes, decided: list[tuple[JobRecord, str | None]] = decided
-            ) -> tuple[JobRecord, str | None]:
-                new, dlq = take(self._outcomes.rescue_transition(kind, job, w.now), job)
-                decided.append((new, dlq))
-                return new, dlq
+        def decide(job: JobRecord, w: Writes) -> tuple[JobRecord, str | None]:
+            new, dlq = take(self._outcomes.rescue_transition(kind, job, w.now), job)
+            decided[job.id] = (new, dlq)
+            return new, dlq
 
-            if await self._outcomes.guarded(lease, decide, kind.applies_to) is Ack.APPLIED:
-                new, dlq = decided[-1]
+        for _ in range(RESCUE_ROUNDS):
+            async with translated_errors(), self._connections.tx() as conn:
+                rows = await self._sql.exec(conn, query, limit=RESCUE_BATCH, **params)
+            leases = [RunLease(row["job_id"], row["run_lease"]) for row in rows]
+            acks = await self._outcomes.guarded_batch(leases, decide, kind.applies_to)
+            applied = 0
+            for lease, ack in zip(leases, acks, strict=True):
+                if ack is not Ack.APPLIED:
+                    continue
+                applied += 1
+                new, dlq = decided[lease.job_id]
                 rescued.append(
                     Rescued(
                         lease=lease,
@@ -99,6 +112,9 @@ class Sweeps:
                         kind=new.kind,
                     )
                 )
+            # A short batch was the last; a batch with nothing applied would be found again.
+            if len(rows) < RESCUE_BATCH or applied == 0:
+                break
         return rescued
 
     async def rescue_stale_heartbeats(self, *, staleness: timedelta) -> list[Rescued]:

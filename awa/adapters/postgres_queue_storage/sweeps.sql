@@ -18,7 +18,8 @@ WHERE d.job_id IN (
 RETURNING d.*
 
 -- name: stale_heartbeats
--- A lease's heartbeat is never older than its claim, so the claim's attempted_at bounds
+-- The first %(limit)s attempts whose heartbeat is older than %(cutoff)s (a rescue batch,
+-- sweeps.py). A lease's heartbeat is never older than its claim, so the claim's attempted_at bounds
 -- the index range.
 SELECT c.job_id, c.run_lease FROM {s}.claims c
 LEFT JOIN {s}.leases l
@@ -29,6 +30,7 @@ WHERE c.attempted_at < %(cutoff)s
   AND NOT EXISTS (
     SELECT 1 FROM {s}.closures x WHERE x.slot = c.slot AND x.claim_id = c.claim_id)
 ORDER BY c.job_id
+LIMIT %(limit)s
 
 -- name: expired_deadlines
 -- A materialised lease carries the attempt's deadline (an operator may have moved it);
@@ -47,6 +49,7 @@ SELECT d.job_id, d.run_lease FROM (
 WHERE NOT EXISTS (
     SELECT 1 FROM {s}.closures x WHERE x.slot = d.slot AND x.claim_id = d.claim_id)
 ORDER BY d.job_id
+LIMIT %(limit)s
 
 -- name: expired_callbacks
 -- Lease rows of closed attempts wait for their slot's TRUNCATE; only open ones count.
@@ -55,3 +58,4 @@ WHERE l.waiting AND l.callback_timeout_at IS NOT NULL AND l.callback_timeout_at 
   AND NOT EXISTS (
     SELECT 1 FROM {s}.closures x WHERE x.slot = l.claim_slot AND x.claim_id = l.claim_id)
 ORDER BY l.job_id
+LIMIT %(limit)s

@@ -30,11 +30,37 @@ SELECT * FROM {s}.jobs_resolved WHERE {where} AND id = ANY(%(ids)s::bigint[]) OR
 SELECT * FROM {s}.jobs_resolved WHERE {where} ORDER BY id
 
 -- name: retention_due
--- Terminal jobs past their retention, oldest first.
-SELECT * FROM {s}.jobs_resolved
-WHERE (state = 'completed' AND finalized_at <= %(completed_before)s)
-   OR (state = 'cancelled' AND finalized_at <= %(cancelled_before)s)
-   OR (state = 'failed' AND finalized_at <= %(failed_before)s)
+-- A page of the terminal facts that can be past their retention, oldest first, after
+-- (after_at, after_id): those finalized before their state's cutoff, read through the
+-- finalized_at indexes of completed closures and completed done rows, and the done rows
+-- of cancelled and failed jobs (few: a ring slot's done rows go with its prune). Each
+-- branch stops after `limit` rows, so a page reads about `limit` facts whatever the
+-- history holds; the caller resolves their jobs (a later fact, an operator's retry say,
+-- may have replaced one) and keeps those still terminal and due.
+SELECT id, finalized_at FROM (
+    (SELECT c.job_id AS id, x.finalized_at
+     FROM {s}.closures x
+     JOIN {s}.claims c ON c.slot = x.slot AND c.claim_id = x.claim_id
+     WHERE x.outcome = 'completed' AND x.finalized_at <= %(completed_before)s
+       AND x.finalized_at >= %(after_at)s
+       AND (x.finalized_at, c.job_id) > (%(after_at)s, %(after_id)s)
+     ORDER BY x.finalized_at, c.job_id
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT w.job_id, w.finalized_at FROM {s}.done_entries w
+     WHERE w.state = 'completed' AND w.finalized_at <= %(completed_before)s
+       AND w.finalized_at >= %(after_at)s
+       AND (w.finalized_at, w.job_id) > (%(after_at)s, %(after_id)s)
+     ORDER BY w.finalized_at, w.job_id
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT w.job_id, w.finalized_at FROM {s}.done_entries w
+     WHERE ((w.state = 'cancelled' AND w.finalized_at <= %(cancelled_before)s)
+         OR (w.state = 'failed' AND w.finalized_at <= %(failed_before)s))
+       AND (w.finalized_at, w.job_id) > (%(after_at)s, %(after_id)s)
+     ORDER BY w.finalized_at, w.job_id
+     LIMIT %(limit)s)
+) d
 ORDER BY finalized_at, id
 LIMIT %(limit)s
 

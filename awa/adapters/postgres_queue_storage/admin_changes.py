@@ -9,7 +9,7 @@ re-reading when the head moved underneath.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import attrs
 
@@ -275,15 +275,7 @@ class AdminChanges:
 
         async with translated_errors(), self._connections.tx() as conn:
             writes = Writes(now)
-            due = await self._sql.exec(
-                conn,
-                "retention_due",
-                completed_before=floor.cutoff(JobState.Completed, now),
-                cancelled_before=floor.cutoff(JobState.Cancelled, now),
-                failed_before=floor.cutoff(JobState.Failed, now),
-                limit=max(batch_size, 0),
-            )
-            rows = [Resolved.from_row(row) for row in due]
+            rows = await self._retention_due(conn, floor, now, max(batch_size, 0))
             for r in rows:
                 await self.change(conn, writes, r.job.id, decide)
             await self._facts.flush(conn, writes)
@@ -296,6 +288,42 @@ class AdminChanges:
                 limit=max(batch_size, 0),
             )
         return len(rows)
+
+    async def _retention_due(
+        self, conn: DictConnection, floor: RetentionFloor, now: datetime, limit: int
+    ) -> list[Resolved]:
+        """Up to ``limit`` terminal jobs past their retention, oldest first: pages of the
+        facts that can be due (``retention_due``), each page's jobs resolved, those still
+        terminal and due kept, until ``limit`` are found or the candidates run out."""
+        found: dict[int, Resolved] = {}
+        after_at, after_id = datetime.min.replace(tzinfo=UTC), 0
+        while len(found) < limit:
+            page = await self._sql.exec(
+                conn,
+                "retention_due",
+                completed_before=floor.cutoff(JobState.Completed, now),
+                cancelled_before=floor.cutoff(JobState.Cancelled, now),
+                failed_before=floor.cutoff(JobState.Failed, now),
+                after_at=after_at,
+                after_id=after_id,
+                limit=limit,
+            )
+            current = await self._facts.resolve(conn, [row["id"] for row in page])
+            for row in page:
+                r = current.get(row["id"])
+                if (
+                    r is not None
+                    and r.job.id not in found
+                    and r.job.finalized_at is not None
+                    and floor.is_expired(r.job.state, r.job.finalized_at, now)
+                ):
+                    found[r.job.id] = r
+                    if len(found) == limit:
+                        break
+            if len(page) < limit:
+                break
+            after_at, after_id = page[-1]["finalized_at"], page[-1]["id"]
+        return sorted(found.values(), key=lambda r: (r.job.finalized_at, r.job.id))
 
     async def reset(self) -> None:
         """Delete every job, DLQ entry, unique claim and queue setting (``reset``)."""

@@ -1,0 +1,126 @@
+"""What a per-key concurrency limit costs a drain (issue 43's cost target: within 15 %).
+
+``--jobs`` no-op jobs (default 30,000) spread over ``--keys`` concurrency keys (default
+1,000) are drained by one worker process twice per round, in a fresh database each time:
+once with ``"max_running_per_key": --limit`` on the queue (default 2) and once without a
+limit (the same jobs, the same keys). Rounds alternate which goes first, so a host whose
+load changes during the run does not favour one side. Printed: each drain's jobs/s and,
+per round and over all rounds, limited / unlimited throughput (1.00 = free; the target is
+at least 0.85, i.e. within 15 %).
+
+    .venv/bin/python -m benchmarks.per_key_cost                      # the issue's size
+    .venv/bin/python -m benchmarks.per_key_cost --jobs 2000 --keys 100 --rounds 1  # smoke
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import awa
+from awa import QueueConfigDict
+from benchmarks._common import drop_database, fresh_database, parser
+
+QUEUE = "per_key_cost"
+#: The issue's target: a limited drain within 15 % of an unlimited one.
+TARGET = 0.85
+
+
+@dataclass
+class Keyed:
+    seq: int
+
+
+async def _setup(url: str, jobs: int, keys: int) -> None:
+    """Migrate, activate the default engine (a worker started and stopped), then enqueue
+    the keyed backlog in COPY batches of 5,000."""
+    client = awa.AsyncClient(url, max_connections=8)
+    await client.migrate()
+
+    @client.task(Keyed, queue=QUEUE)
+    async def _noop(job: object) -> None:
+        return None
+
+    await client.start([(QUEUE, 1)], poll_interval_ms=50)
+    await client.shutdown(timeout_ms=5000)
+    for first in range(0, jobs, 5000):
+        batch = range(first, min(jobs, first + 5000))
+        await client.insert_many_copy(
+            [Keyed(i) for i in batch],
+            queue=QUEUE,
+            opts=[{"concurrency_key": f"tenant-{i % keys}"} for i in batch],
+        )
+    await client.close()
+
+
+async def _drain(url: str, jobs: int, slots: int, limit: int | None) -> float:
+    """Jobs/s of one worker draining the backlog, ``limit`` per key (``None``: none)."""
+    client = awa.AsyncClient(url, max_connections=20)
+    done = 0
+    all_done = asyncio.Event()
+
+    @client.task(Keyed, queue=QUEUE)
+    async def _handle(job: object) -> None:
+        nonlocal done
+        done += 1
+        if done >= jobs:
+            all_done.set()
+
+    queue: QueueConfigDict = {"name": QUEUE, "max_workers": slots}
+    if limit is not None:
+        queue["max_running_per_key"] = limit
+    started = time.perf_counter()
+    await client.start([queue], poll_interval_ms=50)
+    await all_done.wait()
+    # Durably completed, as the drain benchmark checks.
+    while any(s.queue == QUEUE and s.available + s.running > 0 for s in await client.queue_stats()):
+        await asyncio.sleep(0.02)
+    elapsed = time.perf_counter() - started
+    await client.shutdown(timeout_ms=10000)
+    await client.close()
+    return jobs / elapsed
+
+
+def _one(admin_url: str, name: str, jobs: int, keys: int, slots: int, limit: int | None) -> float:
+    url = fresh_database(admin_url, name)
+    try:
+        asyncio.run(_setup(url, jobs, keys))
+        rate = asyncio.run(_drain(url, jobs, slots, limit))
+    finally:
+        drop_database(admin_url, name)
+    label = "no limit" if limit is None else f"max_running_per_key={limit}"
+    print(f"  {label}: {jobs} jobs on {keys} keys drained at {rate:,.0f}/s", flush=True)
+    return rate
+
+
+def main() -> None:
+    p = parser(__doc__ or "")
+    p.add_argument("--jobs", type=int, default=30_000)
+    p.add_argument("--keys", type=int, default=1_000)
+    p.add_argument("--limit", type=int, default=2, help="max_running_per_key of the limited run")
+    p.add_argument("--slots", type=int, default=64, help="the worker's max_workers")
+    p.add_argument("--rounds", type=int, default=2, help="pairs of drains (order alternates)")
+    a = p.parse_args()
+    name = a.db or "awa_bench_per_key_cost"
+    limited: list[float] = []
+    unlimited: list[float] = []
+    for round_ in range(a.rounds):
+        print(f"round {round_ + 1}:", flush=True)
+        order: list[int | None] = [a.limit, None] if round_ % 2 == 0 else [None, a.limit]
+        rates = {limit: _one(a.admin_url, name, a.jobs, a.keys, a.slots, limit) for limit in order}
+        limited.append(rates[a.limit])
+        unlimited.append(rates[None])
+        print(f"  limited / unlimited: {rates[a.limit] / rates[None]:.2f}", flush=True)
+    ratio = sum(limited) / sum(unlimited)
+    verdict = "met" if ratio >= TARGET else "NOT met"
+    print(
+        f"over {a.rounds} round(s): limited {sum(limited) / a.rounds:,.0f}/s, unlimited "
+        f"{sum(unlimited) / a.rounds:,.0f}/s, ratio {ratio:.2f} (target >= {TARGET:.2f}: "
+        f"{verdict})",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, settings
 from awa.adapters._pg.migrations import migrate
 from tests.support.pg import DatabaseFactory, PgServer, Provider, provision
 from tests.support.pgbouncer import PgBouncer, pgbouncer_path
+from tests.support.workers import auto_workers
 
 # A hung test fails with its stacks, async ones included (pytest-timeout's ``thread`` method).
 pytest_plugins = ["tests.support.timeouts"]
@@ -81,6 +82,15 @@ def pg_server(request: pytest.FixtureRequest) -> Iterator[PgServer]:
 
 
 _WORKER_PROVIDERS_KEY = pytest.StashKey[set[str]]()
+_AUTO_WORKERS_KEY = pytest.StashKey[tuple[int, int | None]]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (what ``scripts/test`` passes): see ``tests/support/workers.py``."""
+    chosen = auto_workers()
+    config.stash[_AUTO_WORKERS_KEY] = chosen
+    return chosen[0]
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -131,6 +141,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         providers.add(server.provider)
     if providers:
         terminalreporter.write_line(f"postgres for tests: {', '.join(sorted(providers))}")
+    auto = stash.get(_AUTO_WORKERS_KEY, None)
+    if auto is not None:
+        workers, limit = auto
+        within = "" if limit is None else f" (server max_connections {limit})"
+        terminalreporter.write_line(f"-n auto: {workers} workers{within}")
 
 
 @pytest.fixture(scope="session")

@@ -468,7 +468,8 @@ class StorageEngine(Protocol):
 
     # ------------------------------------------------------------------ lifecycle
     async def reset(self) -> None:
-        """Delete every job, DLQ entry, unique claim and queue setting (tests, ``clean``)."""
+        """Delete every job, DLQ entry, unique claim, queue setting and dependency edge
+        (tests, ``clean``)."""
         ...
 
     async def close(self) -> None:

@@ -357,3 +357,12 @@ async def test_a_batch_that_only_counts_down_leaves_the_child_waiting(
     assert await claim_ids(engine, STEPS) == []
     await run_parent(engine)
     assert (await fetch(engine, child.id)).state == JobState.Available
+
+
+async def test_reset_forgets_the_edges_and_waits(engine: EngineHandle) -> None:
+    parent = await enqueue(engine, "parent_step")
+    child = await child_of(engine, parent)
+    await engine.engine.reset()
+    edges = await engine.control.relations.job_edges(child.id, limit=10)
+    assert (edges.parent_count, edges.child_count) == (0, 0)
+    assert (await engine.control.relations.job_edges(parent.id, limit=10)).child_count == 0

@@ -134,7 +134,8 @@ DELETE FROM {s}.dlq_entries WHERE job_id IN (
     ORDER BY dlq_at, job_id LIMIT %(limit)s)
 
 -- name: reset
--- Every job, DLQ entry, unique claim, queue setting and rate limiter. DELETE rather than TRUNCATE:
+-- Every job, DLQ entry, unique claim, queue setting, rate limiter and dependency edge. DELETE
+-- rather than TRUNCATE:
 -- truncating the ring's many partitions costs a new file per table, far more than deleting
 -- the few rows tests leave behind.
 WITH d0 AS (DELETE FROM {s}.ready_entries), d1 AS (DELETE FROM {s}.claims),
@@ -144,7 +145,8 @@ WITH d0 AS (DELETE FROM {s}.ready_entries), d1 AS (DELETE FROM {s}.claims),
     d8 AS (DELETE FROM {s}.lanes), d9 AS (DELETE FROM {s}.claim_heads),
     d10 AS (DELETE FROM {s}.queue_counts), d11 AS (DELETE FROM {s}.completions),
     d12 AS (DELETE FROM {s}.queue_prune_stats), d13 AS (DELETE FROM awa.job_unique_claims),
-    d14 AS (DELETE FROM awa.queue_meta), d15 AS (DELETE FROM awa.rate_limiters)
+    d14 AS (DELETE FROM awa.queue_meta), d15 AS (DELETE FROM awa.rate_limiters),
+    d16 AS (DELETE FROM awa.job_dependencies), d17 AS (DELETE FROM awa.job_dependency_waits)
 SELECT 1
 
 -- name: install

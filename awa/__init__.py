@@ -39,6 +39,7 @@ from awa.domain.unique_conflict import InsertOutcome
 
 if TYPE_CHECKING:
     from awa import _awa as _awa
+    from awa.entrypoints.batches import Batch, BatchCounts
     from awa.entrypoints.bootstrap import (
         current_migration_version,
         migrate,
@@ -102,6 +103,8 @@ _LAZY = {
         ),
         "awa.entrypoints.client",
     ),
+    "Batch": "awa.entrypoints.batches",
+    "BatchCounts": "awa.entrypoints.batches",
     "Dependency": "awa.entrypoints.workflow",
     "Step": "awa.entrypoints.workflow",
     "Workflow": "awa.entrypoints.workflow",
@@ -128,6 +131,8 @@ def __dir__() -> list[str]:
 __all__ = [
     "AsyncClient",
     "AwaError",
+    "Batch",
+    "BatchCounts",
     "BatchOperation",
     "BatchOperationFilter",
     "BatchOperationKind",

@@ -35,6 +35,9 @@ MAX_PARENTS = 100
 #: The metadata key listing a job's parents (ids, in ``depends_on`` order), so a worker
 #: knows whose results to hand the handler (``job.parent_results``) without a lookup.
 PARENTS_METADATA = "awa:parents"
+#: The metadata key that marks a batch's callback job (ADR 0035, ``awa.domain.batches``):
+#: its parents are the batch's jobs, whose results it is not handed.
+BATCH_METADATA = "awa:batch"
 #: Parent states an insert refuses: the parent will never complete.
 FINISHED_FAILED = frozenset({JobState.Failed, JobState.Cancelled})
 
@@ -172,7 +175,13 @@ def plan(spec: JobSpec, states: Mapping[int, JobState]) -> Plan:
         raise ValidationError("depends_on", f"job {named} finished without completing", value=dead)
     satisfied = frozenset(p for p in spec.depends_on if states[p] == JobState.Completed)
     waiting = len(satisfied) < len(spec.depends_on)
-    marked = attrs.evolve(spec, metadata={**spec.metadata, PARENTS_METADATA: list(spec.depends_on)})
+    # A batch's callback (up to MAX_BATCH_SIZE parents) reads its members' counts, not
+    # their results: it is not handed them (ADR 0035).
+    marked = (
+        spec
+        if BATCH_METADATA in spec.metadata
+        else attrs.evolve(spec, metadata={**spec.metadata, PARENTS_METADATA: list(spec.depends_on)})
+    )
     planned = attrs.evolve(marked, run_at=WAITING_RUN_AT) if waiting else marked
     return Plan(planned, spec.depends_on, satisfied)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
+from awa.domain.batches import BatchCounts
 from awa.domain.callbacks import CallbackExpressions
 from awa.domain.errors import (
     AwaError,
@@ -48,6 +49,9 @@ class AttemptControls(Protocol):
 
     @property
     def parent_results(self) -> dict[int, Any]: ...
+
+    @property
+    def batch(self) -> BatchCounts | None: ...
 
 
 def rfc3339(value: datetime | None) -> str | None:
@@ -94,6 +98,15 @@ class Job(Generic[T]):
         if self._controls is None:
             return {}
         return dict(self._controls.parent_results)
+
+    @property
+    def batch(self) -> BatchCounts | None:
+        """Inside the handler of a batch's callback (``awa.Batch``): how the batch's jobs
+        ended (``size``, ``completed``, ``failed``, ``cancelled``; ``pending`` is 0), read
+        when the attempt started. ``None`` for any other job and outside a handler."""
+        if self._controls is None:
+            return None
+        return self._controls.batch
 
     @property
     def kind(self) -> str:

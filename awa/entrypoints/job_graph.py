@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from awa.domain import batches
 from awa.domain.errors import ValidationError
 from awa.domain.flow_control import SLOT_STATES
+from awa.domain.job import JobRecord
 from awa.domain.states import JobState
 from awa.domain.validation import validate_job_id
 from awa.entrypoints.job import rfc3339
@@ -45,15 +47,20 @@ LIMIT_FIELDS = (
 KEY_WAITING_STATES = frozenset({JobState.Available})
 
 
-async def _job_summary(engine: StorageEngine, job_id: int) -> dict[str, Any]:
-    """``id``, ``kind``, ``queue``, ``state`` of a job; a dead-lettered one reads as
-    ``failed`` with ``dlq`` true; a job no longer stored has ``state`` ``None``."""
+async def _stored(engine: StorageEngine, job_id: int) -> tuple[JobRecord | None, bool]:
+    """The job's row, or its DLQ entry's (then ``True``), or ``None``."""
     record = await engine.get_job(job_id)
-    dlq = False
     if record is None:
         entry = await engine.get_dlq(job_id)
         if entry is not None:
-            record, dlq = entry.job, True
+            return entry.job, True
+    return record, False
+
+
+async def _job_summary(engine: StorageEngine, job_id: int) -> dict[str, Any]:
+    """``id``, ``kind``, ``queue``, ``state`` of a job; a dead-lettered one reads as
+    ``failed`` with ``dlq`` true; a job no longer stored has ``state`` ``None``."""
+    record, dlq = await _stored(engine, job_id)
     if record is None:
         return {"id": job_id, "kind": None, "queue": None, "state": None, "dlq": False}
     state = "failed" if dlq else str(record.state)
@@ -71,21 +78,29 @@ def _edge(summary: dict[str, Any], edge: Edge) -> dict[str, Any]:
 
 async def job_relations(client: AsyncClient, job_id: int) -> dict[str, Any] | None:
     """A job's parents and children with their states, how many parents it still waits
-    on, and its stored result (``result.stored`` false when none is stored); ``None``
-    when there is no such job (nor a DLQ entry for it)."""
+    on, its stored result (``result.stored`` false when none is stored) and, for a
+    batch's callback, the batch's progress (``batch``: ``size``, ``completed``,
+    ``failed``, ``cancelled``, ``pending``; ``None`` for any other job; ADR 0035);
+    ``None`` when there is no such job (nor a DLQ entry for it)."""
     job_id = validate_job_id(job_id)
     engine = await client.admin_engine()
     control = await client.admin_control_plane()
-    own = await _job_summary(engine, job_id)
-    if own["state"] is None:
+    record, dlq = await _stored(engine, job_id)
+    if record is None:
         return None
+    batch = (
+        (await control.relations.parent_counts(job_id)).as_dict()
+        if batches.is_callback(record.metadata)
+        else None
+    )
     edges = await control.relations.job_edges(job_id, limit=EDGE_LIMIT)
     parents = [_edge(await _job_summary(engine, e.job_id), e) for e in edges.parents]
     children = [_edge(await _job_summary(engine, e.job_id), e) for e in edges.children]
     stored = await control.results.get_result(job_id)
     return {
         "job_id": job_id,
-        "state": own["state"],
+        "state": "failed" if dlq else str(record.state),
+        "batch": batch,
         "waiting_on": sum(1 for e in edges.parents if e.satisfied_at is None and not e.failed),
         "parent_count": edges.parent_count,
         "child_count": edges.child_count,

@@ -154,11 +154,18 @@ class Transaction:
             depends_on = options.pop("depends_on", None)
             spec_options: InsertOptions = options
             spec = with_parents(build_spec(args, **spec_options), depends_on)
-            (record,) = await self._engine.enqueue_many(
-                [spec], uow=self._unit_of_work(), stripes=stripes, validated=True
-            )
-            self._inserted.append(spec)
-            return Job(record)
+            return (await self._insert_specs([spec], stripes))[0]
+
+    async def _insert_specs(
+        self, specs: list[JobSpec], stripes: int = DEFAULT_QUEUE_STRIPES
+    ) -> list[Job[Any]]:
+        """Insert ``specs``, already built and checked, in this transaction, in order
+        (the builders' path: ``awa.Batch``)."""
+        records = await self._engine.enqueue_many(
+            specs, uow=self._unit_of_work(), stripes=stripes, validated=True
+        )
+        self._inserted.extend(specs)
+        return [Job(r) for r in records]
 
     async def insert_many(
         self, jobs: list[Any], **options: Unpack[TransactionBulkInsertOptions]
@@ -259,6 +266,11 @@ class SyncTransaction:
         """Insert several jobs inside this transaction."""
         check_keywords("SyncTransaction.insert_many", options, TransactionBulkInsertOptions)
         result: list[Job[Any]] = self._run(self._tx.insert_many(jobs, **options))
+        return result
+
+    def _insert_specs(self, specs: list[JobSpec]) -> list[Job[Any]]:
+        """Blocking twin of :meth:`Transaction._insert_specs`."""
+        result: list[Job[Any]] = self._run(self._tx._insert_specs(specs))
         return result
 
     def commit(self) -> None:

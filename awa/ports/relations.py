@@ -1,6 +1,6 @@
 """Reads that span every job of a backend, for the operator surfaces (CLI, REST, UI):
-a job's dependency edges (ADR 0032) and the load on each concurrency key of a queue
-(ADR 0029).
+a job's dependency edges (ADR 0032), how a batch's jobs ended (ADR 0035) and the load
+on each concurrency key of a queue (ADR 0029).
 
 Both Postgres engines keep their edges in one table and show their jobs through one
 view (``awa.jobs``), so one adapter answers for both; the in-memory backend reads its
@@ -14,6 +14,8 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 import attrs
+
+from awa.domain.batches import BatchCounts
 
 
 @attrs.frozen
@@ -51,6 +53,13 @@ class KeyLoad:
 
 @runtime_checkable
 class JobRelations(Protocol):
+    async def parent_counts(self, job_id: int) -> BatchCounts:
+        """How the parents of ``job_id`` ended, as its edges record them (ADR 0035):
+        completed (the edge satisfied with no failure recorded), failed or cancelled (a
+        ``run`` edge a failure resolved), the rest not finished; all zero for a job with
+        no parents or an unknown id. A batch's progress is its callback's."""
+        ...
+
     async def job_edges(self, job_id: int, *, limit: int) -> JobEdges:
         """The parents and children of ``job_id``, at most ``limit`` of each (lowest ids
         first); empty for a job with neither, or an unknown id."""

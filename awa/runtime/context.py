@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import anyio.from_thread
 
+from awa.domain.batches import BatchCounts
 from awa.domain.callbacks import CallbackExpressions
 from awa.domain.errors import AwaError
 from awa.domain.handler_results import CallbackToken
@@ -89,6 +90,9 @@ class AttemptContext:
         #: The stored results of the job's parents by parent id (``job.parent_results``),
         #: read before the handler runs.
         self.parent_results: dict[int, Any] = {}
+        #: A batch's counts when the job is its callback (``job.batch``), read before the
+        #: handler runs (ADR 0035).
+        self.batch: BatchCounts | None = None
 
     # ------------------------------------------------------------------ identity
     @property

@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from awa.domain import batches
 from awa.domain.dependencies import PARENTS_METADATA
 from awa.domain.errors import DatabaseError, UnknownJobKind
 from awa.domain.lifecycle import Rescue
@@ -29,6 +30,7 @@ from awa.domain.outcomes import (
 from awa.domain.results import encode_result
 from awa.domain.validation import storable_text
 from awa.ports.clock import Clock
+from awa.ports.relations import JobRelations
 from awa.ports.results import ResultStore
 from awa.ports.storage import Ack, StorageEngine
 from awa.runtime.completion import CompletionBatcher
@@ -67,8 +69,11 @@ class Executor:
         on_handler_done: Callable[[AttemptContext], None] | None = None,
         observer: AttemptObserver | None = None,
         results: ResultStore | None = None,
+        relations: JobRelations | None = None,
     ) -> None:
         self._engine = engine
+        #: where a batch's callback reads its counts (the backend's control plane)
+        self._relations = relations
         #: where the tasks that store results put them (the backend's control plane)
         self._results = results
         self._handlers = handlers
@@ -168,6 +173,11 @@ class Executor:
         entry = self._handlers.get(context.record.kind)
         if entry is None:
             return FailOutcome(error=str(UnknownJobKind(context.record.kind)))
+        if self._relations is not None and batches.is_callback(context.record.metadata):
+            try:
+                context.batch = await self._relations.parent_counts(context.lease.job_id)
+            except Exception as exc:
+                return RetryWithBackoff(error=f"could not read the batch's counts: {exc}")
         parents = context.record.metadata.get(PARENTS_METADATA)
         if parents:
             unread = await self._read_parent_results(context, parents)

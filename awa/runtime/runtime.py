@@ -290,6 +290,7 @@ class Runtime:
             on_finished=self._finished,
             on_handler_done=self._return_permit,
             results=None if self.control is None else self.control.results,
+            relations=None if self.control is None else self.control.relations,
         )
         self._running = True
         for warning in config_warnings(self.config, max_connections=self.max_connections):

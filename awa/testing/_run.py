@@ -20,6 +20,7 @@ from awa.adapters.clock import SystemClock
 from awa.domain.job import JobRecord
 from awa.domain.states import JobState
 from awa.entrypoints.client_async import AsyncClient, _job_factory
+from awa.ports.relations import JobRelations
 from awa.ports.results import ResultStore
 from awa.runtime.completion import CompletionBatcher
 from awa.runtime.context import AttemptContext
@@ -153,7 +154,8 @@ async def work_next(
         await engine.promote_due()
         return WorkResult(job=NoJob, outcome="no_job")
     context = AttemptContext(engine, claim, queue=queue, clock=SystemClock())
-    await _execute(engine, registry, context, (await client._control()).results)
+    control = await client._control()
+    await _execute(engine, registry, context, control.results, control.relations)
     record = (await client.get_job(claim.job.id)).record
     error = str(record.errors[-1].get("error")) if record.errors else None
     if record.state is JobState.Completed:
@@ -162,7 +164,11 @@ async def work_next(
 
 
 async def _execute(
-    engine: Any, registry: HandlerRegistry, context: AttemptContext, results: ResultStore
+    engine: Any,
+    registry: HandlerRegistry,
+    context: AttemptContext,
+    results: ResultStore,
+    relations: JobRelations,
 ) -> None:
     finished = anyio.Event()
 
@@ -178,6 +184,7 @@ async def _execute(
         thread_limiter=anyio.CapacityLimiter(1),
         on_finished=on_finished,
         results=results,
+        relations=relations,
     )
     async with anyio.create_task_group() as tg:
         tg.start_soon(batcher.run)

@@ -305,9 +305,11 @@ CREATE TABLE awa.job_dependencies (
     satisfied_at timestamp with time zone,
     on_failure text DEFAULT 'cancel'::text NOT NULL,  -- What the parent failing or being cancelled for good does to the child: cancel, run or dlq.
     failed_at timestamp with time zone,  -- When the parent failing or being cancelled doomed the child through this edge; cleared when the parent is retried.
+    parent_outcome text,  -- How the parent ended when its failure resolved this run edge: failed or cancelled; null while the parent has not finished, or when it completed (satisfied_at set).
     CONSTRAINT job_dependencies_pkey PRIMARY KEY (child_id, parent_id),
     CONSTRAINT job_dependencies_not_self CHECK ((child_id <> parent_id)),
-    CONSTRAINT job_dependencies_on_failure_check CHECK ((on_failure = ANY (ARRAY['cancel'::text, 'run'::text, 'dlq'::text])))
+    CONSTRAINT job_dependencies_on_failure_check CHECK ((on_failure = ANY (ARRAY['cancel'::text, 'run'::text, 'dlq'::text]))),
+    CONSTRAINT job_dependencies_parent_outcome_check CHECK ((parent_outcome = ANY (ARRAY['failed'::text, 'cancelled'::text])))
 );
 CREATE INDEX job_dependencies_failed_idx ON awa.job_dependencies USING btree (child_id) WHERE (failed_at IS NOT NULL);
 CREATE INDEX job_dependencies_parent_idx ON awa.job_dependencies USING btree (parent_id);

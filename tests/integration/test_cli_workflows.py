@@ -66,6 +66,21 @@ def test_job_get_shows_parents_children_and_result(url: str) -> None:
     assert stored["child_count"] == 1 and stored["waiting_on"] == 0
 
 
+def test_job_get_shows_a_batch_s_progress(url: str) -> None:
+    ids = seed_workflow(url)
+    shown = awa_cli(url, "job", "get", str(ids["batch"]))
+    assert shown.exit_code == 0, shown.stderr
+    assert (
+        "Batch callback of 3 job(s): 1 completed, 1 failed, 0 cancelled, 1 pending"
+        in shown.stdout.splitlines()
+    )
+    doc = json.loads(awa_cli(url, "job", "get", str(ids["batch"]), "--json").stdout)
+    assert doc["batch"] == {"size": 3, "completed": 1, "failed": 1, "cancelled": 0, "pending": 1}
+    member = json.loads(awa_cli(url, "job", "get", str(ids["batch_held"]), "--json").stdout)
+    assert member["batch"] is None
+    assert [c["id"] for c in member["children"]] == [ids["batch"]]
+
+
 def test_job_get_of_an_unknown_job_is_one_line_exit_1(url: str) -> None:
     missing = awa_cli(url, "job", "get", "987654321")
     assert missing.exit_code == 1

@@ -94,15 +94,18 @@ async def finished(
     left each in), decided in ``conn``'s transaction: the caller applies them there."""
     completed: list[int] = []
     failed: list[int] = []
+    cancelled: list[int] = []
     for job_id, state in jobs:
         done, dead = dependencies.finished(state)
         if done:
             completed.append(job_id)
         elif dead:
             failed.append(job_id)
+            if state == JobState.Cancelled:
+                cancelled.append(job_id)
     if not (completed or failed):
         return ()
-    params = {"completed": completed, "failed": failed, "now": now}
+    params = {"completed": completed, "failed": failed, "now": now, "cancelled": cancelled}
     rows = await _rows(conn, "resolve_dependencies", params)
     answered = [
         (int(_field(row, "child_id", 0)), DependentOutcome(str(_field(row, "outcome", 1))))

@@ -17,7 +17,9 @@ SELECT * FROM unnest(%(waiting)s::bigint[], %(pending)s::integer[])
 
 -- name: resolve_dependencies
 SELECT child_id, outcome
-FROM awa.resolve_dependencies(%(completed)s::bigint[], %(failed)s::bigint[], %(now)s::timestamptz)
+FROM awa.resolve_dependencies(
+    %(completed)s::bigint[], %(failed)s::bigint[], %(now)s::timestamptz, %(cancelled)s::bigint[]
+)
 
 -- name: dependency_retried
 SELECT child_id FROM awa.dependency_retried(%(ids)s::bigint[], %(restored)s::bigint[])

@@ -1,6 +1,6 @@
 """The :class:`~awa.ports.relations.JobRelations` port on Postgres, shared by both
-engines: edges from ``awa.job_dependencies``, key loads from ``awa.jobs`` (every
-plane)."""
+engines: edges and a batch's counts from ``awa.job_dependencies``, key loads from
+``awa.jobs`` (every plane)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from psycopg_pool import AsyncConnectionPool
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters._pg.sql import load_queries
+from awa.domain.batches import BatchCounts
 from awa.ports.relations import Edge, JobEdges, KeyLoad
 
 
@@ -46,6 +47,18 @@ class PgJobRelations:
         parent_edges, parent_count = _edges(parents)
         child_edges, child_count = _edges(children)
         return JobEdges(parent_edges, child_edges, parent_count, child_count)
+
+    async def parent_counts(self, job_id: int) -> BatchCounts:
+        async with translated_errors(), self._pool.connection() as conn:
+            cur = await conn.execute(_query("parent_counts"), {"job_id": job_id})
+            row = await cur.fetchone()
+        assert row is not None  # an aggregate answers one row
+        return BatchCounts(
+            size=int(row["size"]),
+            completed=int(row["completed"]),
+            failed=int(row["failed"]),
+            cancelled=int(row["cancelled"]),
+        )
 
     async def key_loads(
         self,

@@ -14,6 +14,16 @@ WHERE parent_id = %(job_id)s
 ORDER BY child_id
 LIMIT %(limit)s
 
+-- name: parent_counts
+-- A batch's progress (ADR 0035): a satisfied edge with no parent_outcome is a completed
+-- parent; a failure records its outcome on the run edges it resolves.
+SELECT count(*) AS size,
+       count(*) FILTER (WHERE satisfied_at IS NOT NULL AND parent_outcome IS NULL) AS completed,
+       count(*) FILTER (WHERE parent_outcome = 'failed') AS failed,
+       count(*) FILTER (WHERE parent_outcome = 'cancelled') AS cancelled
+FROM awa.job_dependencies
+WHERE child_id = %(job_id)s
+
 -- name: key_loads
 SELECT metadata ->> 'awa:concurrency_key' AS key,
        count(*) FILTER (WHERE state::text = ANY (%(running)s::text[])) AS running,

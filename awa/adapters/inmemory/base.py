@@ -171,14 +171,17 @@ class EngineBase:
         not: a retry or a snooze answers nothing), in the same write (ADR 0032)."""
         completed: list[int] = []
         failed: list[int] = []
+        cancelled: list[int] = []
         for job in jobs:
             done, dead = dependencies.finished(job.state)
             if done:
                 completed.append(job.id)
             elif dead:
                 failed.append(job.id)
+                if job.state == JobState.Cancelled:
+                    cancelled.append(job.id)
         if completed or failed:
-            answered = write.state.deps.resolve(completed, failed, write.now)
+            answered = write.state.deps.resolve(completed, failed, write.now, cancelled)
             self._apply_effects(write, dependencies.effects(answered, write.now))
 
     def _retried(self, write: Write, job_ids: Sequence[int]) -> None:

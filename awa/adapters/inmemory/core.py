@@ -92,7 +92,8 @@ class CoreOps(EngineBase):
                 if dead:
                     # As the parents' own finish would have answered (for this child, and
                     # again nothing for the others it answered then).
-                    answered = deps.resolve([], dead, write.now)
+                    gone = [p for p in dead if states[p] == JobState.Cancelled]
+                    answered = deps.resolve([], dead, write.now, gone)
                     self._apply_effects(write, dependencies.effects(answered, write.now))
                 job = write.state.jobs[child]
                 if child not in deps.waits and job.state == JobState.Scheduled and not dead:

@@ -9,6 +9,7 @@ from datetime import datetime
 
 import attrs
 
+from awa.domain.batches import MemberOutcome
 from awa.domain.dependencies import DependentOutcome, OnParentFailure
 
 
@@ -24,6 +25,9 @@ class DependencyBook:
     policies: dict[tuple[int, int], OnParentFailure] = attrs.field(factory=dict)
     #: Edges (child, parent) through which the parent's failure doomed the child.
     failed: set[tuple[int, int]] = attrs.field(factory=set)
+    #: How the parent ended on each ``run`` edge its failure resolved (ADR 0035), as
+    #: ``awa.job_dependencies.parent_outcome``.
+    outcomes: dict[tuple[int, int], MemberOutcome] = attrs.field(factory=dict)
 
     def copy(self) -> DependencyBook:
         return DependencyBook(
@@ -32,6 +36,7 @@ class DependencyBook:
             waits=dict(self.waits),
             policies=dict(self.policies),
             failed=set(self.failed),
+            outcomes=dict(self.outcomes),
         )
 
     def clear(self) -> None:
@@ -40,6 +45,7 @@ class DependencyBook:
         self.waits.clear()
         self.policies.clear()
         self.failed.clear()
+        self.outcomes.clear()
 
     def policy(self, child: int, parent: int) -> OnParentFailure:
         return self.policies.get((child, parent), OnParentFailure.CANCEL)
@@ -67,11 +73,18 @@ class DependencyBook:
             self.waits[child] = pending
 
     def resolve(
-        self, completed: Iterable[int], failed: Iterable[int], now: datetime
+        self,
+        completed: Iterable[int],
+        failed: Iterable[int],
+        now: datetime,
+        cancelled: Iterable[int] = (),
     ) -> list[tuple[int, DependentOutcome]]:
         """As ``awa.resolve_dependencies``: children released by completed parents, then
         each edge from a failed parent applies its policy, transitively through the
-        children it dooms."""
+        children it dooms; a ``run`` edge so resolved records how its parent ended
+        (``cancelled`` names those of ``failed`` that were cancelled)."""
+        failed = list(failed)
+        gone = set(cancelled)
         answered: list[tuple[int, DependentOutcome]] = []
         for parent in completed:
             for child in self.children.get(parent, ()):
@@ -103,6 +116,7 @@ class DependencyBook:
                     seen.add(child)
                     frontier.append(child)
         doomed = {child for child, _, policy in hit if policy is not OnParentFailure.RUN}
+        dead = {child for child, _, policy in hit if policy is OnParentFailure.DLQ}
         self.failed.update(
             (child, parent) for child, parent, policy in hit if policy is not OnParentFailure.RUN
         )
@@ -124,6 +138,13 @@ class DependencyBook:
             if self.parents[child][parent] is not None:
                 continue
             self.parents[child][parent] = now
+            self.outcomes[(child, parent)] = (
+                MemberOutcome.CANCELLED
+                if parent in gone
+                else MemberOutcome.FAILED
+                if parent in failed or parent in dead
+                else MemberOutcome.CANCELLED
+            )
             pending = self.waits.get(child)
             if pending is None:
                 continue
@@ -133,6 +154,16 @@ class DependencyBook:
             else:
                 self.waits[child] = pending - 1
         return answered
+
+    def outcome(self, child: int, parent: int) -> MemberOutcome | None:
+        """How ``parent`` ended as the edge from ``child`` records it: completed when
+        satisfied with no failure recorded, ``None`` while it has not finished."""
+        recorded = self.outcomes.get((child, parent))
+        if recorded is not None:
+            return recorded
+        if self.parents.get(child, {}).get(parent) is not None:
+            return MemberOutcome.COMPLETED
+        return None
 
     def retried(self, job_ids: Iterable[int], restored: Iterable[int]) -> list[int]:
         """As ``awa.dependency_retried``: wait again for the ``restored`` jobs (counting

@@ -7,6 +7,8 @@ from collections import Counter
 from collections.abc import Sequence
 
 from awa.adapters.inmemory.store import SharedStore
+from awa.domain import batches
+from awa.domain.batches import BatchCounts
 from awa.domain.flow_control import concurrency_key_of
 from awa.ports.relations import Edge, JobEdges, KeyLoad
 
@@ -42,6 +44,12 @@ class InMemoryJobRelations:
             ),
             parent_count=len(parents),
             child_count=len(children),
+        )
+
+    async def parent_counts(self, job_id: int) -> BatchCounts:
+        deps = self._store.state.deps
+        return batches.counts(
+            deps.outcome(job_id, parent) for parent in deps.parents.get(job_id, {})
         )
 
     async def key_loads(

@@ -263,6 +263,13 @@ def get(job_id: int, json_flag: bool) -> None:
         f"Job {row['id']}  kind {row['kind']}  queue {row['queue']}  state {doc['state']}  "
         f"attempt {row['attempt']}/{row['max_attempts']}"
     )
+    batch = doc["batch"]
+    if batch is not None:
+        click.echo(
+            f"Batch callback of {batch['size']} job(s): {batch['completed']} completed, "
+            f"{batch['failed']} failed, {batch['cancelled']} cancelled, "
+            f"{batch['pending']} pending"
+        )
     if doc["waiting_on"]:
         click.echo(f"Waiting on {doc['waiting_on']} of {doc['parent_count']} parent(s)")
     for title, edges, count in (

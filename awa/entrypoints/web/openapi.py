@@ -133,7 +133,8 @@ def openapi_document(callback_prefix: str = DEFAULT_PATH_PREFIX) -> dict[str, An
         },
         f"{api}/jobs/{{job_id}}/relations": {
             "get": _op(
-                "A job's parents and children with their states, and its stored result",
+                "A job's parents and children with their states, its stored result and, "
+                "for a batch's callback, the batch's progress",
                 ref("JobRelations"),
                 parameters=[JOB_ID],
             )

@@ -342,6 +342,19 @@ SCHEMAS: dict[str, Any] = {
             "job_id": INT,
             "state": {"type": "string", "enum": STATES},
             "waiting_on": INT,
+            "batch": {
+                **obj(
+                    {
+                        "size": INT,
+                        "completed": INT,
+                        "failed": INT,
+                        "cancelled": INT,
+                        "pending": INT,
+                    },
+                    ["size", "completed", "failed", "cancelled", "pending"],
+                ),
+                "nullable": True,
+            },
             "parent_count": INT,
             "child_count": INT,
             "parents": array(ref("RelatedJob")),
@@ -355,6 +368,7 @@ SCHEMAS: dict[str, Any] = {
             "job_id",
             "state",
             "waiting_on",
+            "batch",
             "parent_count",
             "child_count",
             "parents",

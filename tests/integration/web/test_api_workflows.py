@@ -25,6 +25,11 @@ def test_relations_graph_and_keys(make_client: AppFactory, migrated_database_url
     assert [(c["id"], c["state"]) for c in report["children"]] == [(ids["notify"], "scheduled")]
     assert report["result"] == {"stored": False}
 
+    assert report["batch"] is None
+    batch = api.get(f"/api/jobs/{ids['batch']}/relations").json()
+    assert batch["batch"] == {"size": 3, "completed": 1, "failed": 1, "cancelled": 0, "pending": 1}
+    assert batch["parent_count"] == 3 and batch["state"] == "scheduled"
+
     extract = api.get(f"/api/jobs/{ids['extract']}/relations").json()
     assert extract["result"]["stored"] is True
     assert extract["result"]["value"] == {"rows": 42, "step": "extract"}

@@ -26,6 +26,7 @@ def workflow_pages(ids: dict[str, int]) -> dict[str, str]:
         "job-result": f"/jobs/{ids['extract']}",
         "workflow-graph": f"/jobs/{ids['report']}/graph",
         "workflow-failed": f"/jobs/{ids['cleanup']}/graph",
+        "job-batch": f"/jobs/{ids['batch']}",
         "queue-keys": f"/queues/{KEYED}",
     }
 
@@ -82,6 +83,15 @@ def test_workflow_pages_show_the_seeded_states(
             assert "No result stored" in page.locator("section.result").inner_text()
             page.click("text=Workflow graph →")
             assert page.url.endswith(f"/jobs/{ids['report']}/graph")
+
+            page.goto(base + f"/jobs/{ids['batch']}")
+            batch = page.locator("section.batch")
+            assert "Callback of a batch of 3 job(s)" in batch.inner_text()
+            assert batch.locator("progress").get_attribute("value") == "2"
+            cells = batch.locator("dl.batch-counts dd").evaluate_all(
+                "cells => cells.map(c => c.innerText)"
+            )
+            assert cells == ["1", "1", "0", "1"]
 
             page.goto(base + f"/jobs/{ids['extract']}")
             result = page.locator("section.result").inner_text()

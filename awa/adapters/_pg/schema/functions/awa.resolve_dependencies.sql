@@ -8,12 +8,17 @@
 -- waiting on it are reached in turn, transitively); 'run' satisfies the edge, and a
 -- child left with no unsatisfied edge is answered 'released'. A child answered both
 -- 'doomed' and 'dead_lettered' is decided by the domain (awa.domain.dependencies).
+-- p_cancelled: those of p_failed that were cancelled. A 'run' edge resolved by a failure
+-- records how its parent ended (parent_outcome: 'cancelled' for those, 'failed' for the
+-- rest; a parent doomed in this call ended as its policy takes it, 'failed' for the DLQ),
+-- from which a batch counts its members (ADR 0035).
 -- The engine applies the lifecycle's transition to each answered child in the same
 -- transaction. Locks: the finished jobs' dependency keys (exclusive, against an insert
 -- naming them), then the affected wait rows, each in id order.
 -- requires: awa.dependency_lock_key, awa.satisfy_dependencies, awa.count_down_dependency_waits
 CREATE OR REPLACE FUNCTION awa.resolve_dependencies(
-    p_completed bigint[], p_failed bigint[], p_now timestamptz
+    p_completed bigint[], p_failed bigint[], p_now timestamptz,
+    p_cancelled bigint[] DEFAULT '{}'
 )
 RETURNS TABLE (child_id bigint, outcome text)
 LANGUAGE plpgsql AS $$
@@ -23,6 +28,7 @@ DECLARE
     v_policies text[];
     v_doomed bigint[];
     v_resolved bigint[];
+    v_dead bigint[];
 BEGIN
     PERFORM pg_advisory_xact_lock(awa.dependency_lock_key(f.id))
     FROM (SELECT DISTINCT unnest(p_completed || p_failed) AS id) AS f
@@ -48,6 +54,8 @@ BEGIN
         INTO v_children, v_parents, v_policies FROM hit;
         SELECT coalesce(array_agg(DISTINCT e.c), '{}') INTO v_doomed
         FROM unnest(v_children, v_policies) AS e(c, p) WHERE e.p <> 'run';
+        SELECT coalesce(array_agg(DISTINCT e.c), '{}') INTO v_dead
+        FROM unnest(v_children, v_policies) AS e(c, p) WHERE e.p = 'dlq';
         PERFORM 1 FROM awa.job_dependency_waits AS w
         WHERE w.child_id = ANY (v_children) ORDER BY w.child_id FOR UPDATE;
         -- The edges that doomed a child are marked, so a retry of the parent brings it back
@@ -67,7 +75,13 @@ BEGIN
         WHERE e.p <> 'run';
         -- 'run' edges of children not doomed count as done.
         WITH resolved AS (
-            UPDATE awa.job_dependencies AS d SET satisfied_at = p_now
+            UPDATE awa.job_dependencies AS d
+            SET satisfied_at = p_now,
+                parent_outcome = CASE
+                    WHEN e.pa = ANY (p_cancelled) THEN 'cancelled'
+                    WHEN e.pa = ANY (p_failed) OR e.pa = ANY (v_dead) THEN 'failed'
+                    ELSE 'cancelled'
+                END
             FROM unnest(v_children, v_parents, v_policies) AS e(c, pa, p)
             WHERE e.p = 'run' AND NOT e.c = ANY (v_doomed)
               AND d.child_id = e.c AND d.parent_id = e.pa AND d.satisfied_at IS NULL

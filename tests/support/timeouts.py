@@ -1,20 +1,23 @@
-"""A hung test fails with the stacks of what it waits on (pytest-timeout, ``thread`` method).
+"""A hung test fails, with the stacks of what it waits on (a backstop to pytest-timeout).
 
 pytest-timeout's default ``signal`` method raises ``Failed`` from a ``SIGALRM`` handler in
-whatever the main thread runs at that moment. Under an event loop that is usually a step
-of some task (a worker's loop, a heartbeat): the task stores the exception as its own
+whatever the main thread runs at that moment. Under an event loop that may be a step of
+some task (a worker's loop, a heartbeat): the task stores the exception as its own
 result and dies, the test goes on waiting, and the alarm does not fire again, so the
-run hangs with no stack. The ``thread`` method (``pyproject.toml``) waits on a timer
-thread instead, prints the stacks and ends the process with ``os._exit(1)``: the test
-fails (under pytest-xdist, as a crashed worker, which the controller replaces).
+run hangs with no stack. Its ``thread`` method cannot hang, but ends the whole process
+(under pytest-xdist a crashed worker, replaced, its session's servers and databases left
+behind) even when the alarm would have failed just the test.
 
-This plugin takes the ``thread`` method's place (through pytest-timeout's
-``pytest_timeout_set_timer`` hook) for two things it leaves out:
+This plugin (through pytest-timeout's ``pytest_timeout_set_timer`` hook) keeps the alarm
+and adds a backstop: if the test (teardown included) has not ended ``timeout_backstop``
+seconds after its alarm (ini option, default 60), a timer thread writes a report and ends
+the process with ``os._exit(1)``. Under the ``thread`` method the backstop is the timeout
+itself. The report adds what pytest-timeout's own leaves out:
 
 - an async test's stack: the main thread's stack ends in the event loop's ``select``;
-  the coroutines waiting are the loop's pending tasks, printed one by one;
-- a pytest-xdist worker's terminal output is not forwarded to the controller, so the
-  report is also written to the process's standard error, which is.
+  the coroutines waiting are the loop's pending tasks, each followed down its awaits;
+- a pytest-xdist worker's terminal output is not forwarded to the controller, so there
+  the report goes to the process's standard error, which is.
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ import asyncio
 import gc
 import io
 import os
+import signal
 import sys
 import threading
 import traceback
 from typing import Any
 
 import pytest
+import pytest_timeout  # type: ignore[import-untyped]
 
 
 def _running_loop(thread: int) -> asyncio.AbstractEventLoop | None:
@@ -147,17 +152,41 @@ def _on_timeout(item: pytest.Item, settings: Any) -> None:
         os._exit(1)
 
 
+BACKSTOP_INI = "timeout_backstop"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini(
+        BACKSTOP_INI,
+        "seconds after a test's timeout alarm (pytest-timeout's signal method) before the"
+        " process ends with the stacks of a test that did not stop (tests/support/timeouts.py)",
+        default="60",
+    )
+
+
 @pytest.hookimpl(tryfirst=True)
-def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
-    if settings.method != "thread":
-        return None  # pytest-timeout's own ``signal`` handling (chosen on the command line)
-    timer = threading.Timer(settings.timeout, _on_timeout, (item, settings))
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool:
+    alarm = settings.method == "signal" and threading.current_thread() is threading.main_thread()
+    backstop = settings.timeout
+    if alarm:
+        backstop += float(item.config.getini(BACKSTOP_INI))
+
+        def handler(signum: int, frame: object) -> None:
+            __tracebackhide__ = True
+            pytest_timeout.timeout_sigalrm(item, settings)
+
+        signal.signal(signal.SIGALRM, handler)
+        signal.setitimer(signal.ITIMER_REAL, settings.timeout)
+    timer = threading.Timer(backstop, _on_timeout, (item, settings))
     timer.name = f"awa-test-timeout {item.nodeid}"
     timer.daemon = True
 
     def cancel() -> None:
         timer.cancel()
         timer.join()
+        if alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
 
     # pytest-timeout's ``pytest_timeout_cancel_timer`` calls this.
     item.cancel_timeout = cancel  # type: ignore[attr-defined]

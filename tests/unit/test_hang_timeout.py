@@ -1,6 +1,7 @@
 """A hung async test fails with the stack of the coroutine it waits on
-(``tests/support/timeouts.py``), here an async fixture's teardown beside a busy task, where
-pytest-timeout's ``signal`` method lands in the busy task and leaves the run hanging."""
+(``tests/support/timeouts.py``), here an async fixture's teardown beside a busy task:
+pytest-timeout's alarm lands in the busy task and the teardown waits on, until the
+backstop ends the process with the stacks."""
 
 from __future__ import annotations
 
@@ -72,7 +73,8 @@ def _run(
             "-c",
             os.devnull,
             "--timeout=1",
-            "--timeout-method=thread",
+            "-o",
+            "timeout_backstop=1",
             *extra,
             "test_hung.py",
         ],
@@ -89,7 +91,7 @@ def test_a_hung_async_test_fails_with_the_stack_it_waits_on(tmp_path: Path) -> N
     result = _run(tmp_path)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
-    assert "Timeout (>1.0s): test_hung.py::test_hangs_beside_a_busy_task" in output
+    assert "Timeout (>1.0s): test_hung.py::test_hangs_beside_a_busy_task" in output, output
     assert "pending asyncio tasks" in output
     # The awaiting coroutine, which the main thread's own stack (the loop's select) hides.
     assert "in wait_for_what_never_comes" in output

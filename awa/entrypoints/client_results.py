@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 import anyio
@@ -67,8 +66,10 @@ class ResultsMixin(ClientCore):
         cancel."""
         job_id = validate_job_id(job_id)
         limit = _timeout(timeout)
-        deadline = None if limit is None else time.monotonic() + limit
         results = (await self._control()).results
+        # Every wait is measured on the store's clock (ADR 0025).
+        clock = results.clock
+        deadline = None if limit is None else clock.monotonic() + limit
         # Subscribe before the first read, so a finish between them is not missed.
         subscription = await results.subscribe_finished(job_id)
         try:
@@ -78,13 +79,17 @@ class ResultsMixin(ClientCore):
                     return self._typed(answer, result_type)
                 wait = result_rules.WAIT_POLL_SECONDS
                 if deadline is not None:
-                    remaining = deadline - time.monotonic()
+                    remaining = deadline - clock.monotonic()
                     if remaining <= 0:
                         raise TimeoutError(f"job {job_id} did not finish within {limit} s")
                     wait = min(wait, remaining)
                 if subscription is None:
-                    await anyio.sleep(wait)
-                elif result_rules.completed_channel(job_id) in await subscription.wait(wait):
+                    await clock.sleep(wait)
+                    continue
+                fired: set[str] = set()
+                with clock.move_on_after(wait):
+                    fired = await subscription.wait(math.inf)
+                if result_rules.completed_channel(job_id) in fired:
                     # Announced after its completion committed: only the result is read.
                     return self._typed(await self._completed_result(job_id, results), result_type)
         finally:

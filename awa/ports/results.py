@@ -13,11 +13,18 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from awa.domain.results import StoredResult
+from awa.ports.clock import Clock
 from awa.ports.notifier import Subscription
 
 
 @runtime_checkable
 class ResultStore(Protocol):
+    @property
+    def clock(self) -> Clock:
+        """The store's clock: results are stamped with its ``now()``, and a waiter's
+        timeout, polls and subscription waits are measured on it (ADR 0025)."""
+        ...
+
     async def store_result(self, job_id: int, json_text: str, *, kind: str | None = None) -> None:
         """Store ``json_text`` (already checked by ``awa.domain.results.encode_result``)
         as the result of ``job_id`` (of ``kind``, given back by :meth:`get_result`),

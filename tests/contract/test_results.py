@@ -27,6 +27,7 @@ from awa.testing import work_next
 from tests.contract._support import QUEUE, enqueue, fetch
 from tests.contract.conftest import BackendHandle
 from tests.support.engines import POOLED, EngineHandle
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -122,7 +123,6 @@ async def test_a_waiter_is_woken_by_the_finish_notification(
     engine: EngineHandle,
     slow_polls: None,
     request: pytest.FixtureRequest,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     client = client_on(engine)
 
@@ -134,10 +134,7 @@ async def test_a_waiter_is_woken_by_the_finish_notification(
     subscription = await engine.control.results.subscribe_finished(job.id)
     pooled = any(name in request.node.name for name in POOLED)
     assert (subscription is None) == pooled
-    if subscription is None:
-        # No LISTEN through a transaction-mode pooler: the waiter polls.
-        monkeypatch.setattr(result_rules, "WAIT_POLL_SECONDS", 0.01)
-    else:
+    if subscription is not None:
         await subscription.close()
     first_read = anyio.Event()
     answer = client._answer
@@ -159,6 +156,10 @@ async def test_a_waiter_is_woken_by_the_finish_notification(
             tg.start_soon(wait)
             await first_read.wait()  # the waiter saw the job unfinished and sleeps
             assert (await work_next(client, QUEUE)).outcome == "completed"
+            if pooled:
+                # No LISTEN through a transaction-mode pooler: the waiter's next poll,
+                # on the store's clock, reads the job finished.
+                await engine.clock.elapse(result_rules.WAIT_POLL_SECONDS)
     assert got == [[1, 2, 3]]
 
 
@@ -339,3 +340,27 @@ async def test_a_waiter_told_of_the_completion_reads_only_the_result(
     # One read of the job (unfinished) before the announcement, none after it.
     assert reads == [job.id]
     assert got == [RowCount(rows=3)]
+
+
+async def test_wait_for_measures_its_timeout_on_the_stores_clock(engine: EngineHandle) -> None:
+    client = client_on(engine)
+    job = await enqueue(engine, "never_run")
+    clock = engine.clock
+    armed = clock.pending
+    timed_out: list[TimeoutError] = []
+
+    async def wait() -> None:
+        try:
+            await client.wait_for(job.id, timeout=30)
+        except TimeoutError as exc:
+            timed_out.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait)
+        await until(lambda: clock.pending > armed, "the waiter waits on the manual clock")
+        await clock.elapse(29)
+        assert timed_out == []
+        await clock.elapse(1)
+        await until(lambda: timed_out, "the waiter timed out at 30 s of the clock")
+    assert str(timed_out[0]) == f"job {job.id} did not finish within 30.0 s"
+

@@ -54,8 +54,9 @@ class _Waiter:
 
     async def wait(self, timeout: float) -> set[str]:
         if not self._event.is_set() and timeout > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._event.wait(), timeout)
+            # Measured on the store's clock (ADR 0025), as the port says.
+            with self._store.clock.move_on_after(timeout):
+                await self._event.wait()
         if not self._event.is_set():
             return set()
         self._event.clear()
@@ -115,6 +116,10 @@ class PgResultStore:
         self._no_wakeups = False
         self._listener: _Listener | None = None
         self._lock: asyncio.Lock | None = None
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
 
     async def store_result(self, job_id: int, json_text: str, *, kind: str | None = None) -> None:
         now = self._clock.now()

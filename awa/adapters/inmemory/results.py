@@ -24,6 +24,10 @@ class InMemoryResultStore:
         self._results: dict[int, StoredResult] = {}
         self._hub = NotificationHub()
 
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
     async def store_result(self, job_id: int, json_text: str, *, kind: str | None = None) -> None:
         now = self._clock.now()
         self._results[job_id] = StoredResult(

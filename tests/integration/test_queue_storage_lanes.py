@@ -21,7 +21,7 @@ from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.adapters.postgres_queue_storage.connections import PgUnitOfWork
 from awa.adapters.postgres_queue_storage.statements import KEYLESS_LANES
 from awa.domain.errors import DatabaseError
-from awa.domain.job import JobSpec
+from awa.domain.job import JobRecord, JobSpec
 from awa.domain.partitioning import shard_for_key
 from awa.domain.states import JobState
 from awa.entrypoints.routing import open_postgres_routing
@@ -29,6 +29,7 @@ from awa.ports.producers import RouteChanged
 from awa.ports.storage import UnitOfWork
 from tests.support.engines import CONTRACT_BACKOFF
 from tests.support.sql import sql
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -551,3 +552,83 @@ async def test_an_insert_cancelled_before_its_batch_went_out_is_not_written(
         migrated_database_url, "SELECT job_id, kind FROM awa.ready_entries WHERE queue = %s", QUEUE
     )
     assert {r["kind"]: r["job_id"] for r in rows} == {"direct": direct.id, "batched": batched.id}
+
+
+GATE_KEY = 4711
+
+
+async def _held_at_the_gate(url: str) -> int:
+    rows = await sql(
+        url,
+        "SELECT count(*) AS n FROM pg_stat_activity"
+        " WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'",
+    )
+    return int(rows[0]["n"])
+
+
+async def _at_least_held(url: str, n: int) -> bool:
+    return await _held_at_the_gate(url) >= n
+
+
+async def test_over_a_slow_link_an_insert_commits_beside_a_batch_held_open(
+    engine: QueueStorageEngine, migrated_database_url: str, clock: ManualClock
+) -> None:
+    """Several batches on the wire (ADR 0040): once the engine's writes take longer than
+    an insert waits for one (here a write held 50 ms of the clock), an insert that meets a
+    batch on the wire goes beside it and commits while that batch is still held open. The
+    gate: jobs of kind ``gated`` wait, in the insert's transaction, for an advisory lock
+    the test holds."""
+    async with await psycopg.AsyncConnection.connect(
+        migrated_database_url, autocommit=True
+    ) as conn:
+        assert await transition.auto_finalize_if_fresh(conn)
+        await conn.execute(
+            "CREATE FUNCTION public.awa_test_gate() RETURNS trigger LANGUAGE plpgsql AS $f$"
+            f" BEGIN PERFORM pg_advisory_xact_lock_shared({GATE_KEY}); RETURN NEW; END $f$;"
+            "CREATE TRIGGER awa_test_gate BEFORE INSERT ON awa.ready_entries FOR EACH ROW"
+            " WHEN (NEW.kind = 'gated') EXECUTE FUNCTION public.awa_test_gate()"
+        )
+    async with await psycopg.AsyncConnection.connect(
+        migrated_database_url, autocommit=True
+    ) as gate:
+
+        async def held(kind: str) -> asyncio.Task[list[JobRecord]]:
+            before = await _held_at_the_gate(migrated_database_url)
+            task = asyncio.create_task(
+                engine.enqueue_many_routed([JobSpec(kind=kind, queue=QUEUE)])
+            )
+            await until(
+                lambda: _at_least_held(migrated_database_url, before + 1),
+                f"{kind} waits at the gate",
+            )
+            return task
+
+        # The engine's first write takes 50 ms: it learns that its link is slow.
+        await gate.execute("SELECT pg_advisory_lock(%s)", (GATE_KEY,))
+        probe = await held("gated")
+        clock.advance(0.05)
+        await gate.execute("SELECT pg_advisory_unlock(%s)", (GATE_KEY,))
+        await probe
+        # A lone insert and a batch beside it, both held at the gate.
+        await gate.execute("SELECT pg_advisory_lock(%s)", (GATE_KEY,))
+        lone = await held("gated")
+        batch = await held("gated")
+        free = asyncio.create_task(engine.enqueue_many_routed([JobSpec(kind="free", queue=QUEUE)]))
+        (job,) = await until(lambda: free.result() if free.done() else None, "free commits")
+        assert not lone.done() and not batch.done()
+        rows = await sql(
+            migrated_database_url,
+            "SELECT job_id, kind FROM awa.ready_entries WHERE queue = %s",
+            QUEUE,
+        )
+        assert sorted((r["kind"], r["job_id"]) for r in rows) == sorted(
+            [("gated", probe.result()[0].id), ("free", job.id)]
+        )
+        await gate.execute("SELECT pg_advisory_unlock(%s)", (GATE_KEY,))
+        (first,), (second,) = await asyncio.gather(lone, batch)
+    rows = await sql(
+        migrated_database_url,
+        "SELECT job_id FROM awa.ready_entries WHERE queue = %s AND kind = 'gated'",
+        QUEUE,
+    )
+    assert {r["job_id"] for r in rows} == {probe.result()[0].id, first.id, second.id}

@@ -9,10 +9,11 @@ in ``enqueue.sql``, ``lanes.sql`` and ``facts.sql``; "general insert" is
 ==============================  ===================  ==================================
 call                            jobs                 statements (transaction)
 ==============================  ===================  ==================================
-``enqueue_many_routed``         one plain job [1]_,  joins the next group commit batch:
-                                another enqueue of   ``enqueue_ready_routed`` for all
-                                the engine in        jobs that arrived meanwhile
-                                flight               (autocommit)
+``enqueue_many_routed``         one plain job [1]_,  joins the next group commit batch
+                                another enqueue of   (:mod:`.group_commit`):
+                                the engine in        ``enqueue_ready_routed`` for all
+                                flight               jobs that arrived meanwhile
+                                                     (autocommit)
 ``enqueue_many_routed``         one plain job [1]_   ``enqueue_one_routed``; when it
                                                      wrote nothing (no free counter
                                                      bucket or lane yet),
@@ -45,7 +46,8 @@ work                                                 savepoint)
 .. [2] ``enqueue_many_routed`` refuses unique keys.
 
 Wake-ups: an enqueue that is the engine's only one in flight (and has no wake-up pending)
-notifies inside its own statement; otherwise it leaves the wake-up to the
+notifies inside its own statement, and so does every enqueue over a slow link
+(:meth:`.GroupCommit.slow_link`); otherwise it leaves the wake-up to the
 :class:`~.wakes.WakeCoalescer` after commit (a notifying transaction holds one
 database-wide lock through its commit).
 """
@@ -261,8 +263,10 @@ class Enqueue:
                 )
         if not specs:
             return []
-        if len(specs) == 1 and self._group.in_flight and _one_plain_job(specs[0]):
-            return [await self._group.join(specs[0], self._enqueue_routed)]
+        if len(specs) == 1 and _one_plain_job(specs[0]):
+            if self._group.in_flight:
+                return [await self._group.join(specs[0], self._enqueue_routed)]
+            return [await self._group.alone(specs[0], self._enqueue_routed)]
         return await self._enqueue_routed(specs)
 
     async def _enqueue_routed(self, specs: Sequence[JobSpec]) -> list[JobRecord]:
@@ -287,14 +291,18 @@ class Enqueue:
         self._connections.check_open()
         wake: set[str] = set()
         # Alone, the enqueue notifies in its own transaction; next to other enqueues of
-        # this engine it leaves the wake-up to the wake coalescer (one commit-long lock).
+        # this engine it leaves the wake-up to the wake coalescer (one commit-long lock),
+        # except over a slow link, where writes reach the server spread over the round
+        # trip and a wake-up sent after commit would reach workers a round trip later.
         self._group.in_flight += 1
         try:
             async with self._connections.pool.connection() as conn:
                 # Stamped once a connection is held: the wait for one does not count
                 # against the stamp's slack in its lane (lane_stamp).
                 now = self._clock.now()
-                alone = self._group.in_flight == 1 and not self._wakes.pending
+                alone = (
+                    self._group.in_flight == 1 and not self._wakes.pending
+                ) or self._group.slow_link()
                 records: list[JobRecord] = []
                 if route_check and len(specs) == 1 and _one_plain_job(specs[0]):
                     records = await self._enqueue_one(conn, specs[0], now, alone, wake)

@@ -92,7 +92,7 @@ def build_parts(
     swap = PartitionSwap(connections, statements)
     carry = Carry(statements)
     long_transactions = LongTransactions(connections, statements, clock)
-    group = GroupCommit(connections)
+    group = GroupCommit(connections, clock)
     wakes = WakeCoalescer(connections, statements)
     changes = AdminChanges(
         connections=connections, statements=statements, facts=facts, lanes=lanes, clock=clock

@@ -16,14 +16,21 @@ Workloads, for every round trip and host count:
   shows nothing pending (durably completed).
 * ``latency``: a producer on host 1 offers R single ``insert()`` calls per second (8 in
   flight) for ``--seconds`` while the workers run; pickup is the producer's commit to the
-  handler's start (one host clock).
+  handler's start (one host clock), reported with the producer's insert call beside it
+  (call to hearing the commit).
 
     sudo .venv/bin/python -m benchmarks.netns_fleet --rtt 0,1,5,20 --hosts 1,4
     sudo .venv/bin/python -m benchmarks.netns_fleet --rtt 5 --hosts 4 --workloads drain
 
 ``--peers-harness DIR`` also runs the shared side-by-side harness (``bench.py`` in DIR,
 drain and latency, awa-py against awa-pg and pgqueuer) inside host 1 at each round trip,
-so the peers cross the same link; its reports land in ``--out``.
+so the peers cross the same link; its reports land in ``--out``, and each system's
+latency rows are printed with its producer's insert call beside pickup and e2e. Pickup @200/s
+at 1 and 20 ms, awa-py and pgqueuer interleaved, 5 runs::
+
+    sudo .venv/bin/python -m benchmarks.netns_fleet --rtt 1,20 --hosts 1 --workloads none \
+        --harness-workloads latency --rates 200 --seconds 20 --peers-harness ../shared/bench \
+        --peer-systems awa-py,pgqueuer --repeat 5
 """
 
 from __future__ import annotations
@@ -318,7 +325,7 @@ async def _worker(
 
 async def _producer(url: str, rate: float, seconds: float, inflight: int, out: str) -> None:
     recs = await offer_inserts(url, rate, seconds, inflight, stop_at_deadline=True)
-    Path(out).write_text(json.dumps([(seq, committed) for seq, _, committed in recs]))
+    Path(out).write_text(json.dumps(recs))
 
 
 async def _wait_empty(url: str, timeout: float) -> bool:
@@ -405,15 +412,19 @@ def latency(admin: str, hosts: int, rate: float, seconds: float, tmp: Path) -> d
         asyncio.run(_wait_empty(_db_url(db, None), 15.0))
     finally:
         starts = dict(_stop_workers(workers))
-    commits = dict((int(s), float(t)) for s, t in json.loads(commits_out.read_text()))
-    pickups = [(starts[s] - c) * 1000 for s, c in commits.items() if s in starts]
+    recs = [(int(s), float(c), float(t)) for s, c, t in json.loads(commits_out.read_text())]
+    pickups = [(starts[s] - t) * 1000 for s, _, t in recs if s in starts]
+    inserts = [(t - c) * 1000 for _, c, t in recs]
     return {
         "rate": rate,
-        "offered": len(commits),
-        "offered_per_s": round(len(commits) / seconds),
+        "offered": len(recs),
+        "offered_per_s": round(len(recs) / seconds),
         "picked_up": len(pickups),
         "p50_ms": round(percentile(pickups, 0.50), 2),
         "p99_ms": round(percentile(pickups, 0.99), 2),
+        # the producer's insert() call, from the call to hearing the commit
+        "insert_p50_ms": round(percentile(inserts, 0.50), 2),
+        "insert_p99_ms": round(percentile(inserts, 0.99), 2),
     }
 
 
@@ -535,6 +546,40 @@ def peers_harness(
     )
     if done.returncode != 0:
         print(done.stderr[-2000:])
+    for line in harness_latency(out / f"harness-rtt{rtt:g}{tag}", f"fleet-rtt{rtt:g}{tag}"):
+        print(f"    {line}", flush=True)
+
+
+def harness_latency(report_dir: Path, run_id: str) -> list[str]:
+    """Each system's latency rows of a harness run, with the producer's insert call (call to
+    hearing the commit, from the producer's records the harness leaves in
+    ``/tmp/bench-<run id>``) beside pickup (commit heard to handler start) and e2e (call to
+    handler return): where a pickup measured from the commit starts."""
+    runs = sorted(report_dir.glob(f"run-{run_id}*.json"))
+    if not runs:
+        return ["no harness report"]
+    lines = []
+    systems = json.loads(runs[-1].read_text()).get("systems", {})
+    for system, workloads in systems.items():
+        for key, got in workloads.items():
+            if not key.startswith("latency@") or "pickup_ms" not in got:
+                continue
+            rate = key.partition("@")[2]
+            records = Path("/tmp") / f"bench-{run_id}" / f"{system}-{rate}-producer.json"
+            inserts = (
+                [(t_commit - t_call) * 1000 for _, _, t_call, t_commit in json.loads(
+                    records.read_text())["recs"]]
+                if records.exists()
+                else []
+            )  # fmt: skip
+            pickup, e2e = got["pickup_ms"], got["e2e_ms"]
+            lines.append(
+                f"{system:9s} @{rate}/s ({got['achieved_enqueue_rate']:.0f}/s enqueued): "
+                f"insert p50 / p99 {percentile(inserts, 0.5):.1f} / "
+                f"{percentile(inserts, 0.99):.1f} ms, pickup {pickup['p50']:.1f} / "
+                f"{pickup['p99']:.1f}, e2e {e2e['p50']:.1f} / {e2e['p99']:.1f}"
+            )
+    return lines
 
 
 def _load() -> str:

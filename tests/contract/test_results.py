@@ -363,4 +363,3 @@ async def test_wait_for_measures_its_timeout_on_the_stores_clock(engine: EngineH
         await clock.elapse(1)
         await until(lambda: timed_out, "the waiter timed out at 30 s of the clock")
     assert str(timed_out[0]) == f"job {job.id} did not finish within 30.0 s"
-

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from awa.domain.errors import ValidationTypeError
 from awa.domain.job import JobRecord
 from awa.domain.policies import RetryPolicy
 
@@ -54,13 +55,26 @@ Effect = ChangeJob
 EffectRule = Callable[[JobRecord], Sequence[Effect]]
 
 
+def _retry_policy(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, RetryPolicy):
+        raise ValidationTypeError(
+            attribute.name, f"must be an awa.RetryPolicy, got {type(value).__name__}"
+        )
+
+
+def _effect_rule(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not callable(value):
+        raise ValidationTypeError(attribute.name, "an effect rule must be callable")
+
+
 @attrs.frozen
 class KindPolicy:
     """What one kind registered: its retry policy and its effect rule (``None``: the
-    defaults, awa-pg's retry and no effect)."""
+    defaults, awa-pg's retry and no effect). A part of the wrong type is refused with
+    ``ValidationTypeError`` naming it (the field's name is the task option's)."""
 
-    retry: RetryPolicy | None = None
-    effects: EffectRule | None = None
+    retry: RetryPolicy | None = attrs.field(default=None, validator=_retry_policy)
+    effects: EffectRule | None = attrs.field(default=None, validator=_effect_rule)
 
 
 _DEFAULT = KindPolicy()
@@ -76,17 +90,18 @@ class KindPolicies:
     def __init__(self) -> None:
         self._kinds: dict[str, KindPolicy] = {}
 
+    def update(self, kind: str, parts: Mapping[str, Any]) -> None:
+        """Set the parts of ``kind``'s policy that ``parts`` names (fields of
+        :class:`KindPolicy`; ``None`` is that part's default), keeping the others."""
+        self._set(kind, attrs.evolve(self.get(kind), **parts))
+
     def set_retry(self, kind: str, retry: RetryPolicy | None) -> None:
         """Give ``kind`` ``retry`` (``None``: back to awa-pg's retry)."""
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise TypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
-        self._set(kind, attrs.evolve(self.get(kind), retry=retry))
+        self.update(kind, {"retry": retry})
 
     def set_effects(self, kind: str, rule: EffectRule | None) -> None:
         """Give ``kind`` the effect rule ``rule`` (``None``: no effects)."""
-        if rule is not None and not callable(rule):
-            raise TypeError("an effect rule must be callable")
-        self._set(kind, attrs.evolve(self.get(kind), effects=rule))
+        self.update(kind, {"effects": rule})
 
     def _set(self, kind: str, policy: KindPolicy) -> None:
         if not isinstance(kind, str) or not kind:

@@ -19,7 +19,6 @@ from awa.domain.descriptors import Descriptor
 from awa.domain.errors import AwaError, ValidationTypeError
 from awa.domain.job import DEFAULT_QUEUE, JobRecord
 from awa.domain.keywords import check_keywords
-from awa.domain.policies import RetryPolicy
 from awa.domain.queue_options import QueueConfigDict
 from awa.domain.schema import schema_compatible
 from awa.domain.validation import (
@@ -47,6 +46,7 @@ from awa.entrypoints.health import HealthListener, addr_from_env
 from awa.entrypoints.insert_options import PeriodicOptions
 from awa.entrypoints.job import Job
 from awa.entrypoints.results import HealthCheck, QueueHealth
+from awa.entrypoints.task_options import TaskOptions, WorkerOptions, policy_parts
 from awa.runtime import AttemptContext, HandlerRegistry, Runtime, RuntimeConfig, parse_start_args
 from awa.runtime.config import StartOptions
 from awa.runtime.cron import CronService
@@ -123,7 +123,7 @@ class AsyncClient(
         pooler: str | None = None,
     ) -> None:
         super().__init__(database_url, max_connections, pool_options=pool_options, pooler=pooler)
-        self._handlers = HandlerRegistry(self._policies)
+        self._use_handlers(HandlerRegistry(self._policies))
         self._schedules: dict[str, CronSchedule] = {}
         self._queue_descriptors: dict[str, Descriptor] = {}
         self._kind_descriptors: dict[str, Descriptor] = {}
@@ -135,6 +135,13 @@ class AsyncClient(
         self._shut_down = False
         self._health: HealthListener | None = None
 
+    def _use_handlers(self, handlers: HandlerRegistry) -> None:
+        """Run ``handlers``, and give this client's engines their per-kind policies (the
+        registry they carry): the one place a client's handlers and policies are bound,
+        for a new client and for a test client running an application's handlers."""
+        self._handlers = handlers
+        self._policies = handlers.policies
+
     async def __aenter__(self) -> AsyncClient:
         return self
 
@@ -143,18 +150,16 @@ class AsyncClient(
 
     # ------------------------------------------------------------------ handlers
     def task(
-        self,
-        args_type: type[T],
-        *,
-        kind: str | None = None,
-        queue: str = DEFAULT_QUEUE,
-        retry: RetryPolicy | None = None,
-        store_result: bool = False,
+        self, args_type: type[T], **options: Unpack[TaskOptions]
     ) -> Callable[[Handler[T, R]], Handler[T, R]]:
         """Register the decorated function (``async def`` or plain ``def``) as the
         handler for ``args_type``'s kind; it receives a ``Job`` whose ``args`` is an
         ``args_type`` instance. A type checker refuses a handler that takes no job or a
         ``Job`` of another args class.
+
+        The keywords are :class:`~awa.entrypoints.task_options.TaskOptions`: ``kind``
+        (default: from ``args_type``), ``queue`` (default ``"default"``), the kind's
+        policies and ``store_result``.
 
         ``retry``: the kind's :class:`~awa.RetryPolicy` (attempt budget, backoff, jitter,
         longest delay), used for its handler failures and, by the maintenance leader of
@@ -164,17 +169,17 @@ class AsyncClient(
         or a dataclass, attrs class or pydantic model converted as args are; at most
         1 MiB of JSON, a larger or non-JSON result fails the attempt saying so) for
         :meth:`wait_for`, kept seven days after it was stored."""
+        check_keywords(f"{type(self).__name__}.task", options, TaskOptions)
+        store_result = options.get("store_result", False)
+        queue = options.get("queue", DEFAULT_QUEUE)
         if not isinstance(store_result, bool):
             raise ValidationTypeError(
                 "store_result", f"must be True or False, got {type(store_result).__name__}"
             )
         if not isinstance(args_type, type):
             raise TypeError(f"args_type must be a class, got {type(args_type).__name__}")
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise ValidationTypeError(
-                "retry", f"must be an awa.RetryPolicy, got {type(retry).__name__}"
-            )
-        resolved = kind_for_type(args_type, kind)
+        policies = policy_parts(options)
+        resolved = kind_for_type(args_type, options.get("kind"))
 
         def decorator(handler: Handler[T, R]) -> Handler[T, R]:
             self._handlers.register(
@@ -185,26 +190,22 @@ class AsyncClient(
                 result_encoder=_result_json if store_result else None,
                 result_decoder=_result_decoder(handler) if store_result else None,
             )
-            self._policies.set_retry(resolved, retry)
+            self._handlers.policies.update(resolved, policies)
             return handler
 
         return decorator
 
     def worker(
-        self,
-        args_type: type[T],
-        *,
-        kind: str | None = None,
-        queue: str = DEFAULT_QUEUE,
-        retry: RetryPolicy | None = None,
+        self, args_type: type[T], **options: Unpack[WorkerOptions]
     ) -> Callable[[Handler[T, R]], Handler[T, R]]:
-        """Deprecated alias of :meth:`task`."""
+        """Deprecated alias of :meth:`task` (without ``store_result``)."""
+        check_keywords(f"{type(self).__name__}.worker", options, WorkerOptions)
         warnings.warn(
             "client.worker() is deprecated, use client.task() instead",
             DeprecationWarning,
             stacklevel=2,
         )
-        return self.task(args_type, kind=kind, queue=queue, retry=retry)
+        return self.task(args_type, **options)
 
     def periodic(
         self,

@@ -99,7 +99,7 @@ class AttemptObserver:
             record,
             outcome,
             unknown_kind=isinstance(outcome, FailOutcome) and record.kind not in self._handlers,
-            retry=self._handlers.policies.retry_for(record.kind),
+            policies=self._handlers.policies,
         )
 
     def _report(
@@ -114,7 +114,7 @@ class AttemptObserver:
             name,
             duration,
             context.failure,
-            retry=self._handlers.policies.retry_for(record.kind),
+            policies=self._handlers.policies,
         )
         instruments = self._instruments
         if instruments is not None:

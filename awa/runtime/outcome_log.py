@@ -15,6 +15,7 @@ import logging
 from typing import Any
 
 from awa.domain.job import JobRecord
+from awa.domain.kind_policies import KindPolicies
 from awa.domain.lifecycle import attempts_exhausted
 from awa.domain.outcomes import (
     CancelOutcome,
@@ -68,16 +69,21 @@ LOST = "lost"
 TERMINAL_FAILURES = frozenset({FAILED, EXHAUSTED, UNKNOWN_KIND})
 
 
+def _retry(policies: KindPolicies | None, record: JobRecord) -> RetryPolicy | None:
+    return None if policies is None else policies.retry_for(record.kind)
+
+
 def outcome_name(
     record: JobRecord,
     outcome: Outcome | None,
     *,
     unknown_kind: bool,
-    retry: RetryPolicy | None = None,
+    policies: KindPolicies | None = None,
 ) -> str:
     """The ``outcome`` field for an attempt that ended with ``outcome`` (``None``: the
-    attempt was no longer this worker's); ``retry``: the kind's retry policy, whose
-    budget the lifecycle applies instead of the job's."""
+    attempt was no longer this worker's); ``policies``: the per-kind policies the
+    lifecycle applied (a kind's retry budget instead of the job's)."""
+    retry = _retry(policies, record)
     match outcome:
         case None:
             return LOST
@@ -105,13 +111,14 @@ def log_outcome(
     duration: float,
     failure: BaseException | None,
     *,
-    retry: RetryPolicy | None = None,
+    policies: KindPolicies | None = None,
 ) -> None:
-    """Log one attempt's outcome (``name`` from :func:`outcome_name`; ``retry``: the
-    kind's retry policy, whose budget and delays the line states)."""
+    """Log one attempt's outcome (``name`` from :func:`outcome_name`; ``policies``: the
+    per-kind policies, whose budget and delays for the job's kind the line states)."""
     level = _LEVELS[name]
     if not log.isEnabledFor(level):
         return
+    retry = _retry(policies, record)
     error = _error_text(outcome)
     budget = record.max_attempts if retry is None else retry.budget(record.max_attempts)
     extra: dict[str, Any] = {

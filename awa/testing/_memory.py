@@ -68,9 +68,10 @@ def memory_client(handlers_from: AsyncClient | None = None) -> AsyncClient:
     the handlers registered on that client (the application's) are the ones run."""
     client = AsyncClient.__new__(AsyncClient)
     ClientCore._init_state(client, MEMORY_URL, 1)
-    if handlers_from is not None:
-        # The application's policies (``task(retry=...)``) go with its handlers.
-        client._policies = handlers_from._policies
+    # The application's handlers, and the per-kind policies they carry for the engine.
+    client._use_handlers(
+        handlers_from._handlers if handlers_from is not None else HandlerRegistry(client._policies)
+    )
     clock = SystemClock()
     engine = _ClientMemoryEngine(clock, policies=client._policies)
     client._wiring_obj = Wiring(
@@ -78,9 +79,6 @@ def memory_client(handlers_from: AsyncClient | None = None) -> AsyncClient:
         engine=engine,  # type: ignore[arg-type]
         control=inmemory_control_plane(engine, clock),
         policies=client._policies,
-    )
-    client._handlers = (
-        handlers_from._handlers if handlers_from is not None else HandlerRegistry(client._policies)
     )
     client._runtime = None
     client._runtime_resources = None

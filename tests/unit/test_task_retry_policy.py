@@ -5,13 +5,17 @@ refused when the task is declared."""
 from __future__ import annotations
 
 import logging
+import re
 from datetime import datetime, timedelta
 
 import attrs
 import pytest
 
 import awa
+from awa.domain.keywords import keywords_of
+from awa.domain.kind_policies import KindPolicy
 from awa.domain.states import JobState
+from awa.entrypoints.task_options import PolicyOptions, TaskOptions, WorkerOptions
 from awa.testing import memory_client, work_next
 
 pytestmark = pytest.mark.anyio
@@ -100,3 +104,22 @@ async def test_declaring_the_task_again_without_a_policy_restores_the_default() 
 
     await client.insert(Flaky(1))
     assert (await work_next(client)).outcome == "retryable"
+
+
+def test_each_policy_option_is_a_part_of_the_kind_policy_registry() -> None:
+    # task_options.policy_parts hands each option to the registry under its own name.
+    assert keywords_of(PolicyOptions) <= {field.name for field in attrs.fields(KindPolicy)}
+    assert keywords_of(PolicyOptions) <= keywords_of(WorkerOptions) <= keywords_of(TaskOptions)
+
+
+def test_a_misspelt_task_keyword_is_refused_as_python_would() -> None:
+    client = memory_client()
+    with pytest.raises(
+        TypeError, match=re.escape("AsyncClient.task() got an unexpected keyword argument 'retyr'")
+    ):
+        client.task(Flaky, retyr=awa.RetryPolicy())  # type: ignore[call-arg]
+    with pytest.raises(
+        TypeError,
+        match=re.escape("AsyncClient.worker() got an unexpected keyword argument 'store_result'"),
+    ):
+        client.worker(Flaky, store_result=True)  # type: ignore[call-arg]

@@ -44,6 +44,11 @@ def build_client() -> awa.AsyncClient:
     async def raw(job: awa.Job[dict[str, Any]]) -> None:
         pass
 
+    # Every task option, as a type checker sees them (ADR 0027).
+    @client.task(Resize, kind="stored", queue="media", retry=awa.RetryPolicy(), store_result=True)
+    async def stored(job: awa.Job[Resize]) -> int:
+        return job.args.width
+
     # The decorator hands the handler back with its own type.
     assert_type(resize, Callable[[awa.Job[Resize]], Coroutine[Any, Any, None]])
     return client
@@ -83,6 +88,7 @@ async def right_uses(client: awa.AsyncClient) -> None:
 def test_the_right_uses_build_and_register() -> None:
     client = build_client()
     assert client.handler_queues() == ["default", "media"]
+    assert "stored" in client._handlers
 
 
 WRONG = """\
@@ -132,6 +138,9 @@ async def main() -> None:
     client.periodic("p", "* * * * *", A, A(x=1), run_at="2030-01-01")  # line 44
     client.periodic("p", "* * * * *", A, A(x=1), timezone=0)  # line 45
     client.queue_descriptor("default", ownr="ops")  # line 46
+    client.task(A, retyr=awa.RetryPolicy())  # line 47
+    client.task(A, retry=3)  # line 48
+    client.worker(A, store_result=True)  # line 49
 """
 
 
@@ -155,7 +164,7 @@ def test_mypy_reports_each_mistake_on_its_line(tmp_path: Path) -> None:
         int(m.group(1)): m.group(2)
         for m in re.finditer(r"user_script\.py:(\d+): error: (.*)", stdout)
     }
-    assert set(errors) == {20, 25, 31, *range(33, 47)} - {37}, stdout + stderr
+    assert set(errors) == {20, 25, 31, *range(33, 50)} - {37}, stdout + stderr
     assert 'expected "Callable[[Job[A]]' in errors[20] and "Job[B]" in errors[20]
     assert 'incompatible type "Callable[[]' in errors[25]
     assert "QueueConfigDict" in errors[31]
@@ -169,6 +178,8 @@ def test_mypy_reports_each_mistake_on_its_line(tmp_path: Path) -> None:
         (40, "max_attempt"),
         (44, "run_at"),
         (46, "ownr"),
+        (47, "retyr"),
+        (49, "store_result"),
     ):
         assert f'Unexpected keyword argument "{keyword}"' in errors[line], errors[line]
     assert "poll_interval" in errors[42]
@@ -179,5 +190,6 @@ def test_mypy_reports_each_mistake_on_its_line(tmp_path: Path) -> None:
         (41, "list[str] | tuple[str, ...] | None"),
         (43, "Literal["),
         (45, '"str"'),
+        (48, "RetryPolicy | None"),
     ):
         assert "incompatible type" in errors[line] and expected in errors[line], errors[line]

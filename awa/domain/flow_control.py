@@ -141,6 +141,15 @@ def keyed_shard(key: str) -> int:
     return KEYED_SHARD_BASE + shard_for_key(key.encode("utf-8"), KEYED_SHARD_SPACE)
 
 
+def held_back(running: int, waiting: int, limit: int | None) -> int:
+    """How many of a key's ``waiting`` ready jobs its ``max_running_per_key`` holds back
+    now, with ``running`` of its attempts holding slots: those beyond the key's free
+    slots (none without a limit)."""
+    if limit is None:
+        return 0
+    return max(0, waiting - max(0, limit - running))
+
+
 def holds_slot(state: JobState) -> bool:
     """Whether an attempt in ``state`` holds its concurrency key's slot."""
     return state in SLOT_STATES

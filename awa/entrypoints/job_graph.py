@@ -8,16 +8,19 @@ job's state is read through the storage engine, as every other read of a job is.
 from __future__ import annotations
 
 from collections import deque
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from awa.domain import batches
 from awa.domain.errors import ValidationError
-from awa.domain.flow_control import SLOT_STATES
+from awa.domain.flow_control import SLOT_STATES, held_back
 from awa.domain.job import JobRecord
+from awa.domain.runtimes import is_live
 from awa.domain.states import JobState
 from awa.domain.validation import validate_job_id
 from awa.entrypoints.job import rfc3339
 from awa.ports.relations import Edge
+from awa.ports.runtime_registry import RuntimeSnapshot
 from awa.ports.storage import StorageEngine
 
 if TYPE_CHECKING:
@@ -194,10 +197,12 @@ def key_limit(value: Any, field: str = "limit") -> int:
 
 async def queue_keys(client: AsyncClient, queue: str, *, limit: int = KEY_LIMIT) -> dict[str, Any]:
     """A queue's concurrency keys, the busiest first (at most ``limit``): how many of each
-    key's attempts hold a slot (``running``) and how many of its ready jobs wait for one
-    (``waiting``); and the limits in force that operators set on the queue (its
-    overrides: ``max_running_per_key``, the per-process, fleet-wide and per-key rate
-    limits)."""
+    key's attempts hold a slot (``running``), how many of its ready jobs wait
+    (``waiting``) and how many of those the per-key limit holds back now
+    (``held_back``); and the limits in force on the queue (``max_running_per_key``, the
+    per-process, fleet-wide and per-key rate limits), each from an operator's override
+    or else from the queue config the live workers publish (``limit_sources``: which,
+    ``None`` when neither sets it; workers that disagree show the smallest)."""
     limit = key_limit(limit)
     control = await client.admin_control_plane()
     loads = await control.relations.key_loads(
@@ -207,13 +212,54 @@ async def queue_keys(client: AsyncClient, queue: str, *, limit: int = KEY_LIMIT)
         limit=limit,
     )
     overrides = await control.overrides.get_queue_overrides(queue)
+    configured = _configured_limits(await control.registry.list_runtimes(), queue)
+    limits: dict[str, Any] = {}
+    sources: dict[str, str | None] = {}
+    for field in LIMIT_FIELDS:
+        set_by_override = None if overrides is None else getattr(overrides, field)
+        if set_by_override is not None:
+            limits[field], sources[field] = set_by_override, "override"
+        elif configured.get(field) is not None:
+            limits[field], sources[field] = configured[field], "workers"
+        else:
+            limits[field], sources[field] = None, None
+    per_key = limits["max_running_per_key"]
     return {
         "queue": queue,
-        "limits": {
-            field: None if overrides is None else getattr(overrides, field)
-            for field in LIMIT_FIELDS
-        },
+        "limits": limits,
+        "limit_sources": sources,
         "keys": [
-            {"key": load.key, "running": load.running, "waiting": load.waiting} for load in loads
+            {
+                "key": load.key,
+                "running": load.running,
+                "waiting": load.waiting,
+                "held_back": held_back(load.running, load.waiting, per_key),
+            }
+            for load in loads
         ],
     }
+
+
+def _configured_limits(runtimes: list[RuntimeSnapshot], queue: str) -> dict[str, Any]:
+    """The limits the live runtimes serving ``queue`` configure, the smallest of each."""
+    now = datetime.now(UTC)
+    found: dict[str, Any] = {}
+    for runtime in runtimes:
+        if not is_live(runtime.last_seen_at, runtime.snapshot_interval_ms, now):
+            continue
+        for q in runtime.queues:
+            if q.name != queue:
+                continue
+            values = {
+                "max_running_per_key": q.max_running_per_key,
+                "rate_limit_per_second": None if q.rate_limit is None else q.rate_limit[0],
+                "rate_limit_burst": None if q.rate_limit is None else q.rate_limit[1],
+                "global_rate_per_second": q.global_rate_per_second,
+                "global_rate_burst": q.global_rate_burst,
+                "global_rate_per_key_per_second": q.global_rate_per_key_per_second,
+                "global_rate_per_key_burst": q.global_rate_per_key_burst,
+            }
+            for field, value in values.items():
+                if value is not None:
+                    found[field] = value if field not in found else min(found[field], value)
+    return found

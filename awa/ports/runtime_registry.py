@@ -28,6 +28,13 @@ class QueueSnapshot:
     claimers: int | None = None
     claim_batch_size: int | None = None
     overflow_held: int | None = None
+    #: the fleet-wide flow-control limits the runtime's queue config sets (before
+    #: operators' overrides), so operator surfaces can show the limit in force
+    max_running_per_key: int | None = None
+    global_rate_per_second: float | None = None
+    global_rate_burst: int | None = None
+    global_rate_per_key_per_second: float | None = None
+    global_rate_per_key_burst: int | None = None
 
 
 @attrs.frozen

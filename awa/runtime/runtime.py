@@ -18,6 +18,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from awa.domain.channels import CANCEL_CHANNEL
 from awa.domain.job import Claim
+from awa.domain.rate_limits import GlobalRateLimit
 from awa.domain.validation import validate_number
 from awa.ports.clock import Clock
 from awa.ports.control_plane import ControlPlane
@@ -93,6 +94,14 @@ class RuntimeHealth:
 
 def _ms(value: timedelta | None) -> int | None:
     return None if value is None else round(value.total_seconds() * 1000)
+
+
+def _rate(limit: GlobalRateLimit | None) -> float | None:
+    return None if limit is None else limit.rate
+
+
+def _burst(limit: GlobalRateLimit | None) -> int | None:
+    return None if limit is None else limit.burst
 
 
 class Runtime:
@@ -545,6 +554,11 @@ class Runtime:
                     claimers=q.claimers,
                     claim_batch_size=q.claim_batch_size,
                     overflow_held=health.queues[q.name].overflow_held,
+                    max_running_per_key=q.max_running_per_key,
+                    global_rate_per_second=_rate(q.global_rate_limit),
+                    global_rate_burst=_burst(q.global_rate_limit),
+                    global_rate_per_key_per_second=_rate(q.global_rate_limit_per_key),
+                    global_rate_per_key_burst=_burst(q.global_rate_limit_per_key),
                 )
                 for q in self.config.queues
             ),

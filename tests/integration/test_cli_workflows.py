@@ -3,16 +3,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 from click.testing import CliRunner, Result
 
+import awa
+from awa.adapters._pg.pool import open_pool
+from awa.adapters._pg.runtime_registry import PostgresRuntimeRegistry
 from awa.entrypoints.cli import cli
+from awa.ports.runtime_registry import QueueSnapshot, RuntimeSnapshot
 from tests.fixtures.workflow_seed import KEYED, seed_workflow
 
 pytestmark = pytest.mark.postgres
+
+#: A queue the seeded workflow leaves alone.
+OTHER = "keyed_by_workers"
 
 
 @pytest.fixture
@@ -98,9 +108,9 @@ def test_queue_keys_lists_running_and_waiting_per_key(url: str) -> None:
         "  fleet-wide rate limit: 5/s, burst 10 (override)",
     ]
     assert [line.split() for line in lines[2:]] == [
-        ["KEY", "RUNNING", "WAITING"],
-        ["tenant-a", "1", "2"],
-        ["tenant-b", "0", "1"],
+        ["KEY", "RUNNING", "WAITING", "HELD", "BACK"],
+        ["tenant-a", "1", "2", "2"],
+        ["tenant-b", "0", "1", "0"],
     ]
     doc = json.loads(awa_cli(url, "queue", "keys", KEYED, "--limit", "1", "--json").stdout)
     assert doc == {
@@ -114,8 +124,80 @@ def test_queue_keys_lists_running_and_waiting_per_key(url: str) -> None:
             "global_rate_per_key_per_second": None,
             "global_rate_per_key_burst": None,
         },
-        "keys": [{"key": "tenant-a", "running": 1, "waiting": 2}],
+        "limit_sources": {
+            "max_running_per_key": "override",
+            "rate_limit_per_second": None,
+            "rate_limit_burst": None,
+            "global_rate_per_second": "override",
+            "global_rate_burst": "override",
+            "global_rate_per_key_per_second": None,
+            "global_rate_per_key_burst": None,
+        },
+        "keys": [{"key": "tenant-a", "running": 1, "waiting": 2, "held_back": 2}],
     }
     empty = awa_cli(url, "queue", "keys", "no_such_queue")
     assert empty.stdout.splitlines()[-1] == "No concurrency key has a running or waiting job."
     assert awa_cli(url, "queue", "keys", KEYED, "--limit", "0").exit_code == 2
+
+
+def test_queue_keys_show_the_limits_live_workers_configure(url: str) -> None:
+    # A worker's queue config (not an override) sets the per-key limit and the per-key
+    # rate: the published snapshot makes them the limits in force on every surface.
+    seed_workflow(url)
+
+    async def publish() -> None:
+        pool = await open_pool(url, max_connections=1)
+        try:
+            registry = PostgresRuntimeRegistry(
+                pool, storage_capability="canonical_drain_only", transition_role="canonical_drain"
+            )
+            seen = datetime.now(UTC)
+            queue = QueueSnapshot(
+                OTHER,
+                0,
+                4,
+                None,
+                None,
+                max_running_per_key=2,
+                global_rate_per_key_per_second=3.0,
+                global_rate_per_key_burst=6,
+            )
+            await registry.upsert_runtime(
+                RuntimeSnapshot(
+                    id=str(uuid.uuid4()),
+                    hostname="h1",
+                    pid=42,
+                    version="0.6.9",
+                    started_at=seen,
+                    last_seen_at=seen,
+                    leader=False,
+                    healthy=True,
+                    postgres_connected=True,
+                    poll_loop_alive=True,
+                    heartbeat_alive=True,
+                    shutting_down=False,
+                    snapshot_interval_ms=10_000,
+                    queues=(queue,),
+                )
+            )
+        finally:
+            await pool.close()
+
+    with awa.Client(url) as client:
+        for _ in range(3):
+            client.insert({}, kind="k", queue=OTHER, concurrency_key="tenant-z")
+    before = json.loads(awa_cli(url, "queue", "keys", OTHER, "--json").stdout)
+    assert before["limits"]["max_running_per_key"] is None
+    assert before["keys"] == [{"key": "tenant-z", "running": 0, "waiting": 3, "held_back": 0}]
+    asyncio.run(publish())
+    doc = json.loads(awa_cli(url, "queue", "keys", OTHER, "--json").stdout)
+    assert doc["limits"]["max_running_per_key"] == 2
+    assert doc["limit_sources"]["max_running_per_key"] == "workers"
+    assert doc["limits"]["global_rate_per_key_per_second"] == 3.0
+    assert doc["limits"]["global_rate_per_key_burst"] == 6
+    assert doc["keys"] == [{"key": "tenant-z", "running": 0, "waiting": 3, "held_back": 1}]
+    shown = awa_cli(url, "queue", "keys", OTHER).stdout.splitlines()
+    assert shown[:2] == [
+        f"Queue {OTHER}: per-key limit 2 (workers)",
+        "  fleet-wide rate limit per key: 3/s, burst 6 (workers)",
+    ]

@@ -114,7 +114,15 @@ async def test_started_client_publishes_its_row_and_removes_it_on_shutdown(
         await asyncio.sleep(job.args.seconds)
 
     await client.start(
-        [{"name": "naps", "max_workers": 3, "rate_limit": (10.0, 2)}],
+        [
+            {
+                "name": "naps",
+                "max_workers": 3,
+                "rate_limit": (10.0, 2),
+                "max_running_per_key": 2,
+                "global_rate_limit_per_key": (7.0, 4),
+            }
+        ],
         storage_transition_role="canonical_drain",
     )
     try:
@@ -145,6 +153,12 @@ async def test_started_client_publishes_its_row_and_removes_it_on_shutdown(
                 "claimers": 1,
                 "claim_batch_size": 512,
                 "overflow_held": None,
+                # the fleet-wide limits its config sets, shown as the limits in force
+                "max_running_per_key": 2,
+                "global_rate_per_second": None,
+                "global_rate_burst": None,
+                "global_rate_per_key_per_second": 7.0,
+                "global_rate_per_key_burst": 4,
             }
         ]
         assert row["last_seen_at"] is not None and not row["shutting_down"]

@@ -11,6 +11,7 @@ from awa.domain.flow_control import (
     MAX_CONCURRENCY_KEY_BYTES,
     MAX_RUNNING_PER_KEY,
     admit,
+    held_back,
     holds_slot,
     running_by_key,
     validate_concurrency_key,
@@ -127,3 +128,21 @@ def test_keyless_jobs_are_not_limited_and_rank_first() -> None:
 
 def test_no_limit_no_claim() -> None:
     assert admit([("1", "a")], key_of=_key, running={}, max_running_per_key=1, limit=0) == []
+
+
+@pytest.mark.parametrize(
+    ("running", "waiting", "limit", "held"),
+    [
+        (0, 5, None, 0),  # no limit holds nothing back
+        (0, 5, 2, 3),
+        (1, 5, 2, 4),
+        (2, 5, 2, 5),
+        (3, 5, 2, 5),  # a limit lowered below what runs
+        (0, 1, 2, 0),
+        (0, 0, 2, 0),
+    ],
+)
+def test_held_back_is_what_waits_beyond_the_free_slots(
+    running: int, waiting: int, limit: int | None, held: int
+) -> None:
+    assert held_back(running, waiting, limit) == held

@@ -107,6 +107,11 @@ _QUEUE_CONFIG_FIELDS = (
     "claimers",
     "claim_batch_size",
     "overflow_held",
+    "max_running_per_key",
+    "global_rate_per_second",
+    "global_rate_burst",
+    "global_rate_per_key_per_second",
+    "global_rate_per_key_burst",
 )
 
 

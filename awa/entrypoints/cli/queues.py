@@ -164,8 +164,10 @@ def queue_stats_hidden(json_flag: bool) -> None:
 )
 @json_option
 def keys(name: str, limit: int, json_flag: bool) -> None:
-    """A queue's concurrency keys: how many of each run and how many wait for a slot,
-    the busiest first, with the per-key and rate limits operators set on the queue."""
+    """A queue's concurrency keys: how many of each run, how many wait and how many of
+    those the per-key limit holds back, the busiest first, with the per-key and rate
+    limits in force on the queue (an operator's override, else the live workers'
+    queue config)."""
 
     async def go(client: AsyncClient) -> dict[str, Any]:
         return await queue_keys(client, name, limit=limit)
@@ -175,8 +177,13 @@ def keys(name: str, limit: int, json_flag: bool) -> None:
         emit_json(doc)
         return
     limits = doc["limits"]
+    sources = doc["limit_sources"]
     per_key = limits["max_running_per_key"]
-    per_key_text = "none set by override" if per_key is None else f"{per_key} (override)"
+    per_key_text = (
+        "none set (by override or by a live worker)"
+        if per_key is None
+        else f"{per_key} ({sources['max_running_per_key']})"
+    )
     click.echo(f"Queue {name}: per-key limit {per_key_text}")
     for label, rate, burst in (
         ("rate limit per process", "rate_limit_per_second", "rate_limit_burst"),
@@ -188,12 +195,13 @@ def keys(name: str, limit: int, json_flag: bool) -> None:
         ),
     ):
         if limits[rate] is not None:
-            click.echo(f"  {label}: {limits[rate]:g}/s, burst {limits[burst]} (override)")
+            click.echo(f"  {label}: {limits[rate]:g}/s, burst {limits[burst]} ({sources[rate]})")
     if not doc["keys"]:
         click.echo("No concurrency key has a running or waiting job.")
         return
     print_table(
-        ("KEY", "RUNNING", "WAITING"), [[k["key"], k["running"], k["waiting"]] for k in doc["keys"]]
+        ("KEY", "RUNNING", "WAITING", "HELD BACK"),
+        [[k["key"], k["running"], k["waiting"], k["held_back"]] for k in doc["keys"]],
     )
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from awa.domain.batch_ops import BatchOpKind, BatchOpState
 from awa.domain.cron import MissedFirePolicy
 from awa.domain.states import JobState
+from awa.entrypoints.job_graph import LIMIT_FIELDS as LIMIT_SOURCE_FIELDS
 
 STATES = [str(s) for s in JobState]
 OP_KINDS = [str(k) for k in BatchOpKind]
@@ -420,11 +421,18 @@ SCHEMAS: dict[str, Any] = {
                     "global_rate_per_key_burst",
                 ],
             ),
+            "limit_sources": obj(
+                {field: {**STR, "nullable": True} for field in LIMIT_SOURCE_FIELDS},
+                list(LIMIT_SOURCE_FIELDS),
+            ),
             "keys": array(
-                obj({"key": STR, "running": INT, "waiting": INT}, ["key", "running", "waiting"])
+                obj(
+                    {"key": STR, "running": INT, "waiting": INT, "held_back": INT},
+                    ["key", "running", "waiting", "held_back"],
+                )
             ),
         },
-        ["queue", "limits", "keys"],
+        ["queue", "limits", "limit_sources", "keys"],
     ),
     "Count": obj({"count": INT}, ["count"]),
     "CallbackResult": obj(

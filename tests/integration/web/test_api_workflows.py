@@ -62,9 +62,12 @@ def test_relations_graph_and_keys(make_client: AppFactory, migrated_database_url
         5.0,
         10,
     )
+    assert keys["limit_sources"]["max_running_per_key"] == "override"
+    assert keys["limit_sources"]["rate_limit_per_second"] is None
+    # tenant-a's one running attempt fills its one slot: both waiting jobs are held back.
     assert keys["keys"] == [
-        {"key": "tenant-a", "running": 1, "waiting": 2},
-        {"key": "tenant-b", "running": 0, "waiting": 1},
+        {"key": "tenant-a", "running": 1, "waiting": 2, "held_back": 2},
+        {"key": "tenant-b", "running": 0, "waiting": 1, "held_back": 0},
     ]
     top = api.get(f"/api/queues/{KEYED}/keys", params={"limit": 1}).json()
     assert [k["key"] for k in top["keys"]] == ["tenant-a"]

@@ -102,7 +102,7 @@ def test_workflow_pages_show_the_seeded_states(
             rows = page.locator("section.keys tbody tr").evaluate_all(
                 "rows => rows.map(r => [...r.cells].map(c => c.innerText.trim()))"
             )
-            assert rows == [["tenant-a", "1", "2"], ["tenant-b", "0", "1"]]
+            assert rows == [["tenant-a", "1", "2", "2"], ["tenant-b", "0", "1", "0"]]
             limits = page.locator("section.keys").inner_text()
             assert "Per-key limit: 1 (override)" in limits
             assert "Fleet-wide rate limit: 5.0/s, burst 10 (override)" in limits

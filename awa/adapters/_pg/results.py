@@ -5,12 +5,15 @@ the job rows, so queue storage's reclaim of finished history does not touch it).
 Finishes are announced on one channel (``awa:results``, the job id as payload, followed
 by `` completed`` when the job's completion is committed). A store
 keeps one ``LISTEN`` connection for all its current waiters (opened with the first,
-closed with the last) and wakes only the waiters of the announced job."""
+closed with the last) and wakes only the waiters of the announced job; the results the
+woken waiters read go through one reader (``_ResultReader``), in one statement per
+burst, so they do not queue for a pool connection each."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from psycopg_pool import AsyncConnectionPool
@@ -103,6 +106,50 @@ class _Listener:
             await self._subscription.close()
 
 
+class _ResultReader:
+    """One reader for every ``get_result`` of a store: the reads asked for while one is
+    in flight wait for it and then go together in the next statement, so the waiters a
+    burst of completions wakes hold one pool connection between them, not one each."""
+
+    def __init__(self, read: Callable[[list[int]], Awaitable[dict[int, StoredResult]]]) -> None:
+        self._read = read
+        self._asked: dict[int, list[asyncio.Future[StoredResult | None]]] = {}
+        self._task: asyncio.Task[None] | None = None
+        #: How many statements read results, and how many reads they answered.
+        self.statements = 0
+        self.reads = 0
+
+    async def get(self, job_id: int) -> StoredResult | None:
+        answer: asyncio.Future[StoredResult | None] = asyncio.get_running_loop().create_future()
+        self._asked.setdefault(job_id, []).append(answer)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        return await answer
+
+    async def _run(self) -> None:
+        while self._asked:
+            asked, self._asked = self._asked, {}
+            self.statements += 1
+            self.reads += sum(map(len, asked.values()))
+            try:
+                found = await self._read(sorted(asked))
+            except asyncio.CancelledError:
+                for answers in asked.values():
+                    for answer in answers:
+                        answer.cancel()
+                raise
+            except Exception as exc:
+                for answers in asked.values():
+                    for answer in answers:
+                        if not answer.done():
+                            answer.set_exception(exc)
+                continue
+            for job_id, answers in asked.items():
+                for answer in answers:
+                    if not answer.done():
+                        answer.set_result(found.get(job_id))
+
+
 class PgResultStore:
     """:class:`~awa.ports.results.ResultStore` on ``awa.job_results`` (one per backend, on
     its pool). Waiters share one ``LISTEN`` connection to the pool's database, proved by
@@ -116,6 +163,7 @@ class PgResultStore:
         self._no_wakeups = False
         self._listener: _Listener | None = None
         self._lock: asyncio.Lock | None = None
+        self._reader = _ResultReader(self._read_results)
 
     @property
     def clock(self) -> Clock:
@@ -134,20 +182,24 @@ class PgResultStore:
             await conn.execute(_query("store_result"), params)
 
     async def get_result(self, job_id: int) -> StoredResult | None:
+        return await self._reader.get(job_id)
+
+    async def _read_results(self, job_ids: list[int]) -> dict[int, StoredResult]:
+        """The stored, unexpired results of ``job_ids``, in one statement."""
+        params = {"job_ids": job_ids, "now": self._clock.now()}
         async with translated_errors(), self._pool.connection() as conn:
-            cur = await conn.execute(
-                _query("get_result"), {"job_id": job_id, "now": self._clock.now()}
+            cur = await conn.execute(_query("get_results"), params)
+            rows = await cur.fetchall()
+        return {
+            int(row["job_id"]): StoredResult(
+                job_id=int(row["job_id"]),
+                json_text=str(row["result"]),
+                stored_at=row["stored_at"],
+                expires_at=row["expires_at"],
+                kind=row["kind"],
             )
-            row = await cur.fetchone()
-        if row is None:
-            return None
-        return StoredResult(
-            job_id=int(row["job_id"]),
-            json_text=str(row["result"]),
-            stored_at=row["stored_at"],
-            expires_at=row["expires_at"],
-            kind=row["kind"],
-        )
+            for row in rows
+        }
 
     async def announce_finished(self, job_id: int, *, completed: bool = False) -> None:
         payload = f"{job_id} {COMPLETED_PAYLOAD}" if completed else str(job_id)

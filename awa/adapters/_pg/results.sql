@@ -12,10 +12,11 @@ ON CONFLICT (job_id) DO UPDATE SET
     stored_at = EXCLUDED.stored_at,
     expires_at = EXCLUDED.expires_at
 
--- name: get_result
+-- name: get_results
+-- The results of every read asked for while the previous one was in flight.
 SELECT job_id, result::text AS result, stored_at, expires_at, kind
 FROM awa.job_results
-WHERE job_id = %(job_id)s AND expires_at > %(now)s::timestamptz
+WHERE job_id = ANY (%(job_ids)s::bigint[]) AND expires_at > %(now)s::timestamptz
 
 -- name: announce_finished
 SELECT pg_notify(%(channel)s, %(job_id)s)

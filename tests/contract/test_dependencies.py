@@ -183,6 +183,30 @@ async def test_a_drained_parent_queue_cancels_the_children_in_other_queues(
 RUN, DLQ, CANCEL = OnParentFailure.RUN, OnParentFailure.DLQ, OnParentFailure.CANCEL
 
 
+@pytest.mark.parametrize("policy", [DLQ, RUN])
+async def test_a_child_drained_with_its_parent_is_cancelled_whatever_its_policy(
+    engine: EngineHandle, policy: OnParentFailure
+) -> None:
+    # The drain cancels both; the parent's cancel does not then move its child (already
+    # cancelled by the drain) into the DLQ, nor release it.
+    parent = await enqueue(engine, "parent_step", queue="contract_drained")
+    (child,) = await engine.engine.enqueue_many(
+        [
+            spec(
+                "child_step",
+                queue="contract_drained",
+                depends_on=(parent.id,),
+                on_parent_failure=(str(policy),),
+            )
+        ]
+    )
+    assert await engine.engine.drain_queue("contract_drained") == 2
+    drained = await fetch(engine, child.id)
+    assert drained.state == JobState.Cancelled and not drained.errors
+    assert await engine.engine.get_dlq(child.id) is None
+    assert await engine.engine.dlq_depth() == 0
+
+
 @pytest.mark.parametrize("outcome", ["fail", "cancel"])
 async def test_a_child_that_runs_anyway_waits_for_its_other_parents(
     engine: EngineHandle, outcome: str

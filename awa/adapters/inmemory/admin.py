@@ -188,8 +188,13 @@ class AdminOps(EngineBase):
                 if job.queue == queue and job.state in lifecycle.DRAINABLE_STATES
             ]
             drain = lifecycle.drain(write.now)
-            for job in self._sorted(pending):
-                self._cancel(write, job, drain)
+            # Every pending job is cancelled first and the jobs waiting on them are answered
+            # after, as the drain's statement and its resolve do on Postgres: a waiting job
+            # drained with its parent ends cancelled by the drain, whatever its policy.
+            drained = [
+                self._cancel(write, job, drain, resolve=False) for job in self._sorted(pending)
+            ]
+            self._finished(write, drained)
         return len(pending)
 
     # ---------------------------------------------------------------- job control

@@ -240,9 +240,13 @@ class EngineBase:
         self._end(write, job, transition)
         return job
 
-    def _cancel(self, write: Write, job: JobRecord, transition: Transition) -> JobRecord:
+    def _cancel(
+        self, write: Write, job: JobRecord, transition: Transition, *, resolve: bool = True
+    ) -> JobRecord:
         """Apply an operator's cancel (or a drain's) to a job it applies to; a live
-        attempt's worker is told on ``awa:cancel``."""
+        attempt's worker is told on ``awa:cancel``. ``resolve`` false leaves the jobs
+        waiting on it to the caller (a drain answers them once all its jobs are
+        cancelled)."""
         if not transition.applies(job.state):
             return job
         cancelled = self._apply(write, job, transition)
@@ -250,8 +254,9 @@ class EngineBase:
             # The in-memory hub carries channels only; the payload has no reader here.
             channel, _payload = cancel_notification(job.id, job.run_lease)
             write.notify.add(channel)
-        # The jobs waiting on it are cancelled with it (ADR 0032).
-        self._finished(write, [cancelled])
+        if resolve:
+            # The jobs waiting on it are cancelled with it (ADR 0032).
+            self._finished(write, [cancelled])
         return cancelled
 
     @staticmethod

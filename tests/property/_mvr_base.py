@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant
 
 from awa.domain.callbacks import CallbackExpressions
+from awa.domain.dependencies import PARENTS_METADATA
 from awa.domain.errors import AwaError
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
 from awa.domain.states import JobState
@@ -89,6 +90,10 @@ def _normalize_job(job: JobRecord, id_map: Callable[[int], int]) -> dict[str, An
     data["id"] = id_map(job.id)
     data["errors"] = list(job.errors)
     data["tags"] = list(job.tags)
+    parents = job.metadata.get(PARENTS_METADATA)
+    if parents is not None:
+        # a child's parents by id (ADR 0032): each side names its own ids
+        data["metadata"] = {**job.metadata, PARENTS_METADATA: [id_map(i) for i in parents]}
     return data
 
 

@@ -15,7 +15,8 @@ The machine drives every method of the storage port (``test_mvr_covers_the_port.
 holds it to that). Its rules come in families, one mixin module each, over the shared
 base of ``_mvr_base.py``: the worker, maintenance, callback and ring rules here, the admin
 reads in ``_mvr_reads.py``, units of work and the operator and bulk operations in
-``_mvr_ops.py``, unique conflict modes in ``_mvr_unique.py``. Some examples start from
+``_mvr_ops.py``, unique conflict modes in ``_mvr_unique.py``, dependencies and stored
+results in ``_mvr_deps.py``. Some examples start from
 failed jobs, a DLQ entry or a parked callback (``@initialize`` rules), which the 30 steps
 of the default profile rarely reach.
 
@@ -61,6 +62,7 @@ from tests.property._mvr_base import (
     job_specs,
 )
 from tests.property._mvr_batch import BatchBook, BatchRules, forget_batch_operations
+from tests.property._mvr_deps import DependencyRules
 from tests.property._mvr_ops import OperatorRules
 from tests.property._mvr_policies import PolicyRules
 from tests.property._mvr_reads import ReadRules
@@ -79,6 +81,7 @@ class ModelVsReal(
     BatchRules,
     PolicyRules,
     UniqueConflictRules,
+    DependencyRules,
     MachineBase,
 ):
     """The worker, maintenance, callback and ring rules, plus the state invariants; the

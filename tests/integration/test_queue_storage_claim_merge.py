@@ -167,3 +167,57 @@ async def test_aged_priorities_across_lanes_claim_in_global_order(
     assert expected != [j.id for j in sorted(jobs, key=lambda j: (j.priority, j.run_at, j.id))]
     claimed = await _claim_all(engine, [32, 9, 50], aging=AGING)
     assert claimed == expected
+
+
+async def test_a_named_lead_lane_claims_in_global_order_whether_or_not_it_is_ahead(
+    engine: QueueStorageEngine, clock: ManualClock, migrated_database_url: str
+) -> None:
+    """A claim's first walk reads its lead lane's whole batch and one row of every other
+    lane: the merge stays exact when the lead lane is ahead, behind, or empty."""
+    rng = random.Random(3838)
+    runs = [(rng.randrange(8), 2, rng.randint(1, 40)) for _ in range(40)]
+    jobs = await _write_lanes(engine, clock, runs=runs)
+    assert await _lanes_used(migrated_database_url) == 8
+    rows = await sql(
+        migrated_database_url,
+        "SELECT DISTINCT shard FROM awa.ready_entries WHERE queue = %s ORDER BY shard",
+        QUEUE,
+    )
+    shards = [int(r["shard"]) for r in rows]
+    clock.advance(timedelta(seconds=1))
+    claims = engine._parts.claims
+    order: list[int] = []
+    turn = 0
+    while True:
+        # Every claim names a lane as its lead, in turn, right or wrong.
+        claims._lead[QUEUE] = (2, shards[turn % len(shards)])
+        got = await engine.claim(QUEUE, limit=[32, 5, 13][turn % 3])
+        turn += 1
+        if not got:
+            break
+        order += [c.job.id for c in got]
+    assert order == _global_order(jobs, clock.now(), None)
+
+
+async def test_a_full_batch_from_one_lane_names_it_the_lead(
+    engine: QueueStorageEngine, clock: ManualClock, migrated_database_url: str
+) -> None:
+    """The lane a whole batch came from alone leads the queue's next claim; a batch from
+    several lanes names none."""
+    jobs = await _write_lanes(engine, clock, runs=[(0, 2, 20), (1, 2, 20), (0, 2, 5)])
+    clock.advance(timedelta(seconds=1))
+    claims = engine._parts.claims
+    first = await engine.claim(QUEUE, limit=10)
+    assert [c.job.id for c in first] == [j.id for j in jobs[:10]]
+    (shard,) = {
+        int(r["shard"])
+        for r in await sql(
+            migrated_database_url,
+            "SELECT shard FROM awa.ready_entries WHERE job_id = ANY(%s)",
+            [c.job.id for c in first],
+        )
+    }
+    assert claims._lead[QUEUE] == (2, shard)
+    # 10 rows of the first lane's run and 10 of the second's: no lead.
+    await engine.claim(QUEUE, limit=20)
+    assert QUEUE not in claims._lead

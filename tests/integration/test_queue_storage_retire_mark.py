@@ -104,6 +104,8 @@ async def _slow_claim(
         "now": engine._clock.now(),
         "aging_us": 0,
         "deadline_at": None,
+        "lead_priority": 0,
+        "lead_shard": 0,
     }
     async with await psycopg.AsyncConnection.connect(
         url, autocommit=True, row_factory=dict_row

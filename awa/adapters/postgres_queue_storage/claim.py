@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
+from psycopg.types.numeric import Int8
 
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
@@ -143,6 +144,10 @@ class Claims:
         # Per queue, the keyed lane (a concurrency key's) this process's last limited
         # claim walked to: the next one starts after it (ADR 0029).
         self._key_cursor: dict[str, int] = {}
+        # Per queue, the lane (priority, shard) its last common claim took a whole batch
+        # from, and from no other lane: the next claim's first walk reads that lane's
+        # whole batch and one row of each other lane (claim_body, first_lanes).
+        self._lead: dict[str, tuple[int, int]] = {}
 
     async def claim(
         self,
@@ -161,12 +166,17 @@ class Claims:
         # Integer microseconds, so the database ages exactly like PriorityAging.
         aging_us = 0 if aging_interval is None else aging_interval // timedelta(microseconds=1)
         deadline_at = None if deadline is None else now + deadline
+        # No lead lane is priority 0 (a lane's priority is 1-4); both always int8, so the
+        # prepared claim keeps one set of parameter types (its warm-up plan is reused).
+        lead_priority, lead_shard = self._lead.get(queue, (0, 0))
         params = {
             "queue": queue,
             "limit": limit,
             "now": now,
             "aging_us": aging_us,
             "deadline_at": deadline_at,
+            "lead_priority": Int8(lead_priority),
+            "lead_shard": Int8(lead_shard),
         }
         if (
             max_running_per_key is not None
@@ -289,6 +299,7 @@ class Claims:
             if queue not in self._sorting:
                 # The common case: one statement claims, moves the cursors and counts.
                 rows = await self._claim_common(queue, params)
+                self._note_lead(queue, rows, params["limit"])
                 if not (rows and rows[0]["mixed"]):
                     got = self.remember(queue, rows, deadline_at)
                     claims.extend(got)
@@ -304,6 +315,16 @@ class Claims:
             if not contested or len(claims) >= limit:
                 return claims
         return claims
+
+    def _note_lead(self, queue: str, rows: Sequence[dict[str, Any]], limit: int) -> None:
+        """Remember the lane a full batch came from alone (the queue's next claim reads
+        it first), or forget the queue's lead lane."""
+        lanes = {(r["priority"], r["shard"]) for r in rows if r["id"] is not None}
+        taken = sum(1 for r in rows if r["id"] is not None)
+        if len(lanes) == 1 and taken >= limit:
+            self._lead[queue] = lanes.pop()
+        else:
+            self._lead.pop(queue, None)
 
     async def _claim_common(self, queue: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         """The one-statement claim: in the slot where the queue's last claimed rows were
@@ -548,7 +569,15 @@ class Claims:
         if not queues:
             return
         now = self._clock.now()
-        params = {"queue": queues[0], "limit": 1, "now": now, "aging_us": 0, "deadline_at": None}
+        params = {
+            "queue": queues[0],
+            "limit": 1,
+            "now": now,
+            "aging_us": 0,
+            "deadline_at": None,
+            "lead_priority": Int8(0),
+            "lead_shard": Int8(0),
+        }
         async with translated_errors():
             async with (
                 self._connections.kept_conn("claim") as first,

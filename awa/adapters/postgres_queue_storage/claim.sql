@@ -34,7 +34,8 @@ set_config('synchronous_commit', 'off', true)
 -- favours older rows), so the merge is exact without reading `limit` rows of every lane
 -- (ADR 0006, "The claim's merge"). A first walk reads an even share of the batch from
 -- each ordered window (`limit` / lanes rounded up; a sorted window `limit` + 1 rows, to
--- tell whether it fits). Every row not read has a larger key than the last row read of
+-- tell whether it fits), or, when the claimer names a lead lane among them, the whole
+-- batch of that lane and one row of each other. Every row not read has a larger key than the last row read of
 -- its lane, so when at least `limit` rows read have keys up to the smallest such last
 -- key, the best `limit` of them are the answer. Otherwise the window with that smallest
 -- last key goes on by as many rows as can still rank within the batch (a run of one
@@ -76,12 +77,25 @@ WITH heads AS (
     FOR UPDATE OF h SKIP LOCKED
 ), first_lanes AS (
     -- The first walk of each lane not left alone: from its cursor, an even share of the
-    -- batch (all of it for a lone lane). A sorted window: its unclaimed rows, due or not,
-    -- one more than fits (to tell).
+    -- batch (all of it for a lone lane). When the claimer names a lead lane among the
+    -- ordered windows (the one its last claim took a whole batch from: a run of one lane
+    -- ahead of the others; priority 0 names none), that lane's share is the whole batch
+    -- and every other ordered window's is one row, its head; the merge below is exact
+    -- for any shares. A sorted window: its unclaimed rows, due or not, one more than
+    -- fits (to tell).
     SELECT h.queue, h.priority, h.shard, h.next_seq, h.disordered, 1 AS pass,
         h.claim_seq AS walk_from,
         CASE WHEN h.disordered THEN %(limit)s + 1
-            ELSE (%(limit)s + count(*) OVER () - 1) / count(*) OVER () END AS share
+            WHEN %(lead_priority)s::smallint = 0
+                OR NOT EXISTS (
+                    SELECT 1 FROM heads o
+                    WHERE NOT o.contested AND NOT o.disordered
+                      AND o.priority = %(lead_priority)s::smallint
+                      AND o.shard = %(lead_shard)s::int)
+                THEN (%(limit)s + count(*) OVER () - 1) / count(*) OVER ()
+            WHEN h.priority = %(lead_priority)s::smallint AND h.shard = %(lead_shard)s::int
+                THEN %(limit)s
+            ELSE 1 END AS share
     FROM heads h
     WHERE NOT h.contested
 ), first_walk AS (

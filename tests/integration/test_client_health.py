@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -14,10 +13,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from awa import AsyncClient, Job
+from awa import AsyncClient, HealthCheck, Job
 from awa.entrypoints import bootstrap
 from awa.entrypoints.cli import cli
 from tests.fixtures.processes import query
+from tests.support.waits import until, until_sync
 
 pytestmark = [pytest.mark.postgres]
 
@@ -36,12 +36,11 @@ def _get(url: str) -> tuple[int, dict[str, Any]]:
 
 
 def _runtime_rows(url: str) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 3.0
-    while True:
+    def alive() -> list[dict[str, Any]]:
         rows = query(url, "SELECT healthy, poll_loop_alive FROM awa.runtime_instances")
-        if (rows and rows[0]["poll_loop_alive"]) or time.monotonic() > deadline:
-            return rows
-        time.sleep(0.05)
+        return rows if rows and rows[0]["poll_loop_alive"] else []
+
+    return until_sync(alive, "the runtime's row says its poll loop is alive", timeout=3.0)
 
 
 def test_health_check_and_listener_through_start_and_shutdown(
@@ -90,8 +89,12 @@ def test_health_check_and_listener_through_start_and_shutdown(
             await client.insert(Nap(10.0), queue="naps")
             await asyncio.wait_for(napping.wait(), 10)
             stopping = asyncio.create_task(client.shutdown(timeout_ms=3000))
-            while not (draining := await client.health_check()).shutting_down:
-                await asyncio.sleep(0.005)  # until the shutdown task has begun
+
+            async def begun() -> HealthCheck | None:
+                health = await client.health_check()
+                return health if health.shutting_down else None
+
+            draining = await until(begun, "the shutdown task has begun")
             assert draining.shutting_down and not draining.healthy
             status, report = await asyncio.to_thread(_get, base + "/readyz")
             assert status == 503 and report["shutting_down"] is True

@@ -26,6 +26,7 @@ from awa.entrypoints import bootstrap
 from awa.ports.runtime_registry import QueueSnapshot, RuntimeSnapshot
 from awa.ports.storage import Rescued
 from awa.runtime import HandlerRegistry, Runtime, parse_start_args
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -126,9 +127,9 @@ async def test_started_client_publishes_its_row_and_removes_it_on_shutdown(
         storage_transition_role="canonical_drain",
     )
     try:
-        deadline = time.monotonic() + 5
-        while not (rows := _rows(migrated_database_url)) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        rows = await until(
+            lambda: _rows(migrated_database_url), "the runtime's row is published", timeout=5
+        )
         (row,) = rows
         uuid.UUID(str(row["id"]))
         assert row["hostname"] == socket.gethostname()
@@ -192,15 +193,14 @@ async def test_snapshots_refresh_and_report_the_leader(migrated_database_url: st
     await runtime.start()
     try:
         seen: list[datetime] = []
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
+
+        def refreshed() -> list[dict[str, Any]] | None:
             rows = _rows(migrated_database_url)
             if rows and rows[0]["leader"]:
                 seen.append(rows[0]["last_seen_at"])
-                if len(set(seen)) >= 2:
-                    break
-            await asyncio.sleep(0.05)
-        assert len(set(seen)) >= 2, "the leader's row never refreshed"
+            return rows if len(set(seen)) >= 2 else None
+
+        rows = await until(refreshed, "the leader's row refreshed", timeout=5)
         assert str(rows[0]["id"]) == runtime.id
     finally:
         await runtime.shutdown()

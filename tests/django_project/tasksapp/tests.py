@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,10 @@ from awa.contrib.django import AwaBackend
 from . import tasks
 
 PROJECT = Path(__file__).resolve().parents[1]
+# The repository's test helpers (this project runs from its own directory and venv).
+sys.path.append(str(PROJECT.parents[1]))
+from tests.support.waits import until, until_sync  # noqa: E402
+
 #: The longest a task may take to finish once due; a healthy run needs well under a
 #: second, a loaded CI host a few.
 FINISH_WITHIN = 60.0
@@ -55,12 +58,13 @@ def stop_worker(process: subprocess.Popen[str]) -> int:
 
 def wait_finished(result: TaskResult) -> TaskResult:
     """Refresh ``result`` until its task finished (bounded by :data:`FINISH_WITHIN`)."""
-    deadline = time.monotonic() + FINISH_WITHIN
-    while not result.is_finished:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"task {result.id} not finished: {result.status}")
-        time.sleep(0.05)
+
+    def finished() -> bool:
         result.refresh()
+        return result.is_finished
+
+    if not result.is_finished:
+        until_sync(finished, f"task {result.id} finished", timeout=FINISH_WITHIN)
     return result
 
 
@@ -178,9 +182,12 @@ class EnqueueAndResults(TransactionTestCase):
 
     async def test_aenqueue_an_async_task_and_arefresh_it(self) -> None:
         result = await tasks.double.aenqueue(21)
-        deadline = time.monotonic() + FINISH_WITHIN
-        while not result.is_finished and time.monotonic() < deadline:
+
+        async def finished() -> bool:
             await result.arefresh()
+            return result.is_finished
+
+        await until(finished, f"task {result.id} finished", timeout=FINISH_WITHIN)
         self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL)
         self.assertEqual(result.return_value, 42)
         fetched = await tasks.double.aget_result(result.id)
@@ -234,11 +241,13 @@ class Statuses(TransactionTestCase):
             gate = os.path.join(directory, "go")
             result = tasks.wait_for_file.enqueue(gate)
             try:
-                deadline = time.monotonic() + FINISH_WITHIN
-                while result.status != TaskResultStatus.RUNNING:
-                    self.assertLess(time.monotonic(), deadline, result.status)
-                    time.sleep(0.05)
+
+                def running() -> bool:
                     result.refresh()
+                    return result.status == TaskResultStatus.RUNNING
+
+                if result.status != TaskResultStatus.RUNNING:
+                    until_sync(running, f"task {result.id} running", timeout=FINISH_WITHIN)
                 self.assertFalse(result.is_finished)
                 self.assertIsNotNone(result.started_at)
                 self.assertIsNone(result.finished_at)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -12,6 +11,7 @@ import uvicorn
 
 from awa.entrypoints.web.app import create_app
 from awa.entrypoints.web.config import ServerConfig
+from tests.support.waits import until_sync
 
 
 @contextmanager
@@ -24,11 +24,11 @@ def live_server(config: ServerConfig) -> Iterator[str]:
     )
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the admin server did not start")
-        time.sleep(0.05)
+    until_sync(
+        lambda: server.started or not thread.is_alive(), "the admin server started", timeout=20
+    )
+    if not server.started:
+        raise RuntimeError("the admin server did not start")
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
         yield f"http://127.0.0.1:{port}"

@@ -16,7 +16,8 @@ holds it to that). Its rules come in families, one mixin module each, over the s
 base of ``_mvr_base.py``: the worker, maintenance, callback and ring rules here, the admin
 reads in ``_mvr_reads.py``, units of work and the operator and bulk operations in
 ``_mvr_ops.py``, unique conflict modes in ``_mvr_unique.py``, dependencies and stored
-results in ``_mvr_deps.py``. Some examples start from
+results in ``_mvr_deps.py``, batches' callbacks and counts in ``_mvr_job_batches.py``.
+Some examples start from
 failed jobs, a DLQ entry or a parked callback (``@initialize`` rules), which the 30 steps
 of the default profile rarely reach.
 
@@ -63,6 +64,7 @@ from tests.property._mvr_base import (
 )
 from tests.property._mvr_batch import BatchBook, BatchRules, forget_batch_operations
 from tests.property._mvr_deps import DependencyRules
+from tests.property._mvr_job_batches import JobBatchRules
 from tests.property._mvr_ops import OperatorRules
 from tests.property._mvr_policies import PolicyRules
 from tests.property._mvr_reads import ReadRules
@@ -82,6 +84,7 @@ class ModelVsReal(
     PolicyRules,
     UniqueConflictRules,
     DependencyRules,
+    JobBatchRules,
     MachineBase,
 ):
     """The worker, maintenance, callback and ring rules, plus the state invariants; the

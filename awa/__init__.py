@@ -29,6 +29,7 @@ from awa.domain.errors import (
     ValidationError,
 )
 from awa.domain.handler_results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
+from awa.domain.held_back import HeldBack
 from awa.domain.kinds import derive_kind
 from awa.domain.partitioning import PartitionedQueue
 from awa.domain.policies import RetryPolicy
@@ -146,6 +147,7 @@ __all__ = [
     "Dependency",
     "DlqEntry",
     "HealthCheck",
+    "HeldBack",
     "InsertOutcome",
     "Job",
     "JobCancelled",

@@ -183,7 +183,8 @@ class Client(BlockingClientBase):
         """The job with this id; raises :class:`~awa.JobNotFound` (an ``AwaError``) when there
         is none: it never existed, or it finished and retention removed it. A job moved to
         the dead-letter queue is returned as it was when it failed (state ``failed``), as
-        awa-pg does; ``get_dlq_job`` tells why it was moved. Blocking form of
+        awa-pg does; ``get_dlq_job`` tells why it was moved. An available job a flow-control
+        limit holds back says which in ``job.held_back``. Blocking form of
         ``AsyncClient.get_job``.
         """
         return self._run(self._async.get_job(job_id))
@@ -309,7 +310,9 @@ class Client(BlockingClientBase):
     ) -> list[Job[Any]]:
         """Matching jobs, newest (highest id) first. Jobs moved to the dead-letter queue are
         listed too, as they were when they failed (state ``failed``), as awa-pg does and as
-        :meth:`get_job` returns them. Blocking form of ``AsyncClient.list_jobs``.
+        :meth:`get_job` returns them. Each available job a flow-control limit holds back
+        says which in ``job.held_back`` (read once per queue and key, not per job). Blocking
+        form of ``AsyncClient.list_jobs``.
         """
         return self._run(self._async.list_jobs(state=state, kind=kind, queue=queue, limit=limit))
 

@@ -34,6 +34,7 @@ from awa.entrypoints.args import (
     with_parents,
 )
 from awa.entrypoints.bootstrap import ClientEngine, Wiring
+from awa.entrypoints.held_back import held_back_of
 from awa.entrypoints.insert_options import (
     ClientBulkInsertOptions,
     ClientInsertOptions,
@@ -334,7 +335,8 @@ class ClientCore:
         """The job with this id; raises :class:`~awa.JobNotFound` (an ``AwaError``) when
         there is none: it never existed, or it finished and retention removed it. A job
         moved to the dead-letter queue is returned as it was when it failed (state
-        ``failed``), as awa-pg does; ``get_dlq_job`` tells why it was moved."""
+        ``failed``), as awa-pg does; ``get_dlq_job`` tells why it was moved. An available
+        job a flow-control limit holds back says which in ``job.held_back``."""
         engine = await self._engine()
         record = await engine.get_job(validate_job_id(job_id))
         if record is None:
@@ -342,7 +344,8 @@ class ClientCore:
             if entry is None:
                 raise not_found(job_id)
             record = entry.job
-        return Job(record)
+        reasons = await held_back_of(await self._control(), [record], _now())
+        return Job(record, held_back=reasons.get(record.id))
 
     async def list_jobs(
         self,
@@ -354,7 +357,8 @@ class ClientCore:
     ) -> list[Job[Any]]:
         """Matching jobs, newest (highest id) first. Jobs moved to the dead-letter queue
         are listed too, as they were when they failed (state ``failed``), as awa-pg does
-        and as :meth:`get_job` returns them."""
+        and as :meth:`get_job` returns them. Each available job a flow-control limit holds
+        back says which in ``job.held_back`` (read once per queue and key, not per job)."""
         _positive("limit", limit)
         for field, text in (("kind", kind), ("queue", queue)):
             if text is not None:
@@ -366,8 +370,9 @@ class ClientCore:
         records = await engine.list_jobs(job_filter, limit=limit)
         dead = await engine.list_dead_lettered(job_filter, limit=limit)
         merged = {record.id: record for record in dead} | {record.id: record for record in records}
-        newest = sorted(merged.values(), key=lambda record: record.id, reverse=True)
-        return [Job(r) for r in newest[:limit]]
+        newest = sorted(merged.values(), key=lambda record: record.id, reverse=True)[:limit]
+        reasons = await held_back_of(await self._control(), newest, _now())
+        return [Job(r, held_back=reasons.get(r.id)) for r in newest]
 
     async def retry(self, job_id: int) -> Job[Any] | None:
         """Make a failed or cancelled job available now; a job waiting on a callback starts

@@ -14,6 +14,7 @@ from awa.domain.errors import (
 )
 from awa.domain.flow_control import refuse_key_update
 from awa.domain.handler_results import CallbackToken
+from awa.domain.held_back import HeldBack
 from awa.domain.job import JobRecord
 from awa.domain.states import JobState
 from awa.domain.unique_conflict import InsertOutcome, insert_outcome
@@ -66,14 +67,19 @@ class Job(Generic[T]):
     """A job snapshot. Inside a handler it also controls the running attempt:
     cancellation checks, progress, metadata and external callbacks."""
 
-    __slots__ = ("_args", "_controls", "_record")
+    __slots__ = ("_args", "_controls", "_held_back", "_record")
 
     def __init__(
-        self, record: JobRecord, args: Any = None, controls: AttemptControls | None = None
+        self,
+        record: JobRecord,
+        args: Any = None,
+        controls: AttemptControls | None = None,
+        held_back: HeldBack | None = None,
     ) -> None:
         self._record = record
         self._args = record.args if args is None else args
         self._controls = controls
+        self._held_back = held_back
 
     # ------------------------------------------------------------------ properties
     @property
@@ -107,6 +113,15 @@ class Job(Generic[T]):
         if self._controls is None:
             return None
         return self._controls.batch
+
+    @property
+    def held_back(self) -> HeldBack | None:
+        """From ``get_job``/``list_jobs``: why this available job is not being claimed
+        now, when a limit holds it back (ADR 0029): its key has every slot of
+        ``max_running_per_key`` held, or the queue's or its key's fleet-wide rate limiter
+        admits nothing until ``next_admission``. ``None`` when nothing holds it back, for
+        any other state, and on jobs returned elsewhere (inserts, handlers)."""
+        return self._held_back
 
     @property
     def kind(self) -> str:

@@ -8,19 +8,17 @@ job's state is read through the storage engine, as every other read of a job is.
 from __future__ import annotations
 
 from collections import deque
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from awa.domain import batches
 from awa.domain.errors import ValidationError
 from awa.domain.flow_control import SLOT_STATES, held_back
 from awa.domain.job import JobRecord
-from awa.domain.runtimes import is_live
 from awa.domain.states import JobState
 from awa.domain.validation import validate_job_id
+from awa.entrypoints.held_back import limits_in_force
 from awa.entrypoints.job import rfc3339
 from awa.ports.relations import Edge
-from awa.ports.runtime_registry import RuntimeSnapshot
 from awa.ports.storage import StorageEngine
 
 if TYPE_CHECKING:
@@ -34,17 +32,6 @@ GRAPH_LIMIT = 200
 KEY_LIMIT = 20
 #: The most keys one request may ask for.
 MAX_KEY_LIMIT = 1000
-#: The override fields that limit how fast or how many of a queue's jobs run, shown
-#: beside its keys (``awa.domain.overrides.QueueOverrides``).
-LIMIT_FIELDS = (
-    "max_running_per_key",
-    "rate_limit_per_second",
-    "rate_limit_burst",
-    "global_rate_per_second",
-    "global_rate_burst",
-    "global_rate_per_key_per_second",
-    "global_rate_per_key_burst",
-)
 #: A keyed job in these states waits for a slot of its key (ready, held back only by
 #: the limit); the states holding a slot are the rule's own (``SLOT_STATES``).
 KEY_WAITING_STATES = frozenset({JobState.Available})
@@ -211,18 +198,7 @@ async def queue_keys(client: AsyncClient, queue: str, *, limit: int = KEY_LIMIT)
         waiting_states=sorted(str(s) for s in KEY_WAITING_STATES),
         limit=limit,
     )
-    overrides = await control.overrides.get_queue_overrides(queue)
-    configured = _configured_limits(await control.registry.list_runtimes(), queue)
-    limits: dict[str, Any] = {}
-    sources: dict[str, str | None] = {}
-    for field in LIMIT_FIELDS:
-        set_by_override = None if overrides is None else getattr(overrides, field)
-        if set_by_override is not None:
-            limits[field], sources[field] = set_by_override, "override"
-        elif configured.get(field) is not None:
-            limits[field], sources[field] = configured[field], "workers"
-        else:
-            limits[field], sources[field] = None, None
+    limits, sources = await limits_in_force(control, queue)
     per_key = limits["max_running_per_key"]
     return {
         "queue": queue,
@@ -238,28 +214,3 @@ async def queue_keys(client: AsyncClient, queue: str, *, limit: int = KEY_LIMIT)
             for load in loads
         ],
     }
-
-
-def _configured_limits(runtimes: list[RuntimeSnapshot], queue: str) -> dict[str, Any]:
-    """The limits the live runtimes serving ``queue`` configure, the smallest of each."""
-    now = datetime.now(UTC)
-    found: dict[str, Any] = {}
-    for runtime in runtimes:
-        if not is_live(runtime.last_seen_at, runtime.snapshot_interval_ms, now):
-            continue
-        for q in runtime.queues:
-            if q.name != queue:
-                continue
-            values = {
-                "max_running_per_key": q.max_running_per_key,
-                "rate_limit_per_second": None if q.rate_limit is None else q.rate_limit[0],
-                "rate_limit_burst": None if q.rate_limit is None else q.rate_limit[1],
-                "global_rate_per_second": q.global_rate_per_second,
-                "global_rate_burst": q.global_rate_burst,
-                "global_rate_per_key_per_second": q.global_rate_per_key_per_second,
-                "global_rate_per_key_burst": q.global_rate_per_key_burst,
-            }
-            for field, value in values.items():
-                if value is not None:
-                    found[field] = value if field not in found else min(found[field], value)
-    return found

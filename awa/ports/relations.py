@@ -77,3 +77,10 @@ class JobRelations(Protocol):
         ``waiting_states`` (counted as running / waiting), the busiest first (running
         plus waiting, then key), at most ``limit``."""
         ...
+
+    async def running_of_keys(
+        self, queue: str, keys: Sequence[str], *, running_states: Sequence[str]
+    ) -> dict[str, int]:
+        """How many jobs of each of ``keys`` on ``queue`` are in ``running_states`` (the
+        slots each key holds); a key with none is absent. One read for every key."""
+        ...

@@ -80,3 +80,13 @@ class PgJobRelations:
             KeyLoad(key=str(row["key"]), running=int(row["running"]), waiting=int(row["waiting"]))
             for row in rows
         ]
+
+    async def running_of_keys(
+        self, queue: str, keys: Sequence[str], *, running_states: Sequence[str]
+    ) -> dict[str, int]:
+        if not keys:
+            return {}
+        params = {"queue": queue, "keys": list(keys), "running": list(running_states)}
+        async with translated_errors(), self._pool.connection() as conn:
+            rows = await (await conn.execute(_query("running_of_keys"), params)).fetchall()
+        return {str(row["key"]): int(row["running"]) for row in rows}

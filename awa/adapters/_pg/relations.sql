@@ -35,3 +35,11 @@ WHERE queue = %(queue)s
 GROUP BY 1
 ORDER BY count(*) DESC, 1
 LIMIT %(limit)s
+
+-- name: running_of_keys
+SELECT metadata ->> 'awa:concurrency_key' AS key, count(*) AS running
+FROM awa.jobs
+WHERE queue = %(queue)s
+  AND state::text = ANY (%(running)s::text[])
+  AND metadata ->> 'awa:concurrency_key' = ANY (%(keys)s::text[])
+GROUP BY 1

@@ -73,3 +73,17 @@ class InMemoryJobRelations:
                     waiting[key] += 1
         keys = sorted(set(running) | set(waiting), key=lambda k: (-(running[k] + waiting[k]), k))
         return [KeyLoad(key, running[key], waiting[key]) for key in keys[:limit]]
+
+    async def running_of_keys(
+        self, queue: str, keys: Sequence[str], *, running_states: Sequence[str]
+    ) -> dict[str, int]:
+        wanted = set(keys)
+        running: Counter[str] = Counter()
+        for jobs in self._store.state.sides.values():
+            for job in jobs.values():
+                key = concurrency_key_of(job.metadata)
+                if key is None or key not in wanted or job.queue != queue:
+                    continue
+                if str(job.state) in running_states:
+                    running[key] += 1
+        return dict(running)

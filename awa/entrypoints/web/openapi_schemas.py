@@ -7,7 +7,7 @@ from typing import Any
 from awa.domain.batch_ops import BatchOpKind, BatchOpState
 from awa.domain.cron import MissedFirePolicy
 from awa.domain.states import JobState
-from awa.entrypoints.job_graph import LIMIT_FIELDS as LIMIT_SOURCE_FIELDS
+from awa.entrypoints.held_back import LIMIT_FIELDS as LIMIT_SOURCE_FIELDS
 
 STATES = [str(s) for s in JobState]
 OP_KINDS = [str(k) for k in BatchOpKind]

@@ -32,6 +32,8 @@ from awa.domain.states import JobState
 MAX_RUNNING_PER_KEY = "max_running_per_key"
 GLOBAL_RATE_LIMIT = "global_rate_limit"
 GLOBAL_RATE_LIMIT_PER_KEY = "global_rate_limit_per_key"
+#: Every limit a reason can name, in the order the rule checks them.
+LIMITS = (MAX_RUNNING_PER_KEY, GLOBAL_RATE_LIMIT, GLOBAL_RATE_LIMIT_PER_KEY)
 
 
 @attrs.frozen

@@ -13,6 +13,7 @@ from awa.domain.callbacks import (
     validate_timeout,
 )
 from awa.domain.errors import ValidationError
+from awa.domain.held_back import HeldBack
 from awa.domain.job import DlqEntry as DlqRecord
 from awa.domain.job import JobRecord
 from awa.domain.states import TERMINAL_STATES, JobState
@@ -85,6 +86,12 @@ def job_dict(record: JobRecord) -> dict[str, Any]:
         "callback_timeout_at": rfc3339(record.callback_timeout_at),
         "progress": record.progress,
     }
+
+
+def held_back_json(held_back: HeldBack | None) -> dict[str, Any] | None:
+    """A job's ``held_back`` key beside its columns (ADR 0029): why a limit holds it
+    back now, or ``None``."""
+    return None if held_back is None else held_back.as_json()
 
 
 def _timeline(record: JobRecord) -> list[dict[str, Any]]:

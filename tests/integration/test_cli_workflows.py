@@ -201,3 +201,36 @@ def test_queue_keys_show_the_limits_live_workers_configure(url: str) -> None:
         f"Queue {OTHER}: per-key limit 2 (workers)",
         "  fleet-wide rate limit per key: 3/s, burst 6 (workers)",
     ]
+
+
+HELD_REASON = "held back: key tenant-a has 1 of 1 running (max_running_per_key)"
+
+
+def test_job_get_and_list_say_why_a_job_is_held_back(url: str) -> None:
+    ids = seed_workflow(url)
+    shown = awa_cli(url, "job", "get", str(ids["keyed_held"]))
+    assert shown.exit_code == 0, shown.stderr
+    assert shown.stdout.splitlines()[1] == HELD_REASON
+    doc = json.loads(awa_cli(url, "job", "get", str(ids["keyed_held"]), "--json").stdout)
+    assert doc["job"]["held_back"] == {
+        "limit": "max_running_per_key",
+        "key": "tenant-a",
+        "running": 1,
+        "max_running": 1,
+        "next_admission": None,
+        "reason": HELD_REASON,
+    }
+    free = json.loads(awa_cli(url, "job", "get", str(ids["keyed_free"]), "--json").stdout)
+    assert free["job"]["held_back"] is None
+    assert "held back" not in awa_cli(url, "job", "get", str(ids["keyed_free"])).stdout
+
+    listed = awa_cli(url, "job", "list", "--queue", KEYED)
+    assert listed.exit_code == 0, listed.stderr
+    held_lines = [line for line in listed.stdout.splitlines() if "held back" in line]
+    assert held_lines == [
+        f"job {ids[name]}: {HELD_REASON}" for name in ("keyed_held_too", "keyed_held")
+    ]
+    rows = json.loads(awa_cli(url, "job", "list", "--queue", KEYED, "--json").stdout)
+    held = {row["id"]: row["held_back"] for row in rows}
+    assert held[ids["keyed_free"]] is None and held[ids["keyed_running"]] is None
+    assert held[ids["keyed_held"]]["reason"] == HELD_REASON

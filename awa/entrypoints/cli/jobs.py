@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from awa.domain.errors import UniqueConflict
+from awa.domain.errors import JobNotFound, UniqueConflict
 from awa.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
 from awa.domain.states import JobState
 from awa.entrypoints.cli._common import (
@@ -24,7 +24,7 @@ from awa.entrypoints.cli._common import (
 )
 from awa.entrypoints.cli.storage import parse_duration
 from awa.entrypoints.client import AsyncClient
-from awa.entrypoints.client_admin import job_dict
+from awa.entrypoints.client_admin import held_back_json, job_dict
 from awa.entrypoints.job_graph import job_relations
 
 STATES = [str(s) for s in JobState]
@@ -242,15 +242,15 @@ def get(job_id: int, json_flag: bool) -> None:
     result."""
 
     async def go(client: AsyncClient) -> dict[str, Any] | None:
-        engine = await client.admin_engine()
-        found = await engine.get_job(job_id)
-        if found is None:
-            entry = await engine.get_dlq(job_id)
-            found = None if entry is None else entry.job
-        if found is None:
+        try:
+            found = await client.get_job(job_id)
+        except JobNotFound:
             return None
         relations = await job_relations(client, job_id)
-        return None if relations is None else {"job": job_dict(found), **relations}
+        if relations is None:
+            return None
+        row = {**job_dict(found.record), "held_back": held_back_json(found.held_back)}
+        return {"job": row, **relations}
 
     doc = with_client(go)
     if doc is None:
@@ -263,6 +263,8 @@ def get(job_id: int, json_flag: bool) -> None:
         f"Job {row['id']}  kind {row['kind']}  queue {row['queue']}  state {doc['state']}  "
         f"attempt {row['attempt']}/{row['max_attempts']}"
     )
+    if row["held_back"] is not None:
+        click.echo(row["held_back"]["reason"])
     batch = doc["batch"]
     if batch is not None:
         click.echo(
@@ -392,7 +394,7 @@ def list_jobs(
 
     async def go(client: AsyncClient) -> list[dict[str, Any]]:
         jobs = await client.list_jobs(state=state_, kind=kind, queue=queue, limit=limit)
-        return [job_dict(j.record) for j in jobs]
+        return [{**job_dict(j.record), "held_back": held_back_json(j.held_back)} for j in jobs]
 
     rows = with_client(go)
     if wants_json(json_flag):
@@ -405,3 +407,6 @@ def list_jobs(
             for r in rows
         ],
     )
+    for r in rows:
+        if r["held_back"] is not None:
+            click.echo(f"job {r['id']}: {r['held_back']['reason']}")

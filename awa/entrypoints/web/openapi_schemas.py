@@ -6,6 +6,7 @@ from typing import Any
 
 from awa.domain.batch_ops import BatchOpKind, BatchOpState
 from awa.domain.cron import MissedFirePolicy
+from awa.domain.held_back import LIMITS as HELD_BACK_LIMITS
 from awa.domain.states import JobState
 from awa.entrypoints.held_back import LIMIT_FIELDS as LIMIT_SOURCE_FIELDS
 
@@ -75,6 +76,21 @@ JOB_COLUMNS: dict[str, Any] = {
     "progress": {**ANY_OBJ, "nullable": True},
     "queue_descriptor": {**ANY_OBJ, "nullable": True},
     "kind_descriptor": {**ANY_OBJ, "nullable": True},
+    # Why a limit holds an available job back now (ADR 0029), on the job list and page.
+    "held_back": {
+        **obj(
+            {
+                "limit": {"type": "string", "enum": list(HELD_BACK_LIMITS)},
+                "key": NSTR,
+                "running": NINT,
+                "max_running": NINT,
+                "next_admission": NSTR,
+                "reason": STR,
+            },
+            ["limit", "reason"],
+        ),
+        "nullable": True,
+    },
 }
 JOB_REQUIRED = ["id", "kind", "queue", "state", "priority", "attempt", "max_attempts"]
 

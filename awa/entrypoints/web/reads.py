@@ -29,9 +29,10 @@ from awa.domain.job import DlqEntry, JobRecord, QueueCounts
 from awa.domain.rate_limits import held_back_by_rate
 from awa.domain.runtimes import is_live
 from awa.domain.states import JobState
-from awa.entrypoints.client_admin import job_dict, job_document
+from awa.entrypoints.client_admin import held_back_json, job_dict, job_document
 from awa.entrypoints.client_async import AsyncClient
 from awa.entrypoints.client_cron import next_fire_at
+from awa.entrypoints.held_back import held_back_of
 from awa.entrypoints.job import rfc3339
 from awa.entrypoints.job_graph import job_relations, queue_keys, workflow_graph
 from awa.entrypoints.web.cache import ReadCache
@@ -216,7 +217,17 @@ class AdminReads:
         records: list[JobRecord] = await self.cache.get(key, load)
         descriptors = await self.descriptors()
         expressions = await self._expressions(records)
-        return [job_json(r, descriptors, expressions.get(r.id)) for r in records]
+        held = await self._held_back(records)
+        return [
+            {**job_json(r, descriptors, expressions.get(r.id)), "held_back": held.get(r.id)}
+            for r in records
+        ]
+
+    async def _held_back(self, records: list[JobRecord]) -> dict[int, dict[str, Any] | None]:
+        """The ``held_back`` key of each job that a limit holds back now, by job id."""
+        control = await self.client.admin_control_plane()
+        reasons = await held_back_of(control, records, _now())
+        return {job_id: held_back_json(reason) for job_id, reason in reasons.items()}
 
     async def _expressions(self, records: list[JobRecord]) -> dict[int, CallbackExpressions]:
         """The CEL expressions of the callbacks these jobs wait on, by job id."""
@@ -253,6 +264,7 @@ class AdminReads:
         source = record if record is not None else dlq.job  # type: ignore[union-attr]
         expressions = (await self._expressions([source])).get(source.id)
         row = job_json(source, await self.descriptors(), expressions)
+        row["held_back"] = (await self._held_back([source])).get(source.id)
         doc["job"] = {**doc["job"], **row}
         return {**row, **doc}
 

@@ -73,6 +73,29 @@ def test_relations_graph_and_keys(make_client: AppFactory, migrated_database_url
     assert [k["key"] for k in top["keys"]] == ["tenant-a"]
 
 
+def test_a_held_back_job_says_why(make_client: AppFactory, migrated_database_url: str) -> None:
+    ids = seed_workflow(migrated_database_url)
+    api = make_client()
+    reason = "held back: key tenant-a has 1 of 1 running (max_running_per_key)"
+    job = api.get(f"/api/jobs/{ids['keyed_held']}").json()
+    assert job["held_back"] == {
+        "limit": "max_running_per_key",
+        "key": "tenant-a",
+        "running": 1,
+        "max_running": 1,
+        "next_admission": None,
+        "reason": reason,
+    }
+    assert job["job"]["held_back"] == job["held_back"]
+    assert api.get(f"/api/jobs/{ids['keyed_free']}").json()["held_back"] is None
+    rows = api.get("/api/jobs", params={"queue": KEYED}).json()
+    held = {row["id"]: row["held_back"] for row in rows}
+    assert held[ids["keyed_held"]]["reason"] == reason
+    assert held[ids["keyed_free"]] is None and held[ids["keyed_running"]] is None
+    schema = api.get("/api/openapi.json").json()["components"]["schemas"]["Job"]
+    assert "held_back" in schema["properties"]
+
+
 def test_bad_ids_and_limits_answer_json_errors(make_client: AppFactory) -> None:
     api = make_client()
     for path in ("/api/jobs/987654321/relations", "/api/jobs/987654321/graph"):

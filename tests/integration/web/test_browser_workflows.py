@@ -1,7 +1,7 @@
 """The workflow and key pages as a person sees them, in headless Chromium: a job's
 parents, children and result, the workflow graph around it (server-rendered SVG, each
-step with its state) and a queue's concurrency keys, at desktop and phone width with no
-Python repr and no sideways scroll."""
+step with its state), a queue's concurrency keys and a held-back job's reason, at
+desktop and phone width with no Python repr and no sideways scroll."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ def workflow_pages(ids: dict[str, int]) -> dict[str, str]:
         "workflow-failed": f"/jobs/{ids['cleanup']}/graph",
         "job-batch": f"/jobs/{ids['batch']}",
         "queue-keys": f"/queues/{KEYED}",
+        "job-held-back": f"/jobs/{ids['keyed_held']}",
     }
 
 
@@ -106,5 +107,13 @@ def test_workflow_pages_show_the_seeded_states(
             limits = page.locator("section.keys").inner_text()
             assert "Per-key limit: 1 (override)" in limits
             assert "Fleet-wide rate limit: 5.0/s, burst 10 (override)" in limits
+
+            page.goto(base + f"/jobs/{ids['keyed_held']}")
+            held = page.locator("section.held-back").inner_text()
+            assert "held back: key tenant-a has 1 of 1 running (max_running_per_key)" in held
+            page.click(f"text=Keys and limits of {KEYED} →")
+            assert page.url.endswith(f"/queues/{KEYED}")
+            page.goto(base + f"/jobs/{ids['keyed_free']}")
+            assert page.locator("section.held-back").count() == 0
     finally:
         context.close()

@@ -7,17 +7,20 @@ or failed parent is refused and writes nothing."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
 
+from awa.adapters.clock import ManualClock
 from awa.domain.dependencies import MAX_PARENTS, WAITING_RUN_AT, OnParentFailure
 from awa.domain.errors import ValidationError
 from awa.domain.job import JobRecord
+from awa.domain.kind_policies import KindPolicies
 from awa.domain.states import JobState
 from awa.ports.storage import Ack, JobFilter
 from tests.contract._support import QUEUE, claim_ids, claim_one, enable_dlq, enqueue, fetch, spec
-from tests.support.engines import EngineHandle
+from tests.support.engines import CONTRACT_BACKOFF, EngineHandle, postgres_control
 
 pytestmark = pytest.mark.anyio
 
@@ -390,3 +393,56 @@ async def test_reset_forgets_the_edges_and_waits(engine: EngineHandle) -> None:
     edges = await engine.control.relations.job_edges(child.id, limit=10)
     assert (edges.parent_count, edges.child_count) == (0, 0)
     assert (await engine.control.relations.job_edges(parent.id, limit=10)).child_count == 0
+
+
+@pytest.fixture
+async def private_ring(migrated_database_url: str) -> AsyncIterator[EngineHandle]:
+    """Queue storage on a two-slot ring in a schema of its own, which ``awa.jobs`` does
+    not show: its jobs' edges live in schema ``awa`` beside everyone else's."""
+    from awa.adapters.postgres_queue_storage import QueueStorageEngine, install_queue_storage
+
+    schema = "qs_private_deps"
+    await install_queue_storage(
+        migrated_database_url, schema, queue_slot_count=2, lease_slot_count=2
+    )
+    clock = ManualClock()
+    policies = KindPolicies()
+    opened = await QueueStorageEngine.open(
+        migrated_database_url,
+        clock=clock,
+        backoff=CONTRACT_BACKOFF,
+        schema=schema,
+        policies=policies,
+    )
+    try:
+        async with postgres_control(migrated_database_url, clock) as control:
+            yield EngineHandle(
+                "queue_storage_private_schema",
+                opened,
+                clock,
+                opened,
+                opened.leader_lock,
+                control,
+                migrated_database_url,
+                policies=policies,
+            )
+    finally:
+        await opened.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    "check",
+    [
+        test_a_child_waits_for_every_parent_then_runs,
+        test_a_child_of_completed_parents_is_available_at_once,
+        test_a_parent_failed_into_the_dlq_cancels_its_child,
+        test_unknown_or_failed_parents_are_refused_and_nothing_is_written,
+    ],
+)
+async def test_an_engine_on_a_private_schema_finds_its_parents(
+    private_ring: EngineHandle, check: Callable[[EngineHandle], Awaitable[None]]
+) -> None:
+    """Parents are read where the engine keeps them, not only where ``awa.jobs`` looks
+    (every insert with parents was refused there: no job with that id)."""
+    await check(private_ring)

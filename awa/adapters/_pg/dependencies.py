@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from awa.adapters._pg.sql import load_queries
 from awa.domain import dependencies
@@ -39,14 +40,23 @@ async def insert_with_parents(
     specs: Sequence[JobSpec],
     insert: Callable[[Sequence[JobSpec]], Awaitable[list[JobRecord]]],
     now: datetime,
+    *,
+    schema: str | None = None,
 ) -> list[JobRecord]:
     """Insert ``specs`` with ``insert`` (in ``conn``'s transaction); those with parents
     are planned against them first (refused, waiting or ready) and their edges stored
-    after. The parents stay locked against finishing until the transaction ends."""
+    after. The parents stay locked against finishing until the transaction ends.
+    ``schema``: the queue-storage schema the engine writes to; parents ``awa.jobs`` does
+    not show (that schema is an engine's private one) are read there."""
     if not any(spec.depends_on for spec in specs):
         return await insert(specs)
     wanted = sorted({parent for spec in specs for parent in spec.depends_on})
     rows = await _rows(conn, "dependency_parents", {"ids": wanted})
+    missing = sorted(set(wanted) - {int(_field(row, "id", 0)) for row in rows})
+    if missing and schema is not None:
+        text = sql.SQL(_query("dependency_parents_in").decode()).format(s=sql.Identifier(schema))
+        cur = await conn.execute(text, {"ids": missing})
+        rows.extend(await cur.fetchall())
     states = {
         int(_field(row, "id", 0)): JobState.parse(str(_field(row, "state", 1))) for row in rows
     }

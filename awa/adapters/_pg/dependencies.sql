@@ -23,3 +23,13 @@ FROM awa.resolve_dependencies(
 
 -- name: dependency_retried
 SELECT child_id FROM awa.dependency_retried(%(ids)s::bigint[], %(restored)s::bigint[])
+
+-- name: dependency_parents_in
+-- The parents awa.dependency_parents did not find, read in a queue-storage schema that
+-- awa.jobs does not show (an engine's private schema), as that function reads them: the
+-- job's state, or 'failed' for a job held in the DLQ. A statement of its own after the
+-- function took the parents' locks, so it sees every finish committed before them.
+SELECT j.id, j.state::text AS state FROM {s}.jobs_resolved AS j
+WHERE j.id = ANY (%(ids)s::bigint[])
+UNION ALL
+SELECT d.job_id, 'failed' FROM {s}.dlq_entries AS d WHERE d.job_id = ANY (%(ids)s::bigint[])

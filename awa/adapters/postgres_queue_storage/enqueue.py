@@ -149,7 +149,11 @@ class Enqueue:
         with parents planned against them first and their edges stored after (ADR 0032)."""
         if any(spec.depends_on for spec in specs):
             return await pg_dependencies.insert_with_parents(
-                conn, specs, lambda planned: self._insert_rows(conn, planned), self._clock.now()
+                conn,
+                specs,
+                lambda planned: self._insert_rows(conn, planned),
+                self._clock.now(),
+                schema=self._sql.schema,
             )
         # Jobs with a replace / debounce mode merge into a waiting holder (ADR 0034).
         return await insert_merging(

@@ -243,14 +243,20 @@ class Executor:
         not answer (a retry) or a result does not fit its type (a failure)."""
         if self._results is None or not isinstance(parents, list):
             return None
+        ids = [p for p in parents if isinstance(p, int) and not isinstance(p, bool)]
+        # Asked all at once: a store answers reads asked together in one statement, so a
+        # join of a hundred parents reads them in one round trip, not a hundred.
+        answers = await asyncio.gather(
+            *(self._results.get_result(parent) for parent in ids), return_exceptions=True
+        )
         found: dict[int, Any] = {}
-        for parent in parents:
-            if isinstance(parent, bool) or not isinstance(parent, int):
-                continue
-            try:
-                stored = await self._results.get_result(parent)
-            except Exception as exc:
-                return RetryWithBackoff(error=f"could not read the result of job {parent}: {exc}")
+        for parent, stored in zip(ids, answers, strict=True):
+            if isinstance(stored, BaseException):
+                if not isinstance(stored, Exception):
+                    raise stored
+                return RetryWithBackoff(
+                    error=f"could not read the result of job {parent}: {stored}"
+                )
             if stored is None:
                 continue
             owner = None if stored.kind is None else self._handlers.get(stored.kind)

@@ -10,6 +10,7 @@ import pytest
 
 import awa
 import awa.testing
+from awa.adapters._pg.results import PgResultStore
 from awa.domain.errors import ValidationError
 from awa.domain.states import JobState
 
@@ -179,5 +180,36 @@ async def test_a_child_reads_its_parents_results(migrated_database_url: str) -> 
             jobs[name].id for name in ("step-1", "step-2", "step-3")
         ]
         assert awa.Job(jobs["join"].record).parent_results == {}
+    finally:
+        await client.close()
+
+
+async def test_a_join_reads_its_parents_results_in_one_statement(
+    migrated_database_url: str,
+) -> None:
+    """A join's parents' results are asked for together, so the store reads them in one
+    statement (a join of a hundred parents took a hundred round trips)."""
+    client = awa.AsyncClient(migrated_database_url)
+    try:
+        seen: list[dict[int, object]] = []
+
+        @client.task(Part, store_result=True)
+        async def part(job: awa.Job[Part]) -> Total:
+            return Total(job.args.n)
+
+        @client.task(Join)
+        async def join(job: awa.Job[Join]) -> None:
+            seen.append(job.parent_results)
+
+        wf = awa.Workflow()
+        parts = [wf.add(Part(n), queue="wf_one_read") for n in range(8)]
+        wf.add(Join(8), name="join", queue="wf_one_read", depends_on=parts)
+        jobs = await wf.insert(client)
+        store = (await client._control()).results
+        assert isinstance(store, PgResultStore)
+        statements, reads = store._reader.statements, store._reader.reads
+        await awa.testing.drain(client, "wf_one_read")
+        assert seen == [{jobs[f"step-{n + 1}"].id: Total(n) for n in range(8)}]
+        assert (store._reader.statements - statements, store._reader.reads - reads) == (1, 8)
     finally:
         await client.close()

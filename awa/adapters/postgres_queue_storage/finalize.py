@@ -157,6 +157,9 @@ class Completion:
             rows = await self._sql.run_generic(conn, statement, {**params, "release": True})
             children = [r["released"] for r in rows if r["released"] is not None]
             if children:
+                # The receipt statement ran under its generic plan; the release reads
+                # and writes the children by job id, planned for the ids at hand.
+                await self._sql.exec(conn, "default_plans_here")
                 writes = Writes(params["now"])
                 changes = pg_dependencies.released(children, writes.now)
                 await self._outcomes.change_jobs(conn, writes, changes)

@@ -1,18 +1,28 @@
-"""How long ``import awa`` takes, and the first use of the client layer, in fresh
-interpreters: the median over ``--runs`` runs, with the number of modules each loads.
+"""How long ``import awa`` takes, the first use of the client layer, and the ``awa`` command
+line, in fresh interpreters: the median over ``--runs`` runs, with the number of modules
+each loads.
 
     python -m benchmarks.import_time --runs 15
+    python -m benchmarks.import_time --runs 5 --cli
 
-Warm means the files are in the page cache (the first run warms it and is discarded).
+``--cli`` adds ``awa --help`` and one real command (``awa health`` against a scratch
+database on ``--admin-url``'s server, migrated first), each as ``python -m awa`` in a
+fresh process: median wall and CPU (user + system) milliseconds. Warm means the files are
+in the page cache (the first run of each probe warms it and is discarded).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+import os
+import resource
 import statistics
 import subprocess
 import sys
+import time
+from collections.abc import Sequence
+
+from benchmarks._common import drop_database, fresh_database, parser
 
 _PROBE = """
 import json, sys, time
@@ -45,10 +55,56 @@ def measure(runs: int) -> dict[str, float]:
     }
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure_command(
+    argv: Sequence[str], runs: int, env: dict[str, str] | None = None
+) -> dict[str, float]:
+    """Median wall and CPU milliseconds of ``python -m awa ARGV`` over ``runs`` fresh
+    processes (after one discarded warm-up run); each must exit 0."""
+    walls: list[float] = []
+    cpus: list[float] = []
+    command = [sys.executable, "-m", "awa", *argv]
+    for i in range(runs + 1):
+        cpu0 = _children_cpu()
+        t0 = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
+        wall = time.perf_counter() - t0
+        cpu = _children_cpu() - cpu0
+        if done.returncode != 0:
+            raise SystemExit(f"{' '.join(command)} exited {done.returncode}: {done.stderr}")
+        if i > 0:
+            walls.append(wall * 1000)
+            cpus.append(cpu * 1000)
+    return {"wall_ms_median": statistics.median(walls), "cpu_ms_median": statistics.median(cpus)}
+
+
+def _cli_rows(runs: int, admin_url: str, db: str) -> list[tuple[str, dict[str, float]]]:
+    rows = [("awa --help", measure_command(["--help"], runs))]
+    url = fresh_database(admin_url, db)
+    try:
+        env = {**os.environ, "DATABASE_URL": url}
+        env.pop("AWA_CONTEXT", None)
+        subprocess.run(
+            [sys.executable, "-m", "awa", "migrate"], capture_output=True, env=env, check=True
+        )
+        rows.append(("awa health", measure_command(["health"], runs, env)))
+    finally:
+        drop_database(admin_url, db)
+    return rows
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=15)
-    args = parser.parse_args()
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=15)
+    p.add_argument(
+        "--cli", action="store_true", help="also time `awa --help` and `awa health` (wall, CPU)"
+    )
+    args = p.parse_args()
+    load = os.getloadavg()[0]
     result = measure(args.runs)
     print(
         f"import awa: {result['import_ms_median']:.1f} ms median, {result['modules']:.0f} "
@@ -56,6 +112,13 @@ def main() -> None:
         f"{result['modules_with_client']:.0f} modules; celpy loaded: "
         f"{bool(result['cel_loaded'])}"
     )
+    if args.cli:
+        for label, row in _cli_rows(args.runs, args.admin_url, args.db or "awa_bench_cli"):
+            print(
+                f"{label}: {row['wall_ms_median']:.0f} ms wall, "
+                f"{row['cpu_ms_median']:.0f} ms CPU (median of {args.runs})"
+            )
+    print(f"load average (1 min) at the start: {load:.1f}")
 
 
 if __name__ == "__main__":

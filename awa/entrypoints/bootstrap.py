@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 import psycopg
@@ -34,20 +34,12 @@ from awa.adapters._pg.pool import PoolOptions, open_pool
 from awa.adapters._pg.pool import connect as pg_connect
 from awa.adapters._pg.runtime_registry import PostgresRuntimeRegistry
 from awa.adapters.clock import SystemClock
-from awa.adapters.postgres_queue_storage import (
-    install_queue_storage as install_queue_storage_tables,
-)
 from awa.adapters.postgres_queue_storage.connections import MAX_KEPT_CONNECTIONS
 from awa.domain.errors import ConnectionLimitTooLow, DatabaseError, WakeupsUnavailable
 from awa.domain.kind_policies import KindPolicies
 from awa.domain.policies import Backoff
 from awa.domain.transition import TransitionStatus
-from awa.entrypoints.routing import (
-    TRANSITION_SCHEMA_VERSION,
-    open_postgres_backend,
-    postgres_control_plane,
-    postgres_routing,
-)
+from awa.entrypoints.environment import LISTEN_URL_ENV, POOLER_ENV
 from awa.ports.admin import SchemaAdmin
 from awa.ports.clock import Clock
 from awa.ports.control_plane import Backend, ControlPlane
@@ -58,18 +50,16 @@ from awa.ports.runtime_registry import RuntimeRegistry
 from awa.ports.storage import StorageEngine
 from awa.ports.transactions import TransactionJoiner
 from awa.ports.transition import TransitionFollower
-from awa.runtime.heartbeat import EngineFactory
-from awa.runtime.maintenance import BackendFactory
+
+if TYPE_CHECKING:
+    from awa.runtime.heartbeat import EngineFactory
+    from awa.runtime.maintenance import BackendFactory
 
 Connection = psycopg.AsyncConnection[DictRow]
 
 log = logging.getLogger(__name__)
 
-#: ``pooler=`` / ``AWA_POOLER``: what the database URL points at (ADR 0015).
-POOLER_ENV = "AWA_POOLER"
 POOLER_CHOICES = pg_pool.POOLER_CHOICES
-#: ``listen_database_url=`` / ``awa worker --listen-database-url``: where wake-ups listen.
-LISTEN_URL_ENV = "AWA_LISTEN_DATABASE_URL"
 
 ELIGIBILITY_TIMEOUT = 10.0
 
@@ -173,6 +163,8 @@ async def open_wiring(
     The schema is not checked here (see :func:`require_schema`): a client's own SQL
     transactions and its health check work on a database that was never migrated. An
     unreachable database raises ``DatabaseError`` naming the driver's reason."""
+    from awa.entrypoints.routing import postgres_control_plane, postgres_routing
+
     await check_reachable(url)
     pool = await open_pool(url, max_connections=max_connections, options=pool_options)
     policies = policies if policies is not None else KindPolicies()
@@ -194,6 +186,8 @@ async def require_schema(wiring: Wiring) -> None:
     needs (``run `awa migrate```). The in-memory client has no schema to check."""
     if wiring.pool is None:
         return
+    from awa.entrypoints.routing import TRANSITION_SCHEMA_VERSION
+
     async with translated_errors(), wiring.pool.connection() as conn:
         await pg_migrations.require_schema(conn, minimum=TRANSITION_SCHEMA_VERSION)
 
@@ -239,6 +233,10 @@ async def install_queue_storage(
     url: str, schema: str, *, queue_slot_count: int, lease_slot_count: int, reset: bool
 ) -> None:
     """Install (or with ``reset`` rebuild) the queue-storage engine's tables in ``schema``."""
+    from awa.adapters.postgres_queue_storage.install import (
+        install_queue_storage as install_queue_storage_tables,
+    )
+
     await install_queue_storage_tables(
         url,
         schema,
@@ -393,6 +391,8 @@ async def _open_thread_backend(wiring: Wiring) -> Backend:
     policies and the control plane on its pool, on the wiring's database, for a thread
     with an event loop of its own (a pool belongs to the loop that opened it). Closing
     the engine closes the pool."""
+    from awa.entrypoints.routing import open_postgres_backend
+
     opened = await open_postgres_backend(
         wiring.url,
         clock=SystemClock(),

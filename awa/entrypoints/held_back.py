@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from awa.domain.flow_control import SLOT_STATES, concurrency_key_of
 from awa.domain.held_back import HeldBack, held_back_reason
@@ -17,8 +17,10 @@ from awa.domain.job import JobRecord
 from awa.domain.rate_limits import QUEUE_LIMITER, GlobalRateLimit, LimiterState, key_limiter
 from awa.domain.runtimes import is_live
 from awa.domain.states import JobState
-from awa.ports.control_plane import ControlPlane
-from awa.ports.runtime_registry import RuntimeSnapshot
+
+if TYPE_CHECKING:
+    from awa.ports.control_plane import ControlPlane
+    from awa.ports.runtime_registry import RuntimeSnapshot
 
 #: The override fields that limit how fast or how many of a queue's jobs run, shown
 #: beside its keys (``awa.domain.overrides.QueueOverrides``).

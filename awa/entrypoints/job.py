@@ -19,7 +19,6 @@ from awa.domain.job import JobRecord
 from awa.domain.states import JobState
 from awa.domain.unique_conflict import InsertOutcome, insert_outcome
 from awa.entrypoints.cel import compile_expressions
-from awa.runtime.tracing import TRACEPARENT_KEY
 
 T = TypeVar("T")
 # The widest percent accepted (a byte); anything above 100 is reported as 100.
@@ -183,6 +182,10 @@ class Job(Generic[T]):
         """The W3C ``traceparent`` stored at enqueue (``metadata["awa:traceparent"]``),
         or ``None``. Inside a handler the execution span is already the ambient context;
         this is the enqueue site's, for inspection."""
+        # Imported here: the tracing module loads opentelemetry, which a process that
+        # only lists jobs (the command line) does not need.
+        from awa.runtime.tracing import TRACEPARENT_KEY
+
         value = self._record.metadata.get(TRACEPARENT_KEY)
         return value if isinstance(value, str) else None
 

@@ -18,11 +18,11 @@ from awa.domain.states import JobState
 from awa.domain.validation import validate_job_id
 from awa.entrypoints.held_back import limits_in_force
 from awa.entrypoints.job import rfc3339
-from awa.ports.relations import Edge
-from awa.ports.storage import StorageEngine
 
 if TYPE_CHECKING:
     from awa.entrypoints.client import AsyncClient
+    from awa.ports.relations import Edge
+    from awa.ports.storage import StorageEngine
 
 #: The most parents and the most children listed for one job.
 EDGE_LIMIT = 100

@@ -24,10 +24,10 @@ from click.testing import CliRunner
 from awa.domain.errors import ValidationError
 from awa.domain.keywords import keywords_of
 from awa.entrypoints import client_async, logs
-from awa.entrypoints.bootstrap import LISTEN_URL_ENV
 from awa.entrypoints.cli import cli
 from awa.entrypoints.client import AsyncClient, Client, RawClient
 from awa.entrypoints.client_async import ClientStartOptions
+from awa.entrypoints.environment import LISTEN_URL_ENV
 from awa.entrypoints.health import HEALTH_ADDR_ENV
 from awa.runtime.config import NO_EFFECT, RuntimeConfig, parse_start_args
 from awa.testing import memory_client

@@ -12,15 +12,16 @@ No message Awa produces may carry a password, whatever the string's shape, so:
 - :func:`scrub` removes passwords from arbitrary text (driver error messages quote the
   connection string they could not parse): URL user-info passwords, ``password=`` /
   ``sslpassword=`` keys in either form, and any literal secret of a known string.
+
+The driver is imported by the functions that parse (:func:`parse`, :func:`display`), so
+a caller that only scrubs text (the command line printing its help or an error) does not
+load it.
 """
 
 from __future__ import annotations
 
 import re
 from urllib.parse import quote, unquote
-
-import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 #: Connection parameters whose values are secrets.
 SECRET_KEYS = frozenset({"password", "sslpassword"})
@@ -64,6 +65,9 @@ def parse(url: str) -> dict[str, str]:
     """The connection parameters of ``url`` (normalised), as libpq reads them.
 
     Raises :class:`ConnInfoError` with libpq's reason, scrubbed of secrets."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
     try:
         return {k: str(v) for k, v in conninfo_to_dict(normalize(url)).items()}
     except psycopg.Error as exc:
@@ -92,6 +96,8 @@ def display(url: str) -> str:
         return f"<{exc}>"
     public = {k: params[k] for k in sorted(params, key=_key_order) if k not in SECRET_KEYS}
     if not is_url(url):
+        from psycopg.conninfo import make_conninfo
+
         return make_conninfo(**public) if public else "(libpq defaults)"
     scheme = normalize(url).strip().split("://", 1)[0]
     return _as_url(scheme, public)

@@ -8,25 +8,31 @@ and echoes the password-stripped target to stderr once, before anything acts.
 
 Failures become one ``awa: error: ...`` line and exit code 1; ``--debug`` lets the
 original traceback through instead. No message carries a password.
+
+Every command module is imported to build the help, so this module and the command
+modules import the composition root, the client and the event loop inside the functions
+that use them: ``awa --help`` and a command that never connects load none of them, and a
+command loads only what it runs (ADR 0018).
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from awa.adapters._pg import conninfo
 from awa.domain.errors import SchemaNotMigrated
-from awa.entrypoints import bootstrap, payloads
 from awa.entrypoints.cli import _target
-from awa.entrypoints.cli._contexts import ContextConfig
-from awa.entrypoints.client import AsyncClient
-from awa.ports.admin import SchemaAdmin
+from awa.entrypoints.environment import POOLER_ENV
+
+if TYPE_CHECKING:
+    from awa.entrypoints.cli._contexts import ContextConfig
+    from awa.entrypoints.client_async import AsyncClient
+    from awa.ports.admin import SchemaAdmin
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -116,11 +122,13 @@ class CliState:
         if mutating is None:
             mutating = ctx is not None and is_mutating(ctx.command)
         self.announce()
+        from awa.entrypoints import bootstrap
+
         try:
             # What the URL points at ($AWA_POOLER), for every connection this command opens.
             bootstrap.declare_pooler(target.url, None)
         except ValueError as exc:
-            raise click.UsageError(f"{exc} (from ${bootstrap.POOLER_ENV})") from None
+            raise click.UsageError(f"{exc} (from ${POOLER_ENV})") from None
         if mutating and not self._checked:
             assert self._resolved is not None
             command = ctx.command_path if ctx is not None else "awa"
@@ -179,11 +187,15 @@ def state(ctx: click.Context | None = None) -> CliState:
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run one coroutine to completion on a fresh event loop."""
+    import asyncio
+
     return asyncio.run(coro)
 
 
 def with_client(action: Callable[[AsyncClient], Awaitable[T]]) -> T:
     """Open a client on the target database, run ``action`` with it, and close it."""
+    from awa.entrypoints.client_async import AsyncClient
+
     url = state().database_url()
 
     async def go() -> T:
@@ -196,6 +208,7 @@ def with_client(action: Callable[[AsyncClient], Awaitable[T]]) -> T:
 def with_schema_admin(url: str, action: Callable[[SchemaAdmin], Awaitable[T]]) -> T:
     """Run ``action`` with the schema admin port on one connection to ``url``, then
     close it."""
+    from awa.entrypoints import bootstrap
 
     async def go() -> T:
         admin = await bootstrap.connect_schema_admin(url)
@@ -227,6 +240,8 @@ def wants_json(json_flag: bool) -> bool:
 
 def emit_json(value: Any) -> None:
     """Print ``value`` as indented JSON on stdout."""
+    from awa.entrypoints import payloads
+
     click.echo(payloads.dumps(value, indent=2))
 
 

@@ -6,7 +6,6 @@ import dataclasses
 
 import click
 
-from awa.entrypoints import bootstrap
 from awa.entrypoints.cli._common import emit_json, json_option, mutating, run, state, wants_json
 
 NEXT_STEPS = (
@@ -27,6 +26,8 @@ def adopt(json_flag: bool) -> None:
     metadata and descriptors. Stop every awa-pg worker first: adoption refuses, naming
     them, while any awa-pg runtime heartbeats. awa-pg cannot open the database afterwards.
     """
+    from awa.entrypoints import bootstrap
+
     report = run(bootstrap.adopt_awa_pg(state().database_url()))
     if wants_json(json_flag):
         emit_json(dataclasses.asdict(report))

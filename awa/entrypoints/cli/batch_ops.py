@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from awa.entrypoints.cli._common import emit_json, parse_iso, with_client
-from awa.entrypoints.client import AsyncClient
+
+if TYPE_CHECKING:
+    from awa.entrypoints.client_async import AsyncClient
 
 OP_KINDS = ("set_priority", "move_queue")
 STATES = ("pending", "scanning", "running", "cancelling", "completed", "cancelled", "failed")

@@ -12,7 +12,6 @@ from typing import Any
 import click
 
 from awa.adapters._pg import conninfo
-from awa.entrypoints import bootstrap
 from awa.entrypoints.cli._common import (
     emit_json,
     fail,
@@ -39,6 +38,8 @@ def context(ctx: click.Context, json_flag: bool) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
+    from awa.entrypoints import bootstrap
+
     cli_state = state()
     url = cli_state.database_url()
     report = run(inspect_target(url, 5))

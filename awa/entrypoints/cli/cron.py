@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,8 +15,9 @@ from awa.entrypoints.cli._common import (
     wants_json,
     with_client,
 )
-from awa.entrypoints.client import AsyncClient
-from awa.entrypoints.client_cron import next_fire_at
+
+if TYPE_CHECKING:
+    from awa.entrypoints.client_async import AsyncClient
 
 LIST_HEADERS = ("NAME", "CRON", "TIMEZONE", "MISSED", "KIND", "QUEUE", "PAUSED", "NEXT FIRE")
 
@@ -37,6 +38,8 @@ def list_(json_flag: bool) -> None:
 
     async def go(client: AsyncClient) -> list[dict[str, Any]]:
         return await client.list_cron_jobs()
+
+    from awa.entrypoints.client_cron import next_fire_at
 
     rows = with_client(go)
     for row in rows:

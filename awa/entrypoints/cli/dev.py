@@ -7,11 +7,9 @@ from pathlib import Path
 
 import click
 
-from awa.entrypoints import dev as dev_tour
 from awa.entrypoints import logs
 from awa.entrypoints.cli._common import fail, mutating, state
 from awa.entrypoints.cli._logging import log_options
-from awa.entrypoints.dev_embedded import EMBEDDED_MISSING, Interrupted
 
 
 @click.command()
@@ -57,6 +55,9 @@ def dev(
     exit, SIGINT, SIGTERM or SIGHUP. --log-level info (or debug) adds the worker's log
     lines on stderr.
     """
+    from awa.entrypoints import dev as dev_tour
+    from awa.entrypoints.dev_embedded import EMBEDDED_MISSING, Interrupted
+
     logs.configure(log_level, log_format)
     url = state().optional_database_url()
     options = dev_tour.DevOptions(jobs=jobs, workers=workers, seconds=seconds)

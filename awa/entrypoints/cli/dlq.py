@@ -7,7 +7,7 @@ without either they are refused before the database is touched.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,10 +21,11 @@ from awa.entrypoints.cli._common import (
     wants_json,
     with_client,
 )
-from awa.entrypoints.client import AsyncClient
-from awa.entrypoints.client_admin import job_dict
 from awa.entrypoints.job import rfc3339
 from awa.entrypoints.results import DlqEntry
+
+if TYPE_CHECKING:
+    from awa.entrypoints.client_async import AsyncClient
 
 LIST_HEADERS = ("JOB_ID", "KIND", "QUEUE", "ATT", "REASON", "DLQ_AT")
 
@@ -35,6 +36,8 @@ def _refuse_unfiltered(operation: str, filters: str, *values: Any, allow_all: bo
 
 
 def _entry_dict(entry: DlqEntry) -> dict[str, Any]:
+    from awa.entrypoints.client_admin import job_dict
+
     return {
         "job": job_dict(entry.job.record),
         "reason": entry.reason,

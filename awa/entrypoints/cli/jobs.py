@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,9 +23,9 @@ from awa.entrypoints.cli._common import (
     with_client,
 )
 from awa.entrypoints.cli.storage import parse_duration
-from awa.entrypoints.client import AsyncClient
-from awa.entrypoints.client_admin import held_back_json, job_dict
-from awa.entrypoints.job_graph import job_relations
+
+if TYPE_CHECKING:
+    from awa.entrypoints.client_async import AsyncClient
 
 STATES = [str(s) for s in JobState]
 #: ``insert_outcome`` of an insert left out because a job holds its unique key (skip).
@@ -144,6 +144,8 @@ def enqueue(
     unique = _unique_options(unique_opts, on_conflict, debounce_window, max_wait)
 
     async def go(client: AsyncClient) -> dict[str, Any]:
+        from awa.entrypoints.client_admin import job_dict
+
         try:
             inserted = await client.insert(
                 args_,
@@ -242,6 +244,9 @@ def get(job_id: int, json_flag: bool) -> None:
     result."""
 
     async def go(client: AsyncClient) -> dict[str, Any] | None:
+        from awa.entrypoints.client_admin import held_back_json, job_dict
+        from awa.entrypoints.job_graph import job_relations
+
         try:
             found = await client.get_job(job_id)
         except JobNotFound:
@@ -393,6 +398,8 @@ def list_jobs(
     """List jobs, newest first."""
 
     async def go(client: AsyncClient) -> list[dict[str, Any]]:
+        from awa.entrypoints.client_admin import held_back_json, job_dict
+
         jobs = await client.list_jobs(state=state_, kind=kind, queue=queue, limit=limit)
         return [{**job_dict(j.record), "held_back": held_back_json(j.held_back)} for j in jobs]
 

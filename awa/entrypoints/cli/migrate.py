@@ -14,7 +14,6 @@ from pathlib import Path
 
 import click
 
-from awa.entrypoints import bootstrap
 from awa.entrypoints.cli._common import fail, mutating, run, state, with_schema_admin
 
 SELECTION_NEEDS_SQL = "--from, --to and --version select SQL to print; add --sql or --extract-to"
@@ -97,6 +96,8 @@ def migrate(
 ) -> None:
     """Apply pending migrations (or print SQL with --sql / --pending, or write it to files
     with --extract-to)."""
+    from awa.entrypoints import bootstrap
+
     ranged = from_version is not None or to_version is not None
     if pending and (ranged or version is not None):
         raise click.UsageError(PENDING_EXCLUSIVE)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,7 +14,9 @@ from awa.entrypoints.cli._common import (
     wants_json,
     with_client,
 )
-from awa.entrypoints.client import AsyncClient
+
+if TYPE_CHECKING:
+    from awa.entrypoints.client_async import AsyncClient
 
 HEADERS = (
     "QUEUE",

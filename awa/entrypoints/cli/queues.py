@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,8 +15,10 @@ from awa.entrypoints.cli._common import (
     with_client,
 )
 from awa.entrypoints.cli.overrides import overrides
-from awa.entrypoints.client import AsyncClient
 from awa.entrypoints.job_graph import KEY_LIMIT, MAX_KEY_LIMIT, queue_keys
+
+if TYPE_CHECKING:
+    from awa.entrypoints.client_async import AsyncClient
 
 STATS_HEADERS = (
     "QUEUE",

@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 
 from awa.entrypoints import logs
-from awa.entrypoints.bootstrap import LISTEN_URL_ENV, POOLER_ENV
+from awa.entrypoints.environment import LISTEN_URL_ENV, POOLER_ENV
 from awa.entrypoints.health import HEALTH_ADDR_ENV
 from awa.runtime import heap, tracing
 from awa.runtime.config import COMPLETION_BATCH_SIZE_ENV, COMPLETION_FLUSH_MS_ENV

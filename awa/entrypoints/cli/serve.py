@@ -6,7 +6,6 @@ Every option has an ``AWA_*`` environment variable.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +13,6 @@ import click
 
 from awa.callback_contract import DEFAULT_PATH_PREFIX, DEFAULT_REPLAY_WINDOW_SECS
 from awa.domain.errors import ValidationError
-from awa.entrypoints import bootstrap
 from awa.entrypoints.cli._common import CliState, CommandFailed
 from awa.entrypoints.web.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_SESSION_TTL
 
@@ -332,6 +330,10 @@ def callbacks_serve(state: CliState, /, **kw: Any) -> None:
             "(AWA_CALLBACK_HMAC_SECRET) or pass --allow-unsigned"
         )
     settings = _callback_settings(kw)
+    import asyncio
+
+    from awa.entrypoints import bootstrap
+
     url = state.database_url()
     access = asyncio.run(bootstrap.probe_write_access(url))
     if not access.writable:

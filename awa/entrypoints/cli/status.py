@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -11,9 +11,11 @@ from awa.domain.engine_notice import engine_notice
 from awa.domain.errors import SchemaNotMigrated
 from awa.domain.schema import schema_compatible
 from awa.domain.transition import TransitionState, TransitionStatus
-from awa.entrypoints import bootstrap
 from awa.entrypoints.cli._common import emit_json, first_line, json_option, run, state, wants_json
-from awa.ports.admin import SchemaAdmin
+from awa.entrypoints.environment import LISTEN_URL_ENV
+
+if TYPE_CHECKING:
+    from awa.ports.admin import SchemaAdmin
 
 
 def package_version() -> str:
@@ -29,6 +31,8 @@ async def inspect_target(
     pooler) and how a worker would be woken (``"wakeups"``: ``listen`` when a test
     notification on ``listen_url``, default ``url``, comes back, else ``polling`` with
     ``"wakeups_reason"``)."""
+    from awa.entrypoints import bootstrap
+
     report: dict[str, Any] = {"reachable": False}
     try:
         admin = await bootstrap.connect_schema_admin(url, connect_timeout=timeout)
@@ -152,15 +156,17 @@ def echo_rows(rows: list[tuple[str, str]]) -> None:
 @click.option(
     "--listen-database-url",
     "listen_url",
-    envvar=bootstrap.LISTEN_URL_ENV,
+    envvar=LISTEN_URL_ENV,
     metavar="URL",
     default=None,
-    help=f"Where workers listen for wake-ups (${bootstrap.LISTEN_URL_ENV}; default the database).",
+    help=f"Where workers listen for wake-ups (${LISTEN_URL_ENV}; default the database).",
 )
 @json_option
 def health(connect_timeout: int, listen_url: str | None, json_flag: bool) -> None:
     """Check the database is reachable and migrated to this package's schema version, and
     report how workers would connect and be woken (notifications or polling)."""
+    from awa.entrypoints import bootstrap
+
     cli_state = state()
     url = cli_state.database_url()
     expected = bootstrap.current_migration_version()

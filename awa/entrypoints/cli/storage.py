@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from awa.domain.errors import AwaError, ValidationError
 from awa.domain.transition import TransitionStatus
 from awa.domain.validation import DEFAULT_SLOT_COUNTS, schema_name_problem, validate_slot_counts
-from awa.entrypoints import payloads
 from awa.entrypoints.cli._common import (
     cell,
     emit_json,
@@ -29,7 +28,9 @@ from awa.entrypoints.cli._common import (
     wants_json,
     with_schema_admin,
 )
-from awa.ports.admin import SchemaAdmin
+
+if TYPE_CHECKING:
+    from awa.ports.admin import SchemaAdmin
 
 NOT_MIGRATED = (
     "the database is not migrated (awa.storage_transition_state is missing): run `awa migrate`"
@@ -69,6 +70,8 @@ async def _status(admin: SchemaAdmin) -> dict[str, Any] | None:
 
 def _render(value: Any) -> str:
     if isinstance(value, dict | list):
+        from awa.entrypoints import payloads
+
         return payloads.dumps(value, sort_keys=True)
     return cell(value)
 

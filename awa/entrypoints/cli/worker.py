@@ -25,7 +25,6 @@ others are stopped and the command exits with status 1.
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import inspect
 import logging
@@ -39,17 +38,19 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType, ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from awa.adapters._pg import conninfo
 from awa.entrypoints import logs
-from awa.entrypoints.bootstrap import LISTEN_URL_ENV
 from awa.entrypoints.cli._common import fail, redact_url, state
 from awa.entrypoints.cli._logging import log_options
-from awa.entrypoints.client_async import AsyncClient
+from awa.entrypoints.environment import LISTEN_URL_ENV
 from awa.entrypoints.health import HEALTH_ADDR_ENV, parse_addr
+
+if TYPE_CHECKING:
+    from awa.entrypoints.client_async import AsyncClient
 
 log = logging.getLogger("awa.worker")
 
@@ -144,6 +145,8 @@ def _last_user_frame(exc: BaseException) -> traceback.FrameSummary | None:
 
 async def load_client(module: ModuleType, database_url: str | None) -> AsyncClient:
     """The client the module exposes through ``create_client`` or ``client``."""
+    from awa.entrypoints.client_async import AsyncClient
+
     factory = getattr(module, "create_client", None)
     if callable(factory):
         accepts_url = bool(inspect.signature(factory).parameters)
@@ -229,6 +232,8 @@ async def serve(
     listen_url: str | None = None,
 ) -> None:
     """Run one runtime until SIGINT / SIGTERM, then shut it down gracefully."""
+    import asyncio
+
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     received: list[int] = []
@@ -430,5 +435,7 @@ def worker(
         if code != 0:
             raise click.exceptions.Exit(code)
         return
+    import asyncio
+
     module = import_user_module(module_name)
     asyncio.run(serve(module, url, queues, shutdown_timeout_ms, health_addr, listen_url or None))

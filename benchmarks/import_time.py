@@ -1,6 +1,7 @@
-"""How long ``import awa`` takes, the first use of the client layer, and the ``awa`` command
-line, in fresh interpreters: the median over ``--runs`` runs, with the number of modules
-each loads.
+"""How long ``import awa``, the first client use and the ``awa`` command line take.
+
+Each runs in fresh interpreters: the median over ``--runs`` runs, with the number of
+modules each loads.
 
     python -m benchmarks.import_time --runs 15
     python -m benchmarks.import_time --runs 5 --cli
@@ -13,6 +14,7 @@ in the page cache (the first run of each probe warms it and is discarded).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -22,7 +24,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from benchmarks._common import drop_database, fresh_database, parser
+from benchmarks._common import DEFAULT_ADMIN_URL, drop_database, fresh_database
 
 _PROBE = """
 import json, sys, time
@@ -98,7 +100,13 @@ def _cli_rows(runs: int, admin_url: str, db: str) -> list[tuple[str, dict[str, f
 
 
 def main() -> None:
-    p = parser(__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--admin-url", default=DEFAULT_ADMIN_URL, help="server for --cli's scratch database"
+    )
+    p.add_argument(
+        "--db", default="awa_bench_cli", help="--cli's scratch database (dropped and recreated)"
+    )
     p.add_argument("--runs", type=int, default=15)
     p.add_argument(
         "--cli", action="store_true", help="also time `awa --help` and `awa health` (wall, CPU)"
@@ -113,7 +121,7 @@ def main() -> None:
         f"{bool(result['cel_loaded'])}"
     )
     if args.cli:
-        for label, row in _cli_rows(args.runs, args.admin_url, args.db or "awa_bench_cli"):
+        for label, row in _cli_rows(args.runs, args.admin_url, args.db):
             print(
                 f"{label}: {row['wall_ms_median']:.0f} ms wall, "
                 f"{row['cpu_ms_median']:.0f} ms CPU (median of {args.runs})"

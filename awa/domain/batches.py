@@ -21,6 +21,7 @@ from awa.domain import dependencies
 from awa.domain.dependencies import OnParentFailure, check_spec
 from awa.domain.errors import ValidationError
 from awa.domain.job import JobSpec
+from awa.domain.states import JobState
 
 #: The most jobs one batch may hold (each is an edge the callback's insert locks and
 #: plans in one transaction).
@@ -80,12 +81,19 @@ def is_callback(metadata: Mapping[str, Any]) -> bool:
 class BatchCounts:
     """A batch's progress: its size and how many of its jobs completed, failed and were
     cancelled; the rest (``pending``) have not finished. The callback runs when
-    ``pending`` is 0 and reads these as ``job.batch``."""
+    ``pending`` is 0 and reads these as ``job.batch``.
+
+    Read through ``client.get_batch`` they also name the batch's callback job
+    (``callback_id``, the batch's id) and its state (``callback_state``; a callback in
+    the dead-letter queue reads ``failed``; ``None`` once retention removed its row).
+    ``job.batch`` leaves both ``None``."""
 
     size: int
     completed: int
     failed: int
     cancelled: int
+    callback_id: int | None = None
+    callback_state: JobState | None = None
 
     @property
     def pending(self) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Unpack
 
+from awa.domain.batches import BatchCounts
 from awa.domain.keywords import check_keywords
 from awa.entrypoints.client_sync import BlockingClientBase, RawClientBase
 from awa.entrypoints.insert_options import ClientBulkInsertOptions, ClientInsertOptions
@@ -168,6 +169,17 @@ class Client(BlockingClientBase):
         ``AsyncClient.flush_admin_metadata``.
         """
         return self._run(self._async.flush_admin_metadata())
+
+    def get_batch(self, batch_id: int) -> BatchCounts:
+        """The progress of the batch ``batch_id`` (its callback job's id, as
+        ``awa.Batch.insert`` answers it): ``size`` and how many of its jobs ``completed``,
+        ``failed`` and were ``cancelled``, the rest ``pending``, with the callback's id and
+        state (``callback_id``, ``callback_state``; ADR 0035). The counts are read from the
+        batch's dependency edges, so they hold after the jobs' rows were reclaimed. Raises
+        :class:`~awa.JobNotFound` when no batch has this id: no such job, or a job that is
+        not a batch's callback. Blocking form of ``AsyncClient.get_batch``.
+        """
+        return self._run(self._async.get_batch(batch_id))
 
     def get_batch_operation(self, operation_id: str) -> BatchOperation:
         """One operation by id; ``ValidationError`` if there is none. Blocking form of
@@ -754,6 +766,10 @@ class RawClient(RawClientBase):
         ``Client.flush_admin_metadata``).
         """
         return self._blocking().flush_admin_metadata()
+
+    def get_batch_sync(self, batch_id: int) -> BatchCounts:
+        """Blocking ``get_batch``, on a client of its own (see ``Client.get_batch``)."""
+        return self._blocking().get_batch(batch_id)
 
     def get_batch_operation_sync(self, operation_id: str) -> BatchOperation:
         """Blocking ``get_batch_operation``, on a client of its own (see

@@ -6,9 +6,13 @@ import asyncio
 from datetime import datetime
 from typing import Any, Unpack
 
+import attrs
+
 from awa.adapters._pg.pool import PoolOptions
 from awa.adapters.clock import SystemClock
+from awa.domain import batches
 from awa.domain.admin_views import listed_queues
+from awa.domain.batches import BatchCounts
 from awa.domain.errors import DatabaseError, JobNotFound
 from awa.domain.job import DEFAULT_QUEUE
 from awa.domain.keywords import check_keywords
@@ -346,6 +350,29 @@ class ClientCore:
             record = entry.job
         reasons = await held_back_of(await self._control(), [record], _now())
         return Job(record, held_back=reasons.get(record.id))
+
+    async def get_batch(self, batch_id: int) -> BatchCounts:
+        """The progress of the batch ``batch_id`` (its callback job's id, as
+        ``awa.Batch.insert`` answers it): ``size`` and how many of its jobs ``completed``,
+        ``failed`` and were ``cancelled``, the rest ``pending``, with the callback's id and
+        state (``callback_id``, ``callback_state``; ADR 0035). The counts are read from
+        the batch's dependency edges, so they hold after the jobs' rows were reclaimed.
+        Raises :class:`~awa.JobNotFound` when no batch has this id: no such job, or a job
+        that is not a batch's callback."""
+        batch_id = validate_job_id(batch_id)
+        engine = await self._engine()
+        record = await engine.get_job(batch_id)
+        state = None if record is None else record.state
+        if record is None:
+            entry = await engine.get_dlq(batch_id)
+            if entry is not None:
+                record, state = entry.job, JobState.Failed
+        if record is None or not batches.is_callback(record.metadata):
+            raise JobNotFound(
+                batch_id, hint="no batch has this id (a batch's id is its callback job's)"
+            )
+        counts = await (await self._control()).relations.parent_counts(batch_id)
+        return attrs.evolve(counts, callback_id=batch_id, callback_state=state)
 
     async def list_jobs(
         self,

@@ -66,6 +66,18 @@ def _edge(summary: dict[str, Any], edge: Edge) -> dict[str, Any]:
     }
 
 
+def batch_json(counts: batches.BatchCounts) -> dict[str, Any]:
+    """A batch's progress as ``awa batch show --json`` and ``GET /api/batches/{id}``
+    answer it: ``batch_id`` (its callback's id), ``callback_state`` (``None`` once its
+    row is gone), the counts and ``finished`` (nothing pending)."""
+    return {
+        "batch_id": counts.callback_id,
+        "callback_state": None if counts.callback_state is None else str(counts.callback_state),
+        **counts.as_dict(),
+        "finished": counts.finished,
+    }
+
+
 async def job_relations(client: AsyncClient, job_id: int) -> dict[str, Any] | None:
     """A job's parents and children with their states, how many parents it still waits
     on, its stored result (``result.stored`` false when none is stored) and, for a

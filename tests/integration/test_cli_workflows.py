@@ -91,6 +91,35 @@ def test_job_get_shows_a_batch_s_progress(url: str) -> None:
     assert [c["id"] for c in member["children"]] == [ids["batch"]]
 
 
+def test_batch_show_prints_a_batch_s_progress(url: str) -> None:
+    ids = seed_workflow(url)
+    shown = awa_cli(url, "batch", "show", str(ids["batch"]))
+    assert shown.exit_code == 0, shown.stderr
+    assert shown.stdout.splitlines() == [
+        f"Batch {ids['batch']}: 3 job(s), 1 completed, 1 failed, 0 cancelled, 1 pending",
+        f"Callback: job {ids['batch']}, scheduled",
+    ]
+    doc = json.loads(awa_cli(url, "batch", "show", str(ids["batch"]), "--json").stdout)
+    assert doc == {
+        "batch_id": ids["batch"],
+        "callback_state": "scheduled",
+        "size": 3,
+        "completed": 1,
+        "failed": 1,
+        "cancelled": 0,
+        "pending": 1,
+        "finished": False,
+    }
+    # A job that is not a batch's callback, and an id of no job: one line, exit 1.
+    for wrong in (ids["batch_held"], 987654321):
+        missing = awa_cli(url, "batch", "show", str(wrong))
+        assert missing.exit_code == 1
+        assert missing.stderr.splitlines()[-1] == (
+            f"awa: error: batch {wrong} not found (a batch's id is its callback job's id)"
+        )
+    assert awa_cli(url, "batch", "show", "x").exit_code == 2
+
+
 def test_job_get_of_an_unknown_job_is_one_line_exit_1(url: str) -> None:
     missing = awa_cli(url, "job", "get", "987654321")
     assert missing.exit_code == 1

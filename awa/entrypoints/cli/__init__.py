@@ -23,6 +23,7 @@ import click
 from awa.entrypoints.cli._common import CliState, CommandFailed, first_line
 from awa.entrypoints.cli.adopt import adopt
 from awa.entrypoints.cli.batch_ops import batch_ops
+from awa.entrypoints.cli.batches import batch
 from awa.entrypoints.cli.context import context
 from awa.entrypoints.cli.cron import cron
 from awa.entrypoints.cli.dev import dev
@@ -157,6 +158,7 @@ cli.add_command(queue_stats_hidden)
 cli.add_command(dlq)
 cli.add_command(cron)
 cli.add_command(batch_ops)
+cli.add_command(batch)
 cli.add_command(health)
 cli.add_command(context)
 cli.add_command(storage)

@@ -101,6 +101,14 @@ async def job_relations(request: Request, web: WebState) -> Any:
     return doc
 
 
+async def get_batch(request: Request, web: WebState) -> Any:
+    batch_id = params.path_int(request, "batch_id")
+    doc = await web.reads.batch(batch_id)
+    if doc is None:
+        raise not_found(f"batch not found: {batch_id} (a batch's id is its callback job's id)")
+    return doc
+
+
 async def job_graph(request: Request, web: WebState) -> Any:
     job_id = params.path_int(request, "job_id")
     doc = await web.reads.graph(job_id)
@@ -306,6 +314,7 @@ def routes(callback_prefix: str) -> list[BaseRoute]:
         ("/jobs/{job_id}", get_job, get),
         ("/jobs/{job_id}/relations", job_relations, get),
         ("/jobs/{job_id}/graph", job_graph, get),
+        ("/batches/{batch_id}", get_batch, get),
         ("/jobs/{job_id}/retry", retry_job, post),
         ("/jobs/{job_id}/cancel", cancel_job, post),
         ("/stats", stats, get),

@@ -146,6 +146,14 @@ def openapi_document(callback_prefix: str = DEFAULT_PATH_PREFIX) -> dict[str, An
                 parameters=[JOB_ID],
             )
         },
+        f"{api}/batches/{{batch_id}}": {
+            "get": _op(
+                "A batch's progress: how many of its jobs completed, failed, were cancelled "
+                "and are pending, and its callback's state (404 for an id of no batch)",
+                ref("BatchProgress"),
+                parameters=[{**JOB_ID, "name": "batch_id"}],
+            )
+        },
         f"{api}/jobs/{{job_id}}/retry": {
             "post": _op("Retry a job", nullable("Job"), parameters=[JOB_ID])
         },

@@ -393,6 +393,28 @@ SCHEMAS: dict[str, Any] = {
             "result",
         ],
     ),
+    "BatchProgress": obj(
+        {
+            "batch_id": INT,
+            "callback_state": {"type": "string", "enum": STATES, "nullable": True},
+            "size": INT,
+            "completed": INT,
+            "failed": INT,
+            "cancelled": INT,
+            "pending": INT,
+            "finished": BOOL,
+        },
+        [
+            "batch_id",
+            "callback_state",
+            "size",
+            "completed",
+            "failed",
+            "cancelled",
+            "pending",
+            "finished",
+        ],
+    ),
     "WorkflowGraph": obj(
         {
             "job_id": INT,

@@ -24,7 +24,7 @@ from awa.domain.admin_views import (
 from awa.domain.batch_ops import parse_operation_id
 from awa.domain.callbacks import CallbackExpressions
 from awa.domain.descriptors import handler_missing
-from awa.domain.errors import AwaError, ValidationError
+from awa.domain.errors import AwaError, JobNotFound, ValidationError
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts
 from awa.domain.rate_limits import held_back_by_rate
 from awa.domain.runtimes import is_live
@@ -34,7 +34,7 @@ from awa.entrypoints.client_async import AsyncClient
 from awa.entrypoints.client_cron import next_fire_at
 from awa.entrypoints.held_back import held_back_of
 from awa.entrypoints.job import rfc3339
-from awa.entrypoints.job_graph import job_relations, queue_keys, workflow_graph
+from awa.entrypoints.job_graph import batch_json, job_relations, queue_keys, workflow_graph
 from awa.entrypoints.web.cache import ReadCache
 from awa.entrypoints.web.errors import bad_request, not_found
 from awa.ports.runtime_registry import QueueSnapshot, RuntimeSnapshot
@@ -274,6 +274,19 @@ class AdminReads:
         found: dict[str, Any] | None = await self.cache.get(
             f"relations:{job_id}", lambda: job_relations(self.client, job_id)
         )
+        return found
+
+    async def batch(self, batch_id: int) -> dict[str, Any] | None:
+        """A batch's progress (``awa batch show``'s shape), or ``None`` when no batch
+        has this id."""
+
+        async def load() -> dict[str, Any] | None:
+            try:
+                return batch_json(await self.client.get_batch(batch_id))
+            except JobNotFound:
+                return None
+
+        found: dict[str, Any] | None = await self.cache.get(f"batch:{batch_id}", load)
         return found
 
     async def graph(self, job_id: int) -> dict[str, Any] | None:

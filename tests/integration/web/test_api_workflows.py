@@ -30,6 +30,26 @@ def test_relations_graph_and_keys(make_client: AppFactory, migrated_database_url
     assert batch["batch"] == {"size": 3, "completed": 1, "failed": 1, "cancelled": 0, "pending": 1}
     assert batch["parent_count"] == 3 and batch["state"] == "scheduled"
 
+    progress = api.get(f"/api/batches/{ids['batch']}")
+    assert progress.status_code == 200
+    assert progress.json() == {
+        "batch_id": ids["batch"],
+        "callback_state": "scheduled",
+        "size": 3,
+        "completed": 1,
+        "failed": 1,
+        "cancelled": 0,
+        "pending": 1,
+        "finished": False,
+    }
+    for wrong in (ids["batch_held"], 987654321):
+        missing = api.get(f"/api/batches/{wrong}")
+        assert missing.status_code == 404
+        assert missing.json() == {
+            "error": f"batch not found: {wrong} (a batch's id is its callback job's id)"
+        }
+    assert api.get("/api/batches/x").status_code == 400
+
     extract = api.get(f"/api/jobs/{ids['extract']}/relations").json()
     assert extract["result"]["stored"] is True
     assert extract["result"]["value"] == {"rows": 42, "step": "extract"}

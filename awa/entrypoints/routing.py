@@ -177,6 +177,7 @@ def postgres_routing(
         queue_storage=queue_storage,
         transactions=PgTransactions(pool),
         transition=PgTransitionState(pool),
+        clock=clock,
         routed_insert=PgRoutedInsert(pool) if isinstance(clock, SystemClock) else None,
         refresh_interval=refresh_interval,
         on_close=close,
@@ -258,6 +259,7 @@ def inmemory_routing(
         queue_storage=queue_storage,
         transactions=InMemoryTransactions(),
         transition=transition,
+        clock=clock,
         refresh_interval=refresh_interval,
         on_close=close,
     )

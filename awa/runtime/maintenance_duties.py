@@ -176,11 +176,11 @@ class MaintenanceDuties:
                     )
 
     async def _promote(self) -> None:
-        started = time.monotonic()
+        started = time.perf_counter()
         promoted = await self._engine.promote_due(limit=self._config.promote_batch_size)
         instruments = metrics.instruments()
         if instruments is not None and promoted:
-            instruments.promoted(promoted, time.monotonic() - started)
+            instruments.promoted(promoted, time.perf_counter() - started)
 
     async def _rescue_heartbeats(self) -> None:
         self._flag_local(

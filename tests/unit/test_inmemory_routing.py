@@ -216,3 +216,19 @@ async def test_observing_the_transition_counts_the_canonical_backlog_only_while_
     observed = await engine.observe_transition()
     assert observed.status.state is TransitionState.MIXED_TRANSITION
     assert observed.canonical_backlog == 1
+
+
+async def test_the_cached_state_ages_on_the_engines_clock() -> None:
+    # The claim paths trust the state read for ``refresh_interval`` seconds of the
+    # clock the engine was built with, not of the host's.
+    clock = ManualClock()
+    built = inmemory_routing(clock, refresh_interval=5.0)
+    try:
+        assert (await built.engine.status()).state is TransitionState.CANONICAL
+        built.transition.prepare()
+        clock.advance(4.9)
+        assert (await built.engine.status()).state is TransitionState.CANONICAL
+        clock.advance(0.1)
+        assert (await built.engine.status()).state is TransitionState.PREPARED
+    finally:
+        await built.engine.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -63,7 +63,7 @@ class LongTransactions:
         self._sizes_before: dict[str, int] | None = None
         self._warned: dict[tuple[str, int], float] = {}
         self._recorded: dict[str, tuple[str, int | None]] = {}
-        self._horizon_checked = 0.0
+        self._horizon_checked = -math.inf
         self._horizon_held = False
 
     async def _long_rows(self, conn: DictConnection, name: str, **params: Any) -> list[Any]:
@@ -71,8 +71,8 @@ class LongTransactions:
 
     def _should_warn(self, concern: str, pid: int) -> bool:
         warned = self._warned
-        now = time.monotonic()
-        if now - warned.get((concern, pid), -WARN_EVERY) < WARN_EVERY:
+        now = self._clock.monotonic()
+        if now - warned.get((concern, pid), -math.inf) < WARN_EVERY:
             return False
         warned[(concern, pid)] = now
         return True
@@ -142,7 +142,7 @@ class LongTransactions:
     async def watch_horizon(self) -> None:
         """Every ``horizon_check_every`` seconds: warn while an old transaction holds the
         xmin horizon; once it is gone, compact the control tables it let grow."""
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if now - self._horizon_checked < self.horizon_check_every:
             return
         self._horizon_checked = now

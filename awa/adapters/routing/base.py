@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Generic, Literal, TypeVar
@@ -23,6 +22,7 @@ from awa.domain.transition import (
     TransitionStatus,
     capability_for_role,
 )
+from awa.ports.clock import Clock
 from awa.ports.leader import LeaderLock
 from awa.ports.maintenance import RingMaintenance
 from awa.ports.notifier import Subscription
@@ -83,8 +83,9 @@ class Route(Generic[C]):
 
 
 class RoutingBase(Generic[C]):
-    """The composed engines, the transition state (cached for the hot paths) and the
-    runtime's role. ``C`` is the shared store's transaction handle."""
+    """The composed engines, the transition state (cached for the hot paths, for
+    ``refresh_interval`` seconds of ``clock``) and the runtime's role. ``C`` is the shared
+    store's transaction handle."""
 
     def __init__(
         self,
@@ -93,6 +94,7 @@ class RoutingBase(Generic[C]):
         queue_storage: Callable[[str], TargetEngine[C]],
         transactions: SharedTransactions[C],
         transition: TransitionStore[C],
+        clock: Clock,
         routed_insert: RoutedInsert | None = None,
         refresh_interval: float = DEFAULT_REFRESH_INTERVAL,
         on_close: Callable[[], Awaitable[None]] | None = None,
@@ -104,6 +106,7 @@ class RoutingBase(Generic[C]):
         self._transition = transition
         self._routed_insert = routed_insert
         self._refresh_interval = refresh_interval
+        self._clock = clock
         self._on_close = on_close
         self._status: TransitionStatus | None = None
         self._status_read_at = 0.0
@@ -190,7 +193,7 @@ class RoutingBase(Generic[C]):
         """The transition status, re-read when older than ``max_age`` seconds (default:
         the refresh interval)."""
         limit = self._refresh_interval if max_age is None else max_age
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if self._status is None or now - self._status_read_at >= limit:
             status = await self._transition.read_status()
             self._status, self._status_read_at = status, now
@@ -208,7 +211,7 @@ class RoutingBase(Generic[C]):
         status = self._status
         if status is None or self._refresh_interval <= 0:
             return await self.status()
-        if time.monotonic() - self._status_read_at >= self._refresh_interval and (
+        if self._clock.monotonic() - self._status_read_at >= self._refresh_interval and (
             self._refreshing is None or self._refreshing.done()
         ):
             self._refreshing = asyncio.get_running_loop().create_task(self._refresh_status())

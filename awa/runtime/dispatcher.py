@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 import attrs
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 
 from awa.domain.channels import queue_channel
 from awa.domain.job import Claim, ClaimBatch
@@ -92,8 +92,9 @@ class QueueDispatcher:
     (:mod:`awa.runtime.claim_ahead`, ADR 0037); the two share the free permits. Not with
     stripes or a rate limit.
 
-    Every ``override_refresh`` seconds the dispatcher reads its queue's live overrides
-    (``awa queue overrides set``) and claims with them from then on; see
+    The dispatcher reads its queue's live overrides (``awa queue overrides set``) before
+    its first claim and every ``override_refresh`` seconds after, beside the claims (a
+    claim never waits for the read), and claims with them from then on; see
     :mod:`awa.domain.overrides` for what an override may change.
     """
 
@@ -145,6 +146,8 @@ class QueueDispatcher:
         self._overrides_due = 0.0
         self._overrides_seen: QueueOverrides | None = None
         self._refreshing_overrides = False
+        # The task group of run(), where override reads go (None while not running).
+        self._background: TaskGroup | None = None
         physical = stripe_queues(config.name, stripes)
         self._stripes = len(physical)
         self._claim_stripe = (
@@ -212,13 +215,20 @@ class QueueDispatcher:
             self._claim_sent.set()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        async with anyio.create_task_group() as loops:
-            for waker in self._wakers:
-                # Started means counted: a runtime is alive once start() returns.
-                await loops.start(self._claim_loop, waker)
-            if self._ahead:
-                loops.start_soon(self._ahead_loop)
-            task_status.started()
+        # The first claims use the overrides in force at start; later reads run beside
+        # the claims (_refresh_overrides_soon), never on a job's pickup.
+        await self._refresh_overrides()
+        try:
+            async with anyio.create_task_group() as loops:
+                self._background = loops
+                for waker in self._wakers:
+                    # Started means counted: a runtime is alive once start() returns.
+                    await loops.start(self._claim_loop, waker)
+                if self._ahead:
+                    loops.start_soon(self._ahead_loop)
+                task_status.started()
+        finally:
+            self._background = None
 
     async def _claim_loop(
         self, waker: Waker, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -286,8 +296,20 @@ class QueueDispatcher:
         if self._bucket is not None and settings.rate_limit is not None:
             self._bucket.retune(*settings.rate_limit)
 
+    def _refresh_overrides_soon(self) -> None:
+        """Start the override read when one is due, beside the claim loops: a read on
+        the claim's path would cost the jobs of that claim a round trip (issue 39)."""
+        if (
+            self._override_store is None
+            or self._background is None
+            or self._refreshing_overrides
+            or self._clock.monotonic() < self._overrides_due
+        ):
+            return
+        self._background.start_soon(self._refresh_overrides)
+
     async def _iteration(self, waker: Waker) -> None:
-        await self._refresh_overrides()
+        self._refresh_overrides_soon()
         wanted = self.settings.claim_batch_size
         if self._bucket is not None:
             wanted = self._bucket.take(wanted)

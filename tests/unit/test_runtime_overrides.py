@@ -5,10 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import anyio
 import pytest
 
+from awa.adapters.clock import ManualClock
+from awa.adapters.inmemory import InMemoryEngine
 from awa.domain.errors import ValidationError
-from awa.domain.job import JobRecord
+from awa.domain.job import Claim, JobRecord
 from awa.domain.overrides import (
     DispatchSettings,
     QueueOverrides,
@@ -16,7 +19,13 @@ from awa.domain.overrides import (
     validate_overrides,
 )
 from awa.runtime import HandlerRegistry
-from awa.runtime.dispatcher import DEFAULT_OVERRIDE_REFRESH, override_refresh_interval
+from awa.runtime.config import QueueConfig
+from awa.runtime.dispatcher import (
+    DEFAULT_OVERRIDE_REFRESH,
+    QueueDispatcher,
+    override_refresh_interval,
+)
+from awa.runtime.permits import PermitPool
 from awa.runtime.rate_limit import TokenBucket
 from tests.unit.test_runtime_support import enqueue, fast_config, make_engine, running, wait_until
 
@@ -119,3 +128,71 @@ async def test_a_running_dispatcher_picks_up_overrides_without_a_restart(
         assert max(limits) == 40
         await overrides.clear_queue_overrides("default")
         await wait_until(lambda: dispatcher.settings.claim_batch_size == 2)
+
+
+class _StalledOverrides:
+    """An override store whose reads after the first wait until ``release`` is set (a
+    database slow to answer); the first returns a claim batch of 3 at once."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.stalled = anyio.Event()
+        self.release = anyio.Event()
+
+    async def get_queue_overrides(self, queue: str) -> QueueOverrides | None:
+        self.reads += 1
+        if self.reads > 1:
+            self.stalled.set()
+            await self.release.wait()
+        return QueueOverrides(claim_batch_size=3)
+
+    async def set_queue_overrides(self, queue: str, overrides: QueueOverrides) -> None:
+        raise NotImplementedError
+
+    async def clear_queue_overrides(self, queue: str) -> bool:
+        raise NotImplementedError
+
+    async def list_queue_overrides(self) -> dict[str, QueueOverrides]:
+        raise NotImplementedError
+
+
+@pytest.mark.anyio
+async def test_an_override_read_never_holds_up_a_claim() -> None:
+    """The overrides are read before the first claim, then beside the claims: a claim
+    due while a read is outstanding goes at once (a read on the claim's path cost its
+    jobs a round trip every refresh; issue 39)."""
+    clock = ManualClock()
+    engine = InMemoryEngine(clock=clock)
+    store = _StalledOverrides()
+    config = QueueConfig(name="q", max_workers=8)
+    spawned: list[Claim] = []
+    started = anyio.Event()
+
+    def spawn(_queue: str, claim: Claim) -> None:
+        spawned.append(claim)
+        started.set()
+
+    dispatcher = QueueDispatcher(
+        config,
+        engine,
+        PermitPool([config], None),
+        poll_interval=3600.0,
+        spawn=spawn,
+        overrides=store,
+        override_refresh=10.0,
+        clock=clock,
+    )
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(dispatcher.run)
+            # read at start, before any claim
+            assert store.reads == 1 and dispatcher.settings.claim_batch_size == 3
+            clock.advance(11.0)
+            await enqueue(engine, "send", queue="q")
+            dispatcher.wake()
+            await started.wait()
+            await store.stalled.wait()
+            assert len(spawned) == 1 and not store.release.is_set()
+            store.release.set()
+            dispatcher.stop()
+    assert store.reads == 2

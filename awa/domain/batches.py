@@ -77,6 +77,14 @@ def is_callback(metadata: Mapping[str, Any]) -> bool:
     return isinstance(metadata.get(BATCH_METADATA), dict)
 
 
+def size_of(metadata: Mapping[str, Any]) -> int | None:
+    """The size of the batch whose callback has ``metadata``; ``None`` for any other job."""
+    if not is_callback(metadata):
+        return None
+    size = metadata[BATCH_METADATA].get("size")
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
 @attrs.frozen
 class BatchCounts:
     """A batch's progress: its size and how many of its jobs completed, failed and were

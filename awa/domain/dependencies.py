@@ -25,6 +25,7 @@ from awa.domain import lifecycle
 from awa.domain.errors import ValidationError, ValidationTypeError
 from awa.domain.job import JobSpec
 from awa.domain.kind_policies import ChangeJob
+from awa.domain.results import RESULT_RETENTION
 from awa.domain.states import JobState
 from awa.domain.validation import MAX_RUN_AT
 
@@ -40,6 +41,13 @@ PARENTS_METADATA = "awa:parents"
 BATCH_METADATA = "awa:batch"
 #: Parent states an insert refuses: the parent will never complete.
 FINISHED_FAILED = frozenset({JobState.Failed, JobState.Cancelled})
+#: How long an edge is kept after it was resolved (its parent completed, or failed and
+#: so resolved it) once its child has finished too: the results' retention, so a
+#: finished workflow's graph and a batch's counts read as long as its results do. A
+#: batch's counts are then kept on its ``awa.batches`` row for one more retention.
+EDGE_RETENTION = RESULT_RETENTION
+#: How many children's edges the leader's retention duty prunes per statement.
+EDGE_PRUNE_BATCH = 200
 
 
 class OnParentFailure(enum.StrEnum):

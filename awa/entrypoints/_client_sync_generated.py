@@ -174,10 +174,13 @@ class Client(BlockingClientBase):
         """The progress of the batch ``batch_id`` (its callback job's id, as
         ``awa.Batch.insert`` answers it): ``size`` and how many of its jobs ``completed``,
         ``failed`` and were ``cancelled``, the rest ``pending``, with the callback's id and
-        state (``callback_id``, ``callback_state``; ADR 0035). The counts are read from the
-        batch's dependency edges, so they hold after the jobs' rows were reclaimed. Raises
-        :class:`~awa.JobNotFound` when no batch has this id: no such job, or a job that is
-        not a batch's callback. Blocking form of ``AsyncClient.get_batch``.
+        state (``callback_id``, ``callback_state``, ``None`` once the callback's row is
+        gone; ADR 0035). The counts are read from the batch's dependency edges, so they hold
+        after the jobs' rows were reclaimed, and from the counts stored on the batch's row
+        once the edges were pruned (``EDGE_RETENTION`` after the last job finished); the
+        batch is forgotten one more retention later. Raises :class:`~awa.JobNotFound` when
+        no batch has this id: no such job, or a job that is not a batch's callback. Blocking
+        form of ``AsyncClient.get_batch``.
         """
         return self._run(self._async.get_batch(batch_id))
 

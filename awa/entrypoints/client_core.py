@@ -355,8 +355,11 @@ class ClientCore:
         """The progress of the batch ``batch_id`` (its callback job's id, as
         ``awa.Batch.insert`` answers it): ``size`` and how many of its jobs ``completed``,
         ``failed`` and were ``cancelled``, the rest ``pending``, with the callback's id and
-        state (``callback_id``, ``callback_state``; ADR 0035). The counts are read from
-        the batch's dependency edges, so they hold after the jobs' rows were reclaimed.
+        state (``callback_id``, ``callback_state``, ``None`` once the callback's row is
+        gone; ADR 0035). The counts are read from the batch's dependency edges, so they
+        hold after the jobs' rows were reclaimed, and from the counts stored on the
+        batch's row once the edges were pruned (``EDGE_RETENTION`` after the last job
+        finished); the batch is forgotten one more retention later.
         Raises :class:`~awa.JobNotFound` when no batch has this id: no such job, or a job
         that is not a batch's callback."""
         batch_id = validate_job_id(batch_id)
@@ -367,11 +370,15 @@ class ClientCore:
             entry = await engine.get_dlq(batch_id)
             if entry is not None:
                 record, state = entry.job, JobState.Failed
-        if record is None or not batches.is_callback(record.metadata):
-            raise JobNotFound(
-                batch_id, hint="no batch has this id (a batch's id is its callback job's)"
-            )
-        counts = await (await self._control()).relations.parent_counts(batch_id)
+        relations = (await self._control()).relations
+        # The batch's row outlives its callback's (reclaimed, or past retention).
+        counts = await relations.batch_counts(batch_id)
+        if counts is None:
+            if record is None or not batches.is_callback(record.metadata):
+                raise JobNotFound(
+                    batch_id, hint="no batch has this id (a batch's id is its callback job's)"
+                )
+            counts = await relations.parent_counts(batch_id)
         return attrs.evolve(counts, callback_id=batch_id, callback_state=state)
 
     async def list_jobs(

@@ -1,6 +1,7 @@
 """Reads that span every job of a backend, for the operator surfaces (CLI, REST, UI):
 a job's dependency edges (ADR 0032), how a batch's jobs ended (ADR 0035) and the load
-on each concurrency key of a queue (ADR 0029).
+on each concurrency key of a queue (ADR 0029); and the retention of the edges and of
+the batches' stored counts (the maintenance leader's duty).
 
 Both Postgres engines keep their edges in one table and show their jobs through one
 view (``awa.jobs``), so one adapter answers for both; the in-memory backend reads its
@@ -58,6 +59,39 @@ class JobRelations(Protocol):
         completed (the edge satisfied with no failure recorded), failed or cancelled (a
         ``run`` edge a failure resolved), the rest not finished; all zero for a job with
         no parents or an unknown id. A batch's progress is its callback's."""
+        ...
+
+    async def batch_counts(self, batch_id: int) -> BatchCounts | None:
+        """As :meth:`parent_counts` for a batch's callback; ``None`` when no batch has
+        the id (``awa.batches``), whether or not its callback's row is still stored."""
+        ...
+
+    async def finished_edge_children(
+        self, *, before: datetime, after: int, limit: int
+    ) -> list[int]:
+        """Children above ``after`` (lowest first, at most ``limit``) whose every edge
+        was resolved before ``before``: candidates for the retention duty, which checks
+        through the storage engine that the child itself finished."""
+        ...
+
+    async def prune_edges(
+        self,
+        children: Sequence[int],
+        *,
+        before: datetime,
+        batches_of: Sequence[int] = (),
+        now: datetime,
+    ) -> int:
+        """Delete the edges of ``children`` whose every edge is still resolved before
+        ``before`` (ADR 0032 retention); a batch among them (known to the backend, or
+        named in ``batches_of``) has its counts stored first, at ``now``, so
+        :meth:`parent_counts` and :meth:`batch_counts` still answer them. Answers how
+        many edges went."""
+        ...
+
+    async def prune_batches(self, *, before: datetime) -> int:
+        """Forget the batches whose counts were stored (their edges pruned) before
+        ``before``; answers how many."""
         ...
 
     async def job_edges(self, job_id: int, *, limit: int) -> JobEdges:

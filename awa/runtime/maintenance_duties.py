@@ -12,10 +12,13 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
+from awa.domain import batches
 from awa.domain.admin_views import QUEUE_SAMPLE_INTERVAL, QUEUE_SAMPLES_KEPT, samples_from_depths
+from awa.domain.dependencies import EDGE_PRUNE_BATCH, EDGE_RETENTION
 from awa.domain.lifecycle import Rescue
 from awa.domain.policies import RingSeal
 from awa.domain.rate_limits import PRUNE_BATCH
+from awa.domain.states import TERMINAL_STATES
 from awa.ports.clock import Clock
 from awa.ports.control_plane import ControlPlane
 from awa.ports.cron import CronStore
@@ -121,6 +124,7 @@ class MaintenanceDuties:
         if self._control is not None:
             duties.append(Duty("descriptor_cleanup", c.cleanup_interval, self._descriptors))
             duties.append(Duty("result_cleanup", c.cleanup_interval, self._prune_results))
+            duties.append(Duty("dependency_cleanup", c.cleanup_interval, self._prune_edges))
             duties.append(
                 Duty("rate_limiter_cleanup", c.cleanup_interval, self._prune_rate_limiters)
             )
@@ -209,6 +213,43 @@ class MaintenanceDuties:
         assert self._control is not None
         self.fence()
         await self._control.results.prune_results(before=self._clock.now())
+
+    async def _prune_edges(self) -> None:
+        """Delete the dependency edges of children that finished, whose every edge was
+        resolved more than ``EDGE_RETENTION`` ago (ADR 0032); a batch's counts are stored
+        on its row first (ADR 0035), and kept one more retention. A child still live (not
+        in a terminal state; a job in the DLQ has finished) keeps its edges."""
+        assert self._control is not None
+        relations = self._control.relations
+        now = self._clock.now()
+        before = now - EDGE_RETENTION
+        after = pruned = 0
+        for _ in range(_CLEANUP_ROUNDS):
+            candidates = await relations.finished_edge_children(
+                before=before, after=after, limit=EDGE_PRUNE_BATCH
+            )
+            if not candidates:
+                break
+            after = candidates[-1]
+            finished: list[int] = []
+            callbacks: list[int] = []
+            for child in candidates:
+                record = await self._engine.get_job(child)
+                if record is not None and record.state not in TERMINAL_STATES:
+                    continue
+                finished.append(child)
+                if record is not None and batches.is_callback(record.metadata):
+                    callbacks.append(child)
+            self.fence()
+            pruned += await relations.prune_edges(
+                finished, before=before, batches_of=callbacks, now=now
+            )
+            if len(candidates) < EDGE_PRUNE_BATCH:
+                break
+        self.fence()
+        await relations.prune_batches(before=before)
+        if pruned:
+            log.info("pruned %d dependency edges of finished jobs", pruned)
 
     async def _prune_rate_limiters(self) -> None:
         """Delete the fleet-wide rate limiters that refilled their whole burst

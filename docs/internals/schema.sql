@@ -49,6 +49,20 @@ CREATE TABLE awa.batch_operations (
 CREATE INDEX idx_batch_operations_retention ON awa.batch_operations USING btree (retention_until) WHERE (retention_until IS NOT NULL);
 CREATE INDEX idx_batch_operations_state_submitted ON awa.batch_operations USING btree (state, submitted_at);
 
+-- One row per batch (id: its callback job's): its size, and how its jobs ended once its dependency edges were pruned (counted_at).
+CREATE TABLE awa.batches (
+    id bigint NOT NULL,
+    size integer NOT NULL,
+    completed integer,
+    failed integer,
+    cancelled integer,
+    counted_at timestamp with time zone,
+    CONSTRAINT batches_pkey PRIMARY KEY (id),
+    CONSTRAINT batches_counted_check CHECK ((((counted_at IS NULL) = (completed IS NULL)) AND ((counted_at IS NULL) = (failed IS NULL)) AND ((counted_at IS NULL) = (cancelled IS NULL)))),
+    CONSTRAINT batches_size_check CHECK ((size > 0))
+);
+CREATE INDEX batches_counted_at_idx ON awa.batches USING btree (counted_at) WHERE (counted_at IS NOT NULL);
+
 -- The CEL filter and transform expressions of a job waiting for an external callback, by callback id.
 CREATE TABLE awa.callback_expressions (
     callback_id text NOT NULL,

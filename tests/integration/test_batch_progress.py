@@ -90,6 +90,11 @@ async def test_get_batch_follows_the_batch_from_the_client(client: awa.AsyncClie
         JobState.Completed,
         True,
     )
+    # The batch is known after its callback's row is gone (reclaimed, or deleted).
+    assert await engine.delete_jobs([callback.id]) == 1
+    assert await client.get_batch(callback.id) == BatchCounts(
+        4, 2, 1, 1, callback_id=callback.id, callback_state=None
+    )
 
 
 async def test_an_id_of_no_batch_is_refused_clearly(client: awa.AsyncClient) -> None:

@@ -13,7 +13,7 @@ import psycopg
 from psycopg import sql
 
 from awa.adapters._pg.sql import load_queries
-from awa.domain import dependencies
+from awa.domain import batches, dependencies
 from awa.domain.dependencies import DependentOutcome, Plan
 from awa.domain.job import JobRecord, JobSpec
 from awa.domain.kind_policies import ChangeJob
@@ -74,7 +74,13 @@ async def insert_with_parents(
     policies: list[str] = []
     waiting: list[int] = []
     pending: list[int] = []
+    batch_ids: list[int] = []
+    batch_sizes: list[int] = []
     for record, planned in zip(records, plans, strict=True):
+        size = batches.size_of(planned.spec.metadata)
+        if size is not None and planned.parents:
+            batch_ids.append(record.id)
+            batch_sizes.append(size)
         for parent, policy in zip(
             planned.parents, dependencies.policies_of(planned.spec), strict=True
         ):
@@ -92,6 +98,8 @@ async def insert_with_parents(
         "policies": policies,
         "waiting": waiting,
         "pending": pending,
+        "batches": batch_ids,
+        "batch_sizes": batch_sizes,
     }
     await conn.execute(_query("record_dependencies"), params)
     return records

@@ -11,6 +11,9 @@ WITH edges AS (
         %(children)s::bigint[], %(parents)s::bigint[], %(satisfied)s::timestamptz[],
         %(policies)s::text[]
     )
+), batches AS (
+    INSERT INTO awa.batches (id, size)
+    SELECT * FROM unnest(%(batches)s::bigint[], %(batch_sizes)s::integer[])
 )
 INSERT INTO awa.job_dependency_waits (child_id, pending)
 SELECT * FROM unnest(%(waiting)s::bigint[], %(pending)s::integer[])

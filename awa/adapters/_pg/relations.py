@@ -5,6 +5,7 @@ engines: edges and a batch's counts from ``awa.job_dependencies``, key loads fro
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
@@ -48,17 +49,59 @@ class PgJobRelations:
         child_edges, child_count = _edges(children)
         return JobEdges(parent_edges, child_edges, parent_count, child_count)
 
-    async def parent_counts(self, job_id: int) -> BatchCounts:
+    async def _counts(self, job_id: int) -> tuple[BatchCounts, bool]:
         async with translated_errors(), self._pool.connection() as conn:
             cur = await conn.execute(_query("parent_counts"), {"job_id": job_id})
             row = await cur.fetchone()
         assert row is not None  # an aggregate answers one row
-        return BatchCounts(
+        counts = BatchCounts(
             size=int(row["size"]),
             completed=int(row["completed"]),
             failed=int(row["failed"]),
             cancelled=int(row["cancelled"]),
         )
+        return counts, bool(row["batch"])
+
+    async def parent_counts(self, job_id: int) -> BatchCounts:
+        return (await self._counts(job_id))[0]
+
+    async def batch_counts(self, batch_id: int) -> BatchCounts | None:
+        counts, batch = await self._counts(batch_id)
+        return counts if batch else None
+
+    async def finished_edge_children(
+        self, *, before: datetime, after: int, limit: int
+    ) -> list[int]:
+        params = {"before": before, "after": after, "limit": limit}
+        async with translated_errors(), self._pool.connection() as conn:
+            rows = await (await conn.execute(_query("finished_edge_children"), params)).fetchall()
+        return [int(row["child_id"]) for row in rows]
+
+    async def prune_edges(
+        self,
+        children: Sequence[int],
+        *,
+        before: datetime,
+        batches_of: Sequence[int] = (),
+        now: datetime,
+    ) -> int:
+        if not children:
+            return 0
+        params = {
+            "children": list(children),
+            "batches": list(batches_of),
+            "before": before,
+            "now": now,
+        }
+        async with translated_errors(), self._pool.connection() as conn:
+            row = await (await conn.execute(_query("prune_edges"), params)).fetchone()
+        assert row is not None
+        return int(row["pruned"])
+
+    async def prune_batches(self, *, before: datetime) -> int:
+        async with translated_errors(), self._pool.connection() as conn:
+            cur = await conn.execute(_query("prune_batches"), {"before": before})
+            return cur.rowcount
 
     async def key_loads(
         self,

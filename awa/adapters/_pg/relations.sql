@@ -16,13 +16,74 @@ LIMIT %(limit)s
 
 -- name: parent_counts
 -- A batch's progress (ADR 0035): a satisfied edge with no parent_outcome is a completed
--- parent; a failure records its outcome on the run edges it resolves.
-SELECT count(*) AS size,
-       count(*) FILTER (WHERE satisfied_at IS NOT NULL AND parent_outcome IS NULL) AS completed,
-       count(*) FILTER (WHERE parent_outcome = 'failed') AS failed,
-       count(*) FILTER (WHERE parent_outcome = 'cancelled') AS cancelled
+-- parent; a failure records its outcome on the run edges it resolves. Once the edges
+-- were pruned (ADR 0032, retention), the counts stored on the batch's row then.
+-- batch: whether awa.batches names the job.
+WITH e AS (
+    SELECT count(*) AS size,
+           count(*) FILTER (WHERE satisfied_at IS NOT NULL AND parent_outcome IS NULL) AS completed,
+           count(*) FILTER (WHERE parent_outcome = 'failed') AS failed,
+           count(*) FILTER (WHERE parent_outcome = 'cancelled') AS cancelled
+    FROM awa.job_dependencies
+    WHERE child_id = %(job_id)s
+)
+SELECT CASE WHEN e.size = 0 AND b.counted_at IS NOT NULL THEN b.size ELSE e.size END AS size,
+       CASE WHEN e.size = 0 AND b.counted_at IS NOT NULL THEN b.completed ELSE e.completed END
+           AS completed,
+       CASE WHEN e.size = 0 AND b.counted_at IS NOT NULL THEN b.failed ELSE e.failed END AS failed,
+       CASE WHEN e.size = 0 AND b.counted_at IS NOT NULL THEN b.cancelled ELSE e.cancelled END
+           AS cancelled,
+       b.id IS NOT NULL AS batch
+FROM e LEFT JOIN awa.batches AS b ON b.id = %(job_id)s
+
+-- name: finished_edge_children
+-- The retention duty's candidates (ADR 0032): children above the cursor whose every
+-- edge was resolved (its parent completed, or failed and resolved or doomed it) before
+-- the cutoff. Whether the child itself finished is read through its engine.
+SELECT child_id
 FROM awa.job_dependencies
-WHERE child_id = %(job_id)s
+WHERE child_id > %(after)s
+GROUP BY child_id
+HAVING bool_and(coalesce(coalesce(satisfied_at, failed_at) < %(before)s, false))
+ORDER BY child_id
+LIMIT %(limit)s
+
+-- name: prune_edges
+-- Delete the edges of the children named whose every edge is still resolved before the
+-- cutoff; for those that are batches (in awa.batches, or named by the caller from the
+-- callback's row: a batch inserted before awa.batches existed), store the counts first.
+WITH prunable AS (
+    SELECT child_id
+    FROM awa.job_dependencies
+    WHERE child_id = ANY (%(children)s::bigint[])
+    GROUP BY child_id
+    HAVING bool_and(coalesce(coalesce(satisfied_at, failed_at) < %(before)s, false))
+), counted AS (
+    INSERT INTO awa.batches AS b (id, size, completed, failed, cancelled, counted_at)
+    SELECT d.child_id, count(*),
+           count(*) FILTER (WHERE d.satisfied_at IS NOT NULL AND d.parent_outcome IS NULL),
+           count(*) FILTER (WHERE d.parent_outcome = 'failed'),
+           count(*) FILTER (WHERE d.parent_outcome = 'cancelled'),
+           %(now)s
+    FROM awa.job_dependencies AS d
+    JOIN prunable AS p ON p.child_id = d.child_id
+    WHERE d.child_id = ANY (%(batches)s::bigint[])
+       OR EXISTS (SELECT 1 FROM awa.batches AS x WHERE x.id = d.child_id)
+    GROUP BY d.child_id
+    ON CONFLICT (id) DO UPDATE
+        SET completed = excluded.completed, failed = excluded.failed,
+            cancelled = excluded.cancelled, counted_at = excluded.counted_at
+        WHERE b.counted_at IS NULL
+), gone AS (
+    DELETE FROM awa.job_dependencies AS d
+    USING prunable AS p
+    WHERE d.child_id = p.child_id
+    RETURNING 1
+)
+SELECT count(*) AS pruned FROM gone
+
+-- name: prune_batches
+DELETE FROM awa.batches WHERE counted_at < %(before)s
 
 -- name: key_loads
 SELECT metadata ->> 'awa:concurrency_key' AS key,

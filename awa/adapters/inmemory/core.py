@@ -14,7 +14,7 @@ from awa.adapters.inmemory.base import RUNNING_ONLY, EngineBase, Write, ack
 from awa.adapters.inmemory.state import EngineState, new_record
 from awa.adapters.inmemory.store import StoreState
 from awa.adapters.inmemory.transactions import InMemoryTransaction, InMemoryUnitOfWork
-from awa.domain import dependencies, lifecycle
+from awa.domain import batches, dependencies, lifecycle
 from awa.domain.channels import queue_channel
 from awa.domain.errors import DatabaseError, UniqueConflict
 from awa.domain.flow_control import Admitted, admit_counted, concurrency_key_of, running_by_key
@@ -87,7 +87,14 @@ class CoreOps(EngineBase):
                 states = self._parent_states(write.store, write.state, parents)
                 satisfied = frozenset(p for p, st in states.items() if st == JobState.Completed)
                 deps = write.state.deps
-                deps.record(child, parents, satisfied, write.now, dependencies.policies_of(spec))
+                deps.record(
+                    child,
+                    parents,
+                    satisfied,
+                    write.now,
+                    dependencies.policies_of(spec),
+                    batch_size=batches.size_of(spec.metadata),
+                )
                 dead = [p for p, st in states.items() if st in dependencies.FINISHED_FAILED]
                 if dead:
                     # As the parents' own finish would have answered (for this child, and
@@ -181,6 +188,7 @@ class CoreOps(EngineBase):
                         planned.satisfied,
                         now,
                         dependencies.policies_of(planned.spec),
+                        batch_size=batches.size_of(planned.spec.metadata),
                     )
             if write is not None and record.state == JobState.Available:
                 write.notify.add(queue_channel(record.queue))

@@ -9,7 +9,8 @@ from datetime import datetime
 
 import attrs
 
-from awa.domain.batches import MemberOutcome
+from awa.domain import batches
+from awa.domain.batches import BatchCounts, MemberOutcome
 from awa.domain.dependencies import DependentOutcome, OnParentFailure
 
 
@@ -23,11 +24,16 @@ class DependencyBook:
     waits: dict[int, int] = attrs.field(factory=dict)
     #: Each edge's policy on the parent's failure, where it is not ``cancel``.
     policies: dict[tuple[int, int], OnParentFailure] = attrs.field(factory=dict)
-    #: Edges (child, parent) through which the parent's failure doomed the child.
-    failed: set[tuple[int, int]] = attrs.field(factory=set)
+    #: Edges (child, parent) through which the parent's failure doomed the child, and
+    #: when (``awa.job_dependencies.failed_at``).
+    failed: dict[tuple[int, int], datetime] = attrs.field(factory=dict)
     #: How the parent ended on each ``run`` edge its failure resolved (ADR 0035), as
     #: ``awa.job_dependencies.parent_outcome``.
     outcomes: dict[tuple[int, int], MemberOutcome] = attrs.field(factory=dict)
+    #: The batches (``awa.batches``): each callback's size, and the counts stored when
+    #: its edges were pruned, with when (``counted_at``).
+    batches: dict[int, int] = attrs.field(factory=dict)
+    counted: dict[int, tuple[BatchCounts, datetime]] = attrs.field(factory=dict)
 
     def copy(self) -> DependencyBook:
         return DependencyBook(
@@ -35,8 +41,10 @@ class DependencyBook:
             children=dict(self.children),
             waits=dict(self.waits),
             policies=dict(self.policies),
-            failed=set(self.failed),
+            failed=dict(self.failed),
             outcomes=dict(self.outcomes),
+            batches=dict(self.batches),
+            counted=dict(self.counted),
         )
 
     def clear(self) -> None:
@@ -46,6 +54,8 @@ class DependencyBook:
         self.policies.clear()
         self.failed.clear()
         self.outcomes.clear()
+        self.batches.clear()
+        self.counted.clear()
 
     def policy(self, child: int, parent: int) -> OnParentFailure:
         return self.policies.get((child, parent), OnParentFailure.CANCEL)
@@ -57,10 +67,13 @@ class DependencyBook:
         satisfied: frozenset[int],
         now: datetime,
         policies: Iterable[OnParentFailure] = (),
+        batch_size: int | None = None,
     ) -> None:
         """Store ``child``'s edges (with each parent's failure policy, aligned with
         ``parents``; none given: ``cancel``); it waits while any parent is not in
-        ``satisfied``."""
+        ``satisfied``. ``batch_size``: ``child`` is a batch's callback of that size."""
+        if batch_size is not None:
+            self.batches[child] = batch_size
         edges = {parent: (now if parent in satisfied else None) for parent in parents}
         for parent, policy in zip(edges, policies, strict=False):
             if policy is not OnParentFailure.CANCEL:
@@ -117,9 +130,9 @@ class DependencyBook:
                     frontier.append(child)
         doomed = {child for child, _, policy in hit if policy is not OnParentFailure.RUN}
         dead = {child for child, _, policy in hit if policy is OnParentFailure.DLQ}
-        self.failed.update(
-            (child, parent) for child, parent, policy in hit if policy is not OnParentFailure.RUN
-        )
+        for child, parent, policy in hit:
+            if policy is not OnParentFailure.RUN:
+                self.failed.setdefault((child, parent), now)
         for child in sorted(doomed):
             if self.waits.pop(child, None) is not None:
                 words = {policy for c, _, policy in hit if c == child}
@@ -177,10 +190,77 @@ class DependencyBook:
         for parent in job_ids:
             for child in self.children.get(parent, ()):
                 if (child, parent) in self.failed:
-                    self.failed.discard((child, parent))
+                    del self.failed[(child, parent)]
                     cleared.add(child)
         return sorted(
             child
             for child in cleared
             if not any((child, parent) in self.failed for parent in self.parents[child])
         )
+
+    def counts(self, child: int) -> BatchCounts:
+        """How ``child``'s parents ended: from its edges, or, once they were pruned, the
+        counts stored then (``awa.batches``)."""
+        edges = self.parents.get(child)
+        if not edges and child in self.counted:
+            return self.counted[child][0]
+        return batches.counts(self.outcome(child, parent) for parent in edges or {})
+
+    def resolved_at(self, child: int, parent: int) -> datetime | None:
+        """When the edge was resolved: its parent completed (or failed through a ``run``
+        edge) or its failure doomed the child; ``None`` while unresolved."""
+        return self.parents[child][parent] or self.failed.get((child, parent))
+
+    def finished_children(self, *, before: datetime, after: int, limit: int) -> list[int]:
+        """As ``awa.job_dependencies``' read for the retention duty: children above
+        ``after`` whose every edge was resolved before ``before``, lowest first."""
+        found: list[int] = []
+        for child in sorted(c for c in self.parents if c > after):
+            edges = self.parents[child]
+            times = [self.resolved_at(child, parent) for parent in edges]
+            if edges and all(at is not None and at < before for at in times):
+                found.append(child)
+                if len(found) == limit:
+                    break
+        return found
+
+    def prune(
+        self, children: Iterable[int], *, before: datetime, batches_of: Iterable[int], now: datetime
+    ) -> int:
+        """Delete the edges of ``children`` (each still resolved before ``before``),
+        storing the counts of those that are batches (known here, or named in
+        ``batches_of``) first; answers how many edges went."""
+        known = set(batches_of)
+        pruned = 0
+        for child in children:
+            edges = self.parents.get(child)
+            if not edges or not all(
+                (at := self.resolved_at(child, parent)) is not None and at < before
+                for parent in edges
+            ):
+                continue
+            if child in self.batches or child in known:
+                counted = self.counts(child)
+                self.batches.setdefault(child, counted.size)
+                self.counted.setdefault(child, (counted, now))
+            for parent in edges:
+                self.policies.pop((child, parent), None)
+                self.failed.pop((child, parent), None)
+                self.outcomes.pop((child, parent), None)
+                rest = tuple(c for c in self.children.get(parent, ()) if c != child)
+                if rest:
+                    self.children[parent] = rest
+                else:
+                    self.children.pop(parent, None)
+            pruned += len(edges)
+            del self.parents[child]
+            self.waits.pop(child, None)
+        return pruned
+
+    def prune_batches(self, *, before: datetime) -> int:
+        """Forget the batches whose counts were stored before ``before``."""
+        gone = [child for child, (_, at) in self.counted.items() if at < before]
+        for child in gone:
+            del self.counted[child]
+            self.batches.pop(child, None)
+        return len(gone)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from datetime import datetime
 
 from awa.adapters.inmemory.store import SharedStore
-from awa.domain import batches
 from awa.domain.batches import BatchCounts
 from awa.domain.flow_control import concurrency_key_of
 from awa.ports.relations import Edge, JobEdges, KeyLoad
@@ -47,10 +47,40 @@ class InMemoryJobRelations:
         )
 
     async def parent_counts(self, job_id: int) -> BatchCounts:
+        return self._store.state.deps.counts(job_id)
+
+    async def batch_counts(self, batch_id: int) -> BatchCounts | None:
         deps = self._store.state.deps
-        return batches.counts(
-            deps.outcome(job_id, parent) for parent in deps.parents.get(job_id, {})
-        )
+        return deps.counts(batch_id) if batch_id in deps.batches else None
+
+    async def finished_edge_children(
+        self, *, before: datetime, after: int, limit: int
+    ) -> list[int]:
+        return self._store.state.deps.finished_children(before=before, after=after, limit=limit)
+
+    async def prune_edges(
+        self,
+        children: Sequence[int],
+        *,
+        before: datetime,
+        batches_of: Sequence[int] = (),
+        now: datetime,
+    ) -> int:
+        store = self._store
+        async with store.lock:
+            # The committed state is never changed in place: commit a copy.
+            copy = store.state.copy()
+            pruned = copy.deps.prune(children, before=before, batches_of=batches_of, now=now)
+            store.state = copy
+        return pruned
+
+    async def prune_batches(self, *, before: datetime) -> int:
+        store = self._store
+        async with store.lock:
+            copy = store.state.copy()
+            pruned = copy.deps.prune_batches(before=before)
+            store.state = copy
+        return pruned
 
     async def key_loads(
         self,

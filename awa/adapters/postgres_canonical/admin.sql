@@ -148,4 +148,4 @@ RETURNING id
 
 -- name: reset
 TRUNCATE awa.canonical_jobs, awa.dlq_entries, awa.job_unique_claims, awa.queue_meta,
-    awa.rate_limiters, awa.job_dependencies, awa.job_dependency_waits
+    awa.rate_limiters, awa.job_dependencies, awa.job_dependency_waits, awa.batches

@@ -146,7 +146,8 @@ WITH d0 AS (DELETE FROM {s}.ready_entries), d1 AS (DELETE FROM {s}.claims),
     d10 AS (DELETE FROM {s}.queue_counts), d11 AS (DELETE FROM {s}.completions),
     d12 AS (DELETE FROM {s}.queue_prune_stats), d13 AS (DELETE FROM awa.job_unique_claims),
     d14 AS (DELETE FROM awa.queue_meta), d15 AS (DELETE FROM awa.rate_limiters),
-    d16 AS (DELETE FROM awa.job_dependencies), d17 AS (DELETE FROM awa.job_dependency_waits)
+    d16 AS (DELETE FROM awa.job_dependencies), d17 AS (DELETE FROM awa.job_dependency_waits),
+    d18 AS (DELETE FROM awa.batches)
 SELECT 1
 
 -- name: install

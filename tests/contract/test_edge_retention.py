@@ -1,0 +1,114 @@
+"""The retention of dependency edges (ADR 0032) on every engine: the maintenance
+leader's ``dependency_cleanup`` duty deletes the edges of a child that finished once
+every one of them was resolved more than ``EDGE_RETENTION`` ago; a live child keeps its
+edges whatever their age; a batch's counts are stored on its row first, so they read
+the same after the pruning, until one more retention has passed (ADR 0035)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from awa.domain.batches import BatchCounts
+from awa.domain.dependencies import EDGE_RETENTION
+from awa.domain.states import JobState
+from awa.ports.storage import Ack
+from awa.runtime import parse_start_args
+from awa.runtime.inflight import InFlight
+from awa.runtime.maintenance_duties import Duty, MaintenanceDuties
+from tests.contract._support import QUEUE, claim_one, enqueue, fetch
+from tests.contract.test_batches import REPORTS, batch_of, end_one
+from tests.support.engines import EngineHandle
+from tests.unit.test_runtime_support import FAST
+
+pytestmark = pytest.mark.anyio
+
+SECOND = timedelta(seconds=1)
+
+
+def cleanup_duty(engine: EngineHandle) -> Duty:
+    config = parse_start_args(None, handler_queues={QUEUE}, **FAST)
+    duties = MaintenanceDuties(
+        engine.engine,
+        config,
+        InFlight(),
+        fence=lambda: None,
+        clock=engine.clock,
+        control=engine.control,
+    ).schedule()
+    (duty,) = [d for d in duties if d.name == "dependency_cleanup"]
+    assert duty.interval == config.cleanup_interval
+    return duty
+
+
+async def parents_of(engine: EngineHandle, job_id: int) -> list[int]:
+    edges = await engine.control.relations.job_edges(job_id, limit=10)
+    return [edge.job_id for edge in edges.parents]
+
+
+async def test_finished_edges_go_after_the_retention_and_batch_counts_stay(
+    engine: EngineHandle,
+) -> None:
+    relations = engine.control.relations
+    duty = cleanup_duty(engine)
+    members, callback = await batch_of(engine, 3)
+    for outcome in ("complete", "fail", "cancel"):
+        await end_one(engine, outcome)
+    report = await claim_one(engine, REPORTS)
+    assert report.job.id == callback.id
+    assert await engine.engine.complete([report.lease]) == [Ack.APPLIED]
+    final = BatchCounts(3, 1, 1, 1)
+    assert await relations.batch_counts(callback.id) == final
+
+    # A workflow: a parent, a child that finished and a child still waiting to run.
+    parent = await enqueue(engine, "wf_parent")
+    done = await enqueue(engine, "wf_done", queue="wf_children", depends_on=(parent.id,))
+    live = await enqueue(engine, "wf_live", queue="wf_later", depends_on=(parent.id,))
+    claim = await claim_one(engine)
+    assert claim.job.id == parent.id
+    assert await engine.engine.complete([claim.lease]) == [Ack.APPLIED]
+    child = await claim_one(engine, "wf_children")
+    assert await engine.engine.complete([child.lease]) == [Ack.APPLIED]
+    assert (await fetch(engine, live.id)).state == JobState.Available
+
+    # Just short of the retention: every edge stays.
+    engine.clock.advance(EDGE_RETENTION - SECOND)
+    await duty.run()
+    assert sorted(await parents_of(engine, callback.id)) == sorted(members)
+    assert await parents_of(engine, done.id) == [parent.id]
+
+    # Past it: the finished children's edges go, the live child's stay, and the batch
+    # reads the counts stored on its row.
+    engine.clock.advance(2 * SECOND)
+    await duty.run()
+    assert await parents_of(engine, callback.id) == []
+    assert await parents_of(engine, done.id) == []
+    assert await parents_of(engine, live.id) == [parent.id]
+    assert await relations.batch_counts(callback.id) == final
+    assert await relations.parent_counts(callback.id) == final
+    assert await relations.parent_counts(done.id) == BatchCounts(0, 0, 0, 0)
+
+    # The live child's edges stay however old they are; the batch is forgotten one more
+    # retention after its counts were stored.
+    engine.clock.advance(EDGE_RETENTION - SECOND)
+    await duty.run()
+    assert await relations.batch_counts(callback.id) == final
+    engine.clock.advance(2 * SECOND)
+    await duty.run()
+    assert await relations.batch_counts(callback.id) is None
+    assert await parents_of(engine, live.id) == [parent.id]
+
+
+async def test_a_batch_still_running_keeps_its_edges(engine: EngineHandle) -> None:
+    relations = engine.control.relations
+    duty = cleanup_duty(engine)
+    members, callback = await batch_of(engine, 2)
+    await end_one(engine, "complete")
+    await end_one(engine, "fail")
+    # Released but not run: the callback is live, so its edges stay.
+    assert (await fetch(engine, callback.id)).state == JobState.Available
+    engine.clock.advance(EDGE_RETENTION + SECOND)
+    await duty.run()
+    assert sorted(await parents_of(engine, callback.id)) == sorted(members)
+    assert await relations.batch_counts(callback.id) == BatchCounts(2, 1, 1, 0)

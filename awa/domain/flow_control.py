@@ -18,6 +18,11 @@ written:
   (every available job in the in-memory model; a window of keys that rotates from claim
   to claim in a database, ADR 0029).
 - **Jobs without a key** are not limited; each counts as a key of its own (rank one).
+- **The window of keys a database claim offers** (:class:`KeyWindow`): the next keys with
+  work in rotation order, walking past keys that have no free slot, so a key at its limit
+  never takes the turn of a key with room: a key with work and a free slot is offered no
+  later than the claim that follows the last claim before it became claimable, unless
+  more keys with room come before it in the rotation than the claim takes.
 """
 
 from __future__ import annotations
@@ -55,7 +60,16 @@ KEYED_SHARD_SPACE = 1 << 30
 #: The states in which an attempt holds its key's slot.
 SLOT_STATES: frozenset[JobState] = frozenset({JobState.Running, JobState.WaitingExternal})
 
+#: How many walks of the rotation one database claim makes at most to fill its window
+#: with keys that have a free slot (:class:`KeyWindow`). Each walk after the first asks
+#: for as many keys as the walks before found without room; a key without room holds at
+#: least ``max_running_per_key`` live attempts, so such keys are bounded by the attempts
+#: running, and the walks stop at this many so a fleet whose every key is full still
+#: pays a bounded claim.
+MAX_KEY_WALKS = 4
+
 T = TypeVar("T")
+K = TypeVar("K")
 
 
 def validate_concurrency_key(value: Any, field: str = "concurrency_key") -> str | None:
@@ -239,3 +253,42 @@ def admit_counted(
         ranked.append((rank, position, candidate))
     ranked.sort(key=lambda item: (item[0], item[1]))
     return Admitted([candidate for _, _, candidate in ranked[:limit]], by_concurrency, by_rate)
+
+
+@attrs.define
+class KeyWindow(Generic[K]):
+    """The keys with work one database claim under a per-key limit offers candidates of
+    (ADR 0029, "Fairness"), built by walks of the rotation: each walk continues after
+    the last key walked (the first after the claimer's cursor), each key walked is
+    locked and counted by the engine, and :meth:`add` keeps those with a free slot. The
+    next walk asks for as many keys as are still missing, so keys at their limit do not
+    take the window's places; the walks end when ``wanted`` keys have room, the rotation
+    has no more keys, or after :data:`MAX_KEY_WALKS` walks. The claimer's cursor moves to
+    the last key walked (:attr:`cursor`): a key passed over for want of room had its turn.
+    """
+
+    wanted: int
+    walked: list[K] = attrs.field(factory=list)
+    with_room: list[K] = attrs.field(factory=list)
+    walks: int = 0
+    exhausted: bool = False
+
+    def keys_to_walk(self) -> int:
+        """How many keys the next walk asks for; 0 when the window is complete."""
+        if self.exhausted or self.walks >= MAX_KEY_WALKS:
+            return 0
+        return max(0, self.wanted - len(self.with_room))
+
+    def add(self, walked: Sequence[K], asked: int, free: Callable[[K], int]) -> None:
+        """One walk's keys, in rotation order (``asked`` were asked for: fewer means the
+        rotation has no more); ``free(key)``: the key's free slots (0 or less: none)."""
+        self.walks += 1
+        self.walked.extend(walked)
+        self.with_room.extend(key for key in walked if free(key) > 0)
+        if len(walked) < asked:
+            self.exhausted = True
+
+    @property
+    def cursor(self) -> K | None:
+        """The last key walked, where the claimer's next claim starts after."""
+        return self.walked[-1] if self.walked else None

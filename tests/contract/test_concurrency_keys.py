@@ -108,6 +108,26 @@ async def test_claims_rotate_among_keys(engine: EngineHandle) -> None:
     assert [c.job.id for c in await claim(engine, 10, limit=2)] == [hot[0].id, small.id]
 
 
+async def test_keys_at_their_limit_do_not_take_the_turn_of_a_key_with_room(
+    engine: EngineHandle,
+) -> None:
+    # Six keys with backlogs far larger than a claim, each at its limit of one. The keys
+    # are named so that every engine's rotation (key order; queue storage's lane shards
+    # follow it for these names) puts a full key between the claimer's cursor and each
+    # new key below.
+    full = [f"tenant-{n:02d}" for n in range(0, 12, 2)]
+    for key in full:
+        await keyed(engine, key, 20)
+    assert keys_of(await claim(engine, 1, limit=6)) == dict.fromkeys(full, 1)
+    # Then one job each for two other keys, three times over: each time the next claim
+    # of two takes exactly those jobs. It walks past the full keys instead of offering
+    # them its places and coming back short.
+    for first in range(1, 12, 4):
+        small = [(await keyed(engine, f"tenant-{n:02d}"))[0] for n in (first, first + 2)]
+        taken = await claim(engine, 1, limit=2)
+        assert sorted(c.job.id for c in taken) == sorted(job.id for job in small), first
+
+
 async def test_jobs_without_a_key_are_not_limited(engine: EngineHandle) -> None:
     plain = [await enqueue(engine) for _ in range(3)]
     (a, _) = await keyed(engine, "tenant-a", 2)

@@ -2,7 +2,8 @@
 completions, retries, failures, snoozes, cancels, callback waits, rescues, shutdown
 releases, promotions and live changes of the limit ever has more than the limit of a
 key's attempts live (running or waiting for a callback), nor lets a claim add to a key
-at or over it. The in-memory engine holds it as the model does
+at or over it, nor lets a claim come back short while a due job of a key with a free slot
+(or without a key) waits. The in-memory engine holds it as the model does
 (``test_flow_control_rule.py``); the Postgres engines hold it through their claims'
 locks and counts."""
 
@@ -29,6 +30,7 @@ from hypothesis.stateful import (
 from awa.adapters.clock import ManualClock
 from awa.domain.flow_control import CONCURRENCY_KEY_METADATA, concurrency_key_of, holds_slot
 from awa.domain.job import JobSpec, RunLease
+from awa.domain.states import JobState
 from awa.ports.storage import StorageEngine
 from tests.support.engines import CONTRACT_BACKOFF, ENGINES, EngineHandle
 
@@ -90,6 +92,25 @@ class PerKeyOnAnEngine(RuleBasedStateMachine):
         for key, count in after.items():
             if count > before.get(key, 0):
                 assert count <= self.limit, (key, count, self.limit)
+        if len(claims) < batch:  # type: ignore[arg-type]
+            # Fairness (ADR 0029): a claim that had room left took every due job whose
+            # key had a free slot; keys at their limit did not take the others' turn.
+            left = self.claimable(after)
+            assert not left, (batch, len(claims), left)  # type: ignore[arg-type]
+
+    def claimable(self, live: Counter[str]) -> list[tuple[int, str | None]]:
+        """The due available jobs a claim could take now: no key, or a key with a free
+        slot."""
+        now = self.clock.now()
+        found = []
+        for job_id in self.ids:
+            job = self.run(self.engine.get_job(job_id))
+            if job.state is not JobState.Available or job.run_at > now:  # type: ignore[attr-defined]
+                continue
+            key = concurrency_key_of(job.metadata)  # type: ignore[attr-defined]
+            if key is None or live[key] < self.limit:
+                found.append((job_id, key))
+        return found
 
     @precondition(lambda self: bool(self.leases))
     @rule(data=st.data(), end=st.sampled_from(ENDS))

@@ -9,7 +9,9 @@ import pytest
 from awa.domain import ValidationError
 from awa.domain.flow_control import (
     MAX_CONCURRENCY_KEY_BYTES,
+    MAX_KEY_WALKS,
     MAX_RUNNING_PER_KEY,
+    KeyWindow,
     admit,
     held_back,
     holds_slot,
@@ -146,3 +148,47 @@ def test_held_back_is_what_waits_beyond_the_free_slots(
     running: int, waiting: int, limit: int | None, held: int
 ) -> None:
     assert held_back(running, waiting, limit) == held
+
+
+# ---------------------------------------------------------------- the window of keys
+
+
+def test_a_window_walks_past_keys_without_room() -> None:
+    free = {"a": 0, "b": 1, "c": 0, "d": 2, "e": 1}
+    window: KeyWindow[str] = KeyWindow(3)
+    assert window.keys_to_walk() == 3
+    window.add(["a", "b", "c"], 3, free.__getitem__)
+    # two of the three places went to full keys: the next walk asks for two more
+    assert window.keys_to_walk() == 2
+    window.add(["d", "e"], 2, free.__getitem__)
+    assert window.keys_to_walk() == 0
+    assert window.with_room == ["b", "d", "e"]
+    assert window.cursor == "e"
+
+
+def test_a_window_ends_when_the_rotation_runs_out_of_keys() -> None:
+    window: KeyWindow[str] = KeyWindow(4)
+    window.add(["a", "b"], 4, {"a": 0, "b": 1}.__getitem__)
+    assert window.exhausted
+    assert window.keys_to_walk() == 0
+    assert window.with_room == ["b"]
+    assert window.cursor == "b"
+
+
+def test_a_window_walks_a_bounded_number_of_times() -> None:
+    window: KeyWindow[int] = KeyWindow(2)
+    walks = 0
+    while (wanted := window.keys_to_walk()) > 0:
+        start = len(window.walked)
+        window.add(list(range(start, start + wanted)), wanted, lambda key: 0)
+        walks += 1
+    assert walks == MAX_KEY_WALKS
+    assert window.with_room == []
+    assert window.cursor == 2 * MAX_KEY_WALKS - 1
+
+
+def test_an_empty_rotation_keeps_the_cursor() -> None:
+    window: KeyWindow[str] = KeyWindow(2)
+    window.add([], 2, lambda key: 1)
+    assert window.keys_to_walk() == 0
+    assert window.cursor is None

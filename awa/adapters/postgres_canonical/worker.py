@@ -20,7 +20,7 @@ from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase, atte
 from awa.domain import lifecycle
 from awa.domain.callbacks import CallbackExpressions, callback_not_found, check_action
 from awa.domain.errors import UniqueConflict
-from awa.domain.flow_control import Admitted, admit_counted
+from awa.domain.flow_control import Admitted, KeyWindow, admit_counted
 from awa.domain.job import Claim, ClaimBatch, JobRecord, JobSpec, RunLease
 from awa.domain.lifecycle import AttemptFacts, Transition
 from awa.domain.policies import PriorityAging
@@ -253,9 +253,10 @@ class WorkerOps(EngineBase):
         rate_per_key: GlobalRateLimit | None = None,
     ) -> list[Claim]:
         """The claim of a queue with ``max_running_per_key`` (ADR 0029), in one
-        transaction: the candidates (the next ``limit`` keys with work after the one this
-        process walked to last, each key's first ``per_key`` due jobs, and the keyless
-        jobs), the keys' locks, their live attempts counted after the locks, the rule
+        transaction: the candidates (the next ``limit`` keys with work and a free slot
+        after the one this process walked to last, :meth:`_key_window`, each key's first
+        ``per_key`` due jobs, and the keyless jobs), the keys' locks, their live attempts
+        counted after the locks, the rule
         (:func:`~awa.domain.flow_control.admit`) and the claim of what it admits."""
         now = self._clock.now()
         deadline_at = None if deadline is None else now + deadline
@@ -271,31 +272,11 @@ class WorkerOps(EngineBase):
         )
         params: dict[str, Any] = {"queue": queue, "now": now, "per_key": wanted_per_key}
         async with self._transaction() as conn:
-            keyed: list[tuple[int, str, int, datetime]] = []
-            walked: list[str] = []
-            after = self._key_cursor.get(queue, "")
-            while True:
-                rows = await self._all(
-                    conn,
-                    "claim_keyed_candidates",
-                    {**params, "after_key": after, "keys_wanted": limit - len(walked)},
-                )
-                seen = set(walked)
-                for row in rows:
-                    key = row["walked"]
-                    if key in seen:
-                        # walked already, before going round from the first key
-                        continue
-                    if not walked or walked[-1] != key:
-                        walked.append(key)
-                    if row["id"] is not None:
-                        keyed.append((row["id"], key, row["priority"], row["run_at"]))
-                if after == "" or len(walked) >= limit:
-                    break
-                # The keys after the cursor ran out before the batch: round from the first.
-                after = ""
-            if walked:
-                self._key_cursor[queue] = walked[-1]
+            window, keyed, live, contended = await self._key_window(
+                conn, queue, params, limit, per_key
+            )
+            if window.cursor is not None:
+                self._key_cursor[queue] = window.cursor
             keyless = await self._all(
                 conn,
                 "claim_keyless_candidates",
@@ -304,14 +285,11 @@ class WorkerOps(EngineBase):
             candidates: list[tuple[int, str | None, int, datetime]] = [
                 (r["id"], None, r["priority"], r["run_at"]) for r in keyless
             ]
-            candidates.extend((i, k, p, r) for i, k, p, r in keyed)
+            # A key another claimer holds is left to it; a key at its limit stays among
+            # the candidates, so the claim counts what its limit holds back.
+            candidates.extend(c for c in keyed if c[1] not in contended)
             candidates.sort(key=lambda c: (aging.effective_priority(c[2], c[3], now), c[3], c[0]))
-            keys = sorted({k for _, k, _, _ in keyed})
-            live: dict[str, int] = {}
-            if keys and per_key is not None:
-                await self._all(conn, "lock_concurrency_keys", {"queue": queue, "keys": keys})
-                counted = await self._all(conn, "live_per_key", {"queue": queue, "keys": keys})
-                live = {row["concurrency_key"]: int(row["live"]) for row in counted}
+            keys = sorted(window.with_room)
             held = await lock_limiters(
                 conn,
                 queue,
@@ -362,6 +340,96 @@ class WorkerOps(EngineBase):
         jobs = sorted((job_from_row(row) for row in rows), key=lambda job: order[job.id])
         batch.extend(Claim(job=job, lease=job.lease, deadline_at=deadline_at) for job in jobs)
         return batch
+
+    async def _key_window(
+        self,
+        conn: DictConnection,
+        queue: str,
+        params: dict[str, Any],
+        limit: int,
+        per_key: int | None,
+    ) -> tuple[KeyWindow[str], list[tuple[int, str, int, datetime]], dict[str, int], set[str]]:
+        """The keys a limited claim offers candidates of (ADR 0029, "Fairness";
+        :class:`~awa.domain.flow_control.KeyWindow`): walks of the keys with available
+        work in key order after the one this process walked to last (round from the
+        first key when they run out), each walk's keys locked (the first walk waits for
+        them in sorted order, a later one only tries, so two claimers never wait in a
+        circle) and their live attempts counted after the locks; keys with no free slot
+        are walked past. Returns the window, the walked keys' candidates (each key's
+        first ``per_key`` due jobs), the live attempts per key and the keys left to
+        another claimer."""
+        window: KeyWindow[str] = KeyWindow(limit)
+        keyed: list[tuple[int, str, int, datetime]] = []
+        live: dict[str, int] = {}
+        contended: set[str] = set()
+        after = self._key_cursor.get(queue, "")
+        # Whether the walk went round from the first key (it starts there without a
+        # cursor): after that, running out of keys means every key was walked.
+        wrapped = after == ""
+        seen: set[str] = set()
+        while (wanted := window.keys_to_walk()) > 0:
+            walked: list[str] = []
+            due: set[str] = set()
+            came_round = False
+            while len(walked) < wanted and not came_round:
+                asked = wanted - len(walked)
+                rows = await self._all(
+                    conn,
+                    "claim_keyed_candidates",
+                    {**params, "after_key": after, "keys_wanted": asked},
+                )
+                got: list[str] = []
+                for row in rows:
+                    key = row["walked"]
+                    if not got or got[-1] != key:
+                        if key in seen:
+                            # round to the keys walked already: every key was walked
+                            came_round = True
+                            break
+                        got.append(key)
+                        seen.add(key)
+                    if row["id"] is not None:
+                        due.add(key)
+                        keyed.append((row["id"], key, row["priority"], row["run_at"]))
+                walked.extend(got)
+                if got:
+                    after = got[-1]
+                if len(got) < asked and not came_round:
+                    if wrapped:
+                        came_round = True
+                    else:
+                        # The keys after the cursor ran out: round from the first.
+                        wrapped, after = True, ""
+            locked = sorted(due)
+            if locked and per_key is not None:
+                if window.walks == 0:
+                    await self._all(conn, "lock_concurrency_keys", {"queue": queue, "keys": locked})
+                else:
+                    rows = await self._all(
+                        conn, "try_lock_concurrency_keys", {"queue": queue, "keys": locked}
+                    )
+                    held_keys = {row["k"] for row in rows}
+                    contended.update(k for k in locked if k not in held_keys)
+                    locked = [k for k in locked if k in held_keys]
+                if locked:
+                    counted = await self._all(
+                        conn, "live_per_key", {"queue": queue, "keys": locked}
+                    )
+                    live.update({row["concurrency_key"]: int(row["live"]) for row in counted})
+
+            free: dict[str, int] = {}
+            for key in walked:
+                if key not in due or key in contended:
+                    free[key] = 0
+                elif per_key is None:
+                    free[key] = limit
+                else:
+                    free[key] = per_key - live.get(key, 0)
+            window.add(walked, wanted, free.__getitem__)
+            if per_key is None:
+                # Without a concurrency limit every key walked with due work has room.
+                break
+        return window, keyed, live, contended
 
     async def _batch(self, name: str, leases: Sequence[RunLease]) -> list[Ack]:
         leases = list(leases)

@@ -189,6 +189,14 @@ LIMIT %(limit)s
 SELECT count(pg_advisory_xact_lock(hashtextextended(%(queue)s || chr(31) || k, 0))) AS n
 FROM unnest(%(keys)s::text[]) AS k
 
+-- name: try_lock_concurrency_keys
+-- The keys' locks for a later walk of the same claim (KeyWindow): tried, never waited
+-- for, since the claim already holds its first walk's locks; a key another claimer holds
+-- is left to it. Returns the keys locked.
+SELECT k
+FROM unnest(%(keys)s::text[]) AS k
+WHERE pg_try_advisory_xact_lock(hashtextextended(%(queue)s || chr(31) || k, 0))
+
 -- name: live_per_key
 -- Each key's live attempts (running or waiting for a callback) in the queue, from
 -- canonical_jobs_key_live_idx.

@@ -26,7 +26,7 @@ from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.receipts import ReceiptCache
 from awa.adapters.postgres_queue_storage.snapshots import Writes, minute_of
 from awa.adapters.postgres_queue_storage.statements import Statements, run
-from awa.domain.flow_control import KEYED_SHARD_BASE
+from awa.domain.flow_control import KEYED_SHARD_BASE, KeyWindow
 from awa.domain.job import Claim, ClaimBatch, JobRecord
 from awa.domain.rate_limits import GlobalRateLimit, shard_limiter
 from awa.domain.states import JobState, bitstring_to_mask
@@ -229,38 +229,69 @@ class Claims:
         self, conn: DictConnection, queue: str, limit: int, limits: _Limits, now: datetime
     ) -> _Room:
         """The keyed lanes a limited claim may take from and how many from each: the
-        next ``limit`` keys with work after the one this process's last limited claim
-        walked to, locked, less their live attempts and capped by their rate limiters
-        (locked after the keys, the queue's own first)."""
-        after = self._key_cursor.get(queue, KEYED_SHARD_BASE - 1)
-        rows = await self._sql.exec(
-            conn,
-            "keyed_lanes_with_work",
-            queue=queue,
-            keyed_base=KEYED_SHARD_BASE,
-            after=after,
-            keys_wanted=limit,
-        )
-        shards = [int(row["shard"]) for row in rows]
-        if shards:
-            self._key_cursor[queue] = shards[-1]
-        shards.sort()
+        next ``limit`` keys with work and a free slot after the one this process's last
+        limited claim walked to (:class:`~awa.domain.flow_control.KeyWindow`: keys at
+        their limit are walked past), locked, less their live attempts and capped by
+        their rate limiters (locked after the keys, the queue's own first)."""
         per_key = limits.max_running_per_key
-        free = {shard: limit for shard in shards}
-        at_limit = 0
-        if shards and per_key is not None:
-            await self._sql.exec(conn, "lock_keyed_lanes", queue=queue, shards=shards)
-            counted = await self._sql.exec(conn, "live_per_keyed_lane", queue=queue, shards=shards)
-            live = {int(row["shard"]): int(row["live"]) for row in counted}
-            free = {shard: per_key - live.get(shard, 0) for shard in shards}
-            # Each key at its limit holds back at least its next job.
-            at_limit = sum(1 for n in free.values() if n <= 0)
+        window: KeyWindow[int] = KeyWindow(limit)
+        free: dict[int, int] = {}
+        # Keys another claimer was claiming (a later walk's lock not got): left to it.
+        contended: set[int] = set()
+        after = self._key_cursor.get(queue, KEYED_SHARD_BASE - 1)
+        while (wanted := window.keys_to_walk()) > 0:
+            rows = await self._sql.exec(
+                conn,
+                "keyed_lanes_with_work",
+                queue=queue,
+                keyed_base=KEYED_SHARD_BASE,
+                after=after,
+                walked=window.walked,
+                keys_wanted=wanted,
+            )
+            walked = [int(row["shard"]) for row in rows]
+            if walked:
+                after = walked[-1]
+            locked = walked
+            if walked and per_key is not None:
+                if window.walks == 0:
+                    # The first walk waits for its keys, in sorted order.
+                    await self._sql.exec(
+                        conn, "lock_keyed_lanes", queue=queue, shards=sorted(walked)
+                    )
+                else:
+                    got = await self._sql.exec(
+                        conn, "try_lock_keyed_lanes", queue=queue, shards=sorted(walked)
+                    )
+                    held_keys = {int(row["shard"]) for row in got}
+                    locked = [shard for shard in walked if shard in held_keys]
+                    contended.update(shard for shard in walked if shard not in held_keys)
+                live: dict[int, int] = {}
+                if locked:
+                    counted = await self._sql.exec(
+                        conn, "live_per_keyed_lane", queue=queue, shards=locked
+                    )
+                    live = {int(row["shard"]): int(row["live"]) for row in counted}
+                for shard in walked:
+                    free[shard] = 0 if shard in contended else per_key - live.get(shard, 0)
+            else:
+                for shard in walked:
+                    free[shard] = limit
+            window.add(walked, wanted, lambda shard: free[shard])
+            if per_key is None:
+                # Without a concurrency limit every key walked has room.
+                break
+        if window.cursor is not None:
+            self._key_cursor[queue] = window.cursor
+        # Each key at its limit holds back at least its next job.
+        at_limit = sum(1 for shard, n in free.items() if n <= 0 and shard not in contended)
+        shards = sorted(window.with_room)
         held = await lock_limiters(
             conn,
             queue,
             queue_limit=limits.rate,
             per_key_limit=limits.rate_per_key,
-            key_names=[shard_limiter(shard) for shard in shards if free[shard] > 0],
+            key_names=[shard_limiter(shard) for shard in shards],
             wanted=limit,
             now=now,
         )
@@ -268,11 +299,10 @@ class Claims:
         allowed = held.allowed.per_key
         if allowed is not None:
             for shard in shards:
-                if free[shard] > 0:
-                    capped = min(free[shard], allowed[shard_limiter(shard)])
-                    by_rate += 1 if capped <= 0 else 0
-                    free[shard] = capped
-        room = [(shard, n) for shard, n in free.items() if n > 0]
+                capped = min(free[shard], allowed[shard_limiter(shard)])
+                by_rate += 1 if capped <= 0 else 0
+                free[shard] = capped
+        room = [(shard, free[shard]) for shard in shards if free[shard] > 0]
         return _Room(
             shards=[shard for shard, _ in room],
             free=[n for _, n in room],

@@ -556,12 +556,14 @@ p.key_rank,
 -- name: keyed_lanes_with_work
 -- The keyed lanes (a concurrency key's own, ADR 0029) with rows past their cursor, one row
 -- per key: first those after `after` (the shard this process's last limited claim walked
--- to), then from the first again; at most `keys_wanted`.
+-- to, or this claim's previous walk), then from the first again, leaving out the shards
+-- in `walked` (the claim's earlier walks, KeyWindow); at most `keys_wanted`.
 SELECT shard FROM (
     SELECT DISTINCT h.shard
     FROM {s}.claim_heads h
     JOIN {s}.lanes l USING (queue, priority, shard)
     WHERE h.queue = %(queue)s AND h.shard >= %(keyed_base)s AND l.next_seq > h.claim_seq
+      AND NOT h.shard = ANY(%(walked)s::int[])
 ) k
 ORDER BY shard <= %(after)s, shard
 LIMIT %(keys_wanted)s
@@ -573,6 +575,16 @@ LIMIT %(keys_wanted)s
 SELECT count(pg_advisory_xact_lock(
     hashtextextended('awa.concurrency:{s}:' || %(queue)s || ':' || k, 0))) AS n
 FROM unnest(%(shards)s::int[]) AS k
+
+-- name: try_lock_keyed_lanes
+-- The keys' locks for a later walk of the same claim (KeyWindow): tried, never waited
+-- for, since this claim already holds the first walk's locks and waiting here could close
+-- a circle with another claimer; a key another claimer holds is left to it. Returns the
+-- shards locked.
+SELECT k AS shard
+FROM unnest(%(shards)s::int[]) AS k
+WHERE pg_try_advisory_xact_lock(
+    hashtextextended('awa.concurrency:{s}:' || %(queue)s || ':' || k, 0))
 
 -- name: live_per_keyed_lane
 -- Each keyed lane's live attempts: its ready rows (any priority) with an open claim, a

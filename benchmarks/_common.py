@@ -40,6 +40,22 @@ def fresh_database(admin_url: str, name: str) -> str:
     return f"{base}/{name}"
 
 
+def database_from_template(admin_url: str, name: str, template: str) -> str:
+    """Drop ``name`` and create it as a copy of ``template`` (``CREATE DATABASE ...
+    TEMPLATE``: the files are copied, no migration runs); returns its URL. Sessions
+    still on the template (a pool closing behind the benchmark) are ended first, since
+    the copy refuses a template with sessions."""
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+            (template,),
+        )
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    base, _, _ = admin_url.rpartition("/")
+    return f"{base}/{name}"
+
+
 def drop_database(admin_url: str, name: str) -> None:
     """Drop ``name``, ending its sessions; on a loaded host a session may take longer to
     end than the server waits for (ObjectInUse), so the drop is tried again a few times."""

@@ -9,7 +9,7 @@ import pytest
 
 from awa.adapters.clock import ManualClock
 from awa.runtime import AttemptContext, HandlerRegistry
-from tests.unit.test_runtime_support import enqueue, fast_config, job, make_engine, running
+from tests.unit.test_runtime_support import enqueue, fast_config, job, make_engine, running, within
 
 pytestmark = pytest.mark.anyio
 
@@ -40,7 +40,7 @@ async def test_the_handler_sees_the_effective_priority(
     handlers.register("aged", handler)
     queues = [{"name": "default", "max_workers": 1, "priority_aging_interval_ms": aging_ms}]
     async with running(engine, handlers, fast_config(handlers, queues)):
-        with anyio.fail_after(5):
+        with within(5):
             await handled.wait()
     assert priorities == [seen]
     # What is stored does not change: aging orders claims, it does not rewrite the job.

@@ -92,7 +92,9 @@ async def test_snooze_until_spends_no_attempt() -> None:
 
     async def limited(ctx: AttemptContext) -> Snooze | None:
         if not reset_at:
-            reset_at.append(clock.now() + timedelta(seconds=30))
+            # A short snooze: every poll, heartbeat and duty tick until it ends is a step
+            # of the simulated clock (30 s of them took 10 s of a busy host).
+            reset_at.append(clock.now() + timedelta(seconds=2))
             return Snooze(until=reset_at[0])
         return None
 
@@ -113,5 +115,6 @@ async def test_snooze_until_spends_no_attempt() -> None:
         async def done() -> bool:
             return (await job(engine, record.id)).state is JobState.Completed
 
-        await wait_until(done, timeout=60)
+        await wait_until(done, timeout=10)
     assert (await job(engine, record.id)).attempt == 1
+    assert clock.now() >= reset_at[0]

@@ -29,6 +29,7 @@ from tests.unit.test_runtime_support import (
     running,
     sleep,
     wait_until,
+    within,
 )
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
@@ -37,7 +38,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 def _blocking_handler(started: list[AttemptContext], *, until_cancelled: bool = True) -> Any:
     async def handler(ctx: AttemptContext) -> None:
         started.append(ctx)
-        with anyio.fail_after(5):
+        with within(5):
             while until_cancelled and not ctx.is_cancelled():
                 await sleep(0.005)
 

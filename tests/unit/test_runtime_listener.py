@@ -23,6 +23,7 @@ from tests.unit.test_runtime_support import (
     on_clock,
     sleep,
     wait_until,
+    within,
 )
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
@@ -97,7 +98,7 @@ async def test_one_subscription_wakes_every_queue_and_answers_cancels() -> None:
 
     async def until_cancelled(ctx: AttemptContext) -> None:
         started.append(ctx)
-        with anyio.fail_after(5):
+        with within(5):
             while not ctx.is_cancelled():
                 await sleep(0.005)
 

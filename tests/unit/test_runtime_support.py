@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextvars
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import anyio
@@ -142,6 +142,18 @@ async def sleep(seconds: float) -> None:
     time, a pause between steps), else on the host's."""
     clock = _CLOCK.get()
     await (anyio.sleep(seconds) if clock is None else clock.sleep(seconds))
+
+
+@contextmanager
+def within(seconds: float) -> Iterator[None]:
+    """Fail the body unless it ends within ``seconds`` of the runtime's clock (inside
+    :func:`running` or :func:`on_clock`): :func:`anyio.fail_after` on simulated time."""
+    clock = _CLOCK.get()
+    assert clock is not None, "within() runs on the runtime's clock: use it inside running()"
+    with clock.move_on_after(seconds) as scope:
+        yield
+    if scope.cancelled_caught:
+        raise AssertionError(f"not done within {seconds:g} s of the clock")
 
 
 async def wait_until(

@@ -9,6 +9,10 @@ through the machine's other rules, and after every step both engines must hold t
 jobs (``engines_agree``); :meth:`DependencyRules.read_edges` compares each job's edges as
 the operator surfaces read them. Results are stored and read back through each side's
 result store: a stored value, its kind and its expiry read the same on both.
+
+Every real engine runs these rules, the two-slot ring too: its queue storage sits in a
+schema of its own that ``awa.jobs`` does not show, and an insert finds the parents it
+names there (``dependency_parents_in``), while the edges stay in ``awa``.
 """
 
 from __future__ import annotations
@@ -25,10 +29,6 @@ from awa.domain.job import JobSpec
 from awa.domain.results import StoredResult
 from awa.ports.relations import Edge, JobEdges
 from tests.property._mvr_base import KINDS, QUEUES, MachineBase, _await
-
-#: The queue storage the machine installs in a schema of its own, outside the storage
-#: transition: the dependency edges live beside ``awa.jobs``, which does not reach it.
-OUTSIDE_THE_TRANSITION = "queue_storage_two_slot_ring"
 
 policies = st.sampled_from(list(OnParentFailure))
 results = st.sampled_from([{"n": 1}, [1, "two"], "done", 3, None, {"nested": {"ok": True}}])
@@ -53,7 +53,7 @@ class DependencyRules(MachineBase):
         for handle in (self.p.model, self.p.real):
             self.p.runner.run(_await(handle.control.results.prune_results(before=horizon)))
 
-    @precondition(lambda self: bool(self.model_ids) and self.p.real.name != OUTSIDE_THE_TRANSITION)
+    @precondition(lambda self: bool(self.model_ids))
     @rule(data=st.data(), queue=st.sampled_from(QUEUES), count=st.integers(1, 2))
     def enqueue_child(self, data: st.DataObject, queue: str, count: int) -> None:
         parents = data.draw(
@@ -83,7 +83,7 @@ class DependencyRules(MachineBase):
             self._map_jobs(model.value, real.value)
             assert self._norm(model.value, False) == self._norm(real.value, True)
 
-    @precondition(lambda self: bool(self.model_ids) and self.p.real.name != OUTSIDE_THE_TRANSITION)
+    @precondition(lambda self: bool(self.model_ids))
     @rule(data=st.data())
     def read_edges(self, data: st.DataObject) -> None:
         """A job's parents and children with each edge's satisfaction, failure and

@@ -511,15 +511,21 @@ async def ping(wiring: Wiring) -> bool:
     return True
 
 
-async def connect_schema_admin(url: str, *, connect_timeout: int | None = None) -> SchemaAdmin:
+async def connect_schema_admin(
+    url: str, *, connect_timeout: int | None = None, clock: Clock | None = None
+) -> SchemaAdmin:
     """The schema admin port on one dedicated connection to ``url`` (the CLI's, one per
-    command); ``close()`` closes the connection."""
-    return await pg_admin.connect_schema_admin(url, connect_timeout=connect_timeout)
+    command), waiting on ``clock`` (the host's unless given); ``close()`` closes the
+    connection."""
+    return await pg_admin.connect_schema_admin(
+        url, clock=clock if clock is not None else SystemClock(), connect_timeout=connect_timeout
+    )
 
 
 def schema_admin(wiring: Wiring) -> SchemaAdmin:
-    """The schema admin port on the wiring's pool (a connection per call)."""
-    return pg_admin.pool_schema_admin(wiring.database())
+    """The schema admin port on the wiring's pool (a connection per call), waiting on the
+    host's clock."""
+    return pg_admin.pool_schema_admin(wiring.database(), SystemClock())
 
 
 async def schema_version(wiring: Wiring) -> int:

@@ -9,15 +9,18 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import psycopg
 import pytest
 from click.testing import CliRunner
 
+from awa.adapters.clock import ManualClock
 from awa.domain.transition import Gate, TransitionRefused, TransitionState
 from awa.entrypoints import bootstrap
 from awa.entrypoints.cli import cli
 from awa.entrypoints.client import AsyncClient
 from awa.ports.admin import RuntimeCounts, SchemaAdmin
+from tests.unit.test_runtime_support import REAL_TIME_GUARD
 
 pytestmark = [pytest.mark.postgres, pytest.mark.anyio]
 
@@ -154,3 +157,27 @@ def test_cli_refuses_other_ring_sizes_in_the_default_schema(migrated_database_ur
     )
     assert result.exit_code == 1
     assert "queue_slot_count: the default schema 'awa' keeps 16" in result.output
+
+
+async def test_finalize_waits_for_the_backlog_on_the_admins_clock(
+    migrated_database_url: str,
+) -> None:
+    # A canonical job keeps finalize refused: the wait polls on the clock it was given
+    # (every 0.5 s of it, a round trip each) and gives up after its timeout of that clock,
+    # here simulated; the host's 60 s would outlast the guard.
+    url = migrated_database_url
+    with psycopg.connect(url) as conn:
+        conn.execute("SELECT * FROM awa.insert_job_compat('k')")
+    clock = ManualClock()
+    async with connected(url, clock=clock) as admin:
+        await admin.prepare("queue_storage", {})
+        _publish_runtime(url, "00000000-0000-0000-0000-000000000010", [{"name": "q"}])
+        await admin.enter_mixed_transition()
+        before = clock.monotonic()
+        with anyio.fail_after(REAL_TIME_GUARD):
+            async with clock.autojump():
+                with pytest.raises(TransitionRefused) as refused:
+                    await admin.finalize_when_drained(60.0)
+        assert refused.value.gate is Gate.CANONICAL_BACKLOG_DRAINED
+        assert clock.monotonic() - before == pytest.approx(60.0)
+        assert (await admin.storage_status() or {})["state"] == "mixed_transition"

@@ -32,6 +32,7 @@ from awa.domain.transition import (
     status_report,
 )
 from awa.ports.admin import RuntimeCounts
+from awa.ports.clock import Clock
 
 ConnectionSource = Callable[[], AbstractAsyncContextManager[DictConnection]]
 
@@ -74,15 +75,18 @@ async def ping(conn: DictConnection) -> None:
 
 
 class PgSchemaAdmin:
-    """:class:`~awa.ports.admin.SchemaAdmin` over connections from ``connection``."""
+    """:class:`~awa.ports.admin.SchemaAdmin` over connections from ``connection``; it
+    waits (:meth:`finalize_when_drained`) on ``clock``."""
 
     def __init__(
         self,
         connection: ConnectionSource,
         *,
+        clock: Clock,
         on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._connection = connection
+        self._clock = clock
         self._on_close = on_close
 
     async def close(self) -> None:
@@ -200,7 +204,9 @@ class PgSchemaAdmin:
 
     async def finalize_when_drained(self, timeout: float) -> TransitionStatus:
         async with self._connection() as conn:
-            return await pg_transition.finalize_when_drained(conn, timeout=timeout)
+            return await pg_transition.finalize_when_drained(
+                conn, timeout=timeout, clock=self._clock
+            )
 
     async def abort(self) -> TransitionStatus:
         async with self._connection() as conn:
@@ -220,16 +226,18 @@ class PgSchemaAdmin:
             return await pg_transition.queue_storage_installed(conn, schema)
 
 
-async def connect_schema_admin(url: str, *, connect_timeout: int | None = None) -> PgSchemaAdmin:
-    """A schema admin on one dedicated connection to ``url`` (closed by ``close()``);
-    ``connect_timeout`` bounds the connection attempt, in seconds."""
+async def connect_schema_admin(
+    url: str, *, clock: Clock, connect_timeout: int | None = None
+) -> PgSchemaAdmin:
+    """A schema admin on one dedicated connection to ``url`` (closed by ``close()``),
+    waiting on ``clock``; ``connect_timeout`` bounds the connection attempt, in seconds."""
     target = normalize(url)
     if connect_timeout is not None:
         target = make_conninfo(target, connect_timeout=str(connect_timeout))
     conn = await connect(target)
-    return PgSchemaAdmin(lambda: nullcontext(conn), on_close=conn.close)
+    return PgSchemaAdmin(lambda: nullcontext(conn), clock=clock, on_close=conn.close)
 
 
-def pool_schema_admin(pool: AsyncConnectionPool[DictConnection]) -> PgSchemaAdmin:
-    """A schema admin borrowing a connection from ``pool`` per call."""
-    return PgSchemaAdmin(pool.connection)
+def pool_schema_admin(pool: AsyncConnectionPool[DictConnection], clock: Clock) -> PgSchemaAdmin:
+    """A schema admin borrowing a connection from ``pool`` per call, waiting on ``clock``."""
+    return PgSchemaAdmin(pool.connection, clock=clock)

@@ -8,8 +8,6 @@ into :class:`~awa.domain.transition.TransitionRefused`.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -33,6 +31,7 @@ from awa.domain.transition import (
     backlog_matters,
 )
 from awa.domain.validation import LEASE_SLOT_COUNT, QUEUE_SLOT_COUNT
+from awa.ports.clock import Clock
 
 AnyConnection = psycopg.AsyncConnection[Any]
 
@@ -199,21 +198,21 @@ async def install_schema(
 
 
 async def finalize_when_drained(
-    conn: AnyConnection, *, timeout: float, poll_interval: float = 0.5
+    conn: AnyConnection, *, timeout: float, clock: Clock, poll_interval: float = 0.5
 ) -> TransitionStatus:
     """Call ``finalize`` on ``conn`` until the canonical backlog gate passes or
-    ``timeout`` seconds elapse; any other refusal (or the backlog one at the deadline) is
-    raised."""
-    deadline = time.monotonic() + timeout
+    ``timeout`` seconds of ``clock`` elapse; any other refusal (or the backlog one at the
+    deadline) is raised."""
+    deadline = clock.monotonic() + timeout
     while True:
         try:
             return await finalize(conn)
         except TransitionRefused as refused:
             if refused.gate is not Gate.CANONICAL_BACKLOG_DRAINED:
                 raise
-            if time.monotonic() >= deadline:
+            if clock.monotonic() >= deadline:
                 raise
-        await asyncio.sleep(max(0.0, min(poll_interval, deadline - time.monotonic())))
+        await clock.sleep(max(0.0, min(poll_interval, deadline - clock.monotonic())))
 
 
 class PgTransitionState:

@@ -296,8 +296,16 @@ class RotateOutcome(enum.StrEnum):
     SKIPPED_LOCKED = "skipped_locked"
 
 
+#: The most unclaimed rows one step of a queue-ring prune moves out of the slot it
+#: reclaims (ADR 0006, "Carry-forward of live rows", *A step at a time*): a slot holding
+#: more is emptied of them over several steps, each its own short transaction, before the
+#: swap, so no step grows with the backlog.
+DEFAULT_CARRY_BATCH = 2000
+
+
 class PruneOutcome(enum.StrEnum):
-    """What one prune step of a ring did (the leader backs off on ``BLOCKED``)."""
+    """What one prune step of a ring did (the leader backs off on ``BLOCKED`` and calls
+    again at once on ``CARRIED``)."""
 
     #: The oldest sealed slot was truncated.
     PRUNED = "pruned"
@@ -307,3 +315,6 @@ class PruneOutcome(enum.StrEnum):
     BLOCKED = "blocked"
     #: Another rotate or prune holds the ring.
     SKIPPED_LOCKED = "skipped_locked"
+    #: One bounded step of unclaimed rows was moved out of the slot into the current one;
+    #: more are left, so the slot is not reclaimed yet (queue ring only).
+    CARRIED = "carried"

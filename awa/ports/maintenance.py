@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
-from awa.domain.policies import PruneOutcome, RingSeal, RotateOutcome
+from awa.domain.policies import DEFAULT_CARRY_BATCH, PruneOutcome, RingSeal, RotateOutcome
 
 
 @runtime_checkable
@@ -33,12 +33,17 @@ class RingMaintenance(Protocol):
         """
         ...
 
-    async def prune(self, *, failed_retention: timedelta) -> PruneOutcome:
+    async def prune(
+        self, *, failed_retention: timedelta, carry_batch: int = DEFAULT_CARRY_BATCH
+    ) -> PruneOutcome:
         """Reclaim the oldest sealed slot once nothing live refers to it.
 
         Failed jobs finalized less than ``failed_retention`` ago are carried forward
         first. Returns ``pruned``, ``idle`` (no sealed slot holds rows), ``blocked``
-        (live work, or a lock held by a running transaction) or ``skipped_locked``.
+        (live work, or a lock held by a running transaction), ``skipped_locked`` or
+        ``carried``: the slot holds more than ``carry_batch`` unclaimed rows, and this
+        call moved that many of them into the current slot without reclaiming it yet
+        (each call does a bounded step; the next one goes on).
         """
         ...
 

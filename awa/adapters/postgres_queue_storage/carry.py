@@ -11,10 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from psycopg import errors as pg_errors
 from psycopg import sql
 
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters.postgres_queue_storage.statements import Statements
+
+
+class LanesBusy(Exception):
+    """A step of carry-ahead did not get its lanes' claim heads within its lock timeout."""
 
 
 class Carry:
@@ -39,6 +44,48 @@ class Carry:
         rows = await self._carry_rows(conn, "carry_claims", slot_k=source, to=current)
         carried = frozenset(int(r["job_id"]) for r in jobs)
         return carried, [(int(r["job_id"]), int(r["claim_id"])) for r in rows]
+
+    async def ahead(
+        self, conn: DictConnection, source: int, current: int, limit: int
+    ) -> int | None:
+        """One bounded step of the carry-forward, ahead of prune's swap: when ``source``
+        holds more than ``limit`` ready rows nobody ever claimed or tombstoned, move
+        ``limit`` of them (lane by lane, in lane order) into ``current`` in this
+        transaction and return how many moved; ``None`` when the rest fits in one step
+        (prune then copies it with the swap, :meth:`live_rows`).
+
+        A move deletes the row from ``source`` and inserts the same fact into ``current``
+        in one statement, under the lanes' claim heads marked retired (the way every
+        writer that retires an unclaimed row takes them, ADR 0006 "Retiring unclaimed
+        rows"), so no claim or retiring writer can act on the row in between and a claim
+        whose snapshot predates the commit leaves those lanes alone. Raises
+        :class:`LanesBusy` when the heads are not granted within
+        ``carry_ahead_settings``."""
+        await self._sql.rows(conn, self._sql["carry_ahead_settings"])
+        picked = await self._carry_rows(conn, "carry_ahead_pick", slot_k=source, limit=limit + 1)
+        if len(picked) <= limit:
+            return None
+        batch = picked[:limit]
+        lanes = sorted({(r["queue"], int(r["priority"]), int(r["shard"])) for r in batch})
+        try:
+            await self._sql.exec(
+                conn,
+                "retire_lanes",
+                schema=self._sql.schema,
+                queues=[lane[0] for lane in lanes],
+                priorities=[lane[1] for lane in lanes],
+                shards=[lane[2] for lane in lanes],
+            )
+        except pg_errors.LockNotAvailable as exc:
+            raise LanesBusy() from exc
+        moved = await self._carry_rows(
+            conn,
+            "carry_ahead",
+            slot_k=source,
+            to=current,
+            facts=[int(r["fact_id"]) for r in batch],
+        )
+        return len(moved)
 
     def repoint(
         self, carried: Sequence[tuple[int, int]], source: int, current: int

@@ -85,3 +85,57 @@ SELECT %(to)s::int, m.job_id, m.run_lease, m.claim_slot, m.claim_id, m.queue, m.
     m.deadline_at
 FROM moved m
 RETURNING job_id
+
+-- name: carry_ahead_pick
+-- Up to %(limit)s ready rows of slot k nobody ever claimed or tombstoned, lane by lane
+-- in lane order (through the (queue, priority, shard, lane_seq) index, so the read stops
+-- at the limit and a step locks the heads of few lanes). What prune moves ahead of its
+-- swap, a bounded step at a time, when the slot holds more of them than one step carries
+-- (ADR 0006, "Carry-forward of live rows", *A step at a time*).
+SELECT r.fact_id, r.queue, r.priority, r.shard FROM {ready_entries_k} r
+WHERE NOT EXISTS (
+        SELECT 1 FROM {claims_k} c WHERE c.slot = r.slot AND c.ready_fact = r.fact_id OFFSET 0)
+  AND NOT EXISTS (
+        SELECT 1 FROM {tombstones_k} t
+        WHERE t.slot = r.slot AND t.ready_fact = r.fact_id OFFSET 0)
+ORDER BY r.queue, r.priority, r.shard, r.lane_seq
+LIMIT %(limit)s
+
+-- name: carry_ahead_settings
+-- First in a step of carry-ahead: the longest it waits for its lanes' claim heads (a
+-- claim statement holds one for its own length, an operator's drain for its
+-- transaction's), and no JIT: the ring's partitions are never analyzed, so their
+-- estimates are large and the server compiled the pick (30 ms) to read 2,000 rows (5 ms).
+SELECT set_config('lock_timeout', '500ms', true), set_config('jit', 'off', true)
+
+-- name: carry_ahead
+-- Move the ready rows %(facts)s of slot k into slot %(to)s: deleted from k and inserted
+-- into %(to)s in one statement, every column but the slot kept (same fact, lane position
+-- and body). The caller holds their lanes' claim heads, marked retired
+-- (awa.queue_storage_retire_lanes), and this statement's snapshot is taken after it got
+-- them: a row claimed or tombstoned before is left where it is, no claimer is inside
+-- those lanes until the commit, and a claimer whose snapshot predates it leaves the lanes
+-- alone. A job is thus in exactly one slot before and after.
+WITH moved AS (
+    DELETE FROM {ready_entries_k} r
+    WHERE r.slot = {k} AND r.fact_id = ANY(%(facts)s::bigint[])
+      AND NOT EXISTS (
+          SELECT 1 FROM {claims_k} c WHERE c.slot = r.slot AND c.ready_fact = r.fact_id)
+      AND NOT EXISTS (
+          SELECT 1 FROM {tombstones_k} t WHERE t.slot = r.slot AND t.ready_fact = r.fact_id)
+    RETURNING r.*
+)
+INSERT INTO {s}.ready_entries (
+    slot, fact_id, shard, lane_seq, job_id, kind, queue, args, priority, attempt,
+    max_attempts, run_at, heartbeat_at, deadline_at, attempted_at, finalized_at, created_at,
+    errors, metadata, tags, unique_key, unique_states, callback_id, callback_timeout_at,
+    run_lease, progress, ordering_key
+)
+SELECT %(to)s::int, m.fact_id, m.shard, m.lane_seq, m.job_id, m.kind, m.queue, m.args,
+    m.priority, m.attempt, m.max_attempts, m.run_at, m.heartbeat_at, m.deadline_at,
+    m.attempted_at, m.finalized_at, m.created_at, m.errors, m.metadata, m.tags, m.unique_key,
+    m.unique_states, m.callback_id, m.callback_timeout_at, m.run_lease, m.progress,
+    m.ordering_key
+FROM moved m
+ORDER BY m.queue, m.priority, m.shard, m.lane_seq
+RETURNING job_id

@@ -27,7 +27,13 @@ from awa.domain.batch_ops import BatchFilter, BatchSpec, ItemResult
 from awa.domain.callbacks import CallbackExpressions
 from awa.domain.job import Claim, DlqEntry, JobRecord, JobSpec, QueueCounts, RunLease
 from awa.domain.kind_policies import KindPolicies
-from awa.domain.policies import Backoff, PruneOutcome, RingSeal, RotateOutcome
+from awa.domain.policies import (
+    DEFAULT_CARRY_BATCH,
+    Backoff,
+    PruneOutcome,
+    RingSeal,
+    RotateOutcome,
+)
 from awa.domain.rate_limits import GlobalRateLimit
 from awa.ports.clock import Clock
 from awa.ports.storage import Ack, DlqFilter, JobFilter, Rescued, UnitOfWork
@@ -376,9 +382,14 @@ class QueueStorageEngine:
         return await self._parts.queue_ring.rotate_queue_ring(seal)
 
     async def prune_oldest(
-        self, *, failed_retention: timedelta = DEFAULT_FAILED_RETENTION
+        self,
+        *,
+        failed_retention: timedelta = DEFAULT_FAILED_RETENTION,
+        carry_batch: int = DEFAULT_CARRY_BATCH,
     ) -> PruneOutcome:
-        return await self._parts.queue_ring.prune_oldest(failed_retention=failed_retention)
+        return await self._parts.queue_ring.prune_oldest(
+            failed_retention=failed_retention, carry_batch=carry_batch
+        )
 
     async def rotate_leases(self) -> RotateOutcome:
         return await self._parts.lease_ring.rotate_leases()
@@ -397,10 +408,15 @@ class QueueStorageEngine:
         return await self._parts.queue_ring.rotate_queue_ring(seal)
 
     async def prune(
-        self, *, failed_retention: timedelta = DEFAULT_FAILED_RETENTION
+        self,
+        *,
+        failed_retention: timedelta = DEFAULT_FAILED_RETENTION,
+        carry_batch: int = DEFAULT_CARRY_BATCH,
     ) -> PruneOutcome:
         """:class:`~awa.ports.maintenance.RingMaintenance`: :meth:`prune_oldest`."""
-        return await self._parts.queue_ring.prune_oldest(failed_retention=failed_retention)
+        return await self._parts.queue_ring.prune_oldest(
+            failed_retention=failed_retention, carry_batch=carry_batch
+        )
 
     # The long-transaction thresholds of the maintenance leader (tests shorten them).
     @property

@@ -19,7 +19,7 @@ from psycopg import sql
 
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
-from awa.adapters.postgres_queue_storage.carry import Carry
+from awa.adapters.postgres_queue_storage.carry import Carry, LanesBusy
 from awa.adapters.postgres_queue_storage.connections import Connections
 from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.long_tx import LongTransactions
@@ -33,7 +33,8 @@ from awa.adapters.postgres_queue_storage.snapshots import (
 )
 from awa.adapters.postgres_queue_storage.statements import Statements
 from awa.adapters.postgres_queue_storage.swap import RING_TABLES, Blocked, PartitionSwap
-from awa.domain.policies import PruneOutcome, RingSeal, RotateOutcome
+from awa.domain.errors import ValidationError
+from awa.domain.policies import DEFAULT_CARRY_BATCH, PruneOutcome, RingSeal, RotateOutcome
 from awa.domain.states import DEFAULT_UNIQUE_STATES, JobState, bitstring_to_mask, mask_contains
 from awa.ports.clock import Clock
 
@@ -127,23 +128,34 @@ class QueueRing:
         return RotateOutcome.ROTATED
 
     async def prune_oldest(
-        self, *, failed_retention: timedelta = DEFAULT_FAILED_RETENTION
+        self,
+        *,
+        failed_retention: timedelta = DEFAULT_FAILED_RETENTION,
+        carry_batch: int = DEFAULT_CARRY_BATCH,
     ) -> PruneOutcome:
         """Truncate the oldest sealed slot that holds rows (the one the next rotation
         enters, else the one after it) once nothing live refers to it.
 
         Returns ``pruned``, ``idle`` (neither slot holds rows), ``blocked`` (live work
-        or a lock held by a running transaction) or ``skipped_locked``. Failed jobs younger
-        than ``failed_retention`` are carried forward into the current slot first.
+        or a lock held by a running transaction), ``skipped_locked`` or ``carried``. Failed
+        jobs younger than ``failed_retention`` are carried forward into the current slot
+        first. A slot holding more than ``carry_batch`` unclaimed rows is not reclaimed
+        in this call: ``carry_batch`` of them are moved into the current slot in a
+        transaction of their own (``carried``), and the next call goes on, so no call
+        grows with the backlog.
         """
+        if isinstance(carry_batch, bool) or not isinstance(carry_batch, int) or carry_batch < 1:
+            raise ValidationError(
+                "carry_batch", f"must be an integer > 0, got {carry_batch!r}", value=carry_batch
+            )
         # The slot this turn chose, set by _prune before anything can block it.
         target: list[int] = []
         try:
             async with translated_errors():
                 await self._swap.clear(RING_TABLES)
             async with translated_errors(), self._connections.tx() as conn:
-                outcome = await self._prune(conn, failed_retention, target)
-        except Blocked:
+                outcome = await self._prune(conn, failed_retention, target, carry_batch)
+        except (Blocked, LanesBusy):
             outcome = PruneOutcome.BLOCKED
         async with translated_errors():
             # Say why reclamation waits (a long transaction holding the slot or the
@@ -174,7 +186,11 @@ class QueueRing:
         return next((k for k in ahead if k in holding), None)
 
     async def _prune(
-        self, conn: DictConnection, failed_retention: timedelta, chosen: list[int]
+        self,
+        conn: DictConnection,
+        failed_retention: timedelta,
+        chosen: list[int],
+        carry_batch: int,
     ) -> PruneOutcome:
         state = await self._sql.one(conn, self._sql["lock_ring_state"])
         if state is None:
@@ -188,6 +204,11 @@ class QueueRing:
         if target is None:
             return PruneOutcome.IDLE
         chosen.append(target)
+        # A backlog is moved out of the slot a bounded step per call, each step its own
+        # transaction (this one, holding the ring), until what is left fits in one step;
+        # only then is the slot reclaimed below, with that rest copied under the swap.
+        if await self._carry.ahead(conn, target, current, carry_batch) is not None:
+            return PruneOutcome.CARRIED
         # Everything that takes time happens before the slot is locked, so claims and
         # completions (which read every slot) never queue behind a long prune:
         # - the gate keeps operator changes of terminal jobs out while the slot's jobs are

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from awa.adapters.routing.base import C, RoutingBase
-from awa.domain.policies import PruneOutcome, RingSeal, RotateOutcome
+from awa.domain.policies import DEFAULT_CARRY_BATCH, PruneOutcome, RingSeal, RotateOutcome
 from awa.domain.transition import (
     TransitionState,
     maintains_canonical,
@@ -94,14 +94,16 @@ class MaintenanceOps(RoutingBase[C]):
         ring = await self._ring()
         return RotateOutcome.SKIPPED_IDLE if ring is None else await ring.rotate(seal=seal)
 
-    async def prune(self, *, failed_retention: timedelta) -> PruneOutcome:
+    async def prune(
+        self, *, failed_retention: timedelta, carry_batch: int = DEFAULT_CARRY_BATCH
+    ) -> PruneOutcome:
         """:class:`~awa.ports.maintenance.RingMaintenance`: prune the oldest queue-storage
         slot once producers write there; before that no slot holds rows."""
         ring = await self._ring()
         return (
             PruneOutcome.IDLE
             if ring is None
-            else await ring.prune(failed_retention=failed_retention)
+            else await ring.prune(failed_retention=failed_retention, carry_batch=carry_batch)
         )
 
     async def rotate_leases(self) -> RotateOutcome:

@@ -114,14 +114,22 @@ BEGIN
         EXECUTE format('SELECT queue, priority, shard FROM %s.ready_entries '
                        'WHERE slot = $1 AND fact_id = $2', s)
             INTO v_lane USING h.ready_slot, h.ready_fact;
+        -- Gone from its slot since the read: prune moved it ahead into the current slot
+        -- (ADR 0006, "Carry-forward of live rows", *A step at a time*).
+        IF v_lane.queue IS NULL THEN
+            RETURN false;
+        END IF;
         -- Under the lane's claim-head lock no claimer is inside the lane, and the mark
-        -- turns away a claimer whose snapshot predates this commit.
+        -- turns away a claimer whose snapshot predates this commit. A row that prune
+        -- moved ahead while this waited for the lock is no longer in its slot.
         PERFORM awa.queue_storage_retire_lanes(p_schema, ARRAY[v_lane.queue],
             ARRAY[v_lane.priority], ARRAY[v_lane.shard]);
         EXECUTE format('SELECT EXISTS (SELECT 1 FROM %1$s.claims '
                        'WHERE slot = $1 AND ready_fact = $2) '
                        'OR EXISTS (SELECT 1 FROM %1$s.tombstones '
-                       'WHERE slot = $1 AND ready_fact = $2)', s)
+                       'WHERE slot = $1 AND ready_fact = $2) '
+                       'OR NOT EXISTS (SELECT 1 FROM %1$s.ready_entries '
+                       'WHERE slot = $1 AND fact_id = $2)', s)
             INTO v_taken USING h.ready_slot, h.ready_fact;
         IF v_taken THEN
             RETURN false;

@@ -20,6 +20,7 @@ from awa.domain.errors import ValidationError
 from awa.domain.flow_control import validate_max_running_per_key
 from awa.domain.keywords import check_keywords
 from awa.domain.leadership import DEFAULT_LEASE_TTL, validate_lease_ttl
+from awa.domain.policies import DEFAULT_CARRY_BATCH
 from awa.domain.queue_options import QUEUE_CONFIG_KEYS, RETENTION_KEYS
 from awa.domain.rate_limits import GlobalRateLimit, validate_global_rate_limit
 from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, validate_stripe_count
@@ -107,6 +108,9 @@ class RuntimeConfig:
     queue_storage_queue_stripe_count: int = DEFAULT_QUEUE_STRIPES
     queue_storage_queue_rotate_interval: float = 1.0
     queue_storage_lease_rotate_interval: float = 0.25
+    #: The most unclaimed rows one step of the ring duty's prune moves out of the slot it
+    #: reclaims (each step its own transaction, the lease renewed in between).
+    queue_storage_carry_batch_size: int = DEFAULT_CARRY_BATCH
 
     @property
     def weighted(self) -> bool:
@@ -442,6 +446,7 @@ class RuntimeOptions(StartOptions, total=False):
     dlq_retention_hours: float | None
     snapshot_interval_ms: int | None
     sync_handler_threads: int | None
+    queue_storage_carry_batch_size: int | None
     version: str
 
 
@@ -459,6 +464,7 @@ def parse_start_args(
     heartbeat_staleness_ms = options.get("heartbeat_staleness_ms")
     descriptor_retention_days = options.get("descriptor_retention_days")
     cleanup_batch_size = options.get("cleanup_batch_size")
+    carry_batch_size = options.get("queue_storage_carry_batch_size")
     sync_handler_threads = options.get("sync_handler_threads")
     storage_transition_role = options.get("storage_transition_role")
     queue_storage_schema = options.get("queue_storage_schema")
@@ -605,5 +611,10 @@ def parse_start_args(
             "queue_storage_lease_rotate_interval_ms",
             options.get("queue_storage_lease_rotate_interval_ms"),
             250,
+        ),
+        queue_storage_carry_batch_size=(
+            DEFAULT_CARRY_BATCH
+            if carry_batch_size is None
+            else _int("queue_storage_carry_batch_size", carry_batch_size)
         ),
     )

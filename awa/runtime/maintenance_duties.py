@@ -16,7 +16,7 @@ from awa.domain import batches
 from awa.domain.admin_views import QUEUE_SAMPLE_INTERVAL, QUEUE_SAMPLES_KEPT, samples_from_depths
 from awa.domain.dependencies import EDGE_PRUNE_BATCH, EDGE_RETENTION
 from awa.domain.lifecycle import Rescue
-from awa.domain.policies import RingSeal
+from awa.domain.policies import PruneOutcome, RingSeal
 from awa.domain.rate_limits import PRUNE_BATCH
 from awa.domain.states import TERMINAL_STATES
 from awa.ports.clock import Clock
@@ -284,14 +284,25 @@ class MaintenanceDuties:
         # Each fire is its own action: a lease that runs out mid-pass fires no more.
         await self._cron.evaluate(store=self._cron_store, before_fire=self.fence)
 
-    async def _ring(self) -> None:
-        """Reclaim the slot the ring rotates into next (when it is safe), then rotate."""
+    async def _ring(self) -> bool:
+        """Reclaim the slot the ring rotates into next (when it is safe), then rotate.
+
+        A prune that ``carried`` moved one bounded step of the slot's backlog and left
+        the rest: the duty answers True, so the leader runs it again once the other
+        duties had their turn, renewing its lease in between (and stepping down between
+        two steps once the lease is gone), instead of one call carrying the whole
+        backlog while the lease runs out."""
         assert isinstance(self._engine, RingMaintenance)
-        pruned = await self._engine.prune(failed_retention=self._config.failed_retention)
+        self.fence()
+        pruned = await self._engine.prune(
+            failed_retention=self._config.failed_retention,
+            carry_batch=self._config.queue_storage_carry_batch_size,
+        )
         self.ring_outcomes[pruned] = self.ring_outcomes.get(pruned, 0) + 1
         self.fence()
         rotated = await self._engine.rotate(seal=self._ring_seal)
         self.ring_outcomes[rotated] = self.ring_outcomes.get(rotated, 0) + 1
+        return pruned == PruneOutcome.CARRIED
 
     async def _lease_ring(self) -> None:
         """The same for the lease ring: truncate the lease slot the next rotation enters

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import psycopg
@@ -16,8 +16,12 @@ import pytest
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.domain.job import JobRecord, JobSpec
+from awa.domain.leadership import LeaseLapsed
 from awa.domain.policies import Backoff
 from awa.ports.storage import Ack
+from awa.runtime import parse_start_args
+from awa.runtime.inflight import InFlight
+from awa.runtime.maintenance_duties import Duty, MaintenanceDuties
 from tests.support.queue_storage import installed_engine
 from tests.support.waits import until
 
@@ -148,6 +152,47 @@ async def test_the_bound_is_checked(engine: QueueStorageEngine) -> None:
     for bad in (0, -1, True, 1.5):
         with pytest.raises(ValueError, match="carry_batch"):
             await engine.prune_oldest(carry_batch=bad)  # type: ignore[arg-type]
+
+
+async def test_the_ring_duty_stops_between_steps_and_the_next_leader_goes_on(
+    engine: QueueStorageEngine, migrated_database_url: str
+) -> None:
+    """The leader's ring duty does one bounded step a call and answers that it has more
+    to do; its lease lapsing between two steps stops it with the slot half moved and
+    nothing lost, and the next leader's duty carries on until the slot is reclaimed."""
+    jobs = await engine.enqueue_many([JobSpec(kind="k", queue="q") for _ in range(40)])
+    await _seal(engine, 2)
+    config = parse_start_args(None, handler_queues={"q"}, queue_storage_carry_batch_size=6)
+    calls = 0
+
+    def lapsing_fence() -> None:
+        nonlocal calls
+        calls += 1
+        # a fence before each prune and each rotation: two whole steps, a third prune
+        if calls > 5:
+            raise LeaseLapsed
+
+    def ring_of(fence: Callable[[], None]) -> Duty:
+        duties = MaintenanceDuties(engine, config, InFlight(), fence=fence, clock=SystemClock())
+        return next(d for d in duties.schedule() if d.name == "ring")
+
+    first = ring_of(lapsing_fence)
+    assert await first.run() is True
+    assert await first.run() is True
+    with pytest.raises(LeaseLapsed):
+        await first.run()
+    # the third step's prune ran before the lease was found gone at its rotation
+    assert _consistent(migrated_database_url, SCHEMA)[0] == 41 - 3 * 6
+
+    successor = ring_of(lambda: None)
+    runs = 0
+    while await successor.run():
+        runs += 1
+        _consistent(migrated_database_url, SCHEMA)
+    assert runs >= 2
+    assert _consistent(migrated_database_url, SCHEMA).get(0, 0) == 0
+    claims = await engine.claim("q", limit=50)
+    assert [c.job.id for c in claims] == [j.id for j in jobs]
 
 
 # ----------------------------------------------------------------------- awa.jobs edit

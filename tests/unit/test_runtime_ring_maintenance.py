@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import anyio
 import pytest
 
 from awa.adapters.clock import ManualClock
 from awa.adapters.inmemory import InMemoryEngine
-from awa.domain.policies import NO_JITTER, RingSeal
+from awa.domain.leadership import LeaseLapsed
+from awa.domain.policies import DEFAULT_CARRY_BATCH, NO_JITTER, RingSeal
 from awa.ports.maintenance import RingMaintenance
 from awa.runtime import parse_start_args
 from awa.runtime.inflight import InFlight
 from awa.runtime.maintenance import MaintenanceLeader
+from awa.runtime.maintenance_duties import MaintenanceDuties
 from tests.unit.test_runtime_support import FAST, clock_of, on_clock, within
 
 pytestmark = pytest.mark.anyio
@@ -27,6 +30,7 @@ class RingEngine(InMemoryEngine):
         self.rotations = 0
         self.seals: list[RingSeal | None] = []
         self.prunes: list[timedelta] = []
+        self.carry_batches: list[int] = []
         self._answers = prune_answers
         self.lease_rotations = 0
         self.lease_prunes = 0
@@ -37,8 +41,11 @@ class RingEngine(InMemoryEngine):
         self.rotations += 1
         return "rotated"
 
-    async def prune(self, *, failed_retention: timedelta) -> str:
+    async def prune(
+        self, *, failed_retention: timedelta, carry_batch: int = DEFAULT_CARRY_BATCH
+    ) -> str:
         self.prunes.append(failed_retention)
+        self.carry_batches.append(carry_batch)
         return self._answers.pop(0) if self._answers else "idle"
 
     async def rotate_leases(self) -> str:
@@ -51,16 +58,22 @@ class RingEngine(InMemoryEngine):
 
 
 async def _lead_for(
-    engine: InMemoryEngine, seconds: float, *, lease_rotate_ms: int = 250
+    engine: InMemoryEngine,
+    seconds: float,
+    *,
+    lease_rotate_ms: int = 250,
+    queue_rotate_ms: int = 20,
+    **options: Any,
 ) -> MaintenanceLeader:
     config = parse_start_args(
         None,
         handler_queues={"q"},
         **{
             **FAST,
-            "queue_storage_queue_rotate_interval_ms": 20,
+            "queue_storage_queue_rotate_interval_ms": queue_rotate_ms,
             "queue_storage_lease_rotate_interval_ms": lease_rotate_ms,
             "failed_retention_hours": 5,
+            **options,
         },
     )
     clock = clock_of(engine)
@@ -83,6 +96,57 @@ async def test_leader_rotates_and_prunes_a_ring_engine() -> None:
     assert all(retention == timedelta(hours=5) for retention in engine.prunes)
     # every rotation asks with the leader's seal rule, made of the configured interval
     assert engine.seals and set(engine.seals) == {RingSeal(interval=timedelta(milliseconds=20))}
+
+
+async def test_a_carrying_prune_goes_again_at_once_with_the_configured_bound() -> None:
+    """A prune that moved one bounded step of a backlog (``carried``) is called again
+    as soon as the other duties had their turn, not a whole interval later, each call
+    with the configured bound, until it reclaims the slot."""
+    engine = RingEngine(["carried"] * 5 + ["pruned"])
+    # One ring tick in the 0.5 s simulated: without going again, one step would be done.
+    leader = await _lead_for(engine, 0.5, queue_rotate_ms=10_000, queue_storage_carry_batch_size=7)
+    assert leader.ring_outcomes["carried"] == 5
+    assert leader.ring_outcomes["pruned"] == 1
+    assert leader.runs["ring"] == 6
+    assert set(engine.carry_batches) == {7}
+    # the default bound, when none is configured
+    default = RingEngine(["idle"])
+    await _lead_for(default, 0.05)
+    assert default.carry_batches[0] == DEFAULT_CARRY_BATCH
+
+
+def test_the_carry_bound_is_checked() -> None:
+    for bad in (0, -3):
+        with pytest.raises(ValueError, match="queue_storage_carry_batch_size"):
+            parse_start_args(None, handler_queues={"q"}, queue_storage_carry_batch_size=bad)
+    with pytest.raises(TypeError, match="queue_storage_carry_batch_size"):
+        parse_start_args(None, handler_queues={"q"}, queue_storage_carry_batch_size=2.5)  # type: ignore[arg-type]
+
+
+async def test_a_ring_duty_stops_between_steps_once_its_lease_lapsed() -> None:
+    """The duty asks its fence before each step: once the lease lapsed (here after the
+    second carried step) nothing more is done under it."""
+    engine = RingEngine(["carried"] * 10)
+    config = parse_start_args(
+        None, handler_queues={"q"}, **{**FAST, "queue_storage_carry_batch_size": 3}
+    )
+    fences = 0
+
+    def fence() -> None:
+        nonlocal fences
+        fences += 1
+        if fences > 4:
+            raise LeaseLapsed
+
+    duties = MaintenanceDuties(engine, config, InFlight(), fence=fence, clock=clock_of(engine))
+    ring = next(d for d in duties.schedule() if d.name == "ring")
+    assert await ring.run() is True
+    assert await ring.run() is True
+    with pytest.raises(LeaseLapsed):
+        await ring.run()
+    # two steps, each a prune and a rotation; the third never reached the engine
+    assert len(engine.prunes) == 2 and engine.rotations == 2
+    assert duties.ring_outcomes["carried"] == 2
 
 
 async def test_leader_turns_the_lease_ring_on_its_own_interval() -> None:

@@ -248,12 +248,16 @@ class LimiterState:
     limit: GlobalRateLimit
 
 
-def held_back_by_rate(available: int, states: list[LimiterState], queue: str, now: datetime) -> int:
-    """How many of a queue's ``available`` jobs its own fleet-wide limiter cannot admit
-    at ``now`` (0 without one): what ``queue_stats`` reports as ``rate_limited``. A
+def held_back_by_rate(
+    available: int, tat: datetime | None, limit: GlobalRateLimit | None, now: datetime
+) -> int:
+    """How many of a queue's ``available`` jobs its fleet-wide limiter (at ``tat``)
+    cannot admit at ``now`` under ``limit``, the limit in force (an operator's override,
+    else the live workers'; ``None``: no limit, nothing held back), as the next claim
+    would admit them: what ``queue_stats`` reports as ``rate_limited``. The limit the
+    row was last claimed under does not count: an override changes it at once. A
     limiter whose ``tat`` is not ahead of ``now`` has its whole burst and holds nothing
-    back (so does the row a queue keeps after its limit was removed)."""
-    for state in states:
-        if state.queue == queue and state.limiter == QUEUE_LIMITER and state.tat > now:
-            return max(0, available - allowance(state.limit, state.tat, now))
-    return 0
+    back."""
+    if limit is None or tat is None or tat <= now:
+        return 0
+    return max(0, available - allowance(limit, tat, now))

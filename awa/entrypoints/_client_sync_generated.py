@@ -466,8 +466,9 @@ class Client(BlockingClientBase):
         """Exact per-queue counts of every queue awa-pg lists: those with jobs, those whose
         jobs are all dead-lettered (counted as ``failed``, their state) and those a runtime
         catalogued (served) with no jobs, by name. ``rate_limited`` counts the available
-        jobs a queue's fleet-wide rate limit holds back right now. Blocking form of
-        ``AsyncClient.queue_stats``.
+        jobs a queue's fleet-wide rate limit holds back right now, under the limit in force
+        (an override set with ``awa queue overrides``, else the live workers'
+        ``global_rate_limit``). Blocking form of ``AsyncClient.queue_stats``.
         """
         return self._run(self._async.queue_stats())
 

@@ -18,7 +18,6 @@ from awa.domain.job import DEFAULT_QUEUE
 from awa.domain.keywords import check_keywords
 from awa.domain.kind_policies import KindPolicies
 from awa.domain.lifecycle import operator_retry_applies
-from awa.domain.rate_limits import held_back_by_rate
 from awa.domain.states import TERMINAL_STATES, JobState
 from awa.domain.stripes import DEFAULT_QUEUE_STRIPES, validate_stripe_count
 from awa.domain.validation import (
@@ -38,7 +37,7 @@ from awa.entrypoints.args import (
     with_parents,
 )
 from awa.entrypoints.bootstrap import ClientEngine, Wiring
-from awa.entrypoints.held_back import held_back_of
+from awa.entrypoints.held_back import held_back_of, rate_limited_by_queue
 from awa.entrypoints.insert_options import (
     ClientBulkInsertOptions,
     ClientInsertOptions,
@@ -491,7 +490,9 @@ class ClientCore:
         """Exact per-queue counts of every queue awa-pg lists: those with jobs, those
         whose jobs are all dead-lettered (counted as ``failed``, their state) and those a
         runtime catalogued (served) with no jobs, by name. ``rate_limited`` counts the
-        available jobs a queue's fleet-wide rate limit holds back right now."""
+        available jobs a queue's fleet-wide rate limit holds back right now, under the
+        limit in force (an override set with ``awa queue overrides``, else the live
+        workers' ``global_rate_limit``)."""
         engine = await self._engine()
         counts = listed_queues(
             await engine.queue_counts(),
@@ -499,7 +500,9 @@ class ClientCore:
             [d.name for d in await (await self._control()).descriptors.list_descriptors("queue")],
         )
         now = _now()
-        limiters = await (await self._control()).rate_limiters.limiter_states()
+        held = await rate_limited_by_queue(
+            await self._control(), {c.queue: c.count(JobState.Available) for c in counts}, now
+        )
         stats: list[QueueStat] = []
         for c in counts:
             lag = c.lag(now)
@@ -516,9 +519,7 @@ class ClientCore:
                     completed_last_hour=c.completed_last_hour,
                     lag_seconds=None if lag is None else lag.total_seconds(),
                     paused=c.paused,
-                    rate_limited=held_back_by_rate(
-                        c.count(JobState.Available), limiters, c.queue, now
-                    ),
+                    rate_limited=held.get(c.queue, 0),
                 )
             )
         return stats

@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any
 from awa.domain.flow_control import SLOT_STATES, concurrency_key_of
 from awa.domain.held_back import HeldBack, held_back_reason
 from awa.domain.job import JobRecord
-from awa.domain.rate_limits import QUEUE_LIMITER, GlobalRateLimit, LimiterState, key_limiter
+from awa.domain.rate_limits import (
+    QUEUE_LIMITER,
+    GlobalRateLimit,
+    LimiterState,
+    held_back_by_rate,
+    key_limiter,
+)
 from awa.domain.runtimes import is_live
 from awa.domain.states import JobState
 
@@ -64,7 +70,12 @@ def _configured_limits(runtimes: list[RuntimeSnapshot], queue: str) -> dict[str,
     now = datetime.now(UTC)
     found: dict[str, Any] = {}
     for runtime in runtimes:
-        if not is_live(runtime.last_seen_at, runtime.snapshot_interval_ms, now):
+        if not is_live(
+            runtime.last_seen_at,
+            runtime.snapshot_interval_ms,
+            now,
+            shutting_down=runtime.shutting_down,
+        ):
             continue
         for q in runtime.queues:
             if q.name != queue:
@@ -92,6 +103,28 @@ def _rate(limits: dict[str, Any], rate_field: str, burst_field: str) -> GlobalRa
         return None
     burst = limits[burst_field]
     return GlobalRateLimit(rate=float(rate), burst=1 if burst is None else int(burst))
+
+
+async def rate_limited_by_queue(
+    control: ControlPlane, available: dict[str, int], now: datetime
+) -> dict[str, int]:
+    """How many of each queue's ``available`` jobs (by queue) its fleet-wide rate limit
+    in force (:func:`limits_in_force`) cannot admit at ``now``; a queue absent holds
+    none back. The limits are read only for a queue whose limiter is ahead of ``now``."""
+    ahead = {
+        row.queue: row.tat
+        for row in await control.rate_limiters.limiter_states()
+        if row.limiter == QUEUE_LIMITER and row.tat > now and available.get(row.queue, 0) > 0
+    }
+    if not ahead:
+        return {}
+    runtimes = await control.registry.list_runtimes()
+    held: dict[str, int] = {}
+    for queue, tat in sorted(ahead.items()):
+        limits = (await limits_in_force(control, queue, runtimes))[0]
+        limit = _rate(limits, "global_rate_per_second", "global_rate_burst")
+        held[queue] = held_back_by_rate(available[queue], tat, limit, now)
+    return held
 
 
 async def held_back_of(

@@ -20,7 +20,6 @@ from awa.domain.overrides import (
 )
 from awa.domain.rate_limits import (
     GlobalRateLimit,
-    LimiterState,
     advance,
     allowance,
     held_back_by_rate,
@@ -170,9 +169,13 @@ def test_snooze_until_an_api_reset_time() -> None:
 
 def test_held_back_counts_what_the_queue_limiter_cannot_admit_now() -> None:
     limit = GlobalRateLimit(rate=1.0, burst=3)
-    spent = LimiterState(queue="api", limiter="", tat=NOW + timedelta(seconds=3), limit=limit)
-    assert held_back_by_rate(10, [spent], "api", NOW) == 10
-    assert held_back_by_rate(10, [spent], "api", NOW + timedelta(seconds=1)) == 9
-    assert held_back_by_rate(10, [spent], "other", NOW) == 0
-    # A limiter not ahead of now (idle, or its queue's limit removed) holds nothing back.
-    assert held_back_by_rate(10, [spent], "api", NOW + timedelta(seconds=3)) == 0
+    tat = NOW + timedelta(seconds=3)
+    assert held_back_by_rate(10, tat, limit, NOW) == 10
+    assert held_back_by_rate(10, tat, limit, NOW + timedelta(seconds=1)) == 9
+    # A limiter not ahead of now (idle), none at all, or no limit in force: nothing.
+    assert held_back_by_rate(10, tat, limit, NOW + timedelta(seconds=3)) == 0
+    assert held_back_by_rate(10, None, limit, NOW) == 0
+    assert held_back_by_rate(10, tat, None, NOW) == 0
+    # The limit in force decides, whatever the row was last claimed under: a larger
+    # burst admits 7 of the 10 at once from the same tat.
+    assert held_back_by_rate(10, tat, GlobalRateLimit(rate=1.0, burst=10), NOW) == 3

@@ -26,13 +26,12 @@ from awa.domain.callbacks import CallbackExpressions
 from awa.domain.descriptors import handler_missing
 from awa.domain.errors import AwaError, JobNotFound, ValidationError
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts
-from awa.domain.rate_limits import held_back_by_rate
 from awa.domain.runtimes import is_live
 from awa.domain.states import JobState
 from awa.entrypoints.client_admin import held_back_json, job_dict, job_document
 from awa.entrypoints.client_async import AsyncClient
 from awa.entrypoints.client_cron import next_fire_at
-from awa.entrypoints.held_back import held_back_of
+from awa.entrypoints.held_back import held_back_of, rate_limited_by_queue
 from awa.entrypoints.job import rfc3339
 from awa.entrypoints.job_graph import batch_json, job_relations, queue_keys, workflow_graph
 from awa.entrypoints.web.cache import ReadCache
@@ -151,7 +150,9 @@ def queue_config_json(q: QueueSnapshot) -> dict[str, Any]:
 def runtime_json(snap: RuntimeSnapshot, now: datetime) -> dict[str, Any]:
     """One runtime instance: awa-cli's keys (``instance_id``, ``queues[].queue`` and
     ``config``, ...) plus ``id``, ``live`` and the queues' flat capacity fields."""
-    live = is_live(snap.last_seen_at, snap.snapshot_interval_ms, now)
+    # Whether it still runs: a runtime announcing its shutdown still counts here (it says
+    # so in ``shutting_down``), as in ``awa storage status``'s count of live runtimes.
+    live = is_live(snap.last_seen_at, snap.snapshot_interval_ms, now, shutting_down=False)
     configs = [queue_config_json(q) for q in snap.queues]
     return {
         "id": snap.id,
@@ -436,14 +437,17 @@ class AdminReads:
         now = _now()
         dlq = await self._dlq_by_queue()
         descriptors = await self.descriptors()
-        limiters = await (await self.client.admin_control_plane()).rate_limiters.limiter_states()
+        listed = listed_queues(await self._queue_counts(), dlq, descriptors["queues"])
+        # Available jobs the queue's fleet-wide rate limit in force holds back now (ADR 0029).
+        held = await rate_limited_by_queue(
+            await self.client.admin_control_plane(),
+            {c.queue: c.count(JobState.Available) for c in listed},
+            now,
+        )
         rows = []
-        for c in listed_queues(await self._queue_counts(), dlq, descriptors["queues"]):
+        for c in listed:
             row = _queue_json(c, dlq.get(c.queue, 0), now)
-            # Available jobs the queue's fleet-wide rate limit holds back now (ADR 0029).
-            row["rate_limited"] = held_back_by_rate(
-                c.count(JobState.Available), limiters, c.queue, now
-            )
+            row["rate_limited"] = held.get(c.queue, 0)
             row.update(descriptor_columns(descriptors["queues"].get(c.queue)))
             row["descriptor"] = descriptors["queues"].get(c.queue)
             rows.append(row)

@@ -20,6 +20,8 @@ def test_the_queue_page_shows_jobs_held_back_by_the_rate_limit(
         for n in range(5):
             client.insert({"n": n}, kind="paced_call", queue="paced")
             client.insert({"n": n}, kind="free_call", queue="free")
+        # The limit in force: an operator's override (no worker runs here).
+        client.set_queue_overrides("paced", global_rate_limit=1.0, global_rate_burst=2)
     with psycopg.connect(url) as conn:
         # The limiter as claims leave it when its burst is spent: 100 s of backlog.
         conn.execute(

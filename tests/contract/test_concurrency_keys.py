@@ -12,10 +12,11 @@ from datetime import timedelta
 
 import pytest
 
+from awa.domain.errors import ValidationError
 from awa.domain.flow_control import CONCURRENCY_KEY_METADATA, concurrency_key_of
 from awa.domain.job import Claim, JobRecord
 from awa.ports.storage import Ack, StorageEngine
-from tests.contract._support import QUEUE, enqueue, fetch
+from tests.contract._support import QUEUE, enqueue, fetch, spec
 from tests.support.engines import EngineHandle
 
 pytestmark = pytest.mark.anyio
@@ -126,6 +127,21 @@ async def test_keys_at_their_limit_do_not_take_the_turn_of_a_key_with_room(
         small = [(await keyed(engine, f"tenant-{n:02d}"))[0] for n in (first, first + 2)]
         taken = await claim(engine, 1, limit=2)
         assert sorted(c.job.id for c in taken) == sorted(job.id for job in small), first
+
+
+async def test_keyed_jobs_copied_in_bulk_are_limited_like_any(engine: EngineHandle) -> None:
+    copy = getattr(engine.engine, "enqueue_many_copy", None)
+    if copy is None:
+        pytest.skip(f"{engine.name} has no bulk COPY path")
+    specs = [spec(metadata={CONCURRENCY_KEY_METADATA: key}) for key in ("a", "b") * 3]
+    try:
+        assert await copy([*specs, spec()]) == 7
+    except ValidationError:
+        pytest.skip(f"{engine.name}: COPY needs queue storage as the route")
+    # Each key's jobs are in its own lane: one each under a limit of one, and the keyless
+    # job beside them.
+    assert keys_of(await claim(engine, 1)) == {"a": 1, "b": 1, None: 1}
+    assert await claim(engine, 1) == []
 
 
 async def test_jobs_without_a_key_are_not_limited(engine: EngineHandle) -> None:

@@ -28,6 +28,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 _SSL_REQUEST = 80877103
 _GSSENC_REQUEST = 80877104
 _CANCEL_REQUEST = 80877102
+#: How long closing the proxy waits for its connections to end (seconds).
+_CLOSE_TIMEOUT = 5.0
 
 
 @attrs.define
@@ -123,11 +125,14 @@ class WireCounter:
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
         self._server.close()
-        # Closing both ends lets every connection's forwarding end by itself.
+        # Closing both ends lets every connection's forwarding end by itself; one that
+        # does not within the bound is cancelled.
         for writer in list(self._writers):
             writer.close()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._server.wait_closed()
+        if self._tasks:
+            _done, stuck = await asyncio.wait(set(self._tasks), timeout=_CLOSE_TIMEOUT)
+            for task in stuck:
+                task.cancel()
 
     def url(self) -> str:
         """``target_url`` through the proxy, with TLS and GSS encryption off."""

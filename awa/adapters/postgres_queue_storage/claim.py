@@ -362,17 +362,24 @@ class Claims:
         elsewhere, and over the whole ring (claim) when neither holds them. Only the last
         reads the ring's partitioned parents, so only it waits for a prune's swap or
         plans again after one."""
-        # Taken out until a claim succeeds: a statement that fails (a slot the ring no
-        # longer has, after a reinstall with fewer slots) is not tried again.
-        slot = self._slots.pop(queue, None)
+        # Left in place while the claim runs: claims of the queue that run beside it
+        # (claims ahead, several claim loops) claim in the same slot, not over the whole
+        # ring. A statement that fails (a slot the ring no longer has, after a reinstall
+        # with fewer slots) is forgotten, so it is not tried again.
+        slot = self._slots.get(queue)
         tried: set[int] = set()
         async with translated_errors():
             while slot is not None and slot not in tried:
                 tried.add(slot)
                 statement = self._sql.for_slot("claim_in_slot", slot)
-                async with self._connections.kept_conn("claim", self._has(slot)) as conn:
-                    rows = await self._sql.run_generic(conn, statement, params)
-                    self._planned_on(conn).add(slot)
+                try:
+                    async with self._connections.kept_conn("claim", self._has(slot)) as conn:
+                        rows = await self._sql.run_generic(conn, statement, params)
+                        self._planned_on(conn).add(slot)
+                except Exception:
+                    if self._slots.get(queue) == slot:
+                        del self._slots[queue]
+                    raise
                 if rows and rows[0]["current_slot"] == slot:
                     self._warm_next(slot, rows[0]["next_slot"])
                 if not (rows and rows[0]["elsewhere"]):

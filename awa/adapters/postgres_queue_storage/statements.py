@@ -187,6 +187,8 @@ async def run(
 #: kept connections (:meth:`Statements.plan_generically`), where
 #: :meth:`Statements.run_generic` sends the statement alone.
 _GENERIC_SESSIONS: weakref.WeakSet[DictConnection] = weakref.WeakSet()
+#: The statements :meth:`Statements.run_generic` prepared on each such connection.
+_PREPARED: weakref.WeakKeyDictionary[DictConnection, set[bytes]] = weakref.WeakKeyDictionary()
 
 
 def slot_table(schema: str, table: str, slot: int, suffix: str = "") -> sql.Identifier:
@@ -414,7 +416,17 @@ class Statements:
         if conn in _GENERIC_SESSIONS or is_pooled(conn):
             # Through a transaction-mode pooler the statement is not prepared, so no
             # plan setting would apply to it: it goes alone too.
-            cur = await run(conn, statement, params, prepare=True)
+            prepared = _PREPARED.setdefault(conn, set())
+            if is_pooled(conn) or statement in prepared:
+                cur = await run(conn, statement, params, prepare=True)
+                return await fetch_decodable(cur)
+            # Its first run on this connection: outside a pipeline psycopg sends the
+            # Parse and waits for its answer before the execution, a round trip more (a
+            # claim of a ring slot not yet planned there paid it, issue 39). In a
+            # pipeline both go in one message, and the rows are read once it synced.
+            async with conn.pipeline():
+                cur = await run(conn, statement, params, prepare=True)
+            prepared.add(statement)
             return await fetch_decodable(cur)
         async with conn.pipeline():
             await run(conn, self._bytes["generic_plan_here"], prepare=True)

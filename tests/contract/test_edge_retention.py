@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import psycopg
 import pytest
 
 from awa.domain.batches import BatchCounts
@@ -112,3 +113,26 @@ async def test_a_batch_still_running_keeps_its_edges(engine: EngineHandle) -> No
     await duty.run()
     assert sorted(await parents_of(engine, callback.id)) == sorted(members)
     assert await relations.batch_counts(callback.id) == BatchCounts(2, 1, 1, 0)
+
+
+async def test_a_batch_inserted_before_its_row_existed_keeps_its_counts(
+    engine: EngineHandle,
+) -> None:
+    """A batch inserted before migration 0523 has no ``awa.batches`` row: the duty
+    recognises it by its callback's metadata and stores its counts all the same."""
+    if engine.database_url is None:
+        pytest.skip("the in-memory engines had batch rows from the start")
+    relations = engine.control.relations
+    duty = cleanup_duty(engine)
+    _, callback = await batch_of(engine, 2)
+    async with await psycopg.AsyncConnection.connect(engine.database_url) as conn:
+        await conn.execute("DELETE FROM awa.batches WHERE id = %s", (callback.id,))
+    assert await relations.batch_counts(callback.id) is None
+    await end_one(engine, "complete")
+    await end_one(engine, "cancel")
+    report = await claim_one(engine, REPORTS)
+    assert await engine.engine.complete([report.lease]) == [Ack.APPLIED]
+    engine.clock.advance(EDGE_RETENTION + SECOND)
+    await duty.run()
+    assert await parents_of(engine, callback.id) == []
+    assert await relations.batch_counts(callback.id) == BatchCounts(2, 1, 0, 1)

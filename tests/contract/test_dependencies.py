@@ -19,7 +19,16 @@ from awa.domain.job import JobRecord
 from awa.domain.kind_policies import KindPolicies
 from awa.domain.states import JobState
 from awa.ports.storage import Ack, JobFilter
-from tests.contract._support import QUEUE, claim_ids, claim_one, enable_dlq, enqueue, fetch, spec
+from tests.contract._support import (
+    QUEUE,
+    claim_ids,
+    claim_one,
+    counts_for,
+    enable_dlq,
+    enqueue,
+    fetch,
+    spec,
+)
 from tests.support.engines import CONTRACT_BACKOFF, EngineHandle, postgres_control
 
 pytestmark = pytest.mark.anyio
@@ -371,6 +380,39 @@ async def test_one_batch_of_completions_releases_exactly_the_children_it_finishe
     assert await engine.engine.complete([claim.lease]) == [Ack.APPLIED]
     assert (await fetch(engine, half.id)).state == JobState.Available
     assert await claim_ids(engine, STEPS) == [half.id]
+
+
+async def test_one_completion_of_many_leaves_releases_their_joins_together(
+    engine: EngineHandle,
+) -> None:
+    # Six leaves of three joins (two each) complete in one complete() call: the three
+    # joins are released together (queue storage takes their waiting rows in one
+    # statement), each once and with its counts; a join that also waits on a leaf not in
+    # the batch keeps waiting, and one an operator cancelled while it waited stays so.
+    leaves = [await enqueue(engine, "parent_step") for _ in range(6)]
+    elsewhere = await enqueue(engine, "parent_step", queue="contract_other")
+    joins = [await child_of(engine, leaves[2 * n], leaves[2 * n + 1]) for n in range(3)]
+    waiting = await child_of(engine, leaves[0], elsewhere)
+    cancelled = await child_of(engine, leaves[1], leaves[2])
+    gone = await engine.engine.cancel_job(cancelled.id)
+    assert gone is not None and gone.state == JobState.Cancelled
+    before = await counts_for(engine, STEPS)
+    assert (before.count(JobState.Scheduled), before.count(JobState.Available)) == (4, 0)
+    claims = await engine.engine.claim(QUEUE, limit=10)
+    assert sorted(c.job.id for c in claims) == [leaf.id for leaf in leaves]
+    assert await engine.engine.complete([c.lease for c in claims]) == [Ack.APPLIED] * 6
+    for join in joins:
+        released = await fetch(engine, join.id)
+        assert (released.state, released.run_at) == (JobState.Available, engine.clock.now())
+    assert (await fetch(engine, waiting.id)).state == JobState.Scheduled
+    assert (await fetch(engine, cancelled.id)).state == JobState.Cancelled
+    after = await counts_for(engine, STEPS)
+    assert (
+        after.count(JobState.Scheduled),
+        after.count(JobState.Available),
+        after.count(JobState.Cancelled),
+    ) == (1, 3, 1)
+    assert sorted(await claim_ids(engine, STEPS)) == [join.id for join in joins]
 
 
 async def test_a_batch_that_only_counts_down_leaves_the_child_waiting(

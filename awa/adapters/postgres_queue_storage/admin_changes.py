@@ -27,13 +27,18 @@ from awa.domain.job import JobRecord
 from awa.domain.kind_policies import Effect
 from awa.domain.lifecycle import Transition
 from awa.domain.policies import RetentionFloor
-from awa.domain.states import LIVE_STATES, TERMINAL_STATES, JobState
+from awa.domain.states import DEFERRED_STATES, LIVE_STATES, TERMINAL_STATES, JobState
 from awa.ports.clock import Clock
 from awa.ports.storage import JobFilter
 
 DRAINABLE_STATES = lifecycle.DRAINABLE_STATES
 #: A job whose head fact moved underneath an admin write is re-read this many times.
 _RETRIES = 5
+
+
+def _job_id(found: Resolved) -> int:
+    return found.job.id
+
 
 #: ``decide(job) -> (next snapshot or None to delete, keep it unchanged)``.
 AdminDecide = Callable[[JobRecord], tuple[JobRecord | None, bool]]
@@ -105,8 +110,10 @@ class AdminChanges:
         self, conn: DictConnection, writes: Writes, effects: Sequence[Effect]
     ) -> None:
         """Apply effects on other jobs in the caller's transaction (a job an effect's
-        transition does not apply to, or that is gone, is left alone)."""
-        for effect in effects:
+        transition does not apply to, or that is gone, is left alone). Effects on
+        deferred jobs (the waiting children a completion releases) are applied together
+        (:meth:`_change_deferred`); the rest one job at a time."""
+        for effect in await self._change_deferred(conn, writes, effects):
 
             def decide(
                 target: JobRecord, transition: Transition = effect.transition
@@ -123,6 +130,47 @@ class AdminChanges:
                 decide,
                 dlq_reason=None if reason is None else reason.value,
             )
+
+    async def _change_deferred(
+        self, conn: DictConnection, writes: Writes, effects: Sequence[Effect]
+    ) -> list[Effect]:
+        """Apply, set-wise, the effects whose job is deferred in a state its transition
+        applies to: one statement takes all their head rows (in job id order) and answers
+        their snapshots, one placement appends the next ones. Answers the effects left
+        for :meth:`change` (a job not deferred, or in another state; a DLQ move; a job
+        named twice, whose effects keep their order)."""
+        ids = [effect.job_id for effect in effects]
+        if not effects or len(set(ids)) != len(ids):
+            return list(effects)
+        eligible = {
+            effect.job_id: effect
+            for effect in effects
+            if effect.transition.dlq_reason is None
+            and effect.transition.applies_to & DEFERRED_STATES
+        }
+        if not eligible:
+            return list(effects)
+        pairs = sorted(
+            (job_id, state.sql_name)
+            for job_id, effect in eligible.items()
+            for state in effect.transition.applies_to & DEFERRED_STATES
+        )
+        rows = await self._sql.exec(
+            conn,
+            "take_deferred_heads",
+            ids=[job_id for job_id, _ in pairs],
+            states=[state for _, state in pairs],
+        )
+        taken = [Resolved.from_row(row) for row in rows]
+        moves = [
+            (r, eligible[r.job.id].transition.apply(r.job)) for r in sorted(taken, key=_job_id)
+        ]
+        await self._facts.unique(conn, [(r.job, new) for r, new in moves])
+        await self._facts.place(conn, [(new, r.ordering_key) for r, new in moves])
+        for r, new in moves:
+            writes.move(r.job, new)
+        done = {r.job.id for r in taken}
+        return [effect for effect in effects if effect.job_id not in done]
 
     async def drain_queue(self, queue: str) -> int:
         async with translated_errors(), self._connections.tx() as conn:

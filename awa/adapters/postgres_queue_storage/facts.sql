@@ -168,6 +168,30 @@ SELECT * FROM {s}.jobs_resolved WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id
 -- name: take_deferred
 DELETE FROM {s}.deferred_jobs WHERE job_id = ANY(%(ids)s::bigint[]) RETURNING *
 
+-- name: take_deferred_heads
+-- The deferred heads of jobs named by (id, state) pairs, taken out of deferred_jobs in job
+-- id order and answered as their snapshots (jobs_resolved's columns): the read and the
+-- supersede of admin_changes.change_all's set-wise path (the waiting children a
+-- completion releases, all at once). A deferred row is its job's head fact (every
+-- transition takes it before appending the next one); a pair whose job is not deferred,
+-- or is in another state, is left alone and answered by no row.
+WITH wanted AS (
+    SELECT d.job_id
+    FROM {s}.deferred_jobs d
+    JOIN unnest(%(ids)s::bigint[], %(states)s::text[]) AS i(job_id, state)
+        ON d.job_id = i.job_id AND d.state = i.state::awa.job_state
+    ORDER BY d.job_id
+    FOR UPDATE OF d
+)
+DELETE FROM {s}.deferred_jobs d USING wanted w
+WHERE d.job_id = w.job_id
+RETURNING d.job_id AS id, d.kind, d.queue, d.args, d.state, d.priority, d.attempt,
+    d.max_attempts, d.run_at, d.heartbeat_at, d.deadline_at, d.attempted_at, d.finalized_at,
+    d.created_at, d.errors, d.metadata, d.tags, d.unique_key, d.unique_states,
+    d.callback_id, d.callback_timeout_at, d.run_lease, d.progress, d.ordering_key,
+    d.fact_id, NULL::int AS ready_slot, NULL::bigint AS ready_fact, NULL::bigint AS claim_id,
+    false AS open_claim
+
 -- name: add_completions
 -- Completed jobs per (queue, UTC minute of finalized_at); signed, like queue_counts. Buckets
 -- 0-7 by backend; completion by receipt writes 8-15, so neither waits for the other.

@@ -90,7 +90,7 @@ SLOT_TABLES = ("ready_entries", "claims", "closures", "tombstones", "done_entrie
 #: Statements that delete the only stored copy of a job and return it for Python to write
 #: elsewhere: a row of theirs that cannot be decoded must fail the transaction (which rolls
 #: the delete back), never be skipped, or the job would be lost.
-_CARRIES_ROWS = frozenset({"due_deferred", "take_deferred"})
+_CARRIES_ROWS = frozenset({"due_deferred", "take_deferred", "take_deferred_heads"})
 
 #: Statements whose rows nobody reads: in pipeline mode they are queued without waiting
 #: for the server.

@@ -249,12 +249,12 @@ async def test_adopt_refuses_a_database_awa_pg_did_not_migrate(migrated_database
 
 @pytest.mark.slow
 async def test_the_database_owner_adopts_without_superuser(
-    awa_pg_python: Path, pg_server_url: str
+    awa_pg_python: Path, pg_databases: DatabaseFactory
 ) -> None:
     """As managed Postgres runs it: awa-pg migrated and used the database as a
     NOSUPERUSER role that owns it, and the same role adopts it and drains it (awa-pg's
     migrations run in full here, which takes a while: hence slow)."""
-    with owned_database(pg_server_url) as conninfo:
+    with owned_database(pg_databases) as conninfo:
         # awa-pg takes URLs only.
         part = psycopg.conninfo.conninfo_to_dict(conninfo)
         url = (

@@ -22,6 +22,7 @@ from awa.adapters._pg.migrations import migrate
 from awa.domain.errors import ConnectionLimitTooLow
 from awa.entrypoints.bootstrap import ConnectionBudget
 from tests.fixtures.processes import spawn_worker
+from tests.support.pg import DatabaseFactory
 from tests.support.roles import owned_database
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
@@ -33,8 +34,8 @@ class Ping:
 
 
 @pytest.fixture
-def limited_url(pg_server_url: str) -> Iterator[str]:
-    with owned_database(pg_server_url, connection_limit=3) as url:
+def limited_url(pg_databases: DatabaseFactory) -> Iterator[str]:
+    with owned_database(pg_databases, connection_limit=3) as url:
         yield url
 
 
@@ -76,10 +77,10 @@ async def test_start_refuses_a_role_whose_connection_limit_is_too_low(limited_ur
 
 
 async def test_start_refuses_a_database_whose_connection_limit_is_too_low(
-    pg_server_url: str,
+    pg_server_url: str, pg_databases: DatabaseFactory
 ) -> None:
     """The database's limit applies to roles that are not superusers."""
-    with owned_database(pg_server_url) as owner_url:
+    with owned_database(pg_databases) as owner_url:
         await migrate(owner_url)
         name = str(psycopg.conninfo.conninfo_to_dict(owner_url)["dbname"])
         with psycopg.connect(pg_server_url, autocommit=True) as admin:
@@ -108,9 +109,9 @@ def test_awa_worker_exits_naming_the_connections_it_needs(limited_url: str, tmp_
 
 
 async def test_start_warns_when_other_sessions_leave_too_few(
-    pg_server_url: str, caplog: pytest.LogCaptureFixture
+    pg_databases: DatabaseFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with owned_database(pg_server_url, connection_limit=20) as url:
+    with owned_database(pg_databases, connection_limit=20) as url:
         await migrate(url)
         held = [psycopg.connect(url, autocommit=True) for _ in range(12)]
         try:

@@ -25,6 +25,7 @@ from awa.adapters.postgres_queue_storage import QueueStorageEngine, install_queu
 from awa.domain.errors import AwaError, DatabaseError, SchemaNotMigrated
 from awa.domain.job import JobSpec
 from tests.integration.test_migrations import SNAPSHOT, render_catalog
+from tests.support.pg import DatabaseFactory
 from tests.support.roles import owned_database
 from tests.support.schema_history import migrate_as_before
 
@@ -37,8 +38,8 @@ class Tick:
 
 
 @pytest.fixture
-def owner_url(pg_server_url: str) -> Iterator[str]:
-    with owned_database(pg_server_url) as url:
+def owner_url(pg_databases: DatabaseFactory) -> Iterator[str]:
+    with owned_database(pg_databases) as url:
         yield url
 
 

@@ -21,6 +21,7 @@ from tests.support.pg import (
     start_server,
     with_database,
 )
+from tests.support.roles import ROLE_PREFIX, owned_database
 
 pytestmark = pytest.mark.postgres
 
@@ -308,3 +309,55 @@ def test_the_next_clone_is_made_ahead_and_close_drops_it(pg_server_url: str) -> 
         factory.close()
     assert not database_exists(pg_server_url, made_ahead_again)
     assert not database_exists(pg_server_url, _name(first))
+
+
+def _role_exists(server_url: str, role: str) -> bool:
+    with psycopg.connect(server_url, autocommit=True, connect_timeout=10) as conn:
+        row = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+    return row is not None
+
+
+def test_an_owned_database_and_its_role_are_released_to_the_factory(pg_server_url: str) -> None:
+    factory = DatabaseFactory(pg_server_url)
+    try:
+        with owned_database(factory) as url:
+            parts = psycopg.conninfo.conninfo_to_dict(url)
+            role, name = str(parts["user"]), str(parts["dbname"])
+            assert role.startswith(ROLE_PREFIX) and _role_exists(pg_server_url, role)
+            conn = psycopg.connect(url, autocommit=True)
+            conn.execute("CREATE TABLE owned_by_the_role (x int)")
+        try:
+            # disconnected at release, as the drop would; dropped in the background
+            with pytest.raises(psycopg.OperationalError):
+                conn.execute("SELECT 1")
+        finally:
+            conn.close()
+        other = factory.create()
+        with pytest.raises(ValueError, match="refusing to drop a role"):
+            factory.release(other, roles=["postgres"])
+        factory.release(other)
+    finally:
+        factory.close()
+    assert not database_exists(pg_server_url, name)
+    assert not _role_exists(pg_server_url, role)
+
+
+def test_close_without_waiting_hands_every_drop_to_a_detached_process(
+    pg_server_url: str,
+) -> None:
+    factory = DatabaseFactory(pg_server_url)
+    template = factory.template()
+    kept = factory.create(template)
+    with owned_database(factory) as owned:
+        role = str(psycopg.conninfo.conninfo_to_dict(owned)["user"])
+    released = factory.create(template)
+    factory.release(released)
+    spare = factory._spares[template].result()
+    factory.release(kept)
+    factory.close(wait=False)
+    handed_off = factory._handed_off
+    assert handed_off is not None
+    assert handed_off.wait(timeout=120) == 0
+    for name in [template, spare, _name(kept), _name(released), _name(owned)]:
+        assert not database_exists(pg_server_url, name), name
+    assert not _role_exists(pg_server_url, role)

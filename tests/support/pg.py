@@ -20,11 +20,13 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import uuid
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,6 +51,9 @@ TEST_DB_PREFIX = "awa_test_"
 TEMPLATE_PREFIX = "awa_tpl_"
 #: Connections :meth:`DatabaseFactory.close` drops the rest with, at once.
 CLOSE_DROP_CONNECTIONS = 8
+#: Where :meth:`DatabaseFactory.close` tells the process it hands its drops to the server.
+DROP_URL_VAR = "AWA_TEST_DROP_SERVER_URL"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class ProvisioningError(RuntimeError):
@@ -254,12 +259,17 @@ class DatabaseFactory:
         self._drop_connections = drop_connections
         self._lock = threading.Lock()
         self._released: list[str] = []
+        self._released_roles: list[str] = []
+        #: The dropper's current batch (databases, roles) until it is dropped.
+        self._in_flight: tuple[list[str], list[str]] = ([], [])
         self._wake = threading.Condition(self._lock)
         self._closing = False
         self._dropper: threading.Thread | None = None
         self._drop_errors: list[BaseException] = []
         self._cloner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="awa-test-clone")
         self._spares: dict[str, Future[str]] = {}
+        #: The process :meth:`close` handed the last drops to, if it did not wait.
+        self._handed_off: subprocess.Popen[bytes] | None = None
 
     def _admin(self) -> psycopg.Connection[Any]:
         return psycopg.connect(self.server_url, autocommit=True, connect_timeout=10)
@@ -319,11 +329,18 @@ class DatabaseFactory:
         """Drop the database behind ``database_url`` now, disconnecting anyone still on it."""
         self._drop(self._own(database_url))
 
-    def release(self, database_url: str) -> None:
+    def release(self, database_url: str, *, roles: Sequence[str] = ()) -> None:
         """Done with the database behind ``database_url``: disconnect anyone still on it
         now (a client a test left running stops here, as a drop would stop it) and drop
-        it soon, in the background, together with the others released meanwhile."""
+        it soon, in the background, together with the others released meanwhile.
+
+        ``roles`` (named with :data:`TEST_DB_PREFIX`, e.g. the owner of a least-privilege
+        database) are dropped in the background too, after the databases of their batch:
+        a role that owns a database cannot go before it."""
         name = self._own(database_url)
+        for role in roles:
+            if not role.startswith(TEST_DB_PREFIX):
+                raise ValueError(f"refusing to drop a role this suite did not create: {role!r}")
         with self._admin() as conn:
             conn.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
@@ -332,6 +349,7 @@ class DatabaseFactory:
             )
         with self._wake:
             self._released.append(name)
+            self._released_roles.extend(roles)
             if self._dropper is None:
                 self._dropper = threading.Thread(
                     target=self._drop_released, name="awa-test-drop", daemon=True
@@ -351,12 +369,18 @@ class DatabaseFactory:
                 while not self._released and not self._closing:
                     self._wake.wait()
                 batch, self._released = self._released, []
+                roles, self._released_roles = self._released_roles, []
                 if not batch and self._closing:
                     return
+                self._in_flight = (batch, roles)
             try:
                 self._drop_all(batch)
+                self._drop_roles(roles)
             except BaseException as exc:  # reported by close(); the thread keeps going
                 self._drop_errors.append(exc)
+            finally:
+                with self._wake:
+                    self._in_flight = ([], [])
 
     def _drop_all(self, names: list[str], connections: int | None = None) -> None:
         # Each DROP DATABASE waits for a checkpoint that starts after it asked; the ones
@@ -372,34 +396,96 @@ class DatabaseFactory:
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
 
-    def close(self) -> None:
+    def _drop_roles(self, roles: list[str]) -> None:
+        if not roles:
+            return
+        with self._admin() as conn:
+            for role in roles:
+                conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+    def close(self, *, wait: bool = True) -> None:
         """Drop every database released and not yet dropped, the spare clones and every
         template this factory built, all at once (they share one checkpoint); raise the
-        first error a background drop met."""
+        first error a background drop met.
+
+        ``wait=False`` (the session's own factory) does not wait for the drops: it hands
+        whatever is not dropped yet, the dropper's current batch included, to a detached
+        process (:func:`main`) and returns. A ``DROP DATABASE`` waits for a checkpoint,
+        which on a busy shared server takes minutes; no test needs to see these go."""
         spares = list(self._spares.values())
         self._spares.clear()
         self._cloner.shutdown(wait=True)
         with self._wake:
             self._closing = True
             leftovers, self._released = self._released, []
+            roles, self._released_roles = self._released_roles, []
+            if not wait:
+                leftovers += self._in_flight[0]
+                roles += self._in_flight[1]
             self._wake.notify()
             dropper = self._dropper
         leftovers += [f.result() for f in spares if f.exception() is None]
         templates = list(self._templates.values())
         self._templates.clear()
-        try:
-            # No clone is being made any more (the cloner is shut down), so the templates
-            # go in the same batch as the databases: the drops wait on one checkpoint.
-            if leftovers or templates:
-                self._drop_all(leftovers + templates, connections=CLOSE_DROP_CONNECTIONS)
-        finally:
-            if dropper is not None:
-                dropper.join()
+        if not wait:
+            self._hand_off(leftovers + templates, roles)
+        else:
+            try:
+                # No clone is being made any more (the cloner is shut down), so the
+                # templates go in the same batch as the databases: the drops wait on one
+                # checkpoint.
+                if leftovers or templates:
+                    self._drop_all(leftovers + templates, connections=CLOSE_DROP_CONNECTIONS)
+            finally:
+                if dropper is not None:
+                    dropper.join()
+            # After the dropper: a role released with a database it is still dropping
+            # waits for that drop.
+            self._drop_roles(roles)
         if self._drop_errors:
             raise self._drop_errors[0]
+
+    def _hand_off(self, names: list[str], roles: list[str]) -> subprocess.Popen[bytes] | None:
+        if not names and not roles:
+            return None
+        # The server URL goes through the environment: it may carry a password.
+        env = {**os.environ, DROP_URL_VAR: self.server_url}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        self._handed_off = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.pg", *names, *(f"--role={r}" for r in roles)],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # outlives this process and its process group
+        )
+        return self._handed_off
+
+
+def main(argv: Sequence[str]) -> None:
+    """``python -m tests.support.pg NAME... --role=ROLE...``: drop the databases, all at
+    once, then the roles, on the server named by ``AWA_TEST_DROP_SERVER_URL``; what
+    :meth:`DatabaseFactory.close` hands off when it does not wait."""
+    names = [arg for arg in argv if not arg.startswith("--role=")]
+    roles = [arg.removeprefix("--role=") for arg in argv if arg.startswith("--role=")]
+    factory = DatabaseFactory(os.environ[DROP_URL_VAR])
+    try:
+        for name in [*names, *roles]:
+            if not name.startswith(TEST_DB_PREFIX) and not name.startswith(TEMPLATE_PREFIX):
+                raise SystemExit(f"refusing to drop {name!r}: not made by the test suite")
+        if names:
+            factory._drop_all(names, connections=len(names))
+        factory._drop_roles(roles)
+    finally:
+        factory._cloner.shutdown()
 
 
 def database_exists(server_url: str, name: str) -> bool:
     with psycopg.connect(server_url, autocommit=True, connect_timeout=10) as conn:
         row = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
     return row is not None
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

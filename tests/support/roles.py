@@ -2,7 +2,9 @@
 
 Managed Postgres (RDS, Cloud SQL, AlloyDB) never hands out superuser; the application's
 role owns its database and nothing more. :func:`owned_database` makes such a role and a
-database it owns, and drops both afterwards.
+database it owns, and hands both to the session's :class:`DatabaseFactory` afterwards,
+which disconnects them at once and drops them in the background (a ``DROP DATABASE``
+waits for a checkpoint: tens of seconds on a busy server, not the test's to wait for).
 """
 
 from __future__ import annotations
@@ -16,15 +18,19 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from tests.support.pg import TEST_DB_PREFIX
+from tests.support.pg import TEST_DB_PREFIX, DatabaseFactory
 
 ROLE_PREFIX = "awa_test_owner_"
 
 
 @contextmanager
-def owned_database(server_url: str, *, connection_limit: int | None = None) -> Iterator[str]:
+def owned_database(
+    databases: DatabaseFactory, *, connection_limit: int | None = None
+) -> Iterator[str]:
     """A new ``NOSUPERUSER`` login role (``CONNECTION LIMIT`` when given) and a new
-    database it owns; yields a connection string that logs in as the role."""
+    database it owns, on the server of ``databases``; yields a connection string that
+    logs in as the role."""
+    server_url = databases.server_url
     suffix = uuid.uuid4().hex[:12]
     role = f"{ROLE_PREFIX}{suffix}"
     database = f"{TEST_DB_PREFIX}owned_{suffix}"
@@ -46,11 +52,8 @@ def owned_database(server_url: str, *, connection_limit: int | None = None) -> I
         except BaseException:
             admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
             raise
+    url = make_conninfo(server_url, dbname=database, user=role, password=password)
     try:
-        yield make_conninfo(server_url, dbname=database, user=role, password=password)
+        yield url
     finally:
-        with psycopg.connect(server_url, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
-            )
-            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+        databases.release(url, roles=[role])

@@ -1,7 +1,7 @@
 """A one-second schedule watched across a killed or stopped maintenance leader: every
 slot is enqueued at most once, and firing resumes under the new leader.
 
-Run the chaos tests alone with ``scripts/test tests/chaos`` or ``pytest -m chaos``.
+Run the chaos tests alone with ``scripts/test-chaos`` (the test command leaves them out).
 """
 
 from __future__ import annotations

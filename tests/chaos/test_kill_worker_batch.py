@@ -3,7 +3,7 @@
 the batch, and its callback runs exactly once, after the last job, with the exact counts
 (a rescue is not an end: the rescued jobs count once, as completed).
 
-Run the chaos tests alone with ``scripts/test tests/chaos`` or ``pytest -m chaos``.
+Run the chaos tests alone with ``scripts/test-chaos`` (the test command leaves them out).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 with the workers connected directly and through PgBouncer in transaction mode
 (``worker_url``, ``tests/chaos/conftest.py``).
 
-Run the chaos tests alone with ``scripts/test tests/chaos`` or ``pytest -m chaos``.
+Run the chaos tests alone with ``scripts/test-chaos`` (the test command leaves them out).
 """
 
 from __future__ import annotations

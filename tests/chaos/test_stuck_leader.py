@@ -7,7 +7,7 @@ keeps leading (maintenance has a thread of its own) and names the handler. The w
 connect directly and through PgBouncer in transaction mode (``worker_url``,
 ``tests/chaos/conftest.py``); the tests read through the database itself.
 
-Run the chaos tests alone with ``scripts/test tests/chaos`` or ``pytest -m chaos``.
+Run the chaos tests alone with ``scripts/test-chaos`` (the test command leaves them out).
 """
 
 from __future__ import annotations

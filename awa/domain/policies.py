@@ -300,7 +300,7 @@ class RotateOutcome(enum.StrEnum):
 #: reclaims (ADR 0006, "Carry-forward of live rows", *A step at a time*): a slot holding
 #: more is emptied of them over several steps, each its own short transaction, before the
 #: swap, so no step grows with the backlog.
-DEFAULT_CARRY_BATCH = 2000
+DEFAULT_CARRY_BATCH = 500
 
 
 class PruneOutcome(enum.StrEnum):

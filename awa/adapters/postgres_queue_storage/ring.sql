@@ -1,12 +1,25 @@
 -- Ring maintenance of the queue-storage engine: rotation, prune by partition swap (or
 -- TRUNCATE), and the lease ring. Placeholders are listed in statements.py.
 
+-- name: maintenance_hold
+-- An expression the first statement of every ring maintenance transaction evaluates (and
+-- the one emptying stand-ins): the server ends the session once the transaction sits idle
+-- for 2 s, waiting for its client. Prune holds ACCESS EXCLUSIVE on ring tables that every
+-- claim and read of awa.jobs touches; a leader stopped (SIGSTOP, a partition, a blocked
+-- loop) between its lock and its COMMIT would otherwise keep them locked, and stall the
+-- fleet, until it resumes. The transaction rolls back and the duty runs again (ADR 0014:
+-- the bound is well inside the lease, 6 s by default). Local to the transaction, so it
+-- passes a pooler in transaction mode.
+set_config('idle_in_transaction_session_timeout', '2s', true)
+
 -- name: lock_ring_state
--- First in a rotation's or a prune's transaction: the ring-state row, and a commit that
+-- First in a rotation's or a prune's transaction: the ring-state row, a commit that
 -- does not wait for the WAL flush (quiet_commit), so the claims and completions sharing
--- the cores are not held behind it. A rotation lost in a crash did not happen (nothing
--- durable written after it was flushed either), and the next tick rotates again.
-SELECT current_slot, slot_count, rotated_at, {quiet_commit} AS quiet
+-- the cores are not held behind it, and the bound on a stopped client (maintenance_hold).
+-- A rotation lost in a crash did not happen (nothing durable written after it was
+-- flushed either), and the next tick rotates again.
+SELECT current_slot, slot_count, rotated_at, {quiet_commit} AS quiet,
+    {maintenance_hold} AS held
 FROM {s}.ring_state FOR UPDATE SKIP LOCKED
 
 -- name: advance_ring
@@ -14,7 +27,9 @@ UPDATE {s}.ring_state SET current_slot = %(slot)s, generation = generation + 1,
     rotated_at = %(now)s
 
 -- name: lock_lease_ring_state
-SELECT current_lease_slot, lease_slot_count FROM {s}.ring_state FOR UPDATE SKIP LOCKED
+-- First in a lease rotation's or a lease prune's transaction (maintenance_hold).
+SELECT current_lease_slot, lease_slot_count, {maintenance_hold} AS held
+FROM {s}.ring_state FOR UPDATE SKIP LOCKED
 
 -- name: advance_lease_ring
 UPDATE {s}.ring_state SET current_lease_slot = %(slot)s,
@@ -179,7 +194,8 @@ WHERE c.relnamespace = to_regnamespace(%(s)s) AND c.relkind = 'r'
   AND pg_relation_size(c.oid) > 0
 
 -- name: empty_stand_ins
-LOCK TABLE {stand_ins} IN ACCESS EXCLUSIVE MODE NOWAIT; TRUNCATE {stand_ins}
+SELECT {maintenance_hold}; LOCK TABLE {stand_ins} IN ACCESS EXCLUSIVE MODE NOWAIT;
+TRUNCATE {stand_ins}
 
 -- name: stand_ins_exist
 -- Whether slot %(k)s has a stand-in for every table of %(tables)s.

@@ -21,8 +21,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
 
+from awa.adapters._pg.pool import DictConnection
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
+from awa.adapters.postgres_queue_storage.statements import run
 from awa.domain.job import JobSpec
 from awa.domain.states import JobState
 from awa.ports.storage import Ack
@@ -119,3 +122,32 @@ async def test_a_prune_stopped_under_its_lock_is_cut_off_and_redone(
     (again,) = await engine.claim("later", limit=5)
     assert again.job.id == waiting.id
     assert await engine.complete([again.lease]) == [Ack.APPLIED]
+
+
+async def test_every_ring_maintenance_transaction_bounds_its_idle_time(
+    engine: QueueStorageEngine,
+) -> None:
+    """Rotation and prune of both rings start with ``lock_ring_state`` or
+    ``lock_lease_ring_state``; emptying the stand-ins is a transaction of its own. Each
+    leaves the transaction bounded, and only the transaction."""
+    parts = engine._parts
+    statements = parts.statements
+    stand_ins = sql.Identifier(SCHEMA, "leases_0_spare")
+    for statement in (
+        statements["lock_ring_state"],
+        statements["lock_lease_ring_state"],
+        statements.render("empty_stand_ins", stand_ins=stand_ins),
+    ):
+        async with parts.connections.conn() as conn:
+            before = await _idle_bound(conn)
+            async with conn.transaction():
+                await run(conn, statement)
+                assert await _idle_bound(conn) == "2s", statement
+            assert await _idle_bound(conn) == before, statement
+
+
+async def _idle_bound(conn: DictConnection) -> str:
+    cur = await conn.execute("SELECT current_setting('idle_in_transaction_session_timeout') AS t")
+    row = await cur.fetchone()
+    assert row is not None
+    return str(row["t"])

@@ -117,8 +117,9 @@ async def _lanes_used(url: str) -> int:
 
 
 @pytest.mark.parametrize(
-    "limits",
-    [[32], [1], [5, 17, 3], [100]],
+    ("limits", "run_count"),
+    # one claim a job: the first 16 runs (all eight lanes, 435 rows) of the 40 (1,128 rows)
+    [([32], 40), ([1], 16), ([5, 17, 3], 40), ([100], 40)],
     ids=["batch-32", "batch-1", "mixed-batches", "batch-100"],
 )
 async def test_runs_of_one_lane_claim_in_global_order(
@@ -126,11 +127,12 @@ async def test_runs_of_one_lane_claim_in_global_order(
     clock: ManualClock,
     migrated_database_url: str,
     limits: list[int],
+    run_count: int,
 ) -> None:
     """Eight lanes, each written in runs of 1-60 rows: the batch often comes from one
     lane's run, beyond the first walk's share of it."""
     rng = random.Random(38)
-    runs = [(rng.randrange(8), 2, rng.randint(1, 60)) for _ in range(40)]
+    runs = [(rng.randrange(8), 2, rng.randint(1, 60)) for _ in range(40)][:run_count]
     jobs = await _write_lanes(engine, clock, runs=runs)
     assert await _lanes_used(migrated_database_url) == 8
     clock.advance(timedelta(seconds=1))

@@ -10,6 +10,7 @@ locks and counts."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
@@ -188,7 +189,10 @@ def held(request: pytest.FixtureRequest) -> Iterator[Held]:
 def test_no_interleaving_passes_the_limit(held: Held) -> None:
     machine = type("Bound", (PerKeyOnAnEngine,), {"held": held})
     current = settings()
-    examples = current.max_examples if held.handle.name == "inmemory" else 15
+    # On Postgres each example costs about a second on a quiet host: 6 keep the item under
+    # 10 s (issue 42); HYPOTHESIS_PROFILE=deep runs 15.
+    deep = os.environ.get("HYPOTHESIS_PROFILE") == "deep"
+    examples = current.max_examples if held.handle.name == "inmemory" else 15 if deep else 6
     run_state_machine_as_test(
         machine,
         settings=settings(

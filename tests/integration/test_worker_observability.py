@@ -103,7 +103,17 @@ def test_json_logs_probes_and_metrics_of_a_worker(
         base = wait_for(lambda: _base(worker), 20, "the health listener line")
         # Liveness answers from the moment the listener is up; readiness once running.
         assert _get(base, "/healthz")[0] == 200
-        _, body = wait_for(lambda: (r := _get(base, "/readyz"))[0] == 200 and r, 20, "readiness")
+        last: list[tuple[int, str]] = [(0, "")]
+
+        def ready() -> tuple[int, str] | bool:
+            last[0] = _get(base, "/readyz")
+            return last[0][0] == 200 and last[0]
+
+        try:
+            _, body = wait_for(ready, 20, "readiness")
+        except AssertionError as exc:
+            # name the checks that kept it from being ready (seen once on a loaded host)
+            raise AssertionError(f"{exc}; last /readyz: {last[0]}") from None
         report = json.loads(body)
         assert report["ready"] is True and report["failing"] == []
         # The flat body the Deployment guide names.

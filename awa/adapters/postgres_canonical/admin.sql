@@ -147,5 +147,12 @@ WHERE id = ANY(%(ids)s::bigint[]) AND state NOT IN ('running', 'waiting_external
 RETURNING id
 
 -- name: reset
-TRUNCATE awa.canonical_jobs, awa.dlq_entries, awa.job_unique_claims, awa.queue_meta,
-    awa.rate_limiters, awa.job_dependencies, awa.job_dependency_waits, awa.batches
+-- Every job, DLQ entry, unique claim, queue setting, rate limiter and dependency edge, in
+-- one statement. DELETE rather than TRUNCATE: a TRUNCATE gives every table and index a new
+-- file and takes ACCESS EXCLUSIVE locks (a third of a second for these eight under load),
+-- where deleting the few rows a test or a `clean` leaves behind costs a few milliseconds.
+WITH d0 AS (DELETE FROM awa.canonical_jobs), d1 AS (DELETE FROM awa.dlq_entries),
+    d2 AS (DELETE FROM awa.job_unique_claims), d3 AS (DELETE FROM awa.queue_meta),
+    d4 AS (DELETE FROM awa.rate_limiters), d5 AS (DELETE FROM awa.job_dependencies),
+    d6 AS (DELETE FROM awa.job_dependency_waits), d7 AS (DELETE FROM awa.batches)
+SELECT 1

@@ -13,6 +13,7 @@ resets. The in-memory runs never touch a server.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 
 import attrs
 import psycopg
@@ -56,9 +57,11 @@ def contract_databases(pg_databases: DatabaseFactory) -> Iterator[dict[str, str]
             pg_databases.release(url)
 
 
-@pytest.fixture(params=_engine_params())
-async def engine(request: pytest.FixtureRequest) -> AsyncIterator[EngineHandle]:
-    name: str = request.param
+@asynccontextmanager
+async def contract_engine(request: pytest.FixtureRequest, name: str) -> AsyncIterator[EngineHandle]:
+    """A fresh engine ``name`` on its session database, reset: what every test's
+    ``engine`` is (``test_isolation`` opens a second one inside a test to check that
+    nothing the first left behind reaches it)."""
     url: str | None = None
     if ENGINES[name].needs_database:
         urls: dict[str, str] = request.getfixturevalue("contract_databases")
@@ -76,6 +79,12 @@ async def engine(request: pytest.FixtureRequest) -> AsyncIterator[EngineHandle]:
         return
     async with open_engine(name, url) as handle:
         await handle.engine.reset()
+        yield handle
+
+
+@pytest.fixture(params=_engine_params())
+async def engine(request: pytest.FixtureRequest) -> AsyncIterator[EngineHandle]:
+    async with contract_engine(request, request.param) as handle:
         yield handle
 
 

@@ -26,7 +26,7 @@ in-memory engines sharing one store (``routing_inmemory_<state>``, no database).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
 
@@ -105,11 +105,37 @@ async def open_engine(name: str, database_url: str | None = None) -> AsyncIterat
         yield handle
 
 
+#: What this process has already done to a database, as ``(url, step)``: migrating it,
+#: installing queue storage, taking it to a transition state. The contract suite opens an
+#: engine per test on one database per engine for the whole session; each step is
+#: idempotent, so repeating it per test would only cost connections and round trips
+#: (a migration check alone opens one). Every engine still opens its own pools, and the
+#: routing engines still check the transition state they were asked for.
+_PREPARED: set[tuple[str, str]] = set()
+
+
+def prepared(database_url: str, step: str) -> bool:
+    """Whether ``step`` already ran on ``database_url`` in this process."""
+    return (database_url, step) in _PREPARED
+
+
+async def prepare_once(
+    database_url: str, step: str, action: Callable[[], Awaitable[object]]
+) -> None:
+    """Run ``action`` unless ``step`` already succeeded on ``database_url`` in this
+    process (a failed one is tried again by the next caller)."""
+    if prepared(database_url, step):
+        return
+    await action()
+    _PREPARED.add((database_url, step))
+
+
 @asynccontextmanager
 async def postgres_control(database_url: str, clock: ManualClock) -> AsyncIterator[ControlPlane]:
     """The control plane of the database at ``database_url``, on a small pool of its own
-    (for an engine opened alone, whose pool is its own)."""
-    pool = await open_pool(database_url, max_connections=2)
+    (for an engine opened alone, whose pool is its own). The pool connects on first use:
+    most tests never reach the control plane."""
+    pool = await open_pool(database_url, max_connections=2, min_connections=0)
     try:
         yield postgres_control_plane(pool, clock)
     finally:
@@ -166,7 +192,8 @@ async def _postgres_canonical(
     clock: ManualClock, backoff: Backoff, database_url: str | None
 ) -> AsyncIterator[EngineHandle]:
     assert database_url is not None
-    await migrate(database_url)
+    url = database_url
+    await prepare_once(url, "migrate", lambda: migrate(url))
     policies = KindPolicies()
     engine = await CanonicalEngine.open(
         database_url, clock=clock, backoff=backoff, policies=policies
@@ -195,12 +222,25 @@ async def _queue_storage(
     clock: ManualClock, backoff: Backoff, database_url: str | None
 ) -> AsyncIterator[EngineHandle]:
     from awa.adapters.postgres_queue_storage import QueueStorageEngine
+    from awa.adapters.postgres_queue_storage.install import DEFAULT_SCHEMA
 
     assert database_url is not None
     policies = KindPolicies()
-    engine = await QueueStorageEngine.open(
-        database_url, clock=clock, backoff=backoff, policies=policies
-    )
+    if prepared(database_url, "queue_storage"):
+        # Installed by an earlier open in this process: only the pool is new.
+        engine = QueueStorageEngine(
+            await open_pool(database_url),
+            database_url,
+            clock=clock,
+            backoff=backoff,
+            schema=DEFAULT_SCHEMA,
+            policies=policies,
+        )
+    else:
+        engine = await QueueStorageEngine.open(
+            database_url, clock=clock, backoff=backoff, policies=policies
+        )
+        _PREPARED.add((database_url, "queue_storage"))
     try:
         async with postgres_control(database_url, clock) as control:
             yield EngineHandle(
@@ -230,16 +270,21 @@ async def _routing(
     from awa.entrypoints.routing import open_postgres_backend
 
     assert database_url is not None
-    await migrate(database_url)
+    url = database_url
+    await prepare_once(url, "migrate", lambda: migrate(url))
     if state is TransitionState.ACTIVE:
-        await bootstrap.install_queue_storage(
-            database_url, "awa", queue_slot_count=16, lease_slot_count=8, reset=False
-        )
-        # The contract suite reuses one database per engine (reset between tests), so
-        # only the first call finds it fresh.
-        await bootstrap.activate_queue_storage_if_fresh(database_url, "awa")
+
+        async def activate() -> None:
+            await bootstrap.install_queue_storage(
+                url, "awa", queue_slot_count=16, lease_slot_count=8, reset=False
+            )
+            # The contract suite reuses one database per engine (reset between tests),
+            # so only the first call finds it fresh.
+            await bootstrap.activate_queue_storage_if_fresh(url, "awa")
+
+        await prepare_once(url, state.value, activate)
     elif state is TransitionState.MIXED_TRANSITION:
-        await _enter_mixed_transition(database_url)
+        await prepare_once(url, state.value, lambda: _enter_mixed_transition(url))
     policies = KindPolicies()
     backend = await open_postgres_backend(
         database_url, clock=clock, backoff=backoff, policies=policies

@@ -394,7 +394,7 @@ async def test_the_one_statement_inserts_settle_on_the_generic_plan(
             await single.enqueue_many_routed([JobSpec(kind="two", queue=QUEUE) for _ in range(2)])
         async with single._pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT statement LIKE '%%jsonb_to_record(%%' AS one, generic_plans, "
+                "SELECT statement LIKE '%%The common insert()%%' AS one, generic_plans, "
                 "custom_plans FROM pg_prepared_statements "
                 "WHERE statement LIKE '%%queue_storage_route_check%%'"
             )

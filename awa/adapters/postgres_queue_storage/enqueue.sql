@@ -55,22 +55,35 @@ WITH x AS (
         true AS fresh
     FROM j WHERE run_at IS NULL
     GROUP BY queue, priority, sh
-), {reserve_lanes_cte}, ready AS (
+), {reserve_lanes_cte}, lane_map AS MATERIALIZED (
+    -- Each lane's reservation by ``p/asked/q`` (asked empty for a keyless lane), made
+    -- once: a row finds its lane by key (a binary search) rather than by a join the
+    -- planner would run as a nested loop over every lane for every row (the CTEs' row
+    -- estimates are one), which made a batch over K keys cost rows x K x K.
+    SELECT jsonb_object_agg(p || '/' || coalesce(asked::text, '') || '/' || q,
+        jsonb_build_array(shard, next_seq, stamp)) AS m
+    FROM lanes_out
+), ready AS (
     INSERT INTO {s}.ready_entries (
         slot, fact_id, shard, lane_seq, job_id, kind, queue, args, priority, attempt,
         max_attempts, run_at, created_at, errors, metadata, tags, unique_states, run_lease,
         ordering_key
     )
     SELECT (SELECT current_slot FROM {s}.ring_state), nextval('{s}.fact_seq'), o.shard,
-        o.next_seq - o.n + j.k - 1, j.id, j.kind, j.queue, coalesce(j.args, 'null'::jsonb),
+        o.next_seq - j.n + j.k - 1, j.id, j.kind, j.queue, coalesce(j.args, 'null'::jsonb),
         j.priority, 0, j.max_attempts, o.stamp, %(now)s, '{}'::jsonb[],
         coalesce(j.metadata, '{}'::jsonb), ARRAY(SELECT jsonb_array_elements_text(j.tags)),
         j.unique_states::bit(8), 0, j.okey
-    FROM (SELECT j.*, row_number() OVER (PARTITION BY queue, priority, sh ORDER BY id) AS k
+    FROM (SELECT j.*, row_number() OVER (PARTITION BY queue, priority, sh ORDER BY id) AS k,
+              count(*) OVER (PARTITION BY queue, priority, sh) AS n
           FROM j WHERE run_at IS NULL) j
-    JOIN (SELECT lo.*, w.n FROM lanes_out lo
-          JOIN want w ON w.q = lo.q AND w.p = lo.p AND w.sh IS NOT DISTINCT FROM lo.asked) o
-        ON o.q = j.queue AND o.p = j.priority AND o.asked IS NOT DISTINCT FROM j.sh
+    CROSS JOIN LATERAL (
+        SELECT (v ->> 0)::int AS shard, (v ->> 1)::bigint AS next_seq,
+            (v ->> 2)::timestamptz AS stamp
+        -- the map is read once (an init plan), never carried along with each row
+        FROM (SELECT (SELECT m FROM lane_map)
+                  -> (j.priority || '/' || coalesce(j.sh::text, '') || '/' || j.queue) AS v) v
+    ) o
     ORDER BY j.id
     RETURNING job_id, run_at
 ), later AS (

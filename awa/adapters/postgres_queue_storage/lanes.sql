@@ -40,8 +40,11 @@ CASE WHEN w.fresh AND l.tail_run_at IS NOT NULL
        FROM (SELECT w.*, {lane_stamp} AS first_at {batch}) u) t)
 
 -- name: lane_tail_named
-FROM named w
-WHERE w.q = EXCLUDED.queue AND w.p = EXCLUDED.priority AND w.sh = EXCLUDED.shard
+-- The named lane's want row, found in named_map (a binary search, not a scan of named).
+FROM jsonb_to_record((SELECT m FROM named_map)
+    -> (EXCLUDED.priority || '/' || EXCLUDED.shard || '/' || EXCLUDED.queue))
+    AS w(n bigint, first_run timestamptz, first_id bigint, last_run timestamptz,
+         last_id bigint, sorted boolean, fresh boolean)
 
 -- name: lane_tail_fresh
 FROM fresh w
@@ -68,6 +71,13 @@ WHERE w.q = EXCLUDED.queue AND w.p = EXCLUDED.priority AND w.shard = EXCLUDED.sh
 -- runs after the main statement, so the lock order (lanes, then claim_heads) holds.
 named AS (
     SELECT * FROM want WHERE sh IS NOT NULL
+), named_map AS MATERIALIZED (
+    -- The named lanes' want rows by ``p/sh/q`` (both numbers first, so the name is
+    -- unambiguous), made once: a lane row updated on conflict, and lanes_out, find their
+    -- batch's row by key in it instead of joining or scanning named once per lane, which
+    -- the planner's row estimates for these CTEs (one row) would make a nested loop, and
+    -- a batch over K keys cost K x K.
+    SELECT jsonb_object_agg(p || '/' || sh || '/' || q, to_jsonb(named)) AS m FROM named
 ), held AS (
     INSERT INTO {s}.lanes AS l (queue, priority, shard, next_seq, tail_run_at, tail_job_id,
         disorder_seq)
@@ -146,8 +156,12 @@ named AS (
     -- A fresh batch that became its lane's tail has the tail's run_at (lane_stamp);
     -- otherwise it kept its own stamp (and marked the lane disordered).
     SELECT h.queue AS q, h.priority AS p, h.shard AS asked, h.shard, h.next_seq,
-        CASE WHEN h.tail_job_id = n.last_id THEN h.tail_run_at ELSE n.first_run END AS stamp
-    FROM held h JOIN named n ON n.q = h.queue AND n.p = h.priority AND n.sh = h.shard
+        CASE WHEN h.tail_job_id = (n.w ->> 'last_id')::bigint THEN h.tail_run_at
+            ELSE (n.w ->> 'first_run')::timestamptz END AS stamp
+    FROM held h
+    CROSS JOIN LATERAL (
+        SELECT (SELECT m FROM named_map) -> (h.priority || '/' || h.shard || '/' || h.queue) AS w
+    ) n
     UNION ALL
     SELECT queue, priority, NULL::int, shard, next_seq, stamp FROM moved
     UNION ALL

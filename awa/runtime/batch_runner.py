@@ -3,10 +3,12 @@
 
 Scanning snapshots the ids of the targeted jobs into the operation's items; running
 applies the change one job at a time (each its own transaction, so a change never waits
-behind a whole chunk) and records the outcomes chunk by chunk. Cancellation is looked at
-between chunks. A leader that dies mid-operation leaves it ``scanning`` or ``running``;
-the next leader picks it up where the items say (a change applied twice is a no-op: the
-job is already where the operation puts it, so it counts as skipped). Two leaders may
+behind a whole chunk) and records the outcomes chunk by chunk; a chunk cut off part way
+(the lease ran out under it) records the changes it made before it stops, so they count
+as processed. Cancellation is looked at between chunks. A leader that dies
+mid-operation leaves it ``scanning`` or ``running``; the next leader picks it up where
+the items say (a change applied twice is a no-op: the job is already where the
+operation puts it, so it counts as skipped). Two leaders may
 overlap briefly (one losing the lock while it still works a step): a finished operation
 is final (``batch_ops.may_move``), so the late leader's steps change nothing of it, and
 it stops as soon as a step answers with the operation finished.
@@ -45,6 +47,8 @@ STEP_BUDGET = 0.5
 SCAN_PAGE = 1000
 #: How many per-job changes are in flight at once (each holds a pooled connection).
 PARALLELISM = 4
+#: How long a chunk cut off part way may take to record the changes it made.
+RECORD_GRACE = 5.0
 
 
 class BatchRunner:
@@ -96,10 +100,7 @@ class BatchRunner:
                 if done is not None:
                     await self._finish(op, done)
                     return True
-                results = await self._apply_chunk(op, ids)
-                op = await self._store.record_batch_items(
-                    op.id, results, cursor=_cursor(op, after=ids[-1])
-                )
+                op = await self._run_chunk(op, ids)
                 if self._clock.monotonic() >= deadline:
                     return True
         except DatabaseError:
@@ -132,10 +133,34 @@ class BatchRunner:
             op.id, cursor={"after_job_id": 0, "max_job_id": after}
         )
 
-    async def _apply_chunk(self, op: BatchOperation, ids: list[int]) -> list[ItemResult]:
-        """Apply a chunk with up to ``parallelism`` changes in flight (each its own
-        transaction); results come back in id order."""
+    async def _run_chunk(self, op: BatchOperation, ids: list[int]) -> BatchOperation:
+        """Apply a chunk and record its outcomes. A chunk cut off part way (the leader's
+        lease ran out, or Postgres failed under one change) still records the changes
+        that committed before it stops: left pending, they would be applied again by the
+        next pass, find their job already moved and count as skipped."""
         results: dict[int, ItemResult] = {}
+        try:
+            await self._apply_chunk(op, ids, results)
+        except BaseException:
+            if results:
+                with anyio.CancelScope(shield=True), self._clock.move_on_after(RECORD_GRACE):
+                    await self._record(op, ids, results)
+            raise
+        return await self._record(op, ids, results)
+
+    async def _record(
+        self, op: BatchOperation, ids: list[int], results: dict[int, ItemResult]
+    ) -> BatchOperation:
+        done = [results[job_id] for job_id in ids if job_id in results]
+        return await self._store.record_batch_items(
+            op.id, done, cursor=_cursor(op, after=done[-1].job_id)
+        )
+
+    async def _apply_chunk(
+        self, op: BatchOperation, ids: list[int], results: dict[int, ItemResult]
+    ) -> None:
+        """Apply a chunk with up to ``parallelism`` changes in flight (each its own
+        transaction), each result into ``results`` as soon as its change is done."""
         limiter = anyio.CapacityLimiter(self._parallelism)
 
         async def one(job_id: int) -> None:
@@ -145,7 +170,6 @@ class BatchRunner:
         async with anyio.create_task_group() as group:
             for job_id in ids:
                 group.start_soon(one, job_id)
-        return [results[job_id] for job_id in ids]
 
     async def _apply(self, op: BatchOperation, job_id: int) -> ItemResult:
         try:

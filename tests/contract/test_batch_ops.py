@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any, cast
 
+import anyio
 import psycopg
 import pytest
 
@@ -398,6 +399,50 @@ async def test_the_runner_stops_at_a_chunk_boundary_when_cancelled(
     assert (done.total_matched, done.processed, done.skipped) == (6, 2, 4)
     priorities = sorted(j.priority for j in await e.list_batch_targets(BatchFilter(), limit=10))
     assert priorities == [2, 2, 2, 2, 4, 4]
+
+
+class _CutOffAfter:
+    """The engine of a leader whose lease runs out once ``count`` changes are applied:
+    the duty's scope is cancelled while the rest of the chunk waits its turn."""
+
+    def __init__(self, engine: StorageEngine, count: int, scope: anyio.CancelScope) -> None:
+        self._engine = engine
+        self._left = count
+        self._scope = scope
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    async def apply_batch_change(self, job_id: int, spec: BatchSpec) -> ItemResult:
+        result = await self._engine.apply_batch_change(job_id, spec)
+        self._left -= 1
+        if self._left == 0:
+            self._scope.cancel()
+        return result
+
+
+async def test_changes_a_cut_off_chunk_made_count_as_processed(engine: EngineHandle) -> None:
+    """A step cut off part way through a chunk records what it changed: the next pass
+    does not apply those changes again and count the moved jobs as skipped."""
+    ops = engine.control.batch_operations
+    jobs = [await enqueue(engine) for _ in range(5)]
+    op = await ops.create_batch_operation(
+        spec=BatchSpec(BatchOpKind.MOVE_QUEUE, queue="target"), filter=BatchFilter(queue=QUEUE)
+    )
+    with anyio.CancelScope() as lease:
+        cut = _CutOffAfter(engine.engine, 3, lease)
+        runner = BatchRunner(
+            cast(StorageEngine, cut), ops, runner_id="r", clock=SystemClock(), parallelism=1
+        )
+        await runner.step()
+    assert lease.cancelled_caught
+    part = await ops.get_batch_operation(op.id)
+    assert part is not None and (part.processed, part.skipped) == (3, 0)
+    await _run(engine, BatchRunner(engine.engine, ops, runner_id="r", clock=SystemClock()))
+    done = await ops.get_batch_operation(op.id)
+    assert done is not None and done.state == BatchOpState.COMPLETED
+    assert (done.total_matched, done.processed, done.skipped, done.errored) == (5, 5, 0, 0)
+    assert {(await fetch(engine, j.id)).queue for j in jobs} == {"target"}
 
 
 async def test_a_cancelled_pending_operation_never_runs(engine: EngineHandle) -> None:

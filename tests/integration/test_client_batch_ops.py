@@ -155,7 +155,8 @@ async def test_a_move_while_workers_drain_the_jobs(
     client: AsyncClient, storage: str, total: int
 ) -> None:
     """Nothing is lost or run twice, and every job moved ran in its new queue. The source
-    workers are slow (about 100 jobs/s) so the move overlaps the drain on every engine.
+    workers hold their first jobs until the move has moved some, so the move overlaps
+    the drain on every engine however busy the host (no timing involved).
     The 3000-job run is ``slow``:
     ``scripts/test -m slow tests/integration/test_client_batch_ops.py``."""
     if storage == "queue_storage":
@@ -165,6 +166,7 @@ async def test_a_move_while_workers_drain_the_jobs(
     ran_in: dict[int, str] = {}
     history: dict[int, list[tuple[str, int, int]]] = {}
     origin: dict[int, Any] = {}
+    moving = asyncio.Event()
 
     @client.task(Item, queue="src")
     async def work(job: Job[Item]) -> None:
@@ -173,14 +175,21 @@ async def test_a_move_while_workers_drain_the_jobs(
         history.setdefault(job.id, []).append((job.queue, job.attempt, job.priority))
         origin[job.id] = job.metadata.get("_awa_original_queue")
         if job.queue == "src":
-            await asyncio.sleep(0.02)
+            await moving.wait()
+
+    async def moved_some(op_id: str) -> bool:
+        now = await client.get_batch_operation(op_id)
+        return bool(now["processed"] > 0 or now["state"] in ("completed", "cancelled", "failed"))
 
     await client.start([("src", 2), ("dst", 4)], leader_election_interval_ms=100)
     try:
         op = await client.move_queue("dst", filter={"queue": "src"})
+        await until(lambda: moved_some(op["id"]), "the move's first jobs", timeout=300)
+        moving.set()
         done = await _final(client, op["id"], timeout=300)
         await until(lambda: len(runs) >= total, "every job ran", timeout=300, interval=0.1)
     finally:
+        moving.set()
         await client.shutdown()
     assert done["state"] == "completed" and done["errored"] == 0, done
     assert done["processed"] > 0, "the move never overlapped the drain"

@@ -87,8 +87,10 @@ def test_every_read_is_served_from_a_replica_with_its_lag(
             "name": "nightly",
             "instance_id": str(uuid.uuid4()),
             "operation_id": str(uuid.uuid4()),
+            "batch_id": str(2**40),
         }
-        unknown = {"name", "instance_id", "operation_id"}  # nothing seeded: 404, not 500
+        # nothing seeded: 404, not 500
+        unknown = {"name", "instance_id", "operation_id", "batch_id"}
         checked = 0
         for template in _get_paths(client):
             names = set(re.findall(r"{(\w+)}", template))

@@ -30,6 +30,7 @@ from awa.domain.job import JobSpec
 from awa.domain.states import JobState
 from awa.ports.storage import Ack
 from tests.support.queue_storage import installed_engine
+from tests.support.waits import until_sync
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -85,8 +86,7 @@ async def test_a_prune_stopped_under_its_lock_is_cut_off_and_redone(
     )
     try:
         assert _line(child, 30) == "locked"
-        while not _stopped(child.pid):
-            time.sleep(0.01)
+        until_sync(lambda: _stopped(child.pid), "the prune process stopped", interval=0.01)
         stopped_at = time.monotonic()
         # Another worker reads the ring's tables and the jobs. Without the bound the read
         # waits until the stopped process resumes (here: until GIVE_UP cancels it).

@@ -204,22 +204,7 @@ class WireCounter:
             if code == _CANCEL_REQUEST:
                 return
             break
-        buffer = b""
-        while True:
-            chunk = await reader.read(65536)
-            if not chunk:
-                upstream.close()
-                return
-            buffer += chunk
-            while len(buffer) >= 5:
-                kind = chr(buffer[0])
-                (length,) = struct.unpack("!i", buffer[1:5])
-                if len(buffer) < 1 + length:
-                    break
-                body, buffer = buffer[5 : 1 + length], buffer[1 + length :]
-                self._client_message(link, kind, body)
-            upstream.write(chunk)
-            await upstream.drain()
+        await _relay(reader, upstream, lambda kind, body: self._client_message(link, kind, body))
 
     def _client_message(self, link: Link, kind: str, body: bytes) -> None:
         if kind == "p":  # password and SASL messages, before any query
@@ -245,22 +230,7 @@ class WireCounter:
     async def _server_side(
         self, link: Link, upstream: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        buffer = b""
-        while True:
-            chunk = await upstream.read(65536)
-            if not chunk:
-                writer.close()
-                return
-            buffer += chunk
-            while len(buffer) >= 5:
-                kind = chr(buffer[0])
-                (length,) = struct.unpack("!i", buffer[1:5])
-                if len(buffer) < 1 + length:
-                    break
-                body, buffer = buffer[5 : 1 + length], buffer[1 + length :]
-                self._server_message(link, kind, body)
-            writer.write(chunk)
-            await writer.drain()
+        await _relay(upstream, writer, lambda kind, body: self._server_message(link, kind, body))
 
     def _server_message(self, link: Link, kind: str, body: bytes) -> None:
         if kind == "A":
@@ -272,3 +242,28 @@ class WireCounter:
             link.answered += 1
         if self.on_server_message is not None:
             self.on_server_message(link, kind)
+
+
+async def _relay(
+    source: asyncio.StreamReader,
+    sink: asyncio.StreamWriter,
+    on_message: Callable[[str, bytes], None],
+) -> None:
+    """Pass bytes from ``source`` to ``sink`` as they come, showing ``on_message`` each
+    whole typed message (kind, body) on the way; close ``sink`` at the end of ``source``."""
+    buffer = b""
+    while True:
+        chunk = await source.read(65536)
+        if not chunk:
+            sink.close()
+            return
+        buffer += chunk
+        while len(buffer) >= 5:
+            kind = chr(buffer[0])
+            (length,) = struct.unpack("!i", buffer[1:5])
+            if len(buffer) < 1 + length:
+                break
+            body, buffer = buffer[5 : 1 + length], buffer[1 + length :]
+            on_message(kind, body)
+        sink.write(chunk)
+        await sink.drain()

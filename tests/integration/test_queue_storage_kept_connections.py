@@ -153,6 +153,32 @@ async def test_warm_up_opens_and_prepares_the_kept_connections(
     )
 
 
+async def test_warm_up_opens_and_plans_its_connections_side_by_side(
+    engine: QueueStorageEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each new backend loads the ring's catalog on its own: the warm-up opens and plans
+    its kept connections at once, so a worker's start waits for the longest, not the
+    sum. Every opening here waits until all of them have begun."""
+    connections = engine._parts.connections
+    opening = connections._open_kept
+    wanted = KEPT_CONNECTIONS + 1
+    begun: list[str] = []
+    all_begun = asyncio.Event()
+
+    async def gated(kept: Any) -> Any:
+        begun.append(next(p for p, k in connections.kept.items() if k is kept))
+        if len(begun) == wanted:
+            all_begun.set()
+        await all_begun.wait()
+        return await opening(kept)
+
+    monkeypatch.setattr(connections, "_open_kept", gated)
+    await asyncio.wait_for(engine.warm_up([QUEUE]), timeout=30)
+    assert sorted(begun) == ["claim"] * KEPT_CONNECTIONS + ["complete"]
+    assert connections.kept["claim"].open == KEPT_CONNECTIONS
+    assert await completion_plans(engine) == {"generic_plans": 1, "custom_plans": 0}
+
+
 async def test_a_claim_goes_on_while_the_other_kept_connection_plans_ahead(
     engine: QueueStorageEngine,
 ) -> None:

@@ -52,6 +52,27 @@ class KeyLoad:
     waiting: int
 
 
+@attrs.frozen(order=True)
+class EdgeCursor:
+    """Where the retention duty's walk of the resolved edges stands: the last edge read,
+    by when it was resolved and its child (the walk's order)."""
+
+    resolved_at: datetime
+    child_id: int
+
+
+@attrs.frozen
+class DueEdges:
+    """One page of the retention duty's walk (:meth:`JobRelations.due_edge_children`):
+    the children named by the page's edges whose every edge was resolved before the
+    cutoff (lowest id first), the page's last edge (``None``: the page was empty) and
+    whether the page was full (more may follow)."""
+
+    children: tuple[int, ...]
+    cursor: EdgeCursor | None
+    full: bool
+
+
 @runtime_checkable
 class JobRelations(Protocol):
     async def parent_counts(self, job_id: int) -> BatchCounts:
@@ -66,12 +87,15 @@ class JobRelations(Protocol):
         the id (``awa.batches``), whether or not its callback's row is still stored."""
         ...
 
-    async def finished_edge_children(
-        self, *, before: datetime, after: int, limit: int
-    ) -> list[int]:
-        """Children above ``after`` (lowest first, at most ``limit``) whose every edge
-        was resolved before ``before``: candidates for the retention duty, which checks
-        through the storage engine that the child itself finished."""
+    async def due_edge_children(
+        self, *, before: datetime, after: EdgeCursor | None, limit: int
+    ) -> DueEdges:
+        """The next page of the retention duty's walk: at most ``limit`` edges resolved
+        before ``before`` and after ``after`` (``None``: from the oldest), oldest
+        resolution first, and of the children they name those whose every edge was
+        resolved before ``before`` (candidates; the duty checks through the storage
+        engine that the child itself finished). Reads only edges resolved before the
+        cutoff, never the whole table."""
         ...
 
     async def prune_edges(

@@ -23,6 +23,7 @@ from awa.ports.clock import Clock
 from awa.ports.control_plane import ControlPlane
 from awa.ports.cron import CronStore
 from awa.ports.maintenance import RingMaintenance
+from awa.ports.relations import EdgeCursor
 from awa.ports.storage import Rescued, StorageEngine
 from awa.runtime import metrics
 from awa.runtime.batch_runner import BATCH_OPERATION_INTERVAL, BatchRunner
@@ -83,6 +84,8 @@ class MaintenanceDuties:
         self._gauges = gauges
         self.ring_outcomes = {} if ring_outcomes is None else ring_outcomes
         self.lease_ring_outcomes = {} if lease_ring_outcomes is None else lease_ring_outcomes
+        #: Where the dependency retention's walk stands between two runs of a long walk.
+        self._edge_cursor: EdgeCursor | None = None
         #: The leader seals the queue ring's slot once it is full or old (ADR 0006).
         self._ring_seal = RingSeal(
             interval=timedelta(seconds=config.queue_storage_queue_rotate_interval)
@@ -214,42 +217,51 @@ class MaintenanceDuties:
         self.fence()
         await self._control.results.prune_results(before=self._clock.now())
 
-    async def _prune_edges(self) -> None:
+    async def _prune_edges(self) -> bool:
         """Delete the dependency edges of children that finished, whose every edge was
         resolved more than ``EDGE_RETENTION`` ago (ADR 0032); a batch's counts are stored
         on its row first (ADR 0035), and kept one more retention. A child still live (not
-        in a terminal state; a job in the DLQ has finished) keeps its edges."""
+        in a terminal state; a job in the DLQ has finished) keeps its edges.
+
+        Only edges resolved before the cutoff are read, oldest first, ``EDGE_PRUNE_BATCH``
+        a statement. After ``_CLEANUP_ROUNDS`` full pages the duty answers True and keeps
+        its place, so the leader runs it again once the other duties had their turn (and
+        renewed its lease in between); a short page ends the walk, and the next run starts
+        again from the oldest edge left."""
         assert self._control is not None
         relations = self._control.relations
         now = self._clock.now()
         before = now - EDGE_RETENTION
-        after = pruned = 0
+        pruned = 0
+        more = False
         for _ in range(_CLEANUP_ROUNDS):
-            candidates = await relations.finished_edge_children(
-                before=before, after=after, limit=EDGE_PRUNE_BATCH
+            page = await relations.due_edge_children(
+                before=before, after=self._edge_cursor, limit=EDGE_PRUNE_BATCH
             )
-            if not candidates:
-                break
-            after = candidates[-1]
+            self._edge_cursor = page.cursor if page.full else None
             finished: list[int] = []
             callbacks: list[int] = []
-            for child in candidates:
+            for child in page.children:
                 record = await self._engine.get_job(child)
                 if record is not None and record.state not in TERMINAL_STATES:
                     continue
                 finished.append(child)
                 if record is not None and batches.is_callback(record.metadata):
                     callbacks.append(child)
-            self.fence()
-            pruned += await relations.prune_edges(
-                finished, before=before, batches_of=callbacks, now=now
-            )
-            if len(candidates) < EDGE_PRUNE_BATCH:
+            if finished:
+                self.fence()
+                pruned += await relations.prune_edges(
+                    finished, before=before, batches_of=callbacks, now=now
+                )
+            more = page.full
+            if not more:
                 break
-        self.fence()
-        await relations.prune_batches(before=before)
+        if not more:
+            self.fence()
+            await relations.prune_batches(before=before)
         if pruned:
             log.info("pruned %d dependency edges of finished jobs", pruned)
+        return more
 
     async def _prune_rate_limiters(self) -> None:
         """Delete the fleet-wide rate limiters that refilled their whole burst

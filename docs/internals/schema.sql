@@ -327,6 +327,7 @@ CREATE TABLE awa.job_dependencies (
 );
 CREATE INDEX job_dependencies_failed_idx ON awa.job_dependencies USING btree (child_id) WHERE (failed_at IS NOT NULL);
 CREATE INDEX job_dependencies_parent_idx ON awa.job_dependencies USING btree (parent_id);
+CREATE INDEX job_dependencies_resolved_idx ON awa.job_dependencies USING btree (COALESCE(satisfied_at, failed_at), child_id) WHERE (COALESCE(satisfied_at, failed_at) IS NOT NULL);
 
 -- Per waiting child, how many of its parents have not completed yet; the row goes when none are left.
 CREATE TABLE awa.job_dependency_waits (

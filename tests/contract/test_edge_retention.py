@@ -15,7 +15,7 @@ from awa.domain.batches import BatchCounts
 from awa.domain.dependencies import EDGE_RETENTION
 from awa.domain.states import JobState
 from awa.ports.storage import Ack
-from awa.runtime import parse_start_args
+from awa.runtime import maintenance_duties, parse_start_args
 from awa.runtime.inflight import InFlight
 from awa.runtime.maintenance_duties import Duty, MaintenanceDuties
 from tests.contract._support import QUEUE, claim_one, enqueue, fetch
@@ -136,3 +136,36 @@ async def test_a_batch_inserted_before_its_row_existed_keeps_its_counts(
     await duty.run()
     assert await parents_of(engine, callback.id) == []
     assert await relations.batch_counts(callback.id) == BatchCounts(2, 1, 0, 1)
+
+
+async def test_the_walk_goes_on_past_a_live_child_a_page_at_a_time(
+    engine: EngineHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each statement reads one bounded page of the edges resolved before the cutoff; a
+    run that filled its pages answers True (run me again) and the next run goes on from
+    where it stopped, past a live child, instead of reading the same first page again."""
+    monkeypatch.setattr(maintenance_duties, "EDGE_PRUNE_BATCH", 1)
+    monkeypatch.setattr(maintenance_duties, "_CLEANUP_ROUNDS", 1)
+    duty = cleanup_duty(engine)
+    parent = await enqueue(engine, "wf_parent")
+    live = await enqueue(engine, "wf_live", queue="wf_later", depends_on=(parent.id,))
+    done = [
+        await enqueue(engine, "wf_done", queue="wf_children", depends_on=(parent.id,))
+        for _ in range(2)
+    ]
+    claim = await claim_one(engine)
+    assert await engine.engine.complete([claim.lease]) == [Ack.APPLIED]
+    for _ in done:
+        child = await claim_one(engine, "wf_children")
+        assert await engine.engine.complete([child.lease]) == [Ack.APPLIED]
+    engine.clock.advance(EDGE_RETENTION + SECOND)
+
+    answers = []
+    for _ in range(6):
+        answers.append(await duty.run())
+        if answers[-1] is not True:
+            break
+    # One edge a page: the live child's (kept), then each finished child's, then none.
+    assert answers == [True, True, True, False]
+    assert [await parents_of(engine, job.id) for job in done] == [[], []]
+    assert await parents_of(engine, live.id) == [parent.id]

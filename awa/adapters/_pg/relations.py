@@ -5,7 +5,7 @@ engines: edges and a batch's counts from ``awa.job_dependencies``, key loads fro
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
@@ -14,7 +14,10 @@ from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters._pg.sql import load_queries
 from awa.domain.batches import BatchCounts
-from awa.ports.relations import Edge, JobEdges, KeyLoad
+from awa.ports.relations import DueEdges, Edge, EdgeCursor, JobEdges, KeyLoad
+
+#: A cursor before every edge: the walk's start.
+_BEFORE_ALL = datetime.min.replace(tzinfo=UTC)
 
 
 def _query(name: str) -> bytes:
@@ -69,13 +72,25 @@ class PgJobRelations:
         counts, batch = await self._counts(batch_id)
         return counts if batch else None
 
-    async def finished_edge_children(
-        self, *, before: datetime, after: int, limit: int
-    ) -> list[int]:
-        params = {"before": before, "after": after, "limit": limit}
+    async def due_edge_children(
+        self, *, before: datetime, after: EdgeCursor | None, limit: int
+    ) -> DueEdges:
+        params = {
+            "before": before,
+            "after_at": _BEFORE_ALL if after is None else after.resolved_at,
+            "after_id": 0 if after is None else after.child_id,
+            "limit": limit,
+        }
         async with translated_errors(), self._pool.connection() as conn:
-            rows = await (await conn.execute(_query("finished_edge_children"), params)).fetchall()
-        return [int(row["child_id"]) for row in rows]
+            rows = await (await conn.execute(_query("due_edge_children"), params)).fetchall()
+        if not rows:
+            return DueEdges(children=(), cursor=None, full=False)
+        first = rows[0]
+        return DueEdges(
+            children=tuple(int(row["child_id"]) for row in rows if row["due"]),
+            cursor=EdgeCursor(first["last_at"], int(first["last_id"])),
+            full=int(first["seen"]) >= limit,
+        )
 
     async def prune_edges(
         self,

@@ -36,17 +36,36 @@ SELECT CASE WHEN e.size = 0 AND b.counted_at IS NOT NULL THEN b.size ELSE e.size
        b.id IS NOT NULL AS batch
 FROM e LEFT JOIN awa.batches AS b ON b.id = %(job_id)s
 
--- name: finished_edge_children
--- The retention duty's candidates (ADR 0032): children above the cursor whose every
--- edge was resolved (its parent completed, or failed and resolved or doomed it) before
--- the cutoff. Whether the child itself finished is read through its engine.
-SELECT child_id
-FROM awa.job_dependencies
-WHERE child_id > %(after)s
-GROUP BY child_id
-HAVING bool_and(coalesce(coalesce(satisfied_at, failed_at) < %(before)s, false))
-ORDER BY child_id
-LIMIT %(limit)s
+-- name: due_edge_children
+-- The retention duty's page (ADR 0032): the next edges resolved before the cutoff after
+-- the cursor, in (resolved, child) order, read from job_dependencies_resolved_idx (an
+-- edge not resolved, or resolved since the cutoff, is not read), and for each child they
+-- name whether every one of its edges was resolved before the cutoff (a candidate: whether
+-- the child itself finished is read through its engine). Every row carries the page's
+-- last edge (the next cursor) and how many edges the page read; no row: nothing more.
+-- Each child's check is a subquery of its own (read by the primary key, child by child),
+-- so no plan joins the page to the whole table.
+WITH page AS (
+    SELECT coalesce(satisfied_at, failed_at) AS resolved_at, child_id
+    FROM awa.job_dependencies
+    WHERE coalesce(satisfied_at, failed_at) < %(before)s
+      AND (coalesce(satisfied_at, failed_at), child_id) > (%(after_at)s, %(after_id)s)
+    ORDER BY 1, 2
+    LIMIT %(limit)s
+), last AS (
+    SELECT resolved_at, child_id, count(*) OVER () AS seen
+    FROM page
+    ORDER BY resolved_at DESC, child_id DESC
+    LIMIT 1
+), children AS (
+    SELECT DISTINCT child_id FROM page
+)
+SELECT last.resolved_at AS last_at, last.child_id AS last_id, last.seen, c.child_id,
+       (SELECT bool_and(coalesce(coalesce(o.satisfied_at, o.failed_at) < %(before)s, false))
+        FROM awa.job_dependencies AS o
+        WHERE o.child_id = c.child_id) AS due
+FROM last CROSS JOIN children AS c
+ORDER BY c.child_id
 
 -- name: prune_edges
 -- Delete the edges of the children named whose every edge is still resolved before the

@@ -12,6 +12,7 @@ import attrs
 from awa.domain import batches
 from awa.domain.batches import BatchCounts, MemberOutcome
 from awa.domain.dependencies import DependentOutcome, OnParentFailure
+from awa.ports.relations import DueEdges, EdgeCursor
 
 
 @attrs.define
@@ -211,18 +212,34 @@ class DependencyBook:
         edge) or its failure doomed the child; ``None`` while unresolved."""
         return self.parents[child][parent] or self.failed.get((child, parent))
 
-    def finished_children(self, *, before: datetime, after: int, limit: int) -> list[int]:
-        """As ``awa.job_dependencies``' read for the retention duty: children above
-        ``after`` whose every edge was resolved before ``before``, lowest first."""
-        found: list[int] = []
-        for child in sorted(c for c in self.parents if c > after):
-            edges = self.parents[child]
-            times = [self.resolved_at(child, parent) for parent in edges]
-            if edges and all(at is not None and at < before for at in times):
-                found.append(child)
-                if len(found) == limit:
-                    break
-        return found
+    def due_children(self, *, before: datetime, after: EdgeCursor | None, limit: int) -> DueEdges:
+        """As ``awa.job_dependencies``' page for the retention duty: the next ``limit``
+        edges resolved before ``before`` after ``after`` in (resolved, child) order, and
+        of their children those whose every edge was resolved before ``before``."""
+        resolved = sorted(
+            {
+                EdgeCursor(at, child)
+                for child, edges in self.parents.items()
+                for parent in edges
+                if (at := self.resolved_at(child, parent)) is not None and at < before
+            }
+        )
+        page = [edge for edge in resolved if after is None or edge > after][:limit]
+        if not page:
+            return DueEdges(children=(), cursor=None, full=False)
+        children = sorted({edge.child_id for edge in page})
+        return DueEdges(
+            children=tuple(
+                child
+                for child in children
+                if all(
+                    (at := self.resolved_at(child, parent)) is not None and at < before
+                    for parent in self.parents[child]
+                )
+            ),
+            cursor=page[-1],
+            full=len(page) >= limit,
+        )
 
     def prune(
         self, children: Iterable[int], *, before: datetime, batches_of: Iterable[int], now: datetime

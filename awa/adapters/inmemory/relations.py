@@ -10,7 +10,7 @@ from datetime import datetime
 from awa.adapters.inmemory.store import SharedStore
 from awa.domain.batches import BatchCounts
 from awa.domain.flow_control import concurrency_key_of
-from awa.ports.relations import Edge, JobEdges, KeyLoad
+from awa.ports.relations import DueEdges, Edge, EdgeCursor, JobEdges, KeyLoad
 
 
 class InMemoryJobRelations:
@@ -53,10 +53,10 @@ class InMemoryJobRelations:
         deps = self._store.state.deps
         return deps.counts(batch_id) if batch_id in deps.batches else None
 
-    async def finished_edge_children(
-        self, *, before: datetime, after: int, limit: int
-    ) -> list[int]:
-        return self._store.state.deps.finished_children(before=before, after=after, limit=limit)
+    async def due_edge_children(
+        self, *, before: datetime, after: EdgeCursor | None, limit: int
+    ) -> DueEdges:
+        return self._store.state.deps.due_children(before=before, after=after, limit=limit)
 
     async def prune_edges(
         self,

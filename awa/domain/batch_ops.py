@@ -370,6 +370,22 @@ def first_results(results: Sequence[ItemResult]) -> list[ItemResult]:
     return first
 
 
+def replaces(recorded: ItemOutcome | None, result: ItemOutcome) -> bool:
+    """Whether ``result`` is recorded over an item's outcome so far (``None``: the item
+    is still pending). A pending item takes any result. A job that one runner changed
+    and another then found already where the operation puts it (two leaders overlapping
+    on a chunk, or the same chunk applied again after a cut-off) is processed, whichever
+    of the two recorded first: ``processed`` replaces a recorded ``skipped``. Nothing
+    else is recorded twice."""
+    if recorded is None:
+        return True
+    return result == ItemOutcome.PROCESSED and recorded in SUPERSEDED_BY_PROCESSED
+
+
+#: The recorded outcomes a later ``processed`` result replaces (:func:`replaces`).
+SUPERSEDED_BY_PROCESSED = frozenset({ItemOutcome.SKIPPED})
+
+
 # ------------------------------------------------------------------ the state machine
 
 

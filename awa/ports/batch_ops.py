@@ -86,7 +86,9 @@ class BatchOperationStore(Protocol):
         """Mark items done and add them to the processed / skipped / errored counts;
         returns the operation as it now is (a cancel may be waiting). Only the first result
         given for an item counts (``batch_ops.first_results``), and only for an item still
-        pending; of those, the last error given becomes ``last_error``. A finished
+        pending, or over a recorded outcome it replaces (``batch_ops.replaces``: a
+        ``processed`` over a ``skipped``, the counts moving with it); of those, the last
+        error given becomes ``last_error``. A finished
         operation is returned unchanged (its cursor too)."""
         ...
 

@@ -3,15 +3,18 @@
 
 Scanning snapshots the ids of the targeted jobs into the operation's items; running
 applies the change one job at a time (each its own transaction, so a change never waits
-behind a whole chunk) and records the outcomes chunk by chunk; a chunk cut off part way
-(the lease ran out under it) records the changes it made before it stops, so they count
-as processed. Cancellation is looked at between chunks. A leader that dies
-mid-operation leaves it ``scanning`` or ``running``; the next leader picks it up where
-the items say (a change applied twice is a no-op: the job is already where the
-operation puts it, so it counts as skipped). Two leaders may
-overlap briefly (one losing the lock while it still works a step): a finished operation
-is final (``batch_ops.may_move``), so the late leader's steps change nothing of it, and
-it stops as soon as a step answers with the operation finished.
+behind a whole chunk) and records the outcomes chunk by chunk. The pass's time budget is
+looked at before each change starts: once it is spent the chunk stops part way, its
+changes in flight finishing and the rest left pending. A chunk cut off part way (the
+lease ran out under it) records the changes it made before it stops, so they count as
+processed. Cancellation is looked at between chunks. A leader that dies mid-operation
+leaves it ``scanning`` or ``running``; the next leader picks it up where the items say (a
+change applied twice is a no-op: the job is already where the operation puts it, so it
+counts as skipped, unless the runner that moved it records it processed, which wins:
+``batch_ops.replaces``). Two leaders may overlap briefly (one losing the lock while it
+still works a step): a finished operation is final (``batch_ops.may_move``), so the late
+leader's steps change nothing of it, and it stops as soon as a step answers with the
+operation finished.
 """
 
 from __future__ import annotations
@@ -100,7 +103,7 @@ class BatchRunner:
                 if done is not None:
                     await self._finish(op, done)
                     return True
-                op = await self._run_chunk(op, ids)
+                op = await self._run_chunk(op, ids, deadline)
                 if self._clock.monotonic() >= deadline:
                     return True
         except DatabaseError:
@@ -133,14 +136,19 @@ class BatchRunner:
             op.id, cursor={"after_job_id": 0, "max_job_id": after}
         )
 
-    async def _run_chunk(self, op: BatchOperation, ids: list[int]) -> BatchOperation:
-        """Apply a chunk and record its outcomes. A chunk cut off part way (the leader's
-        lease ran out, or Postgres failed under one change) still records the changes
-        that committed before it stops: left pending, they would be applied again by the
-        next pass, find their job already moved and count as skipped."""
+    async def _run_chunk(
+        self, op: BatchOperation, ids: list[int], deadline: float
+    ) -> BatchOperation:
+        """Apply a chunk and record its outcomes. No change starts once the pass's budget
+        is spent (``deadline``): the changes in flight finish, the rest stay pending for
+        the next pass, so a pass overruns its budget by one change, never by a chunk. A
+        chunk cut off part way (the leader's lease ran out, or Postgres failed under one
+        change) still records the changes that committed before it stops: left pending,
+        they would be applied again by the next pass, find their job already moved and
+        count as skipped."""
         results: dict[int, ItemResult] = {}
         try:
-            await self._apply_chunk(op, ids, results)
+            await self._apply_chunk(op, ids, results, deadline)
         except BaseException:
             if results:
                 with anyio.CancelScope(shield=True), self._clock.move_on_after(RECORD_GRACE):
@@ -152,19 +160,33 @@ class BatchRunner:
         self, op: BatchOperation, ids: list[int], results: dict[int, ItemResult]
     ) -> BatchOperation:
         done = [results[job_id] for job_id in ids if job_id in results]
+        if not done:
+            return op
         return await self._store.record_batch_items(
             op.id, done, cursor=_cursor(op, after=done[-1].job_id)
         )
 
     async def _apply_chunk(
-        self, op: BatchOperation, ids: list[int], results: dict[int, ItemResult]
+        self,
+        op: BatchOperation,
+        ids: list[int],
+        results: dict[int, ItemResult],
+        deadline: float,
     ) -> None:
         """Apply a chunk with up to ``parallelism`` changes in flight (each its own
-        transaction), each result into ``results`` as soon as its change is done."""
+        transaction), each result into ``results`` as soon as its change is done; a
+        change whose turn comes after ``deadline`` is not started (the chunk's first
+        always is)."""
         limiter = anyio.CapacityLimiter(self._parallelism)
+        started = 0
 
         async def one(job_id: int) -> None:
+            nonlocal started
             async with limiter:
+                # The first change always starts, so every pass moves the operation on.
+                if started and self._clock.monotonic() >= deadline:
+                    return
+                started += 1
                 results[job_id] = await self._apply(op, job_id)
 
         async with anyio.create_task_group() as group:

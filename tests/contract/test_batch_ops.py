@@ -354,6 +354,33 @@ async def test_recorded_results_count_once_per_item_and_keep_the_last_error_give
     assert (again.processed, again.errored, again.last_error) == (1, 2, "first")
 
 
+async def test_a_processed_result_replaces_a_recorded_skip(backend: BackendHandle) -> None:
+    """Two runners on one chunk: the one that moved a job records it processed, the other
+    found it already moved and records it skipped. Whichever came first, it counts as
+    processed; nothing else is recorded over a result."""
+    ops = backend.control.batch_operations
+    op = await ops.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
+    await ops.next_batch_operation(runner="runner")
+    await ops.add_batch_items(op.id, [1, 2, 3])
+    await ops.start_batch_running(op.id, cursor={})
+    first = [
+        ItemResult(1, ItemOutcome.SKIPPED),
+        ItemResult(2, ItemOutcome.PROCESSED),
+        ItemResult(3, ItemOutcome.ERRORED, "boom"),
+    ]
+    recorded = await ops.record_batch_items(op.id, first, cursor={})
+    assert (recorded.processed, recorded.skipped, recorded.errored) == (1, 1, 1)
+    second = [
+        ItemResult(1, ItemOutcome.PROCESSED),
+        ItemResult(2, ItemOutcome.SKIPPED),
+        ItemResult(3, ItemOutcome.PROCESSED),
+    ]
+    again = await ops.record_batch_items(op.id, second, cursor={})
+    # 1: the move wins over the skip; 2: a skip never replaces a move; 3: an error stays.
+    assert (again.processed, again.skipped, again.errored) == (2, 0, 1)
+    assert again.last_error == "boom"
+
+
 async def _run(handle: EngineHandle, runner: BatchRunner) -> None:
     for _ in range(200):
         if not await runner.step():
@@ -391,14 +418,63 @@ async def test_the_runner_stops_at_a_chunk_boundary_when_cancelled(
         await enqueue(engine)
     op = await ops.create_batch_operation(spec=PRIORITY_4, filter=BatchFilter(queue=QUEUE))
     runner = BatchRunner(e, ops, runner_id="runner", clock=SystemClock(), chunk_size=2, budget=0.0)
-    assert await runner.step()  # scans and applies the first chunk
+    # Scans and applies the first chunk's first change: the budget is spent before the
+    # second starts, which stays pending.
+    assert await runner.step()
     assert await ops.cancel_batch_operation(op.id) is not None
     await _run(engine, runner)
     done = await ops.get_batch_operation(op.id)
     assert done is not None and done.state == BatchOpState.CANCELLED
-    assert (done.total_matched, done.processed, done.skipped) == (6, 2, 4)
+    assert (done.total_matched, done.processed, done.skipped) == (6, 1, 5)
     priorities = sorted(j.priority for j in await e.list_batch_targets(BatchFilter(), limit=10))
-    assert priorities == [2, 2, 2, 2, 4, 4]
+    assert priorities == [2, 2, 2, 2, 2, 4]
+
+
+class _SlowAt:
+    """An engine whose ``at``-th change takes ``seconds`` of the runner's (manual) clock."""
+
+    def __init__(self, engine: StorageEngine, clock: ManualClock, at: int, seconds: float):
+        self._engine = engine
+        self._clock = clock
+        self._left = at
+        self._seconds = seconds
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    async def apply_batch_change(self, job_id: int, spec: BatchSpec) -> ItemResult:
+        result = await self._engine.apply_batch_change(job_id, spec)
+        self._left -= 1
+        if self._left == 0:
+            self._clock.advance(self._seconds)
+        return result
+
+
+async def test_a_pass_stops_inside_a_chunk_once_its_budget_is_spent(
+    engine: EngineHandle,
+) -> None:
+    """The budget is looked at before each change, not only between chunks: a chunk whose
+    second change used up the pass's time starts no third; the rest stay pending for the
+    next pass, and the operation still ends with every job moved once."""
+    ops = engine.control.batch_operations
+    jobs = [await enqueue(engine) for _ in range(5)]
+    op = await ops.create_batch_operation(
+        spec=BatchSpec(BatchOpKind.MOVE_QUEUE, queue="target"), filter=BatchFilter(queue=QUEUE)
+    )
+    clock = ManualClock()
+    slow = cast(StorageEngine, _SlowAt(engine.engine, clock, at=2, seconds=2.0))
+    runner = BatchRunner(
+        slow, ops, runner_id="r", clock=clock, chunk_size=5, budget=1.0, parallelism=1
+    )
+    assert await runner.step()
+    part = await ops.get_batch_operation(op.id)
+    assert part is not None and (part.processed, part.skipped) == (2, 0)
+    assert await ops.pending_batch_items(op.id, limit=10) == [j.id for j in jobs[2:]]
+    await _run(engine, runner)
+    done = await ops.get_batch_operation(op.id)
+    assert done is not None and done.state == BatchOpState.COMPLETED
+    assert (done.total_matched, done.processed, done.skipped, done.errored) == (5, 5, 0, 0)
+    assert {(await fetch(engine, j.id)).queue for j in jobs} == {"target"}
 
 
 class _CutOffAfter:

@@ -9,6 +9,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
+import anyio
 import psycopg
 import pytest
 
@@ -26,6 +27,7 @@ from awa.domain.batch_ops import (
 )
 from awa.entrypoints.routing import postgres_control_plane
 from awa.ports.batch_ops import BatchOperationStore
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -118,3 +120,46 @@ async def test_a_finish_that_waits_for_an_add_sweeps_its_items(
     assert (done.state, done.processed, done.skipped) == (BatchOpState.CANCELLED, 0, 3)
     assert await store.pending_batch_items(op.id, limit=10) == []
     assert await store.get_batch_operation(op.id) == done
+
+
+async def test_a_processed_result_recorded_after_a_skip_wins(
+    store: BatchOperationStore, migrated_database_url: str
+) -> None:
+    """Two runners recording the same chunk (two leaders overlapping): one moved the job,
+    the other then found it already moved and answers skipped. Whichever records first,
+    the job counts as processed. Both records wait on the operation's row, the skip's
+    first; they go in that order once it is let go."""
+    op = await _running(store, [1])
+    async with await psycopg.AsyncConnection.connect(migrated_database_url) as held:
+        await held.execute(
+            "SELECT 1 FROM awa.batch_operations WHERE id = %s FOR UPDATE", (uuid.UUID(op.id),)
+        )
+
+        async with await psycopg.AsyncConnection.connect(
+            migrated_database_url, autocommit=True
+        ) as watch:
+
+            async def waiting(n: int) -> bool:
+                cur = await watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                    " AND query LIKE '%%FOR NO KEY UPDATE%%'"
+                )
+                row = await cur.fetchone()
+                return row is not None and int(row[0]) == n
+
+            async def record(outcome: ItemOutcome) -> None:
+                await store.record_batch_items(
+                    op.id, [ItemResult(1, outcome)], cursor={"after_job_id": 1}
+                )
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(record, ItemOutcome.SKIPPED)
+                await until(lambda: waiting(1), "the skip's record waits on the operation")
+                tg.start_soon(record, ItemOutcome.PROCESSED)
+                await until(lambda: waiting(2), "the move's record waits behind it")
+                await held.commit()
+    done = await store.get_batch_operation(op.id)
+    assert done is not None
+    assert (done.processed, done.skipped, done.errored) == (1, 0, 0)
+    assert await store.pending_batch_items(op.id, limit=10) == []

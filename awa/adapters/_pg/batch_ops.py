@@ -21,6 +21,7 @@ from awa.domain.batch_ops import (
     CANCELLABLE_STATES,
     ELIGIBLE_STATES,
     FINAL_STATES,
+    SUPERSEDED_BY_PROCESSED,
     BatchFilter,
     BatchOperation,
     BatchOpState,
@@ -251,18 +252,26 @@ class PgBatchOperationStore:
         self, op_id: str, results: Sequence[ItemResult], *, cursor: dict[str, Any]
     ) -> BatchOperation:
         first = first_results(results)
-        return await self._op_guarded(
-            "record_items",
-            {
-                "id": _uuid(op_id),
-                "states": _STAYING,
-                "job_ids": [r.job_id for r in first],
-                "outcomes": [str(r.outcome) for r in first],
-                "errors": [r.error for r in first],
-                "cursor": Jsonb(cursor),
-                "now": self._clock.now(),
-            },
-        )
+        op_uuid = _uuid(op_id)
+        async with translated_errors(), self._pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(_q("lock_op_for_record"), {"id": op_uuid, "states": _STAYING})
+            if await cur.fetchone() is not None:
+                cur = await conn.execute(
+                    _q("record_items"),
+                    {
+                        "id": op_uuid,
+                        "job_ids": [r.job_id for r in first],
+                        "outcomes": [str(r.outcome) for r in first],
+                        "errors": [r.error for r in first],
+                        "superseded": sorted(str(o) for o in SUPERSEDED_BY_PROCESSED),
+                        "cursor": Jsonb(cursor),
+                        "now": self._clock.now(),
+                    },
+                )
+                row = await cur.fetchone()
+                assert row is not None
+                return op_from_row(row)
+        return await self._op_as_it_is(op_uuid)
 
     async def finish_batch_operation(
         self,

@@ -92,39 +92,52 @@ WHERE operation_id = %(id)s AND state = 'pending'
 ORDER BY job_id
 LIMIT %(limit)s
 
+-- name: lock_op_for_record
+-- The first of a record's two statements (one transaction): the operation's row, only in
+-- a state the step may still write (%(states)s), locked before any item (the order every
+-- step takes: a finish and a record wait for each other, never deadlock). Records of one
+-- operation so run one after another, and the second statement, taken after the lock,
+-- reads every item as the record before it left it.
+SELECT id FROM awa.batch_operations
+WHERE id = %(id)s AND state = ANY(%(states)s::text[])
+FOR NO KEY UPDATE
+
 -- name: record_items
--- One result per item (awa.domain.batch_ops.first_results); only items still pending count,
--- so a chunk recorded twice counts once. The last error is the last one given. Only for an
--- operation the step may still write (%(states)s), whose row is locked before any item
--- (the order every step takes: a finish and a record wait for each other, never deadlock).
-WITH op AS (
-    SELECT id FROM awa.batch_operations
-    WHERE id = %(id)s AND state = ANY(%(states)s::text[])
-    FOR NO KEY UPDATE
-),
-input AS (
+-- The second: one result per item (awa.domain.batch_ops.first_results), recorded over an
+-- item still pending, or over one recorded %(superseded)s when the result is processed
+-- (batch_ops.replaces: another runner found the job already moved by this one); the
+-- counts move with it. A chunk recorded twice counts once. The last error is the last one
+-- given.
+WITH input AS (
     SELECT * FROM unnest(%(job_ids)s::bigint[], %(outcomes)s::text[], %(errors)s::text[])
         WITH ORDINALITY AS t(job_id, outcome, error, ord)
 ),
 marked AS (
     UPDATE awa.batch_operation_items AS i
     SET state = input.outcome, error = input.error, processed_at = %(now)s
-    FROM input, op
-    WHERE i.operation_id = op.id AND i.job_id = input.job_id AND i.state = 'pending'
-    RETURNING i.state, i.error, input.ord
+    FROM input, awa.batch_operation_items AS was
+    WHERE i.operation_id = %(id)s AND i.job_id = input.job_id
+      AND was.operation_id = i.operation_id AND was.job_id = i.job_id
+      AND (
+          i.state = 'pending'
+          OR (input.outcome = 'processed' AND i.state = ANY(%(superseded)s::text[]))
+      )
+    RETURNING i.state, i.error, input.ord, was.state AS was
 )
 UPDATE awa.batch_operations AS o
-SET processed = o.processed + (SELECT count(*) FROM marked WHERE state = 'processed'),
-    skipped = o.skipped + (SELECT count(*) FROM marked WHERE state = 'skipped'),
-    errored = o.errored + (SELECT count(*) FROM marked WHERE state = 'errored'),
+SET processed = o.processed + (SELECT count(*) FROM marked WHERE state = 'processed')
+        - (SELECT count(*) FROM marked WHERE was = 'processed'),
+    skipped = o.skipped + (SELECT count(*) FROM marked WHERE state = 'skipped')
+        - (SELECT count(*) FROM marked WHERE was = 'skipped'),
+    errored = o.errored + (SELECT count(*) FROM marked WHERE state = 'errored')
+        - (SELECT count(*) FROM marked WHERE was = 'errored'),
     last_error = coalesce(
         (SELECT error FROM marked WHERE error IS NOT NULL ORDER BY ord DESC LIMIT 1),
         o.last_error
     ),
     cursor = %(cursor)s,
     updated_at = %(now)s
-FROM op
-WHERE o.id = op.id
+WHERE o.id = %(id)s
 RETURNING o.*
 
 -- name: finish_op

@@ -28,6 +28,7 @@ from awa.domain.batch_ops import (
     may_move,
     operation_not_found,
     parse_operation_id,
+    replaces,
     runner_instance,
 )
 from awa.domain.channels import queue_channel
@@ -189,10 +190,16 @@ class InMemoryBatchOperationStore:
         counts = {ItemOutcome.PROCESSED: 0, ItemOutcome.SKIPPED: 0, ItemOutcome.ERRORED: 0}
         last_error = op.last_error
         for result in first_results(results):
-            if items.get(result.job_id) != _PENDING:
+            recorded = items.get(result.job_id)
+            if recorded is None:
+                continue
+            was = None if recorded == _PENDING else ItemOutcome(recorded)
+            if not replaces(was, result.outcome):
                 continue
             items[result.job_id] = str(result.outcome)
             counts[result.outcome] += 1
+            if was is not None:
+                counts[was] -= 1
             if result.error is not None:
                 last_error = result.error
         return self._put(

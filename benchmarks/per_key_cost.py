@@ -2,14 +2,15 @@
 
 ``--jobs`` no-op jobs (default 30,000) spread over ``--keys`` concurrency keys (default
 1,000) are drained by one worker process twice per round: once with
-``"max_running_per_key": --limit`` on the queue (default 2) and once without a limit.
-The schema is migrated and the backlog enqueued once, into a template database; each
+``"max_running_per_key": --limit`` on the queue (default 2) and once without a limit;
+then, for scale, the same number of jobs without a key (``--no-unkeyed`` leaves it out).
+The schema is migrated and each backlog enqueued once, into a template database; each
 drain runs in a copy of it (``CREATE DATABASE ... TEMPLATE``), so both sides start from
 the same rows and no drain pays the migrations or the inserts. Rounds alternate which
 goes first, so a host whose load changes during the run does not favour one side.
-Printed as each ends: the template's set-up time, each drain's copy time and jobs/s and,
+Printed as each ends: the templates' set-up time, each drain's copy time and jobs/s and,
 per round and over all rounds, limited / unlimited throughput (1.00 = free; the target is
-at least 0.85, i.e. within 15 %).
+at least 0.85, i.e. within 15 %) and limited / unkeyed.
 
     .venv/bin/python -m benchmarks.per_key_cost                      # the issue's size
     .venv/bin/python -m benchmarks.per_key_cost --jobs 2000 --keys 100 --rounds 1  # smoke
@@ -41,7 +42,7 @@ class Keyed:
 
 async def _setup(url: str, jobs: int, keys: int) -> None:
     """Migrate, activate the default engine (a worker started and stopped), then enqueue
-    the keyed backlog in COPY batches of :data:`_COPY_BATCH`."""
+    the backlog in COPY batches of :data:`_COPY_BATCH`, on ``keys`` keys (0: no key)."""
     client = awa.AsyncClient(url, max_connections=8)
     await client.migrate()
 
@@ -56,7 +57,7 @@ async def _setup(url: str, jobs: int, keys: int) -> None:
         await client.insert_many_copy(
             [Keyed(i) for i in batch],
             queue=QUEUE,
-            opts=[{"concurrency_key": f"tenant-{i % keys}"} for i in batch],
+            opts=[{"concurrency_key": f"tenant-{i % keys}"} for i in batch] if keys else None,
         )
     await client.close()
 
@@ -95,7 +96,7 @@ def _template(admin_url: str, name: str, jobs: int, keys: int) -> None:
     url = fresh_database(admin_url, name)
     asyncio.run(_setup(url, jobs, keys))
     print(
-        f"template {name}: migrated, {jobs} jobs on {keys} keys enqueued in "
+        f"template {name}: migrated, {jobs} jobs on {keys or 'no'} keys enqueued in "
         f"{time.perf_counter() - started:.1f} s",
         flush=True,
     )
@@ -111,9 +112,12 @@ def _one(
         rate = asyncio.run(_drain(url, jobs, slots, limit))
     finally:
         drop_database(admin_url, name)
-    label = "no limit" if limit is None else f"max_running_per_key={limit}"
+    if not keys:
+        label = "no key"
+    else:
+        label = "no limit" if limit is None else f"max_running_per_key={limit}"
     print(
-        f"  {label}: {jobs} jobs on {keys} keys drained at {rate:,.0f}/s "
+        f"  {label}: {jobs} jobs on {keys or 'no'} keys drained at {rate:,.0f}/s "
         f"(copied from the template in {copied:.1f} s)",
         flush=True,
     )
@@ -127,13 +131,23 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=2, help="max_running_per_key of the limited run")
     p.add_argument("--slots", type=int, default=64, help="the worker's max_workers")
     p.add_argument("--rounds", type=int, default=2, help="pairs of drains (order alternates)")
+    p.add_argument(
+        "--no-unkeyed",
+        dest="unkeyed",
+        action="store_false",
+        help="leave out the drain of jobs without a key",
+    )
     a = p.parse_args()
     name = a.db or "awa_bench_per_key_cost"
     template = f"{name}_template"
+    plain = f"{name}_unkeyed"
     limited: list[float] = []
     unlimited: list[float] = []
+    unkeyed: list[float] = []
     _template(a.admin_url, template, a.jobs, a.keys)
     try:
+        if a.unkeyed:
+            _template(a.admin_url, plain, a.jobs, 0)
         for round_ in range(a.rounds):
             print(f"round {round_ + 1}:", flush=True)
             order: list[int | None] = [a.limit, None] if round_ % 2 == 0 else [None, a.limit]
@@ -143,15 +157,23 @@ def main() -> None:
             }
             limited.append(rates[a.limit])
             unlimited.append(rates[None])
-            print(f"  limited / unlimited: {rates[a.limit] / rates[None]:.2f}", flush=True)
+            line = f"  limited / unlimited: {rates[a.limit] / rates[None]:.2f}"
+            if a.unkeyed:
+                unkeyed.append(_one(a.admin_url, name, plain, a.jobs, 0, a.slots, None))
+                line += f", limited / unkeyed: {rates[a.limit] / unkeyed[-1]:.2f}"
+            print(line, flush=True)
     finally:
         drop_database(a.admin_url, template)
+        if a.unkeyed:
+            drop_database(a.admin_url, plain)
     ratio = sum(limited) / sum(unlimited)
     verdict = "met" if ratio >= TARGET else "NOT met"
+    against = f", unkeyed {sum(unkeyed) / a.rounds:,.0f}/s" if unkeyed else ""
     print(
         f"over {a.rounds} round(s): limited {sum(limited) / a.rounds:,.0f}/s, unlimited "
-        f"{sum(unlimited) / a.rounds:,.0f}/s, ratio {ratio:.2f} (target >= {TARGET:.2f}: "
-        f"{verdict})",
+        f"{sum(unlimited) / a.rounds:,.0f}/s{against}, ratio {ratio:.2f} "
+        f"(target >= {TARGET:.2f}: {verdict})"
+        + (f", limited / unkeyed {sum(limited) / sum(unkeyed):.2f}" if unkeyed else ""),
         flush=True,
     )
 

@@ -173,3 +173,25 @@ async def test_concurrent_claimers_never_pass_the_limit(engine: EngineHandle) ->
     results = await asyncio.gather(*(claim(engine, 2, limit=3) for _ in range(6)))
     taken = keys_of([c for got in results for c in got])
     assert taken == {"tenant-a": 2, "tenant-b": 2}
+
+
+async def test_without_a_limit_every_key_drains_in_its_order(engine: EngineHandle) -> None:
+    # More keys than a claim's batch: however an engine chooses among keys (queue storage
+    # visits a rotating window of them), every job is claimed once, each key's in the
+    # order they were inserted, and jobs without a key beside them.
+    jobs = [
+        await enqueue(engine, metadata={CONCURRENCY_KEY_METADATA: f"tenant-{k}"})
+        for _ in range(3)
+        for k in range(12)
+    ]
+    jobs += [await enqueue(engine) for _ in range(2)]
+    taken: list[Claim] = []
+    while got := await claim(engine, None, limit=5):
+        taken += got
+    expected: dict[str | None, list[int]] = {}
+    for job in jobs:
+        expected.setdefault(concurrency_key_of(job.metadata), []).append(job.id)
+    claimed: dict[str | None, list[int]] = {}
+    for c in taken:
+        claimed.setdefault(concurrency_key_of(c.job.metadata), []).append(c.job.id)
+    assert claimed == expected

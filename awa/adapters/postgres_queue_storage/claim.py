@@ -80,6 +80,12 @@ _CONTESTED_TRIES = 3
 #: The ring-wide claim's key among the statements planned on a kept claim connection.
 _RING = -1
 
+#: The first keyed lane's shard, and the key cursor of a claimer that has walked none
+#: (the rotation starts at the first key); int8, as every integer parameter of the claim,
+#: so its prepared plan keeps one set of parameter types.
+_KEYED_BASE = Int8(KEYED_SHARD_BASE)
+_NO_KEY = KEYED_SHARD_BASE - 1
+
 
 @attrs.frozen
 class _Limits:
@@ -181,6 +187,8 @@ class Claims:
             "deadline_at": deadline_at,
             "lead_priority": Int8(lead_priority),
             "lead_shard": Int8(lead_shard),
+            "keyed_base": _KEYED_BASE,
+            "key_after": Int8(self._key_cursor.get(queue, _NO_KEY)),
         }
         if (
             max_running_per_key is not None
@@ -242,16 +250,16 @@ class Claims:
         free: dict[int, int] = {}
         # Keys another claimer was claiming (a later walk's lock not got): left to it.
         contended: set[int] = set()
-        after = self._key_cursor.get(queue, KEYED_SHARD_BASE - 1)
+        after = self._key_cursor.get(queue, _NO_KEY)
         while (wanted := window.keys_to_walk()) > 0:
             rows = await self._sql.exec(
                 conn,
                 "keyed_lanes_with_work",
                 queue=queue,
-                keyed_base=KEYED_SHARD_BASE,
-                after=after,
+                keyed_base=_KEYED_BASE,
+                key_after=Int8(after),
                 walked=window.walked,
-                keys_wanted=wanted,
+                limit=wanted,
             )
             walked = [int(row["shard"]) for row in rows]
             if walked:
@@ -334,6 +342,7 @@ class Claims:
                 # The common case: one statement claims, moves the cursors and counts.
                 rows = await self._claim_common(queue, params)
                 self._note_lead(queue, rows, params["limit"])
+                self._note_key_cursor(queue, rows, params)
                 if not (rows and rows[0]["mixed"]):
                     got = self.remember(queue, rows, deadline_at)
                     claims.extend(got)
@@ -349,6 +358,17 @@ class Claims:
             if not contested or len(claims) >= limit:
                 return claims
         return claims
+
+    def _note_key_cursor(
+        self, queue: str, rows: Sequence[dict[str, Any]], params: dict[str, Any]
+    ) -> None:
+        """Move the queue's key cursor to the last key of the window a claim without a
+        per-key limit visited (key_window_cursor), so its next claim (or this claim's
+        next statement) visits the keys after it."""
+        cursor = rows[0]["key_cursor"] if rows else None
+        if cursor is not None:
+            self._key_cursor[queue] = int(cursor)
+            params["key_after"] = Int8(cursor)
 
     def _note_lead(self, queue: str, rows: Sequence[dict[str, Any]], limit: int) -> None:
         """Remember the lane a full batch came from alone (the queue's next claim reads
@@ -503,6 +523,7 @@ class Claims:
         async with translated_errors(), self._connections.tx(pipeline=limits is None) as conn:
             if limits is None:
                 rows = await self._sql.exec(conn, "claim_sorted", **params)
+                self._note_key_cursor(queue, rows, params)
             elif not limits.keyed:
                 held = await lock_limiters(
                     conn,
@@ -535,7 +556,6 @@ class Claims:
                     conn,
                     "claim_limited",
                     **{**params, "limit": allowed},
-                    keyed_base=KEYED_SHARD_BASE,
                     room_shards=room.shards,
                     room_free=room.free,
                 )
@@ -622,6 +642,8 @@ class Claims:
             "deadline_at": None,
             "lead_priority": Int8(0),
             "lead_shard": Int8(0),
+            "keyed_base": _KEYED_BASE,
+            "key_after": Int8(_NO_KEY),
         }
 
         async def plan_claim() -> None:

@@ -55,7 +55,7 @@ set_config('synchronous_commit', 'off', true)
 -- name: claim_body
 -- The claim statement; its ring tables and its in-slot checks are filled in by claim and
 -- claim_in_slot.
-WITH heads AS (
+WITH {key_window_cte}, heads AS (
     SELECT h.queue, h.priority, h.shard, h.claim_seq, l.next_seq,
         (l.disorder_seq >= h.claim_seq) AS disordered,
         -- Read from the head's newest version once it is locked: a writer that retired a
@@ -73,11 +73,16 @@ WITH heads AS (
       -- a paused queue hands out nothing
       AND NOT EXISTS (
           SELECT 1 FROM awa.queue_meta m WHERE m.queue = %(queue)s AND m.paused)
+      {window_heads}
     ORDER BY h.priority, h.shard
     FOR UPDATE OF h SKIP LOCKED
 ), first_lanes AS (
     -- The first walk of each lane not left alone: from its cursor, an even share of the
-    -- batch (all of it for a lone lane). When the claimer names a lead lane among the
+    -- batch (all of it for a lone lane), and at least two rows (when the batch has room
+    -- for them): a lane's second row bounds what its rows not read can be, so when each
+    -- of many lanes (a window of concurrency keys) holds one of the batch's best rows,
+    -- the first walk already shows it, where one row per lane leaves every other lane's
+    -- next row unknown and the later walks read up to the batch from each. When the claimer names a lead lane among the
     -- ordered windows (the one its last claim took a whole batch from: a run of one lane
     -- ahead of the others; priority 0 names none), that lane's share is the whole batch
     -- and every other ordered window's is one row, its head; the merge below is exact
@@ -92,7 +97,10 @@ WITH heads AS (
                     WHERE NOT o.contested AND NOT o.disordered
                       AND o.priority = %(lead_priority)s::smallint
                       AND o.shard = %(lead_shard)s::int)
-                THEN (%(limit)s + count(*) OVER () - 1) / count(*) OVER ()
+                THEN CASE WHEN count(*) OVER () = 1 THEN %(limit)s
+                    ELSE least(%(limit)s,
+                        greatest(2, (%(limit)s + count(*) OVER () - 1) / count(*) OVER ()))
+                    END
             WHEN h.priority = %(lead_priority)s::smallint AND h.shard = %(lead_shard)s::int
                 THEN %(limit)s
             ELSE 1 END AS share
@@ -225,6 +233,7 @@ WITH heads AS (
     SELECT (SELECT mixed FROM refused) AS mixed,
         -- A lane was left alone (see heads): the engine claims again at once.
         EXISTS (SELECT 1 FROM heads WHERE contested) AS contested,
+        {key_window_cursor} AS key_cursor,
         {quiet_commit} AS quiet{slot_outputs}
 ), claimed AS (
     -- The claimed snapshots, exactly as the job_facts view resolves an open receipt
@@ -242,7 +251,7 @@ WITH heads AS (
 )
 -- One row even when nothing was claimed (id NULL), so `mixed` and `contested` always
 -- come back.
-SELECT r.*, m.mixed, m.contested{slot_columns}
+SELECT r.*, m.mixed, m.contested, m.key_cursor{slot_columns}
 FROM mixed m LEFT JOIN claimed r ON true
 ORDER BY r.effective, r.run_at, r.job_id
 
@@ -392,11 +401,16 @@ EXPLAIN {claim}
 -- priority, its window is in (run_at, job id) order and aging only favours older rows),
 -- so every row below the last one taken is claimed or tombstoned. Sorted (disordered)
 -- windows are left to advance_cursors.
-{claim_sorted_body keyed_heads=nothing key_rank=nothing room=nothing by_key_rank=nothing}
+{claim_sorted_body key_window=key_window_cte_comma keyed_heads=window_heads
+    key_cursor=key_window_cursor lane_limit=sorted_lane_limit key_rank=nothing room=nothing
+    by_key_rank=nothing}
+
+-- name: sorted_lane_limit
+%(limit)s
 
 -- name: claim_sorted_body
 -- The statement of claim_sorted, and of claim_limited with its slots filled.
-WITH heads AS (
+WITH {key_window} heads AS (
     SELECT h.queue, h.priority, h.shard, h.claim_seq, l.next_seq,
         (l.disorder_seq >= h.claim_seq) AS disordered,
         -- Read from the head's newest version once it is locked: a writer that retired a
@@ -440,7 +454,7 @@ WITH heads AS (
                SELECT 1 FROM {s}.tombstones t
                WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)
          ORDER BY o.lane_seq
-         LIMIT %(limit)s)
+         LIMIT {lane_limit})
         UNION ALL
         (SELECT o.* FROM (
              SELECT r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard,
@@ -459,7 +473,7 @@ WITH heads AS (
                SELECT 1 FROM {s}.tombstones t
                WHERE t.slot = o.slot AND t.ready_fact = o.fact_id)
          ORDER BY o.run_at, o.job_id
-         LIMIT %(limit)s)
+         LIMIT {lane_limit})
     ) w
 ), candidates AS (
     SELECT p.* FROM (
@@ -501,6 +515,7 @@ WITH heads AS (
         AS mixed,
         -- A lane was left alone (see heads): the engine claims again at once.
         EXISTS (SELECT 1 FROM heads WHERE contested) AS contested,
+        {key_cursor} AS key_cursor,
         {quiet_commit} AS quiet
 ), claimed AS (
     -- The claimed snapshots, exactly as the job_facts view resolves an open receipt
@@ -518,7 +533,7 @@ WITH heads AS (
 )
 -- One row even when nothing was claimed (id NULL), so `mixed` and `contested` always
 -- come back.
-SELECT r.*, m.mixed, m.contested
+SELECT r.*, m.mixed, m.contested, m.key_cursor
 FROM mixed m LEFT JOIN claimed r ON true
 ORDER BY r.effective, r.run_at, r.job_id
 
@@ -529,8 +544,18 @@ ORDER BY r.effective, r.run_at, r.job_id
 -- (the rotation's window, with room), at most its room is taken from the key's lanes
 -- (ranked in the claim's order, so each lane's take is a prefix), and the batch takes
 -- every key's first job before any key's second.
-{claim_sorted_body keyed_heads=limited_heads key_rank=limited_key_rank room=limited_room
+{claim_sorted_body key_window=nothing keyed_heads=limited_heads key_cursor=no_key_cursor
+    lane_limit=limited_lane_limit key_rank=limited_key_rank room=limited_room
     by_key_rank=limited_by_key_rank}
+
+-- name: limited_lane_limit
+-- A keyed lane's walk reads no more than its key's room: the key's best `free` rows over
+-- its lanes are among the first `free` of each.
+least(%(limit)s, coalesce(
+    (SELECT rm.free
+     FROM unnest(%(room_shards)s::int[], %(room_free)s::int[]) AS rm(shard, free)
+     WHERE rm.shard = h.shard),
+    %(limit)s))
 
 -- name: limited_heads
 
@@ -555,18 +580,52 @@ p.key_rank,
 
 -- name: keyed_lanes_with_work
 -- The keyed lanes (a concurrency key's own, ADR 0029) with rows past their cursor, one row
--- per key: first those after `after` (the shard this process's last limited claim walked
--- to, or this claim's previous walk), then from the first again, leaving out the shards
--- in `walked` (the claim's earlier walks, KeyWindow); at most `keys_wanted`.
-SELECT shard FROM (
+-- per key, in the rotation (keyed_rotation), leaving out the shards in `walked` (the
+-- claim's earlier walks, KeyWindow); at most `limit` (the keys the walk still wants).
+{keyed_rotation walked_out=keyed_walked_out}
+
+-- name: keyed_walked_out
+AND NOT h.shard = ANY(%(walked)s::int[])
+
+-- name: keyed_rotation
+-- The keyed lanes (a concurrency key's own, shard >= keyed_base; ADR 0029) with rows past
+-- their cursor, one row per key, in the claimer's rotation: first those after
+-- `key_after` (the key this process's last claim of the queue walked to), then from the
+-- first again; at most `limit`.
+SELECT k.shard FROM (
     SELECT DISTINCT h.shard
     FROM {s}.claim_heads h
     JOIN {s}.lanes l USING (queue, priority, shard)
     WHERE h.queue = %(queue)s AND h.shard >= %(keyed_base)s AND l.next_seq > h.claim_seq
-      AND NOT h.shard = ANY(%(walked)s::int[])
+      {walked_out}
 ) k
-ORDER BY shard <= %(after)s, shard
-LIMIT %(keys_wanted)s
+ORDER BY k.shard <= %(key_after)s, k.shard
+LIMIT %(limit)s
+
+-- name: key_window_cte
+-- The keyed lanes a claim without a per-key limit visits (ADR 0029, "Keyed lanes without
+-- a limit"): the next `limit` keys of the rotation. Each key with work is a lane of its
+-- own, so walking every one of them would cost a claim locks and rows in the number of
+-- keys; a window of the batch's size rotates over them instead, as the limited claim's
+-- does, and a key waits at most `ceil(keys with work / batch)` claims of one claimer.
+key_window AS ({keyed_rotation walked_out=nothing})
+
+-- name: key_window_cte_comma
+{key_window_cte},
+
+-- name: window_heads
+-- A lane heads reads: every lane without a concurrency key, and the keyed lanes of the
+-- window (key_window_cte).
+AND (h.shard < %(keyed_base)s OR h.shard IN (SELECT w.shard FROM key_window w))
+
+-- name: key_window_cursor
+-- The window's last key in rotation order, where the claimer's next claim starts after
+-- (NULL: no keyed lane has work).
+(SELECT w.shard FROM key_window w
+ ORDER BY w.shard <= %(key_after)s DESC, w.shard DESC LIMIT 1)
+
+-- name: no_key_cursor
+NULL::int
 
 -- name: lock_keyed_lanes
 -- The keys' transaction-scoped locks (by their lane's shard, across priorities), in the

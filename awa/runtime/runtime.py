@@ -248,16 +248,19 @@ class Runtime:
             task.result()
             raise RuntimeError("the runtime stopped while starting")
 
-    async def _warm_up(self) -> None:
+    async def _warm_up(self, warmed: anyio.Event) -> None:
         """Let the engine get its claim and completion statements ready (best effort,
-        bounded): a cold backend would otherwise slow the first jobs."""
-        if not isinstance(self.engine, WorkerWarmUp):
-            return
-        with self.clock.move_on_after(_WARM_UP_LIMIT):
-            try:
-                await self.engine.warm_up([d.queue for d in self.dispatchers])
-            except Exception:
-                log.debug("warming up the storage engine failed", exc_info=True)
+        bounded): a cold backend would otherwise slow the first jobs. ``warmed`` is set
+        once it is over, however it ended."""
+        try:
+            if isinstance(self.engine, WorkerWarmUp):
+                with self.clock.move_on_after(_WARM_UP_LIMIT):
+                    try:
+                        await self.engine.warm_up([d.queue for d in self.dispatchers])
+                    except Exception:
+                        log.debug("warming up the storage engine failed", exc_info=True)
+        finally:
+            warmed.set()
 
     async def shutdown(self, timeout_ms: int = 2000) -> None:
         """Stop claiming, let handlers finish for up to ``timeout_ms`` (heartbeats keep
@@ -316,6 +319,10 @@ class Runtime:
             unregister = instruments.add_gauge_sources(gauges)
         try:
             async with anyio.create_task_group() as services:
+                # The warm-up first: its connections open and plan while the listener
+                # subscribes and the threads open their engines, not after.
+                warmed = anyio.Event()
+                services.start_soon(self._warm_up, warmed)
                 services.start_soon(self.batcher.run)
                 services.start_soon(self.heartbeat.run)
                 services.start_soon(self.watchdog.run)
@@ -336,7 +343,7 @@ class Runtime:
                 self._idle_slots = []
                 async with anyio.create_task_group() as work:
                     self._work = work
-                    await self._warm_up()
+                    await warmed.wait()
                     # Started up: what exists now lives as long as the process, and full
                     # collections need not visit it again (awa.runtime.heap).
                     frozen = heap.freeze()

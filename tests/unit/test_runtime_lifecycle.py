@@ -501,6 +501,40 @@ async def test_start_warms_the_engine_up_before_claiming_and_survives_a_failed_w
         await wait_until(lambda: done == [record.id])
 
 
+class _SubscribingAfterWarmUp(_WarmingEngine):
+    """The listener's subscription waits until the warm-up has begun."""
+
+    def __init__(self) -> None:
+        super().__init__(fail=False)
+        self.warm_up_began = anyio.Event()
+
+    async def warm_up(self, queues: Sequence[str]) -> None:
+        self.warm_up_began.set()
+        await super().warm_up(queues)
+
+    async def subscribe(self, channels: list[str]) -> Any:
+        await self.warm_up_began.wait()
+        return await super().subscribe(channels)
+
+
+async def test_the_warm_up_goes_on_while_the_listener_subscribes() -> None:
+    """The warm-up (opening and planning connections) does not wait for the listener's
+    subscription: a subscription that only completes once the warm-up has begun does
+    not keep the runtime from starting."""
+    engine = _SubscribingAfterWarmUp()
+    handlers = HandlerRegistry()
+    done: list[int] = []
+
+    async def handler(ctx: AttemptContext) -> None:
+        done.append(ctx.lease.job_id)
+
+    handlers.register("k", handler)
+    async with running(engine, handlers):
+        assert engine.warmed == [["default"]] and engine.claims_at_warm_up == 0
+        [record] = await enqueue(engine, "k")
+        await wait_until(lambda: done == [record.id])
+
+
 async def test_a_late_completion_refused_by_the_run_lease_guard_is_logged_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -4,6 +4,12 @@ The server comes from ``AWA_TEST_DATABASE_URL``, else ``DATABASE_URL``, else a l
 ``postgresql://postgres@localhost:5432/postgres``. That URL is used only to issue
 ``CREATE DATABASE`` / ``DROP DATABASE``; nothing is read from or written to the database
 it names. The created database is called ``awa_throwaway_<random>``.
+
+Dropping a database makes the server take a checkpoint and wait for it (a fraction of a
+second on a quiet server, tens of seconds on a busy one). :func:`temporary_database` and
+the pytest plugin's ``awa_database_url`` do not wait for it: they end the database's
+sessions at once and leave the drop to the server in the background (it finishes even
+after the process exits). ``drop_database(url)`` waits, unless ``wait=False``.
 """
 
 from __future__ import annotations
@@ -55,22 +61,31 @@ async def create_database(server: str | None = None, *, migrate: bool = True) ->
     return url
 
 
-async def drop_database(url: str) -> None:
+async def drop_database(url: str, *, wait: bool = True) -> None:
     """Drop a database made by :func:`create_database` in this process (refuses any
-    other)."""
+    other).
+
+    ``wait=False`` ends the database's sessions now and returns; the ``DROP DATABASE``
+    (and the checkpoint it waits for) goes on in the background, finishing even if the
+    process exits first. A failure there is logged on the ``awa.testing`` logger."""
     name = conninfo.parse(url).get("dbname", "")
     if name not in _CREATED:
         raise ValueError(f"refusing to drop {name!r}: not a database the test helpers created")
     admin = make_conninfo(url, dbname="postgres")
-    await pg_databases.drop_database(admin, name)
+    if wait:
+        await pg_databases.drop_database(admin, name)
+    else:
+        await pg_databases.disconnect_database(admin, name)
+        pg_databases.drop_database_in_background(admin, name)
     _CREATED.discard(name)
 
 
 @asynccontextmanager
 async def temporary_database(server: str | None = None) -> AsyncIterator[str]:
-    """A migrated throw-away database for the duration of the ``async with`` block."""
+    """A migrated throw-away database for the duration of the ``async with`` block;
+    on leaving it, its sessions end and it is dropped in the background."""
     url = await create_database(server)
     try:
         yield url
     finally:
-        await drop_database(url)
+        await drop_database(url, wait=False)

@@ -78,7 +78,8 @@ def load_app(spec: str) -> AsyncClient:
 
 @pytest.fixture
 async def awa_database_url(request: pytest.FixtureRequest) -> AsyncIterator[str]:
-    """A migrated database for one test: throw-away unless ``--awa-database-url``."""
+    """A migrated database for one test: throw-away unless ``--awa-database-url``
+    (its sessions end after the test; the drop goes on in the background)."""
     explicit = request.config.getoption("--awa-database-url", None)
     if explicit:
         from awa.entrypoints import bootstrap
@@ -90,7 +91,7 @@ async def awa_database_url(request: pytest.FixtureRequest) -> AsyncIterator[str]
     try:
         yield url
     finally:
-        await drop_database(url)
+        await drop_database(url, wait=False)
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ databases that never touch the application's own database."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import subprocess
 import sys
@@ -17,9 +18,11 @@ import pytest
 
 import awa
 import awa.testing
+from awa.adapters._pg import databases as pg_databases_module
 from awa.testing import AwaTestClient, JobRow, NoJob
 from awa.testing._database import create_database, drop_database, temporary_database
 from tests.support.pg import DatabaseFactory, database_exists
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio]
 
@@ -117,7 +120,15 @@ async def test_temporary_databases_are_dropped_and_only_they_can_be(
         assert database_exists(pg_server_url, str(name))
         async with awa.AsyncClient(url) as client:
             assert await client.list_jobs() == []
-    assert not database_exists(pg_server_url, str(name))
+        left_open = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    try:
+        # its sessions end on leaving the block; the drop itself goes on in the background
+        with pytest.raises(psycopg.OperationalError):
+            await left_open.execute("SELECT 1")
+    finally:
+        await left_open.close()
+    # sent to the server (the next test shows the server finishing it)
+    assert pg_databases_module._background.wait_sent(timeout=60)
     with pytest.raises(ValueError, match="not a database the test helpers created"):
         await drop_database(app_database)
     assert app_jobs(app_database) == 1
@@ -398,3 +409,52 @@ def test_a_wrong_awa_app_option_is_named(tmp_path: Path) -> None:
     assert "awa_app: fd_app:SEEN must be an awa.AsyncClient or return one, got list" in (
         done.stdout + done.stderr
     )
+
+
+_LEAVE_AND_EXIT = """
+import asyncio
+import awa.testing
+
+async def main() -> None:
+    async with awa.testing.temporary_database() as url:
+        print(url, flush=True)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.postgres
+async def test_a_temporary_database_is_dropped_after_its_process_has_exited(
+    pg_server_url: str,
+) -> None:
+    """The process exits once the drop is sent, not after the server's checkpoint; the
+    server finishes the drop without it."""
+    done = subprocess.run(
+        [sys.executable, "-c", _LEAVE_AND_EXIT],
+        env={**os.environ, "AWA_TEST_DATABASE_URL": pg_server_url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    name = psycopg.conninfo.conninfo_to_dict(done.stdout.strip())["dbname"]
+    assert str(name).startswith("awa_throwaway_")
+    await until(
+        lambda: not database_exists(pg_server_url, str(name)),
+        "the database dropped after its process exited",
+    )
+
+
+def test_a_background_drop_that_fails_is_logged_without_the_password(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    databases = pg_databases_module
+    with caplog.at_level(logging.WARNING, logger="awa.testing"):
+        databases.drop_database_in_background(
+            "postgresql://postgres:Hidd3nPw@127.0.0.1:1/postgres", "awa_throwaway_gone"
+        )
+        assert databases._background.wait_sent(timeout=60)
+    (record,) = [r for r in caplog.records if "awa_throwaway_gone" in r.getMessage()]
+    assert "dropping awa_throwaway_gone failed" in record.getMessage()
+    assert "Hidd3nPw" not in record.getMessage()

@@ -6,3 +6,8 @@ CREATE DATABASE {name}
 
 -- name: drop_database
 DROP DATABASE IF EXISTS {name} WITH (FORCE)
+
+-- name: disconnect_database
+-- Ends every other session on the database named by the parameter.
+SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE datname = %s AND pid <> pg_backend_pid()

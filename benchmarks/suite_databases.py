@@ -1,8 +1,9 @@
 """What a database test pays to get and give back its database: the test suite's
-``DatabaseFactory`` dropping each database in the test's teardown (``drop``) against
-releasing it (``release``: disconnect now, drop in the background together with the
-others) with the next clone made ahead. Interleaved rounds on one server, so the two
-modes see the same load.
+``DatabaseFactory`` dropping each database in the test's teardown (``drop``), releasing
+it to be dropped in the background together with the others, the next clone made ahead
+(``release``), and releasing it to be put back to its template's image and handed to the
+next test (``reuse``, the suite's default). Interleaved rounds on one server, so the
+modes see the same load; the server's requested checkpoints are counted per mode.
 
     python -m benchmarks.suite_databases --tests 12 --rounds 3
 
@@ -23,10 +24,19 @@ import psycopg
 from tests.conftest import migrate_template
 from tests.support.pg import LOCAL_URL, DatabaseFactory
 
+MODES = ("drop", "release", "reuse")
+
+
+def _requested_checkpoints(server: str) -> int:
+    with psycopg.connect(server, autocommit=True) as conn:
+        row = conn.execute("SELECT checkpoints_req FROM pg_stat_bgwriter").fetchone()
+    assert row is not None
+    return int(row[0])
+
 
 def _session(server: str, tests: int, teardown: str) -> tuple[float, float]:
     """One simulated session of ``tests`` database tests; (tests' path s, close s)."""
-    factory = DatabaseFactory(server)
+    factory = DatabaseFactory(server, reuse=teardown == "reuse")
     template = factory.template("migrated", migrate_template)
     give_back: Callable[[str], None] = factory.drop if teardown == "drop" else factory.release
     on_path = 0.0
@@ -49,15 +59,18 @@ def main() -> None:
     parser.add_argument("--server", default=os.environ.get("AWA_TEST_DATABASE_URL", LOCAL_URL))
     args = parser.parse_args()
     print(f"load average at start: {os.getloadavg()}")
-    results: dict[str, list[tuple[float, float]]] = {"drop": [], "release": []}
+    results: dict[str, list[tuple[float, float]]] = {mode: [] for mode in MODES}
     for n in range(args.rounds):
-        order = ["drop", "release"] if n % 2 == 0 else ["release", "drop"]
+        order = MODES[n % len(MODES) :] + MODES[: n % len(MODES)]
         for mode in order:
+            checkpoints = _requested_checkpoints(args.server)
             path, close = _session(args.server, args.tests, mode)
+            checkpoints = _requested_checkpoints(args.server) - checkpoints
             results[mode].append((path, close))
             print(
                 f"round {n + 1} {mode:>7}: tests' path {path:6.2f} s "
-                f"({path / args.tests * 1000:6.0f} ms a test), close {close:6.2f} s",
+                f"({path / args.tests * 1000:6.0f} ms a test), close {close:6.2f} s, "
+                f"{checkpoints} requested checkpoints (any run's)",
                 flush=True,
             )
     for mode, runs in results.items():

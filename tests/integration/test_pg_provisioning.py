@@ -361,3 +361,132 @@ def test_close_without_waiting_hands_every_drop_to_a_detached_process(
     for name in [template, spare, _name(kept), _name(released), _name(owned)]:
         assert not database_exists(pg_server_url, name), name
     assert not _role_exists(pg_server_url, role)
+
+
+# ---------------------------------------------------------------- reuse of released clones
+
+
+def _seed_reuse_probe(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE seeded (id serial PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO seeded (v) VALUES ('from template')")
+        conn.execute("CREATE TABLE parent (id int PRIMARY KEY)")
+        conn.execute("CREATE TABLE child (id int REFERENCES parent)")
+        conn.execute("CREATE TABLE noted (v text)")
+        conn.execute(
+            "CREATE FUNCTION note() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN INSERT INTO noted VALUES (NEW.v); RETURN NEW; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER noting AFTER INSERT ON seeded FOR EACH ROW EXECUTE FUNCTION note()"
+        )
+        conn.execute("TRUNCATE noted")
+
+
+def _reuse_probe(factory: DatabaseFactory) -> str:
+    return factory.template("reuse_probe", _seed_reuse_probe)
+
+
+def test_a_released_clone_is_put_back_to_its_template_and_handed_out_again(
+    pg_databases: DatabaseFactory,
+) -> None:
+    template = _reuse_probe(pg_databases)
+    url = pg_databases.create(template)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO seeded (v) VALUES ('by the test')")
+        conn.execute("UPDATE seeded SET v = 'changed' WHERE id = 1")
+        conn.execute("INSERT INTO parent VALUES (1)")
+        conn.execute("INSERT INTO child VALUES (1)")
+        conn.execute("SELECT nextval('seeded_id_seq')")
+    left_open = psycopg.connect(url, autocommit=True)
+    try:
+        pg_databases.release(url)
+        again = pg_databases.create(template)
+    finally:
+        left_open.close()
+    try:
+        assert _name(again) == _name(url)
+        with psycopg.connect(again, autocommit=True) as conn:
+            assert conn.execute("SELECT id, v FROM seeded").fetchall() == [(1, "from template")]
+            assert conn.execute("SELECT count(*) FROM parent").fetchone() == (0,)
+            assert conn.execute("SELECT count(*) FROM child").fetchone() == (0,)
+            # the template's rows went back without firing its triggers
+            assert conn.execute("SELECT count(*) FROM noted").fetchone() == (0,)
+            assert conn.execute("SELECT nextval('seeded_id_seq')").fetchone() == (2,)
+            assert conn.execute(
+                "SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = 'seeded'"
+            ).fetchone() in (None, (0,))
+    finally:
+        pg_databases.drop(again)
+
+
+def test_a_referenced_table_written_alone_is_emptied_with_its_referencing_tables(
+    pg_databases: DatabaseFactory,
+) -> None:
+    template = _reuse_probe(pg_databases)
+    url = pg_databases.create(template)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO parent VALUES (1)")
+    pg_databases.release(url)
+    again = pg_databases.create(template)
+    try:
+        assert _name(again) == _name(url)
+        with psycopg.connect(again, autocommit=True) as conn:
+            assert conn.execute("SELECT count(*) FROM parent").fetchone() == (0,)
+    finally:
+        pg_databases.drop(again)
+
+
+#: Changes beyond rows and sequence values: a clone that had one is never handed out again.
+SCHEMA_CHANGES = {
+    "new table": "CREATE TABLE public.extra (id int)",
+    "new schema": "CREATE SCHEMA extra",
+    "dropped table": "DROP TABLE noted",
+    "new column": "ALTER TABLE seeded ADD COLUMN w int",
+    "column default": "ALTER TABLE seeded ALTER COLUMN v SET DEFAULT 'x'",
+    "new index": "CREATE INDEX ON seeded (v)",
+    "disabled trigger": "ALTER TABLE seeded DISABLE TRIGGER noting",
+    "function body": "CREATE OR REPLACE FUNCTION note() RETURNS trigger LANGUAGE plpgsql"
+    " AS $$ BEGIN RETURN NEW; END $$",
+    "table privilege": "GRANT SELECT ON seeded TO PUBLIC",
+    "system function privilege": "REVOKE EXECUTE ON FUNCTION pg_sleep(float8) FROM PUBLIC",
+    "schema privilege": "REVOKE CREATE ON SCHEMA public FROM pg_database_owner",
+    "database setting": "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET work_mem = ''7MB''',"
+    " current_database()); END $$",
+    "comment": "COMMENT ON TABLE seeded IS 'changed'",
+    "sequence option": "ALTER SEQUENCE seeded_id_seq INCREMENT BY 5",
+    "large object": "SELECT lo_create(0)",
+    "storage option": "ALTER TABLE seeded SET (fillfactor = 50)",
+}
+
+
+@pytest.mark.parametrize("change", sorted(SCHEMA_CHANGES))
+def test_a_clone_whose_schema_a_test_changed_is_not_handed_out_again(
+    pg_databases: DatabaseFactory, change: str
+) -> None:
+    template = _reuse_probe(pg_databases)
+    url = pg_databases.create(template)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(SCHEMA_CHANGES[change])
+    pg_databases.release(url)
+    other = pg_databases.create(template)
+    try:
+        assert _name(other) != _name(url)
+        with psycopg.connect(other, autocommit=True) as conn:
+            assert conn.execute("SELECT to_regclass('public.extra')").fetchone() == (None,)
+    finally:
+        pg_databases.drop(other)
+
+
+def test_without_reuse_a_released_clone_is_dropped(pg_server_url: str) -> None:
+    factory = DatabaseFactory(pg_server_url, reuse=False)
+    try:
+        template = factory.template()
+        first = factory.create(template)
+        factory.release(first)
+        second = factory.create(template)
+        assert _name(second) != _name(first)
+        factory.release(second)
+    finally:
+        factory.close()
+    assert not database_exists(pg_server_url, _name(first))

@@ -11,7 +11,8 @@ Server discovery (:func:`provision`), first match wins:
 e.g. ``AWA_TEST_PG_PROVIDER=embedded`` reproduces a machine without any Postgres.
 
 Isolation (:class:`DatabaseFactory`): every test gets its own database, cloned with
-``CREATE DATABASE ... TEMPLATE`` from a per-session template built from ``template0``.
+``CREATE DATABASE ... TEMPLATE`` from a per-session template built from ``template0``, or
+a released one put back to its template's image (``tests/support/db_image.py``).
 See ``ADRs/0003-test-database-provisioning.md``.
 """
 
@@ -24,8 +25,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 import warnings
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -37,6 +40,8 @@ import attrs
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
+
+from tests.support import db_image
 
 Provider = Literal["env", "local", "docker", "embedded"]
 PROVIDERS: tuple[Provider, ...] = get_args(Provider)
@@ -250,9 +255,14 @@ class DatabaseFactory:
     - Cloning writes the whole template through the WAL (16 MB migrated). Each
       :meth:`create` from a template starts the next clone of it in the background, which
       the next :meth:`create` from that template takes.
+
+    Most of both is not paid at all (``reuse``, the default): a released clone is put
+    back to its template's image in the background (:mod:`tests.support.db_image`) and
+    handed to the next :meth:`create` of that template; only a clone whose schema,
+    privileges or settings a test changed is dropped.
     """
 
-    def __init__(self, server_url: str, *, drop_connections: int = 4) -> None:
+    def __init__(self, server_url: str, *, drop_connections: int = 4, reuse: bool = True) -> None:
         self.server_url = server_url
         self._session = uuid.uuid4().hex[:10]
         self._templates: dict[str, str] = {}
@@ -270,6 +280,15 @@ class DatabaseFactory:
         self._spares: dict[str, Future[str]] = {}
         #: The process :meth:`close` handed the last drops to, if it did not wait.
         self._handed_off: subprocess.Popen[bytes] | None = None
+        self._reuse = reuse
+        #: Each template's image (None: its clones cannot be put back), when reusing.
+        self._images: dict[str, db_image.TemplateImage | None] = {}
+        #: The template each database handed out was cloned from.
+        self._origin: dict[str, str] = {}
+        self._resetter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="awa-test-reset")
+        #: Per template, released clones being put back: each gives its name, or None
+        #: when it could not be put back (and went to the dropper instead).
+        self._returned: dict[str, deque[Future[str | None]]] = {}
 
     def _admin(self) -> psycopg.Connection[Any]:
         return psycopg.connect(self.server_url, autocommit=True, connect_timeout=10)
@@ -287,6 +306,9 @@ class DatabaseFactory:
         try:
             if setup is not None:
                 setup(with_database(self.server_url, name))
+            if self._reuse:
+                with psycopg.connect(with_database(self.server_url, name)) as conn:
+                    self._images[name] = db_image.capture(conn)
             # A clone fails while anyone is connected to its template.
             with self._admin() as conn:
                 conn.execute(
@@ -303,17 +325,32 @@ class DatabaseFactory:
     def create(self, template: str | None = None) -> str:
         """A new database cloned from ``template`` (default: the empty one); returns its URL."""
         source = template if template is not None else self.template()
-        spare = self._spares.pop(source, None)
-        name: str | None = None
-        if spare is not None:
-            try:
-                name = spare.result()
-            except Exception:
-                name = None  # the background clone failed: clone here, which reports why
+        name = self._take_returned(source)
         if name is None:
-            name = self._clone(source)
-        self._spares[source] = self._cloner.submit(self._clone, source)
+            spare = self._spares.pop(source, None)
+            if spare is not None:
+                try:
+                    name = spare.result()
+                except Exception:
+                    name = None  # the background clone failed: clone here, which reports why
+            if name is None:
+                name = self._clone(source)
+            self._spares[source] = self._cloner.submit(self._clone, source)
+        self._origin[name] = source
         return with_database(self.server_url, name)
+
+    def _take_returned(self, source: str) -> str | None:
+        """A released clone of ``source`` put back to its image, waiting for one being
+        put back (a few hundredths of a second) rather than cloning anew."""
+        while True:
+            with self._lock:
+                queue = self._returned.get(source)
+                if not queue:
+                    return None
+                future = queue.popleft()
+            name = future.result()
+            if name is not None:
+                return name
 
     def _clone(self, source: str) -> str:
         name = f"{TEST_DB_PREFIX}{uuid.uuid4().hex[:16]}"
@@ -327,12 +364,15 @@ class DatabaseFactory:
 
     def drop(self, database_url: str) -> None:
         """Drop the database behind ``database_url`` now, disconnecting anyone still on it."""
-        self._drop(self._own(database_url))
+        name = self._own(database_url)
+        self._origin.pop(name, None)
+        self._drop(name)
 
     def release(self, database_url: str, *, roles: Sequence[str] = ()) -> None:
         """Done with the database behind ``database_url``: disconnect anyone still on it
-        now (a client a test left running stops here, as a drop would stop it) and drop
-        it soon, in the background, together with the others released meanwhile.
+        now (a client a test left running stops here, as a drop would stop it), then, in
+        the background, put it back to its template's image for the next :meth:`create`
+        (when reusing) or else drop it soon, together with the others released meanwhile.
 
         ``roles`` (named with :data:`TEST_DB_PREFIX`, e.g. the owner of a least-privilege
         database) are dropped in the background too, after the databases of their batch:
@@ -347,6 +387,44 @@ class DatabaseFactory:
                 " WHERE datname = %s AND pid <> pg_backend_pid()",
                 (name,),
             )
+        source = self._origin.pop(name, None)
+        image = self._images.get(source) if source is not None else None
+        if source is not None and image is not None and not roles:
+            future = self._resetter.submit(self._put_back, name, image)
+            with self._lock:
+                self._returned.setdefault(source, deque()).append(future)
+            return
+        self._queue_drop(name, roles)
+
+    def _put_back(self, name: str, image: db_image.TemplateImage) -> str | None:
+        try:
+            self._await_disconnected(name)
+            with psycopg.connect(with_database(self.server_url, name), connect_timeout=10) as conn:
+                if db_image.restore(conn, image):
+                    return name
+        except psycopg.Error:
+            pass  # whatever a test left that stops the reset, the drop removes
+        except BaseException:
+            self._queue_drop(name, ())
+            raise  # a fault of the reset itself: the next create() reports it
+        self._queue_drop(name, ())
+        return None
+
+    def _await_disconnected(self, name: str, timeout: float = 10.0) -> None:
+        """Until the sessions :meth:`release` terminated have exited (an exiting session
+        still drops its temporary tables)."""
+        deadline = time.monotonic() + timeout
+        with self._admin() as conn:
+            while conn.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()"
+                " AND backend_type = 'client backend'",
+                (name,),
+            ).fetchone():
+                if time.monotonic() > deadline:
+                    raise psycopg.OperationalError(f"sessions on {name} did not exit")
+                time.sleep(0.01)
+
+    def _queue_drop(self, name: str, roles: Sequence[str]) -> None:
         with self._wake:
             self._released.append(name)
             self._released_roles.extend(roles)
@@ -412,6 +490,11 @@ class DatabaseFactory:
         whatever is not dropped yet, the dropper's current batch included, to a detached
         process (:func:`main`) and returns. A ``DROP DATABASE`` waits for a checkpoint,
         which on a busy shared server takes minutes; no test needs to see these go."""
+        # The clones being put back finish first: one that cannot be goes to the dropper.
+        self._resetter.shutdown(wait=True)
+        with self._lock:
+            returned = [f for queue in self._returned.values() for f in queue]
+            self._returned.clear()
         spares = list(self._spares.values())
         self._spares.clear()
         self._cloner.shutdown(wait=True)
@@ -425,6 +508,7 @@ class DatabaseFactory:
             self._wake.notify()
             dropper = self._dropper
         leftovers += [f.result() for f in spares if f.exception() is None]
+        leftovers += [name for f in returned if (name := f.result()) is not None]
         templates = list(self._templates.values())
         self._templates.clear()
         if not wait:
@@ -479,6 +563,7 @@ def main(argv: Sequence[str]) -> None:
         factory._drop_roles(roles)
     finally:
         factory._cloner.shutdown()
+        factory._resetter.shutdown()
 
 
 def database_exists(server_url: str, name: str) -> bool:

@@ -6,7 +6,6 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 import anyio
@@ -61,13 +60,13 @@ def override_refresh_interval() -> float:
         return DEFAULT_OVERRIDE_REFRESH
 
 
-def as_claimed(claim: Claim, aging_interval: timedelta | None) -> Claim:
-    """The claim as the handler sees it: the attempt's effective priority, aging applied
-    from when the job became runnable to when it was claimed (what ordered the claim).
-    The stored priority is left as it was."""
+def as_claimed(claim: Claim, aging: PriorityAging) -> Claim:
+    """The claim as the handler sees it: the attempt's effective priority, ``aging``
+    applied from when the job became runnable to when it was claimed (what ordered the
+    claim). The stored priority is left as it was."""
     job = claim.job
     claimed_at = job.attempted_at or job.run_at
-    aged = PriorityAging(aging_interval).effective_priority(job.priority, job.run_at, claimed_at)
+    aged = aging.effective_priority(job.priority, job.run_at, claimed_at)
     if aged == job.priority:
         return claim
     return attrs.evolve(claim, job=attrs.evolve(job, priority=aged))
@@ -432,8 +431,9 @@ class QueueDispatcher:
             # Shutdown began while this claim was in flight: hand the jobs straight back.
             await self._release_unstarted(claims)
             return claims
+        aging = PriorityAging(self.config.aging_interval)
         for claim in claims:
-            self._spawn(self.queue, as_claimed(claim, self.config.aging_interval))
+            self._spawn(self.queue, as_claimed(claim, aging))
         return claims
 
     async def _ahead_loop(self) -> None:

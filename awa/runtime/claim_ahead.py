@@ -77,9 +77,11 @@ class ClaimPacer:
             return None
         return self.round_trip / 2
 
-    def share(self, available: int, wanted: int) -> int:
-        """How many permits a claim reserves while claims go ahead: half of the free
-        ones (at least one), so the claim ahead finds some; all it wants otherwise."""
-        if self.ahead_after() is None:
+    def share(self, available: int, wanted: int, backlogged: bool) -> int:
+        """How many permits a claim reserves: all it wants while the last claim came
+        back full (``backlogged``: jobs are waiting, and the loop claims again at once);
+        otherwise half of the free ones (at least one), so that a claim beside it (ahead
+        of it, or sent at a notification while it is in flight) finds some."""
+        if backlogged:
             return wanted
         return min(wanted, max(1, available // 2))

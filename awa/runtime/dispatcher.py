@@ -91,6 +91,12 @@ class QueueDispatcher:
     (:mod:`awa.runtime.claim_ahead`, ADR 0037); the two share the free permits. Not with
     stripes or a rate limit.
 
+    Otherwise, a notification that arrives while every loop's claim is in flight sends a
+    claim at once, beside them, instead of waiting for one of them to come back: the job
+    it announces may have committed after their snapshots (ADR 0037, amendment "A
+    notification during a claim"). At most one such claim at a time; while the last claim
+    came back short, a loop's claim reserves half of the free permits so that it has room.
+
     The dispatcher reads its queue's live overrides (``awa queue overrides set``) before
     its first claim and every ``override_refresh`` seconds after, beside the claims (a
     claim never waits for the read), and claims with them from then on; see
@@ -167,6 +173,9 @@ class QueueDispatcher:
         self._claim_sent: anyio.Event | None = None
         #: Claims sent ahead (while a loop's claim was in flight).
         self.ahead_claims = 0
+        #: Claims sent at a notification that arrived while every loop's claim was in flight.
+        self.wake_claims = 0
+        self._wake_claim_in_flight = False
         self._short_claims = 0
         self._stopping = False
         self._live_loops = 0
@@ -195,8 +204,43 @@ class QueueDispatcher:
         return self._live_loops == self.config.claimers
 
     def wake(self) -> None:
+        if self._claim_on_wake():
+            return
         for waker in self._wakers:
             waker.wake()
+
+    def _claim_on_wake(self) -> bool:
+        """A notification while every loop's claim is in flight: claim now, beside them.
+        A loop would otherwise claim only once its claim is back, and the job announced
+        (committed after that claim's snapshot, or the claim would have taken it) waits
+        for the rest of that round trip first. Whether a claim went; if not, the loops
+        are woken as usual."""
+        if (
+            not self._ahead
+            or self._stopping
+            or self._background is None
+            or self._wake_claim_in_flight
+            or self._loop_claims < len(self._wakers)
+            # Claims already go ahead every half round trip (ADR 0037).
+            or self._pacer.ahead_after() is not None
+        ):
+            return False
+        wanted = min(self.settings.claim_batch_size, self._permits.available(self.queue))
+        granted = self._permits.try_reserve(self.queue, wanted)
+        if granted == 0:
+            return False
+        self._wake_claim_in_flight = True
+        self.wake_claims += 1
+        if self._instruments is not None:
+            self._instruments.count("awa.dispatch.claims_on_wake", self._queue_key)
+        self._background.start_soon(self._wake_claim, granted)
+        return True
+
+    async def _wake_claim(self, granted: int) -> None:
+        try:
+            await self._claim_batch(granted)
+        finally:
+            self._wake_claim_in_flight = False
 
     def _permits_returned(self) -> None:
         for waker in self._starved:
@@ -318,7 +362,7 @@ class QueueDispatcher:
                 await waker.wait(min(self._poll_interval, self._bucket.seconds_until_token()))
                 return
         if self._ahead:
-            wanted = self._pacer.share(self._permits.available(self.queue), wanted)
+            wanted = self._pacer.share(self._permits.available(self.queue), wanted, self._backlogged)
         granted = self._permits.try_reserve(self.queue, wanted)
         if 0 < granted < wanted and self._backlogged:
             capacity = self._permits.in_flight(self.queue) + self._permits.available(self.queue)
@@ -456,7 +500,7 @@ class QueueDispatcher:
                 # Back already, or another claim went meanwhile: nothing to go ahead of.
                 continue
             wanted = self._pacer.share(
-                self._permits.available(self.queue), self.settings.claim_batch_size
+                self._permits.available(self.queue), self.settings.claim_batch_size, False
             )
             granted = self._permits.try_reserve(self.queue, wanted)
             if granted == 0:

@@ -118,6 +118,11 @@ METRICS: dict[str, tuple[str, str, str]] = {
         "{batch}",
         "Claims sent while another of the queue's was in flight (ADR 0037)",
     ),
+    "awa.dispatch.claims_on_wake": (
+        COUNTER,
+        "{batch}",
+        "Claims sent at a notification that arrived while the queue's claims were in flight",
+    ),
     "awa.dispatch.rate_limited": (
         COUNTER,
         "{wake}",

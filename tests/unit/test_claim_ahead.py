@@ -70,15 +70,12 @@ def test_no_claim_goes_ahead_unless_busy_over_a_slow_link(
     pacer = ClaimPacer()
     _steady(pacer, seconds, got=got, every=every, asked=asked)
     assert pacer.ahead_after() is None
-    assert pacer.share(available=64, wanted=512) == 512
 
 
-def test_a_failed_claim_stops_claims_ahead_and_permits_are_shared_while_they_go() -> None:
+def test_a_failed_claim_stops_claims_ahead() -> None:
     pacer = ClaimPacer()
     _steady(pacer, 0.020, got=4, every=0.020)
-    assert pacer.share(available=64, wanted=512) == 32
-    assert pacer.share(available=1, wanted=512) == 1
-    assert pacer.share(available=64, wanted=8) == 8
+    assert pacer.ahead_after() is not None
     pacer.failed()
     assert pacer.ahead_after() is None
     # it counts again from the next claims
@@ -190,3 +187,105 @@ async def test_no_claim_goes_ahead_over_a_local_link_or_with_a_rate_limit() -> N
     dispatcher, spawned = await _run(engine, clock, limited)
     assert dispatcher.ahead_claims == 0
     assert len({c.lease.job_id for c in spawned}) == 60
+
+
+# ------------------------------------------------- a notification during a claim
+
+
+class _GatedEngine(InMemoryEngine):
+    """The first claim reads the queue at once and then waits for ``gate`` before it
+    comes back (a claim whose answer is slow: a loaded server or host); the others come
+    back at once."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock=clock)
+        self.gate = anyio.Event()
+        self.sent = 0
+        self.returned: list[int] = []
+
+    async def claim(
+        self,
+        queue: str,
+        *,
+        limit: int,
+        deadline: timedelta | None = None,
+        aging_interval: timedelta | None = None,
+        max_running_per_key: int | None = None,
+        global_rate_limit: GlobalRateLimit | None = None,
+        global_rate_limit_per_key: GlobalRateLimit | None = None,
+    ) -> list[Claim]:
+        self.sent += 1
+        first = self.sent == 1
+        got = await super().claim(queue, limit=limit, deadline=deadline)
+        if first:
+            await self.gate.wait()
+        self.returned.append(len(got))
+        return got
+
+
+async def _notified_during_a_claim(
+    config: QueueConfig,
+) -> tuple[QueueDispatcher, _GatedEngine, list[Claim], list[Claim]]:
+    """The loop's claim finds the queue empty and is slow to come back; a job commits
+    and is announced meanwhile. Returns the dispatcher, the engine, what was spawned
+    before the slow claim came back, and everything spawned."""
+    clock = ManualClock()
+    engine = _GatedEngine(clock)
+    spawned: list[Claim] = []
+    dispatcher = QueueDispatcher(
+        config,
+        engine,
+        PermitPool([config], None),
+        poll_interval=1.0,
+        spawn=lambda _queue, claim: spawned.append(claim),
+        override_refresh=3600.0,
+        clock=clock,
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(dispatcher.run)
+        while engine.sent == 0:
+            await anyio.sleep(0)
+        (job,) = await enqueue(engine, "send", queue="q")
+        dispatcher.wake()
+        for _ in range(50):
+            await anyio.sleep(0)
+        before = list(spawned)
+        engine.gate.set()
+        while not spawned:
+            await anyio.sleep(0)
+        for _ in range(50):
+            await anyio.sleep(0)
+        dispatcher.stop()
+    assert [c.lease.job_id for c in spawned] == [job.id]
+    return dispatcher, engine, before, spawned
+
+
+@pytest.mark.anyio
+async def test_a_notification_while_the_claim_is_in_flight_claims_at_once() -> None:
+    dispatcher, engine, before, _ = await _notified_during_a_claim(
+        QueueConfig(name="q", max_workers=64)
+    )
+    # The job started while the slow claim was still out, taken by a claim sent at its
+    # notification beside it, and nothing was claimed twice.
+    assert len(before) == 1
+    assert dispatcher.wake_claims == 1
+    assert engine.sent == 2
+    assert sorted(engine.returned) == [0, 1]
+    assert dispatcher._permits.in_flight("q") == 1
+
+
+@pytest.mark.anyio
+async def test_with_a_rate_limit_a_notification_waits_for_the_claim_in_flight() -> None:
+    dispatcher, engine, before, _ = await _notified_during_a_claim(
+        QueueConfig(name="q", max_workers=64, rate_limit=RateLimit(1000.0, 1000))
+    )
+    assert before == []
+    assert dispatcher.wake_claims == 0
+
+
+def test_a_claim_reserves_half_the_free_permits_unless_the_last_came_back_full() -> None:
+    pacer = ClaimPacer()
+    assert pacer.share(available=64, wanted=512, backlogged=False) == 32
+    assert pacer.share(available=64, wanted=512, backlogged=True) == 512
+    assert pacer.share(available=1, wanted=512, backlogged=False) == 1
+    assert pacer.share(available=64, wanted=8, backlogged=False) == 8

@@ -362,7 +362,9 @@ class QueueDispatcher:
                 await waker.wait(min(self._poll_interval, self._bucket.seconds_until_token()))
                 return
         if self._ahead:
-            wanted = self._pacer.share(self._permits.available(self.queue), wanted, self._backlogged)
+            wanted = self._pacer.share(
+                self._permits.available(self.queue), wanted, self._backlogged
+            )
         granted = self._permits.try_reserve(self.queue, wanted)
         if 0 < granted < wanted and self._backlogged:
             capacity = self._permits.in_flight(self.queue) + self._permits.available(self.queue)

@@ -279,8 +279,11 @@ async def test_with_a_rate_limit_a_notification_waits_for_the_claim_in_flight() 
     dispatcher, engine, before, _ = await _notified_during_a_claim(
         QueueConfig(name="q", max_workers=64, rate_limit=RateLimit(1000.0, 1000))
     )
+    # The loop claimed again once its claim came back (the pending wake).
     assert before == []
     assert dispatcher.wake_claims == 0
+    assert engine.sent == 2
+    assert engine.returned == [0, 1]
 
 
 def test_a_claim_reserves_half_the_free_permits_unless_the_last_came_back_full() -> None:

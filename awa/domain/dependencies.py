@@ -206,6 +206,16 @@ def finished(state: JobState) -> tuple[bool, bool]:
     return state == JobState.Completed, state in FINISHED_FAILED
 
 
+def deleted_unfinished(jobs: Iterable[tuple[int, JobState]]) -> list[int]:
+    """Of the jobs an operator deleted (each id with the state it was deleted in), those
+    whose children may still wait on them: a job deleted before it finished counts as
+    cancelled for its children, in the transaction that deletes it (ADR 0032, "A parent
+    that vanishes"), so each child's policy applies (``cancel``: it is cancelled;
+    ``dlq``: into the DLQ; ``run``: it goes on) instead of it waiting for ever. A
+    finished job already answered its children when it finished."""
+    return [job_id for job_id, state in jobs if not state.is_terminal]
+
+
 def effects(
     answered: Iterable[tuple[int, DependentOutcome | str]], now: datetime
 ) -> tuple[ChangeJob, ...]:

@@ -17,6 +17,7 @@ from awa.domain.dependencies import MAX_PARENTS, WAITING_RUN_AT, OnParentFailure
 from awa.domain.errors import ValidationError
 from awa.domain.job import JobRecord
 from awa.domain.kind_policies import KindPolicies
+from awa.domain.lifecycle import DEPENDENCY_FAILED_ERROR
 from awa.domain.states import JobState
 from awa.ports.storage import Ack, JobFilter
 from tests.contract._support import (
@@ -488,3 +489,40 @@ async def test_an_engine_on_a_private_schema_finds_its_parents(
     """Parents are read where the engine keeps them, not only where ``awa.jobs`` looks
     (every insert with parents was refused there: no job with that id)."""
     await check(private_ring)
+
+
+async def test_a_parent_deleted_before_it_finished_counts_as_cancelled(
+    engine: EngineHandle,
+) -> None:
+    """A waiting job whose parent an operator deleted does not wait for ever: the delete
+    applies each child's policy as a cancel of the parent would, in its transaction, and
+    the edges are resolved (so the retention prunes them once the children finished)."""
+    parent = await enqueue(engine, "parent_step")
+    cancels = await child_of(engine, parent)
+    grandchild = await child_of(engine, cancels)
+    runs = await child_of(engine, parent, policies=(RUN,))
+    dead = await child_of(engine, parent, policies=(DLQ,))
+    assert await engine.engine.delete_jobs([parent.id]) == 1
+    assert await engine.engine.get_job(parent.id) is None
+    cancelled = await fetch(engine, cancels.id)
+    assert cancelled.state == JobState.Cancelled
+    assert cancelled.errors[-1]["error"] == DEPENDENCY_FAILED_ERROR
+    assert (await fetch(engine, grandchild.id)).state == JobState.Cancelled
+    assert (await fetch(engine, runs.id)).state == JobState.Available
+    entry = await engine.engine.get_dlq(dead.id)
+    assert entry is not None and entry.reason == "dependency_failed"
+    edges = await engine.control.relations.job_edges(cancels.id, limit=10)
+    assert [(e.job_id, e.failed) for e in edges.parents] == [(parent.id, True)]
+    edges = await engine.control.relations.job_edges(runs.id, limit=10)
+    assert [(e.job_id, e.satisfied_at is not None) for e in edges.parents] == [(parent.id, True)]
+
+
+async def test_deleting_a_finished_parent_changes_no_child(engine: EngineHandle) -> None:
+    parent = await enqueue(engine, "parent_step")
+    other = await enqueue(engine, "parent_step")
+    child = await child_of(engine, parent, other)
+    assert await run_parent(engine) == parent.id
+    assert await engine.engine.delete_jobs([parent.id]) == 1
+    assert (await fetch(engine, child.id)).state == JobState.Scheduled
+    assert await run_parent(engine) == other.id
+    assert (await fetch(engine, child.id)).state == JobState.Available

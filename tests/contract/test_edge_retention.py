@@ -169,3 +169,19 @@ async def test_the_walk_goes_on_past_a_live_child_a_page_at_a_time(
     assert answers == [True, True, True, False]
     assert [await parents_of(engine, job.id) for job in done] == [[], []]
     assert await parents_of(engine, live.id) == [parent.id]
+
+
+async def test_edges_of_a_deleted_parent_go_after_the_retention(engine: EngineHandle) -> None:
+    """A parent deleted before it finished resolves its edges as cancelled (ADR 0032, "A
+    parent that vanishes"): once its child finished, they are pruned like any other."""
+    duty = cleanup_duty(engine)
+    parent = await enqueue(engine, "wf_parent")
+    child = await enqueue(engine, "wf_child", queue="wf_children", depends_on=(parent.id,))
+    assert await engine.engine.delete_jobs([parent.id]) == 1
+    assert (await fetch(engine, child.id)).state == JobState.Cancelled
+    engine.clock.advance(EDGE_RETENTION - SECOND)
+    await duty.run()
+    assert await parents_of(engine, child.id) == [parent.id]
+    engine.clock.advance(2 * SECOND)
+    await duty.run()
+    assert await parents_of(engine, child.id) == []

@@ -10,7 +10,7 @@ import attrs
 
 from awa.adapters.inmemory.base import EngineBase, Write, matches
 from awa.adapters.inmemory.state import EngineState
-from awa.domain import lifecycle
+from awa.domain import dependencies, lifecycle
 from awa.domain.admin_views import (
     DEPTH_STATES,
     KindCounts,
@@ -256,8 +256,14 @@ class AdminOps(EngineBase):
                 and (ids is None or job.id in ids)
                 and job.state not in LIVE_STATES
             ]
+            gone = [(job_id, write.state.jobs[job_id].state) for job_id in doomed]
             for job_id in doomed:
                 write.state.delete(job_id)
+            # The children waiting on a job deleted before it finished: as for a cancel.
+            unfinished = dependencies.deleted_unfinished(gone)
+            if unfinished:
+                answered = write.state.deps.resolve([], unfinished, write.now, unfinished)
+                self._apply_effects(write, dependencies.effects(answered, write.now))
         return len(doomed)
 
     # ---------------------------------------------------------------- DLQ

@@ -12,7 +12,7 @@ from awa.adapters._pg import dependencies as pg_dependencies
 from awa.adapters._pg.errors import is_unique_claim_violation
 from awa.adapters._pg.rows import job_from_row, state_buckets
 from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase
-from awa.domain import lifecycle
+from awa.domain import dependencies, lifecycle
 from awa.domain.admin_views import (
     KindCounts,
     QueueDepth,
@@ -240,12 +240,21 @@ class AdminOps(EngineBase):
         return len(rows)
 
     async def delete_jobs(self, job_ids: Sequence[int]) -> int:
-        """Delete jobs by id, except live attempts."""
+        """Delete jobs by id, except live attempts; the children waiting on a job deleted
+        before it finished have their policies applied as for a cancel (ADR 0032)."""
         ids = list(job_ids)
         if not ids:
             return 0
-        async with self._connection() as conn:
+        now = self._clock.now()
+        async with self._transaction() as conn:
             rows = await self._all(conn, "delete_jobs", {"ids": ids})
+            await self._cancel_dependents(
+                conn,
+                dependencies.deleted_unfinished(
+                    (int(row["id"]), JobState.parse(row["state"])) for row in rows
+                ),
+                now,
+            )
         return len(rows)
 
     # ---------------------------------------------------------------- lifecycle

@@ -144,7 +144,7 @@ DELETE FROM awa.canonical_jobs WHERE state = 'failed' AND kind = %(kind)s RETURN
 -- name: delete_jobs
 DELETE FROM awa.canonical_jobs
 WHERE id = ANY(%(ids)s::bigint[]) AND state NOT IN ('running', 'waiting_external')
-RETURNING id
+RETURNING id, state::text AS state
 
 -- name: reset
 -- Every job, DLQ entry, unique claim, queue setting, rate limiter and dependency edge, in

@@ -162,6 +162,14 @@ class WireCounter:
         return all(link.closed or link.asked == link.answered for link in self.links)
 
     # ----------------------------------------------------------------- proxying
+    async def _open_upstream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to the server: over TCP, or for a host that is a directory (as
+        libpq reads it: the embedded provider's server listens only there) over the Unix
+        socket ``.s.PGSQL.<port>`` in it."""
+        if self._host.startswith("/"):
+            return await asyncio.open_unix_connection(f"{self._host}/.s.PGSQL.{self._port}")
+        return await asyncio.open_connection(self._host, self._port)
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
@@ -169,7 +177,7 @@ class WireCounter:
         link = Link(next(self._ids))
         self.links.append(link)
         try:
-            up_reader, up_writer = await asyncio.open_connection(self._host, self._port)
+            up_reader, up_writer = await self._open_upstream()
         except OSError:
             writer.close()
             self._tasks.discard(task)

@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from awa.adapters._pg.migrations import migrate
+from tests.support import django_venv
 from tests.support.pg import DatabaseFactory, PgServer, Provider, provision
 from tests.support.pgbouncer import PgBouncer, pgbouncer_path
 from tests.support.workers import auto_workers
@@ -49,6 +50,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The Django tests' second virtualenv builds while the tests before them run.
+    if any(item.path.name == "test_django_tasks.py" for item in items):
+        django_venv.build_in_background()
     # The per-test limit of pyproject.toml is sized for the default profile.
     if os.environ.get("HYPOTHESIS_PROFILE") == "deep":
         for item in items:

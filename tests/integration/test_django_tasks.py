@@ -27,7 +27,7 @@ from tests.support.django_venv import ROOT, ensure_venv, find_python
 from tests.support.pg import DatabaseFactory
 
 PROJECT = ROOT / "tests" / "django_project"
-#: How many tests the project's suite holds; fewer ran means some were not found.
+#: How many tests the project's suite holds; fewer means some were lost.
 EXPECTED_TESTS = 21
 #: The docs page whose Django 6 examples this test runs (``test_docs`` cannot: its
 #: interpreter may be older), and the marker they carry on their first line.
@@ -129,11 +129,47 @@ def installed_database_url(pg_databases: DatabaseFactory) -> Iterator[str]:
         pg_databases.release(url)
 
 
-def test_the_django_project_suite_passes(installed_database_url: str) -> None:
+#: The project's test classes in two runs of ``manage.py test``, each a test here (a
+#: run starts its own workers, so each stays well under the slowest a test may take).
+SUITE_PARTS = {
+    "results": ("EnqueueAndResults", "Statuses"),
+    "rest": (
+        "BackendFlags",
+        "Configuration",
+        "PriorityAndDeferral",
+        "Transactions",
+        "ValidateTask",
+    ),
+}
+
+
+def _project_tests() -> dict[str, int]:
+    """Each test class of the project's ``tasksapp/tests.py`` with its number of tests."""
+    counts: dict[str, int] = {}
+    current: str | None = None
+    for line in (PROJECT / "tasksapp" / "tests.py").read_text(encoding="utf-8").splitlines():
+        if found := re.match(r"class (\w+)\(\w*TestCase\):", line):
+            current = found.group(1)
+            counts[current] = 0
+        elif current is not None and re.match(r"    (async )?def test_", line):
+            counts[current] += 1
+    return counts
+
+
+def test_the_suite_parts_hold_every_project_test() -> None:
+    counts = _project_tests()
+    parted = [name for names in SUITE_PARTS.values() for name in names]
+    assert sorted(parted) == sorted(counts)
+    assert sum(counts.values()) == EXPECTED_TESTS
+
+
+@pytest.mark.parametrize("part", sorted(SUITE_PARTS))
+def test_the_django_project_suite_passes(installed_database_url: str, part: str) -> None:
     interpreter = ensure_venv(_python_or_skip())
     env = _env(installed_database_url)
+    labels = [f"tasksapp.tests.{name}" for name in SUITE_PARTS[part]]
     run = subprocess.run(
-        [str(interpreter), "manage.py", "test", "--keepdb", "--noinput", "-v", "2"],
+        [str(interpreter), "manage.py", "test", "--keepdb", "--noinput", "-v", "2", *labels],
         cwd=PROJECT,
         env=env,
         capture_output=True,
@@ -144,5 +180,6 @@ def test_the_django_project_suite_passes(installed_database_url: str) -> None:
     assert run.returncode == 0, report
     ran = re.search(r"^Ran (\d+) tests?", run.stderr, re.MULTILINE)
     assert ran is not None, report
-    assert int(ran.group(1)) >= EXPECTED_TESTS, report
+    counts = _project_tests()
+    assert int(ran.group(1)) == sum(counts[name] for name in SUITE_PARTS[part]), report
     assert re.search(r"^OK$", run.stderr, re.MULTILINE), report  # no skips, no failures

@@ -215,10 +215,15 @@ def _report(name: str, race: _Race, found: dict[str, int]) -> str:
     )
 
 
+#: The two phases of a race: cancellers alone, then editors alone.
+PHASES = ("retire_cancel", "retire_edit")
+
+
 async def _phases(
     name: str,
     url: str,
     *,
+    phases: tuple[str, ...] = PHASES,
     backlog: int,
     seconds: float,
     claimers: int,
@@ -243,6 +248,8 @@ async def _phases(
         ("retire_cancel", retirers, 0, cancelled_enough),
         ("retire_edit", 0, max(1, retirers // 2), edited_enough),
     ):
+        if queue not in phases:
+            continue
         race, ids, counters = await _run_race(
             name,
             url,
@@ -265,19 +272,23 @@ ENGINE_NAMES = ["queue_storage", "canonical"]
 
 
 async def _race_finds_nothing(name: str, url: str, **sizes: Any) -> None:
-    """Both phases (_phases checks that enough racing happened), with no violation."""
+    """The phases asked for (_phases checks that enough racing happened), with no
+    violation."""
     for race, found in await _phases(name, url, **sizes):
         assert found == dict.fromkeys(found, 0), _report(name, race, found)
 
 
+@pytest.mark.parametrize("phase", PHASES)
 @pytest.mark.parametrize("name", ENGINE_NAMES)
 async def test_cancels_and_edits_racing_claims_never_run_a_retired_job(
-    name: str, migrated_database_url: str
+    name: str, phase: str, migrated_database_url: str
 ) -> None:
-    # The backlog outlasts the phase: claimers that drain it early end the race early.
+    # One phase an item (both in one took 10.7 s on a quiet host, issue 42). The backlog
+    # outlasts the phase: claimers that drain it early end the race early.
     await _race_finds_nothing(
         name,
         migrated_database_url,
+        phases=(phase,),
         backlog=10000,
         seconds=3.0,
         claimers=4,

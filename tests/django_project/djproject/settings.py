@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import os
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
-_url = urlsplit(os.environ["AWA_DJANGO_DATABASE_URL"])
-_name = unquote(_url.path.lstrip("/"))
+from psycopg.conninfo import conninfo_to_dict
+
+# As libpq reads it: a socket directory in ``?host=`` (the embedded server's) included.
+_db = conninfo_to_dict(os.environ["AWA_DJANGO_DATABASE_URL"])
+_name = str(_db.get("dbname", ""))
 
 SECRET_KEY = "awa-django-test-project"
 DEBUG = False
@@ -20,10 +22,10 @@ DATABASES: dict[str, Any] = {
     "default": {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": _name,
-        "USER": unquote(_url.username or ""),
-        "PASSWORD": unquote(_url.password or ""),
-        "HOST": _url.hostname or "",
-        "PORT": str(_url.port or ""),
+        "USER": _db.get("user", ""),
+        "PASSWORD": _db.get("password", ""),
+        "HOST": _db.get("host", ""),
+        "PORT": _db.get("port", ""),
         "TEST": {"NAME": _name},
     }
 }

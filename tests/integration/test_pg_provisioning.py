@@ -420,6 +420,28 @@ def test_a_released_clone_is_put_back_to_its_template_and_handed_out_again(
         pg_databases.drop(again)
 
 
+def test_a_reused_clone_has_no_statistics_of_what_the_last_test_wrote(
+    pg_databases: DatabaseFactory,
+) -> None:
+    template = _reuse_probe(pg_databases)
+    url = pg_databases.create(template)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO parent SELECT generate_series(1, 500)")
+        conn.execute("ANALYZE parent")
+        assert conn.execute(
+            "SELECT count(*) FROM pg_stats WHERE tablename = 'parent'"
+        ).fetchone() == (1,)
+    pg_databases.release(url)
+    again = pg_databases.create(template)
+    try:
+        assert _name(again) == _name(url)
+        with psycopg.connect(again, autocommit=True) as conn:
+            stats = conn.execute("SELECT count(*) FROM pg_stats WHERE tablename = 'parent'")
+            assert stats.fetchone() == (0,)
+    finally:
+        pg_databases.drop(again)
+
+
 def test_a_referenced_table_written_alone_is_emptied_with_its_referencing_tables(
     pg_databases: DatabaseFactory,
 ) -> None:

@@ -130,6 +130,8 @@ class TemplateImage:
     #: Foreign keys as (referencing, referenced) tables: emptying the second empties
     #: the first.
     references: tuple[tuple[str, str], ...]
+    #: The user relations the template holds planner statistics for (``pg_statistic``).
+    analyzed: tuple[int, ...]
 
 
 def capture(conn: psycopg.Connection[Any]) -> TemplateImage | None:
@@ -159,6 +161,9 @@ def capture(conn: psycopg.Connection[Any]) -> TemplateImage | None:
         " JOIN pg_namespace an ON an.oid = a.relnamespace JOIN pg_class b ON b.oid = k.confrelid"
         " JOIN pg_namespace bn ON bn.oid = b.relnamespace WHERE k.contype = 'f' ORDER BY 1, 2"
     ).fetchall()
+    analyzed = conn.execute(
+        f"SELECT DISTINCT starelid::int8 FROM pg_statistic WHERE starelid >= {FIRST_USER_OID}"
+    ).fetchall()
     conn.rollback()
     return TemplateImage(
         fingerprint(conn),
@@ -166,6 +171,7 @@ def capture(conn: psycopg.Connection[Any]) -> TemplateImage | None:
         tuple(rows),
         tuple(sequences),
         tuple((str(a), str(b)) for a, b in references),
+        tuple(int(row[0]) for row in analyzed),
     )
 
 
@@ -210,6 +216,19 @@ def restore(conn: psycopg.Connection[Any], image: TemplateImage) -> bool:
     conn.execute("SET LOCAL session_replication_role = replica")
     if emptied:
         conn.execute(f"TRUNCATE {', '.join(sorted(emptied))}")
+        # An ANALYZE (autovacuum's) of what a test wrote leaves statistics a fresh clone
+        # does not have, and the planner would plan the next test by them.
+        conn.execute(
+            "DELETE FROM pg_statistic_ext_data d USING pg_statistic_ext e"
+            " WHERE d.stxoid = e.oid AND e.stxrelid = ANY(%s::regclass[])",
+            (sorted(emptied),),
+        )
+        conn.execute(
+            "DELETE FROM pg_statistic WHERE NOT starelid = ANY(%s::oid[]) AND starelid IN"
+            " (SELECT unnest(%s::regclass[])::oid UNION ALL SELECT indexrelid FROM pg_index"
+            " WHERE indrelid = ANY(%s::regclass[]))",
+            (list(image.analyzed), sorted(emptied), sorted(emptied)),
+        )
     for table, data, _ in image.rows:
         if table in emptied:
             with conn.cursor().copy(f"COPY {table} FROM STDIN (FORMAT binary)") as copy:

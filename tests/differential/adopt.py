@@ -54,7 +54,7 @@ def seed(python: Path, url: str, engine: str) -> dict[str, Any]:
     seed printed: ``jobs`` (label to id), ``callback_id``, ``dead_lettered``."""
     with tempfile.TemporaryDirectory() as cwd:
         done = subprocess.run(
-            [str(python), "-P", str(SEED), url, engine],
+            [str(python), "-P", str(SEED), differential.awa_pg_url(url), engine],
             cwd=cwd,
             capture_output=True,
             text=True,

@@ -23,14 +23,38 @@ import uuid
 import venv
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode, urlunsplit
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 CACHE = Path.home() / ".cache" / "awa" / "differential"
 AWA_PG = "awa-pg==0.6.9"
+
+
+def awa_pg_url(url: str, **overrides: str) -> str:
+    """``url`` (a URL or a keyword string, with ``overrides`` such as ``dbname``) as a
+    URL awa-pg's parser reads: it takes URLs only, and refuses libpq's socket form, a user
+    before an empty host and the socket directory in ``?host=``
+    (``postgresql://postgres@/app?host=/run/pg``, the embedded test server's) with "empty
+    host". The directory goes into the host, percent-encoded
+    (``postgresql://postgres@%2Frun%2Fpg/app``), which libpq reads as well.
+    """
+    params = {k: str(v) for k, v in conninfo_to_dict(url).items() if v is not None}
+    params.update(overrides)
+    host = params.pop("host", "")
+    if host.startswith("/"):
+        host = quote(host, safe="")
+    user = quote(params.pop("user", ""), safe="")
+    password = quote(params.pop("password", ""), safe="")
+    port = params.pop("port", "")
+    dbname = quote(params.pop("dbname", ""), safe="")
+    auth = f"{user}{':' + password if password else ''}@" if user else ""
+    netloc = f"{auth}{host}{':' + port if port else ''}"
+    return urlunsplit(("postgresql", netloc, f"/{dbname}", urlencode(params), ""))
 
 
 def awa_pg_python() -> Path:
@@ -61,13 +85,11 @@ def create_database(server_url: str) -> str:
     name = f"awa_diff_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    # awa-pg takes URLs only, so keep the URL form.
-    base, _, _ = server_url.partition("?")
-    return base.rsplit("/", 1)[0] + "/" + name
+    return awa_pg_url(server_url, dbname=name)
 
 
 def drop_database(server_url: str, url: str) -> None:
-    name = url.rsplit("/", 1)[1]
+    name = conninfo_to_dict(url)["dbname"]
     with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(str(name)))

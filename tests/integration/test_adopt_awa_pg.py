@@ -52,7 +52,7 @@ def awa_pg_database_url(pg_databases: DatabaseFactory, awa_pg_python: Path) -> I
 
     def migrate(url: str) -> None:
         subprocess.run(
-            [str(awa_pg_python), "-P", "-c", AWA_PG_MIGRATE, url],
+            [str(awa_pg_python), "-P", "-c", AWA_PG_MIGRATE, differential.awa_pg_url(url)],
             check=True,
             capture_output=True,
             timeout=300,

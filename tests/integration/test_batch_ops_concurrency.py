@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 import psycopg
@@ -31,8 +32,36 @@ from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
-#: Long enough for a statement that waits for the other transaction to be seen waiting.
-SETTLE = 0.5
+
+@pytest.fixture
+async def watch(migrated_database_url: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """A connection that reads the server's activity, outside any transaction."""
+    async with await psycopg.AsyncConnection.connect(
+        migrated_database_url, autocommit=True
+    ) as conn:
+        yield conn
+
+
+async def lock_waiters(watch: psycopg.AsyncConnection[Any], like: str = "%") -> int:
+    """How many sessions of this test's database wait on a lock, running a statement
+    matching ``like`` (the test database is this test's alone)."""
+    cur = await watch.execute(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        " AND pid <> pg_backend_pid() AND query LIKE %s",
+        (like,),
+    )
+    row = await cur.fetchone()
+    return 0 if row is None else int(row[0])
+
+
+async def waited_on(watch: psycopg.AsyncConnection[Any], n: int, what: str) -> None:
+    """Wait until ``n`` sessions wait on a lock (none finished instead)."""
+
+    async def seen() -> bool:
+        return await lock_waiters(watch) == n
+
+    await until(seen, what)
 
 
 @pytest.fixture
@@ -56,7 +85,9 @@ async def _running(store: BatchOperationStore, items: list[int]) -> BatchOperati
 
 
 async def test_steps_that_wait_for_a_finish_change_nothing(
-    store: BatchOperationStore, migrated_database_url: str
+    store: BatchOperationStore,
+    migrated_database_url: str,
+    watch: psycopg.AsyncConnection[Any],
 ) -> None:
     op = await _running(store, [1, 2, 3])
     async with await psycopg.AsyncConnection.connect(migrated_database_url) as held:
@@ -79,7 +110,9 @@ async def test_steps_that_wait_for_a_finish_change_nothing(
                 ),
             )
         ]
-        await asyncio.wait(steps, timeout=SETTLE)
+        # Each step waits on the operation's row (the first on the finish's transaction,
+        # the others queued behind it), so none can answer before the commit.
+        await waited_on(watch, len(steps), "every step waits for the finish")
         assert not any(step.done() for step in steps), "a step did not wait for the finish"
         await held.commit()
         answers = await asyncio.gather(*steps)
@@ -96,7 +129,9 @@ async def test_steps_that_wait_for_a_finish_change_nothing(
 
 
 async def test_a_finish_that_waits_for_an_add_sweeps_its_items(
-    store: BatchOperationStore, migrated_database_url: str
+    store: BatchOperationStore,
+    migrated_database_url: str,
+    watch: psycopg.AsyncConnection[Any],
 ) -> None:
     op = await _running(store, [1, 2])
     async with await psycopg.AsyncConnection.connect(migrated_database_url) as held:
@@ -113,7 +148,7 @@ async def test_a_finish_that_waits_for_an_add_sweeps_its_items(
                 op.id, state=BatchOpState.CANCELLED, retention=DEFAULT_RETENTION
             )
         )
-        await asyncio.wait({finish}, timeout=SETTLE)
+        await waited_on(watch, 1, "the finish waits for the add")
         assert not finish.done(), "the finish did not wait for the add"
         await held.commit()
         done = await finish
@@ -123,7 +158,9 @@ async def test_a_finish_that_waits_for_an_add_sweeps_its_items(
 
 
 async def test_a_processed_result_recorded_after_a_skip_wins(
-    store: BatchOperationStore, migrated_database_url: str
+    store: BatchOperationStore,
+    migrated_database_url: str,
+    watch: psycopg.AsyncConnection[Any],
 ) -> None:
     """Two runners recording the same chunk (two leaders overlapping): one moved the job,
     the other then found it already moved and answers skipped. Whichever records first,
@@ -135,30 +172,20 @@ async def test_a_processed_result_recorded_after_a_skip_wins(
             "SELECT 1 FROM awa.batch_operations WHERE id = %s FOR UPDATE", (uuid.UUID(op.id),)
         )
 
-        async with await psycopg.AsyncConnection.connect(
-            migrated_database_url, autocommit=True
-        ) as watch:
+        async def waiting(n: int) -> bool:
+            return await lock_waiters(watch, "%FOR NO KEY UPDATE%") == n
 
-            async def waiting(n: int) -> bool:
-                cur = await watch.execute(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                    " AND query LIKE '%%FOR NO KEY UPDATE%%'"
-                )
-                row = await cur.fetchone()
-                return row is not None and int(row[0]) == n
+        async def record(outcome: ItemOutcome) -> None:
+            await store.record_batch_items(
+                op.id, [ItemResult(1, outcome)], cursor={"after_job_id": 1}
+            )
 
-            async def record(outcome: ItemOutcome) -> None:
-                await store.record_batch_items(
-                    op.id, [ItemResult(1, outcome)], cursor={"after_job_id": 1}
-                )
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(record, ItemOutcome.SKIPPED)
-                await until(lambda: waiting(1), "the skip's record waits on the operation")
-                tg.start_soon(record, ItemOutcome.PROCESSED)
-                await until(lambda: waiting(2), "the move's record waits behind it")
-                await held.commit()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(record, ItemOutcome.SKIPPED)
+            await until(lambda: waiting(1), "the skip's record waits on the operation")
+            tg.start_soon(record, ItemOutcome.PROCESSED)
+            await until(lambda: waiting(2), "the move's record waits behind it")
+            await held.commit()
     done = await store.get_batch_operation(op.id)
     assert done is not None
     assert (done.processed, done.skipped, done.errored) == (1, 0, 0)

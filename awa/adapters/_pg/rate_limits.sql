@@ -26,11 +26,16 @@ SELECT queue, limiter, tat, rate, burst FROM awa.rate_limiters ORDER BY queue, l
 -- name: prune_idle_rate_limiters
 -- The maintenance leader deletes limiters refilled to their whole burst (tat not ahead of
 -- now: awa.domain.rate_limits.idle), a batch at a time, passing over the rows a claim
--- holds locked (it moves them forward anyway).
-DELETE FROM awa.rate_limiters r
-WHERE (r.queue, r.limiter) IN (
+-- holds locked (it moves them forward anyway). The batch is picked once, MATERIALIZED: as
+-- an IN (subquery) the planner may rescan it per row (a nested-loop semi join), and each
+-- rescan's SKIP LOCKED passes over the rows this statement already deleted and picks the
+-- next ones, so the batch would grow past its limit.
+WITH idle AS MATERIALIZED (
     SELECT queue, limiter FROM awa.rate_limiters
     WHERE tat <= %(now)s::timestamptz
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
+DELETE FROM awa.rate_limiters r
+USING idle
+WHERE r.queue = idle.queue AND r.limiter = idle.limiter

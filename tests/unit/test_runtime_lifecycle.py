@@ -20,6 +20,7 @@ from awa.domain.states import JobState
 from awa.ports.storage import Ack, StorageEngine
 from awa.runtime import AttemptContext, HandlerRegistry
 from tests.unit.test_runtime_support import (
+    REAL_TIME_GUARD,
     clock_of,
     enqueue,
     fast_config,
@@ -249,17 +250,19 @@ async def test_shutdown_timeout_cancels_and_releases_unfinished_attempts() -> No
     handlers = HandlerRegistry()
     started: list[AttemptContext] = []
     saw_flag: list[bool] = []
+    let_go = threading.Event()
 
     async def stubborn(ctx: AttemptContext) -> None:
         started.append(ctx)
         try:
-            await sleep(30)
+            await anyio.sleep_forever()
         finally:
             saw_flag.append(ctx.is_cancelled())
 
     def blocking(ctx: AttemptContext) -> None:
         started.append(ctx)
-        time.sleep(0.3)
+        # Holds its thread until the test lets it go, after the shutdown has given up.
+        assert let_go.wait(REAL_TIME_GUARD), "the test never let the sync handler go"
 
     handlers.register("async", stubborn)
     handlers.register("sync", blocking)
@@ -269,8 +272,9 @@ async def test_shutdown_timeout_cancels_and_releases_unfinished_attempts() -> No
         await wait_until(lambda: len(started) == 2)
         before = clock_of(engine).monotonic()
         await runtime.shutdown(50)
-        # the 50 ms drain, then the release: not the async handler's 30 s
+        # the 50 ms drain, then the release: neither handler ever ends by itself
         assert clock_of(engine).monotonic() - before < 2
+        let_go.set()
     assert saw_flag == [True]
     for record in (a, s):
         after = await job(engine, record.id)

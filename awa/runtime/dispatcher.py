@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import attrs
 from anyio.abc import TaskGroup, TaskStatus
 
@@ -370,6 +371,14 @@ class QueueDispatcher:
             capacity = self._permits.in_flight(self.queue) + self._permits.available(self.queue)
             if granted < min(wanted, capacity // 2):
                 await self._clock.sleep(_GATHER_SECONDS)
+                granted += self._permits.try_reserve(self.queue, wanted - granted)
+            elif granted < min(wanted, capacity):
+                # The attempts of the last claim were handed over just now: short ones
+                # finish within one pass of the event loop and give their permits back.
+                # Let them, and claim those slots too, or a backlog of short jobs is
+                # claimed in halves that alternate with each other's handlers for good
+                # (twice the claims, a fifth more server CPU per job).
+                await anyio.lowlevel.checkpoint()
                 granted += self._permits.try_reserve(self.queue, wanted - granted)
         if self._bucket is not None:
             self._bucket.refund(wanted - granted)

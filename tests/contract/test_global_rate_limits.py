@@ -180,3 +180,23 @@ async def test_idle_limiters_are_pruned_once_refilled(engine: EngineHandle) -> N
     # A pruned limiter admits what a refilled one would: the whole burst.
     await keyed(engine, "tenant-b", 3)
     assert by_key(await rated(engine, queue_limit, per_key)) == {"tenant-a": 1, "tenant-b": 2}
+
+
+@pytest.mark.parametrize("max_running_per_key", [None, 5])
+async def test_a_key_without_a_token_gives_its_place_to_the_next(
+    engine: EngineHandle, max_running_per_key: int | None
+) -> None:
+    # Four keys spend their one token each; then a fifth key gets a job. A claim of one
+    # place must take it: the spent keys come first in the claimer's rotation (queue
+    # storage's lane shards follow these names' order, and the cursor is past the last
+    # key it walked), and each gives its place to the next key instead of holding it
+    # without a token.
+    per_key = GlobalRateLimit(rate=1 / 3600, burst=1)
+    spent = [f"tenant-{n:02d}" for n in range(0, 8, 2)]
+    for key in spent:
+        await keyed(engine, key, 2)
+    first = await rated(engine, None, per_key, limit=4, max_running_per_key=max_running_per_key)
+    assert by_key(first) == dict.fromkeys(spent, 1)
+    await keyed(engine, "tenant-01", 1)
+    got = await rated(engine, None, per_key, limit=1, max_running_per_key=max_running_per_key)
+    assert by_key(got) == {"tenant-01": 1}

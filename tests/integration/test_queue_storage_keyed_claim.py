@@ -18,6 +18,7 @@ from awa.adapters.clock import ManualClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.domain.flow_control import CONCURRENCY_KEY_METADATA, concurrency_key_of
 from awa.domain.job import Claim, JobRecord, JobSpec
+from awa.ports.storage import Ack
 from tests.support.engines import CONTRACT_BACKOFF
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
@@ -138,3 +139,22 @@ async def test_the_window_moves_on_past_keys_with_nothing_due(
     for _ in range(4):
         seen.update(_keys(await engine.claim(QUEUE, limit=2)))
     assert seen == set(keys)
+
+
+async def test_the_count_from_a_lanes_mark_still_sees_an_old_attempt(
+    engine: QueueStorageEngine,
+) -> None:
+    # Under a limit of two the key's first attempt stays open while the jobs after it are
+    # claimed and completed one by one: each count starts at the lane's low-water mark,
+    # which stays at that first attempt, so the key never runs more than two.
+    jobs = await _keyed(engine, ["a"], 8)
+    (first, second) = await engine.claim(QUEUE, limit=5, max_running_per_key=2)
+    assert [first.job.id, second.job.id] == [jobs[0].id, jobs[1].id]
+    held = second
+    for job in jobs[2:]:
+        assert await engine.complete([held.lease]) == [Ack.APPLIED]
+        (held,) = await engine.claim(QUEUE, limit=5, max_running_per_key=2)
+        assert held.job.id == job.id
+        assert await engine.claim(QUEUE, limit=5, max_running_per_key=2) == []
+    assert await engine.complete([first.lease]) == [Ack.APPLIED]
+    assert await engine.claim(QUEUE, limit=5, max_running_per_key=2) == []

@@ -5,7 +5,7 @@ claims at most what :func:`~awa.domain.rate_limits.admission` allows, and stores
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 import attrs
@@ -20,6 +20,7 @@ from awa.domain.rate_limits import (
     LimiterState,
     admission,
     advanced,
+    allowance,
     resume_at,
 )
 
@@ -130,6 +131,22 @@ async def lock_limiters(
         allowed=allowed,
         wanted=wanted,
     )
+
+
+async def key_allowances(
+    conn: DictConnection,
+    queue: str,
+    *,
+    per_key_limit: GlobalRateLimit,
+    key_names: Sequence[str],
+    now: datetime,
+) -> dict[str, int]:
+    """What each key's limiter would admit at ``now``, read without a lock: for a claim
+    to pass over the keys without a token when it chooses its keys (ADR 0029, "A key
+    without a token gives its place"); :func:`lock_limiters` decides."""
+    cur = await conn.execute(_query("read_rate_limiters"), {"queue": queue, "names": key_names})
+    tats = {row["limiter"]: row["tat"] for row in await cur.fetchall()}
+    return {name: allowance(per_key_limit, tats.get(name), now) for name in key_names}
 
 
 class PgRateLimiterReader:

@@ -13,6 +13,13 @@ ORDER BY l.n
 ON CONFLICT (queue, limiter) DO UPDATE SET rate = EXCLUDED.rate, burst = EXCLUDED.burst
 RETURNING r.limiter, r.tat
 
+-- name: read_rate_limiters
+-- The theoretical arrival time of some of a queue's limiters, without locking them: a
+-- claim choosing which keys to offer its places to (lock_rate_limiters reads them again
+-- under lock before anything is taken).
+SELECT limiter, tat FROM awa.rate_limiters
+WHERE queue = %(queue)s AND limiter = ANY(%(names)s::text[])
+
 -- name: store_rate_limiters
 -- The limiters' new theoretical arrival time after the claim took its jobs.
 UPDATE awa.rate_limiters r SET tat = s.tat, updated_at = %(now)s::timestamptz

@@ -13,7 +13,7 @@ from psycopg.types.json import Jsonb
 from awa.adapters._pg import dependencies as pg_dependencies
 from awa.adapters._pg.errors import is_unique_claim_violation, translated_errors
 from awa.adapters._pg.pool import DictConnection
-from awa.adapters._pg.rate_limits import lock_limiters
+from awa.adapters._pg.rate_limits import key_allowances, lock_limiters
 from awa.adapters._pg.rows import job_from_row, mask_param
 from awa.adapters._pg.unique_conflicts import insert_merging, merging
 from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase, attempt_facts
@@ -273,7 +273,7 @@ class WorkerOps(EngineBase):
         params: dict[str, Any] = {"queue": queue, "now": now, "per_key": wanted_per_key}
         async with self._transaction() as conn:
             window, keyed, live, contended = await self._key_window(
-                conn, queue, params, limit, per_key
+                conn, queue, params, limit, per_key, rate_per_key, now
             )
             if window.cursor is not None:
                 self._key_cursor[queue] = window.cursor
@@ -348,16 +348,18 @@ class WorkerOps(EngineBase):
         params: dict[str, Any],
         limit: int,
         per_key: int | None,
+        rate_per_key: GlobalRateLimit | None,
+        now: datetime,
     ) -> tuple[KeyWindow[str], list[tuple[int, str, int, datetime]], dict[str, int], set[str]]:
         """The keys a limited claim offers candidates of (ADR 0029, "Fairness";
         :class:`~awa.domain.flow_control.KeyWindow`): walks of the keys with available
         work in key order after the one this process walked to last (round from the
         first key when they run out), each walk's keys locked (the first walk waits for
         them in sorted order, a later one only tries, so two claimers never wait in a
-        circle) and their live attempts counted after the locks; keys with no free slot
-        are walked past. Returns the window, the walked keys' candidates (each key's
-        first ``per_key`` due jobs), the live attempts per key and the keys left to
-        another claimer."""
+        circle) and their live attempts counted after the locks; keys with no free slot,
+        and keys whose per-key rate limiter has no token, are walked past. Returns the
+        window, the walked keys' candidates (each key's first ``per_key`` due jobs), the
+        live attempts per key and the keys left to another claimer."""
         window: KeyWindow[str] = KeyWindow(limit)
         keyed: list[tuple[int, str, int, datetime]] = []
         live: dict[str, int] = {}
@@ -425,9 +427,20 @@ class WorkerOps(EngineBase):
                     free[key] = limit
                 else:
                     free[key] = per_key - live.get(key, 0)
+            if rate_per_key is not None and walked:
+                # A key whose limiter has no token gives its place to the next key.
+                tokens = await key_allowances(
+                    conn,
+                    queue,
+                    per_key_limit=rate_per_key,
+                    key_names=[key_limiter(k) for k in walked],
+                    now=now,
+                )
+                for key in walked:
+                    free[key] = min(free[key], tokens[key_limiter(key)])
             window.add(walked, wanted, free.__getitem__)
-            if per_key is None:
-                # Without a concurrency limit every key walked with due work has room.
+            if per_key is None and rate_per_key is None:
+                # Without a limit every key walked with due work has room.
                 break
         return window, keyed, live, contended
 

@@ -20,7 +20,7 @@ from psycopg.types.numeric import Int8
 
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
-from awa.adapters._pg.rate_limits import HeldLimiters, lock_limiters
+from awa.adapters._pg.rate_limits import HeldLimiters, key_allowances, lock_limiters
 from awa.adapters.postgres_queue_storage.connections import (
     KEPT_CONNECTIONS,
     Connections,
@@ -85,6 +85,9 @@ _RING = -1
 #: so its prepared plan keeps one set of parameter types.
 _KEYED_BASE = Int8(KEYED_SHARD_BASE)
 _NO_KEY = KEYED_SHARD_BASE - 1
+
+#: Low-water marks kept per queue before they are dropped and learnt again.
+_MAX_MARKS = 100_000
 
 
 @attrs.frozen
@@ -158,6 +161,10 @@ class Claims:
         # from, and from no other lane: the next claim's first walk reads that lane's
         # whole batch and one row of each other lane (claim_body, first_lanes).
         self._lead: dict[str, tuple[int, int]] = {}
+        # Per queue, each keyed lane's (priority, shard) low-water mark as this process's
+        # last count of it saw it: every row below it is claimed and closed or tombstoned,
+        # so the next count starts there (live_per_keyed_lane).
+        self._marks: dict[str, dict[tuple[int, int], int]] = {}
 
     async def claim(
         self,
@@ -243,18 +250,24 @@ class Claims:
         """The keyed lanes a limited claim may take from and how many from each: the
         next ``limit`` keys with work and a free slot after the one this process's last
         limited claim walked to (:class:`~awa.domain.flow_control.KeyWindow`: keys at
-        their limit are walked past), locked, less their live attempts and capped by
+        their limit, and keys whose per-key rate limiter has no token, are walked past),
+        locked, less their live attempts and capped by
         their rate limiters (locked after the keys, the queue's own first)."""
         per_key = limits.max_running_per_key
         window: KeyWindow[int] = KeyWindow(limit)
         free: dict[int, int] = {}
         # Keys another claimer was claiming (a later walk's lock not got): left to it.
         contended: set[int] = set()
+        # Keys with a free slot but no token of their per-key rate limiter: walked past.
+        no_token: set[int] = set()
         after = self._key_cursor.get(queue, _NO_KEY)
         while (wanted := window.keys_to_walk()) > 0:
-            rows = await self._sql.exec(
+            # The first walk of a concurrency limit waits for its keys' locks, in sorted
+            # order, in the same statement.
+            first_locked = window.walks == 0 and per_key is not None
+            rows = await self._sql.exec_prepared(
                 conn,
-                "keyed_lanes_with_work",
+                "keyed_lanes_locked" if first_locked else "keyed_lanes_with_work",
                 queue=queue,
                 keyed_base=_KEYED_BASE,
                 key_after=Int8(after),
@@ -266,37 +279,42 @@ class Claims:
                 after = walked[-1]
             locked = walked
             if walked and per_key is not None:
-                if window.walks == 0:
-                    # The first walk waits for its keys, in sorted order.
-                    await self._sql.exec(
-                        conn, "lock_keyed_lanes", queue=queue, shards=sorted(walked)
-                    )
-                else:
-                    got = await self._sql.exec(
+                if not first_locked:
+                    got = await self._sql.exec_prepared(
                         conn, "try_lock_keyed_lanes", queue=queue, shards=sorted(walked)
                     )
                     held_keys = {int(row["shard"]) for row in got}
                     locked = [shard for shard in walked if shard in held_keys]
                     contended.update(shard for shard in walked if shard not in held_keys)
-                live: dict[int, int] = {}
-                if locked:
-                    counted = await self._sql.exec(
-                        conn, "live_per_keyed_lane", queue=queue, shards=locked
-                    )
-                    live = {int(row["shard"]): int(row["live"]) for row in counted}
+                live = await self._live(conn, queue, locked) if locked else {}
                 for shard in walked:
                     free[shard] = 0 if shard in contended else per_key - live.get(shard, 0)
             else:
                 for shard in walked:
                     free[shard] = limit
+            if walked and limits.rate_per_key is not None:
+                # A key whose limiter has no token gives its place in the window to the
+                # next key, as a key at its concurrency limit does.
+                tokens = await key_allowances(
+                    conn,
+                    queue,
+                    per_key_limit=limits.rate_per_key,
+                    key_names=[shard_limiter(shard) for shard in walked],
+                    now=now,
+                )
+                for shard in walked:
+                    if free[shard] > 0 and tokens[shard_limiter(shard)] <= 0:
+                        no_token.add(shard)
+                    free[shard] = min(free[shard], tokens[shard_limiter(shard)])
             window.add(walked, wanted, lambda shard: free[shard])
-            if per_key is None:
-                # Without a concurrency limit every key walked has room.
-                break
         if window.cursor is not None:
             self._key_cursor[queue] = window.cursor
         # Each key at its limit holds back at least its next job.
-        at_limit = sum(1 for shard, n in free.items() if n <= 0 and shard not in contended)
+        at_limit = sum(
+            1
+            for shard, n in free.items()
+            if n <= 0 and shard not in contended and shard not in no_token
+        )
         shards = sorted(window.with_room)
         held = await lock_limiters(
             conn,
@@ -307,7 +325,7 @@ class Claims:
             wanted=limit,
             now=now,
         )
-        by_rate = 0
+        by_rate = len(no_token)
         allowed = held.allowed.per_key
         if allowed is not None:
             for shard in shards:
@@ -322,6 +340,40 @@ class Claims:
             concurrency_limited=at_limit,
             rate_limited=by_rate,
         )
+
+    async def _live(self, conn: DictConnection, queue: str, shards: list[int]) -> dict[int, int]:
+        """The live attempts of each keyed lane in ``shards`` (their keys locked by this
+        claim), counted from each lane's low-water mark, which moves up to what the count
+        saw (live_per_keyed_lane)."""
+        marks = self._marks.setdefault(queue, {})
+        wanted = set(shards)
+        known = [(lane, seq) for lane, seq in marks.items() if lane[1] in wanted]
+        rows = await self._sql.exec_prepared(
+            conn,
+            "live_per_keyed_lane",
+            queue=queue,
+            shards=shards,
+            mark_priorities=[p for (p, _), _ in known],
+            mark_shards=[sh for (_, sh), _ in known],
+            mark_seqs=[seq for _, seq in known],
+        )
+        if len(marks) > _MAX_MARKS:
+            # Drained keys' lanes are not told apart from busy ones: start again.
+            marks.clear()
+        live: dict[int, int] = {}
+        for row in rows:
+            shard = int(row["shard"])
+            live[shard] = live.get(shard, 0) + int(row["live"])
+            marks[(int(row["priority"]), shard)] = int(row["mark"])
+        return live
+
+    def forget(self) -> None:
+        """Forget what this process learnt of the lanes (after a reset of the engine's
+        rows, whose lanes start again from position 0): the key cursors, lead lanes and
+        low-water marks."""
+        self._key_cursor.clear()
+        self._lead.clear()
+        self._marks.clear()
 
     async def _claim(
         self,
@@ -520,7 +572,10 @@ class Claims:
         Returns the claims and whether a lane was left alone because a retiring writer
         marked it after the statement's snapshot."""
         batch = ClaimBatch()
-        async with translated_errors(), self._connections.tx(pipeline=limits is None) as conn:
+        # In pipeline mode: BEGIN travels with the first statement and what follows the
+        # last read with COMMIT; a limited claim's reads (walk, count, claim) are a round
+        # trip each.
+        async with translated_errors(), self._connections.tx(pipeline=True) as conn:
             if limits is None:
                 rows = await self._sql.exec(conn, "claim_sorted", **params)
                 self._note_key_cursor(queue, rows, params)
@@ -543,6 +598,9 @@ class Claims:
                 if len([r for r in rows if r["id"] is not None]) == allowed:
                     batch.rate_limited = params["limit"] - allowed
             else:
+                # Every statement of this claim runs under its generic plan, made once
+                # per connection: each planned anew cost about as much as its run.
+                await self._sql.exec(conn, "generic_plan_here")
                 room = await self._room(conn, queue, params["limit"], limits, now)
                 held = room.held
                 allowed = held.allowed.limit
@@ -552,7 +610,7 @@ class Claims:
                 if allowed <= 0:
                     batch.rate_limited += params["limit"]
                     return batch, False
-                rows = await self._sql.exec(
+                rows = await self._sql.exec_prepared(
                     conn,
                     "claim_limited",
                     **{**params, "limit": allowed},

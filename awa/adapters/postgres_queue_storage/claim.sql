@@ -584,6 +584,20 @@ p.key_rank,
 -- claim's earlier walks, KeyWindow); at most `limit` (the keys the walk still wants).
 {keyed_rotation walked_out=keyed_walked_out}
 
+-- name: keyed_lanes_locked
+-- keyed_lanes_with_work and the keys' transaction-scoped locks (by their lane's shard,
+-- across priorities) in one statement, for a claim's first walk: the locks are taken in
+-- sorted order, so claimers never deadlock, waited for, and the walk's keys returned in
+-- rotation order. The count that follows is a statement of its own, so it starts after
+-- the locks are held.
+WITH walked AS ({keyed_rotation walked_out=keyed_walked_out}), locked AS (
+    SELECT count(pg_advisory_xact_lock(
+        hashtextextended('awa.concurrency:{s}:' || %(queue)s || ':' || k.shard, 0))) AS n
+    FROM (SELECT w.shard FROM walked w ORDER BY w.shard) k
+)
+SELECT w.shard FROM walked w CROSS JOIN locked
+ORDER BY w.shard <= %(key_after)s, w.shard
+
 -- name: keyed_walked_out
 AND NOT h.shard = ANY(%(walked)s::int[])
 
@@ -627,14 +641,6 @@ AND (h.shard < %(keyed_base)s OR h.shard IN (SELECT w.shard FROM key_window w))
 -- name: no_key_cursor
 NULL::int
 
--- name: lock_keyed_lanes
--- The keys' transaction-scoped locks (by their lane's shard, across priorities), in the
--- order given (sorted by the caller). A statement of its own: the count that follows
--- starts after they are held and sees every claim committed before.
-SELECT count(pg_advisory_xact_lock(
-    hashtextextended('awa.concurrency:{s}:' || %(queue)s || ':' || k, 0))) AS n
-FROM unnest(%(shards)s::int[]) AS k
-
 -- name: try_lock_keyed_lanes
 -- The keys' locks for a later walk of the same claim (KeyWindow): tried, never waited
 -- for, since this claim already holds the first walk's locks and waiting here could close
@@ -646,19 +652,50 @@ WHERE pg_try_advisory_xact_lock(
     hashtextextended('awa.concurrency:{s}:' || %(queue)s || ':' || k, 0))
 
 -- name: live_per_keyed_lane
--- Each keyed lane's live attempts: its ready rows (any priority) with an open claim, a
--- claim without a closure (running, or waiting_external when its lease waits), as the
--- job_facts view reads them.
-SELECT r.shard, count(*) AS live
-FROM {s}.ready_entries r
-JOIN {s}.claims c ON c.slot = r.slot AND c.ready_fact = r.fact_id
-WHERE r.queue = %(queue)s AND r.priority = ANY('{1,2,3,4}'::smallint[])
-  AND r.shard = ANY(%(shards)s::int[])
-  AND NOT EXISTS (
-      SELECT 1 FROM {s}.closures x WHERE x.slot = c.slot AND x.claim_id = c.claim_id)
-  AND NOT EXISTS (
-      SELECT 1 FROM {s}.tombstones t WHERE t.slot = r.slot AND t.ready_fact = r.fact_id)
-GROUP BY r.shard
+-- Each keyed lane's live attempts (ADR 0029, "Counting a key's live attempts"): its ready
+-- rows with an open claim, a claim without a closure (running, or waiting_external when
+-- its lease waits), as the job_facts view reads them; and the lane's low-water mark,
+-- the position below which every row is claimed and closed or tombstoned (the first
+-- open claim, else the cursor). Only rows that can hold an open claim are read: from the
+-- claimer's last mark of the lane (`mark_*`; a mark past the cursor is not this lane's
+-- and is not used), and below the claim cursor, the rows past it only while the window
+-- past it is sorted (disorder_seq at or past the cursor). An ordered window is claimed
+-- as a prefix and its cursor moved in the same statement, and a sorted window's claim
+-- moves the cursor over its claimed prefix in its transaction, leaving claims past the
+-- cursor only below a row appended out of order (the later rows rank after the lane's
+-- tail). A row below a mark stays closed: claims are made at or past the cursor, and a
+-- closed claim never opens again. The caller holds the keys' locks, so the cursors read
+-- are those of every claim of these keys committed before.
+SELECT h.priority, h.shard, count(r.lane_seq) AS live,
+    least(min(r.lane_seq), h.claim_seq) AS mark
+FROM {s}.claim_heads h
+JOIN {s}.lanes l USING (queue, priority, shard)
+LEFT JOIN LATERAL (
+    SELECT o.lane_seq FROM (
+        SELECT r.slot, r.fact_id, r.lane_seq FROM {s}.ready_entries r
+        WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+          AND r.lane_seq >= coalesce(
+              (SELECT m.seq
+               FROM unnest(%(mark_priorities)s::smallint[], %(mark_shards)s::int[],
+                           %(mark_seqs)s::bigint[]) AS m(priority, shard, seq)
+               WHERE m.priority = h.priority AND m.shard = h.shard AND m.seq <= h.claim_seq),
+              0)
+          AND r.lane_seq < CASE WHEN l.disorder_seq >= h.claim_seq THEN l.next_seq
+                                ELSE h.claim_seq END
+        OFFSET 0) o
+    WHERE EXISTS (
+          SELECT 1 FROM {s}.claims c
+          WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
+            AND NOT EXISTS (
+                SELECT 1 FROM {s}.closures x
+                WHERE x.slot = c.slot AND x.claim_id = c.claim_id OFFSET 0)
+          OFFSET 0)
+      AND NOT EXISTS (
+          SELECT 1 FROM {s}.tombstones t
+          WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)) r ON true
+WHERE h.queue = %(queue)s AND h.priority = ANY('{1,2,3,4}'::smallint[])
+  AND h.shard = ANY(%(shards)s::int[])
+GROUP BY h.priority, h.shard, h.claim_seq
 
 -- name: contested_claims
 -- Rows claim_sorted just claimed from sorted windows that another claimer claimed, or a

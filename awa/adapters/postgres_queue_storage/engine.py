@@ -376,6 +376,7 @@ class QueueStorageEngine:
     # ---------------------------------------------------------------- admin changes
     async def reset(self) -> None:
         await self._parts.changes.reset()
+        self._parts.claims.forget()
 
     # ---------------------------------------------------------------- ring maintenance
     async def rotate_queue_ring(self, seal: RingSeal | None = None) -> RotateOutcome:

@@ -371,6 +371,21 @@ class Statements:
             return list(await cur.fetchall())
         return await fetch_decodable(cur)
 
+    async def exec_prepared(
+        self, conn: DictConnection, name: str, **params: Any
+    ) -> list[dict[str, Any]]:
+        """Run ``name`` as a prepared statement of ``conn``'s session (not through a
+        transaction-mode pooler, :func:`run`): for the statements of a transaction that
+        runs them again and again, whose plan costs about as much as their run (the
+        per-key limited claim's, which read the ring through its partitioned parents);
+        with ``generic_plan_here`` run first in the transaction, the plan is made once
+        per connection."""
+        cur = await run(conn, self._bytes[name], params, prepare=True)
+        # In pipeline mode the result is not there yet (pgresult is None): fetching waits.
+        if cur.pgresult is not None and cur.description is None:
+            return []
+        return await fetch_decodable(cur)
+
     async def exec_filtered(
         self, conn: DictConnection, name: str, clauses: tuple[str, ...], params: dict[str, Any]
     ) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
@@ -48,6 +48,12 @@ FINISHED_FAILED = frozenset({JobState.Failed, JobState.Cancelled})
 EDGE_RETENTION = RESULT_RETENTION
 #: How many children's edges the leader's retention duty prunes per statement.
 EDGE_PRUNE_BATCH = 200
+#: How long a parent of an unresolved edge must have been seen absent from every engine
+#: before the maintenance leader answers its children as if it were cancelled (ADR 0032,
+#: "A parent that vanishes"): it is looked for again at least this long after the first
+#: sighting, under the lock a storage transition's move takes, so a parent mid-way
+#: through a move between engines or ring slots is found again instead of answered.
+VANISHED_GRACE = timedelta(minutes=5)
 
 
 class OnParentFailure(enum.StrEnum):

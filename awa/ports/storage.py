@@ -88,6 +88,16 @@ class Rescued:
     kind: str | None = None
 
 
+@attrs.frozen
+class VanishedStep:
+    """What one step of the search for vanished parents did (ADR 0032, "A parent that
+    vanishes"): where the next step starts (``None``: from the first parent again) and
+    how many parents it answered as cancelled."""
+
+    following: int | None
+    answered: int
+
+
 class StorageEngine(Protocol):
     # ------------------------------------------------------------------ producers
     def transaction(self) -> AbstractAsyncContextManager[UnitOfWork]:
@@ -379,6 +389,18 @@ class StorageEngine(Protocol):
 
     async def delete_jobs(self, job_ids: Sequence[int]) -> int:
         """Delete jobs by id (any state except live attempts); returns how many."""
+        ...
+
+    async def answer_vanished_parents(
+        self, *, after: int, limit: int, seen_before: datetime
+    ) -> VanishedStep:
+        """One bounded step of the maintenance leader's search for parents that left
+        without finishing while children still wait on them (a ``DELETE`` on ``awa.jobs``
+        in SQL, or a delete by an earlier release): a page of at most ``limit`` parents
+        of unresolved edges after parent id ``after`` is read, those no engine holds are
+        recorded as seen now; those a SQL delete recorded, and those first seen gone at or
+        before ``seen_before`` and still gone, have their children answered as
+        :meth:`delete_jobs` answers them (ADR 0032, "A parent that vanishes")."""
         ...
 
     # ------------------------------------------------------------------ DLQ

@@ -14,7 +14,7 @@ from datetime import timedelta
 
 from awa.domain import batches
 from awa.domain.admin_views import QUEUE_SAMPLE_INTERVAL, QUEUE_SAMPLES_KEPT, samples_from_depths
-from awa.domain.dependencies import EDGE_PRUNE_BATCH, EDGE_RETENTION
+from awa.domain.dependencies import EDGE_PRUNE_BATCH, EDGE_RETENTION, VANISHED_GRACE
 from awa.domain.lifecycle import Rescue
 from awa.domain.policies import PruneOutcome, RingSeal
 from awa.domain.rate_limits import PRUNE_BATCH
@@ -86,6 +86,8 @@ class MaintenanceDuties:
         self.lease_ring_outcomes = {} if lease_ring_outcomes is None else lease_ring_outcomes
         #: Where the dependency retention's walk stands between two runs of a long walk.
         self._edge_cursor: EdgeCursor | None = None
+        #: Where the search for vanished parents stands between two runs (a parent id).
+        self._vanished_cursor = 0
         #: The leader seals the queue ring's slot once it is full or old (ADR 0006).
         self._ring_seal = RingSeal(
             interval=timedelta(seconds=config.queue_storage_queue_rotate_interval)
@@ -227,10 +229,23 @@ class MaintenanceDuties:
         a statement. After ``_CLEANUP_ROUNDS`` full pages the duty answers True and keeps
         its place, so the leader runs it again once the other duties had their turn (and
         renewed its lease in between); a short page ends the walk, and the next run starts
-        again from the oldest edge left."""
+        again from the oldest edge left.
+
+        First, one page of the parents children still wait on is looked for through
+        every engine (:meth:`~awa.ports.storage.StorageEngine.answer_vanished_parents`):
+        the children of a parent a ``DELETE`` in SQL took, or that two runs
+        ``VANISHED_GRACE`` apart found gone, are answered as for a cancel (ADR 0032, "A
+        parent that vanishes"); a full page answers True too."""
         assert self._control is not None
         relations = self._control.relations
         now = self._clock.now()
+        self.fence()
+        step = await self._engine.answer_vanished_parents(
+            after=self._vanished_cursor, limit=EDGE_PRUNE_BATCH, seen_before=now - VANISHED_GRACE
+        )
+        self._vanished_cursor = 0 if step.following is None else step.following
+        if step.answered:
+            log.info("answered the children of %d vanished parents", step.answered)
         before = now - EDGE_RETENTION
         pruned = 0
         more = False
@@ -261,7 +276,7 @@ class MaintenanceDuties:
             await relations.prune_batches(before=before)
         if pruned:
             log.info("pruned %d dependency edges of finished jobs", pruned)
-        return more
+        return more or step.following is not None
 
     async def _prune_rate_limiters(self) -> None:
         """Delete the fleet-wide rate limiters that refilled their whole burst

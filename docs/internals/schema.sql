@@ -242,6 +242,14 @@ CREATE TABLE awa.deferred_jobs (
 CREATE INDEX deferred_jobs_queue_state_idx ON awa.deferred_jobs USING btree (queue, state);
 CREATE INDEX deferred_jobs_run_at_job_id_idx ON awa.deferred_jobs USING btree (run_at, job_id);
 
+-- Parents of unresolved dependency edges found gone, before their children are answered as if they were cancelled.
+CREATE TABLE awa.dependency_vanished_parents (
+    parent_id bigint NOT NULL,
+    seen_at timestamp with time zone NOT NULL,
+    deleted boolean DEFAULT false NOT NULL,
+    CONSTRAINT dependency_vanished_parents_pkey PRIMARY KEY (parent_id)
+);
+
 -- The dead-letter queue: failed jobs set aside with their whole body for an operator to retry or purge.
 CREATE TABLE awa.dlq_entries (
     job_id bigint NOT NULL,

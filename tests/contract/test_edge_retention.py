@@ -12,7 +12,8 @@ import psycopg
 import pytest
 
 from awa.domain.batches import BatchCounts
-from awa.domain.dependencies import EDGE_RETENTION
+from awa.domain.dependencies import EDGE_RETENTION, VANISHED_GRACE, OnParentFailure
+from awa.domain.lifecycle import DEPENDENCY_FAILED_ERROR
 from awa.domain.states import JobState
 from awa.ports.storage import Ack
 from awa.runtime import maintenance_duties, parse_start_args
@@ -185,3 +186,134 @@ async def test_edges_of_a_deleted_parent_go_after_the_retention(engine: EngineHa
     engine.clock.advance(2 * SECOND)
     await duty.run()
     assert await parents_of(engine, child.id) == []
+
+
+async def _sql(engine: EngineHandle, statement: str, *params: object) -> list[tuple[object, ...]]:
+    assert engine.database_url is not None
+    async with await psycopg.AsyncConnection.connect(engine.database_url) as conn:
+        cur = await conn.execute(statement.encode(), params)
+        return list(await cur.fetchall()) if cur.description else []
+
+
+async def _sightings(engine: EngineHandle) -> list[tuple[object, ...]]:
+    return await _sql(
+        engine, "SELECT parent_id, deleted FROM awa.dependency_vanished_parents ORDER BY 1"
+    )
+
+
+async def test_a_sql_delete_of_a_parent_answers_its_children(engine: EngineHandle) -> None:
+    """A ``DELETE`` on ``awa.jobs`` of a job that had not finished records it, and the next
+    run of the duty answers its children as the engine's ``delete_jobs`` would (ADR 0032,
+    "A parent that vanishes"): each child's policy applies, the edges are resolved. A
+    finished job deleted in SQL is not recorded."""
+    if engine.database_url is None:
+        pytest.skip("the in-memory engines have no SQL surface")
+    duty = cleanup_duty(engine)
+    parent = await enqueue(engine, "wf_parent")
+    cancels = await enqueue(engine, "wf_child", queue="wf_children", depends_on=(parent.id,))
+    runs = await enqueue(
+        engine,
+        "wf_child",
+        queue="wf_children",
+        depends_on=(parent.id,),
+        on_parent_failure=(str(OnParentFailure.RUN),),
+    )
+    if not await _sql(engine, "SELECT 1 FROM awa.jobs WHERE id = %s", parent.id):
+        pytest.skip("awa.jobs does not show this engine's private schema")
+    await _sql(engine, "DELETE FROM awa.jobs WHERE id = %s", parent.id)
+    assert await engine.engine.get_job(parent.id) is None
+    assert await _sightings(engine) == [(parent.id, True)]
+    assert (await fetch(engine, cancels.id)).state == JobState.Scheduled
+    await duty.run()
+    cancelled = await fetch(engine, cancels.id)
+    assert cancelled.state == JobState.Cancelled
+    assert cancelled.errors[-1]["error"] == DEPENDENCY_FAILED_ERROR
+    assert (await fetch(engine, runs.id)).state == JobState.Available
+    edges = await engine.control.relations.job_edges(cancels.id, limit=10)
+    assert [(e.job_id, e.failed) for e in edges.parents] == [(parent.id, True)]
+    assert await _sightings(engine) == []
+
+    # A finished parent deleted in SQL had answered its children when it finished.
+    done = await enqueue(engine, "wf_parent")
+    other = await enqueue(engine, "wf_parent")
+    waits = await enqueue(engine, "wf_child", queue="wf_children", depends_on=(done.id, other.id))
+    claim = await claim_one(engine)
+    assert claim.job.id == done.id
+    assert await engine.engine.complete([claim.lease]) == [Ack.APPLIED]
+    await _sql(engine, "DELETE FROM awa.jobs WHERE id = %s", done.id)
+    assert await _sightings(engine) == []
+    await duty.run()
+    assert (await fetch(engine, waits.id)).state == JobState.Scheduled
+
+
+async def test_a_parent_gone_unseen_is_answered_only_when_seen_gone_again(
+    engine: EngineHandle,
+) -> None:
+    """A parent that left without a word (deleted by an earlier release, or under the
+    trigger): the first run only records that it is gone; a run ``VANISHED_GRACE`` later
+    that finds it gone again answers its children. The in-memory store, written whole
+    each time, has no move to be mid-way through: one run answers them."""
+    duty = cleanup_duty(engine)
+    parent = await enqueue(engine, "wf_parent")
+    child = await enqueue(engine, "wf_child", queue="wf_children", depends_on=(parent.id,))
+    if engine.database_url is None:
+        store = getattr(engine.engine, "store", None)
+        if store is None:
+            pytest.skip("the in-memory routing engine does not hand out its store")
+        for jobs in store.state.sides.values():
+            jobs.pop(parent.id, None)
+        assert await engine.engine.get_job(parent.id) is None
+        await duty.run()
+        assert (await fetch(engine, child.id)).state == JobState.Cancelled
+        return
+    if not await _sql(engine, "SELECT 1 FROM awa.jobs WHERE id = %s", parent.id):
+        pytest.skip("awa.jobs does not show this engine's private schema")
+    # As an earlier release left it: the parent gone, nothing recorded.
+    await _sql(engine, "DELETE FROM awa.jobs WHERE id = %s", parent.id)
+    await _sql(engine, "DELETE FROM awa.dependency_vanished_parents")
+    await duty.run()
+    assert await _sightings(engine) == [(parent.id, False)]
+    assert (await fetch(engine, child.id)).state == JobState.Scheduled
+    engine.clock.advance(VANISHED_GRACE - SECOND)
+    await duty.run()
+    assert (await fetch(engine, child.id)).state == JobState.Scheduled
+    engine.clock.advance(2 * SECOND)
+    await duty.run()
+    assert (await fetch(engine, child.id)).state == JobState.Cancelled
+    assert await _sightings(engine) == []
+
+
+async def test_a_parent_seen_gone_and_found_again_is_not_answered(
+    engine: EngineHandle,
+) -> None:
+    """A parent read gone once (as one mid-way through a move between engines or ring
+    slots can be) and there at the next look is no vanished parent: its sighting is
+    forgotten and its children keep waiting."""
+    if engine.database_url is None:
+        pytest.skip("the in-memory engines have no SQL surface")
+    duty = cleanup_duty(engine)
+    parent = await enqueue(engine, "wf_parent")
+    child = await enqueue(engine, "wf_child", queue="wf_children", depends_on=(parent.id,))
+    # Seen gone long ago: due, but read again before it is answered.
+    await _sql(
+        engine,
+        "INSERT INTO awa.dependency_vanished_parents (parent_id, seen_at) VALUES (%s, %s)",
+        parent.id,
+        engine.clock.now() - 2 * VANISHED_GRACE,
+    )
+    await duty.run()
+    assert await _sightings(engine) == []
+    assert (await fetch(engine, child.id)).state == JobState.Scheduled
+    # Seen gone just now: forgotten when the page finds it there.
+    await _sql(
+        engine,
+        "INSERT INTO awa.dependency_vanished_parents (parent_id, seen_at) VALUES (%s, %s)",
+        parent.id,
+        engine.clock.now(),
+    )
+    await duty.run()
+    assert await _sightings(engine) == []
+    claim = await claim_one(engine)
+    assert claim.job.id == parent.id
+    assert await engine.engine.complete([claim.lease]) == [Ack.APPLIED]
+    assert (await fetch(engine, child.id)).state == JobState.Available

@@ -98,7 +98,7 @@ def _poison(url: str, engine: EngineHandle, job_id: int) -> None:
     """Set ``run_at = '-infinity'`` on a stored job, as a row written before migration
     0397 could hold it: the check is lifted for this one write and put back."""
     with psycopg.connect(url) as conn:
-        if engine.name == "postgres_canonical":
+        if engine.name in ("postgres_canonical", "routing_canonical"):
             conn.execute(
                 "ALTER TABLE awa.canonical_jobs DISABLE TRIGGER canonical_jobs_run_at_update"
             )

@@ -299,6 +299,7 @@ async def _routing(
             engine,
             engine.leader_lock,
             backend.control,
+            database_url=database_url,
             policies=policies,
         )
     finally:

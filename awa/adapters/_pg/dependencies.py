@@ -35,6 +35,22 @@ def _field(row: Any, name: str, index: int) -> Any:
     return row[name] if isinstance(row, dict) else row[index]
 
 
+async def _parent_states(
+    conn: Connection, ids: Sequence[int], schema: str | None
+) -> dict[int, JobState]:
+    """The state of each of ``ids`` that is a job (``failed`` for one held in the DLQ),
+    as an insert reads the parents it names (locked against finishing, in ``conn``'s
+    transaction); an id of no job is absent. ``schema``: as for
+    :func:`insert_with_parents`."""
+    rows = await _rows(conn, "dependency_parents", {"ids": list(ids)})
+    missing = sorted(set(ids) - {int(_field(row, "id", 0)) for row in rows})
+    if missing and schema is not None:
+        text = sql.SQL(_query("dependency_parents_in").decode()).format(s=sql.Identifier(schema))
+        cur = await conn.execute(text, {"ids": missing})
+        rows.extend(await cur.fetchall())
+    return {int(_field(row, "id", 0)): JobState.parse(str(_field(row, "state", 1))) for row in rows}
+
+
 async def insert_with_parents(
     conn: Connection,
     specs: Sequence[JobSpec],
@@ -51,15 +67,7 @@ async def insert_with_parents(
     if not any(spec.depends_on for spec in specs):
         return await insert(specs)
     wanted = sorted({parent for spec in specs for parent in spec.depends_on})
-    rows = await _rows(conn, "dependency_parents", {"ids": wanted})
-    missing = sorted(set(wanted) - {int(_field(row, "id", 0)) for row in rows})
-    if missing and schema is not None:
-        text = sql.SQL(_query("dependency_parents_in").decode()).format(s=sql.Identifier(schema))
-        cur = await conn.execute(text, {"ids": missing})
-        rows.extend(await cur.fetchall())
-    states = {
-        int(_field(row, "id", 0)): JobState.parse(str(_field(row, "state", 1))) for row in rows
-    }
+    states = await _parent_states(conn, wanted, schema)
     plans: list[Plan] = []
     for spec in specs:
         if spec.depends_on:
@@ -130,6 +138,41 @@ async def finished(
         for row in rows
     ]
     return dependencies.effects(answered, now)
+
+
+async def vanished(
+    conn: Connection,
+    *,
+    after: int,
+    limit: int,
+    now: datetime,
+    seen_before: datetime,
+    schema: str | None = None,
+) -> tuple[int | None, list[int]]:
+    """One bounded step of the search for parents that left without finishing while a
+    child still waits on them (ADR 0032, "A parent that vanishes"), in ``conn``'s
+    transaction, under the shared storage-transition lock (no step of a move between
+    engines runs meanwhile). Reads a page of at most ``limit`` parents of unresolved
+    edges after parent id ``after``, and records those no engine holds as seen ``now``
+    (a sighting of one found again is forgotten). Then takes out the recorded parents due
+    an answer: those a ``DELETE`` on ``awa.jobs`` recorded, and those first seen gone at
+    or before ``seen_before`` (an earlier run); each is read again, and those still gone
+    are answered. Answers where the next step starts (``None``: the page was short, start
+    again from the first parent) and the parents to answer as cancelled, which the caller
+    does in this transaction (:func:`finished`). ``schema``: as for
+    :func:`insert_with_parents`."""
+    await conn.execute(_query("lock_transitions_shared"))
+    rows = await _rows(conn, "unresolved_parents", {"after": after, "limit": limit})
+    page = [int(_field(row, "parent_id", 0)) for row in rows]
+    present = await _parent_states(conn, page, schema) if page else {}
+    absent = [parent for parent in page if parent not in present]
+    params = {"present": sorted(present), "absent": absent, "now": now}
+    await conn.execute(_query("vanished_seen"), params)
+    rows = await _rows(conn, "vanished_due", {"seen_before": seen_before, "limit": limit})
+    due = sorted(int(_field(row, "parent_id", 0)) for row in rows)
+    found = await _parent_states(conn, due, schema) if due else {}
+    following = page[-1] if len(page) == limit else None
+    return following, [parent for parent in due if parent not in found]
 
 
 async def retried(

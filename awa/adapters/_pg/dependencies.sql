@@ -36,3 +36,42 @@ SELECT j.id, j.state::text AS state FROM {s}.jobs_resolved AS j
 WHERE j.id = ANY (%(ids)s::bigint[])
 UNION ALL
 SELECT d.job_id, 'failed' FROM {s}.dlq_entries AS d WHERE d.job_id = ANY (%(ids)s::bigint[])
+
+-- name: lock_transitions_shared
+-- Held by the pass that answers vanished parents, as a producer holds it: no storage
+-- transition step (which takes it exclusively while it moves jobs between engines) runs
+-- meanwhile, so a job mid-way through a move is not read gone.
+SELECT pg_advisory_xact_lock_shared(awa.storage_transition_lock_key())
+
+-- name: unresolved_parents
+-- A page of the parents of unresolved edges (a child still waits on them), in id order
+-- after %(after)s; the parent index answers it.
+SELECT DISTINCT d.parent_id FROM awa.job_dependencies AS d
+WHERE d.parent_id > %(after)s AND d.satisfied_at IS NULL AND d.failed_at IS NULL
+ORDER BY d.parent_id
+LIMIT %(limit)s
+
+-- name: vanished_seen
+-- The page's parents no engine holds are recorded as seen now (a parent seen before keeps
+-- its first sighting); a sighting of a parent found again (it was moving) is forgotten.
+WITH back AS (
+    DELETE FROM awa.dependency_vanished_parents
+    WHERE parent_id = ANY (%(present)s::bigint[]) AND NOT deleted
+)
+INSERT INTO awa.dependency_vanished_parents (parent_id, seen_at)
+SELECT p.id, %(now)s FROM unnest(%(absent)s::bigint[]) AS p(id)
+ON CONFLICT (parent_id) DO NOTHING
+
+-- name: vanished_due
+-- The recorded parents due an answer, at most %(limit)s, taken out of the table: those a
+-- SQL delete recorded, and those first seen gone at or before %(seen_before)s. The caller
+-- checks again that each is gone before it answers it.
+DELETE FROM awa.dependency_vanished_parents
+WHERE parent_id IN (
+    SELECT v.parent_id FROM awa.dependency_vanished_parents AS v
+    WHERE v.deleted OR v.seen_at <= %(seen_before)s
+    ORDER BY v.parent_id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING parent_id

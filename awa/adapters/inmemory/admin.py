@@ -25,7 +25,7 @@ from awa.domain.admin_views import (
 from awa.domain.channels import queue_channel
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts, initial_state
 from awa.domain.states import LIVE_STATES, TERMINAL_STATES, JobState
-from awa.ports.storage import DlqFilter, JobFilter
+from awa.ports.storage import DlqFilter, JobFilter, VanishedStep
 
 
 def _dlq_matches(entry: DlqEntry, filter: DlqFilter) -> bool:
@@ -265,6 +265,31 @@ class AdminOps(EngineBase):
                 answered = write.state.deps.resolve([], unfinished, write.now, unfinished)
                 self._apply_effects(write, dependencies.effects(answered, write.now))
         return len(doomed)
+
+    async def answer_vanished_parents(
+        self, *, after: int, limit: int, seen_before: datetime
+    ) -> VanishedStep:
+        # One store, each write whole: a parent absent from it is gone, never mid-way
+        # through a move, so one sighting suffices and ``seen_before`` has nothing to wait
+        # for.
+        async with self._write() as write:
+            deps = write.state.deps
+            page = sorted(
+                {
+                    parent
+                    for child, edges in deps.parents.items()
+                    for parent, satisfied in edges.items()
+                    if parent > after and satisfied is None and (child, parent) not in deps.failed
+                }
+            )[: max(limit, 0)]
+            sides = write.store.sides.values()
+            gone = [
+                p for p in page if p not in write.state.dlq and not any(p in jobs for jobs in sides)
+            ]
+            if gone:
+                answered = deps.resolve([], gone, write.now, gone)
+                self._apply_effects(write, dependencies.effects(answered, write.now))
+        return VanishedStep(page[-1] if page and len(page) == limit else None, len(gone))
 
     # ---------------------------------------------------------------- DLQ
     async def move_failed_to_dlq(self, job_id: int, *, reason: str) -> DlqEntry | None:

@@ -24,7 +24,7 @@ from awa.domain.admin_views import (
 )
 from awa.domain.job import JobRecord, QueueCounts, RunLease
 from awa.domain.states import LIVE_STATES, TERMINAL_STATES, JobState
-from awa.ports.storage import JobFilter
+from awa.ports.storage import JobFilter, VanishedStep
 
 
 def _filter_params(filter: JobFilter) -> dict[str, Any]:
@@ -256,6 +256,17 @@ class AdminOps(EngineBase):
                 now,
             )
         return len(rows)
+
+    async def answer_vanished_parents(
+        self, *, after: int, limit: int, seen_before: datetime
+    ) -> VanishedStep:
+        now = self._clock.now()
+        async with self._transaction() as conn:
+            following, gone = await pg_dependencies.vanished(
+                conn, after=after, limit=limit, now=now, seen_before=seen_before
+            )
+            await self._cancel_dependents(conn, gone, now)
+        return VanishedStep(following, len(gone))
 
     # ---------------------------------------------------------------- lifecycle
     async def reset(self) -> None:

@@ -147,12 +147,14 @@ WHERE id = ANY(%(ids)s::bigint[]) AND state NOT IN ('running', 'waiting_external
 RETURNING id, state::text AS state
 
 -- name: reset
--- Every job, DLQ entry, unique claim, queue setting, rate limiter and dependency edge, in
+-- Every job, DLQ entry, unique claim, queue setting, rate limiter and dependency edge (and
+-- vanished parent), in
 -- one statement. DELETE rather than TRUNCATE: a TRUNCATE gives every table and index a new
 -- file and takes ACCESS EXCLUSIVE locks (a third of a second for these eight under load),
 -- where deleting the few rows a test or a `clean` leaves behind costs a few milliseconds.
 WITH d0 AS (DELETE FROM awa.canonical_jobs), d1 AS (DELETE FROM awa.dlq_entries),
     d2 AS (DELETE FROM awa.job_unique_claims), d3 AS (DELETE FROM awa.queue_meta),
     d4 AS (DELETE FROM awa.rate_limiters), d5 AS (DELETE FROM awa.job_dependencies),
-    d6 AS (DELETE FROM awa.job_dependency_waits), d7 AS (DELETE FROM awa.batches)
+    d6 AS (DELETE FROM awa.job_dependency_waits), d7 AS (DELETE FROM awa.batches),
+    d8 AS (DELETE FROM awa.dependency_vanished_parents)
 SELECT 1

@@ -147,7 +147,7 @@ WITH d0 AS (DELETE FROM {s}.ready_entries), d1 AS (DELETE FROM {s}.claims),
     d12 AS (DELETE FROM {s}.queue_prune_stats), d13 AS (DELETE FROM awa.job_unique_claims),
     d14 AS (DELETE FROM awa.queue_meta), d15 AS (DELETE FROM awa.rate_limiters),
     d16 AS (DELETE FROM awa.job_dependencies), d17 AS (DELETE FROM awa.job_dependency_waits),
-    d18 AS (DELETE FROM awa.batches)
+    d18 AS (DELETE FROM awa.batches), d19 AS (DELETE FROM awa.dependency_vanished_parents)
 SELECT 1
 
 -- name: install

@@ -29,7 +29,7 @@ from awa.domain.lifecycle import Transition
 from awa.domain.policies import RetentionFloor
 from awa.domain.states import DEFERRED_STATES, LIVE_STATES, TERMINAL_STATES, JobState
 from awa.ports.clock import Clock
-from awa.ports.storage import JobFilter
+from awa.ports.storage import JobFilter, VanishedStep
 
 DRAINABLE_STATES = lifecycle.DRAINABLE_STATES
 #: A job whose head fact moved underneath an admin write is re-read this many times.
@@ -315,6 +315,23 @@ class AdminChanges:
 
     async def delete_jobs(self, job_ids: Sequence[int]) -> int:
         return await self._delete_where(JobFilter(), list(job_ids))
+
+    async def answer_vanished_parents(
+        self, *, after: int, limit: int, seen_before: datetime
+    ) -> VanishedStep:
+        async with translated_errors(), self._connections.tx() as conn:
+            writes = Writes(self._clock.now())
+            following, gone = await pg_dependencies.vanished(
+                conn,
+                after=after,
+                limit=limit,
+                now=writes.now,
+                seen_before=seen_before,
+                schema=self._sql.schema,
+            )
+            await self.cancel_dependents(conn, writes, gone)
+            await self._facts.flush(conn, writes)
+        return VanishedStep(following, len(gone))
 
     async def cleanup_retention(
         self, *, completed: timedelta, failed: timedelta, batch_size: int = 1000

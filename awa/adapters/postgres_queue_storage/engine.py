@@ -36,7 +36,7 @@ from awa.domain.policies import (
 )
 from awa.domain.rate_limits import GlobalRateLimit
 from awa.ports.clock import Clock
-from awa.ports.storage import Ack, DlqFilter, JobFilter, Rescued, UnitOfWork
+from awa.ports.storage import Ack, DlqFilter, JobFilter, Rescued, UnitOfWork, VanishedStep
 
 
 class QueueStorageEngine:
@@ -316,6 +316,13 @@ class QueueStorageEngine:
 
     async def delete_jobs(self, job_ids: Sequence[int]) -> int:
         return await self._parts.changes.delete_jobs(job_ids)
+
+    async def answer_vanished_parents(
+        self, *, after: int, limit: int, seen_before: datetime
+    ) -> VanishedStep:
+        return await self._parts.changes.answer_vanished_parents(
+            after=after, limit=limit, seen_before=seen_before
+        )
 
     async def cleanup_retention(
         self, *, completed: timedelta, failed: timedelta, batch_size: int = 1000

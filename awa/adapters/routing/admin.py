@@ -24,7 +24,7 @@ from awa.domain.batch_ops import (
 )
 from awa.domain.job import DlqEntry, JobRecord, QueueCounts
 from awa.domain.states import JobState
-from awa.ports.storage import DlqFilter, JobFilter, StorageEngine
+from awa.ports.storage import DlqFilter, JobFilter, StorageEngine, VanishedStep
 
 
 class AdminOps(RoutingBase[C]):
@@ -183,6 +183,16 @@ class AdminOps(RoutingBase[C]):
 
     async def delete_jobs(self, job_ids: Sequence[int]) -> int:
         return await self._sum(lambda e: e.delete_jobs(job_ids))
+
+    async def answer_vanished_parents(
+        self, *, after: int, limit: int, seen_before: datetime
+    ) -> VanishedStep:
+        # The parents are looked for through every engine by whichever engine asks; the
+        # engine producers write to answers, as it holds the children inserted last.
+        engine = self._producer_engine(await self.status(max_age=0.0))
+        return await engine.answer_vanished_parents(
+            after=after, limit=limit, seen_before=seen_before
+        )
 
     # ---------------------------------------------------------------- DLQ
     async def _dlq(self) -> StorageEngine:

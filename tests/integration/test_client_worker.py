@@ -38,6 +38,7 @@ async def client(migrated_database_url: str) -> AsyncIterator[AsyncClient]:
 async def test_async_and_sync_handlers_run_end_to_end(client: AsyncClient) -> None:
     seen: list[tuple[str, Any, int]] = []
     threads: list[str] = []
+    release = threading.Event()
 
     @client.task(Ping)
     async def ping(job: Job[Ping]) -> None:
@@ -50,7 +51,9 @@ async def test_async_and_sync_handlers_run_end_to_end(client: AsyncClient) -> No
     @client.task(Blocking, queue="blocking")
     def blocking(job: Job[Blocking]) -> None:
         threads.append(threading.current_thread().name)
-        time.sleep(0.05)
+        # Held until the test, on the event loop, lets it go: a sync handler run on the
+        # loop's thread would leave the test no turn to do so.
+        assert release.wait(30), "the test never ran while the sync handler worked"
         seen.append(("sync", job.args.n, job.attempt))
 
     await client.start([("default", 2), ("blocking", 2)], poll_interval_ms=100)
@@ -58,6 +61,8 @@ async def test_async_and_sync_handlers_run_end_to_end(client: AsyncClient) -> No
         a = await client.insert(Ping(1))
         b = await client.insert(Blocking(2), queue="blocking")
         done_a = await job_in_state(client, a.id, JobState.Completed)
+        await until(lambda: threads, "the sync handler started")
+        release.set()
         done_b = await job_in_state(client, b.id, JobState.Completed)
         assert done_a.state == JobState.Completed and done_b.state == JobState.Completed
         assert done_a.finalized_at is not None

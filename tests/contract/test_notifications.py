@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import anyio
 import pytest
 
 from awa.ports.leader import LeaderLock
 from tests.contract._support import enqueue
 from tests.support.engines import EngineHandle
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -79,9 +79,11 @@ async def _until_lapsed(engine: EngineHandle, holder: LeaderLock, ttl: float) ->
     """Let the lease run out: the manual clock moves past it; a Postgres lease reads the
     server's clock, so poll until the store says it ended."""
     engine.clock.advance(ttl + 0.1)
-    with anyio.fail_after(5):
-        while await holder.still_held():
-            await anyio.sleep(0.05)
+
+    async def lapsed() -> bool:
+        return not await holder.still_held()
+
+    await until(lapsed, "the unrenewed lease ended", timeout=5, interval=0.05)
 
 
 async def test_a_lease_that_is_not_renewed_ends_and_changes_hands(engine: EngineHandle) -> None:

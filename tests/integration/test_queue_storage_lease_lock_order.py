@@ -18,6 +18,7 @@ from awa.adapters.postgres_queue_storage import QueueStorageEngine
 from awa.domain.job import JobSpec
 from awa.ports.storage import Ack
 from tests.support.queue_storage import installed_engine
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -65,13 +66,14 @@ async def test_a_progress_write_waiting_for_a_carried_lease_does_not_deadlock_wi
             async with await psycopg.AsyncConnection.connect(
                 migrated_database_url, autocommit=True
             ) as watch:
-                with anyio.fail_after(10):
-                    while not await (
-                        await watch.execute(
-                            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-                        )
-                    ).fetchone():
-                        await anyio.sleep(0.01)
+
+                async def writer_waits() -> bool:
+                    cur = await watch.execute(
+                        "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                    )
+                    return await cur.fetchone() is not None
+
+                await until(writer_waits, "the writer waits for the lease lock", timeout=10)
             # ... then ask for ACCESS EXCLUSIVE on the lease partition it prunes, while
             # the writer waits for the lease lock.
             await prune.execute(f"LOCK TABLE {SCHEMA}.leases_{slot} IN ACCESS EXCLUSIVE MODE")

@@ -17,6 +17,7 @@ from awa.adapters.postgres_queue_storage import QueueStorageEngine, install_queu
 from awa.domain.job import JobSpec
 from awa.domain.policies import Backoff
 from awa.ports.storage import Ack
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -126,12 +127,17 @@ async def test_a_receipt_completion_racing_another_closure_is_stale(
         completing = asyncio.ensure_future(engine.complete([racing.lease, other.lease]))
         # The completion's session queues behind the uncommitted closure's key.
         with psycopg.connect(migrated_database_url, autocommit=True) as watcher:
-            while not watcher.execute(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            ).fetchone()[0]:  # type: ignore[index]
+
+            def waiting() -> int:
                 assert not completing.done(), "the completion should wait on the closure key"
-                await asyncio.sleep(0.01)
+                row = watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                ).fetchone()
+                assert row is not None
+                return int(row[0])
+
+            await until(waiting, "the completion waits on the closure key")
         assert not completing.done(), "the completion should wait on the closure key"
         conn.commit()
         acks = await asyncio.wait_for(completing, timeout=10)

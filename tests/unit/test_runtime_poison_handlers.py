@@ -123,7 +123,7 @@ async def test_shutdown_still_releases_an_attempt_it_interrupts() -> None:
 
     async def handler(ctx: AttemptContext) -> None:
         started.set()
-        await sleep(60)
+        await anyio.sleep_forever()  # holds its slot until the runtime cancels it
 
     handlers.register("slow", handler)
     async with running(engine, handlers, shutdown_ms=100):
@@ -145,7 +145,7 @@ async def test_an_operator_cancel_is_not_a_handler_failure() -> None:
 
     async def handler(ctx: AttemptContext) -> None:
         started.set()
-        await sleep(60)
+        await anyio.sleep_forever()  # holds its slot until the runtime cancels it
 
     handlers.register("slow", handler)
     async with running(engine, handlers) as runtime:
@@ -166,6 +166,8 @@ async def test_a_handler_blocking_the_event_loop_delays_but_does_not_lose_work()
     (see ``HeartbeatService``)."""
 
     async def handler(ctx: AttemptContext) -> None:
+        # A real blocking call is the point: while it runs the loop runs nothing, so no
+        # signal or clock can stand in for it; its length only has to be noticeable.
         time.sleep(0.3)
 
     _, [record], _ = await _run(handler)

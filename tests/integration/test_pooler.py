@@ -305,7 +305,7 @@ async def test_pooler_restart_mid_drain_loses_no_job(
     async def ping(job: Job[Ping]) -> None:
         ran[job.id] += 1
         attempts.setdefault(job.id, set()).add(job.attempt)
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(0.005)  # keeps the drain going long enough for the restart to hit
         if len(ran) >= total // 3:
             third.set()
 

@@ -282,7 +282,7 @@ async def _race(engine: QueueStorageEngine, migrated_database_url: str, seconds:
         ):
             assert await write(lease, n) == Ack.APPLIED
             n += 1
-            await anyio.sleep(0.02)
+            await anyio.sleep(0.02)  # paces the writes across the race; nothing waits on it
         if index % 2 == 0:
             callback = f"race-{lease.job_id}"
             ack = await engine.register_callback(
@@ -290,7 +290,7 @@ async def _race(engine: QueueStorageEngine, migrated_database_url: str, seconds:
             )
             assert ack == Ack.APPLIED
             assert await engine.wait_for_callback(lease) == Ack.APPLIED
-            await anyio.sleep(0.05)
+            await anyio.sleep(0.05)  # parked a while as the leader turns: the race's window
             job = await engine.resolve_callback(callback, action="complete")
             assert job.state == JobState.Completed
         else:
@@ -302,7 +302,7 @@ async def _race(engine: QueueStorageEngine, migrated_database_url: str, seconds:
         n = 0
         while await write(lease, n) == Ack.APPLIED:
             n += 1
-            await anyio.sleep(0.02)
+            await anyio.sleep(0.02)  # paces the writes until the deadline's rescue stops them
         (ack,) = await engine.complete([lease])
         late[ack.value] += 1
 
@@ -310,7 +310,7 @@ async def _race(engine: QueueStorageEngine, migrated_database_url: str, seconds:
         while not done.is_set():
             for rescued in await engine.rescue_expired_deadlines():
                 ended[rescued.lease.job_id] += 1
-            await anyio.sleep(0.02)
+            await anyio.sleep(0.02)  # a rescue pass's period, as a leader's would be
 
     async def leader() -> None:
         # The leader is another process in production: its own engine and pool.

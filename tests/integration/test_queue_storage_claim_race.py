@@ -68,7 +68,7 @@ async def test_claimers_of_sorted_windows_never_take_a_job_twice(
     async def produce(producer: QueueStorageEngine) -> None:
         while running():
             await producer.enqueue_many([JobSpec(kind="r", queue=QUEUE) for _ in range(8)])
-            await asyncio.sleep(0.002)
+            await asyncio.sleep(0.002)  # paces the producer over the race; nothing waits on it
 
     async def claim(claimer: QueueStorageEngine, limit: int) -> None:
         while running():
@@ -77,7 +77,7 @@ async def test_claimers_of_sorted_windows_never_take_a_job_twice(
             if got:
                 await claimer.complete([c.lease for c in got])
             else:
-                await asyncio.sleep(0.001)
+                await asyncio.sleep(0.001)  # an idle claimer's poll, as a worker's would be
 
     try:
         await asyncio.gather(

@@ -353,7 +353,7 @@ async def _race(engine: QueueStorageEngine, seconds: float) -> None:
                     ack = await engine.update_progress(lease, progress={"step": step})
                     assert ack == Ack.APPLIED
                     progress[lease.job_id] = step
-                await anyio.sleep(0.01)
+                await anyio.sleep(0.01)  # the attempt stays open while the leader turns
             for lease in leases[:2]:
                 job = await engine.get_job(lease.job_id)
                 assert job is not None and job.progress == {"step": progress[lease.job_id]}
@@ -370,7 +370,7 @@ async def _race(engine: QueueStorageEngine, seconds: float) -> None:
             if outcomes["rotated"] % 4 == 0:
                 await engine.prune_oldest()
                 await engine.rotate_queue_ring()
-            await anyio.sleep(0.005)
+            await anyio.sleep(0.005)  # the leader's period in the race
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(leader)

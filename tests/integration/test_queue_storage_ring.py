@@ -81,13 +81,13 @@ async def _race(engine: QueueStorageEngine, seconds: float) -> None:
         while time.monotonic() < deadline:
             jobs = await engine.enqueue_many([JobSpec(kind="noop", queue=QUEUE)] * 20)
             enqueued.extend(job.id for job in jobs)
-            await anyio.sleep(0.005)
+            await anyio.sleep(0.005)  # paces the producer over the race; nothing waits on it
 
     async def worker() -> None:
         while time.monotonic() < deadline:
             claims = await engine.claim(QUEUE, limit=16)
             if not claims:
-                await anyio.sleep(0.005)
+                await anyio.sleep(0.005)  # an idle claimer's poll, as a worker's would be
                 continue
             acks = await engine.complete([claim.lease for claim in claims])
             for claim, ack in zip(claims, acks, strict=True):
@@ -98,7 +98,7 @@ async def _race(engine: QueueStorageEngine, seconds: float) -> None:
         while time.monotonic() < deadline:
             outcomes[await engine.rotate_queue_ring()] += 1
             outcomes["prune:" + await engine.prune_oldest()] += 1
-            await anyio.sleep(0.02)
+            await anyio.sleep(0.02)  # the leader's period in the race
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(producer)

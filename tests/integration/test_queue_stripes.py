@@ -220,7 +220,7 @@ async def test_a_striped_worker_drains_both_stripes_exactly_once(client: AsyncCl
         peak = max(peak, running)
         runs[job.args.n] += 1
         queues.add(job.queue)
-        await asyncio.sleep(0.002)
+        await asyncio.sleep(0.002)  # holds the slot a moment so attempts overlap (the cap)
         running -= 1
 
     total = 200

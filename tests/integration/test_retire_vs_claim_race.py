@@ -128,7 +128,7 @@ async def _run_race(
                     race.claimed_at.setdefault(claim.job.id, now)
                     race.frontier = max(race.frontier, claim.job.id)
                 if not got:
-                    await asyncio.sleep(0.001)
+                    await asyncio.sleep(0.001)  # an idle claimer's poll in the race
                     continue
                 acks = await engine.complete([claim.lease for claim in got])
                 for claim, ack in zip(got, acks, strict=True):

@@ -109,7 +109,7 @@ async def test_transition_under_load_completes_every_job_exactly_once(
         @client.task(Work, kind=KIND)
         async def handle(job: Job[Work]) -> Any:
             executions[job.id] += 1
-            await asyncio.sleep(0.003)
+            await asyncio.sleep(0.003)  # attempts overlap the transition's phases: the race
             if job.args.mode == "retry" and job.attempt == 1:
                 return awa.RetryAfter(0.4)
             successes[job.id] += 1

@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 
@@ -23,6 +22,7 @@ import awa
 from awa.entrypoints.web.app import create_app
 from awa.entrypoints.web.config import ServerConfig
 from tests.differential import rest_seed
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -174,14 +174,13 @@ async def test_runtimes_configuring_a_queue_differently_are_a_config_mismatch(
 
     await other.start([("mail", 9)])
     try:
-        with anyio.fail_after(10):
-            while True:
-                mail = {q["queue"]: q for q in (await http.get("/api/queues/runtime")).json()}[
-                    "mail"
-                ]
-                if mail["live_instances"] == 2:
-                    break
-                await anyio.sleep(0.05)
+
+        async def both_live() -> dict[str, Any] | None:
+            queues = {q["queue"]: q for q in (await http.get("/api/queues/runtime")).json()}
+            mail: dict[str, Any] = queues["mail"]
+            return mail if mail["live_instances"] == 2 else None
+
+        mail = await until(both_live, "both runtimes are live on mail", timeout=10)
         assert mail["config_mismatch"] is True and mail["instance_count"] == 2
         assert sorted(i["config"]["max_workers"] for i in mail["instances"]) == [4, 9]
     finally:

@@ -159,7 +159,7 @@ async def callbacks(awa: Any, url: str) -> Observation:
     # Resume path.
     first = await client.insert(Ping(1), queue="cb")
     cid = await asyncio.wait_for(tokens.get(), 10)
-    await asyncio.sleep(0.3)
+    await wait_state(client, first.id, {"waiting_external"})  # the handler waits on it
     seen["resume"] = str((await client.resume_external(cid, {"ok": 1})).state)
     seen["resumed_payload"] = await asyncio.wait_for(resumed.get(), 10)
     seen["second_resume"] = await outcome(lambda: client.resume_external(cid, {"ok": 2}))

@@ -314,6 +314,7 @@ async def test_shutdown_tells_running_handlers_at_once(client: AsyncClient) -> N
             if job.is_cancelled():
                 noticed.append(True)
                 return
+            # The handler's own check of its flag, 4 s in all: longer than the drain.
             await asyncio.sleep(0.02)
 
     await client.start()

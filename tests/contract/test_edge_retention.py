@@ -15,7 +15,7 @@ from awa.domain.batches import BatchCounts
 from awa.domain.dependencies import EDGE_RETENTION, VANISHED_GRACE, OnParentFailure
 from awa.domain.lifecycle import DEPENDENCY_FAILED_ERROR
 from awa.domain.states import JobState
-from awa.ports.storage import Ack
+from awa.ports.storage import Ack, VanishedStep
 from awa.runtime import maintenance_duties, parse_start_args
 from awa.runtime.inflight import InFlight
 from awa.runtime.maintenance_duties import Duty, MaintenanceDuties
@@ -246,6 +246,69 @@ async def test_a_sql_delete_of_a_parent_answers_its_children(engine: EngineHandl
     assert (await fetch(engine, waits.id)).state == JobState.Scheduled
 
 
+def _gone_unseen_in_memory(engine: EngineHandle, job_id: int) -> None:
+    """Remove a job from the in-memory store without a word, as no write does."""
+    store = getattr(engine.engine, "store", None)
+    if store is None:
+        pytest.skip("the in-memory routing engine does not hand out its store")
+    for jobs in store.state.sides.values():
+        jobs.pop(job_id, None)
+
+
+async def _gone_unseen(engine: EngineHandle, job_id: int) -> None:
+    """Remove a job as an earlier release's delete did: its children not answered."""
+    if engine.database_url is None:
+        _gone_unseen_in_memory(engine, job_id)
+        return
+    if not await _sql(engine, "SELECT 1 FROM awa.jobs WHERE id = %s", job_id):
+        pytest.skip("awa.jobs does not show this engine's private schema")
+    await _sql(engine, "DELETE FROM awa.jobs WHERE id = %s", job_id)
+    await _sql(engine, "DELETE FROM awa.dependency_vanished_parents")
+    assert await engine.engine.get_job(job_id) is None
+
+
+async def test_the_search_for_vanished_parents_walks_a_page_at_a_time(
+    engine: EngineHandle,
+) -> None:
+    """Each step reads at most ``limit`` parents after ``after`` and says where the next
+    starts; a short page starts over. A parent gone is answered once it is due."""
+    parents = [await enqueue(engine, "wf_parent") for _ in range(3)]
+    children = [
+        await enqueue(engine, "wf_child", queue="wf_children", depends_on=(p.id,)) for p in parents
+    ]
+    await _gone_unseen(engine, parents[1].id)
+    steps: list[VanishedStep] = []
+    after = 0
+    while len(steps) < 10:
+        step = await engine.engine.answer_vanished_parents(
+            after=after, limit=1, seen_before=engine.clock.now() - VANISHED_GRACE
+        )
+        steps.append(step)
+        if step.following is None:
+            break
+        after = step.following
+    assert [s.following for s in steps] == [p.id for p in parents] + [None]
+    if engine.database_url is not None:
+        # Seen gone on the second step; answered by a step once the grace has passed.
+        assert sum(s.answered for s in steps) == 0
+        assert (await fetch(engine, children[1].id)).state == JobState.Scheduled
+        engine.clock.advance(VANISHED_GRACE)
+        step = await engine.engine.answer_vanished_parents(
+            after=0, limit=1, seen_before=engine.clock.now() - VANISHED_GRACE
+        )
+        assert (step.following, step.answered) == (parents[0].id, 1)
+    else:
+        assert [s.answered for s in steps] == [0, 1, 0, 0]
+    assert [(await fetch(engine, c.id)).state for c in children] == [
+        JobState.Scheduled,
+        JobState.Cancelled,
+        JobState.Scheduled,
+    ]
+    assert await engine.engine.answer_vanished_parents(
+        after=0, limit=0, seen_before=engine.clock.now()
+    ) == VanishedStep(None, 0)
+
+
 async def test_a_parent_gone_unseen_is_answered_only_when_seen_gone_again(
     engine: EngineHandle,
 ) -> None:
@@ -256,21 +319,11 @@ async def test_a_parent_gone_unseen_is_answered_only_when_seen_gone_again(
     duty = cleanup_duty(engine)
     parent = await enqueue(engine, "wf_parent")
     child = await enqueue(engine, "wf_child", queue="wf_children", depends_on=(parent.id,))
+    await _gone_unseen(engine, parent.id)
     if engine.database_url is None:
-        store = getattr(engine.engine, "store", None)
-        if store is None:
-            pytest.skip("the in-memory routing engine does not hand out its store")
-        for jobs in store.state.sides.values():
-            jobs.pop(parent.id, None)
-        assert await engine.engine.get_job(parent.id) is None
         await duty.run()
         assert (await fetch(engine, child.id)).state == JobState.Cancelled
         return
-    if not await _sql(engine, "SELECT 1 FROM awa.jobs WHERE id = %s", parent.id):
-        pytest.skip("awa.jobs does not show this engine's private schema")
-    # As an earlier release left it: the parent gone, nothing recorded.
-    await _sql(engine, "DELETE FROM awa.jobs WHERE id = %s", parent.id)
-    await _sql(engine, "DELETE FROM awa.dependency_vanished_parents")
     await duty.run()
     assert await _sightings(engine) == [(parent.id, False)]
     assert (await fetch(engine, child.id)).state == JobState.Scheduled

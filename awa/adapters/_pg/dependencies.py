@@ -171,7 +171,7 @@ async def vanished(
     rows = await _rows(conn, "vanished_due", {"seen_before": seen_before, "limit": limit})
     due = sorted(int(_field(row, "parent_id", 0)) for row in rows)
     found = await _parent_states(conn, due, schema) if due else {}
-    following = page[-1] if len(page) == limit else None
+    following = page[-1] if page and len(page) == limit else None
     return following, [parent for parent in due if parent not in found]
 
 

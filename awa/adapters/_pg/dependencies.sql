@@ -45,11 +45,25 @@ SELECT pg_advisory_xact_lock_shared(awa.storage_transition_lock_key())
 
 -- name: unresolved_parents
 -- A page of the parents of unresolved edges (a child still waits on them), in id order
--- after %(after)s; the parent index answers it.
-SELECT DISTINCT d.parent_id FROM awa.job_dependencies AS d
-WHERE d.parent_id > %(after)s AND d.satisfied_at IS NULL AND d.failed_at IS NULL
-ORDER BY d.parent_id
-LIMIT %(limit)s
+-- after %(after)s: one descent of the parent index per parent, each to the first
+-- unresolved edge after the previous parent, so a parent with many waiting children
+-- costs one edge read, not one per child.
+WITH RECURSIVE page(parent_id, n) AS (
+    SELECT (
+        SELECT d.parent_id FROM awa.job_dependencies AS d
+        WHERE d.parent_id > %(after)s AND d.satisfied_at IS NULL AND d.failed_at IS NULL
+        ORDER BY d.parent_id LIMIT 1
+    ), 1
+    WHERE %(limit)s > 0
+    UNION ALL
+    SELECT (
+        SELECT d.parent_id FROM awa.job_dependencies AS d
+        WHERE d.parent_id > page.parent_id AND d.satisfied_at IS NULL AND d.failed_at IS NULL
+        ORDER BY d.parent_id LIMIT 1
+    ), page.n + 1
+    FROM page WHERE page.parent_id IS NOT NULL AND page.n < %(limit)s
+)
+SELECT parent_id FROM page WHERE parent_id IS NOT NULL ORDER BY parent_id
 
 -- name: vanished_seen
 -- The page's parents no engine holds are recorded as seen now (a parent seen before keeps

@@ -278,7 +278,7 @@ async def test_heartbeats_continue_while_a_handler_blocks_the_event_loop(
         release.wait(job.args.seconds)
 
     await client.start([("default", 1)], heartbeat_interval_ms=200, heartbeat_staleness_ms=1000)
-    job = await client.insert(Nap(30.0))
+    job = await client.insert(Nap(20.0))
     rescuer = _Rescuer(migrated_database_url, timedelta(seconds=1), job.id, blocking, release)
     try:
         rescuer.start()

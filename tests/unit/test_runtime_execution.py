@@ -319,11 +319,20 @@ async def test_weighted_overflow_split_by_weight_with_min_guarantee() -> None:
     engine = make_engine()
     handlers = HandlerRegistry()
     active = {"a": 0, "b": 0, "c": 0}
-    samples: list[dict[str, int]] = []
+    # How the slots were shared as of the last handler start at each instant of the clock
+    # (the first few instants, while the slots first fill, are left out below).
+    shares: dict[float, dict[str, int]] = {}
+    enough = anyio.Event()
+    peak = 0
 
     def make(queue: str) -> Any:
         async def handler(ctx: AttemptContext) -> None:
+            nonlocal peak
             active[queue] += 1
+            peak = max(peak, sum(active.values()))
+            shares[ctx.clock.monotonic()] = dict(active)
+            if len(shares) > 33:  # the share through 30 instants after the fill
+                enough.set()
             await sleep(0.05)
             active[queue] -= 1
 
@@ -344,14 +353,12 @@ async def test_weighted_overflow_split_by_weight_with_min_guarantee() -> None:
         await enqueue(engine, "a", 200, queue="a")
         await enqueue(engine, "b", 200, queue="b")
         await enqueue(engine, "c", 200, queue="c")
-        await sleep(0.15)
-        for _ in range(30):
-            samples.append(dict(active))
-            assert sum(active.values()) <= 11
-            await sleep(0.01)
+        await enough.wait()
         health = runtime.health().queues
         assert health["c"].min_workers == 2 and health["a"].weight == 2
         assert health["a"].max_workers is None
+    samples = [shares[instant] for instant in sorted(shares)[3:33]]
+    assert peak <= 11
     mean = {q: sum(s[q] for s in samples) / len(samples) for q in active}
     # Overflow of 9 split 2:1:1 on top of c's guaranteed 2: about 4.5 / 2.25 / 4.25.
     assert mean["a"] > mean["b"] * 1.4

@@ -17,7 +17,7 @@ import pytest
 
 from tests.chaos.test_leader_failover import _leader_backend
 from tests.fixtures.cron_app import SCHEDULE
-from tests.fixtures.processes import live_runtimes, query, spawn_worker, wait_for
+from tests.fixtures.processes import query, spawn_worker, wait_for, wait_registered
 
 pytestmark = [pytest.mark.postgres, pytest.mark.chaos]
 
@@ -48,10 +48,10 @@ def test_a_lost_leader_never_makes_a_slot_fire_twice(
     first = spawn_worker(url, tmp_path, *args, start_options=OPTIONS, module=MODULE)
     second = None
     try:
-        wait_for(lambda: len(live_runtimes(url)) == 1, 20, "the first runtime")
+        wait_registered(url, 1, first)
         old_leader = wait_for(lambda: _leader_backend(url), 10, "a leader")
         second = spawn_worker(url, tmp_path, *args, start_options=OPTIONS, module=MODULE)
-        wait_for(lambda: len(live_runtimes(url)) == 2, 20, "the second runtime")
+        wait_registered(url, 2, first, second)
         wait_for(lambda: len(_fire_times(url)) >= 3, 15, "fires under the first leader")
         if fault == "kill":
             first.kill()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from awa import AsyncClient, JobState
-from tests.fixtures.processes import live_runtimes, query, runs, spawn_worker, wait_for
+from tests.fixtures.processes import query, runs, spawn_worker, wait_for, wait_registered
 from tests.fixtures.worker_app import Tick
 
 pytestmark = [pytest.mark.postgres, pytest.mark.chaos]
@@ -62,10 +62,10 @@ def test_a_killed_leader_is_replaced_and_the_new_one_promotes(
     first = spawn_worker(worker_url, tmp_path, *QUEUES, start_options=OPTIONS)
     second = None
     try:
-        wait_for(lambda: len(live_runtimes(url)) == 1, 20, "the first runtime")
+        wait_registered(url, 1, first)
         old_leader = wait_for(lambda: _leader_backend(url), 10, "a leader")
         second = spawn_worker(worker_url, tmp_path, *QUEUES, start_options=OPTIONS)
-        wait_for(lambda: len(live_runtimes(url)) == 2, 20, "the second runtime")
+        wait_registered(url, 2, first, second)
         # The first runtime keeps the lock: the second is a follower.
         time.sleep(ELECTION_MS / 1000 * 2)
         assert _leader_backend(url) == old_leader

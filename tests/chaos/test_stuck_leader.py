@@ -25,7 +25,14 @@ import pytest
 from awa import AsyncClient
 from tests.chaos.test_leader_failover import _leader_backend
 from tests.fixtures.leader_app import Block
-from tests.fixtures.processes import Worker, live_runtimes, query, runs, spawn_worker, wait_for
+from tests.fixtures.processes import (
+    Worker,
+    query,
+    runs,
+    spawn_worker,
+    wait_for,
+    wait_registered,
+)
 from tests.fixtures.worker_app import Slow, Tick
 
 pytestmark = [pytest.mark.postgres, pytest.mark.chaos]
@@ -103,7 +110,7 @@ def test_a_stopped_leader_is_replaced_and_steps_down_when_it_resumes(
             "the victim to start both slow jobs",
         )
         follower = _spawn(worker_url, tmp_path, "ticks:2", "slow:2")
-        wait_for(lambda: len(live_runtimes(url)) == 3, 30, "three runtimes")
+        wait_registered(url, 3, leader, victim, follower)
         assert _leader_backend(url) == leader.pid
         due = asyncio.run(_insert_many(url, [Tick(n) for n in range(5)], "ticks", delay=2.0))
 
@@ -149,7 +156,7 @@ def test_a_handler_blocking_the_leaders_loop_does_not_stop_maintenance(
     try:
         wait_for(lambda: _leader_backend(url) == leader.pid, 30, "the first worker to lead")
         other = _spawn(worker_url, tmp_path, "ticks:2")
-        wait_for(lambda: len(live_runtimes(url)) == 2, 30, "two runtimes")
+        wait_registered(url, 2, leader, other)
         blocker = asyncio.run(_insert(url, Block(8.0), "blocking"))
         wait_for(lambda: (leader.pid, "start", blocker, 1) in runs(tmp_path), 20, "the block")
         due = asyncio.run(_insert_many(url, [Tick(n) for n in range(3)], "ticks", delay=1.0))

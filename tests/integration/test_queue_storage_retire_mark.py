@@ -20,6 +20,7 @@ from psycopg.rows import dict_row
 
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
+from awa.adapters.postgres_queue_storage.claim import claim_parameters
 from awa.domain.job import JobSpec
 from awa.domain.policies import Backoff
 from awa.domain.states import JobState
@@ -98,15 +99,7 @@ async def _slow_claim(
     engine: QueueStorageEngine, url: str, statement: str, retire: Callable[[], Awaitable[Any]]
 ) -> list[dict[str, Any]]:
     """Run ``statement`` gated; ``retire`` commits while it waits at the gate."""
-    params = {
-        "queue": QUEUE,
-        "limit": 2,
-        "now": engine._clock.now(),
-        "aging_us": 0,
-        "deadline_at": None,
-        "lead_priority": 0,
-        "lead_shard": 0,
-    }
+    params = claim_parameters(QUEUE, 2, engine._clock.now())
     async with await psycopg.AsyncConnection.connect(
         url, autocommit=True, row_factory=dict_row
     ) as conn:

@@ -86,6 +86,35 @@ _RING = -1
 _KEYED_BASE = Int8(KEYED_SHARD_BASE)
 _NO_KEY = KEYED_SHARD_BASE - 1
 
+
+def claim_parameters(
+    queue: str,
+    limit: int,
+    now: datetime,
+    *,
+    aging_us: int = 0,
+    deadline_at: datetime | None = None,
+    lead: tuple[int, int] = (0, 0),
+    key_after: int = _NO_KEY,
+) -> dict[str, Any]:
+    """The parameters every claim statement without a limit takes: the queue, the batch,
+    the claim's time, priority aging in integer microseconds, the attempt deadline, the
+    lead lane (priority, shard; (0, 0) is none) and the key cursor the window of keyed
+    lanes starts after (``_NO_KEY`` starts at the first key). The integers are always
+    int8, so a prepared claim keeps one set of parameter types."""
+    return {
+        "queue": queue,
+        "limit": limit,
+        "now": now,
+        "aging_us": aging_us,
+        "deadline_at": deadline_at,
+        "lead_priority": Int8(lead[0]),
+        "lead_shard": Int8(lead[1]),
+        "keyed_base": _KEYED_BASE,
+        "key_after": Int8(key_after),
+    }
+
+
 #: Low-water marks kept per queue before they are dropped and learnt again.
 _MAX_MARKS = 100_000
 
@@ -186,17 +215,15 @@ class Claims:
         # No lead lane is priority 0 (a lane's priority is 1-4); both always int8, so the
         # prepared claim keeps one set of parameter types (its warm-up plan is reused).
         lead_priority, lead_shard = self._lead.get(queue, (0, 0))
-        params = {
-            "queue": queue,
-            "limit": limit,
-            "now": now,
-            "aging_us": aging_us,
-            "deadline_at": deadline_at,
-            "lead_priority": Int8(lead_priority),
-            "lead_shard": Int8(lead_shard),
-            "keyed_base": _KEYED_BASE,
-            "key_after": Int8(self._key_cursor.get(queue, _NO_KEY)),
-        }
+        params = claim_parameters(
+            queue,
+            limit,
+            now,
+            aging_us=aging_us,
+            deadline_at=deadline_at,
+            lead=(lead_priority, lead_shard),
+            key_after=self._key_cursor.get(queue, _NO_KEY),
+        )
         if (
             max_running_per_key is not None
             or global_rate_limit is not None
@@ -692,17 +719,7 @@ class Claims:
         if not queues:
             return
         now = self._clock.now()
-        params = {
-            "queue": queues[0],
-            "limit": 1,
-            "now": now,
-            "aging_us": 0,
-            "deadline_at": None,
-            "lead_priority": Int8(0),
-            "lead_shard": Int8(0),
-            "keyed_base": _KEYED_BASE,
-            "key_after": Int8(_NO_KEY),
-        }
+        params = claim_parameters(queues[0], 1, now)
 
         async def plan_claim() -> None:
             # All run at once, so none finds another's connection idle: each opens one.

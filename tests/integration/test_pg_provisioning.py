@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from awa.adapters._pg import transition as pg_transition
+from awa.adapters._pg.pool import connect
+from awa.domain.transition import TransitionState
+from tests.conftest import migrate_template
+from tests.support.engines import open_engine
 from tests.support.pg import (
     LOCAL_URL,
     TEST_DB_PREFIX,
@@ -512,3 +518,31 @@ def test_without_reuse_a_released_clone_is_dropped(pg_server_url: str) -> None:
     finally:
         factory.close()
     assert not database_exists(pg_server_url, _name(first))
+
+
+async def _routing_mixed_state(url: str) -> TransitionState:
+    """The transition state of the database at ``url`` once a routing_mixed engine opened."""
+    async with open_engine("routing_mixed", url):
+        conn = await connect(url)
+        try:
+            return (await pg_transition.read_status(conn)).state
+        finally:
+            await conn.close()
+
+
+def test_a_reused_database_is_prepared_again_by_the_next_engine_opened_on_it(
+    pg_databases: DatabaseFactory,
+) -> None:
+    """What an engine did once to a database (here: taking it to mixed_transition) is
+    forgotten when the database is released: put back to its migrated template, it comes
+    back canonical under the same name, and the next engine on it prepares it again."""
+    template = pg_databases.template("migrated", migrate_template)
+    url = pg_databases.create(template)
+    assert asyncio.run(_routing_mixed_state(url)) is TransitionState.MIXED_TRANSITION
+    pg_databases.release(url)
+    again = pg_databases.create(template)
+    try:
+        assert _name(again) == _name(url)
+        assert asyncio.run(_routing_mixed_state(again)) is TransitionState.MIXED_TRANSITION
+    finally:
+        pg_databases.release(again)

@@ -31,6 +31,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
 
 import attrs
+from psycopg.conninfo import conninfo_to_dict
 
 from awa.adapters._pg.migrations import migrate
 from awa.adapters._pg.pool import open_pool
@@ -46,6 +47,7 @@ from awa.ports.control_plane import ControlPlane
 from awa.ports.leader import LeaderLock
 from awa.ports.notifier import Notifier
 from awa.ports.storage import StorageEngine
+from tests.support.pg import on_release
 
 #: The retry policy every contract engine uses: ``2^attempt`` seconds exactly.
 CONTRACT_BACKOFF = Backoff(jitter=lambda: 0.0)
@@ -105,18 +107,33 @@ async def open_engine(name: str, database_url: str | None = None) -> AsyncIterat
         yield handle
 
 
-#: What this process has already done to a database, as ``(url, step)``: migrating it,
-#: installing queue storage, taking it to a transition state. The contract suite opens an
-#: engine per test on one database per engine for the whole session; each step is
-#: idempotent, so repeating it per test would only cost connections and round trips
-#: (a migration check alone opens one). Every engine still opens its own pools, and the
-#: routing engines still check the transition state they were asked for.
+#: What this process has already done to a database, as ``(database name, step)``:
+#: migrating it, installing queue storage, taking it to a transition state. The contract
+#: suite opens an engine per test on one database per engine for the whole session; each
+#: step is idempotent, so repeating it per test would only cost connections and round
+#: trips (a migration check alone opens one). Every engine still opens its own pools, and
+#: the routing engines still check the transition state they were asked for. Keyed by
+#: name, not URL, so a direct and a pooled URL of one database share it; a database the
+#: factory releases is forgotten (:func:`forget_prepared`): it comes back under the same
+#: name put back to its template, with none of these steps done.
 _PREPARED: set[tuple[str, str]] = set()
+
+
+def _database_name(database_url: str) -> str:
+    return str(conninfo_to_dict(database_url).get("dbname", ""))
 
 
 def prepared(database_url: str, step: str) -> bool:
     """Whether ``step`` already ran on ``database_url`` in this process."""
-    return (database_url, step) in _PREPARED
+    return (_database_name(database_url), step) in _PREPARED
+
+
+def forget_prepared(name: str) -> None:
+    """Forget every step done to the database ``name`` (it is being put back or dropped)."""
+    _PREPARED.difference_update({key for key in _PREPARED if key[0] == name})
+
+
+on_release(forget_prepared)
 
 
 async def prepare_once(
@@ -127,7 +144,7 @@ async def prepare_once(
     if prepared(database_url, step):
         return
     await action()
-    _PREPARED.add((database_url, step))
+    _PREPARED.add((_database_name(database_url), step))
 
 
 @asynccontextmanager
@@ -240,7 +257,7 @@ async def _queue_storage(
         engine = await QueueStorageEngine.open(
             database_url, clock=clock, backoff=backoff, policies=policies
         )
-        _PREPARED.add((database_url, "queue_storage"))
+        _PREPARED.add((_database_name(database_url), "queue_storage"))
     try:
         async with postgres_control(database_url, clock) as control:
             yield EngineHandle(

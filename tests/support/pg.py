@@ -240,6 +240,19 @@ def with_database(url: str, dbname: str) -> str:
     )
 
 
+#: Called with the name of each database a factory releases or drops, before the factory
+#: puts it back to its template or drops it: whatever a process remembers having done to
+#: that database (``tests.support.engines.prepare_once``) stops holding, since a released
+#: database comes back under the same name as a fresh clone.
+_ON_RELEASE: list[Callable[[str], None]] = []
+
+
+def on_release(forget: Callable[[str], None]) -> None:
+    """Call ``forget(name)`` whenever a factory releases or drops the database ``name``."""
+    if forget not in _ON_RELEASE:
+        _ON_RELEASE.append(forget)
+
+
 class DatabaseFactory:
     """Creates per-test databases on one server by cloning per-session templates.
 
@@ -365,6 +378,7 @@ class DatabaseFactory:
     def drop(self, database_url: str) -> None:
         """Drop the database behind ``database_url`` now, disconnecting anyone still on it."""
         name = self._own(database_url)
+        self._forget(name)
         self._origin.pop(name, None)
         self._drop(name)
 
@@ -381,6 +395,7 @@ class DatabaseFactory:
         for role in roles:
             if not role.startswith(TEST_DB_PREFIX):
                 raise ValueError(f"refusing to drop a role this suite did not create: {role!r}")
+        self._forget(name)
         with self._admin() as conn:
             conn.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
@@ -434,6 +449,11 @@ class DatabaseFactory:
                 )
                 self._dropper.start()
             self._wake.notify()
+
+    @staticmethod
+    def _forget(name: str) -> None:
+        for forget in _ON_RELEASE:
+            forget(name)
 
     def _own(self, database_url: str) -> str:
         name = psycopg.conninfo.conninfo_to_dict(database_url).get("dbname")

@@ -5,12 +5,14 @@ wired together."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from datetime import datetime, timedelta
+from typing import Any
 
 import anyio
 import attrs
@@ -208,6 +210,8 @@ class Runtime:
         self._executor: Executor | None = None
         # Handler tasks waiting for their next attempt (see _slot_loop).
         self._idle_slots: list[_Slot] = []
+        # Every handler task's coroutine, for _close_unstarted.
+        self._slot_coroutines: list[Coroutine[Any, Any, None]] = []
         self._drained = Waker(clock)
         self._drain_timeout = 2.0
         self._running = False
@@ -344,23 +348,26 @@ class Runtime:
                 if self.descriptors is not None and self.descriptors.declares_any:
                     services.start_soon(self.descriptors.sync_loop)
                 self._idle_slots = []
-                async with anyio.create_task_group() as work:
-                    self._work = work
-                    await warmed.wait()
-                    # Started up: what exists now lives as long as the process, and full
-                    # collections need not visit it again (awa.runtime.heap).
-                    frozen = heap.freeze()
-                    async with anyio.create_task_group() as dispatch:
-                        for dispatcher in self.dispatchers:
-                            await dispatch.start(dispatcher.run)
-                        log.info("%s", self.describe_start())
-                        # Publish a snapshot now the loops run, so the fleet view (and
-                        # `awa health`) does not show this worker unhealthy until the next.
-                        services.start_soon(self._publish_snapshot)
-                        task_status.started()
-                    await self._drain(work)
-                    # Every attempt has finished: what is left are idle handler tasks.
-                    work.cancel_scope.cancel()
+                try:
+                    async with anyio.create_task_group() as work:
+                        self._work = work
+                        await warmed.wait()
+                        # Started up: what exists now lives as long as the process, and full
+                        # collections need not visit it again (awa.runtime.heap).
+                        frozen = heap.freeze()
+                        async with anyio.create_task_group() as dispatch:
+                            for dispatcher in self.dispatchers:
+                                await dispatch.start(dispatcher.run)
+                            log.info("%s", self.describe_start())
+                            # Publish a snapshot now the loops run, so the fleet view (and
+                            # `awa health`) does not show this worker unhealthy until the next.
+                            services.start_soon(self._publish_snapshot)
+                            task_status.started()
+                        await self._drain(work)
+                        # Every attempt has finished: what is left are idle handler tasks.
+                        work.cancel_scope.cancel()
+                finally:
+                    self._close_unstarted()
                 self._work = None
                 self._idle_slots = []
                 if self.maintenance is not None:
@@ -427,7 +434,20 @@ class Runtime:
                 slot.context = context
                 slot.ready.set_result(None)
                 return
-        self._work.start_soon(self._slot_loop, context)
+        # The coroutine is made here and kept: a task cancelled before its first step
+        # (a script's exception cancels every task at once) never awaits it, and
+        # Python would warn at exit about a coroutine never awaited. The work group's
+        # exit closes those (_close_unstarted).
+        slot_loop = self._slot_loop(context)
+        self._slot_coroutines.append(slot_loop)
+        self._work.start_soon(_returning, slot_loop)
+
+    def _close_unstarted(self) -> None:
+        """Close the handler tasks' coroutines whose task was cancelled before it ran."""
+        for coroutine in self._slot_coroutines:
+            if inspect.getcoroutinestate(coroutine) == inspect.CORO_CREATED:
+                coroutine.close()
+        self._slot_coroutines = []
 
     async def _slot_loop(self, context: AttemptContext) -> None:
         """Run attempts one after another in one task. Starting a task in a task group
@@ -598,3 +618,8 @@ class Runtime:
             await self.clock.sleep(
                 max(0.0, self.config.snapshot_interval - (self.clock.monotonic() - started))
             )
+
+
+def _returning(coroutine: Coroutine[Any, Any, None]) -> Coroutine[Any, Any, None]:
+    """Hand a coroutine made beforehand to ``start_soon``, which takes a function."""
+    return coroutine

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -17,8 +20,9 @@ from awa.adapters.inmemory.runtime_registry import InMemoryRuntimeRegistry
 from awa.domain.job import RunLease
 from awa.domain.policies import NO_JITTER
 from awa.domain.states import JobState
+from awa.entrypoints.routing import inmemory_control_plane
 from awa.ports.storage import Ack, StorageEngine
-from awa.runtime import AttemptContext, HandlerRegistry
+from awa.runtime import AttemptContext, HandlerRegistry, Runtime
 from tests.unit.test_runtime_support import (
     REAL_TIME_GUARD,
     clock_of,
@@ -572,3 +576,42 @@ async def test_a_late_completion_refused_by_the_run_lease_guard_is_logged_once(
     assert f"held run lease {started[0].lease.lease}" in message
     assert f"run lease is now {current} (state retryable" in message
     assert (await job(engine, record.id)).state == JobState.Retryable
+
+
+async def test_a_handler_task_cancelled_before_its_first_step_leaves_no_coroutine_unawaited() -> (
+    None
+):
+    """A script's exception cancels every task at once, some before they ran: the runtime
+    closes their coroutines, so the script's traceback is not followed by a warning."""
+    engine = make_engine()
+    handlers = HandlerRegistry()
+
+    async def handler(ctx: AttemptContext) -> None:
+        return None
+
+    handlers.register("k", handler)
+    runtime = Runtime(
+        engine,
+        engine,
+        None,
+        clock_of(engine),
+        handlers,
+        fast_config(handlers),
+        control=inmemory_control_plane(engine, engine._clock),
+    )
+    await enqueue(engine, "k")
+    [claim] = await engine.claim("default", limit=1)
+    # The task never runs, so its executor is never called.
+    runtime._executor = cast(Any, object())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        async with anyio.create_task_group() as work:
+            runtime._work = work
+            before = asyncio.all_tasks()
+            runtime._spawn("default", claim)
+            # asyncio.run, on the script's exception, cancels every task as this does
+            [spawned] = asyncio.all_tasks() - before
+            spawned.cancel()
+        runtime._close_unstarted()
+        gc.collect()
+    assert not [w for w in caught if "never awaited" in str(w.message)]

@@ -10,6 +10,12 @@ jobs (``engines_agree``); :meth:`DependencyRules.read_edges` compares each job's
 the operator surfaces read them. Results are stored and read back through each side's
 result store: a stored value, its kind and its expiry read the same on both.
 
+A job may also leave without a word (:meth:`DependencyRules.vanish_job`): a ``DELETE``
+on ``awa.jobs`` in SQL on Postgres, taken out of the in-memory store unannounced on the
+model and the in-memory engines, so the jobs waiting on it keep waiting until the
+maintenance leader's search for vanished parents answers them
+(:meth:`DependencyRules.answer_vanished_parents`, ADR 0032, "A parent that vanishes").
+
 Every real engine runs these rules, the two-slot ring too: its queue storage sits in a
 schema of its own that ``awa.jobs`` does not show, and an insert finds the parents it
 names there (``dependency_parents_in``), while the edges stay in ``awa``.
@@ -21,14 +27,18 @@ import json
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
 
-from awa.domain.dependencies import OnParentFailure
+from awa.domain.dependencies import EDGE_PRUNE_BATCH, VANISHED_GRACE, OnParentFailure
 from awa.domain.job import JobSpec
 from awa.domain.results import StoredResult
+from awa.domain.states import LIVE_STATES
 from awa.ports.relations import Edge, JobEdges
+from awa.ports.storage import JobFilter
 from tests.property._mvr_base import KINDS, QUEUES, MachineBase, _await
+from tests.support.engines import EngineHandle
 
 policies = st.sampled_from(list(OnParentFailure))
 results = st.sampled_from([{"n": 1}, [1, "two"], "done", 3, None, {"nested": {"ok": True}}])
@@ -130,6 +140,94 @@ class DependencyRules(MachineBase):
         if model_id not in self.stored:
             assert model.value is None
 
+    @initialize(named=st.lists(policies, max_size=2))
+    def seed_family(self, named: list[OnParentFailure]) -> None:
+        """Start some examples from a parent with a child per policy in ``named``, so
+        the rules on parents (a finish, a delete, a parent gone without a word) meet one
+        within the default profile's steps."""
+        if not named:
+            return
+        parent = JobSpec(kind=KINDS[1], queue=QUEUES[0], args={"seed": "parent"})
+        model, real = self.p.run(lambda engine: engine.enqueue_many([parent]))
+        assert model.error is None and real.error is None, (model.error, real.error)
+        self._map_jobs(model.value, real.value)
+        ids = iter((model.value[0].id, real.value[0].id))
+
+        def children(parent_id: int) -> list[JobSpec]:
+            return [
+                JobSpec(
+                    kind=KINDS[0],
+                    queue=QUEUES[1],
+                    args={"seed": index},
+                    depends_on=(parent_id,),
+                    on_parent_failure=(str(policy),),
+                )
+                for index, policy in enumerate(named)
+            ]
+
+        model, real = self.p.run(lambda engine: engine.enqueue_many(children(next(ids))))
+        assert model.error is None and real.error is None, (model.error, real.error)
+        self._map_jobs(model.value, real.value)
+        self._assert_same(model, real, label="seed children")
+
+    @precondition(lambda self: bool(self.model_ids))
+    @rule(data=st.data(), answer=st.booleans())
+    def vanish_job(self, data: st.DataObject, answer: bool) -> None:
+        """A job the model holds, not in a live attempt (most often a parent children
+        still wait on), leaves without its children being answered, on both sides where
+        the real engine has a way: a ``DELETE`` on ``awa.jobs`` (which records it for
+        the leader), or out of its in-memory store. Where it has neither (a queue-storage
+        schema ``awa.jobs`` does not show) the job is deleted through the API on both,
+        which answers its children at once. With ``answer`` the leader's search runs
+        next; without, the children wait meanwhile (``engines_agree`` compares them)."""
+        model = self.p.model.engine
+        held = self.p.runner.run(_await(model.list_jobs(JobFilter(), limit=100_000)))
+        candidates = sorted(job.id for job in held if job.state not in LIVE_STATES)
+        if not candidates:
+            return
+        parents = sorted(self._waited_on().intersection(candidates))
+        pool = parents if parents and not data.draw(st.booleans(), label="any job") else candidates
+        model_id = data.draw(st.sampled_from(pool), label="job")
+        real_id = self._real_id(model_id)
+        if self.p.runner.run(_await(_gone_without_a_word(self.p.real, real_id))):
+            assert self.p.runner.run(_await(_gone_without_a_word(self.p.model, model_id)))
+            ids = iter((model_id, real_id))
+            self._same(lambda engine: engine.get_job(next(ids)), label="get_job of a vanished job")
+        else:
+            ids = iter((model_id, real_id))
+            self._same(lambda engine: engine.delete_jobs([next(ids)]), label="delete_jobs")
+        if answer:
+            self.answer_vanished_parents()
+
+    def _waited_on(self) -> set[int]:
+        """The model ids of the parents some child still waits on (an unresolved edge)."""
+        store = self.p.model.store
+        assert store is not None
+        deps = store.state.deps
+        return {
+            parent
+            for child, edges in deps.parents.items()
+            for parent, satisfied in edges.items()
+            if satisfied is None and (child, parent) not in deps.failed
+        }
+
+    @rule()
+    def answer_vanished_parents(self) -> None:
+        """One step of the maintenance leader's search, from the first parent with the
+        leader's page: the children of a job gone without a word are answered as for a
+        cancel, by each child's policy, alike on both sides (``engines_agree``); a
+        parent deleted through the API had its children answered already."""
+        seen_before = self.p.clock.now() - VANISHED_GRACE
+        waited_on = len(self._waited_on())
+        model, _ = self._same(
+            lambda engine: engine.answer_vanished_parents(
+                after=0, limit=EDGE_PRUNE_BATCH, seen_before=seen_before
+            ),
+            label="answer_vanished_parents",
+        )
+        # one page holds every parent an example makes: the walk starts over
+        assert waited_on < EDGE_PRUNE_BATCH and model.value.following is None
+
     @rule()
     def prune_results(self) -> None:
         """The results' own retention, on the shared clock."""
@@ -138,6 +236,23 @@ class DependencyRules(MachineBase):
             lambda handle: handle.control.results.prune_results(before=now)
         )
         assert (model.value, model.error) == (real.value, real.error)
+
+
+async def _gone_without_a_word(handle: EngineHandle, job_id: int) -> bool:
+    """Remove ``job_id`` as no write of the engine does, its children not answered: from
+    the in-memory store, or by a ``DELETE`` on ``awa.jobs`` (which records it for the
+    leader). False where neither reaches it (a schema ``awa.jobs`` does not show)."""
+    if handle.store is not None:
+        state = handle.store.state.copy()
+        for side in list(state.sides):
+            state.view(side).delete(job_id)
+        handle.store.state = state
+        return True
+    if handle.database_url is None:
+        return False
+    async with await psycopg.AsyncConnection.connect(handle.database_url) as conn:
+        cur = await conn.execute(b"DELETE FROM awa.jobs WHERE id = %s", (job_id,))
+        return cur.rowcount == 1
 
 
 def _edges(edges: JobEdges, ident: Any) -> tuple[Any, ...]:

@@ -37,6 +37,7 @@ from awa.adapters._pg.migrations import migrate
 from awa.adapters._pg.pool import open_pool
 from awa.adapters.clock import ManualClock
 from awa.adapters.inmemory import InMemoryEngine
+from awa.adapters.inmemory.store import SharedStore
 from awa.adapters.postgres_canonical import CanonicalEngine
 from awa.domain.batch_ops import BatchOpState
 from awa.domain.kind_policies import KindPolicies
@@ -74,6 +75,9 @@ class EngineHandle:
     #: The per-kind policies the engine's lifecycle decisions read (tests register
     #: retry policies and effect rules here).
     policies: KindPolicies = attrs.field(factory=KindPolicies)
+    #: The in-memory "database" of an in-memory engine (``None`` on Postgres), for tests
+    #: that must change it as no write of the engine does (a job gone without a word).
+    store: SharedStore | None = None
 
 
 EngineFactory = Callable[
@@ -196,6 +200,7 @@ async def _inmemory(
             engine.leader_lock,
             inmemory_control_plane(engine, clock),
             policies=policies,
+            store=engine.store,
         )
     finally:
         await engine.close()
@@ -404,6 +409,7 @@ def _inmemory_routing_in(state: TransitionState) -> EngineFactory:
                 engine.leader_lock,
                 routing.control,
                 policies=policies,
+                store=routing.store,
             )
         finally:
             await engine.close()

@@ -439,6 +439,13 @@ class Runtime:
         # Python would warn at exit about a coroutine never awaited. The work group's
         # exit closes those (_close_unstarted).
         slot_loop = self._slot_loop(context)
+        if len(self._slot_coroutines) >= 2 * len(self.inflight) + 64:
+            # A handler task ends only when its loop fails: forget those that ended.
+            self._slot_coroutines = [
+                c
+                for c in self._slot_coroutines
+                if inspect.getcoroutinestate(c) != inspect.CORO_CLOSED
+            ]
         self._slot_coroutines.append(slot_loop)
         self._work.start_soon(_returning, slot_loop)
 

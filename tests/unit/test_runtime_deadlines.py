@@ -17,6 +17,7 @@ from awa.domain.lifecycle import Rescue
 from awa.domain.states import JobState
 from awa.runtime import AttemptContext, HandlerRegistry
 from awa.runtime.deadlines import SYNC_DEADLINE_GRACE
+from tests.support.waits import until
 from tests.unit.test_runtime_support import (
     clock_of,
     enqueue,
@@ -82,9 +83,11 @@ async def test_an_async_handler_is_cancelled_at_its_deadline_and_its_slot_runs_t
 async def test_a_sync_handler_is_told_at_its_deadline_and_may_return() -> None:
     engine = make_engine()
     handlers = HandlerRegistry()
+    began = threading.Event()
     observed = threading.Event()
 
     def polite(ctx: AttemptContext) -> str:
+        began.set()
         # Works in small steps and looks at the flag between them.
         while not ctx.is_cancelled():
             observed.wait(0.001)
@@ -93,9 +96,13 @@ async def test_a_sync_handler_is_told_at_its_deadline_and_may_return() -> None:
 
     handlers.register("polite", polite)
     config = fast_config(handlers, _ONE_SLOT)
-    async with running(engine, handlers, config, leader=False, clock_waits_for_threads=False):
+    # The clock stands still while the handler's thread works, and the test moves it to
+    # the deadline: the grace cannot run out before the thread has had its turn.
+    async with running(engine, handlers, config, leader=False):
         [record] = await enqueue(engine, "polite")
-        await wait_until(observed.is_set, timeout=5.0)
+        await until(began.is_set, "the handler started")
+        clock_of(engine).advance(1.0)
+        await until(observed.is_set, "the handler saw its deadline")
         await wait_until(lambda: _finished(engine, record.id), timeout=5.0)
     # It returned within its grace: its own outcome stands.
     assert (await job(engine, record.id)).state == JobState.Completed

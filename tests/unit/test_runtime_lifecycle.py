@@ -23,6 +23,7 @@ from awa.domain.states import JobState
 from awa.entrypoints.routing import inmemory_control_plane
 from awa.ports.storage import Ack, StorageEngine
 from awa.runtime import AttemptContext, HandlerRegistry, Runtime
+from tests.support.waits import until
 from tests.unit.test_runtime_support import (
     REAL_TIME_GUARD,
     clock_of,
@@ -273,7 +274,9 @@ async def test_shutdown_timeout_cancels_and_releases_unfinished_attempts() -> No
     # The clock runs on while the sync handler holds its thread: that is what overruns.
     async with running(engine, handlers, clock_waits_for_threads=False) as runtime:
         a, s = await enqueue(engine, "async") + await enqueue(engine, "sync")
-        await wait_until(lambda: len(started) == 2)
+        # Host time: the clock runs on while the sync handler's thread starts, so a wait
+        # on the clock could pass before that thread has had its turn.
+        await until(lambda: len(started) == 2, "both handlers started")
         before = clock_of(engine).monotonic()
         await runtime.shutdown(50)
         # the 50 ms drain, then the release: neither handler ever ends by itself

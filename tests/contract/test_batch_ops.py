@@ -430,14 +430,15 @@ async def test_the_runner_stops_at_a_chunk_boundary_when_cancelled(
     assert priorities == [2, 2, 2, 2, 2, 4]
 
 
-class _SlowAt:
-    """An engine whose ``at``-th change takes ``seconds`` of the runner's (manual) clock."""
+class _AfterChanges:
+    """An engine that runs ``then`` once its ``count``-th change is applied: the runner's
+    (manual) clock moved on, as by a slow change, or a leader's duty scope cancelled, as
+    by a lease that ran out while the rest of the chunk waits its turn."""
 
-    def __init__(self, engine: StorageEngine, clock: ManualClock, at: int, seconds: float):
+    def __init__(self, engine: StorageEngine, count: int, then: Callable[[], object]) -> None:
         self._engine = engine
-        self._clock = clock
-        self._left = at
-        self._seconds = seconds
+        self._left = count
+        self._then = then
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)
@@ -446,7 +447,7 @@ class _SlowAt:
         result = await self._engine.apply_batch_change(job_id, spec)
         self._left -= 1
         if self._left == 0:
-            self._clock.advance(self._seconds)
+            self._then()
         return result
 
 
@@ -462,7 +463,7 @@ async def test_a_pass_stops_inside_a_chunk_once_its_budget_is_spent(
         spec=BatchSpec(BatchOpKind.MOVE_QUEUE, queue="target"), filter=BatchFilter(queue=QUEUE)
     )
     clock = ManualClock()
-    slow = cast(StorageEngine, _SlowAt(engine.engine, clock, at=2, seconds=2.0))
+    slow = cast(StorageEngine, _AfterChanges(engine.engine, 2, lambda: clock.advance(2.0)))
     runner = BatchRunner(
         slow, ops, runner_id="r", clock=clock, chunk_size=5, budget=1.0, parallelism=1
     )
@@ -477,26 +478,6 @@ async def test_a_pass_stops_inside_a_chunk_once_its_budget_is_spent(
     assert {(await fetch(engine, j.id)).queue for j in jobs} == {"target"}
 
 
-class _CutOffAfter:
-    """The engine of a leader whose lease runs out once ``count`` changes are applied:
-    the duty's scope is cancelled while the rest of the chunk waits its turn."""
-
-    def __init__(self, engine: StorageEngine, count: int, scope: anyio.CancelScope) -> None:
-        self._engine = engine
-        self._left = count
-        self._scope = scope
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
-
-    async def apply_batch_change(self, job_id: int, spec: BatchSpec) -> ItemResult:
-        result = await self._engine.apply_batch_change(job_id, spec)
-        self._left -= 1
-        if self._left == 0:
-            self._scope.cancel()
-        return result
-
-
 async def test_changes_a_cut_off_chunk_made_count_as_processed(engine: EngineHandle) -> None:
     """A step cut off part way through a chunk records what it changed: the next pass
     does not apply those changes again and count the moved jobs as skipped."""
@@ -509,7 +490,7 @@ async def test_changes_a_cut_off_chunk_made_count_as_processed(engine: EngineHan
     # running out is what stops the step, however long the host takes over each change.
     clock = ManualClock()
     with anyio.CancelScope() as lease:
-        cut = _CutOffAfter(engine.engine, 3, lease)
+        cut = _AfterChanges(engine.engine, 3, lease.cancel)
         runner = BatchRunner(
             cast(StorageEngine, cut), ops, runner_id="r", clock=clock, parallelism=1
         )

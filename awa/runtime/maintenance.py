@@ -100,6 +100,21 @@ class MaintenanceLeader:
         self._thread: threading.Thread | None = None
         self._thread_done = threading.Event()
         self._gauges: QueueGauges | None = None
+        #: called with True on taking the lease and False on giving it up, on the thread
+        #: maintenance runs on (the runtime republishes its snapshot, so the fleet view
+        #: names the new leader at once rather than at the next snapshot interval)
+        self.on_leadership: Callable[[bool], None] | None = None
+
+    def _set_leading(self, leading: bool) -> None:
+        changed = leading != self._leading
+        self._leading = leading
+        if not leading:
+            self._valid_until = None
+        if changed and self.on_leadership is not None:
+            try:
+                self.on_leadership(leading)
+            except Exception:
+                log.debug("the leadership callback failed", exc_info=True)
 
     def stop(self) -> None:
         """Finish the duty under way, then stop (and give the lease up): a shutdown does
@@ -242,8 +257,7 @@ class MaintenanceLeader:
                     try:
                         await self._lead(duties)
                     finally:
-                        self._leading = False
-                        self._valid_until = None
+                        self._set_leading(False)
                     continue
                 wait = (
                     self._config.leader_election_interval
@@ -252,8 +266,7 @@ class MaintenanceLeader:
                 )
                 await self._pause(wait)
         finally:
-            self._leading = False
-            self._valid_until = None
+            self._set_leading(False)
             if self._gauges is not None:
                 self._gauges.detach()
             with anyio.CancelScope(shield=True):
@@ -267,7 +280,7 @@ class MaintenanceLeader:
         self._valid_until = self.policy.valid_until(asked, lease)
         self._next_renewal = asked + self.policy.renew_every
         self.term = lease.term
-        self._leading = True
+        self._set_leading(True)
         log.info(
             "became maintenance leader (term %d, lease %.3g s, renewed every %.3g s)",
             lease.term,
@@ -334,8 +347,7 @@ class MaintenanceLeader:
         await self._step_down()
 
     async def _step_down(self) -> None:
-        self._leading = False
-        self._valid_until = None
+        self._set_leading(False)
         try:
             await self._lock.release()
         except Exception:

@@ -5,6 +5,7 @@ wired together."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import os
@@ -202,6 +203,11 @@ class Runtime:
             if leader_lock is not None
             else None
         )
+        if self.maintenance is not None:
+            self.maintenance.on_leadership = self._leadership_changed
+        # Set to publish the snapshot before the interval is up (see _snapshot_loop).
+        self._snapshot_due: anyio.Event | None = None
+        self._snapshot_loop_of: asyncio.AbstractEventLoop | None = None
         #: names the handler when the event loop is blocked for more than a second
         self.watchdog = LoopWatchdog(self.inflight, clock=clock)
         self._started_at: datetime | None = None
@@ -618,13 +624,30 @@ class Runtime:
         else:
             self._snapshot_failures.succeeded()
 
+    def _leadership_changed(self, leading: bool) -> None:
+        """Maintenance took or gave up the lease (on its own thread, maybe): publish the
+        snapshot now, so the fleet view and `awa health` name the leader that acts."""
+        due, loop = self._snapshot_due, self._snapshot_loop_of
+        if due is None or loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the runtime's loop already closed
+            loop.call_soon_threadsafe(due.set)
+
     async def _snapshot_loop(self) -> None:
-        while True:
-            started = self.clock.monotonic()
-            await self._publish_snapshot()
-            await self.clock.sleep(
-                max(0.0, self.config.snapshot_interval - (self.clock.monotonic() - started))
-            )
+        self._snapshot_loop_of = asyncio.get_running_loop()
+        try:
+            while True:
+                # A fresh event before publishing: a change while the row is written
+                # publishes again.
+                self._snapshot_due = due = anyio.Event()
+                started = self.clock.monotonic()
+                await self._publish_snapshot()
+                with self.clock.move_on_after(
+                    max(0.0, self.config.snapshot_interval - (self.clock.monotonic() - started))
+                ):
+                    await due.wait()
+        finally:
+            self._snapshot_due = self._snapshot_loop_of = None
 
 
 def _returning(coroutine: Coroutine[Any, Any, None]) -> Coroutine[Any, Any, None]:

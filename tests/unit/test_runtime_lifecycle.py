@@ -313,6 +313,32 @@ async def test_runtime_snapshots_are_published() -> None:
     assert final.shutting_down and not final.healthy
 
 
+async def test_taking_the_lease_republishes_the_snapshot_at_once() -> None:
+    """A runtime that becomes leader between snapshots publishes at once: the fleet view
+    (and `awa health`) names the leader that acts, not the one of the last interval."""
+    clock = ManualClock()
+    engine = make_engine(clock)
+    registry = InMemoryRuntimeRegistry(clock)
+    handlers = HandlerRegistry()
+
+    async def handler(ctx: AttemptContext) -> None:
+        return None
+
+    handlers.register("k", handler, queue="mail")
+    other = engine.leader_lock()
+    held = await other.try_acquire(3600.0)
+    assert held is not None and held.held
+    config = fast_config(handlers, snapshot_interval_ms=3_600_000)
+    async with running(engine, handlers, config, registry=registry) as runtime:
+        await wait_until(lambda: registry.list_runtimes())
+        [row] = await registry.list_runtimes()
+        assert not row.leader and not runtime.is_leader
+        await other.release()
+        with within(5):
+            await wait_until(lambda: _leader_row(registry), timeout=5)
+        assert runtime.is_leader
+
+
 async def _leader_row(registry: InMemoryRuntimeRegistry) -> bool:
     rows = await registry.list_runtimes()
     return bool(rows) and rows[0].leader

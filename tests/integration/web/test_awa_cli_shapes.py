@@ -156,8 +156,14 @@ async def test_runtime_queue_configs_match_awa_cli(served: tuple[rest_seed.Seede
     for name, q in theirs.items():
         assert ours[name]["config"] == q["config"], name
         assert (ours[name]["live_instances"], ours[name]["config_mismatch"]) == (1, False)
-    (instance,) = (await http.get("/api/runtime")).json()["instances"]
     (recorded,) = RECORDED["answers"]["runtime"]["instances"]
+
+    async def published() -> Any:
+        # The runtime publishes its row again as soon as it takes the lease.
+        (instance,) = (await http.get("/api/runtime")).json()["instances"]
+        return instance if instance["leader"] == recorded["leader"] else None
+
+    instance = await until(published, "the runtime's row names it leader")
     for key in ("storage_capability", "transition_role", "leader", "maintenance_alive"):
         assert instance[key] == recorded[key], key
 

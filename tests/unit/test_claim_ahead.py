@@ -268,11 +268,13 @@ async def test_a_notification_while_the_claim_is_in_flight_claims_at_once() -> N
         QueueConfig(name="q", max_workers=64)
     )
     # The job started while the slow claim was still out, taken by a claim sent at its
-    # notification beside it, and nothing was claimed twice.
+    # notification beside it, and nothing was claimed twice. That claim came back short,
+    # so the loop looked once more when its own was back (the lane it held may have had
+    # a job that claim could not take: the test below).
     assert len(before) == 1
     assert dispatcher.wake_claims == 1
-    assert engine.sent == 2
-    assert sorted(engine.returned) == [0, 1]
+    assert engine.sent == 3
+    assert sorted(engine.returned) == [0, 0, 1]
     assert dispatcher._permits.in_flight("q") == 1
 
 
@@ -286,6 +288,72 @@ async def test_with_a_rate_limit_a_notification_waits_for_the_claim_in_flight() 
     assert dispatcher.wake_claims == 0
     assert engine.sent == 2
     assert engine.returned == [0, 1]
+
+
+class _LockedLaneEngine(InMemoryEngine):
+    """One lane, as on Postgres: the first claim takes what it sees and holds the lane
+    until ``gate`` is set (a slow answer); a claim sent meanwhile skips the locked lane
+    and comes back empty, whatever committed since (claims skip locked lane heads)."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock=clock)
+        self.gate = anyio.Event()
+        self.sent = 0
+        self.returned: list[int] = []
+        self._held = False
+
+    async def claim(self, queue: str, **kwargs: Any) -> list[Claim]:
+        self.sent += 1
+        if self._held:
+            self.returned.append(0)
+            return []
+        got = await super().claim(queue, limit=kwargs["limit"], deadline=kwargs["deadline"])
+        if self.sent == 1:
+            self._held = True
+            try:
+                await self.gate.wait()
+            finally:
+                self._held = False
+        self.returned.append(len(got))
+        return got
+
+
+@pytest.mark.anyio
+async def test_a_job_behind_the_lane_of_the_claim_in_flight_is_claimed_when_it_is_back() -> None:
+    """The loop's claim takes one job and holds the lane; a second job commits after its
+    snapshot and is announced. The claim sent at the notification finds the lane locked
+    and comes back empty, so the loop claims again as soon as its claim is back, without
+    waiting for its re-check timer or poll (the clock never moves here)."""
+    clock = ManualClock()
+    engine = _LockedLaneEngine(clock)
+    config = QueueConfig(name="q", max_workers=64)
+    spawned: list[Claim] = []
+    dispatcher = QueueDispatcher(
+        config,
+        engine,
+        PermitPool([config], None),
+        poll_interval=1.0,
+        spawn=lambda _queue, claim: spawned.append(claim),
+        override_refresh=3600.0,
+        clock=clock,
+    )
+    (first,) = await enqueue(engine, "send", queue="q")
+    async with anyio.create_task_group() as tg:
+        await tg.start(dispatcher.run)
+        while engine.sent == 0:
+            await anyio.sleep(0)
+        (second,) = await enqueue(engine, "send", queue="q")
+        dispatcher.wake()
+        while len(engine.returned) < 1:
+            await anyio.sleep(0)
+        engine.gate.set()
+        for _ in range(100):
+            await anyio.sleep(0)
+        dispatcher.stop()
+    assert dispatcher.wake_claims == 1
+    # the claim at the notification came back empty, the loop's with the first job
+    assert engine.returned[:2] == [0, 1]
+    assert [c.lease.job_id for c in spawned] == [first.id, second.id]
 
 
 def test_a_claim_reserves_half_the_free_permits_unless_the_last_came_back_full() -> None:

@@ -15,16 +15,28 @@ split into:
 * ``woken_by``: what ended the claim loop's wait before that claim (a notification, a
   returning permit or the loop's own re-check/poll timer, or no wait at all).
 
+It also counts the claims sent at a notification while the loop's claim was in flight
+(ADR 0037) and how many came back empty, and, after each empty one beside a loop's claim,
+how long after that claim came back the next claim went (``after_empty``: the wait of a
+job whose lane the loop's claim held).
+
 The processes are timed by wrapping a few of the library's methods in the benchmark's own
 processes (measurement only; the library is not changed). Needs root, like the fleet::
 
     .venv/bin/python -m benchmarks.pickup_breakdown --rtt 0,1,5,20 --rate 200 --seconds 10
+
+``--loopback`` runs both processes on this host's own network instead (no namespace, no
+root; ``--rtt`` is ignored)::
+
+    .venv/bin/python -m benchmarks.pickup_breakdown --loopback --rate 200 --seconds 30
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import contextvars
 import itertools
 import json
 import signal
@@ -40,6 +52,7 @@ import awa
 from awa.adapters.postgres_queue_storage import claim as claim_module
 from awa.adapters.postgres_queue_storage import wakes as wakes_module
 from awa.runtime import claim_ahead
+from awa.runtime import dispatcher as dispatcher_module
 from awa.runtime import listener as listener_module
 from awa.runtime import wake as wake_module
 from benchmarks._common import percentile
@@ -64,15 +77,27 @@ def _claims_ahead_off() -> None:
     claim_ahead.ClaimPacer.ahead_after = lambda self: None  # type: ignore[method-assign]
 
 
+#: Set inside the task of a claim sent at a notification (``QueueDispatcher._wake_claim``).
+_AT_NOTIFICATION = contextvars.ContextVar("at_notification", default=False)
+
+
 def _instrument_worker(events: list[Any]) -> None:
-    """Record every claim (sent, returned, job ids), notification and wait of a loop."""
+    """Record every claim (sent, returned, job ids, whether it was sent at a notification
+    beside the loop's), notification and wait of a loop."""
     claim_original = claim_module.Claims.claim
 
     async def claim(self: Any, queue: str, **kwargs: Any) -> Any:
         sent = time.time()
         got = await claim_original(self, queue, **kwargs)
-        events.append(("claim", sent, time.time(), [c.lease.job_id for c in got]))
+        ids = [c.lease.job_id for c in got]
+        events.append(("claim", sent, time.time(), ids, _AT_NOTIFICATION.get()))
         return got
+
+    wake_claim_original = dispatcher_module.QueueDispatcher._wake_claim
+
+    async def wake_claim(self: Any, granted: int) -> None:
+        _AT_NOTIFICATION.set(True)
+        await wake_claim_original(self, granted)
 
     fire_original = listener_module.ChannelListener._fire
 
@@ -88,6 +113,7 @@ def _instrument_worker(events: list[Any]) -> None:
         return woken
 
     claim_module.Claims.claim = claim  # type: ignore[method-assign]
+    dispatcher_module.QueueDispatcher._wake_claim = wake_claim  # type: ignore[method-assign]
     listener_module.ChannelListener._fire = fire  # type: ignore[method-assign]
     wake_module.Waker.wait = wait  # type: ignore[method-assign]
 
@@ -159,9 +185,14 @@ async def _producer(url: str, rate: float, seconds: float, inflight: int, out: s
     Path(out).write_text(json.dumps({"recs": recs, "wake_sends": wake_sends}))
 
 
+#: Run the processes on the host's own network (``--loopback``), not in host 1's namespace.
+_LOOPBACK: list[bool] = [False]
+
+
 def _spawn(*args: str) -> subprocess.Popen[str]:
+    inside = [] if _LOOPBACK[0] else ["ip", "netns", "exec", _ns(1)]
     return subprocess.Popen(
-        ["ip", "netns", "exec", _ns(1), sys.executable, "-m", "benchmarks.pickup_breakdown", *args],
+        [*inside, sys.executable, "-m", "benchmarks.pickup_breakdown", *args],
         stdout=subprocess.PIPE,
         text=True,
         cwd=Path(__file__).resolve().parent.parent,
@@ -182,7 +213,7 @@ def analyse(worker: dict[str, Any], producer: dict[str, Any]) -> dict[str, Any]:
     starts = {int(i): float(t) for i, t in worker["starts"]}
     claimed_by: dict[int, tuple[float, float]] = {}
     claims = [e for e in worker["events"] if e[0] == "claim"]
-    for _, sent, returned, ids in claims:
+    for _, sent, returned, ids, _at_notification in claims:
         for job_id in ids:
             claimed_by[int(job_id)] = (sent, returned)
     waits = sorted((e[1], bool(e[2]), float(e[3])) for e in worker["events"] if e[0] == "waited")
@@ -212,12 +243,17 @@ def analyse(worker: dict[str, Any], producer: dict[str, Any]) -> dict[str, Any]:
         else:
             cause = "timer"
         woken_by[cause] = woken_by.get(cause, 0) + 1
-    sizes = [len(ids) for _, _, _, ids in claims]
+    sizes = [len(c[3]) for c in claims]
+    at_notification = [c for c in claims if c[4]]
+    after_empty = _after_empty(claims)
     return {
         "jobs": len(parts["pickup"]),
         "claims": len(claims),
         "empty_claims": sum(1 for s in sizes if s == 0),
         "jobs_per_claim": round(statistics.mean(sizes), 2) if sizes else 0,
+        "claims_at_notification": len(at_notification),
+        "empty_at_notification": sum(1 for c in at_notification if not c[3]),
+        "after_empty": _summary(after_empty),
         "wake_statements": len(producer["wake_sends"]),
         "woken_by": woken_by,
         "parts": {k: _summary(v) for k, v in parts.items()},
@@ -227,20 +263,38 @@ def analyse(worker: dict[str, Any], producer: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _after_empty(claims: list[Any]) -> list[float]:
+    """For each claim sent at a notification that came back empty while a loop's claim
+    was in flight: ms from that loop's claim coming back to the next claim sent."""
+    ordered = sorted(claims, key=lambda c: c[1])
+    loops = [c for c in ordered if not c[4]]
+    gaps = []
+    for claim in ordered:
+        if not claim[4] or claim[3]:
+            continue
+        beside = [c for c in loops if c[1] < claim[1] < c[2]]
+        if not beside:
+            continue
+        back = beside[0][2]
+        later = [c[1] for c in ordered if c[1] >= back and c is not claim]
+        if later:
+            gaps.append((later[0] - back) * 1000)
+    return gaps
+
+
 def one_run(admin: str, rate: float, seconds: float, tmp: Path, ahead: bool) -> dict[str, Any]:
     db = "pickup_breakdown"
     fresh(admin, db)
     asyncio.run(enqueue_backlog(_db_url(db, None), 0))
     worker_out, producer_out = tmp / "worker.json", tmp / "producer.json"
-    worker = _spawn(
-        "worker", "--url", _db_url(db, 1), "--out", str(worker_out), "--ahead", str(int(ahead))
-    )
+    url = _db_url(db, None if _LOOPBACK[0] else 1)
+    worker = _spawn("worker", "--url", url, "--out", str(worker_out), "--ahead", str(int(ahead)))
     try:
         assert worker.stdout is not None
         if worker.stdout.readline().strip() != "READY":
             raise RuntimeError("the worker did not start")
         producer = _spawn(
-            "produce", "--url", _db_url(db, 1), "--rate", str(rate),
+            "produce", "--url", url, "--rate", str(rate),
             "--seconds", str(seconds), "--out", str(producer_out),
         )  # fmt: skip
         producer.wait(timeout=seconds + READY_TIMEOUT)
@@ -281,6 +335,9 @@ def main() -> None:
         help="claims ahead: on, off, or on,off / off,on (both, in that order, at each round trip)",
     )
     p.add_argument("--repeat", type=int, default=1, help="runs of the whole round-trip list")
+    p.add_argument(
+        "--loopback", action="store_true", help="on this host's network, no namespace (no root)"
+    )
     args = p.parse_args()
     if args.command == "worker":
         asyncio.run(_worker(args.url, args.out, bool(args.ahead)))
@@ -291,31 +348,38 @@ def main() -> None:
     host, port = args.server.rsplit(":", 1)
     _SERVER[:] = [host, int(port)]
     admin = _db_url("postgres", None)
+    _LOOPBACK[0] = args.loopback
     try:
-        make_links(1)
+        if not args.loopback:
+            make_links(1)
         with tempfile.TemporaryDirectory() as tmp_name:
             arms = [arm == "on" for arm in args.ahead.split(",")]
-            rtts = [float(x) for x in args.rtt.split(",")]
+            rtts = [0.0] if args.loopback else [float(x) for x in args.rtt.split(",")]
             for run, rtt, ahead in itertools.product(range(args.repeat), rtts, arms):
-                with links_with_rtt(1, rtt):
-                    seen = measured_rtt_ms(1)
+                with contextlib.nullcontext() if args.loopback else links_with_rtt(1, rtt):
+                    seen = 0.0 if args.loopback else measured_rtt_ms(1)
                     got = one_run(admin, args.rate, args.seconds, Path(tmp_name), ahead)
                     got.update(rtt_ms=rtt, select1_ms=round(seen, 2), load=_load())
                     got.update(at=time.strftime("%H:%M:%S"), ahead=ahead, run=run + 1)
+                    link = "loopback" if args.loopback else f"rtt {rtt:g} ms"
                     print(
-                        f"run {run + 1} rtt {rtt:g} ms ahead {'on' if ahead else 'off'} "
+                        f"run {run + 1} {link} ahead {'on' if ahead else 'off'} "
                         f"(SELECT 1 {seen:.2f} ms, load {got['load']}): "
                         f"{got['jobs']} jobs, {got['claims']} claims "
                         f"({got['empty_claims']} empty, {got['jobs_per_claim']} jobs each), "
-                        f"{got['wake_statements']} wake statements, woken by {got['woken_by']}"
+                        f"{got['wake_statements']} wake statements, woken by {got['woken_by']}; "
+                        f"{got['claims_at_notification']} claims at a notification beside "
+                        f"the loop's, {got['empty_at_notification']} of them empty"
                     )
                     for name, text in got["parts"].items():
                         print(f"    {name:12s} {text}")
+                    print(f"    {'after_empty':12s} {got['after_empty']}")
                     if args.json is not None:
                         with args.json.open("a") as f:
                             f.write(json.dumps(got) + "\n")
     finally:
-        remove_links()
+        if not args.loopback:
+            remove_links()
 
 
 if __name__ == "__main__":

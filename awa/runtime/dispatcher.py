@@ -97,7 +97,7 @@ class QueueDispatcher:
     it announces may have committed after their snapshots (ADR 0037, amendment "A
     notification during a claim"). At most one such claim at a time; while the last claim
     came back short, a loop's claim reserves half of the free permits so that it has room.
-    When that claim comes back short, the loops get the pending wake as well: its job may
+    When that claim comes back empty, the loops get the pending wake as well: its job may
     sit in a lane the claim in flight holds locked (amendment "A claim beside a locked
     lane").
 
@@ -246,12 +246,13 @@ class QueueDispatcher:
             claims = await self._claim_batch(granted)
         finally:
             self._wake_claim_in_flight = False
-            if not self._stopping and (claims is None or len(claims) < granted):
-                # It took all it could see: a job it did not take is in a lane the loop's
-                # claim in flight holds (claims skip locked lane heads) under a snapshot
-                # taken before that job committed. Leave the loops the pending wake, so
-                # one claims again as soon as its claim is back; without it the job waited
-                # for the next notification or the loop's re-check (issue 39).
+            if not self._stopping and not claims:
+                # Empty (or failed): the job announced is in a lane the loop's claim in
+                # flight holds (claims skip locked lane heads) under a snapshot taken
+                # before the job committed, or that claim took it. Leave the loops the
+                # pending wake, so one claims again as soon as its claim is back; without
+                # it the job waited for the next notification or the loop's re-check
+                # (issue 39). One that took jobs spent the notification as before.
                 for waker in self._wakers:
                     waker.wake()
 

@@ -15,7 +15,7 @@ children.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -212,14 +212,20 @@ def finished(state: JobState) -> tuple[bool, bool]:
     return state == JobState.Completed, state in FINISHED_FAILED
 
 
-def deleted_unfinished(jobs: Iterable[tuple[int, JobState]]) -> list[int]:
+def deleted_parents(jobs: Iterable[tuple[int, JobState]], waited_on: Container[int]) -> list[int]:
     """Of the jobs an operator deleted (each id with the state it was deleted in), those
-    whose children may still wait on them: a job deleted before it finished counts as
-    cancelled for its children, in the transaction that deletes it (ADR 0032, "A parent
-    that vanishes"), so each child's policy applies (``cancel``: it is cancelled;
-    ``dlq``: into the DLQ; ``run``: it goes on) instead of it waiting for ever. A
-    finished job already answered its children when it finished."""
-    return [job_id for job_id, state in jobs if not state.is_terminal]
+    that count as cancelled for their children, in the transaction that deletes them (ADR
+    0032, "A parent that vanishes"), so each child's policy applies (``cancel``: it is
+    cancelled; ``dlq``: into the DLQ; ``run``: it goes on) instead of it waiting for ever:
+    every job a child still waits on through an unresolved edge (``waited_on``, read after
+    the delete), whatever state it was deleted in, and every job deleted before it
+    finished (an insert naming it may still be committing: the resolution takes its lock
+    and sees the edge). A job that finished through its own attempt or an operator answered
+    its children then; one cancelled by another job's kind rule did not (an effect's
+    transition carries no further effects, ADR 0028), so the edge, not the state, decides.
+    The ``DELETE`` on ``awa.jobs`` records a job by the same edge
+    (``awa.dependency_waited_on``) for the maintenance leader to answer."""
+    return [job_id for job_id, state in jobs if job_id in waited_on or not state.is_terminal]
 
 
 def effects(

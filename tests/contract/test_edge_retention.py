@@ -6,13 +6,17 @@ the same after the pruning, until one more retention has passed (ADR 0035)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 
 import psycopg
 import pytest
 
+from awa.domain import lifecycle
 from awa.domain.batches import BatchCounts
 from awa.domain.dependencies import EDGE_RETENTION, VANISHED_GRACE, OnParentFailure
+from awa.domain.job import JobRecord
+from awa.domain.kind_policies import ChangeJob, Effect
 from awa.domain.lifecycle import DEPENDENCY_FAILED_ERROR
 from awa.domain.states import JobState
 from awa.ports.storage import Ack, VanishedStep
@@ -370,3 +374,61 @@ async def test_a_parent_seen_gone_and_found_again_is_not_answered(
     assert claim.job.id == parent.id
     assert await engine.engine.complete([claim.lease]) == [Ack.APPLIED]
     assert (await fetch(engine, child.id)).state == JobState.Available
+
+
+RELAY = "wf_relay"
+RELAY_QUEUE = "wf_relays"
+
+
+def _cancel_the_peer(job: JobRecord) -> Sequence[Effect]:
+    """A relay's end cancels the job its args name (a kind rule, ADR 0028)."""
+    at = job.finalized_at
+    return () if at is None else (ChangeJob(int(job.args["peer"]), lifecycle.operator_cancel(at)),)
+
+
+async def _finished_unanswered(engine: EngineHandle) -> tuple[JobRecord, JobRecord]:
+    """A parent cancelled by another job's kind rule, and its child: an effect's own
+    transition carries no further effects (ADR 0028), so the parent finished while its
+    child still waits on it through an unresolved edge."""
+    engine.policies.set_effects(RELAY, _cancel_the_peer)
+    parent = await enqueue(engine, "wf_parent")
+    child = await enqueue(engine, "wf_child", queue="wf_children", depends_on=(parent.id,))
+    await enqueue(engine, RELAY, queue=RELAY_QUEUE, args={"peer": parent.id})
+    claim = await claim_one(engine, RELAY_QUEUE)
+    assert await engine.engine.cancel_attempt(claim.lease, reason="relay") == Ack.APPLIED
+    assert (await fetch(engine, parent.id)).state == JobState.Cancelled
+    assert (await fetch(engine, child.id)).state == JobState.Scheduled
+    return parent, child
+
+
+async def test_a_finished_parent_deleted_while_a_child_waits_answers_it(
+    engine: EngineHandle,
+) -> None:
+    """The rule for a deleted parent reads its edges, not the state it was deleted in: a
+    finished parent that a child still waits on answers it as cancelled when the engine
+    deletes it, in the delete's transaction."""
+    parent, child = await _finished_unanswered(engine)
+    assert await engine.engine.delete_jobs([parent.id]) == 1
+    answered = await fetch(engine, child.id)
+    assert answered.state == JobState.Cancelled
+    assert answered.errors[-1]["error"] == DEPENDENCY_FAILED_ERROR
+
+
+async def test_a_finished_parent_deleted_in_sql_while_a_child_waits_is_answered_next_run(
+    engine: EngineHandle,
+) -> None:
+    """A ``DELETE`` on ``awa.jobs`` of a finished parent that a child still waits on is
+    recorded as a SQL delete of an unfinished one is, and the next run of the duty answers
+    the child, as the in-memory engines' search answers a parent gone from their store
+    (before, nothing was recorded and the child waited ``VANISHED_GRACE`` more)."""
+    if engine.database_url is None:
+        pytest.skip("the in-memory engines have no SQL surface")
+    duty = cleanup_duty(engine)
+    parent, child = await _finished_unanswered(engine)
+    if not await _sql(engine, "SELECT 1 FROM awa.jobs WHERE id = %s", parent.id):
+        pytest.skip("awa.jobs does not show this engine's private schema")
+    await _sql(engine, "DELETE FROM awa.jobs WHERE id = %s", parent.id)
+    assert await _sightings(engine) == [(parent.id, True)]
+    await duty.run()
+    assert (await fetch(engine, child.id)).state == JobState.Cancelled
+    assert await _sightings(engine) == []

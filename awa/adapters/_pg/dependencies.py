@@ -140,6 +140,17 @@ async def finished(
     return dependencies.effects(answered, now)
 
 
+async def deleted(conn: Connection, jobs: Sequence[tuple[int, JobState]]) -> list[int]:
+    """Of ``jobs`` (each id with the state it was just deleted in, in ``conn``'s
+    transaction), those that count as cancelled for their children
+    (:func:`awa.domain.dependencies.deleted_parents`), which the caller answers there
+    (:func:`finished`)."""
+    if not jobs:
+        return []
+    rows = await _rows(conn, "dependency_waited_on", {"ids": [job_id for job_id, _ in jobs]})
+    return dependencies.deleted_parents(jobs, {int(_field(row, "id", 0)) for row in rows})
+
+
 async def vanished(
     conn: Connection,
     *,

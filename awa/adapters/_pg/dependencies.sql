@@ -24,6 +24,9 @@ FROM awa.resolve_dependencies(
     %(completed)s::bigint[], %(failed)s::bigint[], %(now)s::timestamptz, %(cancelled)s::bigint[]
 )
 
+-- name: dependency_waited_on
+SELECT id FROM awa.dependency_waited_on(%(ids)s::bigint[]) AS w(id)
+
 -- name: dependency_retried
 SELECT child_id FROM awa.dependency_retried(%(ids)s::bigint[], %(restored)s::bigint[])
 

@@ -259,10 +259,11 @@ class AdminOps(EngineBase):
             gone = [(job_id, write.state.jobs[job_id].state) for job_id in doomed]
             for job_id in doomed:
                 write.state.delete(job_id)
-            # The children waiting on a job deleted before it finished: as for a cancel.
-            unfinished = dependencies.deleted_unfinished(gone)
-            if unfinished:
-                answered = write.state.deps.resolve([], unfinished, write.now, unfinished)
+            # The children still waiting on a deleted job: as for a cancel.
+            deps = write.state.deps
+            parents = dependencies.deleted_parents(gone, deps.waited_on(doomed))
+            if parents:
+                answered = deps.resolve([], parents, write.now, parents)
                 self._apply_effects(write, dependencies.effects(answered, write.now))
         return len(doomed)
 
@@ -278,8 +279,8 @@ class AdminOps(EngineBase):
                 {
                     parent
                     for child, edges in deps.parents.items()
-                    for parent, satisfied in edges.items()
-                    if parent > after and satisfied is None and (child, parent) not in deps.failed
+                    for parent in edges
+                    if parent > after and deps.unresolved(child, parent)
                 }
             )[: max(limit, 0)]
             sides = write.store.sides.values()

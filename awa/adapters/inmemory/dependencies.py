@@ -86,6 +86,20 @@ class DependencyBook:
         if pending:
             self.waits[child] = pending
 
+    def unresolved(self, child: int, parent: int) -> bool:
+        """Whether ``child`` still waits on ``parent``: an edge neither satisfied nor
+        failed."""
+        edges = self.parents.get(child, {})
+        return parent in edges and edges[parent] is None and (child, parent) not in self.failed
+
+    def waited_on(self, parents: Iterable[int]) -> set[int]:
+        """Of ``parents``, those a child still waits on, as ``awa.dependency_waited_on``."""
+        return {
+            parent
+            for parent in parents
+            if any(self.unresolved(child, parent) for child in self.children.get(parent, ()))
+        }
+
     def resolve(
         self,
         completed: Iterable[int],

@@ -12,7 +12,7 @@ from awa.adapters._pg import dependencies as pg_dependencies
 from awa.adapters._pg.errors import is_unique_claim_violation
 from awa.adapters._pg.rows import job_from_row, state_buckets
 from awa.adapters.postgres_canonical.base import AnyConnection, EngineBase
-from awa.domain import dependencies, lifecycle
+from awa.domain import lifecycle
 from awa.domain.admin_views import (
     KindCounts,
     QueueDepth,
@@ -240,21 +240,16 @@ class AdminOps(EngineBase):
         return len(rows)
 
     async def delete_jobs(self, job_ids: Sequence[int]) -> int:
-        """Delete jobs by id, except live attempts; the children waiting on a job deleted
-        before it finished have their policies applied as for a cancel (ADR 0032)."""
+        """Delete jobs by id, except live attempts; the children still waiting on a deleted
+        job have their policies applied as for a cancel (ADR 0032)."""
         ids = list(job_ids)
         if not ids:
             return 0
         now = self._clock.now()
         async with self._transaction() as conn:
             rows = await self._all(conn, "delete_jobs", {"ids": ids})
-            await self._cancel_dependents(
-                conn,
-                dependencies.deleted_unfinished(
-                    (int(row["id"]), JobState.parse(row["state"])) for row in rows
-                ),
-                now,
-            )
+            gone = [(int(row["id"]), JobState.parse(row["state"])) for row in rows]
+            await self._cancel_dependents(conn, await pg_dependencies.deleted(conn, gone), now)
         return len(rows)
 
     async def answer_vanished_parents(

@@ -21,7 +21,7 @@ from awa.adapters.postgres_queue_storage.facts import FactWriter
 from awa.adapters.postgres_queue_storage.lanes import LaneAllocator
 from awa.adapters.postgres_queue_storage.snapshots import Resolved, Writes
 from awa.adapters.postgres_queue_storage.statements import Statements, run
-from awa.domain import dependencies, lifecycle
+from awa.domain import lifecycle
 from awa.domain.channels import cancel_notification
 from awa.domain.job import JobRecord
 from awa.domain.kind_policies import Effect
@@ -305,8 +305,8 @@ class AdminChanges:
                 if writes.counts != before:
                     count += 1
                     gone.append((r.job.id, r.job.state))
-            # The children waiting on a job deleted before it finished: as for a cancel.
-            await self.cancel_dependents(conn, writes, dependencies.deleted_unfinished(gone))
+            # The children still waiting on a deleted job: as for a cancel.
+            await self.cancel_dependents(conn, writes, await pg_dependencies.deleted(conn, gone))
             await self._facts.flush(conn, writes)
         return count
 

@@ -1,9 +1,10 @@
 -- DELETE through awa.jobs: a canonical row is deleted, a queue-storage job gets a deletion
 -- marker (awa.queue_storage_edit); nothing happens for a job that no plane holds. A job
--- deleted before it finished that jobs still wait on is recorded in
--- awa.dependency_vanished_parents, and the maintenance leader's dependency_cleanup answers
--- its children as for a cancel, by the rule the engines' delete_jobs applies (ADR 0032,
--- "A parent that vanishes").
+-- deleted while jobs still wait on it (awa.dependency_waited_on, whatever state it was
+-- deleted in) is recorded in awa.dependency_vanished_parents, and the maintenance leader's
+-- dependency_cleanup answers its children as for a cancel, by the rule the engines'
+-- delete_jobs applies (ADR 0032, "A parent that vanishes").
+-- requires: awa.dependency_waited_on
 CREATE OR REPLACE FUNCTION awa.jobs_view_delete() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -22,10 +23,7 @@ BEGIN
             RETURN NULL;
         END IF;
     END IF;
-    IF OLD.state NOT IN ('completed', 'failed', 'cancelled') AND EXISTS (
-        SELECT 1 FROM awa.job_dependencies AS d
-        WHERE d.parent_id = OLD.id AND d.satisfied_at IS NULL AND d.failed_at IS NULL
-    ) THEN
+    IF EXISTS (SELECT 1 FROM awa.dependency_waited_on(ARRAY[OLD.id])) THEN
         INSERT INTO awa.dependency_vanished_parents (parent_id, seen_at, deleted)
         VALUES (OLD.id, now(), true)
         ON CONFLICT (parent_id) DO UPDATE SET deleted = true;

@@ -526,3 +526,29 @@ async def test_deleting_a_finished_parent_changes_no_child(engine: EngineHandle)
     assert (await fetch(engine, child.id)).state == JobState.Scheduled
     assert await run_parent(engine) == other.id
     assert (await fetch(engine, child.id)).state == JobState.Available
+
+
+async def test_a_run_edge_is_resolved_though_the_walk_meets_a_child_doomed_before(
+    engine: EngineHandle,
+) -> None:
+    """An edge that doomed its child earlier is not walked again: a parent's failure that
+    reaches that child through it leaves the child as it was and resolves the child's
+    ``run`` edge from the parent (before: the child counted doomed again, and its ``run``
+    edge stayed unresolved for ever, so a search for vanished parents answered the parent
+    once more on every run after it was deleted)."""
+    parent = await enqueue(engine, "wf_parent")
+    step = await enqueue(engine, "wf_step", queue=STEPS, depends_on=(parent.id,))
+    last = await enqueue(
+        engine,
+        "wf_last",
+        queue=STEPS,
+        depends_on=(parent.id, step.id),
+        on_parent_failure=(str(OnParentFailure.RUN), str(OnParentFailure.CANCEL)),
+    )
+    assert await engine.engine.cancel_job(step.id) is not None
+    assert (await fetch(engine, last.id)).state == JobState.Cancelled
+    assert await engine.engine.cancel_job(parent.id) is not None
+    edges = await engine.control.relations.job_edges(last.id, limit=10)
+    resolved = {e.job_id: e.satisfied_at is not None or e.failed for e in edges.parents}
+    assert resolved == {parent.id: True, step.id: True}
+    assert (await fetch(engine, last.id)).state == JobState.Cancelled

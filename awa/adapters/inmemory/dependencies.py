@@ -128,15 +128,16 @@ class DependencyBook:
                     answered.append((child, DependentOutcome.RELEASED))
                 else:
                     self.waits[child] = pending - 1
-        # Unsatisfied edges the failures reach, followed through each child an edge
-        # dooms (cancel or dlq); a 'run' edge stops there.
+        # Unresolved edges the failures reach, followed through each child an edge
+        # dooms (cancel or dlq); a 'run' edge stops there, and an edge that doomed its
+        # child before is not walked again.
         hit: list[tuple[int, int, OnParentFailure]] = []
         frontier = list(failed)
         seen: set[int] = set()
         while frontier:
             parent = frontier.pop()
             for child in self.children.get(parent, ()):
-                if self.parents[child].get(parent, now) is not None:
+                if not self.unresolved(child, parent):
                     continue
                 policy = self.policy(child, parent)
                 hit.append((child, parent, policy))

@@ -38,16 +38,20 @@ BEGIN
     SELECT s.child_id, s.outcome FROM awa.satisfy_dependencies(p_completed, p_now, true) AS s;
 
     IF cardinality(p_failed) > 0 THEN
-        -- The unsatisfied edges the failures reach: from each failed job, and on through
+        -- The unresolved edges the failures reach: from each failed job, and on through
         -- every child an edge dooms (policy cancel or dlq), transitively. A 'run' edge
-        -- stops there: its child goes on without that parent.
+        -- stops there: its child goes on without that parent. An edge that doomed its
+        -- child before (failed_at) is not walked again: that child and the jobs below it
+        -- were answered then, and counting it doomed here would leave its 'run' edges
+        -- from these failures unresolved for ever.
         WITH RECURSIVE hit(child_id, parent_id, on_failure) AS (
             SELECT d.child_id, d.parent_id, d.on_failure FROM awa.job_dependencies AS d
             WHERE d.parent_id = ANY (p_failed) AND d.satisfied_at IS NULL
+              AND d.failed_at IS NULL
             UNION
             SELECT d.child_id, d.parent_id, d.on_failure FROM awa.job_dependencies AS d
             JOIN hit ON d.parent_id = hit.child_id
-            WHERE hit.on_failure <> 'run' AND d.satisfied_at IS NULL
+            WHERE hit.on_failure <> 'run' AND d.satisfied_at IS NULL AND d.failed_at IS NULL
         )
         SELECT coalesce(array_agg(hit.child_id), '{}'), coalesce(array_agg(hit.parent_id), '{}'),
                coalesce(array_agg(hit.on_failure), '{}')

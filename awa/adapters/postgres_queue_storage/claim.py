@@ -8,6 +8,7 @@ takes the transactional path (``claim_sorted``) until its windows are in order a
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import weakref
 from collections import Counter
@@ -18,6 +19,7 @@ from typing import Any
 import attrs
 from psycopg.types.numeric import Int8
 
+from awa.adapters._pg.decode import fetch_decodable
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters._pg.rate_limits import HeldLimiters, key_allowances, lock_limiters
@@ -117,6 +119,18 @@ def claim_parameters(
 
 #: Low-water marks kept per queue before they are dropped and learnt again.
 _MAX_MARKS = 100_000
+#: A lane's priorities (1-4, as live_per_keyed_lane reads them).
+_LANE_PRIORITIES = (1, 2, 3, 4)
+#: The marks a piped claim sends with its count (Claims._marks_ahead): those of this many
+#: keys per job of the batch. Its first walk returns at most a batch of keys with work
+#: after the cursor; the keys in between without work (drained) also have marks.
+_MARKS_AHEAD = 4
+
+
+def _holds(ordered: list[int], value: int) -> bool:
+    """Whether the sorted ``ordered`` holds ``value``."""
+    at = bisect.bisect_left(ordered, value)
+    return at < len(ordered) and ordered[at] == value
 
 
 @attrs.frozen
@@ -131,6 +145,21 @@ class _Limits:
     def keyed(self) -> bool:
         """Whether a per-key limit applies (the claim walks the keyed lanes)."""
         return self.max_running_per_key is not None or self.rate_per_key is not None
+
+
+@attrs.define
+class _Walks:
+    """The walks of a limited claim's window of keys so far (:meth:`Claims._room`): the
+    window, each walked key's free slots, the keys left to another claimer or walked past
+    for want of a token, and the key the next walk starts after."""
+
+    window: KeyWindow[int]
+    after: int
+    free: dict[int, int] = attrs.field(factory=dict)
+    # Keys another claimer was claiming (a later walk's lock not got): left to it.
+    contended: set[int] = attrs.field(factory=set)
+    # Keys with a free slot but no token of their per-key rate limiter: walked past.
+    no_token: set[int] = attrs.field(factory=set)
 
 
 @attrs.frozen
@@ -194,6 +223,9 @@ class Claims:
         # last count of it saw it: every row below it is claimed and closed or tombstoned,
         # so the next count starts there (live_per_keyed_lane).
         self._marks: dict[str, dict[tuple[int, int], int]] = {}
+        # Per queue, the keys (shards) of those lanes, sorted: the marks sent ahead of a
+        # first walk are those of the next keys after the cursor (_marks_ahead).
+        self._marked: dict[str, list[int]] = {}
 
     async def claim(
         self,
@@ -272,22 +304,32 @@ class Claims:
         return claims
 
     async def _room(
-        self, conn: DictConnection, queue: str, limit: int, limits: _Limits, now: datetime
+        self,
+        conn: DictConnection,
+        queue: str,
+        limit: int,
+        limits: _Limits,
+        now: datetime,
+        walks: _Walks | None = None,
     ) -> _Room:
         """The keyed lanes a limited claim may take from and how many from each: the
         next ``limit`` keys with work and a free slot after the one this process's last
         limited claim walked to (:class:`~awa.domain.flow_control.KeyWindow`: keys at
         their limit, and keys whose per-key rate limiter has no token, are walked past),
         locked, less their live attempts and capped by
-        their rate limiters (locked after the keys, the queue's own first)."""
+        their rate limiters (locked after the keys, the queue's own first). ``walks``:
+        the walks already made in this transaction (:meth:`_claim_piped`'s first), which
+        this continues."""
         per_key = limits.max_running_per_key
-        window: KeyWindow[int] = KeyWindow(limit)
-        free: dict[int, int] = {}
-        # Keys another claimer was claiming (a later walk's lock not got): left to it.
-        contended: set[int] = set()
-        # Keys with a free slot but no token of their per-key rate limiter: walked past.
-        no_token: set[int] = set()
-        after = self._key_cursor.get(queue, _NO_KEY)
+        if walks is None:
+            walks = _Walks(KeyWindow(limit), self._key_cursor.get(queue, _NO_KEY))
+        window, free, contended, no_token = (
+            walks.window,
+            walks.free,
+            walks.contended,
+            walks.no_token,
+        )
+        after = walks.after
         while (wanted := window.keys_to_walk()) > 0:
             # The first walk of a concurrency limit waits for its keys' locks, in sorted
             # order, in the same statement.
@@ -301,7 +343,7 @@ class Claims:
                 walked=window.walked,
                 limit=wanted,
             )
-            walked = [int(row["shard"]) for row in rows]
+            walked = [int(row["shard"]) for row in rows if row["shard"] is not None]
             if walked:
                 after = walked[-1]
             locked = walked
@@ -372,27 +414,120 @@ class Claims:
         """The live attempts of each keyed lane in ``shards`` (their keys locked by this
         claim), counted from each lane's low-water mark, which moves up to what the count
         saw (live_per_keyed_lane)."""
-        marks = self._marks.setdefault(queue, {})
-        wanted = set(shards)
-        known = [(lane, seq) for lane, seq in marks.items() if lane[1] in wanted]
         rows = await self._sql.exec_prepared(
             conn,
             "live_per_keyed_lane",
             queue=queue,
             shards=shards,
-            mark_priorities=[p for (p, _), _ in known],
-            mark_shards=[sh for (_, sh), _ in known],
-            mark_seqs=[seq for _, seq in known],
+            **self._marks_of(queue, shards),
         )
+        return self._note_marks(queue, rows)
+
+    def _marks_of(self, queue: str, shards: Sequence[int]) -> dict[str, list[int]]:
+        """The count's ``mark_*`` parameters: this process's low-water marks of the lanes
+        of ``shards``."""
+        marks = self._marks.get(queue, {})
+        known = [
+            ((priority, shard), seq)
+            for shard in shards
+            for priority in _LANE_PRIORITIES
+            if (seq := marks.get((priority, shard))) is not None
+        ]
+        return {
+            "mark_priorities": [p for (p, _), _ in known],
+            "mark_shards": [sh for (_, sh), _ in known],
+            "mark_seqs": [seq for _, seq in known],
+        }
+
+    def _marks_ahead(self, queue: str, after: int, n: int) -> list[int]:
+        """The first ``n`` keys with a low-water mark in the rotation after ``after``
+        (then from the first again): the keys a first walk from ``after`` most likely
+        returns, whose marks go with the count sent before the walk's rows are back
+        (live_of_walk). A walked key without its mark here is counted from its lane's
+        start, which is exact, only slower."""
+        marked = self._marked.get(queue, [])
+        first = bisect.bisect_right(marked, after)
+        ahead = marked[first : first + n]
+        return ahead + marked[: n - len(ahead)] if len(ahead) < n else ahead
+
+    def _note_marks(self, queue: str, rows: Sequence[dict[str, Any]]) -> dict[int, int]:
+        """Each key's live attempts from a count's lane rows (live_per_keyed_lane,
+        live_of_walk; a row without a shard is none), and the lanes' new low-water
+        marks."""
+        marks = self._marks.setdefault(queue, {})
+        marked = self._marked.setdefault(queue, [])
         if len(marks) > _MAX_MARKS:
             # Drained keys' lanes are not told apart from busy ones: start again.
             marks.clear()
+            marked.clear()
         live: dict[int, int] = {}
         for row in rows:
+            if row["shard"] is None:
+                continue
             shard = int(row["shard"])
             live[shard] = live.get(shard, 0) + int(row["live"])
-            marks[(int(row["priority"]), shard)] = int(row["mark"])
+            lane = (int(row["priority"]), shard)
+            if lane not in marks and not _holds(marked, shard):
+                bisect.insort(marked, shard)
+            marks[lane] = int(row["mark"])
         return live
+
+    async def _claim_piped(
+        self,
+        conn: DictConnection,
+        queue: str,
+        params: dict[str, Any],
+        limits: _Limits,
+        now: datetime,
+    ) -> tuple[list[dict[str, Any]], _Room]:
+        """The claim under a per-key concurrency limit alone (no rate limiter) in one
+        round trip when its first walk gives a whole window: the walk that locks the
+        keys, their count (which leaves the room in the transaction) and the claim (which
+        reads it) are sent together in the transaction's pipeline; each still starts
+        after the one before it ended, so the count's snapshot sees every claim of the
+        locked keys committed before. When the count finds the window not whole (keys at
+        their limit among a full first walk) the claim takes nothing, and the window's
+        further walks (:meth:`_room`) and the claim are made as for any limited claim,
+        in the same transaction."""
+        per_key = limits.max_running_per_key
+        assert per_key is not None
+        limit = params["limit"]
+        after = self._key_cursor.get(queue, _NO_KEY)
+        walk = await self._sql.send_prepared(
+            conn,
+            "keyed_lanes_locked",
+            queue=queue,
+            keyed_base=_KEYED_BASE,
+            key_after=Int8(after),
+            walked=[],
+            limit=limit,
+        )
+        count = await self._sql.send_prepared(
+            conn,
+            "live_of_walk",
+            queue=queue,
+            per_key=Int8(per_key),
+            limit=limit,
+            **self._marks_of(queue, self._marks_ahead(queue, after, _MARKS_AHEAD * limit)),
+        )
+        claim = await self._sql.send_prepared(conn, "claim_limited", **params)
+        walked = [
+            int(row["shard"]) for row in await fetch_decodable(walk) if row["shard"] is not None
+        ]
+        counted = await fetch_decodable(count)
+        rows = await fetch_decodable(claim)
+        live = self._note_marks(queue, counted)
+        walks = _Walks(KeyWindow(limit), walked[-1] if walked else after)
+        for shard in walked:
+            walks.free[shard] = per_key - live.get(shard, 0)
+        walks.window.add(walked, limit, lambda shard: walks.free[shard])
+        whole = bool(counted[0]["whole"])
+        room = await self._room(conn, queue, limit, limits, now, walks)
+        if whole:
+            return rows, room
+        # The claim took nothing: claim from the window the further walks completed.
+        await self._sql.exec(conn, "set_room", room_shards=room.shards, room_free=room.free)
+        return await self._sql.exec_prepared(conn, "claim_limited", **params), room
 
     def forget(self) -> None:
         """Forget what this process learnt of the lanes (after a reset of the engine's
@@ -401,6 +536,7 @@ class Claims:
         self._key_cursor.clear()
         self._lead.clear()
         self._marks.clear()
+        self._marked.clear()
 
     async def _claim(
         self,
@@ -600,9 +736,9 @@ class Claims:
         marked it after the statement's snapshot."""
         batch = ClaimBatch()
         # In pipeline mode: BEGIN travels with the first statement and what follows the
-        # last read with COMMIT; a limited claim's reads (walk, count, claim) are a round
-        # trip each.
-        async with translated_errors(), self._connections.tx(pipeline=True) as conn:
+        # last read with COMMIT; a claim under a per-key limit alone reads once when its
+        # first walk gives a whole window (_claim_piped), so it is two round trips.
+        async with translated_errors(), self._connections.piped_tx() as conn:
             if limits is None:
                 rows = await self._sql.exec(conn, "claim_sorted", **params)
                 self._note_key_cursor(queue, rows, params)
@@ -628,24 +764,29 @@ class Claims:
                 # Every statement of this claim runs under its generic plan, made once
                 # per connection: each planned anew cost about as much as its run.
                 await self._sql.exec(conn, "generic_plan_here")
-                room = await self._room(conn, queue, params["limit"], limits, now)
-                held = room.held
-                allowed = held.allowed.limit
-                batch.next_admission = held.next_admission
-                batch.concurrency_limited = room.concurrency_limited
-                batch.rate_limited = room.rate_limited
-                if allowed <= 0:
-                    batch.rate_limited += params["limit"]
-                    return batch, False
-                rows = await self._sql.exec_prepared(
-                    conn,
-                    "claim_limited",
-                    **{**params, "limit": allowed},
-                    room_shards=room.shards,
-                    room_free=room.free,
-                )
-                if len([r for r in rows if r["id"] is not None]) == allowed:
-                    batch.rate_limited += params["limit"] - allowed
+                if limits.rate is None and limits.rate_per_key is None:
+                    rows, room = await self._claim_piped(conn, queue, params, limits, now)
+                    held = room.held
+                    batch.next_admission = held.next_admission
+                    batch.concurrency_limited = room.concurrency_limited
+                else:
+                    room = await self._room(conn, queue, params["limit"], limits, now)
+                    held = room.held
+                    allowed = held.allowed.limit
+                    batch.next_admission = held.next_admission
+                    batch.concurrency_limited = room.concurrency_limited
+                    batch.rate_limited = room.rate_limited
+                    if allowed <= 0:
+                        batch.rate_limited += params["limit"]
+                        return batch, False
+                    await self._sql.exec(
+                        conn, "set_room", room_shards=room.shards, room_free=room.free
+                    )
+                    rows = await self._sql.exec_prepared(
+                        conn, "claim_limited", **{**params, "limit": allowed}
+                    )
+                    if len([r for r in rows if r["id"] is not None]) == allowed:
+                        batch.rate_limited += params["limit"] - allowed
             if rows and rows[0]["mixed"]:
                 self._sorting.add(queue)
             else:

@@ -540,8 +540,8 @@ ORDER BY r.effective, r.run_at, r.job_id
 -- name: claim_limited
 -- claim_sorted under a per-key limit (ADR 0029), in the transaction that first locked the
 -- keys of the lanes it may take from and counted their live attempts: a keyed lane (a
--- concurrency key's own, shard >= keyed_base) is visited only when it is in `room_shards`
--- (the rotation's window, with room), at most its room is taken from the key's lanes
+-- concurrency key's own, shard >= keyed_base) is visited only when it is in the room
+-- (room_pairs: the rotation's window, with room), at most its room is taken from the key's lanes
 -- (ranked in the claim's order, so each lane's take is a prefix), and the batch takes
 -- every key's first job before any key's second.
 {claim_sorted_body key_window=nothing keyed_heads=limited_heads key_cursor=no_key_cursor
@@ -552,14 +552,31 @@ ORDER BY r.effective, r.run_at, r.job_id
 -- A keyed lane's walk reads no more than its key's room: the key's best `free` rows over
 -- its lanes are among the first `free` of each.
 least(%(limit)s, coalesce(
-    (SELECT rm.free
-     FROM unnest(%(room_shards)s::int[], %(room_free)s::int[]) AS rm(shard, free)
-     WHERE rm.shard = h.shard),
+    (SELECT rm.free FROM {room_pairs} WHERE rm.shard = h.shard),
     %(limit)s))
 
--- name: limited_heads
+-- name: room_pairs
+-- The keys a limited claim may take from and each one's room (`rm(shard, free)`), as this
+-- transaction's count of the walked keys (live_of_walk) or the engine (set_room) left
+-- them: transaction-local settings, so the claim can be sent in the same pipeline as the
+-- count it depends on.
+unnest({room_shards_set}, {room_free_set}) AS rm(shard, free)
 
-      AND (h.shard < %(keyed_base)s OR h.shard = ANY(%(room_shards)s::int[]))
+-- name: room_shards_set
+-- The keys of room_pairs, read once per statement (an init plan: a setting cast where a
+-- row is filtered is read and parsed again for every row).
+(SELECT current_setting('awa.room_shards')::int[])::int[]
+
+-- name: room_free_set
+(SELECT current_setting('awa.room_free')::int[])::int[]
+
+-- name: limited_heads
+-- No lane at all when the window of keys is not whole (`awa.room_whole`: the count found
+-- keys at their limit among a full first walk, so the window needs further walks, which
+-- the engine makes before it claims again in the same transaction).
+      AND (SELECT current_setting('awa.room_whole')::boolean)
+      AND (h.shard < %(keyed_base)s
+           OR h.shard = ANY({room_shards_set}))
 
 -- name: limited_key_rank
 , CASE WHEN p.shard >= %(keyed_base)s
@@ -570,9 +587,7 @@ least(%(limit)s, coalesce(
 -- name: limited_room
 
     WHERE p.key_rank <= coalesce(
-        (SELECT rm.free
-         FROM unnest(%(room_shards)s::int[], %(room_free)s::int[]) AS rm(shard, free)
-         WHERE rm.shard = p.shard),
+        (SELECT rm.free FROM {room_pairs} WHERE rm.shard = p.shard),
         2147483647)
 
 -- name: limited_by_key_rank
@@ -588,14 +603,20 @@ p.key_rank,
 -- keyed_lanes_with_work and the keys' transaction-scoped locks (by their lane's shard,
 -- across priorities) in one statement, for a claim's first walk: the locks are taken in
 -- sorted order, so claimers never deadlock, waited for, and the walk's keys returned in
--- rotation order. The count that follows is a statement of its own, so it starts after
--- the locks are held.
+-- rotation order (one row with a NULL shard when the walk found none). The count that
+-- follows is a statement of its own, so it starts after the locks are held; the keys
+-- walked are left in the transaction-local setting `awa.walked_keys` for it
+-- (live_of_walk), so it can be sent in the same pipeline, without waiting for these rows.
 WITH walked AS ({keyed_rotation walked_out=keyed_walked_out}), locked AS (
     SELECT count(pg_advisory_xact_lock(
         hashtextextended('awa.concurrency:{s}:' || %(queue)s || ':' || k.shard, 0))) AS n
     FROM (SELECT w.shard FROM walked w ORDER BY w.shard) k
 )
-SELECT w.shard FROM walked w CROSS JOIN locked
+SELECT w.shard
+FROM (SELECT set_config('awa.walked_keys',
+          coalesce((SELECT array_agg(w.shard) FROM walked w), '{}'::int[])::text, true)
+      ) noted
+LEFT JOIN (SELECT w.shard FROM walked w CROSS JOIN locked) w ON true
 ORDER BY w.shard <= %(key_after)s, w.shard
 
 -- name: keyed_walked_out
@@ -666,6 +687,17 @@ WHERE pg_try_advisory_xact_lock(
 -- tail). A row below a mark stays closed: claims are made at or past the cursor, and a
 -- closed claim never opens again. The caller holds the keys' locks, so the cursors read
 -- are those of every claim of these keys committed before.
+{live_body keys=given_keys}
+
+-- name: given_keys
+%(shards)s::int[]
+
+-- name: walked_keys
+-- Read once per statement (room_shards_set; the cast makes it an array, not a subquery, in ANY).
+(SELECT current_setting('awa.walked_keys')::int[])::int[]
+
+-- name: live_body
+-- live_per_keyed_lane of the keys its `keys` slot names (given_keys, walked_keys).
 SELECT h.priority, h.shard, count(r.lane_seq) AS live,
     least(min(r.lane_seq), h.claim_seq) AS mark
 FROM {s}.claim_heads h
@@ -694,8 +726,42 @@ LEFT JOIN LATERAL (
           SELECT 1 FROM {s}.tombstones t
           WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)) r ON true
 WHERE h.queue = %(queue)s AND h.priority = ANY('{1,2,3,4}'::smallint[])
-  AND h.shard = ANY(%(shards)s::int[])
+  AND h.shard = ANY({keys})
 GROUP BY h.priority, h.shard, h.claim_seq
+
+-- name: live_of_walk
+-- live_per_keyed_lane of the keys a claim's first walk locked (keyed_lanes_locked, the
+-- statement before it in the same pipeline: `awa.walked_keys`), and from it the room
+-- the claim that follows reads (room_pairs, limited_heads): each walked key's free
+-- slots, `per_key` (max_running_per_key) less its live attempts, for the keys with any,
+-- and whether the window is whole (KeyWindow's rule for a first walk of `limit` keys:
+-- fewer came back, so the rotation has no more, or `limit` of them have room). Each
+-- lane's row, and one row more with a NULL shard; every row carries `whole`.
+WITH live AS ({live_body keys=walked_keys}), key_room AS MATERIALIZED (
+    SELECT k.shard, (%(per_key)s::bigint - coalesce(
+        (SELECT sum(l.live) FROM live l WHERE l.shard = k.shard), 0))::int AS free
+    FROM unnest({walked_keys}) AS k(shard)
+), room AS (
+    SELECT set_config('awa.room_shards',
+               coalesce(array_agg(k.shard ORDER BY k.shard) FILTER (WHERE k.free > 0),
+                        '{}'::int[])::text, true) AS shards,
+           set_config('awa.room_free',
+               coalesce(array_agg(k.free ORDER BY k.shard) FILTER (WHERE k.free > 0),
+                        '{}'::int[])::text, true) AS free,
+           set_config('awa.room_whole',
+               (count(*) < %(limit)s OR count(*) FILTER (WHERE k.free > 0) >= %(limit)s)::text,
+               true)::boolean AS whole
+    FROM key_room k
+)
+SELECT r.whole, l.priority, l.shard, l.live, l.mark
+FROM room r LEFT JOIN live l ON true
+
+-- name: set_room
+-- The room of a limited claim as the engine worked it out (further walks of the window,
+-- per-key rate limiters), for the claim that follows in the same pipeline (room_pairs).
+SELECT set_config('awa.room_shards', %(room_shards)s::int[]::text, true),
+    set_config('awa.room_free', %(room_free)s::int[]::text, true),
+    set_config('awa.room_whole', 'true', true)
 
 -- name: contested_claims
 -- Rows claim_sorted just claimed from sorted windows that another claimer claimed, or a

@@ -110,6 +110,8 @@ _NO_ROWS = frozenset(
         "advance_cursors",
         "prune_completions",
         "lock_lanes",
+        "generic_plan_here",
+        "set_room",
     }
 )
 
@@ -385,6 +387,14 @@ class Statements:
         if cur.pgresult is not None and cur.description is None:
             return []
         return await fetch_decodable(cur)
+
+    async def send_prepared(
+        self, conn: DictConnection, name: str, **params: Any
+    ) -> AsyncCursor[DictRow]:
+        """:meth:`exec_prepared` without reading the rows: in pipeline mode the statement
+        is queued, and the statements sent after it travel in the same round trip; its
+        rows are read later with :func:`~awa.adapters._pg.decode.fetch_decodable`."""
+        return await run(conn, self._bytes[name], params, prepare=True)
 
     async def exec_filtered(
         self, conn: DictConnection, name: str, clauses: tuple[str, ...], params: dict[str, Any]

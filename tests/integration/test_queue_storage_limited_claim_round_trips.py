@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from awa.domain.flow_control import CONCURRENCY_KEY_METADATA, concurrency_key_of
-from awa.domain.job import JobSpec
+from awa.domain.job import Claim, JobSpec
 from tests.support.queue_storage import installed_engine
 from tests.support.wire import WireCounter
 
@@ -22,6 +22,10 @@ QUEUE = "limited"
 WALK = "keyed_lanes_with_work and the keys' transaction-scoped locks"
 COUNT = "live_per_keyed_lane of the keys a claim's first walk locked"
 CLAIM = "claim_sorted under a per-key limit"
+
+
+def _keys(claims: list[Claim]) -> list[str]:
+    return sorted(concurrency_key_of(c.job.metadata) or "" for c in claims)
 
 
 def _keyed(key: str) -> JobSpec:
@@ -41,11 +45,7 @@ async def test_a_limited_claim_with_a_whole_window_is_two_round_trips(
         bursts = wire.since(mark)
 
     # One job of each key: every key's first before any key's second.
-    assert sorted(concurrency_key_of(c.job.metadata) for c in claims) == [
-        "tenant-0",
-        "tenant-1",
-        "tenant-2",
-    ]
+    assert _keys(claims) == ["tenant-0", "tenant-1", "tenant-2"]
     described = [(b.link, b.kinds(), [t[:60] for t in b.texts(wire.link(b).named)]) for b in bursts]
     assert len(bursts) == 2, described
     first = " | ".join(bursts[0].texts(wire.link(bursts[0]).named))
@@ -63,10 +63,7 @@ async def test_keys_at_their_limit_in_the_first_walk_leave_the_claim_to_the_furt
         await engine.enqueue_many([_keyed("tenant-0"), _keyed("tenant-1")] * 2)
         await engine.enqueue_many([_keyed("tenant-2")])
         held = await engine.claim(QUEUE, limit=2, max_running_per_key=1)
-        assert sorted(concurrency_key_of(c.job.metadata) for c in held) == [
-            "tenant-0",
-            "tenant-1",
-        ]
+        assert _keys(held) == ["tenant-0", "tenant-1"]
         mark = wire.mark()
         # The first walk (after the cursor, from the first key again) meets the two keys
         # at their limit: the window is not whole, the claim sent with the count takes
@@ -74,6 +71,6 @@ async def test_keys_at_their_limit_in_the_first_walk_leave_the_claim_to_the_furt
         claims = await engine.claim(QUEUE, limit=2, max_running_per_key=1)
         bursts = wire.since(mark)
 
-    assert [concurrency_key_of(c.job.metadata) for c in claims] == ["tenant-2"]
+    assert _keys(claims) == ["tenant-2"]
     texts = [t for b in bursts for t in b.texts(wire.link(b).named)]
     assert sum(CLAIM in t for t in texts) == 2, [t[:60] for t in texts]

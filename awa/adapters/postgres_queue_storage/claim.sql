@@ -707,10 +707,9 @@ LEFT JOIN LATERAL (
         SELECT r.slot, r.fact_id, r.lane_seq FROM {s}.ready_entries r
         WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
           AND r.lane_seq >= coalesce(
-              (SELECT m.seq
-               FROM unnest(%(mark_priorities)s::smallint[], %(mark_shards)s::int[],
-                           %(mark_seqs)s::bigint[]) AS m(priority, shard, seq)
-               WHERE m.priority = h.priority AND m.shard = h.shard AND m.seq <= h.claim_seq),
+              (SELECT k.seq
+               FROM (SELECT ({mark_map} ->> (h.priority || '/' || h.shard))::bigint AS seq) k
+               WHERE k.seq <= h.claim_seq),
               0)
           AND r.lane_seq < CASE WHEN l.disorder_seq >= h.claim_seq THEN l.next_seq
                                 ELSE h.claim_seq END
@@ -728,6 +727,15 @@ LEFT JOIN LATERAL (
 WHERE h.queue = %(queue)s AND h.priority = ANY('{1,2,3,4}'::smallint[])
   AND h.shard = ANY({keys})
 GROUP BY h.priority, h.shard, h.claim_seq
+
+-- name: mark_map
+-- The claimer's marks (`mark_*`) as one jsonb object keyed `priority/shard`, made once per
+-- statement (an init plan), so each lane finds its mark by key (a binary search) however
+-- many marks come: a claimer sends those of the keys its walk will most likely return,
+-- a few times a batch of them (an unnest looked up per lane was read whole per lane).
+(SELECT jsonb_object_agg(m.priority || '/' || m.shard, m.seq)
+ FROM unnest(%(mark_priorities)s::smallint[], %(mark_shards)s::int[],
+             %(mark_seqs)s::bigint[]) AS m(priority, shard, seq))
 
 -- name: live_of_walk
 -- live_per_keyed_lane of the keys a claim's first walk locked (keyed_lanes_locked, the

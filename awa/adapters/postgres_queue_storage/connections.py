@@ -94,8 +94,9 @@ class Connections:
     @asynccontextmanager
     async def tx(self, *, pipeline: bool = False) -> AsyncIterator[DictConnection]:
         """One transaction on a pooled connection. With ``pipeline`` the statements are
-        sent in pipeline mode: ``BEGIN`` travels with the first statement, and everything
-        after the last read (cursor moves, counters, notifications) with ``COMMIT``."""
+        sent in pipeline mode, within psycopg's transaction block, which syncs the
+        pipeline when it begins (``BEGIN`` alone) and twice when it ends; :meth:`piped_tx`
+        queues ``BEGIN`` and ``COMMIT`` with the statements instead."""
         async with self.conn() as conn:
             if pipeline:
                 async with conn.pipeline(), conn.transaction():

@@ -12,6 +12,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from awa.adapters._pg.errors import translated_errors
+from awa.adapters._pg.piped import piped_transaction
 from awa.adapters._pg.pool import DictConnection
 from awa.domain.job import JobRecord, JobSpec
 from awa.domain.states import JobState
@@ -65,7 +66,7 @@ class PgRoutedInsert:
             "ordering_key": spec.ordering_key,
         }
         async with translated_errors(), self._pool.connection() as conn:
-            async with conn.pipeline(), conn.transaction():
+            async with piped_transaction(conn):
                 cur = await conn.execute(_INSERT_ONE, params)
             row = await cur.fetchone()
         assert row is not None

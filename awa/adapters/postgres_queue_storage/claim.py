@@ -738,7 +738,7 @@ class Claims:
         # In pipeline mode: BEGIN travels with the first statement and what follows the
         # last read with COMMIT; a claim under a per-key limit alone reads once when its
         # first walk gives a whole window (_claim_piped), so it is two round trips.
-        async with translated_errors(), self._connections.piped_tx() as conn:
+        async with translated_errors(), self._connections.tx(pipeline=True) as conn:
             if limits is None:
                 rows = await self._sql.exec(conn, "claim_sorted", **params)
                 self._note_key_cursor(queue, rows, params)

@@ -10,10 +10,10 @@ from contextlib import asynccontextmanager
 
 import anyio
 import attrs
-import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from awa.adapters._pg.errors import translated_errors
+from awa.adapters._pg.piped import piped_transaction
 from awa.adapters._pg.pool import DictConnection, connect
 from awa.domain.errors import DatabaseError
 from awa.ports.storage import UnitOfWork
@@ -94,41 +94,16 @@ class Connections:
     @asynccontextmanager
     async def tx(self, *, pipeline: bool = False) -> AsyncIterator[DictConnection]:
         """One transaction on a pooled connection. With ``pipeline`` the statements are
-        sent in pipeline mode, within psycopg's transaction block, which syncs the
-        pipeline when it begins (``BEGIN`` alone) and twice when it ends; :meth:`piped_tx`
-        queues ``BEGIN`` and ``COMMIT`` with the statements instead."""
+        sent in pipeline mode, ``BEGIN`` and ``COMMIT`` queued with them
+        (:func:`~awa.adapters._pg.piped.piped_transaction`): a transaction whose reads
+        are one round trip costs two in all. Rolled back on any exception."""
         async with self.conn() as conn:
             if pipeline:
-                async with conn.pipeline(), conn.transaction():
+                async with piped_transaction(conn):
                     yield conn
             else:
                 async with conn.transaction():
                     yield conn
-
-    @asynccontextmanager
-    async def piped_tx(self) -> AsyncIterator[DictConnection]:
-        """One transaction on a pooled connection in pipeline mode, begun and ended by
-        statements queued in the pipeline: ``BEGIN`` goes with the first statement and
-        ``COMMIT`` with the statements after the last read, so a transaction whose reads
-        are one round trip costs two in all. (psycopg's transaction block syncs the
-        pipeline when it begins and twice when it ends: three round trips more.) On any
-        exception the transaction is rolled back before the connection goes back."""
-        async with self.conn() as conn:
-            committed = False
-            try:
-                async with conn.pipeline():
-                    await conn.execute(b"BEGIN")
-                    yield conn
-                    await conn.execute(b"COMMIT")
-                committed = True
-            finally:
-                if not committed and not conn.closed:
-                    with anyio.CancelScope(shield=True):
-                        try:
-                            await conn.execute(b"ROLLBACK")
-                        except psycopg.Error:
-                            # The pool checks the connection when it comes back.
-                            log.debug("rolling back a piped transaction failed", exc_info=True)
 
     @asynccontextmanager
     async def unit_of_work(self, owner: object) -> AsyncIterator[UnitOfWork]:

@@ -66,6 +66,7 @@ from psycopg.rows import DictRow
 
 from awa.adapters._pg import dependencies as pg_dependencies
 from awa.adapters._pg.errors import translated_errors
+from awa.adapters._pg.piped import piped_transaction
 from awa.adapters._pg.pool import DictConnection, is_pooled
 from awa.adapters._pg.unique_conflicts import insert_merging
 from awa.adapters.postgres_queue_storage.connections import Connections
@@ -316,7 +317,7 @@ class Enqueue:
                     cur = await run(conn, self._sql["enqueue_ready_routed"], params, prepare=True)
                     records = await self._records(cur, specs, now)
                 elif not records:
-                    async with conn.pipeline(), conn.transaction():
+                    async with piped_transaction(conn):
                         cur = await self._send_enqueue(conn, specs, now, notify=alone, wake=wake)
                     records = await self._records(cur, specs, now)
         finally:

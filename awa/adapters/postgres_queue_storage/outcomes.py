@@ -298,16 +298,22 @@ class Outcomes:
         if not leases:
             return []
         ids = [lease.job_id for lease in leases]
-        async with translated_errors(), self._connections.tx(pipeline=True) as conn:
-            (locked,) = await self._sql.exec(conn, "lock_leases", schema=self._sql.schema, ids=ids)
-            rows = await self._sql.exec(
-                conn,
-                "heartbeat",
-                slot=locked["lease_slot"],
-                now=self._clock.now(),
-                ids=[lease.job_id for lease in leases],
-                leases=[lease.lease for lease in leases],
-            )
+        async with translated_errors():
+            # Two round trips: BEGIN with the lease locks (their slot read), then the
+            # heartbeat with COMMIT, its rows read once the pipeline synced.
+            async with self._connections.tx(pipeline=True) as conn:
+                (locked,) = await self._sql.exec(
+                    conn, "lock_leases", schema=self._sql.schema, ids=ids
+                )
+                cur = await self._sql.send(
+                    conn,
+                    "heartbeat",
+                    slot=locked["lease_slot"],
+                    now=self._clock.now(),
+                    ids=[lease.job_id for lease in leases],
+                    leases=[lease.lease for lease in leases],
+                )
+            rows = await self._sql.read("heartbeat", cur)
         alive = {(r["job_id"], r["run_lease"]) for r in rows}
         return [
             Ack.APPLIED if (lease.job_id, lease.lease) in alive else Ack.STALE for lease in leases

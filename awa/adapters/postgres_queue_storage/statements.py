@@ -363,7 +363,17 @@ class Statements:
     async def exec(self, conn: DictConnection, name: str, **params: Any) -> list[dict[str, Any]]:
         """Run ``name``; its rows, decoded (none for statements whose rows nobody reads, or
         while a pipeline has not synced)."""
-        cur = await run(conn, self._bytes[name], params)
+        return await self.read(name, await self.send(conn, name, **params))
+
+    async def send(self, conn: DictConnection, name: str, **params: Any) -> AsyncCursor[DictRow]:
+        """Run ``name`` without reading its rows: in pipeline mode the statement is
+        queued, and what is sent after it (``COMMIT``) travels in the same round trip;
+        :meth:`read` reads them later, after the pipeline synced."""
+        return await run(conn, self._bytes[name], params)
+
+    async def read(self, name: str, cur: AsyncCursor[DictRow]) -> list[dict[str, Any]]:
+        """The rows of ``name`` run on ``cur`` (:meth:`send`), decoded as :meth:`exec`
+        gives them."""
         if name in _NO_ROWS:
             return []
         # In pipeline mode the result is not there yet (pgresult is None): fetching waits.

@@ -44,8 +44,12 @@ BEGIN
             ) WITH (fillfactor = 50)$q$, s);
     END IF;
 
-    EXECUTE format(
-        'CREATE INDEX IF NOT EXISTS done_entries_completed_idx ON %s.done_entries (finalized_at) '
-        'WHERE state = ''completed''', s);
+    -- Read the catalog first: CREATE INDEX takes the table's SHARE lock even when the
+    -- index exists, and would queue behind every open completion.
+    IF to_regclass(format('%s.done_entries_completed_idx', s)) IS NULL THEN
+        EXECUTE format(
+            'CREATE INDEX IF NOT EXISTS done_entries_completed_idx ON %s.done_entries '
+            '(finalized_at) WHERE state = ''completed''', s);
+    END IF;
 END
 $upgrade$;

@@ -10,8 +10,11 @@ BEGIN
         RAISE EXCEPTION 'queue storage is not installed in schema %', p_schema;
     END IF;
     PERFORM pg_advisory_xact_lock(hashtextextended('awa.queue_storage.install:' || p_schema, 0));
-    EXECUTE format(
-        'CREATE INDEX IF NOT EXISTS claims_ready_probe_idx ON %s.claims (slot, ready_fact)', s);
+    -- Only when missing: CREATE INDEX locks the table even when the index exists.
+    IF to_regclass(format('%s.claims_ready_probe_idx', s)) IS NULL THEN
+        EXECUTE format(
+            'CREATE INDEX IF NOT EXISTS claims_ready_probe_idx ON %s.claims (slot, ready_fact)', s);
+    END IF;
     FOR old_index IN
         SELECT i.relname
         FROM pg_index x

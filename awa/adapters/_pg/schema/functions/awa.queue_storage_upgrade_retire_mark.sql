@@ -8,7 +8,14 @@ BEGIN
         RAISE EXCEPTION 'queue storage is not installed in schema %', p_schema;
     END IF;
     -- No default: a catalog-only change, and NULL ("never retired") costs claims nothing.
-    EXECUTE format('ALTER TABLE %s.claim_heads ADD COLUMN IF NOT EXISTS retired_xid xid8',
-        quote_ident(p_schema));
+    -- Only when missing: ALTER TABLE takes ACCESS EXCLUSIVE even when the column exists.
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attribute
+        WHERE attrelid = format('%s.claim_heads', quote_ident(p_schema))::regclass
+          AND attname = 'retired_xid' AND NOT attisdropped
+    ) THEN
+        EXECUTE format('ALTER TABLE %s.claim_heads ADD COLUMN IF NOT EXISTS retired_xid xid8',
+            quote_ident(p_schema));
+    END IF;
 END
 $upgrade$;

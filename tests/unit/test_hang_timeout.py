@@ -29,7 +29,12 @@ HUNG = textwrap.dedent(
 
     async def busy_background_loop():
         while True:
-            sum(range(100_000))  # each step holds the main thread for a while
+            # Each step holds the main thread for tens of milliseconds and the loop's
+            # turn between steps is microseconds: the alarm lands in a step (what this
+            # test is about) all but about once in a thousand runs. With steps of 100,000
+            # one full run in many saw the alarm land in the loop's turn, and the test
+            # failed by pytest-timeout's own error instead of hanging.
+            sum(range(2_000_000))
             await asyncio.sleep(0)
 
 

@@ -126,13 +126,12 @@ class _SlowLinkEngine(InMemoryEngine):
         return got
 
 
-async def _run(
-    engine: _SlowLinkEngine, clock: ManualClock, config: QueueConfig, jobs: int = 60
-) -> tuple[QueueDispatcher, list[Claim]]:
-    """A producer commits a job every 5 ms (200 jobs/s) and announces it (the dispatcher
-    is woken at once, as by a notification); stopped 0.2 s after the last job."""
-    spawned: list[Claim] = []
-    dispatcher = QueueDispatcher(
+def _dispatcher(
+    config: QueueConfig, engine: Any, clock: ManualClock, spawned: list[Claim]
+) -> QueueDispatcher:
+    """A dispatcher for ``config`` on ``engine`` that polls once a second, never refreshes
+    overrides, and records each claim it hands out in ``spawned``."""
+    return QueueDispatcher(
         config,
         engine,
         PermitPool([config], None),
@@ -141,6 +140,15 @@ async def _run(
         override_refresh=3600.0,
         clock=clock,
     )
+
+
+async def _run(
+    engine: _SlowLinkEngine, clock: ManualClock, config: QueueConfig, jobs: int = 60
+) -> tuple[QueueDispatcher, list[Claim]]:
+    """A producer commits a job every 5 ms (200 jobs/s) and announces it (the dispatcher
+    is woken at once, as by a notification); stopped 0.2 s after the last job."""
+    spawned: list[Claim] = []
+    dispatcher = _dispatcher(config, engine, clock, spawned)
     async with clock.autojump(), anyio.create_task_group() as tg:
         await tg.start(dispatcher.run)
         for _ in range(jobs):
@@ -234,15 +242,7 @@ async def _notified_during_a_claim(
     clock = ManualClock()
     engine = _GatedEngine(clock)
     spawned: list[Claim] = []
-    dispatcher = QueueDispatcher(
-        config,
-        engine,
-        PermitPool([config], None),
-        poll_interval=1.0,
-        spawn=lambda _queue, claim: spawned.append(claim),
-        override_refresh=3600.0,
-        clock=clock,
-    )
+    dispatcher = _dispatcher(config, engine, clock, spawned)
     async with anyio.create_task_group() as tg:
         await tg.start(dispatcher.run)
         while engine.sent == 0:
@@ -327,15 +327,7 @@ async def test_a_job_behind_the_lane_of_the_claim_in_flight_is_claimed_when_it_i
     engine = _LockedLaneEngine(clock)
     config = QueueConfig(name="q", max_workers=64)
     spawned: list[Claim] = []
-    dispatcher = QueueDispatcher(
-        config,
-        engine,
-        PermitPool([config], None),
-        poll_interval=1.0,
-        spawn=lambda _queue, claim: spawned.append(claim),
-        override_refresh=3600.0,
-        clock=clock,
-    )
+    dispatcher = _dispatcher(config, engine, clock, spawned)
     (first,) = await enqueue(engine, "send", queue="q")
     async with anyio.create_task_group() as tg:
         await tg.start(dispatcher.run)

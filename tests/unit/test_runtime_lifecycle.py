@@ -291,16 +291,22 @@ async def test_shutdown_timeout_cancels_and_releases_unfinished_attempts() -> No
         assert after.errors[-1]["error"] == "worker shutting down"
 
 
-async def test_runtime_snapshots_are_published() -> None:
-    clock = ManualClock()
-    engine = make_engine(clock)
-    registry = InMemoryRuntimeRegistry(clock)
+def _mail_handlers() -> HandlerRegistry:
+    """One no-op handler of kind ``k`` on queue ``mail``."""
     handlers = HandlerRegistry()
 
     async def handler(ctx: AttemptContext) -> None:
         return None
 
     handlers.register("k", handler, queue="mail")
+    return handlers
+
+
+async def test_runtime_snapshots_are_published() -> None:
+    clock = ManualClock()
+    engine = make_engine(clock)
+    registry = InMemoryRuntimeRegistry(clock)
+    handlers = _mail_handlers()
     async with running(engine, handlers, registry=registry) as runtime:
         await wait_until(lambda: runtime.is_leader)
         await wait_until(lambda: _leader_row(registry))
@@ -319,12 +325,7 @@ async def test_taking_the_lease_republishes_the_snapshot_at_once() -> None:
     clock = ManualClock()
     engine = make_engine(clock)
     registry = InMemoryRuntimeRegistry(clock)
-    handlers = HandlerRegistry()
-
-    async def handler(ctx: AttemptContext) -> None:
-        return None
-
-    handlers.register("k", handler, queue="mail")
+    handlers = _mail_handlers()
     other = engine.leader_lock()
     held = await other.try_acquire(3600.0)
     assert held is not None and held.held

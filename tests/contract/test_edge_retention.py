@@ -19,7 +19,7 @@ from awa.domain.job import JobRecord
 from awa.domain.kind_policies import ChangeJob, Effect
 from awa.domain.lifecycle import DEPENDENCY_FAILED_ERROR
 from awa.domain.states import JobState
-from awa.ports.storage import Ack, VanishedStep
+from awa.ports.storage import Ack, JobFilter, VanishedStep
 from awa.runtime import maintenance_duties, parse_start_args
 from awa.runtime.inflight import InFlight
 from awa.runtime.maintenance_duties import Duty, MaintenanceDuties
@@ -432,3 +432,57 @@ async def test_a_finished_parent_deleted_in_sql_while_a_child_waits_is_answered_
     await duty.run()
     assert (await fetch(engine, child.id)).state == JobState.Cancelled
     assert await _sightings(engine) == []
+
+
+@pytest.mark.parametrize("how", ["api", "sql"])
+async def test_a_child_brought_back_by_its_parents_retry_is_deleted_whole(
+    engine: EngineHandle, how: str
+) -> None:
+    """A child cancelled by its parent's failure and brought back by the parent's retry
+    is one job: deleting it (through the engine, or a ``DELETE`` on ``awa.jobs``) leaves
+    nothing of it, not the cancelled version the retry replaced."""
+    parent = await enqueue(engine, "wf_parent")
+    child = await enqueue(engine, "wf_child", queue="wf_children", depends_on=(parent.id,))
+    claim = await claim_one(engine)
+    assert claim.job.id == parent.id
+    assert await engine.engine.fail(claim.lease, error="boom") == Ack.APPLIED
+    assert (await fetch(engine, child.id)).state == JobState.Cancelled
+    assert await engine.engine.retry_job(parent.id) is not None
+    assert (await fetch(engine, child.id)).state == JobState.Scheduled
+    if how == "api":
+        assert await engine.engine.delete_jobs([child.id]) == 1
+    else:
+        if engine.database_url is None:
+            pytest.skip("the in-memory engines have no SQL surface")
+        if not await _sql(engine, "SELECT 1 FROM awa.jobs WHERE id = %s", child.id):
+            pytest.skip("awa.jobs does not show this engine's private schema")
+        await _sql(engine, "DELETE FROM awa.jobs WHERE id = %s", child.id)
+    assert await engine.engine.get_job(child.id) is None
+    assert await engine.engine.list_jobs(JobFilter(), limit=100) == [await fetch(engine, parent.id)]
+
+
+@pytest.mark.parametrize("how", ["api", "sql"])
+@pytest.mark.parametrize("ended", ["fail", "cancel"])
+async def test_a_job_retried_by_an_operator_is_deleted_whole(
+    engine: EngineHandle, how: str, ended: str
+) -> None:
+    """A failed or cancelled job an operator retried, deleted before it runs again, leaves
+    nothing of it behind: not the failed or cancelled version the retry replaced."""
+    job = await enqueue(engine, "wf_parent")
+    claim = await claim_one(engine)
+    if ended == "fail":
+        assert await engine.engine.fail(claim.lease, error="boom") == Ack.APPLIED
+    else:
+        assert await engine.engine.cancel_attempt(claim.lease, reason="stop") == Ack.APPLIED
+    retried = await engine.engine.retry_job(job.id)
+    assert retried is not None and retried.state == JobState.Available
+    if how == "api":
+        assert await engine.engine.delete_jobs([job.id]) == 1
+    else:
+        if engine.database_url is None:
+            pytest.skip("the in-memory engines have no SQL surface")
+        if not await _sql(engine, "SELECT 1 FROM awa.jobs WHERE id = %s", job.id):
+            pytest.skip("awa.jobs does not show this engine's private schema")
+        await _sql(engine, "DELETE FROM awa.jobs WHERE id = %s", job.id)
+    assert await engine.engine.get_job(job.id) is None
+    assert await engine.engine.list_jobs(JobFilter(), limit=100) == []

@@ -305,7 +305,13 @@ class FactWriter:
             if old.job.state in TERMINAL_STATES or (
                 old.job.state in LIVE_STATES and dlq_reason is not None
             ):
-                await self._sql.exec(conn, "insert_deletion_markers", ids=[old.job.id])
+                await self._sql.exec(
+                    conn, "insert_deletion_markers", ids=[old.job.id], history_only=False
+                )
+            elif old.job.state in DEFERRED:
+                await self._sql.exec(
+                    conn, "insert_deletion_markers", ids=[old.job.id], history_only=True
+                )
             if dlq_reason is not None and new is not None:
                 entry = row_json(
                     new, old.ordering_key, dlq_reason=dlq_reason, dlq_at=iso(writes.now)

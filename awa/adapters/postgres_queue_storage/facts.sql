@@ -36,9 +36,16 @@ SELECT (SELECT current_slot FROM {s}.ring_state), nextval('{s}.fact_seq'),
 FROM jsonb_to_recordset(%(rows)s::jsonb) AS x({snapshot_recordset})
 
 -- name: insert_deletion_markers
+-- A deletion marker for each job of `ids` (a done entry without a state, above every fact
+-- of the job), or with `history_only` for those of them with a done entry: a job whose
+-- head is its deferred row may keep a terminal fact below it (a child its parent's
+-- failure cancelled and the parent's retry brought back), which would be its head again
+-- once the deferred row is taken.
 INSERT INTO {s}.done_entries (slot, fact_id, state, job_id)
 SELECT (SELECT current_slot FROM {s}.ring_state), nextval('{s}.fact_seq'), NULL, id
 FROM unnest(%(ids)s::bigint[]) AS i(id)
+WHERE NOT %(history_only)s::boolean
+   OR EXISTS (SELECT 1 FROM {s}.done_entries d WHERE d.job_id = i.id)
 
 -- name: insert_dlq
 INSERT INTO {s}.dlq_entries (

@@ -36,6 +36,7 @@ DECLARE
     old_holds boolean;
     new_holds boolean;
     v_saved  boolean;
+    v_history boolean;
 BEGIN
     EXECUTE format('SELECT * FROM %s.jobs_resolved WHERE id = $1', s) INTO h USING p_old.id;
     GET DIAGNOSTICS v_rows = ROW_COUNT;
@@ -162,7 +163,15 @@ BEGIN
     old_holds := h.unique_key IS NOT NULL AND awa.job_state_in_bitmask(h.unique_states, h.state);
 
     IF p_delete THEN
-        IF h.state IN ('completed', 'failed', 'cancelled') THEN
+        -- A deferred job may keep a terminal fact below its deferred row (a child its
+        -- parent's failure cancelled and the parent's retry brought back): without a
+        -- marker it would be the job's head again.
+        v_history := h.state IN ('completed', 'failed', 'cancelled');
+        IF h.state IN ('scheduled', 'retryable') THEN
+            EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s.done_entries WHERE job_id = $1)', s)
+                INTO v_history USING h.id;
+        END IF;
+        IF v_history THEN
             EXECUTE format('INSERT INTO %1$s.done_entries (slot, fact_id, state, job_id) '
                            'SELECT current_slot, nextval(%2$L), NULL, $1 '
                            'FROM %1$s.ring_state', s, seq)

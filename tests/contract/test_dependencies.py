@@ -552,3 +552,25 @@ async def test_a_run_edge_is_resolved_though_the_walk_meets_a_child_doomed_befor
     resolved = {e.job_id: e.satisfied_at is not None or e.failed for e in edges.parents}
     assert resolved == {parent.id: True, step.id: True}
     assert (await fetch(engine, last.id)).state == JobState.Cancelled
+
+
+async def test_a_child_brought_back_then_moved_to_the_dlq_leaves_only_its_dlq_entry(
+    engine: EngineHandle,
+) -> None:
+    """A child cancelled by one parent's failure, brought back by that parent's retry, and
+    then moved to the DLQ by the other parent's failure (the first completed) is in the
+    DLQ alone: the cancelled version the retry replaced does not come back beside it."""
+    first = await enqueue(engine, "parent_step")
+    second = await enqueue(engine, "parent_step")
+    child = await child_of(engine, first, second, policies=(CANCEL, DLQ))
+    assert await run_parent(engine, "fail") == first.id
+    assert (await fetch(engine, child.id)).state == JobState.Cancelled
+    assert await engine.engine.retry_job(first.id) is not None
+    assert (await fetch(engine, child.id)).state == JobState.Scheduled
+    assert await run_parent(engine) == first.id
+    assert await run_parent(engine, "fail") == second.id
+    entry = await engine.engine.get_dlq(child.id)
+    assert entry is not None and entry.reason == "dependency_failed"
+    assert await engine.engine.get_job(child.id) is None
+    listed = await engine.engine.list_jobs(JobFilter(queue=STEPS), limit=10)
+    assert listed == []

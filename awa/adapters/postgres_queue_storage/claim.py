@@ -288,12 +288,22 @@ class Claims:
         claims = ClaimBatch()
         for _ in range(_CONTESTED_TRIES):
             params["limit"] = limit - len(claims)
+            # The count and the claim of a per-key limit read the ring slot where the
+            # queue's last claims found their rows (live_in_slot, claim_limited_in_slot),
+            # and the whole ring only for a lane whose rows are not all there.
+            slot = self._slots.get(queue) if limits.keyed else None
             try:
                 got, contested = await self._claim_sorted(
-                    queue, params, now, deadline_at, limits=limits
+                    queue, params, now, deadline_at, limits=limits, slot=slot
                 )
             except _Contested:
                 continue
+            except Exception:
+                # A slot the ring no longer has (installed again with fewer slots) fails
+                # this claim only: the next one reads the whole ring.
+                if slot is not None and self._slots.get(queue) == slot:
+                    del self._slots[queue]
+                raise
             claims.extend(got)
             if isinstance(got, ClaimBatch):
                 claims.rate_limited = got.rate_limited
@@ -311,6 +321,7 @@ class Claims:
         limits: _Limits,
         now: datetime,
         walks: _Walks | None = None,
+        slot: int | None = None,
     ) -> _Room:
         """The keyed lanes a limited claim may take from and how many from each: the
         next ``limit`` keys with work and a free slot after the one this process's last
@@ -319,7 +330,7 @@ class Claims:
         locked, less their live attempts and capped by
         their rate limiters (locked after the keys, the queue's own first). ``walks``:
         the walks already made in this transaction (:meth:`_claim_piped`'s first), which
-        this continues."""
+        this continues. ``slot``: the ring slot the counts read first (:meth:`_live`)."""
         per_key = limits.max_running_per_key
         if walks is None:
             walks = _Walks(KeyWindow(limit), self._key_cursor.get(queue, _NO_KEY))
@@ -355,7 +366,7 @@ class Claims:
                     held_keys = {int(row["shard"]) for row in got}
                     locked = [shard for shard in walked if shard in held_keys]
                     contended.update(shard for shard in walked if shard not in held_keys)
-                live = await self._live(conn, queue, locked) if locked else {}
+                live = await self._live(conn, queue, locked, slot) if locked else {}
                 for shard in walked:
                     free[shard] = 0 if shard in contended else per_key - live.get(shard, 0)
             else:
@@ -410,13 +421,16 @@ class Claims:
             rate_limited=by_rate,
         )
 
-    async def _live(self, conn: DictConnection, queue: str, shards: list[int]) -> dict[int, int]:
+    async def _live(
+        self, conn: DictConnection, queue: str, shards: list[int], slot: int | None
+    ) -> dict[int, int]:
         """The live attempts of each keyed lane in ``shards`` (their keys locked by this
         claim), counted from each lane's low-water mark, which moves up to what the count
-        saw (live_per_keyed_lane)."""
-        rows = await self._sql.exec_prepared(
+        saw (live_per_keyed_lane; in ring slot ``slot`` first, live_in_slot)."""
+        rows = await self._sql.exec_prepared_in(
             conn,
             "live_per_keyed_lane",
+            slot,
             queue=queue,
             shards=shards,
             **self._marks_of(queue, shards),
@@ -479,6 +493,7 @@ class Claims:
         params: dict[str, Any],
         limits: _Limits,
         now: datetime,
+        slot: int | None,
     ) -> tuple[list[dict[str, Any]], _Room]:
         """The claim under a per-key concurrency limit alone (no rate limiter) in one
         round trip when its first walk gives a whole window: the walk that locks the
@@ -488,7 +503,8 @@ class Claims:
         locked keys committed before. When the count finds the window not whole (keys at
         their limit among a full first walk) the claim takes nothing, and the window's
         further walks (:meth:`_room`) and the claim are made as for any limited claim,
-        in the same transaction."""
+        in the same transaction. The count and the claim read ring slot ``slot`` first
+        (live_in_slot, claim_limited_in_slot; ``None``: the whole ring)."""
         per_key = limits.max_running_per_key
         assert per_key is not None
         limit = params["limit"]
@@ -502,15 +518,16 @@ class Claims:
             walked=[],
             limit=limit,
         )
-        count = await self._sql.send_prepared(
+        count = await self._sql.send_prepared_in(
             conn,
             "live_of_walk",
+            slot,
             queue=queue,
             per_key=Int8(per_key),
             limit=limit,
             **self._marks_of(queue, self._marks_ahead(queue, after, _MARKS_AHEAD * limit)),
         )
-        claim = await self._sql.send_prepared(conn, "claim_limited", **params)
+        claim = await self._sql.send_prepared_in(conn, "claim_limited", slot, **params)
         walked = [
             int(row["shard"]) for row in await fetch_decodable(walk) if row["shard"] is not None
         ]
@@ -522,12 +539,12 @@ class Claims:
             walks.free[shard] = per_key - live.get(shard, 0)
         walks.window.add(walked, limit, lambda shard: walks.free[shard])
         whole = bool(counted[0]["whole"])
-        room = await self._room(conn, queue, limit, limits, now, walks)
+        room = await self._room(conn, queue, limit, limits, now, walks, slot)
         if whole:
             return rows, room
         # The claim took nothing: claim from the window the further walks completed.
         await self._sql.exec(conn, "set_room", room_shards=room.shards, room_free=room.free)
-        return await self._sql.exec_prepared(conn, "claim_limited", **params), room
+        return await self._sql.exec_prepared_in(conn, "claim_limited", slot, **params), room
 
     def forget(self) -> None:
         """Forget what this process learnt of the lanes (after a reset of the engine's
@@ -728,12 +745,14 @@ class Claims:
         deadline_at: datetime | None,
         *,
         limits: _Limits | None = None,
+        slot: int | None = None,
     ) -> tuple[list[Claim], bool]:
         """claim_sorted in a transaction with the cursor moves, unique keys and counters;
         raises _Contested (nothing written) when a row it took from a sorted window was
         claimed or tombstoned by a transaction that committed while it took its locks.
         Returns the claims and whether a lane was left alone because a retiring writer
-        marked it after the statement's snapshot."""
+        marked it after the statement's snapshot. ``slot``: the ring slot a per-key
+        limited claim's count and claim read first."""
         batch = ClaimBatch()
         # In pipeline mode: BEGIN travels with the first statement and what follows the
         # last read with COMMIT; a claim under a per-key limit alone reads once when its
@@ -765,12 +784,12 @@ class Claims:
                 # per connection: each planned anew cost about as much as its run.
                 await self._sql.exec(conn, "generic_plan_here")
                 if limits.rate is None and limits.rate_per_key is None:
-                    rows, room = await self._claim_piped(conn, queue, params, limits, now)
+                    rows, room = await self._claim_piped(conn, queue, params, limits, now, slot)
                     held = room.held
                     batch.next_admission = held.next_admission
                     batch.concurrency_limited = room.concurrency_limited
                 else:
-                    room = await self._room(conn, queue, params["limit"], limits, now)
+                    room = await self._room(conn, queue, params["limit"], limits, now, slot=slot)
                     held = room.held
                     allowed = held.allowed.limit
                     batch.next_admission = held.next_admission
@@ -782,8 +801,8 @@ class Claims:
                     await self._sql.exec(
                         conn, "set_room", room_shards=room.shards, room_free=room.free
                     )
-                    rows = await self._sql.exec_prepared(
-                        conn, "claim_limited", **{**params, "limit": allowed}
+                    rows = await self._sql.exec_prepared_in(
+                        conn, "claim_limited", slot, **{**params, "limit": allowed}
                     )
                     if len([r for r in rows if r["id"] is not None]) == allowed:
                         batch.rate_limited += params["limit"] - allowed

@@ -403,10 +403,95 @@ EXPLAIN {claim}
 -- windows are left to advance_cursors.
 {claim_sorted_body key_window=key_window_cte_comma keyed_heads=window_heads
     key_cursor=key_window_cursor lane_limit=sorted_lane_limit key_rank=nothing room=nothing
-    by_key_rank=nothing}
+    by_key_rank=nothing lane_check=nothing ordered_walk=sorted_walk_in_ring}
 
 -- name: sorted_lane_limit
 %(limit)s
+
+-- name: sorted_ordered_walk
+-- claim_sorted_body's walk of an ordered window (h: its head): from the cursor, in lane
+-- order, at most `lane_limit` unclaimed due rows of `ready_entries`. `only_when`: a
+-- condition on the outer rows alone, which the planner checks once per lane before it
+-- reads anything.
+(SELECT o.* FROM (
+     SELECT r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard,
+         r.kind, r.queue, r.args, r.attempt, r.max_attempts, r.finalized_at,
+         r.created_at, r.errors, r.metadata, r.tags, r.unique_key,
+         r.unique_states, r.callback_id, r.callback_timeout_at, r.progress,
+         r.lane_seq
+     FROM {ready_entries} r
+     WHERE NOT h.disordered {only_when}
+       AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+       AND r.lane_seq >= h.claim_seq AND r.run_at <= %(now)s
+     ORDER BY r.lane_seq
+     OFFSET 0) o
+ WHERE NOT EXISTS (
+       SELECT 1 FROM {claims} c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
+       OFFSET 0)
+   AND NOT EXISTS (
+       SELECT 1 FROM {tombstones} t
+       WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)
+ ORDER BY o.lane_seq
+ LIMIT {lane_limit})
+
+-- name: sorted_walk_in_ring
+{sorted_ordered_walk ready_entries=ring_ready_entries claims=ring_claims
+    tombstones=ring_tombstones only_when=nothing lane_limit=sorted_lane_limit}
+
+-- name: limited_walk_in_ring
+{sorted_ordered_walk ready_entries=ring_ready_entries claims=ring_claims
+    tombstones=ring_tombstones only_when=nothing lane_limit=limited_lane_limit}
+
+-- name: limited_walk_in_slot
+-- An ordered window's walk in ring slot k (its partitions by name, one probe per lane)
+-- when limited_lane_in_slot found the walk's rows there; otherwise over the whole ring.
+{sorted_ordered_walk ready_entries=slot_ready_entries claims=slot_claims
+    tombstones=slot_tombstones only_when=lane_in_slot lane_limit=limited_lane_limit}
+UNION ALL
+{sorted_ordered_walk ready_entries=ring_ready_entries claims=ring_claims
+    tombstones=ring_tombstones only_when=lane_not_in_slot lane_limit=limited_lane_limit}
+
+-- name: lane_in_slot
+AND s.in_slot
+
+-- name: lane_not_in_slot
+AND NOT s.in_slot
+
+-- name: limited_lane_in_slot
+-- Per head h of claim_limited_in_slot: whether ring slot k holds every position its
+-- ordered walk over the whole ring would read, so the walk of the slot alone takes the
+-- same rows (as claim_in_slot's `elsewhere`, per lane). When the slot's walk fills the
+-- lane's share, the positions from the cursor to its last row are all in the slot when
+-- that row's position is the cursor plus the rows before it (positions are unique and
+-- increase along the walk); otherwise the slot must hold every position from the cursor
+-- to the lane's end (next_seq is committed with the rows below it).
+CROSS JOIN LATERAL (
+    SELECT coalesce(
+        CASE WHEN count(*) >= {limited_lane_limit}
+            THEN max(g.lane_seq) = h.claim_seq + max(g.rn) - 1
+            ELSE (SELECT count(*) FROM {ready_entries_k} r
+                  WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+                    AND r.lane_seq >= h.claim_seq AND r.lane_seq < h.next_seq)
+                = h.next_seq - h.claim_seq
+            END, false) AS in_slot
+    FROM (
+        SELECT o.lane_seq, o.rn FROM (
+            SELECT r.slot, r.fact_id, r.lane_seq, row_number() OVER (ORDER BY r.lane_seq) AS rn
+            FROM {ready_entries_k} r
+            WHERE NOT h.disordered
+              AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+              AND r.lane_seq >= h.claim_seq AND r.run_at <= %(now)s
+            ORDER BY r.lane_seq
+            OFFSET 0) o
+        WHERE NOT EXISTS (
+              SELECT 1 FROM {claims_k} c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
+              OFFSET 0)
+          AND NOT EXISTS (
+              SELECT 1 FROM {tombstones_k} t
+              WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)
+        ORDER BY o.lane_seq
+        LIMIT {limited_lane_limit}) g
+) s
 
 -- name: claim_sorted_body
 -- The statement of claim_sorted, and of claim_limited with its slots filled.
@@ -434,27 +519,9 @@ WITH {key_window} heads AS (
 ), picked AS (
     SELECT w.*, h.disordered
     FROM (SELECT * FROM heads WHERE NOT contested) h
+    {lane_check}
     CROSS JOIN LATERAL (
-        (SELECT o.* FROM (
-             SELECT r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard,
-                 r.kind, r.queue, r.args, r.attempt, r.max_attempts, r.finalized_at,
-                 r.created_at, r.errors, r.metadata, r.tags, r.unique_key,
-                 r.unique_states, r.callback_id, r.callback_timeout_at, r.progress,
-                 r.lane_seq
-             FROM {s}.ready_entries r
-             WHERE NOT h.disordered
-               AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
-               AND r.lane_seq >= h.claim_seq AND r.run_at <= %(now)s
-             ORDER BY r.lane_seq
-             OFFSET 0) o
-         WHERE NOT EXISTS (
-               SELECT 1 FROM {s}.claims c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
-               OFFSET 0)
-           AND NOT EXISTS (
-               SELECT 1 FROM {s}.tombstones t
-               WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)
-         ORDER BY o.lane_seq
-         LIMIT {lane_limit})
+        {ordered_walk}
         UNION ALL
         (SELECT o.* FROM (
              SELECT r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard,
@@ -546,7 +613,18 @@ ORDER BY r.effective, r.run_at, r.job_id
 -- every key's first job before any key's second.
 {claim_sorted_body key_window=nothing keyed_heads=limited_heads key_cursor=no_key_cursor
     lane_limit=limited_lane_limit key_rank=limited_key_rank room=limited_room
-    by_key_rank=limited_by_key_rank}
+    by_key_rank=limited_by_key_rank lane_check=nothing ordered_walk=limited_walk_in_ring}
+
+-- name: claim_limited_in_slot
+-- claim_limited in ring slot k, its partitions read by name:
+-- claim_sorted under a per-key limit, whose ordered windows are walked in slot k, each
+-- lane over the whole ring only when the slot does not hold the rows its walk would
+-- read (limited_lane_in_slot), so the rows taken are claim_limited's. The engine names
+-- the slot where the queue's last claims found their rows.
+{claim_sorted_body key_window=nothing keyed_heads=limited_heads key_cursor=no_key_cursor
+    lane_limit=limited_lane_limit key_rank=limited_key_rank room=limited_room
+    by_key_rank=limited_by_key_rank lane_check=limited_lane_in_slot
+    ordered_walk=limited_walk_in_slot}
 
 -- name: limited_lane_limit
 -- A keyed lane's walk reads no more than its key's room: the key's best `free` rows over
@@ -626,16 +704,49 @@ AND NOT h.shard = ANY(%(walked)s::int[])
 -- The keyed lanes (a concurrency key's own, shard >= keyed_base; ADR 0029) with rows past
 -- their cursor, one row per key, in the claimer's rotation: first those after
 -- `key_after` (the key this process's last claim of the queue walked to), then from the
--- first again; at most `limit`.
+-- first again; at most `limit`. Each priority's heads are read in shard order from where
+-- the rotation starts (keyed_run) and only until `limit` keys with work are found, so a
+-- walk reads about the keys it returns, not every keyed head of the queue; a key of
+-- several priorities is one row. The keys from the first again are read only when
+-- those after the cursor are fewer than `limit`.
+WITH after_cursor AS (
+    SELECT DISTINCT a.shard
+    FROM unnest('{1,2,3,4}'::smallint[]) AS p(priority)
+    CROSS JOIN LATERAL ({keyed_run from_key=keyed_after_cursor}) a
+)
 SELECT k.shard FROM (
-    SELECT DISTINCT h.shard
-    FROM {s}.claim_heads h
-    JOIN {s}.lanes l USING (queue, priority, shard)
-    WHERE h.queue = %(queue)s AND h.shard >= %(keyed_base)s AND l.next_seq > h.claim_seq
-      {walked_out}
+    SELECT a.shard, false AS wrapped FROM after_cursor a
+    UNION ALL
+    SELECT DISTINCT b.shard, true AS wrapped
+    FROM unnest('{1,2,3,4}'::smallint[]) AS p(priority)
+    CROSS JOIN LATERAL ({keyed_run from_key=keyed_from_first}) b
+    WHERE (SELECT count(*) FROM after_cursor) < %(limit)s
 ) k
-ORDER BY k.shard <= %(key_after)s, k.shard
+ORDER BY k.wrapped, k.shard
 LIMIT %(limit)s
+
+-- name: keyed_run
+-- One priority's (p) keyed lanes with rows past their cursor from `from_key` on, in
+-- shard order (the claim_heads key), at most `limit`.
+-- The lane is probed per head (OFFSET 0 keeps it a probe by the whole lane key: as a
+-- join the planner matched lanes by queue and priority alone, every lane per head).
+SELECT h.shard
+FROM {s}.claim_heads h
+WHERE h.queue = %(queue)s AND h.priority = p.priority {from_key}
+  AND EXISTS (
+      SELECT 1 FROM {s}.lanes l
+      WHERE l.queue = h.queue AND l.priority = h.priority AND l.shard = h.shard
+        AND l.next_seq > h.claim_seq
+      OFFSET 0)
+  {walked_out}
+ORDER BY h.shard
+LIMIT %(limit)s
+
+-- name: keyed_after_cursor
+AND h.shard > %(key_after)s AND h.shard >= %(keyed_base)s
+
+-- name: keyed_from_first
+AND h.shard >= %(keyed_base)s AND h.shard <= %(key_after)s
 
 -- name: key_window_cte
 -- The keyed lanes a claim without a per-key limit visits (ADR 0029, "Keyed lanes without
@@ -687,7 +798,11 @@ WHERE pg_try_advisory_xact_lock(
 -- tail). A row below a mark stays closed: claims are made at or past the cursor, and a
 -- closed claim never opens again. The caller holds the keys' locks, so the cursors read
 -- are those of every claim of these keys committed before.
-{live_body keys=given_keys}
+{live_body keys=given_keys lane_count=live_in_ring}
+
+-- name: live_per_keyed_lane_in_slot
+-- live_per_keyed_lane reading ring slot k's partitions by name (live_in_slot).
+{live_body keys=given_keys lane_count=live_in_slot}
 
 -- name: given_keys
 %(shards)s::int[]
@@ -697,36 +812,71 @@ WHERE pg_try_advisory_xact_lock(
 (SELECT current_setting('awa.walked_keys')::int[])::int[]
 
 -- name: live_body
--- live_per_keyed_lane of the keys its `keys` slot names (given_keys, walked_keys).
-SELECT h.priority, h.shard, count(r.lane_seq) AS live,
-    least(min(r.lane_seq), h.claim_seq) AS mark
+-- live_per_keyed_lane of the keys its `keys` slot names (given_keys, walked_keys); each
+-- lane's rows that can hold an open claim are positions [lo, hi), counted by its
+-- `lane_count` (live_in_ring, live_in_slot).
+SELECT h.priority, h.shard, c.live, least(c.first_open, h.claim_seq) AS mark
 FROM {s}.claim_heads h
 JOIN {s}.lanes l USING (queue, priority, shard)
-LEFT JOIN LATERAL (
-    SELECT o.lane_seq FROM (
-        SELECT r.slot, r.fact_id, r.lane_seq FROM {s}.ready_entries r
-        WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
-          AND r.lane_seq >= coalesce(
-              (SELECT k.seq
-               FROM (SELECT ({mark_map} ->> (h.priority || '/' || h.shard))::bigint AS seq) k
-               WHERE k.seq <= h.claim_seq),
-              0)
-          AND r.lane_seq < CASE WHEN l.disorder_seq >= h.claim_seq THEN l.next_seq
-                                ELSE h.claim_seq END
-        OFFSET 0) o
-    WHERE EXISTS (
-          SELECT 1 FROM {s}.claims c
-          WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
-            AND NOT EXISTS (
-                SELECT 1 FROM {s}.closures x
-                WHERE x.slot = c.slot AND x.claim_id = c.claim_id OFFSET 0)
-          OFFSET 0)
-      AND NOT EXISTS (
-          SELECT 1 FROM {s}.tombstones t
-          WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)) r ON true
+CROSS JOIN LATERAL (
+    SELECT coalesce(
+               (SELECT k.seq
+                FROM (SELECT ({mark_map} ->> (h.priority || '/' || h.shard))::bigint AS seq) k
+                WHERE k.seq <= h.claim_seq),
+               0) AS lo,
+           CASE WHEN l.disorder_seq >= h.claim_seq THEN l.next_seq
+                ELSE h.claim_seq END AS hi
+    OFFSET 0) b
+CROSS JOIN LATERAL ({lane_count}) c
 WHERE h.queue = %(queue)s AND h.priority = ANY('{1,2,3,4}'::smallint[])
   AND h.shard = ANY({keys})
-GROUP BY h.priority, h.shard, h.claim_seq
+
+-- name: live_of_lane
+-- A lane's rows at positions [b.lo, b.hi) in `ready_entries` (h: its claim head): how
+-- many there are (`n`), how many hold an open claim (`live`: a claim without a closure,
+-- and no tombstone) and the first of those (`first_open`). `only_when`: a condition on the
+-- outer rows alone, which the planner checks once per lane before it reads anything.
+SELECT count(*) AS n, count(*) FILTER (WHERE o.open) AS live,
+    min(o.lane_seq) FILTER (WHERE o.open) AS first_open
+FROM (
+    SELECT r.lane_seq,
+        EXISTS (
+            SELECT 1 FROM {claims} c
+            WHERE c.slot = r.slot AND c.ready_fact = r.fact_id
+              AND NOT EXISTS (
+                  SELECT 1 FROM {closures} x
+                  WHERE x.slot = c.slot AND x.claim_id = c.claim_id OFFSET 0)
+            OFFSET 0)
+        AND NOT EXISTS (
+            SELECT 1 FROM {tombstones} t
+            WHERE t.slot = r.slot AND t.ready_fact = r.fact_id OFFSET 0) AS open
+    FROM {ready_entries} r
+    WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+      AND r.lane_seq >= b.lo AND r.lane_seq < b.hi {only_when}
+    OFFSET 0) o
+
+-- name: live_in_ring
+-- A lane's count over the whole ring, through the partitioned parents: a probe of every
+-- ring partition per lane.
+{live_of_lane ready_entries=ring_ready_entries claims=ring_claims closures=ring_closures
+    tombstones=ring_tombstones only_when=nothing}
+
+-- name: live_in_slot
+-- A lane's count in ring slot k: its partitions by name, one probe per lane, when slot k
+-- holds every position of [lo, hi) (positions are unique in the ring: carry-forward
+-- copies a row and swaps its old slot out in one transaction); otherwise, and only
+-- then, over the whole ring (live_elsewhere), so the count is that of live_in_ring. An
+-- empty range reads nothing more. The slot is where the queue's last claims found their
+-- rows, which holds the rows a lane's last claim took (the range from its mark).
+SELECT CASE WHEN s.n = b.hi - b.lo THEN s.live ELSE g.live END AS live,
+    CASE WHEN s.n = b.hi - b.lo THEN s.first_open ELSE g.first_open END AS first_open
+FROM ({live_of_lane ready_entries=slot_ready_entries claims=slot_claims
+        closures=slot_closures tombstones=slot_tombstones only_when=nothing}) s
+CROSS JOIN LATERAL ({live_of_lane ready_entries=ring_ready_entries claims=ring_claims
+        closures=ring_closures tombstones=ring_tombstones only_when=live_elsewhere}) g
+
+-- name: live_elsewhere
+AND s.n <> b.hi - b.lo
 
 -- name: mark_map
 -- The claimer's marks (`mark_*`) as one jsonb object keyed `priority/shard`, made once per
@@ -738,6 +888,13 @@ GROUP BY h.priority, h.shard, h.claim_seq
              %(mark_seqs)s::bigint[]) AS m(priority, shard, seq))
 
 -- name: live_of_walk
+{live_of_walk_body lane_count=live_in_ring}
+
+-- name: live_of_walk_in_slot
+-- live_of_walk reading ring slot k's partitions by name (live_in_slot).
+{live_of_walk_body lane_count=live_in_slot}
+
+-- name: live_of_walk_body
 -- live_per_keyed_lane of the keys a claim's first walk locked (keyed_lanes_locked, the
 -- statement before it in the same pipeline: `awa.walked_keys`), and from it the room
 -- the claim that follows reads (room_pairs, limited_heads): each walked key's free

@@ -406,6 +406,28 @@ class Statements:
         rows are read later with :func:`~awa.adapters._pg.decode.fetch_decodable`."""
         return await run(conn, self._bytes[name], params, prepare=True)
 
+    def in_slot(self, name: str, slot: int | None) -> bytes:
+        """The statement ``name`` over the whole ring (``slot`` ``None``), or its form for
+        ring slot ``slot``, ``<name>_in_slot``, which reads that slot's partitions by
+        name (:meth:`for_slot`)."""
+        return self[name] if slot is None else self.for_slot(f"{name}_in_slot", slot)
+
+    async def exec_prepared_in(
+        self, conn: DictConnection, name: str, slot: int | None, **params: Any
+    ) -> list[dict[str, Any]]:
+        """:meth:`exec_prepared` of :meth:`in_slot` ``(name, slot)``."""
+        cur = await self.send_prepared_in(conn, name, slot, **params)
+        # In pipeline mode the result is not there yet (pgresult is None): fetching waits.
+        if cur.pgresult is not None and cur.description is None:
+            return []
+        return await fetch_decodable(cur)
+
+    async def send_prepared_in(
+        self, conn: DictConnection, name: str, slot: int | None, **params: Any
+    ) -> AsyncCursor[DictRow]:
+        """:meth:`send_prepared` of :meth:`in_slot` ``(name, slot)``."""
+        return await run(conn, self.in_slot(name, slot), params, prepare=True)
+
     async def exec_filtered(
         self, conn: DictConnection, name: str, clauses: tuple[str, ...], params: dict[str, Any]
     ) -> list[dict[str, Any]]:

@@ -403,83 +403,41 @@ EXPLAIN {claim}
 -- windows are left to advance_cursors.
 {claim_sorted_body key_window=key_window_cte_comma keyed_heads=window_heads
     key_cursor=key_window_cursor lane_limit=sorted_lane_limit key_rank=nothing room=nothing
-    by_key_rank=nothing lane_check=nothing ordered_walk=sorted_walk_in_ring}
+    by_key_rank=nothing slot_walk=nothing walked_in_slot_out=nothing
+    walked_in_slot_rows=nothing}
 
 -- name: sorted_lane_limit
 %(limit)s
 
--- name: sorted_ordered_walk
--- claim_sorted_body's walk of an ordered window (h: its head): from the cursor, in lane
--- order, at most `lane_limit` unclaimed due rows of `ready_entries`. `only_when`: a
--- condition on the outer rows alone, which the planner checks once per lane before it
--- reads anything.
-(SELECT o.* FROM (
-     SELECT r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard,
-         r.kind, r.queue, r.args, r.attempt, r.max_attempts, r.finalized_at,
-         r.created_at, r.errors, r.metadata, r.tags, r.unique_key,
-         r.unique_states, r.callback_id, r.callback_timeout_at, r.progress,
-         r.lane_seq
-     FROM {ready_entries} r
-     WHERE NOT h.disordered {only_when}
-       AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
-       AND r.lane_seq >= h.claim_seq AND r.run_at <= %(now)s
-     ORDER BY r.lane_seq
-     OFFSET 0) o
- WHERE NOT EXISTS (
-       SELECT 1 FROM {claims} c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
-       OFFSET 0)
-   AND NOT EXISTS (
-       SELECT 1 FROM {tombstones} t
-       WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)
- ORDER BY o.lane_seq
- LIMIT {lane_limit})
+-- name: sorted_walk_columns
+-- The columns claim_sorted_body's walks read of a ready row (`r`).
+r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard, r.kind,
+                 r.queue, r.args, r.attempt, r.max_attempts, r.finalized_at, r.created_at,
+                 r.errors, r.metadata, r.tags, r.unique_key, r.unique_states,
+                 r.callback_id, r.callback_timeout_at, r.progress, r.lane_seq
 
--- name: sorted_walk_in_ring
-{sorted_ordered_walk ready_entries=ring_ready_entries claims=ring_claims
-    tombstones=ring_tombstones only_when=nothing lane_limit=sorted_lane_limit}
-
--- name: limited_walk_in_ring
-{sorted_ordered_walk ready_entries=ring_ready_entries claims=ring_claims
-    tombstones=ring_tombstones only_when=nothing lane_limit=limited_lane_limit}
-
--- name: limited_walk_in_slot
--- An ordered window's walk in ring slot k (its partitions by name, one probe per lane)
--- when limited_lane_in_slot found the walk's rows there; otherwise over the whole ring.
-{sorted_ordered_walk ready_entries=slot_ready_entries claims=slot_claims
-    tombstones=slot_tombstones only_when=lane_in_slot lane_limit=limited_lane_limit}
-UNION ALL
-{sorted_ordered_walk ready_entries=ring_ready_entries claims=ring_claims
-    tombstones=ring_tombstones only_when=lane_not_in_slot lane_limit=limited_lane_limit}
-
--- name: lane_in_slot
-AND s.in_slot
-
--- name: lane_not_in_slot
-AND NOT s.in_slot
-
--- name: limited_lane_in_slot
--- Per head h of claim_limited_in_slot: whether ring slot k holds every position its
--- ordered walk over the whole ring would read, so the walk of the slot alone takes the
--- same rows (as claim_in_slot's `elsewhere`, per lane). When the slot's walk fills the
--- lane's share, the positions from the cursor to its last row are all in the slot when
--- that row's position is the cursor plus the rows before it (positions are unique and
--- increase along the walk); otherwise the slot must hold every position from the cursor
--- to the lane's end (next_seq is committed with the rows below it).
-CROSS JOIN LATERAL (
-    SELECT coalesce(
-        CASE WHEN count(*) >= {limited_lane_limit}
-            THEN max(g.lane_seq) = h.claim_seq + max(g.rn) - 1
-            ELSE (SELECT count(*) FROM {ready_entries_k} r
-                  WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
-                    AND r.lane_seq >= h.claim_seq AND r.lane_seq < h.next_seq)
-                = h.next_seq - h.claim_seq
-            END, false) AS in_slot
-    FROM (
-        SELECT o.lane_seq, o.rn FROM (
-            SELECT r.slot, r.fact_id, r.lane_seq, row_number() OVER (ORDER BY r.lane_seq) AS rn
+-- name: limited_slot_walk
+-- claim_limited_in_slot's walk of each ordered window in ring slot k, its partitions by
+-- name (one probe per lane): from the cursor, in lane order, at most the lane's share of
+-- unclaimed due rows, numbered by their place among the slot's due rows of the lane
+-- (`rn`, before claimed and tombstoned rows are left out). `slot_lanes`: the lanes whose
+-- rows these are, as a walk over the whole ring would read them: when the slot's walk
+-- fills the lane's share, the positions from the cursor to its last row are all in the
+-- slot when that row's position is the cursor plus the rows before it (positions are
+-- unique in the ring and increase along the walk; carry-forward copies a row and swaps
+-- its old slot out in one transaction); otherwise the slot must hold every position
+-- from the cursor to the lane's end (next_seq is committed with the rows below it), as
+-- claim_in_slot's `elsewhere` asks. Every other lane is walked over the whole ring.
+slot_walked AS (
+    SELECT w.*, h.claim_seq AS walk_from, h.next_seq AS walk_end,
+        {limited_lane_limit} AS share
+    FROM (SELECT * FROM heads WHERE NOT contested AND NOT disordered) h
+    CROSS JOIN LATERAL (
+        SELECT o.* FROM (
+            SELECT {sorted_walk_columns},
+                row_number() OVER (ORDER BY r.lane_seq) AS rn
             FROM {ready_entries_k} r
-            WHERE NOT h.disordered
-              AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+            WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
               AND r.lane_seq >= h.claim_seq AND r.run_at <= %(now)s
             ORDER BY r.lane_seq
             OFFSET 0) o
@@ -490,8 +448,36 @@ CROSS JOIN LATERAL (
               SELECT 1 FROM {tombstones_k} t
               WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)
         ORDER BY o.lane_seq
-        LIMIT {limited_lane_limit}) g
-) s
+        LIMIT {limited_lane_limit}) w
+), slot_lanes AS (
+    SELECT w.priority, w.shard
+    FROM slot_walked w
+    GROUP BY w.priority, w.shard, w.walk_from, w.walk_end, w.share
+    HAVING CASE WHEN count(*) >= w.share
+        THEN max(w.lane_seq) = w.walk_from + max(w.rn) - 1
+        ELSE (SELECT count(*) FROM {ready_entries_k} r
+              WHERE r.queue = %(queue)s AND r.priority = w.priority AND r.shard = w.shard
+                AND r.lane_seq >= w.walk_from AND r.lane_seq < w.walk_end)
+            = w.walk_end - w.walk_from
+        END
+),
+
+-- name: limited_slot_lanes_out
+-- The lanes limited_slot_walk took from slot k are not walked again over the ring.
+AND NOT EXISTS (
+    SELECT 1 FROM slot_lanes s
+    WHERE s.priority = heads.priority AND s.shard = heads.shard)
+
+-- name: limited_slot_rows
+-- The rows limited_slot_walk took from slot k, beside those of the ring's walk.
+UNION ALL
+SELECT w.slot, w.fact_id, w.job_id, w.run_at, w.run_lease, w.priority, w.shard, w.kind,
+    w.queue, w.args, w.attempt, w.max_attempts, w.finalized_at, w.created_at, w.errors,
+    w.metadata, w.tags, w.unique_key, w.unique_states, w.callback_id,
+    w.callback_timeout_at, w.progress, w.lane_seq, false AS disordered
+FROM slot_walked w
+WHERE EXISTS (
+    SELECT 1 FROM slot_lanes s WHERE s.priority = w.priority AND s.shard = w.shard)
 
 -- name: claim_sorted_body
 -- The statement of claim_sorted, and of claim_limited with its slots filled.
@@ -516,19 +502,29 @@ WITH {key_window} heads AS (
       {keyed_heads}
     ORDER BY h.priority, h.shard
     FOR UPDATE OF h SKIP LOCKED
-), picked AS (
+), {slot_walk} picked AS (
     SELECT w.*, h.disordered
-    FROM (SELECT * FROM heads WHERE NOT contested) h
-    {lane_check}
+    FROM (SELECT * FROM heads WHERE NOT contested {walked_in_slot_out}) h
     CROSS JOIN LATERAL (
-        {ordered_walk}
+        (SELECT o.* FROM (
+             SELECT {sorted_walk_columns}
+             FROM {s}.ready_entries r
+             WHERE NOT h.disordered
+               AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+               AND r.lane_seq >= h.claim_seq AND r.run_at <= %(now)s
+             ORDER BY r.lane_seq
+             OFFSET 0) o
+         WHERE NOT EXISTS (
+               SELECT 1 FROM {s}.claims c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
+               OFFSET 0)
+           AND NOT EXISTS (
+               SELECT 1 FROM {s}.tombstones t
+               WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)
+         ORDER BY o.lane_seq
+         LIMIT {lane_limit})
         UNION ALL
         (SELECT o.* FROM (
-             SELECT r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard,
-                 r.kind, r.queue, r.args, r.attempt, r.max_attempts, r.finalized_at,
-                 r.created_at, r.errors, r.metadata, r.tags, r.unique_key,
-                 r.unique_states, r.callback_id, r.callback_timeout_at, r.progress,
-                 r.lane_seq
+             SELECT {sorted_walk_columns}
              FROM {s}.ready_entries r
              WHERE h.disordered
                AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
@@ -542,6 +538,7 @@ WITH {key_window} heads AS (
          ORDER BY o.run_at, o.job_id
          LIMIT {lane_limit})
     ) w
+    {walked_in_slot_rows}
 ), candidates AS (
     SELECT p.* FROM (
         SELECT p.*{key_rank}
@@ -613,18 +610,19 @@ ORDER BY r.effective, r.run_at, r.job_id
 -- every key's first job before any key's second.
 {claim_sorted_body key_window=nothing keyed_heads=limited_heads key_cursor=no_key_cursor
     lane_limit=limited_lane_limit key_rank=limited_key_rank room=limited_room
-    by_key_rank=limited_by_key_rank lane_check=nothing ordered_walk=limited_walk_in_ring}
+    by_key_rank=limited_by_key_rank slot_walk=nothing walked_in_slot_out=nothing
+    walked_in_slot_rows=nothing}
 
 -- name: claim_limited_in_slot
 -- claim_limited in ring slot k, its partitions read by name:
 -- claim_sorted under a per-key limit, whose ordered windows are walked in slot k, each
 -- lane over the whole ring only when the slot does not hold the rows its walk would
--- read (limited_lane_in_slot), so the rows taken are claim_limited's. The engine names
+-- read (limited_slot_walk), so the rows taken are claim_limited's. The engine names
 -- the slot where the queue's last claims found their rows.
 {claim_sorted_body key_window=nothing keyed_heads=limited_heads key_cursor=no_key_cursor
     lane_limit=limited_lane_limit key_rank=limited_key_rank room=limited_room
-    by_key_rank=limited_by_key_rank lane_check=limited_lane_in_slot
-    ordered_walk=limited_walk_in_slot}
+    by_key_rank=limited_by_key_rank slot_walk=limited_slot_walk
+    walked_in_slot_out=limited_slot_lanes_out walked_in_slot_rows=limited_slot_rows}
 
 -- name: limited_lane_limit
 -- A keyed lane's walk reads no more than its key's room: the key's best `free` rows over

@@ -127,6 +127,12 @@ _LANE_PRIORITIES = (1, 2, 3, 4)
 _MARKS_AHEAD = 4
 
 
+def _counted_whole(rows: Sequence[dict[str, Any]]) -> bool:
+    """Whether a count of keyed lanes read every row it had to (``in_slot``: a count in
+    one ring slot, live_in_slot, did not when a lane's rows are not all there)."""
+    return all(row["in_slot"] is not False for row in rows)
+
+
 def _holds(ordered: list[int], value: int) -> bool:
     """Whether the sorted ``ordered`` holds ``value``."""
     at = bisect.bisect_left(ordered, value)
@@ -427,14 +433,15 @@ class Claims:
         """The live attempts of each keyed lane in ``shards`` (their keys locked by this
         claim), counted from each lane's low-water mark, which moves up to what the count
         saw (live_per_keyed_lane; in ring slot ``slot`` first, live_in_slot)."""
+        marks = self._marks_of(queue, shards)
         rows = await self._sql.exec_prepared_in(
-            conn,
-            "live_per_keyed_lane",
-            slot,
-            queue=queue,
-            shards=shards,
-            **self._marks_of(queue, shards),
+            conn, "live_per_keyed_lane", slot, queue=queue, shards=shards, **marks
         )
+        if not _counted_whole(rows):
+            # A lane's rows are not all in the slot: count the keys over the whole ring.
+            rows = await self._sql.exec_prepared(
+                conn, "live_per_keyed_lane", queue=queue, shards=shards, **marks
+            )
         return self._note_marks(queue, rows)
 
     def _marks_of(self, queue: str, shards: Sequence[int]) -> dict[str, list[int]]:
@@ -532,8 +539,13 @@ class Claims:
             int(row["shard"]) for row in await fetch_decodable(walk) if row["shard"] is not None
         ]
         counted = await fetch_decodable(count)
-        rows = await fetch_decodable(claim)
-        live = self._note_marks(queue, counted)
+        rows = await self._claimed_or_ring(conn, await fetch_decodable(claim), params)
+        if _counted_whole(counted):
+            live = self._note_marks(queue, counted)
+        else:
+            # A lane's rows were not all in the slot (the claim took nothing): count the
+            # walked keys again over the whole ring, then complete the window as below.
+            live = await self._live(conn, queue, walked, None)
         walks = _Walks(KeyWindow(limit), walked[-1] if walked else after)
         for shard in walked:
             walks.free[shard] = per_key - live.get(shard, 0)
@@ -544,7 +556,18 @@ class Claims:
             return rows, room
         # The claim took nothing: claim from the window the further walks completed.
         await self._sql.exec(conn, "set_room", room_shards=room.shards, room_free=room.free)
-        return await self._sql.exec_prepared_in(conn, "claim_limited", slot, **params), room
+        rows = await self._sql.exec_prepared_in(conn, "claim_limited", slot, **params)
+        return await self._claimed_or_ring(conn, rows, params), room
+
+    async def _claimed_or_ring(
+        self, conn: DictConnection, rows: list[dict[str, Any]], params: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """The rows of a limited claim, or, when it ran in a ring slot and a lane's rows
+        were not all there (it then claimed nothing, claim_limited_in_slot), those of
+        the claim over the whole ring in the same transaction."""
+        if rows and rows[0]["elsewhere"]:
+            return await self._sql.exec_prepared(conn, "claim_limited", **params)
+        return rows
 
     def forget(self) -> None:
         """Forget what this process learnt of the lanes (after a reset of the engine's
@@ -801,8 +824,11 @@ class Claims:
                     await self._sql.exec(
                         conn, "set_room", room_shards=room.shards, room_free=room.free
                     )
-                    rows = await self._sql.exec_prepared_in(
-                        conn, "claim_limited", slot, **{**params, "limit": allowed}
+                    rated = {**params, "limit": allowed}
+                    rows = await self._claimed_or_ring(
+                        conn,
+                        await self._sql.exec_prepared_in(conn, "claim_limited", slot, **rated),
+                        rated,
                     )
                     if len([r for r in rows if r["id"] is not None]) == allowed:
                         batch.rate_limited += params["limit"] - allowed

@@ -403,8 +403,9 @@ EXPLAIN {claim}
 -- windows are left to advance_cursors.
 {claim_sorted_body key_window=key_window_cte_comma keyed_heads=window_heads
     key_cursor=key_window_cursor lane_limit=sorted_lane_limit key_rank=nothing room=nothing
-    by_key_rank=nothing slot_walk=nothing walked_in_slot_out=nothing
-    walked_in_slot_rows=nothing}
+    by_key_rank=nothing ready_entries=ring_ready_entries claims=ring_claims
+    tombstones=ring_tombstones walk_position=nothing slot_guard_cte=nothing in_slot_only=nothing
+    elsewhere_output=no_elsewhere}
 
 -- name: sorted_lane_limit
 %(limit)s
@@ -416,68 +417,46 @@ r.slot, r.fact_id, r.job_id, r.run_at, r.run_lease, r.priority, r.shard, r.kind,
                  r.errors, r.metadata, r.tags, r.unique_key, r.unique_states,
                  r.callback_id, r.callback_timeout_at, r.progress, r.lane_seq
 
--- name: limited_slot_walk
--- claim_limited_in_slot's walk of each ordered window in ring slot k, its partitions by
--- name (one probe per lane): from the cursor, in lane order, at most the lane's share of
--- unclaimed due rows, numbered by their place among the slot's due rows of the lane
--- (`rn`, before claimed and tombstoned rows are left out). `slot_lanes`: the lanes whose
--- rows these are, as a walk over the whole ring would read them: when the slot's walk
--- fills the lane's share, the positions from the cursor to its last row are all in the
--- slot when that row's position is the cursor plus the rows before it (positions are
--- unique in the ring and increase along the walk; carry-forward copies a row and swaps
--- its old slot out in one transaction); otherwise the slot must hold every position
--- from the cursor to the lane's end (next_seq is committed with the rows below it), as
--- claim_in_slot's `elsewhere` asks. Every other lane is walked over the whole ring.
-slot_walked AS (
-    SELECT w.*, h.claim_seq AS walk_from, h.next_seq AS walk_end,
-        {limited_lane_limit} AS share
-    FROM (SELECT * FROM heads WHERE NOT contested AND NOT disordered) h
-    CROSS JOIN LATERAL (
-        SELECT o.* FROM (
-            SELECT {sorted_walk_columns},
-                row_number() OVER (ORDER BY r.lane_seq) AS rn
-            FROM {ready_entries_k} r
-            WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
-              AND r.lane_seq >= h.claim_seq AND r.run_at <= %(now)s
-            ORDER BY r.lane_seq
-            OFFSET 0) o
-        WHERE NOT EXISTS (
-              SELECT 1 FROM {claims_k} c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
-              OFFSET 0)
-          AND NOT EXISTS (
-              SELECT 1 FROM {tombstones_k} t
-              WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)
-        ORDER BY o.lane_seq
-        LIMIT {limited_lane_limit}) w
-), slot_lanes AS (
-    SELECT w.priority, w.shard
-    FROM slot_walked w
-    GROUP BY w.priority, w.shard, w.walk_from, w.walk_end, w.share
-    HAVING CASE WHEN count(*) >= w.share
-        THEN max(w.lane_seq) = w.walk_from + max(w.rn) - 1
-        ELSE (SELECT count(*) FROM {ready_entries_k} r
-              WHERE r.queue = %(queue)s AND r.priority = w.priority AND r.shard = w.shard
-                AND r.lane_seq >= w.walk_from AND r.lane_seq < w.walk_end)
-            = w.walk_end - w.walk_from
-        END
+-- name: limited_slot_check
+-- claim_limited_in_slot's test that slot k held every row its walk of each lane would
+-- read over the whole ring (as claim_in_slot's `elsewhere`): when a lane's walk filled
+-- its share, the positions from the cursor to its last row are all in the slot when
+-- that row's position is the cursor plus the rows before it (`rn`; positions are unique
+-- in the ring and increase along the walk; carry-forward copies a row and swaps its old
+-- slot out in one transaction); otherwise the slot must hold every position from the
+-- cursor to the lane's end (next_seq is committed with the rows below it). A sorted
+-- window is left to the claim over the whole ring.
+slot_check AS (
+    SELECT EXISTS (
+        SELECT 1
+        FROM (SELECT * FROM heads WHERE NOT contested) h
+        LEFT JOIN (
+            SELECT p.priority, p.shard, count(*) AS n, max(p.rn) AS last_rn,
+                max(p.lane_seq) AS last_seq
+            FROM picked p
+            GROUP BY p.priority, p.shard) g
+            ON g.priority = h.priority AND g.shard = h.shard
+        WHERE h.disordered
+           OR CASE WHEN coalesce(g.n, 0) >= {limited_lane_limit}
+                  THEN g.last_seq <> h.claim_seq + g.last_rn - 1
+                  ELSE (SELECT count(*) FROM {ready_entries_k} r
+                        WHERE r.queue = h.queue AND r.priority = h.priority
+                          AND r.shard = h.shard AND r.lane_seq >= h.claim_seq
+                          AND r.lane_seq < h.next_seq)
+                      <> h.next_seq - h.claim_seq
+              END) AS elsewhere
 ),
 
--- name: limited_slot_lanes_out
--- The lanes limited_slot_walk took from slot k are not walked again over the ring.
-AND NOT EXISTS (
-    SELECT 1 FROM slot_lanes s
-    WHERE s.priority = heads.priority AND s.shard = heads.shard)
+-- name: limited_slot_not_elsewhere
+-- Nothing is claimed in slot k when a lane's rows are not all there (limited_slot_check):
+-- the engine then claims over the whole ring (claim_limited).
+AND NOT (SELECT elsewhere FROM slot_check)
 
--- name: limited_slot_rows
--- The rows limited_slot_walk took from slot k, beside those of the ring's walk.
-UNION ALL
-SELECT w.slot, w.fact_id, w.job_id, w.run_at, w.run_lease, w.priority, w.shard, w.kind,
-    w.queue, w.args, w.attempt, w.max_attempts, w.finalized_at, w.created_at, w.errors,
-    w.metadata, w.tags, w.unique_key, w.unique_states, w.callback_id,
-    w.callback_timeout_at, w.progress, w.lane_seq, false AS disordered
-FROM slot_walked w
-WHERE EXISTS (
-    SELECT 1 FROM slot_lanes s WHERE s.priority = w.priority AND s.shard = w.shard)
+-- name: limited_slot_elsewhere
+(SELECT elsewhere FROM slot_check)
+
+-- name: no_elsewhere
+false
 
 -- name: claim_sorted_body
 -- The statement of claim_sorted, and of claim_limited with its slots filled.
@@ -502,44 +481,43 @@ WITH {key_window} heads AS (
       {keyed_heads}
     ORDER BY h.priority, h.shard
     FOR UPDATE OF h SKIP LOCKED
-), {slot_walk} picked AS (
+), picked AS (
     SELECT w.*, h.disordered
-    FROM (SELECT * FROM heads WHERE NOT contested {walked_in_slot_out}) h
+    FROM (SELECT * FROM heads WHERE NOT contested) h
     CROSS JOIN LATERAL (
         (SELECT o.* FROM (
-             SELECT {sorted_walk_columns}
-             FROM {s}.ready_entries r
+             SELECT {sorted_walk_columns}{walk_position}
+             FROM {ready_entries} r
              WHERE NOT h.disordered
                AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
                AND r.lane_seq >= h.claim_seq AND r.run_at <= %(now)s
              ORDER BY r.lane_seq
              OFFSET 0) o
          WHERE NOT EXISTS (
-               SELECT 1 FROM {s}.claims c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
+               SELECT 1 FROM {claims} c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
                OFFSET 0)
            AND NOT EXISTS (
-               SELECT 1 FROM {s}.tombstones t
+               SELECT 1 FROM {tombstones} t
                WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)
          ORDER BY o.lane_seq
          LIMIT {lane_limit})
         UNION ALL
         (SELECT o.* FROM (
-             SELECT {sorted_walk_columns}
-             FROM {s}.ready_entries r
+             SELECT {sorted_walk_columns}{walk_position}
+             FROM {ready_entries} r
              WHERE h.disordered
                AND r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
                AND r.lane_seq >= h.claim_seq AND r.run_at <= %(now)s
              OFFSET 0) o
          WHERE NOT EXISTS (
-               SELECT 1 FROM {s}.claims c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id)
+               SELECT 1 FROM {claims} c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id)
            AND NOT EXISTS (
-               SELECT 1 FROM {s}.tombstones t
+               SELECT 1 FROM {tombstones} t
                WHERE t.slot = o.slot AND t.ready_fact = o.fact_id)
          ORDER BY o.run_at, o.job_id
          LIMIT {lane_limit})
     ) w
-    {walked_in_slot_rows}
-), candidates AS (
+), {slot_guard_cte} candidates AS (
     SELECT p.* FROM (
         SELECT p.*{key_rank}
         FROM (
@@ -550,11 +528,11 @@ WITH {key_window} heads AS (
                         %(aging_us)s::bigint))
                     ELSE p.priority END AS effective
             FROM picked p) p) p
-    {room}
+    {room} {in_slot_only}
     ORDER BY {by_key_rank}p.effective, p.run_at, p.job_id
     LIMIT %(limit)s
 ), inserted AS (
-    INSERT INTO {s}.claims (slot, claim_id, ready_fact, job_id, run_lease, queue, attempted_at,
+    INSERT INTO {claims} (slot, claim_id, ready_fact, job_id, run_lease, queue, attempted_at,
         deadline_at)
     SELECT slot, nextval('{s}.fact_seq'), fact_id, job_id, run_lease + 1, %(queue)s, %(now)s,
         %(deadline_at)s
@@ -580,6 +558,7 @@ WITH {key_window} heads AS (
         -- A lane was left alone (see heads): the engine claims again at once.
         EXISTS (SELECT 1 FROM heads WHERE contested) AS contested,
         {key_cursor} AS key_cursor,
+        {elsewhere_output} AS elsewhere,
         {quiet_commit} AS quiet
 ), claimed AS (
     -- The claimed snapshots, exactly as the job_facts view resolves an open receipt
@@ -597,7 +576,7 @@ WITH {key_window} heads AS (
 )
 -- One row even when nothing was claimed (id NULL), so `mixed` and `contested` always
 -- come back.
-SELECT r.*, m.mixed, m.contested, m.key_cursor
+SELECT r.*, m.mixed, m.contested, m.key_cursor, m.elsewhere
 FROM mixed m LEFT JOIN claimed r ON true
 ORDER BY r.effective, r.run_at, r.job_id
 
@@ -610,19 +589,23 @@ ORDER BY r.effective, r.run_at, r.job_id
 -- every key's first job before any key's second.
 {claim_sorted_body key_window=nothing keyed_heads=limited_heads key_cursor=no_key_cursor
     lane_limit=limited_lane_limit key_rank=limited_key_rank room=limited_room
-    by_key_rank=limited_by_key_rank slot_walk=nothing walked_in_slot_out=nothing
-    walked_in_slot_rows=nothing}
+    by_key_rank=limited_by_key_rank ready_entries=ring_ready_entries claims=ring_claims
+    tombstones=ring_tombstones walk_position=nothing slot_guard_cte=nothing in_slot_only=nothing
+    elsewhere_output=no_elsewhere}
 
 -- name: claim_limited_in_slot
--- claim_limited in ring slot k, its partitions read by name:
--- claim_sorted under a per-key limit, whose ordered windows are walked in slot k, each
--- lane over the whole ring only when the slot does not hold the rows its walk would
--- read (limited_slot_walk), so the rows taken are claim_limited's. The engine names
--- the slot where the queue's last claims found their rows.
+-- claim_limited in ring slot k, its partitions read by name and no ring parent (so it
+-- neither plans nor locks the ring's other partitions):
+-- claim_sorted under a per-key limit, which claims nothing and reports `elsewhere` when
+-- a lane's rows its walk would read over the whole ring are not all in slot k
+-- (limited_slot_check); the engine then runs claim_limited in the same transaction, so
+-- the rows taken are claim_limited's. The engine names the slot where the queue's last
+-- claims found their rows.
 {claim_sorted_body key_window=nothing keyed_heads=limited_heads key_cursor=no_key_cursor
     lane_limit=limited_lane_limit key_rank=limited_key_rank room=limited_room
-    by_key_rank=limited_by_key_rank slot_walk=limited_slot_walk
-    walked_in_slot_out=limited_slot_lanes_out walked_in_slot_rows=limited_slot_rows}
+    by_key_rank=limited_by_key_rank ready_entries=slot_ready_entries claims=slot_claims
+    tombstones=slot_tombstones walk_position=slot_walk_position slot_guard_cte=limited_slot_check
+    in_slot_only=limited_slot_not_elsewhere elsewhere_output=limited_slot_elsewhere}
 
 -- name: limited_lane_limit
 -- A keyed lane's walk reads no more than its key's room: the key's best `free` rows over
@@ -812,8 +795,9 @@ WHERE pg_try_advisory_xact_lock(
 -- name: live_body
 -- live_per_keyed_lane of the keys its `keys` slot names (given_keys, walked_keys); each
 -- lane's rows that can hold an open claim are positions [lo, hi), counted by its
--- `lane_count` (live_in_ring, live_in_slot).
-SELECT h.priority, h.shard, c.live, least(c.first_open, h.claim_seq) AS mark
+-- `lane_count` (live_in_ring, live_in_slot), which says whether it read them all
+-- (`in_slot`).
+SELECT h.priority, h.shard, c.live, least(c.first_open, h.claim_seq) AS mark, c.in_slot
 FROM {s}.claim_heads h
 JOIN {s}.lanes l USING (queue, priority, shard)
 CROSS JOIN LATERAL (
@@ -832,8 +816,7 @@ WHERE h.queue = %(queue)s AND h.priority = ANY('{1,2,3,4}'::smallint[])
 -- name: live_of_lane
 -- A lane's rows at positions [b.lo, b.hi) in `ready_entries` (h: its claim head): how
 -- many there are (`n`), how many hold an open claim (`live`: a claim without a closure,
--- and no tombstone) and the first of those (`first_open`). `only_when`: a condition on the
--- outer rows alone, which the planner checks once per lane before it reads anything.
+-- and no tombstone) and the first of those (`first_open`).
 SELECT count(*) AS n, count(*) FILTER (WHERE o.open) AS live,
     min(o.lane_seq) FILTER (WHERE o.open) AS first_open
 FROM (
@@ -850,31 +833,27 @@ FROM (
             WHERE t.slot = r.slot AND t.ready_fact = r.fact_id OFFSET 0) AS open
     FROM {ready_entries} r
     WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
-      AND r.lane_seq >= b.lo AND r.lane_seq < b.hi {only_when}
+      AND r.lane_seq >= b.lo AND r.lane_seq < b.hi
     OFFSET 0) o
 
 -- name: live_in_ring
 -- A lane's count over the whole ring, through the partitioned parents: a probe of every
 -- ring partition per lane.
-{live_of_lane ready_entries=ring_ready_entries claims=ring_claims closures=ring_closures
-    tombstones=ring_tombstones only_when=nothing}
+SELECT g.live, g.first_open, true AS in_slot
+FROM ({live_of_lane ready_entries=ring_ready_entries claims=ring_claims
+        closures=ring_closures tombstones=ring_tombstones}) g
 
 -- name: live_in_slot
--- A lane's count in ring slot k: its partitions by name, one probe per lane, when slot k
--- holds every position of [lo, hi) (positions are unique in the ring: carry-forward
--- copies a row and swaps its old slot out in one transaction); otherwise, and only
--- then, over the whole ring (live_elsewhere), so the count is that of live_in_ring. An
--- empty range reads nothing more. The slot is where the queue's last claims found their
--- rows, which holds the rows a lane's last claim took (the range from its mark).
-SELECT CASE WHEN s.n = b.hi - b.lo THEN s.live ELSE g.live END AS live,
-    CASE WHEN s.n = b.hi - b.lo THEN s.first_open ELSE g.first_open END AS first_open
+-- A lane's count in ring slot k alone: its partitions by name, one probe per lane. It is
+-- the lane's count when slot k holds every position of [lo, hi) (`in_slot`; positions
+-- are unique in the ring: carry-forward copies a row and swaps its old slot out in one
+-- transaction); otherwise the engine counts the keys again over the whole ring. The
+-- slot is where the queue's last claims found their rows, which holds the rows a lane's
+-- last claim took (the range from its mark). The statement names no ring parent, so it
+-- neither plans nor locks the ring's other partitions.
+SELECT s.live, s.first_open, s.n = b.hi - b.lo AS in_slot
 FROM ({live_of_lane ready_entries=slot_ready_entries claims=slot_claims
-        closures=slot_closures tombstones=slot_tombstones only_when=nothing}) s
-CROSS JOIN LATERAL ({live_of_lane ready_entries=ring_ready_entries claims=ring_claims
-        closures=ring_closures tombstones=ring_tombstones only_when=live_elsewhere}) g
-
--- name: live_elsewhere
-AND s.n <> b.hi - b.lo
+        closures=slot_closures tombstones=slot_tombstones}) s
 
 -- name: mark_map
 -- The claimer's marks (`mark_*`) as one jsonb object keyed `priority/shard`, made once per
@@ -898,7 +877,9 @@ AND s.n <> b.hi - b.lo
 -- the claim that follows reads (room_pairs, limited_heads): each walked key's free
 -- slots, `per_key` (max_running_per_key) less its live attempts, for the keys with any,
 -- and whether the window is whole (KeyWindow's rule for a first walk of `limit` keys:
--- fewer came back, so the rotation has no more, or `limit` of them have room). Each
+-- fewer came back, so the rotation has no more, or `limit` of them have room), and not
+-- when a lane's count did not read all its rows (`in_slot`, live_in_slot: the engine
+-- then counts again over the ring, and the claim sent with this takes nothing). Each
 -- lane's row, and one row more with a NULL shard; every row carries `whole`.
 WITH live AS ({live_body keys=walked_keys}), key_room AS MATERIALIZED (
     SELECT k.shard, (%(per_key)s::bigint - coalesce(
@@ -912,11 +893,13 @@ WITH live AS ({live_body keys=walked_keys}), key_room AS MATERIALIZED (
                coalesce(array_agg(k.free ORDER BY k.shard) FILTER (WHERE k.free > 0),
                         '{}'::int[])::text, true) AS free,
            set_config('awa.room_whole',
-               (count(*) < %(limit)s OR count(*) FILTER (WHERE k.free > 0) >= %(limit)s)::text,
+               ((SELECT coalesce(bool_and(l.in_slot), true) FROM live l)
+                AND (count(*) < %(limit)s
+                     OR count(*) FILTER (WHERE k.free > 0) >= %(limit)s))::text,
                true)::boolean AS whole
     FROM key_room k
 )
-SELECT r.whole, l.priority, l.shard, l.live, l.mark
+SELECT r.whole, l.priority, l.shard, l.live, l.mark, l.in_slot
 FROM room r LEFT JOIN live l ON true
 
 -- name: set_room

@@ -584,7 +584,7 @@ ORDER BY r.effective, r.run_at, r.job_id
 -- claim_sorted under a per-key limit (ADR 0029), in the transaction that first locked the
 -- keys of the lanes it may take from and counted their live attempts: a keyed lane (a
 -- concurrency key's own, shard >= keyed_base) is visited only when it is in the room
--- (room_pairs: the rotation's window, with room), at most its room is taken from the key's lanes
+-- (room_of: the rotation's window, with room), at most its room is taken from the key's lanes
 -- (ranked in the claim's order, so each lane's take is a prefix), and the batch takes
 -- every key's first job before any key's second.
 {claim_sorted_body key_window=nothing keyed_heads=limited_heads key_cursor=no_key_cursor
@@ -610,20 +610,27 @@ ORDER BY r.effective, r.run_at, r.job_id
 -- name: limited_lane_limit
 -- A keyed lane's walk reads no more than its key's room: the key's best `free` rows over
 -- its lanes are among the first `free` of each.
-least(%(limit)s, coalesce(
-    (SELECT rm.free FROM {room_pairs} WHERE rm.shard = h.shard),
-    %(limit)s))
+least(%(limit)s, coalesce({room_of key=lane_shard}, %(limit)s))
 
--- name: room_pairs
--- The keys a limited claim may take from and each one's room (`rm(shard, free)`), as this
--- transaction's count of the walked keys (live_of_walk) or the engine (set_room) left
--- them: transaction-local settings, so the claim can be sent in the same pipeline as the
--- count it depends on.
-unnest({room_shards_set}, {room_free_set}) AS rm(shard, free)
+-- name: lane_shard
+h.shard
+
+-- name: row_shard
+p.shard
+
+-- name: room_of
+-- The room of the key `key` (a shard): its free slots (room_free_set) at its place among
+-- the keys a limited claim may take from (room_shards_set), NULL for a key not among
+-- them. Found in the arrays themselves (array_position), once per lane or row: an unnest
+-- of the pairs per lane read every pair again for every lane.
+({room_free_set})[array_position({room_shards_set}, {key})]
 
 -- name: room_shards_set
--- The keys of room_pairs, read once per statement (an init plan: a setting cast where a
--- row is filtered is read and parsed again for every row).
+-- The keys a limited claim may take from, as this transaction's count of the walked keys
+-- (live_of_walk) or the engine (set_room) left them (with their room, room_free_set):
+-- transaction-local settings, so the claim can be sent in the same pipeline as the count
+-- it depends on. Read once per statement (an init plan: a setting cast where a row is
+-- filtered is read and parsed again for every row).
 (SELECT current_setting('awa.room_shards')::int[])::int[]
 
 -- name: room_free_set
@@ -645,9 +652,7 @@ unnest({room_shards_set}, {room_free_set}) AS rm(shard, free)
 
 -- name: limited_room
 
-    WHERE p.key_rank <= coalesce(
-        (SELECT rm.free FROM {room_pairs} WHERE rm.shard = p.shard),
-        2147483647)
+    WHERE p.key_rank <= coalesce({room_of key=row_shard}, 2147483647)
 
 -- name: limited_by_key_rank
 p.key_rank,
@@ -803,14 +808,22 @@ JOIN {s}.lanes l USING (queue, priority, shard)
 CROSS JOIN LATERAL (
     SELECT coalesce(
                (SELECT k.seq
-                FROM (SELECT ({mark_map} ->> (h.priority || '/' || h.shard))::bigint AS seq) k
+                FROM (SELECT ({mark_map} ->> (h.priority || '/' || h.shard))::bigint AS seq
+                      OFFSET 0) k
                 WHERE k.seq <= h.claim_seq),
                0) AS lo,
            CASE WHEN l.disorder_seq >= h.claim_seq THEN l.next_seq
                 ELSE h.claim_seq END AS hi
     OFFSET 0) b
 CROSS JOIN LATERAL ({lane_count}) c
-WHERE h.queue = %(queue)s AND h.priority = ANY('{1,2,3,4}'::smallint[])
+WHERE h.queue = %(queue)s
+  -- Only the priorities the queue has keyed lanes of: each one is a probe per key.
+  AND h.priority = ANY((
+      SELECT array_agg(p.priority) FROM unnest('{1,2,3,4}'::smallint[]) AS p(priority)
+      WHERE EXISTS (
+          SELECT 1 FROM {s}.claim_heads x
+          WHERE x.queue = %(queue)s AND x.priority = p.priority
+            AND x.shard >= (SELECT min(k) FROM unnest({keys}) AS k)))::smallint[])
   AND h.shard = ANY({keys})
 
 -- name: live_of_lane
@@ -874,7 +887,7 @@ FROM ({live_of_lane ready_entries=slot_ready_entries claims=slot_claims
 -- name: live_of_walk_body
 -- live_per_keyed_lane of the keys a claim's first walk locked (keyed_lanes_locked, the
 -- statement before it in the same pipeline: `awa.walked_keys`), and from it the room
--- the claim that follows reads (room_pairs, limited_heads): each walked key's free
+-- the claim that follows reads (room_of, limited_heads): each walked key's free
 -- slots, `per_key` (max_running_per_key) less its live attempts, for the keys with any,
 -- and whether the window is whole (KeyWindow's rule for a first walk of `limit` keys:
 -- fewer came back, so the rotation has no more, or `limit` of them have room), and not
@@ -882,9 +895,10 @@ FROM ({live_of_lane ready_entries=slot_ready_entries claims=slot_claims
 -- then counts again over the ring, and the claim sent with this takes nothing). Each
 -- lane's row, and one row more with a NULL shard; every row carries `whole`.
 WITH live AS ({live_body keys=walked_keys}), key_room AS MATERIALIZED (
-    SELECT k.shard, (%(per_key)s::bigint - coalesce(
-        (SELECT sum(l.live) FROM live l WHERE l.shard = k.shard), 0))::int AS free
+    SELECT k.shard, (%(per_key)s::bigint - coalesce(sum(l.live), 0))::int AS free
     FROM unnest({walked_keys}) AS k(shard)
+    LEFT JOIN live l ON l.shard = k.shard
+    GROUP BY k.shard
 ), room AS (
     SELECT set_config('awa.room_shards',
                coalesce(array_agg(k.shard ORDER BY k.shard) FILTER (WHERE k.free > 0),
@@ -904,7 +918,7 @@ FROM room r LEFT JOIN live l ON true
 
 -- name: set_room
 -- The room of a limited claim as the engine worked it out (further walks of the window,
--- per-key rate limiters), for the claim that follows in the same pipeline (room_pairs).
+-- per-key rate limiters), for the claim that follows in the same pipeline (room_of).
 SELECT set_config('awa.room_shards', %(room_shards)s::int[]::text, true),
     set_config('awa.room_free', %(room_free)s::int[]::text, true),
     set_config('awa.room_whole', 'true', true)

@@ -79,9 +79,7 @@ async def test_the_count_and_the_claim_read_only_the_slot_the_rows_are_in(
         "queue": QUEUE,
         "per_key": 2,
         "limit": 3,
-        "mark_priorities": [],
-        "mark_shards": [],
-        "mark_seqs": [],
+        "marks": "{}",
     }
     walk = {
         "queue": QUEUE,

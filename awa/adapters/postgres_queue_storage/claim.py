@@ -444,21 +444,17 @@ class Claims:
             )
         return self._note_marks(queue, rows)
 
-    def _marks_of(self, queue: str, shards: Sequence[int]) -> dict[str, list[int]]:
-        """The count's ``mark_*`` parameters: this process's low-water marks of the lanes
-        of ``shards``."""
+    def _marks_of(self, queue: str, shards: Sequence[int]) -> dict[str, str]:
+        """The count's ``marks`` parameter: this process's low-water marks of the lanes of
+        ``shards``, a JSON object keyed ``priority/shard`` (mark_map)."""
         marks = self._marks.get(queue, {})
-        known = [
-            ((priority, shard), seq)
+        known = ",".join(
+            f'"{priority}/{shard}":{seq}'
             for shard in shards
             for priority in _LANE_PRIORITIES
             if (seq := marks.get((priority, shard))) is not None
-        ]
-        return {
-            "mark_priorities": [p for (p, _), _ in known],
-            "mark_shards": [sh for (_, sh), _ in known],
-            "mark_seqs": [seq for _, seq in known],
-        }
+        )
+        return {"marks": "{" + known + "}"}
 
     def _marks_ahead(self, queue: str, after: int, n: int) -> list[int]:
         """The first ``n`` keys with a low-water mark in the rotation after ``after``

@@ -817,13 +817,15 @@ CROSS JOIN LATERAL (
     OFFSET 0) b
 CROSS JOIN LATERAL ({lane_count}) c
 WHERE h.queue = %(queue)s
-  -- Only the priorities the queue has keyed lanes of: each one is a probe per key.
+  -- Only the priorities the queue has keyed lanes of (a probe each): each one is a probe
+  -- per key.
   AND h.priority = ANY((
       SELECT array_agg(p.priority) FROM unnest('{1,2,3,4}'::smallint[]) AS p(priority)
       WHERE EXISTS (
           SELECT 1 FROM {s}.claim_heads x
           WHERE x.queue = %(queue)s AND x.priority = p.priority
-            AND x.shard >= (SELECT min(k) FROM unnest({keys}) AS k)))::smallint[])
+            AND x.shard >= (SELECT min(k) FROM unnest({keys}) AS k)
+          OFFSET 0))::smallint[])
   AND h.shard = ANY({keys})
 
 -- name: live_of_lane
@@ -869,13 +871,13 @@ FROM ({live_of_lane ready_entries=slot_ready_entries claims=slot_claims
         closures=slot_closures tombstones=slot_tombstones}) s
 
 -- name: mark_map
--- The claimer's marks (`mark_*`) as one jsonb object keyed `priority/shard`, made once per
--- statement (an init plan), so each lane finds its mark by key (a binary search) however
--- many marks come: a claimer sends those of the keys its walk will most likely return,
--- a few times a batch of them (an unnest looked up per lane was read whole per lane).
-(SELECT jsonb_object_agg(m.priority || '/' || m.shard, m.seq)
- FROM unnest(%(mark_priorities)s::smallint[], %(mark_shards)s::int[],
-             %(mark_seqs)s::bigint[]) AS m(priority, shard, seq))
+-- The claimer's marks (`marks`: a JSON object of each lane's mark keyed `priority/shard`,
+-- the text the engine writes), read once per statement (an init plan), so each lane
+-- finds its mark by key (a binary search) however many marks come: a claimer sends those
+-- of the keys its walk will most likely return, a few times a batch of them. One text
+-- parameter: three arrays of a few hundred integers each cost the client about as much
+-- to send as the rest of the claim, and the server an aggregate to build the object.
+(SELECT %(marks)s::jsonb)
 
 -- name: live_of_walk
 {live_of_walk_body lane_count=live_in_ring}

@@ -57,7 +57,7 @@ def _ready_partitions_read(node: dict[str, Any]) -> set[str]:
 
 async def _explained(
     conn: psycopg.AsyncConnection[dict[str, Any]], statement: bytes, params: dict[str, Any]
-) -> tuple[set[str], list[dict[str, Any]]]:
+) -> tuple[set[str], dict[str, Any]]:
     """The ready_entries partitions ``statement`` scanned, run under EXPLAIN ANALYZE."""
     cur = await run(conn, b"EXPLAIN (ANALYZE, FORMAT JSON)\n" + statement, params)
     row = await cur.fetchone()

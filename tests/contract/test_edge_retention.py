@@ -434,6 +434,19 @@ async def test_a_finished_parent_deleted_in_sql_while_a_child_waits_is_answered_
     assert await _sightings(engine) == []
 
 
+async def _delete_one(engine: EngineHandle, job_id: int, how: str) -> None:
+    """Delete one job through the engine (``api``) or a ``DELETE`` on ``awa.jobs`` (``sql``;
+    skipped where the engine has no SQL surface or ``awa.jobs`` does not show it)."""
+    if how == "api":
+        assert await engine.engine.delete_jobs([job_id]) == 1
+        return
+    if engine.database_url is None:
+        pytest.skip("the in-memory engines have no SQL surface")
+    if not await _sql(engine, "SELECT 1 FROM awa.jobs WHERE id = %s", job_id):
+        pytest.skip("awa.jobs does not show this engine's private schema")
+    await _sql(engine, "DELETE FROM awa.jobs WHERE id = %s", job_id)
+
+
 @pytest.mark.parametrize("how", ["api", "sql"])
 async def test_a_child_brought_back_by_its_parents_retry_is_deleted_whole(
     engine: EngineHandle, how: str
@@ -449,14 +462,7 @@ async def test_a_child_brought_back_by_its_parents_retry_is_deleted_whole(
     assert (await fetch(engine, child.id)).state == JobState.Cancelled
     assert await engine.engine.retry_job(parent.id) is not None
     assert (await fetch(engine, child.id)).state == JobState.Scheduled
-    if how == "api":
-        assert await engine.engine.delete_jobs([child.id]) == 1
-    else:
-        if engine.database_url is None:
-            pytest.skip("the in-memory engines have no SQL surface")
-        if not await _sql(engine, "SELECT 1 FROM awa.jobs WHERE id = %s", child.id):
-            pytest.skip("awa.jobs does not show this engine's private schema")
-        await _sql(engine, "DELETE FROM awa.jobs WHERE id = %s", child.id)
+    await _delete_one(engine, child.id, how)
     assert await engine.engine.get_job(child.id) is None
     assert await engine.engine.list_jobs(JobFilter(), limit=100) == [await fetch(engine, parent.id)]
 
@@ -476,13 +482,6 @@ async def test_a_job_retried_by_an_operator_is_deleted_whole(
         assert await engine.engine.cancel_attempt(claim.lease, reason="stop") == Ack.APPLIED
     retried = await engine.engine.retry_job(job.id)
     assert retried is not None and retried.state == JobState.Available
-    if how == "api":
-        assert await engine.engine.delete_jobs([job.id]) == 1
-    else:
-        if engine.database_url is None:
-            pytest.skip("the in-memory engines have no SQL surface")
-        if not await _sql(engine, "SELECT 1 FROM awa.jobs WHERE id = %s", job.id):
-            pytest.skip("awa.jobs does not show this engine's private schema")
-        await _sql(engine, "DELETE FROM awa.jobs WHERE id = %s", job.id)
+    await _delete_one(engine, job.id, how)
     assert await engine.engine.get_job(job.id) is None
     assert await engine.engine.list_jobs(JobFilter(), limit=100) == []

@@ -253,3 +253,27 @@ async def test_a_warm_up_never_opens_the_first_connection(engine: QueueStorageEn
 
     assert await engine._parts.connections.warm_kept("claim", warm) is False
     assert ran == [] and "claim" not in engine._parts.connections.kept
+
+
+async def test_a_warm_up_lends_one_of_two_idle_connections_that_both_serve_the_current_slot(
+    engine: QueueStorageEngine,
+) -> None:
+    """A claim and a warm-up that planned the same slot side by side leave it planned on
+    both kept connections; the next warm-up (the slot the ring enters next) then takes
+    the least recently used one, and the callers keep the other."""
+    connections = engine._parts.connections
+    assert await engine.claim(QUEUE, limit=1) == []
+    await engine._parts.claims.drain()
+    warmed: list[int] = []
+
+    async def warm(conn: psycopg.AsyncConnection[object]) -> None:
+        warmed.append(conn.info.backend_pid)
+
+    assert await connections.warm_kept("claim", warm) is True
+    oldest, _ = _kept_pids(engine, "claim")
+    assert await connections.warm_kept("claim", warm, lambda c: True) is True
+    assert warmed[-1] == oldest
+    # With one of them busy, the only idle one is not lent.
+    async with connections.kept_conn("claim"):
+        assert await connections.warm_kept("claim", warm, lambda c: True) is False
+    assert len(warmed) == 2 and connections.kept["claim"].open == KEPT_CONNECTIONS

@@ -211,9 +211,12 @@ class Connections:
         """Run ``warm`` on a connection kept for ``purpose`` that its callers do not need
         meanwhile: an idle one that ``avoid`` does not refuse (the claim's warm-up avoids
         the connection where the current slot's claim runs) while another is open for
-        the callers, else a second one opened for it. Never while another warm-up runs,
-        and never on the only connection (its callers would wait for the warm-up);
-        returns whether it ran. A connection whose warm-up failed is closed, as in
+        the callers, else a second one opened for it. When ``avoid`` refuses every idle
+        one and two or more are idle, the least recently used of them: the callers keep
+        another that it refuses as well (both have the current slot planned once a claim
+        and a warm-up planned it side by side). Never while another warm-up runs, and
+        never on the only connection (its callers would wait for the warm-up); returns
+        whether it ran. A connection whose warm-up failed is closed, as in
         :meth:`kept_conn`.
 
         On the connection the callers are not using, a statement planned ahead (the
@@ -223,6 +226,8 @@ class Connections:
         if self.closed or kept is None or kept.lent is not None:
             return False
         free = [c for c in kept.idle if avoid is None or not avoid(c)]
+        if not free and len(kept.idle) >= 2:
+            free = kept.idle[:1]
         conn: DictConnection | None = None
         if free and kept.open >= 2:
             conn = free[0]

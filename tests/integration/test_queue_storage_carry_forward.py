@@ -282,7 +282,7 @@ async def _race(engine: QueueStorageEngine, migrated_database_url: str, seconds:
         ):
             assert await write(lease, n) == Ack.APPLIED
             n += 1
-            await anyio.sleep(0.02)  # paces the writes across the race; nothing waits on it
+            await anyio.sleep(0.05)  # paces the writes across the race; nothing waits on it
         if index % 2 == 0:
             callback = f"race-{lease.job_id}"
             ack = await engine.register_callback(
@@ -302,7 +302,7 @@ async def _race(engine: QueueStorageEngine, migrated_database_url: str, seconds:
         n = 0
         while await write(lease, n) == Ack.APPLIED:
             n += 1
-            await anyio.sleep(0.02)  # paces the writes until the deadline's rescue stops them
+            await anyio.sleep(0.05)  # paces the writes until the deadline's rescue stops them
         (ack,) = await engine.complete([lease])
         late[ack.value] += 1
 
@@ -361,7 +361,7 @@ async def _race(engine: QueueStorageEngine, migrated_database_url: str, seconds:
 async def test_lease_writes_completions_callbacks_and_rescues_race_prune(
     engine: QueueStorageEngine, migrated_database_url: str
 ) -> None:
-    await _race(engine, migrated_database_url, 3.0)
+    await _race(engine, migrated_database_url, 2.0)
 
 
 @pytest.mark.slow

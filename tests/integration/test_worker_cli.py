@@ -179,6 +179,9 @@ def test_handlers_raising_base_exceptions_fail_their_job_and_the_worker_carries_
         "ticks:2",
         "--queue",
         "slow:1",
+        # the long job is given back when this grace ends (the default is 5 s)
+        "--shutdown-timeout-ms",
+        "500",
         start_options={"heartbeat_interval_ms": 200},
         module="tests.fixtures.poison_app",
     )

@@ -72,13 +72,15 @@ class _CancellationNoise(logging.Filter):
     "discarding closed connection", "error connecting in ..."); when the event loop shuts
     down (``asyncio.run`` ending on an error) every task is cancelled at once and those
     warnings would print before the program's own traceback, for connections that were
-    meant to go away. Records logged from a task that is not being cancelled keep their
-    level."""
+    meant to go away. A demoted record goes on only where its logger has DEBUG enabled
+    (``awa dev`` printed two such lines at every shutdown while psycopg's logger stayed at
+    WARNING). Records logged from a task that is not being cancelled keep their level."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno == logging.WARNING and _cancelling():
             record.levelno = logging.DEBUG
             record.levelname = logging.getLevelName(logging.DEBUG)
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
         return True
 
 

@@ -19,7 +19,8 @@ import pytest
 import awa
 import awa.testing
 from awa.adapters._pg import databases as pg_databases_module
-from awa.testing import AwaTestClient, JobRow, NoJob
+from awa.entrypoints import bootstrap
+from awa.testing import AwaTestClient, JobRow, NoJob, _database
 from awa.testing._database import create_database, drop_database, temporary_database
 from tests.support.pg import DatabaseFactory, database_exists
 from tests.support.waits import until
@@ -414,10 +415,12 @@ def test_a_wrong_awa_app_option_is_named(tmp_path: Path) -> None:
 _LEAVE_AND_EXIT = """
 import asyncio
 import awa.testing
+from awa.testing import _database
 
 async def main() -> None:
     async with awa.testing.temporary_database() as url:
         print(url, flush=True)
+    print(*_database._TEMPLATES.values(), flush=True)
 
 asyncio.run(main())
 """
@@ -438,12 +441,57 @@ async def test_a_temporary_database_is_dropped_after_its_process_has_exited(
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    name = psycopg.conninfo.conninfo_to_dict(done.stdout.strip())["dbname"]
+    url, template = done.stdout.strip().splitlines()
+    name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
     assert str(name).startswith("awa_throwaway_")
+    assert template.startswith("awa_throwaway_template_")
+    # the template it was copied from goes at exit too
     await until(
-        lambda: not database_exists(pg_server_url, str(name)),
-        "the database dropped after its process exited",
+        lambda: (
+            not database_exists(pg_server_url, str(name))
+            and not database_exists(pg_server_url, template)
+        ),
+        "the database and its template dropped after its process exited",
     )
+
+
+@pytest.mark.postgres
+async def test_throw_away_databases_are_copies_of_one_migrated_template(
+    pg_server_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The migrations run once per process and server, into a template; each throw-away
+    database is a copy of it, migrated and its own."""
+    monkeypatch.setattr(_database, "_TEMPLATES", {})
+    migrated: list[str] = []
+    migrate = bootstrap.migrate
+
+    async def counted(url: str) -> None:
+        migrated.append(str(psycopg.conninfo.conninfo_to_dict(url)["dbname"]))
+        await migrate(url)
+
+    monkeypatch.setattr(bootstrap, "migrate", counted)
+    first = await create_database(pg_server_url)
+    second = await create_database(pg_server_url)
+    try:
+        [template] = _database._TEMPLATES.values()
+        assert migrated == [template] and template.startswith("awa_throwaway_template_")
+        async with awa.AsyncClient(first) as one, awa.AsyncClient(second) as other:
+            await one.insert(Charge(1))
+            assert [job.kind for job in await one.list_jobs()] == ["charge"]
+            assert await other.list_jobs() == []
+        # without migrations: an empty database, not a copy
+        bare = await create_database(pg_server_url, migrate=False)
+        try:
+            with psycopg.connect(bare) as conn:
+                row = conn.execute("SELECT to_regclass('awa.jobs') IS NULL").fetchone()
+            assert row == (True,)
+        finally:
+            await drop_database(bare)
+    finally:
+        await drop_database(first, wait=False)
+        await drop_database(second, wait=False)
+        _database._drop_templates(_database._TEMPLATES)
+    await until(lambda: not database_exists(pg_server_url, template), "the template dropped")
 
 
 def test_a_background_drop_that_fails_is_logged_without_the_password(

@@ -27,9 +27,11 @@ from awa.adapters._pg.sql import load_queries
 from awa.domain.errors import DatabaseError
 
 
-def _statement(name: str, database: str) -> sql.Composed:
-    template = load_queries("awa.adapters._pg", "databases.sql")[name]
-    return sql.SQL(template).format(name=sql.Identifier(database))
+def _statement(name: str, database: str, template: str | None = None) -> sql.Composed:
+    text = load_queries("awa.adapters._pg", "databases.sql")[name]
+    if template is None:
+        return sql.SQL(text).format(name=sql.Identifier(database))
+    return sql.SQL(text).format(name=sql.Identifier(database), template=sql.Identifier(template))
 
 
 @contextmanager
@@ -52,11 +54,17 @@ def drop_database_sync(server_url: str, database: str) -> None:
         conn.execute(_statement("drop_database", database))
 
 
-async def create_database(server_url: str, database: str) -> None:
-    """:func:`create_database_sync` without blocking the event loop."""
+async def create_database(server_url: str, database: str, *, template: str | None = None) -> None:
+    """:func:`create_database_sync` without blocking the event loop; with ``template``, a
+    copy of that database."""
+    statement = (
+        _statement("create_database", database)
+        if template is None
+        else _statement("create_database_from", database, template)
+    )
     with _refused(server_url):
         async with await psycopg.AsyncConnection.connect(server_url, autocommit=True) as conn:
-            await conn.execute(_statement("create_database", database))
+            await conn.execute(statement)
 
 
 async def drop_database(server_url: str, database: str) -> None:
@@ -137,6 +145,12 @@ class _BackgroundDrops:
 
 
 _background = _BackgroundDrops()
+
+
+def wait_sent(timeout: float = 30.0) -> bool:
+    """Until every drop handed to :func:`drop_database_in_background` has reached the
+    server (True), or ``timeout``."""
+    return _background.wait_sent(timeout)
 
 
 def drop_database_in_background(server_url: str, database: str) -> None:

@@ -4,6 +4,11 @@
 -- name: create_database
 CREATE DATABASE {name}
 
+-- name: create_database_from
+-- A copy of the database {template} (nobody may be connected to it; the server waits
+-- up to 5 s for sessions that are ending).
+CREATE DATABASE {name} TEMPLATE {template}
+
 -- name: drop_database
 DROP DATABASE IF EXISTS {name} WITH (FORCE)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from awa.adapters._pg.migrations import migrate
+from tests.differential import run as differential
 from tests.support import django_venv
 from tests.support.pg import DatabaseFactory, PgServer, Provider, provision
 from tests.support.pgbouncer import PgBouncer, pgbouncer_path
@@ -162,9 +163,20 @@ def pg_provider(pg_server: PgServer) -> Provider:
     return pg_server.provider
 
 
+#: Templates whose setup takes seconds, built in the background from the session's start
+#: when a test of the session uses the fixture named: (fixture, template key, setup).
+SLOW_TEMPLATES: list[tuple[str, str, Callable[[str], None]]] = [
+    ("awa_pg_database_url", differential.AWA_PG_TEMPLATE, differential.migrate_with_awa_pg),
+]
+
+
 @pytest.fixture(scope="session")
-def pg_databases(pg_server: PgServer) -> Iterator[DatabaseFactory]:
+def pg_databases(pg_server: PgServer, request: pytest.FixtureRequest) -> Iterator[DatabaseFactory]:
     factory = DatabaseFactory(pg_server.url)
+    items = request.session.items
+    for fixture, key, setup in SLOW_TEMPLATES:
+        if any(fixture in getattr(item, "fixturenames", ()) for item in items):
+            factory.template_soon(key, setup)
     try:
         yield factory
     finally:

@@ -14,6 +14,7 @@ needs the package index and takes a few minutes.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import re
 import subprocess
@@ -58,27 +59,65 @@ def awa_pg_url(url: str, **overrides: str) -> str:
 
 
 def awa_pg_python() -> Path:
-    """A scratch interpreter with awa-pg 0.6.9, built on first use."""
+    """A scratch interpreter with awa-pg 0.6.9, built on first use. Processes and
+    threads that ask at once (the test workers, each building its awa-pg template in the
+    background) take turns on a file lock; the interpreter counts as built once its
+    packages are installed (a marker file), not once it exists."""
     python = CACHE / "awa-pg-0.6.9" / "bin" / "python"
-    if not python.exists():
-        print(f"installing {AWA_PG} into {python.parents[1]}", file=sys.stderr)
-        venv.create(python.parents[1], with_pip=True)
-        subprocess.run(
-            # awa-pg's awa.testing (the testing_clean scenario) imports pytest-asyncio.
-            [
-                str(python),
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--disable-pip-version-check",
-                AWA_PG,
-                "pytest",
-                "pytest-asyncio",
-            ],
-            check=True,
-        )
+    built = python.parents[1] / ".awa-installed"
+    if built.exists():
+        return python
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with (CACHE / ".install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not built.exists():
+            _install_awa_pg(python)
+            built.touch()
     return python
+
+
+def _install_awa_pg(python: Path) -> None:
+    print(f"installing {AWA_PG} into {python.parents[1]}", file=sys.stderr)
+    if not python.exists():
+        venv.create(python.parents[1], with_pip=True)
+    subprocess.run(
+        # awa-pg's awa.testing (the testing_clean scenario) imports pytest-asyncio.
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            AWA_PG,
+            "pytest",
+            "pytest-asyncio",
+        ],
+        check=True,
+    )
+
+
+#: The test factory's template of an empty database awa-pg 0.6.9 migrated.
+AWA_PG_TEMPLATE = "awa_pg_0_6_9"
+
+# awa-pg's migrate() needs a running event loop when it is called.
+_AWA_PG_MIGRATE = (
+    "import asyncio, sys, awa\n"
+    "async def main():\n"
+    "    await awa.migrate(sys.argv[1])\n"
+    "asyncio.run(main())\n"
+)
+
+
+def migrate_with_awa_pg(url: str) -> None:
+    """Run awa-pg 0.6.9's migrations on the empty database ``url`` (its 40 migrations
+    take seconds), installing awa-pg first if needed (:func:`awa_pg_python`)."""
+    subprocess.run(
+        [str(awa_pg_python()), "-P", "-c", _AWA_PG_MIGRATE, awa_pg_url(url)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
 
 
 def create_database(server_url: str) -> str:

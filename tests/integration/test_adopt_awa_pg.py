@@ -48,30 +48,14 @@ def awa_pg_python() -> Path:
 @pytest.fixture
 def awa_pg_database_url(pg_databases: DatabaseFactory, awa_pg_python: Path) -> Iterator[str]:
     """An empty database awa-pg 0.6.9 migrated (its 40 migrations take seconds, so once
-    per session into a template)."""
-
-    def migrate(url: str) -> None:
-        subprocess.run(
-            [str(awa_pg_python), "-P", "-c", AWA_PG_MIGRATE, differential.awa_pg_url(url)],
-            check=True,
-            capture_output=True,
-            timeout=300,
-        )
-
-    url = pg_databases.create(pg_databases.template("awa_pg_0_6_9", migrate))
+    per session into a template, which ``pg_databases`` starts building in the
+    background when the session holds a test that uses this fixture)."""
+    template = pg_databases.template(differential.AWA_PG_TEMPLATE, differential.migrate_with_awa_pg)
+    url = pg_databases.create(template)
     try:
         yield url
     finally:
         pg_databases.release(url)
-
-
-# awa-pg's migrate() needs a running event loop when it is called.
-AWA_PG_MIGRATE = (
-    "import asyncio, sys, awa\n"
-    "async def main():\n"
-    "    await awa.migrate(sys.argv[1])\n"
-    "asyncio.run(main())\n"
-)
 
 
 async def awa(url: str, *args: str) -> Result:

@@ -290,6 +290,9 @@ class DatabaseFactory:
         self._dropper: threading.Thread | None = None
         self._drop_errors: list[BaseException] = []
         self._cloner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="awa-test-clone")
+        #: Templates being built in the background (:meth:`template_soon`).
+        self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="awa-test-template")
+        self._building: dict[str, Future[str]] = {}
         self._spares: dict[str, Future[str]] = {}
         #: The process :meth:`close` handed the last drops to, if it did not wait.
         self._handed_off: subprocess.Popen[bytes] | None = None
@@ -307,10 +310,30 @@ class DatabaseFactory:
         return psycopg.connect(self.server_url, autocommit=True, connect_timeout=10)
 
     def template(self, key: str = "empty", setup: Callable[[str], None] | None = None) -> str:
-        """Name of this session's template ``key``, built on first use by ``setup(url)``."""
+        """Name of this session's template ``key``, built on first use by ``setup(url)``
+        (or taken from its build in the background, :meth:`template_soon`)."""
         existing = self._templates.get(key)
         if existing is not None:
             return existing
+        with self._lock:
+            pending = self._building.pop(key, None)
+        if pending is not None:
+            try:
+                return pending.result()
+            except Exception:
+                pass  # built again here, which reports why it fails
+        return self._build_template(key, setup)
+
+    def template_soon(self, key: str, setup: Callable[[str], None] | None = None) -> None:
+        """Start building template ``key`` on a thread of its own, for a test later in
+        the session: a template whose setup takes seconds (another program's migrations)
+        is then not built on a test's time. The build waits for nothing the tests use."""
+        with self._lock:
+            if key in self._templates or key in self._building:
+                return
+            self._building[key] = self._builder.submit(self._build_template, key, setup)
+
+    def _build_template(self, key: str, setup: Callable[[str], None] | None) -> str:
         name = f"{TEMPLATE_PREFIX}{self._session}_{key}"
         with self._admin() as conn:
             conn.execute(
@@ -510,6 +533,8 @@ class DatabaseFactory:
         whatever is not dropped yet, the dropper's current batch included, to a detached
         process (:func:`main`) and returns. A ``DROP DATABASE`` waits for a checkpoint,
         which on a busy shared server takes minutes; no test needs to see these go."""
+        # A template still being built is waited for, so close drops it with the others.
+        self._builder.shutdown(wait=True)
         # The clones being put back finish first: one that cannot be goes to the dropper.
         self._resetter.shutdown(wait=True)
         with self._lock:

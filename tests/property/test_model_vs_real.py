@@ -63,7 +63,7 @@ from tests.property._mvr_base import (
     job_specs,
 )
 from tests.property._mvr_batch import BatchBook, BatchRules, forget_batch_operations
-from tests.property._mvr_deps import DependencyRules
+from tests.property._mvr_deps import DependencyRules, _gone_without_a_word
 from tests.property._mvr_job_batches import JobBatchRules
 from tests.property._mvr_ops import OperatorRules
 from tests.property._mvr_policies import PolicyRules
@@ -348,9 +348,18 @@ class ModelVsReal(
                 and job.finalized_at <= floor
             ), f"prune dropped {job.state} job {job_id}"
         if gone:
+            # Prune drops a finished job without answering a child that still waits on
+            # it (a parent a kind rule's effect finished: ADR 0028); the leader's search
+            # for vanished parents answers that child later. The model drops such a job
+            # the same way, and deletes the rest as the engine's delete does.
+            waited_on = self._waited_on()
             model_ids = [self._mid(job_id) for job_id in gone]
-            deleted = self.p.runner.run(_await(self.p.model.engine.delete_jobs(model_ids)))
-            assert deleted == len(gone)
+            silent = [job_id for job_id in model_ids if job_id in waited_on]
+            for job_id in silent:
+                assert self.p.runner.run(_await(_gone_without_a_word(self.p.model, job_id)))
+            rest = [job_id for job_id in model_ids if job_id not in waited_on]
+            deleted = self.p.runner.run(_await(self.p.model.engine.delete_jobs(rest)))
+            assert deleted == len(rest)
 
     # ------------------------------------------------------------------ operators
     @precondition(lambda self: bool(self.model_ids))

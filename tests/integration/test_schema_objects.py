@@ -169,9 +169,9 @@ async def test_a_changed_file_is_applied_again_and_reaches_installed_schemas(
     await migrate(database_url)  # nothing changed: nothing is applied or installed
     assert _catalog(database_url, "SELECT to_regclass('awa.claims_5_spare')") == [(None,)]
     (channel,) = [obj for obj in schema_objects() if obj.name == "awa.wake_channel"]
-    changed = _object(
-        "function", channel.name, channel.sql.replace("SELECT CASE", "SELECT /* v2 */ CASE")
-    )
+    edited = channel.sql.replace("RETURN v_channel;\nEND", "RETURN v_channel; /* v2 */\nEND")
+    assert edited != channel.sql
+    changed = _object("function", channel.name, edited)
     _with(monkeypatch, changed)
     await migrate(database_url)
     (source,) = _catalog(

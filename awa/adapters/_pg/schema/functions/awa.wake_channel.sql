@@ -1,12 +1,20 @@
 -- A queue's wake-up channel: 'awa:' || queue, cut to Postgres's 63-byte identifier limit
 -- at a character boundary, as LISTEN cuts it and as awa.domain.channels does.
 CREATE OR REPLACE FUNCTION awa.wake_channel(p_queue text) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN octet_length('awa:' || p_queue) <= 63 THEN 'awa:' || p_queue
-        -- the longest prefix of at most 63 bytes (characters take 1-4 bytes each)
-        ELSE (SELECT s FROM generate_series(63, 1, -1) AS n,
-                     LATERAL (SELECT left('awa:' || p_queue, n) AS s) c
-              WHERE octet_length(s) <= 63
-              ORDER BY n DESC LIMIT 1)
-    END
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    v_channel text := 'awa:' || p_queue;
+BEGIN
+    -- PL/pgSQL, planned once per session: a SQL function called from the insert path's
+    -- PL/pgSQL was planned again in every transaction (65 us of each insert).
+    IF octet_length(v_channel) <= 63 THEN
+        RETURN v_channel;
+    END IF;
+    -- The longest prefix of at most 63 bytes (characters take 1-4 bytes each).
+    v_channel := left(v_channel, 63);
+    WHILE octet_length(v_channel) > 63 LOOP
+        v_channel := left(v_channel, -1);
+    END LOOP;
+    RETURN v_channel;
+END
 $$;

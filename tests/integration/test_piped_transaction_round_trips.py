@@ -18,6 +18,7 @@ import anyio
 import psycopg
 import pytest
 
+from awa.adapters._pg import piped
 from awa.adapters._pg.piped import piped_transaction
 from awa.adapters._pg.pool import DictConnection, connect, open_pool
 from awa.adapters._pg.routing import PgRoutedInsert
@@ -187,10 +188,10 @@ async def test_an_error_rolls_back_everything(table: DictConnection) -> None:
     assert await _values(table) == []
 
 
-async def test_a_cancellation_rolls_back_everything(
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+async def test_a_cancellation_rolls_back_everything_and_keeps_the_connection(
     table: DictConnection, migrated_database_url: str
 ) -> None:
-    url = migrated_database_url
     inside = anyio.Event()
     async with anyio.create_task_group() as tg:
 
@@ -203,10 +204,39 @@ async def test_a_cancellation_rolls_back_everything(
         tg.start_soon(write)
         await inside.wait()
         tg.cancel_scope.cancel()
-    # psycopg closes a connection whose pipeline a cancellation interrupted: the server
-    # rolls its transaction back (a pool replaces it).
-    assert table.closed or table.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-    async with await connect(url) as other:
+    # The pipeline's exit ran to its end and ROLLBACK with it: the connection is idle
+    # and usable (psycopg closed it when the cancellation cut the exit short, and the
+    # pool had to open a new session).
+    assert not table.closed
+    assert table.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert await _values(table) == []
+    async with await connect(migrated_database_url) as other:
+        assert await _values(other) == []
+
+
+async def test_a_server_that_does_not_settle_a_cancelled_transaction_loses_its_connection(
+    table: DictConnection, migrated_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(piped, "SETTLE_LIMIT", 0.2)
+    pid = table.info.backend_pid
+    inside = anyio.Event()
+    async with anyio.create_task_group() as tg:
+
+        async def write() -> None:
+            async with piped_transaction(table):
+                await table.execute("INSERT INTO piped_probe VALUES (1)")
+                await table.execute("SELECT pg_sleep(30)")
+                inside.set()
+                await anyio.Event().wait()
+
+        tg.start_soon(write)
+        await inside.wait()
+        tg.cancel_scope.cancel()
+    # The pipeline's answers did not come within the limit: the connection is closed
+    # (its session's state is unknown), and the cancelled caller was not held longer.
+    assert table.closed
+    async with await connect(migrated_database_url) as other:
+        await other.execute("SELECT pg_terminate_backend(%s)", (pid,))
         assert await _values(other) == []
 
 

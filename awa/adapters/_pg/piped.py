@@ -23,6 +23,11 @@ import psycopg
 
 log = logging.getLogger("awa.adapters._pg")
 
+#: How long a cancelled or failed transaction waits for the server to settle it (the
+#: pipeline's answers, then ``ROLLBACK``), shielded from the cancellation; past it the
+#: connection is closed.
+SETTLE_LIMIT = 5.0
+
 
 @asynccontextmanager
 async def piped_transaction(
@@ -36,18 +41,33 @@ async def piped_transaction(
     if not conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         raise psycopg.ProgrammingError("a piped transaction needs an idle autocommit connection")
     committed = False
+    pipeline = conn.pipeline()
+    await pipeline.__aenter__()
     try:
-        async with conn.pipeline():
+        try:
             await conn.execute(b"BEGIN")
             yield
             await conn.execute(b"COMMIT")
+        except BaseException as exc:
+            # Leave the pipeline even when the block was cancelled: its exit reads what
+            # the server has answered so far. Cancelled in the middle of that, psycopg
+            # closed the connection (the pool opened a new session for the next caller)
+            # and left its exit unfinished, which printed "Exception ignored in
+            # BasePipeline._exit_gen" when collected.
+            with anyio.move_on_after(SETTLE_LIMIT, shield=True):
+                await pipeline.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        await pipeline.__aexit__(None, None, None)
         committed = True
     finally:
         if not committed and not conn.closed:
-            with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(SETTLE_LIMIT, shield=True) as settle:
                 try:
                     await conn.execute(b"ROLLBACK")
                 except psycopg.Error:
                     # The pool checks (and discards) a connection left in a transaction
                     # or mid-request when it comes back.
                     log.debug("rolling back a piped transaction failed", exc_info=True)
+            if settle.cancelled_caught:
+                # No answer from the server: its session's state is unknown.
+                await conn.close()

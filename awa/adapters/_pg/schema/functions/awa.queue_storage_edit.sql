@@ -18,10 +18,14 @@
 CREATE OR REPLACE FUNCTION awa.queue_storage_edit(
     p_schema text, p_old awa.jobs, p_new awa.jobs, p_delete boolean
 ) RETURNS boolean
-LANGUAGE plpgsql AS $edit$
+LANGUAGE plpgsql
+-- The statements below name the storage tables without their schema: the function sets
+-- search_path to p_schema for its own run (restored when it returns, by this clause), so
+-- they are planned once per session and schema rather than at every call (the read by id
+-- over the whole ring took milliseconds to plan).
+SET search_path = pg_catalog, pg_temp
+AS $edit$
 DECLARE
-    s        text := quote_ident(p_schema);
-    seq      text := quote_ident(p_schema) || '.fact_seq';
     h        record;
     v_job    awa.canonical_jobs;
     v_rows   bigint;
@@ -38,7 +42,9 @@ DECLARE
     v_saved  boolean;
     v_history boolean;
 BEGIN
-    EXECUTE format('SELECT * FROM %s.jobs_resolved WHERE id = $1', s) INTO h USING p_old.id;
+    PERFORM set_config('search_path', 'pg_catalog, ' || quote_ident(p_schema) || ', pg_temp',
+        true);
+    SELECT * INTO h FROM jobs_resolved r WHERE r.id = p_old.id;
     GET DIAGNOSTICS v_rows = ROW_COUNT;
     IF v_rows = 0 OR h.state IS DISTINCT FROM p_old.state
         OR h.run_lease IS DISTINCT FROM p_old.run_lease THEN
@@ -100,21 +106,18 @@ BEGIN
             v_shard := (h.id % v_shards)::int;
         END IF;
         IF h.state = 'available' THEN
-            EXECUTE format($q$
-                INSERT INTO %s.lanes AS l (queue, priority, shard, next_seq, tail_run_at,
-                    tail_job_id, disorder_seq)
-                VALUES ($1, $2, $3, 0, NULL, NULL, -1)
-                ON CONFLICT (queue, priority, shard) DO UPDATE SET next_seq = l.next_seq
-                WHERE false$q$, s)
-                USING p_new.queue, p_new.priority, v_shard;
+            INSERT INTO lanes AS l (queue, priority, shard, next_seq, tail_run_at,
+                tail_job_id, disorder_seq)
+            VALUES (p_new.queue, p_new.priority, v_shard, 0, NULL, NULL, -1)
+            ON CONFLICT (queue, priority, shard) DO UPDATE SET next_seq = l.next_seq
+            WHERE false;
         END IF;
     END IF;
 
     -- Retire the head fact.
     IF h.state = 'available' THEN
-        EXECUTE format('SELECT queue, priority, shard FROM %s.ready_entries '
-                       'WHERE slot = $1 AND fact_id = $2', s)
-            INTO v_lane USING h.ready_slot, h.ready_fact;
+        SELECT e.queue, e.priority, e.shard INTO v_lane FROM ready_entries e
+        WHERE e.slot = h.ready_slot AND e.fact_id = h.ready_fact;
         -- Gone from its slot since the read: prune moved it ahead into the current slot
         -- (ADR 0006, "Carry-forward of live rows", *A step at a time*).
         IF v_lane.queue IS NULL THEN
@@ -125,31 +128,28 @@ BEGIN
         -- moved ahead while this waited for the lock is no longer in its slot.
         PERFORM awa.queue_storage_retire_lanes(p_schema, ARRAY[v_lane.queue],
             ARRAY[v_lane.priority], ARRAY[v_lane.shard]);
-        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %1$s.claims '
-                       'WHERE slot = $1 AND ready_fact = $2) '
-                       'OR EXISTS (SELECT 1 FROM %1$s.tombstones '
-                       'WHERE slot = $1 AND ready_fact = $2) '
-                       'OR NOT EXISTS (SELECT 1 FROM %1$s.ready_entries '
-                       'WHERE slot = $1 AND fact_id = $2)', s)
-            INTO v_taken USING h.ready_slot, h.ready_fact;
+        SELECT EXISTS (SELECT 1 FROM claims c
+                       WHERE c.slot = h.ready_slot AND c.ready_fact = h.ready_fact)
+            OR EXISTS (SELECT 1 FROM tombstones t
+                       WHERE t.slot = h.ready_slot AND t.ready_fact = h.ready_fact)
+            OR NOT EXISTS (SELECT 1 FROM ready_entries e
+                           WHERE e.slot = h.ready_slot AND e.fact_id = h.ready_fact)
+        INTO v_taken;
         IF v_taken THEN
             RETURN false;
         END IF;
-        EXECUTE format('INSERT INTO %s.tombstones (slot, ready_fact, fact_id) '
-                       'VALUES ($1, $2, nextval(%L))', s, seq)
-            USING h.ready_slot, h.ready_fact;
+        INSERT INTO tombstones (slot, ready_fact, fact_id)
+        VALUES (h.ready_slot, h.ready_fact, nextval('fact_seq'));
     ELSIF h.state IN ('scheduled', 'retryable') THEN
-        EXECUTE format('DELETE FROM %s.deferred_jobs WHERE job_id = $1 AND fact_id = $2', s)
-            USING h.id, h.fact_id;
+        DELETE FROM deferred_jobs d WHERE d.job_id = h.id AND d.fact_id = h.fact_id;
         GET DIAGNOSTICS v_rows = ROW_COUNT;
         IF v_rows = 0 THEN
             RETURN false;
         END IF;
     ELSIF h.state = ANY(v_live) THEN
-        EXECUTE format('INSERT INTO %s.closures (slot, claim_id, fact_id, queue, outcome, '
-                       'finalized_at) VALUES ($1, $2, nextval(%L), $3, ''moved'', $4) '
-                       'ON CONFLICT DO NOTHING', s, seq)
-            USING h.ready_slot, h.claim_id, h.queue, v_now;
+        INSERT INTO closures (slot, claim_id, fact_id, queue, outcome, finalized_at)
+        VALUES (h.ready_slot, h.claim_id, nextval('fact_seq'), h.queue, 'moved', v_now)
+        ON CONFLICT DO NOTHING;
         GET DIAGNOSTICS v_rows = ROW_COUNT;
         IF v_rows = 0 THEN
             RETURN false;
@@ -168,14 +168,11 @@ BEGIN
         -- marker it would be the job's head again.
         v_history := h.state IN ('completed', 'failed', 'cancelled');
         IF h.state IN ('scheduled', 'retryable') THEN
-            EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s.done_entries WHERE job_id = $1)', s)
-                INTO v_history USING h.id;
+            SELECT EXISTS (SELECT 1 FROM done_entries e WHERE e.job_id = h.id) INTO v_history;
         END IF;
         IF v_history THEN
-            EXECUTE format('INSERT INTO %1$s.done_entries (slot, fact_id, state, job_id) '
-                           'SELECT current_slot, nextval(%2$L), NULL, $1 '
-                           'FROM %1$s.ring_state', s, seq)
-                USING h.id;
+            INSERT INTO done_entries (slot, fact_id, state, job_id)
+            SELECT r.current_slot, nextval('fact_seq'), NULL, h.id FROM ring_state r;
         END IF;
         IF old_holds THEN
             DELETE FROM awa.job_unique_claims WHERE unique_key = h.unique_key AND job_id = h.id;
@@ -216,74 +213,67 @@ BEGIN
 
     IF v_job.state = 'available' THEN
         -- Reserve one lane position and keep the lane's order key, as the engine does.
-        EXECUTE format($q$
-            INSERT INTO %s.lanes AS l (queue, priority, shard, next_seq, tail_run_at,
-                tail_job_id, disorder_seq)
-            VALUES ($1, $2, $3, 1, $4, $5, -1)
-            ON CONFLICT (queue, priority, shard) DO UPDATE SET
-                next_seq = l.next_seq + 1,
-                tail_run_at = CASE WHEN l.tail_run_at IS NULL
-                    OR ($4, $5) > (l.tail_run_at, l.tail_job_id)
-                    THEN $4 ELSE l.tail_run_at END,
-                tail_job_id = CASE WHEN l.tail_run_at IS NULL
-                    OR ($4, $5) > (l.tail_run_at, l.tail_job_id)
-                    THEN $5 ELSE l.tail_job_id END,
-                disorder_seq = CASE WHEN (l.tail_run_at IS NULL AND l.next_seq > 0)
-                    OR ($4, $5) < (l.tail_run_at, l.tail_job_id)
-                    THEN l.next_seq ELSE l.disorder_seq END
-            RETURNING next_seq$q$, s)
-            INTO v_seq USING v_job.queue, v_job.priority, v_shard, v_job.run_at, v_job.id;
+        INSERT INTO lanes AS l (queue, priority, shard, next_seq, tail_run_at,
+            tail_job_id, disorder_seq)
+        VALUES (v_job.queue, v_job.priority, v_shard, 1, v_job.run_at, v_job.id, -1)
+        ON CONFLICT (queue, priority, shard) DO UPDATE SET
+            next_seq = l.next_seq + 1,
+            tail_run_at = CASE WHEN l.tail_run_at IS NULL
+                OR (v_job.run_at, v_job.id) > (l.tail_run_at, l.tail_job_id)
+                THEN v_job.run_at ELSE l.tail_run_at END,
+            tail_job_id = CASE WHEN l.tail_run_at IS NULL
+                OR (v_job.run_at, v_job.id) > (l.tail_run_at, l.tail_job_id)
+                THEN v_job.id ELSE l.tail_job_id END,
+            disorder_seq = CASE WHEN (l.tail_run_at IS NULL AND l.next_seq > 0)
+                OR (v_job.run_at, v_job.id) < (l.tail_run_at, l.tail_job_id)
+                THEN l.next_seq ELSE l.disorder_seq END
+        RETURNING l.next_seq INTO v_seq;
         -- The claim head exists unless this lane was just made (under the lane lock
         -- held now); inserting over an existing head would wait for whoever is marking it.
-        EXECUTE format('INSERT INTO %1$s.claim_heads (queue, priority, shard, claim_seq) '
-                       'SELECT $1, $2, $3, 0 WHERE NOT EXISTS (SELECT 1 FROM %1$s.claim_heads '
-                       'WHERE queue = $1 AND priority = $2 AND shard = $3) '
-                       'ON CONFLICT DO NOTHING', s)
-            USING v_job.queue, v_job.priority, v_shard;
-        EXECUTE format($q$
-            INSERT INTO %1$s.ready_entries (slot, fact_id, shard, lane_seq, job_id, kind,
-                queue, args, priority, attempt, max_attempts, run_at, heartbeat_at,
+        INSERT INTO claim_heads (queue, priority, shard, claim_seq)
+        SELECT v_job.queue, v_job.priority, v_shard, 0
+        WHERE NOT EXISTS (SELECT 1 FROM claim_heads c
+                          WHERE c.queue = v_job.queue AND c.priority = v_job.priority
+                            AND c.shard = v_shard)
+        ON CONFLICT DO NOTHING;
+        INSERT INTO ready_entries (slot, fact_id, shard, lane_seq, job_id, kind, queue, args, priority, attempt, max_attempts, run_at, heartbeat_at,
                 deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags,
                 unique_key, unique_states, callback_id, callback_timeout_at, run_lease,
                 progress, ordering_key)
-            SELECT r.current_slot, nextval(%2$L), $2, $3, ($1).id, ($1).kind, ($1).queue,
-                ($1).args, ($1).priority, ($1).attempt, ($1).max_attempts, ($1).run_at,
-                ($1).heartbeat_at, ($1).deadline_at, ($1).attempted_at, ($1).finalized_at,
-                ($1).created_at, ($1).errors, ($1).metadata, ($1).tags, ($1).unique_key,
-                ($1).unique_states, ($1).callback_id, ($1).callback_timeout_at,
-                ($1).run_lease, ($1).progress, ($1).ordering_key
-            FROM %1$s.ring_state r$q$, s, seq)
-            USING v_job, v_shard, v_seq - 1;
+        SELECT r.current_slot, nextval('fact_seq'), v_shard, v_seq - 1,
+                v_job.id, v_job.kind, v_job.queue, v_job.args, v_job.priority, v_job.attempt,
+                v_job.max_attempts, v_job.run_at, v_job.heartbeat_at, v_job.deadline_at,
+                v_job.attempted_at, v_job.finalized_at, v_job.created_at, v_job.errors,
+                v_job.metadata, v_job.tags, v_job.unique_key, v_job.unique_states,
+                v_job.callback_id, v_job.callback_timeout_at, v_job.run_lease, v_job.progress,
+                v_job.ordering_key
+        FROM ring_state r;
         PERFORM pg_notify(awa.wake_channel(v_job.queue), '');
     ELSIF v_job.state IN ('scheduled', 'retryable') THEN
-        EXECUTE format($q$
-            INSERT INTO %1$s.deferred_jobs (fact_id, state, job_id, kind, queue, args,
-                priority, attempt, max_attempts, run_at, heartbeat_at, deadline_at,
-                attempted_at, finalized_at, created_at, errors, metadata, tags, unique_key,
-                unique_states, callback_id, callback_timeout_at, run_lease, progress,
-                ordering_key)
-            SELECT nextval(%2$L), ($1).state, ($1).id, ($1).kind, ($1).queue, ($1).args,
-                ($1).priority, ($1).attempt, ($1).max_attempts, ($1).run_at,
-                ($1).heartbeat_at, ($1).deadline_at, ($1).attempted_at, ($1).finalized_at,
-                ($1).created_at, ($1).errors, ($1).metadata, ($1).tags, ($1).unique_key,
-                ($1).unique_states, ($1).callback_id, ($1).callback_timeout_at,
-                ($1).run_lease, ($1).progress, ($1).ordering_key$q$, s, seq)
-            USING v_job;
+        INSERT INTO deferred_jobs (fact_id, state, job_id, kind, queue, args, priority, attempt, max_attempts, run_at, heartbeat_at,
+                deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags,
+                unique_key, unique_states, callback_id, callback_timeout_at, run_lease,
+                progress, ordering_key)
+        SELECT nextval('fact_seq'), v_job.state,
+                v_job.id, v_job.kind, v_job.queue, v_job.args, v_job.priority, v_job.attempt,
+                v_job.max_attempts, v_job.run_at, v_job.heartbeat_at, v_job.deadline_at,
+                v_job.attempted_at, v_job.finalized_at, v_job.created_at, v_job.errors,
+                v_job.metadata, v_job.tags, v_job.unique_key, v_job.unique_states,
+                v_job.callback_id, v_job.callback_timeout_at, v_job.run_lease, v_job.progress,
+                v_job.ordering_key;
     ELSE
-        EXECUTE format($q$
-            INSERT INTO %1$s.done_entries (slot, fact_id, state, job_id, kind, queue, args,
-                priority, attempt, max_attempts, run_at, heartbeat_at, deadline_at,
-                attempted_at, finalized_at, created_at, errors, metadata, tags, unique_key,
-                unique_states, callback_id, callback_timeout_at, run_lease, progress,
-                ordering_key)
-            SELECT r.current_slot, nextval(%2$L), ($1).state, ($1).id, ($1).kind,
-                ($1).queue, ($1).args, ($1).priority, ($1).attempt, ($1).max_attempts,
-                ($1).run_at, ($1).heartbeat_at, ($1).deadline_at, ($1).attempted_at,
-                ($1).finalized_at, ($1).created_at, ($1).errors, ($1).metadata, ($1).tags,
-                ($1).unique_key, ($1).unique_states, ($1).callback_id,
-                ($1).callback_timeout_at, ($1).run_lease, ($1).progress, ($1).ordering_key
-            FROM %1$s.ring_state r$q$, s, seq)
-            USING v_job;
+        INSERT INTO done_entries (slot, fact_id, state, job_id, kind, queue, args, priority, attempt, max_attempts, run_at, heartbeat_at,
+                deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags,
+                unique_key, unique_states, callback_id, callback_timeout_at, run_lease,
+                progress, ordering_key)
+        SELECT r.current_slot, nextval('fact_seq'), v_job.state,
+                v_job.id, v_job.kind, v_job.queue, v_job.args, v_job.priority, v_job.attempt,
+                v_job.max_attempts, v_job.run_at, v_job.heartbeat_at, v_job.deadline_at,
+                v_job.attempted_at, v_job.finalized_at, v_job.created_at, v_job.errors,
+                v_job.metadata, v_job.tags, v_job.unique_key, v_job.unique_states,
+                v_job.callback_id, v_job.callback_timeout_at, v_job.run_lease, v_job.progress,
+                v_job.ordering_key
+        FROM ring_state r;
     END IF;
 
     new_holds := v_job.unique_key IS NOT NULL

@@ -188,22 +188,29 @@ async def test_an_error_rolls_back_everything(table: DictConnection) -> None:
     assert await _values(table) == []
 
 
-@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
-async def test_a_cancellation_rolls_back_everything_and_keeps_the_connection(
-    table: DictConnection, migrated_database_url: str
-) -> None:
+async def _cancelled_inside(conn: DictConnection, *statements: str) -> None:
+    """Send ``statements`` in a piped transaction on ``conn``, then cancel the task while
+    it waits inside the block."""
     inside = anyio.Event()
     async with anyio.create_task_group() as tg:
 
         async def write() -> None:
-            async with piped_transaction(table):
-                await table.execute("INSERT INTO piped_probe VALUES (1)")
+            async with piped_transaction(conn):
+                for statement in statements:
+                    await conn.execute(statement)
                 inside.set()
                 await anyio.Event().wait()
 
         tg.start_soon(write)
         await inside.wait()
         tg.cancel_scope.cancel()
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+async def test_a_cancellation_rolls_back_everything_and_keeps_the_connection(
+    table: DictConnection, migrated_database_url: str
+) -> None:
+    await _cancelled_inside(table, "INSERT INTO piped_probe VALUES (1)")
     # The pipeline's exit ran to its end and ROLLBACK with it: the connection is idle
     # and usable (psycopg closed it when the cancellation cut the exit short, and the
     # pool had to open a new session).
@@ -219,19 +226,7 @@ async def test_a_server_that_does_not_settle_a_cancelled_transaction_loses_its_c
 ) -> None:
     monkeypatch.setattr(piped, "SETTLE_LIMIT", 0.2)
     pid = table.info.backend_pid
-    inside = anyio.Event()
-    async with anyio.create_task_group() as tg:
-
-        async def write() -> None:
-            async with piped_transaction(table):
-                await table.execute("INSERT INTO piped_probe VALUES (1)")
-                await table.execute("SELECT pg_sleep(30)")
-                inside.set()
-                await anyio.Event().wait()
-
-        tg.start_soon(write)
-        await inside.wait()
-        tg.cancel_scope.cancel()
+    await _cancelled_inside(table, "INSERT INTO piped_probe VALUES (1)", "SELECT pg_sleep(30)")
     # The pipeline's answers did not come within the limit: the connection is closed
     # (its session's state is unknown), and the cancelled caller was not held longer.
     assert table.closed

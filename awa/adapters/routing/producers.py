@@ -100,6 +100,12 @@ class ProducerOps(RoutingBase[C]):
             return None
         if stripes > 1:
             specs = stripe_specs(specs, stripes, self._stripe_rotor)
+        if hint not in self._warmed_routes:
+            # The first routed insert to this engine lets it prepare for those after it
+            # (it plans the insert on a pooled connection), so they are not planned one
+            # by one on their callers' path.
+            self._warmed_routes.add(hint)
+            await routed.warm_routed()
         try:
             return await routed.enqueue_many_routed(specs, validated=checked)
         except RouteChanged as changed:

@@ -367,10 +367,9 @@ class Enqueue:
 
     async def warm_routed(self) -> None:
         """:meth:`warm` a pooled connection unless it already is (the pool's first, opened
-        before this engine was built): the routing engine's first insert, which has just
-        read where producers write, waits for it, so the inserts after it do not. Best
-        effort: a failure is logged at DEBUG and the inserts plan the statement
-        themselves."""
+        before this engine was built): the routing engine's first routed insert to this
+        engine waits for it, so the inserts after it do not. Best effort: a failure is
+        logged at DEBUG and the inserts plan the statement themselves."""
         try:
             async with self._connections.conn() as conn:
                 if conn not in self._warmed and not is_pooled(conn):

@@ -33,8 +33,6 @@ SCHEMA = "awa"
 QUEUE = "warm"
 #: A comment line of enqueue_one_routed's text.
 COMMON_INSERT = "The common insert() (one available job"
-#: A comment line of enqueue_ready_routed's text (a batch of inserts that met on the wire).
-BATCH_INSERT = "enqueue_ready as one statement on its own"
 
 
 @pytest.fixture
@@ -74,10 +72,8 @@ async def test_a_connection_the_pool_opens_comes_with_the_insert_planned(
         async with engine._pool.connection() as second:
             warmed = await prepared_plans(second, COMMON_INSERT)
             backend = second.info.backend_pid
-            batch = await prepared_plans(second, BATCH_INSERT)
-        # Custom plans for its first runs, then the generic plan: both statements.
+        # Custom plans for its first runs, then the generic plan.
         assert warmed == (1, WARM_RUNS - 1, "auto")
-        assert batch == (1, WARM_RUNS - 1, "auto")
         # The first connection is busy: the insert runs on the warmed one, generically.
         [record] = await engine.enqueue_many_routed([JobSpec(kind="k", queue=QUEUE)])
         async with engine._pool.connection() as again:

@@ -382,18 +382,12 @@ class Enqueue:
         lends it out (:func:`~awa.adapters._pg.pool.add_warmer`): enqueue_one_routed runs
         WARM_RUNS times for a job of a queue no one can name (the empty name), which finds
         no counter bucket, writes nothing and returns no row (so nothing is notified: the
-        notification is read only beside a written row), and enqueue_ready_routed as many
-        times for an empty batch. By the time a caller's insert arrives the new backend
-        has loaded the catalog and the server plans both statements generically; it
-        makes custom plans for a prepared statement's first five runs."""
+        notification is read only beside a written row). By the time a caller's insert
+        arrives the new backend has loaded the catalog and the server plans the statement
+        generically; it makes custom plans for a prepared statement's first five runs."""
         spec = JobSpec(kind="", queue="")
         for _ in range(WARM_RUNS):
             await self._run_one(conn, spec, self._clock.now(), [queue_channel("")])
-        # And the statement of a batch of inserts that met on the wire (GroupCommit), for
-        # no job at all: it reads no input row, so it draws no id and locks no lane.
-        for _ in range(WARM_RUNS):
-            params = self._enqueue_params([], self._clock.now(), notify=True, wake=set())
-            await run(conn, self._sql["enqueue_ready_routed"], params, prepare=True)
         self._warmed.add(conn)
 
     async def enqueue_many(

@@ -217,27 +217,26 @@ async def test_snapshots_refresh_and_report_the_leader(migrated_database_url: st
 class _Rescuer(threading.Thread):
     """Runs heartbeat rescue from its own event loop, on the same kind of engine the client
     uses, while the test's loop is blocked; records the job's heartbeats from the moment
-    the handler blocks, and lets the handler go once a rescue round has run more than
-    twice the staleness window into the block with the heartbeat seen moving five times."""
+    the handler blocks (it says so with :meth:`blocked`), and lets the handler go once a
+    rescue round has run more than twice the staleness window into the block with the
+    heartbeat seen moving five times."""
 
-    def __init__(
-        self,
-        url: str,
-        staleness: timedelta,
-        job_id: int,
-        blocking: threading.Event,
-        release: threading.Event,
-    ) -> None:
+    def __init__(self, url: str, staleness: timedelta, release: threading.Event) -> None:
         super().__init__(daemon=True)
         self.url = url
         self.staleness = staleness
-        self.job_id = job_id
-        self.blocking = blocking
         self.release = release
         self.stop = threading.Event()
         self.rescued: list[Rescued] = []
         self.heartbeats: set[datetime] = set()
         self.blocked_since: float | None = None
+        self.job_id: int | None = None
+        self._blocking = threading.Event()
+
+    def blocked(self, job_id: int) -> None:
+        """Called by the handler just before it blocks its loop."""
+        self.job_id = job_id
+        self._blocking.set()
 
     def run(self) -> None:
         asyncio.run(self._main())
@@ -247,11 +246,11 @@ class _Rescuer(threading.Thread):
         try:
             while not self.stop.is_set():
                 began = time.monotonic()
-                blocking = self.blocking.is_set()
+                blocking = self._blocking.is_set()
                 self.rescued += await wiring.engine.rescue_stale_heartbeats(
                     staleness=self.staleness
                 )
-                if blocking:
+                if blocking and self.job_id is not None:
                     record = await wiring.engine.get_job(self.job_id)
                     if record is not None and record.heartbeat_at is not None:
                         self.heartbeats.add(record.heartbeat_at)
@@ -271,27 +270,29 @@ class _Rescuer(threading.Thread):
 async def test_heartbeats_continue_while_a_handler_blocks_the_event_loop(
     client: AsyncClient, migrated_database_url: str
 ) -> None:
-    blocking = threading.Event()
     release = threading.Event()
+    # Running before the insert: the worker may claim the job and block this loop before
+    # the insert's await returns here.
+    rescuer = _Rescuer(migrated_database_url, timedelta(seconds=1), release)
 
     @client.task(Nap)
     async def nap(job: Job[Nap]) -> None:
-        blocking.set()
+        rescuer.blocked(job.id)
         # Deliberately blocks the whole event loop, until the rescuer has seen the
         # heartbeat move and rescue pass over it for longer than the staleness window
         # (``seconds`` only bounds a test that fails).
         release.wait(job.args.seconds)
 
     await client.start([("default", 1)], heartbeat_interval_ms=200, heartbeat_staleness_ms=1000)
-    job = await client.insert(Nap(20.0))
-    rescuer = _Rescuer(migrated_database_url, timedelta(seconds=1), job.id, blocking, release)
+    rescuer.start()
     try:
-        rescuer.start()
+        job = await client.insert(Nap(20.0))
         done = await job_in_state(client, job.id, JobState.Completed, JobState.Retryable)
     finally:
         rescuer.stop.set()
         await asyncio.to_thread(rescuer.join, 10)
         await client.shutdown()
+    assert rescuer.job_id == job.id
     assert release.is_set(), (
         f"the heartbeat moved {len(rescuer.heartbeats)} times while the loop was blocked"
     )

@@ -51,6 +51,12 @@ class RouteCheckedEnqueue(Protocol):
         producers write elsewhere now."""
         ...
 
+    async def warm_routed(self) -> None:
+        """Prepare the engine for the routed inserts to come (Postgres: plan the insert on
+        a pooled connection), so the first of them do not pay for it; best effort, never
+        raises for the store's sake."""
+        ...
+
 
 class RoutedInsert(Protocol):
     """A store that routes one insert itself, in one round trip (Postgres:

@@ -17,7 +17,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from awa.adapters._pg.leader import PostgresLeaderLock
 from awa.adapters._pg.notifier import PostgresNotifier, PostgresSubscription
-from awa.adapters._pg.pool import DictConnection, open_pool
+from awa.adapters._pg.pool import DictConnection, add_warmer, open_pool, remove_warmer
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage.install import DEFAULT_SCHEMA, install_queue_storage
 from awa.adapters.postgres_queue_storage.parts import build_parts
@@ -67,6 +67,8 @@ class QueueStorageEngine:
             policies=policies if policies is not None else KindPolicies(),
             schema=schema,
         )
+        # New connections of the pool come to producers with the common insert planned.
+        add_warmer(pool, self._parts.enqueue.warm)
 
     @classmethod
     async def open(
@@ -113,6 +115,7 @@ class QueueStorageEngine:
         """Let the work in flight finish (inserts waiting for their batch, wake-ups),
         refuse new work and close the kept connections. The pool is left to its owner:
         :meth:`close`, or the composition that shares it between engines."""
+        remove_warmer(self._pool, self._parts.enqueue.warm)
         await self._parts.group.settle()
         await self._parts.wakes.drain()
         await self._parts.claims.drain()
@@ -126,6 +129,9 @@ class QueueStorageEngine:
         self, specs: Sequence[JobSpec], *, validated: bool = False
     ) -> list[JobRecord]:
         return await self._parts.enqueue.enqueue_many_routed(specs, validated=validated)
+
+    async def warm_routed(self) -> None:
+        await self._parts.enqueue.warm_routed()
 
     async def enqueue_many(
         self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None, validated: bool = False

@@ -55,6 +55,8 @@ database-wide lock through its commit).
 from __future__ import annotations
 
 import json
+import logging
+import weakref
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
@@ -77,7 +79,7 @@ from awa.adapters.postgres_queue_storage.snapshots import Writes, new_record, re
 from awa.adapters.postgres_queue_storage.statements import Statements, run
 from awa.adapters.postgres_queue_storage.wakes import WakeCoalescer
 from awa.domain.channels import queue_channel
-from awa.domain.errors import UniqueConflict
+from awa.domain.errors import DatabaseError, UniqueConflict
 from awa.domain.flow_control import concurrency_key_of
 from awa.domain.job import JobRecord, JobSpec
 from awa.domain.states import mask_to_bitstring
@@ -86,10 +88,18 @@ from awa.ports.clock import Clock
 from awa.ports.producers import RouteChanged
 from awa.ports.storage import UnitOfWork
 
+log = logging.getLogger("awa.adapters.postgres_queue_storage")
+
 
 def _savepoint(conn: DictConnection) -> AbstractAsyncContextManager[Any]:
     """All or nothing inside the enqueue's transaction."""
     return conn.transaction()
+
+
+#: Runs of the common insert that warm a new connection (:meth:`Enqueue.warm`): the
+#: server plans a prepared statement anew for each of its first five runs, then settles on
+#: its generic plan at the sixth.
+WARM_RUNS = 6
 
 
 def _job_fields(spec: JobSpec, unique_states: str, hint: int | None) -> dict[str, Any]:
@@ -140,6 +150,8 @@ class Enqueue:
         self._group = group
         self._wakes = wakes
         self._clock = clock
+        #: Connections :meth:`warm` prepared for the common insert.
+        self._warmed: weakref.WeakSet[DictConnection] = weakref.WeakSet()
 
     def transaction(self) -> AbstractAsyncContextManager[UnitOfWork]:
         """A caller transaction: enqueues made through it commit (and notify) together."""
@@ -332,25 +344,57 @@ class Enqueue:
         """enqueue_one_routed: the job's record, or ``[]`` (nothing written) when its queue
         has no free counter bucket or lane yet and the full statement must run."""
         channel = queue_channel(spec.queue)
+        row = await self._run_one(conn, spec, now, [channel] if notify else [])
+        if row is None:
+            return []
+        wake.add(channel)
+        return [new_record(row["id"], spec, now, stamp=row["run_at"])]
+
+    async def _run_one(
+        self, conn: DictConnection, spec: JobSpec, now: datetime, channels: list[str]
+    ) -> dict[str, Any] | None:
+        """Run enqueue_one_routed for ``spec``: its row, or ``None`` (nothing written)."""
         job = _job_fields(
             spec, mask_to_bitstring(spec.effective_unique_states), self._lanes.hint(spec.queue)
         )
         cur = await run(
             conn,
             self._sql["enqueue_one_routed"],
-            {
-                "job": json.dumps(job),
-                "now": now,
-                "channels": [channel] if notify else [],
-                "schema": self._sql.schema,
-            },
+            {"job": json.dumps(job), "now": now, "channels": channels, "schema": self._sql.schema},
             prepare=True,
         )
-        row = await cur.fetchone()
-        if row is None:
-            return []
-        wake.add(channel)
-        return [new_record(row["id"], spec, now, stamp=row["run_at"])]
+        return await cur.fetchone()
+
+    async def warm_routed(self) -> None:
+        """:meth:`warm` a pooled connection unless it already is (the pool's first, opened
+        before this engine was built): the routing engine's first routed insert to this
+        engine waits for it, so the inserts after it do not. Best effort: a failure is
+        logged at DEBUG and the inserts plan the statement themselves."""
+        try:
+            async with self._connections.conn() as conn:
+                if conn not in self._warmed and not is_pooled(conn):
+                    await self.warm(conn)
+        except (psycopg.Error, OSError, DatabaseError) as exc:
+            log.debug("warming a connection for routed inserts failed: %r", exc)
+
+    async def warm(self, conn: DictConnection) -> None:
+        """Prepare a new direct pool connection for the common insert, before the pool
+        lends it out (:func:`~awa.adapters._pg.pool.add_warmer`): enqueue_one_routed runs
+        WARM_RUNS times for a job of a queue no one can name (the empty name), which finds
+        no counter bucket, writes nothing and returns no row (so nothing is notified: the
+        notification is read only beside a written row), and enqueue_ready_routed as many
+        times for an empty batch. By the time a caller's insert arrives the new backend
+        has loaded the catalog and the server plans both statements generically; it
+        makes custom plans for a prepared statement's first five runs."""
+        spec = JobSpec(kind="", queue="")
+        for _ in range(WARM_RUNS):
+            await self._run_one(conn, spec, self._clock.now(), [queue_channel("")])
+        # And the statement of a batch of inserts that met on the wire (GroupCommit), for
+        # no job at all: it reads no input row, so it draws no id and locks no lane.
+        for _ in range(WARM_RUNS):
+            params = self._enqueue_params([], self._clock.now(), notify=True, wake=set())
+            await run(conn, self._sql["enqueue_ready_routed"], params, prepare=True)
+        self._warmed.add(conn)
 
     async def enqueue_many(
         self, specs: Sequence[JobSpec], *, uow: UnitOfWork | None = None, validated: bool = False

@@ -121,6 +121,8 @@ class RoutingBase(Generic[C]):
         self._producer_hint: str | None = None
         self._route_known = False
         self._routed_inserts = True
+        # The schemas whose engine prepared for routed inserts (warm_routed), once each.
+        self._warmed_routes: set[str] = set()
         self._closed = False
 
     # ---------------------------------------------------------------- engines

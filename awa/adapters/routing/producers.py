@@ -76,12 +76,30 @@ class ProducerOps(RoutingBase[C]):
                 return [await self._routed_insert.insert_routed(specs[0])]
             async with self._tx.transaction() as conn:
                 route = await self._route(conn)
-                return await self._append(
+                records = await self._append(
                     route, self._striped(route, specs, stripes), checked=checked
                 )
+            # The route read may have named a queue storage for the first time.
+            await self._warm_route()
+            return records
         own = self._own_uow(uow)
         route = await self._route(own.conn)
         return await self._append(route, self._striped(route, specs, stripes), checked=checked)
+
+    async def _warm_route(self) -> None:
+        """The first time the route names a queue storage, let its engine prepare for
+        the routed inserts to come (it plans the insert on a pooled connection), so they
+        are not planned one by one on their callers' path. Run by the insert that read
+        the route (already the slow one: it opened the pool and read the route), or else
+        by the first routed insert."""
+        hint = self._producer_hint
+        if hint is None or hint in self._warmed_routes or not self._routed_inserts:
+            return
+        routed = self._target(hint).routed
+        if routed is None:
+            return
+        self._warmed_routes.add(hint)
+        await routed.warm_routed()
 
     async def _enqueue_hinted(
         self, specs: Sequence[JobSpec], stripes: int, *, checked: bool
@@ -100,6 +118,7 @@ class ProducerOps(RoutingBase[C]):
             return None
         if stripes > 1:
             specs = stripe_specs(specs, stripes, self._stripe_rotor)
+        await self._warm_route()
         try:
             return await routed.enqueue_many_routed(specs, validated=checked)
         except RouteChanged as changed:

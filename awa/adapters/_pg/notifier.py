@@ -12,11 +12,15 @@ raises :class:`~awa.domain.errors.WakeupsUnavailable` and the runtime polls (ADR
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import secrets
+from collections import deque
 
 import psycopg
 from psycopg import sql
+from psycopg.pq import ConnStatus
 
 from awa.adapters._pg.errors import map_error
 from awa.adapters._pg.pool import DictConnection, Pooler, connect, declared_pooler
@@ -34,18 +38,81 @@ NO_WAKEUPS_FIX = (
 )
 
 
-def _seconds(timeout: float) -> float | None:
-    """psycopg's wait for ``timeout``: ``None`` (no bound) for ``math.inf``."""
-    return None if math.isinf(timeout) else max(timeout, 0.0)
-
-
 class PostgresSubscription:
-    """One LISTEN connection; channels that fired are collected between waits."""
+    """One LISTEN connection, read by the event loop as soon as its socket has data.
+
+    The subscription asks the loop to call it whenever the connection's socket is
+    readable; each call takes in what the server sent and keeps the notifications in
+    arrival order until a wait collects them. A wait on a quiet connection is one wait on
+    an event: it holds no lock of the connection and sets up no read of its own, which
+    the listener of a busy worker would otherwise do once per notification (ADR 0041).
+    Nothing else runs statements on this connection once it listens."""
 
     def __init__(self, conn: DictConnection, fired: set[str] | None = None) -> None:
         self._conn = conn
-        # Announcements that arrived while the subscription proved itself.
-        self._pending = set(fired or ())
+        self._encoding = conn.info.encoding
+        # Announcements that arrived while the subscription proved itself (no payload).
+        self._received: deque[tuple[str, str]] = deque((channel, "") for channel in fired or ())
+        self._arrived = asyncio.Event()
+        self._failure: psycopg.Error | None = None
+        self._reader: tuple[asyncio.AbstractEventLoop, int] | None = None
+
+    def _read_socket(self) -> None:
+        """Called by the loop when the socket is readable (and once when reading starts):
+        take in what arrived and keep its notifications; a broken connection is kept as
+        the failure the next wait raises."""
+        pgconn = self._conn.pgconn
+        try:
+            pgconn.consume_input()
+            while (notify := pgconn.notifies()) is not None:
+                channel = notify.relname.decode(self._encoding)
+                if not channel.startswith(PROBE_PREFIX):
+                    self._received.append((channel, notify.extra.decode(self._encoding)))
+            if pgconn.status != ConnStatus.OK:
+                raise psycopg.OperationalError("the listening connection is closed")
+        except psycopg.Error as exc:
+            self._failure = exc
+            self._stop_reading()
+        if self._received or self._failure is not None:
+            self._arrived.set()
+
+    def _start_reading(self) -> None:
+        if self._reader is not None or self._failure is not None:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            fileno = self._conn.pgconn.socket
+        except psycopg.Error as exc:
+            self._failure = exc
+            return
+        loop.add_reader(fileno, self._read_socket)
+        self._reader = (loop, fileno)
+        # What the socket or libpq already held while no one was reading.
+        self._read_socket()
+
+    def _stop_reading(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            loop, fileno = reader
+            loop.remove_reader(fileno)
+
+    async def _collect(self, timeout: float) -> list[tuple[str, str]]:
+        """Every ``(channel, payload)`` received so far, waiting up to ``timeout`` seconds
+        (``math.inf``: until one arrives or the caller cancels) when there is none yet.
+        Raises the connection's failure once what came before it has been collected."""
+        self._start_reading()
+        if not self._received and self._failure is None and timeout > 0:
+            self._arrived.clear()
+            if math.isinf(timeout):
+                await self._arrived.wait()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._arrived.wait(), timeout)
+        if not self._received and self._failure is not None:
+            raise map_error(self._failure) from self._failure
+        found = list(self._received)
+        self._received.clear()
+        return found
 
     async def wait(self, timeout: float) -> set[str]:
         """Channels that fired within ``timeout`` seconds (empty set on timeout;
@@ -56,33 +123,18 @@ class PostgresSubscription:
         in the same read: a wake-up is on the path of a job's pickup, so it does not wait
         another turn of the event loop to look for more (the next call returns those at
         once)."""
-        if self._pending:
-            fired, self._pending = self._pending, set()
-            return fired
-        fired = set()
-        try:
-            async for notify in self._conn.notifies(timeout=_seconds(timeout), stop_after=1):
-                if not notify.channel.startswith(PROBE_PREFIX):
-                    fired.add(notify.channel)
-        except psycopg.Error as exc:
-            raise map_error(exc) from exc
-        return fired
+        return {channel for channel, _ in await self._collect(timeout)}
 
     async def payloads(self, timeout: float) -> list[tuple[str, str]]:
         """The ``(channel, payload)`` of every notification read within ``timeout``
-        seconds (probes left out; an empty list on timeout), for a listener that routes
-        by payload. Returns once the first are read, like :meth:`wait`."""
-        found: list[tuple[str, str]] = []
-        try:
-            async for notify in self._conn.notifies(timeout=_seconds(timeout), stop_after=1):
-                if not notify.channel.startswith(PROBE_PREFIX):
-                    found.append((notify.channel, notify.payload))
-        except psycopg.Error as exc:
-            raise map_error(exc) from exc
-        return found
+        seconds, in arrival order (probes left out; an empty list on timeout), for a
+        listener that routes by payload. Returns once the first are read, like
+        :meth:`wait`."""
+        return await self._collect(timeout)
 
     async def close(self) -> None:
         """Stop listening and close the connection."""
+        self._stop_reading()
         await self._conn.close()
 
 

@@ -80,7 +80,7 @@ async def _enqueue_work(engine: QueueStorageEngine, url: str, specs: list[JobSpe
     params = engine._parts.enqueue._enqueue_params(
         specs, ManualClock().now(), notify=False, wake=set()
     )
-    query, names, _ = numbered(engine._parts.statements["enqueue_ready"])
+    query, names = numbered(engine._parts.statements["enqueue_ready"])
     async with (
         await psycopg.AsyncConnection.connect(url, row_factory=dict_row) as conn,
         conn.transaction(force_rollback=True),

@@ -60,7 +60,7 @@ async def test_nothing_due_reads_no_history(
     engine: QueueStorageEngine, clock: ManualClock, migrated_database_url: str
 ) -> None:
     await _completed(engine, clock, 20)
-    query, names, _ = numbered(Statements(SCHEMA)["retention_due"])
+    query, names = numbered(Statements(SCHEMA)["retention_due"])
     # Every cutoff before the first completion: nothing is due.
     before = clock.now() - timedelta(hours=1)
     params = {

@@ -21,29 +21,10 @@ LONG = b" -- " + b"x" * 5000
 
 
 def test_each_name_gets_one_number_and_percent_signs_are_unescaped() -> None:
-    query, names, arrays = numbered(b"SELECT %(a)s, %(b)s, %(a)s, 7 %% 3, '%(a)s'" + LONG)
+    query, names = numbered(b"SELECT %(a)s, %(b)s, %(a)s, 7 %% 3, '%(a)s'" + LONG)
     assert query.startswith(b"SELECT $1, $2, $1, 7 % 3, '$1'")
-    assert (names, arrays) == (("a", "b"), ())
-    assert numbered(b"SELECT 1") == (b"SELECT 1", (), ())
-
-
-def test_parameters_cast_to_an_array_type_wherever_they_appear_are_marked() -> None:
-    _, names, arrays = numbered(
-        b"SELECT %(ids)s::bigint[], %(q)s::text[], %(ids)s :: bigint[], %(mixed)s::int[], "
-        b"%(mixed)s, %(states)s::awa.job_state[], %(one)s::bigint, %(d)s::double precision[]"
-    )
-    assert names == ("ids", "q", "mixed", "states", "one", "d")
-    assert [names[i] for i in arrays] == ["ids", "q", "states", "d"]
-
-
-def test_lists_of_integers_or_strings_become_array_text_and_nothing_else_does() -> None:
-    assert statements.array_text([1, -2, None]) == "{1,-2,NULL}"
-    assert statements.array_text([]) == "{}"
-    assert statements.array_text(["a", 'b"c', "d\\e", None, "NULL"]) == (
-        '{"a","b\\"c","d\\\\e",NULL,"NULL"}'
-    )
-    for other in ([True, False], [1, "a"], [1.5], (1, 2), "{1}", 7, None, [[1]]):
-        assert statements.array_text(other) is other
+    assert names == ("a", "b")
+    assert numbered(b"SELECT 1") == (b"SELECT 1", ())
 
 
 def test_a_statement_is_converted_once_whatever_its_length() -> None:
@@ -74,25 +55,6 @@ async def test_run_binds_by_name_on_a_long_statement(conn: DictConnection) -> No
     assert await cur.fetchall() == [{"s": 42, "a": "40", "m": 1}]
     cur = await run(conn, statement, {"a": 1, "b": 1}, prepare=True)
     assert await cur.fetchall() == [{"s": 2, "a": "1", "m": 1}]
-
-
-ODD_STRINGS = ["", 'q"uote', "back\\slash", "NULL", None, "{br,ace}", "spa ce", "ünï", "'", "a,b"]
-
-
-@pytest.mark.parametrize("prepare", [False, True])
-async def test_array_parameters_round_trip_whatever_their_items(
-    conn: DictConnection, prepare: bool
-) -> None:
-    statement = (
-        b"SELECT %(s)s::text[] AS s, %(i)s::bigint[] AS i, %(e)s::int[] AS e, "
-        b"%(n)s::bigint[] AS n, %(b)s::boolean[] AS b, cardinality(%(i)s::bigint[]) AS c"
-    )
-    params = {"s": ODD_STRINGS, "i": [1, -2, 2**62], "e": [], "n": [None, 3], "b": [True]}
-    for _ in range(2):
-        cur = await run(conn, statement, params, prepare=prepare)
-        assert await cur.fetchall() == [
-            {"s": ODD_STRINGS, "i": [1, -2, 2**62], "e": [], "n": [None, 3], "b": [True], "c": 3}
-        ]
 
 
 async def test_without_parameters_the_statement_goes_as_it_is(conn: DictConnection) -> None:

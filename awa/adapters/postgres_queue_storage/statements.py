@@ -129,18 +129,12 @@ _CONVERSIONS_KEPT = 256
 _PARAMETER = re.compile(rb"%\(([A-Za-z_][A-Za-z0-9_]*)\)s|%%|%(.)?", re.DOTALL)
 
 
-#: A parameter's cast to an array type (``%(ids)s::bigint[]``).
-_ARRAY_CAST = re.compile(rb"\s*::\s*[A-Za-z_][A-Za-z0-9_. ]*\[\]")
-
-
 @functools.lru_cache(maxsize=_CONVERSIONS_KEPT)
-def numbered(statement: bytes) -> tuple[bytes, tuple[str, ...], tuple[int, ...]]:
+def numbered(statement: bytes) -> tuple[bytes, tuple[str, ...]]:
     """``statement`` with its ``%(name)s`` parameters as ``$1, $2, ...`` (one number per
-    name, however often it appears) and ``%%`` as ``%``, the names in number order, and
-    the indexes (into the names) of those cast to an array type wherever they appear.
+    name, however often it appears) and ``%%`` as ``%``, and the names in number order.
     Any other ``%`` form is refused: the engine's statements use only these two."""
     names: dict[str, int] = {}
-    uncast: set[str] = set()
 
     def one(match: re.Match[bytes]) -> bytes:
         name = match.group(1)
@@ -150,45 +144,10 @@ def numbered(statement: bytes) -> tuple[bytes, tuple[str, ...], tuple[int, ...]]
             raise psycopg.ProgrammingError(
                 f"only %(name)s parameters and %% are supported, got {match.group(0)!r}"
             )
-        key = name.decode()
-        number = names.setdefault(key, len(names) + 1)
-        if not _ARRAY_CAST.match(statement, match.end()):
-            uncast.add(key)
+        number = names.setdefault(name.decode(), len(names) + 1)
         return b"$%d" % number
 
-    query = _PARAMETER.sub(one, statement)
-    arrays = tuple(i for i, name in enumerate(names) if name not in uncast)
-    return query, tuple(names), arrays
-
-
-def array_text(value: Any) -> Any:
-    """A list of integers or of strings (``None`` for NULL) as the text of a Postgres
-    array (``[1, 2]`` -> ``'{1,2}'``), for a parameter the statement casts to an array
-    type; any other value as it is. psycopg finds a list's element type and dumps it
-    element by element on every execution (about 12 us per short list here, measured
-    with 5 lists a statement); a string goes as it is and the server reads it with the
-    cast's type."""
-    if type(value) is not list:
-        return value
-    kinds = {type(item) for item in value}
-    if kinds <= _INT_ITEMS:
-        if type(None) in kinds:
-            return "{" + ",".join("NULL" if v is None else str(v) for v in value) + "}"
-        return "{" + ",".join(map(str, value)) + "}"
-    if kinds <= _STR_ITEMS:
-        return (
-            "{"
-            + ",".join(
-                "NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-                for v in value
-            )
-            + "}"
-        )
-    return value
-
-
-_INT_ITEMS = frozenset({int, type(None)})
-_STR_ITEMS = frozenset({str, type(None)})
+    return _PARAMETER.sub(one, statement), tuple(names)
 
 
 def _ordered(names: tuple[str, ...], params: Any) -> list[Any]:
@@ -222,11 +181,8 @@ async def run(
     cur = AsyncRawCursor(conn, row_factory=conn.row_factory)
     if params is None:
         return await cur.execute(statement, prepare=prepare)
-    query, names, arrays = numbered(statement)
-    values = _ordered(names, params)
-    for index in arrays:
-        values[index] = array_text(values[index])
-    return await cur.execute(query, values, prepare=prepare)
+    query, names = numbered(statement)
+    return await cur.execute(query, _ordered(names, params), prepare=prepare)
 
 
 #: Connections whose session plans every prepared statement generically: the engine's

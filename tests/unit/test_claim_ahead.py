@@ -42,6 +42,10 @@ def _steady(
 
 def test_a_busy_queue_over_a_slow_link_claims_half_a_round_trip_ahead() -> None:
     pacer = ClaimPacer()
+    # 200 jobs/s over a 5 ms round trip: one job a round trip is enough
+    _steady(pacer, 0.005, got=1, every=0.005)
+    assert pacer.ahead_after() == pytest.approx(0.0025)
+    pacer = ClaimPacer()
     # 200 jobs/s over a 20 ms round trip: 4 jobs a round trip
     _steady(pacer, 0.020, got=4, every=0.020)
     assert pacer.jobs_per_round_trip() == pytest.approx(4.0)
@@ -61,7 +65,7 @@ def test_a_busy_queue_over_a_slow_link_claims_half_a_round_trip_ahead() -> None:
     ("seconds", "got", "every", "asked"),
     [
         (0.020, 0, 0.020, 64),  # idle: a notification wakes the loop
-        (0.020, 1, 0.020, 64),  # one job a round trip: the notification's claim keeps up
+        (0.020, 1, 0.030, 64),  # fewer than one job a round trip: each claim takes one
         (0.020, 64, 0.020, 64),  # backlogged: the loop claims again at once anyway
         (AHEAD_MIN_ROUND_TRIP / 2, 5, 0.001, 64),  # a local link
     ],

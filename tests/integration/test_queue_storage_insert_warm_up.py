@@ -25,6 +25,7 @@ from awa.domain.policies import Backoff
 from awa.entrypoints import bootstrap
 from awa.entrypoints.routing import open_routing_pool, postgres_routing
 from tests.support.queue_storage import prepared_plans
+from tests.support.wire import WireCounter
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -106,6 +107,26 @@ async def test_the_warm_up_writes_nothing_and_wakes_no_one(
             assert await cur.fetchone() == (0,), table
     cur_jobs = await engine.queue_counts()
     assert cur_jobs == []
+
+
+async def test_warming_a_connection_is_one_round_trip(active_url: str) -> None:
+    """Over a slow link each round trip of the warm-up holds a new connection back from
+    the producers: all its runs go in one pipeline."""
+    async with WireCounter(active_url) as wire:
+        engine = await QueueStorageEngine.open(
+            wire.url(), clock=SystemClock(), backoff=Backoff(), schema=SCHEMA, max_connections=2
+        )
+        try:
+            async with engine._pool.connection() as conn:
+                mark = wire.mark()
+                await engine._parts.enqueue.warm(conn)
+                bursts = [b for b in wire.since(mark) if wire.link(b).named or b.executes]
+                warmed = await prepared_plans(conn, COMMON_INSERT)
+        finally:
+            await engine.close()
+    assert len(bursts) == 1, [b.kinds() for b in bursts]
+    assert bursts[0].executes == 2 * WARM_RUNS
+    assert warmed == (1, WARM_RUNS - 1, "auto")
 
 
 async def test_the_first_routed_inserts_of_a_process_run_under_the_generic_plan(

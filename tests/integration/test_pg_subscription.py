@@ -106,3 +106,21 @@ async def test_a_connection_the_server_ends_is_reported_after_what_came_before(
     finally:
         await subscription.close()
         await sender.close()
+
+
+async def test_a_wait_running_when_the_subscription_closes_raises(database_url: str) -> None:
+    subscription = await _subscribe(database_url)
+    failed: list[BaseException] = []
+
+    async def waiter() -> None:
+        try:
+            await subscription.wait(math.inf)
+        except DatabaseError as exc:
+            failed.append(exc)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+            group.start_soon(waiter)
+            await anyio.wait_all_tasks_blocked()
+            await subscription.close()
+    assert len(failed) == 1 and "closed" in str(failed[0])

@@ -133,8 +133,11 @@ class PostgresSubscription:
         return await self._collect(timeout)
 
     async def close(self) -> None:
-        """Stop listening and close the connection."""
+        """Stop listening and close the connection; a wait still running raises."""
         self._stop_reading()
+        if self._failure is None:
+            self._failure = psycopg.OperationalError("the subscription was closed")
+        self._arrived.set()
         await self._conn.close()
 
 

@@ -344,18 +344,12 @@ class Enqueue:
         """enqueue_one_routed: the job's record, or ``[]`` (nothing written) when its queue
         has no free counter bucket or lane yet and the full statement must run."""
         channel = queue_channel(spec.queue)
-        row = await self._run_one(conn, spec, now, [channel] if notify else [])
+        cur = await self._send_one(conn, spec, now, [channel] if notify else [])
+        row = await cur.fetchone()
         if row is None:
             return []
         wake.add(channel)
         return [new_record(row["id"], spec, now, stamp=row["run_at"])]
-
-    async def _run_one(
-        self, conn: DictConnection, spec: JobSpec, now: datetime, channels: list[str]
-    ) -> dict[str, Any] | None:
-        """Run enqueue_one_routed for ``spec``: its row, or ``None`` (nothing written)."""
-        cur = await self._send_one(conn, spec, now, channels)
-        return await cur.fetchone()
 
     async def _send_one(
         self, conn: DictConnection, spec: JobSpec, now: datetime, channels: list[str]
@@ -398,15 +392,15 @@ class Enqueue:
         (``benchmarks.pickup_breakdown --rtt 5``) a producer's first inserts took 17-31
         ms, against 9 ms after, for the first 0.17 s while its pool grew; 0.08 s so."""
         spec = JobSpec(kind="", queue="")
+        now = self._clock.now()
+        # And the statement of a batch of inserts that met on the wire (GroupCommit), for
+        # no job at all: it reads no input row, so it draws no id and locks no lane.
+        batch = self._enqueue_params([], now, notify=True, wake=set())
         async with conn.pipeline():
             for _ in range(WARM_RUNS):
-                await self._send_one(conn, spec, self._clock.now(), [queue_channel("")])
-            # And the statement of a batch of inserts that met on the wire (GroupCommit),
-            # for no job at all: it reads no input row, so it draws no id and locks no
-            # lane.
+                await self._send_one(conn, spec, now, [queue_channel("")])
             for _ in range(WARM_RUNS):
-                params = self._enqueue_params([], self._clock.now(), notify=True, wake=set())
-                await run(conn, self._sql["enqueue_ready_routed"], params, prepare=True)
+                await run(conn, self._sql["enqueue_ready_routed"], batch, prepare=True)
         self._warmed.add(conn)
 
     async def enqueue_many(

@@ -354,7 +354,9 @@ class Enqueue:
     async def _send_one(
         self, conn: DictConnection, spec: JobSpec, now: datetime, channels: list[str]
     ) -> AsyncCursor[DictRow]:
-        """Send enqueue_one_routed for ``spec`` (its row not read yet)."""
+        """Send enqueue_one_routed for ``spec`` (its row not read yet: outside a pipeline
+        the caller reads it before anything else runs on ``conn``, so the statement runs on
+        the connection's reused cursor)."""
         job = _job_fields(
             spec, mask_to_bitstring(spec.effective_unique_states), self._lanes.hint(spec.queue)
         )
@@ -363,6 +365,7 @@ class Enqueue:
             self._sql["enqueue_one_routed"],
             {"job": json.dumps(job), "now": now, "channels": channels, "schema": self._sql.schema},
             prepare=True,
+            reuse=True,
         )
 
     async def warm_routed(self) -> None:

@@ -43,6 +43,9 @@ _GATHER_SECONDS = 0.001
 # After a claim that came back short but not empty: how soon to look again when no
 # notification wakes the loop first (returning permits wake only a loop without any).
 _RECHECK = 0.02
+#: Claims ahead in flight at once: one per loop claim of a round trip, and one more for a
+#: round trip that came back late (each holds a claim connection while in flight).
+_AHEAD_IN_FLIGHT = 2
 #: How often a dispatcher re-reads its queue's live overrides (``AWA_OVERRIDE_REFRESH_MS``).
 DEFAULT_OVERRIDE_REFRESH = 10.0
 _OVERRIDE_REFRESH_FLOOR = 0.05
@@ -174,6 +177,8 @@ class QueueDispatcher:
         # sets _claim_sent, which the claim ahead waits for.
         self._loop_claims = 0
         self._loop_claims_sent = 0
+        #: Claims ahead sent and not back yet (at most _AHEAD_IN_FLIGHT).
+        self._ahead_in_flight = 0
         self._claim_sent: anyio.Event | None = None
         #: Claims sent ahead (while a loop's claim was in flight).
         self.ahead_claims = 0
@@ -520,6 +525,7 @@ class QueueDispatcher:
                 or self._loop_claims == 0
                 or self._loop_claims_sent != sent
                 or self._pacer.ahead_after() is None
+                or self._ahead_in_flight >= _AHEAD_IN_FLIGHT
             ):
                 # Back already, or another claim went meanwhile: nothing to go ahead of.
                 continue
@@ -532,7 +538,22 @@ class QueueDispatcher:
             self.ahead_claims += 1
             if self._instruments is not None:
                 self._instruments.count("awa.dispatch.claims_ahead", self._queue_key)
+            background = self._background
+            if background is None:
+                await self._claim_batch(granted)
+            else:
+                # Beside this loop, not awaited by it: the loop's next claim, sent while
+                # this one is still in flight, gets a claim ahead of its own too. Awaited
+                # here, every other loop claim went without one, and claims reached the
+                # server a whole round trip apart there (ADR 0037, amendment).
+                self._ahead_in_flight += 1
+                background.start_soon(self._claim_ahead, granted)
+
+    async def _claim_ahead(self, granted: int) -> None:
+        try:
             await self._claim_batch(granted)
+        finally:
+            self._ahead_in_flight -= 1
 
     @property
     def _queue_key(self) -> metrics.Key:

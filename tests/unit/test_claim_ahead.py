@@ -4,6 +4,7 @@ each one its loop sent while that one is still in flight, the two sharing the pe
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 from typing import Any
 
@@ -395,3 +396,24 @@ async def test_a_backlog_of_short_jobs_is_claimed_in_whole_batches() -> None:
         await wait_until(lambda: len(done) == slots * 10)
     # The first claim has no history yet and takes half; from then on, whole ones.
     assert [n for n in engine.asked if n < slots] == [slots // 2]
+
+
+@pytest.mark.anyio
+async def test_claims_reach_the_server_every_half_round_trip_while_busy() -> None:
+    # Every loop claim gets its claim ahead, also while the one ahead of the loop's
+    # previous claim is still in flight: claims reach the server (halfway through their
+    # flight) half a round trip apart, so no job waits there longer than that. An ahead
+    # claim awaited in the loop that sends them left every other loop claim without one:
+    # gaps of a whole round trip.
+    clock = ManualClock()
+    engine = _SlowLinkEngine(clock)
+    dispatcher, spawned = await _run(engine, clock, QueueConfig(name="q", max_workers=64))
+    assert dispatcher.ahead_claims >= 6
+    half = engine.round_trip / 2
+    # While the producer commits a job every 5 ms (0.3 s), after the first claims.
+    start = engine.flights[0][0]
+    arrivals = sorted(sent + half for sent, _, _ in engine.flights if 0.06 <= sent - start <= 0.26)
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+    assert len(arrivals) >= 12
+    assert max(gaps) <= half + 1e-9, gaps
+    assert len({c.lease.job_id for c in spawned}) == 60

@@ -1,4 +1,4 @@
-"""Callers that wait together for connections get them opened side by side
+"""New connections: callers that wait together get them opened side by side
 (``_Pool._maybe_grow_pool``): psycopg_pool alone opens one at a time, each after the last
 is ready, which over a slow link made a producer's first burst of inserts wait several
 connection set-ups in series."""
@@ -10,7 +10,15 @@ import asyncio
 import anyio
 import pytest
 
-from awa.adapters._pg.pool import GROW_BESIDE, DictConnection, add_warmer, open_pool
+from awa.adapters._pg.pool import (
+    GROW_BESIDE,
+    DictConnection,
+    add_warmer,
+    connect,
+    is_pooled,
+    open_pool,
+)
+from tests.support.wire import WireCounter
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -68,3 +76,22 @@ async def test_callers_waiting_together_get_connections_opened_side_by_side(
         gate.set()
         release.set()
         await pool.close()
+
+
+async def test_a_new_direct_connection_is_set_up_in_one_round_trip(
+    migrated_database_url: str,
+) -> None:
+    # The pooler probe also sets the session's time zone (on the connection's own
+    # backend only): one round trip after the start-up, where the probe and SET TIME ZONE
+    # took two.
+    async with WireCounter(migrated_database_url) as wire:
+        conn = await connect(wire.url())
+        try:
+            bursts = [b for b in wire.since(0) if b.executes or "Q" in b.kinds()]
+            cur = await conn.execute("SHOW TimeZone")
+            shown = await cur.fetchone()
+        finally:
+            await conn.close()
+    assert len(bursts) == 1, [b.kinds() for b in bursts]
+    assert not is_pooled(conn)
+    assert shown is not None and shown["TimeZone"] == "UTC"

@@ -92,6 +92,10 @@ async def test_connections_through_the_pooler_keep_nothing_in_their_session(
     try:
         assert pg_pool.is_pooled(through) and through.prepare_threshold is None
         assert not pg_pool.is_pooled(direct)
+        # The direct session got its time zone with the probe (one round trip).
+        cur = await direct.execute("SHOW TimeZone")
+        shown = await cur.fetchone()
+        assert shown is not None and shown["TimeZone"] == "UTC"
         # Timestamps come back in UTC although the pooled session's timezone is the
         # server's default (the setting cannot travel through PgBouncer 1.18).
         cur = await through.execute("SELECT now() AS t")

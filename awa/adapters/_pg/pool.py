@@ -244,12 +244,24 @@ def connect_kwargs(url: str | None = None) -> dict[str, Any]:
     return kwargs
 
 
+#: The pooler probe (:func:`_behind_pooler`); on the backend the connection was told about
+#: it also sets the session's time zone, in the same round trip.
+_PROBE = (
+    "SELECT pg_backend_pid() AS pid, "
+    "CASE WHEN pg_backend_pid() = %s THEN set_config('TimeZone', 'UTC', false) END AS tz"
+)
+
+
 async def _behind_pooler(conn: DictConnection) -> bool:
     """Whether ``conn`` reaches its server through a pooler: a pooler answers the
     connection with a cancel key of its own, so the backend the statement runs on is not
     the one the connection was told about. (A session-mode pooler counts too: treating
-    it as pooled only costs the prepared statements.)"""
-    cur = await conn.execute("SELECT pg_backend_pid() AS pid")
+    it as pooled only costs the prepared statements.) A direct connection's session gets
+    the UTC time zone in the same statement, which therefore sets it only where the
+    backend is the connection's own: through a pooler the session belongs to others.
+    One round trip where the probe and ``SET TIME ZONE`` took two (over a slow link, a
+    new connection's set-up is a producer's slowest inserts)."""
+    cur = await conn.execute(_PROBE, [conn.info.backend_pid])
     row = await cur.fetchone()
     return row is None or int(row["pid"]) != conn.info.backend_pid
 
@@ -260,7 +272,6 @@ async def configure(conn: DictConnection, url: str) -> None:
     if mode is Pooler.DIRECT:
         return
     if mode is Pooler.AUTO and not await _behind_pooler(conn):
-        await conn.execute("SET TIME ZONE 'UTC'")
         return
     conn.prepare_threshold = None
     conn.adapters.register_loader("timestamptz", _UtcTimestamptzLoader)

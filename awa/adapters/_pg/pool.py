@@ -71,15 +71,19 @@ class _Pool(AsyncConnectionPool[DictConnection]):
         are opened beside the growing one (its maintenance workers keep one free for
         returned connections). Called by psycopg_pool under the pool's lock."""
         super()._maybe_grow_pool()
-        while (
-            self._growing
-            and self._nconns < self._max_size
-            and self._beside < GROW_BESIDE
-            and len(self._waiting) > 1 + self._beside
-        ):
-            self._nconns += 1
-            self._beside += 1
-            self.run_task(_AddBeside(self))
+        try:
+            while (
+                self._growing
+                and self._nconns < self._max_size
+                and self._beside < GROW_BESIDE
+                and len(self._waiting) > 1 + self._beside
+            ):
+                self._nconns += 1
+                self._beside += 1
+                self.run_task(_AddBeside(self))
+        except AttributeError:
+            # A psycopg_pool whose internals differ grows as it does by itself.
+            log.debug("pool growth beside the growing connection unavailable", exc_info=True)
 
     @classmethod
     async def worker(cls, q: Any) -> None:

@@ -27,7 +27,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.datetime import TimestamptzBinaryLoader, TimestamptzLoader
 from psycopg_pool import AsyncConnectionPool
-from psycopg_pool.pool_async import AddConnection, MaintenanceTask, StopWorker
+from psycopg_pool.pool_async import MaintenanceTask, StopWorker
 
 from awa.adapters._pg.conninfo import normalize
 from awa.adapters._pg.errors import map_error
@@ -55,35 +55,6 @@ class _Pool(AsyncConnectionPool[DictConnection]):
 
     #: Run on each new direct connection before the pool lends it out.
     warmers: list[Warmer]
-    #: Connections being opened beside the one psycopg_pool grows (:meth:`_maybe_grow_pool`).
-    _beside: int = 0
-
-    def _maybe_grow_pool(self) -> None:
-        """Grow for callers that wait together, side by side.
-
-        psycopg_pool opens one connection at a time when callers wait, the next once the
-        last is ready. A new connection costs its connect, authentication, the pooler
-        probe, the time zone and the warm-up (five round trips or more), so over a link of
-        a few milliseconds eight callers arriving together (a producer's first inserts, a
-        burst after a quiet spell) waited up to eight of those in series: at a 5 ms round
-        trip most of a producer's slowest inserts were its first half second. Here, while
-        more callers wait than connections are being opened, up to ``GROW_BESIDE`` more
-        are opened beside the growing one (its maintenance workers keep one free for
-        returned connections). Called by psycopg_pool under the pool's lock."""
-        super()._maybe_grow_pool()
-        try:
-            while (
-                self._growing
-                and self._nconns < self._max_size
-                and self._beside < GROW_BESIDE
-                and len(self._waiting) > 1 + self._beside
-            ):
-                self._nconns += 1
-                self._beside += 1
-                self.run_task(_AddBeside(self))
-        except AttributeError:
-            # A psycopg_pool whose internals differ grows as it does by itself.
-            log.debug("pool growth beside the growing connection unavailable", exc_info=True)
 
     @classmethod
     async def worker(cls, q: Any) -> None:
@@ -99,24 +70,6 @@ class _Pool(AsyncConnectionPool[DictConnection]):
             if current is not None and current.cancelling():
                 raise asyncio.CancelledError
 
-
-class _AddBeside(AddConnection):
-    """A connection opened beside the pool's growing one (:meth:`_Pool._maybe_grow_pool`);
-    a failed attempt is retried as psycopg_pool retries any other."""
-
-    async def _run(self, pool: AsyncConnectionPool[Any]) -> None:
-        try:
-            await super()._run(pool)
-        finally:
-            if isinstance(pool, _Pool):
-                pool._beside -= 1
-
-
-#: Connections a pool opens at once beside the one it grows, for callers waiting together.
-GROW_BESIDE = 2
-#: The pool's maintenance workers: the growing connection, ``GROW_BESIDE`` beside it, and
-#: one for returned connections.
-POOL_WORKERS = GROW_BESIDE + 2
 
 DictPool = AsyncConnectionPool[DictConnection]
 
@@ -374,7 +327,6 @@ async def open_pool(
         timeout=timeout,
         max_idle=options.max_idle,
         max_lifetime=options.max_lifetime,
-        num_workers=POOL_WORKERS,
     )
     pool.warmers = warmers
     try:

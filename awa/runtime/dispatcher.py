@@ -526,6 +526,7 @@ class QueueDispatcher:
                 or self._loop_claims_sent != sent
                 or self._pacer.ahead_after() is None
                 or self._ahead_in_flight >= _AHEAD_IN_FLIGHT
+                or self._background is None
             ):
                 # Back already, or another claim went meanwhile: nothing to go ahead of.
                 continue
@@ -538,16 +539,12 @@ class QueueDispatcher:
             self.ahead_claims += 1
             if self._instruments is not None:
                 self._instruments.count("awa.dispatch.claims_ahead", self._queue_key)
-            background = self._background
-            if background is None:
-                await self._claim_batch(granted)
-            else:
-                # Beside this loop, not awaited by it: the loop's next claim, sent while
-                # this one is still in flight, gets a claim ahead of its own too. Awaited
-                # here, every other loop claim went without one, and claims reached the
-                # server a whole round trip apart there (ADR 0037, amendment).
-                self._ahead_in_flight += 1
-                background.start_soon(self._claim_ahead, granted)
+            # Beside this loop, not awaited by it: the loop's next claim, sent while this
+            # one is still in flight, gets a claim ahead of its own too. Awaited here,
+            # every other loop claim went without one, and claims reached the server a
+            # whole round trip apart there (ADR 0037, amendment).
+            self._ahead_in_flight += 1
+            self._background.start_soon(self._claim_ahead, granted)
 
     async def _claim_ahead(self, granted: int) -> None:
         try:

@@ -20,8 +20,9 @@ SCHEMA = "qs_claim_rt"
 QUEUE = "beside"
 #: A phrase of the ring-wide claim's text (claim.sql, ``claim``).
 RING_WIDE = "The common claim"
-#: A phrase of the one-slot claim's text (claim.sql, ``claim_in_slot``).
-IN_SLOT = "The claim as one ring slot"
+#: A phrase of the one-slot claim's text for a queue of one lane (claim.sql,
+#: ``claim_lone_in_slot``).
+IN_SLOT = "The claim of one lane in one ring slot"
 
 
 async def test_claims_beside_each_other_claim_in_the_slot_in_one_round_trip_each(
@@ -43,7 +44,10 @@ async def test_claims_beside_each_other_claim_in_the_slot_in_one_round_trip_each
         bursts = wire.since(mark)
 
     taken = [c.lease.job_id for batch in batches for c in batch]
-    assert len(taken) == len(set(taken)) == 4
+    # The four jobs share one lane: a claim that reaches it while the other holds its
+    # head passes it by (SKIP LOCKED) and comes back empty, which a busy host makes
+    # likely; either way no job is taken twice.
+    assert len(taken) == len(set(taken)) and len(taken) in (2, 4)
     texts = [t for b in bursts for t in b.texts(wire.link(b).named)]
     described = [(b.link, b.kinds(), [t[:50] for t in b.texts(wire.link(b).named)]) for b in bursts]
     assert not [t for t in texts if RING_WIDE in t], described

@@ -31,6 +31,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
 SCHEMA = "qs_generic_plans"
 QUEUE = "plans"
+#: A phrase of the text of the claim a queue of one lane runs (claim.sql,
+#: ``claim_lone_in_slot``).
+LONE_IN_SLOT = "The claim of one lane in one ring slot"
 
 
 @pytest.fixture
@@ -77,7 +80,7 @@ async def test_the_claim_in_its_slot_runs_alone_under_its_generic_plan(
     await engine._parts.claims.drain()  # the next slot's warm-up, if one is running
     generic = custom = 0
     for conn in engine._parts.connections.kept["claim"].idle:
-        plans = await prepared_plans(conn, "The claim as one ring slot's statement")
+        plans = await prepared_plans(conn, LONE_IN_SLOT)
         assert plans[2] == "force_generic_plan"
         generic, custom = generic + plans[0], custom + plans[1]
     # The first claim met an empty slot memory and ran ring-wide; the rest ran in the slot.
@@ -171,7 +174,7 @@ async def _slot_claim_plans(engine: QueueStorageEngine, slot: int) -> list[tuple
         cur = await conn.execute(
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
             "WHERE statement LIKE %s AND statement LIKE %s ORDER BY name",
-            ["%The claim as one ring slot's statement%", f'%"ready_entries_{slot}"%'],
+            [f"%{LONE_IN_SLOT}%", f'%"ready_entries_{slot}"%'],
         )
         found += [(int(r["generic_plans"]), int(r["custom_plans"])) for r in await cur.fetchall()]
     return found

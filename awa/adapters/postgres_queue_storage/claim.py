@@ -204,6 +204,9 @@ class Claims:
         self._clock = clock
         # Queues whose last claim met a lane window that must be sorted (claim_sorted).
         self._sorting: set[str] = set()
+        # Queues whose last claim in a ring slot locked more than one lane, or a sorted
+        # window: their claims run claim_in_slot, the others claim_lone_in_slot.
+        self._several: set[str] = set()
         # The ring slot where each queue's last claimed rows were: its next claim tries
         # claim_in_slot there first.
         self._slots: dict[str, int] = {}
@@ -646,10 +649,9 @@ class Claims:
         async with translated_errors():
             while slot is not None and slot not in tried:
                 tried.add(slot)
-                statement = self._sql.for_slot("claim_in_slot", slot)
                 try:
                     async with self._connections.kept_conn("claim", self._has(slot)) as conn:
-                        rows = await self._sql.run_generic(conn, statement, params)
+                        rows = await self._claim_in_slot(conn, queue, slot, params)
                         self._planned_on(conn).add(slot)
                 except Exception:
                     if self._slots.get(queue) == slot:
@@ -674,6 +676,24 @@ class Claims:
             # (a worker's first claim of a queue reads the whole ring, and the jobs right
             # after it waited 3-7 ms for that slot's first plan).
             self._warm_pending = found
+        return rows
+
+    async def _claim_in_slot(
+        self, conn: DictConnection, queue: str, slot: int, params: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """The claim of ring ``slot``: claim_lone_in_slot while the queue's claims lock
+        one lane in lane order, else (and at once when that reports `several`)
+        claim_in_slot, until one of its claims locks one such lane again (`lone`)."""
+        if queue not in self._several:
+            statement = self._sql.for_slot("claim_lone_in_slot", slot)
+            rows = await self._sql.run_generic(conn, statement, params)
+            if not (rows and rows[0]["several"]):
+                return rows
+            self._several.add(queue)
+        statement = self._sql.for_slot("claim_in_slot", slot)
+        rows = await self._sql.run_generic(conn, statement, params)
+        if rows and rows[0]["lone"]:
+            self._several.discard(queue)
         return rows
 
     def _planned_on(self, conn: DictConnection) -> set[int]:
@@ -723,10 +743,13 @@ class Claims:
             next_slot, self._warm_pending = self._warm_pending, None
 
     async def _warm_slot(self, slot: int, params: dict[str, Any]) -> None:
-        statement = self._sql.for_slot("claim_in_slot", slot)
+        statements = [
+            self._sql.for_slot(name, slot) for name in ("claim_lone_in_slot", "claim_in_slot")
+        ]
 
         async def warm(conn: DictConnection) -> None:
-            await self._sql.run_generic(conn, statement, params)
+            for statement in statements:
+                await self._sql.run_generic(conn, statement, params)
             # Planned here, where the claims of the slot go from now on.
             for planned in self._planned.values():
                 planned.discard(slot)

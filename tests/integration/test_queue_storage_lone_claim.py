@@ -14,6 +14,7 @@ import pytest
 
 from awa.adapters.clock import SystemClock
 from awa.adapters.postgres_queue_storage import QueueStorageEngine
+from awa.domain.flow_control import CONCURRENCY_KEY_METADATA
 from awa.domain.job import JobSpec
 from awa.domain.policies import Backoff
 from tests.support.queue_storage import installed_engine
@@ -124,3 +125,25 @@ async def test_a_sorted_window_falls_back_to_the_merged_claim(
     claims = await engine.claim(QUEUE, limit=8)
     assert [c.job.id for c in claims] == [job.id for job in late + first]
     assert ran == ["lone", "merged"]
+
+
+async def test_a_keyed_lane_with_rows_leaves_the_claim_to_the_merged_statement(
+    engine: QueueStorageEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Keyed lanes (a concurrency key's own) are claimed through claim_in_slot's window of
+    # keys: the one-lane statement, which reads keyless lanes only, leaves them to it and
+    # claims nothing, so no job it locked is taken twice or lost.
+    await _learn_the_slot(engine)
+    ran = _record(engine, monkeypatch)
+    plain = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE) for _ in range(2)])
+    keyed = await engine.enqueue_many(
+        [
+            JobSpec(kind="k", queue=QUEUE, metadata={CONCURRENCY_KEY_METADATA: "tenant"})
+            for _ in range(2)
+        ]
+    )
+    claimed = [c.job.id for c in await engine.claim(QUEUE, limit=8)]
+    assert sorted(claimed) == sorted(job.id for job in plain + keyed)
+    assert ran == ["lone", "merged"]
+    # The merged claim locked two lanes (one keyed): the queue stays with it.
+    assert QUEUE in engine._parts.claims._several

@@ -690,6 +690,10 @@ class Claims:
             if not (rows and rows[0]["several"]):
                 return rows
             self._several.add(queue)
+            if rows[0]["id"] is not None:
+                # It claims nothing when it says `several`; were it ever to, its claims
+                # are the caller's (they are written), never dropped.
+                return rows
         statement = self._sql.for_slot("claim_in_slot", slot)
         rows = await self._sql.run_generic(conn, statement, params)
         if rows and rows[0]["lone"]:

@@ -270,22 +270,27 @@ SELECT i.slot, i.claim_id, i.ready_fact, i.job_id, c.priority, c.shard,
 
 -- name: claim_lone_in_slot
 -- The claim of one lane in one ring slot: claim_in_slot for a queue whose claims lock one
--- lane at a time (the common shape: one priority, producers that seldom spill into a
--- second lane), the same claim of ring slot k when the statement locks exactly one lane
--- and its window is in lane order, with none of the merge across lanes. The server builds
--- executor state for every node of a plan on every run, used or not, and the merge's
--- nodes were most of the claim's (153 plan nodes against 88 here; a one-job claim 1.76
--- against 1.30 ms at the median on loopback); here the lane's rows in lane order are
--- the batch. When it locks more than one lane, or a sorted
--- window, it claims nothing, moves nothing and reports `several`; the engine then runs
--- claim_in_slot at once and keeps using it for the queue until a claim locks one lane
--- again (`lone`). Every other outcome (`mixed`, `contested`, `elsewhere`, the key cursor
--- and the ring's slots) is claim_in_slot's.
-WITH {key_window_cte}, heads AS (
-    {claim_heads keyed_heads=window_heads}
+-- lane at a time (the common shape: one priority, no concurrency keys, producers that
+-- seldom spill into a second lane), the same claim of ring slot k when the statement
+-- locks exactly one keyless lane, its window is in lane order and no keyed lane has rows
+-- past its cursor, with none of the merge across lanes and no window of keys. The server
+-- builds executor state for every node of a plan on every run, used or not, and the
+-- merge's and the key window's nodes were most of the claim's (claim_in_slot has 153
+-- plan nodes, this one 67); here the lane's first due rows in lane order are the batch.
+-- Otherwise it claims nothing, moves nothing and reports `several`; the engine then runs
+-- claim_in_slot at once and keeps using it for the queue until one of its runs locks one
+-- keyless lane in lane order again (`lone`). Every other outcome (`mixed`, `contested`,
+-- `elsewhere`, the ring's slots) is claim_in_slot's; the key cursor is never moved.
+WITH heads AS (
+    {claim_heads keyed_heads=keyless_heads}
+), several AS (
+    -- Anything but one keyless lane in lane order: the claim is claim_in_slot's to make.
+    SELECT (SELECT count(*) FROM heads) > 1
+        OR EXISTS (SELECT 1 FROM heads WHERE disordered)
+        OR EXISTS ({keyed_lanes_with_rows}) AS several
 ), lone AS (
     SELECT h.* FROM heads h
-    WHERE NOT h.contested AND NOT h.disordered AND (SELECT count(*) FROM heads) = 1
+    WHERE NOT h.contested AND NOT h.disordered AND NOT (SELECT several FROM several)
 ), walked AS (
     -- In an ordered window the aged priority only improves along lane order, so the
     -- lane's first due rows are the batch.
@@ -349,9 +354,8 @@ WITH {key_window_cte}, heads AS (
 ), mixed AS (
     SELECT r.mixed, r.elsewhere,
         EXISTS (SELECT 1 FROM heads WHERE contested) AS contested,
-        (SELECT count(*) FROM heads) > 1 OR EXISTS (SELECT 1 FROM heads WHERE disordered)
-            AS several,
-        {key_window_cursor} AS key_cursor,
+        (SELECT several FROM several) AS several,
+        {no_key_cursor} AS key_cursor,
         {quiet_commit} AS quiet,
         (SELECT current_slot FROM {s}.ring_state) AS current_slot,
         (SELECT (current_slot + 1) %% slot_count FROM {s}.ring_state) AS next_slot
@@ -484,8 +488,10 @@ CASE WHEN %(aging_us)s::bigint > 0 AND %(now)s::timestamptz > f.run_at
 -- name: in_slot_outputs
 ,
         (SELECT elsewhere FROM refused) AS elsewhere,
-        -- At most one lane locked, in lane order: claim_lone_in_slot would have done.
-        (SELECT count(*) <= 1 AND NOT coalesce(bool_or(disordered), false) FROM heads) AS lone,
+        -- At most one lane locked, in lane order and without a concurrency key:
+        -- claim_lone_in_slot would have done.
+        (SELECT count(*) <= 1 AND NOT coalesce(bool_or(disordered), false)
+            AND NOT coalesce(bool_or(shard >= %(keyed_base)s), false) FROM heads) AS lone,
         (SELECT current_slot FROM {s}.ring_state) AS current_slot,
         (SELECT (current_slot + 1) %% slot_count FROM {s}.ring_state) AS next_slot
 
@@ -841,6 +847,21 @@ key_window AS ({keyed_rotation walked_out=nothing})
 -- A lane heads reads: every lane without a concurrency key, and the keyed lanes of the
 -- window (key_window_cte).
 AND (h.shard < %(keyed_base)s OR h.shard IN (SELECT w.shard FROM key_window w))
+
+-- name: keyless_heads
+-- The lanes claim_lone_in_slot's heads read: those without a concurrency key.
+AND h.shard < %(keyed_base)s
+
+-- name: keyed_lanes_with_rows
+-- Whether a keyed lane (a concurrency key's, ADR 0029) of the queue has rows past its
+-- cursor: claim_lone_in_slot leaves the queue to claim_in_slot's window of keys then.
+SELECT 1 FROM {s}.claim_heads h
+WHERE h.queue = %(queue)s AND h.shard >= %(keyed_base)s
+  AND EXISTS (
+      SELECT 1 FROM {s}.lanes l
+      WHERE l.queue = h.queue AND l.priority = h.priority AND l.shard = h.shard
+        AND l.next_seq > h.claim_seq
+      OFFSET 0)
 
 -- name: key_window_cursor
 -- The window's last key in rotation order, where the claimer's next claim starts after

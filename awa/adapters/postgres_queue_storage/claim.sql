@@ -275,7 +275,7 @@ SELECT i.slot, i.claim_id, i.ready_fact, i.job_id, c.priority, c.shard,
 -- locks exactly one keyless lane, its window is in lane order and no keyed lane has rows
 -- past its cursor, with none of the merge across lanes and no window of keys. The server
 -- builds executor state for every node of a plan on every run, used or not, and the
--- merge's and the key window's nodes were most of the claim's (claim_in_slot has 153
+-- merge's and the key window's nodes were most of the claim's (claim_in_slot has 155
 -- plan nodes, this one 67); here the lane's first due rows in lane order are the batch.
 -- Otherwise it claims nothing, moves nothing and reports `several`; the engine then runs
 -- claim_in_slot at once and keeps using it for the queue until one of its runs locks one

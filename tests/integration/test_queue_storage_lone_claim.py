@@ -1,8 +1,9 @@
 """The claim of one lane (``claim_lone_in_slot``): a queue whose claims lock one lane in
-lane order claims with the statement without the merge across lanes; a claim that locks
-two lanes, or a sorted window, falls back to ``claim_in_slot`` at once, in the same
-claim() and in the same order a single merged claim would give, and the queue goes
-back to the one-lane statement once a claim locks one lane again (issue 39)."""
+lane order, or lanes whose rows all fit in the batch, claims with the statement without
+the merge across lanes; a claim that locks lanes with more rows than the batch, a sorted
+window or a keyed lane falls back to ``claim_in_slot`` at once, in the same claim() and
+in the same order a single merged claim would give, and the queue goes back to the
+one-lane statement once a claim locks lanes it would have taken (issue 39)."""
 
 from __future__ import annotations
 
@@ -84,12 +85,26 @@ async def test_a_queue_of_one_lane_claims_with_the_one_lane_statement(
     assert ran[-1] == "lone"
 
 
+async def test_lanes_whose_rows_fit_in_the_batch_are_taken_whole_in_claim_order(
+    engine: QueueStorageEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _learn_the_slot(engine)
+    ran = _record(engine, monkeypatch)
+    low = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE, priority=3)])
+    high = await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE, priority=1)])
+    claimed = [c.job.id for c in await engine.claim(QUEUE, limit=2)]
+    assert claimed == [high[0].id, low[0].id]
+    assert ran == ["lone"]
+    assert await engine.claim(QUEUE, limit=2) == []
+
+
 async def test_two_lanes_fall_back_to_the_merge_in_the_same_claim_and_come_back(
     engine: QueueStorageEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await _learn_the_slot(engine)
     ran = _record(engine, monkeypatch)
-    # Two priorities are two lanes: the later job of the better priority comes first.
+    # Two priorities are two lanes, more rows than the batch: the later job of the
+    # better priority comes first.
     low = (await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE, priority=3)]))[0]
     high = (await engine.enqueue_many([JobSpec(kind="k", queue=QUEUE, priority=1)]))[0]
     [first] = await engine.claim(QUEUE, limit=1)

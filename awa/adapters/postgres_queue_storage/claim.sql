@@ -269,31 +269,35 @@ SELECT i.slot, i.claim_id, i.ready_fact, i.job_id, c.priority, c.shard,
     JOIN candidates c ON c.slot = i.slot AND c.fact_id = i.ready_fact
 
 -- name: claim_lone_in_slot
--- The claim of one lane in one ring slot: claim_in_slot for a queue whose claims lock one
--- lane at a time (the common shape: one priority, no concurrency keys, producers that
--- seldom spill into a second lane), the same claim of ring slot k when the statement
--- locks exactly one keyless lane, its window is in lane order and no keyed lane has rows
--- past its cursor, with none of the merge across lanes and no window of keys. The server
--- builds executor state for every node of a plan on every run, used or not, and the
--- merge's and the key window's nodes were most of the claim's (claim_in_slot has 155
--- plan nodes, this one 67); here the lane's first due rows in lane order are the batch.
--- Otherwise it claims nothing, moves nothing and reports `several`; the engine then runs
--- claim_in_slot at once and keeps using it for the queue until one of its runs locks one
--- keyless lane in lane order again (`lone`). Every other outcome (`mixed`, `contested`,
--- `elsewhere`, the ring's slots) is claim_in_slot's; the key cursor is never moved.
+-- The claim of one lane in one ring slot: claim_in_slot without the merge across lanes
+-- or the window of keyed lanes, for the common shape: a queue of one priority without
+-- concurrency keys whose claims lock one lane, or a few lanes that producers spilled
+-- into beside each other, holding fewer rows than the batch. The server builds executor
+-- state for every node of a plan on every run, used or not, and the merge's and the key
+-- window's nodes were most of the claim's (claim_in_slot has 155 plan nodes); here a
+-- lone lane's first due rows in lane order are the batch, and so are the due rows of
+-- several lanes that all fit in it. Otherwise (`several`) it claims nothing and moves
+-- nothing; the engine then runs claim_in_slot at once and keeps using it for the queue
+-- until one of its runs locked lanes this statement would have taken (`lone`). Every
+-- other outcome (`mixed`, `contested`, `elsewhere`, the ring's slots) is
+-- claim_in_slot's; the key cursor is never moved.
 WITH heads AS (
     {claim_heads keyed_heads=keyless_heads}
 ), several AS (
-    -- Anything but one keyless lane in lane order: the claim is claim_in_slot's to make.
-    SELECT (SELECT count(*) FROM heads) > 1
-        OR EXISTS (SELECT 1 FROM heads WHERE disordered)
+    -- Whether the claim is claim_in_slot's to make: a keyed lane has rows, a locked
+    -- window is sorted, or more than one lane is locked and their rows past the cursors
+    -- may not all fit in the batch. When they all fit, every due row is taken and no
+    -- merge decides which: the lanes producers spill into beside each other hold a few
+    -- rows each while workers keep up.
+    SELECT EXISTS (SELECT 1 FROM heads WHERE disordered)
+        OR (SELECT count(*) > 1 AND sum(next_seq - claim_seq) > %(limit)s FROM heads)
         OR EXISTS ({keyed_lanes_with_rows}) AS several
 ), lone AS (
     SELECT h.* FROM heads h
-    WHERE NOT h.contested AND NOT h.disordered AND NOT (SELECT several FROM several)
+    WHERE NOT h.contested AND NOT (SELECT several FROM several)
 ), walked AS (
-    -- In an ordered window the aged priority only improves along lane order, so the
-    -- lane's first due rows are the batch.
+    -- In an ordered window the aged priority only improves along lane order, so a lone
+    -- lane's first due rows are the batch; several lanes' due rows all fit in it.
     SELECT f.*, false AS disordered, {claim_effective} AS effective
     FROM lone h
     CROSS JOIN LATERAL (
@@ -317,13 +321,14 @@ WITH heads AS (
             SELECT 1 FROM walked u
             WHERE u.unique_key IS NOT NULL AND u.unique_states IS NOT NULL
               AND get_bit(u.unique_states, 1) <> get_bit(u.unique_states, 2)) AS mixed,
-        -- claim_in_slot's `elsewhere` for the one lane walked: a full walk is all in
-        -- this slot when its last row's position is the cursor plus the rows before it;
-        -- a short one when the slot holds every position from the cursor to the end.
+        -- claim_in_slot's `elsewhere` for each lane walked: a full walk is all in this
+        -- slot when its last row's position is the cursor plus the rows before it; a
+        -- short one when the slot holds every position from the cursor to the end.
         EXISTS (
             SELECT 1 FROM lone h
-            CROSS JOIN (SELECT count(*) AS n, max(w.rn) AS last_rn,
-                            max(w.lane_seq) AS last_seq FROM walked w) g
+            CROSS JOIN LATERAL (
+                SELECT count(*) AS n, max(w.rn) AS last_rn, max(w.lane_seq) AS last_seq
+                FROM walked w WHERE w.priority = h.priority AND w.shard = h.shard) g
             WHERE CASE
                 WHEN g.n >= %(limit)s THEN g.last_seq <> h.claim_seq + g.last_rn - 1
                 ELSE (SELECT count(*) FROM {ready_entries_k} r
@@ -340,7 +345,7 @@ WITH heads AS (
         attempted_at, deadline_at)
     SELECT slot, nextval('{s}.fact_seq'), fact_id, job_id, run_lease + 1, %(queue)s, %(now)s,
         %(deadline_at)s
-    FROM (SELECT * FROM candidates ORDER BY lane_seq) ordered
+    FROM (SELECT * FROM candidates ORDER BY effective, run_at, job_id) ordered
     RETURNING slot, claim_id, ready_fact, job_id
 ), advanced AS (
     UPDATE {s}.claim_heads h SET claim_seq = a.next_seq
@@ -488,10 +493,11 @@ CASE WHEN %(aging_us)s::bigint > 0 AND %(now)s::timestamptz > f.run_at
 -- name: in_slot_outputs
 ,
         (SELECT elsewhere FROM refused) AS elsewhere,
-        -- At most one lane locked, in lane order and without a concurrency key:
-        -- claim_lone_in_slot would have done.
-        (SELECT count(*) <= 1 AND NOT coalesce(bool_or(disordered), false)
-            AND NOT coalesce(bool_or(shard >= %(keyed_base)s), false) FROM heads) AS lone,
+        -- claim_lone_in_slot would have done: no lane locked is sorted or keyed, and
+        -- one lane was locked or their rows past the cursors fit in the batch.
+        (SELECT NOT coalesce(bool_or(disordered), false)
+            AND NOT coalesce(bool_or(shard >= %(keyed_base)s), false)
+            AND (count(*) <= 1 OR sum(next_seq - claim_seq) <= %(limit)s) FROM heads) AS lone,
         (SELECT current_slot FROM {s}.ring_state) AS current_slot,
         (SELECT (current_slot + 1) %% slot_count FROM {s}.ring_state) AS next_slot
 

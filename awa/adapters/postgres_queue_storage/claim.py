@@ -204,8 +204,9 @@ class Claims:
         self._clock = clock
         # Queues whose last claim met a lane window that must be sorted (claim_sorted).
         self._sorting: set[str] = set()
-        # Queues whose last claim in a ring slot locked more than one lane, or a sorted
-        # window: their claims run claim_in_slot, the others claim_lone_in_slot.
+        # Queues whose last claim in a ring slot locked lanes claim_lone_in_slot does not
+        # take (more rows than the batch over several lanes, a sorted window, a keyed
+        # lane): their claims run claim_in_slot, the others claim_lone_in_slot.
         self._several: set[str] = set()
         # The ring slot where each queue's last claimed rows were: its next claim tries
         # claim_in_slot there first.
@@ -682,8 +683,9 @@ class Claims:
         self, conn: DictConnection, queue: str, slot: int, params: dict[str, Any]
     ) -> list[dict[str, Any]]:
         """The claim of ring ``slot``: claim_lone_in_slot while the queue's claims lock
-        one lane in lane order, else (and at once when that reports `several`)
-        claim_in_slot, until one of its claims locks one such lane again (`lone`)."""
+        lanes it takes (one keyless lane in lane order, or keyless lanes whose rows fit in
+        the batch), else (and at once when that reports `several`) claim_in_slot, until
+        one of its runs locks such lanes again (`lone`)."""
         if queue not in self._several:
             statement = self._sql.for_slot("claim_lone_in_slot", slot)
             rows = await self._sql.run_generic(conn, statement, params)

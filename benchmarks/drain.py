@@ -44,7 +44,8 @@ async def _pending(stats: awa.AsyncClient) -> int:
 async def enqueue_backlog(url: str, jobs: int) -> None:
     """Migrate, start and stop one worker (a first deployment activates the default
     storage engine), then enqueue ``jobs`` no-op jobs in COPY batches of 5,000."""
-    setup = awa.AsyncClient(url, max_connections=4)
+    # One queue's worker: queues + 4 connections, as the configuration check asks.
+    setup = awa.AsyncClient(url, max_connections=5)
     await setup.migrate()
 
     @setup.task(BenchNoop, queue=QUEUE)

@@ -27,7 +27,8 @@ class BenchNoop:
 async def activate(url: str) -> None:
     """Migrate and start a worker once, as a first deployment does (activates queue
     storage on a fresh install)."""
-    setup = awa.AsyncClient(url, max_connections=4)
+    # One queue's worker: queues + 4 connections, as the configuration check asks.
+    setup = awa.AsyncClient(url, max_connections=5)
     await setup.migrate()
 
     @setup.task(BenchNoop, queue=QUEUE)

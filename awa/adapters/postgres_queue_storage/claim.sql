@@ -185,19 +185,9 @@ WITH {key_window_cte}, heads AS (
     SELECT r.* FROM ranked r
     WHERE r.rank <= %(limit)s AND NOT (SELECT mixed {or_elsewhere} FROM refused)
 ), inserted AS (
-    INSERT INTO {claims} (slot, claim_id, ready_fact, job_id, run_lease, queue, attempted_at,
-        deadline_at)
-    SELECT slot, nextval('{s}.fact_seq'), fact_id, job_id, run_lease + 1, %(queue)s, %(now)s,
-        %(deadline_at)s
-    FROM (SELECT * FROM candidates ORDER BY effective, run_at, job_id) ordered
-    RETURNING slot, claim_id, ready_fact, job_id
+    {claim_inserted}
 ), advanced AS (
-    UPDATE {s}.claim_heads h SET claim_seq = a.next_seq
-    FROM (SELECT c.priority, c.shard, max(c.lane_seq) + 1 AS next_seq
-          FROM candidates c
-          GROUP BY c.priority, c.shard) a
-    WHERE h.queue = %(queue)s AND h.priority = a.priority AND h.shard = a.shard
-      AND a.next_seq > h.claim_seq
+    {claim_advanced}
 ), counted AS (
     {claim_counted}
 ), mixed AS (
@@ -241,6 +231,26 @@ SELECT h.queue, h.priority, h.shard, h.claim_seq, l.next_seq,
       {keyed_heads}
     ORDER BY h.priority, h.shard
     FOR UPDATE OF h SKIP LOCKED
+
+-- name: claim_inserted
+-- A claim statement's `inserted`: a claim of each of its `candidates` in the claims
+-- table it binds (`claims`), in claim order (the order of the claim ids).
+INSERT INTO {claims} (slot, claim_id, ready_fact, job_id, run_lease, queue, attempted_at,
+        deadline_at)
+    SELECT slot, nextval('{s}.fact_seq'), fact_id, job_id, run_lease + 1, %(queue)s, %(now)s,
+        %(deadline_at)s
+    FROM (SELECT * FROM candidates ORDER BY effective, run_at, job_id) ordered
+    RETURNING slot, claim_id, ready_fact, job_id
+
+-- name: claim_advanced
+-- A claim statement's `advanced`: the cursor of each lane it took `candidates` from moves
+-- past the last one taken.
+UPDATE {s}.claim_heads h SET claim_seq = a.next_seq
+    FROM (SELECT c.priority, c.shard, max(c.lane_seq) + 1 AS next_seq
+          FROM candidates c
+          GROUP BY c.priority, c.shard) a
+    WHERE h.queue = %(queue)s AND h.priority = a.priority AND h.shard = a.shard
+      AND a.next_seq > h.claim_seq
 
 -- name: claim_counted
 -- A claim statement's `counted`: the jobs of its `inserted` move from available to
@@ -341,19 +351,9 @@ WITH heads AS (
     SELECT w.* FROM walked w
     WHERE NOT (SELECT mixed OR elsewhere FROM refused)
 ), inserted AS (
-    INSERT INTO {claims_k} (slot, claim_id, ready_fact, job_id, run_lease, queue,
-        attempted_at, deadline_at)
-    SELECT slot, nextval('{s}.fact_seq'), fact_id, job_id, run_lease + 1, %(queue)s, %(now)s,
-        %(deadline_at)s
-    FROM (SELECT * FROM candidates ORDER BY effective, run_at, job_id) ordered
-    RETURNING slot, claim_id, ready_fact, job_id
+    {claim_inserted claims=slot_claims}
 ), advanced AS (
-    UPDATE {s}.claim_heads h SET claim_seq = a.next_seq
-    FROM (SELECT c.priority, c.shard, max(c.lane_seq) + 1 AS next_seq
-          FROM candidates c
-          GROUP BY c.priority, c.shard) a
-    WHERE h.queue = %(queue)s AND h.priority = a.priority AND h.shard = a.shard
-      AND a.next_seq > h.claim_seq
+    {claim_advanced}
 ), counted AS (
     {claim_counted}
 ), mixed AS (
@@ -636,12 +636,7 @@ WITH {key_window} heads AS (
     ORDER BY {by_key_rank}p.effective, p.run_at, p.job_id
     LIMIT %(limit)s
 ), inserted AS (
-    INSERT INTO {claims} (slot, claim_id, ready_fact, job_id, run_lease, queue, attempted_at,
-        deadline_at)
-    SELECT slot, nextval('{s}.fact_seq'), fact_id, job_id, run_lease + 1, %(queue)s, %(now)s,
-        %(deadline_at)s
-    FROM (SELECT * FROM candidates ORDER BY effective, run_at, job_id) ordered
-    RETURNING slot, claim_id, ready_fact, job_id
+    {claim_inserted}
 ), advanced AS (
     UPDATE {s}.claim_heads h SET claim_seq = a.next_seq
     FROM (SELECT c.priority, c.shard, max(c.lane_seq) + 1 AS next_seq

@@ -37,9 +37,7 @@ class _Behind(SystemClock):
 
 
 @pytest.fixture
-async def engine(
-    migrated_database_url: str, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[QueueStorageEngine]:
+async def engine(migrated_database_url: str) -> AsyncIterator[QueueStorageEngine]:
     async with installed_engine(migrated_database_url, SCHEMA) as opened:
         yield opened
 

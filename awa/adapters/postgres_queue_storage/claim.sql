@@ -303,50 +303,24 @@ WITH heads AS (
         OR (SELECT count(*) > 1 AND sum(next_seq - claim_seq) > %(limit)s FROM heads)
         OR EXISTS ({keyed_lanes_with_rows}) AS several
 ), lone AS (
-    SELECT h.* FROM heads h
+    -- The lanes walked, as claim_walk reads them: from the cursor, a batch at most.
+    SELECT h.queue, h.priority, h.shard, h.next_seq, h.disordered, 1 AS pass,
+        h.claim_seq AS walk_from, %(limit)s AS share
+    FROM heads h
     WHERE NOT h.contested AND NOT (SELECT several FROM several)
 ), walked AS (
     -- In an ordered window the aged priority only improves along lane order, so a lone
     -- lane's first due rows are the batch; several lanes' due rows all fit in it.
-    SELECT f.*, false AS disordered, {claim_effective} AS effective
-    FROM lone h
-    CROSS JOIN LATERAL (
-        SELECT o.* FROM (
-            SELECT {claim_walk_columns}, row_number() OVER (ORDER BY r.lane_seq) AS rn
-            FROM {ready_entries_k} r
-            WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
-              AND r.lane_seq >= h.claim_seq AND r.run_at <= %(now)s
-            ORDER BY r.lane_seq
-            OFFSET 0) o
-        WHERE NOT EXISTS (
-              SELECT 1 FROM {claims_k} c WHERE c.slot = o.slot AND c.ready_fact = o.fact_id
-              OFFSET 0)
-          AND NOT EXISTS (
-              SELECT 1 FROM {tombstones_k} t
-              WHERE t.slot = o.slot AND t.ready_fact = o.fact_id OFFSET 0)
-        ORDER BY o.lane_seq
-        LIMIT %(limit)s) f
+    SELECT f.*, {claim_effective} AS effective
+    FROM ({claim_walk lanes=claim_lone_lanes ready_entries=slot_ready_entries
+        claims=slot_claims tombstones=slot_tombstones walk_position=slot_walk_position}) f
 ), refused AS (
     SELECT EXISTS (
             SELECT 1 FROM walked u
             WHERE u.unique_key IS NOT NULL AND u.unique_states IS NOT NULL
               AND get_bit(u.unique_states, 1) <> get_bit(u.unique_states, 2)) AS mixed,
-        -- claim_in_slot's `elsewhere` for each lane walked: a full walk is all in this
-        -- slot when its last row's position is the cursor plus the rows before it; a
-        -- short one when the slot holds every position from the cursor to the end.
-        EXISTS (
-            SELECT 1 FROM lone h
-            CROSS JOIN LATERAL (
-                SELECT count(*) AS n, max(w.rn) AS last_rn, max(w.lane_seq) AS last_seq
-                FROM walked w WHERE w.priority = h.priority AND w.shard = h.shard) g
-            WHERE CASE
-                WHEN g.n >= %(limit)s THEN g.last_seq <> h.claim_seq + g.last_rn - 1
-                ELSE (SELECT count(*) FROM {ready_entries_k} r
-                      WHERE r.queue = h.queue AND r.priority = h.priority
-                        AND r.shard = h.shard AND r.lane_seq >= h.claim_seq
-                        AND r.lane_seq < h.next_seq)
-                    <> h.next_seq - h.claim_seq
-                END) AS elsewhere
+        -- claim_in_slot's `elsewhere`, for the lanes walked here.
+        {slot_walks_elsewhere walks=claim_lone_lanes walked=claim_lone_walked} AS elsewhere
 ), candidates AS (
     SELECT w.* FROM walked w
     WHERE NOT (SELECT mixed OR elsewhere FROM refused)
@@ -466,18 +440,22 @@ CASE WHEN %(aging_us)s::bigint > 0 AND %(now)s::timestamptz > f.run_at
 , row_number() OVER (ORDER BY r.lane_seq) AS rn
 
 -- name: slot_refused_elsewhere
--- Per walk of a lane (first_lanes, second_lanes, third_lanes): when the walk filled its share, every
--- position from where it began to its last row is in this slot when that row's position
--- equals the beginning plus the rows walked before it (positions are unique and increase
--- along the walk); otherwise the walk saw all the lane's rows here from where it began,
--- and the slot must hold every position from there to the lane's end (next_seq is
--- committed with the rows below it).
-, EXISTS (
-    SELECT 1 FROM (SELECT * FROM first_lanes UNION ALL SELECT * FROM second_lanes
-                   UNION ALL SELECT * FROM third_lanes WHERE share > 0) h
+-- claim_in_slot's `elsewhere`, over its three walks.
+, {slot_walks_elsewhere walks=claim_merged_walks walked=claim_picked} AS elsewhere
+
+-- name: slot_walks_elsewhere
+-- Whether a walk of a lane (`walks`: queue, priority, shard, next_seq, pass, walk_from,
+-- share; its rows in `walked`, numbered `rn`) reads past ring slot k: when the walk
+-- filled its share, every position from where it began to its last row is in this slot
+-- when that row's position equals the beginning plus the rows walked before it
+-- (positions are unique and increase along the walk); otherwise the walk saw all the
+-- lane's rows here from where it began, and the slot must hold every position from there
+-- to the lane's end (next_seq is committed with the rows below it).
+EXISTS (
+    SELECT 1 FROM {walks} h
     CROSS JOIN LATERAL (
         SELECT count(*) AS n, max(p.rn) AS last_rn, max(p.lane_seq) AS last_seq
-        FROM picked p
+        FROM {walked} p
         WHERE p.priority = h.priority AND p.shard = h.shard AND p.pass = h.pass) g
     WHERE CASE
         WHEN g.n >= h.share THEN g.last_seq <> h.walk_from + g.last_rn - 1
@@ -485,7 +463,21 @@ CASE WHEN %(aging_us)s::bigint > 0 AND %(now)s::timestamptz > f.run_at
               WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
                 AND r.lane_seq >= h.walk_from AND r.lane_seq < h.next_seq)
             <> h.next_seq - h.walk_from
-        END) AS elsewhere
+        END)
+
+-- name: claim_merged_walks
+-- The lanes of claim_body's three walks.
+(SELECT * FROM first_lanes UNION ALL SELECT * FROM second_lanes
+                   UNION ALL SELECT * FROM third_lanes WHERE share > 0)
+
+-- name: claim_picked
+picked
+
+-- name: claim_lone_lanes
+lone
+
+-- name: claim_lone_walked
+walked
 
 -- name: slot_or_elsewhere
  OR elsewhere

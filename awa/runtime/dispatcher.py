@@ -43,6 +43,11 @@ _GATHER_SECONDS = 0.001
 # After a claim that came back short but not empty: how soon to look again when no
 # notification wakes the loop first (returning permits wake only a loop without any).
 _RECHECK = 0.02
+#: While no notification can wake the loops (polling only: a transaction-mode pooler and
+#: no listen URL), how soon a claim that found jobs is followed by the next; each claim
+#: that comes back empty doubles the wait, up to the poll interval (ADR 0015 amendment
+#: "Polling that follows the work").
+POLL_FOLLOW = 0.005
 #: Claims ahead in flight at once: one per loop claim of a round trip, and one more for a
 #: round trip that came back late (each holds a claim connection while in flight).
 _AHEAD_IN_FLIGHT = 2
@@ -84,6 +89,12 @@ class QueueDispatcher:
     sleep up to ``poll_interval`` and are woken early by :meth:`wake` (the runtime calls
     it when one of :attr:`channels` is notified) and by permits coming back.
 
+    While ``polling()`` says no notification can wake them (the runtime's subscription
+    found that notifications cannot arrive, or is down), a loop whose claim found jobs
+    looks again :data:`POLL_FOLLOW` later, and each claim that comes back empty doubles
+    the wait up to ``poll_interval``: pickups follow the work without notifications, and
+    every claim either takes a job or makes the next one wait twice as long.
+
     With ``stripes > 1`` on an engine that stores stripes (:class:`StripedClaimer`) each
     claim takes one stripe ``queue#k``, ``k`` rotating over the stripes; a loop sleeps only
     after a whole rotation came up short, and every stripe's channel wakes it.
@@ -121,6 +132,7 @@ class QueueDispatcher:
         stripes: int = DEFAULT_QUEUE_STRIPES,
         overrides: QueueOverrideStore | None = None,
         override_refresh: float | None = None,
+        polling: Callable[[], bool] | None = None,
         clock: Clock,
     ) -> None:
         self.config = config
@@ -128,6 +140,9 @@ class QueueDispatcher:
         self._engine = engine
         self._permits = permits
         self._poll_interval = poll_interval
+        self._polling = polling
+        # Polling only: the wait after the last short claim (doubled by each empty one).
+        self._poll_wait = POLL_FOLLOW
         self._spawn = spawn
         self._clock = clock
         self._bucket = (
@@ -430,7 +445,7 @@ class QueueDispatcher:
                 # An empty claim means the queue had nothing for this loop. One that found
                 # some jobs but fewer than it asked for may have skipped lanes another
                 # worker was claiming from: look again soon, not after a whole poll.
-                wait = self._poll_interval if not claims else min(self._poll_interval, _RECHECK)
+                wait = self._wait_after_short(found=bool(claims))
                 if isinstance(claims, ClaimBatch) and claims.next_admission is not None:
                     # Cut short by the fleet's rate limiter: look again when it has
                     # tokens for a batch (within the poll interval, so overrides and
@@ -440,6 +455,15 @@ class QueueDispatcher:
                 await waker.wait(wait)
         else:
             self._short_claims = 0
+            self._poll_wait = POLL_FOLLOW
+
+    def _wait_after_short(self, *, found: bool) -> float:
+        """How long a loop waits, unless woken, after a rotation of claims came back
+        short (``found``: the last one took jobs)."""
+        if self._polling is not None and self._polling():
+            self._poll_wait = POLL_FOLLOW if found else self._poll_wait * 2
+            return min(self._poll_interval, self._poll_wait)
+        return min(self._poll_interval, _RECHECK) if found else self._poll_interval
 
     async def _claim_batch(self, granted: int) -> list[Claim] | None:
         """Claim up to ``granted`` jobs (their permits held) and start them; None when

@@ -166,6 +166,7 @@ class Runtime:
                 stripes=config.queue_storage_queue_stripe_count,
                 clock=clock,
                 overrides=None if control is None else control.overrides,
+                polling=self._polling,
             )
             for q in config.queues
         ]
@@ -232,6 +233,12 @@ class Runtime:
     def wakeups(self) -> str:
         """How idle loops are woken: ``"listen"`` (notifications) or ``"polling"``."""
         return "listen" if self.listener is not None and self.listener.listening else "polling"
+
+    def _polling(self) -> bool:
+        """Whether the loops expect notifications and none can reach them now (the
+        subscription fell back to polling, or is down): they then follow the work by
+        polling (:data:`~awa.runtime.dispatcher.POLL_FOLLOW`)."""
+        return self.listener is not None and not self.listener.listening
 
     @property
     def is_leader(self) -> bool:

@@ -205,6 +205,28 @@ async def test_worker_drains_through_the_pooler_polling_with_one_warning(
     assert _count_states(migrated_database_url) == {"completed": 121}
 
 
+async def test_polling_through_the_pooler_follows_the_work(client: AsyncClient) -> None:
+    woken = asyncio.Event()
+
+    @client.task(Ping)
+    async def ping(job: Job[Ping]) -> None:
+        woken.set()
+
+    # Polling every 60 s through the pooler, no notifications: after its claims came back
+    # empty the loop looks again 5 ms, 10 ms, 20 ms ... later (ADR 0015 amendment), not
+    # once a minute, so a job inserted now is picked up within about the time since start.
+    await client.start([("default", 2)], poll_interval_ms=60_000)
+    try:
+        assert (await client._readiness())["wakeups"] == "polling"
+        runtime = client._runtime
+        assert runtime is not None
+        await until(lambda: runtime.dispatchers[0].claim_calls >= 3, "three empty claims")
+        await client.insert(Ping(1))
+        await asyncio.wait_for(woken.wait(), 30)
+    finally:
+        await client.shutdown()
+
+
 async def _done(client: AsyncClient, job_id: int) -> bool:
     return (await client.get_job(job_id)).state == JobState.Completed
 

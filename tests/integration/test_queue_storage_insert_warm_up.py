@@ -34,7 +34,10 @@ SCHEMA = "awa"
 QUEUE = "warm"
 #: A comment line of enqueue_one_routed's text.
 COMMON_INSERT = "The common insert() (one available job"
-#: A comment line of enqueue_ready_routed's text (a batch of inserts that met on the wire).
+#: A comment line of enqueue_plain_routed's text (a batch of inserts that met on the wire).
+PLAIN_BATCH_INSERT = "enqueue_one_routed for a batch of such jobs"
+#: A comment line of enqueue_ready_routed's text (such a batch when a lane or bucket is
+#: missing or held).
 BATCH_INSERT = "enqueue_ready as one statement on its own"
 
 
@@ -75,9 +78,11 @@ async def test_a_connection_the_pool_opens_comes_with_the_insert_planned(
         async with engine._pool.connection() as second:
             warmed = await prepared_plans(second, COMMON_INSERT)
             backend = second.info.backend_pid
+            plain = await prepared_plans(second, PLAIN_BATCH_INSERT)
             batch = await prepared_plans(second, BATCH_INSERT)
-        # Custom plans for its first runs, then the generic plan: both statements.
+        # Custom plans for its first runs, then the generic plan: all three statements.
         assert warmed == (1, WARM_RUNS - 1, "auto")
+        assert plain == (1, WARM_RUNS - 1, "auto")
         assert batch == (1, WARM_RUNS - 1, "auto")
         # The first connection is busy: the insert runs on the warmed one, generically.
         [record] = await engine.enqueue_many_routed([JobSpec(kind="k", queue=QUEUE)])
@@ -125,7 +130,8 @@ async def test_warming_a_connection_is_one_round_trip(active_url: str) -> None:
         finally:
             await engine.close()
     assert len(bursts) == 1, [b.kinds() for b in bursts]
-    assert bursts[0].executes == 2 * WARM_RUNS
+    # the common insert, and both statements of a batch that met on the wire
+    assert bursts[0].executes == 3 * WARM_RUNS
     assert warmed == (1, WARM_RUNS - 1, "auto")
 
 

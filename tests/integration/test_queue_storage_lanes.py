@@ -379,8 +379,9 @@ async def test_the_one_statement_inserts_settle_on_the_generic_plan(
     """The remembered-route inserts are autocommit statements with no plan setting of their
     own: the server must pick the prepared generic plan by itself (planning the batch
     statement costs several times running it), which it does only while no estimate
-    depends on a parameter's value. Single plain jobs take enqueue_one_routed (after the
-    first, which finds no counter bucket or lane yet), batches enqueue_ready_routed."""
+    depends on a parameter's value. Single plain jobs take enqueue_one_routed and batches
+    enqueue_plain_routed, after the first insert, which finds no counter bucket or lane
+    yet and runs enqueue_ready_routed."""
     async with await psycopg.AsyncConnection.connect(
         migrated_database_url, autocommit=True
     ) as conn:
@@ -394,18 +395,21 @@ async def test_the_one_statement_inserts_settle_on_the_generic_plan(
             await single.enqueue_many_routed([JobSpec(kind="two", queue=QUEUE) for _ in range(2)])
         async with single._pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT statement LIKE '%%The common insert()%%' AS one, generic_plans, "
-                "custom_plans FROM pg_prepared_statements "
+                "SELECT CASE WHEN statement LIKE '%%The common insert()%%' THEN 'one' "
+                "WHEN statement LIKE '%%for a batch of such jobs%%' THEN 'plain' "
+                "ELSE 'ready' END AS name, generic_plans, custom_plans "
+                "FROM pg_prepared_statements "
                 "WHERE statement LIKE '%%queue_storage_route_check%%'"
             )
-            plans = {row["one"]: row for row in await cur.fetchall()}
+            plans = {row["name"]: row for row in await cur.fetchall()}
     finally:
         await single.close()
-    assert set(plans) == {True, False}
-    for row in plans.values():
-        assert row["generic_plans"] >= 4, plans
-    assert plans[True]["generic_plans"] + plans[True]["custom_plans"] == 10
-    assert plans[False]["generic_plans"] + plans[False]["custom_plans"] == 11
+    assert set(plans) == {"one", "plain", "ready"}
+    for name in ("one", "plain"):
+        assert plans[name]["generic_plans"] >= 4, plans
+    runs = {name: row["generic_plans"] + row["custom_plans"] for name, row in plans.items()}
+    # the first single insert fell back to enqueue_ready_routed, which made the lane
+    assert runs == {"one": 10, "plain": 10, "ready": 1}, plans
     assert len(await engine.claim(QUEUE, limit=100)) == 30
 
 
@@ -506,6 +510,144 @@ async def test_concurrent_single_inserts_commit_together(
     assert len({r["tx"] for r in rows}) <= 2  # the first on its own, the others together
     claimed = await engine.claim(QUEUE, limit=20)
     assert sorted(c.job.kind for c in claimed) == sorted(["warm", *(f"c{n}" for n in range(8))])
+
+
+async def _prepared_runs(engine: QueueStorageEngine, marker: str) -> int:
+    """How many times the engine's one pooled connection ran the prepared statement whose
+    text holds ``marker``."""
+    async with engine._pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT coalesce(sum(generic_plans + custom_plans), 0) AS n "
+            "FROM pg_prepared_statements WHERE statement LIKE %s",
+            (f"%{marker}%",),
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
+#: Comment lines of enqueue_plain_routed's and enqueue_ready_routed's texts.
+PLAIN_BATCH = "enqueue_one_routed for a batch of such jobs"
+READY_BATCH = "enqueue_ready as one statement on its own"
+
+
+async def test_a_batch_of_plain_jobs_takes_its_lanes_in_id_order_in_one_statement(
+    migrated_database_url: str, clock: ManualClock
+) -> None:
+    """A batch of plain jobs over two queues and two priorities, once their lanes and
+    counter buckets exist: one run of enqueue_plain_routed writes it, ids in input order,
+    each (queue, priority)'s jobs at consecutive places of one lane in id order, counted
+    once each."""
+    async with await psycopg.AsyncConnection.connect(
+        migrated_database_url, autocommit=True
+    ) as conn:
+        assert await transition.auto_finalize_if_fresh(conn)
+    single = await QueueStorageEngine.open(
+        migrated_database_url, clock=clock, backoff=CONTRACT_BACKOFF, max_connections=1
+    )
+    other = f"{QUEUE}-b"
+    try:
+        # the lanes and buckets of both queues and priorities
+        await single.enqueue_many_routed(
+            [JobSpec(kind="first", queue=q, priority=p) for q in (QUEUE, other) for p in (1, 2)]
+        )
+        assert await _prepared_runs(single, PLAIN_BATCH) == 1  # found no lane: fell back
+        specs = [
+            JobSpec(kind="b", queue=(QUEUE, other)[n % 2], priority=1 + n // 2 % 2, args={"n": n})
+            for n in range(12)
+        ]
+        records = await single.enqueue_many_routed(specs)
+        assert await _prepared_runs(single, PLAIN_BATCH) == 2
+        assert await _prepared_runs(single, READY_BATCH) == 1
+    finally:
+        await single.close()
+    assert [r.args for r in records] == [{"n": n} for n in range(12)]
+    assert [r.id for r in records] == sorted(r.id for r in records)
+    rows = await sql(
+        migrated_database_url,
+        "SELECT job_id, queue, priority, shard, lane_seq FROM awa.ready_entries "
+        "WHERE kind = 'b' ORDER BY job_id",
+    )
+    assert [r["job_id"] for r in rows] == [r.id for r in records]
+    lanes: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for r in rows:
+        lanes.setdefault((r["queue"], r["priority"]), []).append((r["shard"], r["lane_seq"]))
+    assert len(lanes) == 4
+    for places in lanes.values():
+        assert len({shard for shard, _ in places}) == 1  # one lane each
+        seqs = [seq for _, seq in places]
+        assert seqs == list(range(seqs[0], seqs[0] + 3))  # consecutive, in id order
+    # each lane goes on right after its first job's place
+    firsts = await sql(
+        migrated_database_url,
+        "SELECT queue, priority, shard, lane_seq FROM awa.ready_entries WHERE kind = 'first'",
+    )
+    assert {(r["queue"], r["priority"]): (r["shard"], r["lane_seq"] + 1) for r in firsts} == {
+        key: places[0] for key, places in lanes.items()
+    }
+    counts = await sql(
+        migrated_database_url,
+        "SELECT queue, sum(n)::int AS n FROM awa.queue_counts WHERE state = 'available' "
+        "GROUP BY queue ORDER BY queue",
+    )
+    assert {r["queue"]: r["n"] for r in counts} == {QUEUE: 8, other: 8}
+
+
+async def test_a_plain_batch_whose_lane_is_held_falls_back_and_writes_each_job_once(
+    migrated_database_url: str, clock: ManualClock
+) -> None:
+    """When another open transaction holds the only lane of one (queue, priority) of the
+    batch, enqueue_plain_routed writes nothing (no id drawn, no counter moved) and
+    enqueue_ready_routed writes the whole batch, in a new lane for that one."""
+    async with await psycopg.AsyncConnection.connect(
+        migrated_database_url, autocommit=True
+    ) as conn:
+        assert await transition.auto_finalize_if_fresh(conn)
+    single = await QueueStorageEngine.open(
+        migrated_database_url, clock=clock, backoff=CONTRACT_BACKOFF, max_connections=1
+    )
+    try:
+        await single.enqueue_many_routed(
+            [JobSpec(kind="first", queue=QUEUE, priority=p) for p in (1, 2)]
+        )
+        first_ids = await sql(migrated_database_url, "SELECT last_value FROM awa.jobs_id_seq")
+        async with await psycopg.AsyncConnection.connect(migrated_database_url) as holder:
+            await holder.execute(
+                "SELECT 1 FROM awa.lanes WHERE queue = %s AND priority = 2 FOR UPDATE", (QUEUE,)
+            )
+            records = await single.enqueue_many_routed(
+                [
+                    JobSpec(kind="b", queue=QUEUE, priority=1 + n % 2, args={"n": n})
+                    for n in range(6)
+                ]
+            )
+            await holder.rollback()
+        # the first batch found no lanes; this one found one held
+        assert await _prepared_runs(single, PLAIN_BATCH) == 2
+        assert await _prepared_runs(single, READY_BATCH) == 2
+    finally:
+        await single.close()
+    # the ids the batch got follow the first jobs' at once: the plain statement drew none
+    assert [r.id for r in records] == [first_ids[0]["last_value"] + 1 + n for n in range(6)]
+    rows = await sql(
+        migrated_database_url,
+        "SELECT job_id, priority, shard FROM awa.ready_entries WHERE kind = 'b' ORDER BY job_id",
+    )
+    assert [r["job_id"] for r in rows] == [r.id for r in records]
+    shards = {p: {r["shard"] for r in rows if r["priority"] == p} for p in (1, 2)}
+    assert len(shards[2]) == 1 and len(shards[1]) == 1
+    held = await sql(
+        migrated_database_url,
+        "SELECT shard FROM awa.lanes WHERE queue = %s AND priority = 2",
+        QUEUE,
+    )
+    assert len(held) == 2  # the held one and the new one the batch went to
+    counts = await sql(
+        migrated_database_url,
+        "SELECT sum(n)::int AS n FROM awa.queue_counts WHERE queue = %s AND state = 'available'",
+        QUEUE,
+    )
+    assert counts[0]["n"] == 8
 
 
 async def test_an_insert_batch_that_fails_fails_every_insert_in_it(

@@ -11,14 +11,18 @@ call                            jobs                 statements (transaction)
 ==============================  ===================  ==================================
 ``enqueue_many_routed``         one plain job [1]_,  joins the next group commit batch
                                 another enqueue of   (:mod:`.group_commit`):
-                                the engine in        ``enqueue_ready_routed`` for all
-                                flight               jobs that arrived meanwhile
+                                the engine in        ``enqueue_plain_routed`` for all
+                                flight               jobs that arrived meanwhile; when
+                                                     it wrote nothing (no free counter
+                                                     bucket or lane for one of them),
+                                                     ``enqueue_ready_routed``
                                                      (autocommit)
 ``enqueue_many_routed``         one plain job [1]_   ``enqueue_one_routed``; when it
                                                      wrote nothing (no free counter
                                                      bucket or lane yet),
                                                      ``enqueue_ready_routed``
                                                      (autocommit, each alone)
+``enqueue_many_routed``         several plain jobs   ``enqueue_plain_routed``, as above
 ``enqueue_many_routed``         any other, no        ``enqueue_ready_routed``
                                 unique key [2]_      (autocommit)
 ``enqueue_many``, no unit of    no unique key        ``generic_plans`` +
@@ -302,8 +306,9 @@ class Enqueue:
         self, specs: Sequence[JobSpec], *, route_check: bool = False
     ) -> list[JobRecord]:
         """One round trip. With ``route_check``, one statement in autocommit: for a single
-        plain job enqueue_one_routed, and enqueue_ready_routed for anything else (or when
-        that wrote nothing: a second round trip); otherwise BEGIN, the statement and COMMIT
+        plain job enqueue_one_routed, for several enqueue_plain_routed, and
+        enqueue_ready_routed for anything else (or when those wrote nothing: a second round
+        trip); otherwise BEGIN, the statement and COMMIT
         are pipelined and the ids are read once the pipeline is synced."""
         self._connections.check_open()
         wake: set[str] = set()
@@ -323,6 +328,11 @@ class Enqueue:
                 records: list[JobRecord] = []
                 if route_check and len(specs) == 1 and _one_plain_job(specs[0]):
                     records = await self._enqueue_one(conn, specs[0], now, alone, wake)
+                elif route_check and all(_one_plain_job(spec) for spec in specs):
+                    params = self._enqueue_params(specs, now, notify=alone, wake=wake)
+                    cur = await run(conn, self._sql["enqueue_plain_routed"], params, prepare=True)
+                    if cur.rowcount:
+                        records = await self._records(cur, specs, now)
                 if not records and route_check:
                     # One statement, its own transaction: one message and one round trip.
                     params = self._enqueue_params(specs, now, notify=alone, wake=wake)
@@ -385,9 +395,10 @@ class Enqueue:
         lends it out (:func:`~awa.adapters._pg.pool.add_warmer`): enqueue_one_routed runs
         WARM_RUNS times for a job of a queue no one can name (the empty name), which finds
         no counter bucket, writes nothing and returns no row (so nothing is notified: the
-        notification is read only beside a written row), and enqueue_ready_routed as many
-        times for an empty batch. By the time a caller's insert arrives the new backend
-        has loaded the catalog and the server plans both statements generically; it
+        notification is read only beside a written row), and enqueue_plain_routed and
+        enqueue_ready_routed as many times each for an empty batch. By the time a caller's
+        insert arrives the new backend has loaded the catalog and the server plans the
+        three statements generically; it
         makes custom plans for a prepared statement's first five runs.
 
         All of it goes in one pipeline, one round trip: one run at a time held each new
@@ -396,14 +407,15 @@ class Enqueue:
         ms, against 9 ms after, for the first 0.17 s while its pool grew; 0.08 s so."""
         spec = JobSpec(kind="", queue="")
         now = self._clock.now()
-        # And the statement of a batch of inserts that met on the wire (GroupCommit), for
-        # no job at all: it reads no input row, so it draws no id and locks no lane.
+        # And the statements of a batch of inserts that met on the wire (GroupCommit),
+        # for no job at all: they read no input row, so they draw no id and lock no lane.
         batch = self._enqueue_params([], now, notify=True, wake=set())
         async with conn.pipeline():
             for _ in range(WARM_RUNS):
                 await self._send_one(conn, spec, now, [queue_channel("")])
-            for _ in range(WARM_RUNS):
-                await run(conn, self._sql["enqueue_ready_routed"], batch, prepare=True)
+            for name in ("enqueue_plain_routed", "enqueue_ready_routed"):
+                for _ in range(WARM_RUNS):
+                    await run(conn, self._sql[name], batch, prepare=True)
         self._warmed.add(conn)
 
     async def enqueue_many(

@@ -198,5 +198,94 @@ SELECT r.job_id AS id, r.run_at,
     (SELECT count(pg_notify(c, '')) FROM unnest(%(channels)s::text[]) c) AS woken
 FROM ready r
 
+-- name: enqueue_plain_routed
+-- enqueue_one_routed for a batch of such jobs (available now, no ordering, unique or
+-- concurrency key; the inserts a group commit gathered, ADR 0008): enqueue_ready_routed's
+-- result in a fraction of its plan (about a quarter of the planning, which a connection
+-- through a transaction-mode pooler pays on every run, ADR 0015), when every queue of the
+-- batch has a counter bucket and every (queue, priority) a lane that no other open
+-- transaction holds (both SKIP LOCKED, so the statement never waits while it holds a
+-- row). When one is missing or held it draws no id, writes nothing and returns no row;
+-- the caller then runs enqueue_ready_routed. Route check first, as there. The jobs of a
+-- (queue, priority) take consecutive places in its lane in id order, ids in input order;
+-- each lane's batch is stamped under the lane's lock (lane_tail, as reserve_lanes_cte's
+-- ``moved``). Returns the ids in input order.
+WITH x AS (
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS x(
+        ord bigint, kind text, queue text, args jsonb, priority smallint,
+        max_attempts smallint, metadata jsonb, tags jsonb, unique_states text, hint int)
+    WHERE (SELECT awa.queue_storage_route_check(%(schema)s)) IS NOT NULL
+), want AS (
+    SELECT queue AS q, priority AS p, min(hint) AS hint, count(*) AS n
+    FROM x GROUP BY queue, priority
+), bucket AS (
+    SELECT c.queue, c.state, c.bucket
+    FROM (SELECT DISTINCT q FROM want) w, LATERAL (
+        SELECT c.queue, c.state, c.bucket FROM {s}.queue_counts c
+        WHERE c.queue = w.q AND c.state = 'available' AND c.bucket < {count_buckets}
+        ORDER BY c.bucket = pg_backend_pid() %% {count_buckets} DESC, c.bucket
+        LIMIT 1
+        FOR UPDATE OF c SKIP LOCKED
+    ) c
+), lane AS (
+    SELECT w.q, w.p, w.n, l.shard
+    FROM want w, LATERAL (
+        SELECT l.shard FROM {s}.lanes l
+        WHERE l.queue = w.q AND l.priority = w.p AND l.shard < 0
+        ORDER BY l.shard = w.hint DESC, l.shard DESC
+        LIMIT 1
+        FOR UPDATE OF l SKIP LOCKED
+    ) l
+    -- a one-time filter: lanes only once every queue has its bucket
+    WHERE (SELECT count(*) FROM bucket) = (SELECT count(DISTINCT q) FROM want)
+), ids AS (
+    SELECT id, row_number() OVER (ORDER BY id) AS ord
+    FROM (SELECT nextval('awa.jobs_id_seq') AS id FROM x
+          -- a one-time filter: ids only once every (queue, priority) has its lane
+          WHERE (SELECT count(*) FROM lane) = (SELECT count(*) FROM want)) s
+), j AS (
+    SELECT x.*, ids.id,
+        row_number() OVER (PARTITION BY x.queue, x.priority ORDER BY ids.id) AS k
+    FROM x JOIN ids USING (ord)
+), moved AS (
+    UPDATE {s}.lanes l SET
+        next_seq = l.next_seq + w.n,
+        (tail_run_at, tail_job_id, disorder_seq) = {lane_tail batch=nothing}
+    FROM (SELECT lane.q, lane.p, lane.shard, lane.n, %(now)s::timestamptz AS first_run,
+              min(j.id) AS first_id, %(now)s::timestamptz AS last_run, max(j.id) AS last_id,
+              true AS sorted, true AS fresh
+          FROM lane JOIN j ON j.queue = lane.q AND j.priority = lane.p
+          GROUP BY lane.q, lane.p, lane.shard, lane.n) w
+    WHERE l.queue = w.q AND l.priority = w.p AND l.shard = w.shard
+    RETURNING l.queue, l.priority, l.shard, l.next_seq, w.n,
+        CASE WHEN l.tail_job_id = w.last_id THEN l.tail_run_at ELSE w.first_run END AS stamp
+), ready AS (
+    INSERT INTO {s}.ready_entries (
+        slot, fact_id, shard, lane_seq, job_id, kind, queue, args, priority, attempt,
+        max_attempts, run_at, created_at, errors, metadata, tags, unique_states, run_lease,
+        ordering_key
+    )
+    SELECT (SELECT current_slot FROM {s}.ring_state), nextval('{s}.fact_seq'), m.shard,
+        m.next_seq - m.n + j.k - 1, j.id, j.kind, j.queue, coalesce(j.args, 'null'::jsonb),
+        j.priority, 0, j.max_attempts, m.stamp, %(now)s, '{}'::jsonb[],
+        coalesce(j.metadata, '{}'::jsonb), ARRAY(SELECT jsonb_array_elements_text(j.tags)),
+        j.unique_states::bit(8), 0, NULL
+    FROM moved m JOIN j ON j.queue = m.queue AND j.priority = m.priority
+    ORDER BY j.id
+    RETURNING job_id, run_at
+), counted AS (
+    UPDATE {s}.queue_counts c SET n = c.n + d.n
+    FROM bucket b JOIN (SELECT queue, count(*) AS n FROM j GROUP BY queue) d
+        ON d.queue = b.queue
+    WHERE c.queue = b.queue AND c.state = b.state AND c.bucket = b.bucket
+      AND EXISTS (SELECT 1 FROM ready)
+    RETURNING 1
+)
+SELECT r.job_id AS id, r.run_at,
+    (SELECT count(*) FROM counted) AS counted,
+    (SELECT count(pg_notify(c, '')) FROM unnest(%(channels)s::text[]) c) AS woken
+FROM ready r
+ORDER BY r.job_id
+
 -- name: next_job_ids
 SELECT nextval('awa.jobs_id_seq') AS id FROM generate_series(1, %(n)s) ORDER BY 1

@@ -461,7 +461,9 @@ class QueueDispatcher:
         """How long a loop waits, unless woken, after a rotation of claims came back
         short (``found``: the last one took jobs)."""
         if self._polling is not None and self._polling():
-            self._poll_wait = POLL_FOLLOW if found else self._poll_wait * 2
+            self._poll_wait = (
+                POLL_FOLLOW if found else min(self._poll_wait * 2, self._poll_interval)
+            )
             return min(self._poll_interval, self._poll_wait)
         return min(self._poll_interval, _RECHECK) if found else self._poll_interval
 

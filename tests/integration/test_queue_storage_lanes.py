@@ -57,6 +57,25 @@ async def engine(
         await opened.close()
 
 
+@pytest.fixture
+async def single(
+    migrated_database_url: str, clock: ManualClock
+) -> AsyncIterator[QueueStorageEngine]:
+    """An engine with one pooled connection (whose prepared statements a test can read)
+    on an install whose producers write to queue storage."""
+    async with await psycopg.AsyncConnection.connect(
+        migrated_database_url, autocommit=True
+    ) as conn:
+        assert await transition.auto_finalize_if_fresh(conn)
+    opened = await QueueStorageEngine.open(
+        migrated_database_url, clock=clock, backoff=CONTRACT_BACKOFF, max_connections=1
+    )
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
 async def _no_waiting(uow: UnitOfWork, timeout: str = "3s") -> None:
     """Make a wait for another transaction's lock fail instead of hang."""
     assert isinstance(uow, PgUnitOfWork)
@@ -374,7 +393,7 @@ async def test_wake_ups_after_commit_reach_listeners_and_leave_the_session_alone
 
 
 async def test_the_one_statement_inserts_settle_on_the_generic_plan(
-    engine: QueueStorageEngine, migrated_database_url: str, clock: ManualClock
+    engine: QueueStorageEngine, single: QueueStorageEngine
 ) -> None:
     """The remembered-route inserts are autocommit statements with no plan setting of their
     own: the server must pick the prepared generic plan by itself (planning the batch
@@ -382,28 +401,18 @@ async def test_the_one_statement_inserts_settle_on_the_generic_plan(
     depends on a parameter's value. Single plain jobs take enqueue_one_routed and batches
     enqueue_plain_routed, after the first insert, which finds no counter bucket or lane
     yet and runs enqueue_ready_routed."""
-    async with await psycopg.AsyncConnection.connect(
-        migrated_database_url, autocommit=True
-    ) as conn:
-        assert await transition.auto_finalize_if_fresh(conn)
-    single = await QueueStorageEngine.open(
-        migrated_database_url, clock=clock, backoff=CONTRACT_BACKOFF, max_connections=1
-    )
-    try:
-        for n in range(10):
-            await single.enqueue_many_routed([JobSpec(kind="one", queue=QUEUE, args={"n": n})])
-            await single.enqueue_many_routed([JobSpec(kind="two", queue=QUEUE) for _ in range(2)])
-        async with single._pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT CASE WHEN statement LIKE '%%The common insert()%%' THEN 'one' "
-                "WHEN statement LIKE '%%for a batch of such jobs%%' THEN 'plain' "
-                "ELSE 'ready' END AS name, generic_plans, custom_plans "
-                "FROM pg_prepared_statements "
-                "WHERE statement LIKE '%%queue_storage_route_check%%'"
-            )
-            plans = {row["name"]: row for row in await cur.fetchall()}
-    finally:
-        await single.close()
+    for n in range(10):
+        await single.enqueue_many_routed([JobSpec(kind="one", queue=QUEUE, args={"n": n})])
+        await single.enqueue_many_routed([JobSpec(kind="two", queue=QUEUE) for _ in range(2)])
+    async with single._pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT CASE WHEN statement LIKE '%%The common insert()%%' THEN 'one' "
+            "WHEN statement LIKE '%%for a batch of such jobs%%' THEN 'plain' "
+            "ELSE 'ready' END AS name, generic_plans, custom_plans "
+            "FROM pg_prepared_statements "
+            "WHERE statement LIKE '%%queue_storage_route_check%%'"
+        )
+        plans = {row["name"]: row for row in await cur.fetchall()}
     assert set(plans) == {"one", "plain", "ready"}
     for name in ("one", "plain"):
         assert plans[name]["generic_plans"] >= 4, plans
@@ -532,35 +541,25 @@ READY_BATCH = "enqueue_ready as one statement on its own"
 
 
 async def test_a_batch_of_plain_jobs_takes_its_lanes_in_id_order_in_one_statement(
-    migrated_database_url: str, clock: ManualClock
+    single: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """A batch of plain jobs over two queues and two priorities, once their lanes and
     counter buckets exist: one run of enqueue_plain_routed writes it, ids in input order,
     each (queue, priority)'s jobs at consecutive places of one lane in id order, counted
     once each."""
-    async with await psycopg.AsyncConnection.connect(
-        migrated_database_url, autocommit=True
-    ) as conn:
-        assert await transition.auto_finalize_if_fresh(conn)
-    single = await QueueStorageEngine.open(
-        migrated_database_url, clock=clock, backoff=CONTRACT_BACKOFF, max_connections=1
-    )
     other = f"{QUEUE}-b"
-    try:
-        # the lanes and buckets of both queues and priorities
-        await single.enqueue_many_routed(
-            [JobSpec(kind="first", queue=q, priority=p) for q in (QUEUE, other) for p in (1, 2)]
-        )
-        assert await _prepared_runs(single, PLAIN_BATCH) == 1  # found no lane: fell back
-        specs = [
-            JobSpec(kind="b", queue=(QUEUE, other)[n % 2], priority=1 + n // 2 % 2, args={"n": n})
-            for n in range(12)
-        ]
-        records = await single.enqueue_many_routed(specs)
-        assert await _prepared_runs(single, PLAIN_BATCH) == 2
-        assert await _prepared_runs(single, READY_BATCH) == 1
-    finally:
-        await single.close()
+    # the lanes and buckets of both queues and priorities
+    await single.enqueue_many_routed(
+        [JobSpec(kind="first", queue=q, priority=p) for q in (QUEUE, other) for p in (1, 2)]
+    )
+    assert await _prepared_runs(single, PLAIN_BATCH) == 1  # found no lane: fell back
+    specs = [
+        JobSpec(kind="b", queue=(QUEUE, other)[n % 2], priority=1 + n // 2 % 2, args={"n": n})
+        for n in range(12)
+    ]
+    records = await single.enqueue_many_routed(specs)
+    assert await _prepared_runs(single, PLAIN_BATCH) == 2
+    assert await _prepared_runs(single, READY_BATCH) == 1
     assert [r.args for r in records] == [{"n": n} for n in range(12)]
     assert [r.id for r in records] == sorted(r.id for r in records)
     rows = await sql(
@@ -594,39 +593,26 @@ async def test_a_batch_of_plain_jobs_takes_its_lanes_in_id_order_in_one_statemen
 
 
 async def test_a_plain_batch_whose_lane_is_held_falls_back_and_writes_each_job_once(
-    migrated_database_url: str, clock: ManualClock
+    single: QueueStorageEngine, migrated_database_url: str
 ) -> None:
     """When another open transaction holds the only lane of one (queue, priority) of the
     batch, enqueue_plain_routed writes nothing (no id drawn, no counter moved) and
     enqueue_ready_routed writes the whole batch, in a new lane for that one."""
-    async with await psycopg.AsyncConnection.connect(
-        migrated_database_url, autocommit=True
-    ) as conn:
-        assert await transition.auto_finalize_if_fresh(conn)
-    single = await QueueStorageEngine.open(
-        migrated_database_url, clock=clock, backoff=CONTRACT_BACKOFF, max_connections=1
+    await single.enqueue_many_routed(
+        [JobSpec(kind="first", queue=QUEUE, priority=p) for p in (1, 2)]
     )
-    try:
-        await single.enqueue_many_routed(
-            [JobSpec(kind="first", queue=QUEUE, priority=p) for p in (1, 2)]
+    first_ids = await sql(migrated_database_url, "SELECT last_value FROM awa.jobs_id_seq")
+    async with await psycopg.AsyncConnection.connect(migrated_database_url) as holder:
+        await holder.execute(
+            "SELECT 1 FROM awa.lanes WHERE queue = %s AND priority = 2 FOR UPDATE", (QUEUE,)
         )
-        first_ids = await sql(migrated_database_url, "SELECT last_value FROM awa.jobs_id_seq")
-        async with await psycopg.AsyncConnection.connect(migrated_database_url) as holder:
-            await holder.execute(
-                "SELECT 1 FROM awa.lanes WHERE queue = %s AND priority = 2 FOR UPDATE", (QUEUE,)
-            )
-            records = await single.enqueue_many_routed(
-                [
-                    JobSpec(kind="b", queue=QUEUE, priority=1 + n % 2, args={"n": n})
-                    for n in range(6)
-                ]
-            )
-            await holder.rollback()
-        # the first batch found no lanes; this one found one held
-        assert await _prepared_runs(single, PLAIN_BATCH) == 2
-        assert await _prepared_runs(single, READY_BATCH) == 2
-    finally:
-        await single.close()
+        records = await single.enqueue_many_routed(
+            [JobSpec(kind="b", queue=QUEUE, priority=1 + n % 2, args={"n": n}) for n in range(6)]
+        )
+        await holder.rollback()
+    # the first batch found no lanes; this one found one held
+    assert await _prepared_runs(single, PLAIN_BATCH) == 2
+    assert await _prepared_runs(single, READY_BATCH) == 2
     # the ids the batch got follow the first jobs' at once: the plain statement drew none
     assert [r.id for r in records] == [first_ids[0]["last_value"] + 1 + n for n in range(6)]
     rows = await sql(

@@ -64,28 +64,7 @@ WITH x AS (
         jsonb_build_array(shard, next_seq, stamp)) AS m
     FROM lanes_out
 ), ready AS (
-    INSERT INTO {s}.ready_entries (
-        slot, fact_id, shard, lane_seq, job_id, kind, queue, args, priority, attempt,
-        max_attempts, run_at, created_at, errors, metadata, tags, unique_states, run_lease,
-        ordering_key
-    )
-    SELECT (SELECT current_slot FROM {s}.ring_state), nextval('{s}.fact_seq'), o.shard,
-        o.next_seq - j.n + j.k - 1, j.id, j.kind, j.queue, coalesce(j.args, 'null'::jsonb),
-        j.priority, 0, j.max_attempts, o.stamp, %(now)s, '{}'::jsonb[],
-        coalesce(j.metadata, '{}'::jsonb), ARRAY(SELECT jsonb_array_elements_text(j.tags)),
-        j.unique_states::bit(8), 0, j.okey
-    FROM (SELECT j.*, row_number() OVER (PARTITION BY queue, priority, sh ORDER BY id) AS k,
-              count(*) OVER (PARTITION BY queue, priority, sh) AS n
-          FROM j WHERE run_at IS NULL) j
-    CROSS JOIN LATERAL (
-        SELECT (v ->> 0)::int AS shard, (v ->> 1)::bigint AS next_seq,
-            (v ->> 2)::timestamptz AS stamp
-        -- the map is read once (an init plan), never carried along with each row
-        FROM (SELECT (SELECT m FROM lane_map)
-                  -> (j.priority || '/' || coalesce(j.sh::text, '') || '/' || j.queue) AS v) v
-    ) o
-    ORDER BY j.id
-    RETURNING job_id, run_at
+    {new_ready_rows placed=enqueue_ready_placed order=in_job_id_order}
 ), later AS (
     INSERT INTO {s}.deferred_jobs (
         fact_id, state, job_id, kind, queue, args, priority, attempt, max_attempts, run_at,
@@ -144,22 +123,10 @@ WITH x AS (
     WHERE (SELECT awa.queue_storage_route_check(%(schema)s)) IS NOT NULL
 ), bucket AS (
     SELECT c.queue, c.state, c.bucket
-    FROM x, LATERAL (
-        SELECT c.queue, c.state, c.bucket FROM {s}.queue_counts c
-        WHERE c.queue = x.queue AND c.state = 'available' AND c.bucket < {count_buckets}
-        ORDER BY c.bucket = pg_backend_pid() %% {count_buckets} DESC, c.bucket
-        LIMIT 1
-        FOR UPDATE OF c SKIP LOCKED
-    ) c
+    FROM (SELECT queue AS q FROM x) w, LATERAL ({free_bucket}) c
 ), lane AS (
-    SELECT l.queue, l.priority, l.shard
-    FROM x, LATERAL (
-        SELECT l.queue, l.priority, l.shard FROM {s}.lanes l
-        WHERE l.queue = x.queue AND l.priority = x.priority AND l.shard < 0
-        ORDER BY l.shard = x.hint DESC, l.shard DESC
-        LIMIT 1
-        FOR UPDATE OF l SKIP LOCKED
-    ) l
+    SELECT w.q AS queue, w.p AS priority, l.shard
+    FROM (SELECT queue AS q, priority AS p, hint FROM x) w, LATERAL ({free_lane}) l
     WHERE EXISTS (SELECT 1 FROM bucket)
 ), job AS (
     SELECT nextval('awa.jobs_id_seq') AS id FROM lane
@@ -175,17 +142,7 @@ WITH x AS (
     RETURNING l.shard, l.next_seq, w.first_id AS id,
         CASE WHEN l.tail_job_id = w.last_id THEN l.tail_run_at ELSE w.first_run END AS stamp
 ), ready AS (
-    INSERT INTO {s}.ready_entries (
-        slot, fact_id, shard, lane_seq, job_id, kind, queue, args, priority, attempt,
-        max_attempts, run_at, created_at, errors, metadata, tags, unique_states, run_lease,
-        ordering_key
-    )
-    SELECT (SELECT current_slot FROM {s}.ring_state), nextval('{s}.fact_seq'), m.shard,
-        m.next_seq - 1, m.id, x.kind, x.queue, coalesce(x.args, 'null'::jsonb), x.priority, 0,
-        x.max_attempts, m.stamp, %(now)s, '{}'::jsonb[], coalesce(x.metadata, '{}'::jsonb),
-        ARRAY(SELECT jsonb_array_elements_text(x.tags)), x.unique_states::bit(8), 0, NULL
-    FROM moved m, x
-    RETURNING job_id, run_at
+    {new_ready_rows placed=enqueue_one_placed order=nothing}
 ), counted AS (
     UPDATE {s}.queue_counts c SET n = c.n + 1
     FROM bucket b
@@ -220,22 +177,10 @@ WITH x AS (
     FROM x GROUP BY queue, priority
 ), bucket AS (
     SELECT c.queue, c.state, c.bucket
-    FROM (SELECT DISTINCT q FROM want) w, LATERAL (
-        SELECT c.queue, c.state, c.bucket FROM {s}.queue_counts c
-        WHERE c.queue = w.q AND c.state = 'available' AND c.bucket < {count_buckets}
-        ORDER BY c.bucket = pg_backend_pid() %% {count_buckets} DESC, c.bucket
-        LIMIT 1
-        FOR UPDATE OF c SKIP LOCKED
-    ) c
+    FROM (SELECT DISTINCT q FROM want) w, LATERAL ({free_bucket}) c
 ), lane AS (
     SELECT w.q, w.p, w.n, l.shard
-    FROM want w, LATERAL (
-        SELECT l.shard FROM {s}.lanes l
-        WHERE l.queue = w.q AND l.priority = w.p AND l.shard < 0
-        ORDER BY l.shard = w.hint DESC, l.shard DESC
-        LIMIT 1
-        FOR UPDATE OF l SKIP LOCKED
-    ) l
+    FROM want w, LATERAL ({free_lane}) l
     -- a one-time filter: lanes only once every queue has its bucket
     WHERE (SELECT count(*) FROM bucket) = (SELECT count(DISTINCT q) FROM want)
 ), ids AS (
@@ -260,19 +205,7 @@ WITH x AS (
     RETURNING l.queue, l.priority, l.shard, l.next_seq, w.n,
         CASE WHEN l.tail_job_id = w.last_id THEN l.tail_run_at ELSE w.first_run END AS stamp
 ), ready AS (
-    INSERT INTO {s}.ready_entries (
-        slot, fact_id, shard, lane_seq, job_id, kind, queue, args, priority, attempt,
-        max_attempts, run_at, created_at, errors, metadata, tags, unique_states, run_lease,
-        ordering_key
-    )
-    SELECT (SELECT current_slot FROM {s}.ring_state), nextval('{s}.fact_seq'), m.shard,
-        m.next_seq - m.n + j.k - 1, j.id, j.kind, j.queue, coalesce(j.args, 'null'::jsonb),
-        j.priority, 0, j.max_attempts, m.stamp, %(now)s, '{}'::jsonb[],
-        coalesce(j.metadata, '{}'::jsonb), ARRAY(SELECT jsonb_array_elements_text(j.tags)),
-        j.unique_states::bit(8), 0, NULL
-    FROM moved m JOIN j ON j.queue = m.queue AND j.priority = m.priority
-    ORDER BY j.id
-    RETURNING job_id, run_at
+    {new_ready_rows placed=enqueue_plain_placed order=in_job_id_order}
 ), counted AS (
     UPDATE {s}.queue_counts c SET n = c.n + d.n
     FROM bucket b JOIN (SELECT queue, count(*) AS n FROM j GROUP BY queue) d
@@ -286,6 +219,80 @@ SELECT r.job_id AS id, r.run_at,
     (SELECT count(pg_notify(c, '')) FROM unnest(%(channels)s::text[]) c) AS woken
 FROM ready r
 ORDER BY r.job_id
+
+-- name: free_bucket
+-- The counter bucket of queue ``w.q``'s available jobs that no other open transaction
+-- holds, locked (SKIP LOCKED: never waited for; the backend's own bucket first), or no
+-- row: a LATERAL subquery of enqueue_one_routed and enqueue_plain_routed.
+SELECT c.queue, c.state, c.bucket FROM {s}.queue_counts c
+WHERE c.queue = w.q AND c.state = 'available' AND c.bucket < {count_buckets}
+ORDER BY c.bucket = pg_backend_pid() %% {count_buckets} DESC, c.bucket
+LIMIT 1
+FOR UPDATE OF c SKIP LOCKED
+
+-- name: free_lane
+-- The keyless lane of ``(w.q, w.p)`` that no other open transaction holds, locked (SKIP
+-- LOCKED; the ``w.hint`` lane first), or no row: a LATERAL subquery of
+-- enqueue_one_routed, enqueue_plain_routed and reserve_lanes_cte.
+SELECT l.shard FROM {s}.lanes l
+WHERE l.queue = w.q AND l.priority = w.p AND l.shard < 0
+ORDER BY l.shard = w.hint DESC, l.shard DESC
+LIMIT 1
+FOR UPDATE OF l SKIP LOCKED
+
+-- name: new_ready_rows
+-- The ready rows of new available jobs (enqueue_ready_body, enqueue_one_routed,
+-- enqueue_plain_routed), one per row of the slot ``placed``: a SELECT of each job's place
+-- in its lane (``shard``, ``lane_seq``) and its stamp, with the job's ``id``, ``kind``,
+-- ``queue``, ``args``, ``priority``, ``max_attempts``, ``metadata``, ``tags``,
+-- ``unique_states`` and ordering key ``okey``. Written in job id order (the slot
+-- ``order``: in_job_id_order, nothing for one job), which their fact ids follow; returns
+-- each row's job_id and run_at.
+INSERT INTO {s}.ready_entries (
+    slot, fact_id, shard, lane_seq, job_id, kind, queue, args, priority, attempt,
+    max_attempts, run_at, created_at, errors, metadata, tags, unique_states, run_lease,
+    ordering_key
+)
+SELECT (SELECT current_slot FROM {s}.ring_state), nextval('{s}.fact_seq'), p.shard,
+    p.lane_seq, p.id, p.kind, p.queue, coalesce(p.args, 'null'::jsonb), p.priority, 0,
+    p.max_attempts, p.stamp, %(now)s, '{}'::jsonb[], coalesce(p.metadata, '{}'::jsonb),
+    ARRAY(SELECT jsonb_array_elements_text(p.tags)), p.unique_states::bit(8), 0, p.okey
+FROM ({placed}) p
+{order}
+RETURNING job_id, run_at
+
+-- name: in_job_id_order
+-- new_ready_rows' order for a batch of several jobs.
+ORDER BY p.id
+
+-- name: enqueue_ready_placed
+-- enqueue_ready_body's available jobs at their places (new_ready_rows): the k-th of n
+-- jobs of a lane goes k - 1 places after the lane's next position before the batch.
+SELECT o.shard, o.next_seq - j.n + j.k - 1 AS lane_seq, o.stamp, j.id, j.kind, j.queue,
+    j.args, j.priority, j.max_attempts, j.metadata, j.tags, j.unique_states, j.okey
+FROM (SELECT j.*, row_number() OVER (PARTITION BY queue, priority, sh ORDER BY id) AS k,
+          count(*) OVER (PARTITION BY queue, priority, sh) AS n
+      FROM j WHERE run_at IS NULL) j
+CROSS JOIN LATERAL (
+    SELECT (v ->> 0)::int AS shard, (v ->> 1)::bigint AS next_seq,
+        (v ->> 2)::timestamptz AS stamp
+    -- the map is read once (an init plan), never carried along with each row
+    FROM (SELECT (SELECT m FROM lane_map)
+              -> (j.priority || '/' || coalesce(j.sh::text, '') || '/' || j.queue) AS v) v
+) o
+
+-- name: enqueue_one_placed
+-- enqueue_one_routed's job at its place (new_ready_rows).
+SELECT m.shard, m.next_seq - 1 AS lane_seq, m.stamp, m.id, x.kind, x.queue, x.args,
+    x.priority, x.max_attempts, x.metadata, x.tags, x.unique_states, NULL::bytea AS okey
+FROM moved m, x
+
+-- name: enqueue_plain_placed
+-- enqueue_plain_routed's jobs at their places (new_ready_rows), as enqueue_ready_placed.
+SELECT m.shard, m.next_seq - m.n + j.k - 1 AS lane_seq, m.stamp, j.id, j.kind, j.queue,
+    j.args, j.priority, j.max_attempts, j.metadata, j.tags, j.unique_states,
+    NULL::bytea AS okey
+FROM moved m JOIN j ON j.queue = m.queue AND j.priority = m.priority
 
 -- name: next_job_ids
 SELECT nextval('awa.jobs_id_seq') AS id FROM generate_series(1, %(n)s) ORDER BY 1

@@ -91,13 +91,7 @@ named AS (
 ), free AS (
     SELECT w.*, f.shard AS got
     FROM want w
-    LEFT JOIN LATERAL (
-        SELECT l.shard FROM {s}.lanes l
-        WHERE l.queue = w.q AND l.priority = w.p AND l.shard < 0
-        ORDER BY l.shard = w.hint DESC, l.shard DESC
-        LIMIT 1
-        FOR UPDATE OF l SKIP LOCKED
-    ) f ON true
+    LEFT JOIN LATERAL ({free_lane}) f ON true
     -- after the named lanes (a one-time filter on them runs first)
     WHERE w.sh IS NULL AND (SELECT count(*) FROM held) >= 0
 ), fresh AS (

@@ -158,7 +158,7 @@ FROM ready r
 -- name: enqueue_plain_routed
 -- enqueue_one_routed for a batch of such jobs (available now, no ordering, unique or
 -- concurrency key; the inserts a group commit gathered, ADR 0008): enqueue_ready_routed's
--- result in a fraction of its plan (about a quarter of the planning, which a connection
+-- result in a fraction of its plan (under two fifths of the planning, which a connection
 -- through a transaction-mode pooler pays on every run, ADR 0015), when every queue of the
 -- batch has a counter bucket and every (queue, priority) a lane that no other open
 -- transaction holds (both SKIP LOCKED, so the statement never waits while it holds a

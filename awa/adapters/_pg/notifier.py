@@ -106,8 +106,13 @@ class PostgresSubscription:
             if math.isinf(timeout):
                 await self._arrived.wait()
             else:
+                # asyncio.timeout, not asyncio.wait_for: on Python 3.11 wait_for returns
+                # when the event is set in the same turn of the loop as the caller is
+                # cancelled, and the cancel is lost (a listener cancelled that way read
+                # on forever, and whoever awaited its end hung).
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._arrived.wait(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await self._arrived.wait()
         if not self._received and self._failure is not None:
             raise map_error(self._failure) from self._failure
         found = list(self._received)

@@ -326,6 +326,7 @@ class Enqueue:
                     self._group.in_flight == 1 and not self._wakes.pending
                 ) or self._group.slow_link()
                 records: list[JobRecord] = []
+                params: dict[str, Any] | None = None
                 if route_check and len(specs) == 1 and _one_plain_job(specs[0]):
                     records = await self._enqueue_one(conn, specs[0], now, alone, wake)
                 elif route_check and all(_one_plain_job(spec) for spec in specs):
@@ -335,7 +336,9 @@ class Enqueue:
                         records = await self._records(cur, specs, now)
                 if not records and route_check:
                     # One statement, its own transaction: one message and one round trip.
-                    params = self._enqueue_params(specs, now, notify=alone, wake=wake)
+                    # (A batch enqueue_plain_routed did not write goes with its parameters.)
+                    if params is None:
+                        params = self._enqueue_params(specs, now, notify=alone, wake=wake)
                     cur = await run(conn, self._sql["enqueue_ready_routed"], params, prepare=True)
                     records = await self._records(cur, specs, now)
                 elif not records:

@@ -88,7 +88,7 @@ WITH x AS (
 ), {counts_free_cte}
 SELECT ids.id, r.run_at,
     (SELECT count(*) FROM cnt_added) + (SELECT count(*) FROM cnt_made) AS counted,
-    (SELECT count(pg_notify(c, '')) FROM unnest(%(channels)s::text[]) c) AS woken
+    {insert_wake_ups} AS woken
 FROM ids LEFT JOIN ready r ON r.job_id = ids.id
 ORDER BY ids.id
 
@@ -152,7 +152,7 @@ WITH x AS (
 )
 SELECT r.job_id AS id, r.run_at,
     (SELECT count(*) FROM counted) AS counted,
-    (SELECT count(pg_notify(c, '')) FROM unnest(%(channels)s::text[]) c) AS woken
+    {insert_wake_ups} AS woken
 FROM ready r
 
 -- name: enqueue_plain_routed
@@ -216,9 +216,15 @@ WITH x AS (
 )
 SELECT r.job_id AS id, r.run_at,
     (SELECT count(*) FROM counted) AS counted,
-    (SELECT count(pg_notify(c, '')) FROM unnest(%(channels)s::text[]) c) AS woken
+    {insert_wake_ups} AS woken
 FROM ready r
 ORDER BY r.job_id
+
+-- name: insert_wake_ups
+-- An insert statement's wake-ups: one notification on each of ``channels`` (empty when
+-- the wake coalescer sends them after commit), sent once (an init plan) and only beside
+-- a written row; how many were sent.
+(SELECT count(pg_notify(c, '')) FROM unnest(%(channels)s::text[]) c)
 
 -- name: free_bucket
 -- The counter bucket of queue ``w.q``'s available jobs that no other open transaction

@@ -12,7 +12,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from awa.domain import lifecycle
+from awa.domain import batches, lifecycle
 from awa.domain.batches import BatchCounts
 from awa.domain.dependencies import EDGE_RETENTION, VANISHED_GRACE, OnParentFailure
 from awa.domain.job import JobRecord
@@ -23,7 +23,7 @@ from awa.ports.storage import Ack, JobFilter, VanishedStep
 from awa.runtime import maintenance_duties, parse_start_args
 from awa.runtime.inflight import InFlight
 from awa.runtime.maintenance_duties import Duty, MaintenanceDuties
-from tests.contract._support import QUEUE, claim_one, enqueue, fetch
+from tests.contract._support import QUEUE, claim_one, enqueue, fetch, spec
 from tests.contract.test_batches import REPORTS, batch_of, end_one
 from tests.support.engines import EngineHandle
 from tests.unit.test_runtime_support import FAST
@@ -412,6 +412,30 @@ async def test_a_finished_parent_deleted_while_a_child_waits_answers_it(
     answered = await fetch(engine, child.id)
     assert answered.state == JobState.Cancelled
     assert answered.errors[-1]["error"] == DEPENDENCY_FAILED_ERROR
+
+
+async def test_an_operator_cancel_of_a_parent_already_cancelled_answers_nothing(
+    engine: EngineHandle,
+) -> None:
+    """``cancel_job`` of a parent an effect cancelled changes nothing, on every engine: its
+    child goes on waiting and a batch over it counts no member finished (queue storage
+    answered them once more; the model-vs-real machine found it on a batch's counts)."""
+    engine.policies.set_effects(RELAY, _cancel_the_peer)
+    parent = await enqueue(engine, "wf_parent")
+    child = await enqueue(engine, "wf_child", queue="wf_children", depends_on=(parent.id,))
+    (callback,) = await engine.engine.enqueue_many(
+        [batches.callback_spec(spec("batch_report", queue=REPORTS), [parent.id])]
+    )
+    await enqueue(engine, RELAY, queue=RELAY_QUEUE, args={"peer": parent.id})
+    claim = await claim_one(engine, RELAY_QUEUE)
+    assert await engine.engine.fail(claim.lease, error="relay") == Ack.APPLIED
+    cancelled = await fetch(engine, parent.id)
+    assert cancelled.state == JobState.Cancelled
+    assert await engine.engine.cancel_job(parent.id) == cancelled
+    assert (await fetch(engine, child.id)).state == JobState.Scheduled
+    counts = await engine.control.relations.parent_counts(callback.id)
+    assert (counts.size, counts.cancelled, counts.pending) == (1, 0, 1)
+    assert (await fetch(engine, callback.id)).state == JobState.Scheduled
 
 
 async def test_a_finished_parent_deleted_in_sql_while_a_child_waits_is_answered_next_run(

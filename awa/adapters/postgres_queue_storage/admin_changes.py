@@ -89,14 +89,24 @@ class AdminChanges:
                 return new
         return None
 
-    def _cancelled(self, now: datetime) -> AdminDecide:
+    async def _cancel(
+        self, conn: DictConnection, writes: Writes, job_id: int
+    ) -> tuple[JobRecord | None, bool]:
+        """Cancel one job as an operator does: the job as it is after (``None``: gone), and
+        whether this write cancelled it. A job already finished is left alone and answers
+        no child: one cancelled by a kind rule's effect keeps its children waiting, as on
+        every engine (ADR 0032)."""
+        made: list[JobRecord] = []
+
         def decide(job: JobRecord) -> tuple[JobRecord | None, bool]:
-            cancel = lifecycle.operator_cancel(now)
+            cancel = lifecycle.operator_cancel(writes.now)
             if not cancel.applies(job.state):
                 return None, True
-            return cancel.apply(job), False
+            made.append(cancel.apply(job))
+            return made[-1], False
 
-        return decide
+        result = await self.change(conn, writes, job_id, decide)
+        return result, bool(made) and result is made[-1]
 
     async def cancel_dependents(
         self, conn: DictConnection, writes: Writes, cancelled: list[int]
@@ -183,8 +193,8 @@ class AdminChanges:
             for r in found:
                 if r.job.state not in DRAINABLE_STATES:
                     continue
-                result = await self.change(conn, writes, r.job.id, self._cancelled(writes.now))
-                if result is not None and result.state == JobState.Cancelled:
+                _, applied = await self._cancel(conn, writes, r.job.id)
+                if applied:
                     cancelled.append(r.job.id)
             await self.cancel_dependents(conn, writes, cancelled)
             await self._facts.flush(conn, writes)
@@ -193,8 +203,8 @@ class AdminChanges:
     async def cancel_job(self, job_id: int) -> JobRecord | None:
         async with translated_errors(), self._connections.tx() as conn:
             writes = Writes(self._clock.now())
-            result = await self.change(conn, writes, job_id, self._cancelled(writes.now))
-            if result is not None and result.state == JobState.Cancelled:
+            result, applied = await self._cancel(conn, writes, job_id)
+            if applied:
                 await self.cancel_dependents(conn, writes, [job_id])
             await self._facts.flush(conn, writes)
         return result
@@ -210,8 +220,8 @@ class AdminChanges:
             if found is None or found.job.state.is_terminal:
                 return None
             writes = Writes(self._clock.now())
-            result = await self.change(conn, writes, found.job.id, self._cancelled(writes.now))
-            if result is not None and result.state == JobState.Cancelled:
+            result, applied = await self._cancel(conn, writes, found.job.id)
+            if applied:
                 await self.cancel_dependents(conn, writes, [found.job.id])
             await self._facts.flush(conn, writes)
         return result

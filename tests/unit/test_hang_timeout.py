@@ -1,7 +1,7 @@
 """A hung async test fails with the stack of the coroutine it waits on
-(``tests/support/timeouts.py``), here an async fixture's teardown beside a busy task:
-pytest-timeout's alarm lands in the busy task and the teardown waits on, until the
-backstop ends the process with the stacks."""
+(``tests/support/timeouts.py``), here an async fixture's teardown beside a task that holds
+the event loop: pytest-timeout's alarm lands in that task, which dies of it, and the
+teardown waits on until the backstop ends the process with the stacks."""
 
 from __future__ import annotations
 
@@ -28,14 +28,13 @@ HUNG = textwrap.dedent(
 
 
     async def busy_background_loop():
+        # Holds the main thread for good once it runs: the alarm can land nowhere but
+        # here (what this test is about), and the task dies of it. A loop that yielded
+        # between steps let the alarm land in the event loop's own turn now and then (in
+        # one of four clean-clone runs on a busy host), and the test then failed by
+        # pytest-timeout's own error instead of hanging.
         while True:
-            # Each step holds the main thread for tens of milliseconds and the loop's
-            # turn between steps is microseconds: the alarm lands in a step (what this
-            # test is about) all but about once in a thousand runs. With steps of 100,000
-            # one full run in many saw the alarm land in the loop's turn, and the test
-            # failed by pytest-timeout's own error instead of hanging.
             sum(range(2_000_000))
-            await asyncio.sleep(0)
 
 
     async def wait_for_what_never_comes():

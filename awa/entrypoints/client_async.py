@@ -453,9 +453,13 @@ class AsyncClient(
         version: int | None = None
         try:
             wiring = await self._pool_wiring()
-            postgres = await asyncio.wait_for(bootstrap.ping(wiring), _PROBE_TIMEOUT)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can lose a cancel that lands
+            # as the inner call finishes, and a shutdown would wait on.
+            async with asyncio.timeout(_PROBE_TIMEOUT):
+                postgres = await bootstrap.ping(wiring)
             if postgres:
-                version = await asyncio.wait_for(bootstrap.schema_version(wiring), _PROBE_TIMEOUT)
+                async with asyncio.timeout(_PROBE_TIMEOUT):
+                    version = await bootstrap.schema_version(wiring)
         except Exception:
             postgres = False
         checks = {

@@ -91,7 +91,8 @@ class HealthListener:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            status, body, content_type = await asyncio.wait_for(self._answer(reader), _READ_TIMEOUT)
+            async with asyncio.timeout(_READ_TIMEOUT):  # keeps a cancel, unlike wait_for
+                status, body, content_type = await self._answer(reader)
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             status, body, content_type = 400, _json({"error": "malformed request"}), _JSON
         except Exception:

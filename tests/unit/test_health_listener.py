@@ -55,6 +55,30 @@ def test_routes_methods_and_malformed_requests() -> None:
     asyncio.run(scenario())
 
 
+def test_a_request_that_never_ends_is_answered_400_at_the_read_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client that sends part of a request and waits is answered ``400`` once the read
+    bound passes, not held open (the bound, 5 s, shortened here)."""
+    from awa.entrypoints import health
+
+    monkeypatch.setattr(health, "_READ_TIMEOUT", 0.05)
+
+    async def readiness() -> dict[str, Any]:
+        return {"ready": True, "checks": {}}
+
+    async def scenario() -> None:
+        listener = HealthListener("127.0.0.1:0", readiness)
+        await listener.start()
+        try:
+            status, body = await _request(listener.address[1], b"GET /healthz HTTP/1.1\r\n")
+            assert (status, body) == (400, {"error": "malformed request"})
+        finally:
+            await listener.close()
+
+    asyncio.run(scenario())
+
+
 @pytest.mark.parametrize("bad", ["", "8321", "host:", "host:port", "host:70000", ":80"])
 def test_bad_addresses_are_refused(bad: str) -> None:
     with pytest.raises(ValidationError, match="health_addr"):

@@ -55,6 +55,9 @@ log = logging.getLogger("awa.runtime")
 _RELEASE_GRACE = 5.0
 #: How long a shutdown waits for the maintenance duty under way to finish.
 _MAINTENANCE_GRACE = 5.0
+#: How long a snapshot write under way may go on once the runtime stops (see
+#: :meth:`Runtime._publish_snapshot`).
+_SNAPSHOT_WRITE_GRACE = 5.0
 #: A claim loop that has not come round for this long (or 10 polls) is not ticking.
 _TICK_WINDOW = 30.0
 #: How long start() may spend getting the engine's hot statements ready.
@@ -622,14 +625,25 @@ class Runtime:
         )
 
     async def _publish_snapshot(self) -> None:
+        """Write the snapshot to the registry. A write under way when the runtime stops
+        goes on (up to ``_SNAPSHOT_WRITE_GRACE``) rather than being cut off: a statement
+        the driver abandons can still commit on the server after the registry's goodbye
+        (``close()`` deletes the row), and put the row of a runtime that is gone back."""
         if self.runtime_registry is None:
             return
-        try:
-            await self.runtime_registry.upsert_runtime(self.snapshot())
-        except Exception as exc:
-            self._snapshot_failures.failed(exc)
-        else:
-            self._snapshot_failures.succeeded()
+        snapshot = self.snapshot()
+        with self.clock.move_on_after(_SNAPSHOT_WRITE_GRACE) as write:
+            write.shield = True
+            try:
+                await self.runtime_registry.upsert_runtime(snapshot)
+            except Exception as exc:
+                self._snapshot_failures.failed(exc)
+            else:
+                self._snapshot_failures.succeeded()
+        if write.cancelled_caught:
+            self._snapshot_failures.failed(
+                TimeoutError(f"the snapshot write took over {_SNAPSHOT_WRITE_GRACE:g} s")
+            )
 
     def _leadership_changed(self, leading: bool) -> None:
         """Maintenance took or gave up the lease (on its own thread, maybe): publish the

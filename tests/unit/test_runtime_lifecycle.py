@@ -23,6 +23,7 @@ from awa.domain.states import JobState
 from awa.entrypoints.routing import inmemory_control_plane
 from awa.ports.storage import Ack, StorageEngine
 from awa.runtime import AttemptContext, HandlerRegistry, Runtime
+from awa.runtime import runtime as runtime_module
 from tests.support.waits import until
 from tests.unit.test_runtime_support import (
     REAL_TIME_GUARD,
@@ -338,6 +339,65 @@ async def test_taking_the_lease_republishes_the_snapshot_at_once() -> None:
         with within(5):
             await wait_until(lambda: _leader_row(registry), timeout=5)
         assert runtime.is_leader
+
+
+class _HeldWrite(InMemoryRuntimeRegistry):
+    """A registry whose first write after ``hold()`` waits for ``release`` and records
+    whether it was cut off."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock)
+        self.holding = False
+        self.held = anyio.Event()
+        self.release = anyio.Event()
+        self.cut_off = 0
+
+    async def upsert_runtime(self, snapshot: Any) -> None:
+        if self.holding and not self.held.is_set():
+            self.held.set()
+            try:
+                await self.release.wait()
+            except BaseException:
+                self.cut_off += 1
+                raise
+        await super().upsert_runtime(snapshot)
+
+
+@pytest.mark.parametrize("released", [True, False])
+async def test_a_snapshot_write_under_way_at_shutdown_is_not_cut_off(released: bool) -> None:
+    """A snapshot write under way when the runtime stops goes on (a statement the driver
+    abandons can commit after the registry's goodbye and put the row of a runtime that is
+    gone back), up to ``_SNAPSHOT_WRITE_GRACE``; then it is cut off and shutdown ends."""
+    clock = ManualClock()
+    engine = make_engine(clock)
+    registry = _HeldWrite(clock)
+    handlers = _mail_handlers()
+    config = fast_config(handlers, snapshot_interval_ms=1_000)
+    runtime = Runtime(
+        engine,
+        engine,
+        engine.leader_lock(),
+        clock,
+        handlers,
+        config,
+        runtime_registry=registry,
+        control=inmemory_control_plane(engine, clock),
+    )
+    async with on_clock(clock, runtime):
+        await runtime.start()
+        await wait_until(registry.list_runtimes)
+        registry.holding = True
+        await registry.held.wait()
+        async with anyio.create_task_group() as group:
+            group.start_soon(runtime.shutdown, 100)
+            await sleep(runtime_module._SNAPSHOT_WRITE_GRACE * 0.8)
+            assert registry.cut_off == 0 and runtime.running
+            if released:
+                registry.release.set()
+        assert not runtime.running
+    assert registry.cut_off == (0 if released else 1)
+    [final] = await registry.list_runtimes()
+    assert final.shutting_down
 
 
 async def _leader_row(registry: InMemoryRuntimeRegistry) -> bool:

@@ -554,6 +554,31 @@ async def test_a_run_edge_is_resolved_though_the_walk_meets_a_child_doomed_befor
     assert (await fetch(engine, last.id)).state == JobState.Cancelled
 
 
+async def test_a_run_edge_to_a_child_the_same_failure_dooms_is_resolved(
+    engine: EngineHandle,
+) -> None:
+    """A parent's cancel that dooms a child through the parent's own child (its ``cancel``
+    edge) resolves the child's ``run`` edge from the parent too: every edge of a finished
+    parent is answered. Before, that edge stayed unresolved, outlived the parent, and the
+    search for vanished parents answered the parent again once it was deleted (the
+    model-vs-real machine found the in-memory engine and queue storage apart there)."""
+    parent = await enqueue(engine, "wf_parent")
+    step = await enqueue(engine, "wf_step", queue=STEPS, depends_on=(parent.id,))
+    last = await enqueue(
+        engine,
+        "wf_last",
+        queue=STEPS,
+        depends_on=(parent.id, step.id),
+        on_parent_failure=(str(OnParentFailure.RUN), str(OnParentFailure.CANCEL)),
+    )
+    assert await engine.engine.cancel_job(parent.id) is not None
+    assert (await fetch(engine, step.id)).state == JobState.Cancelled
+    assert (await fetch(engine, last.id)).state == JobState.Cancelled
+    edges = await engine.control.relations.job_edges(last.id, limit=10)
+    answered = {e.job_id: (e.satisfied_at is not None, e.failed) for e in edges.parents}
+    assert answered == {parent.id: (True, False), step.id: (False, True)}
+
+
 async def test_a_child_brought_back_then_moved_to_the_dlq_leaves_only_its_dlq_entry(
     engine: EngineHandle,
 ) -> None:

@@ -161,8 +161,10 @@ class DependencyBook:
                             else DependentOutcome.DOOMED,
                         )
                     )
+        # 'run' edges count as done, those of children doomed here too (each edge from a
+        # finished parent is resolved); only a child not doomed counts down.
         for child, parent, policy in hit:
-            if policy is not OnParentFailure.RUN or child in doomed:
+            if policy is not OnParentFailure.RUN:
                 continue
             if self.parents[child][parent] is not None:
                 continue

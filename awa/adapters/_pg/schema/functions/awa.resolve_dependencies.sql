@@ -77,7 +77,10 @@ BEGIN
                CASE e.p WHEN 'dlq' THEN 'dead_lettered' ELSE 'doomed' END
         FROM gone JOIN unnest(v_children, v_policies) AS e(c, p) ON e.c = gone.child_id
         WHERE e.p <> 'run';
-        -- 'run' edges of children not doomed count as done.
+        -- 'run' edges count as done, those of children doomed here too: each edge from a
+        -- finished parent is resolved, and a child an operator brings back later does not
+        -- wait on them (left unresolved, such an edge outlived its parent and was answered
+        -- again by the search for vanished parents). Only a child not doomed counts down.
         WITH resolved AS (
             UPDATE awa.job_dependencies AS d
             SET satisfied_at = p_now,
@@ -87,11 +90,12 @@ BEGIN
                     ELSE 'cancelled'
                 END
             FROM unnest(v_children, v_parents, v_policies) AS e(c, pa, p)
-            WHERE e.p = 'run' AND NOT e.c = ANY (v_doomed)
+            WHERE e.p = 'run'
               AND d.child_id = e.c AND d.parent_id = e.pa AND d.satisfied_at IS NULL
             RETURNING d.child_id
         )
-        SELECT array_agg(r.child_id) INTO v_resolved FROM resolved AS r;
+        SELECT array_agg(r.child_id) INTO v_resolved FROM resolved AS r
+        WHERE NOT r.child_id = ANY (v_doomed);
         RETURN QUERY
         SELECT c.child_id, 'released'::text FROM awa.count_down_dependency_waits(v_resolved) AS c;
     END IF;

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import json
 import logging
 import weakref
 from collections.abc import Awaitable, Callable
@@ -26,9 +27,11 @@ from psycopg.adapt import Buffer
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.datetime import TimestamptzBinaryLoader, TimestamptzLoader
+from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 from psycopg_pool.pool_async import MaintenanceTask, StopWorker
 
+from awa.adapters._pg.arrays import Int8s, Int8sDumper
 from awa.adapters._pg.conninfo import normalize
 from awa.adapters._pg.errors import map_error
 
@@ -223,8 +226,25 @@ async def _behind_pooler(conn: DictConnection) -> bool:
     return row is None or int(row["pid"]) != conn.info.backend_pid
 
 
+_JSON = json.JSONDecoder()
+
+
+def _json_loads(data: str | bytes) -> Any:
+    """``json.loads`` of a ``json``/``jsonb`` value as the server sends it (UTF-8 text),
+    with the empty object every job's ``metadata`` mostly is answered without the parser
+    (a new dict each time). Every claimed job carries two such values: decoding them was
+    a tenth of a worker's CPU at 1,000 jobs/s."""
+    if data == b"{}":
+        return {}
+    if isinstance(data, bytes):
+        data = data.decode("utf-8", "surrogatepass")
+    return _JSON.decode(data)
+
+
 async def configure(conn: DictConnection, url: str) -> None:
     """Make a new connection to ``url`` direct or pooled (see the module docstring)."""
+    set_json_loads(_json_loads, conn)
+    conn.adapters.register_dumper(Int8s, Int8sDumper)
     mode = declared_pooler(url)
     if mode is Pooler.DIRECT:
         return

@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 from psycopg.types.numeric import Int8
 
+from awa.adapters._pg.arrays import Int8s
 from awa.adapters._pg.decode import fetch_decodable
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
@@ -944,10 +945,12 @@ class Claims:
                     "complete_receipts_counted",
                     now=now,
                     minute=minute_of(now),
-                    ids=[],
-                    leases=[],
-                    slots=[],
-                    claims=[],
+                    # the parameter types of a completion's (finalize.py), so the
+                    # statement prepared here is the one completions run
+                    ids=Int8s(),
+                    leases=Int8s(),
+                    slots=Int8s(),
+                    claims=Int8s(),
                     queues=[],
                     release=False,
                 )

@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 
 from awa.adapters._pg import dependencies as pg_dependencies
+from awa.adapters._pg.arrays import Int8s
 from awa.adapters._pg.errors import translated_errors
 from awa.adapters._pg.pool import DictConnection
 from awa.adapters.postgres_queue_storage.connections import Connections
@@ -77,10 +78,10 @@ class Completion:
         params = {
             "now": now,
             "minute": minute_of(now),
-            "ids": [k[0] for k in keys],
-            "leases": [k[1] for k in keys],
-            "slots": slots,
-            "claims": [known[k][1] for k in keys],
+            "ids": Int8s(k[0] for k in keys),
+            "leases": Int8s(k[1] for k in keys),
+            "slots": Int8s(slots),
+            "claims": Int8s(known[k][1] for k in keys),
             "queues": [known[k][2] for k in keys],
         }
         # One statement on its own: closures, counters and completion buckets. A closure

@@ -83,13 +83,14 @@ def outcome_name(
     """The ``outcome`` field for an attempt that ended with ``outcome`` (``None``: the
     attempt was no longer this worker's); ``policies``: the per-kind policies the
     lifecycle applied (a kind's retry budget instead of the job's)."""
-    retry = _retry(policies, record)
     match outcome:
         case None:
             return LOST
         case Complete():
             return COMPLETED
         case RetryWithBackoff() | RetryAfterOutcome():
+            # the kind's retry policy is read only here: most attempts complete
+            retry = _retry(policies, record)
             budget = record.max_attempts if retry is None else retry.budget(record.max_attempts)
             return EXHAUSTED if attempts_exhausted(record.attempt, budget) else RETRIED
         case SnoozeOutcome():

@@ -4,7 +4,7 @@ A producer process inserts one job at a time (up to 16 in flight) at ``--rate`` 
 second; this process runs the worker (one queue, 64 slots, a no-op handler) and, after
 ``--warmup`` seconds, measures for ``--seconds``: jobs run, the process's CPU (user and
 system) per job, each thread's share, and the claims the queue's dispatcher made (jobs
-per claim). With ``--cprofile PATH`` the main thread runs under ``cProfile`` on its own
+per claim, and how many went beside a claim in flight at a notification). With ``--cprofile PATH`` the main thread runs under ``cProfile`` on its own
 CPU clock (``time.thread_time``) and the stats go to ``PATH`` (the profile roughly
 doubles the CPU; compare its shares, not its totals)::
 
@@ -95,6 +95,7 @@ async def _work(url: str, warmup: float, seconds: float, profile_to: str | None)
     profile = cProfile.Profile(time.thread_time) if profile_to else None
     jobs0, cpu0, threads0 = done, _process(), _threads()
     claims0 = sum(d.claim_calls for d in dispatchers)
+    on_wake0 = sum(d.wake_claims for d in dispatchers)
     if profile is not None:
         profile.enable()
     await asyncio.sleep(seconds)
@@ -102,10 +103,12 @@ async def _work(url: str, warmup: float, seconds: float, profile_to: str | None)
         profile.disable()
     jobs, cpu, threads = done - jobs0, _process() - cpu0, _threads()
     claims = sum(d.claim_calls for d in dispatchers) - claims0
+    on_wake = sum(d.wake_claims for d in dispatchers) - on_wake0
     names = {t.native_id: t.name for t in threading.enumerate()}
     print(
         f"jobs {jobs} ({jobs / seconds:,.0f}/s) cpu {cpu:.2f} s, {cpu / max(jobs, 1) * 1000:.3f}"
-        f" ms per job; claims {claims}, {jobs / max(claims, 1):.1f} jobs per claim",
+        f" ms per job; claims {claims} ({on_wake} beside a claim in flight),"
+        f" {jobs / max(claims, 1):.1f} jobs per claim",
         flush=True,
     )
     for tid, total in sorted(threads.items(), key=lambda kv: threads0.get(kv[0], 0) - kv[1]):

@@ -4,9 +4,10 @@ A producer process inserts one job at a time (up to 16 in flight) at ``--rate`` 
 second; this process runs the worker (one queue, 64 slots, a no-op handler) and, after
 ``--warmup`` seconds, measures for ``--seconds``: jobs run, the process's CPU (user and
 system) per job, each thread's share, and the claims the queue's dispatcher made (jobs
-per claim, and how many went beside a claim in flight at a notification). With ``--cprofile PATH`` the main thread runs under ``cProfile`` on its own
-CPU clock (``time.thread_time``) and the stats go to ``PATH`` (the profile roughly
-doubles the CPU; compare its shares, not its totals)::
+per claim, and how many went beside a claim in flight at a notification). With
+``--cprofile PATH`` the main thread runs under ``cProfile`` on its own CPU clock
+(``time.thread_time``) and the stats go to ``PATH`` (the profile roughly doubles the
+CPU; compare its shares, not its totals)::
 
     python -m benchmarks.worker_cpu --rate 1000 --seconds 15
     python -m benchmarks.worker_cpu --rate 1000 --cprofile /tmp/worker.prof

@@ -342,8 +342,8 @@ async def test_taking_the_lease_republishes_the_snapshot_at_once() -> None:
 
 
 class _HeldWrite(InMemoryRuntimeRegistry):
-    """A registry whose first write after ``hold()`` waits for ``release`` and records
-    whether it was cut off."""
+    """A registry whose first write once ``holding`` is set waits for ``release``, and
+    counts how often such a write was cut off."""
 
     def __init__(self, clock: ManualClock) -> None:
         super().__init__(clock)

@@ -528,14 +528,9 @@ async def test_deleting_a_finished_parent_changes_no_child(engine: EngineHandle)
     assert (await fetch(engine, child.id)).state == JobState.Available
 
 
-async def test_a_run_edge_is_resolved_though_the_walk_meets_a_child_doomed_before(
-    engine: EngineHandle,
-) -> None:
-    """An edge that doomed its child earlier is not walked again: a parent's failure that
-    reaches that child through it leaves the child as it was and resolves the child's
-    ``run`` edge from the parent (before: the child counted doomed again, and its ``run``
-    edge stayed unresolved for ever, so a search for vanished parents answered the parent
-    once more on every run after it was deleted)."""
+async def _run_past_a_step(engine: EngineHandle) -> tuple[JobRecord, JobRecord, JobRecord]:
+    """A parent, its step, and a last job waiting on the parent by ``run`` and on the step
+    by ``cancel`` (the step's failure dooms it; the parent's alone would not)."""
     parent = await enqueue(engine, "wf_parent")
     step = await enqueue(engine, "wf_step", queue=STEPS, depends_on=(parent.id,))
     last = await enqueue(
@@ -545,6 +540,18 @@ async def test_a_run_edge_is_resolved_though_the_walk_meets_a_child_doomed_befor
         depends_on=(parent.id, step.id),
         on_parent_failure=(str(OnParentFailure.RUN), str(OnParentFailure.CANCEL)),
     )
+    return parent, step, last
+
+
+async def test_a_run_edge_is_resolved_though_the_walk_meets_a_child_doomed_before(
+    engine: EngineHandle,
+) -> None:
+    """An edge that doomed its child earlier is not walked again: a parent's failure that
+    reaches that child through it leaves the child as it was and resolves the child's
+    ``run`` edge from the parent (before: the child counted doomed again, and its ``run``
+    edge stayed unresolved for ever, so a search for vanished parents answered the parent
+    once more on every run after it was deleted)."""
+    parent, step, last = await _run_past_a_step(engine)
     assert await engine.engine.cancel_job(step.id) is not None
     assert (await fetch(engine, last.id)).state == JobState.Cancelled
     assert await engine.engine.cancel_job(parent.id) is not None
@@ -562,15 +569,7 @@ async def test_a_run_edge_to_a_child_the_same_failure_dooms_is_resolved(
     parent is answered. Before, that edge stayed unresolved, outlived the parent, and the
     search for vanished parents answered the parent again once it was deleted (the
     model-vs-real machine found the in-memory engine and queue storage apart there)."""
-    parent = await enqueue(engine, "wf_parent")
-    step = await enqueue(engine, "wf_step", queue=STEPS, depends_on=(parent.id,))
-    last = await enqueue(
-        engine,
-        "wf_last",
-        queue=STEPS,
-        depends_on=(parent.id, step.id),
-        on_parent_failure=(str(OnParentFailure.RUN), str(OnParentFailure.CANCEL)),
-    )
+    parent, step, last = await _run_past_a_step(engine)
     assert await engine.engine.cancel_job(parent.id) is not None
     assert (await fetch(engine, step.id)).state == JobState.Cancelled
     assert (await fetch(engine, last.id)).state == JobState.Cancelled

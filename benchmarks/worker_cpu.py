@@ -17,6 +17,7 @@ Linux only (per-thread CPU from ``/proc/self/task``).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import cProfile
 import os
@@ -135,8 +136,8 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=15.0)
     p.add_argument("--warmup", type=float, default=3.0)
     p.add_argument("--cprofile", default=None, help="write the main thread's profile here")
-    p.add_argument("--role", choices=("run", "produce"), default="run", help=argparse_hidden())
-    p.add_argument("--url", default=None, help=argparse_hidden())
+    p.add_argument("--role", choices=("run", "produce"), default="run", help=argparse.SUPPRESS)
+    p.add_argument("--url", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.role == "produce":
         asyncio.run(_produce(args.url, args.rate, args.seconds))
@@ -158,12 +159,6 @@ def main() -> None:
             producer.wait(timeout=60)
     finally:
         drop_database(args.admin_url, name)
-
-
-def argparse_hidden() -> str:
-    import argparse
-
-    return argparse.SUPPRESS
 
 
 if __name__ == "__main__":
